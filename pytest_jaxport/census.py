@@ -1,0 +1,222 @@
+"""Census of one lowered (or compiled) program: what it dispatches, counted per call.
+
+The census is pure: it takes a :class:`Program` (the ops of each function in a module, as
+``lowering.py`` reads them off StableHLO) and a classifier, and returns a :class:`Census`.
+Counts are call-weighted: a private function called three times counts three times, and
+ops without a source location of their own are attributed to the user's line that called
+them.
+
+Example::
+
+    >>> program = Program(entry="main", functions={
+    ...     "main": (OpSite(op="func.call", target="helper",
+    ...                     location='loc("f"("model.py":3:4))'),) * 3,
+    ...     "helper": (OpSite(op="stablehlo.dot_general"),),
+    ... })
+    >>> take_census(program, "cuda").vendor
+    3
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pytest_jaxport.targets import Classification, Layer, Level, classify
+
+CALL_OPS = frozenset({"func.call", "call"})
+_UNCOUNTED = frozenset(
+    {"func.return", "stablehlo.return", "return", "stablehlo.constant", "func.func", "module"}
+)
+_FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
+_LIBRARY_PATHS = ("/site-packages/", "/dist-packages/", "/lib/python3")
+
+Classifier = Callable[[str, str, "str | None"], Classification]
+"""``(platform, op, custom-call target or None) -> Classification``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class SourceLocation:
+    """The user's source line that produced a dispatch."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpSite:
+    """One op of a function, before classification.
+
+    ``target`` is the custom-call target for custom calls and the callee for calls;
+    ``location`` is the op's MLIR location text (``loc(...)``), or ``None``.
+    """
+
+    op: str
+    target: str | None = None
+    location: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Program:
+    """The ops of every function of a module (nested regions flattened into their function)."""
+
+    entry: str
+    functions: Mapping[str, tuple[OpSite, ...]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Kernel:
+    """One distinct non-``xla`` dispatch: a name at a source line, with its call-weighted count."""
+
+    layer: Layer
+    name: str
+    kind: str
+    library: str | None = None
+    location: SourceLocation | None = None
+    count: int = 1
+
+    def describe(self) -> str:
+        """``__gpu$xla.gpu.triton (pallas-triton) x2 at model.py:12``."""
+        what = self.library if self.library else self.kind
+        where = f" at {self.location}" if self.location else ""
+        times = f" x{self.count}" if self.count != 1 else ""
+        return f"{self.name} ({what}){times}{where}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Census:
+    """What one program dispatches on one platform, at one fidelity level."""
+
+    platform: str
+    level: Level = "lowered"
+    kernels: tuple[Kernel, ...] = ()
+    xla_ops: int = 0
+
+    def count(self, layer: Layer) -> int:
+        """Call-weighted dispatches in ``layer`` (``xla`` counts every generated op)."""
+        if layer == "xla":
+            return self.xla_ops
+        return sum(k.count for k in self.kernels if k.layer == layer)
+
+    @property
+    def vendor(self) -> int:
+        return self.count("vendor")
+
+    @property
+    def custom(self) -> int:
+        return self.count("custom")
+
+    @property
+    def meta(self) -> int:
+        return self.count("meta")
+
+    def libraries(self) -> dict[str, int]:
+        """Vendor dispatches per library, sorted by name."""
+        counts: Counter[str] = Counter()
+        for k in self.kernels:
+            if k.layer == "vendor" and k.library:
+                counts[k.library] += k.count
+        return dict(sorted(counts.items()))
+
+    def in_layer(self, layer: Layer) -> tuple[Kernel, ...]:
+        return tuple(k for k in self.kernels if k.layer == layer)
+
+
+def parse_location(text: str | None) -> SourceLocation | None:
+    """The innermost user frame of an MLIR location, preferring files outside installed packages.
+
+    >>> parse_location('loc(callsite("f"("/src/m.py":7:8 to :17) at "t"("/src/t.py":12:4)))')
+    SourceLocation(file='/src/m.py', line=7)
+    """
+    if not text:
+        return None
+    frames = _FRAME.findall(text)
+    if not frames:
+        return None
+    for file, line in frames:
+        if not any(part in file for part in _LIBRARY_PATHS):
+            return SourceLocation(file=file, line=int(line))
+    file, line = frames[0]
+    return SourceLocation(file=file, line=int(line))
+
+
+_Key = tuple[Classification, str, "SourceLocation | None"]
+
+
+@dataclass(slots=True)
+class _Walk:
+    program: Program
+    platform: str
+    classifier: Classifier
+    memo: dict[tuple[str, SourceLocation | None], tuple[Counter[_Key], int]] = field(
+        default_factory=dict
+    )
+    active: set[str] = field(default_factory=set)
+
+    def function(
+        self, name: str, inherited: SourceLocation | None
+    ) -> tuple[Counter[_Key], int]:
+        key = (name, inherited)
+        if key in self.memo:
+            return self.memo[key]
+        if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
+            return Counter(), 0
+        self.active.add(name)
+        kernels: Counter[_Key] = Counter()
+        xla_ops = 0
+        for site in self.program.functions.get(name, ()):
+            location = parse_location(site.location) or inherited
+            if site.op in CALL_OPS and site.target is not None:
+                callee_kernels, callee_ops = self.function(site.target, location)
+                kernels.update(callee_kernels)
+                xla_ops += callee_ops
+                continue
+            if site.op in _UNCOUNTED:
+                continue
+            target = site.target if site.op.endswith("custom_call") else None
+            result = self.classifier(self.platform, site.op, target)
+            if result.layer == "xla":
+                xla_ops += 1
+            else:
+                kernels[(result, target or site.op, location)] += 1
+        self.active.discard(name)
+        self.memo[key] = (kernels, xla_ops)
+        return kernels, xla_ops
+
+
+def take_census(
+    program: Program,
+    platform: str,
+    *,
+    level: Level = "lowered",
+    classifier: Classifier | None = None,
+) -> Census:
+    """Classify every op of ``program`` for ``platform``, weighting each by its call count."""
+
+    def default(platform: str, op: str, target: str | None) -> Classification:
+        return classify(platform, op, target, level=level)
+
+    walk = _Walk(program=program, platform=platform, classifier=classifier or default)
+    counts, xla_ops = walk.function(program.entry, None)
+    kernels = tuple(
+        sorted(
+            (
+                Kernel(
+                    layer=c.layer,
+                    name=name,
+                    kind=c.kind,
+                    library=c.library,
+                    location=location,
+                    count=n,
+                )
+                for (c, name, location), n in counts.items()
+            ),
+            key=lambda k: (k.layer, k.name, str(k.location or "")),
+        )
+    )
+    return Census(platform=platform, level=level, kernels=kernels, xla_ops=xla_ops)

@@ -1,0 +1,267 @@
+"""The classification table: which layer, library and kind an op or custom call belongs to.
+
+Everything pytest-jaxport knows about vendor libraries and hand-written kernels lives in
+:data:`RULES`, as data. Classification is always keyed by platform as well as by name,
+because one name means different libraries on different backends (XLA's ROCm compiler
+reuses ``__cudnn$conv*`` for MIOpen and ``__cublas$lt$matmul`` for hipBLASLt).
+
+Example::
+
+    >>> classify("cuda", "stablehlo.dot_general")
+    Classification(layer='vendor', library='cublas', kind='gemm')
+    >>> classify("cuda", "stablehlo.custom_call", "cusolver_syevd_ffi").library
+    'cusolver'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Literal, get_args
+
+Layer = Literal["xla", "vendor", "custom", "meta"]
+LAYERS: tuple[Layer, ...] = get_args(Layer)
+"""Every op or kernel lands in exactly one layer; ``meta`` never counts against budgets."""
+
+PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu")
+"""Platforms JAX can lower for without the hardware being present."""
+
+NVIDIA_PLATFORM = "cuda"
+
+CUSTOM_CALL = "stablehlo.custom_call"
+
+Level = Literal["lowered", "compiled"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+"""Fidelity levels, lowest first."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Classification:
+    """What one op or custom call is, on one platform.
+
+    ``library`` names the vendor library for the ``vendor`` layer (``cublas``, ``cudnn``,
+    ``lapack``...); ``kind`` says what the dispatch does (``gemm``, ``solver``,
+    ``pallas-triton``, ``ffi``...).
+    """
+
+    layer: Layer
+    kind: str
+    library: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """One row of the table: names matching ``pattern`` on ``platforms`` are ``result``.
+
+    ``pattern`` is an fnmatch glob over the custom-call target when ``custom_call`` is true,
+    otherwise over the op name (``stablehlo.dot_general``, or an HLO opcode at the compiled
+    level). ``platforms`` of ``None`` means every platform; ``levels`` likewise.
+    """
+
+    pattern: str
+    result: Classification
+    custom_call: bool = True
+    platforms: frozenset[str] | None = None
+    levels: frozenset[str] | None = None
+
+    def matches(self, platform: str, level: str, name: str, *, is_custom_call: bool) -> bool:
+        return (
+            self.custom_call == is_custom_call
+            and (self.platforms is None or platform in self.platforms)
+            and (self.levels is None or level in self.levels)
+            and fnmatchcase(name, self.pattern)
+        )
+
+
+def _vendor(library: str, kind: str) -> Classification:
+    return Classification(layer="vendor", library=library, kind=kind)
+
+
+def _ops(
+    platforms: Iterable[str], table: dict[str, Classification], *, level: str | None = None
+) -> list[Rule]:
+    return [
+        Rule(
+            pattern=op,
+            result=result,
+            custom_call=False,
+            platforms=frozenset(platforms),
+            levels=None if level is None else frozenset({level}),
+        )
+        for op, result in table.items()
+    ]
+
+
+def _targets(platforms: Iterable[str] | None, table: dict[str, Classification]) -> list[Rule]:
+    chosen = None if platforms is None else frozenset(platforms)
+    return [Rule(pattern=t, result=result, platforms=chosen) for t, result in table.items()]
+
+
+_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "collective_permute",
+    "collective_broadcast",
+)
+
+
+def _gpu_ops(blas: str, dnn: str, fft: str, collectives: str) -> dict[str, Classification]:
+    table = {
+        "stablehlo.dot_general": _vendor(blas, "gemm"),
+        "stablehlo.dot": _vendor(blas, "gemm"),
+        "stablehlo.convolution": _vendor(dnn, "convolution"),
+        "stablehlo.fft": _vendor(fft, "fft"),
+        "stablehlo.triangular_solve": _vendor(blas, "triangular-solve"),
+    }
+    for op in _COLLECTIVES:
+        table[f"stablehlo.{op}"] = _vendor(collectives, "collective")
+    return table
+
+
+_META = Classification(layer="meta", kind="annotation")
+_CALLBACK = Classification(layer="meta", kind="host-callback")
+_XLA_LINALG = Classification(layer="xla", kind="compiler-linalg")
+
+RULES: tuple[Rule, ...] = tuple(
+    [
+        # meta: non-compute custom calls, everywhere.
+        *_targets(
+            None,
+            {
+                "Sharding": _META,
+                "SPMDFullToShardShape": _META,
+                "SPMDShardToFullShape": _META,
+                "shape_assertion": _META,
+                "annotate_device_placement": _META,
+                "AllocateBuffer": _META,
+                "MoveToHost": _META,
+                "MoveToDevice": _META,
+                "PinToDevice": _META,
+                "dce_sink": _META,
+                "xla_python_*_callback": _CALLBACK,
+                "xla_ffi_python_*_callback": _CALLBACK,
+                "xla_ffi_partitioned_python_*_callback": _CALLBACK,
+            },
+        ),
+        # custom: hand-written kernels, everywhere.
+        *_targets(
+            None,
+            {
+                "__gpu$xla.gpu.triton": Classification(layer="custom", kind="pallas-triton"),
+                "triton_kernel_call": Classification(layer="custom", kind="jax-triton"),
+                "triton_kernel_call_ffi": Classification(layer="custom", kind="pallas-triton"),
+                "mosaic_gpu*": Classification(layer="custom", kind="pallas-mosaic-gpu"),
+                "tpu_custom_call": Classification(layer="custom", kind="pallas-mosaic-tpu"),
+                "__gpu$xla.gpu.ptx": Classification(layer="custom", kind="ptx"),
+            },
+        ),
+        # cuda: vendor libraries and the kernels jaxlib ships for CUDA.
+        *_targets(
+            {"cuda"},
+            {
+                "cusolver_*": _vendor("cusolver", "solver"),
+                "__cusolver$*": _vendor("cusolver", "solver"),
+                "cusparse_*": _vendor("cusparse", "sparse"),
+                "__cudnn$conv*": _vendor("cudnn", "convolution"),
+                "__cudnn$fmha*": _vendor("cudnn", "attention"),
+                "__cudnn$*": _vendor("cudnn", "dnn"),
+                "cudnn_*": _vendor("cudnn", "dnn"),
+                "__cublas$triangularSolve": _vendor("cublas", "triangular-solve"),
+                "__cublas$*": _vendor("cublas", "gemm"),
+                "__cub$*": _vendor("cub", "sort"),
+                "cu_*": _vendor("jaxlib", "jaxlib-kernel"),
+                "cuhybrid_*": _vendor("jaxlib", "jaxlib-kernel"),
+                "__gpu$TopK": Classification(layer="xla", kind="topk"),
+            },
+        ),
+        # rocm: the same families under their ROCm names.
+        *_targets(
+            {"rocm"},
+            {
+                "hipsolver_*": _vendor("hipsolver", "solver"),
+                "__cusolver$*": _vendor("hipsolver", "solver"),
+                "hipsparse_*": _vendor("hipsparse", "sparse"),
+                "__cudnn$conv*": _vendor("miopen", "convolution"),
+                "__cudnn$*": _vendor("miopen", "dnn"),
+                "miopen_*": _vendor("miopen", "dnn"),
+                "__cublas$triangularSolve": _vendor("hipblas", "triangular-solve"),
+                "__cublas$lt$*": _vendor("hipblaslt", "gemm"),
+                "__cublas$*": _vendor("hipblas", "gemm"),
+                "hip_*": _vendor("jaxlib", "jaxlib-kernel"),
+                "hiphybrid_*": _vendor("jaxlib", "jaxlib-kernel"),
+                "__gpu$TopK": Classification(layer="xla", kind="topk"),
+            },
+        ),
+        # tpu: the TPU compiler's own linear algebra; no vendor libraries.
+        *_targets(
+            {"tpu"},
+            {
+                "Eigh": _XLA_LINALG,
+                "Qr": _XLA_LINALG,
+                "LuDecomposition": _XLA_LINALG,
+                "ProductOfElementaryHouseholderReflectors": _XLA_LINALG,
+                "ApproxTopK": Classification(layer="xla", kind="topk"),
+                "TopK": Classification(layer="xla", kind="topk"),
+                "X64Combine": _META,
+                "X64SplitLow": _META,
+                "X64SplitHigh": _META,
+            },
+        ),
+        # cpu: LAPACK and DUCC from jaxlib; the compiled level adds YNNPACK and oneDNN.
+        *_targets(
+            {"cpu"},
+            {
+                "lapack_*": _vendor("lapack", "solver"),
+                "ducc_*": _vendor("ducc", "fft"),
+                "__ynn_fusion": _vendor("ynnpack", "gemm"),
+                "__onednn$*": _vendor("onednn", "gemm"),
+                "TopK": Classification(layer="xla", kind="topk"),
+            },
+        ),
+        *_ops({"cuda"}, _gpu_ops("cublas", "cudnn", "cufft", "nccl"), level="lowered"),
+        *_ops({"rocm"}, _gpu_ops("hipblas", "miopen", "hipfft", "rccl"), level="lowered"),
+        # XLA:CPU always runs FFTs through DUCC; dot and conv are XLA's own choice at compile
+        # time (its emitters, Eigen, YNNPACK or oneDNN), so they count as xla until compiled.
+        *_ops({"cpu"}, {"stablehlo.fft": _vendor("ducc", "fft")}, level="lowered"),
+    ]
+)
+
+UNKNOWN_CUSTOM_CALL = Classification(layer="custom", kind="ffi")
+"""Any custom call nobody recognises is a hand-written kernel: a rewrite per backend."""
+
+XLA_OP = Classification(layer="xla", kind="xla")
+
+
+def classify(
+    platform: str,
+    op: str,
+    target: str | None = None,
+    *,
+    level: str = "lowered",
+    rules: Iterable[Rule] = RULES,
+) -> Classification:
+    """Classify one op (``target`` set for custom calls) on ``platform``; first rule wins."""
+    is_custom_call = target is not None
+    name = target if target is not None else op
+    for rule in rules:
+        if rule.matches(platform, level, name, is_custom_call=is_custom_call):
+            return rule.result
+    return UNKNOWN_CUSTOM_CALL if is_custom_call else XLA_OP
+
+
+def libraries(platform: str) -> frozenset[str]:
+    """Every library name the table can attribute a dispatch on ``platform`` to."""
+    return frozenset(
+        rule.result.library
+        for rule in RULES
+        if rule.result.library is not None
+        and (rule.platforms is None or platform in rule.platforms)
+    )
+
+
+def all_libraries() -> frozenset[str]:
+    """Every library name the table knows, on any platform."""
+    return frozenset(rule.result.library for rule in RULES if rule.result.library is not None)
