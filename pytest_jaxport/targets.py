@@ -8,7 +8,7 @@ reuses ``__cudnn$conv*`` for MIOpen and ``__cublas$lt$matmul`` for hipBLASLt).
 Example::
 
     >>> classify("cuda", "stablehlo.dot_general")
-    Classification(layer='vendor', library='cublas', kind='gemm')
+    Classification(layer='vendor', kind='gemm', library='cublas')
     >>> classify("cuda", "stablehlo.custom_call", "cusolver_syevd_ffi").library
     'cusolver'
 """
