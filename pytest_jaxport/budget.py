@@ -1,0 +1,146 @@
+"""Census and numerics against the budget: which limits a check broke, and why (pure).
+
+Example message::
+
+    check 'attention' on cuda: max_custom_calls = 0 (set in pyproject.toml
+    [tool.jaxport.budget]), found 1 custom call (lowered)
+        __gpu$xla.gpu.triton (pallas-triton) at src/kernels.py:12
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from pytest_jaxport.census import Kernel
+from pytest_jaxport.config import Budget
+from pytest_jaxport.numerics import describe
+from pytest_jaxport.report import Probe
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Violation:
+    """One broken limit of one check on one platform."""
+
+    check: str
+    platform: str
+    key: str
+    limit: Any
+    origin: str
+    found: Any
+    what: str
+    level: str = "lowered"
+    kernels: tuple[Kernel, ...] = ()
+    details: tuple[str, ...] = ()
+
+    def headline(self) -> str:
+        return (
+            f"check {self.check!r} on {self.platform}: {self.key} = {self.limit!r} "
+            f"(set in {self.origin}), found {self.found} {self.what} ({self.level})"
+        )
+
+    def long_repr(self) -> str:
+        lines = [self.headline()]
+        lines += [f"    {k.describe()}" for k in self.kernels]
+        lines += [f"    {d}" for d in self.details]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "platform": self.platform,
+            "key": self.key,
+            "limit": list(self.limit) if isinstance(self.limit, tuple) else self.limit,
+            "origin": self.origin,
+            "found": self.found,
+            "level": self.level,
+            "message": self.long_repr(),
+        }
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{word}{'' if n == 1 else 's'}"
+
+
+def _allowed(kernel: Kernel, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(kernel.name, p) for p in patterns)
+
+
+def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violation]:
+    """Every violation of ``probe`` against the budget of each platform it was lowered for."""
+    violations: list[Violation] = []
+    for platform, result in probe.platforms.items():
+        budget = budget_for(platform)
+        must = budget.must_lower
+        if must is not None and platform in must.value:
+            failure = result.error or result.execution_error
+            if failure is not None:
+                stage = "lower" if result.error else "compile or run"
+                violations.append(
+                    Violation(
+                        check=probe.name,
+                        platform=platform,
+                        key="must_lower",
+                        limit=must.value,
+                        origin=must.origin,
+                        found="a failure to",
+                        what=stage,
+                        details=(failure,),
+                    )
+                )
+        census = result.census
+        if census is None:
+            continue
+        custom = census.in_layer("custom")
+        if budget.allow_targets is not None:
+            custom = tuple(k for k in custom if not _allowed(k, budget.allow_targets.value))
+        counted: list[tuple[str, Any, tuple[Kernel, ...], str]] = [
+            ("max_custom_calls", budget.max_custom_calls, custom, "custom call"),
+            ("max_vendor_calls", budget.max_vendor_calls, census.in_layer("vendor"),
+             "vendor call"),
+        ]  # fmt: skip
+        for library, setting in budget.max_library_calls.items():
+            kernels = tuple(k for k in census.in_layer("vendor") if k.library == library)
+            counted.append((f"max_library_calls.{library}", setting, kernels, f"{library} call"))
+        for key, setting, kernels, noun in counted:
+            if setting is None:
+                continue
+            found = sum(k.count for k in kernels)
+            if found > setting.value:
+                violations.append(
+                    Violation(
+                        check=probe.name,
+                        platform=platform,
+                        key=key,
+                        limit=setting.value,
+                        origin=setting.origin,
+                        found=found,
+                        what=_plural(found, noun),
+                        level=census.level,
+                        kernels=kernels,
+                    )
+                )
+        if result.numerics is not None and not result.numerics.ok:
+            comparison = result.numerics
+            violations.append(
+                Violation(
+                    check=probe.name,
+                    platform=platform,
+                    key="numerics",
+                    limit=f"match {comparison.reference}",
+                    origin="[tool.jaxport.tolerance] or the dtype defaults",
+                    found=len(comparison.mismatches),
+                    what=_plural(len(comparison.mismatches), "differing leaf").replace(
+                        "leafs", "leaves"
+                    ),
+                    level="executed",
+                    details=tuple(describe(comparison).splitlines()[1:]),
+                )
+            )
+    return violations
+
+
+def budgets_by_platform(probe: Probe, budget_for: Callable[[str], Budget]) -> Mapping[str, Budget]:
+    return {p: budget_for(p) for p in probe.platforms}

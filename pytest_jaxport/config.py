@@ -1,0 +1,497 @@
+"""``[tool.jaxport]`` and marker keywords -> frozen, validated configuration.
+
+Every value is checked once, here, and every error names the file, the key, what was
+expected and what was found. Each resolved limit remembers where it was set, so a failure
+message can say "max_custom_calls = 0 (pyproject.toml [tool.jaxport.budget.cuda])".
+
+Precedence, lowest first: defaults < ``[tool.jaxport.budget]`` <
+``[tool.jaxport.budget.<platform>]`` < ``@pytest.mark.portable(...)`` keywords.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pytest_jaxport.targets import PLATFORMS, all_libraries
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+T = TypeVar("T")
+
+DEFAULT_PLATFORMS: tuple[str, ...] = PLATFORMS
+DEFAULT_REFERENCE = "cpu"
+
+COUNT_KEYS = ("max_vendor_calls", "max_custom_calls")
+BUDGET_KEYS = (*COUNT_KEYS, "max_library_calls", "must_lower", "allow_targets")
+MARKER_KEYS = (*BUDGET_KEYS, "platforms", "reference", "rtol", "atol")
+TOP_KEYS = ("platforms", "reference", "budget", "tolerance")
+TOLERANCE_KEYS = ("rtol", "atol")
+
+DTYPES: tuple[str, ...] = (
+    "bool",
+    "int2", "int4", "int8", "int16", "int32", "int64",
+    "uint2", "uint4", "uint8", "uint16", "uint32", "uint64",
+    "float4_e2m1fn", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "bfloat16", "float16", "float32", "float64",
+    "complex64", "complex128",
+)  # fmt: skip
+
+
+class ConfigError(ValueError):
+    """A user's configuration is wrong; the message says where and how."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting(Generic[T]):
+    """A configured value and where it was set (``pyproject.toml [tool.jaxport.budget]``)."""
+
+    value: T
+    origin: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """The limits that apply to one check on one platform; ``None`` means no limit."""
+
+    platform: str
+    max_vendor_calls: Setting[int] | None = None
+    max_custom_calls: Setting[int] | None = None
+    max_library_calls: Mapping[str, Setting[int]] = field(default_factory=dict)
+    must_lower: Setting[tuple[str, ...]] | None = None
+    allow_targets: Setting[tuple[str, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetTable:
+    """One table of budget keys as written, with its origin."""
+
+    origin: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tolerance:
+    """``rtol``/``atol`` for one dtype; ``None`` fields fall through to the next level."""
+
+    rtol: float | None = None
+    atol: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overrides:
+    """Keywords of the closest ``portable`` marks, validated, per key with its origin."""
+
+    values: Mapping[str, Setting[Any]] = field(default_factory=dict)
+
+    def get(self, key: str) -> Setting[Any] | None:
+        return self.values.get(key)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectConfig:
+    """The whole ``[tool.jaxport]`` table, validated."""
+
+    source: str = "defaults"
+    platforms: tuple[str, ...] = DEFAULT_PLATFORMS
+    reference: str = DEFAULT_REFERENCE
+    budget: BudgetTable = field(default_factory=lambda: BudgetTable(origin="defaults"))
+    platform_budgets: Mapping[str, BudgetTable] = field(default_factory=dict)
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    platform_tolerances: Mapping[str, Mapping[str, Tolerance]] = field(default_factory=dict)
+
+    def budget_sources(self) -> list[str]:
+        """Where budgets came from, for the report header."""
+        tables = [self.budget, *self.platform_budgets.values()]
+        return [t.origin for t in tables if t.values]
+
+    def resolve(self, overrides: Overrides | None = None) -> Resolved:
+        """Apply marker overrides to the project settings for one test."""
+        overrides = overrides or Overrides()
+        platforms = overrides.get("platforms")
+        reference = overrides.get("reference")
+        return Resolved(
+            project=self,
+            overrides=overrides,
+            platforms=tuple(platforms.value) if platforms else self.platforms,
+            reference=reference.value if reference else self.reference,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolved:
+    """Configuration for one test: project settings with its marker overrides applied."""
+
+    project: ProjectConfig
+    overrides: Overrides
+    platforms: tuple[str, ...]
+    reference: str
+
+    def lowering_platforms(self) -> tuple[str, ...]:
+        """Configured platforms plus any ``must_lower`` platform not among them, in order."""
+        wanted = list(self.platforms)
+        for platform in PLATFORMS:
+            must = self.budget(platform).must_lower
+            for name in must.value if must else ():
+                if name not in wanted:
+                    wanted.append(name)
+        return tuple(wanted)
+
+    def budget(self, platform: str) -> Budget:
+        """Merge defaults < project budget < platform budget < marker, key by key."""
+        layers: list[tuple[Mapping[str, Any], Mapping[str, str]]] = []
+        for table in (self.project.budget, self.project.platform_budgets.get(platform)):
+            if table is not None:
+                layers.append((table.values, dict.fromkeys(table.values, table.origin)))
+        marker = {k: s for k, s in self.overrides.values.items() if k in BUDGET_KEYS}
+        layers.append(
+            ({k: s.value for k, s in marker.items()}, {k: s.origin for k, s in marker.items()})
+        )
+        settings: dict[str, Any] = {}
+        libraries: dict[str, Setting[int]] = {}
+        for values, origins in layers:
+            for key, value in values.items():
+                if key == "max_library_calls":
+                    for library, limit in value.items():
+                        libraries[library] = Setting(value=limit, origin=origins[key])
+                else:
+                    settings[key] = Setting(value=value, origin=origins[key])
+        return Budget(platform=platform, max_library_calls=libraries, **settings)
+
+    def tolerance(self, platform: str, dtype: str) -> Tolerance:
+        """The configured tolerance for ``dtype`` on ``platform``; unset fields are ``None``."""
+        rtol: float | None = None
+        atol: float | None = None
+        for table in (
+            self.project.tolerances.get(dtype),
+            self.project.platform_tolerances.get(platform, {}).get(dtype),
+        ):
+            if table is not None:
+                rtol = table.rtol if table.rtol is not None else rtol
+                atol = table.atol if table.atol is not None else atol
+        marker_rtol, marker_atol = self.overrides.get("rtol"), self.overrides.get("atol")
+        return Tolerance(
+            rtol=marker_rtol.value if marker_rtol else rtol,
+            atol=marker_atol.value if marker_atol else atol,
+        )
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"{type(value).__name__} {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, (list, tuple)):
+        return f"array {list(value)!r}"
+    return type(value).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Formats error locations: ``pyproject.toml: [tool.jaxport.budget] max_custom_calls``."""
+
+    prefix: str
+
+    def error(self, key: str | None, expected: str, found: object) -> ConfigError:
+        where = f"{self.prefix} {key}" if key else self.prefix
+        return ConfigError(f"{where}: expected {expected}, found {_type_name(found)}")
+
+    def unknown(self, key: str, known: Sequence[str], what: str = "key") -> ConfigError:
+        return ConfigError(
+            f"{self.prefix}: unknown {what} {key!r}{_did_you_mean(key, known)}; "
+            f"known: {', '.join(known)}"
+        )
+
+
+def _limit(where: _Where, key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, float) and value.is_integer() and value >= 0:
+            return int(value)
+        raise where.error(key, "a non-negative integer", value)
+    return value
+
+
+def _platform(where: _Where, key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise where.error(key, f"a platform name (one of {', '.join(PLATFORMS)})", value)
+    if value not in PLATFORMS:
+        raise ConfigError(
+            f"{where.prefix} {key}: unknown platform {value!r}{_did_you_mean(value, PLATFORMS)}; "
+            f"expected one of {', '.join(PLATFORMS)}"
+        )
+    return value
+
+
+def _platforms(where: _Where, key: str, value: object, *, empty_ok: bool) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise where.error(key, f"a list of platforms (from {', '.join(PLATFORMS)})", value)
+    if not value and not empty_ok:
+        raise where.error(key, "a non-empty list of platforms", value)
+    names = tuple(_platform(where, key, v) for v in value)
+    if len(set(names)) != len(names):
+        raise where.error(key, "each platform at most once", value)
+    return names
+
+
+def _globs(where: _Where, key: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise where.error(key, 'a list of glob patterns (e.g. ["my_kernel_*"])', value)
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise where.error(key, "non-empty strings only", value)
+    return tuple(value)
+
+
+def _library_limits(where: _Where, key: str, value: object) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        raise where.error(key, "a table of library = limit (e.g. {cudnn = 0, nccl = 4})", value)
+    known = sorted(all_libraries())
+    limits: dict[str, int] = {}
+    for library, limit in value.items():
+        if library not in known:
+            raise ConfigError(
+                f"{where.prefix} {key}: unknown library {library!r}"
+                f"{_did_you_mean(library, known)}; known: {', '.join(known)}"
+            )
+        limits[library] = _limit(where, f"{key}.{library}", limit)
+    return limits
+
+
+def _tolerance_value(where: _Where, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise where.error(key, "a non-negative number", value)
+    if not math.isfinite(value) or value < 0:
+        raise where.error(key, "a finite non-negative number", value)
+    return float(value)
+
+
+def _budget_value(where: _Where, key: str, value: object) -> Any:
+    if key in COUNT_KEYS:
+        return _limit(where, key, value)
+    if key == "max_library_calls":
+        return _library_limits(where, key, value)
+    if key == "must_lower":
+        return _platforms(where, key, value, empty_ok=True)
+    if key == "allow_targets":
+        return _globs(where, key, value)
+    raise AssertionError(key)  # pragma: no cover - callers check the key first
+
+
+def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTable:
+    where = _Where(f"{source}: [{name}]")
+    values = {}
+    for key, value in table.items():
+        if key not in BUDGET_KEYS:
+            raise where.unknown(key, BUDGET_KEYS)
+        values[key] = _budget_value(where, key, value)
+    return BudgetTable(origin=f"{source} [{name}]", values=values)
+
+
+def _tolerance_table(source: str, name: str, table: object) -> Tolerance:
+    where = _Where(f"{source}: [{name}]")
+    if not isinstance(table, Mapping):
+        raise _Where(f"{source}: [{name.rsplit('.', 1)[0]}]").error(
+            name.rsplit(".", 1)[1], "a table with rtol and/or atol", table
+        )
+    for key in table:
+        if key not in TOLERANCE_KEYS:
+            raise where.unknown(key, TOLERANCE_KEYS)
+    return Tolerance(
+        rtol=_tolerance_value(where, "rtol", table["rtol"]) if "rtol" in table else None,
+        atol=_tolerance_value(where, "atol", table["atol"]) if "atol" in table else None,
+    )
+
+
+def _dtype_tables(source: str, name: str, table: Mapping[str, Any]) -> dict[str, Tolerance]:
+    where = _Where(f"{source}: [{name}]")
+    result = {}
+    for dtype, entry in table.items():
+        if dtype not in DTYPES:
+            raise where.unknown(dtype, DTYPES, what="dtype")
+        result[dtype] = _tolerance_table(source, f"{name}.{dtype}", entry)
+    return result
+
+
+def parse_project(data: Mapping[str, Any], source: str) -> ProjectConfig:
+    """Validate the ``[tool.jaxport]`` table read from ``source``."""
+    where = _Where(f"{source}: [tool.jaxport]")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise where.unknown(key, TOP_KEYS)
+    platforms = (
+        _platforms(where, "platforms", data["platforms"], empty_ok=False)
+        if "platforms" in data
+        else DEFAULT_PLATFORMS
+    )
+    reference = (
+        _platform(where, "reference", data["reference"])
+        if "reference" in data
+        else DEFAULT_REFERENCE
+    )
+    if reference not in platforms:
+        raise ConfigError(
+            f"{source}: [tool.jaxport] reference: expected one of the configured platforms "
+            f"({', '.join(platforms)}), found {reference!r}"
+        )
+
+    budget = BudgetTable(origin=f"{source} [tool.jaxport.budget]")
+    platform_budgets: dict[str, BudgetTable] = {}
+    raw_budget = data.get("budget", {})
+    if not isinstance(raw_budget, Mapping):
+        raise where.error("budget", "a table ([tool.jaxport.budget])", raw_budget)
+    common = {}
+    budget_where = _Where(f"{source}: [tool.jaxport.budget]")
+    for key, value in raw_budget.items():
+        if key in PLATFORMS:
+            if not isinstance(value, Mapping):
+                raise budget_where.error(key, f"a table ([tool.jaxport.budget.{key}])", value)
+            platform_budgets[key] = _budget_table(source, f"tool.jaxport.budget.{key}", value)
+        elif isinstance(value, Mapping) and key != "max_library_calls":
+            raise budget_where.unknown(key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform")
+        else:
+            common[key] = value
+    if common:
+        budget = _budget_table(source, "tool.jaxport.budget", common)
+
+    tolerances: dict[str, Tolerance] = {}
+    platform_tolerances: dict[str, dict[str, Tolerance]] = {}
+    raw_tolerance = data.get("tolerance", {})
+    if not isinstance(raw_tolerance, Mapping):
+        raise where.error("tolerance", "a table ([tool.jaxport.tolerance.<dtype>])", raw_tolerance)
+    dtype_entries = {}
+    for key, value in raw_tolerance.items():
+        if key in PLATFORMS:
+            if not isinstance(value, Mapping):
+                raise _Where(f"{source}: [tool.jaxport.tolerance]").error(
+                    key, f"a table ([tool.jaxport.tolerance.{key}.<dtype>])", value
+                )
+            platform_tolerances[key] = _dtype_tables(source, f"tool.jaxport.tolerance.{key}", value)
+        elif key in DTYPES:
+            dtype_entries[key] = value
+        else:
+            raise _Where(f"{source}: [tool.jaxport.tolerance]").unknown(
+                key, (*DTYPES, *PLATFORMS), what="dtype or platform"
+            )
+    tolerances = _dtype_tables(source, "tool.jaxport.tolerance", dtype_entries)
+    return ProjectConfig(
+        source=source,
+        platforms=platforms,
+        reference=reference,
+        budget=budget,
+        platform_budgets=platform_budgets,
+        tolerances=tolerances,
+        platform_tolerances=platform_tolerances,
+    )
+
+
+def load_project(path: Path | None, *, display: str | None = None) -> ProjectConfig:
+    """Read ``[tool.jaxport]`` from the pyproject.toml at ``path`` (defaults when absent)."""
+    if path is None or not path.is_file():
+        return ProjectConfig()
+    source = display or str(path)
+    try:
+        with path.open("rb") as f:
+            document = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{source}: cannot be read: {e}") from None
+    tool = document.get("tool", {})
+    section = tool.get("jaxport") if isinstance(tool, Mapping) else None
+    if section is None:
+        return ProjectConfig(source=source)
+    if not isinstance(section, Mapping):
+        raise _Where(f"{source}: [tool]").error("jaxport", "a table ([tool.jaxport])", section)
+    return parse_project(section, source)
+
+
+# -- the marker ---------------------------------------------------------------------------
+
+
+def portable(
+    *,
+    max_vendor_calls: int | None = None,
+    max_custom_calls: int | None = None,
+    max_library_calls: Mapping[str, int] | None = None,
+    must_lower: Sequence[str] | None = None,
+    allow_targets: Sequence[str] | None = None,
+    platforms: Sequence[str] | None = None,
+    reference: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> dict[str, Any]:
+    """Portability budget for this test's ``jaxport.check`` calls; keywords override pyproject.
+
+    Its signature is the marker's: pytest's ``--markers`` help is generated from it, and the
+    marker's keywords are validated by calling it.
+    """
+    given = {
+        "max_vendor_calls": max_vendor_calls,
+        "max_custom_calls": max_custom_calls,
+        "max_library_calls": max_library_calls,
+        "must_lower": must_lower,
+        "allow_targets": allow_targets,
+        "platforms": platforms,
+        "reference": reference,
+        "rtol": rtol,
+        "atol": atol,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    """Validate one ``portable`` mark's arguments; raise ConfigError naming the culprit."""
+    where = _Where(f"@pytest.mark.portable on {origin}:")
+    if args:
+        raise ConfigError(
+            f"{where.prefix} takes keyword arguments only, found positional "
+            f"{', '.join(repr(a) for a in args)}; e.g. portable(max_custom_calls=0)"
+        )
+    for key in kwargs:
+        if key not in MARKER_KEYS:
+            raise ConfigError(
+                f"{where.prefix} unknown keyword {key!r}{_did_you_mean(key, MARKER_KEYS)}; "
+                f"known: {', '.join(MARKER_KEYS)}"
+            )
+    values = portable(**kwargs)
+    result: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in BUDGET_KEYS:
+            result[key] = _budget_value(where, key, value)
+        elif key == "platforms":
+            result[key] = _platforms(where, key, value, empty_ok=False)
+        elif key == "reference":
+            result[key] = _platform(where, key, value)
+        else:
+            result[key] = _tolerance_value(where, key, value)
+    return result
+
+
+def merge_marks(marks: Sequence[tuple[str, Mapping[str, Any]]]) -> Overrides:
+    """Closest mark first: for each key the closest mark that sets it wins."""
+    values: dict[str, Setting[Any]] = {}
+    for origin, parsed in marks:
+        for key, value in parsed.items():
+            values.setdefault(key, Setting(value=value, origin=origin))
+    return Overrides(values=values)

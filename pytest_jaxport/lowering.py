@@ -1,0 +1,206 @@
+"""Trace once, lower per platform, execute where present: the only module that drives JAX.
+
+JAX is imported inside functions, never at module import, so that a pytest run without
+portable tests does not pay for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_jaxport.census import OpSite, Program
+from pytest_jaxport.numerics import Leaf, Outputs
+
+# Ops whose regions are reducer computations applied per element, not kernels of their own.
+_REDUCER_OPS = frozenset(
+    {
+        "stablehlo.reduce",
+        "stablehlo.reduce_window",
+        "stablehlo.sort",
+        "stablehlo.scatter",
+        "stablehlo.select_and_scatter",
+        "stablehlo.all_reduce",
+        "stablehlo.reduce_scatter",
+    }
+)
+
+
+class LoweringFailure(Exception):
+    """JAX could not lower (or compile, or run) the function for one platform."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Execution:
+    """The outputs of one run: as JAX returned them, and as host arrays for comparison."""
+
+    platform: str
+    value: Any
+    outputs: Outputs
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for a report: the exception type and the first line of its message."""
+    message = str(error).strip().splitlines()
+    first = message[0] if message else ""
+    return f"{type(error).__name__}: {first}"[:500]
+
+
+@functools.cache
+def present_platforms() -> tuple[str, ...]:
+    """Platforms with a device on this machine, the default backend first."""
+    import jax
+
+    found: list[str] = []
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        try:
+            if jax.devices(platform):
+                found.append(platform)
+        except RuntimeError:
+            continue
+    default = default_platform()
+    return tuple(sorted(found, key=lambda p: p != default))
+
+
+@functools.cache
+def default_platform() -> str:
+    """The platform plain ``jax.jit`` runs on here (``cuda``/``rocm`` rather than ``gpu``)."""
+    import jax
+
+    device = jax.devices()[0]
+    for platform in ("cuda", "rocm"):
+        try:
+            if device in jax.devices(platform):
+                return platform
+        except RuntimeError:
+            continue
+    return str(device.platform)
+
+
+def versions() -> dict[str, str]:
+    """jax and jaxlib versions, for reports and cache keys."""
+    import jax
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+def trace(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``jax.jit(fn).trace(*args, **kwargs)``: once per check, reused for every platform."""
+    import jax
+
+    return jax.jit(fn).trace(*args, **kwargs)
+
+
+def lower(traced: Any, platform: str) -> Any:
+    """Lower a traced function for ``platform``; no hardware for it is needed."""
+    try:
+        return traced.lower(lowering_platforms=(platform,))
+    except Exception as e:  # JAX raises many types here; each is a finding, not a crash
+        raise LoweringFailure(describe_error(e)) from e
+
+
+def read_program(lowered: Any) -> Program:
+    """The ops of every function of the lowered StableHLO module, for the census."""
+    module = lowered.compiler_ir("stablehlo")
+    functions: dict[str, tuple[OpSite, ...]] = {}
+    public: list[str] = []
+    for func in module.body.operations:
+        name = _symbol(func.attributes["sym_name"])
+        sites: list[OpSite] = []
+        for region in func.regions:
+            _collect(region, sites)
+        functions[name] = tuple(sites)
+        if "sym_visibility" not in func.attributes:
+            public.append(name)
+    entry = "main" if "main" in functions else (public or list(functions) or ["main"])[0]
+    return Program(entry=entry, functions=functions)
+
+
+def _symbol(attribute: Any) -> str:
+    return str(attribute).strip('"').lstrip("@").strip('"')
+
+
+def _collect(region: Any, sites: list[OpSite]) -> None:
+    for block in region.blocks:
+        for op in block.operations:
+            operation = op.operation
+            name = operation.name
+            target = None
+            attributes = operation.attributes
+            if name == "stablehlo.custom_call":
+                target = _symbol(attributes["call_target_name"])
+            elif name in ("func.call", "call"):
+                target = _symbol(attributes["callee"])
+            sites.append(OpSite(op=name, target=target, location=str(operation.location)))
+            if name not in _REDUCER_OPS:
+                for nested in operation.regions:
+                    _collect(nested, sites)
+
+
+def to_outputs(value: Any) -> Outputs:
+    """Flatten a pytree of arrays into host arrays keyed by their path."""
+    import jax
+
+    flat, treedef = jax.tree_util.tree_flatten_with_path(value)
+    leaves = tuple(
+        Leaf(path=jax.tree_util.keystr(path), array=np.asarray(leaf)) for path, leaf in flat
+    )
+    return Outputs(structure=str(treedef), leaves=leaves)
+
+
+def execute(
+    fn: Callable[..., Any],
+    traced: Any,
+    lowered: Any,
+    platform: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Execution:
+    """Compile and run on ``platform``, which must be present.
+
+    On the default platform the lowering the census read is compiled as is, so nothing is
+    lowered twice; elsewhere the arguments are committed to that platform's device and the
+    function re-traced there.
+    """
+    import jax
+
+    try:
+        if platform == default_platform():
+            value = lowered.compile()(*args, **kwargs)
+        else:
+            device = jax.devices(platform)[0]
+            placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
+            value = jax.jit(fn).trace(*placed_args, **placed_kwargs).lower().compile()(
+                *placed_args, **placed_kwargs
+            )
+        value = jax.block_until_ready(value)
+    except Exception as e:  # a failure to compile or run is a finding for this platform
+        raise LoweringFailure(describe_error(e)) from e
+    return Execution(platform=platform, value=value, outputs=to_outputs(value))
+
+
+def is_array_like(value: Any) -> bool:
+    """Whether jit accepts ``value`` as a dynamic argument leaf."""
+    import jax
+
+    return isinstance(
+        value, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+    )
+
+
+def argument_leaves(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Every leaf of the arguments with a readable path (``args[1]['w']``, ``kwargs['x']``)."""
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    named = []
+    for path, leaf in flat:
+        head, *rest = path
+        root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
+        named.append((root + jax.tree_util.keystr(tuple(rest)), leaf))
+    return named

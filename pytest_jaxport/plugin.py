@@ -1,0 +1,159 @@
+"""pytest entry point: options, the ``portable`` marker, the ``jaxport`` fixture.
+
+Loading this module imports neither JAX nor NumPy-heavy code; JAX is imported only when a
+test calls ``jaxport.check``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_jaxport import hookspecs
+from pytest_jaxport.config import ConfigError, ProjectConfig, load_project, portable
+from pytest_jaxport.targets import PLATFORMS
+
+if TYPE_CHECKING:
+    from pytest_jaxport.fixture import Jaxport
+    from pytest_jaxport.session import JaxportSession
+
+SESSION = pytest.StashKey["JaxportSession"]()
+REPORT_SUFFIXES = (".json", ".md")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
+    group.addoption(
+        "--jaxport-report",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help="print the portability report at the end; with PATH also write it "
+        "(.json or .md, by suffix).",
+    )
+    group.addoption(
+        "--jaxport-platforms",
+        default=None,
+        metavar="LIST",
+        help="comma-separated platforms to lower for, overriding [tool.jaxport] platforms "
+        f"(from {', '.join(PLATFORMS)}).",
+    )
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _marker_help() -> str:
+    signature = inspect.signature(portable)
+    params = ", ".join(str(p).replace("'", "") for p in signature.parameters.values())
+    return (
+        f"portable({params}): check this test's jaxport.check() calls against portability "
+        "budgets; keywords override [tool.jaxport] in pyproject.toml."
+    )
+
+
+def _pyproject(config: pytest.Config) -> Path | None:
+    inipath = config.inipath
+    if inipath is not None and inipath.name == "pyproject.toml":
+        return inipath
+    candidate = config.rootpath / "pyproject.toml"
+    return candidate if candidate.is_file() else None
+
+
+def _display(path: Path, config: pytest.Config) -> str:
+    try:
+        return path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
+    if not value:
+        return project
+    from dataclasses import replace
+
+    from pytest_jaxport.config import parse_project
+
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        checked = parse_project({"platforms": names, "reference": project.reference}, "x")
+    except ConfigError as e:
+        message = str(e).replace("x: [tool.jaxport] platforms", "--jaxport-platforms")
+        message = message.replace("x: [tool.jaxport] reference", "--jaxport-platforms")
+        raise ConfigError(message) from None
+    return replace(project, platforms=checked.platforms)
+
+
+def _check_report_target(target: str | None, config: pytest.Config) -> None:
+    if target is None or target == "-":
+        return
+    path = Path(target)
+    if path.suffix not in REPORT_SUFFIXES:
+        raise ConfigError(
+            f"--jaxport-report {target}: expected a path ending in "
+            f"{' or '.join(REPORT_SUFFIXES)}, found suffix {path.suffix or '(none)'!r}"
+        )
+    folder = (Path(config.invocation_params.dir) / path).parent
+    if not folder.is_dir():
+        raise ConfigError(f"--jaxport-report {target}: folder {folder} does not exist")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from pytest_jaxport.session import JaxportSession
+
+    config.addinivalue_line("markers", _marker_help())
+    path = _pyproject(config)
+    try:
+        project = load_project(path, display=_display(path, config) if path else None)
+        project = _apply_cli(project, config.getoption("jaxport_platforms"))
+        if project.reference not in project.platforms:
+            raise ConfigError(
+                f"--jaxport-platforms: the reference platform {project.reference!r} must be "
+                f"among the platforms, found {', '.join(project.platforms)}"
+            )
+        _check_report_target(config.getoption("jaxport_report"), config)
+    except ConfigError as e:
+        raise pytest.UsageError(f"jaxport: {e}") from None
+    session = JaxportSession(config, project, config.getoption("jaxport_report"))
+    config.stash[SESSION] = session
+    config.pluginmanager.register(session, "jaxport-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        config.pluginmanager.unregister(session)
+        del config.stash[SESSION]
+
+
+@pytest.fixture
+def jaxport(request: pytest.FixtureRequest) -> Jaxport:
+    """Probe functions for portability: ``jaxport.check(fn, *args)``.
+
+    Lowers ``fn`` for every configured platform, counts its vendor-library and custom-kernel
+    dispatches, runs it on the platforms present, compares outputs with the reference
+    platform, and returns the reference outputs. Budgets are enforced when the test ends.
+    """
+    from pytest_jaxport.config import ConfigError as _ConfigError
+    from pytest_jaxport.fixture import Jaxport
+    from pytest_jaxport.session import JAXPORT
+
+    session = request.config.stash[SESSION]
+    item = request.node
+    try:
+        resolved = session.resolve(item)
+    except _ConfigError:
+        resolved = session.project.resolve()  # the test fails with the message before it runs
+    instance = Jaxport(
+        config=resolved,
+        classifier=session.classifier(),
+        rootdir=request.config.rootpath,
+        nodeid=item.nodeid,
+    )
+    item.stash[JAXPORT] = instance
+    return instance

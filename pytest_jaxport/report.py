@@ -1,0 +1,298 @@
+"""What one check found, and the versioned JSON report built from many.
+
+A :class:`Probe` is the result of one ``jaxport.check``: per platform its census, lowering
+and execution errors and numerics. Probes travel between pytest-xdist workers and the
+controller as plain dicts (:meth:`Probe.to_dict`), and the report is JSON with a
+``schema_version``, written atomically.
+
+Report shape (schema version 1)::
+
+    {
+      "schema_version": 1,
+      "tool": {"name": "pytest-jaxport", "version": "..."},
+      "environment": {"jax": "...", "jaxlib": "...", "python": "...", "machine": "...",
+                      "present_platforms": ["cpu"]},
+      "config": {"source": "pyproject.toml", "platforms": [...], "reference": "cpu"},
+      "summary": {"tests": 3, "checks": 4, "failed_tests": 1, "violations": 2,
+                  "platforms": {"cuda": {"vendor": 6, "custom": 1, "meta": 0,
+                                         "libraries": {"cublas": 4, ...},
+                                         "lowered": 4, "failed_to_lower": 0}}},
+      "tests": [{"nodeid": "...", "outcome": "passed", "violations": [...],
+                 "checks": [{"name": "mlp", "reference": "cpu", "note": null,
+                             "platforms": {"cuda": {
+                                 "present": false, "lowered": {
+                                     "level": "lowered", "vendor": 2, "custom": 0, "meta": 0,
+                                     "xla": 31, "libraries": {"cublas": 2},
+                                     "kernels": [{"name": "stablehlo.dot_general", ...}]},
+                                 "error": null, "executed": false, "execution_error": null,
+                                 "numerics": null}}}]}]
+    }
+
+``lowered`` is ``null`` when lowering failed, and ``error`` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform as _platform
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_jaxport import __version__
+from pytest_jaxport.census import Census, Kernel, SourceLocation
+from pytest_jaxport.numerics import Comparison
+
+SCHEMA_VERSION = 1
+TOOL_NAME = "pytest-jaxport"
+
+
+class ReportError(ValueError):
+    """A report file cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlatformProbe:
+    """One check on one platform: its census (or why lowering failed), execution, numerics."""
+
+    platform: str
+    present: bool
+    census: Census | None = None
+    error: str | None = None
+    executed: bool = False
+    execution_error: str | None = None
+    numerics: Comparison | None = None
+
+    @property
+    def lowered(self) -> bool:
+        return self.census is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """Everything one ``jaxport.check`` found."""
+
+    name: str
+    reference: str
+    platforms: Mapping[str, PlatformProbe] = field(default_factory=dict)
+    note: str | None = None
+
+    @property
+    def executed(self) -> tuple[str, ...]:
+        return tuple(p for p, r in self.platforms.items() if r.executed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "reference": self.reference,
+            "note": self.note,
+            "platforms": {p: _platform_to_dict(r) for p, r in self.platforms.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        return cls(
+            name=data["name"],
+            reference=data["reference"],
+            note=data.get("note"),
+            platforms={p: _platform_from_dict(p, r) for p, r in data["platforms"].items()},
+        )
+
+
+def census_to_dict(census: Census) -> dict[str, Any]:
+    return {
+        "level": census.level,
+        "vendor": census.vendor,
+        "custom": census.custom,
+        "meta": census.meta,
+        "xla": census.xla_ops,
+        "libraries": census.libraries(),
+        "kernels": [kernel_to_dict(k) for k in census.kernels],
+    }
+
+
+def census_from_dict(platform: str, data: Mapping[str, Any]) -> Census:
+    return Census(
+        platform=platform,
+        level=data.get("level", "lowered"),
+        xla_ops=data.get("xla", 0),
+        kernels=tuple(kernel_from_dict(k) for k in data.get("kernels", ())),
+    )
+
+
+def kernel_to_dict(kernel: Kernel) -> dict[str, Any]:
+    return {
+        "name": kernel.name,
+        "layer": kernel.layer,
+        "library": kernel.library,
+        "kind": kernel.kind,
+        "count": kernel.count,
+        "location": str(kernel.location) if kernel.location else None,
+    }
+
+
+def kernel_from_dict(data: Mapping[str, Any]) -> Kernel:
+    location = None
+    if data.get("location"):
+        file, _, line = str(data["location"]).rpartition(":")
+        location = SourceLocation(file=file, line=int(line))
+    return Kernel(
+        layer=data["layer"],
+        name=data["name"],
+        kind=data["kind"],
+        library=data.get("library"),
+        location=location,
+        count=data.get("count", 1),
+    )
+
+
+def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
+    return {
+        "present": result.present,
+        "lowered": census_to_dict(result.census) if result.census else None,
+        "error": result.error,
+        "executed": result.executed,
+        "execution_error": result.execution_error,
+        "numerics": result.numerics.to_dict() if result.numerics else None,
+    }
+
+
+def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe:
+    lowered = data.get("lowered")
+    numerics = data.get("numerics")
+    return PlatformProbe(
+        platform=platform,
+        present=data.get("present", False),
+        census=census_from_dict(platform, lowered) if lowered else None,
+        error=data.get("error"),
+        executed=data.get("executed", False),
+        execution_error=data.get("execution_error"),
+        numerics=Comparison.from_dict(numerics) if numerics else None,
+    )
+
+
+def numerics_status(probe: Probe, platform: str) -> str:
+    """``reference``, ``match``, ``mismatch``, ``not executed``, ``not present`` or ``error``."""
+    result = probe.platforms[platform]
+    if result.execution_error:
+        return "error"
+    if not result.executed:
+        return "not present" if not result.present else "not executed"
+    if platform == probe.reference:
+        return "reference"
+    if result.numerics is None:
+        return "not compared"
+    return "match" if result.numerics.ok else "mismatch"
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def environment(present: Iterable[str], versions: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        **versions,
+        "python": _platform.python_version(),
+        "machine": f"{_platform.system()}-{_platform.machine()}",
+        "present_platforms": list(present),
+    }
+
+
+def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Suite totals: tests, checks, violations, and per platform counts by layer and library."""
+    tests = list(tests)
+    platforms: dict[str, dict[str, Any]] = {}
+    checks = 0
+    for test in tests:
+        for check in test.get("checks", ()):
+            checks += 1
+            for name, result in check["platforms"].items():
+                totals = platforms.setdefault(
+                    name,
+                    {"vendor": 0, "custom": 0, "meta": 0, "libraries": {}, "lowered": 0,
+                     "failed_to_lower": 0},
+                )  # fmt: skip
+                lowered = result.get("lowered")
+                if lowered is None:
+                    totals["failed_to_lower"] += 1
+                    continue
+                totals["lowered"] += 1
+                for layer in ("vendor", "custom", "meta"):
+                    totals[layer] += lowered[layer]
+                for library, n in lowered["libraries"].items():
+                    totals["libraries"][library] = totals["libraries"].get(library, 0) + n
+    for totals in platforms.values():
+        totals["libraries"] = dict(sorted(totals["libraries"].items()))
+    return {
+        "tests": len(tests),
+        "checks": checks,
+        "failed_tests": sum(1 for t in tests if t.get("outcome") in ("failed", "error")),
+        "violations": sum(len(t.get("violations", ())) for t in tests),
+        "platforms": dict(sorted(platforms.items())),
+    }
+
+
+def build_report(
+    tests: Iterable[Mapping[str, Any]],
+    *,
+    config: Mapping[str, Any],
+    environment: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The whole report; tests sorted by node id so runs with and without xdist agree."""
+    ordered = sorted((dict(t) for t in tests), key=lambda t: t["nodeid"])
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": TOOL_NAME, "version": __version__},
+        "environment": dict(environment),
+        "config": dict(config),
+        "summary": summarize(ordered),
+        "tests": ordered,
+    }
+
+
+def write_json(path: Path, report: Mapping[str, Any]) -> None:
+    """Write atomically: a temporary file in the same folder, then ``os.replace``."""
+    write_text(path, json.dumps(report, indent=2, sort_keys=False) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic text write; a run killed mid-write leaves the previous file intact."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a report, refusing anything that is not a pytest-jaxport report of this schema."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"{path}: cannot be read: {e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON (truncated?): {e}") from None
+    if not isinstance(data, dict) or data.get("tool", {}).get("name") != TOOL_NAME:
+        raise ReportError(f"{path}: not a pytest-jaxport report")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ReportError(
+            f"{path}: schema_version {version!r} is not supported "
+            f"(this pytest-jaxport {__version__} reads version {SCHEMA_VERSION})"
+        )
+    return data
+
+
+def python_info() -> str:
+    return sys.version.split()[0]
