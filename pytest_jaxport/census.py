@@ -158,9 +158,7 @@ class _Walk:
     )
     active: set[str] = field(default_factory=set)
 
-    def function(
-        self, name: str, inherited: SourceLocation | None
-    ) -> tuple[Counter[_Key], int]:
+    def function(self, name: str, inherited: SourceLocation | None) -> tuple[Counter[_Key], int]:
         key = (name, inherited)
         if key in self.memo:
             return self.memo[key]

@@ -131,9 +131,17 @@ class Jaxport:
         reference = self._config.reference
         note = None
         if not executions:
-            note = (
-                f"not executed: it lowered on none of the platforms present here "
-                f"({', '.join(p for p in results if results[p].present) or 'none'})"
+            present = [p for p in results if results[p].present]
+            failures = [
+                f"{p}: {results[p].error or results[p].execution_error}"
+                for p in present
+                if results[p].error or results[p].execution_error
+            ]
+            note = "not executed: " + (
+                f"it failed on every platform present here ({'; '.join(failures)})"
+                if failures
+                else f"none of its platforms is present here (present: "
+                f"{', '.join(lowering_present()) or 'none'})"
             )
             warnings.warn(JaxportWarning(f"check {check_name!r} {note}"), stacklevel=3)
             return Probe(name=check_name, reference=reference, platforms=results, note=note), None
@@ -191,6 +199,12 @@ class Jaxport:
         except (ValueError, OSError):
             return location
         return SourceLocation(file=relative.as_posix(), line=location.line)
+
+
+def lowering_present() -> tuple[str, ...]:
+    from pytest_jaxport.lowering import present_platforms
+
+    return present_platforms()
 
 
 def _name_of(fn: Callable[..., Any]) -> str:

@@ -175,8 +175,11 @@ def execute(
         else:
             device = jax.devices(platform)[0]
             placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
-            value = jax.jit(fn).trace(*placed_args, **placed_kwargs).lower().compile()(
-                *placed_args, **placed_kwargs
+            value = (
+                jax.jit(fn)
+                .trace(*placed_args, **placed_kwargs)
+                .lower()
+                .compile()(*placed_args, **placed_kwargs)
             )
         value = jax.block_until_ready(value)
     except Exception as e:  # a failure to compile or run is a finding for this platform
@@ -188,9 +191,7 @@ def is_array_like(value: Any) -> bool:
     """Whether jit accepts ``value`` as a dynamic argument leaf."""
     import jax
 
-    return isinstance(
-        value, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
-    )
+    return isinstance(value, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
 
 
 def argument_leaves(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:

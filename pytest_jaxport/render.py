@@ -93,7 +93,11 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"| {platform} | {totals['vendor']} | {totals['custom']} | {totals['lowered']} | "
             f"{totals['failed_to_lower']} | {_libraries(totals['libraries']) or '-'} |"
         )
-    lines += ["", "| test | check | platform | vendor | custom | numerics |", "|---|---|---|---:|---:|---|"]
+    lines += [
+        "",
+        "| test | check | platform | vendor | custom | numerics |",
+        "|---|---|---|---:|---:|---|",
+    ]
     for test in report["tests"]:
         for check in test.get("checks", ()):
             probe = Probe.from_dict(check)

@@ -121,7 +121,9 @@ class JaxportSession:
         self._judge(item, report, jaxport, marked=marked)
         return report
 
-    def _judge(self, item: pytest.Item, report: pytest.TestReport, jaxport: Any, *, marked: bool) -> None:
+    def _judge(
+        self, item: pytest.Item, report: pytest.TestReport, jaxport: Any, *, marked: bool
+    ) -> None:
         from pytest_jaxport.budget import evaluate
         from pytest_jaxport.render import probe_text
 
@@ -154,8 +156,13 @@ class JaxportSession:
             for platform, result in probe.platforms.items():
                 if result.census is not None:
                     prefix = f"jaxport.{probe.name}.{platform}"
-                    report.user_properties.append((f"{prefix}.vendor", result.census.vendor))
-                    report.user_properties.append((f"{prefix}.custom", result.census.custom))
+                    for key, value in (
+                        ("vendor", result.census.vendor),
+                        ("custom", result.census.custom),
+                    ):
+                        # junitxml reads the teardown report's properties, copied from the item.
+                        item.user_properties.append((f"{prefix}.{key}", value))
+                        report.user_properties.append((f"{prefix}.{key}", value))
         details = "\n\n".join(probe_text(p) for p in probes)
         report.sections.append(("jaxport", details))
         if violations:
@@ -175,7 +182,8 @@ class JaxportSession:
         if data is None:
             return
         entry = self.tests.setdefault(
-            report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "checks": [], "violations": []}
+            report.nodeid,
+            {"nodeid": report.nodeid, "outcome": "passed", "checks": [], "violations": []},
         )
         if report.when == "call":
             entry["checks"] = data["checks"]

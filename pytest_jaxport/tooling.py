@@ -1,0 +1,1000 @@
+"""The fifth layer: NVIDIA-bound tooling and CI assumptions, found by scanning the project.
+
+Kernels are not the only lock-in. GPU-only ``XLA_FLAGS``, CUDA dependency pins, CUDA
+container images, Nsight and ``nvidia-smi`` in scripts, hard-coded ``"gpu"``/``"cuda"``
+device strings, ``CUDA_VISIBLE_DEVICES`` and GPU-only ``jax.config`` options all have to
+change on another backend. :func:`scan` walks a project and reports each one as an
+:class:`Assumption` with its file, line and a one-line reason.
+
+The rules are data (:data:`RULES`): a regular expression applied per line, the file-name
+globs it applies to, and a reason. The scan honours ``.gitignore`` (through ``git ls-files``
+when the root is in a git work tree, through its own matcher otherwise), an ``exclude`` list,
+and always skips vendored and installed trees, binary files and files over 1 MiB. In Python
+files, comments and docstrings are prose, not assumptions.
+
+This module is pure standard library: it never imports JAX or pytest.
+
+Example::
+
+    >>> scan_text("Dockerfile", "FROM nvidia/cuda:12.3.1-runtime-ubuntu22.04\\n")[0].rule
+    'cuda-image'
+    >>> [a.line for a in scan_text("model.py", '# jax.devices("gpu")\\njax.devices("gpu")\\n')]
+    [2]
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import os
+import re
+import stat
+import subprocess
+import tokenize
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+MAX_FILE_BYTES = 1 << 20
+"""Files larger than this are skipped: generated or data files, not hand-written config."""
+
+TEXT_WIDTH = 120
+"""An :class:`Assumption`'s ``text`` is the stripped line, cut to this many characters."""
+
+SKIPPED_DIRS: tuple[str, ...] = (
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".direnv",
+    ".pixi",
+    "site-packages",
+    "dist-packages",
+    "node_modules",
+    "__pycache__",
+    ".tox",
+    ".nox",
+    ".eggs",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".ipynb_checkpoints",
+    "vendor",
+    "vendored",
+    "_vendor",
+    "third_party",
+    "third-party",
+    "thirdparty",
+)
+"""Directory names (globs) never scanned: vendored and installed trees, caches, build output.
+
+Directories holding a ``pyvenv.cfg`` (a virtual environment) or ``conda-meta`` (a conda
+environment) are skipped too, whatever their name.
+"""
+
+Source = Literal["git", "walk"]
+"""How the file list was made: ``git ls-files``, or a walk with the built-in ignore matcher."""
+
+_BINARY_PROBE = 8192
+_GIT_TIMEOUT_S = 60.0
+_GIT_REDIRECTS = frozenset(
+    {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR"}
+)
+_ENV_DIR_MARKERS = frozenset({"pyvenv.cfg", "conda-meta"})
+_PYTHON_SUFFIXES = (".py", ".pyi", ".pyw")
+_RULE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+_WHOLE_LINE = 1 << 30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolingRule:
+    """One kind of NVIDIA-bound assumption, as data.
+
+    ``pattern`` is a regular expression searched in each line (Python's :mod:`re`, compiled
+    with ``re.MULTILINE``; it should not look across line ends). ``files`` are globs over
+    file names (``"Dockerfile*"``), or over paths when they contain a ``/``
+    (``".github/workflows/*.yml"`` matches that path at any depth); matching ignores case.
+    ``needles`` are optional lower-case substrings of which every match contains at least
+    one: a file whose lower-cased text contains none is not searched (a speed-up only).
+    Several rules may share an ``id``; a line is reported once per ``id``.
+
+    >>> rule = ToolingRule(id="rocm-smi", pattern=r"\\brocm-smi\\b", files=("*.sh",),
+    ...                    reason="ROCm-only tool")
+    >>> bool(rule.regex.search("rocm-smi --showuse"))
+    True
+    """
+
+    id: str
+    pattern: str
+    files: tuple[str, ...]
+    reason: str
+    needles: tuple[str, ...] = ()
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not _RULE_ID.fullmatch(self.id):
+            raise ValueError(
+                f"tooling rule id must be lower-case letters, digits and '-', got {self.id!r}"
+            )
+        if isinstance(self.files, str) or not all(isinstance(g, str) and g for g in self.files):
+            raise ValueError(
+                f"tooling rule {self.id!r}: files must be a sequence of non-empty globs, "
+                f"got {self.files!r}"
+            )
+        if not self.files:
+            raise ValueError(f"tooling rule {self.id!r}: files must name at least one glob")
+        if not isinstance(self.reason, str) or not self.reason.strip() or "\n" in self.reason:
+            raise ValueError(f"tooling rule {self.id!r}: reason must be one non-empty line")
+        if isinstance(self.needles, str) or not all(
+            isinstance(n, str) and n for n in self.needles
+        ):
+            raise ValueError(
+                f"tooling rule {self.id!r}: needles must be a sequence of non-empty strings"
+            )
+        try:
+            regex = re.compile(self.pattern, re.MULTILINE)
+        except (re.error, TypeError) as exc:
+            raise ValueError(
+                f"tooling rule {self.id!r}: pattern {self.pattern!r} is not a valid regex: {exc}"
+            ) from None
+        object.__setattr__(self, "files", tuple(self.files))
+        object.__setattr__(self, "needles", tuple(n.lower() for n in self.needles))
+        object.__setattr__(self, "regex", regex)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Assumption:
+    """One NVIDIA-bound assumption found in the project.
+
+    ``file`` is relative to the scanned root with ``/`` separators, ``line`` is 1-based,
+    ``rule`` is the :class:`ToolingRule` id and ``text`` the stripped source line (cut to
+    :data:`TEXT_WIDTH` characters). Assumptions sort by file, line, then rule.
+    """
+
+    file: str
+    line: int
+    rule: str
+    reason: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.rule}: {self.reason}"
+
+    def to_dict(self) -> dict[str, str | int]:
+        """A JSON-ready dict; :meth:`from_dict` reads it back."""
+        return {
+            "file": self.file,
+            "line": self.line,
+            "rule": self.rule,
+            "reason": self.reason,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Assumption:
+        """Read back :meth:`to_dict`'s output; a wrong or missing key raises ``ValueError``."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"an assumption must be a mapping, got {type(data).__name__}")
+        values: dict[str, str] = {}
+        for key in ("file", "rule", "reason", "text"):
+            value = data.get(key)
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"assumption key {key!r} must be a string, got {type(value).__name__}"
+                )
+            values[key] = value
+        line = data.get("line")
+        if isinstance(line, bool) or not isinstance(line, int) or line < 1:
+            raise ValueError(f"assumption key 'line' must be an integer >= 1, got {line!r}")
+        return cls(line=line, **values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileListing:
+    """The files a scan considers, relative to the root, sorted, with how they were listed."""
+
+    files: tuple[str, ...]
+    source: Source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolingScan:
+    """A scan's findings and what it looked at.
+
+    ``files_listed`` counts the files left after ignore rules, ``exclude`` and skipped
+    directories; ``files_read`` those some rule applied to by name (and were not binary or
+    too large), which were read and searched.
+    """
+
+    assumptions: tuple[Assumption, ...]
+    files_listed: int
+    files_read: int
+    source: Source
+
+
+# File groups the default rules apply to. Matching ignores case; a glob without "/" is
+# matched against the file name.
+_PYTHON = ("*.py", "*.pyi", "*.pyw")
+_SCRIPTS = (
+    "*.sh",
+    "*.bash",
+    "*.zsh",
+    "*.ksh",
+    "*.fish",
+    "*.slurm",
+    "*.sbatch",
+    "*.pbs",
+    "*.lsf",
+    "Makefile",
+    "GNUmakefile",
+    "*.mk",
+    "*.make",
+    "Justfile",
+    "*.just",
+    "Jenkinsfile",
+    "Jenkinsfile.*",
+    "tox.ini",
+)
+_CONTAINERS = (
+    "Dockerfile",
+    "Dockerfile.*",
+    "*.Dockerfile",
+    "Containerfile",
+    "Containerfile.*",
+    "*.Containerfile",
+    "devcontainer.json",
+    ".devcontainer.json",
+)
+# CI workflows (.github/workflows/*.yml, .gitlab-ci.yml, ...), compose files, Kubernetes
+# manifests and conda environment files are all YAML.
+_YAML = ("*.yml", "*.yaml")
+_ENV = (".env", ".env.*", "*.env", ".envrc")
+_CONFIG = ("*.toml", "*.ini", "*.cfg")
+_DEPENDENCIES = (
+    "pyproject.toml",
+    "setup.cfg",
+    "setup.py",
+    "*requirements*.txt",
+    "*requirements*.in",
+    "requirements/*.txt",
+    "requirements/*.in",
+    "constraints*.txt",
+    "*.lock",
+    "Pipfile",
+    "pylock*.toml",
+    "noxfile.py",
+)
+_NOT_PYTHON = _SCRIPTS + _CONTAINERS + _YAML + _ENV + _CONFIG
+_EVERYWHERE = _PYTHON + _NOT_PYTHON
+
+_GPU = r"(?i:gpu|cuda)"
+_DEVICE = r"""["']""" + _GPU + r"""(?::\d+)?["']"""
+_TOOLS = (
+    r"(?:nsys|ncu|nvidia-smi|nvidia-docker|cuda-gdb|cuda-memcheck|compute-sanitizer"
+    r"|nvprof|nv-nsight-cu-cli|dcgmi|nvcc)"
+)
+_TOOL_NEEDLES = (
+    "nsys",
+    "ncu",
+    "nvidia-smi",
+    "nvidia-docker",
+    "cuda-gdb",
+    "cuda-memcheck",
+    "compute-sanitizer",
+    "nvprof",
+    "nv-nsight",
+    "dcgmi",
+    "nvcc",
+)
+
+RULES: tuple[ToolingRule, ...] = (
+    ToolingRule(
+        id="xla-gpu-flag",
+        pattern=r"(?<![\w-])--xla_gpu_\w+",
+        files=_EVERYWHERE,
+        needles=("--xla_gpu_",),
+        reason="GPU-only XLA flag: no effect off GPU, and cuDNN/Triton/NCCL tuning is CUDA-only",
+    ),
+    ToolingRule(
+        id="cuda-pin",
+        pattern=(
+            r"\bjax(?:lib)?\[[^\]\n]*\bcuda"  # jax[cuda12], jax[cuda12-local], jax[cpu,cuda12]
+            r"|(?<![\w./-])jax[-_]?cuda\d*[-_](?:plugin|pjrt)\b"  # jax-cuda12-plugin / _pjrt
+            r"|\d\+cu(?:da)?\d"  # torch==2.1.0+cu121, jaxlib==0.4.20+cuda12.cudnn89
+            r"|(?<![\w./-])nvidia[-_](?!smi\b|docker\b)[a-z0-9]"  # nvidia-cublas-cu12, ...
+            r"|(?<![\w./-])cupy[-_]cuda\w*"
+            r"|download\.pytorch\.org/whl/(?:nightly/)?cu\d+"
+            r"|\btensorflow\[[^\]\n]*and-cuda"
+            r"|(?<![\w./-])(?:tensorflow|paddlepaddle|onnxruntime|faiss|mxnet)-gpu\b"
+            r"|(?<![\w./-])[a-z][\w.]*-cu\d{2,3}\b"  # cudf-cu12, mxnet-cu112
+            r"|\bpypi\.(?:ngc\.)?nvidia\.com|\bdeveloper\.download\.nvidia\.com"
+            r"|jax_cuda_releases"
+            r"|(?<![\w./-])(?:cudatoolkit|pytorch-cuda)\b"
+            r"|(?<![\w./-])cuda-(?:toolkit|nvcc|version|runtime|cudart|python|bindings)\b"
+            r"|(?<![\w/-])nvidia::|^[ \t]*-[ \t]*nvidia[ \t]*$"  # conda channel
+        ),
+        files=_DEPENDENCIES + _SCRIPTS + _CONTAINERS + _YAML,
+        needles=("cuda", "nvidia", "+cu", "-cu", "-gpu", "download.pytorch.org"),
+        reason="CUDA-specific dependency: pulls NVIDIA wheels or a CUDA build no other backend uses",
+    ),
+    ToolingRule(
+        id="cuda-image",
+        pattern=(
+            r"(?<![\w./-])nvidia/[a-z0-9][\w.-]*"  # nvidia/cuda:12.3.1-devel-ubuntu22.04
+            r"|\bnvcr\.io/|\bghcr\.io/nvidia/"
+            r"|^[ \t]*(?i:FROM)[ \t]+(?:--platform=\S+[ \t]+)?\S*:\S*(?:cuda|cudnn|-gpu)"
+            r"|\b(?:image|container):[ \t]*[\"']?\S*:\S*(?:cuda|cudnn|-gpu)"
+        ),
+        files=_CONTAINERS + _YAML + _SCRIPTS + _ENV,
+        needles=("nvidia/", "nvcr.io", "cuda", "cudnn", "-gpu"),
+        reason="CUDA container image: the environment needs an NVIDIA driver and GPU",
+    ),
+    ToolingRule(
+        id="nvidia-tool",
+        pattern=r"(?<![\w.-])" + _TOOLS + r"(?![\w-])",
+        files=_NOT_PYTHON,
+        needles=_TOOL_NEEDLES,
+        reason="NVIDIA-only tool (Nsight, nvidia-smi, cuda-gdb): the workflow needs a counterpart",
+    ),
+    ToolingRule(
+        id="nvidia-tool",
+        pattern=r"""["'](?:\S*/)?""" + _TOOLS + r"(?![\w-])",
+        files=_PYTHON,
+        needles=_TOOL_NEEDLES,
+        reason="NVIDIA-only tool (Nsight, nvidia-smi, cuda-gdb): the workflow needs a counterpart",
+    ),
+    ToolingRule(
+        id="cuda-device-string",
+        pattern=(
+            r"\b(?:local_)?(?:devices|device_count)\([ \t]*(?:backend[ \t]*=[ \t]*)?" + _DEVICE
+            + r"|\b(?:backend|platform|platforms|device|device_type|accelerator)[ \t]*=[ \t]*"
+            + _DEVICE
+            + r"|(?:\bdefault_backend\(\)|\bplatform|\bbackend|\.device_kind)[ \t]*[!=]=[ \t]*"
+            + _DEVICE
+            + r"|" + _DEVICE + r"[ \t]*[!=]=[ \t]*(?:jax\.)?(?:default_backend\(\)|\w*\.platform)"
+            + r"|\bdefault_device\([^)\n]*[\"']" + _GPU
+            + r"|\bdevice\([ \t]*" + _DEVICE  # torch.device("cuda")
+            + r"|\.to\([ \t]*" + _DEVICE
+            + r"|\bJAX_PLATFORMS?(?:_NAME)?[\"'][ \t]*(?:\][ \t]*=|,)[ \t]*[\"'][\w,]*?\b"
+            + _GPU + r"\b"
+            + r"|[\"']jax_(?:platforms|platform_name)[\"'][ \t]*,[ \t]*[\"'][\w,]*?\b"
+            + _GPU + r"\b"
+        ),
+        files=_PYTHON,
+        needles=("gpu", "cuda"),
+        reason='hard-coded "gpu"/"cuda" device string: this code path only runs on NVIDIA',
+    ),
+    ToolingRule(
+        id="cuda-device-string",
+        pattern=r"\bJAX_PLATFORMS?(?:_NAME)?\b[\"']?[ \t]*[=:][ \t]*[\"']?[\w,]*?\b" + _GPU + r"\b",
+        files=_NOT_PYTHON,
+        needles=("gpu", "cuda"),
+        reason='hard-coded "gpu"/"cuda" platform: this job only runs on NVIDIA',
+    ),
+    ToolingRule(
+        id="cuda-visible-devices",
+        pattern=r"\b(?:CUDA|NVIDIA)_VISIBLE_DEVICES\b|\bCUDA_DEVICE_ORDER\b",
+        files=_EVERYWHERE,
+        needles=("visible_devices", "cuda_device_order"),
+        reason="CUDA device selection: ROCm reads HIP/ROCR_VISIBLE_DEVICES, TPUs their own",
+    ),
+    ToolingRule(
+        id="gpu-jax-config",
+        pattern=(
+            r"\bjax_(?!cuda\d)\w*?(?:gpu|cuda)\w*"  # jax_cuda_*, jax_gpu_*, jax_pallas_use_mosaic_gpu
+            r"|\bconfig\.update\([ \t]*[\"']xla_gpu_\w+"
+            r"|\bJAX_(?!CUDA\d)\w*?(?:GPU|CUDA)\w*"  # the same options as environment variables
+        ),
+        files=_EVERYWHERE,
+        needles=("gpu", "cuda"),
+        reason="GPU-only jax.config option: it does nothing, or fails, on other backends",
+    ),
+)
+"""The default rules. Extend with the ``pytest_jaxport_tooling_rules`` hook or ``rules=``."""
+
+
+def rule_ids(rules: Iterable[ToolingRule] = RULES) -> tuple[str, ...]:
+    """The distinct rule ids, in rule order.
+
+    >>> rule_ids()[:3]
+    ('xla-gpu-flag', 'cuda-pin', 'cuda-image')
+    """
+    return tuple(dict.fromkeys(rule.id for rule in rules))
+
+
+def summarize(assumptions: Iterable[Assumption]) -> dict[str, int]:
+    """Assumptions per rule id, sorted by id (ids with none are absent)."""
+    return dict(sorted(Counter(a.rule for a in assumptions).items()))
+
+
+# --- globs ---------------------------------------------------------------------------------
+
+
+def _glob_regex(pattern: str) -> str:
+    """Translate a gitignore-style glob to a regex body.
+
+    ``*`` and ``?`` stop at ``/``; ``**/`` is any number of directories, a trailing ``/**``
+    everything below, ``[...]`` a character class, and ``\\`` escapes the next character.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            j = i
+            while j < n and pattern[j] == "*":
+                j += 1
+            double = j - i >= 2 and (i == 0 or pattern[i - 1] == "/")
+            if double and j < n and pattern[j] == "/":
+                out.append("(?:.*/)?")
+                j += 1
+            elif double and j == n:
+                out.append(".*")
+            else:
+                out.append("[^/]*")
+            i = j
+            continue
+        if c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] in "!^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : j]
+                negate = body[:1] in ("!", "^")
+                if negate:
+                    body = body[1:]
+                body = body.replace("\\", "\\\\")
+                out.append(("[^/" if negate else "[") + body + "]")
+                i = j
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _IgnorePattern:
+    regex: re.Pattern[str]
+    negate: bool
+    dir_only: bool
+
+
+def _parse_gitignore(text: str) -> tuple[_IgnorePattern, ...]:
+    patterns: list[_IgnorePattern] = []
+    for raw in text.splitlines():
+        line = raw
+        if not line or line.startswith("#"):
+            continue
+        # Trailing spaces are ignored unless escaped with a backslash.
+        stripped = line.rstrip(" ")
+        if stripped.endswith("\\") and len(stripped) < len(line):
+            stripped += " "
+        line = stripped
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        elif line.startswith(("\\!", "\\#")):
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line:
+            continue
+        anchored = "/" in line
+        line = line.removeprefix("/")
+        body = _glob_regex(line)
+        if not anchored:
+            body = "(?:.*/)?" + body
+        try:
+            regex = re.compile(body + r"\Z", re.DOTALL)
+        except re.error:
+            continue  # git ignores a pattern it cannot use; so do we
+        patterns.append(_IgnorePattern(regex=regex, negate=negate, dir_only=dir_only))
+    return tuple(patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class _IgnoreFile:
+    """Patterns of one ignore file; ``lead + rel[cut:]`` is a path relative to its folder."""
+
+    patterns: tuple[_IgnorePattern, ...]
+    lead: str
+    cut: int
+
+    def decide(self, rel: str, is_dir: bool) -> bool | None:
+        path = self.lead + rel[self.cut :]
+        verdict: bool | None = None
+        for pattern in self.patterns:
+            if pattern.dir_only and not is_dir:
+                continue
+            if pattern.regex.match(path):
+                verdict = not pattern.negate
+        return verdict
+
+
+def _ignored(chain: Sequence[_IgnoreFile], rel: str, is_dir: bool) -> bool:
+    verdict = False
+    for ignore_file in chain:  # outermost first: the deepest file that decides wins
+        decided = ignore_file.decide(rel, is_dir)
+        if decided is not None:
+            verdict = decided
+    return verdict
+
+
+def _read_ignore_file(path: Path) -> tuple[_IgnorePattern, ...]:
+    try:
+        return _parse_gitignore(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return ()
+
+
+class _PathFilter:
+    """Skipped directory names, environment folders and the user's ``exclude`` globs."""
+
+    __slots__ = ("_dir_memo", "_env_dirs", "_exclude", "_skip_globs", "_skip_names")
+
+    def __init__(self, exclude: Sequence[str], env_dirs: Iterable[str] = ()) -> None:
+        plain = [s for s in SKIPPED_DIRS if not any(ch in s for ch in "*?[")]
+        self._skip_names = frozenset(plain)
+        self._skip_globs = tuple(
+            re.compile(_glob_regex(s) + r"\Z") for s in SKIPPED_DIRS if s not in plain
+        )
+        self._exclude = tuple(_compile_exclude(pattern) for pattern in exclude)
+        self._env_dirs = frozenset(env_dirs)
+        self._dir_memo: dict[str, bool] = {"": True}
+
+    def skipped_name(self, name: str) -> bool:
+        return name in self._skip_names or any(g.match(name) for g in self._skip_globs)
+
+    def excluded(self, rel: str) -> bool:
+        return any(regex.match(rel) for regex in self._exclude)
+
+    def dir_ok(self, rel_dir: str) -> bool:
+        """Whether a directory (and every directory above it) may be scanned."""
+        memo = self._dir_memo.get(rel_dir)
+        if memo is not None:
+            return memo
+        parent, _, name = rel_dir.rpartition("/")
+        ok = (
+            self.dir_ok(parent)
+            and not self.skipped_name(name)
+            and rel_dir not in self._env_dirs
+            and not self.excluded(rel_dir)
+        )
+        self._dir_memo[rel_dir] = ok
+        return ok
+
+    def file_ok(self, rel: str) -> bool:
+        return self.dir_ok(rel.rpartition("/")[0]) and not self.excluded(rel)
+
+
+def _compile_exclude(pattern: str) -> re.Pattern[str]:
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValueError(f"exclude patterns must be non-empty strings, got {pattern!r}")
+    text = pattern.strip()
+    while text.startswith("./"):
+        text = text[2:]
+    text = text.rstrip("/")
+    anchored = "/" in text
+    text = text.lstrip("/")
+    if not text:
+        raise ValueError(f"exclude pattern {pattern!r} names no path")
+    body = _glob_regex(text)
+    if not anchored:  # like .gitignore: a bare name matches at any depth
+        body = "(?:.*/)?" + body
+    return re.compile(body + r"\Z", re.DOTALL)
+
+
+# --- listing files ---------------------------------------------------------------------------
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
+    try:
+        return subprocess.run(
+            ["git", *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _git_files(root: Path) -> tuple[list[str] | None, bool]:
+    """Files git would show (tracked plus untracked, not ignored), relative to ``root``.
+
+    The second item says whether ``root`` lies inside a git work tree at all.
+    """
+    probe = _git(root, "rev-parse", "--is-inside-work-tree", "--show-prefix")
+    if probe is None or probe.returncode != 0:
+        return None, False
+    lines = probe.stdout.decode("utf-8", "replace").splitlines()
+    if not lines or lines[0].strip() != "true":
+        return None, False
+    if len(lines) > 1 and lines[1].strip():
+        # A root inside a folder its enclosing repository ignores: git would list nothing
+        # useful, so scan it as a project of its own.
+        ignored = _git(root, "check-ignore", "-q", ".")
+        if ignored is not None and ignored.returncode == 0:
+            return None, False
+    listing = _git(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    if listing is None or listing.returncode != 0:
+        return None, True
+    names = (os.fsdecode(raw) for raw in listing.stdout.split(b"\0") if raw)
+    return list(dict.fromkeys(names)), True
+
+
+def _enclosing_ignores(root: Path) -> list[_IgnoreFile]:
+    """``.gitignore`` files above ``root`` up to its repository's top, plus ``info/exclude``."""
+    chain: list[_IgnoreFile] = []
+    here = root
+    while True:
+        if (here / ".git").exists():
+            break
+        if here.parent == here:
+            return []  # not in a repository: only the root's own ignore files count
+        here = here.parent
+    top = here
+    lead = root.relative_to(top).as_posix()
+    info_exclude = top / ".git" / "info" / "exclude"
+    folders = [top, *reversed(root.relative_to(top).parents[:-1])] if lead != "." else []
+    if info_exclude.is_file():
+        chain.append(
+            _IgnoreFile(
+                patterns=_read_ignore_file(info_exclude),
+                lead="" if lead == "." else lead + "/",
+                cut=0,
+            )
+        )
+    for folder in folders:
+        folder_abs = folder if folder == top else top / folder
+        gitignore = folder_abs / ".gitignore"
+        if gitignore.is_file():
+            sub = root.relative_to(folder_abs).as_posix()
+            chain.append(
+                _IgnoreFile(patterns=_read_ignore_file(gitignore), lead=sub + "/", cut=0)
+            )
+    return chain
+
+
+def _walk_files(root: Path, path_filter: _PathFilter, in_repository: bool) -> list[str]:
+    files: list[str] = []
+    start_chain = tuple(_enclosing_ignores(root)) if in_repository else ()
+    stack: list[tuple[str, tuple[_IgnoreFile, ...]]] = [("", start_chain)]
+    while stack:
+        rel_dir, chain = stack.pop()
+        folder = root / rel_dir if rel_dir else root
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        names = {entry.name for entry in entries}
+        if rel_dir and (names & _ENV_DIR_MARKERS or (in_repository and ".git" in names)):
+            continue  # an environment, or a nested repository git would not descend into
+        if ".gitignore" in names:
+            cut = len(rel_dir) + 1 if rel_dir else 0
+            patterns = _read_ignore_file(folder / ".gitignore")
+            if patterns:
+                chain = (*chain, _IgnoreFile(patterns=patterns, lead="", cut=cut))
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                if entry.is_symlink():
+                    continue  # never leave the tree, never loop
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                if (
+                    path_filter.skipped_name(entry.name)
+                    or path_filter.excluded(rel)
+                    or _ignored(chain, rel, True)
+                ):
+                    continue
+                stack.append((rel, chain))
+            elif not path_filter.excluded(rel) and not _ignored(chain, rel, False):
+                files.append(rel)
+    return files
+
+
+def list_project_files(
+    root: Path, *, exclude: Sequence[str] = (), use_git: bool = True
+) -> FileListing:
+    """The files a scan of ``root`` considers, relative to it, with ``/`` separators.
+
+    Inside a git work tree (and with ``use_git``), the list is
+    ``git ls-files --cached --others --exclude-standard``; otherwise a walk that honours every
+    ``.gitignore`` from the repository's top (when there is one) down. Either way the
+    ``exclude`` globs, :data:`SKIPPED_DIRS` and environment folders are left out. Exclude
+    globs are relative to ``root``; one without a ``/`` matches a name at any depth
+    (``"third_party"``, ``"*.gen.py"``), one with a ``/`` matches from the root
+    (``"vendor/**"``, ``"src/legacy"``); excluding a directory excludes what is below it.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"scan root {str(root)!r} is not a directory")
+    root = root.resolve()
+    exclude = [exclude] if isinstance(exclude, str) else list(exclude)
+    in_repository = False
+    if use_git:
+        git_files, in_repository = _git_files(root)
+        if git_files is not None:
+            env_dirs = {
+                rel.rpartition("/")[0]
+                for rel in git_files
+                if rel.rpartition("/")[2] == "pyvenv.cfg" or "conda-meta/" in rel
+            }
+            env_dirs |= {rel.split("/conda-meta/")[0] for rel in git_files if "/conda-meta/" in rel}
+            env_dirs.discard("")
+            path_filter = _PathFilter(exclude, env_dirs)
+            kept = sorted(rel for rel in git_files if path_filter.file_ok(rel))
+            return FileListing(files=tuple(kept), source="git")
+    else:
+        in_repository = _find_repository_top(root) is not None
+    if not in_repository and use_git:
+        in_repository = False
+    files = _walk_files(root, _PathFilter(exclude), in_repository)
+    return FileListing(files=tuple(sorted(files)), source="walk")
+
+
+def _find_repository_top(root: Path) -> Path | None:
+    for folder in (root, *root.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+# --- searching -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _RuleGroup:
+    """Rules sharing one ``files`` tuple, with the globs compiled once."""
+
+    names: re.Pattern[str] | None
+    paths: re.Pattern[str] | None
+    rules: tuple[ToolingRule, ...]
+
+    def applies(self, rel: str, name: str) -> bool:
+        return bool(
+            (self.names is not None and self.names.match(name))
+            or (self.paths is not None and self.paths.match(rel))
+        )
+
+
+def _rule_groups(rules: Sequence[ToolingRule]) -> tuple[_RuleGroup, ...]:
+    by_files: dict[tuple[str, ...], list[ToolingRule]] = {}
+    for rule in rules:
+        if not isinstance(rule, ToolingRule):
+            raise TypeError(f"rules must be ToolingRule instances, got {type(rule).__name__}")
+        by_files.setdefault(rule.files, []).append(rule)
+    groups = []
+    for files, members in by_files.items():
+        name_globs = [_glob_regex(g) for g in files if "/" not in g]
+        path_globs = [_glob_regex(g.lstrip("/")) for g in files if "/" in g]
+        names = re.compile("(?:" + "|".join(name_globs) + r")\Z", re.I) if name_globs else None
+        paths = (
+            re.compile(r"(?:.*/)?(?:" + "|".join(path_globs) + r")\Z", re.I) if path_globs else None
+        )
+        groups.append(_RuleGroup(names=names, paths=paths, rules=tuple(members)))
+    return tuple(groups)
+
+
+def _applicable(groups: Sequence[_RuleGroup], rel: str) -> list[ToolingRule]:
+    name = rel.rpartition("/")[2]
+    return [rule for group in groups if group.applies(rel, name) for rule in group.rules]
+
+
+def _comment_start(line: str) -> int:
+    """Where a ``#`` comment starts in a shell/YAML/TOML/Dockerfile line (``len`` if none)."""
+    if "#" not in line:
+        return len(line)
+    quote = ""
+    previous = " "
+    escaped = False
+    for index, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif quote:
+            if char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#" and previous.isspace():
+            return index
+        previous = char
+    return len(line)
+
+
+_Spans = dict[int, list[tuple[int, int]]]
+
+
+def _python_prose(text: str) -> _Spans | None:
+    """Comment and docstring spans of Python source, per 0-based line; ``None`` if untokenizable.
+
+    A docstring here is any string literal that is a statement of its own (module, class and
+    function docstrings, and bare strings used as comments).
+    """
+    spans: _Spans = {}
+
+    def add(start: tuple[int, int], end: tuple[int, int]) -> None:
+        (first, col), (last, end_col) = start, end
+        if first == last:
+            spans.setdefault(first - 1, []).append((col, end_col))
+            return
+        spans.setdefault(first - 1, []).append((col, _WHOLE_LINE))
+        for row in range(first, last - 1):
+            spans.setdefault(row, []).append((0, _WHOLE_LINE))
+        spans.setdefault(last - 1, []).append((0, end_col))
+
+    statement_start = True
+    pending: list[tokenize.TokenInfo] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            kind = token.type
+            if kind == tokenize.COMMENT:
+                add(token.start, token.end)
+                continue
+            if kind == tokenize.NL:
+                continue
+            if kind == tokenize.STRING and (statement_start or pending):
+                pending.append(token)
+                statement_start = False
+                continue
+            if pending and kind in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                for string in pending:
+                    add(string.start, string.end)
+            pending = []
+            statement_start = kind in (
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENCODING,
+            ) or (kind == tokenize.OP and token.string == ";")
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return spans
+
+
+def _in_spans(spans: Sequence[tuple[int, int]], column: int) -> bool:
+    return any(start <= column < end for start, end in spans)
+
+
+def _clip(line: str) -> str:
+    text = line.strip()
+    return text if len(text) <= TEXT_WIDTH else text[: TEXT_WIDTH - 1] + "…"
+
+
+def _search(rel: str, text: str, rules: Sequence[ToolingRule]) -> list[Assumption]:
+    """Assumptions in one file's text, for the rules that apply to it by name."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    lowered = text.lower()
+    hits = [
+        rule
+        for rule in rules
+        if (not rule.needles or any(n in lowered for n in rule.needles))
+        and rule.regex.search(text)
+    ]
+    if not hits:
+        return []
+    lines = text.split("\n")
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    is_python = rel.lower().endswith(_PYTHON_SUFFIXES)
+    prose = _python_prose(text) if is_python else None
+    no_spans: list[tuple[int, int]] = []
+    found: dict[tuple[int, str], Assumption] = {}
+    for rule in hits:
+        candidates: set[int] = set()
+        for match in rule.regex.finditer(text):
+            first = bisect.bisect_left(newlines, match.start())
+            last = bisect.bisect_left(newlines, max(match.start(), match.end() - 1))
+            candidates.update(range(first, last + 1))
+        for index in sorted(candidates):
+            key = (index + 1, rule.id)
+            if key in found:
+                continue
+            line = lines[index]
+            if prose is not None:
+                spans = prose.get(index, no_spans)
+                code = line
+            else:
+                spans = no_spans
+                code = line[: _comment_start(line)]
+            if any(not _in_spans(spans, m.start()) for m in rule.regex.finditer(code)):
+                found[key] = Assumption(
+                    file=rel, line=index + 1, rule=rule.id, reason=rule.reason, text=_clip(line)
+                )
+    return list(found.values())
+
+
+def scan_text(
+    file: str, text: str, *, rules: Sequence[ToolingRule] = RULES
+) -> tuple[Assumption, ...]:
+    """Assumptions in one file's ``text``, as if it lived at ``file`` (a relative path).
+
+    The rules that apply are chosen by ``file``'s name, exactly as :func:`scan` does.
+    """
+    rel = file.replace(os.sep, "/")
+    return tuple(sorted(_search(rel, text, _applicable(_rule_groups(rules), rel))))
+
+
+def scan_tree(
+    root: Path,
+    *,
+    exclude: Sequence[str] = (),
+    rules: Sequence[ToolingRule] = RULES,
+    use_git: bool = True,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> ToolingScan:
+    """Like :func:`scan`, also saying how many files were listed and read, and how."""
+    root = Path(root)
+    groups = _rule_groups(rules)
+    listing = list_project_files(root, exclude=exclude, use_git=use_git)
+    base = root.resolve()
+    found: list[Assumption] = []
+    read = 0
+    for rel in listing.files:
+        applicable = _applicable(groups, rel)
+        if not applicable:
+            continue
+        path = base / rel
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read(max_bytes + 1)
+        except OSError:
+            continue  # vanished or unreadable: nothing to report
+        if len(data) > max_bytes or b"\0" in data[:_BINARY_PROBE]:
+            continue
+        read += 1
+        text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+        found.extend(_search(rel, text, applicable))
+    return ToolingScan(
+        assumptions=tuple(sorted(found)),
+        files_listed=len(listing.files),
+        files_read=read,
+        source=listing.source,
+    )
+
+
+def scan(
+    root: Path,
+    *,
+    exclude: Sequence[str] = (),
+    rules: Sequence[ToolingRule] = RULES,
+    use_git: bool = True,
+) -> tuple[Assumption, ...]:
+    """Every NVIDIA-bound assumption under ``root``, sorted by file, line and rule.
+
+    Skips what ``.gitignore`` ignores, the ``exclude`` globs (see :func:`list_project_files`),
+    :data:`SKIPPED_DIRS`, virtual environments, symlinks, binary files and files over
+    :data:`MAX_FILE_BYTES`. Each line is reported at most once per rule id. ``use_git=False``
+    uses the built-in ``.gitignore`` matcher even inside a git work tree.
+    """
+    return scan_tree(root, exclude=exclude, rules=rules, use_git=use_git).assumptions

@@ -1,0 +1,46 @@
+"""Shared fixtures: every pytester output is checked for INTERNALERROR."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+# pytester's in-process runs drop every module imported during the run; JAX's C extensions
+# cannot be imported twice in one process, so import everything the inner runs use up front.
+import jax
+import jax.experimental.pallas
+import jax.experimental.pallas.tpu
+import jax.experimental.pallas.triton
+import jax.numpy
+import ml_dtypes  # noqa: F401
+import numpy  # noqa: F401
+
+import pytest_jaxport.budget
+import pytest_jaxport.fixture
+import pytest_jaxport.lowering
+import pytest_jaxport.render  # noqa: F401
+
+jax.devices()
+
+
+@pytest.fixture(autouse=True)
+def _no_internal_error(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A suite-wide guard: no pytester run in any test may print INTERNALERROR."""
+    if "pytester" not in request.fixturenames:
+        yield
+        return
+    pytester: pytest.Pytester = request.getfixturevalue("pytester")
+    results: list[pytest.RunResult] = []
+    original_run = pytester.runpytest
+
+    def run(*args: object, **kwargs: object) -> pytest.RunResult:
+        result = original_run(*args, **kwargs)
+        results.append(result)
+        return result
+
+    pytester.runpytest = run  # type: ignore[method-assign]
+    yield
+    for result in results:
+        output = "\n".join(result.outlines + result.errlines)
+        assert "INTERNALERROR" not in output, output

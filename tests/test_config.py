@@ -1,0 +1,149 @@
+"""Unit tests of config parsing, validation messages and precedence (no pytest plumbing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_jaxport.config import (
+    ConfigError,
+    Overrides,
+    Setting,
+    load_project,
+    merge_marks,
+    parse_marker,
+    parse_project,
+)
+
+
+def test_defaults_without_file(tmp_path: Path) -> None:
+    project = load_project(tmp_path / "pyproject.toml")
+    assert project.platforms == ("cpu", "cuda", "rocm", "tpu")
+    assert project.reference == "cpu"
+    budget = project.resolve().budget("cuda")
+    assert budget.max_custom_calls is None
+    assert budget.max_library_calls == {}
+
+
+def test_unparsable_toml_names_file(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[tool.jaxport\n")
+    with pytest.raises(ConfigError, match=r"pyproject.toml: not valid TOML: "):
+        load_project(path, display="pyproject.toml")
+
+
+def test_section_that_is_not_a_table(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[tool]\njaxport = 3\n")
+    with pytest.raises(ConfigError, match=r"\[tool\] jaxport: expected a table"):
+        load_project(path, display="pyproject.toml")
+
+
+def test_precedence_defaults_project_platform_marker() -> None:
+    project = parse_project(
+        {
+            "budget": {
+                "max_vendor_calls": 10,
+                "max_custom_calls": 1,
+                "max_library_calls": {"cudnn": 0, "nccl": 4},
+                "cuda": {"max_vendor_calls": 5, "max_library_calls": {"cudnn": 2}},
+            }
+        },
+        "pyproject.toml",
+    )
+    marker = merge_marks(
+        [("test_x", parse_marker((), {"max_vendor_calls": 3}, "test_x"))]
+    )
+    cuda = project.resolve(marker).budget("cuda")
+    assert cuda.max_vendor_calls == Setting(value=3, origin="test_x")
+    assert cuda.max_custom_calls == Setting(
+        value=1, origin="pyproject.toml [tool.jaxport.budget]"
+    )
+    assert cuda.max_library_calls["cudnn"] == Setting(
+        value=2, origin="pyproject.toml [tool.jaxport.budget.cuda]"
+    )
+    assert cuda.max_library_calls["nccl"].value == 4
+    rocm = project.resolve().budget("rocm")
+    assert rocm.max_vendor_calls == Setting(
+        value=10, origin="pyproject.toml [tool.jaxport.budget]"
+    )
+    assert rocm.max_library_calls["cudnn"].value == 0
+
+
+def test_closest_mark_wins_per_key() -> None:
+    overrides = merge_marks(
+        [
+            ("function", {"max_vendor_calls": 1}),
+            ("class", {"max_vendor_calls": 2, "max_custom_calls": 0}),
+            ("module", {"max_custom_calls": 5, "rtol": 0.1}),
+        ]
+    )
+    assert overrides.get("max_vendor_calls") == Setting(value=1, origin="function")
+    assert overrides.get("max_custom_calls") == Setting(value=0, origin="class")
+    assert overrides.get("rtol") == Setting(value=0.1, origin="module")
+
+
+def test_tolerance_precedence() -> None:
+    project = parse_project(
+        {
+            "tolerance": {
+                "float32": {"rtol": 1e-4, "atol": 1e-5},
+                "cuda": {"float32": {"rtol": 1e-2}},
+            }
+        },
+        "pyproject.toml",
+    )
+    resolved = project.resolve()
+    assert resolved.tolerance("cuda", "float32").rtol == 1e-2
+    assert resolved.tolerance("cuda", "float32").atol == 1e-5
+    assert resolved.tolerance("tpu", "float32").rtol == 1e-4
+    assert resolved.tolerance("tpu", "bfloat16").rtol is None
+    marked = project.resolve(Overrides(values={"atol": Setting(value=0.5, origin="m")}))
+    assert marked.tolerance("cuda", "float32").atol == 0.5
+    assert marked.tolerance("cuda", "float32").rtol == 1e-2
+
+
+def test_must_lower_extends_lowering_platforms() -> None:
+    project = parse_project(
+        {"platforms": ["cpu", "cuda"], "budget": {"must_lower": ["tpu"]}}, "pyproject.toml"
+    )
+    assert project.resolve().lowering_platforms() == ("cpu", "cuda", "tpu")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_custom_calls": True}, "expected a non-negative integer, found boolean true"),
+        ({"must_lower": "cuda"}, "must_lower: expected a list of platforms"),
+        ({"platforms": []}, "platforms: expected a non-empty list of platforms"),
+        ({"platforms": ["cpu", "cpu"]}, "platforms: expected each platform at most once"),
+        ({"allow_targets": [""]}, "allow_targets: expected non-empty strings only"),
+        ({"rtol": "small"}, "rtol: expected a non-negative number, found string 'small'"),
+        ({"atol": float("nan")}, "atol: expected a finite non-negative number"),
+        ({"max_library_calls": {"cudnn": -2}}, "max_library_calls.cudnn: expected a non-negative"),
+        ({"max_library_calls": 3}, "max_library_calls: expected a table of library = limit"),
+        ({"reference": "gpu"}, "reference: unknown platform 'gpu'"),
+    ],
+)
+def test_marker_values_are_validated(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match="^@pytest.mark.portable on t.py::t: ") as info:
+        parse_marker((), kwargs, "t.py::t")
+    assert message in str(info.value)
+
+
+def test_integral_float_limit_is_accepted() -> None:
+    project = parse_project({"budget": {"max_vendor_calls": 3.0}}, "p")
+    assert project.resolve().budget("cpu").max_vendor_calls == Setting(
+        value=3, origin="p [tool.jaxport.budget]"
+    )
+
+
+def test_budget_sources_for_header() -> None:
+    project = parse_project(
+        {"budget": {"max_custom_calls": 0, "tpu": {"max_vendor_calls": 0}}}, "pyproject.toml"
+    )
+    assert project.budget_sources() == [
+        "pyproject.toml [tool.jaxport.budget]",
+        "pyproject.toml [tool.jaxport.budget.tpu]",
+    ]

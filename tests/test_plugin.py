@@ -1,0 +1,648 @@
+"""End-to-end behaviour through pytester: marker, fixture, budgets, report, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+
+PROJECT = """
+[tool.jaxport]
+platforms = ["cpu", "cuda", "rocm", "tpu"]
+reference = "cpu"
+
+[tool.jaxport.budget]
+max_custom_calls = 0
+"""
+
+MODELS = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def matmul(x):
+    return x @ x
+
+
+def three_matmuls(a):
+    return matmul(a) + matmul(a * 2.0) + matmul(a + 1.0)
+
+
+def eigvals(a):
+    return jnp.linalg.eigh(a)[0]
+
+
+def my_kernel(x):
+    return jax.ffi.ffi_call("my_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".toml", pyproject=PROJECT)
+    pytester.makepyfile(models=MODELS)
+    pytester.syspathinsert()
+    return pytester
+
+
+def esc(text: str) -> str:
+    """Escape fnmatch's character classes: ``[tool.jaxport]`` matches itself."""
+    return re.sub(r"[\[\]]", lambda m: f"[{m.group()}]", text)
+
+
+def run_json(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+    result = pytester.runpytest("--jaxport-report=report.json", *args)
+    report = json.loads((pytester.path / "report.json").read_text())
+    return result, report
+
+
+def test_budget_at_true_count_passes_and_one_under_fails(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_budget="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable(max_library_calls={"cublas": 3})
+        def test_at_count(jaxport):
+            out = jaxport.check(three_matmuls, jnp.ones((4, 4)))
+            assert out.shape == (4, 4)
+
+        @pytest.mark.portable(max_library_calls={"cublas": 2})
+        def test_one_under(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((4, 4)))
+        """
+    )
+    result = project.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_one_under: 1 portability budget violation*",
+            "*check 'three_matmuls' on cuda: max_library_calls.cublas = 2 "
+            "(set in test_budget.py::test_one_under), found 3 cublas calls (lowered)",
+            "*stablehlo.dot_general (cublas) x3 at models.py:7",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_call_weighted_counts_in_json(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_counts="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable
+        def test_counts(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((4, 4)))
+        """
+    )
+    result, report = run_json(project)
+    result.assert_outcomes(passed=1)
+    assert report["schema_version"] == 1
+    [test] = report["tests"]
+    assert test["nodeid"] == "test_counts.py::test_counts"
+    assert test["outcome"] == "passed"
+    [check] = test["checks"]
+    assert check["name"] == "three_matmuls"
+    platforms = check["platforms"]
+    assert platforms["cuda"]["lowered"]["vendor"] == 3
+    assert platforms["cuda"]["lowered"]["libraries"] == {"cublas": 3}
+    assert platforms["rocm"]["lowered"]["libraries"] == {"hipblas": 3}
+    assert platforms["tpu"]["lowered"]["vendor"] == 0
+    assert platforms["cpu"]["lowered"]["vendor"] == 0
+    assert all(p["lowered"]["custom"] == 0 for p in platforms.values())
+    assert platforms["cpu"]["executed"] is True
+    assert platforms["cuda"]["executed"] is False
+    assert report["summary"]["platforms"]["cuda"]["vendor"] == 3
+
+
+def test_ffi_kernel_is_custom_and_fails_project_budget(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_ffi="""
+        import jax.numpy as jnp
+        import pytest
+        from models import my_kernel
+
+        @pytest.mark.portable
+        def test_ffi(jaxport):
+            jaxport.check(my_kernel, jnp.ones((4,)))
+
+        @pytest.mark.portable(allow_targets=["my_*"])
+        def test_ffi_allowed(jaxport):
+            jaxport.check(my_kernel, jnp.ones((4,)))
+        """
+    )
+    result, report = run_json(project)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            esc(
+                "*check 'my_kernel' on cpu: max_custom_calls = 0 "
+                "(set in pyproject.toml [tool.jaxport.budget]), found 1 custom call (lowered)"
+            ),
+            "*my_kernel (ffi) at models.py:19",
+        ]
+    )
+    failing = next(t for t in report["tests"] if t["nodeid"].endswith("test_ffi"))
+    platforms = failing["checks"][0]["platforms"]
+    assert {p: r["lowered"]["custom"] for p, r in platforms.items()} == dict.fromkeys(
+        ["cpu", "cuda", "rocm", "tpu"], 1
+    )
+    # No FFI handler is registered on CPU: the execution error is recorded, not raised.
+    assert "my_kernel" in platforms["cpu"]["execution_error"]
+    assert {v["platform"] for v in failing["violations"]} == {"cpu", "cuda", "rocm", "tpu"}
+
+
+def test_portable_test_that_checks_nothing_fails(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_nothing="""
+        import pytest
+
+        @pytest.mark.portable
+        def test_forgot(jaxport):
+            assert True
+
+        @pytest.mark.portable
+        def test_no_fixture():
+            assert True
+        """
+    )
+    result = project.runpytest()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*test_forgot is marked portable but checked no function*"])
+    result.stdout.fnmatch_lines(["*test_no_fixture is marked portable but checked no function*"])
+
+
+def test_unknown_marker_keyword_fails_only_that_test(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_kw="""
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals
+
+        @pytest.mark.portable(max_custum_calls=0)
+        def test_typo(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+
+        @pytest.mark.portable("positional")
+        def test_positional(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+
+        @pytest.mark.portable(max_vendor_calls=-1)
+        def test_negative(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+
+        @pytest.mark.portable
+        def test_fine(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+        """
+    )
+    result = project.runpytest()
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_typo: unknown keyword 'max_custum_calls' (did you mean 'max_custom_calls'?)*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*keyword arguments only, found positional 'positional'*"])
+    result.stdout.fnmatch_lines(
+        ["*max_vendor_calls: expected a non-negative integer, found int -1"]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_closest_mark_wins_per_key(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_marks="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        pytestmark = pytest.mark.portable(max_vendor_calls=0)
+
+        def test_module_mark(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+
+        @pytest.mark.portable(max_vendor_calls=3)
+        class TestClass:
+            def test_class_mark(self, jaxport):
+                jaxport.check(three_matmuls, jnp.ones((2, 2)))
+
+            @pytest.mark.portable(max_vendor_calls=1)
+            def test_function_mark(self, jaxport):
+                jaxport.check(three_matmuls, jnp.ones((2, 2)))
+        """
+    )
+    result = project.runpytest("-v")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_module_mark: 2 portability budget violation*",
+            "*max_vendor_calls = 0 (set in module test_marks.py), found 3 vendor calls*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["*max_vendor_calls = 1 (set in test_marks.py::TestClass::test_function_mark)*"]
+    )
+    result.stdout.fnmatch_lines(["*TestClass::test_class_mark PASSED*"])
+
+
+def test_platform_budget_table_and_marker_precedence(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject="""
+        [tool.jaxport.budget]
+        max_vendor_calls = 10
+        [tool.jaxport.budget.rocm]
+        max_vendor_calls = 0
+        """,
+    )
+    pytester.makepyfile(models=MODELS)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_p="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable
+        def test_rocm_table(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+
+        @pytest.mark.portable(max_vendor_calls=5)
+        def test_marker_beats_table(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            esc(
+                "*check 'three_matmuls' on rocm: max_vendor_calls = 0 "
+                "(set in pyproject.toml [tool.jaxport.budget.rocm]), found 3 vendor calls*"
+            )
+        ]
+    )
+
+
+def test_must_lower_violation_names_platform(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_eig="""
+        import jax.numpy as jnp
+        import pytest
+
+        def eig(a):
+            return jnp.linalg.eig(a)[0].real
+
+        @pytest.mark.portable(must_lower=["tpu"])
+        def test_eig_on_tpu(jaxport):
+            jaxport.check(eig, jnp.eye(3))
+
+        @pytest.mark.portable
+        def test_eig_recorded(jaxport):
+            jaxport.check(eig, jnp.eye(3))
+        """
+    )
+    result, report = run_json(project)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*check 'eig' on tpu: must_lower = ('tpu',) (set in *test_eig_on_tpu), found a failure "
+            "to lower*"
+        ]
+    )
+    recorded = next(t for t in report["tests"] if t["nodeid"].endswith("recorded"))
+    tpu = recorded["checks"][0]["platforms"]["tpu"]
+    assert tpu["lowered"] is None
+    assert "eig" in tpu["error"]
+    assert recorded["checks"][0]["platforms"]["cuda"]["lowered"]["vendor"] >= 1
+
+
+def test_several_checks_per_test_each_budgeted(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_many="""
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals, three_matmuls
+
+        @pytest.mark.portable(max_vendor_calls=1)
+        def test_two(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+            jaxport.check(eigvals, jnp.eye(3))
+            jaxport.check(three_matmuls, jnp.eye(3), name="mm")
+        """
+    )
+    result, report = run_json(project)
+    result.assert_outcomes(failed=1)
+    names = [c["name"] for c in report["tests"][0]["checks"]]
+    assert names == ["eigvals", "eigvals#2", "mm"]
+    assert {(v["check"], v["platform"]) for v in report["tests"][0]["violations"]} == {
+        ("mm", "cuda"),
+        ("mm", "rocm"),
+    }
+
+
+def test_check_returns_reference_outputs_pytree(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_out="""
+        import jax.numpy as jnp
+        import numpy as np
+        import pytest
+
+        def f(x, *, scale):
+            return {"y": x * scale, "z": (x.sum(), x.astype(jnp.bfloat16))}
+
+        @pytest.mark.portable
+        def test_out(jaxport):
+            out = jaxport.check(f, jnp.arange(4.0), scale=2.0)
+            np.testing.assert_allclose(out["y"], [0.0, 2.0, 4.0, 6.0])
+            assert out["z"][1].dtype == jnp.bfloat16
+        """
+    )
+    project.runpytest().assert_outcomes(passed=1)
+
+
+def test_non_array_argument_is_a_clear_failure(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_arg="""
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable
+        def test_str(jaxport):
+            jaxport.check(lambda x, mode: x, jnp.ones(2), "fast")
+
+        @pytest.mark.portable
+        def test_not_callable(jaxport):
+            jaxport.check(3, jnp.ones(2))
+        """
+    )
+    result = project.runpytest()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [esc("*jaxport.check('lambda'): args[1] is str 'fast', not an array*functools.partial*")]
+    )
+    result.stdout.fnmatch_lines(["*expected a callable as the first argument, found int 3*"])
+
+
+def test_not_executed_anywhere_warns(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_gpu_only="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable(platforms=["cuda", "tpu"], reference="cuda")
+        def test_gpu_only(jaxport):
+            assert jaxport.check(three_matmuls, jnp.ones((2, 2))) is None
+        """
+    )
+    result, report = run_json(project)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*JaxportWarning: check 'three_matmuls' not executed*"])
+    check = report["tests"][0]["checks"][0]
+    assert check["note"].startswith("not executed")
+    assert set(check["platforms"]) == {"cuda", "tpu"}
+
+
+def test_single_platform_says_nothing_to_compare(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_one="""
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals
+
+        @pytest.mark.portable
+        def test_one(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+        """
+    )
+    result = project.runpytest("--jaxport-report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*jaxport portability report*",
+            "*note: only cpu executed here: nothing to compare in-process*",
+        ]
+    )
+
+
+def test_classify_hook_reclassifies_target(project: pytest.Pytester) -> None:
+    project.makeconftest(
+        """
+        from pytest_jaxport.targets import Classification
+
+        def pytest_jaxport_classify(platform, op, target, level):
+            if target == "my_kernel":
+                return Classification(layer="vendor", library="cudnn", kind="softmax")
+            return None
+        """
+    )
+    project.makepyfile(
+        test_hook="""
+        import jax.numpy as jnp
+        import pytest
+        from models import my_kernel
+
+        @pytest.mark.portable(platforms=["cuda", "tpu"], reference="cuda")
+        def test_hook(jaxport):
+            jaxport.check(my_kernel, jnp.ones((4,)))
+        """
+    )
+    result, report = run_json(project)
+    result.assert_outcomes(passed=1)
+    cuda = report["tests"][0]["checks"][0]["platforms"]["cuda"]["lowered"]
+    assert cuda["custom"] == 0
+    assert cuda["libraries"] == {"cudnn": 1}
+
+
+def test_junit_xml_carries_counts(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_junit="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable
+        def test_junit(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+        """
+    )
+    project.runpytest("--junitxml=out.xml").assert_outcomes(passed=1)
+    xml = (project.path / "out.xml").read_text()
+    assert '<property name="jaxport.three_matmuls.cuda.vendor" value="3"' in xml
+    assert '<property name="jaxport.three_matmuls.cpu.custom" value="0"' in xml
+
+
+def test_report_header_shows_platforms_and_budget_sources(project: pytest.Pytester) -> None:
+    project.makepyfile(test_x="def test_x(): pass")
+    result = project.runpytest()
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport: platforms cpu, cuda, rocm, tpu (reference cpu); config from pyproject.toml;"
+            " budgets from pyproject.toml [[]tool.jaxport.budget[]]"
+        ]
+    )
+
+
+def test_markers_and_help_document_the_plugin(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(
+        ["@pytest.mark.portable(*max_custom_calls: int | None = None*): check this test*"]
+    )
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        ["*backend-portability budgets for JAX*", "*--jaxport-report*", "*--jaxport-platforms*"]
+    )
+
+
+def test_disabled_with_p_no_jaxport(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject="[tool.jaxport]\nplatfroms = 1\n")
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest("-p", "no:jaxport")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("jaxport:*")
+
+
+def test_no_jax_import_without_portable_tests(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_plain="""
+        import sys
+
+        def test_plain():
+            assert "jax" not in sys.modules
+        """
+    )
+    result = pytester.runpytest_subprocess("--jaxport-report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*0 portable tests, 0 checks*"])
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        (
+            "[tool.jaxport]\nplatfroms = ['cpu']\n",
+            "*[[]tool.jaxport[]]: unknown key 'platfroms' (did you mean 'platforms'?)*",
+        ),
+        (
+            "[tool.jaxport]\nplatforms = ['cpu', 'gpu']\n",
+            "*platforms: unknown platform 'gpu'*expected one of cpu, cuda, rocm, tpu",
+        ),
+        ("[tool.jaxport]\nplatforms = 'cpu'\n", "*platforms: expected a list of platforms*"),
+        (
+            "[tool.jaxport]\nreference = 'tpu'\nplatforms = ['cpu']\n",
+            "*reference: expected one of*",
+        ),
+        (
+            "[tool.jaxport.budget]\nmax_custom_calls = -1\n",
+            "*[[]tool.jaxport.budget[]] max_custom_calls: expected a non-negative integer, "
+            "found int -1",
+        ),
+        (
+            "[tool.jaxport.budget]\nmax_vendor_calls = 2.5\n",
+            "*max_vendor_calls: expected a non-negative integer, found float 2.5",
+        ),
+        (
+            "[tool.jaxport.budget]\nmax_vendor_calls = '3'\n",
+            "*max_vendor_calls: expected a non-negative integer, found string '3'",
+        ),
+        (
+            "[tool.jaxport.budget]\nmax_library_calls = {cudnnn = 0}\n",
+            "*unknown library 'cudnnn' (did you mean 'cudnn'?)*",
+        ),
+        (
+            "[tool.jaxport.budget.gpu]\nmax_vendor_calls = 1\n",
+            "*unknown key or platform 'gpu'*",
+        ),
+        (
+            "[tool.jaxport.budget.cuda]\nmax_vendr_calls = 1\n",
+            "*[[]tool.jaxport.budget.cuda[]]: unknown key 'max_vendr_calls' "
+            "(did you mean 'max_vendor_calls'?)*",
+        ),
+        ("[tool.jaxport.budget]\nmust_lower = ['cpu', 'cdua']\n", "*unknown platform 'cdua'*"),
+        (
+            "[tool.jaxport.tolerance.float33]\nrtol = 1e-3\n",
+            "*unknown dtype or platform 'float33' (did you mean 'float32'?)*",
+        ),
+        (
+            "[tool.jaxport.tolerance.float32]\nrtol = -1e-3\n",
+            "*[[]tool.jaxport.tolerance.float32[]] rtol: expected a finite non-negative number*",
+        ),
+        ("[tool.jaxport]\nbudget = 3\n", "*budget: expected a table*"),
+    ],
+)
+def test_malformed_config_is_a_usage_error(
+    pytester: pytest.Pytester, toml: str, expected: str
+) -> None:
+    pytester.makefile(".toml", pyproject=textwrap.dedent(toml))
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: {expected}"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_unparsable_toml_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject="[tool.jaxport\nplatforms = 1\n")
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    # pytest parses pyproject.toml itself first; either message names the file.
+    result.stderr.fnmatch_lines(["ERROR: *pyproject.toml: *"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_bad_cli_values_are_usage_errors(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest("--jaxport-platforms=cpu,gpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--jaxport-platforms: unknown platform 'gpu'*"])
+    result = pytester.runpytest("--jaxport-report=missing/report.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--jaxport-report missing/report.json: folder*does not exist"])
+    result = pytester.runpytest("--jaxport-report=report.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*expected a path ending in .json or .md*"])
+
+
+def test_cli_platforms_override(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_cli="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable
+        def test_cli(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+        """
+    )
+    result, report = run_json(project, "--jaxport-platforms=cpu,tpu")
+    result.assert_outcomes(passed=1)
+    assert set(report["tests"][0]["checks"][0]["platforms"]) == {"cpu", "tpu"}
+    assert report["config"]["platforms"] == ["cpu", "tpu"]
+
+
+def test_markdown_report(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_md="""
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals
+
+        @pytest.mark.portable
+        def test_md(jaxport):
+            jaxport.check(eigvals, jnp.eye(3))
+        """
+    )
+    project.runpytest("--jaxport-report=out.md").assert_outcomes(passed=1)
+    text = (project.path / "out.md").read_text()
+    assert "| cuda | 1 | 0 | 1 | 0 | cusolver 1 |" in text
+    assert "| `test_md.py::test_md` | eigvals | tpu | 0 | 0 | not present |" in text
