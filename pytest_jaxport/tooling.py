@@ -132,9 +132,7 @@ class ToolingRule:
             raise ValueError(f"tooling rule {self.id!r}: files must name at least one glob")
         if not isinstance(self.reason, str) or not self.reason.strip() or "\n" in self.reason:
             raise ValueError(f"tooling rule {self.id!r}: reason must be one non-empty line")
-        if isinstance(self.needles, str) or not all(
-            isinstance(n, str) and n for n in self.needles
-        ):
+        if isinstance(self.needles, str) or not all(isinstance(n, str) and n for n in self.needles):
             raise ValueError(
                 f"tooling rule {self.id!r}: needles must be a sequence of non-empty strings"
             )
@@ -275,7 +273,8 @@ _NOT_PYTHON = _SCRIPTS + _CONTAINERS + _YAML + _ENV + _CONFIG
 _EVERYWHERE = _PYTHON + _NOT_PYTHON
 
 _GPU = r"(?i:gpu|cuda)"
-_DEVICE = r"""["']""" + _GPU + r"""(?::\d+)?["']"""
+_DEVICE = r"""["']""" + _GPU + r"""(?::\d+)?["']"""  # "gpu", 'cuda', "cuda:0"
+_PLATFORM_LIST = r"""[\w,]*?\b""" + _GPU + r"\b"  # cuda, "cpu,cuda"
 _TOOLS = (
     r"(?:nsys|ncu|nvidia-smi|nvidia-docker|cuda-gdb|cuda-memcheck|compute-sanitizer"
     r"|nvprof|nv-nsight-cu-cli|dcgmi|nvcc)"
@@ -293,6 +292,13 @@ _TOOL_NEEDLES = (
     "dcgmi",
     "nvcc",
 )
+_TOOL_REASON = "NVIDIA-only tool (Nsight, nvidia-smi, cuda-gdb): the workflow needs a counterpart"
+_NOT_A_PATH = r"(?<![\w./-])"
+
+
+def _any(*alternatives: str) -> str:
+    return "|".join(alternatives)
+
 
 RULES: tuple[ToolingRule, ...] = (
     ToolingRule(
@@ -304,33 +310,36 @@ RULES: tuple[ToolingRule, ...] = (
     ),
     ToolingRule(
         id="cuda-pin",
-        pattern=(
-            r"\bjax(?:lib)?\[[^\]\n]*\bcuda"  # jax[cuda12], jax[cuda12-local], jax[cpu,cuda12]
-            r"|(?<![\w./-])jax[-_]?cuda\d*[-_](?:plugin|pjrt)\b"  # jax-cuda12-plugin / _pjrt
-            r"|\d\+cu(?:da)?\d"  # torch==2.1.0+cu121, jaxlib==0.4.20+cuda12.cudnn89
-            r"|(?<![\w./-])nvidia[-_](?!smi\b|docker\b)[a-z0-9]"  # nvidia-cublas-cu12, ...
-            r"|(?<![\w./-])cupy[-_]cuda\w*"
-            r"|download\.pytorch\.org/whl/(?:nightly/)?cu\d+"
-            r"|\btensorflow\[[^\]\n]*and-cuda"
-            r"|(?<![\w./-])(?:tensorflow|paddlepaddle|onnxruntime|faiss|mxnet)-gpu\b"
-            r"|(?<![\w./-])[a-z][\w.]*-cu\d{2,3}\b"  # cudf-cu12, mxnet-cu112
-            r"|\bpypi\.(?:ngc\.)?nvidia\.com|\bdeveloper\.download\.nvidia\.com"
-            r"|jax_cuda_releases"
-            r"|(?<![\w./-])(?:cudatoolkit|pytorch-cuda)\b"
-            r"|(?<![\w./-])cuda-(?:toolkit|nvcc|version|runtime|cudart|python|bindings)\b"
-            r"|(?<![\w/-])nvidia::|^[ \t]*-[ \t]*nvidia[ \t]*$"  # conda channel
+        pattern=_any(
+            r"\bjax(?:lib)?\[[^\]\n]*\bcuda",  # jax[cuda12], jax[cuda12-local], jax[cpu,cuda12]
+            _NOT_A_PATH + r"jax[-_]?cuda\d*[-_](?:plugin|pjrt)\b",  # jax-cuda12-plugin
+            r"\d\+cu(?:da)?\d",  # torch==2.1.0+cu121, jaxlib==0.4.20+cuda12.cudnn89
+            _NOT_A_PATH + r"nvidia[-_](?!smi\b|docker\b)[a-z0-9]",  # nvidia-cudnn-cu12
+            _NOT_A_PATH + r"cupy[-_]cuda\w*",
+            r"download\.pytorch\.org/whl/(?:nightly/)?cu\d+",
+            r"\btensorflow\[[^\]\n]*and-cuda",
+            _NOT_A_PATH + r"(?:tensorflow|paddlepaddle|onnxruntime|faiss|mxnet)-gpu\b",
+            _NOT_A_PATH + r"[a-z][\w.]*-cu\d{2,3}\b",  # cudf-cu12, mxnet-cu112
+            r"\bpypi\.(?:ngc\.)?nvidia\.com",  # NVIDIA's package index
+            r"\bdeveloper\.download\.nvidia\.com",  # NVIDIA's apt/yum repositories
+            r"jax_cuda_releases",  # jax's CUDA find-links page
+            _NOT_A_PATH + r"(?:cudatoolkit|pytorch-cuda)\b",  # conda
+            _NOT_A_PATH + r"cuda-(?:toolkit|nvcc|version|runtime|cudart|python|bindings)\b",
+            r"(?<![\w/-])nvidia::",  # conda channel prefix
+            r"^[ \t]*-[ \t]*nvidia[ \t]*$",  # conda channel list entry
         ),
         files=_DEPENDENCIES + _SCRIPTS + _CONTAINERS + _YAML,
         needles=("cuda", "nvidia", "+cu", "-cu", "-gpu", "download.pytorch.org"),
-        reason="CUDA-specific dependency: pulls NVIDIA wheels or a CUDA build no other backend uses",
+        reason="CUDA-specific dependency: NVIDIA wheels or a CUDA build no other backend uses",
     ),
     ToolingRule(
         id="cuda-image",
-        pattern=(
-            r"(?<![\w./-])nvidia/[a-z0-9][\w.-]*"  # nvidia/cuda:12.3.1-devel-ubuntu22.04
-            r"|\bnvcr\.io/|\bghcr\.io/nvidia/"
-            r"|^[ \t]*(?i:FROM)[ \t]+(?:--platform=\S+[ \t]+)?\S*:\S*(?:cuda|cudnn|-gpu)"
-            r"|\b(?:image|container):[ \t]*[\"']?\S*:\S*(?:cuda|cudnn|-gpu)"
+        pattern=_any(
+            _NOT_A_PATH + r"nvidia/[a-z0-9][\w.-]*",  # nvidia/cuda:12.3.1-devel-ubuntu22.04
+            r"\bnvcr\.io/",  # NVIDIA GPU Cloud
+            r"\bghcr\.io/nvidia/",  # ghcr.io/nvidia/jax
+            r"^[ \t]*(?i:FROM)[ \t]+(?:--platform=\S+[ \t]+)?\S*:\S*(?:cuda|cudnn|-gpu)",
+            r"""\b(?:image|container):[ \t]*["']?\S*:\S*(?:cuda|cudnn|-gpu)""",
         ),
         files=_CONTAINERS + _YAML + _SCRIPTS + _ENV,
         needles=("nvidia/", "nvcr.io", "cuda", "cudnn", "-gpu"),
@@ -341,31 +350,34 @@ RULES: tuple[ToolingRule, ...] = (
         pattern=r"(?<![\w.-])" + _TOOLS + r"(?![\w-])",
         files=_NOT_PYTHON,
         needles=_TOOL_NEEDLES,
-        reason="NVIDIA-only tool (Nsight, nvidia-smi, cuda-gdb): the workflow needs a counterpart",
+        reason=_TOOL_REASON,
     ),
     ToolingRule(
         id="nvidia-tool",
-        pattern=r"""["'](?:\S*/)?""" + _TOOLS + r"(?![\w-])",
+        pattern=r"""["'](?:\S*/)?""" + _TOOLS + r"(?![\w-])",  # subprocess.run(["nsys", ...])
         files=_PYTHON,
         needles=_TOOL_NEEDLES,
-        reason="NVIDIA-only tool (Nsight, nvidia-smi, cuda-gdb): the workflow needs a counterpart",
+        reason=_TOOL_REASON,
     ),
     ToolingRule(
         id="cuda-device-string",
-        pattern=(
-            r"\b(?:local_)?(?:devices|device_count)\([ \t]*(?:backend[ \t]*=[ \t]*)?" + _DEVICE
-            + r"|\b(?:backend|platform|platforms|device|device_type|accelerator)[ \t]*=[ \t]*"
-            + _DEVICE
-            + r"|(?:\bdefault_backend\(\)|\bplatform|\bbackend|\.device_kind)[ \t]*[!=]=[ \t]*"
-            + _DEVICE
-            + r"|" + _DEVICE + r"[ \t]*[!=]=[ \t]*(?:jax\.)?(?:default_backend\(\)|\w*\.platform)"
-            + r"|\bdefault_device\([^)\n]*[\"']" + _GPU
-            + r"|\bdevice\([ \t]*" + _DEVICE  # torch.device("cuda")
-            + r"|\.to\([ \t]*" + _DEVICE
-            + r"|\bJAX_PLATFORMS?(?:_NAME)?[\"'][ \t]*(?:\][ \t]*=|,)[ \t]*[\"'][\w,]*?\b"
-            + _GPU + r"\b"
-            + r"|[\"']jax_(?:platforms|platform_name)[\"'][ \t]*,[ \t]*[\"'][\w,]*?\b"
-            + _GPU + r"\b"
+        pattern=_any(
+            # jax.devices("gpu"), jax.local_devices(backend="cuda"), jax.device_count("gpu")
+            r"\b(?:local_)?(?:devices|device_count)\([ \t]*(?:backend[ \t]*=[ \t]*)?" + _DEVICE,
+            # jit(f, backend="gpu"), device="cuda", platform = "cuda"
+            r"\b(?:backend|platform|platforms|device|device_type|accelerator)[ \t]*=[ \t]*"
+            + _DEVICE,
+            # jax.default_backend() == "gpu", d.platform != "cuda"
+            r"(?:\bdefault_backend\(\)|\bplatform|\bbackend|\.device_kind)[ \t]*[!=]=[ \t]*"
+            + _DEVICE,
+            _DEVICE + r"[ \t]*[!=]=[ \t]*(?:jax\.)?(?:default_backend\(\)|\w*\.platform)",
+            r"""\bdefault_device\([^)\n]*["']""" + _GPU,  # jax.default_device(...gpu...)
+            r"\bdevice\([ \t]*" + _DEVICE,  # torch.device("cuda")
+            r"\.to\([ \t]*" + _DEVICE,  # tensor.to("cuda")
+            # os.environ["JAX_PLATFORMS"] = "cuda", os.environ.setdefault("JAX_PLATFORMS", "gpu")
+            r"""\bJAX_PLATFORMS?(?:_NAME)?["'][ \t]*(?:\][ \t]*=|,)[ \t]*["']""" + _PLATFORM_LIST,
+            # jax.config.update("jax_platforms", "cuda")
+            r"""["']jax_(?:platforms|platform_name)["'][ \t]*,[ \t]*["']""" + _PLATFORM_LIST,
         ),
         files=_PYTHON,
         needles=("gpu", "cuda"),
@@ -373,7 +385,7 @@ RULES: tuple[ToolingRule, ...] = (
     ),
     ToolingRule(
         id="cuda-device-string",
-        pattern=r"\bJAX_PLATFORMS?(?:_NAME)?\b[\"']?[ \t]*[=:][ \t]*[\"']?[\w,]*?\b" + _GPU + r"\b",
+        pattern=r"""\bJAX_PLATFORMS?(?:_NAME)?\b["']?[ \t]*[=:][ \t]*["']?""" + _PLATFORM_LIST,
         files=_NOT_PYTHON,
         needles=("gpu", "cuda"),
         reason='hard-coded "gpu"/"cuda" platform: this job only runs on NVIDIA',
@@ -387,10 +399,10 @@ RULES: tuple[ToolingRule, ...] = (
     ),
     ToolingRule(
         id="gpu-jax-config",
-        pattern=(
-            r"\bjax_(?!cuda\d)\w*?(?:gpu|cuda)\w*"  # jax_cuda_*, jax_gpu_*, jax_pallas_use_mosaic_gpu
-            r"|\bconfig\.update\([ \t]*[\"']xla_gpu_\w+"
-            r"|\bJAX_(?!CUDA\d)\w*?(?:GPU|CUDA)\w*"  # the same options as environment variables
+        pattern=_any(
+            r"\bjax_(?!cuda\d)\w*?(?:gpu|cuda)\w*",  # jax_cuda_*, jax_pallas_use_mosaic_gpu
+            r"""\bconfig\.update\([ \t]*["']xla_gpu_\w+""",
+            r"\bJAX_(?!CUDA\d)\w*?(?:GPU|CUDA)\w*",  # the same options as environment variables
         ),
         files=_EVERYWHERE,
         needles=("gpu", "cuda"),
@@ -489,9 +501,7 @@ def _parse_gitignore(text: str) -> tuple[_IgnorePattern, ...]:
             stripped += " "
         line = stripped
         negate = line.startswith("!")
-        if negate:
-            line = line[1:]
-        elif line.startswith(("\\!", "\\#")):
+        if negate or line.startswith(("\\!", "\\#")):  # "\!" and "\#" escape a literal
             line = line[1:]
         dir_only = line.endswith("/")
         line = line.rstrip("/")
@@ -512,27 +522,29 @@ def _parse_gitignore(text: str) -> tuple[_IgnorePattern, ...]:
 
 @dataclass(frozen=True, slots=True)
 class _IgnoreFile:
-    """Patterns of one ignore file; ``lead + rel[cut:]`` is a path relative to its folder."""
+    """The patterns of one ignore file, and its folder relative to the repository's top."""
 
     patterns: tuple[_IgnorePattern, ...]
-    lead: str
-    cut: int
+    base: str
 
-    def decide(self, rel: str, is_dir: bool) -> bool | None:
-        path = self.lead + rel[self.cut :]
+    def decide(self, top_rel: str, is_dir: bool) -> bool | None:
+        if self.base:
+            if not top_rel.startswith(self.base + "/"):
+                return None
+            top_rel = top_rel[len(self.base) + 1 :]
         verdict: bool | None = None
         for pattern in self.patterns:
             if pattern.dir_only and not is_dir:
                 continue
-            if pattern.regex.match(path):
+            if pattern.regex.match(top_rel):
                 verdict = not pattern.negate
         return verdict
 
 
-def _ignored(chain: Sequence[_IgnoreFile], rel: str, is_dir: bool) -> bool:
+def _ignored(chain: Sequence[_IgnoreFile], top_rel: str, is_dir: bool) -> bool:
     verdict = False
     for ignore_file in chain:  # outermost first: the deepest file that decides wins
-        decided = ignore_file.decide(rel, is_dir)
+        decided = ignore_file.decide(top_rel, is_dir)
         if decided is not None:
             verdict = decided
     return verdict
@@ -621,9 +633,10 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
 
 
 def _git_files(root: Path) -> tuple[list[str] | None, bool]:
-    """Files git would show (tracked plus untracked, not ignored), relative to ``root``.
+    """Files git would show (tracked, and untracked but not ignored), relative to ``root``.
 
-    The second item says whether ``root`` lies inside a git work tree at all.
+    ``None`` when git is absent or fails; the second item says whether the enclosing
+    repository ignores ``root`` itself (then ``root`` is scanned as a project of its own).
     """
     probe = _git(root, "rev-parse", "--is-inside-work-tree", "--show-prefix")
     if probe is None or probe.returncode != 0:
@@ -632,55 +645,65 @@ def _git_files(root: Path) -> tuple[list[str] | None, bool]:
     if not lines or lines[0].strip() != "true":
         return None, False
     if len(lines) > 1 and lines[1].strip():
-        # A root inside a folder its enclosing repository ignores: git would list nothing
-        # useful, so scan it as a project of its own.
         ignored = _git(root, "check-ignore", "-q", ".")
         if ignored is not None and ignored.returncode == 0:
-            return None, False
+            return None, True
     listing = _git(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
     if listing is None or listing.returncode != 0:
-        return None, True
+        return None, False
     names = (os.fsdecode(raw) for raw in listing.stdout.split(b"\0") if raw)
-    return list(dict.fromkeys(names)), True
+    return list(dict.fromkeys(names)), False
 
 
-def _enclosing_ignores(root: Path) -> list[_IgnoreFile]:
-    """``.gitignore`` files above ``root`` up to its repository's top, plus ``info/exclude``."""
+def _environment_dirs(files: Iterable[str]) -> set[str]:
+    """Folders below the root that hold a virtual or conda environment, from a file list."""
+    found: set[str] = set()
+    for rel in files:
+        parts = rel.split("/")
+        if parts[-1] in _ENV_DIR_MARKERS and len(parts) > 1:
+            found.add("/".join(parts[:-1]))
+        elif "conda-meta" in parts[1:-1]:
+            found.add("/".join(parts[: parts.index("conda-meta", 1)]))
+    return found
+
+
+def _repository_top(root: Path) -> Path | None:
+    for folder in (root, *root.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def _enclosing_ignores(root: Path, top: Path) -> list[_IgnoreFile] | None:
+    """``info/exclude`` and the ``.gitignore`` files from ``top`` down to ``root``'s parent.
+
+    ``None`` when they ignore ``root`` itself: then it is scanned as a project of its own.
+    """
     chain: list[_IgnoreFile] = []
-    here = root
-    while True:
-        if (here / ".git").exists():
-            break
-        if here.parent == here:
-            return []  # not in a repository: only the root's own ignore files count
-        here = here.parent
-    top = here
-    lead = root.relative_to(top).as_posix()
     info_exclude = top / ".git" / "info" / "exclude"
-    folders = [top, *reversed(root.relative_to(top).parents[:-1])] if lead != "." else []
     if info_exclude.is_file():
-        chain.append(
-            _IgnoreFile(
-                patterns=_read_ignore_file(info_exclude),
-                lead="" if lead == "." else lead + "/",
-                cut=0,
-            )
-        )
-    for folder in folders:
-        folder_abs = folder if folder == top else top / folder
-        gitignore = folder_abs / ".gitignore"
+        chain.append(_IgnoreFile(patterns=_read_ignore_file(info_exclude), base=""))
+    folder = ""
+    for part in root.relative_to(top).parts:
+        gitignore = (top / folder / ".gitignore") if folder else (top / ".gitignore")
         if gitignore.is_file():
-            sub = root.relative_to(folder_abs).as_posix()
-            chain.append(
-                _IgnoreFile(patterns=_read_ignore_file(gitignore), lead=sub + "/", cut=0)
-            )
+            chain.append(_IgnoreFile(patterns=_read_ignore_file(gitignore), base=folder))
+        folder = f"{folder}/{part}" if folder else part
+        if _ignored(chain, folder, True):
+            return None
     return chain
 
 
-def _walk_files(root: Path, path_filter: _PathFilter, in_repository: bool) -> list[str]:
+def _walk_files(
+    root: Path,
+    path_filter: _PathFilter,
+    chain: tuple[_IgnoreFile, ...],
+    prefix: str,
+    in_repository: bool,
+) -> list[str]:
+    """Walk ``root``; ``prefix`` turns a root-relative path into a top-relative one."""
     files: list[str] = []
-    start_chain = tuple(_enclosing_ignores(root)) if in_repository else ()
-    stack: list[tuple[str, tuple[_IgnoreFile, ...]]] = [("", start_chain)]
+    stack: list[tuple[str, tuple[_IgnoreFile, ...]]] = [("", chain)]
     while stack:
         rel_dir, chain = stack.pop()
         folder = root / rel_dir if rel_dir else root
@@ -690,13 +713,15 @@ def _walk_files(root: Path, path_filter: _PathFilter, in_repository: bool) -> li
         except OSError:
             continue
         names = {entry.name for entry in entries}
-        if rel_dir and (names & _ENV_DIR_MARKERS or (in_repository and ".git" in names)):
+        if rel_dir and (
+            not names.isdisjoint(_ENV_DIR_MARKERS) or (in_repository and ".git" in names)
+        ):
             continue  # an environment, or a nested repository git would not descend into
         if ".gitignore" in names:
-            cut = len(rel_dir) + 1 if rel_dir else 0
             patterns = _read_ignore_file(folder / ".gitignore")
             if patterns:
-                chain = (*chain, _IgnoreFile(patterns=patterns, lead="", cut=cut))
+                base = (prefix + rel_dir) if rel_dir else prefix.rstrip("/")
+                chain = (*chain, _IgnoreFile(patterns=patterns, base=base))
         for entry in entries:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             try:
@@ -709,11 +734,11 @@ def _walk_files(root: Path, path_filter: _PathFilter, in_repository: bool) -> li
                 if (
                     path_filter.skipped_name(entry.name)
                     or path_filter.excluded(rel)
-                    or _ignored(chain, rel, True)
+                    or _ignored(chain, prefix + rel, True)
                 ):
                     continue
                 stack.append((rel, chain))
-            elif not path_filter.excluded(rel) and not _ignored(chain, rel, False):
+            elif not path_filter.excluded(rel) and not _ignored(chain, prefix + rel, False):
                 files.append(rel)
     return files
 
@@ -724,45 +749,35 @@ def list_project_files(
     """The files a scan of ``root`` considers, relative to it, with ``/`` separators.
 
     Inside a git work tree (and with ``use_git``), the list is
-    ``git ls-files --cached --others --exclude-standard``; otherwise a walk that honours every
-    ``.gitignore`` from the repository's top (when there is one) down. Either way the
-    ``exclude`` globs, :data:`SKIPPED_DIRS` and environment folders are left out. Exclude
-    globs are relative to ``root``; one without a ``/`` matches a name at any depth
-    (``"third_party"``, ``"*.gen.py"``), one with a ``/`` matches from the root
-    (``"vendor/**"``, ``"src/legacy"``); excluding a directory excludes what is below it.
+    ``git ls-files --cached --others --exclude-standard``; otherwise a walk that honours
+    ``.git/info/exclude`` and every ``.gitignore`` from the repository's top (when there is
+    one) down. Either way the ``exclude`` globs, :data:`SKIPPED_DIRS` and environment folders
+    are left out. Exclude globs are relative to ``root``; one without a ``/`` matches a name
+    at any depth (``"third_party"``, ``"*.gen.py"``), one with a ``/`` matches from the root
+    (``"vendor/**"``, ``"src/legacy"``); excluding a directory excludes everything below it.
     """
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"scan root {str(root)!r} is not a directory")
     root = root.resolve()
-    exclude = [exclude] if isinstance(exclude, str) else list(exclude)
-    in_repository = False
-    if use_git:
-        git_files, in_repository = _git_files(root)
+    patterns = [exclude] if isinstance(exclude, str) else list(exclude)
+    top = _repository_top(root)
+    if use_git and top is not None:
+        git_files, root_ignored = _git_files(root)
         if git_files is not None:
-            env_dirs = {
-                rel.rpartition("/")[0]
-                for rel in git_files
-                if rel.rpartition("/")[2] == "pyvenv.cfg" or "conda-meta/" in rel
-            }
-            env_dirs |= {rel.split("/conda-meta/")[0] for rel in git_files if "/conda-meta/" in rel}
-            env_dirs.discard("")
-            path_filter = _PathFilter(exclude, env_dirs)
+            path_filter = _PathFilter(patterns, _environment_dirs(git_files))
             kept = sorted(rel for rel in git_files if path_filter.file_ok(rel))
             return FileListing(files=tuple(kept), source="git")
-    else:
-        in_repository = _find_repository_top(root) is not None
-    if not in_repository and use_git:
-        in_repository = False
-    files = _walk_files(root, _PathFilter(exclude), in_repository)
+        if root_ignored:
+            top = None
+    chain: list[_IgnoreFile] | None = None
+    if top is not None:
+        chain = _enclosing_ignores(root, top)
+        if chain is None:
+            top = None
+    prefix = "" if top is None or top == root else root.relative_to(top).as_posix() + "/"
+    files = _walk_files(root, _PathFilter(patterns), tuple(chain or ()), prefix, top is not None)
     return FileListing(files=tuple(sorted(files)), source="walk")
-
-
-def _find_repository_top(root: Path) -> Path | None:
-    for folder in (root, *root.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
 
 
 # --- searching -------------------------------------------------------------------------------
@@ -896,8 +911,7 @@ def _search(rel: str, text: str, rules: Sequence[ToolingRule]) -> list[Assumptio
     hits = [
         rule
         for rule in rules
-        if (not rule.needles or any(n in lowered for n in rule.needles))
-        and rule.regex.search(text)
+        if (not rule.needles or any(n in lowered for n in rule.needles)) and rule.regex.search(text)
     ]
     if not hits:
         return []

@@ -646,3 +646,49 @@ def test_markdown_report(project: pytest.Pytester) -> None:
     text = (project.path / "out.md").read_text()
     assert "| cuda | 1 | 0 | 1 | 0 | cusolver 1 |" in text
     assert "| `test_md.py::test_md` | eigvals | tpu | 0 | 0 | not present |" in text
+
+
+def test_xdist_reports_equal_serial(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_par="""
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals, my_kernel, three_matmuls
+
+        @pytest.mark.portable
+        def test_a(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+
+        @pytest.mark.portable
+        def test_b(jaxport):
+            jaxport.check(eigvals, jnp.eye(2))
+
+        @pytest.mark.portable
+        def test_c(jaxport):
+            jaxport.check(my_kernel, jnp.ones(2))
+
+        @pytest.mark.portable
+        def test_d(jaxport):
+            pass
+
+        @pytest.mark.portable
+        @pytest.mark.skip(reason="not today")
+        def test_e(jaxport):
+            pass
+        """
+    )
+    reports = []
+    for args in ([], ["-n", "0"], ["-n", "2"]):
+        result = project.runpytest_subprocess("--jaxport-report=r.json", *args)
+        result.assert_outcomes(passed=2, failed=2, skipped=1)
+        reports.append(json.loads((project.path / "r.json").read_text()))
+    assert reports[0]["summary"]["checks"] == 3
+    assert {t["nodeid"]: t["outcome"] for t in reports[0]["tests"]} == {
+        "test_par.py::test_a": "passed",
+        "test_par.py::test_b": "passed",
+        "test_par.py::test_c": "failed",
+        "test_par.py::test_d": "failed",
+        "test_par.py::test_e": "skipped",
+    }
+    assert reports[1] == reports[0]
+    assert reports[2] == reports[0]

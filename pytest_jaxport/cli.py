@@ -1,0 +1,59 @@
+"""The ``jaxport`` console script.
+
+Exit codes: 0 success, 1 a failed check, 2 an unusable input file or bad usage (the
+message names the file and what is wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_jaxport import __version__
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_UNUSABLE = 2
+
+
+def _show(args: argparse.Namespace) -> int:
+    from pytest_jaxport.render import markdown, text
+    from pytest_jaxport.report import ReportError, load
+
+    try:
+        report = load(Path(args.report))
+    except ReportError as e:
+        print(f"jaxport show: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    try:
+        rendered = markdown(report) if args.format == "md" else text(report)
+    except (KeyError, TypeError, ValueError) as e:
+        print(f"jaxport show: {args.report}: malformed report ({type(e).__name__}: {e})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_UNUSABLE
+    print(rendered)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jaxport", description="Work with pytest-jaxport portability reports."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    show = commands.add_parser("show", help="render a saved JSON report")
+    show.add_argument("report", metavar="REPORT.json")
+    show.add_argument("--format", choices=("text", "md"), default="text")
+    show.set_defaults(run=_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

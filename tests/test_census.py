@@ -1,0 +1,219 @@
+"""Census of real lowered programs (real JAX, real lowering) and of hand-built programs."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from pytest_jaxport import lowering
+from pytest_jaxport.census import (
+    Census,
+    OpSite,
+    Program,
+    SourceLocation,
+    parse_location,
+    take_census,
+)
+
+
+def census_of(fn, *args, platform: str) -> Census:
+    traced = lowering.trace(fn, args, {})
+    return take_census(lowering.read_program(lowering.lower(traced, platform)), platform)
+
+
+def count_in_text(fn, *args, platform: str, needle: str) -> int:
+    """An independent count: occurrences of an op in the printed module."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    return text.count(needle)
+
+
+def test_private_function_called_three_times_counts_three() -> None:
+    @jax.jit
+    def helper(x):
+        return x @ x
+
+    def f(a):
+        return helper(a) + helper(a + 1) + helper(a * 2)
+
+    a = jnp.ones((4, 4))
+    assert count_in_text(f, a, platform="cuda", needle="stablehlo.dot_general") == 1
+    census = census_of(f, a, platform="cuda")
+    assert census.vendor == 3
+    assert census.libraries() == {"cublas": 3}
+    [kernel] = census.kernels
+    assert kernel.count == 3
+    assert kernel.location is not None
+    assert kernel.location.file == __file__
+
+
+def test_unrolled_scan_is_weighted_by_calls() -> None:
+    def body(carry, w):
+        return jnp.tanh(carry @ w), None
+
+    def f(x, ws):
+        return jax.lax.scan(body, x, ws, unroll=True)[0]
+
+    x, ws = jnp.ones((2, 8)), jnp.ones((6, 8, 8))
+    census = census_of(f, x, ws, platform="cuda")
+    assert census.libraries() == {"cublas": 6}
+
+
+def test_eigh_per_platform() -> None:
+    a = jnp.eye(4)
+
+    def f(a):
+        return jnp.linalg.eigh(a)[0]
+
+    assert census_of(f, a, platform="cpu").libraries() == {"lapack": 1}
+    assert census_of(f, a, platform="cuda").libraries() == {"cusolver": 1}
+    assert census_of(f, a, platform="rocm").libraries() == {"hipsolver": 1}
+    tpu = census_of(f, a, platform="tpu")
+    assert tpu.vendor == 0
+    assert tpu.custom == 0
+    assert tpu.xla_ops > 0
+
+
+def test_conv_fft_and_solve_on_gpu_platforms() -> None:
+    def f(x, k, a, b):
+        y = jax.lax.conv_general_dilated(x, k, (1, 1), "SAME")
+        z = jnp.fft.rfft(y, axis=-1).real.sum()
+        return z + jnp.linalg.solve(a, b).sum()
+
+    args = (jnp.ones((1, 2, 8, 8)), jnp.ones((3, 2, 3, 3)), jnp.eye(3), jnp.ones(3))
+    cuda = census_of(f, *args, platform="cuda").libraries()
+    assert cuda["cudnn"] == 1
+    assert cuda["cufft"] == 1
+    assert cuda["cusolver"] == 1  # getrf
+    assert cuda["jaxlib"] == 1  # cu_lu_pivots_to_permutation
+    assert cuda["cublas"] == count_in_text(
+        f, *args, platform="cuda", needle="stablehlo.triangular_solve"
+    )
+    rocm = census_of(f, *args, platform="rocm").libraries()
+    assert rocm["miopen"] == 1
+    assert rocm["hipfft"] == 1
+    cpu = census_of(f, *args, platform="cpu").libraries()
+    assert cpu["ducc"] == 1
+    assert cpu["lapack"] >= 1
+    assert "cudnn" not in cpu
+
+
+def test_pallas_behind_platform_dependent() -> None:
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def triton(x):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            compiler_params=pltriton.CompilerParams(),
+        )(x)
+
+    def mosaic(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    def f(x):
+        return jax.lax.platform_dependent(x, cuda=triton, tpu=mosaic, default=lambda x: x * 2.0)
+
+    x = jnp.ones((8, 128))
+    cuda = census_of(f, x, platform="cuda")
+    assert [(k.name, k.kind, k.count) for k in cuda.in_layer("custom")] == [
+        ("__gpu$xla.gpu.triton", "pallas-triton", 1)
+    ]
+    tpu = census_of(f, x, platform="tpu")
+    assert [(k.name, k.kind) for k in tpu.in_layer("custom")] == [
+        ("tpu_custom_call", "pallas-mosaic-tpu")
+    ]
+    assert census_of(f, x, platform="cpu").custom == 0
+    assert census_of(f, x, platform="rocm").custom == 0
+
+
+def test_unknown_ffi_target_is_custom_everywhere() -> None:
+    def f(x):
+        return jax.ffi.ffi_call("my_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        census = census_of(f, jnp.ones(3), platform=platform)
+        assert [(k.name, k.layer, k.kind) for k in census.kernels] == [
+            ("my_kernel", "custom", "ffi")
+        ]
+
+
+def test_host_callback_is_meta() -> None:
+    def f(x):
+        jax.debug.callback(lambda v: None, x)
+        return x + 1
+
+    census = census_of(f, jnp.ones(3), platform="cpu")
+    assert census.meta == 1
+    assert census.custom == 0
+    assert census.in_layer("meta")[0].kind == "host-callback"
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "rocm", "tpu"])
+def test_collectives_under_shard_map(platform: str) -> None:
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(jax.devices()[:1], ("i",))
+
+    def f(x):
+        return jax.shard_map(
+            lambda y: jax.lax.psum(y, "i"),
+            mesh=mesh,
+            in_specs=PartitionSpec("i"),
+            out_specs=PartitionSpec(),
+        )(x)
+
+    census = census_of(f, jnp.ones(4), platform=platform)
+    expected = {"cuda": {"nccl": 1}, "rocm": {"rccl": 1}}.get(platform, {})
+    assert census.libraries() == expected
+
+
+def test_hand_built_program_weights_and_inherits_locations() -> None:
+    program = Program(
+        entry="main",
+        functions={
+            "main": (
+                OpSite(op="func.call", target="outer", location='loc("a"("m.py":10:1))'),
+                OpSite(op="func.call", target="outer", location='loc("a"("m.py":11:1))'),
+                OpSite(op="stablehlo.add"),
+            ),
+            "outer": (
+                OpSite(op="func.call", target="inner"),
+                OpSite(op="func.call", target="inner"),
+            ),
+            "inner": (
+                OpSite(op="stablehlo.custom_call", target="cusolver_getrf_ffi", location="loc(x)"),
+                OpSite(op="stablehlo.constant"),
+                OpSite(op="func.return"),
+            ),
+        },
+    )
+    census = take_census(program, "cuda")
+    assert census.xla_ops == 1
+    assert [(k.location, k.count) for k in census.kernels] == [
+        (SourceLocation(file="m.py", line=10), 2),
+        (SourceLocation(file="m.py", line=11), 2),
+    ]
+    assert census.libraries() == {"cusolver": 4}
+
+
+def test_recursive_program_does_not_loop() -> None:
+    program = Program(
+        entry="main", functions={"main": (OpSite(op="func.call", target="main"),)}
+    )
+    assert take_census(program, "cpu").kernels == ()
+
+
+def test_parse_location_prefers_user_frames() -> None:
+    text = (
+        'loc(callsite("f"("/venv/lib/python3.11/site-packages/flax/linen.py":5:1) '
+        'at callsite("g"("/home/u/model.py":7:2) at "t"("/home/u/test.py":3:1))))'
+    )
+    assert parse_location(text) == SourceLocation(file="/home/u/model.py", line=7)
+    assert parse_location('loc("eigh")') is None
+    assert parse_location(None) is None
+    only_library = 'loc("f"("/x/site-packages/a.py":5:1))'
+    assert parse_location(only_library) == SourceLocation(file="/x/site-packages/a.py", line=5)

@@ -1,0 +1,89 @@
+"""The classification table, row by row where it matters."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_jaxport.targets import LAYERS, PLATFORMS, RULES, Classification, classify, libraries
+
+
+@pytest.mark.parametrize(
+    ("platform", "op", "target", "layer", "library"),
+    [
+        ("cuda", "stablehlo.dot_general", None, "vendor", "cublas"),
+        ("cuda", "stablehlo.convolution", None, "vendor", "cudnn"),
+        ("cuda", "stablehlo.fft", None, "vendor", "cufft"),
+        ("cuda", "stablehlo.triangular_solve", None, "vendor", "cublas"),
+        ("cuda", "stablehlo.all_gather", None, "vendor", "nccl"),
+        ("cuda", "stablehlo.collective_broadcast", None, "vendor", "nccl"),
+        ("cuda", "stablehlo.custom_call", "cusolver_syevd_ffi", "vendor", "cusolver"),
+        ("cuda", "stablehlo.custom_call", "cusparse_gtsv2_ffi", "vendor", "cusparse"),
+        ("cuda", "stablehlo.custom_call", "__cudnn$fmhaSoftmax", "vendor", "cudnn"),
+        ("cuda", "stablehlo.custom_call", "cu_lu_pivots_to_permutation", "vendor", "jaxlib"),
+        ("cuda", "stablehlo.custom_call", "cuhybrid_eig_real", "vendor", "jaxlib"),
+        ("rocm", "stablehlo.dot_general", None, "vendor", "hipblas"),
+        ("rocm", "stablehlo.convolution", None, "vendor", "miopen"),
+        ("rocm", "stablehlo.fft", None, "vendor", "hipfft"),
+        ("rocm", "stablehlo.reduce_scatter", None, "vendor", "rccl"),
+        ("rocm", "stablehlo.custom_call", "hipsolver_getrf_ffi", "vendor", "hipsolver"),
+        ("rocm", "stablehlo.custom_call", "hipsparse_gtsv2_ffi", "vendor", "hipsparse"),
+        ("rocm", "stablehlo.custom_call", "hip_lu_pivots_to_permutation", "vendor", "jaxlib"),
+        ("rocm", "stablehlo.custom_call", "__cudnn$convForward", "vendor", "miopen"),
+        ("rocm", "stablehlo.custom_call", "__cublas$lt$matmul", "vendor", "hipblaslt"),
+        ("tpu", "stablehlo.dot_general", None, "xla", None),
+        ("tpu", "stablehlo.custom_call", "Eigh", "xla", None),
+        ("tpu", "stablehlo.custom_call", "LuDecomposition", "xla", None),
+        ("tpu", "stablehlo.custom_call", "ProductOfElementaryHouseholderReflectors", "xla", None),
+        ("tpu", "stablehlo.custom_call", "ApproxTopK", "xla", None),
+        ("cpu", "stablehlo.custom_call", "lapack_sgetrf_ffi", "vendor", "lapack"),
+        ("cpu", "stablehlo.fft", None, "vendor", "ducc"),
+        ("cpu", "stablehlo.dot_general", None, "xla", None),
+        ("cpu", "stablehlo.convolution", None, "xla", None),
+    ],
+)
+def test_rules(platform: str, op: str, target: str | None, layer: str, library: str | None) -> None:
+    result = classify(platform, op, target)
+    assert (result.layer, result.library) == (layer, library)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize(
+    ("target", "layer", "kind"),
+    [
+        ("__gpu$xla.gpu.triton", "custom", "pallas-triton"),
+        ("mosaic_gpu_v2", "custom", "pallas-mosaic-gpu"),
+        ("tpu_custom_call", "custom", "pallas-mosaic-tpu"),
+        ("triton_kernel_call", "custom", "jax-triton"),
+        ("some_unknown_target", "custom", "ffi"),
+        ("Sharding", "meta", "annotation"),
+        ("SPMDFullToShardShape", "meta", "annotation"),
+        ("shape_assertion", "meta", "annotation"),
+        ("annotate_device_placement", "meta", "annotation"),
+        ("xla_ffi_python_cpu_callback", "meta", "host-callback"),
+        ("xla_python_gpu_callback", "meta", "host-callback"),
+    ],
+)
+def test_everywhere_rules(platform: str, target: str, layer: str, kind: str) -> None:
+    assert classify(platform, "stablehlo.custom_call", target) == Classification(
+        layer=layer, kind=kind  # type: ignore[arg-type]
+    )
+
+
+def test_same_name_means_different_libraries_per_platform() -> None:
+    assert classify("cuda", "stablehlo.custom_call", "__cudnn$convForward").library == "cudnn"
+    assert classify("rocm", "stablehlo.custom_call", "__cudnn$convForward").library == "miopen"
+
+
+def test_cuda_names_are_custom_on_other_platforms() -> None:
+    # A cuSOLVER call in a TPU program can only be a user's own kernel named alike.
+    assert classify("tpu", "stablehlo.custom_call", "cusolver_getrf_ffi").layer == "custom"
+
+
+def test_table_is_well_formed() -> None:
+    for rule in RULES:
+        assert rule.result.layer in LAYERS
+        assert (rule.result.library is not None) == (rule.result.layer == "vendor")
+        assert rule.platforms is None or rule.platforms <= set(PLATFORMS)
+    assert "cublas" in libraries("cuda")
+    assert "cublas" not in libraries("rocm")
+    assert libraries("tpu") == frozenset()
