@@ -63,13 +63,15 @@ class DemoRun:
         )
         self.returncode = proc.returncode
         self.output = proc.stdout + proc.stderr
-        self.report = json.loads((folder / "out.json").read_text())
+        written = folder / "out.json"
+        assert written.is_file(), f"no JSON report written:\n{self.output}"
+        self.report = json.loads(written.read_text())
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     folder = _copy_demo(tmp_path_factory.mktemp("example"))
-    return DemoRun(folder, "--jaxport-report=out.json", "--jaxport-report")
+    return DemoRun(folder, "--jaxport-report=out.json")  # prints the report and writes JSON
 
 
 # -- independent counts -----------------------------------------------------------------------

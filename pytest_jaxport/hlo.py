@@ -1,0 +1,407 @@
+"""Read post-optimization HLO text (``compiled.as_text()``) into a census :class:`Program`.
+
+This is the compiled level's counterpart of reading StableHLO: one :class:`~census.OpSite`
+per dispatch XLA will make, so :func:`census.take_census` can classify compiled programs
+with the same call weighting and source attribution as lowered ones. Pure: no jax import.
+
+How HLO maps onto op sites:
+
+- every instruction becomes ``op="hlo.<opcode>"`` with ``-`` spelled ``_`` (``hlo.fft``,
+  ``hlo.all_reduce``, ``hlo.custom_call``), matching ``stablehlo.*`` spelling so the census's
+  custom-call convention (an op ending in ``custom_call`` carries its target) holds;
+- a custom call carries its ``custom_call_target`` as ``target``;
+- a fusion is one kernel: ``op="hlo.fusion:<kind>"`` where ``<kind>`` is the backend kind
+  XLA chose (``__triton_nested_gemm_fusion``, ``__cudnn$fusion``, ``__ynn_fusion``,
+  ``__custom_fusion$<name>``...) or else XLA's own fusion kind (``kLoop``, ``kInput``...).
+  Its fused computation is never walked. A ``dynamic_slice_fusion`` that wraps a library
+  call is the library call (that is what runs), so it yields the wrapped custom call;
+- ``while``, ``conditional``, ``call`` and ``async-start`` yield a ``call`` op site per
+  computation they run, which the census walks and weights (while bodies count once:
+  trip counts are a runtime matter); the loop or branch itself is one ``hlo.while`` /
+  ``hlo.conditional`` op;
+- the second half of an async pair (``*-done``, ``*-update``) is not a second dispatch,
+  and ``*-start`` is named after the op it starts (``all-reduce-start`` is
+  ``hlo.all_reduce``); values that cost nothing (``parameter``, ``constant``,
+  ``get-tuple-element``, ``tuple``, ``bitcast``...) are left out;
+- ``location`` is the instruction's ``metadata`` source position rendered as MLIR location
+  text, ``loc(callsite("f"("model.py":12:4) at ...))``, innermost frame first, so that
+  :func:`census.parse_location` finds the user's line.
+
+Example::
+
+    >>> program = parse_compiled_hlo('''HloModule m
+    ... ENTRY %main (a: c64[8]) -> c64[8] {
+    ...   %a = c64[8]{0} parameter(0)
+    ...   ROOT %f = c64[8]{0} fft(%a), fft_type=FFT, metadata={source_file="m.py" source_line=3}
+    ... }''')
+    >>> program.functions[program.entry]
+    (OpSite(op='hlo.fft', target=None, location='loc("m.py":3:0)'),)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from pytest_jaxport.census import OpSite, Program
+
+CALL_OP = "call"
+"""The op name :mod:`census` follows into another computation (one of ``census.CALL_OPS``)."""
+
+FUSION_OP = "hlo.fusion"
+CUSTOM_CALL_OP = "hlo.custom_call"
+
+_FREE = frozenset(
+    {
+        "parameter",
+        "constant",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "opt-barrier",
+        "after-all",
+        "add-dependency",
+        "domain",
+    }
+)
+"""Opcodes that name values rather than run anything."""
+
+_DYNAMIC_SLICE_FUSIONS = frozenset(
+    {"dynamic_slice_fusion", "address_computation", "dynamic_address_computation"}
+)
+"""Custom fusions that only compute addresses for the library call (or copy) they wrap."""
+
+_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*")
+_OPCODE = re.compile(r"\s*(?P<opcode>[a-z][a-z0-9\-]*)\(")
+_SIGNIFICANT = re.compile(r'"(?:[^"\\]|\\.)*"|[(){}\[\],]')
+_METADATA_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+_COMPUTATION_REF = re.compile(r"%?([^\s,{}%]+)")
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_OPENERS = {"(": ")", "{": "}", "[": "]"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Frame:
+    file: str
+    function: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Instruction:
+    name: str
+    opcode: str
+    attributes: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Module:
+    entry: str
+    computations: Mapping[str, tuple[_Instruction, ...]]
+    frames: Mapping[int, tuple[_Frame, ...]]
+
+
+def parse_compiled_hlo(text: str) -> Program:
+    """The dispatches of one compiled HLO module, per computation the program runs.
+
+    ``text`` is ``jax.jit(f).lower(...).compile().as_text()`` (any backend). Raises
+    ``ValueError`` when the text has no ``ENTRY`` computation.
+    """
+    module = _parse_module(text)
+    functions: dict[str, tuple[OpSite, ...]] = {}
+    pending = [module.entry]
+    while pending:
+        name = pending.pop()
+        if name in functions:
+            continue
+        sites = tuple(_sites(module, module.computations.get(name, ())))
+        functions[name] = sites
+        pending.extend(
+            site.target
+            for site in sites
+            if site.op == CALL_OP and site.target is not None and site.target not in functions
+        )
+    return Program(entry=module.entry, functions=functions)
+
+
+def _sites(module: _Module, instructions: tuple[_Instruction, ...]) -> Iterator[OpSite]:
+    for instruction in instructions:
+        yield from _instruction_sites(module, instruction)
+
+
+def _instruction_sites(module: _Module, instruction: _Instruction) -> Iterator[OpSite]:
+    opcode = instruction.opcode
+    attributes = instruction.attributes
+    if opcode in _FREE or opcode.endswith(("-done", "-update")):
+        return
+    location = _location(module, attributes.get("metadata"))
+    if opcode == "async-start":
+        for callee in _computation_refs(attributes.get("calls")):
+            yield OpSite(op=CALL_OP, target=callee, location=location)
+        return
+    if opcode == "call":
+        for callee in _computation_refs(attributes.get("to_apply")):
+            yield OpSite(op=CALL_OP, target=callee, location=location)
+        return
+    if opcode == "while":
+        yield OpSite(op="hlo.while", location=location)
+        for key in ("condition", "body"):
+            for callee in _computation_refs(attributes.get(key)):
+                yield OpSite(op=CALL_OP, target=callee, location=location)
+        return
+    if opcode == "conditional":
+        yield OpSite(op="hlo.conditional", location=location)
+        keys = ("branch_computations", "true_computation", "false_computation")
+        for key in keys:
+            for callee in _computation_refs(attributes.get(key)):
+                yield OpSite(op=CALL_OP, target=callee, location=location)
+        return
+    if opcode == "fusion":
+        yield from _fusion_sites(module, instruction, location)
+        return
+    if opcode == "custom-call":
+        target = _unquote(attributes.get("custom_call_target", '""'))
+        yield OpSite(op=CUSTOM_CALL_OP, target=target, location=location)
+        return
+    if opcode.endswith("-start"):
+        opcode = opcode.removesuffix("-start")
+    yield OpSite(op=_op_name(opcode), location=location)
+
+
+def _fusion_sites(
+    module: _Module, instruction: _Instruction, location: str | None
+) -> Iterator[OpSite]:
+    kind = _fusion_kind(instruction.attributes)
+    name = kind.removeprefix("__custom_fusion$")
+    if name != kind and name in _DYNAMIC_SLICE_FUSIONS:
+        # The fusion computes buffer offsets and hands them to the wrapped op: when that
+        # op is a library call, the library call is the dispatch.
+        fused = [
+            inner
+            for callee in _computation_refs(instruction.attributes.get("calls"))
+            for inner in module.computations.get(callee, ())
+            if inner.opcode == "custom-call"
+        ]
+        if fused:
+            for inner in fused:
+                inner_location = _location(module, inner.attributes.get("metadata"))
+                target = _unquote(inner.attributes.get("custom_call_target", '""'))
+                yield OpSite(op=CUSTOM_CALL_OP, target=target, location=inner_location or location)
+            return
+    yield OpSite(op=f"{FUSION_OP}:{kind}", location=location)
+
+
+def _fusion_kind(attributes: Mapping[str, str]) -> str:
+    """The backend kind XLA chose for a fusion, else XLA's own fusion kind (``kLoop``...)."""
+    config = _json_config(attributes.get("backend_config"))
+    for key in ("fusion_backend_config", "fusion_config"):  # GPU, CPU
+        fusion = config.get(key)
+        if isinstance(fusion, dict) and isinstance(fusion.get("kind"), str):
+            kind: str = fusion["kind"]
+            custom = fusion.get("custom_fusion_config")
+            if isinstance(custom, dict) and isinstance(custom.get("name"), str):
+                kind = f"{kind}${custom['name']}"
+            return kind
+    return attributes.get("kind", "kLoop")
+
+
+def _json_config(raw: str | None) -> dict[str, object]:
+    if not raw:
+        return {}
+    text = _unquote(raw) if raw.startswith('"') else raw
+    try:
+        value = json.loads(text)
+    except ValueError:  # MLIR dictionary syntax (Pallas) or anything else: not a JSON config
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _op_name(opcode: str) -> str:
+    return "hlo." + opcode.replace("-", "_")
+
+
+def _computation_refs(raw: str | None) -> list[str]:
+    if not raw:
+        return []
+    return _COMPUTATION_REF.findall(raw.strip().strip("{}"))
+
+
+# --- locations -------------------------------------------------------------------------
+
+
+def _location(module: _Module, raw_metadata: str | None) -> str | None:
+    if not raw_metadata:
+        return None
+    fields = dict(_METADATA_FIELD.findall(raw_metadata.strip()[1:-1]))
+    frame_id = fields.get("stack_frame_id")
+    if frame_id is not None and frame_id.isdigit():
+        frames = module.frames.get(int(frame_id))
+        if frames:
+            return _render(frames)
+    source_file = fields.get("source_file")
+    source_line = fields.get("source_line", "")
+    if source_file and source_line.isdigit():
+        return f"loc({_quote(_unquote(source_file))}:{int(source_line)}:0)"
+    return None
+
+
+def _render(frames: tuple[_Frame, ...]) -> str:
+    """MLIR location text for a call stack, innermost frame first."""
+    text = ""
+    for frame in reversed(frames):
+        here = f"{_quote(frame.function)}({_quote(frame.file)}:{frame.line}:{frame.column})"
+        text = here if not text else f"callsite({here} at {text})"
+    return f"loc({text})"
+
+
+def _stack_frames(tables: Mapping[str, Mapping[int, str]]) -> dict[int, tuple[_Frame, ...]]:
+    files = {k: _unquote(v) for k, v in tables.get("FileNames", {}).items()}
+    functions = {k: _unquote(v) for k, v in tables.get("FunctionNames", {}).items()}
+    locations: dict[int, _Frame] = {}
+    for key, raw in tables.get("FileLocations", {}).items():
+        fields = _int_fields(raw)
+        locations[key] = _Frame(
+            file=files.get(fields.get("file_name_id", 0), "?"),
+            function=functions.get(fields.get("function_name_id", 0), "?"),
+            line=fields.get("line", 0),
+            column=fields.get("column", 0),
+        )
+    stack = {key: _int_fields(raw) for key, raw in tables.get("StackFrames", {}).items()}
+    # The text printer writes parent ids one higher than the frame ids it lists (the root
+    # frame reads as its own parent); a table with a 0 parent uses the ids as listed.
+    offset = 0 if any(f.get("parent_frame_id") == 0 for f in stack.values()) else 1
+    resolved: dict[int, tuple[_Frame, ...]] = {}
+    for key in stack:
+        chain: list[_Frame] = []
+        seen: set[int] = set()
+        current = key
+        while current in stack and current not in seen:
+            seen.add(current)
+            location = locations.get(stack[current].get("file_location_id", 0))
+            # Nested traces (scan bodies, inner jits) repeat their caller's frame.
+            if location is not None and (not chain or chain[-1] != location):
+                chain.append(location)
+            current = stack[current].get("parent_frame_id", 0) - offset
+        resolved[key] = tuple(chain)
+    return resolved
+
+
+def _int_fields(raw: str) -> dict[str, int]:
+    return {k: int(v) for k, v in _METADATA_FIELD.findall(raw) if v.lstrip("-").isdigit()}
+
+
+# --- text scanning ----------------------------------------------------------------------
+
+
+def _parse_module(text: str) -> _Module:
+    tables: dict[str, dict[int, str]] = {}
+    computations: dict[str, tuple[_Instruction, ...]] = {}
+    entry: str | None = None
+    table: dict[int, str] | None = None
+    current: list[_Instruction] | None = None
+    current_name = ""
+    for line in text.splitlines():
+        if current is not None:
+            if line.startswith("}"):
+                computations[current_name] = tuple(current)
+                current = None
+            else:
+                instruction = _parse_instruction(line)
+                if instruction is not None:
+                    current.append(instruction)
+            continue
+        if not line.strip():
+            table = None
+            continue
+        if table is not None:
+            row = _TABLE_ROW.match(line)
+            if row:
+                table[int(row.group(1))] = row.group(2)
+                continue
+            table = None
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            table = tables.setdefault(line, {})
+            continue
+        header = _COMPUTATION.match(line)
+        if header and not line.startswith("HloModule"):
+            current_name = header.group("name")
+            current = []
+            if header.group("entry") and entry is None:
+                entry = current_name
+    if entry is None:
+        raise ValueError("not a compiled HLO module: no ENTRY computation in the text")
+    return _Module(entry=entry, computations=computations, frames=_stack_frames(tables))
+
+
+def _parse_instruction(line: str) -> _Instruction | None:
+    head = _INSTRUCTION.match(line)
+    if head is None:
+        return None
+    position = head.end()
+    if line.startswith("(", position):  # tuple shape
+        position = _close(line, position)
+    else:
+        while position < len(line) and not line[position].isspace():
+            position += 1
+    opcode = _OPCODE.match(line, position)
+    if opcode is None:
+        return None
+    operands_end = _close(line, opcode.end() - 1)
+    attributes: dict[str, str] = {}
+    for item in _split_top_level(line[operands_end:]):
+        key, sep, value = item.strip().partition("=")
+        if sep:
+            attributes[key.strip()] = value.strip()
+    return _Instruction(
+        name=head.group("name"), opcode=opcode.group("opcode"), attributes=attributes
+    )
+
+
+def _close(text: str, start: int) -> int:
+    """The index just past the bracket that closes ``text[start]``."""
+    depth = 0
+    for match in _SIGNIFICANT.finditer(text, start):
+        token = match.group()
+        if token in _OPENERS:
+            depth += 1
+        elif token in (")", "}", "]"):
+            depth -= 1
+            if depth == 0:
+                return match.end()
+    return len(text)
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on the commas outside any brackets or strings."""
+    parts: list[str] = []
+    depth = 0
+    begin = 0
+    for match in _SIGNIFICANT.finditer(text):
+        token = match.group()
+        if token in _OPENERS:
+            depth += 1
+        elif token in (")", "}", "]"):
+            depth -= 1
+        elif token == "," and depth == 0:
+            parts.append(text[begin : match.start()])
+            begin = match.end()
+    parts.append(text[begin:])
+    return [part for part in parts if part.strip()]
+
+
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    return _ESCAPE.sub(lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), value)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
