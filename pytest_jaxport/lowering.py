@@ -83,10 +83,9 @@ def default_platform() -> str:
 
 def versions() -> dict[str, str]:
     """jax and jaxlib versions, for reports and cache keys."""
-    import jax
-    import jaxlib
+    from importlib.metadata import version
 
-    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+    return {"jax": version("jax"), "jaxlib": version("jaxlib")}
 
 
 def trace(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -181,7 +180,7 @@ def execute(
                 .lower()
                 .compile()(*placed_args, **placed_kwargs)
             )
-        value = jax.block_until_ready(value)
+        value = jax.block_until_ready(value)  # type: ignore[no-untyped-call]
     except Exception as e:  # a failure to compile or run is a finding for this platform
         raise LoweringFailure(describe_error(e)) from e
     return Execution(platform=platform, value=value, outputs=to_outputs(value))

@@ -14,13 +14,13 @@ import pytest
 
 from pytest_jaxport import hookspecs
 from pytest_jaxport.config import ConfigError, ProjectConfig, load_project, portable
+from pytest_jaxport.session import JAXPORT, JaxportSession
 from pytest_jaxport.targets import PLATFORMS
 
 if TYPE_CHECKING:
     from pytest_jaxport.fixture import Jaxport
-    from pytest_jaxport.session import JaxportSession
 
-SESSION = pytest.StashKey["JaxportSession"]()
+SESSION = pytest.StashKey[JaxportSession]()
 REPORT_SUFFIXES = (".json", ".md")
 
 
@@ -104,8 +104,6 @@ def _check_report_target(target: str | None, config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_jaxport.session import JaxportSession
-
     config.addinivalue_line("markers", _marker_help())
     path = _pyproject(config)
     try:
@@ -141,8 +139,6 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     """
     from pytest_jaxport.config import ConfigError as _ConfigError
     from pytest_jaxport.fixture import Jaxport
-    from pytest_jaxport.session import JAXPORT
-
     session = request.config.stash[SESSION]
     item = request.node
     try:

@@ -28,14 +28,14 @@ JAXPORT = pytest.StashKey["Any"]()
 RESOLVED = pytest.StashKey["Resolved | ConfigError"]()
 
 
-def _mark_origin(node: pytest.Item | pytest.Collector, item: pytest.Item) -> str:
+def _mark_origin(node: object, item: pytest.Item) -> str:
     if node is item:
         return item.nodeid
     if isinstance(node, pytest.Module):
         return f"module {node.nodeid}"
     if isinstance(node, pytest.Class):
         return f"class {node.nodeid}"
-    return node.nodeid
+    return str(getattr(node, "nodeid", node))
 
 
 class JaxportSession:

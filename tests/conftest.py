@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pytest
-
 # pytester's in-process runs drop every module imported during the run; JAX's C extensions
 # cannot be imported twice in one process, so import everything the inner runs use up front.
 import jax
@@ -15,6 +13,7 @@ import jax.experimental.pallas.triton
 import jax.numpy
 import ml_dtypes  # noqa: F401
 import numpy  # noqa: F401
+import pytest
 
 import pytest_jaxport.budget
 import pytest_jaxport.fixture

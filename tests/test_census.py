@@ -201,9 +201,7 @@ def test_hand_built_program_weights_and_inherits_locations() -> None:
 
 
 def test_recursive_program_does_not_loop() -> None:
-    program = Program(
-        entry="main", functions={"main": (OpSite(op="func.call", target="main"),)}
-    )
+    program = Program(entry="main", functions={"main": (OpSite(op="func.call", target="main"),)})
     assert take_census(program, "cpu").kernels == ()
 
 

@@ -52,22 +52,16 @@ def test_precedence_defaults_project_platform_marker() -> None:
         },
         "pyproject.toml",
     )
-    marker = merge_marks(
-        [("test_x", parse_marker((), {"max_vendor_calls": 3}, "test_x"))]
-    )
+    marker = merge_marks([("test_x", parse_marker((), {"max_vendor_calls": 3}, "test_x"))])
     cuda = project.resolve(marker).budget("cuda")
     assert cuda.max_vendor_calls == Setting(value=3, origin="test_x")
-    assert cuda.max_custom_calls == Setting(
-        value=1, origin="pyproject.toml [tool.jaxport.budget]"
-    )
+    assert cuda.max_custom_calls == Setting(value=1, origin="pyproject.toml [tool.jaxport.budget]")
     assert cuda.max_library_calls["cudnn"] == Setting(
         value=2, origin="pyproject.toml [tool.jaxport.budget.cuda]"
     )
     assert cuda.max_library_calls["nccl"].value == 4
     rocm = project.resolve().budget("rocm")
-    assert rocm.max_vendor_calls == Setting(
-        value=10, origin="pyproject.toml [tool.jaxport.budget]"
-    )
+    assert rocm.max_vendor_calls == Setting(value=10, origin="pyproject.toml [tool.jaxport.budget]")
     assert rocm.max_library_calls["cudnn"].value == 0
 
 
@@ -127,7 +121,7 @@ def test_must_lower_extends_lowering_platforms() -> None:
     ],
 )
 def test_marker_values_are_validated(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError, match="^@pytest.mark.portable on t.py::t: ") as info:
+    with pytest.raises(ConfigError, match=r"^@pytest\.mark\.portable on t\.py::t: ") as info:
         parse_marker((), kwargs, "t.py::t")
     assert message in str(info.value)
 

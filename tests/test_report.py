@@ -12,7 +12,7 @@ import pytest
 from pytest_jaxport.budget import evaluate
 from pytest_jaxport.census import Census, Kernel, SourceLocation
 from pytest_jaxport.cli import main
-from pytest_jaxport.config import parse_marker, merge_marks, parse_project
+from pytest_jaxport.config import merge_marks, parse_marker, parse_project
 from pytest_jaxport.report import (
     SCHEMA_VERSION,
     PlatformProbe,
@@ -119,7 +119,7 @@ def test_write_is_atomic_and_load_round_trips(tmp_path: Path) -> None:
     [
         ('{"schema_version": 1, "tool": {"name": "pytest-jaxport"}, "tests": [', "not valid JSON"),
         ('{"coverage": 1}', "not a pytest-jaxport report"),
-        ('[1, 2]', "not a pytest-jaxport report"),
+        ("[1, 2]", "not a pytest-jaxport report"),
         ('{"schema_version": 99, "tool": {"name": "pytest-jaxport"}}', "schema_version 99"),
     ],
 )

@@ -65,7 +65,8 @@ def test_rules(platform: str, op: str, target: str | None, layer: str, library: 
 )
 def test_everywhere_rules(platform: str, target: str, layer: str, kind: str) -> None:
     assert classify(platform, "stablehlo.custom_call", target) == Classification(
-        layer=layer, kind=kind  # type: ignore[arg-type]
+        layer=layer,
+        kind=kind,  # type: ignore[arg-type]
     )
 
 
