@@ -9,7 +9,7 @@ Example message::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -140,7 +140,3 @@ def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violatio
                 )
             )
     return violations
-
-
-def budgets_by_platform(probe: Probe, budget_for: Callable[[str], Budget]) -> Mapping[str, Budget]:
-    return {p: budget_for(p) for p in probe.platforms}

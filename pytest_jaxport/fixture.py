@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,10 @@ class Jaxport:
         config: Resolved,
         classifier: Classifier,
         rootdir: Path,
-        nodeid: str,
     ) -> None:
         self._config = config
         self._classifier = classifier
         self._rootdir = rootdir
-        self._nodeid = nodeid
         self.probes: list[Probe] = []
 
     @property
@@ -112,9 +111,9 @@ class Jaxport:
                     fn, traced, lowered_for[platform], platform, args, kwargs
                 )
             except lowering.LoweringFailure as e:
-                results[platform] = _replace(results[platform], execution_error=str(e))
+                results[platform] = replace(results[platform], execution_error=str(e))
                 continue
-            results[platform] = _replace(results[platform], executed=True)
+            results[platform] = replace(results[platform], executed=True)
 
         probe, value = self._compare(check_name, results, executions)
         self.probes.append(probe)
@@ -171,7 +170,7 @@ class Jaxport:
                 platform=platform,
                 tolerance=tolerance,
             )
-            results[platform] = _replace(results[platform], numerics=comparison)
+            results[platform] = replace(results[platform], numerics=comparison)
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
 
@@ -186,12 +185,10 @@ class Jaxport:
 
     def _relative(self, census: Census) -> Census:
         kernels = tuple(
-            k if k.location is None else _with_location(k, self._relative_location(k.location))
+            k if k.location is None else replace(k, location=self._relative_location(k.location))
             for k in census.kernels
         )
-        return Census(
-            platform=census.platform, level=census.level, kernels=kernels, xla_ops=census.xla_ops
-        )
+        return replace(census, kernels=kernels)
 
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
         try:
@@ -215,15 +212,3 @@ def _name_of(fn: Callable[..., Any]) -> str:
     if inner is not None:
         return _name_of(inner)
     return type(fn).__name__ if name is None else "lambda"
-
-
-def _replace(result: PlatformProbe, **changes: Any) -> PlatformProbe:
-    from dataclasses import replace
-
-    return replace(result, **changes)
-
-
-def _with_location(kernel: Any, location: SourceLocation) -> Any:
-    from dataclasses import replace
-
-    return replace(kernel, location=location)

@@ -139,6 +139,7 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     """
     from pytest_jaxport.config import ConfigError as _ConfigError
     from pytest_jaxport.fixture import Jaxport
+
     session = request.config.stash[SESSION]
     item = request.node
     try:
@@ -149,7 +150,6 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
         config=resolved,
         classifier=session.classifier(),
         rootdir=request.config.rootpath,
-        nodeid=item.nodeid,
     )
     item.stash[JAXPORT] = instance
     return instance

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import platform as _platform
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,7 +291,3 @@ def load(path: Path) -> dict[str, Any]:
             f"(this pytest-jaxport {__version__} reads version {SCHEMA_VERSION})"
         )
     return data
-
-
-def python_info() -> str:
-    return sys.version.split()[0]
