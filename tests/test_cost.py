@@ -1,0 +1,135 @@
+"""Runtime share arithmetic, roofline peaks, kernels to rewrite and the days model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pytest_jaxport.census import Census, Kernel, SourceLocation
+from pytest_jaxport.cost import (
+    DEFAULT_PEAKS,
+    CostModel,
+    RuntimeShare,
+    combine,
+    estimate,
+    peak_from_target,
+    rewrite_items,
+    roofline_seconds,
+    share_of,
+)
+from pytest_jaxport.profile import Event, measure, self_times
+
+TARGETS = Path(__file__).parents[1] / "pytest_jaxport" / "gpu_targets"
+
+
+def loc(line: int) -> SourceLocation:
+    return SourceLocation(file="k.py", line=line)
+
+
+TRITON = Kernel(layer="custom", name="__gpu$xla.gpu.triton", kind="pallas-triton", location=loc(3))
+FMHA = Kernel(layer="vendor", name="__cudnn$fmhaSoftmax", kind="attention", library="cudnn",
+              location=loc(9))  # fmt: skip
+GEMM = Kernel(layer="vendor", name="stablehlo.dot_general", kind="gemm", library="cublas",
+              location=loc(5))  # fmt: skip
+CUDA = Census(platform="cuda", kernels=(TRITON, FMHA, GEMM))
+
+
+def test_share_sums_to_one_and_leaves_meta_out() -> None:
+    share = share_of(
+        [("xla", None, 1.0), ("vendor", "lapack", 2.0), ("custom", None, 1.0), ("meta", None, 9.0)],
+        "measured",
+    )
+    assert share.seconds == 4.0
+    assert share.layers == {"xla": 0.25, "vendor": 0.5, "custom": 0.25}
+    assert share.libraries == {"lapack": 0.5}
+    assert sum(share.layers.values()) == pytest.approx(1.0)
+    assert RuntimeShare.from_dict(share.to_dict()) == share
+
+
+def test_combine_weights_by_time_and_basis() -> None:
+    fast = share_of([("xla", None, 1.0)], "measured")
+    slow = share_of([("vendor", "cublas", 3.0)], "estimated")
+    total = combine([fast, slow])
+    assert total is not None
+    assert total.layers["vendor"] == pytest.approx(0.75)
+    assert total.libraries == {"cublas": pytest.approx(0.75)}
+    assert total.basis == "estimated"
+    measured = combine([fast, fast])
+    assert measured is not None
+    assert measured.basis == "measured"
+    assert combine([]) is None
+
+
+def test_peak_from_shipped_h100_description() -> None:
+    peak = peak_from_target((TARGETS / "h100.txtpb").read_text(), source="h100")
+    assert peak is not None
+    # 132 SMs x 128 FP32 lanes x 2 x ~1.98 GHz is the datasheet's ~67 TFLOP/s.
+    assert peak.flops == pytest.approx(DEFAULT_PEAKS["cuda"].flops, rel=0.05)
+    assert peak.bandwidth == pytest.approx(3.35e12, rel=0.05)
+    assert peak_from_target("core_count: 3", source="x") is None
+
+
+def test_roofline_is_bound_by_the_slower_resource() -> None:
+    peak = DEFAULT_PEAKS["cuda"]
+    assert roofline_seconds(peak.flops, 0.0, peak) == pytest.approx(1.0)
+    assert roofline_seconds(0.0, peak.bandwidth * 2, peak) == pytest.approx(2.0)
+
+
+def test_rewrite_items_per_target() -> None:
+    tpu = Census(platform="tpu", kernels=(Kernel(layer="custom", name="tpu_custom_call",
+                                                 kind="pallas-mosaic-tpu", location=loc(3)),))  # fmt: skip
+    rocm = Census(platform="rocm")
+    # The Pallas kernel has a TPU variant at the same line: only the cuDNN gap remains.
+    tpu_items = rewrite_items(check="c", target="tpu", nvidia=CUDA, on_target=tpu)
+    assert [(i.status, i.name) for i in tpu_items] == [("vendor-gap", "__cudnn$fmhaSoftmax")]
+    [fallback, gap] = rewrite_items(check="c", target="rocm", nvidia=CUDA, on_target=rocm)
+    assert (fallback.status, fallback.name) == ("fallback", "__gpu$xla.gpu.triton")
+    assert "performance not guaranteed" in fallback.describe()
+    assert (gap.status, gap.name) == ("vendor-gap", "__cudnn$fmhaSoftmax")
+    [rewrite, _] = rewrite_items(
+        check="c", target="rocm", nvidia=CUDA, on_target=None, target_error="ValueError: x"
+    )
+    assert rewrite.status == "rewrite"
+    assert "ValueError: x" in rewrite.reason
+    assert rewrite_items(check="c", target="rocm", nvidia=None, on_target=rocm) == []
+
+
+def test_estimate_prices_each_distinct_item_once() -> None:
+    items = rewrite_items(check="a", target="rocm", nvidia=CUDA, on_target=Census(platform="rocm"))
+    again = rewrite_items(check="b", target="rocm", nvidia=CUDA, on_target=Census(platform="rocm"))
+    model = CostModel(fallback_validation=2.0, vendor_gap=4.0, tooling_assumption=1.0, fixed=3.0)
+    result = estimate("rocm", items + again, model=model, tooling_assumptions=2)
+    assert result.kernels_to_rewrite == 1
+    assert result.breakdown == {
+        "kernel_rewrite": 0.0, "fallback_validation": 2.0, "vendor_gap": 4.0,
+        "tooling_assumption": 2.0, "fixed": 3.0,
+    }  # fmt: skip
+    assert result.days == 11.0
+    priced = estimate("rocm", items, model=model, priced={items[0]: 20.0})
+    assert priced.breakdown["fallback_validation"] == 20.0
+    assert estimate("tpu", [], model=model).days == 0.0
+
+
+def test_self_times_subtract_nested_events() -> None:
+    lines = [
+        [Event(op="while.1", start_ns=0, end_ns=100), Event(op="dot.1", start_ns=10, end_ns=40),
+         Event(op="dot.1", start_ns=50, end_ns=80), Event(op="add", start_ns=100, end_ns=110)],
+        [Event(op="dot.1", start_ns=0, end_ns=5)],
+    ]  # fmt: skip
+    assert self_times(lines) == {"while.1": 40.0, "dot.1": 65.0, "add": 10.0}
+
+
+def test_measure_attributes_real_profiler_events_to_instructions() -> None:
+    def f(a):
+        return jnp.linalg.eigh(a @ a.T)[0].sum()
+
+    a = jnp.ones((64, 64)) + jnp.eye(64)
+    compiled = jax.jit(f).trace(a).lower(lowering_platforms=("cpu",)).compile()
+    times = measure(lambda: jax.block_until_ready(compiled(a)), runs=2)
+    names = compiled.as_text()
+    assert times, "the profiler recorded no hlo_op events"
+    assert all(f"%{op} " in names or f"{op} =" in names for op in times), times
+    assert max(times, key=times.__getitem__).startswith("eigh")
