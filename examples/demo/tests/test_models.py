@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from demo_models import (
     bias_gelu_reference,
     convnet,

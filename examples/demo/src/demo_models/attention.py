@@ -18,9 +18,7 @@ def init_attention(key: jax.Array, d_model: int = 32, heads: int = 4) -> dict[st
     }
 
 
-def multi_head_attention(
-    params: dict[str, jax.Array], x: jax.Array, mask: jax.Array
-) -> jax.Array:
+def multi_head_attention(params: dict[str, jax.Array], x: jax.Array, mask: jax.Array) -> jax.Array:
     """Self-attention over ``x`` ``(batch, seq, d_model)``; ``mask`` ``(seq, seq)`` is True
     where a query may attend to a key (e.g. a causal mask)."""
     q = jnp.einsum("bsd,dhk->bhsk", x, params["wq"])

@@ -6,7 +6,9 @@ import jax
 import jax.numpy as jnp
 
 
-def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (32, 64, 64, 10)) -> list[dict[str, jax.Array]]:
+def init_mlp(
+    key: jax.Array, sizes: tuple[int, ...] = (32, 64, 64, 10)
+) -> list[dict[str, jax.Array]]:
     """Dense layers ``sizes[0] -> sizes[1] -> ... -> sizes[-1]``, LeCun-normal weights."""
     keys = jax.random.split(key, len(sizes) - 1)
     return [
@@ -14,7 +16,7 @@ def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (32, 64, 64, 10)) -> list[
             "w": jax.random.normal(k, (n_in, n_out), jnp.float32) / jnp.sqrt(n_in),
             "b": jnp.zeros((n_out,), jnp.float32),
         }
-        for k, n_in, n_out in zip(keys, sizes[:-1], sizes[1:])
+        for k, n_in, n_out in zip(keys, sizes[:-1], sizes[1:], strict=True)
     ]
 
 

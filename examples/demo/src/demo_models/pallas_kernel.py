@@ -14,10 +14,13 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as pltriton
+
+# jax >= 0.6 names; older releases call them TritonCompilerParams and TPUCompilerParams.
+_TRITON_PARAMS = getattr(pltriton, "CompilerParams", None) or pltriton.TritonCompilerParams
+_MOSAIC_TPU_PARAMS = getattr(pltpu, "CompilerParams", None) or pltpu.TPUCompilerParams
 
 
 def _gelu(y: jax.Array) -> jax.Array:
@@ -46,7 +49,7 @@ def fused_bias_gelu(x: jax.Array, bias: jax.Array) -> jax.Array:
     return jax.lax.platform_dependent(
         x,
         bias,
-        cuda=functools.partial(_pallas_bias_gelu, compiler_params=pltriton.CompilerParams()),
-        tpu=functools.partial(_pallas_bias_gelu, compiler_params=pltpu.CompilerParams()),
+        cuda=functools.partial(_pallas_bias_gelu, compiler_params=_TRITON_PARAMS()),
+        tpu=functools.partial(_pallas_bias_gelu, compiler_params=_MOSAIC_TPU_PARAMS()),
         default=bias_gelu_reference,
     )
