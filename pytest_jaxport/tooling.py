@@ -25,12 +25,10 @@ Example::
 from __future__ import annotations
 
 import bisect
-import io
 import os
 import re
 import stat
 import subprocess
-import tokenize
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +88,73 @@ _GIT_REDIRECTS = frozenset(
 _ENV_DIR_MARKERS = frozenset({"pyvenv.cfg", "conda-meta"})
 _PYTHON_SUFFIXES = (".py", ".pyi", ".pyw")
 _RULE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
-_WHOLE_LINE = 1 << 30
+_BEYOND_ANY_OFFSET = 1 << 62
+
+
+def _glob_regex(pattern: str) -> str:
+    """Translate a gitignore-style glob to a regex body.
+
+    ``*`` and ``?`` stop at ``/``; ``**/`` is any number of directories, a trailing ``/**``
+    everything below, ``[...]`` a character class, and ``\\`` escapes the next character.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            j = i
+            while j < n and pattern[j] == "*":
+                j += 1
+            double = j - i >= 2 and (i == 0 or pattern[i - 1] == "/")
+            if double and j < n and pattern[j] == "/":
+                out.append("(?:.*/)?")
+                j += 1
+            elif double and j == n:
+                out.append(".*")
+            else:
+                out.append("[^/]*")
+            i = j
+            continue
+        if c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] in "!^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            if j >= n:
+                out.append(re.escape(c))
+            else:
+                out.append(_class_regex(pattern[i + 1 : j]))
+                i = j
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _class_regex(body: str) -> str:
+    """A glob's ``[...]`` body as a regex class that never matches ``/``."""
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    parts: list[str] = []
+    k = 0
+    while k < len(body):
+        char = body[k]
+        if char == "\\" and k + 1 < len(body):
+            parts.append(re.escape(body[k + 1]))
+            k += 2
+            continue
+        parts.append("\\" + char if char in "\\[]&~|" else char)  # never re set syntax
+        k += 1
+    return ("[^/" if negate else "[") + "".join(parts) + "]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +194,13 @@ class ToolingRule:
             )
         if not self.files:
             raise ValueError(f"tooling rule {self.id!r}: files must name at least one glob")
+        for glob in self.files:
+            try:
+                re.compile(_glob_regex(glob))
+            except re.error as exc:
+                raise ValueError(
+                    f"tooling rule {self.id!r}: {glob!r} is not a valid glob: {exc}"
+                ) from None
         if not isinstance(self.reason, str) or not self.reason.strip() or "\n" in self.reason:
             raise ValueError(f"tooling rule {self.id!r}: reason must be one non-empty line")
         if isinstance(self.needles, str) or not all(isinstance(n, str) and n for n in self.needles):
@@ -279,19 +350,7 @@ _TOOLS = (
     r"(?:nsys|ncu|nvidia-smi|nvidia-docker|cuda-gdb|cuda-memcheck|compute-sanitizer"
     r"|nvprof|nv-nsight-cu-cli|dcgmi|nvcc)"
 )
-_TOOL_NEEDLES = (
-    "nsys",
-    "ncu",
-    "nvidia-smi",
-    "nvidia-docker",
-    "cuda-gdb",
-    "cuda-memcheck",
-    "compute-sanitizer",
-    "nvprof",
-    "nv-nsight",
-    "dcgmi",
-    "nvcc",
-)
+_TOOL_NEEDLES = ("nsys", "ncu", "nvidia", "cuda", "nvprof", "nsight", "dcgmi", "nvcc", "sanitizer")
 _TOOL_REASON = "NVIDIA-only tool (Nsight, nvidia-smi, cuda-gdb): the workflow needs a counterpart"
 _NOT_A_PATH = r"(?<![\w./-])"
 
@@ -381,21 +440,21 @@ RULES: tuple[ToolingRule, ...] = (
         ),
         files=_PYTHON,
         needles=("gpu", "cuda"),
-        reason='hard-coded "gpu"/"cuda" device string: this code path only runs on NVIDIA',
+        reason='hard-coded "gpu"/"cuda" device: never runs on TPU or CPU ("cuda": nor on ROCm)',
     ),
     ToolingRule(
         id="cuda-device-string",
         pattern=r"""\bJAX_PLATFORMS?(?:_NAME)?\b["']?[ \t]*[=:][ \t]*["']?""" + _PLATFORM_LIST,
         files=_NOT_PYTHON,
         needles=("gpu", "cuda"),
-        reason='hard-coded "gpu"/"cuda" platform: this job only runs on NVIDIA',
+        reason='hard-coded "gpu"/"cuda" platform: never runs on TPU or CPU ("cuda": nor on ROCm)',
     ),
     ToolingRule(
         id="cuda-visible-devices",
         pattern=r"\b(?:CUDA|NVIDIA)_VISIBLE_DEVICES\b|\bCUDA_DEVICE_ORDER\b",
         files=_EVERYWHERE,
-        needles=("visible_devices", "cuda_device_order"),
-        reason="CUDA device selection: ROCm reads HIP/ROCR_VISIBLE_DEVICES, TPUs their own",
+        needles=("visible_devices", "device_order"),
+        reason="CUDA device selection: TPUs ignore it; ROCm expects ROCR_/HIP_VISIBLE_DEVICES",
     ),
     ToolingRule(
         id="gpu-jax-config",
@@ -426,60 +485,7 @@ def summarize(assumptions: Iterable[Assumption]) -> dict[str, int]:
     return dict(sorted(Counter(a.rule for a in assumptions).items()))
 
 
-# --- globs ---------------------------------------------------------------------------------
-
-
-def _glob_regex(pattern: str) -> str:
-    """Translate a gitignore-style glob to a regex body.
-
-    ``*`` and ``?`` stop at ``/``; ``**/`` is any number of directories, a trailing ``/**``
-    everything below, ``[...]`` a character class, and ``\\`` escapes the next character.
-    """
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "*":
-            j = i
-            while j < n and pattern[j] == "*":
-                j += 1
-            double = j - i >= 2 and (i == 0 or pattern[i - 1] == "/")
-            if double and j < n and pattern[j] == "/":
-                out.append("(?:.*/)?")
-                j += 1
-            elif double and j == n:
-                out.append(".*")
-            else:
-                out.append("[^/]*")
-            i = j
-            continue
-        if c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = i + 1
-            if j < n and pattern[j] in "!^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : j]
-                negate = body[:1] in ("!", "^")
-                if negate:
-                    body = body[1:]
-                body = body.replace("\\", "\\\\")
-                out.append(("[^/" if negate else "[") + body + "]")
-                i = j
-        elif c == "\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(pattern[i]))
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
+# --- ignore files ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,7 +605,7 @@ class _PathFilter:
 
 def _compile_exclude(pattern: str) -> re.Pattern[str]:
     if not isinstance(pattern, str) or not pattern.strip():
-        raise ValueError(f"exclude patterns must be non-empty strings, got {pattern!r}")
+        raise ValueError(f"exclude pattern {pattern!r} must be a non-empty string")
     text = pattern.strip()
     while text.startswith("./"):
         text = text[2:]
@@ -611,7 +617,10 @@ def _compile_exclude(pattern: str) -> re.Pattern[str]:
     body = _glob_regex(text)
     if not anchored:  # like .gitignore: a bare name matches at any depth
         body = "(?:.*/)?" + body
-    return re.compile(body + r"\Z", re.DOTALL)
+    try:
+        return re.compile(body + r"\Z", re.DOTALL)
+    except re.error as exc:
+        raise ValueError(f"exclude pattern {pattern!r} is not a valid glob: {exc}") from None
 
 
 # --- listing files ---------------------------------------------------------------------------
@@ -844,58 +853,75 @@ def _comment_start(line: str) -> int:
     return len(line)
 
 
-_Spans = dict[int, list[tuple[int, int]]]
+# Just enough of a Python lexer to tell code from prose: comments, string literals (with
+# prefixes, triple quotes, escapes), brackets and newlines. Much faster than ``tokenize``,
+# never raises, and tests hold it to ``tokenize`` on tricky sources.
+_PY_LEXEME = re.compile(
+    r"(?P<comment>#[^\n]*)"
+    r"|(?P<string>(?:(?<!\w)[rRbBuUfFtT]{1,2})?(?:"
+    r"'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*(?:'''|\Z)"
+    r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*(?:"""|\Z)'
+    r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*(?:'|(?=\n)|\Z)"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*(?:"|(?=\n)|\Z)'
+    r"))"
+    r"|(?P<open>[(\[{])|(?P<close>[)\]}])|(?P<newline>\n)",
+    re.DOTALL,
+)
 
 
-def _python_prose(text: str) -> _Spans | None:
-    """Comment and docstring spans of Python source, per 0-based line; ``None`` if untokenizable.
+def _blank(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` holds only whitespace and line continuations."""
+    between = text[start:end]
+    return not between.strip() or not between.replace("\\\n", "").strip()
 
-    A docstring here is any string literal that is a statement of its own (module, class and
-    function docstrings, and bare strings used as comments).
+
+def _python_prose(text: str) -> list[tuple[int, int]]:
+    """Offsets ``(start, end)`` of the comments and docstrings of Python source, sorted.
+
+    A docstring here is any string literal that is a statement of its own: module, class
+    and function docstrings, and bare strings used as comments. Linear in the text's size.
     """
-    spans: _Spans = {}
-
-    def add(start: tuple[int, int], end: tuple[int, int]) -> None:
-        (first, col), (last, end_col) = start, end
-        if first == last:
-            spans.setdefault(first - 1, []).append((col, end_col))
-            return
-        spans.setdefault(first - 1, []).append((col, _WHOLE_LINE))
-        for row in range(first, last - 1):
-            spans.setdefault(row, []).append((0, _WHOLE_LINE))
-        spans.setdefault(last - 1, []).append((0, end_col))
-
-    statement_start = True
-    pending: list[tokenize.TokenInfo] = []
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            kind = token.type
-            if kind == tokenize.COMMENT:
-                add(token.start, token.end)
-                continue
-            if kind == tokenize.NL:
-                continue
-            if kind == tokenize.STRING and (statement_start or pending):
-                pending.append(token)
-                statement_start = False
-                continue
-            if pending and kind in (tokenize.NEWLINE, tokenize.ENDMARKER):
-                for string in pending:
-                    add(string.start, string.end)
+    spans: list[tuple[int, int]] = []
+    depth = 0
+    clean = True  # only whitespace, comments and strings since the logical line began
+    pending: list[tuple[int, int]] = []  # strings that may turn out to be a docstring
+    last_end = 0
+    comment_end = -1
+    for lexeme in _PY_LEXEME.finditer(text):
+        kind = lexeme.lastgroup
+        start, end = lexeme.span()
+        if kind == "newline" and start and text[start - 1] == "\\" and comment_end != start:
+            continue  # a backslash continuation: the logical line goes on
+        if not _blank(text, last_end, start):
+            clean = False
             pending = []
-            statement_start = kind in (
-                tokenize.NEWLINE,
-                tokenize.INDENT,
-                tokenize.DEDENT,
-                tokenize.ENCODING,
-            ) or (kind == tokenize.OP and token.string == ";")
-    except (tokenize.TokenError, SyntaxError):
-        return None
+        last_end = end
+        if kind == "comment":
+            spans.append((start, end))
+            comment_end = end
+        elif kind == "string":
+            if depth == 0 and clean:
+                pending.append((start, end))
+            else:
+                clean = False
+        elif kind == "newline":
+            if depth == 0:
+                spans.extend(pending)
+                pending = []
+                clean = True
+        else:
+            clean = False
+            pending = []
+            depth = depth + 1 if kind == "open" else max(depth - 1, 0)
+    if _blank(text, last_end, len(text)):
+        spans.extend(pending)
+    spans.sort()
     return spans
 
 
-def _in_spans(spans: Sequence[tuple[int, int]], column: int) -> bool:
-    return any(start <= column < end for start, end in spans)
+def _in_prose(spans: Sequence[tuple[int, int]], offset: int) -> bool:
+    index = bisect.bisect_right(spans, (offset, _BEYOND_ANY_OFFSET)) - 1
+    return index >= 0 and spans[index][0] <= offset < spans[index][1]
 
 
 def _clip(line: str) -> str:
@@ -903,44 +929,103 @@ def _clip(line: str) -> str:
     return text if len(text) <= TEXT_WIDTH else text[: TEXT_WIDTH - 1] + "…"
 
 
+def _newlines(text: str) -> list[int]:
+    return [match.start() for match in re.finditer("\n", text)]
+
+
+def _lines_with(lowered: str, newlines: Sequence[int], needles: Iterable[str]) -> set[int]:
+    """0-based indices of the lines of ``lowered`` that contain one of ``needles``."""
+    found: set[int] = set()
+    for needle in needles:
+        position = lowered.find(needle)
+        while position != -1:
+            index = bisect.bisect_right(newlines, position)
+            found.add(index)
+            if index >= len(newlines):
+                break
+            position = lowered.find(needle, newlines[index] + 1)
+    return found
+
+
+def _lines_matching(text: str, newlines: Sequence[int], regex: re.Pattern[str]) -> set[int]:
+    """0-based indices of the lines that a match of ``regex`` in the whole text touches."""
+    found: set[int] = set()
+    for match in regex.finditer(text):
+        first = bisect.bisect_left(newlines, match.start())
+        last = bisect.bisect_left(newlines, max(match.start(), match.end() - 1))
+        found.update(range(first, last + 1))
+    return found
+
+
+class _SourceText:
+    """One file's text, with what the search needs computed once and only when needed."""
+
+    __slots__ = ("_newlines", "_prose", "_starts", "is_python", "lines", "lowered", "text")
+
+    def __init__(self, rel: str, text: str) -> None:
+        self.text = text.replace("\r\n", "\n") if "\r" in text else text
+        self.lowered = self.text.lower()
+        self.is_python = rel.lower().endswith(_PYTHON_SUFFIXES)
+        self.lines: list[str] = []
+        self._newlines: list[int] | None = None
+        self._prose: list[tuple[int, int]] | None = None
+        self._starts: list[int] = []
+
+    def newlines(self) -> list[int]:
+        if self._newlines is None:
+            self._newlines = _newlines(self.text)
+        return self._newlines
+
+    def line(self, index: int) -> str:
+        if not self.lines:
+            self.lines = self.text.split("\n")
+        return self.lines[index]
+
+    def is_code(self, index: int, column: int) -> bool:
+        """Whether a match at ``column`` of line ``index`` is code, not comment or docstring."""
+        if self._prose is None:
+            self._prose = _python_prose(self.text)
+            self._starts = [0, *(n + 1 for n in self.newlines())]
+        return not _in_prose(self._prose, self._starts[index] + column)
+
+    def matches(self, index: int, regex: re.Pattern[str]) -> bool:
+        """Whether ``regex`` matches code (not a comment or docstring) in line ``index``."""
+        line = self.line(index)
+        if not self.is_python:
+            return regex.search(line[: _comment_start(line)]) is not None
+        return any(self.is_code(index, match.start()) for match in regex.finditer(line))
+
+
 def _search(rel: str, text: str, rules: Sequence[ToolingRule]) -> list[Assumption]:
     """Assumptions in one file's text, for the rules that apply to it by name."""
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
-    lowered = text.lower()
-    hits = [
-        rule
-        for rule in rules
-        if (not rule.needles or any(n in lowered for n in rule.needles)) and rule.regex.search(text)
-    ]
-    if not hits:
-        return []
-    lines = text.split("\n")
-    newlines = [m.start() for m in re.finditer("\n", text)]
-    is_python = rel.lower().endswith(_PYTHON_SUFFIXES)
-    prose = _python_prose(text) if is_python else None
-    no_spans: list[tuple[int, int]] = []
+    source = _SourceText(rel, text)
+    present: dict[str, bool] = {}
     found: dict[tuple[int, str], Assumption] = {}
-    for rule in hits:
-        candidates: set[int] = set()
-        for match in rule.regex.finditer(text):
-            first = bisect.bisect_left(newlines, match.start())
-            last = bisect.bisect_left(newlines, max(match.start(), match.end() - 1))
-            candidates.update(range(first, last + 1))
+    low_newlines: list[int] | None = None
+    for rule in rules:
+        if rule.needles:
+            needles = []
+            for needle in rule.needles:
+                if needle not in present:
+                    present[needle] = needle in source.lowered
+                if present[needle]:
+                    needles.append(needle)
+            if not needles:
+                continue
+            if low_newlines is None:  # lower() may change lengths, never the line count
+                low_newlines = _newlines(source.lowered)
+            candidates = _lines_with(source.lowered, low_newlines, needles)
+        else:
+            candidates = _lines_matching(source.text, source.newlines(), rule.regex)
         for index in sorted(candidates):
             key = (index + 1, rule.id)
-            if key in found:
-                continue
-            line = lines[index]
-            if prose is not None:
-                spans = prose.get(index, no_spans)
-                code = line
-            else:
-                spans = no_spans
-                code = line[: _comment_start(line)]
-            if any(not _in_spans(spans, m.start()) for m in rule.regex.finditer(code)):
+            if key not in found and source.matches(index, rule.regex):
                 found[key] = Assumption(
-                    file=rel, line=index + 1, rule=rule.id, reason=rule.reason, text=_clip(line)
+                    file=rel,
+                    line=index + 1,
+                    rule=rule.id,
+                    reason=rule.reason,
+                    text=_clip(source.line(index)),
                 )
     return list(found.values())
 
