@@ -1,0 +1,308 @@
+"""Bad inputs, isolation, atomic files and strict runs: nothing crashes, nothing goes green."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_jaxport.census import Census, Kernel, SourceLocation
+from pytest_jaxport.config import ConfigError, parse_marker, parse_project
+from pytest_jaxport.report import PlatformProbe, Probe
+
+# -- property tests ---------------------------------------------------------------------------
+
+toml_scalars = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-5, max_value=50),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["cpu", "cuda", "rocm", "tpu", "gpu", "", "float32", "cudnn"]),
+)
+toml_values = st.recursive(
+    toml_scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(
+            st.sampled_from(
+                ["platforms", "reference", "budget", "tolerance", "cpu", "cuda", "tpu",
+                 "max_vendor_calls", "max_custom_calls", "max_library_calls", "must_lower",
+                 "allow_targets", "float32", "bfloat16", "rtol", "atol", "cudnn", "nccl", "x"]
+            ),
+            children,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["platforms", "reference", "budget", "tolerance", "zz"]),
+                       toml_values, max_size=4))  # fmt: skip
+def test_config_parser_accepts_or_explains(data: dict[str, Any]) -> None:
+    """Any TOML-shaped table either parses or raises ConfigError naming the file."""
+    try:
+        project = parse_project(data, "pyproject.toml")
+    except ConfigError as e:
+        assert str(e).startswith("pyproject.toml: ")
+        assert "\n" not in str(e)
+        return
+    for platform in project.platforms:
+        budget = project.resolve().budget(platform)
+        for setting in (budget.max_vendor_calls, budget.max_custom_calls):
+            assert setting is None or (isinstance(setting.value, int) and setting.value >= 0)
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(st.sampled_from(["max_vendor_calls", "rtol", "platforms", "reference",
+                                        "must_lower", "max_library_calls", "typo"]),
+                       toml_values, max_size=3))  # fmt: skip
+def test_marker_parser_accepts_or_explains(kwargs: dict[str, Any]) -> None:
+    try:
+        parse_marker((), kwargs, "t.py::t")
+    except ConfigError as e:
+        assert str(e).startswith("@pytest.mark.portable on t.py::t: ")
+
+
+locations = st.one_of(
+    st.none(),
+    st.builds(SourceLocation, file=st.sampled_from(["a.py", "src/m.py", "C:/x y.py"]),
+              line=st.integers(min_value=1, max_value=10_000)),
+)  # fmt: skip
+kernels = st.builds(
+    Kernel,
+    layer=st.sampled_from(["vendor", "custom", "meta"]),
+    name=st.text(min_size=1, max_size=20),
+    kind=st.sampled_from(["gemm", "ffi", "pallas-triton"]),
+    library=st.one_of(st.none(), st.sampled_from(["cublas", "cudnn"])),
+    location=locations,
+    count=st.integers(min_value=1, max_value=100),
+)
+platform_probes = st.builds(
+    PlatformProbe,
+    platform=st.just("cuda"),
+    present=st.booleans(),
+    census=st.one_of(
+        st.none(),
+        st.builds(Census, platform=st.just("cuda"), kernels=st.lists(kernels, max_size=4).map(tuple),
+                  xla_ops=st.integers(min_value=0, max_value=10**6)),
+    ),
+    error=st.one_of(st.none(), st.text(max_size=30)),
+    executed=st.booleans(),
+)  # fmt: skip
+
+
+@given(st.builds(Probe, name=st.text(min_size=1), reference=st.just("cpu"),
+                 platforms=st.dictionaries(st.just("cuda"), platform_probes, max_size=1)))  # fmt: skip
+def test_probe_json_round_trip(probe: Probe) -> None:
+    assert Probe.from_dict(json.loads(json.dumps(probe.to_dict()))) == probe
+
+
+# -- check() inputs, end to end ----------------------------------------------------------------
+
+EDGE_CASES = '''
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+
+def identity_plus(x):
+    return x + x
+
+
+@pytest.mark.portable
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.zeros((0, 3), np.float32),
+        np.float32(3.0),
+        np.array([1.0, np.nan, np.inf, -np.inf], np.float32),
+        np.array([1 + 2j, np.nan], np.complex64),
+        np.array([True, False]),
+        np.array([1, -2], np.int8),
+        np.ones(3, ml_dtypes.bfloat16),
+        np.ones(3, ml_dtypes.float8_e4m3fn),
+        5,
+        2.5,
+    ],
+    ids=["empty", "scalar", "nonfinite", "complex", "bool", "int8", "bf16", "f8", "int", "float"],
+)
+def test_dtypes(jaxport, value):
+    out = jaxport.check(identity_plus, value)
+    np.testing.assert_array_equal(np.asarray(out, dtype=np.asarray(out).dtype),
+                                  np.asarray(value) + np.asarray(value))
+
+
+@pytest.mark.portable
+def test_raises_while_tracing(jaxport):
+    def broken(x):
+        raise ValueError("model bug")
+    jaxport.check(broken, jnp.ones(2))
+
+
+@pytest.mark.portable
+def test_python_control_flow_on_tracer(jaxport):
+    def branchy(x):
+        if x.sum() > 0:
+            return x
+        return -x
+    jaxport.check(branchy, jnp.ones(2))
+
+
+@pytest.mark.portable
+def test_non_array_output(jaxport):
+    jaxport.check(lambda x: "text", jnp.ones(2))
+
+
+@pytest.mark.portable
+def test_after_failures_still_fine(jaxport):
+    assert jaxport.check(identity_plus, jnp.ones(2)).shape == (2,)
+'''
+
+
+def test_check_edge_cases_are_isolated(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_edges=EDGE_CASES)
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=11, failed=3)
+    result.stdout.fnmatch_lines(["*ValueError: model bug*"])
+    result.stdout.fnmatch_lines(["*TracerBoolConversionError*"])
+    result.stdout.fnmatch_lines(["*is not a valid JAX type*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in report["tests"]}
+    assert outcomes["test_after_failures_still_fine"] == "passed"
+    assert outcomes["test_raises_while_tracing"] == "failed"
+    assert sum(1 for o in outcomes.values() if o == "passed") == 11
+
+
+def test_one_platform_failing_to_lower_keeps_the_others(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_eig="""
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable
+        def test_eig(jaxport):
+            jaxport.check(lambda a: jnp.linalg.eig(a)[0].real, jnp.eye(3))
+        """
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    platforms = json.loads((pytester.path / "r.json").read_text())["tests"][0]["checks"][0][
+        "platforms"
+    ]
+    assert platforms["tpu"]["lowered"] is None
+    assert platforms["tpu"]["error"].startswith("NotImplementedError")
+    assert platforms["cuda"]["lowered"]["libraries"] == {"jaxlib": 1}
+    assert platforms["cpu"]["executed"] is True
+
+
+# -- strict runs ----------------------------------------------------------------------------------
+
+SMALL_SUITE = """
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.mark.portable(max_custom_calls=0)
+def test_small(jaxport):
+    assert jaxport.check(lambda a: jnp.linalg.solve(a, a), jnp.eye(2)).shape == (2, 2)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-W", "error"],
+        ["-p", "no:xdist"],
+        ["-p", "no:cacheprovider"],
+        ["--strict-markers"],
+        ["-W", "error", "-p", "no:cacheprovider", "--strict-markers", "-n", "2"],
+    ],
+    ids=["W-error", "no-xdist", "no-cacheprovider", "strict-markers", "all"],
+)
+def test_strict_runs_stay_clean(pytester: pytest.Pytester, args: list[str]) -> None:
+    pytester.makepyfile(test_small=SMALL_SUITE)
+    result = pytester.runpytest_subprocess("--jaxport-report=r.json", *args)
+    result.assert_outcomes(passed=1)
+    assert json.loads((pytester.path / "r.json").read_text())["summary"]["checks"] == 1
+
+
+def test_devmode_run_is_clean(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONDEVMODE", "1")
+    pytester.makepyfile(test_small=SMALL_SUITE)
+    result = pytester.runpytest_subprocess("-W", "error::ResourceWarning")
+    result.assert_outcomes(passed=1)
+    assert "ResourceWarning" not in result.stderr.str()
+
+
+# -- files -----------------------------------------------------------------------------------------
+
+
+def test_unwritable_report_folder_fails_the_run_with_a_message(
+    pytester: pytest.Pytester,
+) -> None:
+    if os.geteuid() == 0:
+        # root ignores directory permissions: make the path a folder so the rename fails.
+        (pytester.path / "out").mkdir()
+        (pytester.path / "out" / "r.json").mkdir()
+    else:
+        (pytester.path / "out").mkdir(mode=0o500)
+    pytester.makepyfile(test_small=SMALL_SUITE)
+    result = pytester.runpytest("--jaxport-report=out/r.json")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["jaxport: could not write the report */out/r.json: *"])
+
+
+def test_killed_while_writing_leaves_previous_report(pytester: pytest.Pytester) -> None:
+    """A real SIGKILL between writing the temporary file and renaming it."""
+    pytester.makepyfile(test_small=SMALL_SUITE)
+    first = pytester.runpytest_subprocess("--jaxport-report=r.json")
+    first.assert_outcomes(passed=1)
+    before = (pytester.path / "r.json").read_text()
+    ready = pytester.path / "ready"
+    pytester.makeconftest(
+        f"""
+        import os, time
+        import pytest_jaxport.report as report
+
+        def slow_replace(src, dst):
+            open({str(ready)!r}, "w").close()
+            time.sleep(60)
+
+        report.os.replace = slow_replace
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--jaxport-report=r.json", "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert process.poll() is None, "the run ended before writing its report"
+            assert time.monotonic() < deadline, "the run never reached the report write"
+            time.sleep(0.1)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGKILL
+    assert (pytester.path / "r.json").read_text() == before
+    json.loads(before)
+    leftovers = [p.name for p in pytester.path.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers, "the temporary file should be what the kill left behind"
