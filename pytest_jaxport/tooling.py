@@ -386,6 +386,9 @@ RULES: tuple[ToolingRule, ...] = (
             _NOT_A_PATH + r"cuda-(?:toolkit|nvcc|version|runtime|cudart|python|bindings)\b",
             r"(?<![\w/-])nvidia::",  # conda channel prefix
             r"^[ \t]*-[ \t]*nvidia[ \t]*$",  # conda channel list entry
+            r"^[ \t]*-[ \t]*[\w.-]+[ \t]*=[^=\s]*=\S*cuda",  # conda build: jaxlib=*=cuda*
+            r"""\bextras[ \t]*=[ \t]*\[[^\]\n]*["'](?:and-)?cuda""",  # Poetry, Pipfile extras
+            r"\buses:[ \t]*\S*(?i:cuda)",  # a CI action that installs the CUDA toolkit
         ),
         files=_DEPENDENCIES + _SCRIPTS + _CONTAINERS + _YAML,
         needles=("cuda", "nvidia", "+cu", "-cu", "-gpu", "download.pytorch.org"),
