@@ -1,0 +1,693 @@
+"""Merging CI legs, cross-leg numerics, report diffs and baselines (pure, no pytest runs)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_jaxport.census import Census, Kernel
+from pytest_jaxport.merge import (
+    PER_LEG_CONFIG_KEYS,
+    MergeError,
+    baseline_json,
+    baseline_of,
+    compare_to_baseline,
+    diff,
+    fidelity,
+    load_counts,
+    load_legs,
+    merge,
+    tolerance_from_config,
+)
+from pytest_jaxport.numerics import Leaf, Outputs, Tolerance, default_tolerance
+from pytest_jaxport.outputs import save_outputs
+from pytest_jaxport.render import markdown, text
+from pytest_jaxport.report import (
+    PlatformProbe,
+    Probe,
+    build_report,
+    census_to_dict,
+    write_json,
+)
+
+NODEID = "tests/test_models.py::test_mlp"
+OTHER = "tests/test_models.py::test_attention"
+
+
+def defaults(platform: str, dtype: str) -> Tolerance:
+    return default_tolerance(dtype)
+
+
+def census(platform: str, *, vendor: int = 0, custom: int = 0, level: str = "lowered") -> Census:
+    library = {"cpu": "lapack", "cuda": "cublas", "rocm": "hipblas", "tpu": None}[platform]
+    kernels = []
+    if vendor:
+        kernels.append(
+            Kernel(
+                layer="vendor",
+                name="stablehlo.dot_general",
+                kind="gemm",
+                library=library,
+                count=vendor,
+            )
+        )
+    if custom:
+        kernels.append(Kernel(layer="custom", name="my_kernel", kind="ffi", count=custom))
+    return Census(platform=platform, level=level, kernels=tuple(kernels), xla_ops=5)  # type: ignore[arg-type]
+
+
+def entry(
+    platform: str, *, present: bool, executed: bool = False, vendor: int = 0, custom: int = 0
+) -> PlatformProbe:
+    return PlatformProbe(
+        platform=platform,
+        present=present,
+        census=census(platform, vendor=vendor, custom=custom),
+        executed=executed,
+    )
+
+
+def check(name: str, *platforms: PlatformProbe, reference: str = "cpu") -> dict[str, Any]:
+    return Probe(
+        name=name, reference=reference, platforms={p.platform: p for p in platforms}
+    ).to_dict()
+
+
+def make_test(nodeid: str, *checks: dict[str, Any], outcome: str = "passed") -> dict[str, Any]:
+    return {"nodeid": nodeid, "outcome": outcome, "checks": list(checks), "violations": []}
+
+
+CONFIG = {"source": "pyproject.toml", "platforms": ["cpu", "cuda"], "reference": "cpu"}
+
+
+def leg_report(
+    tests: list[dict[str, Any]], *, present: list[str], config: Mapping[str, Any] = CONFIG
+) -> dict[str, Any]:
+    env = {
+        "jax": "0.10.2",
+        "jaxlib": "0.10.2",
+        "python": "3.11",
+        "machine": "Linux-x86_64",
+        "present_platforms": present,
+    }
+    return build_report(tests, config=config, environment=env)
+
+
+def result(value: np.ndarray) -> Outputs:
+    return Outputs(structure="PyTreeDef({'y': *})", leaves=(Leaf(path="['y']", array=value),))
+
+
+Y = np.linspace(-1, 1, 6, dtype=np.float32)
+
+
+def save(folder: Path, leg_dir: str, report: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """Save outputs for every executed platform, recording paths relative to ``folder``."""
+    for test in report["tests"]:
+        for chk in test["checks"]:
+            for platform, e in chk["platforms"].items():
+                if e["executed"]:
+                    name = save_outputs(
+                        folder / leg_dir,
+                        test["nodeid"],
+                        chk["name"],
+                        platform,
+                        result(values.get(platform, Y)),
+                    )
+                    e["outputs"] = f"{leg_dir}/{name}"
+
+
+def write(folder: Path, name: str, report: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    path = folder / name
+    write_json(path, report)
+    return path, report
+
+
+def two_legs(
+    folder: Path, *, gpu_values: Mapping[str, Any] | None = None
+) -> list[tuple[Path, dict[str, Any]]]:
+    """A CPU leg (cpu ran, cuda lowered) and a GPU leg (both ran; cuda with 3 gemms)."""
+    cpu = leg_report(
+        [
+            make_test(
+                NODEID,
+                check(
+                    "mlp",
+                    entry("cpu", present=True, executed=True),
+                    entry("cuda", present=False, vendor=3),
+                ),
+            )
+        ],
+        present=["cpu"],
+    )
+    gpu = leg_report(
+        [
+            make_test(
+                NODEID,
+                check(
+                    "mlp",
+                    entry("cpu", present=True, executed=True),
+                    entry("cuda", present=True, executed=True, vendor=3),
+                ),
+            ),
+            make_test(OTHER, check("attn", entry("cuda", present=True, executed=True, custom=1))),
+        ],
+        present=["cpu", "cuda"],
+    )
+    find_test(cpu, NODEID)["checks"][0]["note"] = "only cpu executed here: nothing to compare"
+    save(folder, "outputs-cpu", cpu, {})
+    save(folder, "outputs-gpu", gpu, gpu_values or {})
+    return [write(folder, "leg-cpu.json", cpu), write(folder, "leg-gpu.json", gpu)]
+
+
+def find_test(report: Mapping[str, Any], nodeid: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(t for t in report["tests"] if t["nodeid"] == nodeid)
+    return found
+
+
+def platforms_of(report: Mapping[str, Any], nodeid: str, name: str) -> dict[str, Any]:
+    chk = next(c for c in find_test(report, nodeid)["checks"] if c["name"] == name)
+    platforms: dict[str, Any] = chk["platforms"]
+    return platforms
+
+
+# -- merge ------------------------------------------------------------------------------------
+
+
+def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
+    legs = load_legs([p for p, _ in two_legs(tmp_path)])
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    assert merged.ok, merged.text()
+    assert merged.drifts == ()
+    report = merged.report
+    mlp = platforms_of(report, NODEID, "mlp")
+    merged_check = find_test(report, NODEID)["checks"][0]
+    assert (merged_check["reference"], merged_check["reference_leg"]) == ("cpu", "leg-cpu.json")
+    assert merged_check["note"] is None
+    assert mlp["cpu"]["leg"] == "leg-cpu.json"  # first leg wins ties
+    assert mlp["cuda"]["leg"] == "leg-gpu.json"  # executed beats lowered
+    assert mlp["cuda"]["executed"] is True
+    assert mlp["cuda"]["numerics"]["ok"] is True
+    assert mlp["cuda"]["numerics"]["reference"] == "cpu"
+    assert mlp["cuda"]["outputs"].startswith("outputs-gpu/")
+    assert platforms_of(report, OTHER, "attn")["cuda"]["leg"] == "leg-gpu.json"
+    assert [t["nodeid"] for t in report["tests"]] == sorted([NODEID, OTHER])
+    assert report["config"]["platforms"] == ["cpu", "cuda"]
+    assert report["environment"]["present_platforms"] == ["cpu", "cuda"]
+    assert report["environment"]["jax"] == "0.10.2"
+    assert [leg["leg"] for leg in report["legs"]] == ["leg-cpu.json", "leg-gpu.json"]
+    assert report["summary"]["platforms"]["cuda"]["vendor"] == 3
+    assert report["summary"]["platforms"]["cuda"]["custom"] == 1
+    test = next(t for t in report["tests"] if t["nodeid"] == NODEID)
+    assert test["legs"] == {"leg-cpu.json": "passed", "leg-gpu.json": "passed"}
+    # The merged report renders like any other (``jaxport show`` works on it).
+    assert "leg" not in text(report).split("\n")[0]
+    assert "| `tests/test_models.py::test_mlp` | mlp | cuda | 3 | 0 | match |" in markdown(report)
+    assert merged.notes == ()  # test_attention ran on one leg only: nothing to compare
+    assert merged.comparisons == 2  # cuda and the GPU machine's cpu, against the CPU leg
+    assert "All 2 compared outputs match." in merged.markdown()
+    json.dumps(report)  # JSON-able
+
+
+def test_perturbed_outputs_drift_naming_test_check_leaf_and_legs(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path, gpu_values={"cuda": Y + np.float32(1e-3)})
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    assert not merged.ok
+    [drift] = merged.drifts
+    assert (drift.nodeid, drift.check, drift.platform, drift.leg) == (
+        NODEID,
+        "mlp",
+        "cuda",
+        "leg-gpu.json",
+    )
+    assert (drift.reference, drift.reference_leg) == ("cpu", "leg-cpu.json")
+    [message] = drift.messages
+    assert message.startswith("['y']: 6 of 6 elements differ beyond rtol=1e-06, atol=1e-06")
+    described = drift.describe()
+    assert described.startswith(
+        f"{NODEID} check 'mlp': cuda (leg-gpu.json) differs from cpu (leg-cpu.json)\n  ['y']: "
+    )
+    assert NODEID in merged.text()
+    assert platforms_of(merged.report, NODEID, "mlp")["cuda"]["numerics"]["ok"] is False
+    assert merged.report["drifts"] == [drift.to_dict()]
+    assert "['y']" in merged.markdown()
+
+
+def test_same_platform_on_two_legs_is_compared_too(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path, gpu_values={"cpu": Y * 2})
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    drifts = {(d.platform, d.leg) for d in merged.drifts}
+    # the GPU machine's cpu run differs from the CPU leg's; its cuda run matches the reference
+    assert drifts == {("cpu", "leg-gpu.json")}
+    assert "cpu@leg-gpu.json=" in merged.drifts[0].messages[0]
+
+
+def test_tolerances_come_from_the_project(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path, gpu_values={"cuda": Y + np.float32(1e-3)})
+    loose = tolerance_from_config({"tolerance": {"cuda": {"float32": {"atol": 1e-2}}}})
+    assert merge(legs, tolerance_for=loose, outputs_root=tmp_path).ok
+    tight_elsewhere = tolerance_from_config({"tolerance": {"rocm": {"float32": {"atol": 1}}}})
+    assert not merge(legs, tolerance_for=tight_elsewhere, outputs_root=tmp_path).ok
+    # A check's own rtol/atol (the portable marker's, recorded on the check) wins.
+    for _, report in legs:
+        for test in report["tests"]:
+            for chk in test["checks"]:
+                chk["tolerance"] = {"atol": 1e-2}
+    assert merge(legs, tolerance_for=defaults, outputs_root=tmp_path).ok
+    with pytest.raises(MergeError, match=r"report config: \[tool.jaxport.tolerance\]"):
+        tolerance_from_config({"tolerance": {"float33": {"atol": 1}}})
+
+
+def test_outputs_paths_are_rewritten_relative_to_the_merged_report(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path)
+    out = tmp_path / "merged"
+    out.mkdir()
+    merged = merge(legs, tolerance_for=defaults, outputs_root=out)
+    path = platforms_of(merged.report, NODEID, "mlp")["cuda"]["outputs"]
+    assert path.startswith("../outputs-gpu/")
+    assert (out / path).is_file()
+    # merging the merged report again (written there) finds the same files
+    again = merge([(out / "m.json", merged.report)], tolerance_for=defaults, outputs_root=out)
+    assert again.ok
+    assert platforms_of(again.report, NODEID, "mlp")["cuda"]["outputs"] == path
+
+
+def leg_with(platform_entry: dict[str, Any], name: str = "mlp") -> dict[str, Any]:
+    probe = check(name, entry("cpu", present=True))
+    probe["platforms"]["cuda"] = platform_entry
+    return leg_report([make_test(NODEID, probe)], present=["cpu"])
+
+
+def test_fidelity_order() -> None:
+    lowered = Probe.from_dict(check("x", entry("cuda", present=False, vendor=1))).to_dict()
+    base = lowered["platforms"]["cuda"]
+    failed = {**base, "lowered": None, "error": "boom"}
+    deviceless = {
+        **base,
+        "compiled": {
+            **census_to_dict(census("cuda", vendor=2, level="compiled")),
+            "deviceless": True,
+            "target": "h100",
+        },
+    }
+    on_device = {**deviceless, "compiled": {**deviceless["compiled"], "deviceless": False}}
+    uncompilable = {**base, "present": True, "compile_error": "XlaRuntimeError: ..."}
+    crashed = {**on_device, "present": True, "execution_error": "XlaRuntimeError: OOM"}
+    executed = {**base, "present": True, "executed": True}
+    ranked = [failed, base, deviceless, on_device, uncompilable, crashed, executed]
+    assert sorted(ranked, key=fidelity) == ranked
+
+
+def test_compiled_census_wins_over_lowered(tmp_path: Path) -> None:
+    lowered = check("mlp", entry("cuda", present=False, vendor=3))["platforms"]["cuda"]
+    compiled = {**lowered, "compiled": census_to_dict(census("cuda", vendor=5, level="compiled"))}
+    a = write(tmp_path, "leg-lowered.json", leg_with(lowered))
+    b = write(tmp_path, "leg-deviceless.json", leg_with(compiled))
+    merged = merge([a, b], tolerance_for=defaults)
+    cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
+    assert cuda["leg"] == "leg-deviceless.json"
+    assert cuda["compiled"]["vendor"] == 5
+
+
+def test_violations_and_outcome(tmp_path: Path) -> None:
+    violation = {
+        "check": "mlp",
+        "platform": "cuda",
+        "key": "max_vendor_calls",
+        "limit": 2,
+        "origin": "pyproject.toml [tool.jaxport.budget]",
+        "found": 3,
+        "level": "lowered",
+        "message": "check 'mlp' on cuda: ...",
+    }
+    legs = two_legs(tmp_path)
+    cpu, gpu = legs[0][1], legs[1][1]
+    find_test(cpu, NODEID)["violations"] = [violation]
+    find_test(cpu, NODEID)["outcome"] = "failed"
+    find_test(gpu, NODEID)["violations"] = [{**violation, "message": "from the gpu leg"}]
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    test = next(t for t in merged.report["tests"] if t["nodeid"] == NODEID)
+    # cuda's entry came from the GPU leg, so its violation is the one kept
+    assert [(v["leg"], v["message"]) for v in test["violations"]] == [
+        ("leg-gpu.json", "from the gpu leg")
+    ]
+    assert test["outcome"] == "failed"
+    assert test["legs"] == {"leg-cpu.json": "failed", "leg-gpu.json": "passed"}
+    assert merged.report["summary"]["failed_tests"] == 1
+
+
+def test_a_crashed_workers_test_stays_in_the_merge(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path)
+    legs[1][1]["tests"].append(make_test("tests/test_x.py::test_crash", outcome="crashed"))
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    crashed = next(t for t in merged.report["tests"] if t["nodeid"].endswith("test_crash"))
+    assert crashed["outcome"] == "crashed"
+    assert crashed["legs"] == {"leg-gpu.json": "crashed"}
+
+
+def test_unsaved_outputs_are_noted_not_failed(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path)
+    platforms_of(legs[1][1], NODEID, "mlp")["cuda"].pop("outputs")
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    assert merged.ok
+    assert any("cuda ran on leg-gpu.json but its outputs were not saved" in n for n in merged.notes)
+
+
+def test_legs_with_the_same_file_name_are_told_apart(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cpu = leg_report([make_test(NODEID, check("mlp", entry("cpu", present=True)))], present=[])
+    merged = merge(
+        [write(tmp_path / "a", "report.json", cpu), write(tmp_path / "b", "report.json", cpu)],
+        tolerance_for=defaults,
+    )
+    names = [leg["leg"] for leg in merged.report["legs"]]
+    assert names == [f"{tmp_path}/a/report.json", f"{tmp_path}/b/report.json"]
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def test_truncated_and_foreign_json_are_refused_naming_the_file(tmp_path: Path) -> None:
+    (good, _), _ = two_legs(tmp_path)
+    truncated = tmp_path / "leg-truncated.json"
+    truncated.write_text(good.read_text()[:200])
+    with pytest.raises(MergeError, match=rf"^{truncated}: not valid JSON \(truncated\?\)"):
+        load_legs([good, truncated])
+    foreign = tmp_path / "package.json"
+    foreign.write_text('{"name": "left-pad"}')
+    with pytest.raises(MergeError, match=rf"^{foreign}: not a pytest-jaxport report$"):
+        load_legs([good, foreign])
+    with pytest.raises(MergeError, match=rf"^{tmp_path / 'nope.json'}: no such file$"):
+        load_legs([tmp_path / "nope.json"])
+    with pytest.raises(MergeError, match=rf"^{foreign}: not a pytest-jaxport report$"):
+        merge([(foreign, {"name": "left-pad"})], tolerance_for=defaults)
+    with pytest.raises(MergeError, match=r"^nothing to merge"):
+        merge([], tolerance_for=defaults)
+
+
+def test_wrong_schema_version_is_refused(tmp_path: Path) -> None:
+    (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
+    gpu["schema_version"] = 2
+    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 2 differs from "):
+        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+    write_json(gpu_path, gpu)
+    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 2 is not supported"):
+        load_legs([cpu_path, gpu_path])
+
+
+def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: Path) -> None:
+    (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
+    assert {"platforms", "compile", "source"} == PER_LEG_CONFIG_KEYS
+    gpu["config"] = {
+        **gpu["config"],
+        "platforms": ["cpu", "cuda", "rocm"],
+        "source": "x.toml",
+        "compile": ["cuda"],
+    }
+    merged = merge(
+        [(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults, outputs_root=tmp_path
+    )
+    assert merged.report["config"]["platforms"] == ["cpu", "cuda", "rocm"]
+    # target is recorded only by legs that compile cuda: compared where both set it
+    gpu["config"]["target"] = "h100"
+    merged = merge(
+        [(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults, outputs_root=tmp_path
+    )
+    assert merged.report["config"]["target"] == "h100"
+    assert merged.report["config"]["compile"] == ["cuda"]
+    cpu["config"]["target"] = "a100"
+    with pytest.raises(MergeError, match=r'\(target: "h100" here, "a100" in '):
+        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+    cpu["config"]["target"] = None
+    gpu["config"]["tolerance"] = {"float32": {"rtol": 1e-4}}
+    with pytest.raises(MergeError) as info:
+        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+    message = str(info.value)
+    assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (tolerance: ")
+    assert "\n" not in message
+    assert message.endswith("(only platforms and compile may differ per leg)")
+
+
+def test_missing_or_unreadable_outputs_are_refused_naming_both_files(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path)
+    cuda = platforms_of(legs[1][1], NODEID, "mlp")["cuda"]
+    npz = tmp_path / cuda["outputs"]
+    npz.unlink()
+    with pytest.raises(MergeError) as info:
+        merge(legs, tolerance_for=defaults)
+    assert str(info.value).startswith(
+        f"{legs[1][0]}: outputs of {NODEID} check 'mlp' on cuda: {npz}: no such outputs file"
+    )
+    npz.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(MergeError, match=r"cannot be read|unusable"):
+        merge(legs, tolerance_for=defaults)
+
+
+def test_malformed_report_is_refused_naming_the_file(tmp_path: Path) -> None:
+    (path, report), _ = two_legs(tmp_path)
+    with pytest.raises(MergeError, match=rf"^{path}: a baseline, not a report"):
+        merge([(path, baseline_of(report))], tolerance_for=defaults)
+    find_test(report, NODEID)["checks"][0]["platforms"] = ["cpu"]
+    with pytest.raises(MergeError, match=rf"^{path}: malformed pytest-jaxport report: "):
+        merge([(path, report)], tolerance_for=defaults)
+    report["tests"] = [{"outcome": "passed"}]
+    with pytest.raises(MergeError, match=rf"^{path}: malformed .*: a test without a node id"):
+        merge([(path, report)], tolerance_for=defaults)
+
+
+# -- diff -------------------------------------------------------------------------------------
+
+
+def simple(
+    counts: Mapping[str, Mapping[str, tuple[int, int] | None]], *, compiled: int | None = None
+) -> dict[str, Any]:
+    """A report: per node id, per platform (vendor, custom), ``None`` for failed to lower."""
+    tests = []
+    for nodeid, platforms in counts.items():
+        probe = {}
+        for platform, pair in platforms.items():
+            if pair is None:
+                probe[platform] = PlatformProbe(platform=platform, present=False, error="no")
+            else:
+                probe[platform] = entry(platform, present=False, vendor=pair[0], custom=pair[1])
+        chk = check("mlp", *probe.values())
+        if compiled is not None:
+            chk["platforms"]["cuda"]["compiled"] = census_to_dict(
+                census("cuda", vendor=compiled, level="compiled")
+            )
+        tests.append(make_test(nodeid, chk))
+    return leg_report(tests, present=[])
+
+
+def test_diff_reports_growth_shrinkage_new_and_removed() -> None:
+    base = simple(
+        {NODEID: {"cuda": (3, 0), "tpu": (0, 1), "rocm": (2, 0)}, OTHER: {"cuda": (1, 0)}}
+    )
+    head = simple(
+        {
+            NODEID: {"cuda": (5, 0), "tpu": (0, 0), "rocm": None},
+            "tests/test_new.py::test_new": {"cuda": (9, 9)},
+        }
+    )
+    result = diff(base, head)
+    assert result.grew
+    grew = [c.describe() for c in result.growth]
+    assert grew == [
+        "check 'mlp' on cuda: cublas calls grew 3 -> 5 (+2)",
+        "check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)",
+        "check 'mlp' on rocm: lowered before, fails to lower now",
+    ]
+    assert [c.describe() for c in result.shrinkage] == [
+        "check 'mlp' on tpu: custom calls shrank 1 -> 0 (-1)"
+    ]
+    assert result.new_tests == ("tests/test_new.py::test_new",)
+    assert result.removed_tests == (OTHER,)
+    rendered = result.text()
+    assert rendered.splitlines()[0] == (
+        "jaxport diff: 3 grew, 1 shrank, 1 new test, 1 removed test (1 test compared)"
+    )
+    assert f"  {NODEID} check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)" in rendered
+    md = result.markdown()
+    assert f"| :red_circle: | `{NODEID}` | mlp | cuda | vendor calls | 3 | 5 | +2 |" in md
+    assert f"| :green_circle: | `{NODEID}` | mlp | tpu | custom calls | 1 | 0 | -1 |" in md
+    assert "**New tests:** `tests/test_new.py::test_new`" in md
+
+
+def test_diff_only_shrinking_does_not_grow() -> None:
+    result = diff(simple({NODEID: {"cuda": (3, 1)}}), simple({NODEID: {"cuda": (2, 0)}}))
+    assert not result.grew
+    assert len(result.shrinkage) == 3
+    same = diff(simple({NODEID: {"cuda": (3, 1)}}), simple({NODEID: {"cuda": (3, 1)}}))
+    assert same.changes == ()
+    assert same.text() == (
+        "jaxport diff: 0 grew, 0 shrank, 0 new tests, 0 removed tests (1 test compared)"
+    )
+
+
+def test_diff_compares_like_levels_only() -> None:
+    base = simple({NODEID: {"cuda": (3, 0)}})
+    head = simple({NODEID: {"cuda": (3, 0)}}, compiled=7)  # compiled shows more; not growth
+    assert not diff(base, head).grew
+    grown = diff(simple({NODEID: {"cuda": (3, 0)}}, compiled=4), head)
+    assert [c.describe() for c in grown.growth] == [
+        "check 'mlp' on cuda: cublas calls grew 4 -> 7 (+3) (compiled)",
+        "check 'mlp' on cuda: vendor calls grew 4 -> 7 (+3) (compiled)",
+    ]
+
+
+def test_diff_new_and_removed_checks() -> None:
+    base = simple({NODEID: {"cuda": (1, 0)}})
+    head = simple({NODEID: {"cuda": (1, 0)}})
+    head["tests"][0]["checks"].append(check("extra", entry("cuda", present=False, vendor=4)))
+    result = diff(base, head)
+    assert not result.grew
+    assert result.new_checks == ((NODEID, "extra"),)
+    assert diff(head, base).removed_checks == ((NODEID, "extra"),)
+
+
+# -- baselines --------------------------------------------------------------------------------
+
+
+def test_baseline_is_small_sorted_and_stable() -> None:
+    report = simple({OTHER: {"tpu": (0, 1), "cuda": (1, 0)}, NODEID: {"cuda": (3, 0)}})
+    shuffled = dict(report, tests=list(reversed(report["tests"])))
+    assert baseline_json(baseline_of(report)) == baseline_json(baseline_of(shuffled))
+    baseline = baseline_of(report)
+    assert list(baseline["tests"]) == sorted([OTHER, NODEID])
+    assert baseline["tests"][NODEID] == {
+        "mlp": {"cuda": {"lowered": {"custom": 0, "library.cublas": 3, "vendor": 3}}}
+    }
+    assert baseline["kind"] == "baseline"
+    assert "version" not in baseline["tool"]  # upgrading the tool leaves the file alone
+    assert baseline_of(baseline) == baseline
+
+
+def test_compare_to_baseline_messages() -> None:
+    baseline = baseline_of(simple({NODEID: {"cuda": (3, 0), "rocm": (3, 0)}}))
+    now = simple({NODEID: {"cuda": (5, 0), "rocm": None}})["tests"][0]["checks"]
+    found = compare_to_baseline(baseline, NODEID, now)
+    assert [(g.fails, g.message) for g in found] == [
+        (True, "check 'mlp' on cuda: cublas calls grew 3 -> 5 (+2) since the baseline"),
+        (True, "check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2) since the baseline"),
+        (True, "check 'mlp' on rocm: lowered at the baseline, fails to lower now"),
+    ]
+    shrunk = simple({NODEID: {"cuda": (1, 0)}})["tests"][0]["checks"]
+    assert compare_to_baseline(baseline, NODEID, shrunk) == []
+    [new] = compare_to_baseline(baseline, OTHER, shrunk)
+    assert not new.fails
+    assert new.message.startswith(f"{OTHER} is not in the baseline (new test)")
+    assert compare_to_baseline(baseline, OTHER, []) == []
+    extra = [*shrunk, check("extra", entry("cuda", present=False, vendor=1))]
+    assert [(g.fails, g.message) for g in compare_to_baseline(baseline, NODEID, extra)] == [
+        (False, "check 'extra' is not in the baseline (new check): not compared")
+    ]
+
+
+def test_load_counts_reads_reports_and_baselines(tmp_path: Path) -> None:
+    report = simple({NODEID: {"cuda": (3, 0)}})
+    write_json(tmp_path / "r.json", report)
+    (tmp_path / "b.json").write_text(baseline_json(baseline_of(report)))
+    assert load_counts(tmp_path / "r.json") == load_counts(tmp_path / "b.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(baseline_json(baseline_of(report))[:50])
+    with pytest.raises(MergeError, match=rf"^{bad}: not valid JSON \(truncated\?\)"):
+        load_counts(bad)
+    bad.write_text(json.dumps({**baseline_of(report), "schema_version": 7}))
+    with pytest.raises(MergeError, match=rf"^{bad}: baseline schema_version 7 is not supported"):
+        load_counts(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(MergeError, match=rf"^{bad}: not a pytest-jaxport report$"):
+        load_counts(bad)
+
+
+# -- properties -------------------------------------------------------------------------------
+
+COUNT = st.integers(min_value=0, max_value=9)
+
+
+@st.composite
+def platform_probe(draw: st.DrawFn, platform: str) -> PlatformProbe:
+    if draw(st.integers(0, 5)) == 0:
+        return PlatformProbe(platform=platform, present=False, error="LoweringFailure: no")
+    present = draw(st.booleans())
+    return PlatformProbe(
+        platform=platform,
+        present=present,
+        census=census(platform, vendor=draw(COUNT), custom=draw(COUNT)),
+        executed=present and draw(st.booleans()),
+    )
+
+
+@st.composite
+def any_report(draw: st.DrawFn) -> dict[str, Any]:
+    nodeids = draw(
+        st.lists(st.sampled_from([NODEID, OTHER, "t.py::a", "t.py::b[1]"]), unique=True, max_size=3)
+    )
+    tests = []
+    for nodeid in nodeids:
+        names = draw(st.lists(st.sampled_from(["mlp", "attn", "f#2"]), unique=True, max_size=2))
+        checks = []
+        for name in names:
+            platforms = draw(
+                st.lists(st.sampled_from(["cpu", "cuda", "rocm", "tpu"]), unique=True, min_size=1)
+            )
+            checks.append(check(name, *(draw(platform_probe(p)) for p in platforms)))
+        outcome = draw(st.sampled_from(["passed", "failed", "skipped"]))
+        tests.append(make_test(nodeid, *checks, outcome=outcome))
+    return leg_report(tests, present=["cpu"])
+
+
+def strip_provenance(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    tests = []
+    for test in report["tests"]:
+        checks = []
+        for chk in test["checks"]:
+            platforms = {
+                p: {k: v for k, v in e.items() if k not in ("leg", "outputs", "numerics")}
+                for p, e in chk["platforms"].items()
+            }
+            checks.append({"name": chk["name"], "platforms": platforms})
+        tests.append({"nodeid": test["nodeid"], "outcome": test["outcome"], "checks": checks})
+    return tests
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(report=any_report(), value=st.floats(-1e6, 1e6, width=32))
+def test_merging_a_report_with_itself_is_consistent_and_idempotent(
+    report: dict[str, Any], value: float
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        save(
+            folder,
+            "outputs",
+            report,
+            {p: np.full(3, value, np.float32) for p in ("cpu", "cuda", "rocm", "tpu")},
+        )
+        once = merge([(folder / "leg-a.json", report)], tolerance_for=defaults, outputs_root=folder)
+        twice = merge(
+            [(folder / "leg-a.json", report), (folder / "leg-b.json", report)],
+            tolerance_for=defaults,
+            outputs_root=folder,
+        )
+        again = merge(
+            [(folder / "merged.json", once.report)], tolerance_for=defaults, outputs_root=folder
+        )
+        assert once.ok
+        assert twice.ok
+        assert again.ok
+        # the same content as the leg, whatever the provenance fields say
+        assert strip_provenance(once.report) == strip_provenance(report)
+        assert strip_provenance(twice.report) == strip_provenance(once.report)
+        assert again.report["tests"] == once.report["tests"]
+        assert twice.report["summary"] == once.report["summary"] == report["summary"]
+        assert baseline_of(twice.report) == baseline_of(once.report) == baseline_of(report)
+        assert not diff(report, twice.report).changes
