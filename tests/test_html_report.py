@@ -1,0 +1,374 @@
+"""The HTML report: built from a real pytester run, checked as text and in headless Chromium."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_jaxport import html_report
+from pytest_jaxport.cost import CostModel, RuntimeShare, estimate, rewrite_items
+from pytest_jaxport.report import Probe, census_from_dict, numerics_status
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIL = "<script>alert('x')</script>"
+
+PROJECT = """
+[tool.jaxport]
+platforms = ["cpu", "cuda", "rocm", "tpu"]
+reference = "cpu"
+"""
+
+MODELS = """
+import jax
+import jax.numpy as jnp
+
+
+def mlp(x, w):
+    return jax.nn.relu(x @ w) @ w.T
+
+
+def solve(a, b):
+    return jnp.linalg.solve(a, b)
+
+
+def eigenvalues(a):
+    return jnp.linalg.eig(a)[0]          # no TPU lowering: a red cell in the matrix
+
+
+def _fused(x):
+    return jax.ffi.ffi_call("my_fused_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def fused(x):                             # a CUDA-only hand-written kernel
+    return jax.lax.platform_dependent(x, cuda=_fused, default=jnp.tanh)
+"""
+
+TESTS = """
+import jax.numpy as jnp
+import pytest
+from models import eigenvalues, fused, mlp, solve
+
+A = jnp.eye(4) * 3.0 + 0.1
+
+
+@pytest.mark.portable
+def test_mlp(jaxport):
+    jaxport.check(mlp, jnp.ones((4, 8)), jnp.ones((8, 8)) * 0.1)
+
+
+@pytest.mark.portable
+def test_solve(jaxport):
+    jaxport.check(solve, A, jnp.ones((4,)))
+
+
+@pytest.mark.portable(must_lower=["cpu", "cuda"])
+def test_eigenvalues(jaxport):
+    jaxport.check(eigenvalues, A)
+
+
+@pytest.mark.portable(max_custom_calls=0)
+@pytest.mark.parametrize("scale", [1.0], ids=[EVIL])
+def test_fused(jaxport, scale):
+    jaxport.check(fused, jnp.ones((8,)) * scale, name="fused<b>bold</b>")
+""".replace("EVIL", repr(EVIL))
+
+_CACHE: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture
+def report(pytester: pytest.Pytester) -> dict[str, Any]:
+    """The JSON report of a small real suite (run once per process, then copied)."""
+    if "report" not in _CACHE:
+        pytester.makefile(".toml", pyproject=PROJECT)
+        pytester.makepyfile(models=MODELS, test_suite=TESTS)
+        pytester.syspathinsert()
+        result = pytester.runpytest("--jaxport-report=r.json", "-p", "no:cacheprovider")
+        result.assert_outcomes(passed=3, failed=1)
+        _CACHE["report"] = json.loads((pytester.path / "r.json").read_text())
+    return copy.deepcopy(_CACHE["report"])
+
+
+def _share(basis: str, seconds: float, xla: float, vendor: float, custom: float,
+           libraries: Mapping[str, float]) -> dict[str, object]:  # fmt: skip
+    layers = {"xla": xla, "vendor": vendor, "custom": custom}
+    return RuntimeShare(
+        basis=basis,  # type: ignore[arg-type]
+        seconds=seconds,
+        layers=layers,
+        libraries=libraries,
+    ).to_dict()
+
+
+SHARES = {
+    "cpu": _share("measured", 0.0125, 0.62, 0.38, 0.0, {"lapack": 0.38}),
+    "cuda": _share("estimated", 4.1e-5, 0.41, 0.47, 0.12, {"cublas": 0.3, "cusolver": 0.17}),
+    "rocm": _share("estimated", 3.3e-5, 0.55, 0.45, 0.0, {"hipblas": 0.28, "hipsolver": 0.17}),
+    "tpu": _share("estimated", 2.2e-5, 1.0, 0.0, 0.0, {}),
+}
+LAYERS = [
+    {"layer": "JAX Python code (jit, grad, vmap)", "portable": "in principle",
+     "counted": "checks that lower on every target", "value": "3 of 4 checks"},
+    {"layer": "XLA-generated kernels", "portable": "regenerated per backend",
+     "counted": "xla share and counts", "value": "cuda 41% (estimated)"},
+    {"layer": "vendor-library calls", "portable": "NVIDIA-bound, counterpart usually exists",
+     "counted": "vendor share and counts by library", "value": {"cublas": 3, "cusolver": 1}},
+    {"layer": "hand-written kernels and custom calls", "portable": False,
+     "counted": "kernels to rewrite per target", "value": "rocm 1, tpu 1"},
+    {"layer": "profiling, tooling and CI assumptions", "portable": "often NVIDIA-bound",
+     "counted": "the scan", "value": 2},
+]  # fmt: skip
+
+
+def add_three_numbers(report: dict[str, Any]) -> dict[str, Any]:
+    """The optional summary fields, computed with the real cost model from the report."""
+    report = copy.deepcopy(report)
+    summary = report["summary"]
+    summary["runtime_share"] = SHARES
+    summary["layers"] = LAYERS
+    estimates = {}
+    for target in ("rocm", "tpu"):
+        items = []
+        for test in report["tests"]:
+            for check in test["checks"]:
+                cuda = check["platforms"]["cuda"]
+                there = check["platforms"][target]
+                items += rewrite_items(
+                    check=check["name"],
+                    target=target,
+                    nvidia=census_from_dict("cuda", cuda["lowered"]) if cuda["lowered"] else None,
+                    on_target=census_from_dict(target, there["lowered"])
+                    if there["lowered"]
+                    else None,
+                    target_error=there["error"],
+                )
+        estimates[target] = estimate(target, items, model=CostModel(), tooling_assumptions=2)
+    summary["rewrite"] = {t: e.to_dict() for t, e in estimates.items()}
+    summary["kernels_to_rewrite"] = {t: e.kernels_to_rewrite for t, e in estimates.items()}
+    summary["rewrite_days"] = {t: e.days for t, e in estimates.items()}
+    for test in report["tests"]:
+        for check in test["checks"]:
+            for platform, entry in check["platforms"].items():
+                entry["runtime_share"] = SHARES[platform]
+    return report
+
+
+def _bars(page: str) -> int:
+    return len(re.findall(r'<svg class="bar ', page))
+
+
+# -- the page as text ---------------------------------------------------------------------
+
+
+def test_three_numbers_layers_and_labels(report: dict[str, Any]) -> None:
+    full = add_three_numbers(report)
+    page = html_report.html(full)
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<title>pytest-jaxport portability report: 4 tests, 1 failed" in page
+    # the layer table as given, in order, before the numbers and the matrix
+    assert page.index('id="layers"') < page.index('id="numbers"') < page.index('id="matrix"')
+    assert page.index('id="matrix"') < page.index('id="tests"')
+    for row in LAYERS:
+        assert f'<th scope="row">{row["layer"]}</th>' in page
+    assert "cublas 3, cusolver 1" in page
+    assert '<span class="pill bad">no</span>' in page
+    # runtime share: one labelled bar per platform, measured vs estimated visible
+    assert page.count('<span class="badge measured">measured</span>') >= 2  # + legend
+    assert 'aria-label="cpu runtime share (measured): XLA-generated 62%' in page
+    assert 'aria-label="cuda runtime share (estimated): XLA-generated 41%' in page
+    assert "cublas 30%, cusolver 17%" in page
+    assert "12.5 ms" in page
+    assert "41 µs" in page
+    # kernels to rewrite and days, with the breakdown, from the real cost model
+    rocm = full["summary"]["rewrite"]["rocm"]
+    assert full["summary"]["kernels_to_rewrite"]["rocm"] == 1
+    assert [i["status"] for i in rocm["items"]] == ["fallback"]
+    assert rocm["days"] == 3 + 1 + 5  # one fallback, two tooling assumptions, fixed
+    assert full["summary"]["rewrite"]["tpu"]["items"][0]["status"] == "fallback"
+    assert '<span class="value">9</span><span class="label">engineering days</span>' in page
+    assert '<span class="value">1</span><span class="label">kernels to rewrite</span>' in page
+    for label in ("fallback validation", "tooling assumptions", "fixed per target"):
+        assert label in page
+    assert "my_fused_kernel" in page
+    assert "rocm runs generic code here" in page
+    assert 'aria-label="to rocm: 9 engineering days (fallback validation 3 d' in page
+    # per-check bars: 4 platforms x 4 checks, plus the suite's 4, plus 2 days bars
+    assert _bars(page) == 16 + 4 + 2
+
+
+def test_matrix_agrees_with_report_numerics_status(report: dict[str, Any]) -> None:
+    page = html_report.html(report)
+    cells = re.findall(r'<td class="cell [^"]*"[^>]*aria-label="([^"]*)"', page)
+    expected = []
+    for test in report["tests"]:
+        for check in test["checks"]:
+            probe = Probe.from_dict(check)
+            for platform in report["config"]["platforms"]:
+                status = numerics_status(probe, platform)
+                assert html_report.numerics_status(check, platform) == status
+                expected.append((platform, status))
+    assert [(c.split(":")[0], c.rsplit("numerics ", 1)[1].split(",")[0]) for c in cells] == (
+        expected
+    )
+    # eig does not lower for TPU: a red cell whose tooltip is the lowering error
+    assert re.search(
+        r'<td class="cell bad" title="[^"]*eig[^"]*" aria-label="tpu: does not lower', page
+    )
+    # the over-budget custom call on cuda is marked in the matrix and spelled out below
+    assert "over budget: max_custom_calls" in page
+    assert page.count('<pre class="violation">') == 1
+    assert "my_fused_kernel" in page
+    assert "models.py:" in page
+    assert "level" in page
+    assert "(lowered)" in page
+
+
+def test_plain_report_renders_without_optional_keys(report: dict[str, Any]) -> None:
+    """Reports without runtime_share/rewrite/layers/compiled keys: derived layers, no numbers."""
+    page = html_report.html(report)
+    assert "Derived from the counts in this report" in page
+    assert "3 of 4 checks lower on every platform" in page
+    body = page.split("<body>")[1]
+    assert 'id="numbers"' not in body
+    assert "estimated" not in body
+    assert "measured" not in body
+    assert _bars(page) == 0
+    assert "not scanned in this report" in page
+
+
+def test_compiled_level_counts_where_compiled(report: dict[str, Any]) -> None:
+    check = report["tests"][0]["checks"][0]
+    cuda = check["platforms"]["cuda"]
+    cuda["compiled"] = {**cuda["lowered"], "level": "compiled", "vendor": 7, "custom": 2,
+                        "deviceless": True, "target": "h100"}  # fmt: skip
+    page = html_report.html(report)
+    assert re.search(r'aria-label="cuda: lowers, vendor 7, custom 2 \(compiled\)', page)
+
+
+def test_escapes_everything_from_the_report(report: dict[str, Any]) -> None:
+    full = add_three_numbers(report)
+    test = full["tests"][0]
+    test["violations"] = [{"check": "x", "platform": "cuda", "key": "<k>", "message": EVIL}]
+    entry = test["checks"][0]["platforms"]["tpu"]
+    entry["lowered"], entry["error"] = None, 'bad "quote" <img src=x onerror=alert(1)>'
+    full["summary"]["layers"][0]["layer"] = EVIL
+    full["summary"]["rewrite"]["rocm"]["items"][0]["name"] = EVIL
+    full["config"]["platforms"].append("<svg onload=alert(1)>")
+    page = html_report.html(full)
+    assert EVIL in json.dumps(report)  # the parametrize id is in the node id
+    assert "<script" not in page.lower()
+    assert "onerror=alert" not in page.replace("onerror=alert(1)&gt;", "")
+    assert "<svg onload" not in page
+    assert "<b>bold</b>" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "fused&lt;b&gt;bold&lt;/b&gt;" in page
+    assert 'title="bad &quot;quote&quot; &lt;img src=x onerror=alert(1)&gt;"' in page
+
+
+def test_self_contained_no_network(report: dict[str, Any]) -> None:
+    page = html_report.html(add_three_numbers(report))
+    assert "http://" not in page
+    assert "https://" not in page
+    for needle in ("<link", "<script", "@import", "url(", " src=", "<iframe", "<object"):
+        assert needle not in page.lower(), needle
+    assert "Content-Security-Policy" in page
+    assert "default-src 'none'" in page
+
+
+def test_deterministic_and_forgiving(report: dict[str, Any]) -> None:
+    assert html_report.html(report) == html_report.html(copy.deepcopy(report))
+    for broken in (
+        {},
+        {"summary": None, "tests": None, "config": 3},
+        {"tests": [None, {"checks": [None, {"platforms": {"cpu": None}}]}]},
+        {"summary": {"runtime_share": {"cpu": {"basis": "measured", "xla": "NaN"}, "x": 1},
+                     "rewrite": {"rocm": {"breakdown": {"fixed": -1}, "items": [None]}},
+                     "kernels_to_rewrite": {"rocm": None}, "layers": [None, {}],
+                     "platforms": {"cpu": None}}},
+    ):  # fmt: skip
+        page = html_report.html(broken)
+        assert page.endswith("</html>\n")
+
+
+# -- the page in a real browser -----------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="headless Chromium not installed here (.ci/run installs Debian's chromium)",
+)
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
+]  # fmt: skip
+
+
+def load_in_chromium(page: Path, tmp: Path) -> tuple[str, list[str], Path]:
+    """Open ``page``; return the DOM after load, the console lines, and a screenshot."""
+    png = tmp / "shot.png"
+    assert CHROMIUM is not None
+    done = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}",
+         f"--screenshot={png}", "--window-size=1280,2000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    return done.stdout, console, png
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+@needs_chromium
+def test_loads_in_chromium_without_console_errors(report: dict[str, Any], tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(html_report.html(add_three_numbers(report)), encoding="utf-8")
+    dom, console, png = load_in_chromium(page, tmp_path)
+    assert console == []
+    assert "<title>pytest-jaxport portability report" in dom
+    assert len(re.findall(r'<svg class="bar ', dom)) == 22
+    assert len(re.findall(r'<rect class="seg ', dom)) > 22
+    assert png_size(png) == (1280, 2000)
+    assert png.stat().st_size > 30_000  # a rendered page, not a blank one
+
+
+@needs_chromium
+def test_chromium_harness_sees_console_errors(tmp_path: Path) -> None:
+    """The check above would catch an error: a page that throws and fetches is reported."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        '<!DOCTYPE html><meta http-equiv="Content-Security-Policy" content="default-src '
+        '\'none\'"><title>t</title><img src="https://example.invalid/x.png" alt="">'
+    )
+    _, console, _ = load_in_chromium(page, tmp_path)
+    assert any("Content Security Policy" in line for line in console), console
+
+
+@needs_chromium
+def test_screenshot_script(report: dict[str, Any], tmp_path: Path) -> None:
+    source = tmp_path / "r.json"
+    source.write_text(json.dumps(add_three_numbers(report)))
+    png = tmp_path / "full.png"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "screenshot_report.py"), str(source), str(png)],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    width, height = png_size(png)
+    assert width == 1280
+    assert height > 2000
