@@ -69,7 +69,11 @@ def _allowed(kernel: Kernel, patterns: tuple[str, ...]) -> bool:
 
 
 def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violation]:
-    """Every violation of ``probe`` against the budget of each platform it was lowered for."""
+    """Every violation of ``probe`` against the budget of each platform it was lowered for.
+
+    Counts come from the compiled census where the platform was compiled, else from the
+    lowered one; each violation says which (``level``).
+    """
     violations: list[Violation] = []
     for platform, result in probe.platforms.items():
         budget = budget_for(platform)
@@ -90,7 +94,7 @@ def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violatio
                         details=(failure,),
                     )
                 )
-        census = result.census
+        census = result.budgeted  # the highest level available: compiled, else lowered
         if census is None:
             continue
         custom = census.in_layer("custom")

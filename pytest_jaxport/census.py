@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_jaxport.targets import Classification, Layer, Level, classify
 
@@ -96,6 +97,9 @@ class Census:
     level: Level = "lowered"
     kernels: tuple[Kernel, ...] = ()
     xla_ops: int = 0
+    xla_kinds: Mapping[str, int] = field(default_factory=dict)
+    """``xla`` dispatches per kind (``triton-gemm``, ``fusion``, ``topk``...), summing to
+    ``xla_ops``; at the lowered level every op is kind ``xla``."""
 
     def count(self, layer: Layer) -> int:
         """Call-weighted dispatches in ``layer`` (``xla`` counts every generated op)."""
@@ -153,33 +157,35 @@ class _Walk:
     program: Program
     platform: str
     classifier: Classifier
-    memo: dict[tuple[str, SourceLocation | None], tuple[Counter[_Key], int]] = field(
+    memo: dict[tuple[str, SourceLocation | None], tuple[Counter[_Key], Counter[str]]] = field(
         default_factory=dict
     )
     active: set[str] = field(default_factory=set)
 
-    def function(self, name: str, inherited: SourceLocation | None) -> tuple[Counter[_Key], int]:
+    def function(
+        self, name: str, inherited: SourceLocation | None
+    ) -> tuple[Counter[_Key], Counter[str]]:
         key = (name, inherited)
         if key in self.memo:
             return self.memo[key]
         if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
-            return Counter(), 0
+            return Counter(), Counter()
         self.active.add(name)
         kernels: Counter[_Key] = Counter()
-        xla_ops = 0
+        xla_ops: Counter[str] = Counter()
         for site in self.program.functions.get(name, ()):
             location = parse_location(site.location) or inherited
             if site.op in CALL_OPS and site.target is not None:
                 callee_kernels, callee_ops = self.function(site.target, location)
                 kernels.update(callee_kernels)
-                xla_ops += callee_ops
+                xla_ops.update(callee_ops)
                 continue
             if site.op in _UNCOUNTED:
                 continue
             target = site.target if site.op.endswith("custom_call") else None
             result = self.classifier(self.platform, site.op, target)
             if result.layer == "xla":
-                xla_ops += 1
+                xla_ops[result.kind] += 1
             else:
                 kernels[(result, target or site.op, location)] += 1
         self.active.discard(name)
@@ -200,7 +206,7 @@ def take_census(
         return classify(platform, op, target, level=level)
 
     walk = _Walk(program=program, platform=platform, classifier=classifier or default)
-    counts, xla_ops = walk.function(program.entry, None)
+    counts, xla_kinds = walk.function(program.entry, None)
     kernels = tuple(
         sorted(
             (
@@ -217,4 +223,37 @@ def take_census(
             key=lambda k: (k.layer, k.name, str(k.location or "")),
         )
     )
-    return Census(platform=platform, level=level, kernels=kernels, xla_ops=xla_ops)
+    return Census(
+        platform=platform,
+        level=level,
+        kernels=kernels,
+        xla_ops=sum(xla_kinds.values()),
+        xla_kinds=dict(sorted(xla_kinds.items())),
+    )
+
+
+def program_to_dict(program: Program) -> dict[str, Any]:
+    """A JSON-ready form of ``program`` (for the compiled-level cache)."""
+    return {
+        "entry": program.entry,
+        "functions": {
+            name: [[s.op, s.target, s.location] for s in sites]
+            for name, sites in program.functions.items()
+        },
+    }
+
+
+def program_from_dict(data: Mapping[str, Any]) -> Program:
+    """The inverse of :func:`program_to_dict`; raises ``KeyError``/``TypeError``/``ValueError``
+    on anything else."""
+    functions: dict[str, tuple[OpSite, ...]] = {}
+    for name, sites in data["functions"].items():
+        functions[str(name)] = tuple(
+            OpSite(
+                op=str(op),
+                target=None if target is None else str(target),
+                location=None if location is None else str(location),
+            )
+            for op, target, location in sites
+        )
+    return Program(entry=str(data["entry"]), functions=functions)

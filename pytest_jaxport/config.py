@@ -33,7 +33,18 @@ DEFAULT_REFERENCE = "cpu"
 COUNT_KEYS = ("max_vendor_calls", "max_custom_calls")
 BUDGET_KEYS = (*COUNT_KEYS, "max_library_calls", "must_lower", "allow_targets")
 MARKER_KEYS = (*BUDGET_KEYS, "platforms", "reference", "rtol", "atol")
-TOP_KEYS = ("platforms", "reference", "budget", "tolerance")
+TOP_KEYS = (
+    "platforms",
+    "reference",
+    "compile",
+    "target",
+    "what_if_no_vendor",
+    "budget",
+    "tolerance",
+)
+COMPILE_PLATFORMS: tuple[str, ...] = ("cpu", "cuda")
+"""Platforms the compiled level supports here: cpu always, cuda on a GPU or deviceless."""
+DEFAULT_TARGET = "h100"
 TOLERANCE_KEYS = ("rtol", "atol")
 
 DTYPES: tuple[str, ...] = (
@@ -104,6 +115,11 @@ class ProjectConfig:
     source: str = "defaults"
     platforms: tuple[str, ...] = DEFAULT_PLATFORMS
     reference: str = DEFAULT_REFERENCE
+    compile: tuple[str, ...] = ()
+    target: str = DEFAULT_TARGET
+    """A shipped GPU description's name (``h100``) or the absolute path of a text
+    ``GpuTargetConfigProto``: what cuda compiles against where no GPU is present."""
+    what_if_no_vendor: bool = False
     budget: BudgetTable = field(default_factory=lambda: BudgetTable(origin="defaults"))
     platform_budgets: Mapping[str, BudgetTable] = field(default_factory=dict)
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
@@ -254,6 +270,57 @@ def _platforms(where: _Where, key: str, value: object, *, empty_ok: bool) -> tup
     return names
 
 
+def compile_platforms(where: str, value: object) -> tuple[str, ...]:
+    """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
+    choices = ", ".join(COMPILE_PLATFORMS)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected a list of platforms (from {choices}), found "
+                          f"{_type_name(value)}")  # fmt: skip
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or item not in COMPILE_PLATFORMS:
+            hint = _did_you_mean(item, COMPILE_PLATFORMS) if isinstance(item, str) else ""
+            extra = (
+                " (rocm and tpu are counted at the lowered level only)" if item in PLATFORMS else ""
+            )
+            raise ConfigError(
+                f"{where}: expected platforms from {choices}, found {_type_name(item)}{hint}{extra}"
+            )
+        if item in names:
+            raise ConfigError(f"{where}: expected each platform at most once, found "
+                              f"{_type_name(list(value))}")  # fmt: skip
+        names.append(item)
+    return tuple(names)
+
+
+def gpu_target(where: str, value: object, base: Path | None) -> str:
+    """Validate ``target``: a shipped description's name, or a description file's path.
+
+    Returns the lower-case name, or the absolute path (relative paths are taken from
+    ``base``, the folder of ``pyproject.toml``).
+    """
+    from pytest_jaxport.deviceless import SHIPPED_TARGETS, load_target
+
+    shipped = ", ".join(SHIPPED_TARGETS)
+    expected = f"a shipped GPU description ({shipped}) or the path of a text GpuTargetConfigProto"
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: expected {expected}, found {_type_name(value)}")
+    name = value.strip().lower()
+    if name in SHIPPED_TARGETS:
+        return name
+    path = Path(value).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    try:
+        load_target(str(path))
+    except (ValueError, OSError) as e:
+        detail = str(e) if path.is_file() else "no such file"
+        raise ConfigError(
+            f"{where}: expected {expected}, found {_type_name(value)} ({detail})"
+        ) from None
+    return str(path.resolve())
+
+
 def _globs(where: _Where, key: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise where.error(key, 'a list of glob patterns (e.g. ["my_kernel_*"])', value)
@@ -333,8 +400,10 @@ def _dtype_tables(source: str, name: str, table: Mapping[str, Any]) -> dict[str,
     return result
 
 
-def parse_project(data: Mapping[str, Any], source: str) -> ProjectConfig:
-    """Validate the ``[tool.jaxport]`` table read from ``source``."""
+def parse_project(
+    data: Mapping[str, Any], source: str, *, base: Path | None = None
+) -> ProjectConfig:
+    """Validate the ``[tool.jaxport]`` table read from ``source`` (in folder ``base``)."""
     where = _Where(f"{source}: [tool.jaxport]")
     for key in data:
         if key not in TOP_KEYS:
@@ -354,6 +423,17 @@ def parse_project(data: Mapping[str, Any], source: str) -> ProjectConfig:
             f"{source}: [tool.jaxport] reference: expected one of the configured platforms "
             f"({', '.join(platforms)}), found {reference!r}"
         )
+    compile_for = (
+        compile_platforms(f"{where.prefix} compile", data["compile"]) if "compile" in data else ()
+    )
+    target = (
+        gpu_target(f"{where.prefix} target", data["target"], base)
+        if "target" in data
+        else DEFAULT_TARGET
+    )
+    what_if = data.get("what_if_no_vendor", False)
+    if not isinstance(what_if, bool):
+        raise where.error("what_if_no_vendor", "a boolean (true or false)", what_if)
 
     budget = BudgetTable(origin=f"{source} [tool.jaxport.budget]")
     platform_budgets: dict[str, BudgetTable] = {}
@@ -398,6 +478,9 @@ def parse_project(data: Mapping[str, Any], source: str) -> ProjectConfig:
         source=source,
         platforms=platforms,
         reference=reference,
+        compile=compile_for,
+        target=target,
+        what_if_no_vendor=what_if,
         budget=budget,
         platform_budgets=platform_budgets,
         tolerances=tolerances,
@@ -423,7 +506,7 @@ def load_project(path: Path | None, *, display: str | None = None) -> ProjectCon
         return ProjectConfig(source=source)
     if not isinstance(section, Mapping):
         raise _Where(f"{source}: [tool]").error("jaxport", "a table ([tool.jaxport])", section)
-    return parse_project(section, source)
+    return parse_project(section, source, base=path.parent)
 
 
 # -- the marker ---------------------------------------------------------------------------

@@ -10,17 +10,51 @@ Example::
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_jaxport.census import Census, Classifier, SourceLocation, take_census
+from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
+from pytest_jaxport.census import Census, Classifier, Program, SourceLocation, take_census
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.report import PlatformProbe, Probe
+
+NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
+"""XLA's switch against NVIDIA's binary libraries (the what-if). With jaxlib 0.10.2 it only
+turns cuDNN convolutions into XLA kernels; gemms, solvers, FFTs and collectives stay."""
+
+
+@dataclass(slots=True)
+class CompileStats:
+    """Per test: compiled-level cache hits and misses, and what each miss cost."""
+
+    hits: int = 0
+    misses: int = 0
+    compiled: int = 0
+    """Modules compiled only for the census (deviceless, or present but not executed)."""
+    reused: int = 0
+    """Executables numerics had already built, read instead of compiling again."""
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "compiled": self.compiled,
+            "reused": self.reused,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Compiled:
+    census: Census | None = None
+    error: str | None = None
+    deviceless: bool = False
+    target: str | None = None
 
 
 class JaxportWarning(pytest.PytestWarning):
@@ -36,11 +70,16 @@ class Jaxport:
         config: Resolved,
         classifier: Classifier,
         rootdir: Path,
+        compiled_classifier: Classifier | None = None,
+        compile_settings: CompileSettings | None = None,
     ) -> None:
         self._config = config
         self._classifier = classifier
+        self._compiled_classifier = compiled_classifier
+        self._compile = compile_settings or CompileSettings()
         self._rootdir = rootdir
         self.probes: list[Probe] = []
+        self.compile_stats = CompileStats()
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -84,13 +123,13 @@ class Jaxport:
         present = lowering.present_platforms()
         results: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
+        programs: dict[str, Program] = {}
         for platform in self.platforms:
             try:
                 lowered = lowering.lower(traced, platform)
+                programs[platform] = lowering.read_program(lowered)
                 census = self._relative(
-                    take_census(
-                        lowering.read_program(lowered), platform, classifier=self._classifier
-                    )
+                    take_census(programs[platform], platform, classifier=self._classifier)
                 )
             except lowering.LoweringFailure as e:
                 results[platform] = PlatformProbe(
@@ -103,6 +142,9 @@ class Jaxport:
             )
 
         executions: dict[str, lowering.Execution] = {}
+        # What numerics' attempt to compile left behind, per platform: the executable, or
+        # the failure that says compiling failed (so it is not tried a second time).
+        built: dict[str, Any] = {}
         for platform in self._config.platforms:
             if platform not in present or platform not in lowered_for:
                 continue
@@ -112,12 +154,144 @@ class Jaxport:
                 )
             except lowering.LoweringFailure as e:
                 results[platform] = replace(results[platform], execution_error=str(e))
+                built[platform] = e.compiled if e.stage == "run" else e
                 continue
+            built[platform] = executions[platform].compiled
             results[platform] = replace(results[platform], executed=True)
+
+        for platform in self._compile.platforms:
+            if platform in lowered_for:
+                results[platform] = self._compiled(
+                    results[platform], fn, lowered_for[platform], programs[platform], args,
+                    kwargs, built.get(platform), present,
+                )  # fmt: skip
 
         probe, value = self._compare(check_name, results, executions)
         self.probes.append(probe)
         return value
+
+    # -- the compiled level -------------------------------------------------------------------
+
+    def _compiled(
+        self,
+        result: PlatformProbe,
+        fn: Callable[..., Any],
+        lowered: Any,
+        program: Program,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        built: Any,
+        present: tuple[str, ...],
+    ) -> PlatformProbe:
+        """``result`` with its compiled census (or why compiling failed); never raises."""
+        from pytest_jaxport import lowering
+
+        platform = result.platform
+        try:
+            # What decides the compiled program: the module without locations (they never
+            # change code generation) and the source lines a census can show, so a test
+            # file's unrelated edits or the caller's stack do not force a recompile.
+            module = lowering.module_text(lowered) + "\n" + source_fingerprint(program)
+        except Exception as e:  # no text, no key: record it like any compile failure
+            return replace(result, compile_error=lowering.describe_error(e))
+        if platform in present:
+            kind = lowering.device_kind(platform)
+
+            def compile_here() -> tuple[str, bool]:
+                if isinstance(built, lowering.LoweringFailure):
+                    raise built  # numerics already failed to compile it: never try twice
+                if built is not None:
+                    return lowering.compiled_text(built), True
+                return lowering.compile_present(fn, lowered, platform, args, kwargs), False
+
+            found = self._census_of(
+                platform, module, f"device:{kind}", "", {}, compile_here,
+            )  # fmt: skip
+            found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
+        elif platform == "cuda":
+            found = self._deviceless(platform, module, fn, args, kwargs, {})
+        else:
+            return result
+        result = replace(
+            result,
+            compiled=found.census,
+            compile_error=found.error,
+            deviceless=found.deviceless,
+            target=found.target,
+        )
+        if platform == "cuda" and self._compile.what_if_no_vendor:
+            what_if = self._deviceless(platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS)
+            result = replace(result, what_if_no_vendor=what_if.census)
+        return result
+
+    def _deviceless(
+        self,
+        platform: str,
+        module: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, object],
+    ) -> _Compiled:
+        from pytest_jaxport import lowering
+
+        target_config = self._compile.target_config
+
+        def compile_deviceless() -> tuple[str, bool]:
+            text = lowering.compile_deviceless(
+                fn, args, kwargs, target_config=target_config, options=options
+            )
+            return text, False
+
+        found = self._census_of(
+            platform, module, "deviceless", target_config, options, compile_deviceless
+        )
+        return replace(found, deviceless=True, target=self._compile.target)
+
+    def _census_of(
+        self,
+        platform: str,
+        module: str,
+        mode: str,
+        target_config: str,
+        options: Mapping[str, object],
+        produce: Callable[[], tuple[str, bool]],
+    ) -> _Compiled:
+        """The compiled census: from the cache, else from ``produce()`` (HLO text, reused)."""
+        from pytest_jaxport import lowering
+        from pytest_jaxport.hlo import parse_compiled_hlo
+
+        cache = self._compile.cache
+        stats = self.compile_stats
+        key = cache_key(
+            module=module,
+            platform=platform,
+            mode=mode,
+            versions=lowering.versions(),
+            target_config=target_config,
+            options=options,
+            xla_flags=os.environ.get("XLA_FLAGS", ""),
+        )
+        program: Program | None = cache.get(key) if cache is not None else None
+        if program is not None:
+            stats.hits += 1
+        else:
+            stats.misses += 1
+            try:
+                text, reused = produce()
+                program = parse_compiled_hlo(text)
+            except (lowering.LoweringFailure, ValueError) as e:
+                return _Compiled(error=str(e) if isinstance(e, lowering.LoweringFailure)
+                                 else lowering.describe_error(e))  # fmt: skip
+            if reused:
+                stats.reused += 1
+            else:
+                stats.compiled += 1
+            if cache is not None:
+                cache.put(key, program)
+        classifier = self._compiled_classifier
+        census = take_census(program, platform, level="compiled", classifier=classifier)
+        return _Compiled(census=self._relative(census))
 
     def _compare(
         self,

@@ -17,7 +17,9 @@ def pytest_jaxport_classify(
     """Classify an op or custom call that pytest-jaxport's own table gets wrong or lacks.
 
     :param platform: ``cpu``, ``cuda``, ``rocm`` or ``tpu``.
-    :param op: the op name, e.g. ``stablehlo.custom_call`` or ``stablehlo.dot_general``.
+    :param op: the op name, e.g. ``stablehlo.custom_call`` or ``stablehlo.dot_general``; at
+        the compiled level ``hlo.<opcode>`` (``hlo.custom_call``, ``hlo.fft``) or
+        ``hlo.fusion:<kind>`` for a fusion (``hlo.fusion:__triton_nested_gemm_fusion``).
     :param target: the custom-call target for custom calls, else ``None``.
     :param level: ``lowered`` (StableHLO) or ``compiled`` (optimized HLO).
 

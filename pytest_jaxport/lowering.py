@@ -31,7 +31,16 @@ _REDUCER_OPS = frozenset(
 
 
 class LoweringFailure(Exception):
-    """JAX could not lower (or compile, or run) the function for one platform."""
+    """JAX could not lower (or compile, or run) the function for one platform.
+
+    ``compiled`` is the executable when compiling succeeded and running failed, ``None``
+    otherwise; ``stage`` says which step failed (``lower``, ``compile`` or ``run``).
+    """
+
+    def __init__(self, message: str, *, stage: str = "lower", compiled: Any = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.compiled = compiled
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +50,8 @@ class Execution:
     platform: str
     value: Any
     outputs: Outputs
+    compiled: Any = None
+    """The executable that produced ``value`` (a ``jax.stages.Compiled``)."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -79,6 +90,14 @@ def default_platform() -> str:
         except RuntimeError:
             continue
     return str(device.platform)
+
+
+@functools.cache
+def device_kind(platform: str) -> str:
+    """The kind of this machine's first ``platform`` device (``NVIDIA H100 80GB HBM3``)."""
+    import jax
+
+    return str(jax.devices(platform)[0].device_kind)
 
 
 def versions() -> dict[str, str]:
@@ -152,6 +171,24 @@ def to_outputs(value: Any) -> Outputs:
     return Outputs(structure=str(treedef), leaves=leaves)
 
 
+def _compile_on(
+    fn: Callable[..., Any],
+    lowered: Any,
+    platform: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The executable for ``platform`` (present here) and the arguments to call it with."""
+    import jax
+
+    if platform == default_platform():
+        return lowered.compile(), tuple(args), dict(kwargs)
+    device = jax.devices(platform)[0]
+    placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
+    compiled = jax.jit(fn).trace(*placed_args, **placed_kwargs).lower().compile()
+    return compiled, tuple(placed_args), dict(placed_kwargs)
+
+
 def execute(
     fn: Callable[..., Any],
     traced: Any,
@@ -164,26 +201,70 @@ def execute(
 
     On the default platform the lowering the census read is compiled as is, so nothing is
     lowered twice; elsewhere the arguments are committed to that platform's device and the
-    function re-traced there.
+    function re-traced there. The executable is kept on the result (``compiled``), so the
+    compiled-level census reads it instead of compiling again.
     """
     import jax
 
     try:
-        if platform == default_platform():
-            value = lowered.compile()(*args, **kwargs)
-        else:
-            device = jax.devices(platform)[0]
-            placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
-            value = (
-                jax.jit(fn)
-                .trace(*placed_args, **placed_kwargs)
-                .lower()
-                .compile()(*placed_args, **placed_kwargs)
-            )
+        compiled, call_args, call_kwargs = _compile_on(fn, lowered, platform, args, kwargs)
+    except Exception as e:  # a failure to compile is a finding for this platform
+        raise LoweringFailure(describe_error(e), stage="compile") from e
+    try:
+        value = compiled(*call_args, **call_kwargs)
         value = jax.block_until_ready(value)  # type: ignore[no-untyped-call]
-    except Exception as e:  # a failure to compile or run is a finding for this platform
-        raise LoweringFailure(describe_error(e)) from e
-    return Execution(platform=platform, value=value, outputs=to_outputs(value))
+    except Exception as e:  # so is a failure to run; the executable is still good to read
+        raise LoweringFailure(describe_error(e), stage="run", compiled=compiled) from e
+    return Execution(platform=platform, value=value, outputs=to_outputs(value), compiled=compiled)
+
+
+def module_text(lowered: Any) -> str:
+    """The lowered module's text without locations (part of the compiled-level cache key)."""
+    text: str = lowered.as_text()
+    return text
+
+
+def compiled_text(compiled: Any) -> str:
+    """The optimized HLO of an executable (``compiled.as_text()``)."""
+    try:
+        text: str = compiled.as_text()
+    except Exception as e:  # an executable without HLO text is a finding, not a crash
+        raise LoweringFailure(describe_error(e), stage="compile") from e
+    return text
+
+
+def compile_present(
+    fn: Callable[..., Any],
+    lowered: Any,
+    platform: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> str:
+    """Compile (without running) for ``platform``, present here; the optimized HLO text."""
+    try:
+        compiled, _, _ = _compile_on(fn, lowered, platform, args, kwargs)
+    except Exception as e:  # compile errors are findings for this platform
+        raise LoweringFailure(describe_error(e), stage="compile") from e
+    return compiled_text(compiled)
+
+
+def compile_deviceless(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    target_config: str,
+    options: Mapping[str, object],
+) -> str:
+    """Compile for CUDA against ``target_config`` with no GPU; the optimized HLO text."""
+    from pytest_jaxport.deviceless import deviceless_compile
+
+    try:
+        return deviceless_compile(
+            fn, args, kwargs, target_config=target_config, compiler_options=options or None
+        )
+    except Exception as e:  # XLA raises many types here; each is a finding, not a crash
+        raise LoweringFailure(describe_error(e), stage="compile") from e
 
 
 def is_array_like(value: Any) -> bool:

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_jaxport import hookspecs
-from pytest_jaxport.config import ConfigError, ProjectConfig, load_project, portable
+from pytest_jaxport.cache import CACHE_NAME, CompiledCache, CompileSettings
+from pytest_jaxport.config import (
+    COMPILE_PLATFORMS,
+    ConfigError,
+    ProjectConfig,
+    compile_platforms,
+    load_project,
+    portable,
+)
 from pytest_jaxport.session import JAXPORT, JaxportSession
 from pytest_jaxport.targets import PLATFORMS
 
@@ -41,6 +49,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="LIST",
         help="comma-separated platforms to lower for, overriding [tool.jaxport] platforms "
         f"(from {', '.join(PLATFORMS)}).",
+    )
+    group.addoption(
+        "--jaxport-compile",
+        default=None,
+        metavar="LIST",
+        help="comma-separated platforms to also compile and count at the compiled level "
+        f"(from {', '.join(COMPILE_PLATFORMS)}; 'none' for none), overriding "
+        "[tool.jaxport] compile. cuda compiles deviceless where no GPU is present.",
+    )
+    group.addoption(
+        "--jaxport-cache-clear",
+        action="store_true",
+        default=False,
+        help="drop cached compiled-level results before the run (pytest's --cache-clear "
+        "drops them too).",
     )
 
 
@@ -89,6 +112,54 @@ def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
     return replace(project, platforms=checked.platforms)
 
 
+def _apply_compile_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
+    if value is None:
+        return project
+    from dataclasses import replace
+
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    if names in (["none"], []):
+        return replace(project, compile=())
+    return replace(project, compile=compile_platforms("--jaxport-compile", names))
+
+
+def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileSettings:
+    """The compiled level's settings; a usage error when cuda cannot be compiled here."""
+    cache_plugin = getattr(config, "cache", None)
+    clear = config.getoption("jaxport_cache_clear") and not hasattr(config, "workerinput")
+    cache = None
+    if cache_plugin is not None and (project.compile or clear):
+        cache = CompiledCache(directory=Path(cache_plugin.mkdir(CACHE_NAME)))
+        if clear:
+            cache.clear()
+    if not project.compile:
+        return CompileSettings(cache=cache)
+    target_config = ""
+    if "cuda" in project.compile:
+        from pytest_jaxport import deviceless
+
+        deviceless.prefer_deviceless()
+        problem = deviceless.cuda_plugin_problem()
+        if problem is not None:
+            origin = (
+                "--jaxport-compile"
+                if config.getoption("jaxport_compile") is not None
+                else f"{project.source}: [tool.jaxport] compile"
+            )
+            raise ConfigError(f"{origin} lists cuda, but {problem}")
+        try:
+            target_config = deviceless.load_target(project.target)
+        except (ValueError, OSError) as e:
+            raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
+    return CompileSettings(
+        platforms=project.compile,
+        target=project.target,
+        target_config=target_config,
+        what_if_no_vendor=project.what_if_no_vendor,
+        cache=cache,
+    )
+
+
 def _check_report_target(target: str | None, config: pytest.Config) -> None:
     if target is None or target == "-":
         return
@@ -114,10 +185,14 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"--jaxport-platforms: the reference platform {project.reference!r} must be "
                 f"among the platforms, found {', '.join(project.platforms)}"
             )
+        project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
         _check_report_target(config.getoption("jaxport_report"), config)
+        settings = _compile_settings(config, project)
     except ConfigError as e:
         raise pytest.UsageError(f"jaxport: {e}") from None
-    session = JaxportSession(config, project, config.getoption("jaxport_report"))
+    session = JaxportSession(
+        config, project, config.getoption("jaxport_report"), compile_settings=settings
+    )
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "jaxport-session")
 
@@ -148,7 +223,9 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
         resolved = session.project.resolve()  # the test fails with the message before it runs
     instance = Jaxport(
         config=resolved,
-        classifier=session.classifier(),
+        classifier=session.classifier("lowered"),
+        compiled_classifier=session.classifier("compiled"),
+        compile_settings=session.compile_settings,
         rootdir=request.config.rootpath,
     )
     item.stash[JAXPORT] = instance

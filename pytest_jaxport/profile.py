@@ -11,7 +11,6 @@ Only this module and ``lowering.py`` import JAX, and only inside functions.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ def self_times(lines: Iterable[Iterable[Event]]) -> dict[str, float]:
     ...              Event(op="dot.2", start_ns=2, end_ns=6)]])
     {'while.1': 6.0, 'dot.2': 4.0}
     """
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = {}
     for line in lines:
         stack: list[tuple[float, str]] = []
         for event in line:
@@ -42,8 +41,8 @@ def self_times(lines: Iterable[Iterable[Event]]) -> dict[str, float]:
                 stack.pop()
             duration = event.end_ns - event.start_ns
             if stack:
-                totals[stack[-1][1]] -= duration
-            totals[event.op] += duration
+                totals[stack[-1][1]] = totals.get(stack[-1][1], 0.0) - duration
+            totals[event.op] = totals.get(event.op, 0.0) + duration
             stack.append((event.end_ns, event.op))
     return {op: float(ns) for op, ns in totals.items()}
 
@@ -72,7 +71,10 @@ def measure(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> dic
             run()
     finally:
         xspace = session.stop()
-    data = jax.profiler.ProfileData.from_serialized_xspace(xspace)
+    profile_data = getattr(jax.profiler, "ProfileData", None)
+    if profile_data is None:
+        raise RuntimeError("measuring runtime share needs jax.profiler.ProfileData (jaxlib>=0.8.3)")
+    data = profile_data.from_serialized_xspace(xspace)
     lines = []
     for plane in data.planes:
         for line in plane.lines:
@@ -81,9 +83,9 @@ def measure(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> dic
                 stats = dict(event.stats)
                 op = stats.get("hlo_op")
                 if isinstance(op, str):
-                    events.append(
-                        Event(op=op, start_ns=event.start_ns, end_ns=event.end_ns)
-                    )
+                    events.append(Event(op=op, start_ns=event.start_ns, end_ns=event.end_ns))
             if events:
                 lines.append(events)
+    if not lines:
+        raise RuntimeError("the JAX profiler recorded no hlo_op events (jaxlib>=0.8.3 needed)")
     return {op: ns / 1e9 / runs for op, ns in self_times(lines).items() if ns > 0}

@@ -5,23 +5,93 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_jaxport.report import Probe, numerics_status
+from pytest_jaxport.census import Census
+from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
+
+NO_AUTOTUNE_NOTE = (
+    "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"
+)
+_PLAIN_XLA_KINDS = frozenset({"xla", "fusion", "address-computation"})
+"""XLA kinds too generic to name when showing what a vendor dispatch became."""
 
 
 def _libraries(libraries: Mapping[str, int]) -> str:
     return ", ".join(f"{name} {n}" for name, n in libraries.items())
 
 
+def level_tag(result: PlatformProbe) -> str:
+    """``lowered``, ``compiled``, ``compiled deviceless h100``, ``compiled on <device>``."""
+    if result.compiled is None:
+        return "lowered"
+    if result.deviceless:
+        return f"compiled deviceless {result.target}"
+    if result.target and result.platform != "cpu":
+        return f"compiled on {result.target}"
+    return "compiled"
+
+
+def _dispatches(census: Census, *, xla: bool) -> str:
+    parts = [f"{name} {n}" for name, n in census.libraries().items()]
+    if census.custom:
+        parts.append(f"custom {census.custom}")
+    if xla:
+        parts += [
+            f"XLA {kind} {n}"
+            for kind, n in census.xla_kinds.items()
+            if kind not in _PLAIN_XLA_KINDS and n
+        ]
+    return ", ".join(parts) or "no vendor or custom calls"
+
+
+def prediction_gap(result: PlatformProbe) -> str | None:
+    """Where the lowered prediction and the compiled reality differ, in one line.
+
+    ``cuda: lowered predicted cublas 4; compiled: cublas 1, XLA triton-gemm 3``; ``None``
+    when they agree (same libraries and counts, same custom calls) or either is missing.
+    """
+    lowered, compiled = result.census, result.compiled
+    if lowered is None or compiled is None:
+        return None
+    if lowered.libraries() == compiled.libraries() and lowered.custom == compiled.custom:
+        return None
+    return (
+        f"{result.platform}: lowered predicted {_dispatches(lowered, xla=False)}; "
+        f"compiled: {_dispatches(compiled, xla=True)}"
+    )
+
+
+def what_if_line(result: PlatformProbe) -> str | None:
+    """``cuda: with no vendor libraries: cudnn 1 -> XLA fusion 1`` (the what-if compile)."""
+    compiled, fallback = result.compiled, result.what_if_no_vendor
+    if compiled is None or fallback is None:
+        return None
+    before = _dispatches(compiled, xla=False)
+    if compiled.libraries() == fallback.libraries():
+        return f"{result.platform}: with no vendor libraries: unchanged ({before})"
+    grown = fallback.xla_ops - compiled.xla_ops
+    if fallback.libraries() or fallback.custom:
+        after = _dispatches(fallback, xla=True)
+    else:
+        after = "XLA's own kernels only"
+    return (
+        f"{result.platform}: with no vendor libraries: {before} -> {after} "
+        f"({fallback.xla_ops} XLA dispatches, {grown:+d})"
+    )
+
+
 def platform_line(probe: Probe, platform: str) -> str:
-    """``cuda  vendor 2  custom 0  (cublas 2)  numerics: not present``."""
+    """``cuda  vendor 2  custom 0  (cublas 2)  [lowered]  numerics: not present``."""
     result = probe.platforms[platform]
     if result.census is None:
         return f"{platform:<5} failed to lower: {result.error}"
-    census = result.census
+    census = result.budgeted or result.census
     libraries = census.libraries()
     text = f"{platform:<5} vendor {census.vendor:>3}  custom {census.custom:>3}"
     if libraries:
         text += f"  ({_libraries(libraries)})"
+    text += f"  [{level_tag(result)}]"
+    if result.compile_error:
+        text += f"  compile failed: {result.compile_error}"
     status = numerics_status(probe, platform)
     text += f"  numerics: {status}"
     if result.execution_error:
@@ -35,14 +105,43 @@ def probe_text(probe: Probe, indent: str = "") -> str:
     lines = [f"{indent}check {probe.name!r}"]
     lines += [f"{indent}  {platform_line(probe, p)}" for p in probe.platforms]
     for platform, result in probe.platforms.items():
-        if result.census is None:
+        census = result.budgeted
+        if census is None:
             continue
-        for kernel in result.census.kernels:
+        for kernel in census.kernels:
             if kernel.layer in ("vendor", "custom"):
                 lines.append(f"{indent}    {platform}: {kernel.layer} {kernel.describe()}")
+        for extra in (prediction_gap(result), what_if_line(result)):
+            if extra is not None:
+                lines.append(f"{indent}    {extra}")
     if probe.note:
         lines.append(f"{indent}  note: {probe.note}")
     return "\n".join(lines)
+
+
+def _levels(report: Mapping[str, Any]) -> str:
+    compiled = report["config"].get("compile") or []
+    if not compiled:
+        return "level: lowered (StableHLO, no hardware needed)"
+    target = report["config"].get("target")
+    gpu = f" (cuda deviceless against {target} where no GPU)" if target else ""
+    return f"levels: compiled for {', '.join(compiled)}{gpu}; lowered elsewhere"
+
+
+def _summary_level(totals: Mapping[str, Any]) -> str:
+    compiled = totals.get("compiled", 0)
+    if not compiled:
+        return "lowered"
+    return "compiled" if compiled == totals["lowered"] else "mixed"
+
+
+def _deviceless_used(report: Mapping[str, Any]) -> bool:
+    return any(
+        (result.get("compiled") or {}).get("deviceless")
+        for test in report["tests"]
+        for check in test.get("checks", ())
+        for result in check["platforms"].values()
+    )
 
 
 def text(report: Mapping[str, Any]) -> str:
@@ -55,15 +154,19 @@ def text(report: Mapping[str, Any]) -> str:
         f"{summary['failed_tests']} failed, {summary['violations']} budget violations",
         f"platforms: {', '.join(config['platforms'])} (reference {config['reference']}); "
         f"present here: {', '.join(env.get('present_platforms', [])) or 'none'}; "
-        "level: lowered (StableHLO, no hardware needed)",
+        + _levels(report),
         "",
-        f"{'platform':<9}{'vendor':>7}{'custom':>7}{'lowered':>9}{'failed':>8}  libraries",
+        f"{'platform':<9}{'vendor':>7}{'custom':>7}{'lowered':>9}{'failed':>8}  "
+        f"{'level':<9} libraries",
     ]
     for platform, totals in summary["platforms"].items():
         lines.append(
             f"{platform:<9}{totals['vendor']:>7}{totals['custom']:>7}{totals['lowered']:>9}"
-            f"{totals['failed_to_lower']:>8}  {_libraries(totals['libraries']) or '-'}"
+            f"{totals['failed_to_lower']:>8}  {_summary_level(totals):<9} "
+            f"{_libraries(totals['libraries']) or '-'}"
         )
+    if _deviceless_used(report):
+        lines.append(f"note: {NO_AUTOTUNE_NOTE}")
     for test in report["tests"]:
         lines += ["", f"{test['nodeid']} [{test['outcome']}]"]
         for check in test.get("checks", ()):
@@ -83,29 +186,40 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"{summary['tests']} portable tests, {summary['checks']} checks, "
         f"{summary['failed_tests']} failed, {summary['violations']} budget violations "
-        "(level: lowered).",
+        f"({_levels(report)}).",
         "",
-        "| platform | vendor | custom | lowered | failed to lower | libraries |",
-        "|---|---:|---:|---:|---:|---|",
+        "| platform | vendor | custom | lowered | failed to lower | libraries | level |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
     for platform, totals in summary["platforms"].items():
         lines.append(
             f"| {platform} | {totals['vendor']} | {totals['custom']} | {totals['lowered']} | "
-            f"{totals['failed_to_lower']} | {_libraries(totals['libraries']) or '-'} |"
+            f"{totals['failed_to_lower']} | {_libraries(totals['libraries']) or '-'} | "
+            f"{_summary_level(totals)} |"
         )
+    if _deviceless_used(report):
+        lines += ["", f"Note: {NO_AUTOTUNE_NOTE}."]
     lines += [
         "",
-        "| test | check | platform | vendor | custom | numerics |",
-        "|---|---|---|---:|---:|---|",
+        "| test | check | platform | vendor | custom | numerics | level |",
+        "|---|---|---|---:|---:|---|---|",
     ]
+    gaps: list[str] = []
     for test in report["tests"]:
         for check in test.get("checks", ()):
             probe = Probe.from_dict(check)
             for platform, result in probe.platforms.items():
-                vendor = result.census.vendor if result.census else "-"
-                custom = result.census.custom if result.census else "failed to lower"
+                census = result.budgeted
+                vendor = census.vendor if census else "-"
+                custom = census.custom if census else "failed to lower"
+                level = level_tag(result) if census else "-"
                 lines.append(
                     f"| `{test['nodeid']}` | {probe.name} | {platform} | {vendor} | {custom} | "
-                    f"{numerics_status(probe, platform)} |"
+                    f"{numerics_status(probe, platform)} | {level} |"
                 )
+                for extra in (prediction_gap(result), what_if_line(result)):
+                    if extra is not None:
+                        gaps.append(f"- `{test['nodeid']}` {probe.name}: {extra}")
+    if gaps:
+        lines += ["", "Lowered prediction vs compiled reality:", "", *gaps]
     return "\n".join(lines) + "\n"

@@ -22,13 +22,20 @@ Report shape (schema version 1)::
                              "platforms": {"cuda": {
                                  "present": false, "lowered": {
                                      "level": "lowered", "vendor": 2, "custom": 0, "meta": 0,
-                                     "xla": 31, "libraries": {"cublas": 2},
+                                     "xla": 31, "xla_kinds": {"xla": 31},
+                                     "libraries": {"cublas": 2},
                                      "kernels": [{"name": "stablehlo.dot_general", ...}]},
-                                 "error": null, "executed": false, "execution_error": null,
+                                 "error": null,
+                                 "compiled": {"level": "compiled", ..., "deviceless": true,
+                                              "target": "h100"},
+                                 "compile_error": null,
+                                 "executed": false, "execution_error": null,
                                  "numerics": null}}}]}]
     }
 
-``lowered`` is ``null`` when lowering failed, and ``error`` says why.
+``lowered`` is ``null`` when lowering failed, and ``error`` says why; ``compiled`` (same
+shape, plus ``deviceless`` and ``target``) is ``null`` unless the platform was compiled
+(``compile = [...]``), and ``compile_error`` says why when compiling failed.
 """
 
 from __future__ import annotations
@@ -64,10 +71,24 @@ class PlatformProbe:
     executed: bool = False
     execution_error: str | None = None
     numerics: Comparison | None = None
+    compiled: Census | None = None
+    """The compiled-level census, when this platform was compiled (``compile = [...]``)."""
+    compile_error: str | None = None
+    deviceless: bool = False
+    """Whether ``compiled`` came from deviceless compilation (no GPU: no autotuning)."""
+    target: str | None = None
+    """What it was compiled for: the GPU description (``h100``) or the device kind."""
+    what_if_no_vendor: Census | None = None
+    """The compiled census with vendor libraries disabled (``what_if_no_vendor = true``)."""
 
     @property
     def lowered(self) -> bool:
         return self.census is not None
+
+    @property
+    def budgeted(self) -> Census | None:
+        """The census budgets apply to: compiled where compiled, else lowered."""
+        return self.compiled if self.compiled is not None else self.census
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +129,7 @@ def census_to_dict(census: Census) -> dict[str, Any]:
         "custom": census.custom,
         "meta": census.meta,
         "xla": census.xla_ops,
+        "xla_kinds": dict(census.xla_kinds),
         "libraries": census.libraries(),
         "kernels": [kernel_to_dict(k) for k in census.kernels],
     }
@@ -118,6 +140,7 @@ def census_from_dict(platform: str, data: Mapping[str, Any]) -> Census:
         platform=platform,
         level=data.get("level", "lowered"),
         xla_ops=data.get("xla", 0),
+        xla_kinds=dict(data.get("xla_kinds") or {}),
         kernels=tuple(kernel_from_dict(k) for k in data.get("kernels", ())),
     )
 
@@ -149,18 +172,32 @@ def kernel_from_dict(data: Mapping[str, Any]) -> Kernel:
 
 
 def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
-    return {
+    compiled = None
+    if result.compiled is not None:
+        compiled = {
+            **census_to_dict(result.compiled),
+            "deviceless": result.deviceless,
+            "target": result.target,
+        }
+    data = {
         "present": result.present,
         "lowered": census_to_dict(result.census) if result.census else None,
         "error": result.error,
+        "compiled": compiled,
+        "compile_error": result.compile_error,
         "executed": result.executed,
         "execution_error": result.execution_error,
         "numerics": result.numerics.to_dict() if result.numerics else None,
     }
+    if result.what_if_no_vendor is not None:
+        data["what_if_no_vendor"] = census_to_dict(result.what_if_no_vendor)
+    return data
 
 
 def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe:
     lowered = data.get("lowered")
+    compiled = data.get("compiled")
+    what_if = data.get("what_if_no_vendor")
     numerics = data.get("numerics")
     return PlatformProbe(
         platform=platform,
@@ -170,6 +207,11 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
         executed=data.get("executed", False),
         execution_error=data.get("execution_error"),
         numerics=Comparison.from_dict(numerics) if numerics else None,
+        compiled=census_from_dict(platform, compiled) if compiled else None,
+        compile_error=data.get("compile_error"),
+        deviceless=bool(compiled.get("deviceless", False)) if compiled else False,
+        target=compiled.get("target") if compiled else None,
+        what_if_no_vendor=census_from_dict(platform, what_if) if what_if else None,
     )
 
 
@@ -200,7 +242,12 @@ def environment(present: Iterable[str], versions: Mapping[str, str]) -> dict[str
 
 
 def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Suite totals: tests, checks, violations, and per platform counts by layer and library."""
+    """Suite totals: tests, checks, violations, and per platform counts by layer and library.
+
+    Counts come from the level budgets apply at: the compiled census where a check was
+    compiled, the lowered one elsewhere. Platforms with compiling configured also carry
+    ``compiled`` and ``failed_to_compile`` (how many checks reached each outcome).
+    """
     tests = list(tests)
     platforms: dict[str, dict[str, Any]] = {}
     checks = 0
@@ -218,9 +265,15 @@ def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                     totals["failed_to_lower"] += 1
                     continue
                 totals["lowered"] += 1
+                compiled = result.get("compiled")
+                if compiled is not None or result.get("compile_error"):
+                    totals.setdefault("compiled", 0)
+                    totals.setdefault("failed_to_compile", 0)
+                    totals["compiled" if compiled is not None else "failed_to_compile"] += 1
+                counted = compiled if compiled is not None else lowered
                 for layer in ("vendor", "custom", "meta"):
-                    totals[layer] += lowered[layer]
-                for library, n in lowered["libraries"].items():
+                    totals[layer] += counted[layer]
+                for library, n in counted["libraries"].items():
                     totals["libraries"][library] = totals["libraries"].get(library, 0) + n
     for totals in platforms.values():
         totals["libraries"] = dict(sorted(totals["libraries"].items()))

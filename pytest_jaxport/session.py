@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.config import (
     ConfigError,
     ProjectConfig,
@@ -21,7 +22,7 @@ from pytest_jaxport.config import (
     merge_marks,
     parse_marker,
 )
-from pytest_jaxport.targets import Classification, classify
+from pytest_jaxport.targets import Classification, Level, classify
 
 MARKER = "portable"
 JAXPORT = pytest.StashKey["Any"]()
@@ -41,12 +42,20 @@ def _mark_origin(node: object, item: pytest.Item) -> str:
 class JaxportSession:
     """Collects probes, judges tests against budgets and writes the report."""
 
-    def __init__(self, config: pytest.Config, project: ProjectConfig, report: str | None) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        project: ProjectConfig,
+        report: str | None,
+        compile_settings: CompileSettings | None = None,
+    ) -> None:
         self.config = config
         self.project = project
         self.report_target = report
+        self.compile_settings = compile_settings or CompileSettings()
         self.tests: dict[str, dict[str, Any]] = {}
         self.is_worker = hasattr(config, "workerinput")
+        self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -73,16 +82,17 @@ class JaxportSession:
             raise cached
         return cached
 
-    def classifier(self) -> Any:
+    def classifier(self, level: Level = "lowered") -> Any:
+        """``(platform, op, target) -> Classification`` at ``level``: the hook, then the table."""
         hook = self.config.hook.pytest_jaxport_classify
 
         @functools.cache
         def classify_op(platform: str, op: str, target: str | None) -> Classification:
             if hook.get_hookimpls():
-                found = hook(platform=platform, op=op, target=target, level="lowered")
+                found = hook(platform=platform, op=op, target=target, level=level)
                 if found is not None:
                     return found  # type: ignore[no-any-return]
-            return classify(platform, op, target)
+            return classify(platform, op, target, level=level)
 
         return classify_op
 
@@ -90,11 +100,25 @@ class JaxportSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         sources = self.project.budget_sources()
-        return [
+        lines = [
             f"jaxport: platforms {', '.join(self.project.platforms)} "
             f"(reference {self.project.reference}); config from {self.project.source}; "
             f"budgets from {', '.join(sources) if sources else 'nowhere (no limits set)'}"
         ]
+        if self.project.compile:
+            where = ", ".join(self.project.compile)
+            gpu = (
+                f"; cuda without a GPU compiles deviceless against {self.project.target}"
+                if "cuda" in self.project.compile
+                else ""
+            )
+            cache = (
+                "cached in pytest's cache"
+                if self.compile_settings.cache is not None
+                else "not cached (cacheprovider disabled)"
+            )
+            lines.append(f"jaxport: compiled level for {where}{gpu}; {cache}")
+        return lines
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -134,6 +158,8 @@ class JaxportSession:
             "violations": [],
         }
         report.jaxport = record  # type: ignore[attr-defined]
+        if jaxport is not None and self.project.compile:
+            record["compile"] = jaxport.compile_stats.to_dict()
         if report.outcome == "skipped":
             return
         try:
@@ -154,11 +180,13 @@ class JaxportSession:
         record["violations"] = [v.to_dict() for v in violations]
         for probe in probes:
             for platform, result in probe.platforms.items():
-                if result.census is not None:
+                census = result.budgeted
+                if census is not None:
                     prefix = f"jaxport.{probe.name}.{platform}"
                     for key, value in (
-                        ("vendor", result.census.vendor),
-                        ("custom", result.census.custom),
+                        ("vendor", census.vendor),
+                        ("custom", census.custom),
+                        ("level", census.level),
                     ):
                         # junitxml reads the teardown report's properties, copied from the item.
                         item.user_properties.append((f"{prefix}.{key}", value))
@@ -186,6 +214,8 @@ class JaxportSession:
             {"nodeid": report.nodeid, "outcome": "passed", "checks": [], "violations": []},
         )
         if report.when == "call":
+            for key, value in data.get("compile", {}).items():
+                self.compile_stats[key] = self.compile_stats.get(key, 0) + int(value)
             entry["checks"] = data["checks"]
             entry["violations"] = data["violations"]
             if data.get("message"):
@@ -208,12 +238,32 @@ class JaxportSession:
                 "source": self.project.source,
                 "platforms": list(self.project.platforms),
                 "reference": self.project.reference,
+                "compile": list(self.project.compile),
+                "target": self.project.target if "cuda" in self.project.compile else None,
             },
             environment=environment(present, versions),
         )
 
+    def compile_summary(self) -> str | None:
+        """``jaxport: compiled cache 3 hits, 0 misses (...)``, when anything was compiled."""
+        stats = self.compile_stats
+        if not self.project.compile or not (stats["hits"] or stats["misses"]):
+            return None
+        work = (
+            f"{stats['compiled']} compiled for the census, "
+            f"{stats['reused']} read from executables numerics built"
+        )
+        if self.compile_settings.cache is None:
+            return f"jaxport: compiled cache off (cacheprovider disabled): {work}"
+        return f"jaxport: compiled cache {stats['hits']} hits, {stats['misses']} misses ({work})"
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or self.report_target is None:
+        if self.is_worker:
+            return
+        line = self.compile_summary()
+        if line is not None:
+            terminalreporter.write_line(line)
+        if self.report_target is None:
             return
         from pytest_jaxport.render import text
 

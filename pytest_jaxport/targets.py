@@ -11,11 +11,17 @@ Example::
     Classification(layer='vendor', kind='gemm', library='cublas')
     >>> classify("cuda", "stablehlo.custom_call", "cusolver_syevd_ffi").library
     'cusolver'
+    >>> classify("cuda", "hlo.fusion:__triton_nested_gemm_fusion", level="compiled").kind
+    'triton-gemm'
+
+Rows apply at both fidelity levels unless scoped with ``levels``: the lowered level sees
+StableHLO op names (``stablehlo.dot_general``), the compiled level sees optimized HLO as
+:mod:`pytest_jaxport.hlo` names it (``hlo.fft``, ``hlo.fusion:<kind>``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal, get_args
@@ -121,12 +127,156 @@ def _gpu_ops(blas: str, dnn: str, fft: str, collectives: str) -> dict[str, Class
     return table
 
 
+# -- the compiled level ---------------------------------------------------------------------
+#
+# :mod:`pytest_jaxport.hlo` names every dispatch of a compiled module ``hlo.<opcode>``
+# (``hlo.fft``, ``hlo.all_reduce``), custom calls ``hlo.custom_call`` with their target, and
+# fusions ``hlo.fusion:<kind>`` with the kind XLA gave them. These rows, all scoped to the
+# compiled level, say which layer and library each of those is. Choices worth knowing:
+#
+# - XLA's own Triton kernels (``__triton_gemm``, ``__triton_nested_gemm_fusion``,
+#   ``__triton``) and every loop/input/output fusion are ``xla``: the compiler regenerates
+#   them for any backend. A cuDNN fusion (``__cudnn$fusion``) runs inside cuDNN, a custom
+#   fusion (``__custom_fusion$<name>``, XLA's CUTLASS gemm kernels) is NVIDIA template-library
+#   code: both ``vendor``. ``dynamic_slice_fusion`` only computes addresses, so it is ``xla``
+#   when it wraps a copy (:mod:`hlo` reports the wrapped library call itself when there is one).
+# - On CUDA, ``fft`` is a cuFFT thunk and collectives are NCCL even though they are plain HLO
+#   ops; ``sort`` is XLA's own kernel unless the CUB rewriter made it a ``__cub$`` call.
+# - On CPU, a standalone ``dot``/``convolution`` runs XLA:CPU's Eigen thunks: hand-written
+#   library kernels, not generated code, replaced by another backend's libraries exactly like
+#   YNNPACK is, so they count as ``vendor`` library ``eigen``. Dots fused into loops stay inside
+#   their fusion (``xla``). ``fft`` runs DUCC.
+
+_COMPILED = frozenset({"compiled"})
+_CUDA = frozenset({"cuda"})
+_ROCM = frozenset({"rocm"})
+_CPU = frozenset({"cpu"})
+
+_HLO_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "ragged_all_to_all",
+    "collective_permute",
+    "collective_broadcast",
+    "send",
+    "recv",
+)
+
+
+def _xla(kind: str) -> Classification:
+    return Classification(layer="xla", kind=kind)
+
+
+def _compiled_rules(
+    platforms: frozenset[str] | None,
+    table: Mapping[str, Classification],
+    *,
+    custom_call: bool,
+) -> Iterable[Rule]:
+    return (
+        Rule(
+            pattern=pattern,
+            result=result,
+            custom_call=custom_call,
+            platforms=platforms,
+            levels=_COMPILED,
+        )
+        for pattern, result in table.items()
+    )
+
+
+def _collectives(library: str) -> dict[str, Classification]:
+    return {f"hlo.{op}": _vendor(library, "collective") for op in _HLO_COLLECTIVES}
+
+
+COMPILED_RULES: tuple[Rule, ...] = (
+    # CUDA custom calls the GPU compiler introduces (library thunks).
+    *_compiled_rules(
+        _CUDA,
+        {
+            "__cublas$triangularSolve": _vendor("cublas", "triangular-solve"),
+            "__cublas$*": _vendor("cublas", "gemm"),
+            "__cudnn$conv*": _vendor("cudnn", "convolution"),
+            "__cudnn$fmha*": _vendor("cudnn", "attention"),
+            "__cudnn$norm": _vendor("cudnn", "normalization"),
+            "__cudnn$blockScaledDot": _vendor("cudnn", "gemm"),
+            "__cudnn$*": _vendor("cudnn", "dnn"),
+            "__cub$*": _vendor("cub", "sort"),
+            "__cusolver$*": _vendor("cusolver", "solver"),
+            "cusolver_*": _vendor("cusolver", "solver"),
+            "__gpu$TopK": _xla("topk"),
+        },
+        custom_call=True,
+    ),
+    # CUDA fusions and plain ops.
+    *_compiled_rules(
+        _CUDA,
+        {
+            "hlo.fusion:__cudnn$fusion": _vendor("cudnn", "fusion"),
+            "hlo.fusion:__custom_fusion$dynamic_slice_fusion": _xla("address-computation"),
+            "hlo.fusion:__custom_fusion$address_computation": _xla("address-computation"),
+            "hlo.fusion:__custom_fusion$dynamic_address_computation": _xla("address-computation"),
+            "hlo.fusion:__custom_fusion*": _vendor("cutlass", "gemm"),
+            "hlo.fft": _vendor("cufft", "fft"),
+            **_collectives("nccl"),
+        },
+        custom_call=False,
+    ),
+    # ROCm (compiled only where ROCm hardware is present): same shapes, ROCm libraries.
+    *_compiled_rules(
+        _ROCM,
+        {"hlo.fft": _vendor("hipfft", "fft"), **_collectives("rccl")},
+        custom_call=False,
+    ),
+    # CPU: library fusions and thunks.
+    *_compiled_rules(
+        _CPU,
+        {
+            "hlo.fusion:__ynn_fusion": _vendor("ynnpack", "fusion"),
+            "hlo.fusion:__onednn_fusion": _vendor("onednn", "fusion"),
+            "hlo.fft": _vendor("ducc", "fft"),
+            "hlo.dot": _vendor("eigen", "gemm"),
+            "hlo.convolution": _vendor("eigen", "convolution"),
+        },
+        custom_call=False,
+    ),
+    *_compiled_rules(
+        _CPU,
+        {
+            "__onednn$*": _vendor("onednn", "dnn"),
+            "lapack_*": _vendor("lapack", "solver"),
+        },
+        custom_call=True,
+    ),
+    # Everywhere: XLA's own kernels. The catch-all keeps an unknown future fusion kind in
+    # xla rather than counting it as a hand-written kernel.
+    *_compiled_rules(
+        None,
+        {
+            "hlo.fusion:__triton_gemm": _xla("triton-gemm"),
+            "hlo.fusion:__triton_nested_gemm_fusion": _xla("triton-gemm"),
+            "hlo.fusion:__triton_collective*": _xla("collective"),
+            "hlo.fusion:__triton*": _xla("triton-fusion"),
+            "hlo.fusion*": _xla("fusion"),
+        },
+        custom_call=False,
+    ),
+)
+"""The compiled-level rows of :data:`RULES` (level-scoped, so they never change a lowered
+answer). They come first in :data:`RULES`: the first matching rule wins."""
+
+
+# -- every level -----------------------------------------------------------------------------
+
 _META = Classification(layer="meta", kind="annotation")
 _CALLBACK = Classification(layer="meta", kind="host-callback")
 _XLA_LINALG = Classification(layer="xla", kind="compiler-linalg")
 
 RULES: tuple[Rule, ...] = tuple(
     [
+        *COMPILED_RULES,
         # meta: non-compute custom calls, everywhere.
         *_targets(
             None,

@@ -10,13 +10,17 @@ import jax
 import jax.experimental.pallas
 import jax.experimental.pallas.tpu
 import jax.experimental.pallas.triton
+import jax.experimental.topologies
 import jax.numpy
 import ml_dtypes  # noqa: F401
 import numpy  # noqa: F401
 import pytest
 
 import pytest_jaxport.budget
+import pytest_jaxport.cache
+import pytest_jaxport.deviceless
 import pytest_jaxport.fixture
+import pytest_jaxport.hlo
 import pytest_jaxport.lowering
 import pytest_jaxport.render  # noqa: F401
 

@@ -79,8 +79,10 @@ def test_roofline_is_bound_by_the_slower_resource() -> None:
 
 
 def test_rewrite_items_per_target() -> None:
-    tpu = Census(platform="tpu", kernels=(Kernel(layer="custom", name="tpu_custom_call",
-                                                 kind="pallas-mosaic-tpu", location=loc(3)),))  # fmt: skip
+    mosaic = Kernel(
+        layer="custom", name="tpu_custom_call", kind="pallas-mosaic-tpu", location=loc(3)
+    )
+    tpu = Census(platform="tpu", kernels=(mosaic,))
     rocm = Census(platform="rocm")
     # The Pallas kernel has a TPU variant at the same line: only the cuDNN gap remains.
     tpu_items = rewrite_items(check="c", target="tpu", nvidia=CUDA, on_target=tpu)

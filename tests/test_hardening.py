@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,8 +52,9 @@ def test_config_parser_accepts_or_explains(data: dict[str, Any]) -> None:
     try:
         project = parse_project(data, "pyproject.toml")
     except ConfigError as e:
-        assert str(e).startswith("pyproject.toml: ")
-        assert "\n" not in str(e)
+        message = str(e)
+        assert message.startswith("pyproject.toml: ")
+        assert "\n" not in message
         return
     for platform in project.platforms:
         budget = project.resolve().budget(platform)
@@ -70,7 +70,7 @@ def test_marker_parser_accepts_or_explains(kwargs: dict[str, Any]) -> None:
     try:
         parse_marker((), kwargs, "t.py::t")
     except ConfigError as e:
-        assert str(e).startswith("@pytest.mark.portable on t.py::t: ")
+        assert str(e).startswith("@pytest.mark.portable on t.py::t: ")  # noqa: PT017
 
 
 locations = st.one_of(
@@ -93,7 +93,8 @@ platform_probes = st.builds(
     present=st.booleans(),
     census=st.one_of(
         st.none(),
-        st.builds(Census, platform=st.just("cuda"), kernels=st.lists(kernels, max_size=4).map(tuple),
+        st.builds(Census, platform=st.just("cuda"),
+                  kernels=st.lists(kernels, max_size=4).map(tuple),
                   xla_ops=st.integers(min_value=0, max_value=10**6)),
     ),
     error=st.one_of(st.none(), st.text(max_size=30)),
@@ -101,8 +102,15 @@ platform_probes = st.builds(
 )  # fmt: skip
 
 
-@given(st.builds(Probe, name=st.text(min_size=1), reference=st.just("cpu"),
-                 platforms=st.dictionaries(st.just("cuda"), platform_probes, max_size=1)))  # fmt: skip
+probes = st.builds(
+    Probe,
+    name=st.text(min_size=1),
+    reference=st.just("cpu"),
+    platforms=st.dictionaries(st.just("cuda"), platform_probes, max_size=1),
+)
+
+
+@given(probes)
 def test_probe_json_round_trip(probe: Probe) -> None:
     assert Probe.from_dict(json.loads(json.dumps(probe.to_dict()))) == probe
 
@@ -203,7 +211,9 @@ def test_one_platform_failing_to_lower_keeps_the_others(pytester: pytest.Pyteste
     ]
     assert platforms["tpu"]["lowered"] is None
     assert platforms["tpu"]["error"].startswith("NotImplementedError")
-    assert platforms["cuda"]["lowered"]["libraries"] == {"jaxlib": 1}
+    # rocm, not cuda: with the jax CUDA plugin installed, lowering eig for cuda asks cuSOLVER
+    # for its version, which fails without a GPU (recorded like any lowering failure).
+    assert platforms["rocm"]["lowered"]["libraries"] == {"jaxlib": 1}
     assert platforms["cpu"]["executed"] is True
 
 

@@ -71,7 +71,9 @@ def test_solve(jaxport):
     jaxport.check(solve, A, jnp.ones((4,)))
 
 
-@pytest.mark.portable(must_lower=["cpu", "cuda"])
+# must_lower names rocm, not cuda: with the jax CUDA plugin installed and no GPU, JAX's cuda
+# lowering of eig asks cuSOLVER for its version and fails (see docs/reference.md).
+@pytest.mark.portable(must_lower=["cpu", "rocm"])
 def test_eigenvalues(jaxport):
     jaxport.check(eigenvalues, A)
 
@@ -246,7 +248,7 @@ def test_plain_report_renders_without_optional_keys(report: dict[str, Any]) -> N
 
 
 def test_compiled_level_counts_where_compiled(report: dict[str, Any]) -> None:
-    check = report["tests"][0]["checks"][0]
+    check = next(t for t in report["tests"] if t["nodeid"].endswith("test_mlp"))["checks"][0]
     cuda = check["platforms"]["cuda"]
     cuda["compiled"] = {**cuda["lowered"], "level": "compiled", "vendor": 7, "custom": 2,
                         "deviceless": True, "target": "h100"}  # fmt: skip

@@ -321,7 +321,9 @@ def test_must_lower_violation_names_platform(project: pytest.Pytester) -> None:
     tpu = recorded["checks"][0]["platforms"]["tpu"]
     assert tpu["lowered"] is None
     assert "eig" in tpu["error"]
-    assert recorded["checks"][0]["platforms"]["cuda"]["lowered"]["vendor"] >= 1
+    # (not cuda: with the jax CUDA plugin installed, lowering eig for cuda asks cuSOLVER for
+    # its version, which fails without a GPU, and is recorded like any lowering failure)
+    assert recorded["checks"][0]["platforms"]["rocm"]["lowered"]["vendor"] >= 1
 
 
 def test_several_checks_per_test_each_budgeted(project: pytest.Pytester) -> None:

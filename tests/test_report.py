@@ -145,7 +145,7 @@ def test_cli_show_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     )
     assert main(["show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "cuda  vendor   1  custom   2  (cublas 1)  numerics: not present" in out
+    assert "cuda  vendor   1  custom   2  (cublas 1)  [lowered]  numerics: not present" in out
     assert "tpu   failed to lower: ValueError: no rule" in out
     assert main(["show", str(path), "--format", "md"]) == 0
     assert "| cuda | 1 | 2 | 1 | 0 | cublas 1 |" in capsys.readouterr().out

@@ -1,0 +1,144 @@
+"""The compiled-level cache: parsed compiled programs, kept in pytest's cache folder.
+
+Compiling is the expensive part of the compiled level (seconds per module for CUDA), so
+what it produced is kept between runs, keyed by everything that decides it: the lowered
+module text, the source line of each of its ops (:func:`source_fingerprint`), the jax and
+jaxlib versions, the platform and how it was compiled (on a device of which kind, or
+deviceless against which target description), the compile options and ``XLA_FLAGS``. An
+unchanged suite therefore never recompiles for its census; change any of those and the
+entry is simply not found.
+
+What is stored is the parsed :class:`~census.Program` (one op site per dispatch), not the
+census: classification runs on every read, so a ``pytest_jaxport_classify`` hook or a new
+rule applies at once. Entries are small JSON files written atomically, one per key, in the
+folder ``config.cache.mkdir("jaxport-compiled")`` gives (``.pytest_cache/d/``), so
+pytest's ``--cache-clear`` drops them and ``-p no:cacheprovider`` turns the cache off.
+Pure: no jax, no pytest.
+
+Example::
+
+    >>> key = cache_key(module="module @m {}", platform="cpu", mode="device:cpu",
+    ...                 versions={"jax": "0.10.2", "jaxlib": "0.10.2"})
+    >>> len(key)
+    64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_jaxport import __version__
+from pytest_jaxport.census import Program, parse_location, program_from_dict, program_to_dict
+
+CACHE_NAME = "jaxport-compiled"
+"""The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""
+
+FORMAT = 1
+"""Bumped whenever what an entry holds, or how compiled HLO is parsed, changes."""
+
+
+def cache_key(
+    *,
+    module: str,
+    platform: str,
+    mode: str,
+    versions: Mapping[str, str],
+    target_config: str = "",
+    options: Mapping[str, object] | None = None,
+    xla_flags: str = "",
+) -> str:
+    """A hex digest over everything that decides a compiled program."""
+    parts = {
+        "format": FORMAT,
+        "pytest_jaxport": __version__,
+        "platform": platform,
+        "mode": mode,
+        "versions": dict(sorted(versions.items())),
+        "options": dict(sorted((options or {}).items())),
+        "xla_flags": xla_flags,
+        "target_config": hashlib.sha256(target_config.encode()).hexdigest(),
+        "module": hashlib.sha256(module.encode()).hexdigest(),
+    }
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def source_fingerprint(program: Program) -> str:
+    """The source line a census would show for every op of ``program``, in op order.
+
+    Part of the key next to the module text without locations: an edit that moves the
+    user's lines is a miss (the cached census would point at old lines), while the rest
+    of a location (the callers up the stack) never is.
+    """
+    lines = {
+        name: [str(parse_location(site.location) or "") for site in sites]
+        for name, sites in sorted(program.functions.items())
+    }
+    return json.dumps(lines, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledCache:
+    """Entries in ``directory``; a missing, unreadable or foreign entry is a miss."""
+
+    directory: Path
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str) -> Program | None:
+        try:
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+            if data.get("format") != FORMAT:
+                return None
+            return program_from_dict(data["program"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put(self, key: str, program: Program) -> None:
+        """Store atomically; a cache that cannot be written is no cache, never an error."""
+        path = self._path(key)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(
+                json.dumps({"format": FORMAT, "program": program_to_dict(program)}),
+                encoding="utf-8",
+            )
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    def clear(self) -> int:
+        """Drop every entry; returns how many were dropped."""
+        dropped = 0
+        if not self.directory.is_dir():
+            return 0
+        for entry in self.directory.glob("*.json"):
+            try:
+                entry.unlink()
+                dropped += 1
+            except OSError:
+                continue
+        return dropped
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileSettings:
+    """What the compiled level does in this session (``[tool.jaxport] compile`` and co.)."""
+
+    platforms: tuple[str, ...] = ()
+    target: str = "h100"
+    """The GPU description's name or path, as reports show it."""
+    target_config: str = ""
+    """Its text; compiled against where cuda is compiled with no GPU present."""
+    what_if_no_vendor: bool = False
+    cache: CompiledCache | None = None

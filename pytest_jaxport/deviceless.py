@@ -1,0 +1,235 @@
+"""Compile for CUDA without a GPU, against a target description, and capture descriptions.
+
+XLA's CUDA compiler runs on any machine once the jax CUDA plugin is installed: a topology
+built from a text ``stream_executor.GpuTargetConfigProto`` stands in for the device, and
+``jit(...).lower().compile()`` then performs a *deviceless* compilation whose optimized HLO
+shows the real cuBLAS / cuDNN / cuFFT / Triton dispatches. Deviceless compilation does not
+autotune, so Triton-versus-library picks can differ from a real GPU.
+
+JAX is imported lazily, inside the functions, so importing this module stays cheap.
+
+Example (needs the plugin; run with ``JAX_PLATFORMS=cpu`` where no GPU is present)::
+
+    text = deviceless_compile(jnp.fft.fft, (jnp.zeros(8, jnp.complex64),), {},
+                              target_config=load_target("h100"))
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.resources
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SHIPPED_TARGETS: tuple[str, ...] = ("a100", "h100", "h200")
+"""Target descriptions shipped in ``pytest_jaxport/gpu_targets/`` (written from public facts)."""
+
+_CUDA_MAJORS = ("12", "13")
+
+
+def load_target(name_or_path: str) -> str:
+    """The text ``GpuTargetConfigProto`` for a shipped name (``"h100"``, any case) or a file.
+
+    Raises ``ValueError`` naming the value and the shipped names when it is neither.
+    """
+    key = name_or_path.strip().lower()
+    if key in SHIPPED_TARGETS:
+        resource = importlib.resources.files("pytest_jaxport") / "gpu_targets" / f"{key}.txtpb"
+        return resource.read_text(encoding="utf-8")
+    path = Path(name_or_path).expanduser()
+    shipped = ", ".join(SHIPPED_TARGETS)
+    if not path.is_file():
+        raise ValueError(
+            f"GPU target {name_or_path!r} is neither a shipped description ({shipped}) nor "
+            "a file; pass one of those names or the path of a text GpuTargetConfigProto "
+            "(`jaxport capture-target` writes one on a GPU machine)"
+        )
+    text = path.read_text(encoding="utf-8")
+    if "gpu_device_info" not in text:
+        raise ValueError(
+            f"GPU target file {str(path)!r} is not a text GpuTargetConfigProto (it has no "
+            f"gpu_device_info); use a shipped description ({shipped}) or "
+            "`jaxport capture-target` to write one"
+        )
+    return text
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _install_line(major: str, version: str) -> str:
+    return f'pip install "jax-cuda{major}-plugin=={version}" "jax-cuda{major}-pjrt=={version}"'
+
+
+def cuda_plugin_problem() -> str | None:
+    """``None`` when deviceless CUDA compilation works here; otherwise one message saying why.
+
+    The message names the exact ``pip install`` line for the installed jaxlib and says that
+    ``JAX_PLATFORMS=cpu`` is needed where no GPU is present. Never raises.
+    """
+    jaxlib_version = _installed("jaxlib")
+    if jaxlib_version is None:
+        return "jaxlib is not installed: install jax and jaxlib first"
+    pairs = {
+        major: (_installed(f"jax-cuda{major}-plugin"), _installed(f"jax-cuda{major}-pjrt"))
+        for major in _CUDA_MAJORS
+    }
+    present = {major: pair for major, pair in pairs.items() if any(pair)}
+    matching = [major for major, pair in present.items() if pair == (jaxlib_version,) * 2]
+    if not matching:
+        major = next(iter(present), "12")
+        install = _install_line(major, jaxlib_version)
+        if not present:
+            return (
+                "compiling for cuda without a GPU needs the jax CUDA plugin, which is not "
+                f"installed; install it at your jaxlib version ({jaxlib_version}): {install} "
+                "(no nvidia-* wheels needed) and run with JAX_PLATFORMS=cpu where no GPU is "
+                "present"
+            )
+        plugin, pjrt = present[major]
+        return (
+            f"the jax CUDA plugin does not match jaxlib {jaxlib_version} "
+            f"(jax-cuda{major}-plugin {plugin or 'missing'}, jax-cuda{major}-pjrt "
+            f"{pjrt or 'missing'}); install the matching pair: {install}"
+        )
+    try:
+        _topology_device(load_target(SHIPPED_TARGETS[0]))
+    except Exception as error:  # the plugin loader raises anything; report, never a traceback
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return (
+            f"jax-cuda{matching[0]}-plugin {jaxlib_version} is installed but JAX cannot "
+            f"build a cuda topology ({first_line}); where no GPU is present, set "
+            "JAX_PLATFORMS=cpu in the environment before JAX starts (for example "
+            "`JAX_PLATFORMS=cpu pytest`)"
+        )
+    return None
+
+
+def prefer_deviceless() -> bool:
+    """Restrict JAX to its CPU backend where no CUDA driver exists, so the plugin compiles.
+
+    Without a driver the CUDA plugin fails its start-up checks (JAX logs a traceback) and
+    never registers, unless JAX runs with ``JAX_PLATFORMS=cpu``. This sets that for the
+    current process when it is safe: JAX's backends have not started, the user chose no
+    platforms, and ``libcuda.so.1`` cannot be loaded (so no GPU could be used anyway).
+    Returns whether it changed anything.
+    """
+    import ctypes
+    import os
+
+    if os.environ.get("JAX_PLATFORMS"):
+        return False
+    import jax
+    from jax._src import config, xla_bridge
+
+    if config.jax_platforms.value or xla_bridge.backends_are_initialized():
+        return False
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        jax.config.update("jax_platforms", "cpu")  # type: ignore[no-untyped-call]
+        return True
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _topology_device(target_config: str) -> Any:
+    """A compile-only CUDA device for ``target_config``, built once per description."""
+    from jax.experimental import topologies
+
+    topology = topologies.get_topology_desc(
+        platform="cuda", target_config=target_config, topology="1x1x1"
+    )
+    return topology.devices[0]
+
+
+def _abstract(leaf: Any, sharding: Any) -> Any:
+    import jax
+    import numpy as np
+
+    if isinstance(leaf, jax.ShapeDtypeStruct) or hasattr(leaf, "shape"):
+        weak = bool(getattr(leaf, "weak_type", False))
+        return jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
+            leaf.shape, leaf.dtype, sharding=sharding, weak_type=weak
+        )
+    if isinstance(leaf, (bool, int, float, complex)):
+        dtype = jax.dtypes.canonicalize_dtype(np.asarray(leaf).dtype)
+        return jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
+            (), dtype, sharding=sharding, weak_type=True
+        )
+    return leaf
+
+
+def deviceless_compile(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    target_config: str,
+    compiler_options: Mapping[str, object] | None = None,
+) -> str:
+    """Compile ``fn(*args, **kwargs)`` for the CUDA GPU ``target_config`` describes.
+
+    Returns the post-optimization HLO text. Array leaves (arrays or ``ShapeDtypeStruct``)
+    and Python scalars are traced abstractly, placed on the described device; bind any
+    static argument with ``functools.partial``. ``compiler_options`` are XLA options such
+    as ``{"xla_gpu_enable_triton_gemm": False}``. Call :func:`cuda_plugin_problem` first
+    for a clear message when the plugin is missing.
+    """
+    import jax
+
+    sharding = jax.sharding.SingleDeviceSharding(_topology_device(target_config))
+    abstract_args, abstract_kwargs = jax.tree.map(
+        lambda leaf: _abstract(leaf, sharding), (tuple(args), dict(kwargs))
+    )
+    lowered = jax.jit(fn).trace(*abstract_args, **abstract_kwargs).lower()
+    options = dict(compiler_options) if compiler_options else None
+    text: str = lowered.compile(compiler_options=options).as_text()
+    return text
+
+
+def capture_target() -> str:
+    """The text ``GpuTargetConfigProto`` of this machine's first CUDA GPU.
+
+    Asks the CUDA plugin for a topology without a description, which makes it describe the
+    attached device (what XLA's compiler sees: SM count, clocks, memory, cache and shared
+    memory limits, cuDNN and CUDA runtime versions), then checks that the text builds a
+    deviceless topology. Raises ``RuntimeError`` with one clear line where there is no
+    CUDA GPU or plugin.
+    """
+    problem = cuda_plugin_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
+    from jax._src import xla_bridge
+
+    try:
+        topology = xla_bridge.make_pjrt_topology("cuda", "")
+        text = str(topology.target_config)
+    except Exception as error:  # no GPU, no driver: the plugin says so in its own words
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise RuntimeError(
+            f"cannot capture a GPU target here: the CUDA plugin found no GPU to describe "
+            f"({first_line}); run `jaxport capture-target` on the machine with the GPU"
+        ) from None
+    _topology_device(text)
+    kind = _first_value(text, "device_description_str") or "unknown device"
+    jaxlib_version = _installed("jaxlib")
+    header = (
+        "# proto-message: stream_executor.GpuTargetConfigProto\n"
+        f"# Captured by pytest-jaxport from {kind} (jaxlib {jaxlib_version}).\n"
+    )
+    return header + text
+
+
+def _first_value(text: str, key: str) -> str | None:
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition(":")
+        if sep and name == key:
+            return value.strip().strip('"')
+    return None

@@ -1,0 +1,658 @@
+"""The compiled level end to end: ``compile = [...]``, budgets by level, the cache, errors.
+
+Real JAX and real compilation throughout, no mocks. The cuda tests need the jax CUDA plugin
+at the jaxlib version and ``JAX_PLATFORMS=cpu`` (no GPU needed) and are skipped, with the
+plugin's own reason, elsewhere; the no-plugin tests run only where it is absent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+from pytest_jaxport.census import Census, Kernel
+from pytest_jaxport.deviceless import cuda_plugin_problem
+from pytest_jaxport.render import markdown, prediction_gap, text, what_if_line
+from pytest_jaxport.report import PlatformProbe, Probe, build_report, summarize
+
+PLUGIN_PROBLEM = cuda_plugin_problem()
+needs_plugin = pytest.mark.skipif(
+    PLUGIN_PROBLEM is not None, reason=f"deviceless CUDA unavailable: {PLUGIN_PROBLEM}"
+)
+without_plugin = pytest.mark.skipif(
+    PLUGIN_PROBLEM is None, reason="the jax CUDA plugin is installed and usable here"
+)
+
+MODELS = """
+import jax
+import jax.numpy as jnp
+
+
+def conv(x, w):
+    dims = ("NHWC", "HWIO", "NHWC")
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dims)
+
+
+def eigvals(a):
+    return jnp.linalg.eigh(a)[0]
+
+
+def four_matmuls(a):
+    return a @ a + (a * 2.0) @ a + (a + 1.0) @ a + a @ (a - 1.0)
+"""
+
+CONV_ARGS = "jnp.ones((8, 32, 32, 16)), jnp.ones((3, 3, 16, 32))"
+
+
+def esc(text: str) -> str:
+    return re.sub(r"[\[\]]", lambda m: f"[{m.group()}]", text)
+
+
+def make_project(pytester: pytest.Pytester, toml: str, tests: str) -> None:
+    pytester.makefile(".toml", pyproject=textwrap.dedent(toml))
+    pytester.makepyfile(models=MODELS)
+    pytester.makepyfile(test_models=textwrap.dedent(tests))
+    pytester.syspathinsert()
+
+
+def report_of(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((pytester.path / name).read_text())
+    return data
+
+
+def platforms_of(report: dict[str, Any], test: str) -> dict[str, Any]:
+    entry = next(t for t in report["tests"] if t["nodeid"].endswith(test))
+    result: dict[str, Any] = entry["checks"][0]["platforms"]
+    return result
+
+
+# --- cpu: works everywhere ---------------------------------------------------------------
+
+
+def test_cpu_compiled_census_and_budget_at_the_compiled_level(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        compile = ["cpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import conv, eigvals, four_matmuls
+
+        @pytest.mark.portable(max_library_calls={"lapack": 1})
+        def test_eigh_at_count(jaxport):
+            jaxport.check(eigvals, jnp.eye(16))
+
+        @pytest.mark.portable(max_library_calls={"lapack": 0})
+        def test_eigh_one_under(jaxport):
+            jaxport.check(eigvals, jnp.eye(16))
+
+        @pytest.mark.portable
+        def test_matmuls(jaxport):
+            jaxport.check(four_matmuls, jnp.ones((64, 64)))
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*check 'eigvals' on cpu: max_library_calls.lapack = 0 "
+            "(set in test_models.py::test_eigh_one_under), found 1 lapack call (compiled)",
+            "*lapack_ssyevd_ffi (lapack) at models.py:11",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+    report = report_of(pytester)
+    assert report["config"]["compile"] == ["cpu"]
+    eigh = platforms_of(report, "test_eigh_at_count")
+    assert eigh["cpu"]["compiled"]["level"] == "compiled"
+    assert eigh["cpu"]["compiled"]["libraries"] == {"lapack": 1}
+    assert eigh["cpu"]["compiled"]["deviceless"] is False
+    assert eigh["cpu"]["lowered"]["libraries"] == {"lapack": 1}
+    assert eigh["tpu"]["compiled"] is None  # tpu stays at the lowered level
+    matmuls = platforms_of(report, "test_matmuls")["cpu"]
+    assert matmuls["lowered"]["vendor"] == 0  # lowered: XLA:CPU picks its gemm at compile time
+    assert set(matmuls["compiled"]["libraries"]) <= {"ynnpack", "eigen", "onednn"}
+    assert matmuls["compiled"]["vendor"] >= 1
+    assert report["summary"]["platforms"]["cpu"]["compiled"] == 3
+    violation = next(t for t in report["tests"] if t["nodeid"].endswith("one_under"))
+    assert violation["violations"][0]["level"] == "compiled"
+    # The terminal report says where the lowered prediction and the compiled reality differ.
+    pytester.runpytest("--jaxport-report").stdout.fnmatch_lines(
+        ["*cpu: lowered predicted no vendor or custom calls; compiled: *"]
+    )
+
+
+def test_compile_platforms_from_the_command_line(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals
+
+        @pytest.mark.portable
+        def test_eigh(jaxport):
+            jaxport.check(eigvals, jnp.eye(4))
+        """,
+    )
+    pytester.runpytest("--jaxport-report=r.json").assert_outcomes(passed=1)
+    assert platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"] is None
+    result = pytester.runpytest("--jaxport-report=r.json", "--jaxport-compile=cpu")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["jaxport: compiled level for cpu; cached in pytest's cache"])
+    assert platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"]["vendor"] == 1
+
+
+def test_unchanged_suite_is_not_recompiled(pytester: pytest.Pytester) -> None:
+    compile_for = '["cpu", "cuda"]' if PLUGIN_PROBLEM is None else '["cpu"]'
+    make_project(
+        pytester,
+        f"""
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = {compile_for}
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals, four_matmuls
+
+        @pytest.mark.portable
+        def test_eigh(jaxport):
+            jaxport.check(eigvals, jnp.eye(8))
+
+        @pytest.mark.portable
+        def test_matmuls(jaxport):
+            jaxport.check(four_matmuls, jnp.ones((32, 32)))
+        """,
+    )
+    n = 4 if PLUGIN_PROBLEM is None else 2  # (check, compiled platform) pairs
+    deviceless = n - 2  # cuda compiles for the census only; cpu reads numerics' executable
+
+    first = pytester.runpytest("--jaxport-report=r.json")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(
+        [
+            f"jaxport: compiled cache 0 hits, {n} misses ({deviceless} compiled for the census, "
+            "2 read from executables numerics built)"
+        ]
+    )
+    before = report_of(pytester)
+
+    second = pytester.runpytest("--jaxport-report=r.json")
+    second.assert_outcomes(passed=2)
+    second.stdout.fnmatch_lines(
+        [
+            f"jaxport: compiled cache {n} hits, 0 misses (0 compiled for the census, "
+            "0 read from executables numerics built)"
+        ]
+    )
+    after = report_of(pytester)
+    assert after["tests"] == before["tests"]  # the cached census is the same census
+
+    for option in ("--jaxport-cache-clear", "--cache-clear"):
+        cleared = pytester.runpytest(option)
+        cleared.assert_outcomes(passed=2)
+        cleared.stdout.fnmatch_lines([f"jaxport: compiled cache 0 hits, {n} misses *"])
+
+    off = pytester.runpytest("-p", "no:cacheprovider")
+    off.assert_outcomes(passed=2)
+    off.stdout.fnmatch_lines(
+        [f"jaxport: compiled cache off (cacheprovider disabled): {deviceless} compiled *"]
+    )
+
+
+def test_a_compile_error_is_recorded_once_never_raised(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu"]
+        compile = ["cpu"]
+        """,
+        """
+        import jax
+        import jax.numpy as jnp
+        import pytest
+
+        def my_kernel(x):
+            out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+            return jax.ffi.ffi_call("my_unregistered_kernel", out)(x)
+
+        @pytest.mark.portable(allow_targets=["my_*"])
+        def test_ffi(jaxport):
+            jaxport.check(my_kernel, jnp.ones((4,)))
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    # numerics' compile failed; the compiled level records that and does not compile again
+    result.stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses (0 compiled *"])
+    cpu = platforms_of(report_of(pytester), "test_ffi")["cpu"]
+    assert cpu["compiled"] is None
+    assert "my_unregistered_kernel" in cpu["compile_error"]
+    assert cpu["compile_error"] == cpu["execution_error"]
+    assert cpu["lowered"]["custom"] == 1  # budgets fall back to the lowered census
+    shown = pytester.runpytest("--jaxport-report")
+    shown.stdout.fnmatch_lines(["*[[]lowered[]]  compile failed: *"])
+
+
+def test_classify_hook_sees_the_compiled_level(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu"]
+        compile = ["cpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import four_matmuls
+
+        @pytest.mark.portable(max_custom_calls=0)
+        def test_matmuls(jaxport):
+            jaxport.check(four_matmuls, jnp.ones((8, 8)))
+        """,
+    )
+    pytester.makeconftest(
+        """
+        from pytest_jaxport.targets import Classification
+
+        def pytest_jaxport_classify(platform, op, target, level):
+            if level == "compiled" and op.startswith("hlo.fusion:__ynn"):
+                return Classification(layer="custom", kind="my-gemm")
+            return None
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*max_custom_calls = 0 (set in test_models.py::test_matmuls), found 4 custom calls "
+         "(compiled)"]
+    )  # fmt: skip
+
+
+def test_cache_counts_travel_from_xdist_workers(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu"]
+        compile = ["cpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals, four_matmuls
+
+        @pytest.mark.portable
+        def test_eigh(jaxport):
+            jaxport.check(eigvals, jnp.eye(8))
+
+        @pytest.mark.portable
+        def test_matmuls(jaxport):
+            jaxport.check(four_matmuls, jnp.ones((8, 8)))
+        """,
+    )
+    for expected in ("0 hits, 2 misses", "2 hits, 0 misses"):
+        result = pytester.runpytest_subprocess("-n", "2", "--jaxport-report=r.json")
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines([f"jaxport: compiled cache {expected} *"])
+        assert platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"]["vendor"] == 1
+
+
+def test_a_changed_source_line_is_a_cache_miss(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu"]
+        compile = ["cpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals
+
+        @pytest.mark.portable
+        def test_eigh(jaxport):
+            jaxport.check(eigvals, jnp.eye(8))
+        """,
+    )
+    pytester.runpytest().stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses *"])
+    pytester.makepyfile(models="# a new first line moves every source line\n" + MODELS)
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses *"])
+    kernels = platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"]["kernels"]
+    assert [k["location"] for k in kernels] == ["models.py:13"]
+
+
+# --- cuda: deviceless, with the plugin -----------------------------------------------------
+
+
+@needs_plugin
+def test_deviceless_cuda_conv_is_one_cudnn_and_eigh_one_cusolver(
+    pytester: pytest.Pytester,
+) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        target = "h100"
+        """,
+        f"""
+        import jax.numpy as jnp
+        import pytest
+        from models import conv, eigvals
+
+        @pytest.mark.portable(max_library_calls={{"cudnn": 1}})
+        def test_conv_at_count(jaxport):
+            jaxport.check(conv, {CONV_ARGS})
+
+        @pytest.mark.portable(max_library_calls={{"cudnn": 0}})
+        def test_conv_one_under(jaxport):
+            jaxport.check(conv, {CONV_ARGS})
+
+        @pytest.mark.portable(max_library_calls={{"cusolver": 1}})
+        def test_eigh_at_count(jaxport):
+            jaxport.check(eigvals, jnp.eye(64))
+
+        @pytest.mark.portable(max_library_calls={{"cusolver": 0}})
+        def test_eigh_one_under(jaxport):
+            jaxport.check(eigvals, jnp.eye(64))
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*check 'conv' on cuda: max_library_calls.cudnn = 0 "
+            "(set in test_models.py::test_conv_one_under), found 1 cudnn call (compiled)",
+            "*__cudnn$convForward (cudnn) at models.py:7",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*check 'eigvals' on cuda: max_library_calls.cusolver = 0 "
+            "(set in test_models.py::test_eigh_one_under), found 1 cusolver call (compiled)",
+            "*cusolver_syevd_ffi (cusolver) at models.py:11",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+    report = report_of(pytester)
+    conv = platforms_of(report, "test_conv_at_count")["cuda"]
+    assert conv["compiled"]["libraries"] == {"cudnn": 1}
+    assert (conv["compiled"]["deviceless"], conv["compiled"]["target"]) == (True, "h100")
+    assert conv["lowered"]["libraries"] == {"cudnn": 1}
+    eigh = platforms_of(report, "test_eigh_at_count")["cuda"]
+    assert eigh["compiled"]["libraries"] == {"cusolver": 1}
+    assert platforms_of(report, "test_eigh_at_count")["cpu"]["compiled"] is None
+    assert report["config"]["target"] == "h100"
+    # The deviceless caveat is stated once.
+    shown = pytester.runpytest("--jaxport-report").stdout.str()
+    assert shown.count("deviceless compilation does not autotune") == 1
+
+
+@needs_plugin
+def test_deviceless_matmuls_show_prediction_versus_compiled(pytester: pytest.Pytester) -> None:
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        target = "a100"
+        what_if_no_vendor = true
+        """,
+        f"""
+        import jax.numpy as jnp
+        import pytest
+        from models import conv, four_matmuls
+
+        @pytest.mark.portable
+        def test_matmuls(jaxport):
+            jaxport.check(four_matmuls, jnp.ones((256, 256)))
+
+        @pytest.mark.portable
+        def test_conv(jaxport):
+            jaxport.check(conv, {CONV_ARGS})
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.md")
+    result.assert_outcomes(passed=2)
+    md = (pytester.path / "r.md").read_text()
+    assert "cuda: lowered predicted cublas 4; compiled: " in md
+    assert re.search(r"cuda: with no vendor libraries: cudnn 1 -> XLA's own kernels only", md)
+    assert "| compiled deviceless a100 |" in md
+    assert "does not autotune" in md
+
+
+@needs_plugin
+def test_an_unknown_target_lists_the_shipped_ones(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\ncompile = ["cuda"]\ntarget = "v100"\n')
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [esc("ERROR: jaxport: pyproject.toml: [tool.jaxport] target: expected a shipped GPU "
+             "description (a100, h100, h200) or the path of a text GpuTargetConfigProto, "
+             "found string 'v100' (no such file)")]
+    )  # fmt: skip
+
+
+@needs_plugin
+def test_a_target_file_next_to_pyproject(pytester: pytest.Pytester) -> None:
+    from pytest_jaxport.deviceless import load_target
+
+    (pytester.path / "gpus").mkdir()
+    (pytester.path / "gpus" / "mine.txtpb").write_text(load_target("h200"))
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        target = "gpus/mine.txtpb"
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from models import eigvals
+
+        @pytest.mark.portable
+        def test_eigh(jaxport):
+            jaxport.check(eigvals, jnp.eye(8))
+        """,
+    )
+    pytester.runpytest("--jaxport-report=r.json").assert_outcomes(passed=1)
+    cuda = platforms_of(report_of(pytester), "test_eigh")["cuda"]["compiled"]
+    assert cuda["target"] == str((pytester.path / "gpus" / "mine.txtpb").resolve())
+
+
+# --- cuda without the plugin: one clear usage error -----------------------------------------
+
+
+@without_plugin
+@pytest.mark.parametrize("how", ["pyproject", "cli"])
+def test_compile_cuda_without_the_plugin_is_one_usage_error(
+    pytester: pytest.Pytester, how: str
+) -> None:
+    from importlib.metadata import version
+
+    toml = '[tool.jaxport]\ncompile = ["cuda"]\n' if how == "pyproject" else "[tool.jaxport]\n"
+    pytester.makefile(".toml", pyproject=toml)
+    pytester.makepyfile(test_x="def test_x(): pass")
+    args = ["--jaxport-compile=cuda"] if how == "cli" else []
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    jaxlib = version("jaxlib")
+    origin = "--jaxport-compile" if how == "cli" else esc("pyproject.toml: [tool.jaxport] compile")
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: jaxport: {origin} lists cuda, but *"
+            f'pip install "jax-cuda12-plugin=={jaxlib}" "jax-cuda12-pjrt=={jaxlib}"*'
+        ]
+    )
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert len([line for line in result.stderr.lines if line.startswith("ERROR")]) == 1
+
+
+# --- configuration errors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "args", "expected"),
+    [
+        ('compile = "cpu"', (), "*compile: expected a list of platforms (from cpu, cuda), found "
+         "string 'cpu'"),
+        ('compile = ["rocm"]', (), "*compile: expected platforms from cpu, cuda, found string "
+         "'rocm' (rocm and tpu are counted at the lowered level only)"),
+        ('compile = ["cpu", "cpu"]', (), "*compile: expected each platform at most once*"),
+        ('compile = ["cdua"]', (), "*found string 'cdua' (did you mean 'cuda'?)"),
+        ("target = 3", (), "*target: expected a shipped GPU description*found int 3"),
+        ('target = "v100"', (), "*target: *found string 'v100' (no such file)"),
+        ('what_if_no_vendor = "yes"', (), "*what_if_no_vendor: expected a boolean*"),
+        ("", ("--jaxport-compile=gpu",), "*--jaxport-compile: expected platforms from cpu, cuda, "
+         "found string 'gpu'*"),
+    ],
+)  # fmt: skip
+def test_malformed_compile_settings_are_usage_errors(
+    pytester: pytest.Pytester, toml: str, args: tuple[str, ...], expected: str
+) -> None:
+    pytester.makefile(".toml", pyproject=f"[tool.jaxport]\n{toml}\n")
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: {esc(expected)}"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_help_lists_the_compile_options(pytester: pytest.Pytester) -> None:
+    pytester.runpytest("--help").stdout.fnmatch_lines(
+        ["*--jaxport-compile=LIST*", "*--jaxport-cache-clear*"]
+    )
+
+
+def _gpu_driver_present() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_gpu_driver_present(), reason="a CUDA driver is present: capture would work")
+def test_capture_target_without_a_gpu_exits_2_with_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_jaxport.cli", "capture-target"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("jaxport capture-target: no CUDA GPU here")
+    assert done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr
+
+
+# --- pure: report and rendering of two levels --------------------------------------------------
+
+
+def _census(level: str, **libraries: int) -> Census:
+    kernels = tuple(
+        Kernel(layer="vendor", name=f"{name}_call", kind="gemm", library=name, count=n)
+        for name, n in libraries.items()
+    )
+    return Census(platform="cuda", level=level, kernels=kernels)  # type: ignore[arg-type]
+
+
+def test_budgets_and_summary_use_the_compiled_census_where_there_is_one() -> None:
+    compiled = Census(
+        platform="cuda",
+        level="compiled",
+        kernels=_census("compiled", cublas=1).kernels,
+        xla_ops=3,
+        xla_kinds={"triton-gemm": 3},
+    )
+    result = PlatformProbe(
+        platform="cuda",
+        present=False,
+        census=_census("lowered", cublas=4),
+        compiled=compiled,
+        deviceless=True,
+        target="h100",
+    )
+    assert result.budgeted is compiled
+    assert prediction_gap(result) == (
+        "cuda: lowered predicted cublas 4; compiled: cublas 1, XLA triton-gemm 3"
+    )
+    probe = Probe(name="mm", reference="cpu", platforms={"cuda": result})
+    back = Probe.from_dict(json.loads(json.dumps(probe.to_dict())))
+    assert back == probe
+    tests = [{"nodeid": "t.py::t", "outcome": "passed", "checks": [probe.to_dict()]}]
+    totals = summarize(tests)["platforms"]["cuda"]
+    assert (totals["vendor"], totals["libraries"], totals["compiled"]) == (1, {"cublas": 1}, 1)
+    report = build_report(
+        tests,
+        config={"platforms": ["cuda"], "reference": "cpu", "compile": ["cuda"], "target": "h100"},
+        environment={},
+    )
+    rendered = text(report)
+    assert "[compiled deviceless h100]" in rendered
+    assert rendered.count("does not autotune") == 1
+    assert "| compiled deviceless h100 |" in markdown(report)
+
+
+def test_prediction_that_held_is_not_repeated_and_what_if_says_unchanged() -> None:
+    same = PlatformProbe(
+        platform="cuda",
+        present=False,
+        census=_census("lowered", cusolver=1),
+        compiled=_census("compiled", cusolver=1),
+        what_if_no_vendor=_census("compiled", cusolver=1),
+    )
+    assert prediction_gap(same) is None
+    assert what_if_line(same) == "cuda: with no vendor libraries: unchanged (cusolver 1)"
+
+
+def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
+    from pytest_jaxport.budget import evaluate
+    from pytest_jaxport.config import Budget, Setting
+
+    result = PlatformProbe(
+        platform="cuda",
+        present=False,
+        census=_census("lowered", cublas=2),
+        compile_error="XlaRuntimeError: boom",
+    )
+    probe = Probe(name="mm", reference="cpu", platforms={"cuda": result})
+    limit = Setting(value=1, origin="here")
+    [violation] = evaluate(probe, lambda p: Budget(platform=p, max_vendor_calls=limit))
+    assert violation.level == "lowered"
+    assert violation.headline().endswith("found 2 vendor calls (lowered)")
+    assert "compile failed: XlaRuntimeError: boom" in text(
+        build_report(
+            [{"nodeid": "t", "outcome": "passed", "checks": [probe.to_dict()]}],
+            config={"platforms": ["cuda"], "reference": "cpu"},
+            environment={},
+        )
+    )
