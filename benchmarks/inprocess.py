@@ -1,0 +1,453 @@
+"""In-process measurements: per-check breakdown, scale, profile and what-if variants.
+
+Everything here calls pytest-jaxport's own functions the way ``fixture.Jaxport.check`` does
+(``lowering.trace`` once, then per platform ``lowering.lower`` + ``lowering.read_program`` +
+``census.take_census``, then compile + execute on the present platform, then
+``numerics.compare``). JAX's in-memory caches are cleared before every measured check
+(``jax.clear_caches()``), as each test of a real suite checks a function not seen before.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import functools
+import gc
+import io
+import math
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+import models
+import whatif
+from pytest_jaxport import census as census_mod
+from pytest_jaxport import lowering, numerics, targets
+from pytest_jaxport.config import ProjectConfig
+
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def session_classifier() -> Callable[..., Any]:
+    """What ``JaxportSession.classifier()`` returns with no classify hooks: a fresh cache.
+
+    The fixture asks the session for a new one per test, so the cache starts empty per check.
+    """
+
+    @functools.cache
+    def classify_op(platform: str, op: str, target: str | None) -> Any:
+        return targets.classify(platform, op, target)
+
+    return classify_op
+
+
+class Clock:
+    """Collects named durations per key; medians at the end."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, dict[str, list[float]]] = {}
+
+        self.cpu: dict[str, dict[str, list[float]]] = {}
+
+    def add(self, key: str, stage: str, seconds: float) -> None:
+        """Record a wall time (and the CPU time of the _timed call that produced it)."""
+        self.samples.setdefault(key, {}).setdefault(stage, []).append(seconds)
+        self.cpu.setdefault(key, {}).setdefault(stage, []).append(LAST_CPU[0])
+
+    def cpu_medians(self) -> dict[str, dict[str, float]]:
+        return {
+            key: {stage: statistics.median(v) for stage, v in stages.items()}
+            for key, stages in self.cpu.items()
+        }
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {
+            key: {stage: statistics.median(v) for stage, v in stages.items()}
+            for key, stages in self.samples.items()
+        }
+
+
+LAST_CPU: list[float] = [0.0]
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Wall seconds and value; the process CPU seconds go to LAST_CPU[0]."""
+    cpu = time.process_time()
+    start = time.perf_counter()
+    value = fn()
+    wall = time.perf_counter() - start
+    LAST_CPU[0] = time.process_time() - cpu
+    return wall, value
+
+
+def _fresh() -> None:
+    jax.clear_caches()
+    gc.collect()
+
+
+def _jaxport_instance(rootdir: Path) -> Any:
+    from pytest_jaxport.fixture import Jaxport
+
+    import inspect
+
+    # The constructor's keywords have changed while the plugin is developed: pass only the
+    # ones this version of the fixture takes.
+    offered = {
+        "config": ProjectConfig().resolve(),
+        "classifier": session_classifier(),
+        "rootdir": rootdir,
+        "nodeid": "benchmarks::check",
+    }
+    accepted = inspect.signature(Jaxport).parameters
+    return Jaxport(**{k: v for k, v in offered.items() if k in accepted})
+
+
+# -- 2. per-check breakdown --------------------------------------------------------------------
+
+
+def _staged_check(fn: Any, args: tuple[Any, ...], clock: Clock, key: str) -> None:
+    """fixture.check, stage by stage, timing each (default config: 4 platforms, cpu present)."""
+    classifier = session_classifier()
+    t, traced = _timed(lambda: lowering.trace(fn, args, {}))
+    clock.add(key, "trace", t)
+    lowered_cpu = None
+    for platform in PLATFORMS:
+        t, lowered = _timed(lambda p=platform: lowering.lower(traced, p))
+        clock.add(key, f"lower:{platform}", t)
+        t, program = _timed(lambda lo=lowered: lowering.read_program(lo))
+        clock.add(key, f"read_program:{platform}", t)
+        t, _ = _timed(
+            lambda pr=program, p=platform: census_mod.take_census(pr, p, classifier=classifier)
+        )
+        clock.add(key, f"census:{platform}", t)
+        if platform == "cpu":
+            lowered_cpu = lowered
+    # lowering.execute on the default platform: lowered.compile()(*args), block, to_outputs.
+    t, compiled = _timed(lambda: lowered_cpu.compile())
+    clock.add(key, "compile:cpu", t)
+    t, value = _timed(lambda: jax.block_until_ready(compiled(*args)))
+    clock.add(key, "execute:cpu", t)
+    t, outputs = _timed(lambda: lowering.to_outputs(value))
+    clock.add(key, "to_outputs", t)
+    # Only cpu is present here, so check() compares nothing; time what one comparison with a
+    # second backend would cost (cpu outputs against themselves).
+    t, _ = _timed(
+        lambda: numerics.compare(outputs, outputs, reference_platform="cpu", platform="cuda")
+    )
+    clock.add(key, "compare (one pair)", t)
+
+
+def _report_side(probe: Any) -> dict[str, float]:
+    """What session._judge does per probe after the test: budget, to_dict, probe_text."""
+    from pytest_jaxport.budget import evaluate
+    from pytest_jaxport.render import probe_text
+
+    resolved = ProjectConfig().resolve()
+    t_budget, _ = _timed(lambda: evaluate(probe, resolved.budget))
+    t_dict, _ = _timed(lambda: probe.to_dict())
+    t_text, _ = _timed(lambda: probe_text(probe))
+    return {"budget.evaluate": t_budget, "probe.to_dict": t_dict, "render.probe_text": t_text}
+
+
+def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
+    built = {name: models.CASES[name]() for name in cases}
+    clock = Clock()
+    for rep in range(reps):
+        order = cases if rep % 2 == 0 else list(reversed(cases))
+        for name in order:
+            fn, args = built[name]
+            variants = ["plain", "staged", "check"]
+            variants = variants[rep % 3 :] + variants[: rep % 3]
+            for variant in variants:
+                _fresh()
+                if variant == "plain":
+                    t, _ = _timed(lambda: jax.block_until_ready(jax.jit(fn)(*args)))
+                    clock.add(name, "plain jit+run", t)
+                elif variant == "staged":
+                    _staged_check(fn, args, clock, name)
+                else:
+                    jaxport = _jaxport_instance(rootdir)
+                    t, _ = _timed(lambda: jaxport.check(fn, *args))
+                    clock.add(name, "jaxport.check (end to end)", t)
+                    for stage, seconds in _report_side(jaxport.probes[-1]).items():
+                        LAST_CPU[0] = seconds
+                        clock.add(name, stage, seconds)
+    per_case = clock.medians()
+    stage_names = [
+        "trace",
+        *(f"{s}:{p}" for p in PLATFORMS for s in ("lower", "read_program", "census")),
+        "compile:cpu",
+        "execute:cpu",
+        "to_outputs",
+        "compare (one pair)",
+        "budget.evaluate",
+        "probe.to_dict",
+        "render.probe_text",
+    ]
+    totals = {s: sum(per_case[c][s] for c in cases) for s in stage_names}
+    staged_sum = sum(totals.values())
+    grouped = {
+        "trace": totals["trace"],
+        "lower cpu": totals["lower:cpu"],
+        "lower cuda+rocm+tpu": sum(totals[f"lower:{p}"] for p in PLATFORMS[1:]),
+        "read_program (4 platforms)": sum(totals[f"read_program:{p}"] for p in PLATFORMS),
+        "census (4 platforms)": sum(totals[f"census:{p}"] for p in PLATFORMS),
+        "compile cpu": totals["compile:cpu"],
+        "execute cpu": totals["execute:cpu"],
+        "to_outputs": totals["to_outputs"],
+        "compare (one pair, not run on a cpu-only machine)": totals["compare (one pair)"],
+        "report side (budget, to_dict, probe_text)": totals["budget.evaluate"]
+        + totals["probe.to_dict"]
+        + totals["render.probe_text"],
+    }
+    plain = sum(per_case[c]["plain jit+run"] for c in cases)
+    check = sum(per_case[c]["jaxport.check (end to end)"] for c in cases)
+    cpu = clock.cpu_medians()
+    plain_cpu = sum(cpu[c]["plain jit+run"] for c in cases)
+    check_cpu = sum(cpu[c]["jaxport.check (end to end)"] for c in cases)
+    # What check() adds on top of what a plain jit also does (trace, one lowering, compile, run).
+    plain_equivalent = (
+        grouped["trace"] + grouped["lower cpu"] + grouped["compile cpu"] + grouped["execute cpu"]
+    )
+    return {
+        "cases": cases,
+        "reps": reps,
+        "per_case_median_s": per_case,
+        "stage_total_s": totals,
+        "grouped_total_s": grouped,
+        "grouped_share": {k: v / staged_sum for k, v in grouped.items()},
+        "staged_sum_s": staged_sum,
+        "plain_total_s": plain,
+        "check_total_s": check,
+        "check_over_plain": check / plain,
+        "plain_total_cpu_s": plain_cpu,
+        "check_total_cpu_s": check_cpu,
+        "check_over_plain_cpu": check_cpu / plain_cpu,
+        "per_case_median_cpu_s": cpu,
+        "added_by_plugin_s": staged_sum - plain_equivalent,
+        "added_share_of_check": (staged_sum - plain_equivalent) / staged_sum,
+        "per_case_check_over_plain": {
+            c: per_case[c]["jaxport.check (end to end)"] / per_case[c]["plain jit+run"]
+            for c in cases
+        },
+    }
+
+
+# -- 3. scale -------------------------------------------------------------------------------
+
+
+def _ops(program: Any) -> int:
+    return sum(len(sites) for sites in program.functions.values())
+
+
+def _weighted(census: Any) -> int:
+    return census.xla_ops + sum(k.count for k in census.kernels)
+
+
+def _per_doubling(t1: float, t2: float, n1: float, n2: float) -> float | None:
+    if n2 / n1 < 1.3 or t1 <= 0 or t2 <= 0:
+        return None
+    return 2 ** (math.log(t2 / t1) / math.log(n2 / n1))
+
+
+def _slope(points: list[tuple[float, float]]) -> float | None:
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(t) for _, t in points]
+    if len(points) < 2 or max(xs) - min(xs) < math.log(1.3):
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def scale(layers: list[int], reps: int) -> dict[str, Any]:
+    configs = [(f, m, n) for f in ("loop", "scan") for m in ("fwd", "grad") for n in layers]
+    built = {c: models.transformer(c[2], c[0], c[1]) for c in configs}
+    clock = Clock()
+    counts: dict[str, dict[str, int]] = {}
+    for rep in range(reps):
+        order = configs if rep % 2 == 0 else list(reversed(configs))
+        for config in order:
+            key = "{}/{}/{}".format(*config)
+            fn, args = built[config]
+            _fresh()
+            t, traced = _timed(lambda: lowering.trace(fn, args, {}))
+            clock.add(key, "trace", t)
+            t, lowered = _timed(lambda: lowering.lower(traced, "cpu"))
+            clock.add(key, "lower", t)
+            t, program = _timed(lambda: lowering.read_program(lowered))
+            clock.add(key, "read_program", t)
+            classifier = session_classifier()
+            t, census = _timed(
+                lambda: census_mod.take_census(program, "cpu", classifier=classifier)
+            )
+            clock.add(key, "census", t)
+            t, lean = _timed(lambda: whatif.read_program_lean(lowered))
+            clock.add(key, "what-if lean read", t)
+            classifier = session_classifier()
+            t, lazy = _timed(lambda: whatif.take_census_lazy(lean, "cpu", classifier=classifier))
+            clock.add(key, "what-if lazy census", t)
+            counts[key] = {
+                "what-if census identical": lazy == census,
+                "static_ops": _ops(program),
+                "weighted_ops": _weighted(census),
+                "functions": len(program.functions),
+            }
+            del traced, lowered, program, lean
+    med = clock.medians()
+    cpu = clock.cpu_medians()
+    rows = []
+    for f, m, n in configs:
+        key = f"{f}/{m}/{n}"
+        r = {"form": f, "mode": m, "layers": n, **counts[key], **med[key]}
+        r.update({f"{stage} [cpu]": v for stage, v in cpu[key].items()})
+        r["census_share_of_lower"] = r["census"] / r["lower"]
+        r["read_census_share_of_lower"] = (r["census"] + r["read_program"]) / r["lower"]
+        r["what-if census share"] = r["what-if lazy census"] / r["lower"]
+        r["what-if read+census share"] = (
+            r["what-if lazy census"] + r["what-if lean read"]
+        ) / r["lower"]
+        rows.append(r)
+    linearity = []
+    for f in ("loop", "scan"):
+        for m in ("fwd", "grad"):
+            series = [r for r in rows if r["form"] == f and r["mode"] == m]
+            entry: dict[str, Any] = {"form": f, "mode": m, "steps": []}
+            for a, b in zip(series, series[1:]):
+                entry["steps"].append(
+                    {
+                        "layers": [a["layers"], b["layers"]],
+                        "ops_ratio": b["static_ops"] / a["static_ops"],
+                        "weighted_ops_ratio": b["weighted_ops"] / a["weighted_ops"],
+                        **{
+                            f"{s}_time_ratio": b[s] / a[s]
+                            for s in ("lower", "read_program", "census")
+                        },
+                        "census_per_2x_weighted_ops": _per_doubling(
+                            a["census"], b["census"], a["weighted_ops"], b["weighted_ops"]
+                        ),
+                        "census_cpu_per_2x_weighted_ops": _per_doubling(
+                            a["census [cpu]"],
+                            b["census [cpu]"],
+                            a["weighted_ops"],
+                            b["weighted_ops"],
+                        ),
+                        "read_program_per_2x_ops": _per_doubling(
+                            a["read_program"], b["read_program"], a["static_ops"], b["static_ops"]
+                        ),
+                    }
+                )
+            for stage, ops in (
+                ("census", "weighted_ops"),
+                ("census [cpu]", "weighted_ops"),
+                ("read_program", "static_ops"),
+                ("lower", "static_ops"),
+            ):
+                slope = _slope([(r[ops], r[stage]) for r in series])
+                entry[f"{stage}_fit_per_2x_ops"] = None if slope is None else 2**slope
+            first, last = series[0], series[-1]
+            entry["census_time_ratio_last_over_first"] = last["census"] / first["census"]
+            entry["ops_ratio_last_over_first"] = last["weighted_ops"] / first["weighted_ops"]
+            linearity.append(entry)
+    return {"layers": layers, "reps": reps, "rows": rows, "linearity": linearity}
+
+
+# -- 5. profile -----------------------------------------------------------------------------
+
+
+def profile(cases: list[str], rootdir: Path, top: int = 25) -> dict[str, Any]:
+    """cProfile of jaxport.check over ``cases`` (caches cleared before each)."""
+    built = {name: models.CASES[name]() for name in cases}
+    profiler = cProfile.Profile()
+    for name in cases:
+        fn, args = built[name]
+        _fresh()
+        jaxport = _jaxport_instance(rootdir)
+        profiler.enable()
+        jaxport.check(fn, *args)
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = sum(v[2] for v in stats.stats.values())  # sum of tottime
+    entries = []
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():
+        entries.append(
+            {
+                "function": f"{_short(file)}:{line}({func})",
+                "calls": nc,
+                "tottime_s": tt,
+                "cumtime_s": ct,
+            }
+        )
+    by_tot = sorted(entries, key=lambda e: -e["tottime_s"])[:top]
+    ours = sorted(
+        (e for e in entries if "pytest_jaxport" in e["function"]), key=lambda e: -e["cumtime_s"]
+    )[:top]
+    buffer = io.StringIO()
+    pstats.Stats(profiler, stream=buffer).sort_stats("cumulative").print_stats(40)
+    return {
+        "cases": cases,
+        "total_tottime_s": total,
+        "top_by_tottime": by_tot,
+        "pytest_jaxport_by_cumtime": ours,
+        "text_top_cumulative": buffer.getvalue(),
+    }
+
+
+def _short(file: str) -> str:
+    for marker in ("site-packages/", "/work/main/"):
+        if marker in file:
+            return file.split(marker, 1)[1]
+    return file
+
+
+# -- what-if: candidate optimisations, measured on this machine ------------------------------
+
+
+def whatifs(configs: list[tuple[str, str, int]], cases: list[str], reps: int) -> dict[str, Any]:
+    """Current code vs. the candidate optimisations in whatif.py, same inputs, interleaved."""
+    subjects: list[tuple[str, Any, tuple[Any, ...]]] = [
+        (f"transformer {f}/{m}/{n}", *models.transformer(n, f, m)) for f, m, n in configs
+    ] + [(name, *models.CASES[name]()) for name in cases]
+    clock = Clock()
+    checks: dict[str, bool] = {}
+    for rep in range(reps):
+        for label, fn, args in subjects if rep % 2 == 0 else list(reversed(subjects)):
+            _fresh()
+            traced = lowering.trace(fn, args, {})
+            t, _ = _timed(lambda: [lowering.lower(traced, p) for p in PLATFORMS[1:]])
+            clock.add(label, "lower cuda, rocm, tpu separately", t)
+            _fresh()
+            traced = lowering.trace(fn, args, {})
+            t, _ = _timed(lambda: whatif.lower_multi(traced, PLATFORMS[1:]))
+            clock.add(label, "lower cuda+rocm+tpu in one multi-platform module", t)
+            # A warm-run cache key must be computed before lowering: the jaxpr's text is one.
+            t, _ = _timed(lambda: whatif.jaxpr_key(traced))
+            clock.add(label, "cache key: sha256 of the jaxpr text", t)
+            for platform in ("cpu", "cuda"):
+                lowered = lowering.lower(traced, platform)
+                t, program = _timed(lambda: lowering.read_program(lowered))
+                clock.add(label, f"read_program {platform}", t)
+                t, lean = _timed(lambda: whatif.read_program_lean(lowered))
+                clock.add(label, f"lean read {platform}", t)
+                t, current = _timed(
+                    lambda: census_mod.take_census(
+                        program, platform, classifier=session_classifier()
+                    )
+                )
+                clock.add(label, f"census {platform}", t)
+                t, fast = _timed(
+                    lambda: whatif.take_census_lazy(
+                        lean, platform, classifier=session_classifier()
+                    )
+                )
+                clock.add(label, f"lazy census on lean read {platform}", t)
+                checks[f"{label} {platform}"] = current == fast
+    return {
+        "subjects": [s[0] for s in subjects],
+        "reps": reps,
+        "median_s": clock.medians(),
+        "same_census": checks,
+    }

@@ -1,0 +1,400 @@
+"""pytest-jaxport benchmarks: suite overhead, per-check breakdown, scale, profile.
+
+    python benchmarks/run.py [--quick] [--out benchmarks/results/<name>.json]
+
+See benchmarks/README.md for what each part measures and the latest numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEMO = REPO / "examples" / "demo"
+sys.path.insert(0, str(HERE))
+
+from suite import write_suite  # noqa: E402
+
+TARGETS = {
+    "suite_cold_ratio_max": 1.25,
+    "suite_warm_ratio_max": 1.10,
+    "census_time_per_2x_ops_max": 2.2,
+    "census_share_of_lowering_max": 0.02,
+}
+
+QUICK_CASES = ["mlp_small", "convnet_small", "transformer_block_small", "solve", "lowpass"]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- machine ------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30
+            )
+            return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": sys.version.split()[0],
+        "versions": {
+            p: version(p) for p in ("jax", "jaxlib", "pytest", "pytest-jaxport", "numpy")
+        },
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_head": git("rev-parse", "HEAD"),
+        "git_dirty_files": len(git("status", "--porcelain").splitlines()),
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+# -- 1. suite overhead ----------------------------------------------------------------------
+
+PLAIN_ARGS = ["-p", "no:jaxport", "-p", "jaxport_plain"]
+_SUMMARY = re.compile(r"=* ?(.*\bin [\d.]+s.*?) ?=*$")
+
+
+def _clear(folder: Path) -> None:
+    shutil.rmtree(folder / ".pytest_cache", ignore_errors=True)
+    for cache in folder.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _session(folder: Path, mode: str, extra: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "pytest", "-q", "-rN", *(PLAIN_ARGS if mode == "b" else extra)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    summary = lines[-1].strip("= ") if lines else ""
+    if done.returncode not in (0, 1):
+        raise RuntimeError(
+            f"pytest in {folder} ({mode}) exited {done.returncode}:\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return {"wall_s": wall, "cpu_s": cpu, "rc": done.returncode, "summary": summary}
+
+
+def suite_overhead(
+    name: str,
+    source: Path | None,
+    cases: list[str],
+    reps: int,
+    tmp: Path,
+    plugin_args: list[str] | None = None,
+) -> dict[str, Any]:
+    """Interleaved a/b sessions, cold (no .pytest_cache, no __pycache__) then warm.
+
+    a: the plugin with the suite's config (plus ``plugin_args``); b: ``-p no:jaxport`` and
+    the plain fixture of jaxport_plain.py.
+    """
+    extra = plugin_args or []
+    folders = {}
+    for mode in ("a", "b"):
+        folder = tmp / f"{name}-{mode}"
+        if source is None:
+            write_suite(folder, cases)
+        else:
+            shutil.copytree(
+                source,
+                folder,
+                ignore=shutil.ignore_patterns(".pytest_cache", "__pycache__", "*.json", "*.md"),
+            )
+        folders[mode] = folder
+    runs: dict[str, list[dict[str, Any]]] = {"a_cold": [], "b_cold": [], "a_warm": [], "b_warm": []}
+    for rep in range(reps):
+        order = ["a", "b"] if rep % 2 == 0 else ["b", "a"]
+        for mode in order:
+            _clear(folders[mode])
+            runs[f"{mode}_cold"].append(_session(folders[mode], mode, extra))
+        for mode in order:
+            runs[f"{mode}_warm"].append(_session(folders[mode], mode, extra))
+        log(
+            f"  {name} rep {rep + 1}/{reps}: "
+            + ", ".join(f"{k} {v[-1]['wall_s']:.1f}s" for k, v in runs.items())
+        )
+    result: dict[str, Any] = {"reps": reps, "plugin_args": extra, "runs": runs}
+    for key, values in runs.items():
+        result[f"{key}_median_wall_s"] = statistics.median(v["wall_s"] for v in values)
+        result[f"{key}_median_cpu_s"] = statistics.median(v["cpu_s"] for v in values)
+    for state in ("cold", "warm"):
+        a, b = runs[f"a_{state}"], runs[f"b_{state}"]
+        result[f"{state}_ratio_wall"] = (
+            result[f"a_{state}_median_wall_s"] / result[f"b_{state}_median_wall_s"]
+        )
+        result[f"{state}_ratio_cpu"] = (
+            result[f"a_{state}_median_cpu_s"] / result[f"b_{state}_median_cpu_s"]
+        )
+        result[f"{state}_paired_ratio_wall_median"] = statistics.median(
+            x["wall_s"] / y["wall_s"] for x, y in zip(a, b)
+        )
+        result[f"{state}_added_wall_s"] = (
+            result[f"a_{state}_median_wall_s"] - result[f"b_{state}_median_wall_s"]
+        )
+    counts = re.findall(r"(\d+) (?:passed|failed|error)", runs["b_cold"][0]["summary"])
+    tests = sum(int(n) for n in counts) or None
+    result["tests"] = tests
+    if tests:
+        result["cold_added_per_test_s"] = result["cold_added_wall_s"] / tests
+    result["summaries"] = {k: v[0]["summary"] for k, v in runs.items()}
+    return result
+
+
+def fixed_costs() -> dict[str, Any]:
+    """Session-level costs in a fresh interpreter: plugin import, jax import, first check."""
+    code = r"""
+import json, time
+import pytest
+t0 = time.perf_counter(); import pytest_jaxport.plugin; t1 = time.perf_counter()
+import jax; t2 = time.perf_counter()
+from pytest_jaxport import lowering
+lowering.present_platforms(); t3 = time.perf_counter()
+print(json.dumps({"import pytest_jaxport.plugin (after pytest)": t1 - t0, "import jax": t2 - t1,
+                  "present_platforms() first call": t3 - t2}))
+"""
+    samples: list[dict[str, float]] = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+
+
+# -- 4. targets ------------------------------------------------------------------------------
+
+
+def verdicts(results: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    suites = dict(results.get("suite", {}))
+    if results.get("suite_compiled_cpu"):
+        suites["generated --jaxport-compile=cpu"] = results["suite_compiled_cpu"]
+    for name, suite in suites.items():
+        if not suite or "cold_ratio_wall" not in suite:
+            continue
+        for state, key in (("cold", "suite_cold_ratio_max"), ("warm", "suite_warm_ratio_max")):
+            ratio = suite[f"{state}_ratio_wall"]
+            out[f"{name} suite {state} wall ratio <= {TARGETS[key]}"] = {
+                "value": round(ratio, 3),
+                "cpu_time_ratio": round(suite[f"{state}_ratio_cpu"], 3),
+                "pass": ratio <= TARGETS[key],
+            }
+    scale = results.get("scale")
+    if scale and "rows" in scale:
+        limit = TARGETS["census_time_per_2x_ops_max"]
+        for clock in ("census_per_2x_weighted_ops", "census_cpu_per_2x_weighted_ops"):
+            steps = [
+                s[clock] for e in scale["linearity"] for s in e["steps"] if s[clock] is not None
+            ]
+            fits = [
+                e[key]
+                for e in scale["linearity"]
+                for key in ["census_fit_per_2x_ops" if "cpu" not in clock else "census [cpu]_fit_per_2x_ops"]
+                if e.get(key) is not None
+            ]
+            if steps:
+                what = "CPU" if "cpu" in clock else "wall"
+                out[f"census {what} time per 2x ops <= {limit}"] = {
+                    "worst_step": round(max(steps), 3),
+                    "median_step": round(statistics.median(steps), 3),
+                    "fit_over_all_sizes": [round(f, 3) for f in fits],
+                    "pass": max(fits) <= limit if fits else max(steps) <= limit,
+                }
+        shares = [r["census_share_of_lower"] for r in scale["rows"]]
+        both = [r["read_census_share_of_lower"] for r in scale["rows"]]
+        limit = TARGETS["census_share_of_lowering_max"]
+        out[f"census / lowering (cpu) < {limit}"] = {
+            "value_max": round(max(shares), 4),
+            "value_median": round(statistics.median(shares), 4),
+            "pass": max(shares) < limit,
+        }
+        out[f"(census + read_program) / lowering (cpu) < {limit}"] = {
+            "value_max": round(max(both), 4),
+            "value_median": round(statistics.median(both), 4),
+            "pass": max(both) < limit,
+        }
+        for what in ("what-if census share", "what-if read+census share"):
+            values = [r[what] for r in scale["rows"]]
+            out[f"[{what}] < {limit} (benchmarks/whatif.py, not the plugin)"] = {
+                "value_max": round(max(values), 4),
+                "value_median": round(statistics.median(values), 4),
+                "pass": max(values) < limit,
+            }
+    return out
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+ALL_PARTS = ("suite", "demo", "breakdown", "scale", "profile", "whatif", "compiled")
+DEFAULT_PARTS = "suite,demo,breakdown,scale,profile,whatif"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="about a minute: fewer cases/reps")
+    parser.add_argument("--out", type=Path, default=None, help="results JSON path")
+    parser.add_argument(
+        "--reps", type=int, default=None, help="suite repetitions (default 5 generated, 3 demo)"
+    )
+    parser.add_argument(
+        "--parts",
+        default=DEFAULT_PARTS,
+        help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {DEFAULT_PARTS}; "
+        "'compiled' times the generated suite with --jaxport-compile=cpu, cold and warm cache)",
+    )
+    options = parser.parse_args(argv)
+    parts = set(options.parts.split(","))
+    unknown = parts - set(ALL_PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(ALL_PARTS)}")
+    quick = options.quick
+    suite_reps = options.reps or (2 if quick else 5)
+    demo_reps = options.reps or 3
+    cases = QUICK_CASES if quick else list(_cases())
+    out = options.out or HERE / "results" / ("quick.json" if quick else "latest.json")
+    results: dict[str, Any] = {"mode": "quick" if quick else "full", "machine": machine()}
+    results["targets"] = TARGETS
+    results["errors"] = {}
+    started = time.perf_counter()
+
+    def save() -> None:
+        results["verdicts"] = verdicts(results)
+        results["machine"]["loadavg_end"] = os.getloadavg()
+        results["elapsed_s"] = time.perf_counter() - started
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=1, default=float) + "\n")
+
+    def stage(name: str, fn: Any, *args: Any) -> Any:
+        """Run one part; a failure is recorded and the other parts still run."""
+        try:
+            return fn(*args)
+        except Exception as e:  # keep what the other parts measured
+            import traceback
+
+            results["errors"][name] = traceback.format_exc()
+            log(f"  {name} FAILED: {type(e).__name__}: {e}")
+            return {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            save()
+
+    results["suite"] = {}
+    with tempfile.TemporaryDirectory(prefix="jaxport-bench-") as tmp:
+        if "suite" in parts:
+            log(f"1. generated suite ({len(cases)} tests), {suite_reps} interleaved reps")
+            results["suite"]["generated"] = stage(
+                "suite", suite_overhead, "generated", None, cases, suite_reps, Path(tmp)
+            )
+        if "demo" in parts and not quick:
+            if (DEMO / "tests").is_dir():
+                log(f"1. demo suite {DEMO}, {demo_reps} interleaved reps")
+                results["suite"]["demo"] = stage(
+                    "demo", suite_overhead, "demo", DEMO, [], demo_reps, Path(tmp)
+                )
+            else:
+                results["suite"]["demo"] = {"skipped": f"{DEMO} does not exist"}
+        if "compiled" in parts:
+            log(f"1b. generated suite with --jaxport-compile=cpu, {suite_reps} reps")
+            results["suite_compiled_cpu"] = stage(
+                "compiled",
+                suite_overhead,
+                "compiled",
+                None,
+                cases,
+                suite_reps,
+                Path(tmp),
+                ["--jaxport-compile=cpu"],
+            )
+    if parts & {"breakdown", "scale", "profile", "whatif"}:
+        results["fixed_costs_s"] = stage("fixed_costs", fixed_costs)
+        import inprocess  # imports jax: only now
+
+        if "breakdown" in parts:
+            reps = 2 if quick else 5
+            log(f"2. per-check breakdown, {len(cases)} cases x {reps} reps")
+            results["breakdown"] = stage("breakdown", inprocess.breakdown, cases, reps, REPO)
+        if "scale" in parts:
+            layers = [6, 12] if quick else [6, 12, 24, 48]
+            log(f"3. scale {layers}")
+            results["scale"] = stage("scale", inprocess.scale, layers, 2 if quick else 3)
+        if "profile" in parts:
+            log("5. profile")
+            results["profile"] = stage("profile", inprocess.profile, cases, REPO)
+        if "whatif" in parts:
+            log("5. what-if variants")
+            configs = [("loop", "grad", 12)] if quick else [("loop", "grad", 24), ("loop", "fwd", 48)]
+            subjects = ["solve"] if quick else ["transformer_block", "solve", "convnet"]
+            results["whatif"] = stage(
+                "whatif", inprocess.whatifs, configs, subjects, 1 if quick else 3
+            )
+    save()
+    log(f"wrote {out} in {results['elapsed_s']:.0f}s")
+    print(summary(results))
+    return 0
+
+
+def _cases() -> list[str]:
+    import models
+
+    return list(models.CASES)
+
+
+def summary(results: dict[str, Any]) -> str:
+    lines = []
+    suites = dict(results.get("suite", {}))
+    if results.get("suite_compiled_cpu"):
+        suites["generated --jaxport-compile=cpu"] = results["suite_compiled_cpu"]
+    for name, suite in suites.items():
+        if "skipped" in suite or "error" in suite:
+            lines.append(f"{name}: {suite.get('skipped') or suite.get('error')}")
+            continue
+        lines.append(
+            f"{name} suite ({suite['tests']} tests): cold a {suite['a_cold_median_wall_s']:.1f}s "
+            f"b {suite['b_cold_median_wall_s']:.1f}s ratio {suite['cold_ratio_wall']:.3f} "
+            f"(cpu {suite['cold_ratio_cpu']:.3f}, paired {suite['cold_paired_ratio_wall_median']:.3f}); "
+            f"warm ratio {suite['warm_ratio_wall']:.3f} (cpu {suite['warm_ratio_cpu']:.3f}, "
+            f"paired {suite['warm_paired_ratio_wall_median']:.3f})"
+        )
+    b = results.get("breakdown")
+    if b and "error" not in b:
+        lines.append(
+            f"breakdown: check/plain in-process {b['check_over_plain']:.3f}; "
+            f"added by plugin {b['added_share_of_check']:.1%} of check time"
+        )
+        for k, v in b["grouped_share"].items():
+            lines.append(f"  {k:55s} {b['grouped_total_s'][k]:8.3f}s {v:6.1%}")
+    for k, v in results.get("verdicts", {}).items():
+        lines.append(f"{'PASS' if v['pass'] else 'FAIL'} {k}: {v}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
