@@ -9,13 +9,14 @@ Example message::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from pytest_jaxport.census import Kernel
 from pytest_jaxport.config import Budget
+from pytest_jaxport.cost import CostModel, RuntimeShare, estimate
 from pytest_jaxport.numerics import describe
 from pytest_jaxport.report import Probe
 
@@ -68,13 +69,22 @@ def _allowed(kernel: Kernel, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(kernel.name, p) for p in patterns)
 
 
-def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violation]:
+def evaluate(
+    probe: Probe,
+    budget_for: Callable[[str], Budget],
+    *,
+    migrate_to: Sequence[str] = (),
+    model: CostModel | None = None,
+) -> list[Violation]:
     """Every violation of ``probe`` against the budget of each platform it was lowered for.
 
     Counts come from the compiled census where the platform was compiled, else from the
-    lowered one; each violation says which (``level``).
+    lowered one; each violation says which (``level``). Rewrite budgets apply per target in
+    ``migrate_to``, priced with ``model``.
     """
     violations: list[Violation] = []
+    for target in migrate_to:
+        violations += _rewrite_violations(probe, budget_for(target), model or CostModel())
     for platform, result in probe.platforms.items():
         budget = budget_for(platform)
         must = budget.must_lower
@@ -126,6 +136,7 @@ def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violatio
                         kernels=kernels,
                     )
                 )
+        violations += _share_violations(probe.name, result.runtime_share, budget)
         if result.numerics is not None and not result.numerics.ok:
             comparison = result.numerics
             violations.append(
@@ -144,3 +155,72 @@ def evaluate(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violatio
                 )
             )
     return violations
+
+
+def _share_violations(check: str, share: RuntimeShare | None, budget: Budget) -> list[Violation]:
+    if share is None:
+        return []
+    found = []
+    for key, layer in (("max_vendor_share", "vendor"), ("max_custom_share", "custom")):
+        setting = getattr(budget, key)
+        value = share.layers.get(layer, 0.0)
+        if setting is not None and value > setting.value:
+            libraries = ", ".join(f"{lib} {f:.0%}" for lib, f in share.libraries.items())
+            found.append(
+                Violation(
+                    check=check,
+                    platform=budget.platform,
+                    key=key,
+                    limit=setting.value,
+                    origin=setting.origin,
+                    found=f"{value:.1%}",
+                    what=f"of the run time in {layer} kernels",
+                    level=f"{share.basis} runtime share",
+                    details=(f"libraries: {libraries}",) if libraries and layer == "vendor" else (),
+                )
+            )
+    return found
+
+
+def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[Violation]:
+    if budget.max_kernels_to_rewrite is None and budget.max_rewrite_days is None:
+        return []
+    target = budget.platform
+    items = probe.rewrite_items(target)
+    if not items:
+        return []
+    # Per check: the kernels' own days; the per-target fixed cost belongs to the suite.
+    result = estimate(target, items, model=replace(model, fixed=0.0))
+    details = tuple(item.describe() for item in result.items)
+    found: list[Violation] = []
+    kernels = budget.max_kernels_to_rewrite
+    if kernels is not None and result.kernels_to_rewrite > kernels.value:
+        found.append(
+            Violation(
+                check=probe.name,
+                platform=target,
+                key="max_kernels_to_rewrite",
+                limit=kernels.value,
+                origin=kernels.origin,
+                found=result.kernels_to_rewrite,
+                what=f"{_plural(result.kernels_to_rewrite, 'kernel')} to rewrite moving off cuda",
+                level="from the cuda census",
+                details=details,
+            )
+        )
+    days = budget.max_rewrite_days
+    if days is not None and result.days > days.value:
+        found.append(
+            Violation(
+                check=probe.name,
+                platform=target,
+                key="max_rewrite_days",
+                limit=days.value,
+                origin=days.origin,
+                found=f"{result.days:g}",
+                what="engineering days to move off cuda",
+                level="cost model",
+                details=details,
+            )
+        )
+    return found

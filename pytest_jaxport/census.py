@@ -60,6 +60,9 @@ class OpSite:
     op: str
     target: str | None = None
     location: str | None = None
+    flops: float = 0.0
+    bytes: float = 0.0
+    """Approximate arithmetic and memory traffic, for the roofline estimate (0 if unknown)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +103,8 @@ class Census:
     xla_kinds: Mapping[str, int] = field(default_factory=dict)
     """``xla`` dispatches per kind (``triton-gemm``, ``fusion``, ``topk``...), summing to
     ``xla_ops``; at the lowered level every op is kind ``xla``."""
+    estimated_seconds: tuple[tuple[str, str | None, float], ...] = ()
+    """Roofline-estimated time per ``(layer, library)``, when the census was asked for it."""
 
     def count(self, layer: Layer) -> int:
         """Call-weighted dispatches in ``layer`` (``xla`` counts every generated op)."""
@@ -150,6 +155,7 @@ def parse_location(text: str | None) -> SourceLocation | None:
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
+_Counts = tuple["Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]"]
 
 
 @dataclass(slots=True)
@@ -157,28 +163,27 @@ class _Walk:
     program: Program
     platform: str
     classifier: Classifier
-    memo: dict[tuple[str, SourceLocation | None], tuple[Counter[_Key], Counter[str]]] = field(
-        default_factory=dict
-    )
+    seconds: Callable[[OpSite], float] | None = None
+    memo: dict[tuple[str, SourceLocation | None], _Counts] = field(default_factory=dict)
     active: set[str] = field(default_factory=set)
 
-    def function(
-        self, name: str, inherited: SourceLocation | None
-    ) -> tuple[Counter[_Key], Counter[str]]:
+    def function(self, name: str, inherited: SourceLocation | None) -> _Counts:
         key = (name, inherited)
         if key in self.memo:
             return self.memo[key]
         if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
-            return Counter(), Counter()
+            return Counter(), Counter(), Counter()
         self.active.add(name)
         kernels: Counter[_Key] = Counter()
         xla_ops: Counter[str] = Counter()
+        timed: Counter[tuple[str, str | None]] = Counter()
         for site in self.program.functions.get(name, ()):
             location = parse_location(site.location) or inherited
             if site.op in CALL_OPS and site.target is not None:
-                callee_kernels, callee_ops = self.function(site.target, location)
+                callee_kernels, callee_ops, callee_timed = self.function(site.target, location)
                 kernels.update(callee_kernels)
                 xla_ops.update(callee_ops)
+                timed.update(callee_timed)
                 continue
             if site.op in _UNCOUNTED:
                 continue
@@ -188,9 +193,16 @@ class _Walk:
                 xla_ops[result.kind] += 1
             else:
                 kernels[(result, target or site.op, location)] += 1
+            if self.seconds is not None:
+                timed[(result.layer, result.library)] += self.seconds(site)  # type: ignore[assignment]
         self.active.discard(name)
-        self.memo[key] = (kernels, xla_ops)
-        return kernels, xla_ops
+        self.memo[key] = (kernels, xla_ops, timed)
+        return kernels, xla_ops, timed
+
+
+def _layer_library(item: tuple[tuple[str, str | None], float]) -> tuple[str, str]:
+    (layer, library), _ = item
+    return layer, library or ""
 
 
 def take_census(
@@ -199,14 +211,21 @@ def take_census(
     *,
     level: Level = "lowered",
     classifier: Classifier | None = None,
+    seconds: Callable[[OpSite], float] | None = None,
 ) -> Census:
-    """Classify every op of ``program`` for ``platform``, weighting each by its call count."""
+    """Classify every op of ``program`` for ``platform``, weighting each by its call count.
+
+    With ``seconds`` (an op's estimated run time), the census also sums estimated time per
+    layer and library, call-weighted like the counts.
+    """
 
     def default(platform: str, op: str, target: str | None) -> Classification:
         return classify(platform, op, target, level=level)
 
-    walk = _Walk(program=program, platform=platform, classifier=classifier or default)
-    counts, xla_kinds = walk.function(program.entry, None)
+    walk = _Walk(
+        program=program, platform=platform, classifier=classifier or default, seconds=seconds
+    )
+    counts, xla_kinds, timed = walk.function(program.entry, None)
     kernels = tuple(
         sorted(
             (
@@ -229,6 +248,10 @@ def take_census(
         kernels=kernels,
         xla_ops=sum(xla_kinds.values()),
         xla_kinds=dict(sorted(xla_kinds.items())),
+        estimated_seconds=tuple(
+            (layer, library, float(t))
+            for (layer, library), t in sorted(timed.items(), key=_layer_library)
+        ),
     )
 
 

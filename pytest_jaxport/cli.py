@@ -1,7 +1,8 @@
 """The ``jaxport`` console script.
 
-Exit codes: 0 success, 1 a failed check, 2 an unusable input file or bad usage (the
-message names the file and what is wrong), or, for ``capture-target``, no CUDA GPU here.
+Exit codes: 0 success; 1 a failed check (``merge``: outputs drifted across legs; ``diff``:
+a count grew); 2 an unusable input file or bad usage (one line naming the file and what is
+wrong, never a traceback), or, for ``capture-target``, no CUDA GPU here.
 """
 
 from __future__ import annotations
@@ -73,6 +74,112 @@ def _capture_target(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fail(command: str, message: object) -> int:
+    print(f"jaxport {command}: {message}", file=sys.stderr)
+    return EXIT_UNUSABLE
+
+
+def _write(command: str, path: Path, text: str) -> str | None:
+    """Write ``text`` atomically; the error line when it cannot be written."""
+    from pytest_jaxport.report import write_text
+
+    try:
+        write_text(path, text)
+    except OSError as e:
+        return f"jaxport {command}: cannot write {path}: {e}"
+    return None
+
+
+def _merge(args: argparse.Namespace) -> int:
+    import json
+
+    from pytest_jaxport.merge import MergeError, load_legs, merge, tolerance_from_config
+    from pytest_jaxport.render import markdown
+
+    paths = [Path(p) for p in args.legs]
+    output = Path(args.output)
+    try:
+        legs = load_legs(paths)
+        first_path, first = legs[0]
+        config = first.get("config")
+        tolerance_for = tolerance_from_config(
+            config if isinstance(config, dict) else {}, source=str(first_path)
+        )
+        result = merge(legs, tolerance_for=tolerance_for, outputs_root=output.resolve().parent)
+    except MergeError as e:
+        return _fail("merge", e)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return _fail(
+            "merge",
+            f"malformed pytest-jaxport report among {', '.join(map(str, paths))} "
+            f"({type(e).__name__}: {e})",
+        )
+    try:
+        texts = [(output, json.dumps(result.report, indent=2) + "\n")]
+        if args.md:
+            texts.append((Path(args.md), markdown(result.report) + "\n" + result.markdown()))
+        if args.html:
+            from pytest_jaxport.html_report import html
+
+            texts.append((Path(args.html), html(result.report)))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return _fail("merge", f"cannot render the merged report ({type(e).__name__}: {e})")
+    for path, text in texts:
+        problem = _write("merge", path, text)
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return EXIT_UNUSABLE
+    said = result.text()
+    if said:
+        print(said)
+    tests = len(result.report["tests"])
+    verdict = f"{len(result.drifts)} output drift(s)" if result.drifts else "consistent"
+    print(
+        f"jaxport merge: {len(paths)} leg(s), {tests} test(s), "
+        f"{result.comparisons} output comparison(s): {verdict}; wrote {output}"
+    )
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from pytest_jaxport.merge import MergeError, diff, load_counts
+
+    try:
+        base = load_counts(Path(args.base))
+        head = load_counts(Path(args.head))
+        found = diff(base, head)
+    except MergeError as e:
+        return _fail("diff", e)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return _fail(
+            "diff", f"malformed input {args.base} or {args.head} ({type(e).__name__}: {e})"
+        )
+    if args.md:
+        problem = _write("diff", Path(args.md), found.markdown())
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return EXIT_UNUSABLE
+    print(found.text())
+    return EXIT_FAILED if found.grew else EXIT_OK
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    from pytest_jaxport.merge import MergeError, baseline_json, load_counts
+
+    try:
+        text = baseline_json(load_counts(Path(args.report)))
+    except MergeError as e:
+        return _fail("baseline", e)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return _fail("baseline", f"{args.report}: malformed report ({type(e).__name__}: {e})")
+    problem = _write("baseline", Path(args.output), text)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return EXIT_UNUSABLE
+    print(f"jaxport baseline: wrote {args.output}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxport", description="Work with pytest-jaxport portability reports."
@@ -93,6 +200,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the text GpuTargetConfigProto to PATH (default: print it)",
     )  # fmt: skip
     capture.set_defaults(run=_capture_target)
+    merge = commands.add_parser(
+        "merge",
+        help="join CI legs' reports into one and compare their saved outputs across legs "
+        "(exit 1 on drift, 2 on unusable input)",
+    )
+    merge.add_argument("legs", nargs="+", metavar="LEG.json")
+    merge.add_argument("-o", "--output", required=True, metavar="MERGED.json")
+    merge.add_argument("--md", metavar="PATH", default=None, help="also write Markdown")
+    merge.add_argument("--html", metavar="PATH", default=None, help="also write HTML")
+    merge.set_defaults(run=_merge)
+    diff = commands.add_parser(
+        "diff",
+        help="what grew and shrank from BASE to HEAD (reports or baselines; exit 1 on growth)",
+    )
+    diff.add_argument("base", metavar="BASE.json")
+    diff.add_argument("head", metavar="HEAD.json")
+    diff.add_argument("--md", metavar="PATH", default=None, help="also write Markdown")
+    diff.set_defaults(run=_diff)
+    baseline = commands.add_parser(
+        "baseline", help="write the baseline (counts only, sorted) of a report or merged report"
+    )
+    baseline.add_argument("report", metavar="REPORT.json")
+    baseline.add_argument("-o", "--output", required=True, metavar="FILE")
+    baseline.set_defaults(run=_baseline)
     return parser
 
 

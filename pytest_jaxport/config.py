@@ -30,18 +30,40 @@ T = TypeVar("T")
 DEFAULT_PLATFORMS: tuple[str, ...] = PLATFORMS
 DEFAULT_REFERENCE = "cpu"
 
-COUNT_KEYS = ("max_vendor_calls", "max_custom_calls")
-BUDGET_KEYS = (*COUNT_KEYS, "max_library_calls", "must_lower", "allow_targets")
-MARKER_KEYS = (*BUDGET_KEYS, "platforms", "reference", "rtol", "atol")
+COUNT_KEYS = ("max_vendor_calls", "max_custom_calls", "max_kernels_to_rewrite")
+SHARE_KEYS = ("max_vendor_share", "max_custom_share")
+BUDGET_KEYS = (
+    *COUNT_KEYS,
+    "max_library_calls",
+    "must_lower",
+    "allow_targets",
+    *SHARE_KEYS,
+    "max_rewrite_days",
+    "max_tooling_assumptions",
+)
+PROJECT_ONLY_KEYS = ("max_tooling_assumptions",)
+MARKER_KEYS = (
+    *(k for k in BUDGET_KEYS if k not in PROJECT_ONLY_KEYS),
+    "platforms",
+    "reference",
+    "rtol",
+    "atol",
+)
 TOP_KEYS = (
     "platforms",
     "reference",
     "compile",
     "target",
     "what_if_no_vendor",
+    "migrate_to",
     "budget",
     "tolerance",
+    "cost",
+    "scan",
 )
+DEFAULT_MIGRATE_TO: tuple[str, ...] = ("rocm", "tpu")
+COST_KEYS = ("kernel_rewrite", "fallback_validation", "vendor_gap", "tooling_assumption", "fixed")
+SCAN_KEYS = ("enabled", "exclude")
 COMPILE_PLATFORMS: tuple[str, ...] = ("cpu", "cuda")
 """Platforms the compiled level supports here: cpu always, cuda on a GPU or deviceless."""
 DEFAULT_TARGET = "h100"
@@ -80,6 +102,13 @@ class Budget:
     max_library_calls: Mapping[str, Setting[int]] = field(default_factory=dict)
     must_lower: Setting[tuple[str, ...]] | None = None
     allow_targets: Setting[tuple[str, ...]] | None = None
+    max_vendor_share: Setting[float] | None = None
+    max_custom_share: Setting[float] | None = None
+    max_kernels_to_rewrite: Setting[int] | None = None
+    """For the target this budget's platform is, when migrating from cuda."""
+    max_rewrite_days: Setting[float] | None = None
+    max_tooling_assumptions: Setting[int] | None = None
+    """Project-wide: checked once per session, from ``[tool.jaxport.budget]``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +149,13 @@ class ProjectConfig:
     """A shipped GPU description's name (``h100``) or the absolute path of a text
     ``GpuTargetConfigProto``: what cuda compiles against where no GPU is present."""
     what_if_no_vendor: bool = False
+    migrate_to: tuple[str, ...] = DEFAULT_MIGRATE_TO
+    """The non-NVIDIA targets the cost model prices a move to."""
+    cost: Mapping[str, float] = field(default_factory=dict)
+    """``[tool.jaxport.cost]``: days per item, overriding the cost model's defaults."""
+    scan: bool = True
+    """``[tool.jaxport.scan] enabled``: scan the project for NVIDIA-bound tooling."""
+    scan_exclude: tuple[str, ...] = ()
     budget: BudgetTable = field(default_factory=lambda: BudgetTable(origin="defaults"))
     platform_budgets: Mapping[str, BudgetTable] = field(default_factory=dict)
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
@@ -353,9 +389,27 @@ def _tolerance_value(where: _Where, key: str, value: object) -> float:
     return float(value)
 
 
+def _fraction(where: _Where, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise where.error(key, "a fraction between 0 and 1", value)
+    return float(value)
+
+
+def _days(where: _Where, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise where.error(key, "a non-negative number of days", value)
+    if not math.isfinite(value) or value < 0:
+        raise where.error(key, "a finite non-negative number of days", value)
+    return float(value)
+
+
 def _budget_value(where: _Where, key: str, value: object) -> Any:
-    if key in COUNT_KEYS:
+    if key in COUNT_KEYS or key == "max_tooling_assumptions":
         return _limit(where, key, value)
+    if key in SHARE_KEYS:
+        return _fraction(where, key, value)
+    if key == "max_rewrite_days":
+        return _days(where, key, value)
     if key == "max_library_calls":
         return _library_limits(where, key, value)
     if key == "must_lower":
@@ -371,6 +425,11 @@ def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTab
     for key, value in table.items():
         if key not in BUDGET_KEYS:
             raise where.unknown(key, BUDGET_KEYS)
+        if key in PROJECT_ONLY_KEYS and name != "tool.jaxport.budget":
+            raise ConfigError(
+                f"{where.prefix} {key}: expected only in [tool.jaxport.budget] (the scan covers "
+                "the whole project), found it here"
+            )
         values[key] = _budget_value(where, key, value)
     return BudgetTable(origin=f"{source} [{name}]", values=values)
 
@@ -398,6 +457,34 @@ def _dtype_tables(source: str, name: str, table: Mapping[str, Any]) -> dict[str,
             raise where.unknown(dtype, DTYPES, what="dtype")
         result[dtype] = _tolerance_table(source, f"{name}.{dtype}", entry)
     return result
+
+
+def _cost_table(source: str, table: object) -> dict[str, float]:
+    if not isinstance(table, Mapping):
+        raise _Where(f"{source}: [tool.jaxport]").error("cost", "a table of days", table)
+    where = _Where(f"{source}: [tool.jaxport.cost]")
+    days = {}
+    for key, value in table.items():
+        if key not in COST_KEYS:
+            raise where.unknown(key, COST_KEYS)
+        days[key] = _days(where, key, value)
+    return days
+
+
+def _scan_table(source: str, table: object) -> tuple[bool, tuple[str, ...]]:
+    if not isinstance(table, Mapping):
+        raise _Where(f"{source}: [tool.jaxport]").error("scan", "a table", table)
+    where = _Where(f"{source}: [tool.jaxport.scan]")
+    for key in table:
+        if key not in SCAN_KEYS:
+            raise where.unknown(key, SCAN_KEYS)
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise where.error("enabled", "a boolean (true or false)", enabled)
+    exclude = table.get("exclude", [])
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    return enabled, _globs(where, "exclude", exclude) if exclude else ()
 
 
 def parse_project(
@@ -434,6 +521,16 @@ def parse_project(
     what_if = data.get("what_if_no_vendor", False)
     if not isinstance(what_if, bool):
         raise where.error("what_if_no_vendor", "a boolean (true or false)", what_if)
+    migrate_to = DEFAULT_MIGRATE_TO
+    if "migrate_to" in data:
+        migrate_to = _platforms(where, "migrate_to", data["migrate_to"], empty_ok=True)
+        if "cuda" in migrate_to:
+            raise ConfigError(
+                f"{where.prefix} migrate_to: expected non-NVIDIA targets (rocm, tpu, cpu): "
+                "the cost model prices moving off cuda, found 'cuda'"
+            )
+    cost = _cost_table(source, data.get("cost", {}))
+    scan, scan_exclude = _scan_table(source, data.get("scan", {}))
 
     budget = BudgetTable(origin=f"{source} [tool.jaxport.budget]")
     platform_budgets: dict[str, BudgetTable] = {}
@@ -481,6 +578,10 @@ def parse_project(
         compile=compile_for,
         target=target,
         what_if_no_vendor=what_if,
+        migrate_to=migrate_to,
+        cost=cost,
+        scan=scan,
+        scan_exclude=scan_exclude,
         budget=budget,
         platform_budgets=platform_budgets,
         tolerances=tolerances,
@@ -519,6 +620,10 @@ def portable(
     max_library_calls: Mapping[str, int] | None = None,
     must_lower: Sequence[str] | None = None,
     allow_targets: Sequence[str] | None = None,
+    max_vendor_share: float | None = None,
+    max_custom_share: float | None = None,
+    max_kernels_to_rewrite: int | None = None,
+    max_rewrite_days: float | None = None,
     platforms: Sequence[str] | None = None,
     reference: str | None = None,
     rtol: float | None = None,
@@ -535,6 +640,10 @@ def portable(
         "max_library_calls": max_library_calls,
         "must_lower": must_lower,
         "allow_targets": allow_targets,
+        "max_vendor_share": max_vendor_share,
+        "max_custom_share": max_custom_share,
+        "max_kernels_to_rewrite": max_kernels_to_rewrite,
+        "max_rewrite_days": max_rewrite_days,
         "platforms": platforms,
         "reference": reference,
         "rtol": rtol,

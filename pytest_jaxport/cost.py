@@ -35,6 +35,7 @@ a tooling change is hours. Every number is configurable in ``[tool.jaxport.cost]
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -177,6 +178,104 @@ def peak_from_target(text: str, *, source: str) -> Peak | None:
         return None
     flops = fields["core_count"] * fields["fpus_per_core"] * 2 * fields["clock_rate_ghz"] * 1e9
     return Peak(flops=flops, bandwidth=fields["memory_bandwidth"], source=source)
+
+
+_TENSOR = re.compile(r"tensor<([^<>]*(?:<[^<>]*>)?)>")
+_CONTRACTING = re.compile(r"lhs_contracting_dimensions = \[([0-9, ]*)\]")
+_CONV_RHS = re.compile(r"\]x\[([^\]]*)\]")
+_SOLVER = re.compile(
+    r"(solver|lapack_|hybrid|getrf|potrf|syevd|geqrf|gesvd|gesdd|orgqr|trsm|Eigh|Qr|Lu"
+    r"|Householder|cholesky|triangular)",
+    re.IGNORECASE,
+)
+_FREE_OPS = frozenset(
+    {"stablehlo.constant", "stablehlo.reshape", "stablehlo.bitcast_convert",
+     "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.optimization_barrier",
+     "stablehlo.iota", "stablehlo.broadcast_in_dim", "func.return", "stablehlo.return",
+     "func.call", "sdy.sharding_constraint"}
+)  # fmt: skip
+
+
+def _element_bits(element: str) -> int:
+    if element.startswith("complex<"):
+        return 2 * _element_bits(element[len("complex<") : -1])
+    if element in ("i1", "bf16"):
+        return 8 if element == "i1" else 16
+    m = re.match(r"^(?:f|i|ui|si)(\d+)$", element)
+    if m:
+        return int(m.group(1))
+    if element.startswith("f8"):
+        return 8
+    if element.startswith("f4"):
+        return 4
+    return 32
+
+
+def tensor_shape(type_text: str) -> tuple[tuple[int, ...], int] | None:
+    """``tensor<4x8xf32>`` -> ``((4, 8), 32)``: dimensions and bits per element.
+
+    >>> tensor_shape("tensor<2x3xcomplex<f32>>")
+    ((2, 3), 64)
+    """
+    m = _TENSOR.search(type_text)
+    if m is None:
+        return None
+    *dims, element = m.group(1).split("x") if "x" in m.group(1) else ["", m.group(1)]
+    if dims == [""]:
+        dims = []
+    sizes = tuple(1 if d in ("?", "") else int(d) for d in dims if d.isdigit() or d == "?")
+    return sizes, _element_bits(element)
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def op_cost(
+    op: str,
+    target: str | None,
+    operands: list[str],
+    results: list[str],
+    attributes: Mapping[str, str],
+) -> tuple[float, float]:
+    """Approximate ``(flops, bytes)`` of one StableHLO op from its types, for the roofline.
+
+    dot: 2·M·N·K; convolution: 2·outputs·(kernel size / output features); fft: 5·n·log2 n;
+    solver-like custom calls: n³ per matrix; everything else one flop per output element.
+    Bytes are every operand and result once (no reuse, no caching).
+    """
+    if op in _FREE_OPS:
+        return 0.0, 0.0
+    shapes_in = [s for t in operands if (s := tensor_shape(t))]
+    shapes_out = [s for t in results if (s := tensor_shape(t))]
+    moved = sum(_elements(dims) * bits / 8 for dims, bits in shapes_in + shapes_out)
+    out = float(sum(_elements(dims) for dims, _ in shapes_out))
+    if op == "stablehlo.dot_general" and shapes_in:
+        m = _CONTRACTING.search(attributes.get("dot_dimension_numbers", ""))
+        lhs = shapes_in[0][0]
+        k = 1
+        for d in (int(x) for x in m.group(1).split(",") if x.strip()) if m else ():
+            k *= lhs[d] if d < len(lhs) else 1
+        return 2.0 * out * k, moved
+    if op == "stablehlo.convolution" and len(shapes_in) > 1:
+        rhs = shapes_in[1][0]
+        spec = _CONV_RHS.search(attributes.get("dimension_numbers", ""))
+        labels = [x.strip() for x in spec.group(1).split(",")] if spec else []
+        out_features = rhs[labels.index("o")] if "o" in labels and len(labels) == len(rhs) else 1
+        return 2.0 * out * _elements(rhs) / max(out_features, 1), moved
+    if op == "stablehlo.fft":
+        n = max(out, 2.0)
+        return 5.0 * n * math.log2(n), moved
+    if target is not None and _SOLVER.search(target) and shapes_in and len(shapes_in[0][0]) >= 2:
+        dims = shapes_in[0][0]
+        n = dims[-1]
+        return float(n**3 * _elements(dims[:-2])), moved
+    if op in ("stablehlo.reduce", "stablehlo.reduce_window"):
+        return float(sum(_elements(dims) for dims, _ in shapes_in)), moved
+    return out, moved
 
 
 def roofline_seconds(flops: float, bytes_moved: float, peak: Peak) -> float:
@@ -353,7 +452,7 @@ def estimate(
         cost = (priced or {}).get(item, model.days(item.status))
         breakdown[names[item.status]] += cost
     breakdown["tooling_assumption"] = tooling_assumptions * model.tooling_assumption
-    breakdown["fixed"] = model.fixed if unique or tooling_assumptions else 0.0
+    breakdown["fixed"] = model.fixed  # CI runners, images, a first end-to-end validation
     return RewriteEstimate(
         target=target,
         items=unique,

@@ -20,8 +20,16 @@ from typing import Any
 import pytest
 
 from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
-from pytest_jaxport.census import Census, Classifier, Program, SourceLocation, take_census
+from pytest_jaxport.census import (
+    Census,
+    Classifier,
+    OpSite,
+    Program,
+    SourceLocation,
+    take_census,
+)
 from pytest_jaxport.config import Resolved
+from pytest_jaxport.cost import RuntimeShare
 from pytest_jaxport.report import PlatformProbe, Probe
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -72,13 +80,18 @@ class Jaxport:
         rootdir: Path,
         compiled_classifier: Classifier | None = None,
         compile_settings: CompileSettings | None = None,
+        profile: bool = False,
     ) -> None:
         self._config = config
         self._classifier = classifier
         self._compiled_classifier = compiled_classifier
         self._compile = compile_settings or CompileSettings()
         self._rootdir = rootdir
+        self._profile = profile
         self.probes: list[Probe] = []
+        self.outputs: dict[str, dict[str, Any]] = {}
+        """Per check name, per executed platform, its ``numerics.Outputs`` (host arrays), for
+        ``--jaxport-save-outputs``; never put into the report."""
         self.compile_stats = CompileStats()
 
     @property
@@ -129,7 +142,12 @@ class Jaxport:
                 lowered = lowering.lower(traced, platform)
                 programs[platform] = lowering.read_program(lowered)
                 census = self._relative(
-                    take_census(programs[platform], platform, classifier=self._classifier)
+                    take_census(
+                        programs[platform],
+                        platform,
+                        classifier=self._classifier,
+                        seconds=self._roofline(platform),
+                    )
                 )
             except lowering.LoweringFailure as e:
                 results[platform] = PlatformProbe(
@@ -166,9 +184,71 @@ class Jaxport:
                     kwargs, built.get(platform), present,
                 )  # fmt: skip
 
+        for platform, result in results.items():
+            share = self._runtime_share(result, executions.get(platform))
+            if share is not None:
+                results[platform] = replace(result, runtime_share=share)
+
         probe, value = self._compare(check_name, results, executions)
+        self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
+
+    # -- runtime share --------------------------------------------------------------------------
+
+    def _roofline(self, platform: str) -> Callable[[OpSite], float]:
+        from pytest_jaxport.cost import DEFAULT_PEAKS, peak_from_target, roofline_seconds
+
+        peak = DEFAULT_PEAKS.get(platform, DEFAULT_PEAKS["cpu"])
+        if platform == "cuda" and self._compile.target_config:
+            described = peak_from_target(self._compile.target_config, source=self._compile.target)
+            peak = described or peak
+
+        def seconds(site: OpSite) -> float:
+            return roofline_seconds(site.flops, site.bytes, peak)
+
+        return seconds
+
+    def _runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
+        """Measured where the platform ran and profiling is on, else the roofline estimate."""
+        from pytest_jaxport import lowering
+        from pytest_jaxport.cost import share_of
+
+        if execution is not None and self._profile:
+            try:
+                measured = self._measured(result.platform, execution)
+            except (RuntimeError, ValueError, lowering.LoweringFailure):
+                measured = None  # the profiler is unavailable here: fall back to the estimate
+            if measured is not None and measured.seconds > 0:
+                return measured
+        census = result.census
+        if census is None or not census.estimated_seconds:
+            return None
+        return share_of(census.estimated_seconds, "estimated")
+
+    def _measured(self, platform: str, execution: Any) -> RuntimeShare:
+        from pytest_jaxport import lowering
+        from pytest_jaxport.cost import share_of
+        from pytest_jaxport.hlo import instruction_sites
+        from pytest_jaxport.targets import classify
+
+        times = lowering.instruction_times(execution)
+        sites = instruction_sites(lowering.compiled_text(execution.compiled))
+        classifier = self._compiled_classifier
+        timed: list[tuple[str, str | None, float]] = []
+        for name, seconds in times.items():
+            site = sites.get(name)
+            if site is None:  # not in the module's text (e.g. a runtime copy): XLA's own
+                timed.append(("xla", None, seconds))
+                continue
+            target = site.target if site.op.endswith("custom_call") else None
+            found = (
+                classifier(platform, site.op, target)
+                if classifier is not None
+                else classify(platform, site.op, target, level="compiled")
+            )
+            timed.append((found.layer, found.library, seconds))
+        return share_of(timed, "measured")
 
     # -- the compiled level -------------------------------------------------------------------
 

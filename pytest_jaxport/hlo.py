@@ -128,6 +128,24 @@ def parse_compiled_hlo(text: str) -> Program:
     return Program(entry=module.entry, functions=functions)
 
 
+def instruction_sites(text: str) -> dict[str, OpSite]:
+    """Each dispatching instruction's op site, by instruction name (``eigh.0``, ``ynn_fusion``).
+
+    The profiler names the instructions it runs this way (its ``hlo_op`` stat), so this maps
+    measured time back to what ran. Loops, calls and branches map to their own op, not to
+    the computations they run (those instructions are listed under their own names).
+    """
+    module = _parse_module(text)
+    sites: dict[str, OpSite] = {}
+    for instructions in module.computations.values():
+        for instruction in instructions:
+            for site in _instruction_sites(module, instruction):
+                if site.op != CALL_OP:
+                    sites.setdefault(instruction.name, site)
+                    break
+    return sites
+
+
 def _sites(module: _Module, instructions: tuple[_Instruction, ...]) -> Iterator[OpSite]:
     for instruction in instructions:
         yield from _instruction_sites(module, instruction)

@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from pytest_jaxport.cost import CostModel, RewriteItem
     from pytest_jaxport.targets import Classification
+    from pytest_jaxport.tooling import ToolingRule
 
 
 @pytest.hookspec(firstresult=True)
@@ -35,3 +39,41 @@ def pytest_jaxport_classify(
 
     .. versionadded:: 0.1
     """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_jaxport_rewrite_cost(
+    item: RewriteItem, target: str, model: CostModel
+) -> float | None:
+    """Price one NVIDIA-bound kernel or dispatch for a move to ``target``, in days.
+
+    :param item: what must change: ``item.status`` is ``rewrite``, ``fallback`` or
+        ``vendor-gap``; ``item.name``, ``item.kind`` and ``item.location`` say which.
+    :param target: ``rocm``, ``tpu`` or ``cpu``.
+    :param model: the configured cost model (``[tool.jaxport.cost]``).
+
+    Return the days, or ``None`` to use the cost model. Example, in ``conftest.py``::
+
+        def pytest_jaxport_rewrite_cost(item, target, model):
+            if item.name == "__gpu$xla.gpu.triton" and target == "tpu":
+                return 15.0  # our flash-attention port is known to be hard
+            return None
+
+    .. versionadded:: 0.1
+    """
+
+
+def pytest_jaxport_tooling_rules(config: pytest.Config) -> Iterable[ToolingRule]:
+    """Extra rules for the NVIDIA-bound tooling scan; every implementation's rules are added.
+
+    Return :class:`pytest_jaxport.tooling.ToolingRule` values, e.g.::
+
+        from pytest_jaxport.tooling import ToolingRule
+
+        def pytest_jaxport_tooling_rules(config):
+            return [ToolingRule(id="our-cuda-base", pattern=r"FROM ourco/cuda-base",
+                                files=("Dockerfile*",), reason="our CUDA base image")]
+
+    .. versionadded:: 0.1
+    """
+    return ()

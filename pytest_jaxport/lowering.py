@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pytest_jaxport.census import OpSite, Program
+from pytest_jaxport.cost import op_cost
 from pytest_jaxport.numerics import Leaf, Outputs
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
@@ -52,6 +53,8 @@ class Execution:
     outputs: Outputs
     compiled: Any = None
     """The executable that produced ``value`` (a ``jax.stages.Compiled``)."""
+    rerun: Callable[[], Any] | None = None
+    """Runs the executable again on the same arguments and waits (for profiling)."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -154,10 +157,34 @@ def _collect(region: Any, sites: list[OpSite]) -> None:
                 target = _symbol(attributes["call_target_name"])
             elif name in ("func.call", "call"):
                 target = _symbol(attributes["callee"])
-            sites.append(OpSite(op=name, target=target, location=str(operation.location)))
+            flops, moved = op_cost(
+                name,
+                target,
+                [str(v.type) for v in operation.operands],
+                [str(r.type) for r in operation.results],
+                _cost_attributes(name, attributes),
+            )
+            sites.append(
+                OpSite(
+                    op=name,
+                    target=target,
+                    location=str(operation.location),
+                    flops=flops,
+                    bytes=moved,
+                )
+            )
             if name not in _REDUCER_OPS:
                 for nested in operation.regions:
                     _collect(nested, sites)
+
+
+def _cost_attributes(name: str, attributes: Any) -> dict[str, str]:
+    keys = {"stablehlo.dot_general": "dot_dimension_numbers",
+            "stablehlo.convolution": "dimension_numbers"}  # fmt: skip
+    key = keys.get(name)
+    if key is None or key not in attributes:
+        return {}
+    return {key: str(attributes[key])}
 
 
 def to_outputs(value: Any) -> Outputs:
@@ -215,7 +242,29 @@ def execute(
         value = jax.block_until_ready(value)  # type: ignore[no-untyped-call]
     except Exception as e:  # so is a failure to run; the executable is still good to read
         raise LoweringFailure(describe_error(e), stage="run", compiled=compiled) from e
-    return Execution(platform=platform, value=value, outputs=to_outputs(value), compiled=compiled)
+
+    def rerun() -> Any:
+        return jax.block_until_ready(compiled(*call_args, **call_kwargs))  # type: ignore[no-untyped-call]
+
+    return Execution(
+        platform=platform,
+        value=value,
+        outputs=to_outputs(value),
+        compiled=compiled,
+        rerun=rerun,
+    )
+
+
+def instruction_times(execution: Execution, *, runs: int = 3) -> dict[str, float]:
+    """Measured self time per compiled instruction (seconds per run) of an execution.
+
+    Raises ``RuntimeError`` when the profiler cannot measure here.
+    """
+    from pytest_jaxport.profile import measure
+
+    if execution.rerun is None:
+        raise RuntimeError("nothing to re-run")
+    return measure(execution.rerun, runs=runs, warmup=0)
 
 
 def module_text(lowered: Any) -> str:

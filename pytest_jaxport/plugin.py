@@ -14,6 +14,7 @@ import pytest
 
 from pytest_jaxport import hookspecs
 from pytest_jaxport.cache import CACHE_NAME, CompiledCache, CompileSettings
+from pytest_jaxport.ci import ci_settings
 from pytest_jaxport.config import (
     COMPILE_PLATFORMS,
     ConfigError,
@@ -64,6 +65,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="drop cached compiled-level results before the run (pytest's --cache-clear "
         "drops them too).",
+    )
+    group.addoption(
+        "--jaxport-save-outputs",
+        default=None,
+        metavar="DIR",
+        help="save each check's outputs on each platform that ran as .npz in DIR (no pickle), "
+        "for `jaxport merge` to compare across CI legs.",
+    )
+    group.addoption(
+        "--jaxport-baseline",
+        default=None,
+        metavar="FILE",
+        help="fail a test whose vendor/custom/library counts grew since the baseline FILE "
+        "(a committed `jaxport baseline` file); new tests are reported, not failed.",
+    )
+    group.addoption(
+        "--jaxport-baseline-update",
+        action="store_true",
+        default=False,
+        help="write this run's counts to the --jaxport-baseline FILE (atomically, sorted) "
+        "instead of comparing with it.",
     )
 
 
@@ -188,11 +210,13 @@ def pytest_configure(config: pytest.Config) -> None:
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
         _check_report_target(config.getoption("jaxport_report"), config)
         settings = _compile_settings(config, project)
+        ci = ci_settings(config)
     except ConfigError as e:
         raise pytest.UsageError(f"jaxport: {e}") from None
     session = JaxportSession(
         config, project, config.getoption("jaxport_report"), compile_settings=settings
     )
+    session.ci = ci
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "jaxport-session")
 
@@ -227,6 +251,7 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
         compiled_classifier=session.classifier("compiled"),
         compile_settings=session.compile_settings,
         rootdir=request.config.rootpath,
+        profile=session.wants_measured_share(resolved),
     )
     item.stash[JAXPORT] = instance
     return instance

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_jaxport.census import Census
+from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
 
 NO_AUTOTUNE_NOTE = (
@@ -144,17 +145,62 @@ def _deviceless_used(report: Mapping[str, Any]) -> bool:
     )
 
 
+def _share_line(platform: str, share: Mapping[str, Any]) -> str:
+    libraries = ", ".join(f"{lib} {f:.0%}" for lib, f in share.get("libraries", {}).items())
+    label = "measured" if share.get("basis") == "measured" else "ESTIMATED (roofline)"
+    layers = "  ".join(f"{layer} {share.get(layer, 0):>4.0%}" for layer in SHARE_LAYERS)
+    return f"{platform:<5} {layers}  [{label}]" + (f"  {libraries}" if libraries else "")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def three_numbers(summary: Mapping[str, Any]) -> list[str]:
+    """The layer table, runtime share, kernels to rewrite and days, as terminal lines."""
+    lines: list[str] = []
+    layers = summary.get("layers") or []
+    if layers:
+        lines.append("layers:")
+        for row in layers:
+            lines.append(f"  {row['layer']} ({row['portable']}): {row['value']}")
+    shares = summary.get("runtime_share") or {}
+    if shares:
+        lines += ["", "1. runtime share (suite, time-weighted):"]
+        lines += [f"   {_share_line(p, share)}" for p, share in shares.items()]
+    rewrite = summary.get("rewrite") or {}
+    if rewrite:
+        lines += ["", "2. kernels to rewrite moving off cuda:"]
+        for target, estimate in rewrite.items():
+            lines.append(f"   {target}: {estimate['kernels_to_rewrite']}")
+            for item in estimate.get("items", ()):
+                where = f" at {item['location']}" if item.get("location") else ""
+                lines.append(f"     {item['status']}: {item['name']} ({item['kind']}){where}")
+        lines += ["", "3. engineering days for a backend switch ([tool.jaxport.cost]):"]
+        for target, estimate in rewrite.items():
+            parts = ", ".join(
+                f"{key.replace('_', ' ')} {days:g}"
+                for key, days in estimate["breakdown"].items()
+                if days
+            )
+            days = f"   {target}: {estimate['days']:g} days"
+            lines.append(days + (f" ({parts})" if parts else ""))
+    return lines
+
+
 def text(report: Mapping[str, Any]) -> str:
-    """The terminal report: suite totals per platform, then each test's checks."""
+    """The terminal report: the layer table and the three numbers, totals, then each test."""
     summary = report["summary"]
     config = report["config"]
     env = report["environment"]
     lines = [
-        f"{summary['tests']} portable tests, {summary['checks']} checks, "
-        f"{summary['failed_tests']} failed, {summary['violations']} budget violations",
+        f"{_count(summary['tests'], 'portable test')}, {_count(summary['checks'], 'check')}, "
+        f"{summary['failed_tests']} failed, {_count(summary['violations'], 'budget violation')}",
         f"platforms: {', '.join(config['platforms'])} (reference {config['reference']}); "
         f"present here: {', '.join(env.get('present_platforms', [])) or 'none'}; "
         + _levels(report),
+        "",
+        *three_numbers(summary),
         "",
         f"{'platform':<9}{'vendor':>7}{'custom':>7}{'lowered':>9}{'failed':>8}  "
         f"{'level':<9} libraries",
@@ -178,16 +224,45 @@ def text(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _markdown_numbers(summary: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    layers = summary.get("layers") or []
+    if layers:
+        lines += ["| layer | portable? | what we count | this suite |", "|---|---|---|---|"]
+        lines += [
+            f"| {r['layer']} | {r['portable']} | {r['counted']} | {r['value']} |" for r in layers
+        ]
+        lines.append("")
+    shares = summary.get("runtime_share") or {}
+    if shares:
+        lines += ["| platform | xla | vendor | custom | basis |", "|---|---:|---:|---:|---|"]
+        lines += [
+            f"| {p} | {s.get('xla', 0):.0%} | {s.get('vendor', 0):.0%} | {s.get('custom', 0):.0%}"
+            f" | {s.get('basis')} |"
+            for p, s in shares.items()
+        ]
+        lines.append("")
+    rewrite = summary.get("rewrite") or {}
+    if rewrite:
+        lines += ["| target | kernels to rewrite | engineering days |", "|---|---:|---:|"]
+        lines += [
+            f"| {t} | {e['kernels_to_rewrite']} | {e['days']:g} |" for t, e in rewrite.items()
+        ]
+        lines.append("")
+    return lines
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """A Markdown report for pull requests and ``$GITHUB_STEP_SUMMARY``."""
     summary = report["summary"]
     lines = [
         "## pytest-jaxport portability report",
         "",
-        f"{summary['tests']} portable tests, {summary['checks']} checks, "
-        f"{summary['failed_tests']} failed, {summary['violations']} budget violations "
+        f"{_count(summary['tests'], 'portable test')}, {_count(summary['checks'], 'check')}, "
+        f"{summary['failed_tests']} failed, {_count(summary['violations'], 'budget violation')} "
         f"({_levels(report)}).",
         "",
+        *_markdown_numbers(summary),
         "| platform | vendor | custom | lowered | failed to lower | libraries | level |",
         "|---|---:|---:|---:|---:|---|---|",
     ]

@@ -43,14 +43,24 @@ from __future__ import annotations
 import json
 import os
 import platform as _platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_jaxport import __version__
 from pytest_jaxport.census import Census, Kernel, SourceLocation
+from pytest_jaxport.cost import (
+    CostModel,
+    RewriteEstimate,
+    RewriteItem,
+    RuntimeShare,
+    combine,
+    estimate,
+    rewrite_items,
+)
 from pytest_jaxport.numerics import Comparison
+from pytest_jaxport.targets import NVIDIA_PLATFORM
 
 SCHEMA_VERSION = 1
 TOOL_NAME = "pytest-jaxport"
@@ -80,6 +90,9 @@ class PlatformProbe:
     """What it was compiled for: the GPU description (``h100``) or the device kind."""
     what_if_no_vendor: Census | None = None
     """The compiled census with vendor libraries disabled (``what_if_no_vendor = true``)."""
+    runtime_share: RuntimeShare | None = None
+    """Where the time goes: measured where this platform ran and was profiled, else a
+    roofline estimate from the lowered program's shapes."""
 
     @property
     def lowered(self) -> bool:
@@ -103,6 +116,23 @@ class Probe:
     @property
     def executed(self) -> tuple[str, ...]:
         return tuple(p for p, r in self.platforms.items() if r.executed)
+
+    def rewrite_items(self, target: str) -> list[RewriteItem] | None:
+        """What moving this check from cuda to ``target`` needs; ``None`` when the check was
+        not lowered for ``target`` (nothing is known), ``[]`` when it has no cuda census."""
+        nvidia = self.platforms.get(NVIDIA_PLATFORM)
+        on_target = self.platforms.get(target)
+        if nvidia is None or nvidia.budgeted is None:
+            return []
+        if on_target is None:
+            return None
+        return rewrite_items(
+            check=self.name,
+            target=target,
+            nvidia=nvidia.budgeted,
+            on_target=on_target.budgeted,
+            target_error=on_target.error,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,6 +218,7 @@ def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
         "executed": result.executed,
         "execution_error": result.execution_error,
         "numerics": result.numerics.to_dict() if result.numerics else None,
+        "runtime_share": result.runtime_share.to_dict() if result.runtime_share else None,
     }
     if result.what_if_no_vendor is not None:
         data["what_if_no_vendor"] = census_to_dict(result.what_if_no_vendor)
@@ -199,6 +230,7 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
     compiled = data.get("compiled")
     what_if = data.get("what_if_no_vendor")
     numerics = data.get("numerics")
+    share = data.get("runtime_share")
     return PlatformProbe(
         platform=platform,
         present=data.get("present", False),
@@ -212,6 +244,7 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
         deviceless=bool(compiled.get("deviceless", False)) if compiled else False,
         target=compiled.get("target") if compiled else None,
         what_if_no_vendor=census_from_dict(platform, what_if) if what_if else None,
+        runtime_share=RuntimeShare.from_dict(share) if share else None,
     )
 
 
@@ -273,6 +306,7 @@ def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 counted = compiled if compiled is not None else lowered
                 for layer in ("vendor", "custom", "meta"):
                     totals[layer] += counted[layer]
+                totals["xla"] = totals.get("xla", 0) + counted.get("xla", 0)
                 for library, n in counted["libraries"].items():
                     totals["libraries"][library] = totals["libraries"].get(library, 0) + n
     for totals in platforms.values():
@@ -284,6 +318,105 @@ def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "violations": sum(len(t.get("violations", ())) for t in tests),
         "platforms": dict(sorted(platforms.items())),
     }
+
+
+def suite_shares(tests: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per platform, the suite's runtime share: every check weighted by its time."""
+    by_platform: dict[str, list[RuntimeShare]] = {}
+    for test in tests:
+        for check in test.get("checks", ()):
+            for platform, result in check["platforms"].items():
+                share = result.get("runtime_share")
+                if share:
+                    by_platform.setdefault(platform, []).append(RuntimeShare.from_dict(share))
+    shares = {}
+    for platform, parts in sorted(by_platform.items()):
+        total = combine(parts)
+        if total is not None:
+            shares[platform] = total.to_dict()
+    return shares
+
+
+def suite_rewrite(
+    tests: Iterable[Mapping[str, Any]],
+    *,
+    migrate_to: Iterable[str],
+    model: CostModel,
+    tooling_assumptions: int = 0,
+    price: Callable[[RewriteItem], float | None] | None = None,
+) -> dict[str, RewriteEstimate]:
+    """Per target, the distinct kernels to rewrite over the suite and the days to do it."""
+    probes = [Probe.from_dict(c) for t in tests for c in t.get("checks", ())]
+    estimates = {}
+    for target in migrate_to:
+        items = [i for p in probes for i in (p.rewrite_items(target) or ())]
+        priced = {}
+        if price is not None:
+            for item in items:
+                days = price(item)
+                if days is not None:
+                    priced[item] = days
+        estimates[target] = estimate(
+            target, items, model=model, tooling_assumptions=tooling_assumptions, priced=priced
+        )
+    return estimates
+
+
+LAYER_ROWS = (
+    ("JAX Python code (jit, grad, vmap)", "in principle", "checks that lower on every target"),
+    ("XLA-generated kernels", "regenerated per backend, performance not guaranteed",
+     "xla share and counts"),
+    ("vendor-library calls", "NVIDIA-bound, counterpart usually exists",
+     "vendor share and counts by library"),
+    ("hand-written kernels and custom calls", "NVIDIA-bound, each a rewrite",
+     "kernels to rewrite per target"),
+    ("profiling, tooling and CI assumptions", "often NVIDIA-bound",
+     "NVIDIA-bound assumptions in the project"),
+)  # fmt: skip
+
+
+def _share_text(shares: Mapping[str, Mapping[str, Any]], layer: str) -> str:
+    return ", ".join(
+        f"{platform} {share.get(layer, 0.0):.0%} ({share.get('basis', 'estimated')})"
+        for platform, share in shares.items()
+    )
+
+
+def layer_table(
+    tests: Iterable[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+) -> list[dict[str, str]]:
+    """The suite's portability, layer by layer: the table a team shows when asked how
+    locked in it is. Rows: ``layer``, ``portable``, ``counted``, ``value``."""
+    checks = [c for t in tests for c in t.get("checks", ())]
+    everywhere = sum(
+        1 for c in checks if all(r.get("lowered") is not None for r in c["platforms"].values())
+    )
+    platforms = summary.get("platforms", {})
+    shares = summary.get("runtime_share", {})
+    xla = ", ".join(f"{p} {t.get('xla', 0)}" for p, t in platforms.items())
+    vendor = "; ".join(
+        f"{p} {t['vendor']}"
+        + (f" ({', '.join(f'{k} {n}' for k, n in t['libraries'].items())})" if t["libraries"]
+           else "")
+        for p, t in platforms.items()
+    )  # fmt: skip
+    rewrite = summary.get("kernels_to_rewrite", {})
+    custom = ", ".join(f"{p} {t['custom']}" for p, t in platforms.items())
+    tooling = summary.get("tooling")
+    values = [
+        f"{everywhere} of {len(checks)} checks lower on every configured platform",
+        "; ".join(x for x in (f"ops: {xla}" if xla else "", _share_text(shares, "xla")) if x),
+        "; ".join(x for x in (vendor, _share_text(shares, "vendor")) if x),
+        (", ".join(f"{t}: {n} to rewrite" for t, n in rewrite.items()) or "no cuda census")
+        + (f"; custom calls: {custom}" if custom else ""),
+        (f"{len(tooling['assumptions'])} found in {tooling['files_read']} files read"
+         if tooling else "not scanned"),
+    ]  # fmt: skip
+    return [
+        {"layer": layer, "portable": portable, "counted": counted, "value": value}
+        for (layer, portable, counted), value in zip(LAYER_ROWS, values, strict=True)
+    ]
 
 
 def build_report(
@@ -302,6 +435,20 @@ def build_report(
         "summary": summarize(ordered),
         "tests": ordered,
     }
+
+
+TIMING_KEYS = frozenset({"runtime_share", "layers", "seconds"})
+"""Report keys that hold measured times (or text made from them): they differ run to run."""
+
+
+def without_timings(data: Any) -> Any:
+    """``data`` with every measured-time key removed: what two runs of the same suite on the
+    same machine must agree on exactly (counts, outcomes, numerics status)."""
+    if isinstance(data, Mapping):
+        return {k: without_timings(v) for k, v in data.items() if k not in TIMING_KEYS}
+    if isinstance(data, list):
+        return [without_timings(v) for v in data]
+    return data
 
 
 def write_json(path: Path, report: Mapping[str, Any]) -> None:
@@ -335,7 +482,8 @@ def load(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON (truncated?): {e}") from None
-    if not isinstance(data, dict) or data.get("tool", {}).get("name") != TOOL_NAME:
+    tool = data.get("tool") if isinstance(data, dict) else None
+    if not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
         raise ReportError(f"{path}: not a pytest-jaxport report")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:

@@ -6,15 +6,17 @@ pytest-xdist workers send it to the controller, which alone writes files and the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.ci import CISettings
 from pytest_jaxport.config import (
     ConfigError,
     ProjectConfig,
@@ -23,6 +25,9 @@ from pytest_jaxport.config import (
     parse_marker,
 )
 from pytest_jaxport.targets import Classification, Level, classify
+
+if TYPE_CHECKING:
+    from pytest_jaxport.cost import CostModel
 
 MARKER = "portable"
 JAXPORT = pytest.StashKey["Any"]()
@@ -55,7 +60,10 @@ class JaxportSession:
         self.compile_settings = compile_settings or CompileSettings()
         self.tests: dict[str, dict[str, Any]] = {}
         self.is_worker = hasattr(config, "workerinput")
+        self._tooling: dict[str, Any] | None = None
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
+        self.ci = CISettings()
+        """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -95,6 +103,15 @@ class JaxportSession:
             return classify(platform, op, target, level=level)
 
         return classify_op
+
+    def wants_measured_share(self, resolved: Resolved) -> bool:
+        """Profile executions only when a report or a share budget needs the numbers."""
+        if self.report_target is not None:
+            return True
+        return any(
+            budget.max_vendor_share is not None or budget.max_custom_share is not None
+            for budget in map(resolved.budget, resolved.lowering_platforms())
+        )
 
     # -- pytest hooks -----------------------------------------------------------------------
 
@@ -139,7 +156,9 @@ class JaxportSession:
         if not marked and jaxport is None:
             return report
         if call.when != "call":
-            if report.outcome != "passed" and marked:
+            # A passed setup is recorded too, so a test whose xdist worker crashes during the
+            # call is in the report (as crashed), never silently missing.
+            if (report.outcome != "passed" and marked) or call.when == "setup":
                 report.jaxport = {"nodeid": item.nodeid, "checks": [], "violations": []}  # type: ignore[attr-defined]
             return report
         self._judge(item, report, jaxport, marked=marked)
@@ -176,7 +195,13 @@ class JaxportSession:
                 report.longrepr = message
                 record["message"] = message
             return
-        violations = [v for p in probes for v in evaluate(p, resolved.budget)]
+        violations = [
+            v
+            for p in probes
+            for v in evaluate(
+                p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model()
+            )
+        ]
         record["violations"] = [v.to_dict() for v in violations]
         for probe in probes:
             for platform, result in probe.platforms.items():
@@ -194,20 +219,57 @@ class JaxportSession:
         details = "\n\n".join(probe_text(p) for p in probes)
         report.sections.append(("jaxport", details))
         if violations:
-            message = "\n".join(
-                [f"{item.nodeid}: {len(violations)} portability budget violation(s)"]
-                + [v.long_repr() for v in violations]
-            )
+            # The first line is what pytest's short summary shows: the first headline itself.
+            message = "\n".join(v.long_repr() for v in violations)
+            if len(violations) > 1:
+                message += f"\n({len(violations)} portability budget violations in {item.nodeid})"
             record["message"] = message
             if report.passed:
                 report.outcome = "failed"
                 report.longrepr = message
             else:
                 report.sections.append(("jaxport violations", message))
+        self._judge_ci(item, report, record, jaxport, resolved)
+
+    def _judge_ci(
+        self,
+        item: pytest.Item,
+        report: pytest.TestReport,
+        record: dict[str, Any],
+        jaxport: Any,
+        resolved: Resolved,
+    ) -> None:
+        """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.ci`."""
+        from pytest_jaxport import ci
+
+        ci.record_tolerance(record, resolved)
+        problems = ci.save_check_outputs(
+            self.ci, item.nodeid, record["checks"], getattr(jaxport, "outputs", {})
+        )
+        grew, news = ci.baseline_findings(self.ci, item.nodeid, record["checks"])
+        if news:
+            report.sections.append(("jaxport baseline", "\n".join(news)))
+            record["baseline_news"] = news
+        problems += grew
+        if not problems:
+            return
+        if grew:
+            record["baseline_growth"] = grew
+        message = "\n".join(
+            ([f"{item.nodeid}: {len(grew)} count(s) grew since the baseline "
+              f"{self.ci.baseline_path}"] if grew else [])
+            + problems
+        )  # fmt: skip
+        record["message"] = f"{record['message']}\n{message}" if record.get("message") else message
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = message
+        report.sections.append(("jaxport baseline" if grew else "jaxport outputs", message))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "jaxport", None)
         if data is None:
+            self._record_crash(report)
             return
         entry = self.tests.setdefault(
             report.nodeid,
@@ -225,14 +287,49 @@ class JaxportSession:
         elif report.skipped and entry["outcome"] == "passed":
             entry["outcome"] = "skipped"
 
+    def _record_crash(self, report: pytest.TestReport) -> None:
+        """A failed report without jaxport data for a portable test: its worker crashed.
+
+        pytest-xdist reports a crashed worker's running test with a synthetic failed report
+        (``when="???"``, no keywords); the test is known here from its setup report.
+        """
+        known = report.nodeid in self.tests
+        if not report.failed or not (known or MARKER in getattr(report, "keywords", {})):
+            return
+        entry = self.tests.setdefault(
+            report.nodeid,
+            {"nodeid": report.nodeid, "outcome": "error", "checks": [], "violations": []},
+        )
+        entry["outcome"] = "error"
+        entry["crashed"] = True
+        entry["message"] = str(report.longrepr)[:500]
+
+    def _update_baseline(self, session: pytest.Session) -> None:
+        from pytest_jaxport.ci import write_baseline
+
+        if not self.ci.baseline_update:
+            return
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        try:
+            written = write_baseline(self.ci, self.build())
+        except OSError as e:
+            if terminal is not None:
+                terminal.write_line(f"jaxport: could not write the baseline: {e}", red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
+        if terminal is not None and written is not None:
+            terminal.ensure_newline()
+            terminal.write_line(f"jaxport: baseline written to {written}")
+
     def build(self) -> dict[str, Any]:
         from pytest_jaxport import lowering
+        from pytest_jaxport.ci import budget_table, leg_facts, tolerance_table
         from pytest_jaxport.report import build_report, environment
 
         jax_loaded = any(t["checks"] for t in self.tests.values())
         present = lowering.present_platforms() if jax_loaded else ()
         versions = lowering.versions() if jax_loaded else {}
-        return build_report(
+        report = build_report(
             self.tests.values(),
             config={
                 "source": self.project.source,
@@ -240,9 +337,96 @@ class JaxportSession:
                 "reference": self.project.reference,
                 "compile": list(self.project.compile),
                 "target": self.project.target if "cuda" in self.project.compile else None,
+                "budget": budget_table(self.project),
+                "tolerance": tolerance_table(self.project),
             },
-            environment=environment(present, versions),
+            environment={
+                **environment(present, versions),
+                **leg_facts(self.tests.values(), present),
+            },
         )
+        report["config"]["migrate_to"] = list(self.project.migrate_to)
+        report["summary"].update(self.numbers(report["tests"], report["summary"]))
+        return report
+
+    def cost_model(self) -> CostModel:
+        from pytest_jaxport.cost import CostModel
+
+        return CostModel(**self.project.cost)
+
+    def tooling_scan(self) -> dict[str, Any] | None:
+        """The NVIDIA-bound tooling scan of the project, once per session (controller)."""
+        if not self.project.scan:
+            return None
+        if self._tooling is None:
+            import time
+
+            from pytest_jaxport.tooling import RULES, scan_tree, summarize
+
+            extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
+                config=self.config) for r in rules]  # fmt: skip
+            started = time.perf_counter()
+            found = scan_tree(
+                self.config.rootpath, exclude=self.project.scan_exclude, rules=(*RULES, *extra)
+            )
+            self._tooling = {
+                "assumptions": [a.to_dict() for a in found.assumptions],
+                "by_rule": summarize(found.assumptions),
+                "files_listed": found.files_listed,
+                "files_read": found.files_read,
+                "source": found.source,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+        return self._tooling
+
+    def numbers(self, tests: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+        """The three numbers and the layer table for the summary."""
+        from pytest_jaxport.report import layer_table, suite_rewrite, suite_shares
+
+        tooling = self.tooling_scan()
+        model = self.cost_model()
+        hook = self.config.hook.pytest_jaxport_rewrite_cost
+
+        def price(item: Any) -> float | None:
+            if not hook.get_hookimpls():
+                return None
+            days = hook(item=item, target=item.target, model=model)
+            return None if days is None else float(days)
+
+        estimates = suite_rewrite(
+            tests,
+            migrate_to=self.project.migrate_to,
+            model=model,
+            tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
+            price=price,
+        )
+        numbers: dict[str, Any] = {
+            "runtime_share": suite_shares(tests),
+            "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
+            "rewrite_days": {t: e.days for t, e in estimates.items()},
+            "rewrite": {t: e.to_dict() for t, e in estimates.items()},
+            "cost_model": dataclasses.asdict(model),
+        }
+        if tooling is not None:
+            numbers["tooling"] = tooling
+        numbers["layers"] = layer_table(tests, {**summary, **numbers})
+        return numbers
+
+    def tooling_violation(self) -> str | None:
+        setting = self.project.resolve().budget("cpu").max_tooling_assumptions
+        if setting is None:
+            return None
+        tooling = self.tooling_scan()
+        found = len(tooling["assumptions"]) if tooling else 0
+        if found <= setting.value:
+            return None
+        lines = [
+            f"jaxport: max_tooling_assumptions = {setting.value} (set in {setting.origin}), "
+            f"found {found} NVIDIA-bound tooling assumptions"
+        ]
+        for a in (tooling or {}).get("assumptions", []):
+            lines.append(f"    {a['file']}:{a['line']}: {a['rule']}: {a['reason']}")
+        return "\n".join(lines)
 
     def compile_summary(self) -> str | None:
         """``jaxport: compiled cache 3 hits, 0 misses (...)``, when anything was compiled."""
@@ -272,7 +456,16 @@ class JaxportSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.is_worker or not self.report_target or self.report_target == "-":
+        if self.is_worker:
+            return
+        self._update_baseline(session)
+        problem = self.tooling_violation()
+        if problem is not None:
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(problem, red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if not self.report_target or self.report_target == "-":
             return
         from pytest_jaxport.render import markdown
         from pytest_jaxport.report import write_json, write_text
@@ -284,6 +477,10 @@ class JaxportSession:
         try:
             if path.suffix == ".md":
                 write_text(path, markdown(report))
+            elif path.suffix in (".html", ".htm"):
+                from pytest_jaxport.html_report import html
+
+                write_text(path, html(report))
             else:
                 write_json(path, report)
         except OSError as e:

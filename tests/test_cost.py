@@ -112,7 +112,7 @@ def test_estimate_prices_each_distinct_item_once() -> None:
     assert result.days == 11.0
     priced = estimate("rocm", items, model=model, priced={items[0]: 20.0})
     assert priced.breakdown["fallback_validation"] == 20.0
-    assert estimate("tpu", [], model=model).days == 0.0
+    assert estimate("tpu", [], model=model).days == model.fixed
 
 
 def test_self_times_subtract_nested_events() -> None:

@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from pytest_jaxport.report import without_timings
+
 PROJECT = """
 [tool.jaxport]
 platforms = ["cpu", "cuda", "rocm", "tpu"]
@@ -80,7 +82,6 @@ def test_budget_at_true_count_passes_and_one_under_fails(project: pytest.Pyteste
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*test_one_under: 1 portability budget violation*",
             "*check 'three_matmuls' on cuda: max_library_calls.cublas = 2 "
             "(set in test_budget.py::test_one_under), found 3 cublas calls (lowered)",
             "*stablehlo.dot_general (cublas) x3 at models.py:7",
@@ -242,12 +243,14 @@ def test_closest_mark_wins_per_key(project: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         [
-            "*test_module_mark: 2 portability budget violation*",
             "*max_vendor_calls = 0 (set in module test_marks.py), found 3 vendor calls*",
         ]
     )
     result.stdout.fnmatch_lines(
         ["*max_vendor_calls = 1 (set in test_marks.py::TestClass::test_function_mark)*"]
+    )
+    result.stdout.fnmatch_lines(
+        ["(2 portability budget violations in test_marks.py::test_module_mark)"]
     )
     result.stdout.fnmatch_lines(["*TestClass::test_class_mark PASSED*"])
 
@@ -684,6 +687,7 @@ def test_xdist_reports_equal_serial(project: pytest.Pytester) -> None:
         result = project.runpytest_subprocess("--jaxport-report=r.json", *args)
         result.assert_outcomes(passed=2, failed=2, skipped=1)
         reports.append(json.loads((project.path / "r.json").read_text()))
+        (project.path / "r.json").unlink()  # the next run's tooling scan lists the same files
     assert reports[0]["summary"]["checks"] == 3
     assert {t["nodeid"]: t["outcome"] for t in reports[0]["tests"]} == {
         "test_par.py::test_a": "passed",
@@ -692,5 +696,9 @@ def test_xdist_reports_equal_serial(project: pytest.Pytester) -> None:
         "test_par.py::test_d": "failed",
         "test_par.py::test_e": "skipped",
     }
-    assert reports[1] == reports[0]
-    assert reports[2] == reports[0]
+    # Everything but measured run times is identical with and without xdist.
+    assert without_timings(reports[1]) == without_timings(reports[0])
+    assert without_timings(reports[2]) == without_timings(reports[0])
+    assert reports[2]["tests"][0]["checks"][0]["platforms"]["cpu"]["runtime_share"]["basis"] == (
+        "measured"
+    )

@@ -100,7 +100,7 @@ def test_build_report_sorts_tests_and_sums() -> None:
     assert summary["checks"] == 2
     assert summary["failed_tests"] == 1
     assert summary["platforms"]["cuda"] == {
-        "vendor": 2, "custom": 4, "meta": 0, "libraries": {"cublas": 2}, "lowered": 2,
+        "vendor": 2, "custom": 4, "meta": 0, "xla": 14, "libraries": {"cublas": 2}, "lowered": 2,
         "failed_to_lower": 0,
     }  # fmt: skip
     assert summary["platforms"]["tpu"]["failed_to_lower"] == 2

@@ -1,0 +1,237 @@
+"""One CI leg inside pytest: saved outputs, the leg's facts, and the baseline ratchet.
+
+The session calls into this module; it keeps ``--jaxport-save-outputs``,
+``--jaxport-baseline`` and ``--jaxport-baseline-update`` out of the core judging code. Nothing
+here imports JAX or NumPy at module import: :mod:`pytest_jaxport.merge` and
+:mod:`pytest_jaxport.outputs` are imported only when the options are used.
+
+Where saved outputs go: every process (each pytest-xdist worker too, on the shared
+filesystem) writes its checks' ``.npz`` files straight into ``DIR``; each platform entry of a
+check records ``"outputs": PATH``, relative to the folder of the JSON report
+(``--jaxport-report=PATH.json``), or relative to ``DIR`` when there is no JSON report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_jaxport.config import ConfigError, ProjectConfig, Tolerance
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_jaxport.config import Resolved
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CISettings:
+    """What the CI options asked for, with paths made absolute."""
+
+    outputs_dir: Path | None = None
+    """``--jaxport-save-outputs``: where each check's outputs go."""
+    outputs_base: Path | None = None
+    """The folder ``outputs`` paths in the report are relative to."""
+    baseline_path: Path | None = None
+    baseline: Mapping[str, Any] | None = None
+    """The baseline's counts (``merge.baseline_of`` form); ``None`` when not comparing."""
+    baseline_update: bool = False
+
+
+def ci_settings(config: pytest.Config) -> CISettings:
+    """Read the options; a :class:`ConfigError` naming the file for an unusable one."""
+    here = Path(config.invocation_params.dir)
+    outputs_dir = outputs_base = None
+    value = config.getoption("jaxport_save_outputs")
+    if value:
+        outputs_dir = (here / value).resolve()
+        if outputs_dir.exists() and not outputs_dir.is_dir():
+            raise ConfigError(f"--jaxport-save-outputs {value}: {outputs_dir} is not a folder")
+        report = config.getoption("jaxport_report")
+        if report and report != "-" and Path(report).suffix == ".json":
+            outputs_base = (here / report).resolve().parent
+        else:
+            outputs_base = outputs_dir
+    update = bool(config.getoption("jaxport_baseline_update"))
+    name = config.getoption("jaxport_baseline")
+    if update and not name:
+        raise ConfigError(
+            "--jaxport-baseline-update: say which file to write with --jaxport-baseline=FILE"
+        )
+    if not name:
+        return CISettings(outputs_dir=outputs_dir, outputs_base=outputs_base)
+    path = (here / name).resolve()
+    baseline = None if update else _read_baseline(name, path)
+    if update:
+        _check_update_target(name, path)
+    return CISettings(
+        outputs_dir=outputs_dir,
+        outputs_base=outputs_base,
+        baseline_path=path,
+        baseline=baseline,
+        baseline_update=update,
+    )
+
+
+def _read_baseline(name: str, path: Path) -> Mapping[str, Any]:
+    from pytest_jaxport.merge import MergeError, load_counts
+
+    try:
+        return load_counts(path)
+    except MergeError as e:
+        hint = " (write one with --jaxport-baseline-update)" if not path.exists() else ""
+        raise ConfigError(f"--jaxport-baseline {name}: {e}{hint}") from None
+
+
+def _check_update_target(name: str, path: Path) -> None:
+    """A missing file is fine; an existing one must be a baseline (any version), not a report."""
+    import json
+
+    if not path.parent.is_dir():
+        raise ConfigError(f"--jaxport-baseline {name}: folder {path.parent} does not exist")
+    if not path.exists():
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(
+            f"--jaxport-baseline {name}: {path} exists and is not a pytest-jaxport baseline "
+            f"({type(e).__name__}); remove it to write a new one"
+        ) from None
+    if not isinstance(data, dict) or data.get("kind") != "baseline":
+        raise ConfigError(
+            f"--jaxport-baseline {name}: {path} exists and is not a pytest-jaxport baseline "
+            "(a report?); --jaxport-baseline-update will not overwrite it"
+        )
+
+
+# -- the leg's record ---------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def budget_table(project: ProjectConfig) -> dict[str, Any]:
+    """The project's budgets shaped like ``[tool.jaxport.budget]``, for ``report["config"]``."""
+    table: dict[str, Any] = _jsonable(project.budget.values)
+    for platform, platform_table in sorted(project.platform_budgets.items()):
+        table[platform] = _jsonable(platform_table.values)
+    return table
+
+
+def _tolerance_entry(tolerance: Tolerance) -> dict[str, float]:
+    entry = {}
+    if tolerance.rtol is not None:
+        entry["rtol"] = tolerance.rtol
+    if tolerance.atol is not None:
+        entry["atol"] = tolerance.atol
+    return entry
+
+
+def tolerance_table(project: ProjectConfig) -> dict[str, Any]:
+    """The project's tolerances shaped like ``[tool.jaxport.tolerance]`` (what merge reads)."""
+    table: dict[str, Any] = {
+        dtype: _tolerance_entry(t) for dtype, t in sorted(project.tolerances.items())
+    }
+    for platform, dtypes in sorted(project.platform_tolerances.items()):
+        table[platform] = {dtype: _tolerance_entry(t) for dtype, t in sorted(dtypes.items())}
+    return table
+
+
+def leg_facts(tests: Iterable[Mapping[str, Any]], present: Iterable[str]) -> dict[str, Any]:
+    """``environment`` additions: each present platform's device kind, what executed here."""
+    from pytest_jaxport import lowering
+    from pytest_jaxport.targets import PLATFORMS
+
+    present = list(present)
+    executed = {
+        platform
+        for test in tests
+        for check in test.get("checks", ())
+        for platform, entry in check.get("platforms", {}).items()
+        if entry.get("executed")
+    }
+    return {
+        "device_kinds": {p: lowering.device_kind(p) for p in present},
+        "executed_platforms": [p for p in PLATFORMS if p in executed]
+        + sorted(executed - set(PLATFORMS)),
+    }
+
+
+# -- per test -----------------------------------------------------------------------------
+
+
+def record_tolerance(record: Mapping[str, Any], resolved: Resolved) -> None:
+    """Record a test's marker ``rtol``/``atol`` on its checks, for merge's cross-leg compare."""
+    overrides = {
+        key: setting.value
+        for key in ("rtol", "atol")
+        if (setting := resolved.overrides.get(key)) is not None
+    }
+    if overrides:
+        for check in record["checks"]:
+            check["tolerance"] = dict(overrides)
+
+
+def save_check_outputs(
+    settings: CISettings,
+    nodeid: str,
+    checks: Iterable[MutableMapping[str, Any]],
+    outputs: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Save each check's executed outputs; set ``outputs`` on its platform entries.
+
+    Returns one message per file that could not be written (the test fails with them).
+    """
+    if settings.outputs_dir is None or settings.outputs_base is None:
+        return []
+    from pytest_jaxport.outputs import OutputsError, save_outputs
+
+    problems = []
+    for check in checks:
+        name = str(check["name"])
+        for platform, found in outputs.get(name, {}).items():
+            entry = check["platforms"].get(platform)
+            if entry is None:
+                continue
+            try:
+                file = save_outputs(settings.outputs_dir, nodeid, name, platform, found)
+            except (OutputsError, OSError) as e:
+                problems.append(
+                    f"--jaxport-save-outputs: check {name!r} on {platform}: not saved: {e}"
+                )
+                continue
+            relative = os.path.relpath(settings.outputs_dir / file, settings.outputs_base)
+            entry["outputs"] = Path(relative).as_posix()
+    return problems
+
+
+def baseline_findings(
+    settings: CISettings, nodeid: str, checks: Iterable[Mapping[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """``(growth, news)`` messages of one test against the baseline; growth fails it."""
+    if settings.baseline is None:
+        return [], []
+    from pytest_jaxport.merge import compare_to_baseline
+
+    found = compare_to_baseline(settings.baseline, nodeid, list(checks))
+    return [g.message for g in found if g.fails], [g.message for g in found if not g.fails]
+
+
+def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | None:
+    """``--jaxport-baseline-update``: write the run's counts atomically; the path written."""
+    if not settings.baseline_update or settings.baseline_path is None:
+        return None
+    from pytest_jaxport.merge import baseline_json, baseline_of
+    from pytest_jaxport.report import write_text
+
+    write_text(settings.baseline_path, baseline_json(baseline_of(report)))
+    return settings.baseline_path

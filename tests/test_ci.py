@@ -1,0 +1,492 @@
+"""One CI leg in pytest, the `jaxport merge/diff/baseline` commands, and the example workflow.
+
+The workflow test reads ``examples/ci/github-actions.yml``, runs the CPU-side legs' commands
+from it in a temporary project with ``sys.executable -m pytest`` (as a CI runner does), then
+the merge job's commands with the installed ``jaxport`` script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_jaxport.cli import main
+from pytest_jaxport.merge import baseline_json, baseline_of
+from pytest_jaxport.numerics import Leaf, Outputs
+from pytest_jaxport.outputs import load_outputs, save_outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
+JAXPORT = Path(sys.executable).parent / "jaxport"
+TIMEOUT_S = 300
+
+PROJECT = """
+[tool.jaxport]
+platforms = ["cpu", "cuda", "rocm", "tpu"]
+reference = "cpu"
+
+[tool.jaxport.budget]
+max_custom_calls = 0
+
+[tool.jaxport.tolerance.float32]
+rtol = 1e-5
+"""
+
+SUITE = """
+import jax.numpy as jnp
+import pytest
+
+
+def mlp(x):
+    return {"y": x @ x, "z": jnp.tanh(x)}
+
+
+@pytest.mark.portable
+def test_mlp(jaxport):
+    jaxport.check(mlp, jnp.ones((4, 4)))
+
+
+@pytest.mark.portable(rtol=1e-3)
+def test_solve(jaxport):
+    jaxport.check(jnp.linalg.inv, jnp.eye(3) * 2.0)
+    jaxport.check(jnp.cos, jnp.arange(3.0), name="cos")
+"""
+
+
+def _environment() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("PYTEST_") and name != "GITHUB_STEP_SUMMARY"
+    }
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    done = subprocess.run(
+        args,
+        cwd=cwd,
+        env={**_environment(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def _jaxport(args: list[str], cwd: Path) -> tuple[int, str, str]:
+    command = [str(JAXPORT)] if JAXPORT.exists() else [sys.executable, "-m", "pytest_jaxport.cli"]
+    return _run([*command, *args], cwd)
+
+
+def _refused(code: int, err: str, name: str) -> None:
+    """Exit 2, one line naming the file, no traceback."""
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert name in lines[0], err
+
+
+@pytest.fixture
+def leg_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".toml", pyproject=PROJECT)
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+# -- the workflow file --------------------------------------------------------------------
+
+
+def _workflow() -> dict[Any, Any]:
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_workflow_parses_and_has_the_legs_and_the_merge() -> None:
+    data = _workflow()
+    # YAML 1.1 reads the bare key `on` as the boolean True.
+    triggers = data.get("on", data.get(True))
+    assert set(triggers) == {"pull_request", "push"}
+    legs = data["jobs"]["leg"]
+    names = [entry["leg"] for entry in legs["strategy"]["matrix"]["include"]]
+    assert names == ["cpu", "cuda-compile", "gpu"]
+    assert legs["strategy"]["fail-fast"] is False
+    run = next(step["run"] for step in legs["steps"] if step.get("name") == "run the suite")
+    assert "--jaxport-report=leg-${{ matrix.leg }}.json" in run
+    assert "--jaxport-save-outputs=outputs-${{ matrix.leg }}" in run
+    merge = data["jobs"]["merge"]
+    assert merge["needs"] == "leg"
+    commands = "\n".join(step.get("run", "") for step in merge["steps"])
+    assert "jaxport merge leg-*.json -o merged.json --md merged.md" in commands
+    assert "jaxport diff .jaxport/baseline.json merged.json --md diff.md" in commands
+    assert 'cat merged.md >> "$GITHUB_STEP_SUMMARY"' in commands
+
+
+def _leg_command(data: dict[Any, Any], leg: dict[str, str]) -> list[str]:
+    """The `run the suite` step of the workflow, with the matrix values filled in."""
+    step = next(s for s in data["jobs"]["leg"]["steps"] if s.get("name") == "run the suite")
+    text = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(leg[m.group(1)]), step["run"])
+    words = shlex.split(text)
+    assert words[0] == "pytest"
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *words[1:]]
+
+
+def _merge_commands(data: dict[Any, Any]) -> list[str]:
+    steps = data["jobs"]["merge"]["steps"]
+    merge = next(s["run"] for s in steps if s.get("name") == "merge the legs")
+    return [line for line in merge.splitlines() if line.startswith("jaxport merge")]
+
+
+def test_cpu_side_legs_and_merge_run_as_the_workflow_says(tmp_path: Path) -> None:
+    data = _workflow()
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    from pytest_jaxport import deviceless
+
+    cpu_side = [
+        leg for leg in data["jobs"]["leg"]["strategy"]["matrix"]["include"]
+        if leg["runner"] == "ubuntu-latest"
+    ]  # fmt: skip
+    assert [leg["leg"] for leg in cpu_side] == ["cpu", "cuda-compile"]
+    for leg in cpu_side:
+        leg = dict(leg)
+        if leg["jaxport_args"] and deviceless.cuda_plugin_problem() is not None:
+            # Without the CUDA plugin the compile-only leg still differs from the cpu leg in
+            # what it lowers for; the merge rules are the same.
+            leg["jaxport_args"] = "--jaxport-platforms=cpu,cuda"
+        env = {"JAX_PLATFORMS": leg["jax_platforms"]} if leg["jax_platforms"] else {}
+        code, out, err = _run(_leg_command(data, leg), tmp_path, env)
+        assert code == 0, out + err
+        assert (tmp_path / f"leg-{leg['leg']}.json").is_file()
+        assert list((tmp_path / f"outputs-{leg['leg']}").glob("*.npz"))
+
+    [merge_line] = _merge_commands(data)
+    words = shlex.split(merge_line)
+    legs = sorted(p.name for p in tmp_path.glob("leg-*.json"))  # the shell's glob
+    expanded = [w for word in words[1:] for w in (legs if word == "leg-*.json" else [word])]
+    code, out, err = _jaxport(expanded, tmp_path)
+    assert code == 0, out + err
+    assert "consistent" in out
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert [leg["leg"] for leg in merged["legs"]] == ["leg-cpu.json", "leg-cuda-compile.json"]
+    assert merged["comparisons"] == 3  # each check's cpu outputs, second leg vs first
+    assert merged["drifts"] == []
+    assert "### Numerics across legs" in (tmp_path / "merged.md").read_text()
+
+    # One leg's saved outputs perturbed: the merge fails naming the test, check and leaf.
+    saved = next((tmp_path / "outputs-cuda-compile").glob("*test_mlp*"))
+    outputs = load_outputs(saved)
+    bumped = tuple(
+        Leaf(path=leaf.path, array=leaf.array + (0.5 if leaf.path == "['y']" else 0.0))
+        for leaf in outputs.leaves
+    )
+    save_outputs(saved.parent, "test_suite.py::test_mlp", "mlp", "cpu",
+                 Outputs(structure=outputs.structure, leaves=bumped))  # fmt: skip
+    code, out, err = _jaxport(expanded, tmp_path)
+    assert code == 1, out + err
+    assert "test_suite.py::test_mlp check 'mlp': cpu (leg-cuda-compile.json) differs" in out
+    assert "['y']" in out
+    assert "['z']" not in out
+    assert "1 output drift(s)" in out
+
+    # A truncated leg and a foreign JSON file: refused naming the file, no traceback.
+    text = (tmp_path / "leg-cpu.json").read_text()
+    (tmp_path / "leg-cpu.json").write_text(text[: len(text) // 2])
+    _refused(*_jaxport(["merge", "leg-cpu.json", "leg-cuda-compile.json", "-o", "m.json"],
+                       tmp_path)[::2], "leg-cpu.json")  # fmt: skip
+    (tmp_path / "other.json").write_text('{"name": "something else", "tests": []}')
+    _refused(*_jaxport(["merge", "leg-cuda-compile.json", "other.json", "-o", "m.json"],
+                       tmp_path)[::2], "other.json")  # fmt: skip
+
+
+# -- one leg in pytest --------------------------------------------------------------------
+
+
+def test_saved_outputs_are_recorded_relative_to_the_report(leg_project: pytest.Pytester) -> None:
+    leg_project.mkdir("reports")
+    result = leg_project.runpytest(
+        "--jaxport-report=reports/leg.json", "--jaxport-save-outputs=outputs"
+    )
+    result.assert_outcomes(passed=2)
+    report = json.loads((leg_project.path / "reports" / "leg.json").read_text())
+    paths = {
+        (test["nodeid"], check["name"], platform): entry.get("outputs")
+        for test in report["tests"]
+        for check in test["checks"]
+        for platform, entry in check["platforms"].items()
+    }
+    executed = {k: v for k, v in paths.items() if k[2] == "cpu"}
+    assert len(executed) == 3
+    assert all(v is None for k, v in paths.items() if k[2] != "cpu")  # nothing ran there
+    for relative in executed.values():
+        assert relative.startswith("../outputs/")
+        loaded = load_outputs(leg_project.path / "reports" / relative)
+        assert loaded.leaves
+    mlp = load_outputs(leg_project.path / "reports" / executed[("test_suite.py::test_mlp",
+                                                                 "mlp", "cpu")])  # fmt: skip
+    assert [leaf.path for leaf in mlp.leaves] == ["['y']", "['z']"]
+    np.testing.assert_allclose(mlp.leaves[0].array, np.full((4, 4), 4.0))
+
+    # The leg describes itself: machine, versions, device kinds, what ran, and the config
+    # merge checks (budgets and tolerances).
+    env = report["environment"]
+    assert {"jax", "jaxlib", "python", "machine"} <= env.keys()
+    assert env["device_kinds"] == {"cpu": "cpu"}
+    assert env["executed_platforms"] == ["cpu"]
+    assert report["config"]["budget"] == {"max_custom_calls": 0}
+    assert report["config"]["tolerance"] == {"float32": {"rtol": 1e-5}}
+    [solve] = [t for t in report["tests"] if t["nodeid"].endswith("test_solve")]
+    assert all(check["tolerance"] == {"rtol": 1e-3} for check in solve["checks"])
+
+
+def test_without_a_json_report_paths_are_relative_to_the_folder(
+    leg_project: pytest.Pytester,
+) -> None:
+    result = leg_project.runpytest("--jaxport-save-outputs=out", "--jaxport-report=r.md")
+    result.assert_outcomes(passed=2)
+    assert len(list((leg_project.path / "out").glob("*.npz"))) == 3
+
+
+def test_saved_outputs_are_the_same_with_and_without_xdist(leg_project: pytest.Pytester) -> None:
+    reports = []
+    for args in (["-n", "0"], ["-n", "2"]):
+        result = leg_project.runpytest_subprocess(
+            "--jaxport-report=r.json", "--jaxport-save-outputs=o", *args
+        )
+        result.assert_outcomes(passed=2)
+        reports.append(json.loads((leg_project.path / "r.json").read_text()))
+    assert reports[0]["tests"] == reports[1]["tests"]
+    assert len(list((leg_project.path / "o").glob("*.npz"))) == 3
+
+
+def test_save_outputs_into_a_file_is_a_usage_error(leg_project: pytest.Pytester) -> None:
+    (leg_project.path / "taken").write_text("")
+    result = leg_project.runpytest("--jaxport-save-outputs=taken")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--jaxport-save-outputs taken*is not a folder*"])
+
+
+def test_a_crashed_worker_test_is_in_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_crash="""
+        import os
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable
+        def test_crashes(jaxport):
+            jaxport.check(jnp.sin, jnp.ones(3))
+            os._exit(1)
+
+        @pytest.mark.portable
+        def test_fine(jaxport):
+            jaxport.check(jnp.cos, jnp.ones(3))
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--jaxport-report=r.json")
+    result.stdout.fnmatch_lines(["*crashed while running*test_crashes*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    tests = {t["nodeid"]: t for t in report["tests"]}
+    crashed = tests["test_crash.py::test_crashes"]
+    assert crashed["outcome"] == "error"
+    assert crashed["crashed"] is True
+    assert "crashed" in crashed["message"]
+    assert tests["test_crash.py::test_fine"]["outcome"] == "passed"
+    assert report["summary"]["failed_tests"] == 1
+
+
+# -- baselines ------------------------------------------------------------------------------
+
+GROWN = """
+import jax.numpy as jnp
+import pytest
+
+
+def mlp(x):
+    return {"y": x @ x @ x, "z": jnp.tanh(x)}
+
+
+@pytest.mark.portable
+def test_mlp(jaxport):
+    jaxport.check(mlp, jnp.ones((4, 4)))
+
+
+@pytest.mark.portable(rtol=1e-3)
+def test_solve(jaxport):
+    jaxport.check(jnp.linalg.inv, jnp.eye(3) * 2.0)
+    jaxport.check(jnp.cos, jnp.arange(3.0), name="cos")
+
+
+@pytest.mark.portable
+def test_new(jaxport):
+    jaxport.check(jnp.sin, jnp.ones(3))
+"""
+
+
+def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
+    leg_project.mkdir(".jaxport")
+    update = leg_project.runpytest(
+        "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-baseline-update",
+        "--jaxport-report=base.json",
+    )  # fmt: skip
+    update.assert_outcomes(passed=2)
+    update.stdout.fnmatch_lines(["jaxport: baseline written to *baseline.json"])
+    written = (leg_project.path / ".jaxport" / "baseline.json").read_text()
+    base = json.loads((leg_project.path / "base.json").read_text())
+    assert written == baseline_json(baseline_of(base))  # sorted, stable
+    assert json.loads(written)["tests"]["test_suite.py::test_mlp"]["mlp"]["cuda"]["lowered"] == {
+        "custom": 0, "library.cublas": 1, "vendor": 1,
+    }  # fmt: skip
+
+    same = leg_project.runpytest("--jaxport-baseline=.jaxport/baseline.json")
+    same.assert_outcomes(passed=2)
+
+    leg_project.makepyfile(test_suite=GROWN)  # one more matmul, and a new test
+    grown = leg_project.runpytest(
+        "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-report=head.json", "-rA"
+    )
+    grown.assert_outcomes(passed=2, failed=1)
+    grown.stdout.fnmatch_lines(
+        [
+            "*test_suite.py::test_mlp: 4 count(s) grew since the baseline*",
+            "check 'mlp' on cuda: cublas calls grew 1 -> 2 (+1) since the baseline",
+            "check 'mlp' on cuda: vendor calls grew 1 -> 2 (+1) since the baseline",
+            "*- jaxport baseline -*",
+            "*test_suite.py::test_new is not in the baseline (new test)*",
+            "FAILED test_suite.py::test_mlp - *grew since the baseline*",
+        ]
+    )
+    head = json.loads((leg_project.path / "head.json").read_text())
+    [mlp] = [t for t in head["tests"] if t["nodeid"] == "test_suite.py::test_mlp"]
+    assert mlp["outcome"] == "failed"
+    assert "vendor calls grew 1 -> 2 (+1)" in mlp["message"]
+
+    code = main(["diff", str(leg_project.path / ".jaxport" / "baseline.json"),
+                 str(leg_project.path / "head.json"),
+                 "--md", str(leg_project.path / "diff.md")])  # fmt: skip
+    assert code == 1
+    assert "cublas calls" in (leg_project.path / "diff.md").read_text()
+    assert main(["diff", str(leg_project.path / "head.json"),
+                 str(leg_project.path / "base.json")]) == 0  # fmt: skip
+
+    # Ratchet: update again, and the grown numbers are the new baseline.
+    leg_project.runpytest(
+        "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-baseline-update"
+    ).assert_outcomes(passed=3)
+    leg_project.runpytest("--jaxport-baseline=.jaxport/baseline.json").assert_outcomes(passed=3)
+
+
+@pytest.mark.parametrize(
+    ("content", "update", "expected"),
+    [
+        (None, False, "*--jaxport-baseline b.json*b.json: no such file*"),
+        ("{not json", False, "*--jaxport-baseline b.json*b.json: not valid JSON*"),
+        ('{"tool": {"name": "other"}}', False, "*--jaxport-baseline b.json*b.json: not a*"),
+        ('{"tool": {"name": "pytest-jaxport"}, "kind": "baseline", "schema_version": 9}',
+         False, "*b.json: baseline schema_version 9 is not supported*"),
+        ('{"tool": {"name": "pytest-jaxport"}, "schema_version": 1, "tests": []}', True,
+         "*b.json exists and is not a pytest-jaxport baseline*"),
+    ],
+)  # fmt: skip
+def test_unusable_baseline_is_a_usage_error_naming_the_file(
+    leg_project: pytest.Pytester, content: str | None, update: bool, expected: str
+) -> None:
+    if content is not None:
+        (leg_project.path / "b.json").write_text(content)
+    args = ["--jaxport-baseline=b.json"] + (["--jaxport-baseline-update"] if update else [])
+    result = leg_project.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_baseline_update_needs_a_file_and_accepts_a_missing_one(
+    leg_project: pytest.Pytester,
+) -> None:
+    result = leg_project.runpytest("--jaxport-baseline-update")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--jaxport-baseline-update: say which file*"])
+    result = leg_project.runpytest_subprocess(
+        "-n", "2", "--jaxport-baseline=new.json", "--jaxport-baseline-update"
+    )
+    result.assert_outcomes(passed=2)
+    assert json.loads((leg_project.path / "new.json").read_text())["kind"] == "baseline"
+
+
+# -- the commands on bad input ----------------------------------------------------------------
+
+
+def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
+    from pytest_jaxport.report import build_report, write_json
+
+    path = tmp_path / name
+    write_json(path, build_report([], config={"platforms": ["cpu"], "reference": "cpu"},
+                                  environment={"present_platforms": ["cpu"]}))  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", "{", "[]", '{"tool": "x"}', '{"tool": {"name": "pytest-jaxport"}, "schema_version": 1}',
+     '{"tool": {"name": "pytest-jaxport"}, "schema_version": 1, "config": {}, '
+     '"environment": {}, "tests": [{"nodeid": 3}]}', "\udcff"],
+)  # fmt: skip
+def test_commands_refuse_bad_input_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content.encode("utf-8", "surrogateescape"))
+    good = _leg(tmp_path)
+    out = str(tmp_path / "m.json")
+    for argv in (
+        ["merge", str(good), str(bad), "-o", out],
+        ["merge", str(bad), "-o", out, "--md", str(tmp_path / "m.md")],
+        ["diff", str(good), str(bad)],
+        ["diff", str(bad), str(good)],
+        ["baseline", str(bad), "-o", str(tmp_path / "b.json")],
+    ):
+        code = main(argv)
+        err = capsys.readouterr().err
+        _refused(code, err, "bad.json")
+
+
+def test_commands_refuse_missing_files_and_unwritable_outputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _leg(tmp_path)
+    assert main(["merge", str(good), str(tmp_path / "gone.json"), "-o", "m.json"]) == 2
+    _refused(2, capsys.readouterr().err, "gone.json")
+    assert main(["diff", str(tmp_path / "gone.json"), str(good)]) == 2
+    _refused(2, capsys.readouterr().err, "gone.json")
+    assert main(["merge", str(good), "-o", str(tmp_path / "no" / "m.json")]) == 2
+    _refused(2, capsys.readouterr().err, "m.json")
+    assert main(["baseline", str(good), "-o", str(tmp_path / "no" / "b.json")]) == 2
+    _refused(2, capsys.readouterr().err, "b.json")
+
+
+def test_merge_writes_json_markdown_and_html(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _leg(tmp_path, "leg-a.json"), _leg(tmp_path, "leg-b.json")
+    code = main(["merge", str(a), str(b), "-o", str(tmp_path / "m.json"),
+                 "--md", str(tmp_path / "m.md"), "--html", str(tmp_path / "m.html")])  # fmt: skip
+    assert code == 0
+    assert "2 leg(s), 0 test(s)" in capsys.readouterr().out
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert [leg["leg"] for leg in merged["legs"]] == ["leg-a.json", "leg-b.json"]
+    assert "### Legs" in (tmp_path / "m.md").read_text()
+    assert (tmp_path / "m.html").read_text().lstrip().lower().startswith("<!doctype html")
+    assert main(["baseline", str(tmp_path / "m.json"), "-o", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["kind"] == "baseline"
