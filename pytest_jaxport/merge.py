@@ -721,7 +721,9 @@ def load_counts(path: Path) -> dict[str, Any]:
         raise MergeError(f"{path}: not valid JSON (truncated?): {e}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
         try:
-            return baseline_of(load(path))
+            report = load(path)
+            _check_shape(_Leg(name=path.name, path=path, report=report))
+            return baseline_of(report)
         except ReportError as e:
             raise MergeError(str(e)) from None
         except (AttributeError, KeyError, TypeError) as e:

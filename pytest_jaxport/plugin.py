@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pytest_jaxport.fixture import Jaxport
 
 SESSION = pytest.StashKey[JaxportSession]()
-REPORT_SUFFIXES = (".json", ".md")
+REPORT_SUFFIXES = (".json", ".md", ".html")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
-        "(.json or .md, by suffix).",
+        "(.json, .md or .html, by suffix).",
     )
     group.addoption(
         "--jaxport-platforms",

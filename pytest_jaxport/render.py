@@ -145,6 +145,9 @@ def _deviceless_used(report: Mapping[str, Any]) -> bool:
     )
 
 
+TOOLING_SHOWN = 20
+
+
 def _share_line(platform: str, share: Mapping[str, Any]) -> str:
     libraries = ", ".join(f"{lib} {f:.0%}" for lib, f in share.get("libraries", {}).items())
     label = "measured" if share.get("basis") == "measured" else "ESTIMATED (roofline)"
@@ -164,6 +167,13 @@ def three_numbers(summary: Mapping[str, Any]) -> list[str]:
         lines.append("layers:")
         for row in layers:
             lines.append(f"  {row['layer']} ({row['portable']}): {row['value']}")
+    tooling = (summary.get("tooling") or {}).get("assumptions") or []
+    if tooling:
+        lines += ["", "NVIDIA-bound tooling and CI assumptions:"]
+        shown = tooling[:TOOLING_SHOWN]
+        lines += [f"  {a['file']}:{a['line']}: {a['rule']}: {a['reason']}" for a in shown]
+        if len(tooling) > TOOLING_SHOWN:
+            lines.append(f"  ... and {len(tooling) - TOOLING_SHOWN} more in the JSON report")
     shares = summary.get("runtime_share") or {}
     if shares:
         lines += ["", "1. runtime share (suite, time-weighted):"]
@@ -241,6 +251,11 @@ def _markdown_numbers(summary: Mapping[str, Any]) -> list[str]:
             f" | {s.get('basis')} |"
             for p, s in shares.items()
         ]
+        lines.append("")
+    tooling = (summary.get("tooling") or {}).get("assumptions") or []
+    if tooling:
+        lines += ["| file | line | assumption | why |", "|---|---:|---|---|"]
+        lines += [f"| `{a['file']}` | {a['line']} | {a['rule']} | {a['reason']} |" for a in tooling]
         lines.append("")
     rewrite = summary.get("rewrite") or {}
     if rewrite:

@@ -477,7 +477,7 @@ class JaxportSession:
         try:
             if path.suffix == ".md":
                 write_text(path, markdown(report))
-            elif path.suffix in (".html", ".htm"):
+            elif path.suffix == ".html":
                 from pytest_jaxport.html_report import html
 
                 write_text(path, html(report))

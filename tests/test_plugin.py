@@ -614,7 +614,7 @@ def test_bad_cli_values_are_usage_errors(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--jaxport-report missing/report.json: folder*does not exist"])
     result = pytester.runpytest("--jaxport-report=report.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*expected a path ending in .json or .md*"])
+    result.stderr.fnmatch_lines(["*expected a path ending in .json or .md or .html*"])
 
 
 def test_cli_platforms_override(project: pytest.Pytester) -> None:

@@ -1,0 +1,286 @@
+"""The three numbers and the fifth layer, end to end: runtime share, kernels to rewrite,
+engineering days, their budgets, the tooling scan and the layer table in every format."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+FFI_SUITE = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def cuda_kernel(x):
+    return jax.ffi.ffi_call("my_cuda_gelu", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def gelu(x):
+    return jax.lax.platform_dependent(x, cuda=cuda_kernel, default=jax.nn.gelu)
+
+
+def block(w, x):
+    return gelu(x @ w) @ w.T
+
+
+@pytest.mark.portable(max_custom_calls=1)
+def test_block(jaxport):
+    w = jnp.ones((64, 64)) / 64
+    x = jnp.ones((32, 64))
+    assert jaxport.check(block, w, x).shape == (32, 64)
+'''
+
+
+def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+    result = pytester.runpytest("--jaxport-report=r.json", *args)
+    return result, json.loads((pytester.path / "r.json").read_text())
+
+
+def test_cuda_only_ffi_kernel_behind_platform_dependent(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_block=FFI_SUITE)
+    result, report = run(pytester)
+    result.assert_outcomes(passed=1)
+    summary = report["summary"]
+    cpu, cuda = summary["runtime_share"]["cpu"], summary["runtime_share"]["cuda"]
+    assert cpu["basis"] == "measured"
+    assert cpu["xla"] + cpu["vendor"] + cpu["custom"] == pytest.approx(1.0)
+    assert cuda["basis"] == "estimated"
+    assert cuda["custom"] > 0  # the FFI kernel's share of the roofline estimate
+    assert summary["kernels_to_rewrite"] == {"rocm": 1, "tpu": 1}
+    for target in ("rocm", "tpu"):
+        estimate = summary["rewrite"][target]
+        [item] = estimate["items"]
+        assert (item["name"], item["status"]) == ("my_cuda_gelu", "fallback")
+        assert item["location"] == "test_block.py:7"
+        assert estimate["days"] > 0
+        assert estimate["breakdown"]["fallback_validation"] > 0
+        assert sum(estimate["breakdown"].values()) == pytest.approx(estimate["days"])
+    platforms = report["tests"][0]["checks"][0]["platforms"]
+    assert platforms["cpu"]["runtime_share"]["basis"] == "measured"
+    assert platforms["tpu"]["runtime_share"]["basis"] == "estimated"
+    result.stdout.fnmatch_lines(
+        [
+            "1. runtime share (suite, time-weighted):",
+            "   cpu   xla*vendor*custom*[[]measured[]]*",
+            "   cuda  xla*[[]ESTIMATED (roofline)[]]*",
+            "2. kernels to rewrite moving off cuda:",
+            "   rocm: 1",
+            "     fallback: my_cuda_gelu (ffi) at test_block.py:7",
+            "3. engineering days for a backend switch*",
+            "   rocm: * days (fallback validation 3, fixed 5)",
+        ]
+    )
+
+
+def test_kernel_that_does_not_lower_is_a_rewrite(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_only="""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+
+        def only_cuda(x):
+            return jax.lax.platform_dependent(
+                x, cuda=lambda y: jax.ffi.ffi_call("k", jax.ShapeDtypeStruct(y.shape, y.dtype))(y),
+                cpu=jnp.sin)
+
+        @pytest.mark.portable(platforms=["cpu", "cuda", "rocm", "tpu"])
+        def test_only(jaxport):
+            jaxport.check(only_cuda, jnp.ones(4))
+        """
+    )
+    result, report = run(pytester)
+    result.assert_outcomes(passed=1)
+    items = report["summary"]["rewrite"]["rocm"]["items"]
+    assert [(i["name"], i["status"]) for i in items] == [("k", "rewrite")]
+    assert "does not lower on rocm" in items[0]["reason"]
+    assert report["summary"]["rewrite"]["rocm"]["breakdown"]["kernel_rewrite"] == 10.0
+
+
+def test_rewrite_and_share_budgets(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_budgets=FFI_SUITE
+        + '''
+
+@pytest.mark.portable(max_custom_calls=1, max_kernels_to_rewrite=0)
+def test_no_rewrites_allowed(jaxport):
+    jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+
+@pytest.mark.portable(max_custom_calls=1, max_kernels_to_rewrite=1, max_rewrite_days=3)
+def test_at_the_limits(jaxport):
+    jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+
+@pytest.mark.portable(max_custom_calls=1, max_rewrite_days=2.5)
+def test_days_over(jaxport):
+    jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+
+@pytest.mark.portable(max_custom_calls=1, max_vendor_share=0.0)
+def test_vendor_share_over(jaxport):
+    jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
+'''
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*check 'block' on rocm: max_kernels_to_rewrite = 0 (set in "
+            "test_budgets.py::test_no_rewrites_allowed), found 1 kernel to rewrite moving off "
+            "cuda (from the cuda census)",
+            "*my_cuda_gelu (ffi) at test_budgets.py:7: fallback*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["*check 'block' on tpu: max_rewrite_days = 2.5 (set in *test_days_over), found 3 "
+         "engineering days to move off cuda (cost model)"]
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["*check 'block' on cuda: max_vendor_share = 0.0 (set in *test_vendor_share_over), found "
+         "*% of the run time in vendor kernels (estimated runtime share)"]
+    )  # fmt: skip
+
+
+def test_cost_table_and_rewrite_cost_hook(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject="""
+        [tool.jaxport]
+        migrate_to = ["tpu"]
+        [tool.jaxport.cost]
+        fallback_validation = 1.5
+        fixed = 0
+        """,
+    )
+    pytester.makeconftest(
+        """
+        def pytest_jaxport_rewrite_cost(item, target, model):
+            assert model.fallback_validation == 1.5
+            return 42.0 if item.name == "my_cuda_gelu" else None
+        """
+    )
+    pytester.makepyfile(test_block=FFI_SUITE)
+    result, report = run(pytester)
+    result.assert_outcomes(passed=1)
+    assert set(report["summary"]["rewrite"]) == {"tpu"}
+    tpu = report["summary"]["rewrite"]["tpu"]
+    assert tpu["breakdown"]["fallback_validation"] == 42.0
+    assert tpu["days"] == 42.0
+    assert report["summary"]["cost_model"]["fallback_validation"] == 1.5
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[tool.jaxport]\nmigrate_to = ['cuda']\n", "*migrate_to: expected non-NVIDIA targets*"),
+        ("[tool.jaxport.cost]\nkernel_rewrit = 3\n", "*unknown key 'kernel_rewrite'*"
+         .replace("unknown key 'kernel_rewrite'", "unknown key 'kernel_rewrit' (did you mean "
+                  "'kernel_rewrite'?)")),
+        ("[tool.jaxport.cost]\nfixed = -1\n", "*fixed: expected a finite non-negative number*"),
+        ("[tool.jaxport.budget]\nmax_vendor_share = 1.5\n",
+         "*max_vendor_share: expected a fraction between 0 and 1, found float 1.5"),
+        ("[tool.jaxport.budget.cuda]\nmax_tooling_assumptions = 1\n",
+         "*max_tooling_assumptions: expected only in [[]tool.jaxport.budget[]]*"),
+        ("[tool.jaxport.scan]\nexclud = ['x']\n", "*unknown key 'exclud' (did you mean 'exclude'?)*"),
+    ],
+)  # fmt: skip
+def test_bad_cost_and_scan_config(pytester: pytest.Pytester, toml: str, expected: str) -> None:
+    pytester.makefile(".toml", pyproject=textwrap.dedent(toml))
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: {expected}"])
+
+
+TOOLING_PROJECT = {
+    "Dockerfile": "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04\nRUN pip install 'jax[cuda12]'\n",
+    "scripts/profile.sh": "#!/bin/sh\nnsys profile python train.py\n",
+    "vendor/old/Dockerfile": "FROM nvidia/cuda:11.8.0-base\n",
+}
+
+
+def _plant(pytester: pytest.Pytester) -> None:
+    for name, text in TOOLING_PROJECT.items():
+        path = pytester.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    pytester.makepyfile(test_block=FFI_SUITE)
+
+
+def test_tooling_scan_feeds_report_cost_and_budget(pytester: pytest.Pytester) -> None:
+    _plant(pytester)
+    pytester.makefile(
+        ".toml",
+        pyproject="""
+        [tool.jaxport.scan]
+        exclude = ["vendor/**"]
+        [tool.jaxport.budget]
+        max_tooling_assumptions = 2
+        """,
+    )
+    result, report = run(pytester)
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    tooling = report["summary"]["tooling"]
+    found = {(a["file"], a["line"], a["rule"]) for a in tooling["assumptions"]}
+    assert found == {
+        ("Dockerfile", 1, "cuda-image"),
+        ("Dockerfile", 2, "cuda-pin"),
+        ("scripts/profile.sh", 2, "nvidia-tool"),
+    }
+    assert report["summary"]["rewrite"]["rocm"]["breakdown"]["tooling_assumption"] == 1.5
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport: max_tooling_assumptions = 2 (set in pyproject.toml "
+            "[[]tool.jaxport.budget[]]), found 3 NVIDIA-bound tooling assumptions",
+            "    Dockerfile:1: cuda-image: *",
+        ]
+    )
+    layers = report["summary"]["layers"]
+    assert [row["layer"] for row in layers] == [
+        "JAX Python code (jit, grad, vmap)",
+        "XLA-generated kernels",
+        "vendor-library calls",
+        "hand-written kernels and custom calls",
+        "profiling, tooling and CI assumptions",
+    ]
+    assert layers[4]["value"].startswith("3 found in")
+    assert layers[0]["value"] == "1 of 1 checks lower on every configured platform"
+
+
+def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
+    _plant(pytester)
+    pytester.makeconftest(
+        """
+        from pytest_jaxport.tooling import ToolingRule
+
+        def pytest_jaxport_tooling_rules(config):
+            return [ToolingRule(id="our-base", pattern=r"python train[.]py",
+                                files=("*.sh",), reason="our GPU training entry point")]
+        """
+    )
+    result, report = run(pytester)
+    rules = {a["rule"] for a in report["summary"]["tooling"]["assumptions"]}
+    assert "our-base" in rules
+    assert "vendor/old/Dockerfile" not in {a["file"] for a in report["summary"]["tooling"]["assumptions"]}
+    pytester.makefile(".toml", pyproject="[tool.jaxport.scan]\nenabled = false\n")
+    result, report = run(pytester)
+    assert "tooling" not in report["summary"]
+    assert report["summary"]["layers"][4]["value"] == "not scanned"
+
+
+def test_layer_table_opens_every_format(pytester: pytest.Pytester) -> None:
+    _plant(pytester)
+    result = pytester.runpytest("--jaxport-report=r.md")
+    result.stdout.fnmatch_lines(["layers:", "  JAX Python code (jit, grad, vmap) (in principle): *"])
+    markdown = (pytester.path / "r.md").read_text()
+    assert markdown.index("| layer | portable? |") < markdown.index("| platform | vendor |")
+    assert "| profiling, tooling and CI assumptions | often NVIDIA-bound |" in markdown
+    pytester.runpytest("--jaxport-report=r.html")
+    page = (pytester.path / "r.html").read_text()
+    assert page.index("Layers") < page.index("Platform")
+    assert "profiling, tooling and CI assumptions" in page
