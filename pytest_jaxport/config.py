@@ -48,6 +48,7 @@ MARKER_KEYS = (
     "reference",
     "rtol",
     "atol",
+    "transforms",
 )
 TOP_KEYS = (
     "platforms",
@@ -60,7 +61,10 @@ TOP_KEYS = (
     "tolerance",
     "cost",
     "scan",
+    "transforms",
 )
+TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
+"""What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
 DEFAULT_MIGRATE_TO: tuple[str, ...] = ("rocm", "tpu")
 COST_KEYS = ("kernel_rewrite", "fallback_validation", "vendor_gap", "tooling_assumption", "fixed")
 SCAN_KEYS = ("enabled", "exclude")
@@ -160,6 +164,9 @@ class ProjectConfig:
     platform_budgets: Mapping[str, BudgetTable] = field(default_factory=dict)
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
     platform_tolerances: Mapping[str, Mapping[str, Tolerance]] = field(default_factory=dict)
+    transforms: tuple[str, ...] = ()
+    """``transforms``: the transformations every check also checks (``grad``, ``vmap``,
+    ``jvp``), each as its own check ``name[grad]``."""
 
     def budget_sources(self) -> list[str]:
         """Where budgets came from, for the report header."""
@@ -197,6 +204,12 @@ class Resolved:
                 if name not in wanted:
                     wanted.append(name)
         return tuple(wanted)
+
+    def transforms(self) -> tuple[str, ...]:
+        """The transformations this test's checks also check: the closest marker's
+        ``transforms``, else ``[tool.jaxport] transforms``."""
+        marker = self.overrides.get("transforms")
+        return tuple(marker.value) if marker else self.project.transforms
 
     def budget(self, platform: str) -> Budget:
         """Merge defaults < project budget < platform budget < marker, key by key."""
@@ -355,6 +368,24 @@ def gpu_target(where: str, value: object, base: Path | None) -> str:
             f"{where}: expected {expected}, found {_type_name(value)} ({detail})"
         ) from None
     return str(path.resolve())
+
+
+def transforms_value(where: str, value: object) -> tuple[str, ...]:
+    """Validate a list of transformation names (``["grad", "vmap"]``); ``where`` prefixes
+    the error (``pyproject.toml: [tool.jaxport] transforms``)."""
+    known = ", ".join(TRANSFORMS)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{where}: expected a list of transformations ({known}), e.g. [\"grad\"], "
+            f"found {_type_name(value)}"
+        )
+    for item in value:
+        if not isinstance(item, str) or item not in TRANSFORMS:
+            hint = _did_you_mean(item, TRANSFORMS) if isinstance(item, str) else ""
+            raise ConfigError(
+                f"{where}: unknown transformation {item!r}{hint}; known: {known}"
+            )
+    return tuple(dict.fromkeys(value))
 
 
 def _globs(where: _Where, key: str, value: object) -> tuple[str, ...]:
@@ -530,6 +561,11 @@ def parse_project(
                 "the cost model prices moving off cuda, found 'cuda'"
             )
     cost = _cost_table(source, data.get("cost", {}))
+    transforms = (
+        transforms_value(f"{where.prefix} transforms", data["transforms"])
+        if "transforms" in data
+        else ()
+    )
     scan, scan_exclude = _scan_table(source, data.get("scan", {}))
 
     budget = BudgetTable(origin=f"{source} [tool.jaxport.budget]")
@@ -586,6 +622,7 @@ def parse_project(
         platform_budgets=platform_budgets,
         tolerances=tolerances,
         platform_tolerances=platform_tolerances,
+        transforms=transforms,
     )
 
 
@@ -628,6 +665,7 @@ def portable(
     reference: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    transforms: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Portability budget for this test's ``jaxport.check`` calls; keywords override pyproject.
 
@@ -648,6 +686,7 @@ def portable(
         "reference": reference,
         "rtol": rtol,
         "atol": atol,
+        "transforms": transforms,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -675,6 +714,8 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) ->
             result[key] = _platforms(where, key, value, empty_ok=False)
         elif key == "reference":
             result[key] = _platform(where, key, value)
+        elif key == "transforms":
+            result[key] = transforms_value(f"{where.prefix} transforms", value)
         else:
             result[key] = _tolerance_value(where, key, value)
     return result

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -105,13 +105,23 @@ class Jaxport:
         return self._config.reference
 
     def check(
-        self, fn: Callable[..., Any], *args: Any, name: str | None = None, **kwargs: Any
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str | None = None,
+        transforms: Sequence[str] | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Lower ``fn(*args, **kwargs)`` for every platform, run it where present, compare.
 
         Returns the reference platform's outputs (or, when the reference did not run, the
         first platform's that did; ``None`` with a warning when none ran). Budgets are
         enforced when the test finishes.
+
+        ``transforms`` (``("grad", "vmap", "jvp")``; default: the marker's or
+        ``[tool.jaxport] transforms``) also checks those transformations of ``fn``, each as
+        its own check ``name[grad]``. ``name`` and ``transforms`` are keywords of ``check``
+        itself: a function taking such a keyword must be wrapped (``functools.partial``).
         """
         __tracebackhide__ = True
         from pytest_jaxport import lowering
@@ -132,7 +142,51 @@ class Jaxport:
                     pytrace=False,
                 )
 
-        traced = lowering.trace(fn, args, kwargs)
+        variants = []
+        for transform in self._transforms(check_name, transforms):
+            usage = None
+            try:
+                variants.append(lowering.transformed(fn, transform, args, kwargs))
+            except lowering.TransformUsage as e:
+                usage = f"jaxport.check({check_name!r}): {e}"
+            if usage is not None:  # outside the except: no chained traceback for a usage error
+                pytest.fail(usage, pytrace=False)
+        value = self._probe(check_name, fn, args, kwargs, lowering.trace(fn, args, kwargs))
+        for variant in variants:
+            self._probe(
+                self._unique_name(f"{check_name}[{variant.transform}]"),
+                variant, variant.args, {}, lowering.trace_variant(variant),
+                variant_of=check_name, transform=variant.transform,
+            )  # fmt: skip
+        return value
+
+    def _transforms(self, check_name: str, given: Sequence[str] | None) -> tuple[str, ...]:
+        """``check(transforms=...)``, else the marker's, else ``[tool.jaxport]``'s."""
+        from pytest_jaxport.config import ConfigError, transforms_value
+
+        if given is None:
+            return self._config.transforms()
+        try:
+            return transforms_value(f"jaxport.check({check_name!r}) transforms", given)
+        except ConfigError as e:
+            problem = str(e)
+        pytest.fail(problem, pytrace=False)
+
+    def _probe(
+        self,
+        check_name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        traced: Any,
+        *,
+        variant_of: str | None = None,
+        transform: str | None = None,
+    ) -> Any:
+        """One check: lower ``traced`` per platform, census, run, compare; record the probe."""
+        __tracebackhide__ = True
+        from pytest_jaxport import lowering
+
         present = lowering.present_platforms()
         results: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
@@ -189,7 +243,10 @@ class Jaxport:
             if share is not None:
                 results[platform] = replace(result, runtime_share=share)
 
-        probe, value = self._compare(check_name, results, executions)
+        probe, value = self._compare(check_name, results, executions, transform=transform)
+        if transform is not None:
+            probe = replace(probe, variant_of=variant_of, transform=transform)
+            self._warn_findings(probe)
         self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
@@ -378,8 +435,18 @@ class Jaxport:
         check_name: str,
         results: dict[str, PlatformProbe],
         executions: Mapping[str, Any],
+        *,
+        transform: str | None = None,
     ) -> tuple[Probe, Any]:
-        from pytest_jaxport.numerics import Tolerance, compare, default_tolerance
+        from pytest_jaxport.numerics import (
+            Tolerance,
+            compare,
+            default_tolerance,
+            gradient_tolerance,
+        )
+
+        # Derivatives are compared with JAX's gradient tolerances unless configured.
+        defaults = gradient_tolerance if transform in ("grad", "jvp") else default_tolerance
 
         reference = self._config.reference
         note = None
@@ -411,7 +478,7 @@ class Jaxport:
 
             def tolerance(dtype: str, platform: str = platform) -> Tolerance:
                 configured = self._config.tolerance(platform, dtype)
-                default = default_tolerance(dtype)
+                default = defaults(dtype)
                 return Tolerance(
                     rtol=default.rtol if configured.rtol is None else configured.rtol,
                     atol=default.atol if configured.atol is None else configured.atol,
@@ -427,6 +494,19 @@ class Jaxport:
             results[platform] = replace(results[platform], numerics=comparison)
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
+
+    def _warn_findings(self, probe: Probe) -> None:
+        """Warn about a transformation that cannot be taken on a platform no ``must_lower``
+        covers (where one does, the budget fails the test instead)."""
+        quiet = []
+        for platform, result in probe.platforms.items():
+            must = self._config.budget(platform).must_lower
+            if result.error is not None and not (must and platform in must.value):
+                quiet.append(f"{platform}: {result.error}")
+        if quiet:
+            warnings.warn(
+                JaxportWarning(f"check {probe.name!r}: " + "; ".join(quiet)), stacklevel=4
+            )
 
     def _unique_name(self, name: str) -> str:
         taken = {p.name for p in self.probes}

@@ -742,6 +742,18 @@ def _matrix_cell(
     return f'<td class="cell {cls}{ref}"{attr} aria-label="{_e(label)}">{"".join(lines)}</td>'
 
 
+def grouped_checks(checks: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each function's check followed by its transformations' (``conv``, ``conv[grad]``)."""
+    names = {c.get("name") for c in checks}
+    ordered: list[Mapping[str, Any]] = []
+    for check in checks:
+        if check.get("variant_of") in names:
+            continue
+        ordered.append(check)
+        ordered += [c for c in checks if c.get("variant_of") == check.get("name")]
+    return ordered
+
+
 def _matrix(report: Mapping[str, Any]) -> str:
     platforms = _platforms(report)
     reference = _map(report.get("config")).get("reference")
@@ -758,7 +770,7 @@ def _matrix(report: Mapping[str, Any]) -> str:
         test = _map(test)
         outcome = str(test.get("outcome") or "?")
         ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(outcome, "muted")
-        checks = [_map(c) for c in _list(test.get("checks"))]
+        checks = grouped_checks([_map(c) for c in _list(test.get("checks"))])
         violations = _violations_by_cell(test)
         span = f' rowspan="{len(checks)}"' if len(checks) > 1 else ""
         first = (
@@ -780,8 +792,15 @@ def _matrix(report: Mapping[str, Any]) -> str:
                 for p in platforms
             )
             lead = first if i == 0 else ""
+            of = check.get("variant_of")
+            label = (
+                f'<th scope="row" class="checkname variant" title="a transformation of '
+                f'{_e(of)}">↳ '
+                if of
+                else '<th scope="row" class="checkname">'
+            )
             rows.append(
-                f'<tr>{lead}<th scope="row" class="checkname"><code>{_e(name)}</code></th>'
+                f"<tr>{lead}{label}<code>{_e(name)}</code></th>"
                 f"{pill if i == 0 else ''}{cells}</tr>"
             )
     if not rows:
@@ -1049,6 +1068,7 @@ table.matrix th.testname { max-width: 300px; }
 .tpath { display: block; font-weight: 400; color: var(--muted); font-size: 11.5px;
   overflow-wrap: break-word; }
 table.matrix th.checkname code { font-weight: 400; }
+table.matrix th.checkname.variant { padding-left: 1.2em; font-weight: 400; }
 table.matrix tbody th, table.matrix tbody td { border-bottom-color: #e4e8ec; }
 .tag { display: inline-block; margin-left: 6px; padding: 0 5px; border-radius: 4px;
   font-size: 10px; text-transform: none; letter-spacing: 0; background: var(--refbg);

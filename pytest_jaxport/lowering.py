@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pytest_jaxport.census import OpSite, Program
+from pytest_jaxport.config import TRANSFORMS
 from pytest_jaxport.cost import op_cost
 from pytest_jaxport.numerics import Leaf, Outputs
 
@@ -121,6 +122,8 @@ def lower(traced: Any, platform: str) -> Any:
     """Lower a traced function for ``platform``; no hardware for it is needed."""
     try:
         return traced.lower(lowering_platforms=(platform,))
+    except LoweringFailure:
+        raise
     except Exception as e:  # JAX raises many types here; each is a finding, not a crash
         raise LoweringFailure(describe_error(e)) from e
 
@@ -212,6 +215,7 @@ def _compile_on(
         return lowered.compile(), tuple(args), dict(kwargs)
     device = jax.devices(platform)[0]
     placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
+    fn = _for_platform(fn, platform)
     compiled = jax.jit(fn).trace(*placed_args, **placed_kwargs).lower().compile()
     return compiled, tuple(placed_args), dict(placed_kwargs)
 
@@ -310,7 +314,11 @@ def compile_deviceless(
 
     try:
         return deviceless_compile(
-            fn, args, kwargs, target_config=target_config, compiler_options=options or None
+            _for_platform(fn, "cuda"),
+            args,
+            kwargs,
+            target_config=target_config,
+            compiler_options=options or None,
         )
     except Exception as e:  # XLA raises many types here; each is a finding, not a crash
         raise LoweringFailure(describe_error(e), stage="compile") from e
@@ -334,3 +342,382 @@ def argument_leaves(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tupl
         root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
         named.append((root + jax.tree_util.keystr(tuple(rest)), leaf))
     return named
+
+
+# -- transformations ------------------------------------------------------------------------
+
+
+_RULE = {
+    "grad": "VJP (reverse-mode differentiation rule)",
+    "jvp": "JVP (differentiation rule)",
+    "vmap": "batching rule",
+}
+_CUSTOM_KERNEL_PRIMITIVES = frozenset(
+    {"ffi_call", "pallas_call", "custom_call", "triton_kernel_call", "tpu_custom_call"}
+)
+_CALL_PRIMITIVES = frozenset({"pjit", "jit", "closed_call", "core_call"})
+
+
+class TransformUsage(Exception):
+    """A transformation cannot be asked of these arguments or outputs (a usage error)."""
+
+
+def is_floating(value: Any) -> bool:
+    """Whether an argument or output leaf is inexact (real or complex floating point)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return isinstance(value, (float, complex)) and not isinstance(value, bool)
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.inexact))
+
+
+def _dtype_name(value: Any) -> str:
+    dtype = getattr(value, "dtype", None)
+    return str(dtype) if dtype is not None else type(value).__name__
+
+
+class Transformed:
+    """``fn`` under one transformation, as a function of flat argument leaves.
+
+    Calling it is the transformed program as written; :meth:`for_platform` is the same
+    transformation of ``fn`` with every ``lax.platform_dependent`` resolved for one
+    platform, so a kernel that exists only on cuda (and lacks a rule) fails there and
+    nowhere else. ``args`` are what to call it with.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        transform: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        import jax
+
+        self.transform = transform
+        self.fn = fn
+        self._args = (tuple(args), dict(kwargs))
+        leaves, self._treedef = jax.tree_util.tree_flatten(self._args)
+        self._paths = [path for path, _ in argument_leaves(args, kwargs)]
+        self._floating = [is_floating(leaf) for leaf in leaves]
+        self._leaves = leaves
+        self.args: tuple[Any, ...] = self._arguments(leaves)
+        self.__name__ = f"{getattr(fn, '__name__', 'fn')}[{transform}]"
+        self._specialized: dict[str, Callable[..., Any]] = {}
+
+    # what the transformed function is called with
+    def _arguments(self, leaves: list[Any]) -> tuple[Any, ...]:
+        import jax.numpy as jnp
+
+        if self.transform != "vmap":
+            return tuple(leaves)
+        stacked = []
+        for leaf in leaves:
+            x = jnp.asarray(leaf)
+            if jnp.issubdtype(x.dtype, jnp.inexact):
+                other = (x * 0.5 + 0.25).astype(x.dtype)
+            elif x.dtype == jnp.bool_:
+                other = ~x
+            else:
+                other = (x + 1).astype(x.dtype)
+            stacked.append(jnp.stack([x, other]))
+        return tuple(stacked)
+
+    def check_usage(self) -> None:
+        """Raise :class:`TransformUsage` naming the arguments or outputs the transformation
+        cannot use (no floating argument or output to differentiate)."""
+        import jax
+
+        if self.transform == "vmap":
+            return
+        if not any(self._floating):
+            pairs = zip(self._paths, self._leaves, strict=True)
+            found = ", ".join(f"{p} is {_dtype_name(v)}" for p, v in pairs)
+            raise TransformUsage(
+                f"{self.transform} needs a floating-point argument to differentiate with "
+                f"respect to; found none ({found or 'no arguments'}). Pass float arrays, "
+                f"or leave {self.transform!r} out of transforms for this check"
+            )
+        args, kwargs = self._args
+        out = jax.eval_shape(self.fn, *args, **kwargs)
+        flat, _ = jax.tree_util.tree_flatten_with_path(out)
+        if not any(is_floating(leaf) for _, leaf in flat):
+            found = ", ".join(
+                f"output{jax.tree_util.keystr(p)} is {leaf.dtype}" for p, leaf in flat
+            )
+            raise TransformUsage(
+                f"{self.transform} needs a floating-point output to differentiate; found "
+                f"none ({found or 'no outputs'}). Leave {self.transform!r} out of transforms "
+                f"for this check"
+            )
+
+    def __call__(self, *leaves: Any) -> Any:
+        return self._build(self.fn)(*leaves)
+
+    def for_platform(self, platform: str) -> Callable[..., Any]:
+        """The transformation of ``fn`` with its ``platform_dependent`` branches resolved."""
+        if platform not in self._specialized:
+            self._specialized[platform] = self._build(specialize(self.fn, self._args, platform))
+        return self._specialized[platform]
+
+    def _build(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        import jax
+        import jax.numpy as jnp
+
+        treedef, floating, paths = self._treedef, self._floating, self._paths
+
+        def call(leaves: Sequence[Any]) -> Any:
+            args, kwargs = jax.tree_util.tree_unflatten(treedef, list(leaves))
+            return fn(*args, **kwargs)
+
+        def merge(diff: Sequence[Any], fixed: Sequence[Any]) -> list[Any]:
+            di, fi = iter(diff), iter(fixed)
+            return [next(di) if f else next(fi) for f in floating]
+
+        def split(leaves: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+            diff = [x for x, f in zip(leaves, floating, strict=True) if f]
+            fixed = [x for x, f in zip(leaves, floating, strict=True) if not f]
+            return diff, fixed
+
+        def floating_outputs(out: Any) -> list[Any]:
+            return [leaf for leaf in jax.tree_util.tree_leaves(out) if is_floating(leaf)]
+
+        if self.transform == "grad":
+
+            def grad(*leaves: Any) -> Any:
+                diff, fixed = split(leaves)
+
+                def loss(diff: list[Any]) -> Any:
+                    outs = floating_outputs(call(merge(diff, fixed)))
+                    return sum(jnp.sum(jnp.real(o)) for o in outs)
+
+                grads = jax.grad(loss)(diff)
+                named = [p for p, f in zip(paths, floating, strict=True) if f]
+                return dict(zip(named, grads, strict=True))
+
+            return grad
+        if self.transform == "jvp":
+
+            def jvp(*leaves: Any) -> Any:
+                diff, fixed = split(leaves)
+                tangents = [jnp.ones_like(x) for x in diff]
+                _, out = jax.jvp(lambda *d: call(merge(d, fixed)), tuple(diff), tuple(tangents))
+                return floating_outputs(out)
+
+            return jvp
+        if self.transform == "vmap":
+            return jax.vmap(lambda *leaves: call(leaves))
+        raise ValueError(f"unknown transform {self.transform!r}")
+
+    def explain(self, error: BaseException, platform: str | None = None) -> str:
+        """Why the transformation failed, naming the custom kernels it met (a finding)."""
+        kernels: list[str] = []
+        try:
+            fn = self.fn if platform is None else specialize(self.fn, self._args, platform)
+            args, kwargs = self._args
+            kernels = custom_kernels(fn, args, kwargs)
+        except Exception:  # naming the kernels is best effort; the failure stands anyway
+            kernels = []
+        where = f" on {platform}" if platform else ""
+        cause = describe_error(error)
+        if kernels:
+            return (
+                f"no {_RULE[self.transform]} for {', '.join(kernels)}: "
+                f"{self.transform} cannot be taken{where} ({cause})"
+            )
+        return f"{self.transform} cannot be taken{where} ({cause})"
+
+
+def transformed(
+    fn: Callable[..., Any], transform: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Transformed:
+    """``fn`` under ``transform``; raises :class:`TransformUsage` for unusable arguments."""
+    if transform not in TRANSFORMS:
+        raise ValueError(f"unknown transform {transform!r}; known: {', '.join(TRANSFORMS)}")
+    found = Transformed(fn, transform, args, kwargs)
+    found.check_usage()
+    return found
+
+
+class PlatformTraces:
+    """Stands in for a traced function where one trace cannot serve every platform: traces
+    ``variant.for_platform(p)`` per platform when asked to lower for ``p``."""
+
+    def __init__(self, variant: Transformed) -> None:
+        self.variant = variant
+
+    def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
+        import jax
+
+        (platform,) = lowering_platforms
+        try:
+            traced = jax.jit(self.variant.for_platform(platform)).trace(*self.variant.args)
+        except Exception as e:  # the transformation's failure on this platform: a finding
+            raise LoweringFailure(self.variant.explain(e, platform)) from e
+        return traced.lower(lowering_platforms=lowering_platforms)
+
+
+def trace_variant(variant: Transformed) -> Any:
+    """Trace the transformed function once; where that fails (a kernel without a rule on
+    some branch), a :class:`PlatformTraces` that traces per platform."""
+    import jax
+
+    try:
+        return jax.jit(variant).trace(*variant.args)
+    except Exception:  # retried per platform, where each failure is recorded
+        return PlatformTraces(variant)
+
+
+def _for_platform(fn: Callable[..., Any], platform: str) -> Callable[..., Any]:
+    """A transformed check's function resolved for ``platform``; other functions as they are."""
+    if isinstance(fn, Transformed):
+        return fn.for_platform(platform)
+    return fn
+
+
+def _platform_index(platforms: Any, platform: str) -> int:
+    default = None
+    for i, names in enumerate(platforms):
+        if names is None:
+            default = i
+        elif platform in names:
+            return i
+    if default is None:
+        raise ValueError(f"platform_dependent has no branch for {platform} and no default")
+    return default
+
+
+def specialize(
+    fn: Callable[..., Any], arguments: tuple[tuple[Any, ...], dict[str, Any]], platform: str
+) -> Callable[..., Any]:
+    """``fn`` with each ``lax.platform_dependent`` (outside custom rules and loops) resolved
+    for ``platform``: the jaxpr is re-played, taking only that platform's branch."""
+    import jax
+
+    args, kwargs = arguments
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
+    out_tree = jax.tree_util.tree_structure(out_shape)
+
+    def specialized(*args: Any, **kwargs: Any) -> Any:
+        flat = jax.tree_util.tree_leaves((args, kwargs))
+        outs = _replay(closed.jaxpr, closed.consts, flat, platform)
+        return jax.tree_util.tree_unflatten(out_tree, outs)
+
+    specialized.__name__ = getattr(fn, "__name__", "fn")
+    return specialized
+
+
+def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: str) -> list[Any]:
+    import jax
+    from jax.extend import core as jcore
+
+    env: dict[Any, Any] = {}
+    static: set[Any] = set()
+
+    def read(var: Any) -> Any:
+        return var.val if isinstance(var, jcore.Literal) else env[var]
+
+    def is_static(var: Any) -> bool:
+        return isinstance(var, jcore.Literal) or var in static
+
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = value
+    for var, value in zip(jaxpr.invars, args, strict=True):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        values = [read(v) for v in eqn.invars]
+        resolved = False
+        if name == "platform_index":
+            outs: Any = [np.int32(_platform_index(eqn.params["platforms"], platform))]
+            resolved = True
+        elif name == "cond" and eqn.invars and is_static(eqn.invars[0]):
+            branches = eqn.params["branches"]
+            index = min(max(int(np.asarray(values[0])), 0), len(branches) - 1)
+            branch = branches[index]
+            outs = _replay(branch.jaxpr, branch.consts, values[1:], platform)
+        elif name in _CALL_PRIMITIVES and "jaxpr" in eqn.params:
+            inner = eqn.params["jaxpr"]
+            inner_jaxpr = getattr(inner, "jaxpr", inner)
+            inner_consts = getattr(inner, "consts", ())
+            outs = _replay(inner_jaxpr, inner_consts, values, platform)
+        else:
+            nonliteral = [v for v in eqn.invars if not isinstance(v, jcore.Literal)]
+            resolved = bool(nonliteral) and all(v in static for v in nonliteral)
+            params = eqn.primitive.get_bind_params(eqn.params)
+            with _eqn_context(eqn):
+                if resolved:  # arithmetic on the platform index: keep it a constant
+                    with jax.ensure_compile_time_eval():
+                        outs = eqn.primitive.bind(*values, **params)
+                else:
+                    outs = eqn.primitive.bind(*values, **params)
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+        for var, value in zip(eqn.outvars, outs, strict=True):
+            if isinstance(var, jcore.DropVar):
+                continue
+            env[var] = value
+            if resolved:
+                static.add(var)
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _eqn_context(eqn: Any) -> Any:
+    """Re-play ``eqn`` under its source location (so the census still names user lines)."""
+    import contextlib
+
+    from jax._src import source_info_util
+
+    stack = contextlib.ExitStack()
+    info = eqn.source_info
+    name_stack = source_info_util.current_name_stack() + info.name_stack
+    stack.enter_context(source_info_util.user_context(info.traceback, name_stack=name_stack))
+    stack.enter_context(eqn.ctx.manager)
+    return stack
+
+
+def custom_kernels(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[str]:
+    """The custom kernels (FFI calls, Pallas kernels) in ``fn``'s jaxpr, by name."""
+    import jax
+
+    closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    found: list[str] = []
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name in _CUSTOM_KERNEL_PRIMITIVES:
+                label = _kernel_label(name, eqn.params)
+                if label not in found:
+                    found.append(label)
+            for sub in _sub_jaxprs(eqn.params):
+                walk(sub)
+
+    walk(closed.jaxpr)
+    return found
+
+
+def _sub_jaxprs(params: Mapping[str, Any]) -> list[Any]:
+    found = []
+    for value in params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(item, "jaxpr", None)
+            if inner is not None and hasattr(inner, "eqns"):
+                found.append(inner)
+            elif hasattr(item, "eqns"):
+                found.append(item)
+    return found
+
+
+def _kernel_label(primitive: str, params: Mapping[str, Any]) -> str:
+    if primitive == "ffi_call":
+        return f"FFI target {params.get('target_name', '?')}"
+    if primitive == "pallas_call":
+        info = getattr(params.get("jaxpr"), "debug_info", None)
+        source = getattr(info, "func_src_info", None) or ""
+        name = params.get("name") or source.split(" at ")[0] or "?"
+        return f"Pallas kernel {name}"
+    return primitive

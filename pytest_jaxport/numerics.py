@@ -185,6 +185,32 @@ def default_tolerance(dtype_name: str) -> Tolerance:
     return _same(1e-15)
 
 
+GRADIENT_TOLERANCES: Mapping[str, Tolerance] = MappingProxyType(
+    {
+        "bfloat16": _same(1e-1),
+        "float16": _same(1e-2),
+        "float32": _same(2e-3),
+        "complex64": _same(1e-3),
+        "float64": _same(1e-5),
+        "complex128": _same(1e-5),
+    }
+)
+"""JAX's ``default_gradient_tolerance`` (``rtol = atol``) for derivative outputs."""
+
+
+def gradient_tolerance(dtype_name: str) -> Tolerance:
+    """The default tolerance for a derivative (``[grad]``/``[jvp]`` checks) of ``dtype_name``.
+
+    Follows JAX's ``check_grads`` defaults; dtypes without a gradient default (integers,
+    float8, float4) fall back to :func:`default_tolerance`.
+
+    >>> gradient_tolerance("float32")
+    Tolerance(rtol=0.002, atol=0.002)
+    """
+    known = GRADIENT_TOLERANCES.get(dtype_name)
+    return known if known is not None else default_tolerance(dtype_name)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Leaf:
     """One output array and its pytree key path as text (``"['x']"``, ``"[0].weight"``)."""

@@ -120,6 +120,45 @@ def probe_text(probe: Probe, indent: str = "") -> str:
     return "\n".join(lines)
 
 
+def _variant_summary(probe: Probe) -> str:
+    """``0 custom, 2 vendor`` (most on any platform), plus where the transformation failed."""
+    counted = [r.budgeted for r in probe.platforms.values() if r.budgeted is not None]
+    text = (
+        f"{max((c.custom for c in counted), default=0)} custom, "
+        f"{max((c.vendor for c in counted), default=0)} vendor"
+        if counted
+        else "nothing lowered"
+    )
+    failed: dict[str, list[str]] = {}
+    for platform, result in probe.platforms.items():
+        if result.error is None:
+            continue
+        marker = f": {probe.transform} cannot be taken"
+        reason = result.error.split(marker)[0] if marker in result.error else "failed"
+        if reason.startswith(f"{probe.transform} cannot be taken"):
+            reason = "cannot be taken"
+        failed.setdefault(reason, []).append(platform)
+    notes = [f"{reason} on {', '.join(platforms)}" for reason, platforms in failed.items()]
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def variant_lines(test: Mapping[str, Any]) -> list[str]:
+    """Per function checked with transformations, its checks side by side:
+    ``'conv': forward: 0 custom, 1 vendor; grad: 0 custom, 2 vendor``."""
+    probes = [Probe.from_dict(c) for c in test.get("checks", ())]
+    lines = []
+    for base in probes:
+        if base.transform is not None:
+            continue
+        variants = [p for p in probes if p.variant_of == base.name]
+        if not variants:
+            continue
+        parts = [f"forward: {_variant_summary(base)}"]
+        parts += [f"{p.transform}: {_variant_summary(p)}" for p in variants]
+        lines.append(f"{base.name!r}: " + "; ".join(parts))
+    return lines
+
+
 def _levels(report: Mapping[str, Any]) -> str:
     compiled = report["config"].get("compile") or []
     if not compiled:
@@ -227,6 +266,7 @@ def text(report: Mapping[str, Any]) -> str:
         lines += ["", f"{test['nodeid']} [{test['outcome']}]"]
         for check in test.get("checks", ()):
             lines.append(probe_text(Probe.from_dict(check), indent="  "))
+        lines += [f"  transformations of {line}" for line in variant_lines(test)]
         for violation in test.get("violations", ()):
             lines.append("  VIOLATION " + violation["message"].replace("\n", "\n  "))
         if test.get("message") and not test.get("violations"):
@@ -310,6 +350,9 @@ def markdown(report: Mapping[str, Any]) -> str:
                 for extra in (prediction_gap(result), what_if_line(result)):
                     if extra is not None:
                         gaps.append(f"- `{test['nodeid']}` {probe.name}: {extra}")
+    grouped = [f"- `{t['nodeid']}` {line}" for t in report["tests"] for line in variant_lines(t)]
+    if grouped:
+        lines += ["", "Transformations (most on any platform, per check):", "", *grouped]
     if gaps:
         lines += ["", "Lowered prediction vs compiled reality:", "", *gaps]
     return "\n".join(lines) + "\n"

@@ -112,6 +112,10 @@ class Probe:
     reference: str
     platforms: Mapping[str, PlatformProbe] = field(default_factory=dict)
     note: str | None = None
+    variant_of: str | None = None
+    """For a transformation's check (``conv[grad]``), the check of the function itself."""
+    transform: str | None = None
+    """``grad``, ``vmap`` or ``jvp`` for a transformation's check; ``None`` otherwise."""
 
     @property
     def executed(self) -> tuple[str, ...]:
@@ -139,6 +143,8 @@ class Probe:
             "name": self.name,
             "reference": self.reference,
             "note": self.note,
+            "variant_of": self.variant_of,
+            "transform": self.transform,
             "platforms": {p: _platform_to_dict(r) for p, r in self.platforms.items()},
         }
 
@@ -148,6 +154,8 @@ class Probe:
             name=data["name"],
             reference=data["reference"],
             note=data.get("note"),
+            variant_of=data.get("variant_of"),
+            transform=data.get("transform"),
             platforms={p: _platform_from_dict(p, r) for p, r in data["platforms"].items()},
         )
 
@@ -483,7 +491,7 @@ def load(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON (truncated?): {e}") from None
     tool = data.get("tool") if isinstance(data, dict) else None
-    if not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
+    if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
         raise ReportError(f"{path}: not a pytest-jaxport report")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:

@@ -15,6 +15,7 @@ import jax.numpy
 import ml_dtypes  # noqa: F401
 import numpy  # noqa: F401
 import pytest
+from _pytest.pytester import SysModulesSnapshot
 
 import pytest_jaxport.budget
 import pytest_jaxport.cache
@@ -25,6 +26,20 @@ import pytest_jaxport.lowering
 import pytest_jaxport.render  # noqa: F401
 
 jax.devices()
+
+_PRESERVED = ("zope", "readline", "jax", "jaxlib", "ml_dtypes", "numpy", "scipy", "opt_einsum")
+
+
+def _snapshot(self: pytest.Pytester) -> SysModulesSnapshot:
+    """Keep JAX's modules across in-process runs, like pytester keeps zope's.
+
+    JAX and jaxlib import some extension modules lazily (e.g. LAPACK kernels on first use,
+    in older jaxlib), and an extension module cannot be loaded twice in one process.
+    """
+    return SysModulesSnapshot(preserve=lambda name: name.startswith(_PRESERVED))
+
+
+pytest.Pytester._Pytester__take_sys_modules_snapshot = _snapshot  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)

@@ -117,7 +117,7 @@ def _workflow() -> dict[Any, Any]:
 def test_workflow_parses_and_has_the_legs_and_the_merge() -> None:
     data = _workflow()
     # YAML 1.1 reads the bare key `on` as the boolean True.
-    triggers = data.get("on", data.get(True))
+    triggers = data["on"] if "on" in data else data[True]
     assert set(triggers) == {"pull_request", "push"}
     legs = data["jobs"]["leg"]
     names = [entry["leg"] for entry in legs["strategy"]["matrix"]["include"]]

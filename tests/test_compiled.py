@@ -276,7 +276,8 @@ def test_classify_hook_sees_the_compiled_level(pytester: pytest.Pytester) -> Non
         from pytest_jaxport.targets import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
-            if level == "compiled" and op.startswith("hlo.fusion:__ynn"):
+            # jaxlib >= 0.10 fuses CPU dots into YNNPACK calls; older jaxlib emits plain dots.
+            if level == "compiled" and (op.startswith("hlo.fusion:__ynn") or op == "hlo.dot"):
                 return Classification(layer="custom", kind="my-gemm")
             return None
         """
@@ -338,7 +339,8 @@ def test_a_changed_source_line_is_a_cache_miss(pytester: pytest.Pytester) -> Non
     )
     pytester.runpytest().stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses *"])
     pytester.makepyfile(models="# a new first line moves every source line\n" + MODELS)
-    result = pytester.runpytest("--jaxport-report=r.json")
+    # A fresh process: older JAX keeps the edited module's previous locations in-process.
+    result = pytester.runpytest_subprocess("--jaxport-report=r.json")
     result.stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses *"])
     kernels = platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"]["kernels"]
     assert [k["location"] for k in kernels] == ["models.py:13"]

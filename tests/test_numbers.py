@@ -54,7 +54,9 @@ def test_cuda_only_ffi_kernel_behind_platform_dependent(pytester: pytest.Pyteste
         estimate = summary["rewrite"][target]
         [item] = estimate["items"]
         assert (item["name"], item["status"]) == ("my_cuda_gelu", "fallback")
-        assert item["location"] == "test_block.py:7"
+        # The ffi_call line; JAX before 0.10 attributes ops in platform_dependent branches to
+        # the platform_dependent call instead (line 11). Both are the user's own lines.
+        assert item["location"] in ("test_block.py:7", "test_block.py:11")
         assert estimate["days"] > 0
         assert estimate["breakdown"]["fallback_validation"] > 0
         assert sum(estimate["breakdown"].values()) == pytest.approx(estimate["days"])
@@ -68,7 +70,7 @@ def test_cuda_only_ffi_kernel_behind_platform_dependent(pytester: pytest.Pyteste
             "   cuda  xla*[[]ESTIMATED (roofline)[]]*",
             "2. kernels to rewrite moving off cuda:",
             "   rocm: 1",
-            "     fallback: my_cuda_gelu (ffi) at test_block.py:7",
+            "     fallback: my_cuda_gelu (ffi) at test_block.py:*",
             "3. engineering days for a backend switch*",
             "   rocm: * days (fallback validation 3, fixed 5)",
         ]
@@ -132,7 +134,7 @@ def test_vendor_share_over(jaxport):
             "*check 'block' on rocm: max_kernels_to_rewrite = 0 (set in "
             "test_budgets.py::test_no_rewrites_allowed), found 1 kernel to rewrite moving off "
             "cuda (from the cuda census)",
-            "*my_cuda_gelu (ffi) at test_budgets.py:7: fallback*",
+            "*my_cuda_gelu (ffi) at test_budgets.py:*: fallback*",
         ]
     )
     result.stdout.fnmatch_lines(
@@ -177,15 +179,15 @@ def test_cost_table_and_rewrite_cost_hook(pytester: pytest.Pytester) -> None:
     ("toml", "expected"),
     [
         ("[tool.jaxport]\nmigrate_to = ['cuda']\n", "*migrate_to: expected non-NVIDIA targets*"),
-        ("[tool.jaxport.cost]\nkernel_rewrit = 3\n", "*unknown key 'kernel_rewrite'*"
-         .replace("unknown key 'kernel_rewrite'", "unknown key 'kernel_rewrit' (did you mean "
-                  "'kernel_rewrite'?)")),
+        ("[tool.jaxport.cost]\nkernel_rewrit = 3\n",
+         "*unknown key 'kernel_rewrit' (did you mean 'kernel_rewrite'?)*"),
         ("[tool.jaxport.cost]\nfixed = -1\n", "*fixed: expected a finite non-negative number*"),
         ("[tool.jaxport.budget]\nmax_vendor_share = 1.5\n",
          "*max_vendor_share: expected a fraction between 0 and 1, found float 1.5"),
         ("[tool.jaxport.budget.cuda]\nmax_tooling_assumptions = 1\n",
          "*max_tooling_assumptions: expected only in [[]tool.jaxport.budget[]]*"),
-        ("[tool.jaxport.scan]\nexclud = ['x']\n", "*unknown key 'exclud' (did you mean 'exclude'?)*"),
+        ("[tool.jaxport.scan]\nexclud = ['x']\n",
+         "*unknown key 'exclud' (did you mean 'exclude'?)*"),
     ],
 )  # fmt: skip
 def test_bad_cost_and_scan_config(pytester: pytest.Pytester, toml: str, expected: str) -> None:
@@ -264,9 +266,10 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
         """
     )
     result, report = run(pytester)
-    rules = {a["rule"] for a in report["summary"]["tooling"]["assumptions"]}
-    assert "our-base" in rules
-    assert "vendor/old/Dockerfile" not in {a["file"] for a in report["summary"]["tooling"]["assumptions"]}
+    assumptions = report["summary"]["tooling"]["assumptions"]
+    assert "our-base" in {a["rule"] for a in assumptions}
+    # Without [tool.jaxport.scan] exclude, only always-skipped folders are left out: vendor/.
+    assert "vendor/old/Dockerfile" not in {a["file"] for a in assumptions}
     pytester.makefile(".toml", pyproject="[tool.jaxport.scan]\nenabled = false\n")
     result, report = run(pytester)
     assert "tooling" not in report["summary"]
