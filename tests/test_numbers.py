@@ -266,12 +266,14 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
         """
     )
     result, report = run(pytester)
+    result.assert_outcomes(passed=1)
     assumptions = report["summary"]["tooling"]["assumptions"]
     assert "our-base" in {a["rule"] for a in assumptions}
     # Without [tool.jaxport.scan] exclude, only always-skipped folders are left out: vendor/.
     assert "vendor/old/Dockerfile" not in {a["file"] for a in assumptions}
     pytester.makefile(".toml", pyproject="[tool.jaxport.scan]\nenabled = false\n")
     result, report = run(pytester)
+    result.assert_outcomes(passed=1)
     assert "tooling" not in report["summary"]
     assert report["summary"]["layers"][4]["value"] == "not scanned"
 
