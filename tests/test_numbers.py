@@ -281,7 +281,9 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
 def test_layer_table_opens_every_format(pytester: pytest.Pytester) -> None:
     _plant(pytester)
     result = pytester.runpytest("--jaxport-report=r.md")
-    result.stdout.fnmatch_lines(["layers:", "  JAX Python code (jit, grad, vmap) (in principle): *"])
+    result.stdout.fnmatch_lines(
+        ["layers:", "  JAX Python code (jit, grad, vmap) (in principle): *"]
+    )
     markdown = (pytester.path / "r.md").read_text()
     assert markdown.index("| layer | portable? |") < markdown.index("| platform | vendor |")
     assert "| profiling, tooling and CI assumptions | often NVIDIA-bound |" in markdown
