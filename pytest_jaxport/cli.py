@@ -20,6 +20,7 @@ EXIT_UNUSABLE = 2
 
 
 def _show(args: argparse.Namespace) -> int:
+    from pytest_jaxport.html_report import html
     from pytest_jaxport.render import markdown, text
     from pytest_jaxport.report import ReportError, load
 
@@ -29,7 +30,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"jaxport show: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
     try:
-        rendered = markdown(report) if args.format == "md" else text(report)
+        renderers = {"text": text, "md": markdown, "html": html}
+        rendered = renderers[args.format](report)
     except (KeyError, TypeError, ValueError) as e:
         print(f"jaxport show: {args.report}: malformed report ({type(e).__name__}: {e})",
               file=sys.stderr)  # fmt: skip
@@ -188,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     show = commands.add_parser("show", help="render a saved JSON report")
     show.add_argument("report", metavar="REPORT.json")
-    show.add_argument("--format", choices=("text", "md"), default="text")
+    show.add_argument("--format", choices=("text", "md", "html"), default="text")
     show.set_defaults(run=_show)
     capture = commands.add_parser(
         "capture-target",

@@ -149,6 +149,10 @@ def test_cli_show_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "tpu   failed to lower: ValueError: no rule" in out
     assert main(["show", str(path), "--format", "md"]) == 0
     assert "| cuda | 1 | 2 | 1 | 0 | cublas 1 |" in capsys.readouterr().out
+    assert main(["show", str(path), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("<!DOCTYPE html>")
+    assert "__gpu$xla.gpu.triton" in page
     assert main(["show", str(tmp_path / "missing.json")]) == 2
     assert "missing.json: no such file" in capsys.readouterr().err
 
