@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -525,11 +526,17 @@ class Jaxport:
         return replace(census, kernels=kernels)
 
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
-        try:
-            relative = Path(location.file).resolve().relative_to(self._rootdir)
-        except (ValueError, OSError):
-            return location
-        return SourceLocation(file=relative.as_posix(), line=location.line)
+        file = _relative_file(location.file, self._rootdir)
+        return location if file is None else SourceLocation(file=file, line=location.line)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relative_file(file: str, rootdir: Path) -> str | None:
+    """``file`` relative to ``rootdir`` (``None`` when outside); resolving paths is slow."""
+    try:
+        return Path(file).resolve().relative_to(rootdir).as_posix()
+    except (ValueError, OSError):
+        return None
 
 
 def lowering_present() -> tuple[str, ...]:

@@ -405,6 +405,9 @@ class Transformed:
         self.args: tuple[Any, ...] = self._arguments(leaves)
         self.__name__ = f"{getattr(fn, '__name__', 'fn')}[{transform}]"
         self._specialized: dict[str, Callable[..., Any]] = {}
+        self.per_platform = False
+        """Whether the whole transformation failed to trace, so each platform traces
+        :meth:`for_platform` (set by :func:`trace_variant`)."""
 
     # what the transformed function is called with
     def _arguments(self, leaves: list[Any]) -> tuple[Any, ...]:
@@ -566,12 +569,13 @@ def trace_variant(variant: Transformed) -> Any:
     try:
         return jax.jit(variant).trace(*variant.args)
     except Exception:  # retried per platform, where each failure is recorded
+        variant.per_platform = True
         return PlatformTraces(variant)
 
 
 def _for_platform(fn: Callable[..., Any], platform: str) -> Callable[..., Any]:
     """A transformed check's function resolved for ``platform``; other functions as they are."""
-    if isinstance(fn, Transformed):
+    if isinstance(fn, Transformed) and fn.per_platform:
         return fn.for_platform(platform)
     return fn
 

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pytest_jaxport import __version__
 from pytest_jaxport.config import ConfigError, ProjectConfig, parse_project
-from pytest_jaxport.numerics import Tolerance, compare, default_tolerance
+from pytest_jaxport.numerics import Tolerance, compare, default_tolerance, gradient_tolerance
 from pytest_jaxport.outputs import OutputsError, load_outputs
 from pytest_jaxport.report import (
     SCHEMA_VERSION,
@@ -113,12 +113,21 @@ def tolerance_from_config(config: Mapping[str, Any], *, source: str = "report") 
 
 
 def _with_overrides(
-    tolerance_for: ToleranceFor, platform: str, overrides: Mapping[str, Any] | None
+    tolerance_for: ToleranceFor,
+    platform: str,
+    overrides: Mapping[str, Any] | None,
+    *,
+    gradient: bool = False,
 ) -> Callable[[str], Tolerance]:
-    """A check's marker ``rtol``/``atol`` (recorded as ``check["tolerance"]``) win per field."""
+    """A check's marker ``rtol``/``atol`` (recorded as ``check["tolerance"]``) win per field.
+
+    ``gradient``: a ``[grad]``/``[jvp]`` check, whose unconfigured dtypes take JAX's gradient
+    tolerances (as in-process numerics do)."""
 
     def tolerance(dtype: str) -> Tolerance:
         base = tolerance_for(platform, dtype)
+        if gradient and base == default_tolerance(dtype):
+            base = gradient_tolerance(dtype)
         if not overrides:
             return base
         return Tolerance(
@@ -592,7 +601,12 @@ def _cross_leg_numerics(
             _outputs(nodeid, check, platform, candidate, cache),
             reference_platform=f"{ref_platform}@{ref_leg}" if same else ref_platform,
             platform=f"{platform}@{leg}" if same else platform,
-            tolerance=_with_overrides(tolerance_for, platform, merged_check.get("tolerance")),
+            tolerance=_with_overrides(
+                tolerance_for,
+                platform,
+                merged_check.get("tolerance"),
+                gradient=merged_check.get("transform") in ("grad", "jvp"),
+            ),
         )
         entry = merged_check["platforms"][platform]
         if entry.get("leg") == leg and not same:

@@ -61,6 +61,7 @@ class JaxportSession:
         self.tests: dict[str, dict[str, Any]] = {}
         self.is_worker = hasattr(config, "workerinput")
         self._tooling: dict[str, Any] | None = None
+        self._classifiers: dict[str, Any] = {}
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
         self.ci = CISettings()
         """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
@@ -91,7 +92,16 @@ class JaxportSession:
         return cached
 
     def classifier(self, level: Level = "lowered") -> Any:
-        """``(platform, op, target) -> Classification`` at ``level``: the hook, then the table."""
+        """``(platform, op, target) -> Classification`` at ``level``: the hook, then the table.
+
+        One per session and level, so each distinct op is classified once per run, not once
+        per test (conftest hooks are all registered by the time tests run).
+        """
+        if level not in self._classifiers:
+            self._classifiers[level] = self._new_classifier(level)
+        return self._classifiers[level]
+
+    def _new_classifier(self, level: Level) -> Any:
         hook = self.config.hook.pytest_jaxport_classify
 
         @functools.cache

@@ -42,6 +42,20 @@ def _snapshot(self: pytest.Pytester) -> SysModulesSnapshot:
 pytest.Pytester._Pytester__take_sys_modules_snapshot = _snapshot  # type: ignore[attr-defined]
 
 
+@pytest.fixture(scope="session")
+def measured_basis() -> str:
+    """The runtime-share basis executed platforms get here: ``measured`` where this jaxlib's
+    profiler reports per-instruction events (0.8.3+), else the ``estimated`` fallback."""
+    from pytest_jaxport.profile import measure
+
+    compiled = jax.jit(lambda x: x @ x).trace(jax.numpy.ones((4, 4))).lower().compile()
+    try:
+        measure(lambda: jax.block_until_ready(compiled(jax.numpy.ones((4, 4)))), runs=1)
+    except (RuntimeError, AttributeError):
+        return "estimated"
+    return "measured"
+
+
 @pytest.fixture(autouse=True)
 def _no_internal_error(request: pytest.FixtureRequest) -> Iterator[None]:
     """A suite-wide guard: no pytester run in any test may print INTERNALERROR."""

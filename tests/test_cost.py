@@ -124,7 +124,9 @@ def test_self_times_subtract_nested_events() -> None:
     assert self_times(lines) == {"while.1": 40.0, "dot.1": 65.0, "add": 10.0}
 
 
-def test_measure_attributes_real_profiler_events_to_instructions() -> None:
+def test_measure_attributes_real_profiler_events_to_instructions(measured_basis: str) -> None:
+    if measured_basis != "measured":
+        pytest.skip("this jaxlib's profiler reports no per-instruction events (needs 0.8.3+)")
     def f(a):
         return jnp.linalg.eigh(a @ a.T)[0].sum()
 

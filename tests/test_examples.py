@@ -361,3 +361,38 @@ def _demo_folder_untouched() -> Iterator[None]:
     yield
     after = sorted(p.relative_to(DEMO) for p in DEMO.rglob("*") if "__pycache__" not in p.parts)
     assert after == before
+
+
+def test_convnet_gradient_counts_the_backward_convolutions(
+    demo: DemoRun, expected: dict[str, Any]
+) -> None:
+    forward, backward = expected["convnet"]["cuda"], expected["convnet[grad]"]["cuda"]
+    # Each convolution gains an input-gradient and a weight-gradient convolution.
+    assert (forward["libraries"]["cudnn"], backward["libraries"]["cudnn"]) == (2, 6)
+    (test,) = (t for t in demo.report["tests"] if t["nodeid"].endswith("::test_convnet_gradient"))
+    assert test["outcome"] == "passed"
+    assert [c["name"] for c in test["checks"]] == ["convnet", "convnet[grad]"]
+    got = [c["platforms"]["cuda"]["lowered"]["libraries"]["cudnn"] for c in test["checks"]]
+    assert got == [2, 6]
+    grouped = (
+        f"transformations of 'convnet': forward: 0 custom, {forward['vendor']} vendor; "
+        f"grad: 0 custom, {backward['vendor']} vendor"
+    )
+    assert grouped in demo.output, demo.output
+
+
+def test_pallas_gradient_is_a_finding_where_the_kernel_runs(demo: DemoRun) -> None:
+    (test,) = (
+        t for t in demo.report["tests"] if t["nodeid"].endswith("::test_fused_bias_gelu_gradient")
+    )
+    assert test["outcome"] == "passed"  # must_lower names only cpu and rocm there
+    (grad,) = (c for c in test["checks"] if c["transform"] == "grad")
+    failed = sorted(p for p, r in grad["platforms"].items() if r["error"])
+    assert failed == sorted(GRAD_FINDING_PLATFORMS)
+    for platform in failed:
+        assert "Pallas kernel _bias_gelu_kernel" in grad["platforms"][platform]["error"]
+    assert (
+        "grad: 0 custom, 0 vendor (no VJP (reverse-mode differentiation rule) for Pallas kernel "
+        "_bias_gelu_kernel on cuda, tpu)"
+    ) in demo.output, demo.output
+    assert "JaxportWarning: check 'fused_bias_gelu[grad]'" in demo.output
