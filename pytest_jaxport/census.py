@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -136,6 +137,7 @@ class Census:
         return tuple(k for k in self.kernels if k.layer == layer)
 
 
+@functools.lru_cache(maxsize=16384)
 def parse_location(text: str | None) -> SourceLocation | None:
     """The innermost user frame of an MLIR location, preferring files outside installed packages.
 
@@ -200,6 +202,11 @@ class _Walk:
         return kernels, xla_ops, timed
 
 
+@functools.lru_cache(maxsize=16384)
+def _classify_cached(platform: str, op: str, target: str | None, level: str) -> Classification:
+    return classify(platform, op, target, level=level)
+
+
 def _layer_library(item: tuple[tuple[str, str | None], float]) -> tuple[str, str]:
     (layer, library), _ = item
     return layer, library or ""
@@ -220,7 +227,7 @@ def take_census(
     """
 
     def default(platform: str, op: str, target: str | None) -> Classification:
-        return classify(platform, op, target, level=level)
+        return _classify_cached(platform, op, target, level)
 
     walk = _Walk(
         program=program, platform=platform, classifier=classifier or default, seconds=seconds

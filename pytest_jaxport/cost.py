@@ -35,6 +35,7 @@ a tooling change is hours. Every number is configurable in ``[tool.jaxport.cost]
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -211,6 +212,7 @@ def _element_bits(element: str) -> int:
     return 32
 
 
+@functools.lru_cache(maxsize=8192)
 def tensor_shape(type_text: str) -> tuple[tuple[int, ...], int] | None:
     """``tensor<4x8xf32>`` -> ``((4, 8), 32)``: dimensions and bits per element.
 
