@@ -614,7 +614,7 @@ def specialize(
 
 def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: str) -> list[Any]:
     import jax
-    from jax.extend import core as jcore
+    from jax._src import core as jcore  # Literal and DropVar, under the same names since 0.4
 
     env: dict[Any, Any] = {}
     static: set[Any] = set()
@@ -649,13 +649,15 @@ def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: st
         else:
             nonliteral = [v for v in eqn.invars if not isinstance(v, jcore.Literal)]
             resolved = bool(nonliteral) and all(v in static for v in nonliteral)
-            params = eqn.primitive.get_bind_params(eqn.params)
+            bound = eqn.primitive.get_bind_params(eqn.params)
+            # Older jax (0.6) returns (subfuns, params); newer releases return the params alone.
+            subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
             with _eqn_context(eqn):
                 if resolved:  # arithmetic on the platform index: keep it a constant
                     with jax.ensure_compile_time_eval():
-                        outs = eqn.primitive.bind(*values, **params)
+                        outs = eqn.primitive.bind(*subfuns, *values, **params)
                 else:
-                    outs = eqn.primitive.bind(*values, **params)
+                    outs = eqn.primitive.bind(*subfuns, *values, **params)
             if not eqn.primitive.multiple_results:
                 outs = [outs]
         for var, value in zip(eqn.outvars, outs, strict=True):

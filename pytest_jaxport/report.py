@@ -19,6 +19,7 @@ Report shape (schema version 1)::
                                          "lowered": 4, "failed_to_lower": 0}}},
       "tests": [{"nodeid": "...", "outcome": "passed", "violations": [...],
                  "checks": [{"name": "mlp", "reference": "cpu", "note": null,
+                             "variant_of": null, "transform": null,
                              "platforms": {"cuda": {
                                  "present": false, "lowered": {
                                      "level": "lowered", "vendor": 2, "custom": 0, "meta": 0,

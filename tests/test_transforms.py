@@ -89,9 +89,7 @@ def lowered_convolutions(fn, *args) -> dict[str, int]:  # type: ignore[no-untype
 def test_conv_gradient_counts_more_cudnn_dispatches_than_forward(project: pytest.Pytester) -> None:
     x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
     forward = lowered_convolutions(conv, x, w)
-    backward = lowered_convolutions(
-        jax.grad(lambda x, w: conv(x, w).sum(), argnums=(0, 1)), x, w
-    )
+    backward = lowered_convolutions(jax.grad(lambda x, w: conv(x, w).sum(), argnums=(0, 1)), x, w)
     batched = lowered_convolutions(jax.vmap(conv), jnp.stack([x, x]), jnp.stack([w, w]))
     assert forward["cuda"] < backward["cuda"]  # input and weight gradients: two convolutions
     project.makepyfile(
@@ -159,8 +157,10 @@ def test_grad_of_a_custom_call_without_vjp_is_a_finding(project: pytest.Pytester
         )
     result.stdout.fnmatch_lines(
         [
-            esc("*check 'my_kernel[grad]' on cuda: must_lower = ('cuda',) (set in "
-            "test_ffi.py::test_must_lower), found a failure to lower*"),
+            esc(
+                "*check 'my_kernel[grad]' on cuda: must_lower = ('cuda',) (set in "
+                "test_ffi.py::test_must_lower), found a failure to lower*"
+            ),
             "*no VJP (reverse-mode differentiation rule) for FFI target my_kernel: grad cannot "
             "be taken on cuda*",
             "*transformations of 'my_kernel': forward: 1 custom, 0 vendor; grad: nothing "
@@ -433,3 +433,29 @@ def test_vmap_argument_stacking_is_deterministic() -> None:
     np.testing.assert_array_equal(x, [[1, 1], [0.75, 0.75]])
     np.testing.assert_array_equal(i, [[0, 1], [1, 2]])
     np.testing.assert_array_equal(b, [[True, False], [False, True]])
+
+
+def test_compiled_level_counts_transformations_too(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject=PROJECT + 'compile = ["cpu"]\n')
+    pytester.makepyfile(models=MODELS)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_levels="""
+        import jax.numpy as jnp
+        import pytest
+        from models import conv, kernel_on_cuda
+
+        @pytest.mark.portable(transforms=["grad"])
+        def test_levels(jaxport):
+            jaxport.check(conv, jnp.ones((1, 4, 4, 2)), jnp.ones((3, 3, 2, 2)))
+            jaxport.check(kernel_on_cuda, jnp.ones(3))
+        """
+    )
+    result, report = run_json(pytester, "-W", "ignore::pytest_jaxport.fixture.JaxportWarning")
+    result.assert_outcomes(passed=1)
+    checks = checks_of(report, "test_levels")
+    for name in ("conv[grad]", "kernel_on_cuda[grad]"):
+        cpu = checks[name]["platforms"]["cpu"]
+        assert cpu["compiled"] is not None, (name, cpu["compile_error"])
+        assert cpu["executed"]
+    assert checks["kernel_on_cuda[grad]"]["platforms"]["cuda"]["error"]
