@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
-
 import models
 import whatif
+
 from pytest_jaxport import census as census_mod
 from pytest_jaxport import lowering, numerics, targets
 from pytest_jaxport.config import ProjectConfig
@@ -90,9 +90,9 @@ def _fresh() -> None:
 
 
 def _jaxport_instance(rootdir: Path) -> Any:
-    from pytest_jaxport.fixture import Jaxport
-
     import inspect
+
+    from pytest_jaxport.fixture import Jaxport
 
     # The constructor's keywords have changed while the plugin is developed: pass only the
     # ones this version of the fixture takes.
