@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # pytester's in-process runs drop every module imported during the run; JAX's C extensions
 # cannot be imported twice in one process, so import everything the inner runs use up front.
@@ -64,14 +64,17 @@ def _no_internal_error(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     pytester: pytest.Pytester = request.getfixturevalue("pytester")
     results: list[pytest.RunResult] = []
-    original_run = pytester.runpytest
 
-    def run(*args: object, **kwargs: object) -> pytest.RunResult:
-        result = original_run(*args, **kwargs)
-        results.append(result)
-        return result
+    def recorded(method: Callable[..., pytest.RunResult]) -> Callable[..., pytest.RunResult]:
+        def run(*args: object, **kwargs: object) -> pytest.RunResult:
+            result = method(*args, **kwargs)
+            results.append(result)
+            return result
 
-    pytester.runpytest = run  # type: ignore[method-assign]
+        return run
+
+    for name in ("runpytest", "runpytest_inprocess", "runpytest_subprocess", "run"):
+        setattr(pytester, name, recorded(getattr(pytester, name)))
     yield
     for result in results:
         output = "\n".join(result.outlines + result.errlines)
