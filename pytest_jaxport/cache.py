@@ -41,6 +41,13 @@ CACHE_NAME = "jaxport-compiled"
 FORMAT = 1
 """Bumped whenever what an entry holds, or how compiled HLO is parsed, changes."""
 
+LOWERED_CACHE_NAME = "jaxport-lowered"
+"""The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
+
+LOWERED_FORMAT = 1
+"""Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
+module (which ops keep their location, how costs are estimated), changes."""
+
 
 def cache_key(
     *,
@@ -68,6 +75,33 @@ def cache_key(
     return hashlib.sha256(blob).hexdigest()
 
 
+def lowered_key(
+    *,
+    jaxpr: str,
+    sources: str,
+    platform: str,
+    versions: Mapping[str, str],
+    settings: str = "",
+) -> str:
+    """A hex digest over everything that decides a lowered program a census reads.
+
+    ``jaxpr``: the closed jaxpr's text with its argument and result types; ``sources``: the
+    source line of each of its equations (``lowering.census_key_parts``); ``settings``: the
+    JAX configuration that can change a lowering.
+    """
+    parts = {
+        "format": LOWERED_FORMAT,
+        "pytest_jaxport": __version__,
+        "platform": platform,
+        "versions": dict(sorted(versions.items())),
+        "settings": hashlib.sha256(settings.encode()).hexdigest(),
+        "jaxpr": hashlib.sha256(jaxpr.encode()).hexdigest(),
+        "sources": hashlib.sha256(sources.encode()).hexdigest(),
+    }
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
 def source_fingerprint(program: Program) -> str:
     """The source line a census would show for every op of ``program``, in op order.
 
@@ -84,9 +118,13 @@ def source_fingerprint(program: Program) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompiledCache:
-    """Entries in ``directory``; a missing, unreadable or foreign entry is a miss."""
+    """Entries in ``directory``; a missing, unreadable or foreign entry is a miss.
+
+    The same class holds the lowered level's entries (``format=LOWERED_FORMAT``, in the
+    :data:`LOWERED_CACHE_NAME` folder)."""
 
     directory: Path
+    format: int = FORMAT
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
@@ -94,7 +132,7 @@ class CompiledCache:
     def get(self, key: str) -> Program | None:
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
-            if data.get("format") != FORMAT:
+            if data.get("format") != self.format:
                 return None
             return program_from_dict(data["program"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -107,7 +145,7 @@ class CompiledCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             tmp.write_text(
-                json.dumps({"format": FORMAT, "program": program_to_dict(program)}),
+                json.dumps({"format": self.format, "program": program_to_dict(program)}),
                 encoding="utf-8",
             )
             os.replace(tmp, path)
@@ -142,3 +180,5 @@ class CompileSettings:
     """Its text; compiled against where cuda is compiled with no GPU present."""
     what_if_no_vendor: bool = False
     cache: CompiledCache | None = None
+    lowered_cache: CompiledCache | None = None
+    """The lowered level's cache (platforms not present here); ``None`` when off."""

@@ -267,7 +267,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     return {
         "entry": program.entry,
         "functions": {
-            name: [[s.op, s.target, s.location] for s in sites]
+            name: [[s.op, s.target, s.location, s.flops, s.bytes] for s in sites]
             for name, sites in program.functions.items()
         },
     }
@@ -275,15 +275,23 @@ def program_to_dict(program: Program) -> dict[str, Any]:
 
 def program_from_dict(data: Mapping[str, Any]) -> Program:
     """The inverse of :func:`program_to_dict`; raises ``KeyError``/``TypeError``/``ValueError``
-    on anything else."""
+    on anything else. Sites of three fields (no ``flops``/``bytes``: older entries) read as
+    costing nothing."""
     functions: dict[str, tuple[OpSite, ...]] = {}
     for name, sites in data["functions"].items():
-        functions[str(name)] = tuple(
-            OpSite(
-                op=str(op),
-                target=None if target is None else str(target),
-                location=None if location is None else str(location),
-            )
-            for op, target, location in sites
-        )
+        functions[str(name)] = tuple(_site_from_list(site) for site in sites)
     return Program(entry=str(data["entry"]), functions=functions)
+
+
+def _site_from_list(site: Any) -> OpSite:
+    if not isinstance(site, list) or len(site) not in (3, 5):
+        raise ValueError(f"not an op site: {site!r:.80}")
+    op, target, location = site[:3]
+    flops, moved = (site[3], site[4]) if len(site) == 5 else (0.0, 0.0)
+    return OpSite(
+        op=str(op),
+        target=None if target is None else str(target),
+        location=None if location is None else str(location),
+        flops=float(flops),
+        bytes=float(moved),
+    )

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
+from pytest_jaxport.cache import CompileSettings, cache_key, lowered_key, source_fingerprint
 from pytest_jaxport.census import (
     Census,
     Classifier,
@@ -56,6 +56,17 @@ class CompileStats:
             "compiled": self.compiled,
             "reused": self.reused,
         }
+
+
+@dataclass(slots=True)
+class LoweredStats:
+    """Per test: lowered-level cache hits and misses (platforms not present here)."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +105,7 @@ class Jaxport:
         """Per check name, per executed platform, its ``numerics.Outputs`` (host arrays), for
         ``--jaxport-save-outputs``; never put into the report."""
         self.compile_stats = CompileStats()
+        self.lowered_stats = LoweredStats()
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -192,10 +204,22 @@ class Jaxport:
         results: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
         programs: dict[str, Program] = {}
+        keyed = _KeyParts(traced)
         for platform in self.platforms:
             try:
-                lowered = lowering.lower(traced, platform)
-                programs[platform] = lowering.read_program(lowered)
+                # A platform not present here (and not compiled) needs only its Program: read
+                # it from the lowered-level cache when this jaxpr was lowered before.
+                key = None
+                if platform not in present and platform not in self._compile.platforms:
+                    key = self._lowered_key(keyed, platform)
+                program = self._cached_program(key)
+                if program is None:
+                    lowered = lowering.lower(traced, platform)
+                    program = lowering.read_program(lowered)
+                    lowered_for[platform] = lowered
+                    if key is not None and self._compile.lowered_cache is not None:
+                        self._compile.lowered_cache.put(key, program)
+                programs[platform] = program
                 census = self._relative(
                     take_census(
                         programs[platform],
@@ -208,8 +232,8 @@ class Jaxport:
                 results[platform] = PlatformProbe(
                     platform=platform, present=platform in present, error=str(e)
                 )
+                lowered_for.pop(platform, None)
                 continue
-            lowered_for[platform] = lowered
             results[platform] = PlatformProbe(
                 platform=platform, present=platform in present, census=census
             )
@@ -236,7 +260,7 @@ class Jaxport:
             if platform in lowered_for:
                 results[platform] = self._compiled(
                     results[platform], fn, lowered_for[platform], programs[platform], args,
-                    kwargs, built.get(platform), present,
+                    kwargs, built.get(platform), present, keyed,
                 )  # fmt: skip
 
         for platform, result in results.items():
@@ -251,6 +275,38 @@ class Jaxport:
         self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
+
+    # -- the lowered-level cache --------------------------------------------------------------
+
+    def _lowered_key(self, keyed: _KeyParts, platform: str) -> str | None:
+        """The cache key of ``platform``'s lowering; ``None`` when the cache is off or the
+        jaxpr cannot be keyed (then it is lowered as without a cache)."""
+        from pytest_jaxport import lowering
+
+        if self._compile.lowered_cache is None:
+            return None
+        parts = keyed.get()
+        if parts is None:
+            return None
+        jaxpr, sources, settings = parts
+        return lowered_key(
+            jaxpr=jaxpr,
+            sources=sources,
+            platform=platform,
+            versions=lowering.versions(),
+            settings=settings,
+        )
+
+    def _cached_program(self, key: str | None) -> Program | None:
+        cache = self._compile.lowered_cache
+        if key is None or cache is None:
+            return None
+        program = cache.get(key)
+        if program is None:
+            self.lowered_stats.misses += 1
+        else:
+            self.lowered_stats.hits += 1
+        return program
 
     # -- runtime share --------------------------------------------------------------------------
 
@@ -320,6 +376,7 @@ class Jaxport:
         kwargs: Mapping[str, Any],
         built: Any,
         present: tuple[str, ...],
+        keyed: _KeyParts,
     ) -> PlatformProbe:
         """``result`` with its compiled census (or why compiling failed); never raises."""
         from pytest_jaxport import lowering
@@ -328,8 +385,15 @@ class Jaxport:
         try:
             # What decides the compiled program: the module without locations (they never
             # change code generation) and the source lines a census can show, so a test
-            # file's unrelated edits or the caller's stack do not force a recompile.
-            module = lowering.module_text(lowered) + "\n" + source_fingerprint(program)
+            # file's unrelated edits or the caller's stack do not force a recompile. The
+            # lowered program keeps locations only for ops the lowered table can classify;
+            # a compiled kernel (a fusion) can sit at any op's line: the line of every
+            # equation is part of the key too.
+            parts = keyed.get()
+            lines = "" if parts is None else parts[1]
+            module = (
+                lowering.module_text(lowered) + "\n" + source_fingerprint(program) + "\n" + lines
+            )
         except Exception as e:  # no text, no key: record it like any compile failure
             return replace(result, compile_error=lowering.describe_error(e))
         if platform in present:
@@ -528,6 +592,29 @@ class Jaxport:
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
         file = _relative_file(location.file, self._rootdir)
         return location if file is None else SourceLocation(file=file, line=location.line)
+
+
+class _KeyParts:
+    """The lowered cache key's jaxpr-derived parts, computed once per check, on first use."""
+
+    __slots__ = ("_done", "_parts", "_traced")
+
+    def __init__(self, traced: Any) -> None:
+        self._traced = traced
+        self._parts: tuple[str, str, str] | None = None
+        self._done = False
+
+    def get(self) -> tuple[str, str, str] | None:
+        if not self._done:
+            self._done = True
+            from pytest_jaxport import lowering
+
+            try:
+                jaxpr, sources = lowering.census_key_parts(self._traced)
+                self._parts = (jaxpr, sources, lowering.lowering_settings())
+            except Exception:  # an unkeyable jaxpr is lowered every time, never an error
+                self._parts = None
+        return self._parts
 
 
 @functools.lru_cache(maxsize=4096)

@@ -128,16 +128,66 @@ def lower(traced: Any, platform: str) -> Any:
         raise LoweringFailure(describe_error(e)) from e
 
 
+def lowering_settings() -> str:
+    """JAX's configuration as text (flags such as the partitioner change what is lowered)."""
+    import jax
+
+    return repr(sorted(jax.config.values.items()))
+
+
+def census_key_parts(traced: Any) -> tuple[str, str]:
+    """``(jaxpr text, source lines)``: what the lowered-level cache keys a census by.
+
+    The closed jaxpr's text (with its argument types) decides the lowered module's ops; it
+    has no source locations, so the second part lists, for every equation (sub-jaxprs
+    included, in order), the source line a census would show for it: its innermost user
+    frame outside installed packages (else its innermost user frame), as JAX's own filter
+    of internal frames finds them. An edit that moves any of those lines changes the key.
+    """
+    from jax._src import core, source_info_util
+
+    closed = traced.jaxpr
+    text = f"{closed.in_avals}\n{closed.out_avals}\n{closed}"
+    lines: list[str] = []
+    memo: dict[Any, str] = {}
+    pending = [closed.jaxpr]
+    while pending:
+        jaxpr = pending.pop()
+        for eqn in jaxpr.eqns:
+            tb = eqn.source_info.traceback
+            line = memo.get(tb) if tb is not None else ""
+            if line is None:
+                line = memo[tb] = _census_frame(source_info_util.user_frames(tb))
+            lines.append(line)
+            pending.extend(core.jaxprs_in_params(eqn.params))
+    return text, "\n".join(lines)
+
+
+from pytest_jaxport.census import _LIBRARY_PATHS  # noqa: E402  (parse_location's list)
+
+
+def _census_frame(frames: Any) -> str:
+    """``census.parse_location``'s choice among a traceback's user frames, as ``file:line``."""
+    first = None
+    for frame in frames:
+        if first is None:
+            first = frame
+        if not any(part in frame.file_name for part in _LIBRARY_PATHS):
+            return f"{frame.file_name}:{frame.start_line}"
+    return "" if first is None else f"{first.file_name}:{first.start_line}"
+
+
 def read_program(lowered: Any) -> Program:
     """The ops of every function of the lowered StableHLO module, for the census."""
     module = lowered.compiler_ir("stablehlo")
     functions: dict[str, tuple[OpSite, ...]] = {}
     public: list[str] = []
+    types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each distinct one once
     for func in module.body.operations:
         name = _symbol(func.attributes["sym_name"])
         sites: list[OpSite] = []
         for region in func.regions:
-            _collect(region, sites)
+            _collect(region, sites, types)
         functions[name] = tuple(sites)
         if "sym_visibility" not in func.attributes:
             public.append(name)
@@ -149,7 +199,39 @@ def _symbol(attribute: Any) -> str:
     return str(attribute).strip('"').lstrip("@").strip('"')
 
 
-def _collect(region: Any, sites: list[OpSite]) -> None:
+@functools.lru_cache(maxsize=1024)
+def _keeps_location(name: str) -> bool:
+    """Whether ``read_program`` records the location of ``name`` ops.
+
+    Only calls (their callees' ops inherit the call's line) and ops that can classify as
+    something other than ``xla`` (custom calls, and ops a row of ``targets.RULES`` names)
+    ever show a location in a census; for every other op ``str(operation.location)`` would be
+    most of the cost of reading the module. A ``pytest_jaxport_classify`` hook that turns
+    such an op into a kernel reports it at its caller's line (the line that called the
+    function it is in; none at the top level).
+    """
+    from fnmatch import fnmatchcase
+
+    from pytest_jaxport.targets import RULES
+
+    if name in ("stablehlo.custom_call", "func.call", "call"):
+        return True
+    return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
+
+
+def _type_texts(values: Any, types: dict[Any, str]) -> list[str]:
+    texts = []
+    for value in values:
+        kind = value.type
+        text = types.get(kind)
+        if text is None:
+            text = types[kind] = str(kind)
+        texts.append(text)
+    return texts
+
+
+def _collect(region: Any, sites: list[OpSite], types: dict[Any, str]) -> None:
+    append = sites.append
     for block in region.blocks:
         for op in block.operations:
             operation = op.operation
@@ -163,22 +245,22 @@ def _collect(region: Any, sites: list[OpSite]) -> None:
             flops, moved = op_cost(
                 name,
                 target,
-                [str(v.type) for v in operation.operands],
-                [str(r.type) for r in operation.results],
+                _type_texts(operation.operands, types),
+                _type_texts(operation.results, types),
                 _cost_attributes(name, attributes),
             )
-            sites.append(
+            append(
                 OpSite(
                     op=name,
                     target=target,
-                    location=str(operation.location),
+                    location=str(operation.location) if _keeps_location(name) else None,
                     flops=flops,
                     bytes=moved,
                 )
             )
             if name not in _REDUCER_OPS:
                 for nested in operation.regions:
-                    _collect(nested, sites)
+                    _collect(nested, sites, types)
 
 
 def _cost_attributes(name: str, attributes: Any) -> dict[str, str]:

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_jaxport import hookspecs
-from pytest_jaxport.cache import CACHE_NAME, CompiledCache, CompileSettings
+from pytest_jaxport.cache import (
+    CACHE_NAME,
+    LOWERED_CACHE_NAME,
+    LOWERED_FORMAT,
+    CompiledCache,
+    CompileSettings,
+)
 from pytest_jaxport.ci import ci_settings
 from pytest_jaxport.config import (
     COMPILE_PLATFORMS,
@@ -63,8 +69,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--jaxport-cache-clear",
         action="store_true",
         default=False,
-        help="drop cached compiled-level results before the run (pytest's --cache-clear "
-        "drops them too).",
+        help="drop cached lowered- and compiled-level results before the run (pytest's "
+        "--cache-clear drops them too).",
     )
     group.addoption(
         "--jaxport-save-outputs",
@@ -150,12 +156,19 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
     cache_plugin = getattr(config, "cache", None)
     clear = config.getoption("jaxport_cache_clear") and not hasattr(config, "workerinput")
     cache = None
+    lowered_cache = None
+    if cache_plugin is not None:
+        lowered_cache = CompiledCache(
+            directory=Path(cache_plugin.mkdir(LOWERED_CACHE_NAME)), format=LOWERED_FORMAT
+        )
+        if clear:
+            lowered_cache.clear()
     if cache_plugin is not None and (project.compile or clear):
         cache = CompiledCache(directory=Path(cache_plugin.mkdir(CACHE_NAME)))
         if clear:
             cache.clear()
     if not project.compile:
-        return CompileSettings(cache=cache)
+        return CompileSettings(cache=cache, lowered_cache=lowered_cache)
     target_config = ""
     if "cuda" in project.compile:
         from pytest_jaxport import deviceless
@@ -179,6 +192,7 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         target_config=target_config,
         what_if_no_vendor=project.what_if_no_vendor,
         cache=cache,
+        lowered_cache=lowered_cache,
     )
 
 

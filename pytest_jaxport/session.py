@@ -63,6 +63,7 @@ class JaxportSession:
         self._tooling: dict[str, Any] | None = None
         self._classifiers: dict[str, Any] = {}
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
+        self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
         self.ci = CISettings()
         """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
 
@@ -189,6 +190,8 @@ class JaxportSession:
         report.jaxport = record  # type: ignore[attr-defined]
         if jaxport is not None and self.project.compile:
             record["compile"] = jaxport.compile_stats.to_dict()
+        if jaxport is not None:
+            record["lowered_cache"] = jaxport.lowered_stats.to_dict()
         if report.outcome == "skipped":
             return
         try:
@@ -288,6 +291,8 @@ class JaxportSession:
         if report.when == "call":
             for key, value in data.get("compile", {}).items():
                 self.compile_stats[key] = self.compile_stats.get(key, 0) + int(value)
+            for key, value in data.get("lowered_cache", {}).items():
+                self.lowered_stats[key] = self.lowered_stats.get(key, 0) + int(value)
             entry["checks"] = data["checks"]
             entry["violations"] = data["violations"]
             if data.get("message"):
@@ -451,12 +456,22 @@ class JaxportSession:
             return f"jaxport: compiled cache off (cacheprovider disabled): {work}"
         return f"jaxport: compiled cache {stats['hits']} hits, {stats['misses']} misses ({work})"
 
+    def lowered_summary(self) -> str | None:
+        """``jaxport: lowered cache 6 hits, 0 misses``, when any platform was looked up."""
+        stats = self.lowered_stats
+        if self.compile_settings.lowered_cache is None or not (stats["hits"] or stats["misses"]):
+            return None
+        return (
+            f"jaxport: lowered cache {stats['hits']} hits, {stats['misses']} misses "
+            "(platforms not present here)"
+        )
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
             return
-        line = self.compile_summary()
-        if line is not None:
-            terminalreporter.write_line(line)
+        for line in (self.lowered_summary(), self.compile_summary()):
+            if line is not None:
+                terminalreporter.write_line(line)
         if self.report_target is None:
             return
         from pytest_jaxport.render import text

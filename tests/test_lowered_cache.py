@@ -1,0 +1,157 @@
+"""The lowered-level cache: platforms not present here are read from pytest's cache on a
+second run of an unchanged suite, and lowered again when a source line moves.
+
+Real JAX throughout, no mocks: the suites run in pytester, twice.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import pytest
+
+from pytest_jaxport import lowering
+from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, lowered_key
+from pytest_jaxport.census import OpSite, Program, program_from_dict, program_to_dict, take_census
+from pytest_jaxport.report import without_timings
+
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+MODELS = """
+import jax.numpy as jnp
+
+
+def eigvals(a):
+    return jnp.linalg.eigh(a)[0]
+
+
+def matmuls(a):
+    return a @ a + (a * 2.0) @ a
+"""
+
+TESTS = """
+import jax.numpy as jnp
+import pytest
+from models import eigvals, matmuls
+
+@pytest.mark.portable
+def test_eigh(jaxport):
+    jaxport.check(eigvals, jnp.eye(8))
+
+@pytest.mark.portable
+def test_matmuls(jaxport):
+    jaxport.check(matmuls, jnp.ones((16, 16)), transforms=["grad"])
+"""
+
+CHECKS = 3  # eigvals, matmuls, matmuls[grad]
+
+
+def absent() -> int:
+    """How many of the configured platforms are not present here (cached ones)."""
+    present = lowering.present_platforms()
+    return sum(p not in present for p in PLATFORMS)
+
+
+def make_project(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
+    )
+    pytester.makepyfile(models=MODELS)
+    pytester.makepyfile(test_models=textwrap.dedent(TESTS))
+    pytester.syspathinsert()
+
+
+def report_of(pytester: pytest.Pytester) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((pytester.path / "r.json").read_text())
+    return data
+
+
+def locations(report: dict[str, Any], test: str, platform: str) -> list[str]:
+    entry = next(t for t in report["tests"] if t["nodeid"].endswith(test))
+    kernels = entry["checks"][0]["platforms"][platform]["lowered"]["kernels"]
+    return sorted(str(k.get("location")) for k in kernels)
+
+
+def test_second_run_reads_every_absent_platform_from_the_cache(pytester: pytest.Pytester) -> None:
+    make_project(pytester)
+    n = CHECKS * absent()
+    first = pytester.runpytest("--jaxport-report=r.json")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines([f"jaxport: lowered cache 0 hits, {n} misses *"])
+    before = report_of(pytester)
+
+    second = pytester.runpytest("--jaxport-report=r.json")
+    second.assert_outcomes(passed=2)
+    second.stdout.fnmatch_lines([f"jaxport: lowered cache {n} hits, 0 misses *"])
+    after = report_of(pytester)
+    # The census from the cache is the census lowering gives (run times aside).
+    assert without_timings(after["tests"]) == without_timings(before["tests"])
+
+    for option in ("--jaxport-cache-clear", "--cache-clear"):
+        cleared = pytester.runpytest(option)
+        cleared.assert_outcomes(passed=2)
+        cleared.stdout.fnmatch_lines([f"jaxport: lowered cache 0 hits, {n} misses *"])
+
+    off = pytester.runpytest("-p", "no:cacheprovider")
+    off.assert_outcomes(passed=2)
+    assert "lowered cache" not in off.stdout.str()
+
+
+def test_a_moved_source_line_is_lowered_again(pytester: pytest.Pytester) -> None:
+    if "cuda" in lowering.present_platforms():
+        pytest.skip("cuda is present here: it is lowered, never cached")
+    make_project(pytester)
+    pytester.runpytest("--jaxport-report=r.json").assert_outcomes(passed=2)
+    before = locations(report_of(pytester), "test_eigh", "cuda")
+    line = MODELS.strip().splitlines().index("    return jnp.linalg.eigh(a)[0]") + 1
+    assert before == [f"models.py:{line}"], before
+
+    # Two lines above eigvals: its kernels move; matmuls' equations move too.
+    pytester.makepyfile(models="# moved\n# down\n" + MODELS.strip() + "\n")
+    moved = pytester.runpytest("--jaxport-report=r.json")
+    moved.assert_outcomes(passed=2)
+    moved.stdout.fnmatch_lines([f"jaxport: lowered cache 0 hits, {CHECKS * absent()} misses *"])
+    after = locations(report_of(pytester), "test_eigh", "cuda")
+    assert after == [f"models.py:{line + 2}"]
+
+
+def test_cached_program_keeps_costs_and_census(tmp_path: Any) -> None:
+    """Round trip through an entry: the same Program, so the same census and roofline."""
+    import jax.numpy as jnp
+
+    def f(a: Any) -> Any:
+        return jnp.linalg.eigh(a @ a)[0]
+
+    traced = lowering.trace(f, (jnp.eye(8),), {})
+    program = lowering.read_program(lowering.lower(traced, "cuda"))
+    assert any(site.flops > 0 for sites in program.functions.values() for site in sites)
+    assert program_from_dict(json.loads(json.dumps(program_to_dict(program)))) == program
+
+    jaxpr, sources = lowering.census_key_parts(traced)
+    key = lowered_key(jaxpr=jaxpr, sources=sources, platform="cuda", versions=lowering.versions())
+    assert key != lowered_key(
+        jaxpr=jaxpr, sources=sources, platform="rocm", versions=lowering.versions()
+    )
+    cache = CompiledCache(directory=tmp_path, format=LOWERED_FORMAT)
+    assert cache.get(key) is None
+    cache.put(key, program)
+    cached = cache.get(key)
+    assert cached == program
+
+    def seconds(site: OpSite) -> float:
+        return site.flops + site.bytes
+
+    fresh = take_census(program, "cuda", seconds=seconds)
+    assert take_census(cached, "cuda", seconds=seconds) == fresh
+    assert fresh.estimated_seconds
+
+
+def test_old_three_field_entries_still_read() -> None:
+    program = program_from_dict(
+        {"entry": "main", "functions": {"main": [["stablehlo.add", None, None]]}}
+    )
+    assert program == Program(entry="main", functions={"main": (OpSite(op="stablehlo.add"),)})
+    with pytest.raises(ValueError, match="not an op site"):
+        program_from_dict({"entry": "main", "functions": {"main": [["a", None]]}})
