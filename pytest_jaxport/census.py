@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -157,6 +158,7 @@ def parse_location(text: str | None) -> SourceLocation | None:
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
+_SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes")
 _Counts = tuple["Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]"]
 
 
@@ -179,24 +181,32 @@ class _Walk:
         kernels: Counter[_Key] = Counter()
         xla_ops: Counter[str] = Counter()
         timed: Counter[tuple[str, str | None]] = Counter()
-        for site in self.program.functions.get(name, ()):
-            location = parse_location(site.location) or inherited
-            if site.op in CALL_OPS and site.target is not None:
-                callee_kernels, callee_ops, callee_timed = self.function(site.target, location)
-                kernels.update(callee_kernels)
-                xla_ops.update(callee_ops)
-                timed.update(callee_timed)
+        # Identical sites (same op, target, location and cost) are classified once and
+        # weighted by how often they occur: big modules repeat a few hundred kinds of site.
+        sites = self.program.functions.get(name, ())
+        for (op, target_name, location_text, flops, moved), n in Counter(
+            map(_SITE_KEY, sites)
+        ).items():
+            location = parse_location(location_text) or inherited
+            if op in CALL_OPS and target_name is not None:
+                callee_kernels, callee_ops, callee_timed = self.function(target_name, location)
+                for _ in range(n):
+                    kernels.update(callee_kernels)
+                    xla_ops.update(callee_ops)
+                    timed.update(callee_timed)
                 continue
-            if site.op in _UNCOUNTED:
+            if op in _UNCOUNTED:
                 continue
-            target = site.target if site.op.endswith("custom_call") else None
-            result = self.classifier(self.platform, site.op, target)
+            target = target_name if op.endswith("custom_call") else None
+            result = self.classifier(self.platform, op, target)
             if result.layer == "xla":
-                xla_ops[result.kind] += 1
+                xla_ops[result.kind] += n
             else:
-                kernels[(result, target or site.op, location)] += 1
+                kernels[(result, target or op, location)] += n
             if self.seconds is not None:
-                timed[(result.layer, result.library)] += self.seconds(site)  # type: ignore[assignment]
+                site = OpSite(op=op, target=target_name, location=location_text, flops=flops,
+                              bytes=moved)  # fmt: skip
+                timed[(result.layer, result.library)] += n * self.seconds(site)  # type: ignore[assignment]
         self.active.discard(name)
         self.memo[key] = (kernels, xla_ops, timed)
         return kernels, xla_ops, timed
