@@ -157,7 +157,11 @@ def census_key_parts(traced: Any) -> tuple[str, str]:
             tb = eqn.source_info.traceback
             line = memo.get(tb) if tb is not None else ""
             if line is None:
-                line = memo[tb] = _census_frame(source_info_util.user_frames(tb))
+                try:
+                    frames = source_info_util.user_frames(tb)
+                except AttributeError:  # jax < 0.7 takes the SourceInfo, not its traceback
+                    frames = source_info_util.user_frames(eqn.source_info)
+                line = memo[tb] = _census_frame(frames)
             lines.append(line)
             pending.extend(core.jaxprs_in_params(eqn.params))
     return text, "\n".join(lines)
