@@ -63,6 +63,9 @@ def _no_internal_error(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     pytester: pytest.Pytester = request.getfixturevalue("pytester")
+    # Each test's models.py is new code: older JAX would otherwise reuse another test's cached
+    # lowerings (and their source locations) for functions of the same name and shapes.
+    jax.clear_caches()
     results: list[pytest.RunResult] = []
 
     def recorded(method: Callable[..., pytest.RunResult]) -> Callable[..., pytest.RunResult]:

@@ -103,14 +103,15 @@ def test_a_moved_source_line_is_lowered_again(pytester: pytest.Pytester) -> None
     if "cuda" in lowering.present_platforms():
         pytest.skip("cuda is present here: it is lowered, never cached")
     make_project(pytester)
-    pytester.runpytest("--jaxport-report=r.json").assert_outcomes(passed=2)
+    # Fresh processes throughout: older JAX keeps a traced module's source locations
+    # in-process, across pytester's in-process runs of other tests' models.py.
+    pytester.runpytest_subprocess("--jaxport-report=r.json").assert_outcomes(passed=2)
     before = locations(report_of(pytester), "test_eigh", "cuda")
     line = MODELS.strip().splitlines().index("    return jnp.linalg.eigh(a)[0]") + 1
     assert before == [f"models.py:{line}"], before
 
     # Two lines above eigvals: its kernels move; matmuls' equations move too.
     pytester.makepyfile(models="# moved\n# down\n" + MODELS.strip() + "\n")
-    # A fresh process: older JAX keeps the edited module's previous locations in-process.
     moved = pytester.runpytest_subprocess("--jaxport-report=r.json")
     moved.assert_outcomes(passed=2)
     moved.stdout.fnmatch_lines([f"jaxport: lowered cache 0 hits, {CHECKS * absent()} misses *"])
