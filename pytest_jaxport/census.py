@@ -190,10 +190,9 @@ class _Walk:
             location = parse_location(location_text) or inherited
             if op in CALL_OPS and target_name is not None:
                 callee_kernels, callee_ops, callee_timed = self.function(target_name, location)
-                for _ in range(n):
-                    kernels.update(callee_kernels)
-                    xla_ops.update(callee_ops)
-                    timed.update(callee_timed)
+                kernels.update({k: v * n for k, v in callee_kernels.items()})
+                xla_ops.update({k: v * n for k, v in callee_ops.items()})
+                timed.update({k: v * n for k, v in callee_timed.items()})
                 continue
             if op in _UNCOUNTED:
                 continue

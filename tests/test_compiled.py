@@ -16,6 +16,7 @@ import textwrap
 from typing import Any
 
 import pytest
+from helpers import esc
 
 from pytest_jaxport.census import Census, Kernel
 from pytest_jaxport.deviceless import cuda_plugin_problem
@@ -50,9 +51,6 @@ def four_matmuls(a):
 
 CONV_ARGS = "jnp.ones((8, 32, 32, 16)), jnp.ones((3, 3, 16, 32))"
 
-
-def esc(text: str) -> str:
-    return re.sub(r"[\[\]]", lambda m: f"[{m.group()}]", text)
 
 
 def make_project(pytester: pytest.Pytester, toml: str, tests: str) -> None:

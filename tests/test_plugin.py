@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 import textwrap
 
 import pytest
+from helpers import esc, run_json
 
 from pytest_jaxport.report import without_timings
 
@@ -50,15 +50,6 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def esc(text: str) -> str:
-    """Escape fnmatch's character classes: ``[tool.jaxport]`` matches itself."""
-    return re.sub(r"[\[\]]", lambda m: f"[{m.group()}]", text)
-
-
-def run_json(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
-    result = pytester.runpytest("--jaxport-report=report.json", *args)
-    report = json.loads((pytester.path / "report.json").read_text())
-    return result, report
 
 
 def test_budget_at_true_count_passes_and_one_under_fails(project: pytest.Pytester) -> None:

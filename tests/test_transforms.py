@@ -6,7 +6,6 @@ Expected counts are derived here from JAX's own lowered text of ``jax.grad``/``j
 
 from __future__ import annotations
 
-import json
 import re
 import textwrap
 
@@ -14,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import esc, run_json
 
 from pytest_jaxport.numerics import Tolerance, default_tolerance, gradient_tolerance
 
@@ -62,15 +62,6 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def esc(text: str) -> str:
-    """Escape fnmatch's character classes: ``f[grad]`` matches itself."""
-    return re.sub(r"[\[\]]", lambda m: f"[{m.group()}]", text)
-
-
-def run_json(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
-    result = pytester.runpytest("--jaxport-report=report.json", *args)
-    report = json.loads((pytester.path / "report.json").read_text())
-    return result, report
 
 
 def checks_of(report: dict, test: str) -> dict[str, dict]:
