@@ -205,20 +205,30 @@ class Jaxport:
         lowered_for: dict[str, Any] = {}
         programs: dict[str, Program] = {}
         keyed = _KeyParts(traced)
+        # A platform not present here (and not compiled) needs only its Program: read it from
+        # the lowered-level cache when this jaxpr was lowered before, else lower all such
+        # platforms together in one multi-platform lowering.
+        keys: dict[str, str | None] = {}
+        read: dict[str, Program] = {}
+        for platform in self.platforms:
+            if platform not in present and platform not in self._compile.platforms:
+                keys[platform] = self._lowered_key(keyed, platform)
+                program = self._cached_program(keys[platform])
+                if program is not None:
+                    read[platform] = program
+        missing = [p for p in keys if p not in read]
+        together = lowering.lower_together(traced, missing) if len(missing) > 1 else None
         for platform in self.platforms:
             try:
-                # A platform not present here (and not compiled) needs only its Program: read
-                # it from the lowered-level cache when this jaxpr was lowered before.
-                key = None
-                if platform not in present and platform not in self._compile.platforms:
-                    key = self._lowered_key(keyed, platform)
-                program = self._cached_program(key)
+                program = read.get(platform)
+                if program is None and together is not None:
+                    program = together.get(platform)
+                    self._cache_program(keys.get(platform), program)
                 if program is None:
                     lowered = lowering.lower(traced, platform)
                     program = lowering.read_program(lowered)
                     lowered_for[platform] = lowered
-                    if key is not None and self._compile.lowered_cache is not None:
-                        self._compile.lowered_cache.put(key, program)
+                    self._cache_program(keys.get(platform), program)
                 programs[platform] = program
                 census = self._relative(
                     take_census(
@@ -296,6 +306,10 @@ class Jaxport:
             versions=lowering.versions(),
             settings=settings,
         )
+
+    def _cache_program(self, key: str | None, program: Program | None) -> None:
+        if key is not None and program is not None and self._compile.lowered_cache is not None:
+            self._compile.lowered_cache.put(key, program)
 
     def _cached_program(self, key: str | None) -> Program | None:
         cache = self._compile.lowered_cache

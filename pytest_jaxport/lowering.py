@@ -7,13 +7,14 @@ portable tests does not pay for it.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pytest_jaxport.census import OpSite, Program
+from pytest_jaxport.census import CALL_OPS, OpSite, Program
 from pytest_jaxport.config import TRANSFORMS
 from pytest_jaxport.cost import op_cost
 from pytest_jaxport.numerics import Leaf, Outputs
@@ -106,9 +107,15 @@ def device_kind(platform: str) -> str:
 
 def versions() -> dict[str, str]:
     """jax and jaxlib versions, for reports and cache keys."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    # importlib.metadata scans sys.path on every call (about 1.5 ms): once per process
     from importlib.metadata import version
 
-    return {"jax": version("jax"), "jaxlib": version("jaxlib")}
+    return (("jax", version("jax")), ("jaxlib", version("jaxlib")))
 
 
 def trace(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -126,6 +133,20 @@ def lower(traced: Any, platform: str) -> Any:
         raise
     except Exception as e:  # JAX raises many types here; each is a finding, not a crash
         raise LoweringFailure(describe_error(e)) from e
+
+
+def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
+    """The programs of several platforms from one multi-platform lowering (about 2x faster
+    than lowering for each), or ``None`` when JAX cannot lower them together: a rule that
+    refuses multi-platform lowering (Python callbacks, some Pallas backends) or one
+    platform's failure. Then lower for each platform: a failure is that platform's finding.
+    """
+    try:
+        lowered = traced.lower(lowering_platforms=tuple(platforms))
+        programs = read_programs(lowered, len(platforms))
+    except Exception:  # whatever went wrong, lowering per platform says it per platform
+        return None
+    return dict(zip(platforms, programs, strict=True))
 
 
 def lowering_settings() -> str:
@@ -183,20 +204,254 @@ def _census_frame(frames: Any) -> str:
 
 def read_program(lowered: Any) -> Program:
     """The ops of every function of the lowered StableHLO module, for the census."""
+    (program,) = read_programs(lowered, 1)
+    return program
+
+
+def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
+    """One :class:`Program` per platform of a lowering for ``platforms`` platforms at once.
+
+    A multi-platform lowering (``traced.lower(lowering_platforms=(p0, p1, ...))``, the form
+    ``jax.export`` uses) passes the platform's index to every function as an argument marked
+    ``jax.global_constant = "_platform_index"``, and emits ``stablehlo.case`` only where a
+    lowering rule differs per platform: cases on that index map it to a rule's index, and a
+    case on the rule's index holds each rule's ops. Program ``i`` is the module as platform
+    ``i`` runs it: every case whose index is known for ``i`` (the platform index, a scalar
+    ``i32`` constant, or a case that returns such values) is replaced by the ops of the branch
+    it takes. The module is read once; functions without such cases are shared.
+
+    A single-platform lowering (``platforms=1``) gets the same treatment: there the index
+    arrives as a constant (``lax.platform_dependent``), so both forms give the same program.
+    """
     module = lowered.compiler_ir("stablehlo")
-    functions: dict[str, tuple[OpSite, ...]] = {}
+    funcs: dict[str, Any] = {}
     public: list[str] = []
-    types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each distinct one once
     for func in module.body.operations:
         name = _symbol(func.attributes["sym_name"])
-        sites: list[OpSite] = []
-        for region in func.regions:
-            _collect(region, sites, types)
-        functions[name] = tuple(sites)
+        funcs[name] = func
         if "sym_visibility" not in func.attributes:
             public.append(name)
-    entry = "main" if "main" in functions else (public or list(functions) or ["main"])[0]
-    return Program(entry=entry, functions=functions)
+    entry = "main" if "main" in funcs else (public or list(funcs) or ["main"])[0]
+    reader = _Reader(platforms, funcs)
+    reader.read(entry, ())
+    for name in funcs:  # functions no call reaches (kept: the program lists them all)
+        reader.read(name, ())
+    functions: list[dict[str, tuple[OpSite, ...]]] = [{} for _ in range(platforms)]
+    for name in funcs:
+        for i, sites in enumerate(_project(reader.items[name], platforms)):
+            functions[i][name] = sites
+    return tuple(Program(entry=entry, functions=_reachable(entry, f)) for f in functions)
+
+
+def _reachable(
+    entry: str, functions: dict[str, tuple[OpSite, ...]]
+) -> dict[str, tuple[OpSite, ...]]:
+    """``functions`` without those no call from ``entry`` reaches (a multi-platform module
+    holds functions only another platform's branches call)."""
+    seen = {entry}
+    pending = [entry]
+    while pending:
+        for site in functions.get(pending.pop(), ()):
+            if site.op in CALL_OPS and site.target is not None and site.target not in seen:
+                seen.add(site.target)
+                pending.append(site.target)
+    if len(seen) >= len(functions):
+        return functions
+    return {name: sites for name, sites in functions.items() if name in seen}
+
+
+_PLATFORM_INDEX = '"_platform_index"'
+_SCALAR_INDEX = "tensor<i32>"
+_DENSE_INT = re.compile(r"dense<(-?\d+)>")
+
+
+@dataclass(frozen=True, slots=True)
+class _Switch:
+    """A case on a platform-dependent index: per platform, the branch it takes."""
+
+    branches: tuple[list[_Item], ...]
+    taken: tuple[int, ...]
+
+
+_Item = OpSite | _Switch
+
+
+def _project(items: list[_Item], platforms: int) -> list[tuple[OpSite, ...]]:
+    """Per platform, the sites of ``items`` with every switch resolved."""
+    if not any(isinstance(item, _Switch) for item in items):
+        shared = tuple(items)  # no switch: all OpSites
+        return [shared] * platforms  # type: ignore[list-item]
+
+    def flatten(items: list[_Item], platform: int, out: list[OpSite]) -> None:
+        for item in items:
+            if isinstance(item, _Switch):
+                flatten(item.branches[item.taken[platform]], platform, out)
+            else:
+                out.append(item)
+
+    projected = []
+    for platform in range(platforms):
+        out: list[OpSite] = []
+        flatten(items, platform, out)
+        projected.append(tuple(out))
+    return projected
+
+
+class _Reader:
+    """Reads op sites off MLIR regions, resolving cases on known (per-platform) indices."""
+
+    def __init__(self, platforms: int, funcs: Mapping[str, Any]) -> None:
+        self.platforms = platforms
+        self.funcs = funcs
+        self.index = tuple(range(platforms))
+        """What the platform-index argument holds, per platform."""
+        self.items: dict[str, list[_Item]] = {}
+        self.types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each one once
+
+    def read(self, name: str, index_arguments: Sequence[int]) -> None:
+        """Read function ``name`` (once), knowing which arguments hold the platform index.
+
+        Functions lowered from a jaxpr mark that argument (``jax.global_constant``); the
+        functions JAX emits for cached lowering rules do not, but receive it from their
+        callers: a call passes it on, so functions are read in call order from the entry.
+        """
+        if name in self.items or name not in self.funcs:
+            return
+        items: list[_Item] = []
+        self.items[name] = items  # before reading: StableHLO forbids recursion, but never loop
+        func = self.funcs[name]
+        known: dict[Any, tuple[int, ...]] = {}
+        if func.regions and func.regions[0].blocks:
+            arguments = func.regions[0].blocks[0].arguments
+            marked = set(index_arguments)
+            if "arg_attrs" in func.attributes:
+                for i, attrs in enumerate(func.attributes["arg_attrs"]):
+                    if _PLATFORM_INDEX in str(attrs):
+                        marked.add(i)
+            for i in marked:
+                if i < len(arguments):
+                    known[arguments[i]] = self.index
+        for region in func.regions:
+            self.collect(region, items, known)
+
+    def type_texts(self, values: Any) -> list[str]:
+        types = self.types
+        texts = []
+        for value in values:
+            kind = value.type
+            text = types.get(kind)
+            if text is None:
+                text = types[kind] = str(kind)
+            texts.append(text)
+        return texts
+
+    def collect(self, region: Any, items: list[_Item], known: dict[Any, tuple[int, ...]]) -> None:
+        """Append the sites of ``region`` to ``items``; ``known`` maps values whose content
+        is a known ``i32`` per platform to those values (updated as constants are read)."""
+        append = items.append
+        for block in region.blocks:
+            for op in block.operations:
+                operation = op.operation
+                name = operation.name
+                if name == "stablehlo.case":
+                    index = known.get(operation.operands[0])
+                    if index is not None:
+                        self.resolve_case(operation, index, items, known)
+                        continue
+                target = None
+                attributes = operation.attributes
+                if name == "stablehlo.custom_call":
+                    target = _symbol(attributes["call_target_name"])
+                elif name in ("func.call", "call"):
+                    target = _symbol(attributes["callee"])
+                    if self.platforms > 1:
+                        self.read(target, [
+                            i for i, value in enumerate(operation.operands)
+                            if known.get(value) == self.index
+                        ])  # fmt: skip
+                results = self.type_texts(operation.results)
+                if name == "stablehlo.constant" and results == [_SCALAR_INDEX]:
+                    value = _DENSE_INT.fullmatch(str(attributes["value"]).split(" :")[0])
+                    if value is not None:
+                        known[operation.results[0]] = (int(value.group(1)),) * self.platforms
+                flops, moved = op_cost(
+                    name,
+                    target,
+                    self.type_texts(operation.operands),
+                    results,
+                    _cost_attributes(name, attributes),
+                )
+                append(
+                    OpSite(
+                        op=name,
+                        target=target,
+                        location=str(operation.location) if _keeps_location(name) else None,
+                        flops=flops,
+                        bytes=moved,
+                    )
+                )
+                if name not in _REDUCER_OPS:
+                    for nested in operation.regions:
+                        self.collect(nested, items, known)
+
+    def resolve_case(
+        self,
+        operation: Any,
+        index: tuple[int, ...],
+        items: list[_Item],
+        known: dict[Any, tuple[int, ...]],
+    ) -> None:
+        """A case whose index is known: only the branch each platform takes, without its
+        ``stablehlo.return`` (the ops run inline); its results are known where every taken
+        branch returns known values."""
+        regions = list(operation.regions)
+        last = len(regions) - 1
+        # StableHLO: an index outside [0, N) takes the last branch
+        taken = tuple(i if 0 <= i <= last else last for i in index)
+        branches: list[list[_Item]] = []
+        returned: list[list[tuple[int, ...] | None]] = []
+        for number, region in enumerate(regions):
+            if number not in taken:
+                branches.append([])
+                returned.append([])
+                continue
+            branch: list[_Item] = []
+            self.collect(region, branch, known)
+            terminator = _terminator(region)
+            if branch and isinstance(branch[-1], OpSite) and branch[-1].op == "stablehlo.return":
+                branch.pop()
+            branches.append(branch)
+            returned.append(
+                [known.get(v) for v in terminator.operands] if terminator is not None else []
+            )
+        for position, result in enumerate(operation.results):
+            values = []
+            for platform, branch_number in enumerate(taken):
+                branch_values = returned[branch_number]
+                value = branch_values[position] if position < len(branch_values) else None
+                if value is None:
+                    break
+                values.append(value[platform])
+            else:
+                known[result] = tuple(values)
+        if all(
+            isinstance(item, OpSite) and item.op == "stablehlo.constant"
+            for number in set(taken)
+            for item in branches[number]
+        ):
+            return  # the index plumbing of lowering rules that differ per platform
+        if len(set(taken)) == 1:
+            items.extend(branches[taken[0]])
+        else:
+            items.append(_Switch(branches=tuple(branches), taken=taken))
+
+
+def _terminator(region: Any) -> Any:
+    for block in region.blocks:
+        operations = list(block.operations)
+        if operations:
+            return operations[-1].operation
+    return None
 
 
 def _symbol(attribute: Any) -> str:
@@ -221,50 +476,6 @@ def _keeps_location(name: str) -> bool:
     if name in ("stablehlo.custom_call", "func.call", "call"):
         return True
     return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
-
-
-def _type_texts(values: Any, types: dict[Any, str]) -> list[str]:
-    texts = []
-    for value in values:
-        kind = value.type
-        text = types.get(kind)
-        if text is None:
-            text = types[kind] = str(kind)
-        texts.append(text)
-    return texts
-
-
-def _collect(region: Any, sites: list[OpSite], types: dict[Any, str]) -> None:
-    append = sites.append
-    for block in region.blocks:
-        for op in block.operations:
-            operation = op.operation
-            name = operation.name
-            target = None
-            attributes = operation.attributes
-            if name == "stablehlo.custom_call":
-                target = _symbol(attributes["call_target_name"])
-            elif name in ("func.call", "call"):
-                target = _symbol(attributes["callee"])
-            flops, moved = op_cost(
-                name,
-                target,
-                _type_texts(operation.operands, types),
-                _type_texts(operation.results, types),
-                _cost_attributes(name, attributes),
-            )
-            append(
-                OpSite(
-                    op=name,
-                    target=target,
-                    location=str(operation.location) if _keeps_location(name) else None,
-                    flops=flops,
-                    bytes=moved,
-                )
-            )
-            if name not in _REDUCER_OPS:
-                for nested in operation.regions:
-                    _collect(nested, sites, types)
 
 
 def _cost_attributes(name: str, attributes: Any) -> dict[str, str]:

@@ -1,0 +1,195 @@
+"""One multi-platform lowering read per platform equals lowering for each platform.
+
+Platforms not present here are lowered together (``traced.lower(lowering_platforms=(...))``)
+and ``lowering.read_programs`` projects the module onto each platform by resolving the cases
+on the platform index. Every function below is lowered both ways with real JAX; the census
+and the counted op sites must agree exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import run_json
+from jax import lax
+
+from pytest_jaxport import lowering
+from pytest_jaxport.census import _UNCOUNTED, Program, parse_location, take_census
+
+PLATFORMS = ("cuda", "rocm", "tpu")
+
+a = np.full((8, 8), 0.5, np.float32) + 8 * np.eye(8, dtype=np.float32)
+v = np.linspace(0.0, 1.0, 16, dtype=np.float32)
+
+
+def mlp(x):
+    w = jnp.ones((8, 16))
+    return jax.nn.relu(x @ w) @ w.T
+
+
+def solve_grad(x):
+    return jax.grad(lambda m: jnp.linalg.solve(m, m).sum())(x)
+
+
+def per_platform_sine(x):
+    return lax.platform_dependent(x, cpu=jnp.sin, cuda=jnp.cos, default=jnp.tanh)
+
+
+def per_platform_in_scan(x):
+    def body(carry, _):
+        return lax.platform_dependent(carry, tpu=jnp.cos, default=jnp.sin) @ carry, None
+
+    return lax.scan(body, x, None, length=3)[0]
+
+
+def per_platform_in_nested_jit(x):
+    inner = jax.jit(lambda y: lax.platform_dependent(y, rocm=jnp.cos, default=jnp.sin) @ y)
+    return jax.jit(inner)(x) + 1
+
+
+def branches(x):
+    return lax.cond(x.sum() > 0, jnp.sin, jnp.cos, x)
+
+
+def while_matmul(x):
+    return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] @ c[1]), (0, x))[1]
+
+
+def ffi_kernel(x):
+    return jax.ffi.ffi_call("my_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+CASES = {
+    "mlp": (mlp, (a,)),
+    "solve": (jnp.linalg.solve, (a, a)),
+    "solve_grad": (solve_grad, (a,)),
+    "eigh": (jnp.linalg.eigh, (a,)),
+    "qr": (jnp.linalg.qr, (a,)),
+    "cholesky": (jnp.linalg.cholesky, (a,)),
+    "svd": (jnp.linalg.svd, (a,)),
+    "lu": (jax.scipy.linalg.lu, (a,)),
+    "vmap_solve": (jax.vmap(jnp.linalg.solve), (np.stack([a, a]), np.stack([a, a]))),
+    "rfft": (jnp.fft.rfft, (v,)),
+    "sort": (jnp.sort, (v,)),
+    "top_k": (lambda x: lax.top_k(x, 3), (v,)),
+    "cumsum": (jnp.cumsum, (v,)),
+    "random": (lambda k: jax.random.normal(k, (4,)), (jax.random.key(0),)),
+    "conv": (
+        lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME"),
+        (np.ones((1, 2, 8, 8), np.float32), np.ones((4, 2, 3, 3), np.float32)),
+    ),
+    "cond": (branches, (a,)),
+    "while": (while_matmul, (a,)),
+    "remat_grad": (jax.grad(jax.checkpoint(lambda x: jnp.sin(x @ x).sum())), (a,)),
+    "platform_dependent": (per_platform_sine, (a,)),
+    "platform_dependent_in_scan": (per_platform_in_scan, (a,)),
+    "platform_dependent_in_nested_jit": (per_platform_in_nested_jit, (a,)),
+    "ffi": (ffi_kernel, (a,)),
+}
+
+
+def _lower(traced, platforms):
+    # one call site for both forms: JAX records the lowering's caller in some locations
+    return traced.lower(lowering_platforms=platforms)
+
+
+def _counted(program: Program) -> dict[str, tuple]:
+    """The sites a census counts, with each location reduced to the line it reports."""
+    return {
+        name: tuple(
+            dataclasses.replace(site, location=str(parse_location(site.location)))
+            for site in sites
+            if site.op not in _UNCOUNTED
+        )
+        for name, sites in program.functions.items()
+    }
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_projection_equals_lowering_per_platform(case: str) -> None:
+    fn, args = CASES[case]
+    traced = lowering.trace(fn, args, {})
+    together = lowering.read_programs(_lower(traced, PLATFORMS), len(PLATFORMS))
+    assert len(together) == len(PLATFORMS)
+    for platform, projected in zip(PLATFORMS, together, strict=True):
+        alone = lowering.read_program(_lower(traced, (platform,)))
+        assert take_census(projected, platform) == take_census(alone, platform), platform
+        assert _counted(projected) == _counted(alone), platform
+
+
+def test_each_platform_gets_its_own_branch() -> None:
+    traced = lowering.trace(per_platform_sine, (a,), {})
+    programs = lowering.lower_together(traced, PLATFORMS)
+    assert programs is not None
+    ops = {
+        platform: {site.op for sites in program.functions.values() for site in sites}
+        for platform, program in programs.items()
+    }
+    assert "stablehlo.cosine" in ops["cuda"]
+    assert "stablehlo.tanh" in ops["rocm"]
+    assert "stablehlo.tanh" in ops["tpu"]
+    assert "stablehlo.cosine" not in ops["rocm"] | ops["tpu"]
+    assert all("stablehlo.case" not in found for found in ops.values())
+
+
+def test_vendor_calls_differ_per_platform() -> None:
+    traced = lowering.trace(jnp.linalg.solve, (a, a), {})
+    programs = lowering.lower_together(traced, PLATFORMS)
+    assert programs is not None
+    libraries = {p: take_census(programs[p], p).libraries() for p in PLATFORMS}
+    assert "cusolver" in libraries["cuda"]
+    assert "hipsolver" in libraries["rocm"]
+    assert not any("solver" in library for library in libraries["tpu"])
+
+
+def test_a_user_cond_keeps_both_branches() -> None:
+    traced = lowering.trace(branches, (a,), {})
+    programs = lowering.lower_together(traced, PLATFORMS)
+    assert programs is not None
+    for program in programs.values():
+        ops = [site.op for sites in program.functions.values() for site in sites]
+        assert "stablehlo.case" in ops
+        assert "stablehlo.sine" in ops
+        assert "stablehlo.cosine" in ops
+
+
+def test_what_cannot_lower_together_is_lowered_per_platform() -> None:
+    def callback(x):
+        return jax.pure_callback(lambda y: y, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    traced = lowering.trace(callback, (a,), {})
+    with pytest.raises(NotImplementedError):
+        traced.lower(lowering_platforms=PLATFORMS)  # JAX refuses Python callbacks here
+    assert lowering.lower_together(traced, PLATFORMS) is None
+
+
+def test_fallback_reports_each_platform_through_the_plugin(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import jax, jax.numpy as jnp, pytest
+
+        def callback(x):
+            out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+            return jax.pure_callback(lambda y: y, out, x)
+
+        @pytest.mark.portable
+        def test_callback(jaxport):
+            jaxport.check(callback, jnp.ones(3))
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    [test] = report["tests"]
+    [probe] = test["checks"]
+    platforms = probe["platforms"]
+    assert set(platforms) == {"cpu", "cuda", "rocm", "tpu"}
+    for platform in PLATFORMS:
+        # lowered alone, each platform fails on its own account (not on the multi-platform
+        # lowering JAX refuses for callbacks), and says so
+        error = platforms[platform]["error"]
+        assert f"lowering platform {platform}" in error
+        assert "multi-platform" not in error
