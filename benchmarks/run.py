@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -102,7 +103,14 @@ def _session(folder: Path, mode: str, extra: list[str]) -> dict[str, Any]:
             f"pytest in {folder} ({mode}) exited {done.returncode}:\n"
             f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
-    return {"wall_s": wall, "cpu_s": cpu, "rc": done.returncode, "summary": summary}
+    jaxport_lines = [line.strip() for line in lines if line.startswith("jaxport:")]
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "rc": done.returncode,
+        "summary": summary,
+        "jaxport_lines": jaxport_lines,
+    }
 
 
 def suite_overhead(
@@ -254,7 +262,7 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
 # -- main -----------------------------------------------------------------------------------
 
 
-ALL_PARTS = ("suite", "demo", "breakdown", "scale", "profile", "whatif", "compiled")
+ALL_PARTS = ("suite", "demo", "breakdown", "scale", "profile", "whatif", "compiled", "cuda")
 DEFAULT_PARTS = "suite,demo,breakdown,scale,profile,whatif"
 
 
@@ -269,13 +277,22 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         default=DEFAULT_PARTS,
         help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {DEFAULT_PARTS}; "
-        "'compiled' times the generated suite with --jaxport-compile=cpu, cold and warm cache)",
+        "'compiled' times the generated suite with --jaxport-compile=cpu, cold and warm cache; "
+        "'cuda' times --jaxport-compile=cuda deviceless, suite and per case: needs "
+        "jax-cuda12-plugin and JAX_PLATFORMS=cpu)",
     )
     options = parser.parse_args(argv)
     parts = set(options.parts.split(","))
     unknown = parts - set(ALL_PARTS)
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(ALL_PARTS)}")
+    if "cuda" in parts:
+        import compiled_cuda
+
+        problem = compiled_cuda.plugin_problem()
+        if problem:
+            print(f"benchmarks/run.py: {problem}", file=sys.stderr)
+            return 2
     quick = options.quick
     suite_reps = options.reps or (2 if quick else 5)
     demo_reps = options.reps or 3
@@ -333,6 +350,27 @@ def main(argv: list[str] | None = None) -> int:
                 Path(tmp),
                 ["--jaxport-compile=cpu"],
             )
+    if "cuda" in parts:
+        import compiled_cuda
+
+        results["compiled_cuda"] = part = {
+            "target": compiled_cuda.default_target(),
+            "plugin_versions": compiled_cuda.plugin_versions(),
+            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
+            "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+            "toolchain": compiled_cuda.toolchain(),
+        }
+        with tempfile.TemporaryDirectory(prefix="jaxport-bench-cuda-") as tmp:
+            log(f"6. generated suite, plain / default / --jaxport-compile=cuda, {suite_reps} reps")
+            sessions = functools.partial(
+                compiled_cuda.suite, session=_session, clear=_clear, write_suite=write_suite, log=log
+            )
+            part["suite"] = stage("cuda suite", sessions, cases, suite_reps, Path(tmp))
+        log("6. cuda fixed costs (fresh interpreters)")
+        part["fixed_costs_s"] = stage("cuda fixed costs", compiled_cuda.fixed_costs)
+        reps = 2 if quick else 5
+        log(f"6. cuda per case, {len(cases)} cases x {reps} reps")
+        part["per_case"] = stage("cuda per case", compiled_cuda.per_case, cases, reps)
     if parts & {"breakdown", "scale", "profile", "whatif"}:
         results["fixed_costs_s"] = stage("fixed_costs", fixed_costs)
         import inprocess  # imports jax: only now
@@ -391,6 +429,31 @@ def summary(results: dict[str, Any]) -> str:
         )
         for k, v in b["grouped_share"].items():
             lines.append(f"  {k:55s} {b['grouped_total_s'][k]:8.3f}s {v:6.1%}")
+    cuda = results.get("compiled_cuda") or {}
+    s = cuda.get("suite") or {}
+    if "ratios" in s:
+        for state in ("cold", "warm"):
+            r, added = s["ratios"], s["added_per_test_ms"]
+            lines.append(
+                f"cuda suite {state}: cuda/plain {r[f'cuda/plain {state}']['wall']:.3f} "
+                f"(cpu {r[f'cuda/plain {state}']['cpu']:.3f}), cuda/default "
+                f"{r[f'cuda/default {state}']['wall']:.3f}, default/plain "
+                f"{r[f'default/plain {state}']['wall']:.3f}; cuda adds "
+                f"{added[f'cuda-plain {state}']:.0f} ms/test over plain, "
+                f"{added[f'cuda-default {state}']:.0f} ms/test over default"
+            )
+        for key, counts in s["cache"].items():
+            lines.append(f"  {key} cache: {counts}")
+    p = cuda.get("per_case") or {}
+    if "total_s" in p:
+        lines.append(
+            f"cuda per case: deviceless compile / cpu compile "
+            f"{p['cuda_compile_over_cpu_compile_total']:.2f}x; compile_deviceless end to end "
+            f"{p['e2e_per_check_ms']:.0f} ms/check, cache hit {p['hit_per_check_ms']:.1f} ms/check"
+        )
+    for name, part in cuda.items():
+        if isinstance(part, dict) and "error" in part:
+            lines.append(f"cuda {name}: {part['error']}")
     for k, v in results.get("verdicts", {}).items():
         lines.append(f"{'PASS' if v['pass'] else 'FAIL'} {k}: {v}")
     return "\n".join(lines)

@@ -145,7 +145,150 @@ def whatif(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _counts(values: list[Any]) -> str:
+    """``0`` when every repetition printed 0, ``11`` when all 11, else the list."""
+    if not values or all(v is None for v in values):
+        return "–"
+    return str(values[0]) if len(set(values)) == 1 else "/".join(str(v) for v in values)
+
+
+def compiled_cuda(results: dict[str, Any]) -> list[str]:
+    c = results.get("compiled_cuda")
+    if not c:
+        return []
+    versions = ", ".join(f"{k} {v}" for k, v in c.get("plugin_versions", {}).items() if v)
+    lines = [
+        f"Deviceless CUDA compile against the `{c.get('target')}` description "
+        f"({versions}; JAX_PLATFORMS={c.get('JAX_PLATFORMS')}; "
+        + ", ".join(f"{k}: {v}" for k, v in c.get("toolchain", {}).items() if "version" in k and v)
+        + ").",
+        "",
+    ]
+    s = c.get("suite") or {}
+    if "error" in s:
+        lines += [f"suite: {s['error']}", ""]
+    elif "medians" in s:
+        m, cache = s["medians"], s["cache"]
+        lines += [
+            f"Generated suite, {s['tests']} tests, {s['reps']} interleaved reps (medians):",
+            "",
+            "| side | cold wall s | cold CPU s | warm wall s | warm CPU s | warm / cold (cpu) "
+            "| compiled cache hits / misses, cold | warm | lowered cache hits / misses, cold "
+            "| warm |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        labels = {
+            "plain": "plain `jit` (`-p no:jaxport -p jaxport_plain`)",
+            "default": "jaxport default (lowered only)",
+            "cuda": "jaxport `--jaxport-compile=cuda`",
+        }
+        for side, label in labels.items():
+            cold, warm = m[f"{side}_cold"], m[f"{side}_warm"]
+            r = s["ratios"][f"{side} warm/cold"]
+            cells = []
+            for level in ("compiled", "lowered"):
+                for state in ("cold", "warm"):
+                    got = cache.get(f"{side}_{state}", {})
+                    hits, misses = got.get(f"{level}_hits"), got.get(f"{level}_misses")
+                    cells.append(
+                        "–" if hits is None else f"{_counts(hits)} / {_counts(misses)}"
+                    )
+            lines.append(
+                f"| {label} | {cold['wall_s']:.2f} | {cold['cpu_s']:.2f} | {warm['wall_s']:.2f} "
+                f"| {warm['cpu_s']:.2f} | {r['wall']:.3f} ({r['cpu']:.3f}) | " + " | ".join(cells) + " |"
+            )
+        lines += [
+            "",
+            "| ratio | **cold** wall (CPU, paired) | added / test, cold | **warm** wall (CPU, "
+            "paired) | added / test, warm |",
+            "|---|---|---|---|---|",
+        ]
+        for a, b in (("default", "plain"), ("cuda", "plain"), ("cuda", "default")):
+            cells = []
+            for state in ("cold", "warm"):
+                r = s["ratios"][f"{a}/{b} {state}"]
+                cells.append(
+                    f"**{r['wall']:.3f}** ({r['cpu']:.3f}, {r['paired_wall_median']:.3f}) "
+                    f"| {s['added_per_test_ms'][f'{a}-{b} {state}']:.0f} ms"
+                )
+            lines.append(f"| {a} / {b} | " + " | ".join(cells) + " |")
+        if s.get("failed_sessions"):
+            lines += ["", "Sessions with failures: " + "; ".join(s["failed_sessions"])]
+        lines.append("")
+    f = c.get("fixed_costs_s") or {}
+    if "median_s" in f:
+        lines += [
+            "Per process (fresh interpreter, median of 3; a session pays these once):",
+            "",
+            "| step | ms |",
+            "|---|---|",
+        ]
+        lines += [f"| {k} | {_ms(v)} |" for k, v in f["median_s"].items()]
+        lines.append("")
+    p = c.get("per_case") or {}
+    if "error" in p:
+        lines.append(f"per case: {p['error']}")
+    elif "median_s" in p:
+        n = len(p["cases"])
+        t = p["total_s"]
+        lines += [
+            f"Per case, in-process ({n} cases x {p['reps']} reps, medians; `jax.clear_caches()` "
+            f"before each): a deviceless CUDA compile is **{p['cuda_compile_over_cpu_compile_total']:.2f}x** "
+            f"the cpu compile of the same function (CPU time "
+            f"{p['cuda_compile_over_cpu_compile_total_cpu']:.2f}x); `lowering.compile_deviceless` "
+            f"end to end **{p['e2e_per_check_ms']:.0f} ms per check** on a cache miss, "
+            f"**{p['hit_per_check_ms']:.1f} ms** on a hit (key + read + census).",
+            "",
+            "| case | cpu lower ms | cpu compile ms | cuda lower ms | **cuda compile ms** "
+            "| cuda / cpu compile (CPU time) | cuda text+parse+census+put ms | compile_deviceless e2e ms "
+            "| cache hit ms | compiled sites cpu / cuda |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        from_stage = {
+            "cpu lower": "cpu: trace+lower",
+            "cpu compile": "cpu: compile",
+            "cuda lower": "cuda: trace+lower (deviceless)",
+            "cuda compile": "cuda: compile (deviceless)",
+            "cuda census": "cuda: HLO text+parse+census+cache put",
+            "e2e": "cuda: lowering.compile_deviceless (end to end)",
+            "hit": "cuda: cache hit (key+get+census)",
+        }
+
+        def row(label: str, get: Any, ratio: float, ratio_cpu: float, sites: str) -> str:
+            cells = [_ms(get(from_stage[k])) for k in ("cpu lower", "cpu compile", "cuda lower")]
+            return (
+                f"| {label} | " + " | ".join(cells) + f" | **{_ms(get(from_stage['cuda compile']))}** "
+                f"| {ratio:.2f} ({ratio_cpu:.2f}) | {_ms(get(from_stage['cuda census']))} "
+                f"| {_ms(get(from_stage['e2e']))} | {_ms(get(from_stage['hit']))} | {sites} |"
+            )
+
+        for case in p["cases"]:
+            site = p["compiled_sites"].get(case, {})
+            lines.append(
+                row(
+                    case,
+                    p["median_s"][case].__getitem__,
+                    p["cuda_compile_over_cpu_compile"][case],
+                    p["median_cpu_s"][case][from_stage["cuda compile"]]
+                    / p["median_cpu_s"][case][from_stage["cpu compile"]],
+                    f"{site.get('cpu compiled sites')} / {site.get('cuda compiled sites')}",
+                )
+            )
+        lines.append(
+            row(
+                f"**total ({n})**",
+                t.__getitem__,
+                p["cuda_compile_over_cpu_compile_total"],
+                p["cuda_compile_over_cpu_compile_total_cpu"],
+                "",
+            )
+        )
+    return lines
+
+
 def verdicts(results: dict[str, Any]) -> list[str]:
+    if not results.get("verdicts"):
+        return []
     lines = ["| target | measured | verdict |", "|---|---|---|"]
     for name, v in results.get("verdicts", {}).items():
         shown = {k: val for k, val in v.items() if k != "pass"}
@@ -175,6 +318,7 @@ def main(paths: list[str]) -> None:
             ("per-check breakdown", breakdown),
             ("scale", scale),
             ("what-if", whatif),
+            ("compiled level, deviceless CUDA", compiled_cuda),
             ("targets", verdicts),
         ):
             body = part(results)
