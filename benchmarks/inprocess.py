@@ -1,4 +1,4 @@
-"""In-process measurements: per-check breakdown, scale, profile and what-if variants.
+"""In-process measurements: per-check breakdown, scale and profile.
 
 Everything here calls pytest-jaxport's own functions the way ``fixture.Jaxport.check`` does
 (``lowering.trace`` once, then per platform ``lowering.lower`` + ``lowering.read_program`` +
@@ -23,7 +23,6 @@ from typing import Any
 
 import jax
 import models
-import whatif
 
 from pytest_jaxport import census as census_mod
 from pytest_jaxport import lowering, numerics, targets
@@ -110,22 +109,29 @@ def _jaxport_instance(rootdir: Path) -> Any:
 
 
 def _staged_check(fn: Any, args: tuple[Any, ...], clock: Clock, key: str) -> None:
-    """fixture.check, stage by stage, timing each (default config: 4 platforms, cpu present)."""
+    """fixture.check, stage by stage, timing each (default config: 4 platforms, cpu present,
+    a cold lowered cache: the absent platforms are keyed, lowered together and read once)."""
     classifier = session_classifier()
     t, traced = _timed(lambda: lowering.trace(fn, args, {}))
     clock.add(key, "trace", t)
-    lowered_cpu = None
-    for platform in PLATFORMS:
-        t, lowered = _timed(lambda p=platform: lowering.lower(traced, p))
-        clock.add(key, f"lower:{platform}", t)
-        t, program = _timed(lambda lo=lowered: lowering.read_program(lo))
-        clock.add(key, f"read_program:{platform}", t)
+    t, lowered_cpu = _timed(lambda: lowering.lower(traced, "cpu"))
+    clock.add(key, "lower:cpu", t)
+    t, program = _timed(lambda: lowering.read_program(lowered_cpu))
+    clock.add(key, "read_program:cpu", t)
+    t, _ = _timed(lambda: census_mod.take_census(program, "cpu", classifier=classifier))
+    clock.add(key, "census:cpu", t)
+    absent = PLATFORMS[1:]
+    t, _ = _timed(lambda: lowering.census_key_parts(traced))
+    clock.add(key, "cache key", t)
+    t, together = _timed(lambda: traced.lower(lowering_platforms=absent))
+    clock.add(key, "lower:together", t)
+    t, programs = _timed(lambda: lowering.read_programs(together, len(absent)))
+    clock.add(key, "read_program:together", t)
+    for platform, read in zip(absent, programs, strict=True):
         t, _ = _timed(
-            lambda pr=program, p=platform: census_mod.take_census(pr, p, classifier=classifier)
+            lambda pr=read, p=platform: census_mod.take_census(pr, p, classifier=classifier)
         )
         clock.add(key, f"census:{platform}", t)
-        if platform == "cpu":
-            lowered_cpu = lowered
     # lowering.execute on the default platform: lowered.compile()(*args), block, to_outputs.
     t, compiled = _timed(lambda: lowered_cpu.compile())
     clock.add(key, "compile:cpu", t)
@@ -179,7 +185,12 @@ def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
     per_case = clock.medians()
     stage_names = [
         "trace",
-        *(f"{s}:{p}" for p in PLATFORMS for s in ("lower", "read_program", "census")),
+        "lower:cpu",
+        "read_program:cpu",
+        "cache key",
+        "lower:together",
+        "read_program:together",
+        *(f"census:{p}" for p in PLATFORMS),
         "compile:cpu",
         "execute:cpu",
         "to_outputs",
@@ -193,8 +204,10 @@ def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
     grouped = {
         "trace": totals["trace"],
         "lower cpu": totals["lower:cpu"],
-        "lower cuda+rocm+tpu": sum(totals[f"lower:{p}"] for p in PLATFORMS[1:]),
-        "read_program (4 platforms)": sum(totals[f"read_program:{p}"] for p in PLATFORMS),
+        "lowered-cache key (jaxpr text, source lines)": totals["cache key"],
+        "lower cuda+rocm+tpu (together)": totals["lower:together"],
+        "read_program (cpu, and cuda+rocm+tpu once)": totals["read_program:cpu"]
+        + totals["read_program:together"],
         "census (4 platforms)": sum(totals[f"census:{p}"] for p in PLATFORMS),
         "compile cpu": totals["compile:cpu"],
         "execute cpu": totals["execute:cpu"],
@@ -241,7 +254,8 @@ def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
 
 
 def _ops(program: Any) -> int:
-    return sum(len(sites) for sites in program.functions.values())
+    """Op sites of a program, identical ops counted each (read_program groups them)."""
+    return sum(getattr(site, "count", 1) for sites in program.functions.values() for site in sites)
 
 
 def _weighted(census: Any) -> int:
@@ -268,6 +282,10 @@ def scale(layers: list[int], reps: int) -> dict[str, Any]:
     built = {c: models.transformer(c[2], c[0], c[1]) for c in configs}
     clock = Clock()
     counts: dict[str, dict[str, int]] = {}
+    # The session's classifier lives for the whole pytest run (JaxportSession.classifier):
+    # after the first check, each distinct op is already classified. "census (fresh
+    # classifier)" is the first check of a session, which classifies every distinct op.
+    shared = session_classifier()
     for rep in range(reps):
         order = configs if rep % 2 == 0 else list(reversed(configs))
         for config in order:
@@ -284,19 +302,15 @@ def scale(layers: list[int], reps: int) -> dict[str, Any]:
             t, census = _timed(
                 lambda: census_mod.take_census(program, "cpu", classifier=classifier)
             )
+            clock.add(key, "census (fresh classifier)", t)
+            t, census = _timed(lambda: census_mod.take_census(program, "cpu", classifier=shared))
             clock.add(key, "census", t)
-            t, lean = _timed(lambda: whatif.read_program_lean(lowered))
-            clock.add(key, "what-if lean read", t)
-            classifier = session_classifier()
-            t, lazy = _timed(lambda: whatif.take_census_lazy(lean, "cpu", classifier=classifier))
-            clock.add(key, "what-if lazy census", t)
             counts[key] = {
-                "what-if census identical": lazy == census,
                 "static_ops": _ops(program),
                 "weighted_ops": _weighted(census),
                 "functions": len(program.functions),
             }
-            del traced, lowered, program, lean
+            del traced, lowered, program
     med = clock.medians()
     cpu = clock.cpu_medians()
     rows = []
@@ -305,11 +319,8 @@ def scale(layers: list[int], reps: int) -> dict[str, Any]:
         r = {"form": f, "mode": m, "layers": n, **counts[key], **med[key]}
         r.update({f"{stage} [cpu]": v for stage, v in cpu[key].items()})
         r["census_share_of_lower"] = r["census"] / r["lower"]
+        r["fresh_census_share_of_lower"] = r["census (fresh classifier)"] / r["lower"]
         r["read_census_share_of_lower"] = (r["census"] + r["read_program"]) / r["lower"]
-        r["what-if census share"] = r["what-if lazy census"] / r["lower"]
-        r["what-if read+census share"] = (
-            r["what-if lazy census"] + r["what-if lean read"]
-        ) / r["lower"]
         rows.append(r)
     linearity = []
     for f in ("loop", "scan"):
@@ -401,53 +412,3 @@ def _short(file: str) -> str:
         if marker in file:
             return file.split(marker, 1)[1]
     return file
-
-
-# -- what-if: candidate optimisations, measured on this machine ------------------------------
-
-
-def whatifs(configs: list[tuple[str, str, int]], cases: list[str], reps: int) -> dict[str, Any]:
-    """Current code vs. the candidate optimisations in whatif.py, same inputs, interleaved."""
-    subjects: list[tuple[str, Any, tuple[Any, ...]]] = [
-        (f"transformer {f}/{m}/{n}", *models.transformer(n, f, m)) for f, m, n in configs
-    ] + [(name, *models.CASES[name]()) for name in cases]
-    clock = Clock()
-    checks: dict[str, bool] = {}
-    for rep in range(reps):
-        for label, fn, args in subjects if rep % 2 == 0 else list(reversed(subjects)):
-            _fresh()
-            traced = lowering.trace(fn, args, {})
-            t, _ = _timed(lambda: [lowering.lower(traced, p) for p in PLATFORMS[1:]])
-            clock.add(label, "lower cuda, rocm, tpu separately", t)
-            _fresh()
-            traced = lowering.trace(fn, args, {})
-            t, _ = _timed(lambda: whatif.lower_multi(traced, PLATFORMS[1:]))
-            clock.add(label, "lower cuda+rocm+tpu in one multi-platform module", t)
-            # A warm-run cache key must be computed before lowering: the jaxpr's text is one.
-            t, _ = _timed(lambda: whatif.jaxpr_key(traced))
-            clock.add(label, "cache key: sha256 of the jaxpr text", t)
-            for platform in ("cpu", "cuda"):
-                lowered = lowering.lower(traced, platform)
-                t, program = _timed(lambda: lowering.read_program(lowered))
-                clock.add(label, f"read_program {platform}", t)
-                t, lean = _timed(lambda: whatif.read_program_lean(lowered))
-                clock.add(label, f"lean read {platform}", t)
-                t, current = _timed(
-                    lambda: census_mod.take_census(
-                        program, platform, classifier=session_classifier()
-                    )
-                )
-                clock.add(label, f"census {platform}", t)
-                t, fast = _timed(
-                    lambda: whatif.take_census_lazy(
-                        lean, platform, classifier=session_classifier()
-                    )
-                )
-                clock.add(label, f"lazy census on lean read {platform}", t)
-                checks[f"{label} {platform}"] = current == fast
-    return {
-        "subjects": [s[0] for s in subjects],
-        "reps": reps,
-        "median_s": clock.medians(),
-        "same_census": checks,
-    }

@@ -65,9 +65,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "python": sys.version.split()[0],
-        "versions": {
-            p: version(p) for p in ("jax", "jaxlib", "pytest", "pytest-jaxport", "numpy")
-        },
+        "versions": {p: version(p) for p in ("jax", "jaxlib", "pytest", "pytest-jaxport", "numpy")},
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_head": git("rev-parse", "HEAD"),
         "git_dirty_files": len(git("status", "--porcelain").splitlines()),
@@ -89,7 +87,9 @@ def _clear(folder: Path) -> None:
 
 def _session(folder: Path, mode: str, extra: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "pytest", "-q", "-rN", *(PLAIN_ARGS if mode == "b" else extra)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
@@ -225,7 +225,9 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
             fits = [
                 e[key]
                 for e in scale["linearity"]
-                for key in ["census_fit_per_2x_ops" if "cpu" not in clock else "census [cpu]_fit_per_2x_ops"]
+                for key in [
+                    "census_fit_per_2x_ops" if "cpu" not in clock else "census [cpu]_fit_per_2x_ops"
+                ]
                 if e.get(key) is not None
             ]
             if steps:
@@ -244,26 +246,25 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
             "value_median": round(statistics.median(shares), 4),
             "pass": max(shares) < limit,
         }
+        fresh = [r["fresh_census_share_of_lower"] for r in scale["rows"]]
+        out[f"[first check of a session: fresh classifier] census / lowering < {limit}"] = {
+            "value_max": round(max(fresh), 4),
+            "value_median": round(statistics.median(fresh), 4),
+            "pass": max(fresh) < limit,
+        }
         out[f"(census + read_program) / lowering (cpu) < {limit}"] = {
             "value_max": round(max(both), 4),
             "value_median": round(statistics.median(both), 4),
             "pass": max(both) < limit,
         }
-        for what in ("what-if census share", "what-if read+census share"):
-            values = [r[what] for r in scale["rows"]]
-            out[f"[{what}] < {limit} (benchmarks/whatif.py, not the plugin)"] = {
-                "value_max": round(max(values), 4),
-                "value_median": round(statistics.median(values), 4),
-                "pass": max(values) < limit,
-            }
     return out
 
 
 # -- main -----------------------------------------------------------------------------------
 
 
-ALL_PARTS = ("suite", "demo", "breakdown", "scale", "profile", "whatif", "compiled", "cuda")
-DEFAULT_PARTS = "suite,demo,breakdown,scale,profile,whatif"
+ALL_PARTS = ("suite", "demo", "breakdown", "scale", "profile", "compiled", "cuda")
+DEFAULT_PARTS = "suite,demo,breakdown,scale,profile"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,7 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="jaxport-bench-cuda-") as tmp:
             log(f"6. generated suite, plain / default / --jaxport-compile=cuda, {suite_reps} reps")
             sessions = functools.partial(
-                compiled_cuda.suite, session=_session, clear=_clear, write_suite=write_suite, log=log
+                compiled_cuda.suite,
+                session=_session,
+                clear=_clear,
+                write_suite=write_suite,
+                log=log,
             )
             part["suite"] = stage("cuda suite", sessions, cases, suite_reps, Path(tmp))
         log("6. cuda fixed costs (fresh interpreters)")
@@ -371,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         reps = 2 if quick else 5
         log(f"6. cuda per case, {len(cases)} cases x {reps} reps")
         part["per_case"] = stage("cuda per case", compiled_cuda.per_case, cases, reps)
-    if parts & {"breakdown", "scale", "profile", "whatif"}:
+    if parts & {"breakdown", "scale", "profile"}:
         results["fixed_costs_s"] = stage("fixed_costs", fixed_costs)
         import inprocess  # imports jax: only now
 
@@ -386,13 +391,6 @@ def main(argv: list[str] | None = None) -> int:
         if "profile" in parts:
             log("5. profile")
             results["profile"] = stage("profile", inprocess.profile, cases, REPO)
-        if "whatif" in parts:
-            log("5. what-if variants")
-            configs = [("loop", "grad", 12)] if quick else [("loop", "grad", 24), ("loop", "fwd", 48)]
-            subjects = ["solve"] if quick else ["transformer_block", "solve", "convnet"]
-            results["whatif"] = stage(
-                "whatif", inprocess.whatifs, configs, subjects, 1 if quick else 3
-            )
     save()
     log(f"wrote {out} in {results['elapsed_s']:.0f}s")
     print(summary(results))

@@ -1,6 +1,6 @@
 """Markdown tables from a results JSON (what benchmarks/README.md shows).
 
-    python benchmarks/tables.py benchmarks/results/full-2cpu.json [more.json ...]
+python benchmarks/tables.py benchmarks/results/full-2cpu.json [more.json ...]
 """
 
 from __future__ import annotations
@@ -89,18 +89,19 @@ def scale(results: dict[str, Any]) -> list[str]:
         return []
     lines = [
         "| form | mode | layers | static ops | call-weighted ops | trace ms | lower (cpu) ms "
-        "| read_program ms | census ms | census / lower | (read+census) / lower "
-        "| what-if lean read + lazy census ms | what-if share |",
+        "| read_program ms | census ms | **census / lower** | census, fresh classifier ms "
+        "| fresh / lower | (read+census) / lower |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in s["rows"]:
+        fresh = r.get("census (fresh classifier)")  # absent from results before 2026-11-30
+        fresh_cells = "n/a | n/a" if fresh is None else f"{_ms(fresh)} | {fresh / r['lower']:.1%}"
         lines.append(
             f"| {r['form']} | {r['mode']} | {r['layers']} | {r['static_ops']} "
             f"| {r['weighted_ops']} | {_ms(r['trace'])} | {_ms(r['lower'])} "
             f"| {_ms(r['read_program'])} | {_ms(r['census'])} "
-            f"| {r['census_share_of_lower']:.1%} | {r['read_census_share_of_lower']:.1%} "
-            f"| {_ms(r['what-if lean read'])} + {_ms(r['what-if lazy census'])} "
-            f"| {r['what-if read+census share']:.1%} |"
+            f"| **{r['census_share_of_lower']:.1%}** | {fresh_cells} "
+            f"| {r['read_census_share_of_lower']:.1%} |"
         )
     lines += [
         "",
@@ -190,12 +191,12 @@ def compiled_cuda(results: dict[str, Any]) -> list[str]:
                 for state in ("cold", "warm"):
                     got = cache.get(f"{side}_{state}", {})
                     hits, misses = got.get(f"{level}_hits"), got.get(f"{level}_misses")
-                    cells.append(
-                        "–" if hits is None else f"{_counts(hits)} / {_counts(misses)}"
-                    )
+                    cells.append("–" if hits is None else f"{_counts(hits)} / {_counts(misses)}")
             lines.append(
                 f"| {label} | {cold['wall_s']:.2f} | {cold['cpu_s']:.2f} | {warm['wall_s']:.2f} "
-                f"| {warm['cpu_s']:.2f} | {r['wall']:.3f} ({r['cpu']:.3f}) | " + " | ".join(cells) + " |"
+                f"| {warm['cpu_s']:.2f} | {r['wall']:.3f} ({r['cpu']:.3f}) | "
+                + " | ".join(cells)
+                + " |"
             )
         lines += [
             "",
@@ -257,7 +258,9 @@ def compiled_cuda(results: dict[str, Any]) -> list[str]:
         def row(label: str, get: Any, ratio: float, ratio_cpu: float, sites: str) -> str:
             cells = [_ms(get(from_stage[k])) for k in ("cpu lower", "cpu compile", "cuda lower")]
             return (
-                f"| {label} | " + " | ".join(cells) + f" | **{_ms(get(from_stage['cuda compile']))}** "
+                f"| {label} | "
+                + " | ".join(cells)
+                + f" | **{_ms(get(from_stage['cuda compile']))}** "
                 f"| {ratio:.2f} ({ratio_cpu:.2f}) | {_ms(get(from_stage['cuda census']))} "
                 f"| {_ms(get(from_stage['e2e']))} | {_ms(get(from_stage['hit']))} | {sites} |"
             )

@@ -30,9 +30,6 @@ from typing import Any
 from pytest_jaxport.targets import Classification, Layer, Level, classify
 
 CALL_OPS = frozenset({"func.call", "call"})
-_UNCOUNTED = frozenset(
-    {"func.return", "stablehlo.return", "return", "stablehlo.constant", "func.func", "module"}
-)
 _FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
 _LIBRARY_PATHS = ("/site-packages/", "/dist-packages/", "/lib/python3")
 
@@ -65,11 +62,23 @@ class OpSite:
     flops: float = 0.0
     bytes: float = 0.0
     """Approximate arithmetic and memory traffic, for the roofline estimate (0 if unknown)."""
+    count: int = 1
+    """How many identical ops this site stands for in its function."""
+
+
+UNCOUNTED_OPS = frozenset(
+    {"func.return", "stablehlo.return", "return", "stablehlo.constant", "func.func", "module"}
+)
+"""Ops a census never counts (terminators, constants): a program may leave them out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Program:
-    """The ops of every function of a module (nested regions flattened into their function)."""
+    """The ops of every function of a module (nested regions flattened into their function).
+
+    Identical ops of a function may be one site with a ``count``, and ops in
+    :data:`UNCOUNTED_OPS` may be left out: ``lowering.read_program`` does both.
+    """
 
     entry: str
     functions: Mapping[str, tuple[OpSite, ...]]
@@ -158,7 +167,7 @@ def parse_location(text: str | None) -> SourceLocation | None:
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
-_SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes")
+_SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count")
 _Counts = tuple["Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]"]
 
 
@@ -182,11 +191,13 @@ class _Walk:
         xla_ops: Counter[str] = Counter()
         timed: Counter[tuple[str, str | None]] = Counter()
         # Identical sites (same op, target, location and cost) are classified once and
-        # weighted by how often they occur: big modules repeat a few hundred kinds of site.
+        # weighted by how often they occur: big modules repeat a few hundred kinds of site
+        # (read_program already groups them; programs built elsewhere may not).
         sites = self.program.functions.get(name, ())
-        for (op, target_name, location_text, flops, moved), n in Counter(
+        for (op, target_name, location_text, flops, moved, count), repeats in Counter(
             map(_SITE_KEY, sites)
         ).items():
+            n = count * repeats
             location = parse_location(location_text) or inherited
             if op in CALL_OPS and target_name is not None:
                 callee_kernels, callee_ops, callee_timed = self.function(target_name, location)
@@ -194,7 +205,7 @@ class _Walk:
                 xla_ops.update({k: v * n for k, v in callee_ops.items()})
                 timed.update({k: v * n for k, v in callee_timed.items()})
                 continue
-            if op in _UNCOUNTED:
+            if op in UNCOUNTED_OPS:
                 continue
             target = target_name if op.endswith("custom_call") else None
             result = self.classifier(self.platform, op, target)
@@ -205,7 +216,7 @@ class _Walk:
             if self.seconds is not None:
                 site = OpSite(op=op, target=target_name, location=location_text, flops=flops,
                               bytes=moved)  # fmt: skip
-                timed[(result.layer, result.library)] += n * self.seconds(site)  # type: ignore[assignment]
+                timed[(result.layer, result.library)] += n * self.seconds(site)
         self.active.discard(name)
         self.memo[key] = (kernels, xla_ops, timed)
         return kernels, xla_ops, timed
@@ -276,7 +287,10 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     return {
         "entry": program.entry,
         "functions": {
-            name: [[s.op, s.target, s.location, s.flops, s.bytes] for s in sites]
+            name: [
+                [s.op, s.target, s.location, s.flops, s.bytes] + ([s.count] if s.count != 1 else [])
+                for s in sites
+            ]
             for name, sites in program.functions.items()
         },
     }
@@ -285,7 +299,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
 def program_from_dict(data: Mapping[str, Any]) -> Program:
     """The inverse of :func:`program_to_dict`; raises ``KeyError``/``TypeError``/``ValueError``
     on anything else. Sites of three fields (no ``flops``/``bytes``: older entries) read as
-    costing nothing."""
+    costing nothing; a sixth field is the site's ``count`` (1 when absent)."""
     functions: dict[str, tuple[OpSite, ...]] = {}
     for name, sites in data["functions"].items():
         functions[str(name)] = tuple(_site_from_list(site) for site in sites)
@@ -293,14 +307,18 @@ def program_from_dict(data: Mapping[str, Any]) -> Program:
 
 
 def _site_from_list(site: Any) -> OpSite:
-    if not isinstance(site, list) or len(site) not in (3, 5):
+    if not isinstance(site, list) or len(site) not in (3, 5, 6):
         raise ValueError(f"not an op site: {site!r:.80}")
     op, target, location = site[:3]
-    flops, moved = (site[3], site[4]) if len(site) == 5 else (0.0, 0.0)
+    flops, moved = (site[3], site[4]) if len(site) >= 5 else (0.0, 0.0)
+    count = site[5] if len(site) == 6 else 1
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"not an op site count: {count!r:.80}")
     return OpSite(
         op=str(op),
         target=None if target is None else str(target),
         location=None if location is None else str(location),
         flops=float(flops),
         bytes=float(moved),
+        count=count,
     )

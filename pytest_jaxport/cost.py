@@ -189,12 +189,13 @@ _SOLVER = re.compile(
     r"|Householder|cholesky|triangular)",
     re.IGNORECASE,
 )
-_FREE_OPS = frozenset(
+FREE_OPS = frozenset(
     {"stablehlo.constant", "stablehlo.reshape", "stablehlo.bitcast_convert",
      "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.optimization_barrier",
      "stablehlo.iota", "stablehlo.broadcast_in_dim", "func.return", "stablehlo.return",
      "func.call", "sdy.sharding_constraint"}
 )  # fmt: skip
+"""Ops that cost nothing in the roofline (no data moves, or none worth counting)."""
 
 
 def _element_bits(element: str) -> int:
@@ -249,7 +250,7 @@ def op_cost(
     solver-like custom calls: n³ per matrix; everything else one flop per output element.
     Bytes are every operand and result once (no reuse, no caching).
     """
-    if op in _FREE_OPS:
+    if op in FREE_OPS:
         return 0.0, 0.0
     shapes_in = [s for t in operands if (s := tensor_shape(t))]
     shapes_out = [s for t in results if (s := tensor_shape(t))]

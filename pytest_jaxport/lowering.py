@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pytest_jaxport.census import CALL_OPS, OpSite, Program
+from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
 from pytest_jaxport.config import TRANSFORMS
-from pytest_jaxport.cost import op_cost
+from pytest_jaxport.cost import FREE_OPS, op_cost
 from pytest_jaxport.numerics import Leaf, Outputs
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
@@ -273,16 +274,19 @@ class _Switch:
     taken: tuple[int, ...]
 
 
-_Item = OpSite | _Switch
+_Site = tuple[str, "str | None", "str | None", float, float]
+"""An op as read: ``(op, target, location, flops, bytes)``, an :class:`OpSite` to be."""
+_Item = _Site | _Switch
 
 
 def _project(items: list[_Item], platforms: int) -> list[tuple[OpSite, ...]]:
-    """Per platform, the sites of ``items`` with every switch resolved."""
+    """Per platform, the sites of ``items`` with every switch resolved, identical ops grouped
+    into one site with a count (in the order they first occur)."""
     if not any(isinstance(item, _Switch) for item in items):
-        shared = tuple(items)  # no switch: all OpSites
-        return [shared] * platforms  # type: ignore[list-item]
+        shared = _grouped(items)  # type: ignore[arg-type]  # no switch: sites only
+        return [shared] * platforms
 
-    def flatten(items: list[_Item], platform: int, out: list[OpSite]) -> None:
+    def flatten(items: list[_Item], platform: int, out: list[_Site]) -> None:
         for item in items:
             if isinstance(item, _Switch):
                 flatten(item.branches[item.taken[platform]], platform, out)
@@ -291,10 +295,17 @@ def _project(items: list[_Item], platforms: int) -> list[tuple[OpSite, ...]]:
 
     projected = []
     for platform in range(platforms):
-        out: list[OpSite] = []
+        out: list[_Site] = []
         flatten(items, platform, out)
-        projected.append(tuple(out))
+        projected.append(_grouped(out))
     return projected
+
+
+def _grouped(sites: list[_Site]) -> tuple[OpSite, ...]:
+    return tuple(
+        OpSite(op=op, target=target, location=location, flops=flops, bytes=moved, count=n)
+        for (op, target, location, flops, moved), n in Counter(sites).items()
+    )
 
 
 class _Reader:
@@ -307,6 +318,7 @@ class _Reader:
         """What the platform-index argument holds, per platform."""
         self.items: dict[str, list[_Item]] = {}
         self.types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each one once
+        self.costs: dict[tuple[Any, ...], tuple[float, float]] = {}
 
     def read(self, name: str, index_arguments: Sequence[int]) -> None:
         """Read function ``name`` (once), knowing which arguments hold the platform index.
@@ -359,40 +371,51 @@ class _Reader:
                         self.resolve_case(operation, index, items, known)
                         continue
                 target = None
-                attributes = operation.attributes
                 if name == "stablehlo.custom_call":
-                    target = _symbol(attributes["call_target_name"])
+                    target = _symbol(operation.attributes["call_target_name"])
                 elif name in ("func.call", "call"):
-                    target = _symbol(attributes["callee"])
+                    target = _symbol(operation.attributes["callee"])
                     if self.platforms > 1:
                         self.read(target, [
                             i for i, value in enumerate(operation.operands)
                             if known.get(value) == self.index
                         ])  # fmt: skip
-                results = self.type_texts(operation.results)
-                if name == "stablehlo.constant" and results == [_SCALAR_INDEX]:
-                    value = _DENSE_INT.fullmatch(str(attributes["value"]).split(" :")[0])
-                    if value is not None:
-                        known[operation.results[0]] = (int(value.group(1)),) * self.platforms
-                flops, moved = op_cost(
-                    name,
-                    target,
-                    self.type_texts(operation.operands),
-                    results,
-                    _cost_attributes(name, attributes),
-                )
-                append(
-                    OpSite(
-                        op=name,
-                        target=target,
-                        location=str(operation.location) if _keeps_location(name) else None,
-                        flops=flops,
-                        bytes=moved,
-                    )
-                )
+                if name in UNCOUNTED_OPS:  # no census counts them: not even a site
+                    if name == "stablehlo.constant":
+                        self.constant(operation, known)
+                    continue
+                flops, moved = (0.0, 0.0) if name in FREE_OPS else self.cost(operation, target)
+                location = str(operation.location) if _keeps_location(name) else None
+                append((name, target, location, flops, moved))
                 if name not in _REDUCER_OPS:
                     for nested in operation.regions:
                         self.collect(nested, items, known)
+
+    def cost(self, operation: Any, target: str | None) -> tuple[float, float]:
+        """``cost.op_cost`` of an op, computed once per distinct op, types and attributes."""
+        name = operation.name
+        key = (
+            name,
+            target,
+            tuple(self.type_texts(operation.operands)),
+            tuple(self.type_texts(operation.results)),
+            _cost_attributes(name, operation.attributes) if name in _COST_ATTRIBUTES else (),
+        )
+        found = self.costs.get(key)
+        if found is None:
+            found = self.costs[key] = op_cost(
+                name, target, list(key[2]), list(key[3]), dict(key[4])
+            )
+        return found
+
+    def constant(self, operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
+        """Remember the value of a scalar ``i32`` constant (a case index, maybe)."""
+        [result] = operation.results
+        if self.type_texts([result]) != [_SCALAR_INDEX]:
+            return
+        value = _DENSE_INT.fullmatch(str(operation.attributes["value"]).split(" :")[0])
+        if value is not None:
+            known[result] = (int(value.group(1)),) * self.platforms
 
     def resolve_case(
         self,
@@ -416,10 +439,8 @@ class _Reader:
                 returned.append([])
                 continue
             branch: list[_Item] = []
-            self.collect(region, branch, known)
+            self.collect(region, branch, known)  # without its stablehlo.return (uncounted)
             terminator = _terminator(region)
-            if branch and isinstance(branch[-1], OpSite) and branch[-1].op == "stablehlo.return":
-                branch.pop()
             branches.append(branch)
             returned.append(
                 [known.get(v) for v in terminator.operands] if terminator is not None else []
@@ -434,11 +455,7 @@ class _Reader:
                 values.append(value[platform])
             else:
                 known[result] = tuple(values)
-        if all(
-            isinstance(item, OpSite) and item.op == "stablehlo.constant"
-            for number in set(taken)
-            for item in branches[number]
-        ):
+        if not any(branches[number] for number in set(taken)):
             return  # the index plumbing of lowering rules that differ per platform
         if len(set(taken)) == 1:
             items.extend(branches[taken[0]])
@@ -478,13 +495,16 @@ def _keeps_location(name: str) -> bool:
     return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
 
 
-def _cost_attributes(name: str, attributes: Any) -> dict[str, str]:
-    keys = {"stablehlo.dot_general": "dot_dimension_numbers",
-            "stablehlo.convolution": "dimension_numbers"}  # fmt: skip
-    key = keys.get(name)
+_COST_ATTRIBUTES = {"stablehlo.dot_general": "dot_dimension_numbers",
+                    "stablehlo.convolution": "dimension_numbers"}  # fmt: skip
+
+
+def _cost_attributes(name: str, attributes: Any) -> tuple[tuple[str, str], ...]:
+    """The attributes ``op_cost`` reads for ``name`` ops, as hashable pairs."""
+    key = _COST_ATTRIBUTES.get(name)
     if key is None or key not in attributes:
-        return {}
-    return {key: str(attributes[key])}
+        return ()
+    return ((key, str(attributes[key])),)
 
 
 def to_outputs(value: Any) -> Outputs:

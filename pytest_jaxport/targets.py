@@ -21,6 +21,7 @@ StableHLO op names (``stablehlo.dot_general``), the compiled level sees optimize
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -396,10 +397,26 @@ def classify(
     """Classify one op (``target`` set for custom calls) on ``platform``; first rule wins."""
     is_custom_call = target is not None
     name = target if target is not None else op
-    for rule in rules:
-        if rule.matches(platform, level, name, is_custom_call=is_custom_call):
-            return rule.result
+    if rules is RULES:  # the table's rows that can apply here, in order, worked out once
+        for rule in _applicable(platform, level, is_custom_call):
+            if fnmatchcase(name, rule.pattern):
+                return rule.result
+    else:
+        for rule in rules:
+            if rule.matches(platform, level, name, is_custom_call=is_custom_call):
+                return rule.result
     return UNKNOWN_CUSTOM_CALL if is_custom_call else XLA_OP
+
+
+@functools.lru_cache(maxsize=64)
+def _applicable(platform: str, level: str, is_custom_call: bool) -> tuple[Rule, ...]:
+    return tuple(
+        rule
+        for rule in RULES
+        if rule.custom_call == is_custom_call
+        and (rule.platforms is None or platform in rule.platforms)
+        and (rule.levels is None or level in rule.levels)
+    )
 
 
 def libraries(platform: str) -> frozenset[str]:

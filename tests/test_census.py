@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -215,3 +217,32 @@ def test_parse_location_prefers_user_frames() -> None:
     assert parse_location(None) is None
     only_library = 'loc("f"("/x/site-packages/a.py":5:1))'
     assert parse_location(only_library) == SourceLocation(file="/x/site-packages/a.py", line=5)
+
+
+def test_read_program_groups_identical_ops_and_leaves_out_uncounted_ones() -> None:
+    def f(x):
+        return jnp.sin(x) + jnp.sin(x * 2) + jnp.sin(x * 3) + 1.0
+
+    x = jnp.ones((4, 4))
+    assert count_in_text(f, x, platform="cuda", needle="stablehlo.sine") == 3
+    program = lowering.read_program(lowering.lower(lowering.trace(f, (x,), {}), "cuda"))
+    sites = [site for sites in program.functions.values() for site in sites]
+    [sine] = [site for site in sites if site.op == "stablehlo.sine"]
+    assert sine.count == 3
+    assert not {"stablehlo.constant", "func.return", "stablehlo.return"} & {s.op for s in sites}
+    census = take_census(program, "cuda")
+    assert census.xla_ops == sum(site.count for site in sites)
+
+
+def test_a_site_with_a_count_weighs_like_that_many_sites() -> None:
+    dot = OpSite(op="stablehlo.dot_general", location='loc("m.py":3:0)', flops=8.0, bytes=4.0)
+    grouped = Program(entry="main", functions={"main": (replace(dot, count=3),)})
+    spelled_out = Program(entry="main", functions={"main": (dot, dot, dot)})
+
+    def seconds(site: OpSite) -> float:
+        return site.flops + site.bytes
+
+    census = take_census(grouped, "cuda", seconds=seconds)
+    assert census.libraries() == {"cublas": 3}
+    assert census == take_census(spelled_out, "cuda", seconds=seconds)
+    assert census.estimated_seconds == (("vendor", "cublas", 36.0),)

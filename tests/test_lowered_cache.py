@@ -129,6 +129,7 @@ def test_cached_program_keeps_costs_and_census(tmp_path: Any) -> None:
     traced = lowering.trace(f, (jnp.eye(8),), {})
     program = lowering.read_program(lowering.lower(traced, "cuda"))
     assert any(site.flops > 0 for sites in program.functions.values() for site in sites)
+    assert any(site.count > 1 for sites in program.functions.values() for site in sites)
     assert program_from_dict(json.loads(json.dumps(program_to_dict(program)))) == program
 
     jaxpr, sources = lowering.census_key_parts(traced)
@@ -157,3 +158,10 @@ def test_old_three_field_entries_still_read() -> None:
     assert program == Program(entry="main", functions={"main": (OpSite(op="stablehlo.add"),)})
     with pytest.raises(ValueError, match="not an op site"):
         program_from_dict({"entry": "main", "functions": {"main": [["a", None]]}})
+    for count in (0, True, "2", 1.5):
+        with pytest.raises(ValueError, match="not an op site count"):
+            program_from_dict(
+                {"entry": "main", "functions": {"main": [["a", None, None, 0, 0, count]]}}
+            )
+    six = program_from_dict({"entry": "main", "functions": {"main": [["a", None, None, 1, 2, 4]]}})
+    assert six.functions["main"] == (OpSite(op="a", flops=1.0, bytes=2.0, count=4),)

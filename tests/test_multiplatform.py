@@ -18,7 +18,7 @@ from helpers import run_json
 from jax import lax
 
 from pytest_jaxport import lowering
-from pytest_jaxport.census import _UNCOUNTED, Program, parse_location, take_census
+from pytest_jaxport.census import UNCOUNTED_OPS, Program, parse_location, take_census
 
 PLATFORMS = ("cuda", "rocm", "tpu")
 
@@ -103,7 +103,7 @@ def _counted(program: Program) -> dict[str, tuple]:
         name: tuple(
             dataclasses.replace(site, location=str(parse_location(site.location)))
             for site in sites
-            if site.op not in _UNCOUNTED
+            if site.op not in UNCOUNTED_OPS
         )
         for name, sites in program.functions.items()
     }

@@ -88,3 +88,23 @@ def test_table_is_well_formed() -> None:
     assert "cublas" in libraries("cuda")
     assert "cublas" not in libraries("rocm")
     assert libraries("tpu") == frozenset()
+
+
+def test_the_indexed_table_agrees_with_reading_every_row() -> None:
+    """``classify`` narrows the default table per platform, level and kind of name; reading
+    every row in order (any other ``rules``) must give the same answer for every name."""
+    names = {rule.pattern.replace("*", "x") for rule in RULES} | {"stablehlo.add", "my_kernel"}
+    for platform in PLATFORMS:
+        for level in ("lowered", "compiled"):
+            for name in names:
+                for op, target in (
+                    (name, None),
+                    ("stablehlo.custom_call", name),
+                ):
+                    expected = classify(platform, op, target, level=level, rules=list(RULES))
+                    assert classify(platform, op, target, level=level) == expected, (
+                        platform,
+                        level,
+                        op,
+                        target,
+                    )
