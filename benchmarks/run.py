@@ -120,6 +120,7 @@ def suite_overhead(
     reps: int,
     tmp: Path,
     plugin_args: list[str] | None = None,
+    module: str = "models",
 ) -> dict[str, Any]:
     """Interleaved a/b sessions, cold (no .pytest_cache, no __pycache__) then warm.
 
@@ -131,7 +132,7 @@ def suite_overhead(
     for mode in ("a", "b"):
         folder = tmp / f"{name}-{mode}"
         if source is None:
-            write_suite(folder, cases)
+            write_suite(folder, cases, module)
         else:
             shutil.copytree(
                 source,
@@ -263,8 +264,8 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
 # -- main -----------------------------------------------------------------------------------
 
 
-ALL_PARTS = ("suite", "demo", "breakdown", "scale", "profile", "compiled", "cuda")
-DEFAULT_PARTS = "suite,demo,breakdown,scale,profile"
+ALL_PARTS = ("suite", "second", "demo", "breakdown", "scale", "profile", "compiled", "cuda")
+DEFAULT_PARTS = "suite,second,demo,breakdown,scale,profile"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         default=DEFAULT_PARTS,
         help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {DEFAULT_PARTS}; "
+        "'second' is a second generated suite (models_second.py, not used to tune the plugin); "
         "'compiled' times the generated suite with --jaxport-compile=cpu, cold and warm cache; "
         "'cuda' times --jaxport-compile=cuda deviceless, suite and per case: needs "
         "jax-cuda12-plugin and JAX_PLATFORMS=cpu)",
@@ -331,6 +333,15 @@ def main(argv: list[str] | None = None) -> int:
             results["suite"]["generated"] = stage(
                 "suite", suite_overhead, "generated", None, cases, suite_reps, Path(tmp)
             )
+        if "second" in parts:
+            import models_second
+
+            second = list(models_second.CASES)[: 5 if quick else None]
+            log(f"1. second suite ({len(second)} tests), {suite_reps} interleaved reps")
+            results["suite"]["second"] = stage(
+                "second", suite_overhead, "second", None, second, suite_reps, Path(tmp), None,
+                "models_second",
+            )  # fmt: skip
         if "demo" in parts and not quick:
             if (DEMO / "tests").is_dir():
                 log(f"1. demo suite {DEMO}, {demo_reps} interleaved reps")

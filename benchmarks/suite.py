@@ -1,4 +1,4 @@
-"""Write the generated benchmark suite (models.CASES, one portable test each) to a folder."""
+"""Write a generated benchmark suite (one portable test per case of a models module) to a folder."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import jax
 import numpy as np
 import pytest
 
-import models
+import {module} as models
 
 
 def _finite(tree):
@@ -41,13 +41,13 @@ def test_{name}(jaxport):
 '''
 
 
-def write_suite(folder: Path, cases: list[str]) -> Path:
-    """Create ``folder`` with models.py, pyproject.toml and tests/test_generated.py."""
+def write_suite(folder: Path, cases: list[str], module: str = "models") -> Path:
+    """Create ``folder`` with ``module``.py, pyproject.toml and tests/test_generated.py."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(HERE / "models.py", folder / "models.py")
+    shutil.copy(HERE / f"{module}.py", folder / f"{module}.py")
     (folder / "pyproject.toml").write_text(PYPROJECT)
     tests = folder / "tests"
     tests.mkdir(exist_ok=True)
-    body = HEADER + "".join(TEST.format(name=name) for name in cases)
+    body = HEADER.format(module=module) + "".join(TEST.format(name=name) for name in cases)
     (tests / "test_generated.py").write_text(body)
     return folder

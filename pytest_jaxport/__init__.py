@@ -2,6 +2,8 @@
 
 Importing this package never imports JAX; the plugin loads it only when a portable
 test runs.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

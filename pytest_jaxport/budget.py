@@ -5,6 +5,8 @@ Example message::
     check 'attention' on cuda: max_custom_calls = 0 (set in pyproject.toml
     [tool.jaxport.budget]), found 1 custom call (lowered)
         __gpu$xla.gpu.triton (pallas-triton) at src/kernels.py:12
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ Example::
     ...                 versions={"jax": "0.10.2", "jaxlib": "0.10.2"})
     >>> len(key)
     64
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

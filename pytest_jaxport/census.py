@@ -15,6 +15,8 @@ Example::
     ... })
     >>> take_census(program, "cuda").vendor
     3
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ Where saved outputs go: every process (each pytest-xdist worker too, on the shar
 filesystem) writes its checks' ``.npz`` files straight into ``DIR``; each platform entry of a
 check records ``"outputs": PATH``, relative to the folder of the JSON report
 (``--jaxport-report=PATH.json``), or relative to ``DIR`` when there is no JSON report.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Exit codes: 0 success; 1 a failed check (``merge``: outputs drifted across legs; ``diff``:
 a count grew); 2 an unusable input file or bad usage (one line naming the file and what is
 wrong, never a traceback), or, for ``capture-target``, no CUDA GPU here.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

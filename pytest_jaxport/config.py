@@ -6,6 +6,8 @@ message can say "max_custom_calls = 0 (pyproject.toml [tool.jaxport.budget.cuda]
 
 Precedence, lowest first: defaults < ``[tool.jaxport.budget]`` <
 ``[tool.jaxport.budget.<platform>]`` < ``@pytest.mark.portable(...)`` keywords.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ item                      what it means                                         
 The defaults are deliberately round: a Pallas/Triton kernel port is commonly quoted at one to
 three engineer-weeks including tuning; validating a fallback is a few days of benchmarking;
 a tooling change is hours. Every number is configurable in ``[tool.jaxport.cost]``.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ Example (needs the plugin; run with ``JAX_PLATFORMS=cpu`` where no GPU is presen
 
     text = deviceless_compile(jnp.fft.fft, (jnp.zeros(8, jnp.complex64),), {},
                               target_config=load_target("h100"))
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

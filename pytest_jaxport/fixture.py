@@ -6,6 +6,8 @@ Example::
     def test_mlp(jaxport):
         out = jaxport.check(mlp, params, x)   # reference (cpu) outputs
         assert out.shape == (8, 10)
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

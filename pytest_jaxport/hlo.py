@@ -36,6 +36,8 @@ Example::
     ... }''')
     >>> program.functions[program.entry]
     (OpSite(op='hlo.fft', target=None, location='loc("m.py":3:0)'),)
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Hooks other plugins and ``conftest.py`` files implement to extend pytest-jaxport."""
+"""Hooks other plugins and ``conftest.py`` files implement to extend pytest-jaxport.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
 
 from __future__ import annotations
 

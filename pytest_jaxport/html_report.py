@@ -16,6 +16,8 @@ inline SVG only. In order it shows:
 
 Every optional key may be missing (reports written before the three numbers existed render
 fine) and every string from the report is escaped.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 JAX is imported inside functions, never at module import, so that a pytest run without
 portable tests does not pay for it.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

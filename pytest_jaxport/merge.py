@@ -30,6 +30,8 @@ Example::
     >>> result = merge([(Path("leg-cpu.json"), cpu), (Path("leg-gpu.json"), gpu)],
     ...                tolerance_for=tolerance_from_config(cpu["config"]))  # doctest: +SKIP
     >>> result.ok, [d.describe() for d in result.drifts]                    # doctest: +SKIP
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -50,6 +50,8 @@ Example::
     >>> print(describe(compare(ref, got, reference_platform="cpu", platform="cuda")))
     cuda vs cpu: 1 of 1 leaves differ
       <root>: 1 of 2 elements differ beyond rtol=1e-06, atol=1e-06 (float32); worst at index (1,): cpu=2.0 cuda=2.5, abs err 5.0e-01, rel err 2.5e-01
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """  # noqa: E501
 
 from __future__ import annotations

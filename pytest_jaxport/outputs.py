@@ -30,6 +30,8 @@ Example::
     'tests_test_m.py__test_mlp.mlp.cpu-e5b49674c5.npz'
     >>> load_outputs(folder / name).leaves[0].array.tolist()
     [1.0, 2.0]
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Loading this module imports neither JAX nor NumPy-heavy code; JAX is imported only when a
 test calls ``jaxport.check``.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

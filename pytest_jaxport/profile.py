@@ -7,6 +7,8 @@ self time; ``while`` thunks contain the events of their bodies on the same threa
 time is subtracted from the parent (never counted twice).
 
 Only this module and ``lowering.py`` import JAX, and only inside functions.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Text and Markdown renderings of a report dict (pure: a report in, a string out)."""
+"""Text and Markdown renderings of a report dict (pure: a report in, a string out).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
 
 from __future__ import annotations
 

@@ -37,6 +37,8 @@ Report shape (schema version 1)::
 ``lowered`` is ``null`` when lowering failed, and ``error`` says why; ``compiled`` (same
 shape, plus ``deviceless`` and ``target``) is ``null`` unless the platform was compiled
 (``compile = [...]``), and ``compile_error`` says why when compiling failed.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Per-test data travels on the test report as a plain dict (``report.jaxport``), so under
 pytest-xdist workers send it to the controller, which alone writes files and the summary.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

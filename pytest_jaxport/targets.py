@@ -17,6 +17,8 @@ Example::
 Rows apply at both fidelity levels unless scoped with ``levels``: the lowered level sees
 StableHLO op names (``stablehlo.dot_general``), the compiled level sees optimized HLO as
 :mod:`pytest_jaxport.hlo` names it (``hlo.fft``, ``hlo.fusion:<kind>``).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ Example::
     'cuda-image'
     >>> [a.line for a in scan_text("model.py", '# jax.devices("gpu")\\njax.devices("gpu")\\n')]
     [2]
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

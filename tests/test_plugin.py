@@ -520,6 +520,23 @@ def test_no_jax_import_without_portable_tests(pytester: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(["*0 portable tests, 0 checks*"])
 
 
+def test_plugin_modules_skip_assertion_rewriting() -> None:
+    """pytest rewrites the asserts of every module of an installed plugin's distribution on
+    import (re-parsing each one when bytecode is not written, as in many CI images); the
+    plugin's modules opt out, so a session imports them like any library."""
+    import importlib
+    import pkgutil
+
+    import pytest_jaxport
+    from _pytest.assertion.rewrite import AssertionRewriter
+
+    names = [m.name for m in pkgutil.iter_modules(pytest_jaxport.__path__)]
+    assert len(names) > 20
+    for name in ["", *names]:
+        module = importlib.import_module(f"pytest_jaxport{'.' + name if name else ''}")
+        assert AssertionRewriter.is_rewrite_disabled(module.__doc__ or ""), module.__name__
+
+
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [
