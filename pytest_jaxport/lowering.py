@@ -236,12 +236,10 @@ def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
             public.append(name)
     entry = "main" if "main" in funcs else (public or list(funcs) or ["main"])[0]
     reader = _Reader(platforms, funcs)
-    reader.read(entry, ())
-    for name in funcs:  # functions no call reaches (kept: the program lists them all)
-        reader.read(name, ())
+    reader.read(entry, ())  # and, call by call, every function some platform can reach
     functions: list[dict[str, tuple[OpSite, ...]]] = [{} for _ in range(platforms)]
-    for name in funcs:
-        for i, sites in enumerate(_project(reader.items[name], platforms)):
+    for name, items in reader.items.items():
+        for i, sites in enumerate(_project(items, platforms)):
             functions[i][name] = sites
     return tuple(Program(entry=entry, functions=_reachable(entry, f)) for f in functions)
 
@@ -249,8 +247,8 @@ def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
 def _reachable(
     entry: str, functions: dict[str, tuple[OpSite, ...]]
 ) -> dict[str, tuple[OpSite, ...]]:
-    """``functions`` without those no call from ``entry`` reaches (a multi-platform module
-    holds functions only another platform's branches call)."""
+    """``functions`` without those no call from ``entry`` reaches on this platform (a
+    multi-platform module holds functions only another platform's branches call)."""
     seen = {entry}
     pending = [entry]
     while pending:
@@ -375,13 +373,12 @@ class _Reader:
                 target = None
                 if name == "stablehlo.custom_call":
                     target = _symbol(operation.attributes["call_target_name"])
-                elif name in ("func.call", "call"):
+                elif name in CALL_OPS:
                     target = _symbol(operation.attributes["callee"])
-                    if self.platforms > 1:
-                        self.read(target, [
-                            i for i, value in enumerate(operation.operands)
-                            if known.get(value) == self.index
-                        ])  # fmt: skip
+                    self.read(target, [
+                        i for i, value in enumerate(operation.operands)
+                        if known.get(value) == self.index
+                    ] if self.platforms > 1 else ())  # fmt: skip
                 if name in UNCOUNTED_OPS:  # no census counts them: not even a site
                     if name == "stablehlo.constant":
                         self.constant(operation, known)
