@@ -26,6 +26,7 @@ import models
 
 from pytest_jaxport import census as census_mod
 from pytest_jaxport import lowering, numerics, targets
+from pytest_jaxport import profile as profiler
 from pytest_jaxport.config import ProjectConfig
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
@@ -139,12 +140,39 @@ def _staged_check(fn: Any, args: tuple[Any, ...], clock: Clock, key: str) -> Non
     clock.add(key, "execute:cpu", t)
     t, outputs = _timed(lambda: lowering.to_outputs(value))
     clock.add(key, "to_outputs", t)
+    # With --jaxport-report (or a share budget) check() also measures the runtime share of
+    # the platforms it ran on: a profiler session around 3 more runs, then the compiled
+    # module's instructions classified (fixture.Jaxport._measured).
+    t, times = _timed(
+        lambda: profiler.measure(lambda: jax.block_until_ready(compiled(*args)), runs=3, warmup=0)
+    )
+    clock.add(key, "profile: 3 runs under the profiler", t)
+    t, _ = _timed(lambda: _measured_share(compiled, times, classifier))
+    clock.add(key, "profile: compiled text, sites, share", t)
     # Only cpu is present here, so check() compares nothing; time what one comparison with a
     # second backend would cost (cpu outputs against themselves).
     t, _ = _timed(
         lambda: numerics.compare(outputs, outputs, reference_platform="cpu", platform="cuda")
     )
     clock.add(key, "compare (one pair)", t)
+
+
+def _measured_share(compiled: Any, times: dict[str, float], classifier: Any) -> Any:
+    """What fixture.Jaxport._measured does with the profiler's times."""
+    from pytest_jaxport.cost import share_of
+    from pytest_jaxport.hlo import instruction_sites
+
+    sites = instruction_sites(lowering.compiled_text(compiled))
+    timed = []
+    for name, seconds in times.items():
+        site = sites.get(name)
+        if site is None:
+            timed.append(("xla", None, seconds))
+            continue
+        target = site.target if site.op.endswith("custom_call") else None
+        found = targets.classify("cpu", site.op, target, level="compiled")
+        timed.append((found.layer, found.library, seconds))
+    return share_of(timed, "measured")
 
 
 def _report_side(probe: Any) -> dict[str, float]:
@@ -195,12 +223,16 @@ def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
         "execute:cpu",
         "to_outputs",
         "compare (one pair)",
+        "profile: 3 runs under the profiler",
+        "profile: compiled text, sites, share",
         "budget.evaluate",
         "probe.to_dict",
         "render.probe_text",
     ]
     totals = {s: sum(per_case[c][s] for c in cases) for s in stage_names}
-    staged_sum = sum(totals.values())
+    # The default config does not profile: the measured runtime share is extra, reported as
+    # its own row (share relative to the default check).
+    staged_sum = sum(v for k, v in totals.items() if not k.startswith("profile:"))
     grouped = {
         "trace": totals["trace"],
         "lower cpu": totals["lower:cpu"],
@@ -213,6 +245,10 @@ def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
         "execute cpu": totals["execute:cpu"],
         "to_outputs": totals["to_outputs"],
         "compare (one pair, not run on a cpu-only machine)": totals["compare (one pair)"],
+        "measured runtime share (only with a report or a share budget)": totals[
+            "profile: 3 runs under the profiler"
+        ]
+        + totals["profile: compiled text, sites, share"],
         "report side (budget, to_dict, probe_text)": totals["budget.evaluate"]
         + totals["probe.to_dict"]
         + totals["render.probe_text"],

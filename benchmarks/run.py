@@ -206,6 +206,8 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
     suites = dict(results.get("suite", {}))
     if results.get("suite_compiled_cpu"):
         suites["generated --jaxport-compile=cpu"] = results["suite_compiled_cpu"]
+    if results.get("suite_report"):
+        suites["generated --jaxport-report"] = results["suite_report"]
     for name, suite in suites.items():
         if not suite or "cold_ratio_wall" not in suite:
             continue
@@ -264,8 +266,10 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
 # -- main -----------------------------------------------------------------------------------
 
 
-ALL_PARTS = ("suite", "second", "demo", "breakdown", "scale", "profile", "compiled", "cuda")
-DEFAULT_PARTS = "suite,second,demo,breakdown,scale,profile"
+ALL_PARTS = (
+    "suite", "second", "report", "demo", "breakdown", "scale", "profile", "compiled", "cuda"
+)  # fmt: skip
+DEFAULT_PARTS = "suite,second,report,demo,breakdown,scale,profile"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_PARTS,
         help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {DEFAULT_PARTS}; "
         "'second' is a second generated suite (models_second.py, not used to tune the plugin); "
+        "'report' times the generated suite with --jaxport-report (the main job: measured "
+        "runtime share, tooling scan, report files); "
         "'compiled' times the generated suite with --jaxport-compile=cpu, cold and warm cache; "
         "'cuda' times --jaxport-compile=cuda deviceless, suite and per case: needs "
         "jax-cuda12-plugin and JAX_PLATFORMS=cpu)",
@@ -350,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
             else:
                 results["suite"]["demo"] = {"skipped": f"{DEMO} does not exist"}
+        if "report" in parts:
+            log(f"1b. generated suite with --jaxport-report, {suite_reps} reps")
+            results["suite_report"] = stage(
+                "report", suite_overhead, "report", None, cases, suite_reps, Path(tmp),
+                ["--jaxport-report=jaxport-report.json"],
+            )  # fmt: skip
         if "compiled" in parts:
             log(f"1b. generated suite with --jaxport-compile=cpu, {suite_reps} reps")
             results["suite_compiled_cpu"] = stage(
@@ -419,6 +431,8 @@ def summary(results: dict[str, Any]) -> str:
     suites = dict(results.get("suite", {}))
     if results.get("suite_compiled_cpu"):
         suites["generated --jaxport-compile=cpu"] = results["suite_compiled_cpu"]
+    if results.get("suite_report"):
+        suites["generated --jaxport-report"] = results["suite_report"]
     for name, suite in suites.items():
         if "skipped" in suite or "error" in suite:
             lines.append(f"{name}: {suite.get('skipped') or suite.get('error')}")

@@ -25,6 +25,8 @@ def _ms(seconds: float) -> str:
 
 def suites(results: dict[str, Any]) -> list[str]:
     found = dict(results.get("suite", {}))
+    if results.get("suite_report"):
+        found["generated, `--jaxport-report`"] = results["suite_report"]
     if results.get("suite_compiled_cpu"):
         found["generated, `--jaxport-compile=cpu`"] = results["suite_compiled_cpu"]
     if not found:

@@ -135,13 +135,14 @@ def instruction_sites(text: str) -> dict[str, OpSite]:
 
     The profiler names the instructions it runs this way (its ``hlo_op`` stat), so this maps
     measured time back to what ran. Loops, calls and branches map to their own op, not to
-    the computations they run (those instructions are listed under their own names).
+    the computations they run (those instructions are listed under their own names). The
+    sites carry no locations: a share is per layer and library, never per line.
     """
-    module = _parse_module(text)
+    module = _parse_module(text, frames=False)
     sites: dict[str, OpSite] = {}
     for instructions in module.computations.values():
         for instruction in instructions:
-            for site in _instruction_sites(module, instruction):
+            for site in _instruction_sites(module, instruction, locate=False):
                 if site.op != CALL_OP:
                     sites.setdefault(instruction.name, site)
                     break
@@ -153,12 +154,14 @@ def _sites(module: _Module, instructions: tuple[_Instruction, ...]) -> Iterator[
         yield from _instruction_sites(module, instruction)
 
 
-def _instruction_sites(module: _Module, instruction: _Instruction) -> Iterator[OpSite]:
+def _instruction_sites(
+    module: _Module, instruction: _Instruction, *, locate: bool = True
+) -> Iterator[OpSite]:
     opcode = instruction.opcode
     attributes = instruction.attributes
     if opcode in _FREE or opcode.endswith(("-done", "-update")):
         return
-    location = _location(module, attributes.get("metadata"))
+    location = _location(module, attributes.get("metadata")) if locate else None
     if opcode == "async-start":
         for callee in _computation_refs(attributes.get("calls")):
             yield OpSite(op=CALL_OP, target=callee, location=location)
@@ -317,7 +320,8 @@ def _int_fields(raw: str) -> dict[str, int]:
 # --- text scanning ----------------------------------------------------------------------
 
 
-def _parse_module(text: str) -> _Module:
+def _parse_module(text: str, *, frames: bool = True) -> _Module:
+    """Computations and (with ``frames``) the stack-frame tables locations are read from."""
     tables: dict[str, dict[int, str]] = {}
     computations: dict[str, tuple[_Instruction, ...]] = {}
     entry: str | None = None
@@ -354,7 +358,8 @@ def _parse_module(text: str) -> _Module:
                 entry = current_name
     if entry is None:
         raise ValueError("not a compiled HLO module: no ENTRY computation in the text")
-    return _Module(entry=entry, computations=computations, frames=_stack_frames(tables))
+    resolved = _stack_frames(tables) if frames else {}
+    return _Module(entry=entry, computations=computations, frames=resolved)
 
 
 def _parse_instruction(line: str) -> _Instruction | None:

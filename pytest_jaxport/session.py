@@ -63,6 +63,9 @@ class JaxportSession:
         self.tests: dict[str, dict[str, Any]] = {}
         self.is_worker = hasattr(config, "workerinput")
         self._tooling: dict[str, Any] | None = None
+        self._revision = 0
+        """Bumped whenever a test's record changes; ``build`` reuses its report until then."""
+        self._built: tuple[int, dict[str, Any]] | None = None
         self._classifiers: dict[str, Any] = {}
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
         self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
@@ -282,6 +285,7 @@ class JaxportSession:
         report.sections.append(("jaxport baseline" if grew else "jaxport outputs", message))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._revision += 1
         data = getattr(report, "jaxport", None)
         if data is None:
             self._record_crash(report)
@@ -339,6 +343,12 @@ class JaxportSession:
             terminal.write_line(f"jaxport: baseline written to {written}")
 
     def build(self) -> dict[str, Any]:
+        """The session's report (built once for the terminal, the file and the baseline)."""
+        if self._built is None or self._built[0] != self._revision:
+            self._built = (self._revision, self._build())
+        return self._built[1]
+
+    def _build(self) -> dict[str, Any]:
         from pytest_jaxport import lowering
         from pytest_jaxport.ci import budget_table, leg_facts, tolerance_table
         from pytest_jaxport.report import build_report, environment
