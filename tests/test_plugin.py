@@ -527,8 +527,9 @@ def test_plugin_modules_skip_assertion_rewriting() -> None:
     import importlib
     import pkgutil
 
-    import pytest_jaxport
     from _pytest.assertion.rewrite import AssertionRewriter
+
+    import pytest_jaxport
 
     names = [m.name for m in pkgutil.iter_modules(pytest_jaxport.__path__)]
     assert len(names) > 20
