@@ -1,0 +1,77 @@
+"""The benchmarks stay runnable: a quick in-process run, its tables, and both generated suites.
+
+Nothing here asserts a timing (performance is measured in benchmarks/, not in tests); these
+tests fail when the benchmark code no longer matches the plugin it measures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(BENCHMARKS), JAX_PLATFORMS="cpu")
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_quick_in_process_run_writes_every_stage_and_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "quick.json"
+    done = _run(
+        str(BENCHMARKS / "run.py"), "--quick", "--parts", "breakdown,scale", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["errors"] == {}
+    breakdown = results["breakdown"]
+    assert set(breakdown["grouped_total_s"]) >= {
+        "lower cuda+rocm+tpu (together)",
+        "census (4 platforms)",
+        "measured runtime share (only with a report or a share budget)",
+    }
+    measured = breakdown["measured_share_available"]
+    for stage, seconds in breakdown["stage_total_s"].items():
+        if measured or not stage.startswith("profile:"):
+            assert seconds > 0, stage
+    rows = results["scale"]["rows"]
+    assert {(r["form"], r["mode"], r["layers"]) for r in rows} >= {("loop", "grad", 12)}
+    for row in rows:
+        assert row["weighted_ops"] > 0
+        assert 0 < row["census"] < row["lower"]
+    verdicts = results["verdicts"]
+    assert any(key.startswith("census / lowering") for key in verdicts)
+
+    tables = _run(str(BENCHMARKS / "tables.py"), str(out))
+    assert tables.returncode == 0, tables.stderr[-2000:]
+    assert "#### per-check breakdown" in tables.stdout
+    assert "| loop | grad | 12 |" in tables.stdout
+
+
+@pytest.mark.parametrize("module", ["models", "models_second"])
+def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, module: str) -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from suite import write_suite
+
+        cases = __import__(module).CASES
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    folder = write_suite(tmp_path / module, list(cases), module)
+    checked = _run("-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=folder)
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert f"{len(cases)} passed" in checked.stdout
+    plain = _run(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:jaxport", "-p",
+        "jaxport_plain", cwd=folder,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    assert f"{len(cases)} passed" in plain.stdout
