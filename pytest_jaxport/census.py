@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -33,7 +34,14 @@ from pytest_jaxport.targets import Classification, Layer, Level, classify
 
 CALL_OPS = frozenset({"func.call", "call"})
 _FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
-_LIBRARY_PATHS = ("/site-packages/", "/dist-packages/", "/lib/python3")
+_LIBRARY_PATHS = (
+    "/site-packages/",
+    "/dist-packages/",
+    "/lib/python3",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), ""),
+)
+"""Frames in these are not the user's code: installed packages, the standard library, and
+this plugin itself (even installed editable), whose frames lead to the user's check call."""
 
 Classifier = Callable[[str, str, "str | None"], Classification]
 """``(platform, op, custom-call target or None) -> Classification``."""

@@ -59,6 +59,17 @@ def while_matmul(x):
     return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] @ c[1]), (0, x))[1]
 
 
+def psum_under_shard_map(x):
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(jax.devices()[:1], ("i",))
+    summed = jax.shard_map(
+        lambda y: lax.psum(y, "i"), mesh=mesh, in_specs=PartitionSpec("i"),
+        out_specs=PartitionSpec(),
+    )  # fmt: skip
+    return summed(x)
+
+
 def ffi_kernel(x):
     return jax.ffi.ffi_call("my_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
@@ -89,6 +100,7 @@ CASES = {
     "platform_dependent_in_scan": (per_platform_in_scan, (a,)),
     "platform_dependent_in_nested_jit": (per_platform_in_nested_jit, (a,)),
     "ffi": (ffi_kernel, (a,)),
+    "psum_under_shard_map": (psum_under_shard_map, (v,)),
 }
 
 
@@ -193,3 +205,71 @@ def test_fallback_reports_each_platform_through_the_plugin(pytester: pytest.Pyte
         error = platforms[platform]["error"]
         assert f"lowering platform {platform}" in error
         assert "multi-platform" not in error
+
+
+def test_the_plugin_lowers_absent_platforms_together_once(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spies on the real functions (nothing is replaced): a cold run lowers cpu on its own
+    (it runs there) and cuda, rocm and tpu in one lowering; a warm run reads those three from
+    pytest's cache and lowers only cpu."""
+    together: list[tuple[str, ...]] = []
+    alone: list[str] = []
+    real_together, real_lower = lowering.lower_together, lowering.lower
+
+    def spy_together(traced, platforms):
+        together.append(tuple(platforms))
+        return real_together(traced, platforms)
+
+    def spy_lower(traced, platform):
+        alone.append(platform)
+        return real_lower(traced, platform)
+
+    monkeypatch.setattr(lowering, "lower_together", spy_together)
+    monkeypatch.setattr(lowering, "lower", spy_lower)
+    pytester.makepyfile(
+        """
+        import jax.numpy as jnp, pytest
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(jnp.linalg.solve, jnp.eye(4) * 2, jnp.ones((4, 2)))
+        """
+    )
+    cold, report = run_json(pytester)
+    cold.assert_outcomes(passed=1)
+    assert together == [PLATFORMS]
+    assert alone == ["cpu"]
+    [probe] = report["tests"][0]["checks"]
+    assert probe["platforms"]["cuda"]["lowered"]["libraries"]["cusolver"] == 1
+
+    together.clear()
+    alone.clear()
+    warm, again = run_json(pytester)
+    warm.assert_outcomes(passed=1)
+    warm.stdout.fnmatch_lines(["*lowered cache 3 hits, 0 misses*"])
+    assert together == []
+    assert alone == ["cpu"]
+    assert again["tests"][0]["checks"][0]["platforms"]["cuda"] == probe["platforms"]["cuda"]
+
+
+def test_a_library_function_checked_directly_is_the_check_calls(pytester: pytest.Pytester) -> None:
+    """``jaxport.check(jnp.linalg.solve, ...)``: no frame of the user's code traced it, so its
+    kernels are attributed to the check call, never to the plugin's own lowering code (which
+    an editable install would otherwise count as the user's)."""
+    pytester.makepyfile(
+        test_direct="""
+        import jax.numpy as jnp, pytest
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(jnp.linalg.solve, jnp.eye(4) * 2, jnp.ones((4, 2)))
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    [probe] = report["tests"][0]["checks"]
+    for platform in ("cpu", *PLATFORMS):
+        kernels = probe["platforms"][platform]["lowered"]["kernels"]
+        assert {k["location"] for k in kernels} <= {"test_direct.py:5"}, platform
+    assert probe["platforms"]["cuda"]["lowered"]["kernels"]
