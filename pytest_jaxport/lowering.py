@@ -370,6 +370,18 @@ class _Reader:
                     if index is not None:
                         self.resolve_case(operation, index, items, known)
                         continue
+                    if self.platforms > 1 and _per_platform(operation.operands[0], known):
+                        raise ValueError(
+                            "a case on a value computed from the platform index in a way the "
+                            "census cannot resolve; lower for each platform instead"
+                        )
+                elif name == "stablehlo.convert" and self.platforms > 1:
+                    value = known.get(operation.operands[0])
+                    if value is not None and len(set(value)) > 1:
+                        # the platform index as i32 (JAX converts it when it is i64, under
+                        # x64): plumbing a single-platform lowering does not have
+                        known[operation.results[0]] = value
+                        continue
                 target = None
                 if name == "stablehlo.custom_call":
                     target = _symbol(operation.attributes["call_target_name"])
@@ -460,6 +472,27 @@ class _Reader:
             items.extend(branches[taken[0]])
         else:
             items.append(_Switch(branches=tuple(branches), taken=taken))
+
+
+def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int = 8) -> bool:
+    """Whether ``value`` is computed (within ``depth`` ops) from a value that differs per
+    platform: a case on it would take a different branch per platform, so counting all its
+    branches for every platform would be wrong."""
+    pending = [(value, 0)]
+    seen: set[Any] = set()
+    while pending:
+        current, steps = pending.pop()
+        found = known.get(current)
+        if found is not None and len(set(found)) > 1:
+            return True
+        if steps >= depth or current in seen:
+            continue
+        seen.add(current)
+        owner = current.owner
+        operands = getattr(getattr(owner, "operation", owner), "operands", None)
+        if operands is not None:  # an op's result (a block argument has no defining op)
+            pending.extend((operand, steps + 1) for operand in operands)
+    return False
 
 
 def _terminator(region: Any) -> Any:

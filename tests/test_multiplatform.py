@@ -8,6 +8,7 @@ and the counted op sites must agree exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import jax
@@ -121,10 +122,25 @@ def _counted(program: Program) -> dict[str, tuple]:
     }
 
 
+def _x64() -> contextlib.AbstractContextManager[object]:
+    """64-bit mode, where JAX passes the platform index as i64 and converts it to i32."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64  # jax < 0.8
+
+    return enable_x64()
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_projection_equals_lowering_per_platform(case: str) -> None:
+def test_projection_equals_lowering_per_platform(case: str, x64: bool) -> None:
     fn, args = CASES[case]
-    traced = lowering.trace(fn, args, {})
+    with _x64() if x64 else contextlib.nullcontext():
+        traced = lowering.trace(fn, args, {})
+        _check_projection(traced)
+
+
+def _check_projection(traced: object) -> None:
     together = lowering.read_programs(_lower(traced, PLATFORMS), len(PLATFORMS))
     assert len(together) == len(PLATFORMS)
     for platform, projected in zip(PLATFORMS, together, strict=True):
@@ -273,3 +289,47 @@ def test_a_library_function_checked_directly_is_the_check_calls(pytester: pytest
         kernels = probe["platforms"][platform]["lowered"]["kernels"]
         assert {k["location"] for k in kernels} <= {"test_direct.py:5"}, platform
     assert probe["platforms"]["cuda"]["lowered"]["kernels"]
+
+
+_UNRESOLVABLE = """
+module @jit_f {
+  func.func public @main(%arg0: tensor<i32> {jax.global_constant = "_platform_index"},
+                         %arg1: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %c = stablehlo.constant dense<1> : tensor<i32>
+    %0 = stablehlo.add %arg0, %c : tensor<i32>
+    %1 = "stablehlo.case"(%0) ({
+      %2 = stablehlo.custom_call @cusolver_potrf_ffi(%arg1) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      stablehlo.return %2 : tensor<4x4xf32>
+    }, {
+      %2 = stablehlo.custom_call @hipsolver_potrf_ffi(%arg1) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      stablehlo.return %2 : tensor<4x4xf32>
+    }) : (tensor<i32>) -> tensor<4x4xf32>
+    return %1 : tensor<4x4xf32>
+  }
+}
+"""
+
+
+class _Parsed:
+    """A lowered-like holder of a module parsed from text (what read_programs reads)."""
+
+    def __init__(self, module: object) -> None:
+        self.module = module
+
+    def compiler_ir(self, dialect: str) -> object:
+        assert dialect == "stablehlo"
+        return self.module
+
+
+def test_a_case_it_cannot_resolve_is_refused_not_miscounted() -> None:
+    """A case whose index is computed from the platform index by an op the projection does
+    not follow (here an add) would take a different branch per platform: counting both
+    branches for every platform would put cuSOLVER on rocm. read_programs refuses it, so the
+    check lowers for each platform instead."""
+    real = lowering.lower(lowering.trace(mlp, (a,), {}), "cpu").compiler_ir("stablehlo")
+    module = type(real).parse(_UNRESOLVABLE, context=real.context)
+    with pytest.raises(ValueError, match="cannot resolve"):
+        lowering.read_programs(_Parsed(module), 2)
+    # a single-platform lowering has no platform index: the case is a data-dependent one
+    (program,) = lowering.read_programs(_Parsed(module), 1)
+    assert take_census(program, "cuda").custom == 1  # hipsolver is unknown on cuda
