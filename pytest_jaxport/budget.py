@@ -85,6 +85,23 @@ def evaluate(
     ``migrate_to``, priced with ``model``.
     """
     violations: list[Violation] = []
+    untraced = probe.untraced
+    if untraced is not None:
+        must_trace = budget_for(untraced.platform).must_trace
+        if must_trace is not None and must_trace.value:
+            violations.append(
+                Violation(
+                    check=probe.name,
+                    platform=untraced.platform,
+                    key="must_trace",
+                    limit=True,
+                    origin=must_trace.origin,
+                    found="a failure to",
+                    what="trace here",
+                    level=f"needs {untraced.needs}",
+                    details=(untraced.error,),
+                )
+            )
     for target in migrate_to:
         violations += _rewrite_violations(probe, budget_for(target), model or CostModel())
     for platform, result in probe.platforms.items():

@@ -38,6 +38,7 @@ BUDGET_KEYS = (
     *COUNT_KEYS,
     "max_library_calls",
     "must_lower",
+    "must_trace",
     "allow_targets",
     *SHARE_KEYS,
     "max_rewrite_days",
@@ -107,6 +108,10 @@ class Budget:
     max_custom_calls: Setting[int] | None = None
     max_library_calls: Mapping[str, Setting[int]] = field(default_factory=dict)
     must_lower: Setting[tuple[str, ...]] | None = None
+    must_trace: Setting[bool] | None = None
+    """Fail a check JAX cannot trace here because this machine lacks what it needs (cuDNN
+    for ``implementation="cudnn"`` attention), on the platform that needs it; by default
+    such a check is reported as not traced and fails nothing."""
     allow_targets: Setting[tuple[str, ...]] | None = None
     max_vendor_share: Setting[float] | None = None
     max_custom_share: Setting[float] | None = None
@@ -378,15 +383,13 @@ def transforms_value(where: str, value: object) -> tuple[str, ...]:
     known = ", ".join(TRANSFORMS)
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ConfigError(
-            f"{where}: expected a list of transformations ({known}), e.g. [\"grad\"], "
+            f'{where}: expected a list of transformations ({known}), e.g. ["grad"], '
             f"found {_type_name(value)}"
         )
     for item in value:
         if not isinstance(item, str) or item not in TRANSFORMS:
             hint = _did_you_mean(item, TRANSFORMS) if isinstance(item, str) else ""
-            raise ConfigError(
-                f"{where}: unknown transformation {item!r}{hint}; known: {known}"
-            )
+            raise ConfigError(f"{where}: unknown transformation {item!r}{hint}; known: {known}")
     return tuple(dict.fromkeys(value))
 
 
@@ -449,6 +452,10 @@ def _budget_value(where: _Where, key: str, value: object) -> Any:
         return _platforms(where, key, value, empty_ok=True)
     if key == "allow_targets":
         return _globs(where, key, value)
+    if key == "must_trace":
+        if not isinstance(value, bool):
+            raise where.error(key, "true or false", value)
+        return value
     raise AssertionError(key)  # pragma: no cover - callers check the key first
 
 
@@ -658,6 +665,7 @@ def portable(
     max_custom_calls: int | None = None,
     max_library_calls: Mapping[str, int] | None = None,
     must_lower: Sequence[str] | None = None,
+    must_trace: bool | None = None,
     allow_targets: Sequence[str] | None = None,
     max_vendor_share: float | None = None,
     max_custom_share: float | None = None,
@@ -679,6 +687,7 @@ def portable(
         "max_custom_calls": max_custom_calls,
         "max_library_calls": max_library_calls,
         "must_lower": must_lower,
+        "must_trace": must_trace,
         "allow_targets": allow_targets,
         "max_vendor_share": max_vendor_share,
         "max_custom_share": max_custom_share,

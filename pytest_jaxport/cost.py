@@ -391,6 +391,10 @@ def rewrite_items(
     return items
 
 
+_GRAVITY: Mapping[str, int] = {"rewrite": 0, "vendor-gap": 1, "fallback": 2}
+"""Which status a kernel site keeps when checks disagree: the lowest number wins."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostModel:
     """Days per item; see the module docstring for the reasoning behind the defaults."""
@@ -445,10 +449,18 @@ def estimate(
     tooling_assumptions: int = 0,
     priced: Mapping[RewriteItem, float] | None = None,
 ) -> RewriteEstimate:
-    """Days for ``target``: each distinct item priced once (``priced`` overrides the model)."""
-    distinct: dict[tuple[str, str, str | None], RewriteItem] = {}
+    """Days for ``target``: each kernel site priced once (``priced`` overrides the model).
+
+    A site (a kernel's name at one source line) has one status per target, the gravest
+    any check gave it: a kernel that does not lower on the target in one check is a rewrite,
+    even where another check's lowering falls back to generic code (the rewrite covers it).
+    """
+    distinct: dict[tuple[str, str | None], RewriteItem] = {}
     for item in items:
-        distinct.setdefault((item.status, item.name, item.location), item)
+        site = (item.name, item.location)
+        known = distinct.get(site)
+        if known is None or _GRAVITY[item.status] < _GRAVITY[known.status]:
+            distinct[site] = item
     unique = tuple(sorted(distinct.values()))
     breakdown = {"kernel_rewrite": 0.0, "fallback_validation": 0.0, "vendor_gap": 0.0}
     names = {"rewrite": "kernel_rewrite", "fallback": "fallback_validation",

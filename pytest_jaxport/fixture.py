@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pytest_jaxport.arguments import ArgumentError, prepare
 from pytest_jaxport.cache import CompileSettings, cache_key, lowered_key, source_fingerprint
 from pytest_jaxport.census import (
     Census,
@@ -33,7 +34,7 @@ from pytest_jaxport.census import (
 )
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.cost import RuntimeShare
-from pytest_jaxport.report import PlatformProbe, Probe
+from pytest_jaxport.report import PlatformProbe, Probe, Untraced
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
 """XLA's switch against NVIDIA's binary libraries (the what-if). With jaxlib 0.10.2 it only
@@ -148,17 +149,23 @@ class Jaxport:
                 pytrace=False,
             )
         check_name = self._unique_name(name if name is not None else _name_of(fn))
-        for path, leaf in lowering.argument_leaves(args, kwargs):
-            if not lowering.is_array_like(leaf):
-                pytest.fail(
-                    f"jaxport.check({check_name!r}): {path} is {type(leaf).__name__} "
-                    f"{leaf!r:.60}, not an array; pass arrays or Python scalars, and bind "
-                    f"static arguments with functools.partial",
-                    pytrace=False,
-                )
+        problem: str | None = None
+        try:
+            call = prepare(fn, args, kwargs, name=check_name)
+        except ArgumentError as e:
+            problem = str(e)
+        if problem is not None:  # outside the except: no chained traceback for a usage error
+            pytest.fail(problem, pytrace=False)
+        fn, args, kwargs = call.fn, call.args, call.kwargs
+        wanted = self._transforms(check_name, transforms)
+        try:
+            traced = lowering.trace(fn, args, kwargs)
+        except lowering.Untraceable as e:
+            self._untraced(check_name, e.untraced, wanted)
+            return None
 
         variants = []
-        for transform in self._transforms(check_name, transforms):
+        for transform in wanted:
             usage = None
             try:
                 variants.append(lowering.transformed(fn, transform, args, kwargs))
@@ -166,7 +173,7 @@ class Jaxport:
                 usage = f"jaxport.check({check_name!r}): {e}"
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
-        value = self._probe(check_name, fn, args, kwargs, lowering.trace(fn, args, kwargs))
+        value = self._probe(check_name, fn, args, kwargs, traced)
         for variant in variants:
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
@@ -186,6 +193,26 @@ class Jaxport:
         except ConfigError as e:
             problem = str(e)
         pytest.fail(problem, pytrace=False)
+
+    def _untraced(self, check_name: str, untraced: Untraced, transforms: Sequence[str]) -> None:
+        """Record a check JAX could not trace here: reported, warned about, failed only
+        under ``must_trace``."""
+        note = (
+            f"could not be traced here: needs {untraced.needs} ({untraced.error}); nothing "
+            f"was lowered, counted or run on any platform"
+        )
+        if transforms:
+            note += f", nor its {', '.join(transforms)}"
+        if untraced.needs == "cuDNN":
+            note += (
+                "; to count it without a GPU install the jax CUDA plugin at jaxlib's version "
+                "and cuDNN (jax-cuda12-plugin, nvidia-cudnn-cu12)"
+            )
+        warnings.warn(JaxportWarning(f"check {check_name!r} {note}"), stacklevel=3)
+        self.outputs[check_name] = {}
+        self.probes.append(
+            Probe(name=check_name, reference=self._config.reference, note=note, untraced=untraced)
+        )
 
     def _probe(
         self,
@@ -606,7 +633,7 @@ class Jaxport:
         return replace(census, kernels=kernels)
 
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
-        file = _relative_file(location.file, self._rootdir)
+        file = shown_file(location.file, self._rootdir)
         return location if file is None else SourceLocation(file=file, line=location.line)
 
 
@@ -633,9 +660,24 @@ class _KeyParts:
         return self._parts
 
 
+_PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
+
+
 @functools.lru_cache(maxsize=4096)
-def _relative_file(file: str, rootdir: Path) -> str | None:
-    """``file`` relative to ``rootdir`` (``None`` when outside); resolving paths is slow."""
+def shown_file(file: str, rootdir: Path) -> str | None:
+    """``file`` as a report shows it: a file of an installed package relative to its
+    ``site-packages`` (``flax/nnx/nn/linear.py``, wherever the virtual env is, even inside
+    ``rootdir``), any other file relative to ``rootdir``; ``None`` when it is neither (shown
+    as it is). Resolving paths is slow: cached.
+
+    >>> shown_file("/venv/lib/python3.11/site-packages/flax/nnx/nn/linear.py", Path("/src"))
+    'flax/nnx/nn/linear.py'
+    """
+    posix = file.replace("\\", "/")
+    for folder in _PACKAGE_FOLDERS:
+        at = posix.rfind(folder)
+        if at >= 0 and posix[at + len(folder) :]:
+            return posix[at + len(folder) :]
     try:
         return Path(file).resolve().relative_to(rootdir).as_posix()
     except (ValueError, OSError):

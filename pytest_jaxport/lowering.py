@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from pytest_jaxport.arguments import FN_KEY
 from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
 from pytest_jaxport.config import TRANSFORMS
 from pytest_jaxport.cost import FREE_OPS, op_cost
 from pytest_jaxport.numerics import Leaf, Outputs
+from pytest_jaxport.report import Untraced
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
 _REDUCER_OPS = frozenset(
@@ -121,17 +123,65 @@ def _versions() -> tuple[tuple[str, str], ...]:
     return (("jax", version("jax")), ("jaxlib", version("jaxlib")))
 
 
+class Untraceable(Exception):
+    """JAX cannot trace the function on this machine: a lowering rule's trace-time check
+    wants something absent here (cuDNN, for ``implementation="cudnn"`` attention). Not the
+    user's error and not a failure to lower: ``untraced`` says what is missing."""
+
+    def __init__(self, untraced: Untraced) -> None:
+        super().__init__(f"needs {untraced.needs} ({untraced.error})")
+        self.untraced = untraced
+
+
+_TRACE_NEEDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    # jax._src.cudnn checks cuDNN's version while tracing: "cuDNN is not detected." without
+    # the jax CUDA plugin, "cuDNN not found." with the plugin but without cuDNN's library.
+    (re.compile(r"\bcuDNN (?:is not detected|not found)"), "cuda", "cuDNN"),
+)
+
+
 def trace(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """``jax.jit(fn).trace(*args, **kwargs)``: once per check, reused for every platform."""
+    """``jax.jit(fn).trace(*args, **kwargs)``: once per check, reused for every platform.
+
+    Raises :class:`Untraceable` when tracing needs what this machine lacks; any other error
+    is the function's own and propagates unchanged.
+    """
     import jax
 
-    return jax.jit(fn).trace(*args, **kwargs)
+    try:
+        return jax.jit(fn).trace(*args, **kwargs)
+    except RuntimeError as e:
+        for pattern, platform, needs in _TRACE_NEEDS:
+            if pattern.search(str(e)):
+                untraced = Untraced(platform=platform, needs=needs, error=describe_error(e))
+                break
+        else:
+            raise
+    raise Untraceable(untraced)
+
+
+_LOCATION_FRAMES = 100
+"""Frames kept in each op's MLIR location (JAX's default in recent releases; 10 in 0.6): enough
+that the user's own frame survives a deep stack inside a library (flax, diffrax)."""
+
+
+def _locations_reach_user_code() -> Any:
+    """A context in which lowering keeps at least :data:`_LOCATION_FRAMES` frames."""
+    import contextlib
+
+    from jax._src import config
+
+    limit = config.traceback_in_locations_limit
+    if limit.value >= _LOCATION_FRAMES:
+        return contextlib.nullcontext()
+    return limit(_LOCATION_FRAMES)
 
 
 def lower(traced: Any, platform: str) -> Any:
     """Lower a traced function for ``platform``; no hardware for it is needed."""
     try:
-        return traced.lower(lowering_platforms=(platform,))
+        with _locations_reach_user_code():
+            return traced.lower(lowering_platforms=(platform,))
     except LoweringFailure:
         raise
     except Exception as e:  # JAX raises many types here; each is a finding, not a crash
@@ -145,7 +195,8 @@ def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] 
     platform's failure. Then lower for each platform: a failure is that platform's finding.
     """
     try:
-        lowered = traced.lower(lowering_platforms=tuple(platforms))
+        with _locations_reach_user_code():
+            lowered = traced.lower(lowering_platforms=tuple(platforms))
         programs = read_programs(lowered, len(platforms))
     except Exception:  # whatever went wrong, lowering per platform says it per platform
         return None
@@ -544,10 +595,31 @@ def to_outputs(value: Any) -> Outputs:
     import jax
 
     flat, treedef = jax.tree_util.tree_flatten_with_path(value)
-    leaves = tuple(
-        Leaf(path=jax.tree_util.keystr(path), array=np.asarray(leaf)) for path, leaf in flat
-    )
+    leaves = tuple(_host_leaf(jax.tree_util.keystr(path), leaf) for path, leaf in flat)
     return Outputs(structure=str(treedef), leaves=leaves)
+
+
+def _host_leaf(path: str, value: Any) -> Leaf:
+    """One output leaf on the host; a typed PRNG key as its data and implementation."""
+    impl = key_impl(value)
+    if impl is None:
+        return Leaf(path=path, array=np.asarray(value))
+    import jax
+
+    return Leaf(path=path, array=np.asarray(jax.random.key_data(value)), key_impl=impl)
+
+
+def key_impl(value: Any) -> str | None:
+    """The implementation of a typed PRNG key array (``threefry2x32``), else ``None``."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or isinstance(dtype, np.dtype):  # numpy's (and ml_dtypes'): not keys
+        return None
+    import jax
+    import jax.numpy as jnp
+
+    if not jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return None
+    return str(jax.random.key_impl(value))
 
 
 def _compile_on(
@@ -673,13 +745,6 @@ def compile_deviceless(
         raise LoweringFailure(describe_error(e), stage="compile") from e
 
 
-def is_array_like(value: Any) -> bool:
-    """Whether jit accepts ``value`` as a dynamic argument leaf."""
-    import jax
-
-    return isinstance(value, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
-
-
 def argument_leaves(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Every leaf of the arguments with a readable path (``args[1]['w']``, ``kwargs['x']``)."""
     import jax
@@ -689,6 +754,8 @@ def argument_leaves(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tupl
     for path, leaf in flat:
         head, *rest = path
         root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
+        if root == "kwargs" and rest and getattr(rest[0], "key", None) == FN_KEY:
+            root, rest = "fn", rest[1:]  # the arrays of a pytree function (a model)
         named.append((root + jax.tree_util.keystr(tuple(rest)), leaf))
     return named
 
@@ -766,6 +833,9 @@ class Transformed:
             return tuple(leaves)
         stacked = []
         for leaf in leaves:
+            if key_impl(leaf) is not None:
+                stacked.append(_split_keys(leaf))
+                continue
             x = jnp.asarray(leaf)
             if jnp.issubdtype(x.dtype, jnp.inexact):
                 other = (x * 0.5 + 0.25).astype(x.dtype)
@@ -879,6 +949,16 @@ class Transformed:
                 f"{self.transform} cannot be taken{where} ({cause})"
             )
         return f"{self.transform} cannot be taken{where} ({cause})"
+
+
+def _split_keys(keys: Any) -> Any:
+    """A batch of two for a typed key array: each key split in two the way
+    ``jax.random.split`` splits it (keys are not numbers: no arithmetic makes a second)."""
+    import jax
+    import jax.numpy as jnp
+
+    pairs = jax.vmap(lambda key: jax.random.split(key, 2))(keys.reshape(-1))
+    return jnp.moveaxis(pairs, 1, 0).reshape((2, *keys.shape))
 
 
 def transformed(

@@ -219,6 +219,14 @@ class Leaf:
 
     path: str
     array: np.ndarray[Any, Any]
+    key_impl: str | None = None
+    """For a typed PRNG key (``jax.random.key``), its implementation (``threefry2x32``);
+    ``array`` then holds the key's data (``jax.random.key_data``), compared exactly."""
+
+    @property
+    def dtype_name(self) -> str:
+        """``float32``, or ``key<threefry2x32>`` for a typed PRNG key."""
+        return f"key<{self.key_impl}>" if self.key_impl else np.asarray(self.array).dtype.name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -353,6 +361,8 @@ def compare(
             cand=np.asarray(cand_leaf.array),
             ref_platform=reference_platform,
             platform=platform,
+            ref_dtype=ref_leaf.dtype_name,
+            cand_dtype=cand_leaf.dtype_name,
         )
         mismatch, leaf_abs, leaf_rel = leaf.run(tolerance)
         if mismatch is not None:
@@ -469,6 +479,9 @@ class _LeafComparison:
     cand: np.ndarray[Any, Any]
     ref_platform: str
     platform: str
+    ref_dtype: str
+    """What the reference leaf is: its dtype's name, or ``key<impl>`` for key data."""
+    cand_dtype: str
 
     def run(
         self, tolerance: Callable[[str], Tolerance]
@@ -477,13 +490,14 @@ class _LeafComparison:
         ref, cand = self.ref, self.cand
         if ref.shape != cand.shape:
             return self._mismatch("shape", f"shape differs: {self._sides(ref.shape, cand.shape)}")
-        if ref.dtype != cand.dtype:
-            sides = self._sides(ref.dtype.name, cand.dtype.name)
+        if ref.dtype != cand.dtype or self.ref_dtype != self.cand_dtype:
+            sides = self._sides(self.ref_dtype, self.cand_dtype)
             return self._mismatch("dtype", f"dtype differs: {sides}")
         errors = self._errors()
         if errors is None:
             return self._compare_exactly(), 0.0, 0.0
-        tol = tolerance(ref.dtype.name)
+        # a key's data are bits, not numbers: equal or not, whatever uint32's tolerance is
+        tol = tolerance(ref.dtype.name) if self.ref_dtype == ref.dtype.name else _EXACT
         abs_err = np.where(errors.finite, errors.abs_err, 0.0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf*0, x/0, x/tiny
             scaled = np.where(errors.magnitude == 0, 0.0, tol.rtol * errors.magnitude)
@@ -512,7 +526,10 @@ class _LeafComparison:
         return LeafMismatch(path=self.path, reason=reason, message=message), 0.0, 0.0
 
     def _counted(self, mask: _Bool, what: str) -> str:
-        return f"{int(mask.sum())} of {mask.size} elements {what} ({self.ref.dtype.name})"
+        shown = self.ref_dtype
+        if shown != self.ref.dtype.name:  # a key's data
+            shown += " data"
+        return f"{int(mask.sum())} of {mask.size} elements {what} ({shown})"
 
     def _nonfinite(self, placement: _Bool, beyond: _Bool, tol: Tolerance) -> LeafMismatch:
         index = _first(placement)

@@ -13,7 +13,10 @@ File layout (format 1), all plain numpy arrays, loadable with ``allow_pickle=Fal
        "leaves": [{"key": "leaf_0", "path": "['y']", "dtype": "bfloat16",
                    "shape": [2, 3], "encoding": "bytes"}]}
 
-- ``leaf_<i>``: leaf ``i`` in flattening order. NumPy's own dtypes are stored as themselves
+- ``leaf_<i>``: leaf ``i`` in flattening order. A typed PRNG key (``jax.random.key``) is
+  stored as its data (``jax.random.key_data``, ``uint32``) with ``"key_impl":
+  "threefry2x32"`` in its index entry: ``jax.random.wrap_key_data(data, impl=...)`` rebuilds
+  it. NumPy's own dtypes are stored as themselves
   (``"encoding": "native"``). ``ml_dtypes`` types (bfloat16, float8, int4, ...) would come
   back from ``.npz`` as anonymous ``|V2`` bytes, so they are stored as their raw bytes
   (``uint8``) with the dtype name in the index (``"encoding": "bytes"``) and rebuilt with
@@ -95,6 +98,8 @@ def _encode(index: int, leaf: Leaf) -> tuple[dict[str, Any], np.ndarray[Any, Any
         "shape": list(array.shape),
         "encoding": "native",
     }
+    if leaf.key_impl is not None:
+        entry["key_impl"] = leaf.key_impl
     if _is_ml_dtype(array.dtype):
         entry["encoding"] = "bytes"
         # reshape(-1) first: a 0-d array cannot change its itemsize with view().
@@ -188,8 +193,11 @@ def _decode(path: Path, npz: Any, entry: Any) -> Leaf:
         key, leaf_path, dtype_name = entry["key"], entry["path"], entry["dtype"]
         shape = tuple(int(n) for n in entry["shape"])
         encoding = entry["encoding"]
-    except (TypeError, KeyError, ValueError) as e:
+        key_impl = entry.get("key_impl")
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
         raise OutputsError(f"{path}: malformed index entry {entry!r}: {e}") from None
+    if key_impl is not None and not isinstance(key_impl, str):
+        raise OutputsError(f"{path}: leaf {key}: key_impl {key_impl!r} is not a name")
     if key not in npz.files:
         raise OutputsError(f"{path}: leaf {key} ({leaf_path or '<root>'}) is missing")
     stored = npz[key]
@@ -204,7 +212,7 @@ def _decode(path: Path, npz: Any, entry: Any) -> Leaf:
             f"{path}: leaf {key} is {array.dtype.name}{list(array.shape)}, "
             f"the index says {dtype_name}{list(shape)}"
         )
-    return Leaf(path=str(leaf_path), array=array)
+    return Leaf(path=str(leaf_path), array=array, key_impl=key_impl)
 
 
 def _rebuild(

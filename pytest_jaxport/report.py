@@ -108,6 +108,25 @@ class PlatformProbe:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Untraced:
+    """Why JAX could not trace a check on this machine: it needs something absent here
+    (``cuDNN`` for ``platform`` cuda), so nothing was lowered, counted or run."""
+
+    platform: str
+    needs: str
+    error: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"platform": self.platform, "needs": self.needs, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Untraced:
+        return cls(
+            platform=str(data["platform"]), needs=str(data["needs"]), error=str(data["error"])
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Probe:
     """Everything one ``jaxport.check`` found."""
 
@@ -119,6 +138,8 @@ class Probe:
     """For a transformation's check (``conv[grad]``), the check of the function itself."""
     transform: str | None = None
     """``grad``, ``vmap`` or ``jvp`` for a transformation's check; ``None`` otherwise."""
+    untraced: Untraced | None = None
+    """Set when the function could not be traced here (then ``platforms`` is empty)."""
 
     @property
     def executed(self) -> tuple[str, ...]:
@@ -149,10 +170,12 @@ class Probe:
             "variant_of": self.variant_of,
             "transform": self.transform,
             "platforms": {p: _platform_to_dict(r) for p, r in self.platforms.items()},
+            **({"untraced": self.untraced.to_dict()} if self.untraced else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        untraced = data.get("untraced")
         return cls(
             name=data["name"],
             reference=data["reference"],
@@ -160,6 +183,7 @@ class Probe:
             variant_of=data.get("variant_of"),
             transform=data.get("transform"),
             platforms={p: _platform_from_dict(p, r) for p, r in data["platforms"].items()},
+            untraced=Untraced.from_dict(untraced) if untraced else None,
         )
 
 
@@ -401,8 +425,11 @@ def layer_table(
     locked in it is. Rows: ``layer``, ``portable``, ``counted``, ``value``."""
     checks = [c for t in tests for c in t.get("checks", ())]
     everywhere = sum(
-        1 for c in checks if all(r.get("lowered") is not None for r in c["platforms"].values())
+        1
+        for c in checks
+        if c["platforms"] and all(r.get("lowered") is not None for r in c["platforms"].values())
     )
+    untraced = sum(1 for c in checks if c.get("untraced"))
     platforms = summary.get("platforms", {})
     shares = summary.get("runtime_share", {})
     xla = ", ".join(f"{p} {t.get('xla', 0)}" for p, t in platforms.items())
@@ -416,7 +443,8 @@ def layer_table(
     custom = ", ".join(f"{p} {t['custom']}" for p, t in platforms.items())
     tooling = summary.get("tooling")
     values = [
-        f"{everywhere} of {len(checks)} checks lower on every configured platform",
+        f"{everywhere} of {len(checks)} checks lower on every configured platform"
+        + (f" ({untraced} could not be traced here)" if untraced else ""),
         "; ".join(x for x in (f"ops: {xla}" if xla else "", _share_text(shares, "xla")) if x),
         "; ".join(x for x in (vendor, _share_text(shares, "vendor")) if x),
         (", ".join(f"{t}: {n} to rewrite" for t, n in rewrite.items()) or "no cuda census")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from collections.abc import Callable, Iterator
 
 # pytester's in-process runs drop every module imported during the run; JAX's C extensions
@@ -26,6 +28,12 @@ import pytest_jaxport.lowering
 import pytest_jaxport.render  # noqa: F401
 
 jax.devices()
+
+# The model libraries tests/test_libraries.py checks, where installed: imported once here so
+# that in-process runs reuse them (their extension modules cannot be imported twice either).
+for _library in ("flax.linen", "flax.nnx", "equinox", "haiku", "optax"):
+    with contextlib.suppress(ImportError):
+        importlib.import_module(_library)
 
 _PRESERVED = ("zope", "readline", "jax", "jaxlib", "ml_dtypes", "numpy", "scipy", "opt_einsum")
 

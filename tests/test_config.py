@@ -141,3 +141,25 @@ def test_budget_sources_for_header() -> None:
         "pyproject.toml [tool.jaxport.budget]",
         "pyproject.toml [tool.jaxport.budget.tpu]",
     ]
+
+
+def test_must_trace_is_a_flag_in_tables_and_markers() -> None:
+    project = parse_project(
+        {"budget": {"must_trace": False, "cuda": {"must_trace": True}}}, "pyproject.toml"
+    )
+    resolved = project.resolve()
+    assert resolved.budget("cuda").must_trace == Setting(
+        value=True, origin="pyproject.toml [tool.jaxport.budget.cuda]"
+    )
+    assert resolved.budget("tpu").must_trace == Setting(
+        value=False, origin="pyproject.toml [tool.jaxport.budget]"
+    )
+    assert parse_marker((), {"must_trace": True}, "t.py::t") == {"must_trace": True}
+    with pytest.raises(ConfigError) as info:
+        parse_project({"budget": {"must_trace": "yes"}}, "pyproject.toml")
+    assert str(info.value) == (
+        "pyproject.toml: [tool.jaxport.budget] must_trace: expected true or false, "
+        "found string 'yes'"
+    )
+    with pytest.raises(ConfigError, match="must_trace: expected true or false, found int 1"):
+        parse_marker((), {"must_trace": 1}, "t.py::t")

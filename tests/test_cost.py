@@ -137,3 +137,25 @@ def test_measure_attributes_real_profiler_events_to_instructions(measured_basis:
     assert times, "the profiler recorded no hlo_op events"
     assert all(f"%{op} " in names or f"{op} =" in names for op in times), times
     assert max(times, key=times.__getitem__).startswith("eigh")
+
+
+def test_a_kernel_site_has_one_status_per_target() -> None:
+    """One check falls back on tpu (generic code there), another with the same kernel at the
+    same line does not lower on tpu at all: the site is one rewrite, priced once."""
+    tpu = Census(platform="tpu")
+    fallback = rewrite_items(check="a", target="tpu", nvidia=CUDA, on_target=tpu)
+    rewrite = rewrite_items(
+        check="b", target="tpu", nvidia=CUDA, on_target=None, target_error="NotImplementedError"
+    )
+    model = CostModel()
+    for items in (fallback + rewrite, rewrite + fallback):
+        result = estimate("tpu", items, model=model)
+        assert [(i.status, i.name) for i in result.items] == [
+            ("rewrite", "__gpu$xla.gpu.triton"),
+            ("vendor-gap", "__cudnn$fmhaSoftmax"),
+        ]
+        assert result.items[0].check == "b"  # the check where it does not lower
+        assert result.kernels_to_rewrite == 1
+        assert result.breakdown["kernel_rewrite"] == model.kernel_rewrite
+        assert result.breakdown["fallback_validation"] == 0.0
+        assert result.days == model.kernel_rewrite + model.vendor_gap + model.fixed

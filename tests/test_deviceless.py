@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -267,3 +268,91 @@ def test_prefer_deviceless_makes_the_plugin_usable_without_jax_platforms(h100: s
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+# --- code that needs cuDNN to be traced ----------------------------------------------------
+
+CUDNN_SUITE = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+def attention(q, k, v):
+    return jax.nn.dot_product_attention(q, k, v, implementation="cudnn")
+
+Q = jnp.ones((2, 128, 4, 64), jnp.bfloat16)
+
+@pytest.mark.portable(must_lower=["cpu", "cuda", "rocm", "tpu"])
+def test_default(jaxport):
+    jaxport.check(attention, Q, Q, Q, transforms=["grad"])
+
+@pytest.mark.portable(must_trace=True)
+def test_strict(jaxport):
+    jaxport.check(attention, Q, Q, Q)
+"""
+
+
+def _cudnn_trace_error() -> str | None:
+    """What JAX itself says when tracing cuDNN attention here (``None``: it traces)."""
+    import jax
+    import jax.numpy as jnp
+
+    q = jnp.ones((2, 128, 4, 64), jnp.bfloat16)
+    try:
+        jax.jit(lambda q: jax.nn.dot_product_attention(q, q, q, implementation="cudnn")).trace(q)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def test_cudnn_attention_is_counted_where_cudnn_is_installed_else_reported_untraced(
+    pytester: pytest.Pytester,
+) -> None:
+    """JAX asks cuDNN for its version while tracing ``implementation="cudnn"`` attention.
+    With the jax CUDA plugin and cuDNN's library installed (no GPU needed) it traces, and its
+    cuda census holds the cuDNN kernels; without them the check is reported as not traced
+    here, fails no ``must_lower``, and fails only under ``must_trace``."""
+    pytester.makepyfile(test_attention=CUDNN_SUITE)
+    result = pytester.runpytest("--jaxport-report=report.json")
+    report = json.loads((pytester.path / "report.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t for t in report["tests"]}
+    error = _cudnn_trace_error()
+    result.stdout.no_fnmatch_line("*Traceback*")
+    if error is not None:
+        assert "cuDNN" in error
+        result.assert_outcomes(passed=1, failed=1)
+        for name in ("test_default", "test_strict"):
+            [check] = tests[name]["checks"]
+            assert check["platforms"] == {}
+            assert check["untraced"] == {
+                "platform": "cuda", "needs": "cuDNN", "error": f"RuntimeError: {error}"
+            }  # fmt: skip
+            assert check["note"].startswith("could not be traced here: needs cuDNN")
+        assert tests["test_default"]["violations"] == []
+        [violation] = tests["test_strict"]["violations"]
+        assert (violation["key"], violation["platform"]) == ("must_trace", "cuda")
+        result.stdout.fnmatch_lines(
+            [
+                "*could not be traced here: needs cuDNN*nor its grad*",
+                "*check 'attention' on cuda: must_trace = True (set in test_attention.py::"
+                "test_strict), found a failure to trace here (needs cuDNN)",
+            ]
+        )
+        result.stdout.fnmatch_lines(
+            ["*: 0 of 2 checks lower on every configured platform (2 could not be traced here)"]
+        )
+        return
+    result.assert_outcomes(passed=1, failed=1)
+    checks = {c["name"]: c for c in tests["test_default"]["checks"]}
+    kernels = {
+        name: [k["name"] for k in check["platforms"]["cuda"]["lowered"]["kernels"]]
+        for name, check in checks.items()
+    }
+    assert kernels == {
+        "attention": ["__cudnn$fmhaSoftmax"],
+        "attention[grad]": ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"],
+    }
+    # cuDNN attention has no lowering elsewhere: a real portability finding.
+    failed = {(v["check"], v["platform"]) for v in tests["test_default"]["violations"]}
+    assert failed == {(c, p) for c in checks for p in ("cpu", "rocm", "tpu")}
+    assert tests["test_strict"]["violations"] == []

@@ -293,3 +293,41 @@ def test_layer_table_opens_every_format(pytester: pytest.Pytester) -> None:
     page = (pytester.path / "r.html").read_text()
     assert page.index("Layers") < page.index("Platform")
     assert "profiling, tooling and CI assumptions" in page
+
+
+def test_one_kernel_site_is_priced_once_per_target(pytester: pytest.Pytester) -> None:
+    """The same FFI kernel at the same line, checked twice: once with a portable fallback
+    (tpu runs generic code), once without a tpu branch (it does not lower on tpu). On tpu
+    the site is one rewrite, 10 days, not a rewrite plus a fallback validation."""
+    pytester.makepyfile(
+        test_site="""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+
+        def cuda_kernel(x):
+            return jax.ffi.ffi_call("my_cuda_gelu", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+        def gelu(x, portable):
+            others = {"default": jax.nn.gelu} if portable else {"cpu": jax.nn.gelu}
+            return jax.lax.platform_dependent(x, cuda=cuda_kernel, **others)
+
+        @pytest.mark.portable(platforms=["cpu", "cuda", "rocm", "tpu"])
+        def test_both(jaxport):
+            jaxport.check(lambda x: gelu(x, True), jnp.ones(8), name="with_fallback")
+            jaxport.check(lambda x: gelu(x, False), jnp.ones(8), name="without")
+        """
+    )
+    result, report = run(pytester)
+    result.assert_outcomes(passed=1)
+    checks = {c["name"]: c for c in report["tests"][0]["checks"]}
+    assert checks["with_fallback"]["platforms"]["tpu"]["error"] is None
+    assert checks["without"]["platforms"]["tpu"]["error"] is not None
+    for target in ("rocm", "tpu"):
+        estimate = report["summary"]["rewrite"][target]
+        [item] = estimate["items"]
+        assert (item["name"], item["status"], item["check"]) == ("my_cuda_gelu", "rewrite",
+                                                                  "without")  # fmt: skip
+        assert estimate["breakdown"]["kernel_rewrite"] == 10.0
+        assert estimate["breakdown"]["fallback_validation"] == 0.0
+        assert report["summary"]["kernels_to_rewrite"][target] == 1

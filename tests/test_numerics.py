@@ -610,3 +610,35 @@ def test_property_perturbation_within_half_tolerance_passes(
     result = run(single(ref), single(cand), fixed(rtol, atol))
     assert result.ok, describe(result)
     assert result.max_abs_err <= (atol + rtol * np.abs(ref)).max()
+
+
+def _keys(data: list[int], impl: str = "threefry2x32") -> Outputs:
+    array = np.asarray(data, dtype=np.uint32)
+    return Outputs(structure="*", leaves=(Leaf(path="['key']", array=array, key_impl=impl),))
+
+
+def test_typed_keys_compare_their_data_exactly() -> None:
+    assert compare(_keys([1, 2]), _keys([1, 2]), reference_platform="cpu", platform="cuda").ok
+    # uint32's configured tolerance does not apply to a key's bits: 2 vs 3 differs.
+    loose = Tolerance(rtol=1.0, atol=10.0)
+    differ = compare(
+        _keys([1, 2]), _keys([1, 3]), reference_platform="cpu", platform="cuda",
+        tolerance=lambda dtype: loose,
+    )  # fmt: skip
+    [mismatch] = differ.mismatches
+    assert mismatch.reason == "tolerance"
+    assert mismatch.message.startswith(
+        "['key']: 1 of 2 elements differ beyond rtol=0, atol=0 (key<threefry2x32> data)"
+    )
+
+
+def test_typed_keys_of_another_implementation_or_plain_data_differ_in_dtype() -> None:
+    other = compare(_keys([1, 2]), _keys([1, 2], impl="rbg"), reference_platform="cpu",
+                    platform="cuda")  # fmt: skip
+    [mismatch] = other.mismatches
+    assert (mismatch.reason, mismatch.message) == (
+        "dtype", "['key']: dtype differs: cpu=key<threefry2x32> cuda=key<rbg>"
+    )  # fmt: skip
+    plain = Outputs(structure="*", leaves=(Leaf(path="['key']", array=np.uint32([1, 2])),))
+    [mismatch] = compare(_keys([1, 2]), plain, reference_platform="cpu", platform="cuda").mismatches
+    assert mismatch.message == "['key']: dtype differs: cpu=key<threefry2x32> cuda=uint32"

@@ -251,3 +251,28 @@ def test_save_load_round_trips_any_array(
         ),
     )
     assert_same(load_outputs(folder / save_outputs(folder, NODEID, "f", "cpu", original)), original)
+
+
+def test_typed_key_data_keeps_its_implementation(tmp_path: Path) -> None:
+    key = Leaf(path="['key']", array=np.uint32([[1, 2], [3, 4]]), key_impl="threefry2x32")
+    plain = Leaf(path="['x']", array=np.float32([0.5]))
+    original = Outputs(structure="PyTreeDef({'key': *, 'x': *})", leaves=(key, plain))
+    loaded = load_outputs(tmp_path / save_outputs(tmp_path, NODEID, "f", "cpu", original))
+    assert_same(loaded, original)
+    assert [leaf.key_impl for leaf in loaded.leaves] == ["threefry2x32", None]
+    assert compare(original, loaded, reference_platform="cpu", platform="cuda").ok
+
+
+def test_a_key_implementation_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
+    leaf = Leaf(path="", array=np.uint32([1, 2]), key_impl="rbg")
+    single = Outputs(structure="*", leaves=(leaf,))
+    path = tmp_path / save_outputs(tmp_path, NODEID, "f", "cpu", single)
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    index = json.loads(arrays[INDEX_KEY].tobytes())
+    index["leaves"][0]["key_impl"] = 3
+    arrays[INDEX_KEY] = np.frombuffer(json.dumps(index).encode(), dtype=np.uint8)
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(OutputsError, match=r"leaf_0: key_impl 3 is not a name"):
+        load_outputs(path)

@@ -364,15 +364,22 @@ def test_check_returns_reference_outputs_pytree(project: pytest.Pytester) -> Non
     project.runpytest().assert_outcomes(passed=1)
 
 
-def test_non_array_argument_is_a_clear_failure(project: pytest.Pytester) -> None:
+def test_argument_neither_array_nor_hashable_is_a_clear_failure(
+    project: pytest.Pytester,
+) -> None:
     project.makepyfile(
         test_arg="""
         import jax.numpy as jnp
         import pytest
 
         @pytest.mark.portable
-        def test_str(jaxport):
-            jaxport.check(lambda x, mode: x, jnp.ones(2), "fast")
+        def test_str_is_held_static(jaxport):
+            out = jaxport.check(lambda x, mode: x * 2 if mode == "fast" else x, jnp.ones(2), "fast")
+            assert out.tolist() == [2.0, 2.0]
+
+        @pytest.mark.portable
+        def test_set(jaxport):
+            jaxport.check(lambda x, names: x, jnp.ones(2), {"a", "b"})
 
         @pytest.mark.portable
         def test_not_callable(jaxport):
@@ -380,11 +387,13 @@ def test_non_array_argument_is_a_clear_failure(project: pytest.Pytester) -> None
         """
     )
     result = project.runpytest()
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
-        [esc("*jaxport.check('lambda'): args[1] is str 'fast', not an array*functools.partial*")]
-    )
+        [esc("*jaxport.check('lambda'): args[1] is set {*}: neither an array (traced) nor "
+             "hashable (held static)*eqx.partition(model, eqx.is_array)*functools.partial")]
+    )  # fmt: skip
     result.stdout.fnmatch_lines(["*expected a callable as the first argument, found int 3*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
 
 
 def test_not_executed_anywhere_warns(project: pytest.Pytester) -> None:
