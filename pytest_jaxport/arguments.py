@@ -19,7 +19,7 @@ JAX is imported lazily, inside the functions; only ``lowering.py`` and the fixtu
 
 Example::
 
-    call = prepare(eqx.nn.MLP(4, 2, 8, 2, key=key), (x,), {})
+    call = prepare(eqx.nn.MLP(4, 2, 8, 2, key=key), (x,), {}, name="MLP")
     jax.jit(call.fn).trace(*call.args, **call.kwargs)   # the MLP's weights are arguments
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -75,8 +75,8 @@ def jit_static_arguments(fn: Callable[..., Any]) -> tuple[tuple[int, ...], tuple
     """The ``static_argnums`` and ``static_argnames`` of a ``jax.jit``-wrapped ``fn`` (both
     filled in from the signature by ``jax.jit``); ``((), ())`` for any other callable.
 
-    JAX keeps them on the wrapper's ``_jit_info`` (jax 0.4.3x to 0.12 at least); where a
-    JAX version does not, a keyword meant to be static is traced and JAX says so.
+    JAX keeps them on the wrapper's ``_jit_info`` (jax 0.6 to 0.12 at least); where a JAX
+    version does not, a keyword meant to be static is traced and JAX says so.
     """
     info = getattr(fn, "_jit_info", None)
     numbers = getattr(info, "static_argnums", None) or ()

@@ -499,7 +499,8 @@ def _merge_test(
     compared: list[_Compared] = []
     for name in check_names:
         per_leg = [(leg, c) for leg, t in seen for c in t.get("checks", []) if c["name"] == name]
-        first = per_leg[0][1]
+        # The first leg that traced it: another leg's "could not be traced here" is moot.
+        first = next((c for _, c in per_leg if c["platforms"]), per_leg[0][1])
         platforms: dict[str, Any] = {}
         candidates: dict[str, list[_Candidate]] = {}
         for leg, check in per_leg:

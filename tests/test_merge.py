@@ -33,6 +33,7 @@ from pytest_jaxport.render import markdown, text
 from pytest_jaxport.report import (
     PlatformProbe,
     Probe,
+    Untraced,
     build_report,
     census_to_dict,
     write_json,
@@ -314,6 +315,33 @@ def test_compiled_census_wins_over_lowered(tmp_path: Path) -> None:
     cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
     assert cuda["leg"] == "leg-deviceless.json"
     assert cuda["compiled"]["vendor"] == 5
+
+
+def test_a_leg_that_traced_a_check_wins_over_one_that_could_not(tmp_path: Path) -> None:
+    """A CPU-only leg could not trace cuDNN attention; the leg with cuDNN counted it: the
+    merged check is the counted one, without the other leg's "could not be traced here"."""
+    untraced = Probe(
+        name="attn",
+        reference="cpu",
+        note="could not be traced here: needs cuDNN (RuntimeError: cuDNN is not detected.)",
+        untraced=Untraced(platform="cuda", needs="cuDNN", error="RuntimeError: cuDNN is not"),
+    ).to_dict()
+    counted = check("attn", entry("cuda", present=False, vendor=1))
+    for order in ((untraced, counted), (counted, untraced)):
+        legs = [
+            write(tmp_path, f"leg-{i}.json", leg_report([make_test(NODEID, c)], present=["cpu"]))
+            for i, c in enumerate(order)
+        ]
+        merged = merge(legs, tolerance_for=defaults)
+        (merged_check,) = find_test(merged.report, NODEID)["checks"]
+        assert "untraced" not in merged_check
+        assert merged_check["note"] is None
+        assert merged_check["platforms"]["cuda"]["lowered"]["vendor"] == 1
+    alone = merge([write(tmp_path, "only.json", leg_report([make_test(NODEID, untraced)],
+                                                            present=["cpu"]))],
+                  tolerance_for=defaults)  # fmt: skip
+    (merged_check,) = find_test(alone.report, NODEID)["checks"]
+    assert merged_check["untraced"]["needs"] == "cuDNN"
 
 
 def test_violations_and_outcome(tmp_path: Path) -> None:
