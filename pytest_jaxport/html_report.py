@@ -82,6 +82,9 @@ ALL_DETAILS_UP_TO = 200
 """Up to this many tests every test gets its details; beyond, the tests with problems."""
 GROUP_ROWS = 10
 """Problem rows shown per group before the rest collapse."""
+MATRIX_ROWS = 50
+"""Matrix rows of tests with problems shown before the rest collapse (passing tests always
+collapse when some test has a problem)."""
 HOTSPOT_ROWS = 20
 """Sites shown per platform before the rest collapse."""
 
@@ -677,12 +680,20 @@ def _matrix(view: ReportView) -> str:
     every = len(view.tests) <= ALL_DETAILS_UP_TO  # passing tests have details to link to
     out = []
     if problem:
+        rows = [_test_rows(t, view.platforms, linked=True) for t in problem]
         out.append(
             f"<h3>{plural(len(problem), 'test')} with problems</h3>"
             f'<div class="scroll"><table class="matrix">{head}<tbody>'
-            + "".join(_test_rows(t, view.platforms, linked=True) for t in problem)
+            + "".join(rows[:MATRIX_ROWS])
             + "</tbody></table></div>"
         )
+        if len(rows) > MATRIX_ROWS:
+            out.append(
+                f'<details class="more"><summary>{plural(len(rows) - MATRIX_ROWS, "more test")}'
+                f' with problems</summary><div class="scroll"><table class="matrix">{head}<tbody>'
+                + "".join(rows[MATRIX_ROWS:])
+                + "</tbody></table></div></details>"
+            )
     if passing:
         table = (
             f'<div class="scroll"><table class="matrix">{head}<tbody>'
@@ -793,7 +804,7 @@ def _test_details(view: ReportView) -> str:
         bits = plural(len(test.checks), "check")
         if violations:
             bits += f", {plural(len(violations), 'violation')}"
-        is_open = " open" if test.problem else ""
+        is_open = " open" if test.problem and every else ""  # a long page opens nothing
         out.append(
             f'<details class="test" id="{_anchor(test.nodeid)}"{is_open}><summary>'
             f'<span class="pill {ocls}">{_e(test.outcome)}</span> <code>{_e(test.nodeid)}'

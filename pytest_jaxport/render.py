@@ -48,6 +48,8 @@ MARKDOWN_BUDGET = 60_000
 """Characters a Markdown report stays within: under GitHub's 65,536 for a comment."""
 MARKDOWN_PROBLEMS = 150
 """Problem rows the Markdown report names; the JSON and HTML reports name every one."""
+PROBLEMS_SHARE = 0.6
+"""At most this share of the Markdown budget goes to the problem rows."""
 MARKDOWN_HOTSPOTS = 10
 LIBRARY_COLUMNS = 36
 """Columns the terminal's platform totals keep for each platform's libraries."""
@@ -536,7 +538,7 @@ def render_markdown(
         "",
     ]
     sections = [
-        _md_problems(view),
+        _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
         _md_numbers(view),
         _md_totals(view),
         _md_hotspots(view, options),
@@ -558,7 +560,9 @@ def render_markdown(
     return (out + closing).rstrip("\n") + "\n"
 
 
-def _md_problems(view: ReportView) -> list[str]:
+def _md_problems(view: ReportView, room: int) -> list[str]:
+    """The problem groups, then up to :data:`MARKDOWN_PROBLEMS` rows within ``room``
+    characters (violations first), saying how many were left out."""
     groups = view.problems
     if not groups:
         return ["### Problems", "", "None: every portable test within budget, every check lowers."]
@@ -573,22 +577,25 @@ def _md_problems(view: ReportView) -> list[str]:
         "| test | check | platform | problem | found | limit | set in |",
         "|---|---|---|---|---|---|---|",
     ]
+    used = sum(len(line) + 1 for line in lines) + 300  # and the closing note
     shown = 0
-    for group in groups:
-        for p in group.problems:
-            if shown == MARKDOWN_PROBLEMS:
-                break
-            lines.append(
-                f"| {md_code(p.test)} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
-                f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
-                f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
-            )
-            shown += 1
+    for p in (p for g in groups for p in g.problems):
+        row = (
+            f"| {md_code(p.test)} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
+            f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
+            f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
+        )
+        if shown == MARKDOWN_PROBLEMS or used + len(row) + 1 > room:
+            break
+        lines.append(row)
+        used += len(row) + 1
+        shown += 1
     if shown < total:
         lines += [
             "",
-            f"_Showing the first {number(shown)} of {number(total)} problems (the cap is "
-            f"{MARKDOWN_PROBLEMS}); the JSON and HTML reports list every one._",
+            f"_Showing the first {number(shown)} of {number(total)} problems (at most "
+            f"{MARKDOWN_PROBLEMS}, within the size budget); the JSON and HTML reports list "
+            "every one._",
         ]
     return lines
 

@@ -2,10 +2,13 @@
 """Render a pytest-jaxport report as HTML and take a full-page screenshot in headless Chromium.
 
     python scripts/screenshot_report.py REPORT.json OUT.png [--width 1280] [--html OUT.html]
+    python scripts/screenshot_report.py --first-screen PAGE.html SELECTOR...
 
-A person can then look at the PNG. It drives Chromium through the DevTools protocol over a
-pipe (``--remote-debugging-pipe``: no port, no network), so the screenshot covers the whole
-page, and it exits non-zero when the page logged a console error or threw, printing them.
+A person can then look at the PNG. ``--first-screen`` prints, as JSON, the page's load time,
+its height and where each selector's element starts (a 1280x800 window).
+
+It drives Chromium through the DevTools protocol over a pipe (``--remote-debugging-pipe``:
+no port, no network), so the screenshot covers the whole page, and it exits non-zero when the page logged a console error or threw, printing them.
 
 Chromium: Debian's ``chromium`` package (``apt-get install -y --no-install-recommends
 chromium``), or set ``$CHROMIUM`` to a binary.
@@ -217,7 +220,68 @@ def screenshot(
             browser.close()
 
 
+def first_screen(
+    html_path: Path,
+    selectors: list[str],
+    *,
+    width: int = 1280,
+    height: int = 800,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Load ``html_path`` in a ``width`` x ``height`` window: the load time (navigation to the
+    load event, ms), the page height, and each selector's top edge in CSS px (``None`` when
+    absent), to tell what a person sees without scrolling."""
+    chromium = find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("no chromium found (apt-get install -y chromium, or $CHROMIUM)")
+    with tempfile.TemporaryDirectory(prefix="jaxport-chromium-") as profile:
+        browser = DevTools(chromium, Path(profile), timeout)
+        try:
+            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
+            session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
+                "sessionId"
+            ]
+            for domain in ("Page", "Runtime"):
+                browser.call(f"{domain}.enable", session)
+            browser.call(
+                "Emulation.setDeviceMetricsOverride",
+                session,
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            started = time.monotonic()
+            browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
+            browser.wait_for("Page.loadEventFired")
+            load_ms = (time.monotonic() - started) * 1000
+            # DevTools evaluates outside the page's Content-Security-Policy (no page script).
+            expression = (
+                "JSON.stringify({height: document.documentElement.scrollHeight, tops: "
+                + json.dumps(selectors)
+                + ".map(s => { const e = document.querySelector(s); "
+                "return e ? e.getBoundingClientRect().top : null; })})"
+            )
+            found = browser.call(
+                "Runtime.evaluate", session, expression=expression, returnByValue=True
+            )
+            measured = json.loads(found["result"]["value"])
+            return {
+                "load_ms": round(load_ms, 1),
+                "page_height": measured["height"],
+                "tops": dict(zip(selectors, measured["tops"], strict=True)),
+                "problems": console_problems(browser.events),
+            }
+        finally:
+            browser.close()
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--first-screen"]:
+        # --first-screen PAGE.html SELECTOR...: what the first screen shows, as JSON
+        print(json.dumps(first_screen(Path(argv[1]), argv[2:])))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path, help="a pytest-jaxport JSON report")
     parser.add_argument("png", type=Path, help="where to write the screenshot")
