@@ -8,7 +8,8 @@ A person can then look at the PNG. ``--first-screen`` prints, as JSON, the page'
 its height and where each selector's element starts (a 1280x800 window).
 
 It drives Chromium through the DevTools protocol over a pipe (``--remote-debugging-pipe``:
-no port, no network), so the screenshot covers the whole page, and it exits non-zero when the page logged a console error or threw, printing them.
+no port, no network), so the screenshot covers the whole page, and it exits non-zero when
+the page logged a console error or threw, printing them.
 
 Chromium: Debian's ``chromium`` package (``apt-get install -y --no-install-recommends
 chromium``), or set ``$CHROMIUM`` to a binary.
