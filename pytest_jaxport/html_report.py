@@ -32,6 +32,7 @@ from typing import Any
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.hotspots import Hotspot
 from pytest_jaxport.view import (
+    HOTSPOT_HEADERS,
     NO_AUTOTUNE_NOTE,
     TOTALS_NOTE,
     Cell,
@@ -44,10 +45,13 @@ from pytest_jaxport.view import (
     build_view,
     counted_census,
     days_text,
+    hotspot_cells,
+    hotspot_title,
     number,
     pct,
     plural,
     seconds_text,
+    sentence,
 )
 
 __all__ = ["html", "render_html"]
@@ -473,8 +477,6 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
 
 
 def _hotspot_table(sites: Sequence[Hotspot]) -> str:
-    from pytest_jaxport.render import HOTSPOT_HEADERS, hotspot_cells
-
     head = "".join(
         f'<th scope="col"{NUM if i >= 2 else ""}>{_e(h)}</th>'
         for i, h in enumerate(HOTSPOT_HEADERS)
@@ -497,14 +499,14 @@ def _hotspot_table(sites: Sequence[Hotspot]) -> str:
 def _hotspots(view: ReportView, options: DisplayOptions) -> str:
     if not view.hotspots:
         return ""
-    from pytest_jaxport.render import hotspot_title
-
     shown_rows = options.hotspot_rows(HOTSPOT_ROWS) if options.top is not None else HOTSPOT_ROWS
     parts = []
-    for platform in dict.fromkeys(h.platform for h in view.hotspots):
+    platforms = list(dict.fromkeys(h.platform for h in view.hotspots))
+    first = view.hotspot_platform()  # cuda, where the lock-in is, first
+    for platform in sorted(platforms, key=lambda p: p != first):
         sites = [h for h in view.hotspots if h.platform == platform]
         shown = sites if shown_rows is None else sites[:shown_rows]
-        block = f"<h3>{_e(hotspot_title(view, platform, len(shown)).capitalize())}</h3>"
+        block = f"<h3>{_e(sentence(hotspot_title(view, platform, len(shown))))}</h3>"
         block += _hotspot_table(shown)
         if len(shown) < len(sites):
             block += (

@@ -24,20 +24,24 @@ from typing import Any
 
 from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.display import DisplayOptions
-from pytest_jaxport.hotspots import Hotspot
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
 from pytest_jaxport.view import (
+    HOTSPOT_HEADERS,
+    HOTSPOT_NUMERIC,
     NO_AUTOTUNE_NOTE,
     TOTALS_NOTE,
     ReportView,
     TestRow,
     build_view,
     days_text,
+    hotspot_cells,
+    hotspot_title,
     level_text,
     number,
     pct,
     plural,
     prediction_gap,
+    sentence,
     variant_lines,
     what_if_line,
 )
@@ -243,10 +247,8 @@ def details_lines(view: ReportView, *, every: bool) -> list[str]:
         if not (every or test.problem):
             continue
         lines += ["", f"{test.nodeid} [{test.outcome}]"]
-        for check in test.checks:
-            if check.probe is not None:
-                lines.append(probe_text(check.probe, indent="  ", note=False))
-        probes = [c.probe for c in test.checks if c.probe is not None]
+        probes = [p for c in test.checks if (p := c.probe) is not None]
+        lines += [probe_text(probe, indent="  ", note=False) for probe in probes]
         lines += [f"  transformations of {line}" for line in variant_lines(probes)]
         for data in test.record.get("violations", ()):
             lines.append(
@@ -274,9 +276,11 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     lines = [f"problems: {', '.join(said)}"]
     limit = options.problem_lines()
     headers = [wrap(f"{g.title} — {g.summary()}", indent="  ", hang="    ") for g in groups]
-    quotas, hidden = _allot([len(g.problems) for g in groups], [len(h) for h in headers], limit)
-    if limit == 0:
-        quotas = [0] * len(quotas)
+    if limit == 0:  # -q: every group's header, no rows
+        quotas, hidden = [0] * len(groups), False
+    else:
+        sizes = [len(g.problems) for g in groups]
+        quotas, hidden = _allot(sizes, [len(h) for h in headers], limit)
     for group, header, quota in zip(groups, headers, quotas, strict=False):
         lines += header
         for problem in group.problems[:quota]:
@@ -342,36 +346,6 @@ def _allot(
                     continue
                 grew = True
     return quotas, hidden
-
-
-HOTSPOT_HEADERS = ("site", "kernel", "checks", "tests", "calls", "time")
-HOTSPOT_NUMERIC = (False, False, True, True, True, True)
-
-
-def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
-    """A site's row, the same in every format: where, what, reach, dispatches, time share."""
-    return (
-        site.location or "(no source line)",
-        site.what,
-        number(site.checks),
-        number(site.tests),
-        number(site.dispatches),
-        pct(site.share) if site.share is not None else "—",
-    )
-
-
-def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
-    """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom); top 5 by
-    estimated time``."""
-    sites = [h for h in view.hotspots if h.platform == platform]
-    layers = {layer: sum(1 for h in sites if h.layer == layer) for layer in ("vendor", "custom")}
-    timed = next((h.basis for h in sites if h.basis), None)
-    order = f"by {timed} time" if timed else "by dispatches"
-    top = f"; top {shown} {order}" if shown < len(sites) else f"; {order}"
-    return (
-        f"where the lock-in lives on {platform}: {plural(len(sites), 'distinct site')} "
-        f"({layers['vendor']} vendor, {layers['custom']} custom){top}"
-    )
 
 
 def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
@@ -657,7 +631,7 @@ def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
     rows = options.hotspot_rows(MARKDOWN_HOTSPOTS) if options.top is not None else MARKDOWN_HOTSPOTS
     shown = sites if rows is None else sites[:rows]
     lines = [
-        f"### {hotspot_title(view, platform, len(shown)).capitalize()}",
+        f"### {sentence(hotspot_title(view, platform, len(shown)))}",
         "",
         "| site | kernel | checks | tests | calls | time |",
         "|---|---|---:|---:|---:|---:|",

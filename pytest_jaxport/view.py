@@ -101,6 +101,11 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     )
 
 
+def sentence(text: str) -> str:
+    """``text`` with its first letter upper case, the rest as written (a heading)."""
+    return text[:1].upper() + text[1:]
+
+
 def first_line(text: str, limit: int = 200) -> str:
     """The first non-empty line of ``text``, cut at ``limit`` characters."""
     line = next((x.strip() for x in str(text).splitlines() if x.strip()), "")
@@ -374,9 +379,15 @@ class CheckRow:
     name: str
     variant_of: str | None
     cells: Mapping[str, Cell]
-    probe: Probe | None = None
-    """The check as a :class:`Probe`, for per-test details; ``None`` if malformed."""
+    record: Mapping[str, Any] = field(default_factory=dict)
+    """The check as the report stores it."""
     note: str | None = None
+
+    @property
+    def probe(self) -> Probe | None:
+        """The check as a :class:`Probe` (for per-test details, read when shown: a large
+        report's view stays cheap); ``None`` when the record is malformed."""
+        return _probe(self.record)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -480,6 +491,36 @@ class ReportView:
         return NVIDIA if NVIDIA in platforms else platforms[0]
 
 
+HOTSPOT_HEADERS = ("site", "kernel", "checks", "tests", "calls", "time")
+HOTSPOT_NUMERIC = (False, False, True, True, True, True)
+
+
+def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
+    """A site's row, the same in every format: where, what, reach, dispatches, time share."""
+    return (
+        site.location or "(no source line)",
+        site.what,
+        number(site.checks),
+        number(site.tests),
+        number(site.dispatches),
+        pct(site.share) if site.share is not None else "—",
+    )
+
+
+def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
+    """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom); top 5 by
+    estimated time``."""
+    sites = [h for h in view.hotspots if h.platform == platform]
+    layers = {layer: sum(1 for h in sites if h.layer == layer) for layer in ("vendor", "custom")}
+    timed = next((h.basis for h in sites if h.basis), None)
+    order = f"by {timed} time" if timed else "by dispatches"
+    top = f"; top {shown} {order}" if shown < len(sites) else f"; {order}"
+    return (
+        f"where the lock-in lives on {platform}: {plural(len(sites), 'distinct site')} "
+        f"({layers['vendor']} vendor, {layers['custom']} custom){top}"
+    )
+
+
 # -- building it --------------------------------------------------------------------------------
 
 
@@ -506,22 +547,36 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         tests=rows,
         platforms=tuple(platforms),
         deviceless=_deviceless(tests),
-        compiled_gaps=tuple(
-            (row.nodeid, check.name, line)
-            for row in rows
-            for check in row.checks
-            if check.probe is not None
-            for result in check.probe.platforms.values()
-            for line in (prediction_gap(result), what_if_line(result))
-            if line is not None
-        ),
-        transformations=tuple(
-            (row.nodeid, line)
-            for row in rows
-            for line in variant_lines([c.probe for c in row.checks if c.probe is not None])
-        ),
+        compiled_gaps=compiled_gaps_of(rows),
+        transformations=transformations_of(rows),
     )
     return dataclasses.replace(view, layers=layers_of(view, summary))
+
+
+def compiled_gaps_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str, str], ...]:
+    """Where compiling changed what lowering predicted, per test and check (only checks
+    compiled somewhere are read as probes)."""
+    found = []
+    for row in rows:
+        for check in row.checks:
+            if all(c.level == "lowered" for c in check.cells.values()):
+                continue
+            probe = check.probe
+            for result in probe.platforms.values() if probe is not None else ():
+                for line in (prediction_gap(result), what_if_line(result)):
+                    if line is not None:
+                        found.append((row.nodeid, check.name, line))
+    return tuple(found)
+
+
+def transformations_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str], ...]:
+    """Per test with transformation checks, each function's checks side by side."""
+    found = []
+    for row in rows:
+        if any(c.variant_of is not None for c in row.checks):
+            probes = [c.probe for c in row.checks]
+            found += [(row.nodeid, line) for line in variant_lines([p for p in probes if p])]
+    return tuple(found)
 
 
 def _test_key(test: Mapping[str, Any]) -> tuple[tuple[int, int | str], ...]:
@@ -705,7 +760,7 @@ def test_row(test: Mapping[str, Any], platforms: Sequence[str]) -> TestRow:
                     for p in platforms
                     if p in entries
                 },
-                probe=_probe(check),
+                record=check,
                 note=None if check.get("note") is None else str(check["note"]),
             )
         )

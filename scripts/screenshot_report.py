@@ -2,6 +2,7 @@
 """Render a pytest-jaxport report as HTML and take a full-page screenshot in headless Chromium.
 
     python scripts/screenshot_report.py REPORT.json OUT.png [--width 1280] [--html OUT.html]
+        [--max-height PX] [--at SELECTOR]
     python scripts/screenshot_report.py --first-screen PAGE.html SELECTOR...
 
 A person can then look at the PNG. ``--first-screen`` prints, as JSON, the page's load time,
@@ -168,11 +169,13 @@ def screenshot(
     *,
     width: int = 1280,
     max_height: int | None = None,
+    at: str | None = None,
     timeout: float = 30.0,
 ) -> list[str]:
     """Load ``html_path``, save a full-page PNG to ``png_path``; return console problems.
 
-    ``max_height`` cuts the page at that many CSS pixels (the top of a long report).
+    ``max_height`` cuts the page at that many CSS pixels (the top of a long report); ``at``
+    (a CSS selector) starts the picture at that element instead of the top of the page.
     """
     chromium = find_chromium()
     if chromium is None:
@@ -197,14 +200,24 @@ def screenshot(
             browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
             browser.wait_for("Page.loadEventFired")
             size = browser.call("Page.getLayoutMetrics", session)["cssContentSize"]
-            height = int(size["height"]) + 1
+            top = 0
+            if at is not None:
+                found = browser.call(
+                    "Runtime.evaluate",
+                    session,
+                    expression=f"document.querySelector({json.dumps(at)})"
+                    ".getBoundingClientRect().top + window.scrollY",
+                    returnByValue=True,
+                )
+                top = int(found["result"].get("value") or 0)
+            height = int(size["height"]) + 1 - top
             if max_height:
                 height = min(height, max_height)
             browser.call(
                 "Emulation.setDeviceMetricsOverride",
                 session,
                 width=width,
-                height=height,
+                height=height + top,
                 deviceScaleFactor=1,
                 mobile=False,
             )
@@ -213,7 +226,7 @@ def screenshot(
                 session,
                 format="png",
                 captureBeyondViewport=True,
-                clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+                clip={"x": 0, "y": top, "width": width, "height": height, "scale": 1},
             )
             png_path.write_bytes(base64.b64decode(shot["data"]))
             return console_problems(browser.events)
@@ -291,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-height", type=int, help="cut the page at this many CSS px (default: whole page)"
     )
     parser.add_argument("--html", type=Path, help="also keep the rendered HTML here")
+    parser.add_argument("--at", help="start the picture at this CSS selector's element")
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -306,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         html_path = args.html or Path(tmp) / "report.html"
         html_path.write_text(html(report), encoding="utf-8")
         try:
-            problems = screenshot(html_path, args.png, width=args.width, max_height=args.max_height)
+            problems = screenshot(
+                html_path, args.png, width=args.width, max_height=args.max_height, at=args.at
+            )
         except (FileNotFoundError, TimeoutError, RuntimeError) as e:
             print(f"screenshot_report: {e}", file=sys.stderr)
             return 2
