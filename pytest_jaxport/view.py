@@ -231,13 +231,8 @@ class ProblemGroup:
 
     def summary(self) -> str:
         """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``."""
-        noun = {
-            "violation": ("violation", None),
-            "not-lowered": ("check", None),
-            "numerics": ("check", None),
-            "failure": ("test", None),
-        }[self.kind]
-        text = plural(len(self.problems), *noun)
+        noun = {"violation": "violation", "failure": "test"}.get(self.kind, "check")
+        text = plural(len(self.problems), noun)
         if self.kind != "failure":
             text += f" in {plural(self.tests, 'test')}"
         return text + (f" ({self.rule})" if self.rule else "")

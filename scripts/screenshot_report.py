@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,37 @@ class DevTools:
         os.close(self._from_chrome)
 
 
+@contextlib.contextmanager
+def _page(
+    width: int, height: int, timeout: float, domains: tuple[str, ...]
+) -> Iterator[tuple[DevTools, str]]:
+    """A headless Chromium with one blank page of ``width`` x ``height`` CSS px: the DevTools
+    client and the page's session, the ``domains`` enabled."""
+    chromium = find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("no chromium found (apt-get install -y chromium, or $CHROMIUM)")
+    with tempfile.TemporaryDirectory(prefix="jaxport-chromium-") as profile:
+        browser = DevTools(chromium, Path(profile), timeout)
+        try:
+            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
+            session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
+                "sessionId"
+            ]
+            for domain in domains:
+                browser.call(f"{domain}.enable", session)
+            browser.call(
+                "Emulation.setDeviceMetricsOverride",
+                session,
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            yield browser, session
+        finally:
+            browser.close()
+
+
 def console_problems(events: list[dict[str, Any]]) -> list[str]:
     """Console errors and warnings, uncaught exceptions and error log entries."""
     problems = []
@@ -177,61 +209,40 @@ def screenshot(
     ``max_height`` cuts the page at that many CSS pixels (the top of a long report); ``at``
     (a CSS selector) starts the picture at that element instead of the top of the page.
     """
-    chromium = find_chromium()
-    if chromium is None:
-        raise FileNotFoundError("no chromium found (apt-get install -y chromium, or $CHROMIUM)")
-    with tempfile.TemporaryDirectory(prefix="jaxport-chromium-") as profile:
-        browser = DevTools(chromium, Path(profile), timeout)
-        try:
-            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
-            session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
-                "sessionId"
-            ]
-            for domain in ("Page", "Runtime", "Log"):
-                browser.call(f"{domain}.enable", session)
-            browser.call(
-                "Emulation.setDeviceMetricsOverride",
+    with _page(width, 800, timeout, ("Page", "Runtime", "Log")) as (browser, session):
+        browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
+        browser.wait_for("Page.loadEventFired")
+        size = browser.call("Page.getLayoutMetrics", session)["cssContentSize"]
+        top = 0
+        if at is not None:
+            found = browser.call(
+                "Runtime.evaluate",
                 session,
-                width=width,
-                height=800,
-                deviceScaleFactor=1,
-                mobile=False,
+                expression=f"document.querySelector({json.dumps(at)})"
+                ".getBoundingClientRect().top + window.scrollY",
+                returnByValue=True,
             )
-            browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
-            browser.wait_for("Page.loadEventFired")
-            size = browser.call("Page.getLayoutMetrics", session)["cssContentSize"]
-            top = 0
-            if at is not None:
-                found = browser.call(
-                    "Runtime.evaluate",
-                    session,
-                    expression=f"document.querySelector({json.dumps(at)})"
-                    ".getBoundingClientRect().top + window.scrollY",
-                    returnByValue=True,
-                )
-                top = int(found["result"].get("value") or 0)
-            height = int(size["height"]) + 1 - top
-            if max_height:
-                height = min(height, max_height)
-            browser.call(
-                "Emulation.setDeviceMetricsOverride",
-                session,
-                width=width,
-                height=height + top,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            shot = browser.call(
-                "Page.captureScreenshot",
-                session,
-                format="png",
-                captureBeyondViewport=True,
-                clip={"x": 0, "y": top, "width": width, "height": height, "scale": 1},
-            )
-            png_path.write_bytes(base64.b64decode(shot["data"]))
-            return console_problems(browser.events)
-        finally:
-            browser.close()
+            top = int(found["result"].get("value") or 0)
+        height = int(size["height"]) + 1 - top
+        if max_height:
+            height = min(height, max_height)
+        browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            session,
+            width=width,
+            height=height + top,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        shot = browser.call(
+            "Page.captureScreenshot",
+            session,
+            format="png",
+            captureBeyondViewport=True,
+            clip={"x": 0, "y": top, "width": width, "height": height, "scale": 1},
+        )
+        png_path.write_bytes(base64.b64decode(shot["data"]))
+        return console_problems(browser.events)
 
 
 def first_screen(
@@ -245,49 +256,26 @@ def first_screen(
     """Load ``html_path`` in a ``width`` x ``height`` window: the load time (navigation to the
     load event, ms), the page height, and each selector's top edge in CSS px (``None`` when
     absent), to tell what a person sees without scrolling."""
-    chromium = find_chromium()
-    if chromium is None:
-        raise FileNotFoundError("no chromium found (apt-get install -y chromium, or $CHROMIUM)")
-    with tempfile.TemporaryDirectory(prefix="jaxport-chromium-") as profile:
-        browser = DevTools(chromium, Path(profile), timeout)
-        try:
-            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
-            session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
-                "sessionId"
-            ]
-            for domain in ("Page", "Runtime"):
-                browser.call(f"{domain}.enable", session)
-            browser.call(
-                "Emulation.setDeviceMetricsOverride",
-                session,
-                width=width,
-                height=height,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            started = time.monotonic()
-            browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
-            browser.wait_for("Page.loadEventFired")
-            load_ms = (time.monotonic() - started) * 1000
-            # DevTools evaluates outside the page's Content-Security-Policy (no page script).
-            expression = (
-                "JSON.stringify({height: document.documentElement.scrollHeight, tops: "
-                + json.dumps(selectors)
-                + ".map(s => { const e = document.querySelector(s); "
-                "return e ? e.getBoundingClientRect().top : null; })})"
-            )
-            found = browser.call(
-                "Runtime.evaluate", session, expression=expression, returnByValue=True
-            )
-            measured = json.loads(found["result"]["value"])
-            return {
-                "load_ms": round(load_ms, 1),
-                "page_height": measured["height"],
-                "tops": dict(zip(selectors, measured["tops"], strict=True)),
-                "problems": console_problems(browser.events),
-            }
-        finally:
-            browser.close()
+    with _page(width, height, timeout, ("Page", "Runtime")) as (browser, session):
+        started = time.monotonic()
+        browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
+        browser.wait_for("Page.loadEventFired")
+        load_ms = (time.monotonic() - started) * 1000
+        # DevTools evaluates outside the page's Content-Security-Policy (no page script).
+        expression = (
+            "JSON.stringify({height: document.documentElement.scrollHeight, tops: "
+            + json.dumps(selectors)
+            + ".map(s => { const e = document.querySelector(s); "
+            "return e ? e.getBoundingClientRect().top : null; })})"
+        )
+        found = browser.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        measured = json.loads(found["result"]["value"])
+        return {
+            "load_ms": round(load_ms, 1),
+            "page_height": measured["height"],
+            "tops": dict(zip(selectors, measured["tops"], strict=True)),
+            "problems": console_problems(browser.events),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,11 +19,11 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import exclusive
 
 from pytest_jaxport.view import build_view
 
@@ -92,27 +92,12 @@ class DemoRun:
         return cls(folder, saved["returncode"], saved["output"])
 
 
-@contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: each worker runs its own copy
-        yield
-        return
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """The demo run once per session, shared by pytest-xdist workers (the xdist recipe)."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    with _exclusive(shared / "jaxport-demo.lock"):
+    with exclusive(shared / "jaxport-demo.lock"):
         folder = shared / "jaxport-demo"
         if (folder / "run.json").is_file():
             return DemoRun.load(folder)

@@ -15,13 +15,12 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import exclusive
 
 from pytest_jaxport.ci import STEP_SUMMARY_LIMIT, append_step_summary
 from pytest_jaxport.cost import RuntimeShare
@@ -52,25 +51,13 @@ SCALE = 2000
 # -- the real run, shared by pytest-xdist workers ------------------------------------------------
 
 
-@contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    import fcntl
-
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The generated suite run once (``python -m pytest --jaxport-report=r.json``): its JSON
     report and terminal output."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    with _exclusive(shared / "jaxport-report-suite.lock"):
+    with exclusive(shared / "jaxport-report-suite.lock"):
         folder = shared / "jaxport-report-suite"
         saved = folder / "run.json"
         if not saved.is_file():
