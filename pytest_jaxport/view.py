@@ -149,7 +149,6 @@ class Headline:
     checks: int = 0
     failed_tests: int = 0
     violations: int = 0
-    outcomes: Mapping[str, int] = field(default_factory=dict)
     platforms: tuple[str, ...] = ()
     reference: str = ""
     present: tuple[str, ...] = ()
@@ -625,7 +624,6 @@ def headline_of(report: Mapping[str, Any]) -> Headline:
         checks=_int(summary.get("checks")),
         failed_tests=_int(summary.get("failed_tests")),
         violations=_int(summary.get("violations")),
-        outcomes={str(k): _int(v) for k, v in _map(summary.get("outcomes")).items()},
         platforms=tuple(str(p) for p in _list(config.get("platforms"))),
         reference=_str(config.get("reference")),
         present=tuple(str(p) for p in _list(env.get("present_platforms"))),
