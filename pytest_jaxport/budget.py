@@ -1,17 +1,20 @@
 """Census and numerics against the budget: which limits a check broke, and why (pure).
 
-Example message::
+A message leads with the finding, so pytest's one-line short summary shows it::
 
-    check 'attention' on cuda: max_custom_calls = 0 (set in pyproject.toml
-    [tool.jaxport.budget]), found 1 custom call (lowered)
+    cuda: 1 custom call > 0 (max_custom_calls, set in pyproject.toml [tool.jaxport.budget]);
+    check 'attention', lowered
         __gpu$xla.gpu.triton (pallas-triton) at src/kernels.py:12
+
+(one line in the terminal). The report stores each violation's fields, never the sentence:
+:meth:`Violation.to_dict` / :meth:`Violation.from_dict`.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
@@ -20,7 +23,7 @@ from pytest_jaxport.census import Kernel
 from pytest_jaxport.config import Budget
 from pytest_jaxport.cost import CostModel, RuntimeShare, estimate
 from pytest_jaxport.numerics import describe
-from pytest_jaxport.report import Probe
+from pytest_jaxport.report import Probe, kernel_from_dict, kernel_to_dict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,10 +42,46 @@ class Violation:
     details: tuple[str, ...] = ()
 
     def headline(self) -> str:
+        """The finding first: ``cuda: 3 cudnn calls > 2 (max_library_calls.cudnn, set in
+        pyproject.toml [tool.jaxport.budget.cuda]); check 'conv', lowered``."""
         return (
-            f"check {self.check!r} on {self.platform}: {self.key} = {self.limit!r} "
-            f"(set in {self.origin}), found {self.found} {self.what} ({self.level})"
+            f"{self.platform}: {self.finding()} ({self.rule()}); check {self.check!r}, {self.level}"
         )
+
+    def finding(self) -> str:
+        """What was found against what was allowed: ``3 cudnn calls > 2``."""
+        if self.key == "must_lower":
+            return f"fails to {self.what}"
+        if self.key == "must_trace":
+            return "could not be traced here"
+        if self.key == "numerics":
+            return f"{self.found} {self.what}, expected to {self.limit}"
+        return f"{self.found_text()} > {self.limit_text()}"
+
+    def found_text(self) -> str:
+        """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
+        if self.key in ("must_lower", "must_trace"):
+            return self.finding()
+        return f"{self.found} {self.what}".strip()
+
+    def limit_text(self) -> str:
+        """The limit as a person reads it: ``2``, ``30.0%``, ``[cpu, tpu]``, ``match cpu``."""
+        limit = self.limit
+        if self.key.endswith("_share") and isinstance(limit, int | float):
+            return f"{limit:.1%}"
+        if isinstance(limit, list | tuple):
+            return f"[{', '.join(map(str, limit))}]"
+        return f"{limit:g}" if isinstance(limit, float) else str(limit)
+
+    def rule(self) -> str:
+        """The budget key and where it was set: ``max_custom_calls, set in pyproject.toml``."""
+        if self.key == "must_lower":
+            return f"must_lower = {self.limit_text()}, set in {self.origin}"
+        if self.key == "must_trace":
+            return f"must_trace = true, set in {self.origin}"
+        if self.key == "numerics":
+            return f"numerics, tolerance from {self.origin}"
+        return f"{self.key}, set in {self.origin}"
 
     def long_repr(self) -> str:
         lines = [self.headline()]
@@ -51,6 +90,7 @@ class Violation:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        """The violation's fields (no rendered sentence; :meth:`from_dict` restores it)."""
         return {
             "check": self.check,
             "platform": self.platform,
@@ -58,9 +98,26 @@ class Violation:
             "limit": list(self.limit) if isinstance(self.limit, tuple) else self.limit,
             "origin": self.origin,
             "found": self.found,
+            "what": self.what,
             "level": self.level,
-            "message": self.long_repr(),
+            "kernels": [kernel_to_dict(k) for k in self.kernels],
+            "details": list(self.details),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Violation:
+        return cls(
+            check=str(data.get("check", "?")),
+            platform=str(data.get("platform", "?")),
+            key=str(data.get("key", "?")),
+            limit=data.get("limit"),
+            origin=str(data.get("origin", "?")),
+            found=data.get("found"),
+            what=str(data.get("what", "")),
+            level=str(data.get("level", "lowered")),
+            kernels=tuple(kernel_from_dict(k) for k in data.get("kernels") or ()),
+            details=tuple(str(d) for d in data.get("details") or ()),
+        )
 
 
 def _plural(n: int, word: str) -> str:
@@ -96,8 +153,8 @@ def evaluate(
                     key="must_trace",
                     limit=True,
                     origin=must_trace.origin,
-                    found="a failure to",
-                    what="trace here",
+                    found="could not be traced here",
+                    what="trace",
                     level=f"needs {untraced.needs}",
                     details=(untraced.error,),
                 )
@@ -118,7 +175,7 @@ def evaluate(
                         key="must_lower",
                         limit=must.value,
                         origin=must.origin,
-                        found="a failure to",
+                        found=f"fails to {stage}",
                         what=stage,
                         details=(failure,),
                     )

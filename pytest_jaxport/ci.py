@@ -1,7 +1,8 @@
 """One CI leg inside pytest: saved outputs, the leg's facts, and the baseline ratchet.
 
 The session calls into this module; it keeps ``--jaxport-save-outputs``,
-``--jaxport-baseline`` and ``--jaxport-baseline-update`` out of the core judging code. Nothing
+``--jaxport-baseline``, ``--jaxport-baseline-update`` and the ``$GITHUB_STEP_SUMMARY``
+append (bounded by :func:`append_step_summary`) out of the core judging code. Nothing
 here imports JAX or NumPy at module import: :mod:`pytest_jaxport.merge` and
 :mod:`pytest_jaxport.outputs` are imported only when the options are used.
 
@@ -16,7 +17,7 @@ check records ``"outputs": PATH``, relative to the folder of the JSON report
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,3 +238,50 @@ def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | No
 
     write_text(settings.baseline_path, baseline_json(baseline_of(report)))
     return settings.baseline_path
+
+
+# -- $GITHUB_STEP_SUMMARY ------------------------------------------------------------------
+
+STEP_SUMMARY_LIMIT = 1024 * 1024
+"""GitHub's limit on one step's ``$GITHUB_STEP_SUMMARY``, in bytes: over it, the summary is
+dropped with an error annotation."""
+STEP_SUMMARY_SHARE = 60_000
+"""At most this many bytes of the summary are ours: the Markdown report's own budget."""
+STEP_SUMMARY_MARGIN = 16 * 1024
+"""Room left for whatever else the step appends after us."""
+STEP_SUMMARY_MINIMUM = 2_000
+"""Below this much room, nothing is appended (a headline alone would not fit usefully)."""
+
+
+def step_summary_budget(existing: int) -> int:
+    """Bytes the report may append to a step summary that already holds ``existing`` bytes."""
+    return min(STEP_SUMMARY_SHARE, STEP_SUMMARY_LIMIT - STEP_SUMMARY_MARGIN - existing)
+
+
+def append_step_summary(path: Path, render: Callable[[int], str]) -> str | None:
+    """Append ``render(budget)`` (Markdown within ``budget`` characters) to the step summary
+    at ``path``, keeping the file under :data:`STEP_SUMMARY_LIMIT`. Returns a line for the
+    terminal when nothing could be appended, else ``None``."""
+    try:
+        existing = path.stat().st_size if path.exists() else 0
+    except OSError as e:
+        return f"jaxport: $GITHUB_STEP_SUMMARY {path} cannot be read: {e}"
+    budget = step_summary_budget(existing)
+    if budget < STEP_SUMMARY_MINIMUM:
+        return (
+            f"jaxport: $GITHUB_STEP_SUMMARY already holds {existing:,} bytes of GitHub's "
+            f"{STEP_SUMMARY_LIMIT:,}; the Markdown report was not appended"
+        )
+    text = render(budget)
+    data = text.encode("utf-8")
+    while len(data) > budget and budget >= STEP_SUMMARY_MINIMUM:
+        budget -= len(data) - budget + 256  # non-ASCII text: bytes exceed characters
+        data = render(budget).encode("utf-8")
+    if len(data) > budget:
+        return "jaxport: the Markdown report does not fit $GITHUB_STEP_SUMMARY; not appended"
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+    except OSError as e:
+        return f"jaxport: could not append to $GITHUB_STEP_SUMMARY {path}: {e}"
+    return None

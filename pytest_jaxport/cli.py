@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_jaxport import __version__
+from pytest_jaxport.display import add_display_options
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -22,22 +23,34 @@ EXIT_UNUSABLE = 2
 
 
 def _show(args: argparse.Namespace) -> int:
-    from pytest_jaxport.html_report import html
-    from pytest_jaxport.render import markdown, text
+    from pytest_jaxport.display import DisplayOptions, display_options
+    from pytest_jaxport.html_report import render_html
+    from pytest_jaxport.render import render_markdown, render_text
     from pytest_jaxport.report import ReportError, load
+    from pytest_jaxport.view import ReportView, build_view
 
+    options = display_options(lambda name: getattr(args, name), verbosity=args.verbose - args.quiet)
     try:
         report = load(Path(args.report))
     except ReportError as e:
         print(f"jaxport show: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
+    view = build_view(report)
+    if options.platform is not None and options.platform not in view.platforms:
+        return _fail(
+            "show",
+            f"--platform {options.platform}: {args.report} has no such platform "
+            f"(it has {', '.join(view.platforms) or 'none'})",
+        )
+    renderers: dict[str, Callable[[ReportView, DisplayOptions], str]] = {
+        "text": render_text,
+        "md": render_markdown,
+        "html": render_html,
+    }
     try:
-        renderers = {"text": text, "md": markdown, "html": html}
-        rendered = renderers[args.format](report)
-    except (KeyError, TypeError, ValueError) as e:
-        print(f"jaxport show: {args.report}: malformed report ({type(e).__name__}: {e})",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_UNUSABLE
+        rendered = renderers[args.format](view, options)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        return _fail("show", f"{args.report}: malformed report ({type(e).__name__}: {e})")
     print(rendered)
     return EXIT_OK
 
@@ -193,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="render a saved JSON report")
     show.add_argument("report", metavar="REPORT.json")
     show.add_argument("--format", choices=("text", "md", "html"), default="text")
+    show.add_argument("-v", "--verbose", action="count", default=0,
+                      help="show more: every problem, more sites; -vv every test")  # fmt: skip
+    show.add_argument("-q", "--quiet", action="count", default=0,
+                      help="show less: the headline and the problem groups")  # fmt: skip
+    add_display_options(show.add_argument, prefix="--")
     show.set_defaults(run=_show)
     capture = commands.add_parser(
         "capture-target",

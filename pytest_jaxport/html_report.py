@@ -1,34 +1,60 @@
-"""A self-contained HTML rendering of a report dict (pure: a report in, a string out).
+"""A self-contained HTML rendering of a report (pure: a view in, a string out).
 
-:func:`html` returns one HTML document a person opens in a browser: no scripts, no network
-(a ``Content-Security-Policy`` of ``default-src 'none'`` forbids every fetch), inline CSS and
-inline SVG only. In order it shows:
+:func:`render_html` lays out a :class:`pytest_jaxport.view.ReportView` as one HTML document
+a person opens in a browser: no scripts, no network (a ``Content-Security-Policy`` of
+``default-src 'none'`` forbids every fetch), inline CSS and inline SVG only. It opens on what
+needs attention:
 
-1. the header: configuration, environment, suite totals and per-platform counts;
-2. the layer table (``summary["layers"]`` when the report carries one, otherwise a minimal
-   one derived from the counts);
-3. the three numbers when present: runtime share per platform as stacked bars, each labelled
-   *measured* or *estimated*; kernels to rewrite and engineering days per target, with the
-   cost breakdown and the items behind it;
-4. a platform × test matrix: lowers, vendor/custom counts (and the level they come from),
-   numerics status, budget violations;
-5. per test details: violations, lowering errors, kernels with source lines, runtime share.
+1. the header: the verdict, tiles (each links to its section) and the environment;
+2. the problems, grouped by budget key and platform (violations, checks that do not lower,
+   numerics mismatches, tests that failed or crashed, with their error);
+3. the three numbers: runtime share per platform as stacked bars, each labelled measured or
+   estimated; kernels to rewrite and engineering days per target, with the breakdown;
+4. where the lock-in lives: distinct dispatch sites by source line, per platform;
+5. platform totals (per-check sums next to distinct sites), the layer table, tooling;
+6. the platform × test matrix: tests with problems first, passing tests collapsed; test ids
+   in natural order (``[4]`` before ``[10]``);
+7. per-test details (every test up to :data:`ALL_DETAILS_UP_TO` tests, beyond that the tests
+   with problems).
 
-Every optional key may be missing (reports written before the three numbers existed render
-fine) and every string from the report is escaped.
+Every string from the report is escaped. :func:`html` takes a report dict.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations
 
-import math
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-__all__ = ["html", "numerics_status"]
+from pytest_jaxport.display import DisplayOptions
+from pytest_jaxport.hotspots import Hotspot
+from pytest_jaxport.view import (
+    HOTSPOT_HEADERS,
+    NO_AUTOTUNE_NOTE,
+    TOTALS_NOTE,
+    Cell,
+    CheckRow,
+    ProblemGroup,
+    ReportView,
+    ShareRow,
+    TargetRow,
+    TestRow,
+    build_view,
+    counted_census,
+    days_text,
+    hotspot_cells,
+    hotspot_title,
+    number,
+    pct,
+    plural,
+    seconds_text,
+    sentence,
+)
+
+__all__ = ["html", "render_html"]
 
 SHARE_LAYERS: tuple[str, ...] = ("xla", "vendor", "custom")
 LAYER_COLOURS: Mapping[str, str] = {"xla": "#0077bb", "vendor": "#ee7733", "custom": "#aa3377"}
@@ -38,55 +64,37 @@ LAYER_NAMES: Mapping[str, str] = {
     "vendor": "vendor library",
     "custom": "hand-written",
 }
-
-COST_ITEMS: tuple[tuple[str, str, str], ...] = (
-    # key, label, colour
-    ("kernel_rewrite", "kernel rewrites", "#aa3377"),
-    ("fallback_validation", "fallback validation", "#ccbb44"),
-    ("vendor_gap", "vendor gaps", "#ee7733"),
-    ("tooling_assumption", "tooling assumptions", "#66ccee"),
-    ("fixed", "fixed per target", "#bbbbbb"),
-)
-STATUS_LABELS: Mapping[str, str] = {
-    "rewrite": "rewrite: does not lower on the target",
-    "fallback": "fallback — performance not guaranteed",
-    "vendor-gap": "vendor gap: no counterpart on the target",
+COST_COLOURS: Mapping[str, str] = {
+    "kernel_rewrite": "#aa3377",
+    "fallback_validation": "#ccbb44",
+    "vendor_gap": "#ee7733",
+    "tooling_assumption": "#66ccee",
+    "fixed": "#bbbbbb",
+}
+STATUS_NOTES: Mapping[str, str] = {
+    "rewrite": "does not lower on the target",
+    "fallback": "performance not guaranteed",
+    "vendor-gap": "no counterpart on the target",
 }
 NUMERICS_CLASS: Mapping[str, str] = {
     "reference": "ref",
     "match": "good",
     "mismatch": "bad",
     "error": "bad",
-    "not present": "muted",
-    "not executed": "muted",
-    "not compared": "muted",
 }
-OPEN_DETAILS_UP_TO = 40
-"""Up to this many tests every test's details are open; beyond it, only tests with problems."""
+ALL_DETAILS_UP_TO = 200
+"""Up to this many tests every test gets its details; beyond, the tests with problems."""
+GROUP_ROWS = 10
+"""Problem rows shown per group before the rest collapse."""
+MATRIX_ROWS = 50
+"""Matrix rows of tests with problems shown before the rest collapse (passing tests always
+collapse when some test has a problem)."""
+HOTSPOT_ROWS = 20
+"""Sites shown per platform before the rest collapse."""
 
+NUM = ' class="num"'
 BAR_WIDTH = 360
 BAR_HEIGHT = 20
-
-# -- small, forgiving accessors --------------------------------------------------------------
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int:
-    number = _num(value)
-    return int(number) if number is not None else 0
 
 
 def _e(value: Any) -> str:
@@ -94,99 +102,21 @@ def _e(value: Any) -> str:
     return escape("" if value is None else str(value), quote=True)
 
 
-def _pct(fraction: float) -> str:
-    value = fraction * 100
-    if value == 0:
-        return "0%"
-    if value < 0.1:
-        return "<0.1%"
-    if value < 10:
-        return f"{value:.1f}".removesuffix(".0") + "%"
-    return f"{value:.0f}%"
+# -- SVG -------------------------------------------------------------------------------------------
 
 
-def _days(days: float) -> str:
-    return f"{days:.1f}".rstrip("0").rstrip(".")
-
-
-def _seconds(seconds: float) -> str:
-    if seconds <= 0:
-        return "0 s"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
-
-
-def _join(parts: Iterable[str], sep: str = " · ") -> str:
-    return sep.join(p for p in parts if p)
-
-
-# -- facts derived from a check's platform entry -----------------------------------------------
-
-
-def counted_census(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str]:
-    """The census budgets apply to and its level: compiled where compiled, else lowered."""
-    compiled = entry.get("compiled")
-    if isinstance(compiled, Mapping):
-        return compiled, "compiled"
-    lowered = entry.get("lowered")
-    if isinstance(lowered, Mapping):
-        return lowered, "lowered"
-    return None, "lowered"
-
-
-def numerics_status(check: Mapping[str, Any], platform: str) -> str:
-    """As :func:`pytest_jaxport.report.numerics_status`, from the dict, tolerating gaps."""
-    entry = _map(_map(check.get("platforms")).get(platform))
-    if entry.get("execution_error"):
-        return "error"
-    if not entry.get("executed"):
-        return "not executed" if entry.get("present") else "not present"
-    if platform == check.get("reference"):
-        return "reference"
-    numerics = entry.get("numerics")
-    if not isinstance(numerics, Mapping):
-        return "not compared"
-    ok = numerics.get("ok")
-    if not isinstance(ok, bool):
-        ok = not _list(numerics.get("mismatches"))
-    return "match" if ok else "mismatch"
-
-
-def _platforms(report: Mapping[str, Any]) -> list[str]:
-    """Configured platforms first, then any other platform the report mentions."""
-    seen: dict[str, None] = {}
-    for p in _list(_map(report.get("config")).get("platforms")):
-        seen[str(p)] = None
-    for p in _map(_map(report.get("summary")).get("platforms")):
-        seen[str(p)] = None
-    for test in _list(report.get("tests")):
-        for check in _list(_map(test).get("checks")):
-            for p in _map(_map(check).get("platforms")):
-                seen[str(p)] = None
-    return list(seen)
-
-
-def _checks(report: Mapping[str, Any]) -> Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    for test in _list(report.get("tests")):
-        for check in _list(_map(test).get("checks")):
-            yield _map(test), _map(check)
-
-
-# -- SVG ------------------------------------------------------------------------------------------
-
-
-def share_bar(share: Mapping[str, Any], label: str) -> str:
+def share_bar(row: ShareRow) -> str:
     """A horizontal stacked bar of the ``xla``/``vendor``/``custom`` fractions, inline SVG."""
-    fractions = {layer: max(0.0, _num(share.get(layer)) or 0.0) for layer in SHARE_LAYERS}
+    fractions = row.layers
     total = sum(fractions.values())
-    basis = "measured" if share.get("basis") == "measured" else "estimated"
-    summary = ", ".join(f"{LAYER_NAMES[k]} {_pct(v)}" for k, v in fractions.items())
-    aria = f"{label} runtime share ({basis}): {summary}" if total > 0 else f"{label}: no time"
+    summary = ", ".join(f"{LAYER_NAMES[k]} {pct(fractions[k])}" for k in SHARE_LAYERS)
+    aria = (
+        f"{row.platform} runtime share ({row.label}): {summary}"
+        if total > 0
+        else f"{row.platform}: no time"
+    )
     parts = [
-        f'<svg class="bar {basis}" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" '
+        f'<svg class="bar {row.basis}" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" '
         f'viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT}" role="img" aria-label="{_e(aria)}">',
         f"<title>{_e(aria)}</title>",
         f'<rect class="track" x="0" y="0" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" rx="3"/>',
@@ -200,20 +130,20 @@ def share_bar(share: Mapping[str, Any], label: str) -> str:
             parts.append(
                 f'<rect class="seg {layer}" x="{x:.2f}" y="0" width="{width:.2f}" '
                 f'height="{BAR_HEIGHT}" fill="{LAYER_COLOURS[layer]}">'
-                f"<title>{_e(LAYER_NAMES[layer])}: {_pct(fractions[layer])}</title></rect>"
+                f"<title>{_e(LAYER_NAMES[layer])}: {pct(fractions[layer])}</title></rect>"
             )
             if width >= 40:
                 parts.append(
                     f'<text x="{x + width / 2:.2f}" y="{BAR_HEIGHT / 2 + 4:.1f}" '
                     f'text-anchor="middle" fill="{LAYER_TEXT[layer]}">'
-                    f"{_e(_pct(fractions[layer]))}</text>"
+                    f"{_e(pct(fractions[layer]))}</text>"
                 )
             x += width
     else:
         parts.append(
             f'<text x="8" y="{BAR_HEIGHT / 2 + 4:.1f}" fill="#57606a">no time recorded</text>'
         )
-    if basis == "estimated":
+    if row.basis == "estimated":
         parts.append(
             f'<rect class="estimate-outline" x="0.5" y="0.5" width="{BAR_WIDTH - 1}" '
             f'height="{BAR_HEIGHT - 1}" rx="3" fill="none"/>'
@@ -222,15 +152,13 @@ def share_bar(share: Mapping[str, Any], label: str) -> str:
     return "".join(parts)
 
 
-def days_bar(breakdown: Mapping[str, Any], scale: float, label: str) -> str:
+def days_bar(target: TargetRow, scale: float) -> str:
     """A horizontal stacked bar of one target's days by cost item, scaled to ``scale`` days."""
-    values = [
-        (key, name, colour, max(0.0, _num(breakdown.get(key)) or 0.0))
-        for key, name, colour in COST_ITEMS
-    ]
-    total = sum(v for *_, v in values)
-    summary = ", ".join(f"{name} {_days(v)} d" for _, name, _, v in values if v > 0)
-    aria = f"{label}: {_days(total)} engineering days" + (f" ({summary})" if summary else "")
+    total = sum(d for *_, d in target.breakdown)
+    summary = ", ".join(f"{label} {days_text(d)} d" for _, label, d in target.breakdown if d)
+    aria = f"to {target.target}: {days_text(total)} engineering days" + (
+        f" ({summary})" if summary else ""
+    )
     parts = [
         f'<svg class="bar days" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" '
         f'viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT}" role="img" aria-label="{_e(aria)}">',
@@ -238,28 +166,28 @@ def days_bar(breakdown: Mapping[str, Any], scale: float, label: str) -> str:
         f'<rect class="track" x="0" y="0" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" rx="3"/>',
     ]
     x = 0.0
-    for key, name, colour, value in values:
+    for key, label, value in target.breakdown:
         if value <= 0 or scale <= 0:
             continue
         width = value / scale * BAR_WIDTH
         parts.append(
             f'<rect class="seg {key}" x="{x:.2f}" y="0" width="{width:.2f}" '
-            f'height="{BAR_HEIGHT}" fill="{colour}"><title>{_e(name)}: {_days(value)} days'
-            "</title></rect>"
+            f'height="{BAR_HEIGHT}" fill="{COST_COLOURS.get(key, "#bbbbbb")}"><title>'
+            f"{_e(label)}: {days_text(value)} days</title></rect>"
         )
         if width >= 32:
             parts.append(
                 f'<text x="{x + width / 2:.2f}" y="{BAR_HEIGHT / 2 + 4:.1f}" '
-                f'text-anchor="middle" fill="#1f2328">{_days(value)}</text>'
+                f'text-anchor="middle" fill="#1f2328">{days_text(value)}</text>'
             )
         x += width
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _swatch(colour: str, label: str, extra: str = "") -> str:
+def _swatch(colour: str, label: str) -> str:
     return (
-        f'<li><span class="swatch{extra}" style="background:{colour}" aria-hidden="true">'
+        f'<li><span class="swatch" style="background:{colour}" aria-hidden="true">'
         f"</span>{_e(label)}</li>"
     )
 
@@ -274,327 +202,246 @@ def _layer_legend() -> str:
     )
 
 
-def _basis_badge(share: Mapping[str, Any]) -> str:
-    basis = "measured" if share.get("basis") == "measured" else "estimated"
-    return f'<span class="badge {basis}">{basis}</span>'
+def _badge(row: ShareRow) -> str:
+    return f'<span class="badge {row.basis}">{_e(row.label)}</span>'
 
 
-def _libraries_text(libraries: Any, fmt: str = "share") -> str:
-    items = []
-    for name, value in _map(libraries).items():
-        number = _num(value)
-        if number is None:
-            continue
-        items.append(f"{_e(name)} {_pct(number) if fmt == 'share' else _int(value)}")
-    return ", ".join(items)
-
-
-def share_table(shares: Mapping[str, Any], caption: str, first: str = "platform") -> str:
-    """One row per platform: label, basis badge, the bar, the fractions, libraries, time."""
-    rows = []
-    for platform, share in shares.items():
-        if not isinstance(share, Mapping):
-            continue
-        seconds = _num(share.get("seconds"))
-        cells = "".join(
-            f'<td class="num">{_pct(max(0.0, _num(share.get(k)) or 0.0))}</td>'
-            for k in SHARE_LAYERS
-        )
-        rows.append(
-            f'<tr><th scope="row">{_e(platform)}</th><td>{_basis_badge(share)}</td>'
-            f'<td class="barcell">{share_bar(share, str(platform))}</td>{cells}'
-            f'<td class="libs">{_libraries_text(share.get("libraries")) or "—"}</td>'
-            f'<td class="num">{_seconds(seconds) if seconds is not None else "—"}</td></tr>'
-        )
+def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) -> str:
+    """One row per platform: label, basis badge, the bar (unless ``bars`` is false: a large
+    report's per-check tables), the fractions, libraries, time."""
     if not rows:
         return ""
+    body = "".join(
+        f'<tr><th scope="row">{_e(r.platform)}</th><td>{_badge(r)}</td>'
+        + (f'<td class="barcell">{share_bar(r)}</td>' if bars else "")
+        + "".join(f'<td class="num">{pct(r.layers[k])}</td>' for k in SHARE_LAYERS)
+        + f'<td class="libs">{_e(", ".join(f"{n} {pct(f)}" for n, f in r.libraries)) or "—"}'
+        f'</td><td class="num">{seconds_text(r.seconds) if r.seconds is not None else "—"}'
+        "</td></tr>"
+        for r in rows
+    )
     head = "".join(f'<th scope="col" class="num">{k}</th>' for k in SHARE_LAYERS)
     return (
         f'<table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
-        f'<th scope="col">{_e(first)}</th><th scope="col">basis</th>'
-        f'<th scope="col">where the time goes</th>{head}<th scope="col">libraries</th>'
-        f'<th scope="col" class="num">time</th></tr></thead><tbody>{"".join(rows)}'
+        '<th scope="col">platform</th><th scope="col">basis</th>'
+        + ('<th scope="col">where the time goes</th>' if bars else "")
+        + f'{head}<th scope="col">libraries</th>'
+        + f'<th scope="col" class="num">time per call</th></tr></thead><tbody>{body}'
         "</tbody></table>"
     )
 
 
-# -- sections -------------------------------------------------------------------------------------
+# -- sections --------------------------------------------------------------------------------------
 
 
-def _header(report: Mapping[str, Any]) -> str:
-    config = _map(report.get("config"))
-    env = _map(report.get("environment"))
-    summary = _map(report.get("summary"))
-    tool = _map(report.get("tool"))
-    platforms = [str(p) for p in _list(config.get("platforms"))]
-    reference = config.get("reference")
-    compile_list = [str(p) for p in _list(config.get("compile"))]
-    present = [str(p) for p in _list(env.get("present_platforms"))]
+def _anchor(nodeid: str) -> str:
+    safe = "".join(c if c.isalnum() else "-" for c in nodeid)
+    digest = zlib.crc32(nodeid.encode("utf-8"))
+    return f"t-{safe[:60]}-{digest:08x}" if nodeid else "t-unnamed"
 
-    facts = [
-        ("platforms", _e(", ".join(platforms)) or "—"),
-        ("reference", _e(reference) if reference else "—"),
-    ]
-    if compile_list:
-        target = f" (target {_e(config['target'])})" if config.get("target") else ""
-        facts.append(("compiled for", _e(", ".join(compile_list)) + target))
-    if config.get("source"):
-        facts.append(("configuration", f"<code>{_e(config['source'])}</code>"))
-    versions = _join(
-        f"{name} {_e(env[name])}" for name in ("jax", "jaxlib", "python") if env.get(name)
+
+def _group_anchor(group: ProblemGroup) -> str:
+    return "p-" + "".join(c if c.isalnum() else "-" for c in f"{group.kind}-{group.title}")
+
+
+def _nodeid_html(nodeid: str) -> str:
+    """``tests/test_x.py::test_y[id]`` as the test's name, then its file in small print."""
+    path, sep, name = nodeid.rpartition("::")
+    if not sep:
+        return f'<code class="tname">{_e(nodeid)}</code>'
+    return f'<code class="tname">{_e(name)}</code><span class="tpath">{_e(path)}</span>'
+
+
+def _tile(value: str, label: str, href: str | None, cls: str = "") -> str:
+    tag = f'a href="{href}"' if href else "div"
+    end = "a" if href else "div"
+    return (
+        f'<{tag} class="tile{cls}"><span class="value">{_e(value)}</span>'
+        f'<span class="label">{_e(label)}</span></{end}>'
     )
-    facts.append(("environment", _join([versions, _e(env.get("machine") or "")]) or "—"))
-    facts.append(("present here", _e(", ".join(present)) or "none"))
-    dl = "".join(f"<div><dt>{k}</dt><dd>{v}</dd></div>" for k, v in facts)
 
-    failed = _int(summary.get("failed_tests"))
-    violations = _int(summary.get("violations"))
+
+def _header(view: ReportView) -> str:
+    head = view.headline
+    failed, violations = head.failed_tests, head.violations
+    findings = sum(len(g.problems) for g in view.problems if g.kind != "violation")
     tiles = [
-        ("tests", _int(summary.get("tests")), ""),
-        ("checks", _int(summary.get("checks")), ""),
-        ("failed tests", failed, " bad" if failed else " good"),
-        ("budget violations", violations, " bad" if violations else " good"),
-    ]
-    tile_html = "".join(
-        f'<div class="tile{cls}"><span class="value">{value}</span>'
-        f'<span class="label">{label}</span></div>'
-        for label, value, cls in tiles
-    )
-    version = f" {_e(tool['version'])}" if tool.get("version") else ""
+        _tile(number(head.tests), "portable tests", "#matrix"),
+        _tile(number(head.checks), "checks", "#matrix"),
+        _tile(number(failed), "failed tests", "#problems", " bad" if failed else " good"),
+        _tile(number(violations), "budget violations", "#problems",
+              " bad" if violations else " good"),
+    ]  # fmt: skip
+    if findings:
+        tiles.append(_tile(number(findings), "other problems", "#problems", " warn"))
+    platform = view.hotspot_platform()
+    if platform is not None:
+        sites = sum(1 for h in view.hotspots if h.platform == platform)
+        tiles.append(_tile(number(sites), f"{platform} sites", "#hotspots"))
+    for target in view.targets:
+        if target.kernels is not None:
+            tiles.append(
+                _tile(number(target.kernels), f"to rewrite for {target.target}", "#numbers",
+                      " warn" if target.kernels else "")
+            )  # fmt: skip
+    dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in head.facts)
+    version = f" {_e(head.tool_version)}" if head.tool_version else ""
     status = "bad" if failed or violations else "good"
     verdict = (
-        f"{failed} failed test{'s' if failed != 1 else ''}, "
-        f"{violations} budget violation{'s' if violations != 1 else ''}"
+        f"{number(failed)} of {plural(head.tests, 'portable test')} failed, "
+        f"{plural(violations, 'budget violation')}"
         if failed or violations
         else "every portable test within budget"
     )
     return (
         '<header class="top"><div class="titles"><h1>Portability report</h1>'
         f'<p class="sub">pytest-jaxport{version} · <span class="verdict {status}">'
-        f"{verdict}</span></p></div>"
-        f'<div class="tiles" role="group" aria-label="suite totals">{tile_html}</div>'
+        f"{verdict}</span> · {_e(head.level)}</p></div>"
+        f'<div class="tiles" role="group" aria-label="suite totals">{"".join(tiles)}</div>'
         f'<dl class="facts">{dl}</dl></header>'
     )
 
 
-def _totals(report: Mapping[str, Any]) -> str:
-    platforms = _map(_map(report.get("summary")).get("platforms"))
-    if not platforms:
-        return ""
-    compiled_any = any("compiled" in _map(t) for t in platforms.values())
-    rows = []
-    for name, totals in platforms.items():
-        t = _map(totals)
-        failed = _int(t.get("failed_to_lower"))
-        compiled = ""
-        if compiled_any:
-            compiled = (
-                f'<td class="num">{_int(t.get("compiled"))}</td>'
-                f'<td class="num{" badtext" if _int(t.get("failed_to_compile")) else ""}">'
-                f"{_int(t.get('failed_to_compile'))}</td>"
-            )
-        rows.append(
-            f'<tr><th scope="row">{_e(name)}</th><td class="num">{_int(t.get("lowered"))}</td>'
-            f'<td class="num{" badtext" if failed else ""}">{failed}</td>{compiled}'
-            f'<td class="num">{_int(t.get("vendor"))}</td>'
-            f'<td class="num{" warntext" if _int(t.get("custom")) else ""}">'
-            f'{_int(t.get("custom"))}</td><td class="num">{_int(t.get("meta"))}</td>'
-            f'<td class="libs">{_libraries_text(t.get("libraries"), "count") or "—"}</td></tr>'
-        )
-    compiled_head = (
-        '<th scope="col" class="num">compiled</th>'
-        '<th scope="col" class="num">failed to compile</th>'
-        if compiled_any
-        else ""
-    )
+def _toc(view: ReportView) -> str:
+    links = [("problems", "Problems")]
+    if view.shares or view.targets:
+        links.append(("numbers", "The three numbers"))
+    if view.hotspots:
+        links.append(("hotspots", "Where the lock-in lives"))
+    links += [("totals", "Platform totals"), ("layers", "Layers")]
+    if view.tooling:
+        links.append(("tooling", "Tooling"))
+    links.append(("matrix", "Platform × test matrix"))
     return (
-        '<section id="totals" aria-labelledby="totals-h"><h2 id="totals-h">Suite totals by '
-        "platform</h2>"
-        '<p class="note">Call-weighted dispatch counts over every check, at the level budgets '
-        "apply: compiled where a check was compiled, lowered (StableHLO) elsewhere.</p>"
-        '<table class="totals"><thead><tr><th scope="col">platform</th>'
-        '<th scope="col" class="num">checks lowered</th>'
-        f'<th scope="col" class="num">failed to lower</th>{compiled_head}'
-        '<th scope="col" class="num">vendor</th><th scope="col" class="num">custom</th>'
-        '<th scope="col" class="num">meta</th><th scope="col">libraries</th></tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></section>"
+        '<nav class="toc" aria-label="sections">'
+        + "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in links)
+        + "</nav>"
     )
 
 
-def _value_html(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return _e(", ".join(f"{k} {v}" for k, v in value.items())) or "—"
-    if isinstance(value, list | tuple):
-        return _e(", ".join(str(v) for v in value)) or "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return _e(f"{value:g}")
-    return _e(value) if value is not None and value != "" else "—"
+def _problem_row(problem: Any, group: ProblemGroup) -> str:
+    test = f'<a href="#{_anchor(problem.test)}"><code>{_e(problem.test)}</code></a>'
+    if problem.kind == "violation":
+        own = f"limit {problem.limit}, set in {problem.origin}"
+        setting = "" if group.rule.startswith(own) else f" (limit {problem.limit}, set in " \
+            f"{problem.origin})"  # fmt: skip
+        what = f"{_e(problem.found)}{_e(setting)}"
+    else:
+        what = _e(problem.message)
+    check = f"<code>{_e(problem.check)}</code>" if problem.check else "—"
+    title = "\n".join(problem.details)
+    attr = f' title="{_e(title)}"' if title else ""
+    return f"<tr{attr}><td>{test}</td><td>{check}</td><td>{what}</td></tr>"
 
 
-def _portable_html(value: Any) -> str:
-    if isinstance(value, bool):
-        return '<span class="pill good">yes</span>' if value else '<span class="pill bad">no</span>'
-    return _e(value) if value is not None else "—"
-
-
-def derived_layers(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A minimal layer table from the counts, for reports that do not carry one."""
-    summary = _map(report.get("summary"))
-    totals = _map(summary.get("platforms"))
-    platforms = _platforms(report)
-    n_checks = 0
-    everywhere = 0
-    xla: dict[str, int] = dict.fromkeys(platforms, 0)
-    for _, check in _checks(report):
-        n_checks += 1
-        entries = _map(check.get("platforms"))
-        if entries and all(isinstance(_map(e).get("lowered"), Mapping) for e in entries.values()):
-            everywhere += 1
-        for p, entry in entries.items():
-            census, _ = counted_census(_map(entry))
-            if census is not None:
-                xla[str(p)] = xla.get(str(p), 0) + _int(census.get("xla"))
-
-    def per_platform(key: str) -> str:
-        return _join(f"{p} {_int(_map(totals.get(p)).get(key))}" for p in totals) or "—"
-
-    custom = per_platform("custom")
-    to_rewrite = _map(summary.get("kernels_to_rewrite"))
-    if to_rewrite:
-        custom += "; to rewrite: " + _join(f"{t} {_int(n)}" for t, n in to_rewrite.items())
-    tooling = summary.get("tooling")
-    tooling_value: Any = "not scanned in this report"
-    if isinstance(tooling, Mapping):
-        tooling_value = tooling.get("count", len(_list(tooling.get("assumptions"))))
-    elif isinstance(tooling, list):
-        tooling_value = len(tooling)
-    return [
-        {
-            "layer": "JAX Python code (jit, grad, vmap)",
-            "portable": "in principle",
-            "counted": "checks that lower on every target",
-            "value": f"{everywhere} of {n_checks} checks lower on every platform",
-        },
-        {
-            "layer": "XLA-generated kernels",
-            "portable": "regenerated per backend, performance not guaranteed",
-            "counted": "xla ops",
-            "value": _join(f"{p} {n}" for p, n in xla.items()) or "—",
-        },
-        {
-            "layer": "vendor-library calls",
-            "portable": "NVIDIA-bound, counterpart usually exists",
-            "counted": "vendor dispatches",
-            "value": per_platform("vendor"),
-        },
-        {
-            "layer": "hand-written kernels and custom calls",
-            "portable": "NVIDIA-bound, each a rewrite",
-            "counted": "custom calls",
-            "value": custom,
-        },
-        {
-            "layer": "profiling, tooling and CI assumptions",
-            "portable": "often NVIDIA-bound",
-            "counted": "NVIDIA-bound assumptions in the project",
-            "value": tooling_value,
-        },
-    ]
-
-
-def _layers(report: Mapping[str, Any]) -> str:
-    given = _list(_map(report.get("summary")).get("layers"))
-    rows: Sequence[Mapping[str, Any]] = [_map(r) for r in given if isinstance(r, Mapping)]
-    caption = "How locked in the suite is, layer by layer."
-    if not rows:
-        rows = derived_layers(report)
-        caption += " Derived from the counts in this report."
-    body = "".join(
-        f'<tr><th scope="row">{_e(r.get("layer"))}</th>'
-        f"<td>{_portable_html(r.get('portable'))}</td><td>{_e(r.get('counted') or '—')}</td>"
-        f"<td>{_value_html(r.get('value'))}</td></tr>"
-        for r in rows
-    )
-    return (
-        '<section id="layers" aria-labelledby="layers-h"><h2 id="layers-h">Layers</h2>'
-        f'<table class="layers"><caption>{_e(caption)}</caption><thead><tr>'
-        '<th scope="col">layer</th><th scope="col">portable?</th>'
-        '<th scope="col">what we count</th><th scope="col">value</th></tr></thead>'
-        f"<tbody>{body}</tbody></table></section>"
-    )
-
-
-def _rewrite(summary: Mapping[str, Any]) -> str:
-    rewrite = {str(t): _map(v) for t, v in _map(summary.get("rewrite")).items()}
-    to_rewrite = _map(summary.get("kernels_to_rewrite"))
-    days = _map(summary.get("rewrite_days"))
-    targets = list(dict.fromkeys([*to_rewrite, *days, *rewrite]))
-    if not targets:
-        return ""
-
-    def kernels(t: str) -> int | None:
-        if t in to_rewrite:
-            return _int(to_rewrite[t])
+def _problems(view: ReportView) -> str:
+    if not view.problems:
         return (
-            _int(rewrite[t]["kernels_to_rewrite"])
-            if "kernels_to_rewrite" in rewrite.get(t, {})
-            else None
+            '<section id="problems" class="problems" aria-labelledby="problems-h">'
+            '<h2 id="problems-h">Problems</h2><p class="allclear">None: every portable test is '
+            "within budget and every check lowers on every platform.</p></section>"
         )
-
-    def total_days(t: str) -> float | None:
-        if _num(days.get(t)) is not None:
-            return _num(days.get(t))
-        return _num(rewrite.get(t, {}).get("days"))
-
-    tiles = []
-    for t in targets:
-        k = kernels(t)
-        d = total_days(t)
-        tiles.append(
-            f'<div class="target"><h4>to {_e(t)}</h4><div class="pair">'
-            f'<div class="tile{" warn" if k else ""}"><span class="value">'
-            f'{k if k is not None else "—"}</span><span class="label">kernels to rewrite'
-            "</span></div>"
-            f'<div class="tile"><span class="value">{_days(d) if d is not None else "—"}</span>'
-            '<span class="label">engineering days</span></div></div></div>'
+    groups = []
+    for group in view.problems:
+        rows = [_problem_row(p, group) for p in group.problems]
+        head = (
+            '<thead><tr><th scope="col">test</th><th scope="col">check</th>'
+            f'<th scope="col">{"found" if group.kind == "violation" else "what"}</th></tr></thead>'
         )
+        table = f'<table class="items">{head}<tbody>{"".join(rows[:GROUP_ROWS])}</tbody></table>'
+        if len(rows) > GROUP_ROWS:
+            table += (
+                f'<details class="more"><summary>{plural(len(rows) - GROUP_ROWS, "more row")}'
+                f'</summary><table class="items">{head}<tbody>{"".join(rows[GROUP_ROWS:])}'
+                "</tbody></table></details>"
+            )
+        cls = "group" if group.kind in ("violation", "failure") else "group finding"
+        groups.append(
+            f'<div class="{cls}" id="{_group_anchor(group)}"><h3>{_e(group.title)} '
+            f'<span class="muted">{_e(group.summary())}</span></h3>{table}</div>'
+        )
+    overview = "".join(
+        f'<tr><th scope="row"><a href="#{_group_anchor(g)}">{_e(g.title)}</a></th>'
+        f'<td class="num">{number(len(g.problems))}</td><td class="num">{number(g.tests)}</td>'
+        f"<td>{_e(g.rule)}</td></tr>"
+        for g in view.problems
+    )
+    overview = (
+        '<table class="overview"><thead><tr><th scope="col">group</th>'
+        '<th scope="col" class="num">problems</th><th scope="col" class="num">tests</th>'
+        f'<th scope="col">rule</th></tr></thead><tbody>{overview}</tbody></table>'
+    )
+    return (
+        '<section id="problems" class="problems" aria-labelledby="problems-h">'
+        '<h2 id="problems-h">Problems</h2>'
+        f'<p class="note">{plural(view.problem_count, "problem")} in '
+        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, then "
+        "checks that do not lower or run (findings that fail no test unless must_lower says "
+        f"so), numerics mismatches, and tests that failed for another reason. Hover a row for "
+        f"the kernels or the full error.</p>{overview}{''.join(groups)}</section>"
+    )
+
+
+def _numbers(view: ReportView) -> str:
+    parts = []
+    if view.shares:
+        parts.append(
+            "<h3>Runtime share</h3>"
+            '<p class="note">Fraction of kernel time by layer. <em>Measured</em>: profiled '
+            "where the platform ran. <em>Estimated</em>: a roofline model from op shapes "
+            "against the platform's peak numbers, not a measurement.</p>"
+            + _layer_legend()
+            + share_table(view.shares, "Runtime share per platform, suite total (time-weighted)")
+        )
+    if view.targets:
+        parts.append(_rewrite(view.targets))
+    if not parts:
+        return ""
+    return (
+        '<section id="numbers" aria-labelledby="numbers-h"><h2 id="numbers-h">The three '
+        f"numbers</h2>{''.join(parts)}</section>"
+    )
+
+
+def _rewrite(targets: Sequence[TargetRow]) -> str:
+    tiles = "".join(
+        f'<div class="target"><h4>to {_e(t.target)}</h4><div class="pair">'
+        f'<div class="tile{" warn" if t.kernels else ""}"><span class="value">'
+        f'{number(t.kernels) if t.kernels is not None else "—"}</span><span class="label">'
+        "kernels to rewrite (distinct sites)</span></div>"
+        f'<div class="tile"><span class="value">{days_text(t.days) if t.days is not None else "—"}'
+        '</span><span class="label">engineering days</span></div></div></div>'
+        for t in targets
+    )
     out = [
         "<h3>Kernels to rewrite and engineering days</h3>",
-        f'<div class="targets">{"".join(tiles)}</div>',
+        f'<div class="targets">{tiles}</div>',
     ]
-
-    with_breakdown = [t for t in targets if _map(rewrite.get(t, {}).get("breakdown"))]
-    if with_breakdown:
-        scale = max(
-            (
-                sum(max(0.0, _num(v) or 0.0) for v in _map(rewrite[t]["breakdown"]).values())
-                for t in with_breakdown
-            ),
-            default=0.0,
-        )
-        head = "".join(f'<th scope="col" class="num">{_e(t)}</th>' for t in with_breakdown)
+    priced = [t for t in targets if t.breakdown]
+    if priced:
+        scale = max(sum(d for *_, d in t.breakdown) for t in priced)
+        labels = list(dict.fromkeys((key, label) for t in priced for key, label, _ in t.breakdown))
+        head = "".join(f'<th scope="col" class="num">{_e(t.target)}</th>' for t in priced)
         rows = []
-        for key, label, colour in COST_ITEMS:
+        for key, label in labels:
             cells = "".join(
-                f'<td class="num">{_days(_num(_map(rewrite[t]["breakdown"]).get(key)) or 0.0)}</td>'
-                for t in with_breakdown
+                f'<td class="num">{days_text(next((d for k, _, d in t.breakdown if k == key), 0))}'
+                "</td>"
+                for t in priced
             )
             rows.append(
-                f'<tr><th scope="row"><span class="swatch" style="background:{colour}" '
-                f'aria-hidden="true"></span>{_e(label)}</th>{cells}</tr>'
+                f'<tr><th scope="row"><span class="swatch" style="background:'
+                f'{COST_COLOURS.get(key, "#bbbbbb")}" aria-hidden="true"></span>{_e(label)}</th>'
+                f"{cells}</tr>"
             )
-        total_cells = "".join(
-            f'<td class="num"><strong>{_days(total_days(t) or 0.0)}</strong></td>'
-            for t in with_breakdown
+        total = "".join(
+            f'<td class="num"><strong>{days_text(t.days or 0.0)}</strong></td>' for t in priced
         )
-        rows.append(f'<tr class="total"><th scope="row">total days</th>{total_cells}</tr>')
+        rows.append(f'<tr class="total"><th scope="row">total days</th>{total}</tr>')
         bars = "".join(
-            f'<tr><th scope="row">{_e(t)}</th><td class="barcell">'
-            f"{days_bar(_map(rewrite[t]['breakdown']), scale, f'to {t}')}</td>"
-            f'<td class="num">{_days(total_days(t) or 0.0)} d</td></tr>'
-            for t in with_breakdown
+            f'<tr><th scope="row">{_e(t.target)}</th><td class="barcell">{days_bar(t, scale)}'
+            f'</td><td class="num">{days_text(t.days or 0.0)} d</td></tr>'
+            for t in priced
         )
         out.append(
             '<div class="split"><table class="breakdown"><caption>Cost breakdown, days '
@@ -605,21 +452,19 @@ def _rewrite(summary: Mapping[str, Any]) -> str:
             f'<th scope="col" class="num">total</th></tr></thead><tbody>{bars}</tbody></table>'
             "</div>"
         )
-
-    items = [(t, _map(i)) for t in targets for i in _list(rewrite.get(t, {}).get("items"))]
+    items = [(t.target, i) for t in targets for i in t.items]
     if items:
         rows = []
-        for t, item in items:
-            status = str(item.get("status") or "")
-            cls = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}.get(status, "")
-            where = f"<code>{_e(item['location'])}</code>" if item.get("location") else "—"
+        for target, item in items:
+            cls = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}.get(item.status, "")
+            where = f"<code>{_e(item.location)}</code>" if item.location else "—"
             rows.append(
-                f'<tr><td>{_e(t)}</td><td><span class="pill {cls}">{_e(status or "?")}</span>'
-                f'<span class="statusnote">{_e(_status_note(status))}</span></td>'
-                f"<td><code>{_e(item.get('name'))}</code></td>"
-                f'<td class="nowrap">{_e(item.get("kind"))}</td>'
-                f"<td>{where}</td><td>{_e(item.get('check'))}</td>"
-                f'<td class="reason">{_e(item.get("reason"))}</td></tr>'
+                f'<tr><td>{_e(target)}</td><td><span class="pill {cls}">{_e(item.status)}</span>'
+                f'<span class="statusnote">{_e(STATUS_NOTES.get(item.status, ""))}</span></td>'
+                f"<td><code>{_e(item.name)}</code></td>"
+                f'<td class="nowrap">{_e(item.kind)}</td>'
+                f"<td>{where}</td><td>{_e(item.check)}</td>"
+                f'<td class="reason">{_e(item.reason)}</td></tr>'
             )
         out.append(
             '<table class="items"><caption>What the estimate counts: each NVIDIA-bound kernel '
@@ -631,240 +476,269 @@ def _rewrite(summary: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def _status_note(status: str) -> str:
-    """``performance not guaranteed`` for ``fallback``: the label after its dash or colon."""
-    label = STATUS_LABELS.get(status, "")
-    for sep in (" — ", ": "):
-        if sep in label:
-            return label.split(sep, 1)[1]
-    return label
-
-
-def _numbers(report: Mapping[str, Any]) -> str:
-    summary = _map(report.get("summary"))
-    shares = {
-        str(p): _map(s)
-        for p, s in _map(summary.get("runtime_share")).items()
-        if isinstance(s, Mapping)
-    }
-    parts = []
-    if shares:
-        parts.append(
-            "<h3>Runtime share</h3>"
-            '<p class="note">Fraction of kernel time by layer. <em>Measured</em>: profiled '
-            "where the platform ran. <em>Estimated</em>: a roofline model from op shapes "
-            "against the platform's peak numbers, not a measurement.</p>"
-            + _layer_legend()
-            + share_table(shares, "Runtime share per platform, suite total (time-weighted)")
-        )
-    rewrite = _rewrite(summary)
-    if rewrite:
-        parts.append(rewrite)
-    if not parts:
-        return ""
-    return (
-        '<section id="numbers" aria-labelledby="numbers-h"><h2 id="numbers-h">The three '
-        f"numbers</h2>{''.join(parts)}</section>"
-    )
-
-
-def _violations_by_cell(test: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
-    cells: dict[tuple[str, str], list[str]] = {}
-    for v in _list(test.get("violations")):
-        v = _map(v)
-        key = (str(v.get("check") or ""), str(v.get("platform") or ""))
-        cells.setdefault(key, []).append(str(v.get("key") or "budget"))
-    return cells
-
-
-def _matrix_cell(
-    check: Mapping[str, Any], platform: str, violations: Sequence[str], reference: bool
-) -> str:
-    entry = (
-        check.get("platforms", {}).get(platform)
-        if isinstance(check.get("platforms"), Mapping)
-        else None
-    )
-    if not isinstance(entry, Mapping):
-        return '<td class="cell na"><span class="muted">not checked</span></td>'
-    census, level = counted_census(entry)
-    status = numerics_status(check, platform)
-    lowered = isinstance(entry.get("lowered"), Mapping)
-    lines = []
-    tag = f' <span class="level {level}">{level}</span>' if census is not None else ""
-    if lowered:
-        lines.append(f'<div><span class="mark good" aria-hidden="true">✓</span> lowers{tag}</div>')
-    else:
-        lines.append('<div><span class="mark bad" aria-hidden="true">✗</span> does not lower</div>')
-    title = ""
-    if not lowered:
-        title = str(entry.get("error") or "lowering failed")
-    if census is not None:
-        custom = _int(census.get("custom"))
-        lines.append(
-            f'<div class="counts">vendor <b>{_int(census.get("vendor"))}</b> · custom '
-            f'<b class="{"warntext" if custom else ""}">{custom}</b></div>'
-        )
-    if entry.get("compile_error"):
-        lines.append('<div class="badtext">compile failed</div>')
-        title = _join([title, f"compile: {entry['compile_error']}"], "\n")
-    if entry.get("execution_error"):
-        title = _join([title, f"run: {entry['execution_error']}"], "\n")
-    numerics = _map(entry.get("numerics"))
-    if status == "mismatch" and numerics:
-        title = _join(
-            [title]
-            + [str(_map(m).get("message") or "") for m in _list(numerics.get("mismatches"))],
-            "\n",
-        )
-    lines.append(
-        f'<div class="numerics {NUMERICS_CLASS.get(status, "muted")}">'
-        f'<span class="muted">numerics</span> {status}</div>'
-    )
-    if violations:
-        lines.append(f'<div class="viol">over budget: {_e(", ".join(violations))}</div>')
-    if not lowered or status in ("mismatch", "error") or entry.get("compile_error") or violations:
-        cls = "bad"
-    elif census is not None and _int(census.get("custom")):
-        cls = "warn"
-    else:
-        cls = "good"
-    attr = f' title="{_e(title)}"' if title else ""
-    label = (
-        f"{platform}: {'lowers' if lowered else 'does not lower'}"
-        + (
-            f", vendor {_int(census.get('vendor'))}, custom {_int(census.get('custom'))} ({level})"
-            if census is not None
-            else ""
-        )
-        + f", numerics {status}"
-        + (", over budget" if violations else "")
-    )
-    ref = " refcol" if reference else ""
-    return f'<td class="cell {cls}{ref}"{attr} aria-label="{_e(label)}">{"".join(lines)}</td>'
-
-
-def grouped_checks(checks: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Each function's check followed by its transformations' (``conv``, ``conv[grad]``)."""
-    names = {c.get("name") for c in checks}
-    ordered: list[Mapping[str, Any]] = []
-    for check in checks:
-        if check.get("variant_of") in names:
-            continue
-        ordered.append(check)
-        ordered += [c for c in checks if c.get("variant_of") == check.get("name")]
-    return ordered
-
-
-def _matrix(report: Mapping[str, Any]) -> str:
-    platforms = _platforms(report)
-    reference = _map(report.get("config")).get("reference")
-    present = {str(p) for p in _list(_map(report.get("environment")).get("present_platforms"))}
+def _hotspot_table(sites: Sequence[Hotspot]) -> str:
     head = "".join(
-        f'<th scope="col">{_e(p)}'
-        + ('<span class="tag">reference</span>' if p == reference else "")
-        + ('<span class="tag">present</span>' if p in present else "")
-        + "</th>"
-        for p in platforms
+        f'<th scope="col"{NUM if i >= 2 else ""}>{_e(h)}</th>'
+        for i, h in enumerate(HOTSPOT_HEADERS)
     )
     rows = []
-    for test in _list(report.get("tests")):
-        test = _map(test)
-        outcome = str(test.get("outcome") or "?")
-        ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(outcome, "muted")
-        checks = grouped_checks([_map(c) for c in _list(test.get("checks"))])
-        violations = _violations_by_cell(test)
-        span = f' rowspan="{len(checks)}"' if len(checks) > 1 else ""
-        first = (
-            f'<th scope="rowgroup" class="testname"{span}>'
-            f'<a href="#{_anchor(test)}">{_nodeid_html(test.get("nodeid"))}</a></th>'
+    for site in sites:
+        cells = hotspot_cells(site)
+        rows.append(
+            f'<tr class="{_e(site.layer)}"><td class="site"><code>{_e(cells[0])}</code></td>'
+            f'<td><span class="pill {_e(site.layer)}">{_e(site.layer)}</span> {_e(cells[1])}</td>'
+            + "".join(f'<td class="num">{_e(c)}</td>' for c in cells[2:])
+            + "</tr>"
         )
-        pill = f'<td{span}><span class="pill {ocls}">{_e(outcome)}</span></td>'
-        if not checks:
+    return (
+        f'<table class="hotspots"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+        "</tbody></table>"
+    )
+
+
+def _hotspots(view: ReportView, options: DisplayOptions) -> str:
+    if not view.hotspots:
+        return ""
+    shown_rows = options.hotspot_rows(HOTSPOT_ROWS) if options.top is not None else HOTSPOT_ROWS
+    parts = []
+    platforms = list(dict.fromkeys(h.platform for h in view.hotspots))
+    first = view.hotspot_platform()  # cuda, where the lock-in is, first
+    for platform in sorted(platforms, key=lambda p: p != first):
+        sites = [h for h in view.hotspots if h.platform == platform]
+        shown = sites if shown_rows is None else sites[:shown_rows]
+        block = f"<h3>{_e(sentence(hotspot_title(view, platform, len(shown))))}</h3>"
+        block += _hotspot_table(shown)
+        if len(shown) < len(sites):
+            block += (
+                f'<details class="more"><summary>{plural(len(sites) - len(shown), "more site")}'
+                f"</summary>{_hotspot_table(sites[len(shown) :])}</details>"
+            )
+        parts.append(block)
+    return (
+        '<section id="hotspots" aria-labelledby="hotspots-h"><h2 id="hotspots-h">Where the '
+        'lock-in lives</h2><p class="note">Each distinct vendor or hand-written dispatch site '
+        "(source line and kernel) counted once, with the checks and tests that reach it and "
+        "the dispatches they make there (summed over checks). Time: the site's share of the "
+        "platform's suite time, each check's library or layer time split among its dispatches "
+        f"by count.</p>{''.join(parts)}</section>"
+    )
+
+
+def _totals(view: ReportView) -> str:
+    totals = view.totals
+    if not totals.rows:
+        return ""
+    head = "".join(
+        f'<th scope="col"{NUM if n else ""}>{_e(h)}</th>'
+        for h, n in zip(totals.headers, totals.numeric, strict=True)
+    )
+    rows = "".join(
+        f'<tr><th scope="row">{_e(platform)}</th>'
+        + "".join(
+            f"<td{NUM if n else ''}>{_e(c)}</td>"
+            for c, n in zip(cells, totals.numeric, strict=True)
+        )
+        + f'<td class="libs">{_e(", ".join(f"{lib} {number(k)}" for lib, k in libraries)) or "—"}'
+        "</td></tr>"
+        for platform, cells, libraries in totals.rows
+    )
+    note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
+    return (
+        '<section id="totals" aria-labelledby="totals-h"><h2 id="totals-h">Platform totals</h2>'
+        f'<p class="note">{_e(TOTALS_NOTE)}</p>'
+        f'<table class="totals"><thead><tr><th scope="col">platform</th>{head}'
+        f'<th scope="col">libraries</th></tr></thead><tbody>{rows}</tbody></table>{note}'
+        "</section>"
+    )
+
+
+def _layers(view: ReportView) -> str:
+    if not view.layers:
+        return ""
+    body = "".join(
+        f'<tr><th scope="row">{_e(r.layer)}</th><td>{_e(r.portable)}</td>'
+        f"<td>{_e(r.counted)}</td><td>{_e(r.value)}</td></tr>"
+        for r in view.layers
+    )
+    notes = "".join(
+        f"<li>{_e(n.text)}" + (f" ({plural(n.checks, 'check')})" if n.checks else "") + "</li>"
+        for n in view.notes
+    )
+    return (
+        '<section id="layers" aria-labelledby="layers-h"><h2 id="layers-h">Layers</h2>'
+        '<table class="layers"><caption>How locked in the suite is, layer by layer.</caption>'
+        '<thead><tr><th scope="col">layer</th><th scope="col">portable?</th>'
+        '<th scope="col">what we count</th><th scope="col">value</th></tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+        + (f'<ul class="note">{notes}</ul>' if notes else "")
+        + "</section>"
+    )
+
+
+def _tooling(view: ReportView) -> str:
+    rows = [
+        f'<tr><td class="nowrap"><code>{_e(a.get("file"))}:{_e(a.get("line"))}</code></td>'
+        f'<td class="nowrap">{_e(a.get("rule"))}</td><td>{_e(a.get("reason"))}</td>'
+        f"<td><code>{_e(a.get('text'))}</code></td></tr>"
+        for a in view.tooling
+    ]
+    if not rows:
+        return ""
+    return (
+        '<section id="tooling" aria-labelledby="tooling-h"><h2 id="tooling-h">NVIDIA-bound '
+        'tooling and CI assumptions</h2><table class="items"><thead><tr>'
+        '<th scope="col">where</th><th scope="col">rule</th><th scope="col">why</th>'
+        f'<th scope="col">line</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        "</section>"
+    )
+
+
+def _cell(cell: Cell) -> str:
+    """One matrix cell: counts (and their level) where it lowers, what went wrong."""
+    if cell.vendor is None:
+        text = '<span class="mark bad" aria-hidden="true">✗</span> does not lower'
+    else:
+        custom = f'<b class="warntext">{cell.custom}</b>' if cell.custom else "0"
+        text = f"{cell.vendor} / {custom}"
+        if cell.level != "lowered":
+            text += f' <span class="level compiled">{_e(cell.level)}</span>'
+    if cell.numerics != "not present":
+        cls = NUMERICS_CLASS.get(cell.numerics, "muted")
+        text += f' <span class="numerics {cls}">{_e(cell.numerics)}</span>'
+    if cell.compile_failed:
+        text += ' <span class="badtext">compile failed</span>'
+    if cell.violations:
+        text += f'<div class="viol">over: {_e(", ".join(cell.violations))}</div>'
+    label = (
+        f"{cell.platform}: "
+        + ("does not lower" if cell.vendor is None else
+           f"lowers, vendor {cell.vendor}, custom {cell.custom} ({cell.level})")
+        + (f", numerics {cell.numerics}" if cell.numerics != "not present" else "")
+        + (", over budget" if cell.violations else "")
+    )  # fmt: skip
+    title = f' title="{_e(chr(10).join(cell.errors))}"' if cell.errors else ""
+    if cell.status == "good":  # the text and the column say it all: a large matrix stays small
+        return f'<td class="cell c good"{title}>{text}</td>'
+    return f'<td class="cell c {cell.status}"{title} aria-label="{_e(label)}">{text}</td>'
+
+
+def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
+    ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(test.outcome, "muted")
+    checks: Sequence[CheckRow | None] = test.checks or [None]
+    span = f' rowspan="{len(checks)}"' if len(checks) > 1 else ""
+    name = _nodeid_html(test.nodeid)
+    if linked:
+        name = f'<a href="#{_anchor(test.nodeid)}">{name}</a>'
+    first = (
+        f'<th scope="rowgroup" class="testname"{span}>{name}</th>'
+        f'<td{span}><span class="pill {ocls}">{_e(test.outcome)}</span></td>'
+    )
+    rows = []
+    for i, check in enumerate(checks):
+        lead = first if i == 0 else ""
+        if check is None:
+            message = test.error or "no checks recorded"
             rows.append(
-                f'<tr>{first}<td class="muted">—</td>{pill}'
-                f'<td class="cell na" colspan="{max(1, len(platforms))}">'
-                f"{_e(test.get('message') or 'no checks recorded')}</td></tr>"
+                f'<tr>{lead}<td class="muted">—</td><td class="cell na" '
+                f'colspan="{max(1, len(platforms))}">{_e(message)}</td></tr>'
             )
             continue
-        for i, check in enumerate(checks):
-            name = str(check.get("name") or "?")
-            cells = "".join(
-                _matrix_cell(check, p, violations.get((name, p), []), p == reference)
-                for p in platforms
-            )
-            lead = first if i == 0 else ""
-            of = check.get("variant_of")
-            label = (
-                f'<th scope="row" class="checkname variant" title="a transformation of '
-                f'{_e(of)}">↳ '
-                if of
-                else '<th scope="row" class="checkname">'
-            )
-            rows.append(
-                f"<tr>{lead}{label}<code>{_e(name)}</code></th>"
-                f"{pill if i == 0 else ''}{cells}</tr>"
-            )
-    if not rows:
+        label = (
+            f'<th scope="row" class="checkname variant" title="a transformation of '
+            f'{_e(check.variant_of)}">↳ '
+            if check.variant_of
+            else '<th scope="row" class="checkname">'
+        )
+        cells = "".join(
+            _cell(check.cells[p]) if p in check.cells else '<td class="cell na">—</td>'
+            for p in platforms
+        )
+        rows.append(f"<tr>{lead}{label}<code>{_e(check.name)}</code></th>{cells}</tr>")
+    return "".join(rows)
+
+
+def _matrix(view: ReportView) -> str:
+    if not view.tests:
         return (
             '<section id="matrix" aria-labelledby="matrix-h"><h2 id="matrix-h">Platform × test '
             'matrix</h2><p class="note">No portable tests ran.</p></section>'
         )
+    reference = view.headline.reference
+    present = set(view.headline.present)
+    head = (
+        '<thead><tr><th scope="col">test</th><th scope="col">outcome</th>'
+        '<th scope="col">check</th>'
+        + "".join(
+            f'<th scope="col">{_e(p)}'
+            + ('<span class="tag">reference</span>' if p == reference else "")
+            + ('<span class="tag">present</span>' if p in present else "")
+            + "</th>"
+            for p in view.platforms
+        )
+        + "</tr></thead>"
+    )
+    problem = [t for t in view.tests if t.problem]
+    passing = [t for t in view.tests if not t.problem]
+    every = len(view.tests) <= ALL_DETAILS_UP_TO  # passing tests have details to link to
+    out = []
+    if problem:
+        rows = [_test_rows(t, view.platforms, linked=True) for t in problem]
+        out.append(
+            f"<h3>{plural(len(problem), 'test')} with problems</h3>"
+            f'<div class="scroll"><table class="matrix">{head}<tbody>'
+            + "".join(rows[:MATRIX_ROWS])
+            + "</tbody></table></div>"
+        )
+        if len(rows) > MATRIX_ROWS:
+            out.append(
+                f'<details class="more"><summary>{plural(len(rows) - MATRIX_ROWS, "more test")}'
+                f' with problems</summary><div class="scroll"><table class="matrix">{head}<tbody>'
+                + "".join(rows[MATRIX_ROWS:])
+                + "</tbody></table></div></details>"
+            )
+    if passing:
+        table = (
+            f'<div class="scroll"><table class="matrix">{head}<tbody>'
+            + "".join(_test_rows(t, view.platforms, linked=every) for t in passing)
+            + "</tbody></table></div>"
+        )
+        summary = f"{plural(len(passing), 'test')} without problems"
+        out.append(
+            table
+            if not problem
+            else f'<details class="more"><summary>{summary}</summary>{table}</details>'
+        )
     legend = (
         '<ul class="legend" aria-label="matrix legend">'
-        '<li><span class="swatch cellgood" aria-hidden="true"></span><span>lowers, within '
-        "budget, numerics fine</span></li>"
-        '<li><span class="swatch cellwarn" aria-hidden="true"></span><span>hand-written '
-        "kernels present</span></li>"
-        '<li><span class="swatch cellbad" aria-hidden="true"></span><span>does not lower, '
-        "over budget, or numerics differ</span></li>"
-        '<li><span><span class="level lowered">lowered</span> / '
-        '<span class="level compiled">compiled</span> the level the counts come from</span>'
-        "</li><li><span>hover a red cell for the error</span></li></ul>"
+        "<li>cells: vendor / custom calls (call-weighted), the level they come from where "
+        "compiled, numerics where the platform ran</li>"
+        '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
+        '<li><span class="swatch cellwarn" aria-hidden="true"></span>hand-written kernels</li>'
+        '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '
+        "budget, or numerics differ (hover for the error)</li></ul>"
     )
     return (
         '<section id="matrix" aria-labelledby="matrix-h"><h2 id="matrix-h">Platform × test '
-        f"matrix</h2>{legend}"
-        '<div class="scroll"><table class="matrix"><thead><tr><th scope="col">test</th>'
-        '<th scope="col">check</th><th scope="col">outcome</th>'
-        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody>"
-        "</table></div></section>"
+        f"matrix</h2>{legend}{''.join(out)}</section>"
     )
-
-
-def _nodeid_html(nodeid: Any) -> str:
-    """``tests/test_x.py::test_y[id]`` as the test's name, then its file in small print."""
-    text = str(nodeid or "?")
-    path, sep, name = text.rpartition("::")
-    if not sep:
-        return f'<code class="tname">{_e(text)}</code>'
-    return f'<code class="tname">{_e(name)}</code><span class="tpath">{_e(path)}</span>'
-
-
-def _anchor(test: Mapping[str, Any]) -> str:
-    nodeid = str(test.get("nodeid") or "")
-    safe = "".join(c if c.isalnum() else "-" for c in nodeid)
-    digest = zlib.crc32(nodeid.encode("utf-8"))
-    return f"t-{safe[:60]}-{digest:08x}" if nodeid else "t-unnamed"
 
 
 def _kernels_table(check: Mapping[str, Any]) -> str:
     rows = []
-    for platform, entry in _map(check.get("platforms")).items():
-        census, level = counted_census(_map(entry))
+    for platform, entry in (check.get("platforms") or {}).items():
+        census, level = counted_census(entry if isinstance(entry, Mapping) else {})
         if census is None:
             continue
-        for k in _list(census.get("kernels")):
-            k = _map(k)
-            layer = str(k.get("layer") or "")
-            if layer not in ("vendor", "custom"):
+        for k in census.get("kernels") or ():
+            if not isinstance(k, Mapping) or k.get("layer") not in ("vendor", "custom"):
                 continue
+            layer = str(k["layer"])
             where = f"<code>{_e(k['location'])}</code>" if k.get("location") else "—"
             rows.append(
                 f'<tr class="{layer}"><td>{_e(platform)}</td>'
                 f'<td><span class="pill {layer}">{_e(layer)}</span></td>'
                 f"<td><code>{_e(k.get('name'))}</code></td><td>{_e(k.get('library') or '—')}</td>"
-                f'<td>{_e(k.get("kind"))}</td><td class="num">{_int(k.get("count")) or 1}</td>'
+                f'<td>{_e(k.get("kind"))}</td><td class="num">{_e(k.get("count") or 1)}</td>'
                 f"<td>{where}</td><td>{level}</td></tr>"
             )
     if not rows:
@@ -879,108 +753,77 @@ def _kernels_table(check: Mapping[str, Any]) -> str:
     )
 
 
-def _check_details(check: Mapping[str, Any]) -> str:
-    out = [f"<h4>check <code>{_e(check.get('name'))}</code></h4>"]
-    if check.get("note"):
-        out.append(f'<p class="note">{_e(check["note"])}</p>')
-    problems = []
-    for platform, entry in _map(check.get("platforms")).items():
-        entry = _map(entry)
-        for key, what in (
-            ("error", "does not lower"),
-            ("compile_error", "does not compile"),
-            ("execution_error", "failed to run"),
-        ):
-            if entry.get(key) and (key != "error" or entry.get("lowered") is None):
-                problems.append(f"<li>{_e(platform)}: {what}<pre>{_e(entry[key])}</pre></li>")
-        numerics = _map(entry.get("numerics"))
-        if numerics_status(check, str(platform)) == "mismatch":
-            msgs = [str(_map(m).get("message") or "") for m in _list(numerics.get("mismatches"))]
-            problems.append(
-                f"<li>{_e(platform)}: numerics differ from {_e(check.get('reference'))}"
-                f"<pre>{_e(chr(10).join(msgs))}</pre></li>"
-            )
+def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> str:
+    from pytest_jaxport.view import share_row
+
+    out = [f"<h4>check <code>{_e(row.name)}</code></h4>"]
+    problems = [
+        f"<li>{_e(cell.platform)}<pre>{_e(chr(10).join(cell.errors))}</pre></li>"
+        for cell in row.cells.values()
+        if cell.errors
+    ]
     if problems:
         out.append(f'<ul class="problems">{"".join(problems)}</ul>')
     out.append(_kernels_table(check))
-    shares = {
-        str(p): _map(_map(e).get("runtime_share"))
-        for p, e in _map(check.get("platforms")).items()
-        if isinstance(_map(e).get("runtime_share"), Mapping)
-    }
+    shares = [
+        share_row(str(p), e["runtime_share"])
+        for p, e in (check.get("platforms") or {}).items()
+        if isinstance(e, Mapping) and isinstance(e.get("runtime_share"), Mapping)
+    ]
     if shares:
-        out.append(share_table(shares, f"Runtime share of {check.get('name')}"))
+        out.append(share_table(shares, f"Runtime share of {row.name}", bars=bars))
     return "".join(out)
 
 
-def _test_details(report: Mapping[str, Any]) -> str:
-    tests = [_map(t) for t in _list(report.get("tests"))]
-    if not tests:
+def _test_details(view: ReportView) -> str:
+    from pytest_jaxport.budget import Violation
+
+    every = len(view.tests) <= ALL_DETAILS_UP_TO
+    shown = [t for t in view.tests if every or t.problem]
+    if not shown:
         return ""
     out = []
-    many = len(tests) > OPEN_DETAILS_UP_TO
-    for test in tests:
-        outcome = str(test.get("outcome") or "?")
-        ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(outcome, "muted")
-        violations = [_map(v) for v in _list(test.get("violations"))]
-        checks = [_map(c) for c in _list(test.get("checks"))]
-        interesting = (
-            outcome != "passed"
-            or violations
-            or any(
-                _int(_map(counted_census(_map(e))[0]).get("custom"))
-                for c in checks
-                for e in _map(c.get("platforms")).values()
-            )
-        )
+    for test in shown:
+        ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(test.outcome, "muted")
         body = []
+        violations = [
+            Violation.from_dict(v) for v in test.record.get("violations") or () if isinstance(
+                v, Mapping)
+        ]  # fmt: skip
         if violations:
             body.append(
                 '<div class="violations"><h4>Budget violations</h4>'
-                + "".join(
-                    f'<pre class="violation">{_e(v.get("message"))}</pre>' for v in violations
-                )
+                + "".join(f'<pre class="violation">{_e(v.long_repr())}</pre>' for v in violations)
                 + "</div>"
             )
-        elif test.get("message"):
-            body.append(f'<pre class="violation">{_e(test["message"])}</pre>')
-        body += [_check_details(c) for c in checks]
-        if not checks and not test.get("message"):
+        if test.error:
+            body.append(f'<pre class="violation">{_e(test.error)}</pre>')
+        checks = [c for c in test.record.get("checks") or () if isinstance(c, Mapping)]
+        by_name = {str(c.get("name")): c for c in checks}
+        body += [_check_details(by_name.get(r.name, {}), r, bars=every) for r in test.checks]
+        if not test.checks and not test.error:
             body.append('<p class="note">No checks recorded.</p>')
-        is_open = " open" if (not many or interesting) else ""
-        summary_bits = f"{len(checks)} check{'s' if len(checks) != 1 else ''}"
+        bits = plural(len(test.checks), "check")
         if violations:
-            summary_bits += f", {len(violations)} violation{'s' if len(violations) != 1 else ''}"
+            bits += f", {plural(len(violations), 'violation')}"
+        is_open = " open" if test.problem and every else ""  # a long page opens nothing
         out.append(
-            f'<details class="test" id="{_anchor(test)}"{is_open}><summary>'
-            f'<span class="pill {ocls}">{_e(outcome)}</span> <code>{_e(test.get("nodeid"))}'
-            f'</code> <span class="muted">{summary_bits}</span></summary>'
+            f'<details class="test" id="{_anchor(test.nodeid)}"{is_open}><summary>'
+            f'<span class="pill {ocls}">{_e(test.outcome)}</span> <code>{_e(test.nodeid)}'
+            f'</code> <span class="muted">{bits}</span></summary>'
             f'<div class="testbody">{"".join(body)}</div></details>'
         )
+    note = (
+        ""
+        if every
+        else f'<p class="note">Details of the {plural(len(shown), "test")} with problems; '
+        "<code>jaxport show REPORT.json --details all</code> prints every test's.</p>"
+    )
     return (
         '<section id="tests" aria-labelledby="tests-h"><h2 id="tests-h">Tests</h2>'
+        + note
         + "".join(out)
         + "</section>"
-    )
-
-
-def _tooling(report: Mapping[str, Any]) -> str:
-    tooling = _map(report.get("summary")).get("tooling")
-    items = _list(tooling) if isinstance(tooling, list) else _list(_map(tooling).get("assumptions"))
-    rows = [
-        f'<tr><td class="nowrap"><code>{_e(a.get("file"))}:{_e(a.get("line"))}</code></td>'
-        f'<td class="nowrap">{_e(a.get("rule"))}</td><td>{_e(a.get("reason"))}</td>'
-        f"<td><code>{_e(a.get('text'))}</code></td></tr>"
-        for a in (_map(i) for i in items)
-    ]
-    if not rows:
-        return ""
-    return (
-        '<section id="tooling" aria-labelledby="tooling-h"><h2 id="tooling-h">NVIDIA-bound '
-        'tooling and CI assumptions</h2><table class="items"><thead><tr>'
-        '<th scope="col">where</th><th scope="col">rule</th><th scope="col">why</th>'
-        f'<th scope="col">line</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-        "</section>"
     )
 
 
@@ -993,8 +836,8 @@ body { margin: 0; color: var(--fg); background: #fff; line-height: 1.45;
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans",
   "DejaVu Sans", sans-serif; -webkit-print-color-adjust: exact; print-color-adjust: exact; }
 main, header.top { max-width: 1240px; margin: 0 auto; padding: 0 24px; }
-header.top { display: grid; grid-template-columns: 1fr auto; gap: 8px 24px; align-items: end;
-  padding-top: 24px; padding-bottom: 16px; border-bottom: 1px solid var(--line); }
+header.top { display: grid; grid-template-columns: 1fr; gap: 10px 24px; align-items: end;
+  padding-top: 20px; padding-bottom: 12px; }
 h1 { font-size: 26px; margin: 0; letter-spacing: -0.01em; }
 h2 { font-size: 19px; margin: 32px 0 8px; padding-bottom: 4px;
   border-bottom: 1px solid var(--line); }
@@ -1006,7 +849,7 @@ h4 { font-size: 14px; margin: 16px 0 6px; }
 .facts { grid-column: 1 / -1; display: flex; flex-wrap: wrap; gap: 4px 28px; margin: 8px 0 0; }
 .facts div { display: flex; gap: 6px; } .facts dt { color: var(--muted); }
 .facts dd { margin: 0; font-weight: 500; }
-.tiles, .pair { display: flex; gap: 10px; }
+.tiles, .pair { display: flex; flex-wrap: wrap; gap: 10px; }
 .tile { min-width: 96px; padding: 8px 12px; border: 1px solid var(--line); border-radius: 8px;
   background: var(--soft); display: flex; flex-direction: column; }
 .tile .value { font-size: 24px; font-weight: 650; line-height: 1.1;
@@ -1100,6 +943,20 @@ details.test[open] > summary { border-bottom: 1px solid var(--line);
   border-radius: 8px 8px 0 0; }
 .testbody { padding: 4px 14px 10px; }
 ul.problems { padding-left: 18px; }
+nav.toc { max-width: 1240px; margin: 0 auto; padding: 8px 24px; display: flex; flex-wrap: wrap;
+  gap: 4px 18px; font-size: 13px; border-bottom: 1px solid var(--line); }
+a.tile { color: inherit; text-decoration: none; } a.tile:hover { border-color: #0550ae; }
+section.problems h3 { display: flex; gap: 10px; align-items: baseline; flex-wrap: wrap; }
+section.problems h3 .muted { font-weight: 400; font-size: 13px; }
+.group { border: 1px solid #ffcecb; border-left: 4px solid #cf222e; border-radius: 6px;
+  padding: 2px 12px 6px; margin: 10px 0; background: #fffafa; }
+.group.finding { border-color: #eed888; border-left-color: #d4a72c; background: #fffdf3; }
+.group table { width: 100%; margin: 4px 0; }
+.allclear { padding: 10px 14px; border: 1px solid #aceebb; border-left: 4px solid #4ac26b;
+  border-radius: 6px; background: #f3fcf5; color: var(--good); font-weight: 600; }
+details.more > summary { cursor: pointer; color: #0550ae; margin: 4px 0; }
+td.cell.c { min-width: 90px; white-space: nowrap; }
+table.hotspots td.site { max-width: 420px; overflow-wrap: anywhere; }
 footer { max-width: 1240px; margin: 32px auto 24px; padding: 8px 24px 0; color: var(--muted);
   font-size: 12px; border-top: 1px solid var(--line); }
 @media print {
@@ -1118,29 +975,37 @@ footer { max-width: 1240px; margin: 32px auto 24px; padding: 8px 24px 0; color: 
 """
 
 
-def html(report: Mapping[str, Any]) -> str:
-    """The whole report as one self-contained HTML document."""
-    summary = _map(report.get("summary"))
-    tool = _map(report.get("tool"))
+def html(report: Mapping[str, Any], options: DisplayOptions | None = None) -> str:
+    """The whole report as one self-contained HTML document (see :func:`render_html`)."""
+    return render_html(build_view(report), options or DisplayOptions())
+
+
+def render_html(view: ReportView, options: DisplayOptions) -> str:
+    """The view as one self-contained HTML document, problems first."""
+    view = view.select(options)
+    head = view.headline
     title = (
-        f"pytest-jaxport portability report: {_int(summary.get('tests'))} tests, "
-        f"{_int(summary.get('failed_tests'))} failed, {_int(summary.get('violations'))} "
-        "budget violations"
+        f"pytest-jaxport portability report: {plural(head.tests, 'test')}, "
+        f"{number(head.failed_tests)} failed, {plural(head.violations, 'budget violation')}"
     )
+    upgraded = f" (upgraded from version {_e(head.upgraded_from)})" if head.upgraded_from else ""
     body = "".join(
         [
-            _header(report),
+            _header(view),
+            _toc(view),
             "<main>",
-            _layers(report),
-            _numbers(report),
-            _totals(report),
-            _matrix(report),
-            _tooling(report),
-            _test_details(report),
+            _problems(view),
+            _numbers(view),
+            _hotspots(view, options),
+            _totals(view),
+            _layers(view),
+            _tooling(view),
+            _matrix(view),
+            _test_details(view),
             "</main>",
-            f"<footer>Generated by pytest-jaxport {_e(tool.get('version') or '')} from a "
-            f"schema version {_e(report.get('schema_version'))} report. Self-contained: no "
-            "scripts, no network.</footer>",
+            f"<footer>Generated by pytest-jaxport {_e(head.tool_version)} from a schema version "
+            f"{_e(head.schema_version)} report{upgraded}. Self-contained: no scripts, no "
+            "network.</footer>",
         ]
     )
     return (

@@ -490,8 +490,9 @@ def _merge_test(
         "outcome": worst[1].get("outcome", "passed"),
         "legs": legs_outcome,
     }
-    if worst[1].get("message"):
-        merged["message"] = worst[1]["message"]
+    for key in ("error", "crashed"):
+        if worst[1].get(key):
+            merged[key] = worst[1][key]
 
     check_names = list(dict.fromkeys(c["name"] for _, t in seen for c in t.get("checks", [])))
     checks = []

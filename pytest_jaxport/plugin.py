@@ -31,6 +31,7 @@ from pytest_jaxport.config import (
     load_project,
     portable,
 )
+from pytest_jaxport.display import add_display_options
 from pytest_jaxport.session import JAXPORT, JaxportSession
 from pytest_jaxport.targets import PLATFORMS
 
@@ -51,6 +52,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
         "(.json, .md or .html, by suffix).",
+    )
+    add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
+    parser.addini(
+        "verbosity_jaxport",
+        "how much the portability report shows: -1 headline and problem groups, 0 (the "
+        "default) capped problems and the top sites, 1 every problem and tests with findings, "
+        "2 every test; 'auto' follows -v/-q",
+        default="auto",
     )
     group.addoption(
         "--jaxport-platforms",
@@ -212,6 +221,20 @@ def _check_report_target(target: str | None, config: pytest.Config) -> None:
         raise ConfigError(f"--jaxport-report {target}: folder {folder} does not exist")
 
 
+def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
+    verbosity = str(config.getini("verbosity_jaxport")).strip()
+    if verbosity != "auto" and not verbosity.lstrip("-").isdigit():
+        raise ConfigError(
+            f"verbosity_jaxport (ini): expected an integer or 'auto', found {verbosity!r}"
+        )
+    platform = config.getoption("jaxport_report_platform")
+    if platform is not None and platform not in project.platforms:
+        raise ConfigError(
+            f"--jaxport-report-platform {platform}: expected one of the platforms "
+            f"{', '.join(project.platforms)}, found {platform!r}"
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _marker_help())
     path = _pyproject(config)
@@ -225,6 +248,7 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
         _check_report_target(config.getoption("jaxport_report"), config)
+        _check_display(config, project)
         settings = _compile_settings(config, project)
         ci = ci_settings(config)
     except ConfigError as e:

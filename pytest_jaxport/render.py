@@ -1,22 +1,66 @@
-"""Text and Markdown renderings of a report dict (pure: a report in, a string out).
+"""Terminal text and Markdown renderings of a report (pure: a view in, a string out).
+
+Both lay out a :class:`pytest_jaxport.view.ReportView`; neither derives a number of its own.
+
+- :func:`render_text`, the terminal report section: per-test details when asked for, then the
+  problems, where the lock-in lives, and last the headline (layers, the three numbers, the
+  platform totals, notes said once, the counts), so what needs attention and the three
+  numbers are what a person sees above the prompt. Lines fit :data:`WIDTH` columns (a test
+  id is never cut).
+- :func:`render_markdown`, for pull requests and ``$GITHUB_STEP_SUMMARY``: headline,
+  problems, the three numbers, platform totals, top hotspots, layers, then the full matrix in
+  a collapsed ``<details>`` block, cut with a note so the document stays within a size
+  budget (:data:`MARKDOWN_BUDGET` characters by default).
+
+:func:`text` and :func:`markdown` take a report dict and build its view.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_jaxport.census import Census
 from pytest_jaxport.cost import SHARE_LAYERS
+from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
-
-NO_AUTOTUNE_NOTE = (
-    "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"
+from pytest_jaxport.view import (
+    HOTSPOT_HEADERS,
+    HOTSPOT_NUMERIC,
+    NO_AUTOTUNE_NOTE,
+    TOTALS_NOTE,
+    ReportView,
+    TestRow,
+    build_view,
+    days_text,
+    hotspot_cells,
+    hotspot_title,
+    level_text,
+    number,
+    pct,
+    plural,
+    prediction_gap,
+    sentence,
+    variant_lines,
+    what_if_line,
 )
-_PLAIN_XLA_KINDS = frozenset({"xla", "fusion", "address-computation"})
-"""XLA kinds too generic to name when showing what a vendor dispatch became."""
+
+WIDTH = 100
+"""Terminal columns every report line fits (a test id longer than that is never cut)."""
+MARKDOWN_BUDGET = 60_000
+"""Characters a Markdown report stays within: under GitHub's 65,536 for a comment."""
+MARKDOWN_PROBLEMS = 150
+"""Problem rows the Markdown report names; the JSON and HTML reports name every one."""
+PROBLEMS_SHARE = 0.6
+"""At most this share of the Markdown budget goes to the problem rows."""
+MARKDOWN_HOTSPOTS = 10
+LIBRARY_COLUMNS = 36
+"""Columns the terminal's platform totals keep for each platform's libraries."""
+TOOLING_LINES = 3
+"""NVIDIA-bound tooling assumptions the default terminal report lists."""
+REWRITE_ITEMS = 3
+"""Kernels to rewrite the terminal lists per target (the files list every one)."""
 
 
 def _libraries(libraries: Mapping[str, int]) -> str:
@@ -25,66 +69,17 @@ def _libraries(libraries: Mapping[str, int]) -> str:
 
 def level_tag(result: PlatformProbe) -> str:
     """``lowered``, ``compiled``, ``compiled deviceless h100``, ``compiled on <device>``."""
-    if result.compiled is None:
-        return "lowered"
-    if result.deviceless:
-        return f"compiled deviceless {result.target}"
-    if result.target and result.platform != "cpu":
-        return f"compiled on {result.target}"
-    return "compiled"
-
-
-def _dispatches(census: Census, *, xla: bool) -> str:
-    parts = [f"{name} {n}" for name, n in census.libraries().items()]
-    if census.custom:
-        parts.append(f"custom {census.custom}")
-    if xla:
-        parts += [
-            f"XLA {kind} {n}"
-            for kind, n in census.xla_kinds.items()
-            if kind not in _PLAIN_XLA_KINDS and n
-        ]
-    return ", ".join(parts) or "no vendor or custom calls"
-
-
-def prediction_gap(result: PlatformProbe) -> str | None:
-    """Where the lowered prediction and the compiled reality differ, in one line.
-
-    ``cuda: lowered predicted cublas 4; compiled: cublas 1, XLA triton-gemm 3``; ``None``
-    when they agree (same libraries and counts, same custom calls) or either is missing.
-    """
-    lowered, compiled = result.census, result.compiled
-    if lowered is None or compiled is None:
-        return None
-    if lowered.libraries() == compiled.libraries() and lowered.custom == compiled.custom:
-        return None
-    return (
-        f"{result.platform}: lowered predicted {_dispatches(lowered, xla=False)}; "
-        f"compiled: {_dispatches(compiled, xla=True)}"
-    )
-
-
-def what_if_line(result: PlatformProbe) -> str | None:
-    """``cuda: with no vendor libraries: cudnn 1 -> XLA fusion 1`` (the what-if compile)."""
-    compiled, fallback = result.compiled, result.what_if_no_vendor
-    if compiled is None or fallback is None:
-        return None
-    before = _dispatches(compiled, xla=False)
-    if compiled.libraries() == fallback.libraries():
-        return f"{result.platform}: with no vendor libraries: unchanged ({before})"
-    grown = fallback.xla_ops - compiled.xla_ops
-    if fallback.libraries() or fallback.custom:
-        after = _dispatches(fallback, xla=True)
-    else:
-        after = "XLA's own kernels only"
-    return (
-        f"{result.platform}: with no vendor libraries: {before} -> {after} "
-        f"({fallback.xla_ops} XLA dispatches, {grown:+d})"
+    return level_text(
+        result.platform,
+        compiled=result.compiled is not None,
+        deviceless=result.deviceless,
+        target=result.target,
     )
 
 
 def platform_line(probe: Probe, platform: str) -> str:
-    """``cuda  vendor 2  custom 0  (cublas 2)  [lowered]  numerics: not present``."""
+    """``cpu   vendor 0  custom 0  [lowered]  numerics: reference``; a platform not present
+    here says nothing about numerics."""
     result = probe.platforms[platform]
     if result.census is None:
         return f"{platform:<5} failed to lower: {result.error}"
@@ -97,7 +92,8 @@ def platform_line(probe: Probe, platform: str) -> str:
     if result.compile_error:
         text += f"  compile failed: {result.compile_error}"
     status = numerics_status(probe, platform)
-    text += f"  numerics: {status}"
+    if status != "not present":  # said once for the report, not on every line
+        text += f"  numerics: {status}"
     if result.execution_error:
         text += f" ({result.execution_error})"
     elif status == "mismatch" and result.numerics is not None:
@@ -105,7 +101,9 @@ def platform_line(probe: Probe, platform: str) -> str:
     return text
 
 
-def probe_text(probe: Probe, indent: str = "") -> str:
+def probe_text(probe: Probe, indent: str = "", *, note: bool = True) -> str:
+    """One check: a line per platform, its vendor and custom kernels, what compiling
+    changed, and its note (``note=False`` where the report says notes once)."""
     lines = [f"{indent}check {probe.name!r}"]
     lines += [f"{indent}  {platform_line(probe, p)}" for p in probe.platforms]
     for platform, result in probe.platforms.items():
@@ -118,244 +116,631 @@ def probe_text(probe: Probe, indent: str = "") -> str:
         for extra in (prediction_gap(result), what_if_line(result)):
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
-    if probe.note:
+    if probe.note and note:
         lines.append(f"{indent}  note: {probe.note}")
     return "\n".join(lines)
 
 
-def _variant_summary(probe: Probe) -> str:
-    """``0 custom, 2 vendor`` (most on any platform), plus where the transformation failed."""
-    counted = [r.budgeted for r in probe.platforms.values() if r.budgeted is not None]
-    text = (
-        f"{max((c.custom for c in counted), default=0)} custom, "
-        f"{max((c.vendor for c in counted), default=0)} vendor"
-        if counted
-        else "nothing lowered"
-    )
-    failed: dict[str, list[str]] = {}
-    for platform, result in probe.platforms.items():
-        if result.error is None:
-            continue
-        marker = f": {probe.transform} cannot be taken"
-        reason = result.error.split(marker)[0] if marker in result.error else "failed"
-        if reason.startswith(f"{probe.transform} cannot be taken"):
-            reason = "cannot be taken"
-        failed.setdefault(reason, []).append(platform)
-    notes = [f"{reason} on {', '.join(platforms)}" for reason, platforms in failed.items()]
-    return text + (f" ({'; '.join(notes)})" if notes else "")
+# -- layout helpers ----------------------------------------------------------------------------
 
 
-def variant_lines(test: Mapping[str, Any]) -> list[str]:
-    """Per function checked with transformations, its checks side by side:
-    ``'conv': forward: 0 custom, 1 vendor; grad: 0 custom, 2 vendor``."""
-    probes = [Probe.from_dict(c) for c in test.get("checks", ())]
-    lines = []
-    for base in probes:
-        if base.transform is not None:
-            continue
-        variants = [p for p in probes if p.variant_of == base.name]
-        if not variants:
-            continue
-        parts = [f"forward: {_variant_summary(base)}"]
-        parts += [f"{p.transform}: {_variant_summary(p)}" for p in variants]
-        lines.append(f"{base.name!r}: " + "; ".join(parts))
-    return lines
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, ending in ``…`` when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def _levels(report: Mapping[str, Any]) -> str:
-    compiled = report["config"].get("compile") or []
-    if not compiled:
-        return "level: lowered (StableHLO, no hardware needed)"
-    target = report["config"].get("target")
-    gpu = f" (cuda deviceless against {target} where no GPU)" if target else ""
-    return f"levels: compiled for {', '.join(compiled)}{gpu}; lowered elsewhere"
+def cut_left(text: str, width: int) -> str:
+    """``…models/conv.py:24``: a path's end is what identifies it."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
-def _summary_level(totals: Mapping[str, Any]) -> str:
-    compiled = totals.get("compiled", 0)
-    if not compiled:
-        return "lowered"
-    return "compiled" if compiled == totals["lowered"] else "mixed"
+def wrap(text: str, indent: str = "", hang: str = "    ", width: int = WIDTH) -> list[str]:
+    """``text`` wrapped at word boundaries to ``width``, continuation lines indented."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent + hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
-def _deviceless_used(report: Mapping[str, Any]) -> bool:
-    return any(
-        (result.get("compiled") or {}).get("deviceless")
-        for test in report["tests"]
-        for check in test.get("checks", ())
-        for result in check["platforms"].values()
-    )
+def listed(items: Sequence[str], width: int) -> str:
+    """``a 1, b 2, +3 more`` within ``width`` characters."""
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        rest = len(items) - i - 1
+        tail = f", +{rest} more" if rest else ""
+        candidate = ", ".join([*shown, item])
+        if len(candidate) + len(tail) > width and shown:
+            return ", ".join(shown) + f", +{len(items) - i} more"
+        shown.append(item)
+    return ", ".join(shown)
 
 
-TOOLING_SHOWN = 20
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    numeric: Sequence[bool],
+    indent: str = "",
+    width: int = WIDTH,
+) -> list[str]:
+    """A plain-text table; headers split over two lines when one line would be too wide."""
+    split = [(h, "") for h in headers]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    if len(indent) + sum(widths) + 2 * (len(widths) - 1) > width:
+        split = [_halves(h) for h in headers]
+        widths = [
+            max([len(a), len(b), *(len(r[i]) for r in rows)]) for i, (a, b) in enumerate(split)
+        ]
 
-
-def _share_line(platform: str, share: Mapping[str, Any]) -> str:
-    libraries = ", ".join(f"{lib} {f:.0%}" for lib, f in share.get("libraries", {}).items())
-    label = "measured" if share.get("basis") == "measured" else "ESTIMATED (roofline)"
-    layers = "  ".join(f"{layer} {share.get(layer, 0):>4.0%}" for layer in SHARE_LAYERS)
-    return f"{platform:<5} {layers}  [{label}]" + (f"  {libraries}" if libraries else "")
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def three_numbers(summary: Mapping[str, Any]) -> list[str]:
-    """The layer table, runtime share, kernels to rewrite and days, as terminal lines."""
-    lines: list[str] = []
-    layers = summary.get("layers") or []
-    if layers:
-        lines.append("layers:")
-        for row in layers:
-            lines.append(f"  {row['layer']} ({row['portable']}): {row['value']}")
-    tooling = (summary.get("tooling") or {}).get("assumptions") or []
-    if tooling:
-        lines += ["", "NVIDIA-bound tooling and CI assumptions:"]
-        shown = tooling[:TOOLING_SHOWN]
-        lines += [f"  {a['file']}:{a['line']}: {a['rule']}: {a['reason']}" for a in shown]
-        if len(tooling) > TOOLING_SHOWN:
-            lines.append(f"  ... and {len(tooling) - TOOLING_SHOWN} more in the JSON report")
-    shares = summary.get("runtime_share") or {}
-    if shares:
-        lines += ["", "1. runtime share (suite, time-weighted):"]
-        lines += [f"   {_share_line(p, share)}" for p, share in shares.items()]
-    rewrite = summary.get("rewrite") or {}
-    if rewrite:
-        lines += ["", "2. kernels to rewrite moving off cuda:"]
-        for target, estimate in rewrite.items():
-            lines.append(f"   {target}: {estimate['kernels_to_rewrite']}")
-            for item in estimate.get("items", ()):
-                where = f" at {item['location']}" if item.get("location") else ""
-                lines.append(f"     {item['status']}: {item['name']} ({item['kind']}){where}")
-        lines += ["", "3. engineering days for a backend switch ([tool.jaxport.cost]):"]
-        for target, estimate in rewrite.items():
-            parts = ", ".join(
-                f"{key.replace('_', ' ')} {days:g}"
-                for key, days in estimate["breakdown"].items()
-                if days
-            )
-            days = f"   {target}: {estimate['days']:g} days"
-            lines.append(days + (f" ({parts})" if parts else ""))
-    return lines
-
-
-def text(report: Mapping[str, Any]) -> str:
-    """The terminal report: the layer table and the three numbers, totals, then each test."""
-    summary = report["summary"]
-    config = report["config"]
-    env = report["environment"]
-    lines = [
-        f"{_count(summary['tests'], 'portable test')}, {_count(summary['checks'], 'check')}, "
-        f"{summary['failed_tests']} failed, {_count(summary['violations'], 'budget violation')}",
-        f"platforms: {', '.join(config['platforms'])} (reference {config['reference']}); "
-        f"present here: {', '.join(env.get('present_platforms', [])) or 'none'}; "
-        + _levels(report),
-        "",
-        *three_numbers(summary),
-        "",
-        f"{'platform':<9}{'vendor':>7}{'custom':>7}{'lowered':>9}{'failed':>8}  "
-        f"{'level':<9} libraries",
-    ]
-    for platform, totals in summary["platforms"].items():
-        lines.append(
-            f"{platform:<9}{totals['vendor']:>7}{totals['custom']:>7}{totals['lowered']:>9}"
-            f"{totals['failed_to_lower']:>8}  {_summary_level(totals):<9} "
-            f"{_libraries(totals['libraries']) or '-'}"
+    def line(cells: Sequence[str]) -> str:
+        return (
+            indent
+            + "  ".join(
+                (c.rjust(w) if num else c.ljust(w))
+                for c, w, num in zip(cells, widths, numeric, strict=True)
+            ).rstrip()
         )
-    if _deviceless_used(report):
-        lines.append(f"note: {NO_AUTOTUNE_NOTE}")
-    for test in report["tests"]:
-        lines += ["", f"{test['nodeid']} [{test['outcome']}]"]
-        for check in test.get("checks", ()):
-            lines.append(probe_text(Probe.from_dict(check), indent="  "))
-        lines += [f"  transformations of {line}" for line in variant_lines(test)]
-        for violation in test.get("violations", ()):
-            lines.append("  VIOLATION " + violation["message"].replace("\n", "\n  "))
-        if test.get("message") and not test.get("violations"):
-            lines.append(f"  {test['message']}")
-    return "\n".join(lines)
+
+    head = [line([a for a, _ in split])]
+    if any(b for _, b in split):
+        head.append(line([b for _, b in split]))
+    return head + [line(r) for r in rows]
 
 
-def _markdown_numbers(summary: Mapping[str, Any]) -> list[str]:
+def _halves(header: str) -> tuple[str, str]:
+    words = header.split()
+    if len(words) < 2:
+        return header, ""
+    best = min(range(1, len(words)), key=lambda i: abs(len(" ".join(words[:i])) - len(header) / 2))
+    return " ".join(words[:best]), " ".join(words[best:])
+
+
+# -- the terminal report ---------------------------------------------------------------------
+
+
+def text(report: Mapping[str, Any], options: DisplayOptions | None = None) -> str:
+    """The terminal report of a report dict (see :func:`render_text`)."""
+    return render_text(build_view(report), options or DisplayOptions())
+
+
+def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | None = None) -> str:
+    """The terminal report section. With ``written_to`` (the report also went to that file)
+    only the problems and the headline, unless ``options`` ask for more."""
+    view = view.select(options)
     lines: list[str] = []
-    layers = summary.get("layers") or []
-    if layers:
-        lines += ["| layer | portable? | what we count | this suite |", "|---|---|---|---|"]
-        lines += [
-            f"| {r['layer']} | {r['portable']} | {r['counted']} | {r['value']} |" for r in layers
-        ]
-        lines.append("")
-    shares = summary.get("runtime_share") or {}
-    if shares:
-        lines += ["| platform | xla | vendor | custom | basis |", "|---|---:|---:|---:|---|"]
-        lines += [
-            f"| {p} | {s.get('xla', 0):.0%} | {s.get('vendor', 0):.0%} | {s.get('custom', 0):.0%}"
-            f" | {s.get('basis')} |"
-            for p, s in shares.items()
-        ]
-        lines.append("")
-    tooling = (summary.get("tooling") or {}).get("assumptions") or []
-    if tooling:
-        lines += ["| file | line | assumption | why |", "|---|---:|---|---|"]
-        lines += [f"| `{a['file']}` | {a['line']} | {a['rule']} | {a['reason']} |" for a in tooling]
-        lines.append("")
-    rewrite = summary.get("rewrite") or {}
-    if rewrite:
-        lines += ["| target | kernels to rewrite | engineering days |", "|---|---:|---:|"]
-        lines += [
-            f"| {t} | {e['kernels_to_rewrite']} | {e['days']:g} |" for t, e in rewrite.items()
-        ]
+    level = options.detail_level()
+    if level != "none":
+        lines += details_lines(view, every=level == "all")
+    lines += problem_lines(view, options)
+    if written_to is None or options.top is not None or options.verbosity > 0:
+        lines += hotspot_lines(view, options)
+    lines += headline_lines(view, options)
+    return "\n".join(fit(lines))
+
+
+def fit(lines: Iterable[str]) -> list[str]:
+    """Every line within :data:`WIDTH` columns: long ones wrap under their own indent (a test
+    id heading stays whole)."""
+    out: list[str] = []
+    for block in lines:
+        for line in block.split("\n"):
+            if len(line) <= WIDTH or not line.startswith(" "):
+                out.append(line)
+                continue
+            indent = line[: len(line) - len(line.lstrip())]
+            out += wrap(line.strip(), indent=indent, hang="    ")
+    return out
+
+
+def details_lines(view: ReportView, *, every: bool) -> list[str]:
+    """Per test: its checks' platforms and kernels, violations, errors (the tests with a
+    finding, or ``every`` test)."""
+    from pytest_jaxport.budget import Violation
+
+    lines: list[str] = []
+    for test in view.tests:
+        if not (every or test.problem):
+            continue
+        lines += ["", f"{test.nodeid} [{test.outcome}]"]
+        probes = [p for c in test.checks if (p := c.probe) is not None]
+        lines += [probe_text(probe, indent="  ", note=False) for probe in probes]
+        lines += [f"  transformations of {line}" for line in variant_lines(probes)]
+        for data in test.record.get("violations", ()):
+            lines.append(
+                "  VIOLATION " + Violation.from_dict(data).long_repr().replace("\n", "\n  ")
+            )
+        if test.error:
+            lines.append(f"  error: {test.error}")
+    if lines:
         lines.append("")
     return lines
 
 
-def markdown(report: Mapping[str, Any]) -> str:
-    """A Markdown report for pull requests and ``$GITHUB_STEP_SUMMARY``."""
-    summary = report["summary"]
-    lines = [
+def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """The problems, grouped; a capped number of rows unless ``-v``."""
+    head = view.headline
+    groups = view.problems
+    if not groups:
+        return ["problems: none (every portable test within budget, every check lowers)", ""]
+    findings = sum(len(g.problems) for g in groups if g.kind in ("not-lowered", "numerics"))
+    said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
+    if findings:
+        said.append(
+            f"{plural(findings, 'finding')} that fail{'s' if findings == 1 else ''} no test"
+        )
+    lines = [f"problems: {', '.join(said)}"]
+    limit = options.problem_lines()
+    headers = [wrap(f"{g.title} — {g.summary()}", indent="  ", hang="    ") for g in groups]
+    if limit == 0:  # -q: every group's header, no rows
+        quotas, hidden = [0] * len(groups), False
+    else:
+        sizes = [len(g.problems) for g in groups]
+        quotas, hidden = _allot(sizes, [len(h) for h in headers], limit)
+    for group, header, quota in zip(groups, headers, quotas, strict=False):
+        lines += header
+        for problem in group.problems[:quota]:
+            lines += _problem_line(problem, group.rule)
+        rest = len(group.problems) - quota
+        if rest and limit != 0:
+            lines.append(
+                f"    +{number(rest)} more (-v lists them; the report files have them all)"
+            )
+    if hidden:
+        rest = sum(len(g.problems) for g in groups[len(quotas) :])
+        lines.append(
+            f"  +{plural(len(groups) - len(quotas), 'more group')} "
+            f"({plural(rest, 'problem')}; -v lists them)"
+        )
+    return [*lines, ""]
+
+
+def _problem_line(problem: Any, common: str) -> list[str]:
+    prefix = f"    {problem.test}"
+    if problem.kind == "violation":
+        rest = f"{problem.check!r}: {problem.found}"
+        own = f"limit {problem.limit}, set in {problem.origin}"
+        if not common.startswith(own):
+            rest += f" > {problem.limit} (set in {problem.origin})"
+    elif problem.kind == "failure":
+        rest = problem.message
+    else:
+        rest = f"{problem.check!r}: {problem.message}"
+    room = WIDTH - len(prefix) - 2
+    if room < 30:  # a very long test id: the finding goes on its own line
+        return [prefix, "      " + cut(rest, WIDTH - 6)]
+    return [f"{prefix}  {cut(rest, room)}"]
+
+
+def _allot(
+    sizes: Sequence[int], headers: Sequence[int], budget: int | None
+) -> tuple[list[int], bool]:
+    """Rows per group within ``budget`` lines, each group keeping its header (``headers``
+    lines) and, when cut, a "+N more" line: ``(quotas, whether groups were left out)``.
+    ``None``: every row."""
+    if budget is None:
+        return list(sizes), False
+    shown = len(sizes)
+    while shown > 1 and sum(h + 1 for h in headers[:shown]) + 1 > budget:
+        shown -= 1
+    quotas = [0] * shown
+    hidden = shown < len(sizes)
+
+    def cost() -> int:
+        return hidden + sum(
+            h + q + (q < s) for h, q, s in zip(headers, quotas, sizes, strict=False)
+        )
+
+    grew = True
+    while grew:
+        grew = False
+        for i in range(shown):
+            if quotas[i] < sizes[i]:
+                quotas[i] += 1
+                if cost() > budget:
+                    quotas[i] -= 1
+                    continue
+                grew = True
+    return quotas, hidden
+
+
+def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    platform = options.platform or view.hotspot_platform()
+    rows = options.hotspot_rows()
+    if platform is None or rows == 0:
+        return []
+    sites = [h for h in view.hotspots if h.platform == platform]
+    shown = sites if rows is None else sites[:rows]
+    if not sites:
+        return []
+    cells = [hotspot_cells(h) for h in shown]
+    cells = [(cut_left(c[0], 40), cut(c[1], 28), *c[2:]) for c in cells]
+    lines = [hotspot_title(view, platform, len(shown))]
+    lines += table(HOTSPOT_HEADERS, cells, HOTSPOT_NUMERIC, indent="  ")
+    if len(shown) < len(sites):
+        lines.append(
+            f"  +{plural(len(sites) - len(shown), 'more site')} (--jaxport-report-top=N; the "
+            "report files have them all)"
+        )
+    return [*lines, ""]
+
+
+def share_line(row: Any) -> str:
+    """``cuda  xla  74%  vendor  25%  custom   1%  [estimated (roofline)]  cublas 6%, ...``."""
+    layers = "  ".join(f"{layer} {pct(row.layers[layer]):>4}" for layer in SHARE_LAYERS)
+    label = row.label.replace("estimated", "ESTIMATED", 1)  # an estimate must stand out here
+    text = f"{row.platform:<5} {layers}  [{label}]"
+    libraries = [f"{lib} {pct(f)}" for lib, f in row.libraries]
+    if libraries:
+        text += "  " + listed(libraries, max(WIDTH - 3 - len(text) - 2, 20))
+    return text
+
+
+def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """Layers, the three numbers, platform totals, notes, and the counts last."""
+    lines: list[str] = []
+    if view.layers:
+        lines.append("layers:" if options.verbosity > 0 else "layers (-v: in full):")
+        for row in view.layers:
+            said = f"{row.layer}: {row.value}"
+            if options.verbosity > 0:
+                lines += wrap(said, indent="  ", hang="    ")
+            else:
+                lines.append(cut("  " + said, WIDTH))
+    if view.tooling:
+        shown = view.tooling if options.verbosity > 0 else view.tooling[:TOOLING_LINES]
+        lines += ["", f"NVIDIA-bound tooling and CI assumptions ({number(len(view.tooling))}):"]
+        lines += [
+            cut(f"  {a.get('file')}:{a.get('line')}: {a.get('rule')}: {a.get('reason')}", WIDTH)
+            for a in shown
+        ]
+        if len(shown) < len(view.tooling):
+            lines.append(f"  +{number(len(view.tooling) - len(shown))} more (-v lists them)")
+    if view.shares:
+        lines += ["", "1. runtime share (suite, time-weighted):"]
+        lines += [f"   {share_line(row)}" for row in view.shares]
+    if view.targets:
+        counts = ", ".join(
+            f"{t.target} {number(t.kernels) if t.kernels is not None else '-'}"
+            for t in view.targets
+        )
+        lines += ["", f"2. kernels to rewrite moving off cuda (distinct sites): {counts}"]
+        items = [(t.target, i) for t in view.targets for i in t.items]
+        listed_items = items if options.verbosity > 0 else items[:REWRITE_ITEMS]
+        for name, item in listed_items:
+            where = f" at {item.location}" if item.location else ""
+            said = f"     {name} {item.status}: {item.name} ({item.kind}){where}"
+            lines.append(cut(said, WIDTH))
+        if len(listed_items) < len(items):
+            lines.append(f"     +{number(len(items) - len(listed_items))} more (-v lists them)")
+        lines += ["", "3. engineering days for a backend switch ([tool.jaxport.cost]):"]
+        for target in view.targets:
+            parts = ", ".join(f"{label} {days_text(d)}" for _, label, d in target.breakdown if d)
+            days = days_text(target.days) if target.days is not None else "-"
+            lines += wrap(
+                f"{target.target}: {days} days" + (f" ({parts})" if parts else ""), indent="   "
+            )
+    lines += ["", *totals_lines(view)]
+    notes = [f"note: {n.text}" + (f" ({plural(n.checks, 'check')})" if n.checks else "")
+             for n in view.notes]  # fmt: skip
+    if view.deviceless:
+        notes.append(f"note: {NO_AUTOTUNE_NOTE}")
+    for note in notes:
+        lines += wrap(note, hang="      ")
+    head = view.headline
+    lines += wrap(head.counts() + "; " + head.setting(), hang="  ")
+    return lines
+
+
+def totals_lines(view: ReportView) -> list[str]:
+    """The platform totals table; a column with one value for every platform (the level, as
+    the headline says) is left out, and each platform's libraries end its row."""
+    totals = view.totals
+    if not totals.rows:
+        return []
+    keep = [
+        i
+        for i in range(len(totals.headers))
+        if totals.numeric[i] or len({cells[i] for _, cells, _ in totals.rows}) > 1
+    ]
+    rows = [(p, *(cells[i] for i in keep)) for p, cells, _ in totals.rows]
+    lines = table(
+        ("platform", *(totals.headers[i] for i in keep)),
+        rows,
+        (False, *(totals.numeric[i] for i in keep)),
+        width=WIDTH - LIBRARY_COLUMNS,
+    )
+    head, body = lines[: len(lines) - len(rows)], lines[len(lines) - len(rows) :]
+    width = max(len(line) for line in lines) + 2
+    out = [*head[:-1], head[-1].ljust(width) + "libraries"]
+    for (_, _, libraries), line in zip(totals.rows, body, strict=True):
+        names = [f"{lib} {number(n)}" for lib, n in libraries]
+        out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip() if names else line)
+    out.append("  (" + TOTALS_NOTE_SHORT + ")")
+    return out
+
+
+TOTALS_NOTE_SHORT = (
+    "calls: summed over checks; sites: distinct source lines and kernels, each counted once"
+)
+
+
+# -- Markdown -------------------------------------------------------------------------------------
+
+
+def md_cell(value: object) -> str:
+    """Text for a Markdown table cell: ``|`` escaped, one line, HTML-ish characters escaped."""
+    text = " ".join(str(value).split())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def md_code(value: object) -> str:
+    """``value`` as inline code inside a table cell (``test_op[a|b]`` stays one cell)."""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def markdown(
+    report: Mapping[str, Any],
+    options: DisplayOptions | None = None,
+    *,
+    budget: int = MARKDOWN_BUDGET,
+) -> str:
+    """The Markdown report of a report dict (see :func:`render_markdown`)."""
+    return render_markdown(build_view(report), options or DisplayOptions(), budget=budget)
+
+
+def render_markdown(
+    view: ReportView, options: DisplayOptions, *, budget: int = MARKDOWN_BUDGET
+) -> str:
+    """A Markdown report for pull requests and ``$GITHUB_STEP_SUMMARY``, at most ``budget``
+    characters: the sections in order of importance, the full matrix last and cut to fit."""
+    view = view.select(options)
+    head = view.headline
+    lead = [
         "## pytest-jaxport portability report",
         "",
-        f"{_count(summary['tests'], 'portable test')}, {_count(summary['checks'], 'check')}, "
-        f"{summary['failed_tests']} failed, {_count(summary['violations'], 'budget violation')} "
-        f"({_levels(report)}).",
+        f"**{number(head.failed_tests)} of {plural(head.tests, 'portable test')} failed** · "
+        f"{plural(head.violations, 'budget violation')} · {plural(head.checks, 'check')} · "
+        f"{md_cell(head.setting())}",
         "",
-        *_markdown_numbers(summary),
-        "| platform | vendor | custom | lowered | failed to lower | libraries | level |",
-        "|---|---:|---:|---:|---:|---|---|",
     ]
-    for platform, totals in summary["platforms"].items():
-        lines.append(
-            f"| {platform} | {totals['vendor']} | {totals['custom']} | {totals['lowered']} | "
-            f"{totals['failed_to_lower']} | {_libraries(totals['libraries']) or '-'} | "
-            f"{_summary_level(totals)} |"
+    sections = [
+        _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
+        _md_numbers(view),
+        _md_totals(view),
+        _md_hotspots(view, options),
+        _md_layers(view),
+        _md_notes(view),
+    ]
+    out = "\n".join(lead) + "\n"
+    closing = ""
+    for section in sections:
+        if not section:
+            continue
+        piece = "\n".join(section) + "\n\n"
+        if len(out) + len(piece) > budget - 200:
+            closing = "_The rest of this report did not fit; the JSON and HTML reports have it._\n"
+            break
+        out += piece
+    if not closing:
+        out += _md_matrix(view, budget - len(out) - 2)
+    return (out + closing).rstrip("\n") + "\n"
+
+
+def _md_problems(view: ReportView, room: int) -> list[str]:
+    """The problem groups, then up to :data:`MARKDOWN_PROBLEMS` rows within ``room``
+    characters (violations first), saying how many were left out."""
+    groups = view.problems
+    if not groups:
+        return ["### Problems", "", "None: every portable test within budget, every check lowers."]
+    total = sum(len(g.problems) for g in groups)
+    lines = [
+        "### Problems",
+        "",
+        "| group | problems |",
+        "|---|---|",
+        *[f"| {md_cell(g.title)} | {md_cell(g.summary())} |" for g in groups],
+        "",
+        "| test | check | platform | problem | found | limit | set in |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    used = sum(len(line) + 1 for line in lines) + 300  # and the closing note
+    shown = 0
+    for p in (p for g in groups for p in g.problems):
+        row = (
+            f"| {md_code(p.test)} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
+            f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
+            f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
         )
-    if _deviceless_used(report):
-        lines += ["", f"Note: {NO_AUTOTUNE_NOTE}."]
-    lines += [
+        if shown == MARKDOWN_PROBLEMS or used + len(row) + 1 > room:
+            break
+        lines.append(row)
+        used += len(row) + 1
+        shown += 1
+    if shown < total:
+        lines += [
+            "",
+            f"_Showing the first {number(shown)} of {number(total)} problems (at most "
+            f"{MARKDOWN_PROBLEMS}, within the size budget); the JSON and HTML reports list "
+            "every one._",
+        ]
+    return lines
+
+
+def _md_numbers(view: ReportView) -> list[str]:
+    lines: list[str] = []
+    if view.targets:
+        lines += [
+            "### The three numbers",
+            "",
+            "| target | kernels to rewrite (distinct sites) | engineering days |",
+            "|---|---:|---:|",
+        ]
+        lines += [
+            f"| {md_cell(t.target)} | {number(t.kernels) if t.kernels is not None else '—'} | "
+            f"{days_text(t.days) if t.days is not None else '—'} |"
+            for t in view.targets
+        ]
+        lines.append("")
+    if view.shares:
+        if not lines:
+            lines += ["### The three numbers", ""]
+        lines += ["| platform | xla | vendor | custom | basis | libraries |",
+                  "|---|---:|---:|---:|---|---|"]  # fmt: skip
+        lines += [
+            f"| {md_cell(s.platform)} | {pct(s.layers['xla'])} | {pct(s.layers['vendor'])} | "
+            f"{pct(s.layers['custom'])} | {md_cell(s.label)} | "
+            f"{md_cell(', '.join(f'{lib} {pct(f)}' for lib, f in s.libraries)) or '—'} |"
+            for s in view.shares
+        ]
+    return lines
+
+
+def _md_totals(view: ReportView) -> list[str]:
+    totals = view.totals
+    if not totals.rows:
+        return []
+    align = "|".join("---:" if n else "---" for n in totals.numeric)
+    lines = [
+        "### Platform totals",
         "",
-        "| test | check | platform | vendor | custom | numerics | level |",
-        "|---|---|---|---:|---:|---|---|",
+        f"| platform | {' | '.join(totals.headers)} | libraries |",
+        f"|---|{align}|---|",
     ]
-    gaps: list[str] = []
-    for test in report["tests"]:
-        for check in test.get("checks", ()):
-            probe = Probe.from_dict(check)
-            for platform, result in probe.platforms.items():
-                census = result.budgeted
-                vendor = census.vendor if census else "-"
-                custom = census.custom if census else "failed to lower"
-                level = level_tag(result) if census else "-"
-                lines.append(
-                    f"| `{test['nodeid']}` | {probe.name} | {platform} | {vendor} | {custom} | "
-                    f"{numerics_status(probe, platform)} | {level} |"
-                )
-                for extra in (prediction_gap(result), what_if_line(result)):
-                    if extra is not None:
-                        gaps.append(f"- `{test['nodeid']}` {probe.name}: {extra}")
-    grouped = [f"- `{t['nodeid']}` {line}" for t in report["tests"] for line in variant_lines(t)]
-    if grouped:
-        lines += ["", "Transformations (most on any platform, per check):", "", *grouped]
-    if gaps:
-        lines += ["", "Lowered prediction vs compiled reality:", "", *gaps]
-    return "\n".join(lines) + "\n"
+    for platform, cells, libraries in totals.rows:
+        libs = ", ".join(f"{lib} {number(n)}" for lib, n in libraries) or "—"
+        lines.append(f"| {md_cell(platform)} | {' | '.join(cells)} | {md_cell(libs)} |")
+    lines += ["", f"_{TOTALS_NOTE}_"]
+    if view.deviceless:
+        lines += ["", f"Note: {NO_AUTOTUNE_NOTE}."]
+    return lines
+
+
+def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
+    platform = options.platform or view.hotspot_platform()
+    if platform is None:
+        return []
+    sites = [h for h in view.hotspots if h.platform == platform]
+    rows = options.hotspot_rows(MARKDOWN_HOTSPOTS) if options.top is not None else MARKDOWN_HOTSPOTS
+    shown = sites if rows is None else sites[:rows]
+    lines = [
+        f"### {sentence(hotspot_title(view, platform, len(shown)))}",
+        "",
+        "| site | kernel | checks | tests | calls | time |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for site in shown:
+        cells = hotspot_cells(site)
+        lines.append(f"| {md_code(cells[0])} | {md_cell(cells[1])} | {' | '.join(cells[2:])} |")
+    return lines
+
+
+def _md_layers(view: ReportView) -> list[str]:
+    if not view.layers:
+        return []
+    lines = ["### Layers", "", "| layer | portable? | what we count | this suite |",
+             "|---|---|---|---|"]  # fmt: skip
+    lines += [
+        f"| {md_cell(r.layer)} | {md_cell(r.portable)} | {md_cell(r.counted)} | "
+        f"{md_cell(r.value)} |"
+        for r in view.layers
+    ]
+    if view.tooling:
+        lines += ["", "| file | line | assumption | why |", "|---|---:|---|---|"]
+        lines += [
+            f"| {md_code(a.get('file'))} | {md_cell(a.get('line'))} | {md_cell(a.get('rule'))} | "
+            f"{md_cell(a.get('reason'))} |"
+            for a in view.tooling
+        ]
+    return lines
+
+
+def _md_notes(view: ReportView) -> list[str]:
+    notes = [
+        f"- {md_cell(n.text)}" + (f" ({plural(n.checks, 'check')})" if n.checks else "")
+        for n in view.notes
+    ]
+    return ["Notes:", "", *notes] if notes else []
+
+
+def md_matrix_cell(cell: Any) -> str:
+    """``3 / 0 · match``: vendor / custom calls, numerics where it ran, what went wrong."""
+    if not cell.lowers and cell.vendor is None:
+        text = "**does not lower**"
+    else:
+        text = f"{cell.vendor} / {cell.custom}"
+        if cell.level != "lowered":
+            text += f" ({cell.level})"
+    if cell.numerics != "not present":
+        text += f" · {cell.numerics}"
+    if cell.compile_failed:
+        text += " · **compile failed**"
+    if cell.violations:
+        text += f" · **over: {', '.join(cell.violations)}**"
+    return md_cell(text).replace("\\*", "*")
+
+
+def _md_matrix(view: ReportView, room: int) -> str:
+    """The full matrix in a collapsed block: tests with problems first, cut to ``room``."""
+    if not view.tests:
+        return ""
+    platforms = view.platforms
+    ordered = sorted(view.tests, key=lambda t: not t.problem)
+    opening = [
+        f"<details><summary>All tests: platform × test matrix ({plural(len(view.tests), 'test')}"
+        "; cells: vendor / custom calls · numerics)</summary>",
+        "",
+        f"| test | outcome | check | {' | '.join(md_cell(p) for p in platforms)} |",
+        f"|---|---|---|{'---|' * len(platforms)}",
+    ]
+    closing = ["", "</details>", ""]
+    out = "\n".join(opening) + "\n"
+    shown = 0
+    budget = room - len("\n".join(closing)) - 200
+    for test in ordered:
+        rows = _md_test_rows(test, platforms)
+        piece = "\n".join(rows) + "\n"
+        if len(out) + len(piece) > budget:
+            break
+        out += piece
+        shown += 1
+    if shown < len(ordered):
+        out += (
+            f"\n_Matrix cut to fit: {number(shown)} of {plural(len(ordered), 'test')} shown "
+            "(tests with problems first); the JSON and HTML reports have every test._\n"
+        )
+    for title, lines in (
+        ("Transformations (most on any platform, per check):",
+         [f"- {md_code(t)} {md_cell(line)}" for t, line in view.transformations]),
+        ("Lowered prediction vs compiled reality:",
+         [f"- {md_code(t)} {md_cell(c)}: {md_cell(line)}" for t, c, line in view.compiled_gaps]),
+    ):  # fmt: skip
+        piece = "\n".join(["", title, "", *lines]) + "\n"
+        if lines and len(out) + len(piece) <= budget:
+            out += piece
+        elif lines:
+            out += f"\n_{title[:-1]}: {plural(len(lines), 'line')} left out to fit._\n"
+    return out + "\n".join(closing)
+
+
+def _md_test_rows(test: TestRow, platforms: Sequence[str]) -> list[str]:
+    if not test.checks:
+        message = md_cell(test.error or "no checks recorded")
+        return [f"| {md_code(test.nodeid)} | {test.outcome} | — | {message} |" +
+                " |" * (len(platforms) - 1)]  # fmt: skip
+    rows = []
+    for i, check in enumerate(test.checks):
+        first = md_code(test.nodeid) if i == 0 else "↳"
+        outcome = test.outcome if i == 0 else ""
+        cells = " | ".join(
+            md_matrix_cell(check.cells[p]) if p in check.cells else "—" for p in platforms
+        )
+        rows.append(f"| {first} | {outcome} | {md_cell(check.name)} | {cells} |")
+    return rows

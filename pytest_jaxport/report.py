@@ -3,21 +3,30 @@
 A :class:`Probe` is the result of one ``jaxport.check``: per platform its census, lowering
 and execution errors and numerics. Probes travel between pytest-xdist workers and the
 controller as plain dicts (:meth:`Probe.to_dict`), and the report is JSON with a
-``schema_version``, written atomically.
+``schema_version``, written atomically. The report holds data, never rendered sentences:
+:mod:`pytest_jaxport.view` builds what each format shows from it.
 
-Report shape (schema version 1)::
+Report shape (schema version 2)::
 
     {
-      "schema_version": 1,
+      "schema_version": 2,
       "tool": {"name": "pytest-jaxport", "version": "..."},
       "environment": {"jax": "...", "jaxlib": "...", "python": "...", "machine": "...",
                       "present_platforms": ["cpu"]},
       "config": {"source": "pyproject.toml", "platforms": [...], "reference": "cpu"},
       "summary": {"tests": 3, "checks": 4, "failed_tests": 1, "violations": 2,
-                  "platforms": {"cuda": {"vendor": 6, "custom": 1, "meta": 0,
+                  "outcomes": {"passed": 2, "failed": 1},
+                  "platforms": {"cuda": {"vendor": 6, "custom": 1, "meta": 0, "xla": 40,
                                          "libraries": {"cublas": 4, ...},
-                                         "lowered": 4, "failed_to_lower": 0}}},
-      "tests": [{"nodeid": "...", "outcome": "passed", "violations": [...],
+                                         "lowered": 4, "failed_to_lower": 0,
+                                         "vendor_sites": 3, "custom_sites": 1}},
+                  "hotspots": [{"platform": "cuda", "location": "src/m.py:12", ...}]},
+      "tests": [{"nodeid": "...", "outcome": "failed",
+                 "violations": [{"check": "mlp", "platform": "cuda", "key": "max_vendor_calls",
+                                 "limit": 1, "origin": "pyproject.toml ...", "found": 2,
+                                 "what": "vendor calls", "level": "lowered",
+                                 "kernels": [...], "details": []}],
+                 "error": null,
                  "checks": [{"name": "mlp", "reference": "cpu", "note": null,
                              "variant_of": null, "transform": null,
                              "platforms": {"cuda": {
@@ -36,7 +45,13 @@ Report shape (schema version 1)::
 
 ``lowered`` is ``null`` when lowering failed, and ``error`` says why; ``compiled`` (same
 shape, plus ``deviceless`` and ``target``) is ``null`` unless the platform was compiled
-(``compile = [...]``), and ``compile_error`` says why when compiling failed.
+(``compile = [...]``), and ``compile_error`` says why when compiling failed. A test's
+``error`` (``message``, ``where``, ``when``) is why it failed or errored other than by a
+budget: the exception of a crashed test, a worker that died, a portable test that checked
+nothing.
+
+Version 1 reports (``violations[].message`` and ``tests[].message`` as sentences,
+``summary.layers`` as rendered rows) are read by :func:`load` through :func:`upgrade`.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -62,10 +77,19 @@ from pytest_jaxport.cost import (
     estimate,
     rewrite_items,
 )
+from pytest_jaxport.hotspots import (
+    COUNTED_LAYERS,
+    distinct_sites,
+    hotspots,
+    reaches_of_tests,
+    site_order,
+)
 from pytest_jaxport.numerics import Comparison
 from pytest_jaxport.targets import NVIDIA_PLATFORM
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Versions :func:`load` reads; older ones are upgraded to :data:`SCHEMA_VERSION`."""
 TOOL_NAME = "pytest-jaxport"
 
 
@@ -286,15 +310,29 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
 def numerics_status(probe: Probe, platform: str) -> str:
     """``reference``, ``match``, ``mismatch``, ``not executed``, ``not present`` or ``error``."""
     result = probe.platforms[platform]
-    if result.execution_error:
+    return numerics_state(
+        present=result.present,
+        executed=result.executed,
+        failed=bool(result.execution_error),
+        reference=platform == probe.reference,
+        ok=None if result.numerics is None else result.numerics.ok,
+    )
+
+
+def numerics_state(
+    *, present: bool, executed: bool, failed: bool, reference: bool, ok: bool | None
+) -> str:
+    """The numerics status of one check on one platform, from its facts (one rule for the
+    typed :class:`Probe` and for a report's dicts)."""
+    if failed:
         return "error"
-    if not result.executed:
-        return "not present" if not result.present else "not executed"
-    if platform == probe.reference:
+    if not executed:
+        return "not present" if not present else "not executed"
+    if reference:
         return "reference"
-    if result.numerics is None:
+    if ok is None:
         return "not compared"
-    return "match" if result.numerics.ok else "mismatch"
+    return "match" if ok else "mismatch"
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -309,7 +347,7 @@ def environment(present: Iterable[str], versions: Mapping[str, str]) -> dict[str
     }
 
 
-def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def count_suite(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Suite totals: tests, checks, violations, and per platform counts by layer and library.
 
     Counts come from the level budgets apply at: the compiled census where a check was
@@ -346,11 +384,16 @@ def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                     totals["libraries"][library] = totals["libraries"].get(library, 0) + n
     for totals in platforms.values():
         totals["libraries"] = dict(sorted(totals["libraries"].items()))
+    outcomes: dict[str, int] = {}
+    for test in tests:
+        outcome = str(test.get("outcome", "passed"))
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
     return {
         "tests": len(tests),
         "checks": checks,
         "failed_tests": sum(1 for t in tests if t.get("outcome") in ("failed", "error")),
         "violations": sum(len(t.get("violations", ())) for t in tests),
+        "outcomes": dict(sorted(outcomes.items())),
         "platforms": dict(sorted(platforms.items())),
     }
 
@@ -381,10 +424,14 @@ def suite_rewrite(
     price: Callable[[RewriteItem], float | None] | None = None,
 ) -> dict[str, RewriteEstimate]:
     """Per target, the distinct kernels to rewrite over the suite and the days to do it."""
-    probes = [Probe.from_dict(c) for t in tests for c in t.get("checks", ())]
+    checks = [c for t in tests for c in t.get("checks", ())]
     estimates = {}
     for target in migrate_to:
-        items = [i for p in probes for i in (p.rewrite_items(target) or ())]
+        items: list[RewriteItem] = []
+        for check in checks:  # read only the two platforms each target compares
+            wanted = {p: e for p, e in check["platforms"].items() if p in (NVIDIA_PLATFORM, target)}
+            probe = Probe.from_dict({**check, "platforms": wanted})
+            items += probe.rewrite_items(target) or ()
         priced = {}
         if price is not None:
             for item in items:
@@ -395,67 +442,6 @@ def suite_rewrite(
             target, items, model=model, tooling_assumptions=tooling_assumptions, priced=priced
         )
     return estimates
-
-
-LAYER_ROWS = (
-    ("JAX Python code (jit, grad, vmap)", "in principle", "checks that lower on every target"),
-    ("XLA-generated kernels", "regenerated per backend, performance not guaranteed",
-     "xla share and counts"),
-    ("vendor-library calls", "NVIDIA-bound, counterpart usually exists",
-     "vendor share and counts by library"),
-    ("hand-written kernels and custom calls", "NVIDIA-bound, each a rewrite",
-     "kernels to rewrite per target"),
-    ("profiling, tooling and CI assumptions", "often NVIDIA-bound",
-     "NVIDIA-bound assumptions in the project"),
-)  # fmt: skip
-
-
-def _share_text(shares: Mapping[str, Mapping[str, Any]], layer: str) -> str:
-    return ", ".join(
-        f"{platform} {share.get(layer, 0.0):.0%} ({share.get('basis', 'estimated')})"
-        for platform, share in shares.items()
-    )
-
-
-def layer_table(
-    tests: Iterable[Mapping[str, Any]],
-    summary: Mapping[str, Any],
-) -> list[dict[str, str]]:
-    """The suite's portability, layer by layer: the table a team shows when asked how
-    locked in it is. Rows: ``layer``, ``portable``, ``counted``, ``value``."""
-    checks = [c for t in tests for c in t.get("checks", ())]
-    everywhere = sum(
-        1
-        for c in checks
-        if c["platforms"] and all(r.get("lowered") is not None for r in c["platforms"].values())
-    )
-    untraced = sum(1 for c in checks if c.get("untraced"))
-    platforms = summary.get("platforms", {})
-    shares = summary.get("runtime_share", {})
-    xla = ", ".join(f"{p} {t.get('xla', 0)}" for p, t in platforms.items())
-    vendor = "; ".join(
-        f"{p} {t['vendor']}"
-        + (f" ({', '.join(f'{k} {n}' for k, n in t['libraries'].items())})" if t["libraries"]
-           else "")
-        for p, t in platforms.items()
-    )  # fmt: skip
-    rewrite = summary.get("kernels_to_rewrite", {})
-    custom = ", ".join(f"{p} {t['custom']}" for p, t in platforms.items())
-    tooling = summary.get("tooling")
-    values = [
-        f"{everywhere} of {len(checks)} checks lower on every configured platform"
-        + (f" ({untraced} could not be traced here)" if untraced else ""),
-        "; ".join(x for x in (f"ops: {xla}" if xla else "", _share_text(shares, "xla")) if x),
-        "; ".join(x for x in (vendor, _share_text(shares, "vendor")) if x),
-        (", ".join(f"{t}: {n} to rewrite" for t, n in rewrite.items()) or "no cuda census")
-        + (f"; custom calls: {custom}" if custom else ""),
-        (f"{len(tooling['assumptions'])} found in {tooling['files_read']} files read"
-         if tooling else "not scanned"),
-    ]  # fmt: skip
-    return [
-        {"layer": layer, "portable": portable, "counted": counted, "value": value}
-        for (layer, portable, counted), value in zip(LAYER_ROWS, values, strict=True)
-    ]
 
 
 def build_report(
@@ -476,7 +462,23 @@ def build_report(
     }
 
 
-TIMING_KEYS = frozenset({"runtime_share", "layers", "seconds"})
+def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`count_suite` plus where the lock-in lives: ``hotspots``, every distinct vendor
+    or custom site (:mod:`pytest_jaxport.hotspots`), and per platform ``vendor_sites`` and
+    ``custom_sites``, the distinct-site figures set against the per-check sums."""
+    tests = list(tests)
+    summary = count_suite(tests)
+    found = hotspots(reaches_of_tests(tests))
+    sites = distinct_sites(found)
+    for platform, totals in summary["platforms"].items():
+        for layer, n in sites.get(platform, dict.fromkeys(COUNTED_LAYERS, 0)).items():
+            totals[f"{layer}_sites"] = n
+    # Stored in a fixed order (the view sorts by weight): times differ run to run.
+    summary["hotspots"] = [h.to_dict() for h in sorted(found, key=site_order)]
+    return summary
+
+
+TIMING_KEYS = frozenset({"runtime_share", "seconds", "share"})
 """Report keys that hold measured times (or text made from them): they differ run to run."""
 
 
@@ -491,8 +493,10 @@ def without_timings(data: Any) -> Any:
 
 
 def write_json(path: Path, report: Mapping[str, Any]) -> None:
-    """Write atomically: a temporary file in the same folder, then ``os.replace``."""
-    write_text(path, json.dumps(report, indent=2, sort_keys=False) + "\n")
+    """Write atomically: a temporary file in the same folder, then ``os.replace``. Compact
+    (no indentation): a 2,000-test report is half the size and written five times faster;
+    ``jaxport show`` is the way to read one."""
+    write_text(path, json.dumps(report) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -510,7 +514,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """Read a report, refusing anything that is not a pytest-jaxport report of this schema."""
+    """Read a report of any version in :data:`READABLE_VERSIONS`, upgraded to this one;
+    refuse anything else with a :class:`ReportError` naming the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -525,9 +530,65 @@ def load(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
         raise ReportError(f"{path}: not a pytest-jaxport report")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
+        readable = ", ".join(map(str, READABLE_VERSIONS))
         raise ReportError(
             f"{path}: schema_version {version!r} is not supported "
-            f"(this pytest-jaxport {__version__} reads version {SCHEMA_VERSION})"
+            f"(this pytest-jaxport {__version__} reads versions {readable})"
         )
-    return data
+    try:
+        return upgrade(data)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise ReportError(
+            f"{path}: malformed version {version} report ({type(e).__name__}: {e})"
+        ) from None
+
+
+def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A report of an older schema version as this version's (a copy; this version as is).
+
+    Version 1 stored sentences: each violation's ``message`` (its fields are recovered from
+    it), a test's ``message`` (now ``error`` where it was not the violations), and
+    ``summary.layers`` (dropped: the view builds the layer table). The summary is counted
+    again, which adds ``outcomes``, ``hotspots`` and the per-platform distinct sites.
+    """
+    if data.get("schema_version") == SCHEMA_VERSION:
+        return dict(data)
+    tests = [_upgrade_test(t) for t in data.get("tests") or []]
+    summary = {k: v for k, v in (data.get("summary") or {}).items() if k != "layers"}
+    summary.update(summarize(tests))
+    return {
+        **data,
+        "schema_version": SCHEMA_VERSION,
+        "upgraded_from": data.get("schema_version"),
+        "summary": summary,
+        "tests": tests,
+    }
+
+
+def _upgrade_test(test: Mapping[str, Any]) -> dict[str, Any]:
+    upgraded = {k: v for k, v in test.items() if k != "message"}
+    violations = [_upgrade_violation(v) for v in test.get("violations") or []]
+    upgraded["violations"] = violations
+    message = test.get("message")
+    if message and not violations:
+        upgraded["error"] = {"message": str(message), "where": None, "when": "call"}
+    return upgraded
+
+
+def _upgrade_violation(violation: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 1's ``message`` (``check 'c' on p: key = limit (set in o), found F WHAT
+    (level)`` and indented detail lines) as version 2's ``what`` and ``details``."""
+    headline, *rest = str(violation.get("message") or "").split("\n")
+    found, level = violation.get("found"), str(violation.get("level", "lowered"))
+    what = ""
+    _, marker, tail = headline.partition(f"), found {found} ")
+    if marker and tail.endswith(f" ({level})"):
+        what = tail[: -len(f" ({level})")]
+    upgraded = {k: v for k, v in violation.items() if k != "message"}
+    upgraded["what"] = what
+    upgraded["kernels"] = []
+    upgraded["details"] = [line.strip() for line in rest if line.strip()]
+    if violation.get("key") == "must_lower":
+        upgraded["found"] = f"fails to {what}"
+    return upgraded

@@ -30,8 +30,18 @@ from pytest_jaxport.targets import Classification, Level, classify
 
 if TYPE_CHECKING:
     from pytest_jaxport.cost import CostModel
+    from pytest_jaxport.display import DisplayOptions
+    from pytest_jaxport.view import ReportView
 
 MARKER = "portable"
+VERBOSITY = "jaxport"
+"""``config.get_verbosity(VERBOSITY)``: the ``verbosity_jaxport`` ini value, else ``-v``/``-q``."""
+RECORD_KEYS = (
+    "checks", "violations", "error", "outputs_errors", "baseline_growth", "baseline_news",
+)  # fmt: skip
+"""A test record's keys that the call phase's record sets (on the controller, too)."""
+ERROR_LIMIT = 500
+"""Characters of a failed test's error kept in the report."""
 JAXPORT = pytest.StashKey["Any"]()
 RESOLVED = pytest.StashKey["Resolved | ConfigError"]()
 
@@ -66,6 +76,9 @@ class JaxportSession:
         self._revision = 0
         """Bumped whenever a test's record changes; ``build`` reuses its report until then."""
         self._built: tuple[int, dict[str, Any]] | None = None
+        self._view: tuple[dict[str, Any], ReportView] | None = None
+        self._written: str | None = None
+        """The report file written this session, as given (for the terminal's one line)."""
         self._classifiers: dict[str, Any] = {}
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
         self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
@@ -175,7 +188,10 @@ class JaxportSession:
             # A passed setup is recorded too, so a test whose xdist worker crashes during the
             # call is in the report (as crashed), never silently missing.
             if (report.outcome != "passed" and marked) or call.when == "setup":
-                report.jaxport = {"nodeid": item.nodeid, "checks": [], "violations": []}  # type: ignore[attr-defined]
+                record: dict[str, Any] = {"nodeid": item.nodeid, "checks": [], "violations": []}
+                if report.failed:
+                    record["error"] = self._error(report)
+                report.jaxport = record  # type: ignore[attr-defined]
             return report
         self._judge(item, report, jaxport, marked=marked)
         return report
@@ -193,6 +209,8 @@ class JaxportSession:
             "violations": [],
         }
         report.jaxport = record  # type: ignore[attr-defined]
+        if report.failed:  # the test's own failure: recorded with its error, never blank
+            record["error"] = self._error(report)
         if jaxport is not None and self.project.compile:
             record["compile"] = jaxport.compile_stats.to_dict()
         if jaxport is not None:
@@ -211,7 +229,7 @@ class JaxportSession:
                 )
                 report.outcome = "failed"
                 report.longrepr = message
-                record["message"] = message
+                record["error"] = {"message": message, "where": None, "when": "call"}
             return
         violations = [
             v
@@ -236,18 +254,18 @@ class JaxportSession:
                         report.user_properties.append((f"{prefix}.{key}", value))
         details = "\n\n".join(probe_text(p) for p in probes)
         report.sections.append(("jaxport", details))
+        said = None
         if violations:
             # The first line is what pytest's short summary shows: the first headline itself.
-            message = "\n".join(v.long_repr() for v in violations)
+            said = "\n".join(v.long_repr() for v in violations)
             if len(violations) > 1:
-                message += f"\n({len(violations)} portability budget violations in {item.nodeid})"
-            record["message"] = message
+                said += f"\n({len(violations)} portability budget violations in {item.nodeid})"
             if report.passed:
                 report.outcome = "failed"
-                report.longrepr = message
+                report.longrepr = said
             else:
-                report.sections.append(("jaxport violations", message))
-        self._judge_ci(item, report, record, jaxport, resolved)
+                report.sections.append(("jaxport violations", said))
+        self._judge_ci(item, report, record, jaxport, resolved, said)
 
     def _judge_ci(
         self,
@@ -256,6 +274,7 @@ class JaxportSession:
         record: dict[str, Any],
         jaxport: Any,
         resolved: Resolved,
+        message: str | None,
     ) -> None:
         """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.ci`."""
         from pytest_jaxport import ci
@@ -268,21 +287,34 @@ class JaxportSession:
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
             record["baseline_news"] = news
+        if problems:
+            record["outputs_errors"] = problems
         problems += grew
         if not problems:
             return
         if grew:
             record["baseline_growth"] = grew
-        message = "\n".join(
+        found = "\n".join(
             ([f"{item.nodeid}: {len(grew)} count(s) grew since the baseline "
               f"{self.ci.baseline_path}"] if grew else [])
             + problems
         )  # fmt: skip
-        record["message"] = f"{record['message']}\n{message}" if record.get("message") else message
         if report.passed:
             report.outcome = "failed"
-            report.longrepr = message
-        report.sections.append(("jaxport baseline" if grew else "jaxport outputs", message))
+            report.longrepr = f"{message}\n{found}" if message else found
+        report.sections.append(("jaxport baseline" if grew else "jaxport outputs", found))
+
+    def _error(self, report: pytest.TestReport) -> dict[str, Any]:
+        """Why a test failed, for the report: the exception's line and where it was raised."""
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = getattr(crash, "message", None) or str(report.longrepr or "")
+        where = None
+        if crash is not None and getattr(crash, "path", None):
+            path = Path(crash.path)
+            if path.is_relative_to(self.config.rootpath):
+                path = path.relative_to(self.config.rootpath)
+            where = f"{path.as_posix()}:{crash.lineno}"
+        return {"message": message[:ERROR_LIMIT], "where": where, "when": report.when}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._revision += 1
@@ -299,10 +331,11 @@ class JaxportSession:
                 self.compile_stats[key] = self.compile_stats.get(key, 0) + int(value)
             for key, value in data.get("lowered_cache", {}).items():
                 self.lowered_stats[key] = self.lowered_stats.get(key, 0) + int(value)
-            entry["checks"] = data["checks"]
-            entry["violations"] = data["violations"]
-            if data.get("message"):
-                entry["message"] = data["message"]
+            for key in RECORD_KEYS:
+                if key in data:
+                    entry[key] = data[key]
+        if data.get("error") and not entry.get("error"):
+            entry["error"] = data["error"]
         if report.failed:
             entry["outcome"] = "failed" if report.when == "call" else "error"
         elif report.skipped and entry["outcome"] == "passed":
@@ -323,7 +356,7 @@ class JaxportSession:
         )
         entry["outcome"] = "error"
         entry["crashed"] = True
-        entry["message"] = str(report.longrepr)[:500]
+        entry["error"] = {"message": str(report.longrepr)[:500], "where": None, "when": report.when}
 
     def _update_baseline(self, session: pytest.Session) -> None:
         from pytest_jaxport.ci import write_baseline
@@ -407,8 +440,8 @@ class JaxportSession:
         return self._tooling
 
     def numbers(self, tests: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
-        """The three numbers and the layer table for the summary."""
-        from pytest_jaxport.report import layer_table, suite_rewrite, suite_shares
+        """The three numbers for the summary."""
+        from pytest_jaxport.report import suite_rewrite, suite_shares
 
         tooling = self.tooling_scan()
         model = self.cost_model()
@@ -436,7 +469,6 @@ class JaxportSession:
         }
         if tooling is not None:
             numbers["tooling"] = tooling
-        numbers["layers"] = layer_table(tests, {**summary, **numbers})
         return numbers
 
     def tooling_violation(self) -> str | None:
@@ -448,8 +480,8 @@ class JaxportSession:
         if found <= setting.value:
             return None
         lines = [
-            f"jaxport: max_tooling_assumptions = {setting.value} (set in {setting.origin}), "
-            f"found {found} NVIDIA-bound tooling assumptions"
+            f"jaxport: {found} NVIDIA-bound tooling assumptions > {setting.value} "
+            f"(max_tooling_assumptions, set in {setting.origin})"
         ]
         for a in (tooling or {}).get("assumptions", []):
             lines.append(f"    {a['file']}:{a['line']}: {a['rule']}: {a['reason']}")
@@ -478,6 +510,39 @@ class JaxportSession:
             "(platforms not present here)"
         )
 
+    def display(self) -> DisplayOptions:
+        """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
+        from pytest_jaxport.display import display_options
+
+        get_verbosity = getattr(self.config, "get_verbosity", None)
+        verbosity = (
+            get_verbosity(VERBOSITY) if get_verbosity is not None else self.config.option.verbose
+        )
+        return display_options(
+            self.config.getoption, dest_prefix="jaxport_report_", verbosity=int(verbosity)
+        )
+
+    def view(self) -> ReportView:
+        """The report's view, built once for the terminal, the file and the step summary."""
+        from pytest_jaxport.view import build_view
+
+        report = self.build()
+        if self._view is None or self._view[0] is not report:
+            self._view = (report, build_view(report))
+        return self._view[1]
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test failed by its portability budget (not by its own error) shows as ``P`` in
+        the progress line; it still counts, and is summarised, as ``FAILED``."""
+        record = getattr(report, "jaxport", None)
+        if report.when != "call" or not report.failed or not isinstance(record, dict):
+            return None
+        if record.get("error") or not (record.get("violations") or record.get("baseline_growth")):
+            return None
+        return "failed", "P", ("FAILED", {"red": True})
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
             return
@@ -486,10 +551,13 @@ class JaxportSession:
                 terminalreporter.write_line(line)
         if self.report_target is None:
             return
-        from pytest_jaxport.render import text
+        from pytest_jaxport.render import render_text
 
+        written = self._written if self.report_target != "-" else None
         terminalreporter.write_sep("=", "jaxport portability report")
-        terminalreporter.write_line(text(self.build()))
+        terminalreporter.write_line(render_text(self.view(), self.display(), written_to=written))
+        if written is not None:
+            terminalreporter.write_line(f"jaxport: full report written to {written}")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -504,7 +572,6 @@ class JaxportSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not self.report_target or self.report_target == "-":
             return
-        from pytest_jaxport.render import markdown
         from pytest_jaxport.report import write_json, write_text
 
         path = Path(self.report_target)
@@ -513,11 +580,13 @@ class JaxportSession:
         report = self.build()
         try:
             if path.suffix == ".md":
-                write_text(path, markdown(report))
-            elif path.suffix == ".html":
-                from pytest_jaxport.html_report import html
+                from pytest_jaxport.render import render_markdown
 
-                write_text(path, html(report))
+                write_text(path, render_markdown(self.view(), self.display()))
+            elif path.suffix == ".html":
+                from pytest_jaxport.html_report import render_html
+
+                write_text(path, render_html(self.view(), self.display()))
             else:
                 write_json(path, report)
         except OSError as e:
@@ -526,7 +595,21 @@ class JaxportSession:
                 terminal.write_line(f"jaxport: could not write the report {path}: {e}", red=True)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
-        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary:
-            with open(step_summary, "a", encoding="utf-8") as f:
-                f.write(markdown(report))
+        self._written = str(self.report_target)
+        self._step_summary()
+
+    def _step_summary(self) -> None:
+        """Append the Markdown report to ``$GITHUB_STEP_SUMMARY``, within its size limit."""
+        target = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not target:
+            return
+        from pytest_jaxport.ci import append_step_summary
+        from pytest_jaxport.render import render_markdown
+
+        view, options = self.view(), self.display()
+        said = append_step_summary(
+            Path(target), lambda budget: render_markdown(view, options, budget=budget)
+        )
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if said is not None and terminal is not None:
+            terminal.write_line(said, yellow=True)

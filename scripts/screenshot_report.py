@@ -2,10 +2,15 @@
 """Render a pytest-jaxport report as HTML and take a full-page screenshot in headless Chromium.
 
     python scripts/screenshot_report.py REPORT.json OUT.png [--width 1280] [--html OUT.html]
+        [--max-height PX] [--at SELECTOR]
+    python scripts/screenshot_report.py --first-screen PAGE.html SELECTOR...
 
-A person can then look at the PNG. It drives Chromium through the DevTools protocol over a
-pipe (``--remote-debugging-pipe``: no port, no network), so the screenshot covers the whole
-page, and it exits non-zero when the page logged a console error or threw, printing them.
+A person can then look at the PNG. ``--first-screen`` prints, as JSON, the page's load time,
+its height and where each selector's element starts (a 1280x800 window).
+
+It drives Chromium through the DevTools protocol over a pipe (``--remote-debugging-pipe``:
+no port, no network), so the screenshot covers the whole page, and it exits non-zero when
+the page logged a console error or threw, printing them.
 
 Chromium: Debian's ``chromium`` package (``apt-get install -y --no-install-recommends
 chromium``), or set ``$CHROMIUM`` to a binary.
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +146,37 @@ class DevTools:
         os.close(self._from_chrome)
 
 
+@contextlib.contextmanager
+def _page(
+    width: int, height: int, timeout: float, domains: tuple[str, ...]
+) -> Iterator[tuple[DevTools, str]]:
+    """A headless Chromium with one blank page of ``width`` x ``height`` CSS px: the DevTools
+    client and the page's session, the ``domains`` enabled."""
+    chromium = find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("no chromium found (apt-get install -y chromium, or $CHROMIUM)")
+    with tempfile.TemporaryDirectory(prefix="jaxport-chromium-") as profile:
+        browser = DevTools(chromium, Path(profile), timeout)
+        try:
+            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
+            session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
+                "sessionId"
+            ]
+            for domain in domains:
+                browser.call(f"{domain}.enable", session)
+            browser.call(
+                "Emulation.setDeviceMetricsOverride",
+                session,
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            yield browser, session
+        finally:
+            browser.close()
+
+
 def console_problems(events: list[dict[str, Any]]) -> list[str]:
     """Console errors and warnings, uncaught exceptions and error log entries."""
     problems = []
@@ -164,60 +201,89 @@ def screenshot(
     *,
     width: int = 1280,
     max_height: int | None = None,
+    at: str | None = None,
     timeout: float = 30.0,
 ) -> list[str]:
     """Load ``html_path``, save a full-page PNG to ``png_path``; return console problems.
 
-    ``max_height`` cuts the page at that many CSS pixels (the top of a long report).
+    ``max_height`` cuts the page at that many CSS pixels (the top of a long report); ``at``
+    (a CSS selector) starts the picture at that element instead of the top of the page.
     """
-    chromium = find_chromium()
-    if chromium is None:
-        raise FileNotFoundError("no chromium found (apt-get install -y chromium, or $CHROMIUM)")
-    with tempfile.TemporaryDirectory(prefix="jaxport-chromium-") as profile:
-        browser = DevTools(chromium, Path(profile), timeout)
-        try:
-            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
-            session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
-                "sessionId"
-            ]
-            for domain in ("Page", "Runtime", "Log"):
-                browser.call(f"{domain}.enable", session)
-            browser.call(
-                "Emulation.setDeviceMetricsOverride",
+    with _page(width, 800, timeout, ("Page", "Runtime", "Log")) as (browser, session):
+        browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
+        browser.wait_for("Page.loadEventFired")
+        size = browser.call("Page.getLayoutMetrics", session)["cssContentSize"]
+        top = 0
+        if at is not None:
+            found = browser.call(
+                "Runtime.evaluate",
                 session,
-                width=width,
-                height=800,
-                deviceScaleFactor=1,
-                mobile=False,
+                expression=f"document.querySelector({json.dumps(at)})"
+                ".getBoundingClientRect().top + window.scrollY",
+                returnByValue=True,
             )
-            browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
-            browser.wait_for("Page.loadEventFired")
-            size = browser.call("Page.getLayoutMetrics", session)["cssContentSize"]
-            height = int(size["height"]) + 1
-            if max_height:
-                height = min(height, max_height)
-            browser.call(
-                "Emulation.setDeviceMetricsOverride",
-                session,
-                width=width,
-                height=height,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            shot = browser.call(
-                "Page.captureScreenshot",
-                session,
-                format="png",
-                captureBeyondViewport=True,
-                clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
-            )
-            png_path.write_bytes(base64.b64decode(shot["data"]))
-            return console_problems(browser.events)
-        finally:
-            browser.close()
+            top = int(found["result"].get("value") or 0)
+        height = int(size["height"]) + 1 - top
+        if max_height:
+            height = min(height, max_height)
+        browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            session,
+            width=width,
+            height=height + top,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        shot = browser.call(
+            "Page.captureScreenshot",
+            session,
+            format="png",
+            captureBeyondViewport=True,
+            clip={"x": 0, "y": top, "width": width, "height": height, "scale": 1},
+        )
+        png_path.write_bytes(base64.b64decode(shot["data"]))
+        return console_problems(browser.events)
+
+
+def first_screen(
+    html_path: Path,
+    selectors: list[str],
+    *,
+    width: int = 1280,
+    height: int = 800,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Load ``html_path`` in a ``width`` x ``height`` window: the load time (navigation to the
+    load event, ms), the page height, and each selector's top edge in CSS px (``None`` when
+    absent), to tell what a person sees without scrolling."""
+    with _page(width, height, timeout, ("Page", "Runtime")) as (browser, session):
+        started = time.monotonic()
+        browser.call("Page.navigate", session, url=html_path.resolve().as_uri())
+        browser.wait_for("Page.loadEventFired")
+        load_ms = (time.monotonic() - started) * 1000
+        # DevTools evaluates outside the page's Content-Security-Policy (no page script).
+        expression = (
+            "JSON.stringify({height: document.documentElement.scrollHeight, tops: "
+            + json.dumps(selectors)
+            + ".map(s => { const e = document.querySelector(s); "
+            "return e ? e.getBoundingClientRect().top : null; })})"
+        )
+        found = browser.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        measured = json.loads(found["result"]["value"])
+        return {
+            "load_ms": round(load_ms, 1),
+            "page_height": measured["height"],
+            "tops": dict(zip(selectors, measured["tops"], strict=True)),
+            "problems": console_problems(browser.events),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--first-screen"]:
+        # --first-screen PAGE.html SELECTOR...: what the first screen shows, as JSON
+        print(json.dumps(first_screen(Path(argv[1]), argv[2:])))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path, help="a pytest-jaxport JSON report")
     parser.add_argument("png", type=Path, help="where to write the screenshot")
@@ -226,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-height", type=int, help="cut the page at this many CSS px (default: whole page)"
     )
     parser.add_argument("--html", type=Path, help="also keep the rendered HTML here")
+    parser.add_argument("--at", help="start the picture at this CSS selector's element")
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -241,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         html_path = args.html or Path(tmp) / "report.html"
         html_path.write_text(html(report), encoding="utf-8")
         try:
-            problems = screenshot(html_path, args.png, width=args.width, max_height=args.max_height)
+            problems = screenshot(
+                html_path, args.png, width=args.width, max_height=args.max_height, at=args.at
+            )
         except (FileNotFoundError, TimeoutError, RuntimeError) as e:
             print(f"screenshot_report: {e}", file=sys.stderr)
             return 2

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,3 +22,19 @@ def run_json(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, d
     result = pytester.runpytest("--jaxport-report=report.json", *args)
     report = json.loads((pytester.path / "report.json").read_text())
     return result, report
+
+
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Hold a file lock: pytest-xdist workers sharing one expensive run take turns."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: each worker runs its own copy
+        yield
+        return
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

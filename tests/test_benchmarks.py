@@ -79,3 +79,21 @@ def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, modu
     )  # fmt: skip
     assert plain.returncode == 0, plain.stdout[-3000:]
     assert f"{cases} passed" in plain.stdout
+
+
+def test_report_scale_benchmark_runs_and_records_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "report-scale.json"
+    done = _run(
+        str(BENCHMARKS / "report_scale.py"), "--tests", "12", "--reps", "1",
+        "--folder", str(tmp_path / "suite"), "--output", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["suite"]["tests"] == sum(results["suite"]["mix"].values()) >= 12
+    assert results["suite"]["returncode"] == 1  # the mix has failures by design
+    assert set(results["steps_ms"]) >= {"summary (counts, hotspots)", "view", "html", "markdown"}
+    sizes = results["sizes"]
+    assert 0 < sizes["terminal_lines_written_to_file"] < sizes["terminal_lines"]
+    assert sizes["terminal_widest"] <= 100
+    assert 0 < sizes["markdown_chars"] < 60_000
+    assert "problems: " in results["suite"]["terminal_section"]

@@ -20,6 +20,7 @@ from helpers import esc
 
 from pytest_jaxport.census import Census, Kernel
 from pytest_jaxport.deviceless import cuda_plugin_problem
+from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.render import markdown, prediction_gap, text, what_if_line
 from pytest_jaxport.report import PlatformProbe, Probe, build_report, summarize, without_timings
 
@@ -50,7 +51,6 @@ def four_matmuls(a):
 """
 
 CONV_ARGS = "jnp.ones((8, 32, 32, 16)), jnp.ones((3, 3, 16, 32))"
-
 
 
 def make_project(pytester: pytest.Pytester, toml: str, tests: str) -> None:
@@ -104,8 +104,8 @@ def test_cpu_compiled_census_and_budget_at_the_compiled_level(pytester: pytest.P
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*check 'eigvals' on cpu: max_library_calls.lapack = 0 "
-            "(set in test_models.py::test_eigh_one_under), found 1 lapack call (compiled)",
+            "cpu: 1 lapack call > 0 (max_library_calls.lapack, set in "
+            "test_models.py::test_eigh_one_under); check 'eigvals', compiled",
             "*lapack_ssyevd_ffi (lapack) at models.py:11",
         ]
     )
@@ -126,7 +126,7 @@ def test_cpu_compiled_census_and_budget_at_the_compiled_level(pytester: pytest.P
     violation = next(t for t in report["tests"] if t["nodeid"].endswith("one_under"))
     assert violation["violations"][0]["level"] == "compiled"
     # The terminal report says where the lowered prediction and the compiled reality differ.
-    pytester.runpytest("--jaxport-report").stdout.fnmatch_lines(
+    pytester.runpytest("--jaxport-report", "--jaxport-report-details=all").stdout.fnmatch_lines(
         ["*cpu: lowered predicted no vendor or custom calls; compiled: *"]
     )
 
@@ -247,7 +247,7 @@ def test_a_compile_error_is_recorded_once_never_raised(pytester: pytest.Pytester
     assert "my_unregistered_kernel" in cpu["compile_error"]
     assert cpu["compile_error"] == cpu["execution_error"]
     assert cpu["lowered"]["custom"] == 1  # budgets fall back to the lowered census
-    shown = pytester.runpytest("--jaxport-report")
+    shown = pytester.runpytest("--jaxport-report", "-vv")
     shown.stdout.fnmatch_lines(["*[[]lowered[]]  compile failed: *"])
 
 
@@ -283,8 +283,8 @@ def test_classify_hook_sees_the_compiled_level(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*max_custom_calls = 0 (set in test_models.py::test_matmuls), found 4 custom calls "
-         "(compiled)"]
+        ["cpu: 4 custom calls > 0 (max_custom_calls, set in test_models.py::test_matmuls); "
+         "check 'four_matmuls', compiled"]
     )  # fmt: skip
 
 
@@ -385,15 +385,15 @@ def test_deviceless_cuda_conv_is_one_cudnn_and_eigh_one_cusolver(
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(
         [
-            "*check 'conv' on cuda: max_library_calls.cudnn = 0 "
-            "(set in test_models.py::test_conv_one_under), found 1 cudnn call (compiled)",
+            "cuda: 1 cudnn call > 0 (max_library_calls.cudnn, set in "
+            "test_models.py::test_conv_one_under); check 'conv', compiled",
             "*__cudnn$convForward (cudnn) at models.py:7",
         ]
     )
     result.stdout.fnmatch_lines(
         [
-            "*check 'eigvals' on cuda: max_library_calls.cusolver = 0 "
-            "(set in test_models.py::test_eigh_one_under), found 1 cusolver call (compiled)",
+            "cuda: 1 cusolver call > 0 (max_library_calls.cusolver, set in "
+            "test_models.py::test_eigh_one_under); check 'eigvals', compiled",
             "*cusolver_syevd_ffi (cusolver) at models.py:11",
         ]
     )
@@ -408,7 +408,7 @@ def test_deviceless_cuda_conv_is_one_cudnn_and_eigh_one_cusolver(
     assert platforms_of(report, "test_eigh_at_count")["cpu"]["compiled"] is None
     assert report["config"]["target"] == "h100"
     # The deviceless caveat is stated once.
-    shown = pytester.runpytest("--jaxport-report").stdout.str()
+    shown = pytester.runpytest("--jaxport-report", "-vv").stdout.str()
     assert shown.count("deviceless compilation does not autotune") == 1
 
 
@@ -617,10 +617,12 @@ def test_budgets_and_summary_use_the_compiled_census_where_there_is_one() -> Non
         config={"platforms": ["cuda"], "reference": "cpu", "compile": ["cuda"], "target": "h100"},
         environment={},
     )
-    rendered = text(report)
+    rendered = text(report, DisplayOptions(details="all"))
     assert "[compiled deviceless h100]" in rendered
     assert rendered.count("does not autotune") == 1
-    assert "| compiled deviceless h100 |" in markdown(report)
+    page = markdown(report)
+    assert "| 1 / 0 (compiled deviceless h100) |" in page
+    assert page.count("does not autotune") == 1
 
 
 def test_prediction_that_held_is_not_repeated_and_what_if_says_unchanged() -> None:
@@ -649,11 +651,13 @@ def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
     limit = Setting(value=1, origin="here")
     [violation] = evaluate(probe, lambda p: Budget(platform=p, max_vendor_calls=limit))
     assert violation.level == "lowered"
-    assert violation.headline().endswith("found 2 vendor calls (lowered)")
+    assert violation.headline().startswith("cuda: 2 vendor calls > 1 (max_vendor_calls, ")
+    assert violation.headline().endswith("; check 'mm', lowered")
     assert "compile failed: XlaRuntimeError: boom" in text(
         build_report(
             [{"nodeid": "t", "outcome": "passed", "checks": [probe.to_dict()]}],
             config={"platforms": ["cuda"], "reference": "cpu"},
             environment={},
-        )
+        ),
+        DisplayOptions(details="all"),
     )

@@ -18,6 +18,7 @@ import pytest
 from pytest_jaxport import html_report
 from pytest_jaxport.cost import CostModel, RuntimeShare, estimate, rewrite_items
 from pytest_jaxport.report import Probe, census_from_dict, numerics_status
+from pytest_jaxport.view import LAYER_ROWS, numerics_of
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert('x')</script>"
@@ -117,18 +118,6 @@ SHARES = {
     "rocm": _share("estimated", 3.3e-5, 0.55, 0.45, 0.0, {"hipblas": 0.28, "hipsolver": 0.17}),
     "tpu": _share("estimated", 2.2e-5, 1.0, 0.0, 0.0, {}),
 }
-LAYERS = [
-    {"layer": "JAX Python code (jit, grad, vmap)", "portable": "in principle",
-     "counted": "checks that lower on every target", "value": "3 of 4 checks"},
-    {"layer": "XLA-generated kernels", "portable": "regenerated per backend",
-     "counted": "xla share and counts", "value": "cuda 41% (estimated)"},
-    {"layer": "vendor-library calls", "portable": "NVIDIA-bound, counterpart usually exists",
-     "counted": "vendor share and counts by library", "value": {"cublas": 3, "cusolver": 1}},
-    {"layer": "hand-written kernels and custom calls", "portable": False,
-     "counted": "kernels to rewrite per target", "value": "rocm 1, tpu 1"},
-    {"layer": "profiling, tooling and CI assumptions", "portable": "often NVIDIA-bound",
-     "counted": "the scan", "value": 2},
-]  # fmt: skip
 
 
 def add_three_numbers(report: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +125,6 @@ def add_three_numbers(report: dict[str, Any]) -> dict[str, Any]:
     report = copy.deepcopy(report)
     summary = report["summary"]
     summary["runtime_share"] = SHARES
-    summary["layers"] = LAYERS
     estimates = {}
     for target in ("rocm", "tpu"):
         items = []
@@ -171,25 +159,26 @@ def _bars(page: str) -> int:
 # -- the page as text ---------------------------------------------------------------------
 
 
-def test_three_numbers_layers_and_labels(report: dict[str, Any]) -> None:
+def test_problems_first_then_the_numbers_and_labels(report: dict[str, Any]) -> None:
     full = add_three_numbers(report)
     page = html_report.html(full)
     assert page.startswith("<!DOCTYPE html>")
     assert "<title>pytest-jaxport portability report: 4 tests, 1 failed" in page
-    # the layer table as given, in order, before the numbers and the matrix
-    assert page.index('id="layers"') < page.index('id="numbers"') < page.index('id="matrix"')
-    assert page.index('id="matrix"') < page.index('id="tests"')
-    for row in LAYERS:
-        assert f'<th scope="row">{row["layer"]}</th>' in page
-    assert "cublas 3, cusolver 1" in page
-    assert '<span class="pill bad">no</span>' in page
+    # Problems open the page; the numbers, sites, totals and layers follow; then the matrix.
+    order = ["problems", "numbers", "hotspots", "totals", "layers", "matrix", "tests"]
+    at = [page.index(f'<section id="{section}"') for section in order]
+    assert at == sorted(at)
+    assert '<a href="#problems" class="tile bad">' in page  # the tiles link to them
+    for row in LAYER_ROWS:
+        assert f'<th scope="row">{row[0]}</th>' in page
+    assert "3 of 4 checks lower on every configured platform" in page
     # runtime share: one labelled bar per platform, measured vs estimated visible
     assert page.count('<span class="badge measured">measured</span>') >= 2  # + legend
     assert 'aria-label="cpu runtime share (measured): XLA-generated 62%' in page
-    assert 'aria-label="cuda runtime share (estimated): XLA-generated 41%' in page
+    assert 'aria-label="cuda runtime share (estimated (roofline)): XLA-generated 41%' in page
     assert "cublas 30%, cusolver 17%" in page
     assert "12.5 ms" in page
-    assert "41 µs" in page
+    assert "41 µs" in page  # a time in the unit that reads best, not "0.041 ms"
     # kernels to rewrite and days, with the breakdown, from the real cost model
     rocm = full["summary"]["rewrite"]["rocm"]
     assert full["summary"]["kernels_to_rewrite"]["rocm"] == 1
@@ -197,7 +186,10 @@ def test_three_numbers_layers_and_labels(report: dict[str, Any]) -> None:
     assert rocm["days"] == 3 + 1 + 5  # one fallback, two tooling assumptions, fixed
     assert full["summary"]["rewrite"]["tpu"]["items"][0]["status"] == "fallback"
     assert '<span class="value">9</span><span class="label">engineering days</span>' in page
-    assert '<span class="value">1</span><span class="label">kernels to rewrite</span>' in page
+    assert (
+        '<span class="value">1</span><span class="label">kernels to rewrite (distinct sites)'
+        in page
+    )
     for label in ("fallback validation", "tooling assumptions", "fixed per target"):
         assert label in page
     assert "my_fused_kernel" in page
@@ -207,51 +199,58 @@ def test_three_numbers_layers_and_labels(report: dict[str, Any]) -> None:
     assert _bars(page) == 16 + 4 + 2
 
 
-def test_matrix_agrees_with_report_numerics_status(report: dict[str, Any]) -> None:
+def test_matrix_cells_say_what_the_report_says(report: dict[str, Any]) -> None:
     page = html_report.html(report)
-    cells = re.findall(r'<td class="cell [^"]*"[^>]*aria-label="([^"]*)"', page)
-    expected = []
+    statuses = []
     for test in report["tests"]:
         for check in test["checks"]:
             probe = Probe.from_dict(check)
             for platform in report["config"]["platforms"]:
                 status = numerics_status(probe, platform)
-                assert html_report.numerics_status(check, platform) == status
-                expected.append((platform, status))
-    assert [(c.split(":")[0], c.rsplit("numerics ", 1)[1].split(",")[0]) for c in cells] == (
-        expected
-    )
+                assert numerics_of(check, platform) == status  # one rule for both forms
+                statuses.append(status)
+    shown = re.findall(r'<span class="numerics [a-z]+">([a-z ]+)</span>', page)
+    assert sorted(shown) == sorted(s for s in statuses if s != "not present")
+    assert "not present" not in page.split('id="matrix"')[1].split("</section>")[0]
     # eig does not lower for TPU: a red cell whose tooltip is the lowering error
     assert re.search(
-        r'<td class="cell bad" title="[^"]*eig[^"]*" aria-label="tpu: does not lower', page
+        r'<td class="cell c bad" title="does not lower: [^"]*eig[^"]*" aria-label="tpu: does '
+        "not lower",
+        page,
     )
     # the over-budget custom call on cuda is marked in the matrix and spelled out below
-    assert "over budget: max_custom_calls" in page
+    assert "over: max_custom_calls" in page
     assert page.count('<pre class="violation">') == 1
     assert "my_fused_kernel" in page
     assert "models.py:" in page
-    assert "level" in page
-    assert "(lowered)" in page
+    # a failed test's row is among the problems; the passing ones are collapsed
+    assert page.index("with problems</h3>") < page.index("without problems</summary>")
 
 
 def test_plain_report_renders_without_optional_keys(report: dict[str, Any]) -> None:
-    """Reports without runtime_share/rewrite/layers/compiled keys: derived layers, no numbers."""
-    for key in ("runtime_share", "kernels_to_rewrite", "rewrite_days", "rewrite", "layers",
-                "tooling", "cost_model"):
+    """Reports without runtime_share/rewrite/tooling/compiled keys: no numbers section."""
+    for key in (
+        "runtime_share",
+        "kernels_to_rewrite",
+        "rewrite_days",
+        "rewrite",
+        "tooling",
+        "cost_model",
+    ):
         report["summary"].pop(key, None)
+    report["summary"].pop("hotspots")  # counted again, without times
     for test in report["tests"]:
         for check in test["checks"]:
             for entry in check["platforms"].values():
                 entry.pop("runtime_share", None)
     page = html_report.html(report)
-    assert "Derived from the counts in this report" in page
-    assert "3 of 4 checks lower on every platform" in page
+    assert "3 of 4 checks lower on every configured platform" in page
     body = page.split("<body>")[1]
     assert 'id="numbers"' not in body
     assert "estimated" not in body
     assert "measured" not in body
     assert _bars(page) == 0
-    assert "not scanned in this report" in page
+    assert "not scanned" in page
 
 
 def test_compiled_level_counts_where_compiled(report: dict[str, Any]) -> None:
@@ -260,17 +259,19 @@ def test_compiled_level_counts_where_compiled(report: dict[str, Any]) -> None:
     cuda["compiled"] = {**cuda["lowered"], "level": "compiled", "vendor": 7, "custom": 2,
                         "deviceless": True, "target": "h100"}  # fmt: skip
     page = html_report.html(report)
-    assert re.search(r'aria-label="cuda: lowers, vendor 7, custom 2 \(compiled\)', page)
+    assert re.search(r'aria-label="cuda: lowers, vendor 7, custom 2 \(compiled deviceless h100\)',
+                     page)  # fmt: skip
+    assert '<span class="level compiled">compiled deviceless h100</span>' in page
 
 
 def test_escapes_everything_from_the_report(report: dict[str, Any]) -> None:
     full = add_three_numbers(report)
     test = full["tests"][0]
-    test["violations"] = [{"check": "x", "platform": "cuda", "key": "<k>", "message": EVIL}]
+    test["violations"] = [{"check": "x", "platform": "cuda", "key": "<k>", "origin": EVIL}]
     entry = test["checks"][0]["platforms"]["tpu"]
     entry["lowered"], entry["error"] = None, 'bad "quote" <img src=x onerror=alert(1)>'
-    full["summary"]["layers"][0]["layer"] = EVIL
     full["summary"]["rewrite"]["rocm"]["items"][0]["name"] = EVIL
+    full["summary"]["hotspots"][0]["location"] = EVIL
     full["config"]["platforms"].append("<svg onload=alert(1)>")
     page = html_report.html(full)
     assert EVIL in json.dumps(report)  # the parametrize id is in the node id
@@ -280,7 +281,9 @@ def test_escapes_everything_from_the_report(report: dict[str, Any]) -> None:
     assert "<b>bold</b>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "fused&lt;b&gt;bold&lt;/b&gt;" in page
-    assert 'title="bad &quot;quote&quot; &lt;img src=x onerror=alert(1)&gt;"' in page
+    assert (
+        'title="does not lower: bad &quot;quote&quot; &lt;img src=x onerror=alert(1)&gt;"' in page
+    )
 
 
 def test_self_contained_no_network(report: dict[str, Any]) -> None:

@@ -210,7 +210,10 @@ def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
     assert test["legs"] == {"leg-cpu.json": "passed", "leg-gpu.json": "passed"}
     # The merged report renders like any other (``jaxport show`` works on it).
     assert "leg" not in text(report).split("\n")[0]
-    assert "| `tests/test_models.py::test_mlp` | mlp | cuda | 3 | 0 | match |" in markdown(report)
+    assert (
+        "| `tests/test_models.py::test_mlp` | passed | mlp | 0 / 0 · reference | 3 / 0 · match |"
+        in (markdown(report))
+    )
     assert merged.notes == ()  # test_attention ran on one leg only: nothing to compare
     assert merged.comparisons == 2  # cuda and the GPU machine's cpu, against the CPU leg
     assert "All 2 compared outputs match." in merged.markdown()
@@ -423,11 +426,11 @@ def test_truncated_and_foreign_json_are_refused_naming_the_file(tmp_path: Path) 
 
 def test_wrong_schema_version_is_refused(tmp_path: Path) -> None:
     (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
-    gpu["schema_version"] = 2
-    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 2 differs from "):
+    gpu["schema_version"] = 3
+    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 3 differs from "):
         merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
     write_json(gpu_path, gpu)
-    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 2 is not supported"):
+    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 3 is not supported"):
         load_legs([cpu_path, gpu_path])
 
 

@@ -67,11 +67,13 @@ def test_evaluate_names_key_origin_count_and_kernels() -> None:
         ("cuda", "max_custom_calls", 1, 2),
         ("cuda", "max_library_calls.cublas", 0, 1),
     ]
+    # The finding first: pytest's one-line short summary shows it even at 80 columns.
     assert violations[0].long_repr() == (
-        "check 'attention' on cuda: max_custom_calls = 1 (set in pyproject.toml "
-        "[tool.jaxport.budget]), found 2 custom calls (lowered)\n"
+        "cuda: 2 custom calls > 1 (max_custom_calls, set in pyproject.toml "
+        "[tool.jaxport.budget]); check 'attention', lowered\n"
         "    __gpu$xla.gpu.triton (pallas-triton) x2 at src/k.py:12"
     )
+    assert violations[1].headline().startswith("cuda: 1 cublas call > 0 (max_library_calls.")
     assert violations[1].origin == "t::x"
 
 
@@ -99,10 +101,17 @@ def test_build_report_sorts_tests_and_sums() -> None:
     summary = report["summary"]
     assert summary["checks"] == 2
     assert summary["failed_tests"] == 1
+    # Calls are summed over checks; the same two kernels in both tests are two distinct sites.
     assert summary["platforms"]["cuda"] == {
         "vendor": 2, "custom": 4, "meta": 0, "xla": 14, "libraries": {"cublas": 2}, "lowered": 2,
-        "failed_to_lower": 0,
+        "failed_to_lower": 0, "vendor_sites": 1, "custom_sites": 1,
     }  # fmt: skip
+    assert summary["outcomes"] == {"failed": 1, "passed": 1}
+    sites = {h["layer"]: h for h in summary["hotspots"] if h["platform"] == "cuda"}
+    custom, vendor = sites["custom"], sites["vendor"]
+    reach = (custom["location"], custom["checks"], custom["tests"], custom["dispatches"])
+    assert reach == ("src/k.py:12", 2, 2, 4)
+    assert (vendor["layer"], vendor["library"], vendor["dispatches"]) == ("vendor", "cublas", 2)
     assert summary["platforms"]["tpu"]["failed_to_lower"] == 2
 
 
@@ -145,16 +154,30 @@ def test_cli_show_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     )
     assert main(["show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "cuda  vendor   1  custom   2  (cublas 1)  [lowered]  numerics: not present" in out
+    assert "tpu: does not lower — 1 check in 1 test" in out
+    assert "    t.py::t  'attention': ValueError: no rule" in out
+    assert "where the lock-in lives on cuda: 2 distinct sites (1 vendor, 1 custom)" in out
+    assert "check 'attention'" not in out  # per-test details only on request
+    assert main(["show", str(path), "--details", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "cuda  vendor   1  custom   2  (cublas 1)  [lowered]\n" in out
+    assert "numerics: not present" not in out  # said once, in a note
     assert "tpu   failed to lower: ValueError: no rule" in out
+    assert main(["show", str(path), "-v"]) == main(["show", str(path), "--details", "problems"])
     assert main(["show", str(path), "--format", "md"]) == 0
-    assert "| cuda | 1 | 2 | 1 | 0 | cublas 1 |" in capsys.readouterr().out
+    assert "| cuda | 1 | 0 | 1 | 1 | 2 | 1 | lowered | cublas 1 |" in capsys.readouterr().out
     assert main(["show", str(path), "--format", "html"]) == 0
     page = capsys.readouterr().out
     assert page.startswith("<!DOCTYPE html>")
     assert "__gpu$xla.gpu.triton" in page
     assert main(["show", str(tmp_path / "missing.json")]) == 2
     assert "missing.json: no such file" in capsys.readouterr().err
+    assert main(["show", str(path), "--platform", "rocm"]) == 2
+    assert "--platform rocm: " in capsys.readouterr().err
+    assert main(["show", str(path), "--platform", "cuda", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "tpu: does not lower" not in out
+    assert "top 1 by dispatches" in out
 
 
 def test_console_script_is_installed(tmp_path: Path) -> None:
@@ -170,4 +193,62 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
 
 
 def test_schema_version_constant() -> None:
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
+
+
+# -- reading schema version 1 -------------------------------------------------------------------
+
+V1 = Path(__file__).parent / "data" / "report-v1.json"
+"""A real version 1 report: benchmarks/report_suite.py's suite at 16 tests, written by
+pytest-jaxport before schema version 2 (violations and failures stored as sentences)."""
+
+
+def test_a_version_1_report_is_upgraded_on_load() -> None:
+    stored = json.loads(V1.read_text())
+    assert stored["schema_version"] == 1
+    report = load(V1)
+    assert (report["schema_version"], report["upgraded_from"]) == (SCHEMA_VERSION, 1)
+    assert "layers" not in report["summary"]  # rendered rows: the view builds them now
+    tests = {t["nodeid"]: t for t in report["tests"]}
+    [cudnn] = tests["tests/test_conv.py::test_convnet_tight_budget[0]"]["violations"]
+    assert "message" not in cudnn
+    fields = (cudnn["key"], cudnn["found"], cudnn["what"], cudnn["limit"])
+    assert fields == ("max_library_calls.cudnn", 2, "cudnn calls", 1)
+    assert cudnn["details"] == [
+        "stablehlo.convolution (cudnn) at models_report.py:34",
+        "stablehlo.convolution (cudnn) at models_report.py:36",
+    ]
+    [lowering] = tests["tests/test_linalg.py::test_eigenvalues_must_lower[0]"]["violations"]
+    assert (lowering["found"], lowering["what"]) == ("fails to lower", "lower")
+    nothing = tests["tests/test_broken.py::test_checks_nothing[0]"]
+    assert "checked no function" in nothing["error"]["message"]
+    # The summary is counted again: version 2's sites and outcomes from version 1's checks.
+    assert report["summary"]["platforms"]["cuda"]["vendor_sites"] > 0
+    assert report["summary"]["outcomes"]["failed"] == stored["summary"]["failed_tests"]
+    assert report["summary"]["checks"] == stored["summary"]["checks"]
+    vendor = stored["summary"]["platforms"]["cuda"]["vendor"]
+    assert report["summary"]["platforms"]["cuda"]["vendor"] == vendor
+
+
+def test_show_merge_and_diff_read_a_version_1_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", str(V1)]) == 0
+    out = capsys.readouterr().out
+    assert "cuda: max_library_calls.cudnn — 1 violation in 1 test" in out
+    assert "tpu: must_lower — 1 violation in 1 test" in out
+    assert "failed: the test's own error — 2 tests" in out
+    assert "tests/test_broken.py::test_raises[0]  failed (no message recorded)" in out
+    assert main(["show", str(V1), "--details", "problems"]) == 0
+    out = capsys.readouterr().out
+    assert "VIOLATION cuda: 2 cudnn calls > 1 (max_library_calls.cudnn, set in\n" in out
+    for fmt in ("md", "html"):
+        assert main(["show", str(V1), "--format", fmt]) == 0
+        assert "test_convnet_tight_budget[0]" in capsys.readouterr().out
+    merged = tmp_path / "merged.json"
+    assert main(["merge", str(V1), "-o", str(merged), "--md", str(tmp_path / "m.md")]) == 0
+    assert json.loads(merged.read_text())["schema_version"] == SCHEMA_VERSION
+    assert "max_library_calls.cudnn" in (tmp_path / "m.md").read_text()
+    capsys.readouterr()
+    assert main(["diff", str(V1), str(merged)]) == 0
+    assert "jaxport diff: 0 grew, 0 shrank" in capsys.readouterr().out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from fnmatch import fnmatch
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ import pytest
 from helpers import esc, run_json
 
 from pytest_jaxport.numerics import Tolerance, default_tolerance, gradient_tolerance
+from pytest_jaxport.view import build_view
 
 PROJECT = """
 [tool.jaxport]
@@ -62,8 +64,6 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-
-
 def checks_of(report: dict, test: str) -> dict[str, dict]:
     (entry,) = (t for t in report["tests"] if t["nodeid"].endswith(f"::{test}"))
     return {c["name"]: c for c in entry["checks"]}
@@ -95,7 +95,7 @@ def test_conv_gradient_counts_more_cudnn_dispatches_than_forward(project: pytest
             assert out.shape == (2, 8, 8, 4)
         """
     )
-    result, report = run_json(project)
+    result, report = run_json(project, "--jaxport-report-details=all")
     result.assert_outcomes(passed=1)
     checks = checks_of(report, "test_conv")
     assert list(checks) == ["conv", "conv[grad]", "conv[vmap]", "conv[jvp]"]
@@ -107,12 +107,15 @@ def test_conv_gradient_counts_more_cudnn_dispatches_than_forward(project: pytest
         assert check["variant_of"] == (None if name == "conv" else "conv")
         assert check["transform"] == (None if name == "conv" else name[5:-1])
         assert check["platforms"]["cpu"]["executed"]
+    [(_, line)] = build_view(report).transformations
+    assert fnmatch(
+        line,
+        f"'conv': forward: 0 custom, {forward['cuda']} vendor; grad: 0 custom, "
+        f"{backward['cuda']} vendor; vmap: 0 custom, {batched['cuda']} vendor; jvp: 0 custom, "
+        "* vendor",
+    )
     result.stdout.fnmatch_lines(
-        [
-            f"*transformations of 'conv': forward: 0 custom, {forward['cuda']} vendor; "
-            f"grad: 0 custom, {backward['cuda']} vendor; vmap: 0 custom, {batched['cuda']} "
-            "vendor; jvp: 0 custom, * vendor"
-        ]
+        [f"  transformations of 'conv': forward: 0 custom, {forward['cuda']}*"]
     )
 
 
@@ -137,7 +140,12 @@ def test_grad_of_a_custom_call_without_vjp_is_a_finding(project: pytest.Pytester
             jaxport.check(my_kernel, jnp.ones(3), transforms=("grad",))
         """
     )
-    result, report = run_json(project, "-W", "ignore::pytest_jaxport.fixture.JaxportWarning")
+    result, report = run_json(
+        project,
+        "-W",
+        "ignore::pytest_jaxport.fixture.JaxportWarning",
+        "--jaxport-report-details=all",
+    )
     result.assert_outcomes(passed=1, failed=1)
     grad = checks_of(report, "test_reported")["my_kernel[grad]"]
     for platform, entry in grad["platforms"].items():
@@ -149,16 +157,19 @@ def test_grad_of_a_custom_call_without_vjp_is_a_finding(project: pytest.Pytester
     result.stdout.fnmatch_lines(
         [
             esc(
-                "*check 'my_kernel[grad]' on cuda: must_lower = ('cuda',) (set in "
-                "test_ffi.py::test_must_lower), found a failure to lower*"
+                "cuda: fails to lower (must_lower = [cuda], set in test_ffi.py::test_must_lower); "
+                "check 'my_kernel[grad]', lowered"
             ),
             "*no VJP (reverse-mode differentiation rule) for FFI target my_kernel: grad cannot "
             "be taken on cuda*",
-            "*transformations of 'my_kernel': forward: 1 custom, 0 vendor; grad: nothing "
-            "lowered (no VJP (reverse-mode differentiation rule) for FFI target my_kernel on "
-            "cpu, cuda, rocm, tpu)",
+            "*transformations of 'my_kernel': forward: 1 custom, 0 vendor; grad: nothing *",
         ]
     )
+    assert (
+        "test_ffi.py::test_must_lower",
+        "'my_kernel': forward: 1 custom, 0 vendor; grad: nothing lowered (no VJP (reverse-mode "
+        "differentiation rule) for FFI target my_kernel on cpu, cuda, rocm, tpu)",
+    ) in build_view(report).transformations
     assert "Traceback" not in result.stdout.str()
 
 
@@ -199,7 +210,12 @@ def test_finding_is_per_platform_for_a_platform_dependent_kernel(
             assert jnp.allclose(grad[0].array, 1 - jnp.tanh(x) ** 2)
         """
     )
-    result, report = run_json(project, "-W", "ignore::pytest_jaxport.fixture.JaxportWarning")
+    result, report = run_json(
+        project,
+        "-W",
+        "ignore::pytest_jaxport.fixture.JaxportWarning",
+        "--jaxport-report-details=all",
+    )
     result.assert_outcomes(passed=1)
     checks = checks_of(report, "test_branch")
     for transform, rule in (("grad", "VJP"), ("vmap", "batching rule")):
@@ -210,12 +226,12 @@ def test_finding_is_per_platform_for_a_platform_dependent_kernel(
         assert f"{transform} cannot be taken on cuda" in platforms["cuda"]["error"]
         assert platforms["cpu"]["executed"]
         assert platforms["rocm"]["lowered"]["custom"] == 0
-    result.stdout.fnmatch_lines(
-        [
-            "*transformations of 'kernel_on_cuda': forward: 1 custom, 0 vendor; grad: 0 custom, "
-            "0 vendor (no VJP (reverse-mode differentiation rule) for FFI target my_kernel on "
-            "cuda); vmap: 0 custom, 0 vendor (no batching rule for FFI target my_kernel on cuda)"
-        ]
+    result.stdout.fnmatch_lines(["  transformations of 'kernel_on_cuda': forward: 1 custom, *"])
+    [(_, line)] = build_view(report).transformations
+    assert line == (
+        "'kernel_on_cuda': forward: 1 custom, 0 vendor; grad: 0 custom, 0 vendor (no VJP "
+        "(reverse-mode differentiation rule) for FFI target my_kernel on cuda); vmap: 0 custom, "
+        "0 vendor (no batching rule for FFI target my_kernel on cuda)"
     )
 
 
@@ -233,7 +249,12 @@ def test_vmap_of_a_custom_call_without_batching_rule_is_a_finding(
             jaxport.check(my_kernel, jnp.ones(3), transforms=["vmap"])
         """
     )
-    result, report = run_json(project, "-W", "ignore::pytest_jaxport.fixture.JaxportWarning")
+    result, report = run_json(
+        project,
+        "-W",
+        "ignore::pytest_jaxport.fixture.JaxportWarning",
+        "--jaxport-report-details=all",
+    )
     result.assert_outcomes(passed=1)
     vmap = checks_of(report, "test_vmap")["my_kernel[vmap]"]
     assert vmap["transform"] == "vmap"

@@ -1,0 +1,265 @@
+"""Where the lock-in lives: NVIDIA-bound dispatch sites aggregated over a whole suite (pure).
+
+A per-test list repeats the same kernel once for every test that reaches it: a matmul at
+``model.py:24`` checked by 40 tests reads as 40 findings. :func:`hotspots` counts each
+*site* (platform, source line, kernel) once, with how many checks and tests reach it, how many
+dispatches those checks make there in total (the per-check sum), and its share of the suite's
+time on that platform, like coverage's per-file table.
+
+The input is a stream of :class:`Reach` values: one census (with source locations) that one
+source reached in one test. ``jaxport.check`` calls feed it through :func:`reaches_of_tests`;
+any other source of censuses (an audit of a suite's jitted computations, say) builds
+``Reach`` values itself and gets the same table.
+
+Time per site is apportioned: a check's time in a library (or in hand-written kernels) is
+split among that check's dispatches of that library (or layer) by count. Per platform, the
+sites' shares of one layer add up to the suite's runtime share of that layer.
+
+Example::
+
+    >>> from pytest_jaxport.census import Census, Kernel, SourceLocation
+    >>> dot = Kernel(layer="vendor", name="stablehlo.dot_general", kind="gemm",
+    ...              library="cublas", location=SourceLocation(file="m.py", line=3), count=2)
+    >>> census = Census(platform="cuda", kernels=(dot,))
+    >>> [site] = hotspots([Reach(test="t1", source=("t1", "mlp"), census=census),
+    ...                    Reach(test="t2", source=("t2", "mlp"), census=census)])
+    >>> (site.location, site.checks, site.tests, site.dispatches)
+    ('m.py:3', 2, 2, 4)
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_jaxport.census import Census, Kernel
+from pytest_jaxport.cost import RuntimeShare
+
+COUNTED_LAYERS = ("vendor", "custom")
+"""Layers whose dispatches are sites: NVIDIA-bound (``xla`` is regenerated, ``meta`` free)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reach:
+    """One census that one source reached in one test.
+
+    ``source`` identifies what produced the census across the whole suite (a check:
+    ``(nodeid, check name)``; an audited computation: its key); distinct sources are what
+    the ``checks`` column counts.
+    """
+
+    test: str
+    source: Hashable
+    census: Census
+    share: RuntimeShare | None = None
+    """The source's runtime share on this platform, if known: the time column."""
+
+    @property
+    def platform(self) -> str:
+        return self.census.platform
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hotspot:
+    """One distinct dispatch site of one platform, summed over everything that reaches it."""
+
+    platform: str
+    location: str | None
+    layer: str
+    name: str
+    kind: str
+    library: str | None = None
+    checks: int = 0
+    """Distinct sources (checks) reaching the site."""
+    tests: int = 0
+    dispatches: int = 0
+    """Call-weighted dispatches at the site, summed over the sources: the per-check sum."""
+    seconds: float | None = None
+    """Apportioned time per call of every reaching source, summed; ``None`` when unknown."""
+    share: float | None = None
+    """``seconds`` over the platform's suite time (the runtime share's denominator)."""
+    basis: str | None = None
+    """``measured`` when every contributing share was measured, else ``estimated``."""
+
+    @property
+    def what(self) -> str:
+        """``cublas gemm`` for a vendor dispatch, ``my_kernel (ffi)`` for a custom one."""
+        if self.layer == "vendor":
+            return f"{self.library or 'vendor'} {self.kind}"
+        return f"{self.name} ({self.kind})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "location": self.location,
+            "layer": self.layer,
+            "name": self.name,
+            "kind": self.kind,
+            "library": self.library,
+            "checks": self.checks,
+            "tests": self.tests,
+            "dispatches": self.dispatches,
+            "seconds": self.seconds,
+            "share": self.share,
+            "basis": self.basis,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hotspot:
+        return cls(
+            platform=str(data["platform"]),
+            location=None if data.get("location") is None else str(data["location"]),
+            layer=str(data["layer"]),
+            name=str(data["name"]),
+            kind=str(data.get("kind") or ""),
+            library=None if data.get("library") is None else str(data["library"]),
+            checks=int(data.get("checks") or 0),
+            tests=int(data.get("tests") or 0),
+            dispatches=int(data.get("dispatches") or 0),
+            seconds=None if data.get("seconds") is None else float(data["seconds"]),
+            share=None if data.get("share") is None else float(data["share"]),
+            basis=None if data.get("basis") is None else str(data["basis"]),
+        )
+
+
+_SiteKey = tuple[str, str | None, str, str, str, str | None]
+
+
+@dataclass(slots=True)
+class _Tally:
+    sources: set[Hashable] = field(default_factory=set)
+    tests: set[str] = field(default_factory=set)
+    dispatches: int = 0
+    seconds: float = 0.0
+    timed: bool = False
+    measured: bool = True
+
+
+def _site(kernel: Kernel, platform: str) -> _SiteKey:
+    location = str(kernel.location) if kernel.location else None
+    return (platform, location, kernel.layer, kernel.name, kernel.kind, kernel.library)
+
+
+def _apportioned(census: Census, share: RuntimeShare) -> dict[_SiteKey, float]:
+    """Each site's part of one source's time: its library's (or layer's) time split by count."""
+    pools: dict[tuple[str, str | None], list[Kernel]] = {}
+    for kernel in census.kernels:
+        if kernel.layer in COUNTED_LAYERS:
+            library = kernel.library if kernel.layer == "vendor" else None
+            pools.setdefault((kernel.layer, library), []).append(kernel)
+    vendor_named = sum(share.libraries.values())
+    times: dict[_SiteKey, float] = {}
+    for (layer, library), kernels in pools.items():
+        if layer == "vendor" and library is not None:
+            fraction = share.libraries.get(library, 0.0)
+        elif layer == "vendor":  # vendor time not attributed to a named library
+            fraction = max(0.0, share.layers.get("vendor", 0.0) - vendor_named)
+        else:
+            fraction = share.layers.get(layer, 0.0)
+        total = sum(k.count for k in kernels)
+        for kernel in kernels:
+            key = _site(kernel, census.platform)
+            times[key] = times.get(key, 0.0) + share.seconds * fraction * kernel.count / total
+    return times
+
+
+def hotspots(reaches: Iterable[Reach]) -> tuple[Hotspot, ...]:
+    """Every distinct vendor or custom site, heaviest first.
+
+    Sorted per platform (in order of first appearance) by time share where known, then by
+    dispatches, checks and location.
+    """
+    tallies: dict[_SiteKey, _Tally] = {}
+    suite_seconds: dict[str, float] = {}
+    platforms: dict[str, None] = {}
+    for reach in reaches:
+        census = reach.census
+        platforms.setdefault(census.platform, None)
+        share = reach.share if reach.share is not None and reach.share.seconds > 0 else None
+        times = _apportioned(census, share) if share is not None else {}
+        if share is not None:
+            suite_seconds[census.platform] = suite_seconds.get(census.platform, 0.0) + share.seconds
+        for kernel in census.kernels:
+            if kernel.layer not in COUNTED_LAYERS:
+                continue
+            key = _site(kernel, census.platform)
+            tally = tallies.setdefault(key, _Tally())
+            tally.sources.add(reach.source)
+            tally.tests.add(reach.test)
+            tally.dispatches += kernel.count
+            if share is not None:
+                tally.seconds += times.get(key, 0.0)
+                tally.timed = True
+                tally.measured = tally.measured and share.basis == "measured"
+    found = []
+    for key, tally in tallies.items():
+        platform, location, layer, name, kind, library = key
+        total = suite_seconds.get(platform, 0.0)
+        found.append(
+            Hotspot(
+                platform=platform,
+                location=location,
+                layer=layer,
+                name=name,
+                kind=kind,
+                library=library,
+                checks=len(tally.sources),
+                tests=len(tally.tests),
+                dispatches=tally.dispatches,
+                seconds=tally.seconds if tally.timed else None,
+                share=tally.seconds / total if tally.timed and total > 0 else None,
+                basis=("measured" if tally.measured else "estimated") if tally.timed else None,
+            )
+        )
+    order = {p: i for i, p in enumerate(platforms)}
+    found.sort(
+        key=lambda h: (
+            order[h.platform],
+            -(h.share or 0.0),
+            -h.dispatches,
+            -h.checks,
+            h.location or "~",
+            h.name,
+        )
+    )
+    return tuple(found)
+
+
+def site_order(site: Hotspot) -> tuple[str, str, str, str, str]:
+    """A fixed order of sites (platform, location, layer, name, library), independent of time."""
+    return (site.platform, site.location or "", site.layer, site.name, site.library or "")
+
+
+def reaches_of_tests(tests: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
+    """One :class:`Reach` per check and platform of a report's tests, at the level budgets
+    apply (compiled where compiled, else lowered); platforms that did not lower reach nothing.
+    """
+    from pytest_jaxport.report import census_from_dict
+
+    for test in tests:
+        nodeid = str(test.get("nodeid"))
+        for check in test.get("checks", ()):
+            for platform, entry in check.get("platforms", {}).items():
+                counted = entry.get("compiled") or entry.get("lowered")
+                if not counted:
+                    continue
+                share = entry.get("runtime_share")
+                yield Reach(
+                    test=nodeid,
+                    source=(nodeid, str(check.get("name"))),
+                    census=census_from_dict(platform, counted),
+                    share=RuntimeShare.from_dict(share) if share else None,
+                )
+
+
+def distinct_sites(found: Iterable[Hotspot]) -> dict[str, dict[str, int]]:
+    """Per platform, how many distinct sites each counted layer has: ``{"cuda": {"vendor":
+    12, "custom": 1}}`` (the figure to set against the per-check sum of dispatches)."""
+    sites: dict[str, dict[str, int]] = {}
+    for site in found:
+        per_layer = sites.setdefault(site.platform, dict.fromkeys(COUNTED_LAYERS, 0))
+        per_layer[site.layer] += 1
+    return sites

@@ -1,0 +1,1196 @@
+"""What every report format shows, built once from a report (pure: a report dict in, values out).
+
+:func:`build_view` reads a report (schema version 2; :func:`pytest_jaxport.report.load`
+upgrades older ones) into a :class:`ReportView`: the headline counts, the problems grouped by
+budget key and platform, where the lock-in lives (hotspots by source site), the platform
+totals, the three numbers, the layer table, environment notes said once, and the per-test
+matrix. :mod:`pytest_jaxport.render` (terminal text, Markdown) and
+:mod:`pytest_jaxport.html_report` only lay it out: no format derives a fact of its own, so
+they agree on every number. :class:`pytest_jaxport.display.DisplayOptions` (shared by the
+plugin and ``jaxport show``) say how much of it to show.
+
+Where to add something new, once for every format:
+
+- a per-platform figure (a new key of ``summary["platforms"][p]``, e.g. collectives by
+  kind): one :class:`Column` in :data:`TOTALS_COLUMNS`;
+- a per-check, per-platform fact in the matrix: :func:`cell_of`;
+- how a runtime share's basis is labelled (an error band, what was left out):
+  :func:`share_label`;
+- a new kind of problem: :func:`problems_of`;
+- another source of censuses for the hotspots: :class:`pytest_jaxport.hotspots.Reach`.
+
+Every key may be missing or malformed: a view of a broken report is empty where the report
+is, never an exception.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pytest_jaxport.budget import Violation
+from pytest_jaxport.census import Census
+from pytest_jaxport.cost import SHARE_LAYERS
+from pytest_jaxport.display import DisplayOptions
+from pytest_jaxport.hotspots import Hotspot, hotspots, reaches_of_tests
+from pytest_jaxport.report import PlatformProbe, Probe, numerics_state
+
+NO_AUTOTUNE_NOTE = (
+    "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"
+)
+NVIDIA = "cuda"
+MARKER_ORIGIN = "the test's own marker"
+"""Where a limit was set when a test's own ``portable`` mark set it (one phrase for all)."""
+
+# -- formatting shared by every format ---------------------------------------------------------
+
+
+def number(n: int | float) -> str:
+    """``2,000``; floats as ``2.5``."""
+    if isinstance(n, float) and not n.is_integer():
+        return f"{n:,.4g}"
+    return f"{int(n):,}"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 check``, ``2,000 checks``, ``3 differing leaves`` (``many`` for irregular plurals)."""
+    return f"{number(n)} {word if n == 1 else many or word + 's'}"
+
+
+def pct(fraction: float) -> str:
+    """``0%``, ``<0.1%``, ``4.5%``, ``31%``."""
+    value = fraction * 100
+    if value == 0:
+        return "0%"
+    if value < 0.1:
+        return "<0.1%"
+    if value < 10:
+        return f"{value:.1f}".removesuffix(".0") + "%"
+    return f"{value:.0f}%"
+
+
+def days_text(days: float) -> str:
+    """``11``, ``2.5``."""
+    return f"{days:.1f}".rstrip("0").rstrip(".")
+
+
+def seconds_text(seconds: float) -> str:
+    """A time in the unit that reads best: ``5.76 ns``, ``41 µs``, ``12.5 ms``, ``3.2 s``."""
+    if seconds <= 0 or not math.isfinite(seconds):
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale or unit == "ns":
+            return f"{seconds / scale:.3g} {unit}"
+    raise AssertionError("unreachable")
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts ``test[4]`` before ``test[10]``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part
+    )
+
+
+def sentence(text: str) -> str:
+    """``text`` with its first letter upper case, the rest as written (a heading)."""
+    return text[:1].upper() + text[1:]
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    """The first non-empty line of ``text``, cut at ``limit`` characters."""
+    line = next((x.strip() for x in str(text).splitlines() if x.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+# -- forgiving accessors ------------------------------------------------------------------------
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: Any) -> int:
+    found = _num(value)
+    return int(found) if found is not None else 0
+
+
+def _str(value: Any, default: str = "") -> str:
+    return default if value is None else str(value)
+
+
+# -- the view -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Headline:
+    """The suite's counts and what it was run against."""
+
+    tests: int = 0
+    checks: int = 0
+    failed_tests: int = 0
+    violations: int = 0
+    platforms: tuple[str, ...] = ()
+    reference: str = ""
+    present: tuple[str, ...] = ()
+    level: str = ""
+    tool_version: str = ""
+    schema_version: str = ""
+    upgraded_from: str = ""
+    facts: tuple[tuple[str, str], ...] = ()
+    """Configuration and environment, as ``(label, value)`` pairs."""
+
+    def counts(self) -> str:
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
+        return (
+            f"{plural(self.tests, 'portable test')}, {plural(self.checks, 'check')}, "
+            f"{number(self.failed_tests)} failed, {plural(self.violations, 'budget violation')}"
+        )
+
+    def setting(self) -> str:
+        """``platforms: cpu, cuda (reference cpu); present here: cpu; level: lowered (...)``."""
+        return (
+            f"platforms: {', '.join(self.platforms) or 'none'} "
+            f"(reference {self.reference or '-'}); "
+            f"present here: {', '.join(self.present) or 'none'}; {self.level}"
+        )
+
+
+ProblemKind = Literal["violation", "not-lowered", "numerics", "failure"]
+FAILURE_TITLES: Mapping[str, str] = {
+    "failed": "failed: the test's own error",
+    "error": "errored in setup or teardown",
+    "crashed": "crashed: the worker died",
+    "baseline": "counts grew since the baseline",
+    "outputs": "outputs could not be saved",
+}
+PROBLEM_KINDS: tuple[ProblemKind, ...] = ("violation", "not-lowered", "numerics", "failure")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One thing that needs attention: a violation, a check that does not lower, a numerics
+    mismatch, or a test that failed for another reason (its error)."""
+
+    kind: ProblemKind
+    test: str
+    check: str | None = None
+    platform: str | None = None
+    key: str = ""
+    """The budget key; ``does not lower``, ``does not run``, ``numerics``; ``failed``,
+    ``error``, ``crashed``, ``baseline``, ``outputs`` for failures."""
+    found: str = ""
+    limit: str = ""
+    origin: str = ""
+    message: str = ""
+    """The whole finding in one line (a violation's headline, an error's first line)."""
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProblemGroup:
+    """Problems of one kind, key and platform: ``cuda max_library_calls.cudnn``."""
+
+    kind: ProblemKind
+    key: str
+    platform: str | None
+    rule: str
+    """What the group's rows share: ``limit 2, set in pyproject.toml`` (the most common)."""
+    problems: tuple[Problem, ...]
+
+    @property
+    def title(self) -> str:
+        """``cuda: max_library_calls.cudnn``, ``tpu: does not lower``, ``crashed``."""
+        if self.platform:
+            return f"{self.platform}: {self.key}"
+        return FAILURE_TITLES.get(self.key, self.key)
+
+    @property
+    def tests(self) -> int:
+        return len({p.test for p in self.problems})
+
+    def summary(self) -> str:
+        """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``."""
+        noun = {"violation": "violation", "failure": "test"}.get(self.kind, "check")
+        text = plural(len(self.problems), noun)
+        if self.kind != "failure":
+            text += f" in {plural(self.tests, 'test')}"
+        return text + (f" ({self.rule})" if self.rule else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    """One column of the platform totals: a header, how to read it from
+    ``summary["platforms"][p]``, and whether it only shows when some platform has the key."""
+
+    header: str
+    read: Callable[[Mapping[str, Any]], str]
+    key: str | None = None
+    """Shown only when some platform's totals carry this key (``None``: always)."""
+    numeric: bool = True
+
+
+def _count_of(key: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda totals: number(_int(totals.get(key)))
+
+
+def _totals_level(totals: Mapping[str, Any]) -> str:
+    compiled = _int(totals.get("compiled"))
+    if not compiled:
+        return "lowered"
+    return "compiled" if compiled == _int(totals.get("lowered")) else "mixed"
+
+
+TOTALS_COLUMNS: tuple[Column, ...] = (
+    Column(header="lowered", read=_count_of("lowered")),
+    Column(header="failed to lower", read=_count_of("failed_to_lower")),
+    Column(header="compiled", read=_count_of("compiled"), key="compiled"),
+    Column(header="failed to compile", read=_count_of("failed_to_compile"), key="compiled"),
+    Column(header="vendor calls", read=_count_of("vendor")),
+    Column(header="vendor sites", read=_count_of("vendor_sites")),
+    Column(header="custom calls", read=_count_of("custom")),
+    Column(header="custom sites", read=_count_of("custom_sites")),
+    Column(header="level", read=_totals_level, numeric=False),
+)
+"""The platform totals, in every format. Add a per-platform figure here."""
+
+TOTALS_NOTE = (
+    "lowered / failed to lower: checks. Calls: call-weighted dispatches summed over checks "
+    "(one function checked by 40 tests counts 40 times). Sites: distinct source lines and "
+    "kernels, each counted once; kernels to rewrite are distinct sites."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TotalsTable:
+    """Per platform, the suite's counts (:data:`TOTALS_COLUMNS` that apply) and libraries."""
+
+    headers: tuple[str, ...] = ()
+    numeric: tuple[bool, ...] = ()
+    rows: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = ()
+    """``(platform, cells, libraries)``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareRow:
+    """One platform's runtime share, suite total or one check's."""
+
+    platform: str
+    basis: str
+    label: str
+    layers: Mapping[str, float]
+    libraries: tuple[tuple[str, float], ...] = ()
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RewriteRow:
+    """One NVIDIA-bound kernel or dispatch a move to a target has to deal with."""
+
+    status: str
+    name: str
+    kind: str
+    location: str | None
+    check: str
+    reason: str
+
+
+COST_ITEMS: tuple[tuple[str, str], ...] = (
+    ("kernel_rewrite", "kernel rewrites"),
+    ("fallback_validation", "fallback validation"),
+    ("vendor_gap", "vendor gaps"),
+    ("tooling_assumption", "tooling assumptions"),
+    ("fixed", "fixed per target"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetRow:
+    """Kernels to rewrite and engineering days for one ``migrate_to`` target."""
+
+    target: str
+    kernels: int | None
+    days: float | None
+    breakdown: tuple[tuple[str, str, float], ...] = ()
+    """``(cost-model key, label, days)``."""
+    items: tuple[RewriteRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerRow:
+    layer: str
+    portable: str
+    counted: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cell:
+    """One check on one platform, as the matrix shows it."""
+
+    platform: str
+    lowers: bool
+    vendor: int | None = None
+    custom: int | None = None
+    level: str = "lowered"
+    numerics: str = "not present"
+    violations: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    """Why it did not lower, compile or run; each mismatch's message."""
+    compile_failed: bool = False
+
+    @property
+    def status(self) -> Literal["good", "warn", "bad"]:
+        """``bad``: does not lower, over budget, numerics differ; ``warn``: custom kernels."""
+        if not self.lowers or self.violations or self.compile_failed:
+            return "bad"
+        if self.numerics in ("mismatch", "error"):
+            return "bad"
+        return "warn" if self.custom else "good"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckRow:
+    name: str
+    variant_of: str | None
+    cells: Mapping[str, Cell]
+    record: Mapping[str, Any] = field(default_factory=dict)
+    """The check as the report stores it."""
+    note: str | None = None
+
+    @property
+    def probe(self) -> Probe | None:
+        """The check as a :class:`Probe` (for per-test details, read when shown: a large
+        report's view stays cheap); ``None`` when the record is malformed."""
+        return _probe(self.record)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestRow:
+    nodeid: str
+    outcome: str
+    checks: tuple[CheckRow, ...] = ()
+    error: str | None = None
+    problem: bool = False
+    """Whether the test failed or has a finding (a red or amber row)."""
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Note:
+    text: str
+    checks: int = 0
+    """How many checks it applies to (0: the whole report)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportView:
+    """Everything a report format shows, in the order of importance."""
+
+    headline: Headline
+    problems: tuple[ProblemGroup, ...] = ()
+    hotspots: tuple[Hotspot, ...] = ()
+    totals: TotalsTable = field(default_factory=TotalsTable)
+    shares: tuple[ShareRow, ...] = ()
+    targets: tuple[TargetRow, ...] = ()
+    layers: tuple[LayerRow, ...] = ()
+    tooling: tuple[Mapping[str, Any], ...] = ()
+    notes: tuple[Note, ...] = ()
+    tests: tuple[TestRow, ...] = ()
+    platforms: tuple[str, ...] = ()
+    """Matrix columns: the configured platforms, then any other the report mentions."""
+    deviceless: bool = False
+    compiled_gaps: tuple[tuple[str, str, str], ...] = ()
+    """``(test, check, line)`` where the lowered prediction and the compiled reality differ,
+    and what compiling without vendor libraries gave (:func:`prediction_gap`,
+    :func:`what_if_line`)."""
+    transformations: tuple[tuple[str, str], ...] = ()
+    """``(test, line)`` per function checked with transformations (:func:`variant_lines`)."""
+
+    @property
+    def problem_count(self) -> int:
+        return sum(len(g.problems) for g in self.problems)
+
+    def select(self, options: DisplayOptions) -> ReportView:
+        """This view narrowed to ``options.platform`` and, for the per-test lists, to failed
+        tests (``options.failed_only``). Headline counts stay the suite's."""
+        view = self
+        if options.failed_only:
+            view = dataclasses.replace(
+                view, tests=tuple(t for t in view.tests if t.outcome in ("failed", "error"))
+            )
+        platform = options.platform
+        if platform is None:
+            return view
+        groups = []
+        for group in view.problems:
+            kept = tuple(p for p in group.problems if p.platform in (None, platform))
+            if kept:
+                groups.append(dataclasses.replace(group, problems=kept))
+        tests = tuple(
+            dataclasses.replace(
+                t,
+                checks=tuple(
+                    dataclasses.replace(
+                        c, cells={p: x for p, x in c.cells.items() if p == platform}
+                    )
+                    for c in t.checks
+                ),
+            )
+            for t in view.tests
+        )
+        targets = view.targets
+        if any(t.target == platform for t in targets):
+            targets = tuple(t for t in targets if t.target == platform)
+        return dataclasses.replace(
+            view,
+            problems=tuple(groups),
+            hotspots=tuple(h for h in view.hotspots if h.platform == platform),
+            totals=dataclasses.replace(
+                view.totals, rows=tuple(r for r in view.totals.rows if r[0] == platform)
+            ),
+            shares=tuple(s for s in view.shares if s.platform == platform),
+            targets=targets,
+            tests=tests,
+            platforms=tuple(p for p in view.platforms if p == platform),
+        )
+
+    def hotspot_platform(self) -> str | None:
+        """The platform whose sites the short reports list: cuda (where the lock-in is)
+        when it has any, else the first platform with sites."""
+        platforms = [h.platform for h in self.hotspots]
+        if not platforms:
+            return None
+        return NVIDIA if NVIDIA in platforms else platforms[0]
+
+
+HOTSPOT_HEADERS = ("site", "kernel", "checks", "tests", "calls", "time")
+HOTSPOT_NUMERIC = (False, False, True, True, True, True)
+
+
+def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
+    """A site's row, the same in every format: where, what, reach, dispatches, time share."""
+    return (
+        site.location or "(no source line)",
+        site.what,
+        number(site.checks),
+        number(site.tests),
+        number(site.dispatches),
+        pct(site.share) if site.share is not None else "—",
+    )
+
+
+def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
+    """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom); top 5 by
+    estimated time``."""
+    sites = [h for h in view.hotspots if h.platform == platform]
+    layers = {layer: sum(1 for h in sites if h.layer == layer) for layer in ("vendor", "custom")}
+    timed = next((h.basis for h in sites if h.basis), None)
+    order = f"by {timed} time" if timed else "by dispatches"
+    top = f"; top {shown} {order}" if shown < len(sites) else f"; {order}"
+    return (
+        f"where the lock-in lives on {platform}: {plural(len(sites), 'distinct site')} "
+        f"({layers['vendor']} vendor, {layers['custom']} custom){top}"
+    )
+
+
+# -- building it --------------------------------------------------------------------------------
+
+
+def build_view(report: Mapping[str, Any]) -> ReportView:
+    """The view of a report (schema version 2); never raises on a malformed one."""
+    summary = _map(report.get("summary"))
+    tests = [_map(t) for t in _list(report.get("tests")) if isinstance(t, Mapping)]
+    platforms = _platforms(report, tests)
+    rows = tuple(test_row(t, platforms) for t in sorted(tests, key=_test_key))
+    view = ReportView(
+        headline=headline_of(report),
+        problems=problems_of(rows),
+        hotspots=hotspots_of(summary, tests),
+        totals=totals_of(summary),
+        shares=shares_of(summary.get("runtime_share")),
+        targets=targets_of(summary),
+        layers=(),
+        tooling=tuple(
+            _map(a)
+            for a in _list(_map(summary.get("tooling")).get("assumptions"))
+            if isinstance(a, Mapping)
+        ),
+        notes=notes_of(rows, report),
+        tests=rows,
+        platforms=tuple(platforms),
+        deviceless=_deviceless(tests),
+        compiled_gaps=compiled_gaps_of(rows),
+        transformations=transformations_of(rows),
+    )
+    return dataclasses.replace(view, layers=layers_of(view, summary))
+
+
+def compiled_gaps_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str, str], ...]:
+    """Where compiling changed what lowering predicted, per test and check (only checks
+    compiled somewhere are read as probes)."""
+    found = []
+    for row in rows:
+        for check in row.checks:
+            if all(c.level == "lowered" for c in check.cells.values()):
+                continue
+            probe = check.probe
+            for result in probe.platforms.values() if probe is not None else ():
+                for line in (prediction_gap(result), what_if_line(result)):
+                    if line is not None:
+                        found.append((row.nodeid, check.name, line))
+    return tuple(found)
+
+
+def transformations_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str], ...]:
+    """Per test with transformation checks, each function's checks side by side."""
+    found = []
+    for row in rows:
+        if any(c.variant_of is not None for c in row.checks):
+            probes = [c.probe for c in row.checks]
+            found += [(row.nodeid, line) for line in variant_lines([p for p in probes if p])]
+    return tuple(found)
+
+
+def _test_key(test: Mapping[str, Any]) -> tuple[tuple[int, int | str], ...]:
+    return natural_key(_str(test.get("nodeid"), "?"))
+
+
+def _platforms(report: Mapping[str, Any], tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for p in _list(_map(report.get("config")).get("platforms")):
+        seen[str(p)] = None
+    for p in _map(_map(report.get("summary")).get("platforms")):
+        seen[str(p)] = None
+    for test in tests:
+        for check in _list(test.get("checks")):
+            for p in _map(_map(check).get("platforms")):
+                seen[str(p)] = None
+    return list(seen)
+
+
+def _levels(config: Mapping[str, Any]) -> str:
+    compiled = [str(p) for p in _list(config.get("compile"))]
+    if not compiled:
+        return "level: lowered (StableHLO, no hardware needed)"
+    target = config.get("target")
+    gpu = f" (cuda deviceless against {target} where no GPU)" if target else ""
+    return f"levels: compiled for {', '.join(compiled)}{gpu}; lowered elsewhere"
+
+
+def headline_of(report: Mapping[str, Any]) -> Headline:
+    summary = _map(report.get("summary"))
+    config = _map(report.get("config"))
+    env = _map(report.get("environment"))
+    facts = [
+        ("platforms", ", ".join(str(p) for p in _list(config.get("platforms"))) or "—"),
+        ("reference", _str(config.get("reference"), "—")),
+    ]
+    compiled = [str(p) for p in _list(config.get("compile"))]
+    if compiled:
+        target = f" (target {config['target']})" if config.get("target") else ""
+        facts.append(("compiled for", ", ".join(compiled) + target))
+    if config.get("source"):
+        facts.append(("configuration", str(config["source"])))
+    versions = " · ".join(f"{k} {env[k]}" for k in ("jax", "jaxlib", "python") if env.get(k))
+    machine = _str(env.get("machine"))
+    facts.append(("environment", " · ".join(x for x in (versions, machine) if x) or "—"))
+    facts.append(
+        ("present here", ", ".join(str(p) for p in _list(env.get("present_platforms"))) or "none")
+    )
+    return Headline(
+        tests=_int(summary.get("tests")),
+        checks=_int(summary.get("checks")),
+        failed_tests=_int(summary.get("failed_tests")),
+        violations=_int(summary.get("violations")),
+        platforms=tuple(str(p) for p in _list(config.get("platforms"))),
+        reference=_str(config.get("reference")),
+        present=tuple(str(p) for p in _list(env.get("present_platforms"))),
+        level=_levels(config),
+        tool_version=_str(_map(report.get("tool")).get("version")),
+        schema_version=_str(report.get("schema_version")),
+        upgraded_from=_str(report.get("upgraded_from")),
+        facts=tuple(facts),
+    )
+
+
+def _probe(check: Mapping[str, Any]) -> Probe | None:
+    try:
+        return Probe.from_dict(check)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def numerics_of(check: Mapping[str, Any], platform: str) -> str:
+    """:func:`pytest_jaxport.report.numerics_status`, read from a check's dict."""
+    entry = _map(_map(check.get("platforms")).get(platform))
+    numerics = entry.get("numerics")
+    ok: bool | None = None
+    if isinstance(numerics, Mapping):
+        found = numerics.get("ok")
+        ok = found if isinstance(found, bool) else not _list(numerics.get("mismatches"))
+    return numerics_state(
+        present=bool(entry.get("present")),
+        executed=bool(entry.get("executed")),
+        failed=bool(entry.get("execution_error")),
+        reference=platform == check.get("reference"),
+        ok=ok,
+    )
+
+
+def counted_census(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str]:
+    """The census budgets apply to and its level: compiled where compiled, else lowered."""
+    compiled = entry.get("compiled")
+    if isinstance(compiled, Mapping):
+        return compiled, "compiled"
+    lowered = entry.get("lowered")
+    if isinstance(lowered, Mapping):
+        return lowered, "lowered"
+    return None, "lowered"
+
+
+def level_text(platform: str, *, compiled: bool, deviceless: bool, target: str | None) -> str:
+    """``lowered``, ``compiled``, ``compiled deviceless h100``, ``compiled on <device>``."""
+    if not compiled:
+        return "lowered"
+    if deviceless:
+        return f"compiled deviceless {target}"
+    if target and platform != "cpu":
+        return f"compiled on {target}"
+    return "compiled"
+
+
+def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) -> Cell:
+    """One matrix cell: lowers, counts and their level, numerics, violations, errors."""
+    entry = _map(_map(check.get("platforms")).get(platform))
+    census, level = counted_census(entry)
+    status = numerics_of(check, platform)
+    errors = [
+        f"{what}: {entry[key]}"
+        for key, what in (
+            ("error", "does not lower"),
+            ("compile_error", "compile"),
+            ("execution_error", "run"),
+        )
+        if entry.get(key) and (key != "error" or census is None)
+    ]
+    if status == "mismatch":
+        numerics = _map(entry.get("numerics"))
+        errors += [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
+    return Cell(
+        platform=platform,
+        lowers=isinstance(entry.get("lowered"), Mapping),
+        vendor=_int(census.get("vendor")) if census is not None else None,
+        custom=_int(census.get("custom")) if census is not None else None,
+        level=level_text(
+            platform,
+            compiled=level == "compiled",
+            deviceless=bool(census.get("deviceless")) if census is not None else False,
+            target=None
+            if census is None or census.get("target") is None
+            else str(census["target"]),
+        ),
+        numerics=status,
+        violations=tuple(violations),
+        errors=tuple(errors),
+        compile_failed=bool(entry.get("compile_error")),
+    )
+
+
+def _error_text(test: Mapping[str, Any]) -> str | None:
+    error = test.get("error")
+    if isinstance(error, Mapping):
+        message = first_line(_str(error.get("message")), 300)
+        where = error.get("where")
+        when = error.get("when")
+        suffix = ", ".join(str(x) for x in (where, f"during {when}" if when else None) if x)
+        return message + (f" ({suffix})" if suffix else "")
+    if isinstance(error, str):
+        return first_line(error, 300)
+    return None
+
+
+def test_row(test: Mapping[str, Any], platforms: Sequence[str]) -> TestRow:
+    """One row of the matrix: the test's checks (each function's transformations after it)."""
+    by_cell: dict[tuple[str, str], list[str]] = {}
+    for v in _list(test.get("violations")):
+        v = _map(v)
+        by_cell.setdefault((_str(v.get("check")), _str(v.get("platform"))), []).append(
+            _str(v.get("key"), "budget")
+        )
+    checks = [_map(c) for c in _list(test.get("checks")) if isinstance(c, Mapping)]
+    rows = []
+    for check in grouped_checks(checks):
+        name = _str(check.get("name"), "?")
+        entries = _map(check.get("platforms"))
+        rows.append(
+            CheckRow(
+                name=name,
+                variant_of=None if check.get("variant_of") is None else str(check["variant_of"]),
+                cells={
+                    p: cell_of(check, p, by_cell.get((name, p), ()))
+                    for p in platforms
+                    if p in entries
+                },
+                record=check,
+                note=None if check.get("note") is None else str(check["note"]),
+            )
+        )
+    outcome = _str(test.get("outcome"), "passed")
+    problem = outcome in ("failed", "error") or any(
+        c.status == "bad" for r in rows for c in r.cells.values()
+    )
+    return TestRow(
+        nodeid=_str(test.get("nodeid"), "?"),
+        outcome=outcome,
+        checks=tuple(rows),
+        error=_error_text(test),
+        problem=problem,
+        record=test,
+    )
+
+
+def grouped_checks(checks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each function's check followed by its transformations' (``conv``, ``conv[grad]``)."""
+    names = {c.get("name") for c in checks}
+    ordered: list[Mapping[str, Any]] = []
+    for check in checks:
+        if check.get("variant_of") in names:
+            continue
+        ordered.append(check)
+        ordered += [c for c in checks if c.get("variant_of") == check.get("name")]
+    return ordered
+
+
+def _violation(data: Mapping[str, Any]) -> Violation | None:
+    try:
+        return Violation.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def problems_of(tests: Iterable[TestRow]) -> tuple[ProblemGroup, ...]:
+    """Every problem of the suite, grouped: violations by budget key and platform; checks
+    that do not lower (or run) where no ``must_lower`` made that a violation; numerics
+    mismatches no violation covers; tests that failed or errored for another reason."""
+    found: list[Problem] = []
+    for test in tests:
+        record = test.record
+        violated: set[tuple[str, str, str]] = set()
+        for data in _list(record.get("violations")):
+            v = _violation(_map(data))
+            if v is None:
+                continue
+            violated.add((v.check, v.platform, v.key))
+            found.append(
+                Problem(
+                    kind="violation",
+                    test=test.nodeid,
+                    check=v.check,
+                    platform=v.platform,
+                    key=v.key,
+                    found=v.found_text(),
+                    limit=v.limit_text(),
+                    origin=MARKER_ORIGIN if v.origin == test.nodeid else v.origin,
+                    message=v.headline(),
+                    details=tuple(k.describe() for k in v.kernels) + v.details,
+                )
+            )
+        for row in test.checks:
+            for cell in row.cells.values():
+                found += _cell_problems(test.nodeid, row, cell, violated)
+        found += _failures(test)
+    groups: dict[tuple[ProblemKind, str, str | None], list[Problem]] = {}
+    for problem in found:
+        groups.setdefault((problem.kind, problem.key, problem.platform), []).append(problem)
+    ordered = sorted(
+        groups.items(),
+        key=lambda item: (PROBLEM_KINDS.index(item[0][0]), -len(item[1]), item[0][2] or "",
+                          item[0][1]),
+    )  # fmt: skip
+    return tuple(
+        ProblemGroup(
+            kind=kind, key=key, platform=platform, rule=_rule(kind, key, rows), problems=tuple(rows)
+        )
+        for (kind, key, platform), rows in ordered
+    )
+
+
+def _cell_problems(
+    nodeid: str, row: CheckRow, cell: Cell, violated: set[tuple[str, str, str]]
+) -> list[Problem]:
+    problems = []
+    if (row.name, cell.platform, "must_lower") in violated:
+        return []
+    if not cell.lowers or (cell.numerics == "error"):
+        key = "does not lower" if not cell.lowers else "does not run"
+        message = cell.errors[0] if cell.errors else key
+        problems.append(
+            Problem(
+                kind="not-lowered",
+                test=nodeid,
+                check=row.name,
+                platform=cell.platform,
+                key=key,
+                found=key,
+                message=first_line(message.split(": ", 1)[-1]),
+                details=tuple(cell.errors),
+            )
+        )
+    if cell.numerics == "mismatch" and (row.name, cell.platform, "numerics") not in violated:
+        problems.append(
+            Problem(
+                kind="numerics",
+                test=nodeid,
+                check=row.name,
+                platform=cell.platform,
+                key="numerics differ",
+                found=plural(len(cell.errors), "differing leaf", "differing leaves"),
+                message=first_line(cell.errors[0]) if cell.errors else "numerics differ",
+                details=tuple(cell.errors),
+            )
+        )
+    return problems
+
+
+def _failures(test: TestRow) -> list[Problem]:
+    """Why a test failed or errored, when it was not (only) a violation."""
+    record = test.record
+    problems = []
+    if test.error is not None:
+        key = "crashed" if record.get("crashed") else test.outcome
+        message = test.error.removeprefix(f"{test.nodeid} ")  # the row names the test
+        problems.append(
+            Problem(kind="failure", test=test.nodeid, key=key, message=message, found=key)
+        )
+    for key, name in (("baseline_growth", "baseline"), ("outputs_errors", "outputs")):
+        lines = [str(x) for x in _list(record.get(key))]
+        if lines:
+            problems.append(
+                Problem(
+                    kind="failure",
+                    test=test.nodeid,
+                    key=name,
+                    found=name,
+                    message=first_line(lines[0]),
+                    details=tuple(lines),
+                )
+            )
+    if not problems and test.outcome in ("failed", "error") and not _list(record.get("violations")):
+        problems.append(
+            Problem(kind="failure", test=test.nodeid, key=test.outcome, found=test.outcome,
+                    message=f"{test.outcome} (no message recorded)")
+        )  # fmt: skip
+    return problems
+
+
+def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem]) -> str:
+    if kind == "violation":
+        (limit, origin), _ = Counter((p.limit, p.origin) for p in rows).most_common(1)[0]
+        others = len({(p.limit, p.origin) for p in rows}) - 1
+        more = f"; {plural(others, 'other setting')}" if others else ""
+        return f"limit {limit}, set in {origin}{more}"
+    if kind == "not-lowered":
+        return "not in must_lower: a finding, not a failure"
+    if kind == "numerics":
+        return "no numerics budget applied"
+    return ""
+
+
+def hotspots_of(
+    summary: Mapping[str, Any], tests: Sequence[Mapping[str, Any]]
+) -> tuple[Hotspot, ...]:
+    """The report's sites, heaviest first (time share where known, then dispatches)."""
+    stored = summary.get("hotspots")
+    if isinstance(stored, list):
+        sites = []
+        for data in stored:
+            try:
+                sites.append(Hotspot.from_dict(_map(data)))
+            except (KeyError, TypeError, ValueError):
+                continue
+    else:  # a report built without them (a hand-made one): count them now
+        try:
+            sites = list(hotspots(reaches_of_tests(tests)))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            sites = []
+    order = {p: i for i, p in enumerate(dict.fromkeys(s.platform for s in sites))}
+    sites.sort(
+        key=lambda h: (order[h.platform], -(h.share or 0.0), -h.dispatches, -h.checks,
+                       h.location or "~", h.name)
+    )  # fmt: skip
+    return tuple(sites)
+
+
+def totals_of(summary: Mapping[str, Any]) -> TotalsTable:
+    platforms = {str(p): _map(t) for p, t in _map(summary.get("platforms")).items()}
+    columns = [
+        c for c in TOTALS_COLUMNS if c.key is None or any(c.key in t for t in platforms.values())
+    ]
+    rows = tuple(
+        (
+            platform,
+            tuple(c.read(totals) for c in columns),
+            tuple(
+                (str(lib), _int(n))
+                for lib, n in _map(totals.get("libraries")).items()
+                if _num(n) is not None
+            ),
+        )
+        for platform, totals in platforms.items()
+    )
+    return TotalsTable(
+        headers=tuple(c.header for c in columns),
+        numeric=tuple(c.numeric for c in columns),
+        rows=rows,
+    )
+
+
+def share_label(share: Mapping[str, Any]) -> str:
+    """How a runtime share's numbers were obtained, as every format labels them."""
+    return "measured" if share.get("basis") == "measured" else "estimated (roofline)"
+
+
+def share_row(platform: str, share: Mapping[str, Any]) -> ShareRow:
+    layers = {layer: max(0.0, _num(share.get(layer)) or 0.0) for layer in SHARE_LAYERS}
+    return ShareRow(
+        platform=platform,
+        basis="measured" if share.get("basis") == "measured" else "estimated",
+        label=share_label(share),
+        layers=layers,
+        libraries=tuple(
+            (str(lib), _num(f) or 0.0)
+            for lib, f in _map(share.get("libraries")).items()
+            if _num(f) is not None
+        ),
+        seconds=_num(share.get("seconds")),
+    )
+
+
+def shares_of(shares: Any) -> tuple[ShareRow, ...]:
+    return tuple(share_row(str(p), s) for p, s in _map(shares).items() if isinstance(s, Mapping))
+
+
+def targets_of(summary: Mapping[str, Any]) -> tuple[TargetRow, ...]:
+    rewrite = {str(t): _map(v) for t, v in _map(summary.get("rewrite")).items()}
+    to_rewrite = _map(summary.get("kernels_to_rewrite"))
+    days = _map(summary.get("rewrite_days"))
+    rows = []
+    for target in dict.fromkeys([*map(str, to_rewrite), *map(str, days), *rewrite]):
+        estimate = rewrite.get(target, {})
+        kernels = to_rewrite.get(target, estimate.get("kernels_to_rewrite"))
+        total = days.get(target, estimate.get("days"))
+        breakdown = _map(estimate.get("breakdown"))
+        rows.append(
+            TargetRow(
+                target=target,
+                kernels=_int(kernels) if _num(kernels) is not None else None,
+                days=_num(total),
+                breakdown=tuple(
+                    (key, label, max(0.0, _num(breakdown.get(key)) or 0.0))
+                    for key, label in COST_ITEMS
+                    if key in breakdown
+                ),
+                items=tuple(
+                    RewriteRow(
+                        status=_str(i.get("status"), "?"),
+                        name=_str(i.get("name"), "?"),
+                        kind=_str(i.get("kind")),
+                        location=None if i.get("location") is None else str(i["location"]),
+                        check=_str(i.get("check")),
+                        reason=_str(i.get("reason")),
+                    )
+                    for i in map(_map, _list(estimate.get("items")))
+                ),
+            )
+        )
+    return tuple(rows)
+
+
+LAYER_ROWS = (
+    ("JAX Python code (jit, grad, vmap)", "in principle", "checks that lower on every target"),
+    ("XLA-generated kernels", "regenerated per backend, performance not guaranteed",
+     "xla share and counts"),
+    ("vendor-library calls", "NVIDIA-bound, counterpart usually exists",
+     "vendor share and counts by library"),
+    ("hand-written kernels and custom calls", "NVIDIA-bound, each a rewrite",
+     "kernels to rewrite per target"),
+    ("profiling, tooling and CI assumptions", "often NVIDIA-bound",
+     "NVIDIA-bound assumptions in the project"),
+)  # fmt: skip
+
+
+def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, ...]:
+    """The suite's portability, layer by layer: the table a team shows when asked how
+    locked in it is."""
+    checks = [c for t in view.tests for c in t.checks]
+    everywhere = sum(1 for c in checks if c.cells and all(x.lowers for x in c.cells.values()))
+    untraced = sum(1 for c in checks if c.record.get("untraced"))
+    platforms = {str(p): _map(t) for p, t in _map(summary.get("platforms")).items()}
+
+    def shares(layer: str) -> str:
+        return ", ".join(f"{s.platform} {pct(s.layers[layer])} ({s.basis})" for s in view.shares)
+
+    xla = ", ".join(f"{p} {number(_int(t.get('xla')))}" for p, t in platforms.items())
+    vendor = "; ".join(
+        f"{p} {number(_int(t.get('vendor')))} calls at "
+        f"{plural(_int(t.get('vendor_sites')), 'site')}"
+        for p, t in platforms.items()
+    )
+    custom = ", ".join(f"{p} {number(_int(t.get('custom')))}" for p, t in platforms.items())
+    rewrite = ", ".join(
+        f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
+    )
+    tooling = summary.get("tooling")
+    values = [
+        f"{number(everywhere)} of {plural(len(checks), 'check')} "
+        f"lower{'s' if everywhere == 1 else ''} on every configured platform"
+        + (f" ({number(untraced)} could not be traced here)" if untraced else ""),
+        "; ".join(x for x in (f"ops: {xla}" if xla else "", shares("xla")) if x),
+        "; ".join(x for x in (vendor, shares("vendor")) if x),
+        (rewrite or "no cuda census") + (f"; custom calls: {custom}" if custom else ""),
+        (f"{number(len(view.tooling))} found in {number(_int(_map(tooling).get('files_read')))} "
+         "files read" if isinstance(tooling, Mapping) else "not scanned"),
+    ]  # fmt: skip
+    return tuple(
+        LayerRow(layer=layer, portable=portable, counted=counted, value=value)
+        for (layer, portable, counted), value in zip(LAYER_ROWS, values, strict=True)
+    )
+
+
+def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note, ...]:
+    """Notes said once: each distinct check note with how many checks it applies to."""
+    counts: Counter[str] = Counter(c.note for t in tests for c in t.checks if c.note is not None)
+    notes = [Note(text=text, checks=n) for text, n in counts.most_common()]
+    present = [str(p) for p in _list(_map(report.get("environment")).get("present_platforms"))]
+    if any(c.numerics == "not present" for t in tests for r in t.checks for c in r.cells.values()):
+        notes.append(
+            Note(
+                text="numerics are compared only among platforms present here "
+                f"({', '.join(present) or 'none'}); the others are lowered, not run"
+            )
+        )
+    return tuple(notes)
+
+
+def _deviceless(tests: Sequence[Mapping[str, Any]]) -> bool:
+    return any(
+        _map(_map(entry).get("compiled")).get("deviceless")
+        for test in tests
+        for check in _list(test.get("checks"))
+        for entry in _map(_map(check).get("platforms")).values()
+    )
+
+
+# -- per-check findings shown in the details -----------------------------------------------
+
+_PLAIN_XLA_KINDS = frozenset({"xla", "fusion", "address-computation"})
+"""XLA kinds too generic to name when showing what a vendor dispatch became."""
+
+
+def _dispatches(census: Census, *, xla: bool) -> str:
+    parts = [f"{name} {n}" for name, n in census.libraries().items()]
+    if census.custom:
+        parts.append(f"custom {census.custom}")
+    if xla:
+        parts += [
+            f"XLA {kind} {n}"
+            for kind, n in census.xla_kinds.items()
+            if kind not in _PLAIN_XLA_KINDS and n
+        ]
+    return ", ".join(parts) or "no vendor or custom calls"
+
+
+def prediction_gap(result: PlatformProbe) -> str | None:
+    """Where the lowered prediction and the compiled reality differ, in one line.
+
+    ``cuda: lowered predicted cublas 4; compiled: cublas 1, XLA triton-gemm 3``; ``None``
+    when they agree (same libraries and counts, same custom calls) or either is missing.
+    """
+    lowered, compiled = result.census, result.compiled
+    if lowered is None or compiled is None:
+        return None
+    if lowered.libraries() == compiled.libraries() and lowered.custom == compiled.custom:
+        return None
+    return (
+        f"{result.platform}: lowered predicted {_dispatches(lowered, xla=False)}; "
+        f"compiled: {_dispatches(compiled, xla=True)}"
+    )
+
+
+def what_if_line(result: PlatformProbe) -> str | None:
+    """``cuda: with no vendor libraries: cudnn 1 -> XLA fusion 1`` (the what-if compile)."""
+    compiled, fallback = result.compiled, result.what_if_no_vendor
+    if compiled is None or fallback is None:
+        return None
+    before = _dispatches(compiled, xla=False)
+    if compiled.libraries() == fallback.libraries():
+        return f"{result.platform}: with no vendor libraries: unchanged ({before})"
+    grown = fallback.xla_ops - compiled.xla_ops
+    if fallback.libraries() or fallback.custom:
+        after = _dispatches(fallback, xla=True)
+    else:
+        after = "XLA's own kernels only"
+    return (
+        f"{result.platform}: with no vendor libraries: {before} -> {after} "
+        f"({fallback.xla_ops} XLA dispatches, {grown:+d})"
+    )
+
+
+def _variant_summary(probe: Probe) -> str:
+    """``0 custom, 2 vendor`` (most on any platform), plus where the transformation failed."""
+    counted = [r.budgeted for r in probe.platforms.values() if r.budgeted is not None]
+    text = (
+        f"{max((c.custom for c in counted), default=0)} custom, "
+        f"{max((c.vendor for c in counted), default=0)} vendor"
+        if counted
+        else "nothing lowered"
+    )
+    failed: dict[str, list[str]] = {}
+    for platform, result in probe.platforms.items():
+        if result.error is None:
+            continue
+        marker = f": {probe.transform} cannot be taken"
+        reason = result.error.split(marker)[0] if marker in result.error else "failed"
+        if reason.startswith(f"{probe.transform} cannot be taken"):
+            reason = "cannot be taken"
+        failed.setdefault(reason, []).append(platform)
+    notes = [f"{reason} on {', '.join(platforms)}" for reason, platforms in failed.items()]
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def variant_lines(probes: Sequence[Probe]) -> list[str]:
+    """Per function checked with transformations, its checks side by side:
+    ``'conv': forward: 0 custom, 2 vendor; grad: 0 custom, 2 vendor``."""
+    lines = []
+    for base in probes:
+        if base.transform is not None:
+            continue
+        variants = [p for p in probes if p.variant_of == base.name]
+        if not variants:
+            continue
+        parts = [f"forward: {_variant_summary(base)}"]
+        parts += [f"{p.transform}: {_variant_summary(p)}" for p in variants]
+        lines.append(f"{base.name!r}: " + "; ".join(parts))
+    return lines

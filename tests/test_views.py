@@ -1,0 +1,544 @@
+"""The report at scale: one view model, four formats that agree, and short by default.
+
+A real run of benchmarks/report_suite.py's generated suite (a realistic mix: passing and
+parametrized tests, about 5 % over budget, checks that do not lower, tests that raise or
+check nothing) is grown to 2,000 tests with the real summary code, then rendered as the
+terminal report, Markdown and HTML and compared number by number with the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import exclusive
+
+from pytest_jaxport.ci import STEP_SUMMARY_LIMIT, append_step_summary
+from pytest_jaxport.cost import RuntimeShare
+from pytest_jaxport.display import DisplayOptions
+from pytest_jaxport.hotspots import Reach, hotspots
+from pytest_jaxport.html_report import render_html
+from pytest_jaxport.render import (
+    MARKDOWN_BUDGET,
+    MARKDOWN_PROBLEMS,
+    WIDTH,
+    md_code,
+    render_markdown,
+    render_text,
+)
+from pytest_jaxport.report import census_from_dict, write_json
+from pytest_jaxport.view import build_view, natural_key, number, pct, seconds_text
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import report_suite  # noqa: E402
+
+BASE_TESTS = 24
+"""The real run: every kind of test in :data:`report_suite.MIX` at least once."""
+SCALE = 2000
+
+
+# -- the real run, shared by pytest-xdist workers ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The generated suite run once (``python -m pytest --jaxport-report=r.json``): its JSON
+    report and terminal output."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with exclusive(shared / "jaxport-report-suite.lock"):
+        folder = shared / "jaxport-report-suite"
+        saved = folder / "run.json"
+        if not saved.is_file():
+            if folder.exists():
+                shutil.rmtree(folder)
+            report_suite.write_suite(folder, BASE_TESTS)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "--jaxport-report=r.json",
+                ],
+                cwd=folder,
+                env={**os.environ, "JAX_PLATFORMS": "cpu", "COLUMNS": "100"},
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            saved.write_text(json.dumps({"output": done.stdout + done.stderr}))
+        output = json.loads(saved.read_text())["output"]
+        report = json.loads((folder / "r.json").read_text())
+        return {"report": report, "output": output, "folder": folder}
+
+
+@pytest.fixture(scope="module")
+def big(run: dict[str, Any]) -> dict[str, Any]:
+    return report_suite.replicate(run["report"], SCALE)
+
+
+# -- reading the numbers back out of each format --------------------------------------------------
+
+
+class Tables(HTMLParser):
+    """Every table of an HTML page, by the id of the section it is in: rows of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[tuple[str, str, list[list[str]]]] = []
+        self._section = ""
+        self._heading = ""
+        self._in_heading: list[str] | None = None
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "section":
+            self._section = found.get("id") or ""
+        elif tag == "table":
+            self.tables.append((self._section, self._heading, []))
+        elif tag == "h3":
+            self._in_heading = []
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._row is not None and self._cell is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[-1][2].append(self._row)
+            self._row = None
+        elif tag == "h3" and self._in_heading is not None:
+            self._heading = "".join(self._in_heading)
+            self._in_heading = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._in_heading is not None:
+            self._in_heading.append(data)
+
+    def find(self, section: str, first: str, heading: str = "") -> list[list[str]]:
+        """The rows (header row first) of the first table in ``section`` whose header row
+        starts with ``first``, under an ``h3`` containing ``heading``."""
+        for where, title, rows in self.tables:
+            if (
+                where == section
+                and heading in title
+                and rows
+                and rows[0]
+                and rows[0][0].lower() == first
+            ):
+                return rows
+        raise AssertionError(f"no table starting {first!r} in section {section!r}")
+
+
+def md_table(text: str, header: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header line starts with ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if not all(set(c) <= set("-:") for c in cells):
+            rows.append(cells)
+    return rows
+
+
+# -- what the JSON says, derived here ------------------------------------------------------------
+
+
+def expected_numbers(report: dict[str, Any]) -> dict[str, Any]:
+    summary = report["summary"]
+    sites = sorted(
+        (h for h in summary["hotspots"] if h["platform"] == "cuda"),
+        key=lambda h: (-(h["share"] or 0), -h["dispatches"], -h["checks"], h["location"] or "~"),
+    )
+    groups: Counter[str] = Counter()
+    for test in report["tests"]:
+        for v in test["violations"]:
+            groups[f"{v['platform']}: {v['key']}"] += 1
+    return {
+        "counts": (summary["tests"], summary["checks"], summary["failed_tests"],
+                   summary["violations"]),
+        "totals": {
+            p: {k: number(t.get(k, 0)) for k in ("lowered", "failed_to_lower", "vendor",
+                                                  "vendor_sites", "custom", "custom_sites")}
+            for p, t in summary["platforms"].items()
+        },
+        "shares": {p: {layer: pct(s[layer]) for layer in ("xla", "vendor", "custom")}
+                   for p, s in summary["runtime_share"].items()},
+        "rewrite": {t: number(n) for t, n in summary["kernels_to_rewrite"].items()},
+        "days": {t: f"{d:g}" for t, d in summary["rewrite_days"].items()},
+        "sites": [(h["location"], number(h["checks"]), number(h["tests"]),
+                   number(h["dispatches"]), pct(h["share"])) for h in sites],
+        "groups": dict(groups),
+    }  # fmt: skip
+
+
+TOTAL_KEYS = ("lowered", "failed_to_lower", "vendor", "vendor_sites", "custom", "custom_sites")
+TOTAL_HEADERS = ("lowered", "failed to lower", "vendor calls", "vendor sites", "custom calls",
+                 "custom sites")  # fmt: skip
+
+
+def text_numbers(text: str) -> dict[str, Any]:
+    lines = text.splitlines()
+    tail = " ".join(lines[-2:])
+    m = re.search(
+        r"([\d,]+) portable tests, ([\d,]+) checks, ([\d,]+) failed, ([\d,]+) budget", tail
+    )
+    assert m is not None, tail
+    counts = tuple(int(x.replace(",", "")) for x in m.groups())
+    start = next(i for i, line in enumerate(lines) if line.startswith("platform "))
+    totals = {}
+    for line in lines[start + 1 :]:
+        if line.startswith("  ("):
+            break
+        if line.startswith(" "):  # the header's second line
+            continue
+        platform, *cells = line.split()
+        totals[platform] = dict(zip(TOTAL_KEYS, cells[:6], strict=True))
+    shares = {}
+    at = lines.index("1. runtime share (suite, time-weighted):")
+    for line in lines[at + 1 :]:
+        if not line.startswith("   "):
+            break
+        platform = line.split()[0]
+        shares[platform] = dict(re.findall(r"(xla|vendor|custom) +([<\d.]+%)", line))
+    rewrite_line = next(x for x in lines if x.startswith("2. kernels to rewrite"))
+    rewrite = dict(re.findall(r"(\w+) (\d(?:[\d,]*\d)?)", rewrite_line.split(": ", 1)[1]))
+    days = dict(re.findall(r"^   (\w+): ([\d.]+) days", text, re.M))
+    title = next(i for i, line in enumerate(lines) if line.startswith("where the lock-in lives"))
+    sites = []
+    for line in lines[title + 2 :]:
+        if not line.startswith("  ") or line.startswith("  +"):
+            break
+        cells = line.split()
+        sites.append((cells[0], *cells[-4:]))
+    groups = {
+        m.group(1): int(m.group(2).replace(",", ""))
+        for m in re.finditer(r"^  (\w+: [\w.]+) — ([\d,]+) violations?", text, re.M)
+    }
+    return {"counts": counts, "totals": totals, "shares": shares, "rewrite": rewrite,
+            "days": days, "sites": sites, "groups": groups}  # fmt: skip
+
+
+def markdown_numbers(text: str) -> dict[str, Any]:
+    lead = text.splitlines()[2]
+    m = re.search(r"\*\*([\d,]+) of ([\d,]+) portable tests failed\*\* · ([\d,]+) budget "
+                  r"violations? · ([\d,]+) checks", lead)  # fmt: skip
+    assert m is not None, lead
+    failed, tests, violations, checks = (int(x.replace(",", "")) for x in m.groups())
+    totals_rows = md_table(text, "| platform | lowered |")
+    headers = totals_rows[0]
+    totals = {
+        row[0]: {k: row[headers.index(h)] for k, h in zip(TOTAL_KEYS, TOTAL_HEADERS, strict=True)}
+        for row in totals_rows[1:]
+    }
+    shares = {
+        row[0]: {"xla": row[1], "vendor": row[2], "custom": row[3]}
+        for row in md_table(text, "| platform | xla |")[1:]
+    }
+    numbers = md_table(text, "| target | kernels to rewrite")[1:]
+    sites = [(r[0].strip("`"), *r[2:6]) for r in md_table(text, "| site | kernel |")[1:]]
+    groups = {
+        r[0]: int(r[1].split()[0].replace(",", ""))
+        for r in md_table(text, "| group | problems |")[1:]
+        if " violation" in r[1]
+    }
+    return {"counts": (tests, checks, failed, violations), "totals": totals, "shares": shares,
+            "rewrite": {r[0]: r[1] for r in numbers}, "days": {r[0]: r[2] for r in numbers},
+            "sites": sites, "groups": groups}  # fmt: skip
+
+
+def html_numbers(page: str) -> dict[str, Any]:
+    tables = Tables()
+    tables.feed(page)
+    tiles = dict(
+        (label, int(value.replace(",", "")))
+        for value, label in re.findall(
+            r'<span class="value">([\d,]+)</span><span class="label">([^<]+)</span>', page
+        )
+    )
+    counts = (tiles["portable tests"], tiles["checks"], tiles["failed tests"],
+              tiles["budget violations"])  # fmt: skip
+    totals_rows = tables.find("totals", "platform")
+    headers = totals_rows[0]
+    totals = {
+        row[0]: {k: row[headers.index(h)] for k, h in zip(TOTAL_KEYS, TOTAL_HEADERS, strict=True)}
+        for row in totals_rows[1:]
+    }
+    share_rows = tables.find("numbers", "platform")
+    shares = {row[0]: {"xla": row[3], "vendor": row[4], "custom": row[5]} for row in share_rows[1:]}
+    breakdown = tables.find("numbers", "item")
+    days = dict(zip(breakdown[0][1:], breakdown[-1][1:], strict=True))
+    rewrite = dict(
+        re.findall(
+            r'<h4>to (\w+)</h4><div class="pair"><div class="tile[^"]*"><span class="value">'
+            r"([\d,]+)</span>",
+            page,
+        )
+    )
+    sites = [(r[0], *r[2:6]) for r in tables.find("hotspots", "site", heading=" on cuda:")[1:]]
+    groups = {
+        r[0]: int(r[1].replace(",", ""))
+        for r in tables.find("problems", "group")[1:]
+        if ": " in r[0] and r[3].startswith("limit")
+    }
+    return {"counts": counts, "totals": totals, "shares": shares,
+            "rewrite": rewrite, "days": days, "sites": sites,
+            "groups": groups}  # fmt: skip
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+def test_the_real_run_is_the_mix_it_claims(run: dict[str, Any]) -> None:
+    report = run["report"]
+    outcomes = Counter(t["outcome"] for t in report["tests"])
+    wanted = report_suite.counts(BASE_TESTS)
+    failing = wanted["test_convnet_tight_budget"] + wanted["test_eigenvalues_must_lower"]
+    failing += wanted["test_raises"] + wanted["test_checks_nothing"]
+    assert outcomes == {"passed": sum(wanted.values()) - failing, "failed": failing}
+    assert report["summary"]["platforms"]["tpu"]["failed_to_lower"] == (
+        wanted["test_eigenvalues"] + wanted["test_eigenvalues_must_lower"]
+    )
+    # A test that raised shows its error, not a blank failure (the report and the terminal).
+    raised = next(t for t in report["tests"] if "test_raises" in t["nodeid"])
+    assert raised["error"]["message"] == "ValueError: model bug in case 0"
+    source = (run["folder"] / "tests" / "test_broken.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "raise ValueError" in text)
+    assert raised["error"]["where"] == f"tests/test_broken.py:{line}"
+    assert raised["error"]["when"] == "call"
+    assert "tests/test_broken.py::test_raises[0]  ValueError: model bug in case 0" in run["output"]
+
+
+def test_four_formats_agree_on_every_number_at_2000_tests(big: dict[str, Any]) -> None:
+    assert big["summary"]["tests"] == SCALE
+    view = build_view(big)
+    options = DisplayOptions()
+    text = render_text(view, options)
+    expected = expected_numbers(big)
+    for fmt, found in (
+        ("terminal", text_numbers(text)),
+        ("markdown", markdown_numbers(render_markdown(view, options))),
+        ("html", html_numbers(render_html(view, options))),
+    ):
+        assert found["counts"] == expected["counts"], fmt
+        assert found["totals"] == expected["totals"], fmt
+        assert found["shares"] == expected["shares"], fmt
+        assert found["rewrite"] == expected["rewrite"], fmt
+        assert found["days"] == expected["days"], fmt
+        shown = found["sites"]
+        assert len(shown) >= 5, fmt
+        if fmt == "terminal":  # the site column keeps a long path's end
+            shown = [(s[0], *s[1:]) for s in shown]
+        assert shown == expected["sites"][: len(shown)], fmt
+        assert found["groups"] == expected["groups"], fmt
+
+
+def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
+    big: dict[str, Any],
+) -> None:
+    view = build_view(big)
+    text = render_text(view, DisplayOptions())
+    lines = text.splitlines()
+    assert len(lines) <= 62, text
+    assert all(len(line) <= WIDTH for line in lines), [x for x in lines if len(x) > WIDTH]
+    counts = next(i for i, x in enumerate(lines) if x.startswith(f"{number(SCALE)} portable tests"))
+    assert counts >= len(lines) - 2  # the headline ends it
+    assert lines[0].startswith("problems: ")  # preceded by the problems
+    assert text.count("only cpu executed here") == 1  # environment notes said once
+    assert "numerics: not present" not in text
+    failing = {t["nodeid"] for t in big["tests"] if t["outcome"] in ("failed", "error")}
+    named = {t for t in failing if f"    {t}  " in text}
+    more = sum(int(n.replace(",", "")) for n in re.findall(r"^    \+([\d,]+) more", text, re.M))
+    assert named
+    assert len(named) + more >= len(failing)
+    # every failing test is in a group the terminal counts, and -v names each one
+    verbose = render_text(view, DisplayOptions(verbosity=1))
+    assert all(f"{t} [failed]" in verbose for t in failing)
+    assert all(f"    {t}  " in verbose for t in failing)
+    # written to a file: only the problems and the headline
+    written = render_text(view, DisplayOptions(), written_to="r.json")
+    assert "where the lock-in lives" not in written
+    assert len(written.splitlines()) < len(lines)
+    # -q: the headline and the problem groups, no rows
+    quiet = render_text(view, DisplayOptions(verbosity=-1))
+    assert not any(t in quiet for t in failing)
+    assert "cuda: max_library_calls.cudnn — " in quiet
+
+
+def test_markdown_at_2000_tests_fits_a_pull_request_and_names_every_violation(
+    big: dict[str, Any],
+) -> None:
+    md = render_markdown(build_view(big), DisplayOptions())
+    assert len(md) < MARKDOWN_BUDGET
+    violations = [(t["nodeid"], v) for t in big["tests"] for v in t["violations"]]
+    assert len(violations) <= MARKDOWN_PROBLEMS  # the stated cap
+    for nodeid, violation in violations:
+        assert f"| {md_code(nodeid)} | {violation['check']} | {violation['platform']} |" in md
+    assert md.index("### Problems") < md.index("### The three numbers") < md.index("<details>")
+    assert "Matrix cut to fit" in md
+    smaller = render_markdown(build_view(big), DisplayOptions(), budget=20_000)
+    assert len(smaller) < 20_000
+    assert "### Problems" in smaller
+
+
+def test_html_at_2000_tests_is_small_and_opens_on_the_problems(
+    big: dict[str, Any], tmp_path: Path
+) -> None:
+    page = render_html(build_view(big), DisplayOptions())
+    assert len(page.encode()) < 2_500_000
+    main = page[page.index("<main>") :]
+    assert main.index('<section id="problems"') == len("<main>")
+    matrix = main[main.index('id="matrix"') :]
+    # natural order: [4] before [10]; passing tests collapsed behind the problems
+    assert matrix.index("test_mlp[4]<") < matrix.index("test_mlp[10]<")
+    assert matrix.index("with problems</h3>") < matrix.index("without problems</summary>")
+    if shutil.which("chromium") is None:
+        pytest.skip("headless Chromium not installed here (.ci/run installs Debian's chromium)")
+    path = tmp_path / "big.html"
+    path.write_text(page, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "screenshot_report.py"), "--first-screen",
+         str(path), "#problems", "#problems .group", "#matrix"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["problems"] == []
+    assert seen["tops"]["#problems .group"] < 800  # the first screen shows the problems
+    assert seen["tops"]["#matrix"] > 800
+
+
+def test_markdown_cells_are_escaped() -> None:
+    assert md_code("tests/t.py::test_op[a|b]") == "`tests/t.py::test_op[a\\|b]`"
+    assert md_code("a`b") == "`` a`b ``"
+    rows = md_table("| test | x |\n|---|---|\n| " + md_code("t[a|b]") + " | 1 |\n", "| test")
+    assert rows == [["test", "x"], ["`t[a|b]`", "1"]]
+
+
+def test_units_and_natural_order() -> None:
+    assert seconds_text(5.76e-9) == "5.76 ns"
+    assert seconds_text(4.1e-5) == "41 µs"
+    assert seconds_text(0.0125) == "12.5 ms"
+    assert seconds_text(3.2) == "3.2 s"
+    ids = ["t[10]", "t[4]", "t[1]", "u[2]"]
+    assert sorted(ids, key=natural_key) == ["t[1]", "t[4]", "t[10]", "u[2]"]
+
+
+def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) -> None:
+    tests = run["report"]["tests"]
+    reaches = []
+    for test in tests:
+        for check in test["checks"]:
+            entry = check["platforms"]["cuda"]
+            if entry["lowered"] is not None:
+                share = RuntimeShare.from_dict(entry["runtime_share"])
+                reaches.append(
+                    Reach(test=test["nodeid"], source=(test["nodeid"], check["name"]),
+                          census=census_from_dict("cuda", entry["lowered"]), share=share)
+                )  # fmt: skip
+    sites = hotspots(reaches)
+    keys = [(h.location, h.name, h.library) for h in sites]
+    assert len(keys) == len(set(keys))
+    assert (
+        sum(h.dispatches for h in sites if h.layer == "vendor")
+        == (run["report"]["summary"]["platforms"]["cuda"]["vendor"])
+    )
+    # The sites' shares of a layer add up to the suite's share of that layer.
+    suite = run["report"]["summary"]["runtime_share"]["cuda"]
+    for layer in ("vendor", "custom"):
+        total = sum(h.share or 0.0 for h in sites if h.layer == layer)
+        assert total == pytest.approx(suite[layer], abs=1e-9)
+    # Another source of censuses (an audit's computations, say) feeds the same function:
+    # one census reached by two tests counts once, reached twice.
+    census = reaches[0].census
+    [*shared] = hotspots([Reach(test=t, source="computation-1", census=census) for t in "ab"])
+    assert all((h.checks, h.tests) == (1, 2) for h in shared)
+
+
+def test_step_summary_append_stays_under_githubs_limit(big: dict[str, Any], tmp_path: Path) -> None:
+    view = build_view(big)
+
+    def render(budget: int) -> str:
+        return render_markdown(view, DisplayOptions(), budget=budget)
+
+    summary = tmp_path / "summary.md"
+    assert append_step_summary(summary, render) is None
+    assert 0 < summary.stat().st_size < MARKDOWN_BUDGET
+    nearly_full = tmp_path / "full.md"
+    nearly_full.write_bytes(b"x" * (STEP_SUMMARY_LIMIT - 30_000))
+    assert append_step_summary(nearly_full, render) is None
+    assert nearly_full.stat().st_size < STEP_SUMMARY_LIMIT
+    full = tmp_path / "full2.md"
+    full.write_bytes(b"x" * (STEP_SUMMARY_LIMIT - 1_000))
+    said = append_step_summary(full, render)
+    assert said is not None
+    assert "was not appended" in said
+    assert full.stat().st_size == STEP_SUMMARY_LIMIT - 1_000
+
+
+def test_plugin_display_options_and_step_summary(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report_suite.write_suite(pytester.path, 12)
+    summary = pytester.path / "summary.md"
+    summary.write_bytes(b"y" * (STEP_SUMMARY_LIMIT - 20_000))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest(
+        "--jaxport-report=r.md", "--jaxport-report-platform=tpu", "--jaxport-report-top=0",
+        "-o", "verbosity_jaxport=-1",
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["problems: *", "  tpu: must_lower — 1 violation in 1 test *",
+         "jaxport: full report written to r.md"]
+    )  # fmt: skip
+    result.stdout.no_fnmatch_line("*cuda: max_library_calls.cudnn*")  # one platform only
+    result.stdout.no_fnmatch_line("    tests/*")  # -1: groups, no rows
+    assert summary.stat().st_size <= STEP_SUMMARY_LIMIT
+    assert "## pytest-jaxport portability report" in summary.read_text()
+    for bad, message in (
+        (["--jaxport-report-platform=gpu"], "*--jaxport-report-platform gpu: expected one of*"),
+        (["-o", "verbosity_jaxport=loud"], "*verbosity_jaxport (ini): expected an integer*"),
+        (["--jaxport-report-top=-1"], "*--jaxport-report-top: invalid non-negative integer*"),
+    ):
+        failed = pytester.runpytest("--jaxport-report", *bad)
+        assert failed.ret == pytest.ExitCode.USAGE_ERROR
+        failed.stderr.fnmatch_lines([message])
+
+
+def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path) -> None:
+    report = run["report"]
+    assert report["schema_version"] == 2
+    for test in report["tests"]:
+        assert "message" not in test
+        for violation in test["violations"]:
+            assert "message" not in violation
+            assert {"check", "platform", "key", "limit", "origin", "found", "what", "level",
+                    "kernels", "details"} <= set(violation)  # fmt: skip
+    assert "layers" not in report["summary"]
+    path = tmp_path / "again.json"
+    write_json(path, report)
+    assert json.loads(path.read_text()) == report
