@@ -40,7 +40,7 @@ from pytest_jaxport.census import Program, parse_location, program_from_dict, pr
 CACHE_NAME = "jaxport-compiled"
 """The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""
 
-FORMAT = 1
+FORMAT = 2
 """Bumped whenever what an entry holds, or how compiled HLO is parsed, changes."""
 
 LOWERED_CACHE_NAME = "jaxport-lowered"

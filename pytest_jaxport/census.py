@@ -74,6 +74,10 @@ class OpSite:
     """Approximate arithmetic and memory traffic, for the roofline estimate (0 if unknown)."""
     count: int = 1
     """How many identical ops this site stands for in its function."""
+    runs: int = 1
+    """How many times a call site's callee runs each time the site is reached (a loop
+    body's known trip count). It weights estimated time only, never counts: a loop body's
+    dispatches count once, since a budget is about code, not iterations."""
 
 
 UNCOUNTED_OPS = frozenset(
@@ -177,7 +181,7 @@ def parse_location(text: str | None) -> SourceLocation | None:
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
-_SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count")
+_SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count", "runs")
 _Counts = tuple["Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]"]
 
 
@@ -186,7 +190,7 @@ class _Walk:
     program: Program
     platform: str
     classifier: Classifier
-    seconds: Callable[[OpSite], float] | None = None
+    seconds: Callable[[OpSite, str], float] | None = None
     memo: dict[tuple[str, SourceLocation | None], _Counts] = field(default_factory=dict)
     active: set[str] = field(default_factory=set)
 
@@ -204,7 +208,7 @@ class _Walk:
         # weighted by how often they occur: big modules repeat a few hundred kinds of site
         # (read_program already groups them; programs built elsewhere may not).
         sites = self.program.functions.get(name, ())
-        for (op, target_name, location_text, flops, moved, count), repeats in Counter(
+        for (op, target_name, location_text, flops, moved, count, runs), repeats in Counter(
             map(_SITE_KEY, sites)
         ).items():
             n = count * repeats
@@ -213,7 +217,7 @@ class _Walk:
                 callee_kernels, callee_ops, callee_timed = self.function(target_name, location)
                 kernels.update({k: v * n for k, v in callee_kernels.items()})
                 xla_ops.update({k: v * n for k, v in callee_ops.items()})
-                timed.update({k: v * n for k, v in callee_timed.items()})
+                timed.update({k: v * n * runs for k, v in callee_timed.items()})
                 continue
             if op in UNCOUNTED_OPS:
                 continue
@@ -226,7 +230,7 @@ class _Walk:
             if self.seconds is not None:
                 site = OpSite(op=op, target=target_name, location=location_text, flops=flops,
                               bytes=moved)  # fmt: skip
-                timed[(result.layer, result.library)] += n * self.seconds(site)
+                timed[(result.layer, result.library)] += n * self.seconds(site, result.layer)
         self.active.discard(name)
         self.memo[key] = (kernels, xla_ops, timed)
         return kernels, xla_ops, timed
@@ -248,12 +252,13 @@ def take_census(
     *,
     level: Level = "lowered",
     classifier: Classifier | None = None,
-    seconds: Callable[[OpSite], float] | None = None,
+    seconds: Callable[[OpSite, str], float] | None = None,
 ) -> Census:
     """Classify every op of ``program`` for ``platform``, weighting each by its call count.
 
-    With ``seconds`` (an op's estimated run time), the census also sums estimated time per
-    layer and library, call-weighted like the counts.
+    With ``seconds`` (an op's estimated run time, given the op and its layer), the census
+    also sums estimated time per layer and library, call-weighted like the counts and
+    weighted by the known trip counts of the loops it runs in (``OpSite.runs``).
     """
 
     def default(platform: str, op: str, target: str | None) -> Classification:
@@ -297,19 +302,23 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     return {
         "entry": program.entry,
         "functions": {
-            name: [
-                [s.op, s.target, s.location, s.flops, s.bytes] + ([s.count] if s.count != 1 else [])
-                for s in sites
-            ]
+            name: [[s.op, s.target, s.location, s.flops, s.bytes, *_multiplicity(s)] for s in sites]
             for name, sites in program.functions.items()
         },
     }
 
 
+def _multiplicity(site: OpSite) -> list[int]:
+    if site.runs != 1:
+        return [site.count, site.runs]
+    return [site.count] if site.count != 1 else []
+
+
 def program_from_dict(data: Mapping[str, Any]) -> Program:
     """The inverse of :func:`program_to_dict`; raises ``KeyError``/``TypeError``/``ValueError``
     on anything else. Sites of three fields (no ``flops``/``bytes``: older entries) read as
-    costing nothing; a sixth field is the site's ``count`` (1 when absent)."""
+    costing nothing; a sixth field is the site's ``count`` and a seventh its ``runs`` (1 when
+    absent)."""
     functions: dict[str, tuple[OpSite, ...]] = {}
     for name, sites in data["functions"].items():
         functions[str(name)] = tuple(_site_from_list(site) for site in sites)
@@ -317,13 +326,15 @@ def program_from_dict(data: Mapping[str, Any]) -> Program:
 
 
 def _site_from_list(site: Any) -> OpSite:
-    if not isinstance(site, list) or len(site) not in (3, 5, 6):
+    if not isinstance(site, list) or len(site) not in (3, 5, 6, 7):
         raise ValueError(f"not an op site: {site!r:.80}")
     op, target, location = site[:3]
     flops, moved = (site[3], site[4]) if len(site) >= 5 else (0.0, 0.0)
-    count = site[5] if len(site) == 6 else 1
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"not an op site count: {count!r:.80}")
+    count = site[5] if len(site) >= 6 else 1
+    runs = site[6] if len(site) == 7 else 1
+    for name, value in (("count", count), ("runs", runs)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"not an op site {name}: {value!r:.80}")
     return OpSite(
         op=str(op),
         target=None if target is None else str(target),
@@ -331,4 +342,5 @@ def _site_from_list(site: Any) -> OpSite:
         flops=float(flops),
         bytes=float(moved),
         count=count,
+        runs=runs,
     )

@@ -40,11 +40,12 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from pytest_jaxport.census import Census, Kernel
+from pytest_jaxport.census import Census, Kernel, OpSite
+from pytest_jaxport.targets import Classification
 
 Basis = Literal["measured", "estimated"]
 SHARE_LAYERS = ("xla", "vendor", "custom")
@@ -69,31 +70,106 @@ _PORTABLE_VENDOR_KINDS = frozenset(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeShare:
-    """Where the time of one program (or a suite) goes, by layer and by library."""
+    """Where the time of one program (or a suite) goes, by layer and by library.
+
+    An estimate says which census it was computed from (``estimated_from``: ``compiled`` or
+    ``lowered``) and how far off such estimates were on the fidelity corpus
+    (``error_points``, see :data:`ESTIMATE_ERROR`). A suite total says how many checks went
+    into it (``checks``) and how many it leaves out (``left_out``: estimated checks kept
+    apart from a measured total, whose own estimated total is ``left_out_share``).
+    """
 
     basis: Basis
     seconds: float
     layers: Mapping[str, float] = field(default_factory=dict)
     libraries: Mapping[str, float] = field(default_factory=dict)
+    estimated_from: str | None = None
+    error_points: float | None = None
+    checks: int | None = None
+    left_out: int = 0
+    left_out_share: RuntimeShare | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "basis": self.basis,
             "seconds": self.seconds,
             **{layer: self.layers.get(layer, 0.0) for layer in SHARE_LAYERS},
             "libraries": dict(self.libraries),
         }
+        if self.estimated_from is not None:
+            data["estimated_from"] = self.estimated_from
+        if self.error_points is not None:
+            data["error_points"] = self.error_points
+        if self.checks is not None:
+            data["checks"] = self.checks
+        if self.left_out:
+            data["left_out"] = self.left_out
+        if self.left_out_share is not None:
+            data["left_out_share"] = self.left_out_share.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> RuntimeShare:
         libraries = data.get("libraries") or {}
         assert isinstance(libraries, Mapping)
+        error = data.get("error_points")
+        checks = data.get("checks")
+        left_out_share = data.get("left_out_share")
         return cls(
             basis="measured" if data.get("basis") == "measured" else "estimated",
             seconds=float(data.get("seconds", 0.0)),  # type: ignore[arg-type]
             layers={layer: float(data.get(layer, 0.0)) for layer in SHARE_LAYERS},  # type: ignore[arg-type]
             libraries={str(k): float(v) for k, v in libraries.items()},
+            estimated_from=str(data["estimated_from"]) if data.get("estimated_from") else None,
+            error_points=float(error) if isinstance(error, (int, float)) else None,
+            checks=int(checks) if isinstance(checks, int) else None,
+            left_out=int(data.get("left_out", 0) or 0),  # type: ignore[call-overload]
+            left_out_share=(
+                cls.from_dict(left_out_share) if isinstance(left_out_share, Mapping) else None
+            ),
         )
+
+
+def share_basis(share: Mapping[str, object]) -> str:
+    """What a share (a ``RuntimeShare.to_dict()``) rests on, in words, for every renderer.
+
+    >>> share_basis({"basis": "estimated", "estimated_from": "compiled", "error_points": 9.6})
+    'estimated (roofline from the compiled program, ±10 points on the fidelity corpus)'
+    >>> share_basis({"basis": "measured", "checks": 5, "left_out": 1})
+    'measured over 5 of 6 checks (1 not measured, left out)'
+    """
+    if share.get("basis") == "measured":
+        left_out = share.get("left_out")
+        checks = share.get("checks")
+        if isinstance(left_out, int) and left_out > 0 and isinstance(checks, int):
+            return (
+                f"measured over {checks} of {checks + left_out} checks "
+                f"({left_out} not measured, left out)"
+            )
+        return "measured"
+    source = share.get("estimated_from")
+    error = share.get("error_points")
+    parts = ["roofline" + (f" from the {source} program" if isinstance(source, str) else "")]
+    if isinstance(error, (int, float)):
+        parts.append(f"±{error:.0f} points on the fidelity corpus")
+    return f"estimated ({', '.join(parts)})"
+
+
+def share_basis_short(share: Mapping[str, object]) -> str:
+    """:func:`share_basis` in a few words, for a terminal line: ``measured``,
+    ``measured, 5 of 6 checks``, ``estimated ±10`` (the full wording goes in a note).
+
+    >>> share_basis_short({"basis": "estimated", "estimated_from": "lowered", "error_points": 37})
+    'estimated ±37'
+    """
+    if share.get("basis") == "measured":
+        left_out = share.get("left_out")
+        checks = share.get("checks")
+        if isinstance(left_out, int) and left_out > 0 and isinstance(checks, int):
+            return f"measured, {checks} of {checks + left_out} checks"
+        return "measured"
+    error = share.get("error_points")
+    return "estimated" + (f" ±{error:.0f}" if isinstance(error, (int, float)) else "")
 
 
 def share_of(timed: Iterable[tuple[str, str | None, float]], basis: Basis) -> RuntimeShare:
@@ -121,27 +197,75 @@ def share_of(timed: Iterable[tuple[str, str | None, float]], basis: Basis) -> Ru
     )
 
 
-def combine(shares: Iterable[RuntimeShare]) -> RuntimeShare | None:
-    """A suite total: each share weighted by its (measured or estimated) time.
+def measured_share(
+    times: Mapping[str, float],
+    sites: Mapping[str, OpSite],
+    classify: Callable[[str, str | None], Classification],
+) -> RuntimeShare:
+    """The measured share: each compiled instruction's measured seconds (by name, as the
+    profiler reports them) in the layer and library its op site classifies as. An
+    instruction the module's text does not name (a runtime copy) is XLA's own."""
+    timed: list[tuple[str, str | None, float]] = []
+    for name, seconds in times.items():
+        site = sites.get(name)
+        if site is None:
+            timed.append(("xla", None, seconds))
+            continue
+        found = classify(site.op, site.target if site.op.endswith("custom_call") else None)
+        timed.append((found.layer, found.library, seconds))
+    return share_of(timed, "measured")
 
-    The basis is ``measured`` only when every part was measured.
+
+def combine(shares: Iterable[RuntimeShare]) -> RuntimeShare | None:
+    """A suite total: each share weighted by its time.
+
+    Measured and estimated seconds are never added together (an estimate's seconds are a
+    model's, not a clock's): where some checks were measured, the total is theirs, basis
+    ``measured``, and the estimated checks are counted in ``left_out`` with their own total
+    in ``left_out_share``. Only when nothing was measured is the total an estimate; its
+    error band is the largest of its parts'.
     """
     shares = [s for s in shares if s.seconds > 0]
     if not shares:
         return None
+    measured = [s for s in shares if s.basis == "measured"]
+    estimated = [s for s in shares if s.basis != "measured"]
+    if not measured:
+        return _weighted(estimated, "estimated")
+    total = _weighted(measured, "measured")
+    rest = _weighted(estimated, "estimated") if estimated else None
+    return RuntimeShare(
+        basis="measured",
+        seconds=total.seconds,
+        layers=total.layers,
+        libraries=total.libraries,
+        checks=len(measured),
+        left_out=len(estimated),
+        left_out_share=rest,
+    )
+
+
+def _weighted(shares: list[RuntimeShare], basis: Basis) -> RuntimeShare:
     timed: list[tuple[str, str | None, float]] = []
     for s in shares:
         timed += [(layer, None, s.layers.get(layer, 0.0) * s.seconds) for layer in SHARE_LAYERS]
         timed += [("", lib, f * s.seconds) for lib, f in s.libraries.items()]
-    basis: Basis = "measured" if all(s.basis == "measured" for s in shares) else "estimated"
     layers = share_of([t for t in timed if t[0]], basis)
     total = layers.seconds
     libraries: dict[str, float] = {}
     for _, lib, seconds in timed:
         if lib:
             libraries[lib] = libraries.get(lib, 0.0) + seconds / total
+    errors = [s.error_points for s in shares if s.error_points is not None]
+    sources = {s.estimated_from for s in shares if s.estimated_from}
     return RuntimeShare(
-        basis=basis, seconds=total, layers=layers.layers, libraries=dict(sorted(libraries.items()))
+        basis=basis,
+        seconds=total,
+        layers=layers.layers,
+        libraries=dict(sorted(libraries.items())),
+        estimated_from=" and ".join(sorted(sources)) if sources else None,
+        error_points=max(errors) if errors else None,
+        checks=len(shares),
     )
 
 
@@ -150,27 +274,63 @@ def combine(shares: Iterable[RuntimeShare]) -> RuntimeShare | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Peak:
-    """A platform's peak arithmetic rate and memory bandwidth, and where they came from."""
+    """A platform's rates for the runtime-share estimate, and where they came from.
+
+    ``flops`` and ``bandwidth`` are peak rates; ``launch`` is what every kernel costs
+    whatever it computes (launch, dispatch, synchronisation), ``library_call`` what a
+    library or hand-written kernel costs on top (argument checks, workspace, plans).
+    """
 
     flops: float
     bandwidth: float
     source: str
+    launch: float = 0.0
+    library_call: float = 0.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """The fractions of peak arithmetic that kernels other than dense ones reach.
+
+    Fitted on the fidelity corpus (``benchmarks/fidelity.py --fit``) and applied to every
+    platform: a solver's n³ or an FFT's 5·n·log₂n flops run at ``solver`` or ``fft`` times
+    the platform's peak rate.
+    """
+
+    solver: float
+    fft: float
+    source: str
+
+
+CALIBRATION = Calibration(
+    solver=0.00109,
+    fft=0.0614,
+    source="fitted on the fidelity corpus on cpu (2-core x86-64, jaxlib 0.10.2)",
+)
+
+_GPU_LAUNCH = "launch and library costs assumed (typical small-kernel device times), not measured"
 DEFAULT_PEAKS: Mapping[str, Peak] = {
     # Public datasheet figures; FP32 vector rate for GPUs (the conservative choice), bf16 MXU
-    # rate for TPU since that is what JAX programs use there.
-    "cuda": Peak(flops=67e12, bandwidth=3.35e12, source="NVIDIA H100 SXM datasheet (FP32)"),
-    "rocm": Peak(flops=163.4e12, bandwidth=5.3e12, source="AMD MI300X datasheet (FP32)"),
-    "tpu": Peak(flops=459e12, bandwidth=2.765e12, source="Google Cloud TPU v5p (bf16)"),
-    "cpu": Peak(flops=1e12, bandwidth=100e9, source="a generic 16-core server CPU"),
-}
+    # rate for TPU since that is what JAX programs use there. No GPU or TPU was available to
+    # measure launch costs: they are typical minimum device times of a kernel.
+    "cuda": Peak(flops=67e12, bandwidth=3.35e12, launch=2e-6, library_call=3e-6,
+                 source=f"NVIDIA H100 SXM datasheet (FP32); {_GPU_LAUNCH}"),
+    "rocm": Peak(flops=163.4e12, bandwidth=5.3e12, launch=2e-6, library_call=3e-6,
+                 source=f"AMD MI300X datasheet (FP32); {_GPU_LAUNCH}"),
+    "tpu": Peak(flops=459e12, bandwidth=2.765e12, launch=1e-6,
+                source=f"Google Cloud TPU v5p (bf16); {_GPU_LAUNCH}"),
+    # Shares are ratios, so only the cpu's proportions matter: bandwidth, launch and library
+    # costs relative to a nominal 100 GFLOP/s, fitted with CALIBRATION on the fidelity corpus.
+    "cpu": Peak(flops=1e11, bandwidth=8.28e9, launch=2.35e-7, library_call=8.34e-7,
+                source="fitted on the fidelity corpus (2-core x86-64, jaxlib 0.10.2)"),
+}  # fmt: skip
 
 
 def peak_from_target(text: str, *, source: str) -> Peak | None:
     """Peak FP32 rate and bandwidth from a text ``GpuTargetConfigProto``, if it has them.
 
-    FLOP/s = SMs x FP32 lanes per SM x 2 (fused multiply-add) x clock.
+    FLOP/s = SMs x FP32 lanes per SM x 2 (fused multiply-add) x clock. Launch and library
+    costs are the cuda defaults' (a description has none).
     """
     fields = {
         name: float(m.group(1))
@@ -180,7 +340,106 @@ def peak_from_target(text: str, *, source: str) -> Peak | None:
     if len(fields) < 4:
         return None
     flops = fields["core_count"] * fields["fpus_per_core"] * 2 * fields["clock_rate_ghz"] * 1e9
-    return Peak(flops=flops, bandwidth=fields["memory_bandwidth"], source=source)
+    cuda = DEFAULT_PEAKS["cuda"]
+    return Peak(
+        flops=flops,
+        bandwidth=fields["memory_bandwidth"],
+        launch=cuda.launch,
+        library_call=cuda.library_call,
+        source=f"{source}; {_GPU_LAUNCH}",
+    )
+
+
+def peak_for(platform: str, *, target_config: str = "", target: str = "") -> Peak:
+    """The rates an estimate for ``platform`` uses: cuda's from its GPU description when
+    there is one, else the platform's defaults (a platform without any uses cpu's)."""
+    if platform == "cuda" and target_config:
+        described = peak_from_target(target_config, source=target or "GPU description")
+        if described is not None:
+            return described
+    return DEFAULT_PEAKS.get(platform, DEFAULT_PEAKS["cpu"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimateError:
+    """How far the estimate was from the measured share on the fidelity corpus.
+
+    ``points``: the mean, over the corpus's ``programs``, of the worst layer's difference
+    between estimated and measured share, in percentage points (:data:`ESTIMATE_ERROR` says
+    how each level's number was obtained); ``measured_on``: the platform and jaxlib.
+    """
+
+    points: float
+    programs: int
+    measured_on: str
+
+
+ESTIMATE_ERROR: Mapping[str, EstimateError] = {
+    "compiled": EstimateError(points=10.0, programs=60, measured_on="cpu, jaxlib 0.10.2"),
+    "lowered": EstimateError(points=37.0, programs=60, measured_on="cpu, jaxlib 0.10.2"),
+}
+"""The estimate's measured error by the census it starts from, from the run recorded in
+``benchmarks/results/fidelity-cpu.json``: for ``compiled``, the fit's error on each program
+left out of it (the shipped constants, fitted on an earlier run, were 8.2 points off there);
+for ``lowered``, the shipped constants' error (on cpu a lowered dot counts as ``xla``, so
+dot-heavy programs are misattributed whatever the timing model)."""
+
+
+def estimated_share(census: Census) -> RuntimeShare | None:
+    """The estimated share of one census (its ``estimated_seconds``), labelled with the
+    census's level and that level's measured error; ``None`` when it has no estimate."""
+    if not census.estimated_seconds:
+        return None
+    share = share_of(census.estimated_seconds, "estimated")
+    if share.seconds <= 0:
+        return None
+    error = ESTIMATE_ERROR.get(census.level)
+    return replace(
+        share,
+        estimated_from=census.level,
+        error_points=error.points if error is not None else None,
+    )
+
+
+_KERNEL_OPS = frozenset(
+    {"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution", "stablehlo.fft",
+     "stablehlo.custom_call", "stablehlo.sort", "stablehlo.reduce", "stablehlo.reduce_window",
+     "stablehlo.gather", "stablehlo.scatter", "stablehlo.while", "stablehlo.case",
+     "stablehlo.if", "stablehlo.triangular_solve", "stablehlo.cholesky", "chlo.top_k",
+     "stablehlo.select_and_scatter", "stablehlo.rng_bit_generator", "stablehlo.all_reduce",
+     "stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_to_all",
+     "stablehlo.collective_permute", "stablehlo.collective_broadcast"}
+)  # fmt: skip
+"""Lowered ops XLA keeps as kernels of their own; every other lowered op is element-wise or
+data movement that XLA fuses with its neighbours."""
+
+FUSED_SHARE = 0.25
+"""How much of a kernel one fusible lowered op is: on the fidelity corpus XLA makes one
+kernel of about every four lowered ``xla`` ops (0.24 deviceless on cuda, 0.25 on cpu)."""
+
+
+def kernel_seconds(
+    site: OpSite, layer: str, peak: Peak, calibration: Calibration = CALIBRATION
+) -> float:
+    """The estimated time of one dispatch: a fixed cost plus its roofline.
+
+    A kernel costs ``peak.launch`` (``+ peak.library_call`` outside the ``xla`` layer) plus
+    the slower of its arithmetic (at the peak rate, times the calibrated efficiency for
+    solvers and FFTs) and its memory traffic. Compiled sites are kernels as XLA made them
+    (a fusion moves its operands and result once). A lowered element-wise op is fused by
+    XLA with its neighbours: it costs :data:`FUSED_SHARE` of a kernel of its own.
+    """
+    if site.op in FREE_OPS:
+        return 0.0
+    if site.op.startswith(("stablehlo.", "chlo.")) and site.op not in _KERNEL_OPS:
+        return FUSED_SHARE * (peak.launch + site.bytes / peak.bandwidth)
+    fixed = peak.launch + (peak.library_call if layer != "xla" else 0.0)
+    rate = peak.flops
+    if is_solver(site.target) or site.op.endswith(("cholesky", "triangular_solve")):
+        rate *= calibration.solver
+    elif site.op.endswith(".fft"):
+        rate *= calibration.fft
+    return fixed + max(site.flops / rate, site.bytes / peak.bandwidth)
 
 
 _TENSOR = re.compile(r"tensor<([^<>]*(?:<[^<>]*>)?)>")
@@ -239,6 +498,33 @@ def _elements(shape: tuple[int, ...]) -> int:
     return n
 
 
+def dot_flops(outputs: float, contracted: float) -> float:
+    """A matrix product: one multiply-add (2 flops) per output element per contracted element."""
+    return 2.0 * outputs * contracted
+
+
+def convolution_flops(outputs: float, kernel: tuple[int, ...], out_features: int) -> float:
+    """A convolution: 2 flops per output element per kernel element of one output feature."""
+    return 2.0 * outputs * _elements(kernel) / max(out_features, 1)
+
+
+def fft_flops(points: float) -> float:
+    """An FFT over ``points`` elements: 5·n·log2 n."""
+    n = max(points, 2.0)
+    return 5.0 * n * math.log2(n)
+
+
+def solver_flops(dims: tuple[int, ...]) -> float:
+    """A factorization or eigensolver of (a batch of) ``n×n`` matrices: n³ each."""
+    n = dims[-1]
+    return float(n**3 * _elements(dims[:-2]))
+
+
+def is_solver(target: str | None) -> bool:
+    """Whether a custom-call target is a linear-algebra solver (LAPACK, cuSOLVER, TPU's)."""
+    return target is not None and _SOLVER.search(target) is not None
+
+
 def op_cost(
     op: str,
     target: str | None,
@@ -264,28 +550,20 @@ def op_cost(
         k = 1
         for d in (int(x) for x in m.group(1).split(",") if x.strip()) if m else ():
             k *= lhs[d] if d < len(lhs) else 1
-        return 2.0 * out * k, moved
+        return dot_flops(out, k), moved
     if op == "stablehlo.convolution" and len(shapes_in) > 1:
         rhs = shapes_in[1][0]
         spec = _CONV_RHS.search(attributes.get("dimension_numbers", ""))
         labels = [x.strip() for x in spec.group(1).split(",")] if spec else []
         out_features = rhs[labels.index("o")] if "o" in labels and len(labels) == len(rhs) else 1
-        return 2.0 * out * _elements(rhs) / max(out_features, 1), moved
+        return convolution_flops(out, rhs, out_features), moved
     if op == "stablehlo.fft":
-        n = max(out, 2.0)
-        return 5.0 * n * math.log2(n), moved
-    if target is not None and _SOLVER.search(target) and shapes_in and len(shapes_in[0][0]) >= 2:
-        dims = shapes_in[0][0]
-        n = dims[-1]
-        return float(n**3 * _elements(dims[:-2])), moved
+        return fft_flops(out), moved
+    if is_solver(target) and shapes_in and len(shapes_in[0][0]) >= 2:
+        return solver_flops(shapes_in[0][0]), moved
     if op in ("stablehlo.reduce", "stablehlo.reduce_window"):
         return float(sum(_elements(dims) for dims, _ in shapes_in)), moved
     return out, moved
-
-
-def roofline_seconds(flops: float, bytes_moved: float, peak: Peak) -> float:
-    """The roofline time of one op: bound by arithmetic or by memory, whichever is slower."""
-    return max(flops / peak.flops, bytes_moved / peak.bandwidth)
 
 
 # -- kernels to rewrite and days ----------------------------------------------------------

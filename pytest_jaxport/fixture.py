@@ -353,23 +353,24 @@ class Jaxport:
 
     # -- runtime share --------------------------------------------------------------------------
 
-    def _roofline(self, platform: str) -> Callable[[OpSite], float]:
-        from pytest_jaxport.cost import DEFAULT_PEAKS, peak_from_target, roofline_seconds
+    def _roofline(self, platform: str) -> Callable[[OpSite, str], float]:
+        """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``)."""
+        from pytest_jaxport.cost import kernel_seconds, peak_for
 
-        peak = DEFAULT_PEAKS.get(platform, DEFAULT_PEAKS["cpu"])
-        if platform == "cuda" and self._compile.target_config:
-            described = peak_from_target(self._compile.target_config, source=self._compile.target)
-            peak = described or peak
+        peak = peak_for(
+            platform, target_config=self._compile.target_config, target=self._compile.target
+        )
 
-        def seconds(site: OpSite) -> float:
-            return roofline_seconds(site.flops, site.bytes, peak)
+        def seconds(site: OpSite, layer: str) -> float:
+            return kernel_seconds(site, layer, peak)
 
         return seconds
 
     def _runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
-        """Measured where the platform ran and profiling is on, else the roofline estimate."""
+        """Measured where the platform ran and profiling is on, else the estimate: from the
+        compiled census where there is one (XLA's kernels as they run), else the lowered."""
         from pytest_jaxport import lowering
-        from pytest_jaxport.cost import share_of
+        from pytest_jaxport.cost import estimated_share
 
         if execution is not None and self._profile:
             try:
@@ -378,34 +379,28 @@ class Jaxport:
                 measured = None  # the profiler is unavailable here: fall back to the estimate
             if measured is not None and measured.seconds > 0:
                 return measured
-        census = result.census
-        if census is None or not census.estimated_seconds:
-            return None
-        return share_of(census.estimated_seconds, "estimated")
+        for census in (result.compiled, result.census):
+            share = estimated_share(census) if census is not None else None
+            if share is not None:
+                return share
+        return None
 
     def _measured(self, platform: str, execution: Any) -> RuntimeShare:
         from pytest_jaxport import lowering
-        from pytest_jaxport.cost import share_of
+        from pytest_jaxport.cost import measured_share
         from pytest_jaxport.hlo import instruction_sites
-        from pytest_jaxport.targets import classify
+        from pytest_jaxport.targets import Classification, classify
 
         times = lowering.instruction_times(execution)
         sites = instruction_sites(lowering.compiled_text(execution.compiled))
         classifier = self._compiled_classifier
-        timed: list[tuple[str, str | None, float]] = []
-        for name, seconds in times.items():
-            site = sites.get(name)
-            if site is None:  # not in the module's text (e.g. a runtime copy): XLA's own
-                timed.append(("xla", None, seconds))
-                continue
-            target = site.target if site.op.endswith("custom_call") else None
-            found = (
-                classifier(platform, site.op, target)
-                if classifier is not None
-                else classify(platform, site.op, target, level="compiled")
-            )
-            timed.append((found.layer, found.library, seconds))
-        return share_of(timed, "measured")
+
+        def classify_op(op: str, target: str | None) -> Classification:
+            if classifier is not None:
+                return classifier(platform, op, target)
+            return classify(platform, op, target, level="compiled")
+
+        return measured_share(times, sites, classify_op)
 
     # -- the compiled level -------------------------------------------------------------------
 
@@ -535,7 +530,13 @@ class Jaxport:
             if cache is not None:
                 cache.put(key, program)
         classifier = self._compiled_classifier
-        census = take_census(program, platform, level="compiled", classifier=classifier)
+        census = take_census(
+            program,
+            platform,
+            level="compiled",
+            classifier=classifier,
+            seconds=self._roofline(platform),
+        )
         return _Compiled(census=self._relative(census))
 
     def _compare(

@@ -43,11 +43,19 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pytest_jaxport.census import OpSite, Program
+from pytest_jaxport.cost import (
+    convolution_flops,
+    dot_flops,
+    fft_flops,
+    is_solver,
+    solver_flops,
+)
 
 CALL_OP = "call"
 """The op name :mod:`census` follows into another computation (one of ``census.CALL_OPS``)."""
@@ -82,6 +90,7 @@ _SIGNIFICANT = re.compile(r'"(?:[^"\\]|\\.)*"|[(){}\[\],]')
 _METADATA_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
 _COMPUTATION_REF = re.compile(r"%?([^\s,{}%]+)")
 _TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_OPERAND = re.compile(r"%([^\s,()]+)")
 _OPENERS = {"(": ")", "{": "}", "[": "]"}
 
 
@@ -98,6 +107,10 @@ class _Instruction:
     name: str
     opcode: str
     attributes: Mapping[str, str]
+    shape: str = ""
+    """The result type as printed (``f32[64,512]{1,0}``, or a tuple of them)."""
+    operands: tuple[str, ...] = ()
+    """Operand instruction names, in order."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,8 +154,9 @@ def instruction_sites(text: str) -> dict[str, OpSite]:
     module = _parse_module(text, frames=False)
     sites: dict[str, OpSite] = {}
     for instructions in module.computations.values():
+        scope = _scope(instructions)
         for instruction in instructions:
-            for site in _instruction_sites(module, instruction, locate=False):
+            for site in _instruction_sites(module, instruction, scope, detail=False):
                 if site.op != CALL_OP:
                     sites.setdefault(instruction.name, site)
                     break
@@ -150,18 +164,30 @@ def instruction_sites(text: str) -> dict[str, OpSite]:
 
 
 def _sites(module: _Module, instructions: tuple[_Instruction, ...]) -> Iterator[OpSite]:
+    scope = _scope(instructions)
     for instruction in instructions:
-        yield from _instruction_sites(module, instruction)
+        yield from _instruction_sites(module, instruction, scope)
+
+
+def _scope(instructions: tuple[_Instruction, ...]) -> dict[str, _Instruction]:
+    """Each instruction of one computation by name (what its operands refer to)."""
+    return {instruction.name: instruction for instruction in instructions}
 
 
 def _instruction_sites(
-    module: _Module, instruction: _Instruction, *, locate: bool = True
+    module: _Module,
+    instruction: _Instruction,
+    scope: Mapping[str, _Instruction],
+    *,
+    detail: bool = True,
 ) -> Iterator[OpSite]:
+    """The op sites of one instruction; without ``detail``, no locations and no costs (what
+    the measured share needs: only what ran)."""
     opcode = instruction.opcode
     attributes = instruction.attributes
     if opcode in _FREE or opcode.endswith(("-done", "-update")):
         return
-    location = _location(module, attributes.get("metadata")) if locate else None
+    location = _location(module, attributes.get("metadata")) if detail else None
     if opcode == "async-start":
         for callee in _computation_refs(attributes.get("calls")):
             yield OpSite(op=CALL_OP, target=callee, location=location)
@@ -172,9 +198,10 @@ def _instruction_sites(
         return
     if opcode == "while":
         yield OpSite(op="hlo.while", location=location)
-        for key in ("condition", "body"):
+        trips = _trip_count(attributes)
+        for key, runs in (("condition", trips + 1), ("body", trips)):
             for callee in _computation_refs(attributes.get(key)):
-                yield OpSite(op=CALL_OP, target=callee, location=location)
+                yield OpSite(op=CALL_OP, target=callee, location=location, runs=max(runs, 1))
         return
     if opcode == "conditional":
         yield OpSite(op="hlo.conditional", location=location)
@@ -184,19 +211,26 @@ def _instruction_sites(
                 yield OpSite(op=CALL_OP, target=callee, location=location)
         return
     if opcode == "fusion":
-        yield from _fusion_sites(module, instruction, location)
+        yield from _fusion_sites(module, instruction, scope, location, detail=detail)
         return
+    flops, moved = _cost(module, instruction, scope) if detail else (0.0, 0.0)
     if opcode == "custom-call":
         target = _unquote(attributes.get("custom_call_target", '""'))
-        yield OpSite(op=CUSTOM_CALL_OP, target=target, location=location)
+        yield OpSite(op=CUSTOM_CALL_OP, target=target, location=location, flops=flops,
+                     bytes=moved)  # fmt: skip
         return
     if opcode.endswith("-start"):
         opcode = opcode.removesuffix("-start")
-    yield OpSite(op=_op_name(opcode), location=location)
+    yield OpSite(op=_op_name(opcode), location=location, flops=flops, bytes=moved)
 
 
 def _fusion_sites(
-    module: _Module, instruction: _Instruction, location: str | None
+    module: _Module,
+    instruction: _Instruction,
+    scope: Mapping[str, _Instruction],
+    location: str | None,
+    *,
+    detail: bool,
 ) -> Iterator[OpSite]:
     kind = _fusion_kind(instruction.attributes)
     name = kind.removeprefix("__custom_fusion$")
@@ -204,18 +238,24 @@ def _fusion_sites(
         # The fusion computes buffer offsets and hands them to the wrapped op: when that
         # op is a library call, the library call is the dispatch.
         fused = [
-            inner
+            (inner, _scope(computation))
             for callee in _computation_refs(instruction.attributes.get("calls"))
-            for inner in module.computations.get(callee, ())
+            for computation in (module.computations.get(callee, ()),)
+            for inner in computation
             if inner.opcode == "custom-call"
         ]
         if fused:
-            for inner in fused:
-                inner_location = _location(module, inner.attributes.get("metadata"))
+            for inner, inner_scope in fused:
+                inner_location = (
+                    _location(module, inner.attributes.get("metadata")) if detail else None
+                )
                 target = _unquote(inner.attributes.get("custom_call_target", '""'))
-                yield OpSite(op=CUSTOM_CALL_OP, target=target, location=inner_location or location)
+                flops, moved = _cost(module, inner, inner_scope) if detail else (0.0, 0.0)
+                yield OpSite(op=CUSTOM_CALL_OP, target=target, location=inner_location or location,
+                             flops=flops, bytes=moved)  # fmt: skip
             return
-    yield OpSite(op=f"{FUSION_OP}:{kind}", location=location)
+    flops, moved = _cost(module, instruction, scope) if detail else (0.0, 0.0)
+    yield OpSite(op=f"{FUSION_OP}:{kind}", location=location, flops=flops, bytes=moved)
 
 
 def _fusion_kind(attributes: Mapping[str, str]) -> str:
@@ -317,11 +357,195 @@ def _int_fields(raw: str) -> dict[str, int]:
     return {k: int(v) for k, v in _METADATA_FIELD.findall(raw) if v.lstrip("-").isdigit()}
 
 
+# --- costs -------------------------------------------------------------------------------
+#
+# What one dispatch computes and moves, for the runtime-share estimate. A fusion is one
+# kernel: it reads its operands and writes its result once, whatever it does in between, so
+# its bytes are its signature's, not the sum of its ops'. Two refinements make that what the
+# kernel really moves: an operand the fused code only slices or gathers from is read as the
+# slices, and a fusion that updates a buffer in place (a dynamic-update-slice root, as in a
+# scan's output) writes the update, not the buffer. Its flops are its fused ops' flops.
+
+_MOVES_NOTHING = frozenset(
+    {"broadcast", "reshape", "transpose", "copy", "slice", "dynamic-slice", "concatenate",
+     "pad", "iota", "gather", "dynamic-update-slice", "reverse", "copy-start"}
+) | _FREE  # fmt: skip
+"""Opcodes that move data without arithmetic (no flops)."""
+
+_READS_PART = frozenset({"slice", "dynamic-slice", "gather"})
+_ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([^\]]*)\]")
+_LHS_CONTRACTING = re.compile(r"lhs_contracting_dim[a-z]*\W+\{?\[?([0-9, \"]*)")
+_DIM_LABELS = re.compile(r"^[^_]*_([^-]*)->")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_ELEMENT_BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "bf16": 16, "f16": 16,
+                 "s16": 16, "u16": 16, "f32": 32, "s32": 32, "u32": 32, "f64": 64, "s64": 64,
+                 "u64": 64, "c64": 64, "c128": 128}  # fmt: skip
+
+
+def _arrays(shape: str) -> list[tuple[tuple[int, ...], int]]:
+    """Each array of a printed HLO shape: ``(dims, bits per element)``; tokens are empty."""
+    arrays = []
+    for element, dims in _ARRAY.findall(shape):
+        if element == "token":
+            continue
+        bits = _ELEMENT_BITS.get(element, 8 if element.startswith("f8") else 32)
+        sizes = tuple(int(d.removeprefix("<=")) for d in dims.split(",") if d.strip())
+        arrays.append((sizes, bits))
+    return arrays
+
+
+def _bytes(shape: str) -> float:
+    return sum(_count(dims) * bits / 8 for dims, bits in _arrays(shape))
+
+
+def _count(dims: tuple[int, ...]) -> float:
+    n = 1.0
+    for d in dims:
+        n *= d
+    return n
+
+
+def _dims(shape: str) -> tuple[int, ...]:
+    arrays = _arrays(shape)
+    return arrays[0][0] if arrays else ()
+
+
+def _trip_count(attributes: Mapping[str, str]) -> int:
+    """A while loop's known trip count (XLA records it in the backend config), else 1."""
+    found = _TRIP_COUNT.search(attributes.get("backend_config", ""))
+    return int(found.group(1)) if found else 1
+
+
+def _operand(instruction: _Instruction, scope: Mapping[str, _Instruction], i: int) -> str:
+    if i < len(instruction.operands):
+        found = scope.get(instruction.operands[i])
+        if found is not None:
+            return found.shape
+    return ""
+
+
+def _cost(
+    module: _Module, instruction: _Instruction, scope: Mapping[str, _Instruction]
+) -> tuple[float, float]:
+    """``(flops, bytes)`` of one dispatch."""
+    return _flops(module, instruction, scope, depth=0), _moved(module, instruction, scope)
+
+
+def _fused(module: _Module, instruction: _Instruction) -> tuple[_Instruction, ...]:
+    return tuple(
+        inner
+        for callee in _computation_refs(instruction.attributes.get("calls"))
+        for inner in module.computations.get(callee, ())
+    )
+
+
+def _moved(module: _Module, instruction: _Instruction, scope: Mapping[str, _Instruction]) -> float:
+    opcode = instruction.opcode
+    if opcode in _READS_PART:
+        return 2 * _bytes(instruction.shape)
+    if opcode == "dynamic-update-slice":
+        return 2 * _bytes(_operand(instruction, scope, 1))
+    operands = dict.fromkeys(instruction.operands)
+    if opcode != "fusion" or not (fused := _fused(module, instruction)):
+        return _bytes(instruction.shape) + sum(_bytes(_operand_shape(scope, o)) for o in operands)
+    inner = _scope(fused)
+    users: dict[str, list[_Instruction]] = {}
+    for op in fused:
+        for name in op.operands:
+            users.setdefault(name, []).append(op)
+    written = _bytes(instruction.shape)
+    read = 0.0
+    for op in fused:
+        if op.opcode != "parameter":
+            continue
+        uses = users.get(op.name, [])
+        if uses and all(u.opcode in _READS_PART and u.operands[:1] == (op.name,) for u in uses):
+            read += sum(_bytes(u.shape) for u in uses)
+        elif uses and all(
+            u.opcode == "dynamic-update-slice" and u.operands[:1] == (op.name,) for u in uses
+        ):
+            written = sum(_bytes(_operand(u, inner, 1)) for u in uses)  # in place
+        else:
+            read += _bytes(op.shape)
+    return read + written
+
+
+def _operand_shape(scope: Mapping[str, _Instruction], name: str) -> str:
+    found = scope.get(name)
+    return found.shape if found is not None else ""
+
+
+def _flops(
+    module: _Module, instruction: _Instruction, scope: Mapping[str, _Instruction], *, depth: int
+) -> float:
+    opcode = instruction.opcode
+    if opcode == "fusion":
+        if depth > 8:
+            return 0.0
+        fused = _fused(module, instruction)
+        inner = _scope(fused)
+        return sum(_flops(module, op, inner, depth=depth + 1) for op in fused)
+    if opcode in _MOVES_NOTHING:
+        return 0.0
+    outputs = sum(_count(dims) for dims, _ in _arrays(instruction.shape))
+    attributes = instruction.attributes
+    if opcode == "dot" or (opcode == "custom-call" and _is_gemm(attributes)):
+        lhs = _dims(_operand(instruction, scope, 0))
+        return dot_flops(_count(_dims(instruction.shape)), _contracted(attributes, lhs))
+    if opcode == "convolution" or (
+        opcode == "custom-call" and "conv" in attributes.get("custom_call_target", "")
+    ):
+        return _convolution_flops(instruction, scope)
+    if opcode == "fft":
+        return fft_flops(outputs)
+    if opcode == "sort":
+        n = _count(_dims(_operand(instruction, scope, 0)))
+        return n * max(math.log2(max(n, 2.0)), 1.0)
+    if opcode in ("reduce", "reduce-window", "reduce-scatter", "all-reduce"):
+        return _count(_dims(_operand(instruction, scope, 0)))
+    if opcode == "triangular-solve":
+        lhs, rhs = _dims(_operand(instruction, scope, 0)), _dims(_operand(instruction, scope, 1))
+        return _count(lhs) * (rhs[-1] if rhs else 1)
+    if opcode == "cholesky" or (
+        opcode == "custom-call" and is_solver(_unquote(attributes.get("custom_call_target", "")))
+    ):
+        dims = _dims(_operand(instruction, scope, 0))
+        return solver_flops(dims) if len(dims) >= 2 else outputs
+    return outputs
+
+
+def _is_gemm(attributes: Mapping[str, str]) -> bool:
+    target = attributes.get("custom_call_target", "")
+    return ("cublas" in target and "triangularSolve" not in target) or "matmul" in target
+
+
+def _contracted(attributes: Mapping[str, str], lhs: tuple[int, ...]) -> float:
+    raw = attributes.get("lhs_contracting_dims")
+    if raw is None:
+        found = _LHS_CONTRACTING.search(attributes.get("backend_config", ""))
+        raw = found.group(1) if found else ""
+    k = 1.0
+    for d in raw.replace('"', "").strip("{}").split(","):
+        if d.strip().isdigit() and int(d) < len(lhs):
+            k *= lhs[int(d)]
+    return k
+
+
+def _convolution_flops(instruction: _Instruction, scope: Mapping[str, _Instruction]) -> float:
+    out = _count(_dims(instruction.shape))
+    kernel = _dims(_operand(instruction, scope, 1))
+    labels = _DIM_LABELS.match(instruction.attributes.get("dim_labels", ""))
+    rhs = labels.group(1) if labels else ""
+    features = kernel[rhs.index("o")] if "o" in rhs and len(rhs) == len(kernel) else 1
+    return convolution_flops(out, kernel, features)
+
+
 # --- text scanning ----------------------------------------------------------------------
 
 
 def _parse_module(text: str, *, frames: bool = True) -> _Module:
-    """Computations and (with ``frames``) the stack-frame tables locations are read from."""
+    """Computations and (with ``frames``) the stack-frame tables locations are read from, and
+    the shapes and operands costs are read from."""
     tables: dict[str, dict[int, str]] = {}
     computations: dict[str, tuple[_Instruction, ...]] = {}
     entry: str | None = None
@@ -334,7 +558,7 @@ def _parse_module(text: str, *, frames: bool = True) -> _Module:
                 computations[current_name] = tuple(current)
                 current = None
             else:
-                instruction = _parse_instruction(line)
+                instruction = _parse_instruction(line, shapes=frames)
                 if instruction is not None:
                     current.append(instruction)
             continue
@@ -362,7 +586,7 @@ def _parse_module(text: str, *, frames: bool = True) -> _Module:
     return _Module(entry=entry, computations=computations, frames=resolved)
 
 
-def _parse_instruction(line: str) -> _Instruction | None:
+def _parse_instruction(line: str, *, shapes: bool = True) -> _Instruction | None:
     head = _INSTRUCTION.match(line)
     if head is None:
         return None
@@ -382,7 +606,11 @@ def _parse_instruction(line: str) -> _Instruction | None:
         if sep:
             attributes[key.strip()] = value.strip()
     return _Instruction(
-        name=head.group("name"), opcode=opcode.group("opcode"), attributes=attributes
+        name=head.group("name"),
+        opcode=opcode.group("opcode"),
+        attributes=attributes,
+        shape=line[head.end() : position].strip() if shapes else "",
+        operands=tuple(_OPERAND.findall(line, opcode.end(), operands_end - 1)) if shapes else (),
     )
 
 

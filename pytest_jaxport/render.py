@@ -370,9 +370,9 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
 
 
 def share_line(row: Any) -> str:
-    """``cuda  xla  74%  vendor  25%  custom   1%  [estimated (roofline)]  cublas 6%, ...``."""
+    """``cuda  xla  74%  vendor  25%  custom   1%  [ESTIMATED ±37]  cublas 6%, ...``."""
     layers = "  ".join(f"{layer} {pct(row.layers[layer]):>4}" for layer in SHARE_LAYERS)
-    label = row.label.replace("estimated", "ESTIMATED", 1)  # an estimate must stand out here
+    label = (row.short or row.label).replace("estimated", "ESTIMATED", 1)  # it must stand out
     text = f"{row.platform:<5} {layers}  [{label}]"
     libraries = [f"{lib} {pct(f)}" for lib, f in row.libraries]
     if libraries:
@@ -403,6 +403,12 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     if view.shares:
         lines += ["", "1. runtime share (suite, time-weighted):"]
         lines += [f"   {share_line(row)}" for row in view.shares]
+        labels = dict.fromkeys(
+            (r.short, r.label) for r in view.shares if r.short and r.short != r.label
+        )
+        for short, label in labels:  # each abbreviated basis spelled out once
+            lines += wrap(f"[{short.replace('estimated', 'ESTIMATED', 1)}]: {label}",
+                          indent="   ", hang="     ")  # fmt: skip
     if view.targets:
         counts = ", ".join(
             f"{t.target} {number(t.kernels) if t.kernels is not None else '-'}"

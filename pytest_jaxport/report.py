@@ -118,8 +118,8 @@ class PlatformProbe:
     what_if_no_vendor: Census | None = None
     """The compiled census with vendor libraries disabled (``what_if_no_vendor = true``)."""
     runtime_share: RuntimeShare | None = None
-    """Where the time goes: measured where this platform ran and was profiled, else a
-    roofline estimate from the lowered program's shapes."""
+    """Where the time goes: measured where this platform ran and was profiled, else an
+    estimate from the compiled program where there is one, else from the lowered one."""
 
     @property
     def lowered(self) -> bool:

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pytest_jaxport.budget import Violation
 from pytest_jaxport.census import Census
-from pytest_jaxport.cost import SHARE_LAYERS
+from pytest_jaxport.cost import SHARE_LAYERS, share_basis, share_basis_short
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.hotspots import Hotspot, hotspots, reaches_of_tests
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_state
@@ -300,6 +300,8 @@ class ShareRow:
     layers: Mapping[str, float]
     libraries: tuple[tuple[str, float], ...] = ()
     seconds: float | None = None
+    short: str = ""
+    """``label`` in a few words (``estimated ±37``), where a line has no room for it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -968,8 +970,10 @@ def totals_of(summary: Mapping[str, Any]) -> TotalsTable:
 
 
 def share_label(share: Mapping[str, Any]) -> str:
-    """How a runtime share's numbers were obtained, as every format labels them."""
-    return "measured" if share.get("basis") == "measured" else "estimated (roofline)"
+    """How a runtime share's numbers were obtained, as every format labels them: measured
+    (over how many checks, and what was left out) or estimated (from which program, with
+    the estimate's measured error band): :func:`pytest_jaxport.cost.share_basis`."""
+    return share_basis(share)
 
 
 def share_row(platform: str, share: Mapping[str, Any]) -> ShareRow:
@@ -978,6 +982,7 @@ def share_row(platform: str, share: Mapping[str, Any]) -> ShareRow:
         platform=platform,
         basis="measured" if share.get("basis") == "measured" else "estimated",
         label=share_label(share),
+        short=share_basis_short(share),
         layers=layers,
         libraries=tuple(
             (str(lib), _num(f) or 0.0)

@@ -239,7 +239,7 @@ def test_a_site_with_a_count_weighs_like_that_many_sites() -> None:
     grouped = Program(entry="main", functions={"main": (replace(dot, count=3),)})
     spelled_out = Program(entry="main", functions={"main": (dot, dot, dot)})
 
-    def seconds(site: OpSite) -> float:
+    def seconds(site: OpSite, layer: str) -> float:
         return site.flops + site.bytes
 
     census = take_census(grouped, "cuda", seconds=seconds)

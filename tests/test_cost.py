@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_jaxport.census import Census, Kernel, SourceLocation
+from pytest_jaxport.census import Census, Kernel, OpSite, SourceLocation
 from pytest_jaxport.cost import (
     DEFAULT_PEAKS,
+    ESTIMATE_ERROR,
+    Calibration,
     CostModel,
+    Peak,
     RuntimeShare,
     combine,
     estimate,
+    estimated_share,
+    kernel_seconds,
+    peak_for,
     peak_from_target,
     rewrite_items,
-    roofline_seconds,
+    share_basis,
     share_of,
 )
 from pytest_jaxport.profile import Event, measure, self_times
@@ -49,18 +56,38 @@ def test_share_sums_to_one_and_leaves_meta_out() -> None:
     assert RuntimeShare.from_dict(share.to_dict()) == share
 
 
-def test_combine_weights_by_time_and_basis() -> None:
-    fast = share_of([("xla", None, 1.0)], "measured")
+def test_combine_weights_by_time() -> None:
+    fast = share_of([("xla", None, 1.0)], "estimated")
     slow = share_of([("vendor", "cublas", 3.0)], "estimated")
     total = combine([fast, slow])
     assert total is not None
     assert total.layers["vendor"] == pytest.approx(0.75)
     assert total.libraries == {"cublas": pytest.approx(0.75)}
-    assert total.basis == "estimated"
-    measured = combine([fast, fast])
+    assert (total.basis, total.checks, total.left_out) == ("estimated", 2, 0)
+    measured = combine([share_of([("xla", None, 1.0)], "measured")] * 2)
     assert measured is not None
-    assert measured.basis == "measured"
+    assert (measured.basis, measured.checks) == ("measured", 2)
     assert combine([]) is None
+
+
+def test_a_measured_total_leaves_the_estimated_checks_out_and_says_so() -> None:
+    measured = share_of([("xla", None, 1.0), ("vendor", "lapack", 1.0)], "measured")
+    estimated = replace(
+        share_of([("vendor", "cublas", 50.0)], "estimated"),
+        estimated_from="lowered",
+        error_points=38.0,
+    )
+    total = combine([measured, estimated, measured])
+    assert total is not None
+    # The estimate's seconds are a model's: they never outweigh the measured checks.
+    assert total.basis == "measured"
+    assert total.layers["vendor"] == pytest.approx(0.5)
+    assert (total.checks, total.left_out) == (2, 1)
+    assert total.left_out_share is not None
+    assert total.left_out_share.layers["vendor"] == pytest.approx(1.0)
+    assert total.left_out_share.error_points == 38.0
+    assert RuntimeShare.from_dict(total.to_dict()) == total
+    assert "left_out" not in measured.to_dict()  # new keys are optional, absent when unset
 
 
 def test_peak_from_shipped_h100_description() -> None:
@@ -72,10 +99,70 @@ def test_peak_from_shipped_h100_description() -> None:
     assert peak_from_target("core_count: 3", source="x") is None
 
 
-def test_roofline_is_bound_by_the_slower_resource() -> None:
-    peak = DEFAULT_PEAKS["cuda"]
-    assert roofline_seconds(peak.flops, 0.0, peak) == pytest.approx(1.0)
-    assert roofline_seconds(0.0, peak.bandwidth * 2, peak) == pytest.approx(2.0)
+def test_a_kernel_costs_its_fixed_costs_plus_the_slower_of_arithmetic_and_memory() -> None:
+    peak = Peak(flops=10.0, bandwidth=2.0, launch=1.0, library_call=5.0, source="test")
+    calibration = Calibration(solver=0.5, fft=0.25, source="test")
+
+    def seconds(op: str, layer: str, target: str | None = None, **cost: float) -> float:
+        return kernel_seconds(OpSite(op=op, target=target, **cost), layer, peak, calibration)
+
+    assert seconds("hlo.fusion:kLoop", "xla", flops=100.0, bytes=4.0) == 1.0 + 10.0
+    assert seconds("hlo.fusion:kLoop", "xla", flops=2.0, bytes=40.0) == 1.0 + 20.0
+    assert seconds("hlo.dot", "vendor", flops=100.0) == 1.0 + 5.0 + 10.0
+    assert seconds("hlo.custom_call", "vendor", "lapack_sgetrf_ffi", flops=100.0) == 26.0
+    assert seconds("hlo.fft", "vendor", flops=100.0) == 1.0 + 5.0 + 40.0
+    # A lowered element-wise op is fused with its neighbours: a quarter of a kernel.
+    assert seconds("stablehlo.add", "xla", flops=10.0, bytes=4.0) == 0.25 * (1.0 + 2.0)
+    assert seconds("stablehlo.dot_general", "vendor", flops=10.0) == 7.0
+    assert seconds("stablehlo.constant", "xla", flops=10.0) == 0.0
+
+
+def test_every_renderer_says_what_a_share_rests_on() -> None:
+    estimated = {"basis": "estimated", "estimated_from": "compiled", "error_points": 9.6}
+    assert share_basis(estimated) == (
+        "estimated (roofline from the compiled program, ±10 points on the fidelity corpus)"
+    )
+    assert share_basis({"basis": "estimated"}) == "estimated (roofline)"  # an older report
+    assert share_basis({"basis": "measured", "checks": 3}) == "measured"
+    assert share_basis({"basis": "measured", "checks": 3, "left_out": 2}) == (
+        "measured over 3 of 5 checks (2 not measured, left out)"
+    )
+    from pytest_jaxport import html_report, view
+
+    row = view.share_row("cuda", estimated)
+    assert row.label == share_basis(estimated)  # every format's label
+    assert row.short == "estimated ±10"  # the terminal's, spelled out once in a note
+    badge = html_report._badge(row)
+    assert badge.startswith('<span class="badge estimated">estimated (roofline')
+    assert "±10 points on the fidelity corpus" in badge
+
+
+def test_cuda_peak_comes_from_the_gpu_description_and_others_from_their_defaults() -> None:
+    a100 = (TARGETS / "a100.txtpb").read_text()
+    described = peak_for("cuda", target_config=a100, target="a100")
+    assert described.flops < DEFAULT_PEAKS["cuda"].flops  # an A100 is slower than an H100
+    assert described.launch == DEFAULT_PEAKS["cuda"].launch
+    assert "a100" in described.source
+    assert peak_for("cuda") == DEFAULT_PEAKS["cuda"]
+    assert peak_for("rocm", target_config=a100) == DEFAULT_PEAKS["rocm"]
+    assert peak_for("metal") == DEFAULT_PEAKS["cpu"]
+
+
+def test_an_estimated_share_names_its_census_level_and_measured_error() -> None:
+    compiled = Census(
+        platform="cuda",
+        level="compiled",
+        estimated_seconds=(("xla", None, 1.0), ("vendor", "cublas", 3.0)),
+    )
+    share = estimated_share(compiled)
+    assert share is not None
+    assert (share.basis, share.estimated_from) == ("estimated", "compiled")
+    assert share.error_points == ESTIMATE_ERROR["compiled"].points
+    assert share.layers["vendor"] == pytest.approx(0.75)
+    lowered = estimated_share(replace(compiled, level="lowered"))
+    assert lowered is not None
+    assert lowered.error_points == ESTIMATE_ERROR["lowered"].points
+    assert estimated_share(Census(platform="cuda")) is None
 
 
 def test_rewrite_items_per_target() -> None:

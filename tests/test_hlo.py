@@ -411,3 +411,91 @@ def test_compiled_rules_never_change_a_lowered_answer() -> None:
             assert classify(platform, op, target) == classify(
                 platform, op, target, rules=lowered_only
             )
+
+
+# --- what each dispatch computes and moves (the runtime-share estimate's input) ------------
+
+
+def only(prog: Program, op: str) -> OpSite:
+    [site] = [s for s in all_sites(prog) if s.op == op]
+    return site
+
+
+def cpu_program(fn, *args) -> Program:  # type: ignore[no-untyped-def]
+    import jax
+
+    return parse_compiled_hlo(jax.jit(fn).lower(*args).compile().as_text())
+
+
+def test_a_library_gemm_costs_2mnk_flops_and_its_operands_and_result_in_bytes() -> None:
+    cublas = only(program("cuda_matmul_cublas"), "hlo.custom_call")
+    assert cublas.flops == 2 * 256**3
+    # a, b and the result (f32), plus the cuBLAS workspace the call returns.
+    assert cublas.bytes == 3 * 256 * 256 * 4 + 4194304
+    [ynn] = [s for s in all_sites(program("cpu_matmul")) if "ynn" in s.op]
+    assert ynn.flops > 0
+
+
+def test_a_cudnn_convolution_costs_its_multiply_adds() -> None:
+    conv = only(program("cuda_conv"), "hlo.custom_call")
+    # output 8x32x32x32, a 3x3 kernel over 16 input features: 2 flops per multiply-add.
+    assert conv.flops == pytest.approx(2 * 8 * 32 * 32 * 32 * 3 * 3 * 16, rel=0.5)
+
+
+def test_a_fusion_moves_its_operands_and_result_once_not_each_ops_traffic() -> None:
+    import jax.numpy as jnp
+
+    x = jnp.ones((512, 512))
+    prog = cpu_program(lambda x: jnp.tanh(x * 2.0 + 1.0) * x - 3.0, x)
+    [fusion] = [s for s in all_sites(prog) if s.op.startswith("hlo.fusion")]
+    assert fusion.bytes == 2 * 512 * 512 * 4  # read x once, write the result once
+    assert fusion.flops >= 4 * 512 * 512  # one per element per fused op
+
+
+def test_a_gather_reads_the_rows_it_takes_not_the_whole_table() -> None:
+    import jax.numpy as jnp
+    import numpy as np
+
+    table = jnp.ones((65536, 64))
+    ids = jnp.asarray(np.arange(16, dtype=np.int32))
+    prog = cpu_program(lambda t, i: t[i] * 2.0, table, ids)
+    moved = sum(s.bytes for s in all_sites(prog))
+    assert 0 < moved < table.size * 4 / 100  # the 16 rows, not the 16 MiB table
+
+
+def test_a_loop_body_runs_its_known_trip_count_in_time_but_counts_once() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def scan(n: int):  # type: ignore[no-untyped-def]
+        def f(w, xs):  # type: ignore[no-untyped-def]
+            return jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), None), xs[0], xs)[0]
+
+        return cpu_program(f, jnp.ones((64, 64)), jnp.ones((n, 8, 64)))
+
+    def seconds(site: OpSite, layer: str) -> float:
+        return site.flops + site.bytes + 1.0
+
+    short, long = scan(5), scan(20)
+    bodies = [s.runs for s in all_sites(long) if s.op == CALL_OP]
+    assert sorted(set(bodies) & {20, 21}) == [20, 21]  # body and condition
+    a = take_census(short, "cpu", level="compiled", classifier=compiled, seconds=seconds)
+    b = take_census(long, "cpu", level="compiled", classifier=compiled, seconds=seconds)
+    assert (a.vendor, a.xla_ops) == (b.vendor, b.xla_ops)
+    time_a = sum(t for _, _, t in a.estimated_seconds)
+    time_b = sum(t for _, _, t in b.estimated_seconds)
+    assert 3.0 < time_b / time_a < 4.5  # 4x the iterations, plus the same fixed part
+
+
+def test_an_in_place_update_writes_the_slice_not_the_buffer() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def f(buf, row, i):  # type: ignore[no-untyped-def]
+        return jax.lax.dynamic_update_slice(buf, row * 2.0, (i, 0))
+
+    buf = jnp.ones((4096, 256))
+    lowered = jax.jit(f, donate_argnums=0).lower(buf, jnp.ones((1, 256)), 3)
+    prog = parse_compiled_hlo(lowered.compile().as_text())
+    moved = sum(s.bytes for s in all_sites(prog))
+    assert 0 < moved < buf.size * 4 / 10

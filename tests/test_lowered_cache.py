@@ -143,7 +143,7 @@ def test_cached_program_keeps_costs_and_census(tmp_path: Any) -> None:
     cached = cache.get(key)
     assert cached == program
 
-    def seconds(site: OpSite) -> float:
+    def seconds(site: OpSite, layer: str) -> float:
         return site.flops + site.bytes
 
     fresh = take_census(program, "cuda", seconds=seconds)

@@ -221,7 +221,7 @@ def text_numbers(text: str) -> dict[str, Any]:
     shares = {}
     at = lines.index("1. runtime share (suite, time-weighted):")
     for line in lines[at + 1 :]:
-        if not line.startswith("   "):
+        if not line.startswith("   ") or line.startswith("   ["):  # the basis notes follow
             break
         platform = line.split()[0]
         shares[platform] = dict(re.findall(r"(xla|vendor|custom) +([<\d.]+%)", line))
