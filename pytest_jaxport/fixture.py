@@ -166,11 +166,13 @@ class Jaxport:
                 usage = f"jaxport.check({check_name!r}): {e}"
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
-        value = self._probe(check_name, fn, args, kwargs, lowering.trace(fn, args, kwargs))
+        gpus = {"cuda": self._compile.gpu_kind} if self._compile.gpu_kind else None
+        traced = lowering.trace(fn, args, kwargs, gpus=gpus)
+        value = self._probe(check_name, fn, args, kwargs, traced)
         for variant in variants:
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
-                variant, variant.args, {}, lowering.trace_variant(variant),
+                variant, variant.args, {}, lowering.trace_variant(variant, gpus=gpus),
                 variant_of=check_name, transform=variant.transform,
             )  # fmt: skip
         return value
@@ -231,6 +233,7 @@ class Jaxport:
                     program = lowering.read_program(lowered)
                     lowered_for[platform] = lowered
                     self._cache_program(keys.get(platform), program)
+                lowering.refuse_unrunnable(program, platform)
                 programs[platform] = program
                 census = self._relative(
                     take_census(
@@ -241,9 +244,7 @@ class Jaxport:
                     )
                 )
             except lowering.LoweringFailure as e:
-                results[platform] = PlatformProbe(
-                    platform=platform, present=platform in present, error=str(e)
-                )
+                results[platform] = _failed_to_lower(platform, present, str(e))
                 lowered_for.pop(platform, None)
                 continue
             results[platform] = PlatformProbe(
@@ -284,6 +285,7 @@ class Jaxport:
         if transform is not None:
             probe = replace(probe, variant_of=variant_of, transform=transform)
             self._warn_findings(probe)
+        _warn_unverified(probe)
         self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
@@ -301,6 +303,8 @@ class Jaxport:
         if parts is None:
             return None
         jaxpr, sources, settings = parts
+        if platform == "cuda":  # the GPU a trace describes where JAX asks (Pallas, jax 0.11+)
+            settings += f"\ndescribed GPU: {self._compile.gpu_kind}"
         return lowered_key(
             jaxpr=jaxpr,
             sources=sources,
@@ -608,6 +612,37 @@ class Jaxport:
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
         file = _relative_file(location.file, self._rootdir)
         return location if file is None else SourceLocation(file=file, line=location.line)
+
+
+def _failed_to_lower(platform: str, present: tuple[str, ...], error: str) -> PlatformProbe:
+    """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
+    hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
+    from pytest_jaxport.jax_adapters import jax_release, needs_hardware
+
+    hardware = needs_hardware(error) if platform not in present else None
+    if hardware is not None:
+        error = f"not lowerable here on jax {jax_release()}: needs a {hardware} ({error})"
+    return PlatformProbe(
+        platform=platform,
+        present=platform in present,
+        error=error,
+        needs_hardware=hardware,
+    )
+
+
+def _warn_unverified(probe: Probe) -> None:
+    """Say which platforms' budgets (``must_lower`` included) could not be checked here:
+    neither a pass nor a failure, so never silent (warnings as errors make it a failure)."""
+    unknown = [f"{p}: {r.error}" for p, r in probe.platforms.items() if r.needs_hardware]
+    if unknown:
+        warnings.warn(
+            JaxportWarning(
+                f"check {probe.name!r}: {'; '.join(unknown)}; its budgets for "
+                f"{', '.join(p for p, r in probe.platforms.items() if r.needs_hardware)} are "
+                "unverified on this machine (run it where that hardware is present)"
+            ),
+            stacklevel=4,
+        )
 
 
 class _KeyParts:
