@@ -95,9 +95,9 @@ def cuda_plugin_problem() -> str | None:
         if not present:
             return (
                 "compiling for cuda without a GPU needs the jax CUDA plugin, which is not "
-                f"installed; install it at your jaxlib version ({jaxlib_version}): {install} "
-                "(no nvidia-* wheels needed) and run with JAX_PLATFORMS=cpu where no GPU is "
-                "present"
+                f'installed; pip install "pytest-jaxport[cuda]" installs it at your jax '
+                f"version (or: {install}; no nvidia-* wheels needed), and run with "
+                "JAX_PLATFORMS=cpu where no GPU is present"
             )
         plugin, pjrt = present[major]
         return (

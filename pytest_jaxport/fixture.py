@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -205,6 +206,10 @@ class Jaxport:
         from pytest_jaxport import lowering
 
         present = lowering.present_platforms()
+        frame = sys._getframe(2)  # the line that called check() (check -> _probe)
+        caller = self._relative_location(
+            SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
+        )
         results: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
         programs: dict[str, Program] = {}
@@ -241,7 +246,8 @@ class Jaxport:
                         platform,
                         classifier=self._classifier,
                         seconds=self._roofline(platform),
-                    )
+                    ),
+                    caller,
                 )
             except lowering.LoweringFailure as e:
                 results[platform] = _failed_to_lower(platform, present, str(e))
@@ -602,7 +608,16 @@ class Jaxport:
             n += 1
         return f"{name}#{n}"
 
-    def _relative(self, census: Census) -> Census:
+    def _relative(self, census: Census, caller: SourceLocation | None = None) -> Census:
+        """``census`` with its kernels' files relative to the rootdir. Where no kernel has a
+        location at all (jax 0.9 lowers a jitted library function checked directly, such as
+        ``jnp.linalg.solve``, with name-only locations), they are the ``caller``'s: the check
+        call, as other releases' tracebacks say."""
+        if caller is not None and not any(k.location for k in census.kernels):
+            return replace(
+                census,
+                kernels=tuple(replace(k, location=caller) for k in census.kernels),
+            )
         kernels = tuple(
             k if k.location is None else replace(k, location=self._relative_location(k.location))
             for k in census.kernels
