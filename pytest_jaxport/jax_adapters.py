@@ -74,7 +74,8 @@ def gpu_description(platform: str, device_kind: str | None = None) -> Any | None
     device = abstract_device(
         device_kind=device_kind or DESCRIBED_GPUS[platform], num_cores=None, platform=platform
     )
-    mesh = jax.sharding.AbstractMesh((1,), ("jaxport",), abstract_device=device)
+    abstract_mesh: Any = jax.sharding.AbstractMesh  # typed without abstract_device before 0.7
+    mesh = abstract_mesh((1,), ("jaxport",), abstract_device=device)
     return use_abstract_mesh(mesh)
 
 

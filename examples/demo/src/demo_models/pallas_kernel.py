@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,30 +38,40 @@ def _bias_gelu_kernel(x_ref, b_ref, o_ref):  # type: ignore[no-untyped-def]
     o_ref[...] = _gelu(x_ref[...] + b_ref[...])
 
 
-def _mosaic_gpu_bias_gelu(x: jax.Array, bias: jax.Array) -> jax.Array:
-    kernel = plgpu.kernel(_bias_gelu_kernel, **{_OUT_TYPE: jax.ShapeDtypeStruct(x.shape, x.dtype)})
-    return kernel(x, jnp.broadcast_to(bias, x.shape))  # Mosaic GPU does not broadcast in-kernel
-
-
-def _pallas_bias_gelu(x: jax.Array, bias: jax.Array, *, compiler_params: object) -> jax.Array:
-    return pl.pallas_call(
-        _bias_gelu_kernel,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        compiler_params=compiler_params,
-    )(x, bias.reshape(1, -1))
-
-
 def bias_gelu_reference(x: jax.Array, bias: jax.Array) -> jax.Array:
     """The portable fallback: what every other backend runs."""
     return _gelu(x + bias)
 
 
+Backend = Callable[[jax.ShapeDtypeStruct], Callable[..., jax.Array]]
+"""Builds the kernel for an output type: ``backend(out)(x, bias)``."""
+
+
+def _mosaic_gpu(out: jax.ShapeDtypeStruct) -> Callable[..., jax.Array]:
+    return plgpu.kernel(_bias_gelu_kernel, **{_OUT_TYPE: out})
+
+
+def _pallas_call(compiler_params: object) -> Backend:
+    def build(out: jax.ShapeDtypeStruct) -> Callable[..., jax.Array]:
+        return pl.pallas_call(_bias_gelu_kernel, out_shape=out, compiler_params=compiler_params)
+
+    return build
+
+
 if jax.__version_info__ >= (0, 7):
-    _CUDA_KERNEL = _mosaic_gpu_bias_gelu
+    _CUDA_BACKEND: Backend = _mosaic_gpu
 else:
     from jax.experimental.pallas import triton as pltriton
 
-    _CUDA_KERNEL = functools.partial(_pallas_bias_gelu, compiler_params=pltriton.CompilerParams())
+    _CUDA_BACKEND = _pallas_call(pltriton.CompilerParams())
+
+
+def _pallas_bias_gelu(x: jax.Array, bias: jax.Array, *, backend: Backend) -> jax.Array:
+    kernel = backend(jax.ShapeDtypeStruct(x.shape, x.dtype))
+    # One call site for every backend: each platform's kernel is reported at this line, so
+    # the report sees the tpu kernel as the cuda kernel's counterpart (not a rewrite). The
+    # bias is broadcast first: Mosaic GPU does not broadcast inside a kernel.
+    return kernel(x, jnp.broadcast_to(bias, x.shape))
 
 
 def fused_bias_gelu(x: jax.Array, bias: jax.Array) -> jax.Array:
@@ -68,7 +79,7 @@ def fused_bias_gelu(x: jax.Array, bias: jax.Array) -> jax.Array:
     return jax.lax.platform_dependent(
         x,
         bias,
-        cuda=_CUDA_KERNEL,
-        tpu=functools.partial(_pallas_bias_gelu, compiler_params=pltpu.CompilerParams()),
+        cuda=functools.partial(_pallas_bias_gelu, backend=_CUDA_BACKEND),
+        tpu=functools.partial(_pallas_bias_gelu, backend=_pallas_call(pltpu.CompilerParams())),
         default=bias_gelu_reference,
     )
