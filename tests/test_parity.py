@@ -9,8 +9,10 @@ every entry must say why and be listed in ``docs/compatibility.md``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pytest
 from parity_corpus import (
     PLATFORMS,
@@ -26,6 +28,14 @@ from pytest_jaxport.jax_adapters import jax_release
 
 COMPATIBILITY = Path(__file__).resolve().parent.parent / "docs" / "compatibility.md"
 RECORD = load()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_jax_caches() -> Iterator[None]:
+    """The corpus lowers library functions other tests lower too (``jnp.linalg.eigh``...):
+    JAX's caches would hand those tests lowerings located in this corpus."""
+    yield
+    jax.clear_caches()
 
 
 def test_the_record_covers_the_corpus_and_explains_every_change() -> None:
