@@ -84,8 +84,10 @@ def gpu_description(platform: str, device_kind: str | None = None) -> Any | None
 _NEEDS_GPU = (
     # Pallas GPU lowering (jax >= 0.11) asking for a GPU it cannot find or was not described.
     "No supported GPU devices found",
-    # cuDNN fused attention (every supported release) asks the CUDA plugin for cuDNN's version.
+    # cuDNN fused attention (every supported release) asks for cuDNN's version: without the
+    # CUDA plugin, and with it but without cuDNN's libraries.
     "cuDNN is not detected",
+    "cuDNN not found",
     # jaxlib's GPU linear algebra (eig) asks cuSOLVER for its version while lowering.
     "cusolverGetVersion",
 )

@@ -209,6 +209,33 @@ def test_a_gpu_this_jax_knows_is_described_and_counted(pytester: pytest.Pytester
     assert "JaxportWarning" not in result.stdout.str()
 
 
+def test_eig_with_the_cuda_plugin_needs_a_gpu(pytester: pytest.Pytester) -> None:
+    """With the CUDA plugin installed (the deviceless leg), JAX's cuda lowering of ``eig``
+    asks cuSOLVER for its version: unknown here, not a failure of the code."""
+    from pytest_jaxport.deviceless import cuda_plugin_problem
+
+    problem = cuda_plugin_problem()
+    if problem is not None:
+        pytest.skip(f"needs the CUDA plugin: {problem}")
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda"]\n')
+    pytester.makepyfile(
+        test_eig="""
+        import jax.numpy as jnp, pytest
+
+        @pytest.mark.portable(must_lower=["cpu", "cuda"])
+        def test_eig(jaxport):
+            jaxport.check(lambda a: jnp.linalg.eig(a)[0].real, jnp.eye(3))
+        """
+    )
+    result = pytester.runpytest_subprocess("--jaxport-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    cuda = json.loads((pytester.path / "r.json").read_text())["tests"][0]["checks"][0]
+    cuda = cuda["platforms"]["cuda"]
+    assert cuda["needs_hardware"] == "GPU"
+    assert "cusolverGetVersion" in cuda["error"]
+    result.stdout.fnmatch_lines(["*its budgets for cuda are unverified on this machine*"])
+
+
 # -- an optional package JAX imports without declaring it -----------------------------------------
 
 _WITHOUT_ABSL = """
