@@ -1,10 +1,10 @@
 """Adapters for JAX: what differs between the supported releases, and JAX's private APIs.
 
-pytest-jaxport supports jax 0.6.2 to 0.12 (``docs/compatibility.md``). Every place where the
-plugin needs an API that changed between those releases, or one that only JAX's private
-modules (``jax._src``) offer, goes through one function here, which says which releases do
-what. Code elsewhere calls these functions and never tests versions itself, so a new JAX
-release is supported by changing this module and ``docs/compatibility.md``.
+pytest-jaxport supports jax 0.6.2 to 0.12 (``docs/compatibility.md``). Where the plugin needs
+an API that changed between those releases, or one only JAX's private modules (``jax._src``)
+offer, it goes through a function here that says which releases do what, so a new JAX
+release is supported by changing this module and ``docs/compatibility.md``. (Older private
+uses not yet moved here: ``deviceless``'s backend checks, ``lowering``'s jaxpr replay.)
 
 JAX is imported inside functions only (importing the plugin never imports JAX).
 
@@ -14,8 +14,6 @@ JAX is imported inside functions only (importing the plugin never imports JAX).
 from __future__ import annotations
 
 import contextlib
-import functools
-import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -26,14 +24,6 @@ DESCRIBED_GPUS: dict[str, str] = {"cuda": "NVIDIA H100", "rocm": "gfx942"}
 """The GPU a trace describes, per platform, where a lowering rule asks which GPU it lowers
 for and none is present: an H100 for cuda, an MI300 (``gfx942``) for rocm. JAX accepts only
 device kinds it knows (its Pallas ``GpuVersion`` names, or a ``gfx`` architecture)."""
-
-
-@functools.cache
-def jax_version() -> tuple[int, ...]:
-    """The installed jax's release as numbers (``(0, 12, 0, 1)``)."""
-    from importlib.metadata import version
-
-    return tuple(int(part) for part in re.findall(r"\d+", version("jax"))[:4])
 
 
 def jax_release() -> str:
