@@ -6,8 +6,8 @@ A file-free profiler session around a few runs, after a warm-up, gives each inst
 self time; ``while`` thunks contain the events of their bodies on the same thread, so nested
 time is subtracted from the parent (never counted twice).
 
-Only this module, ``lowering.py`` and ``jax_adapters.py`` import JAX, and only inside functions;
-the profiler's private API is reached through :mod:`pytest_jaxport.jax_adapters`.
+JAX is reached only inside functions, through :mod:`pytest_jaxport.jax_adapters` (the
+profiler's private API, and reading its events safely on every supported release).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
