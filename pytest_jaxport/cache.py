@@ -181,6 +181,9 @@ class CompileSettings:
     """The GPU description's name or path, as reports show it."""
     target_config: str = ""
     """Its text; compiled against where cuda is compiled with no GPU present."""
+    gpu_kind: str = ""
+    """Its device kind (``NVIDIA H100 80GB HBM3``): the GPU a trace describes for cuda where
+    JAX asks which GPU it lowers for (Pallas on jax 0.11+); empty for JAX's default."""
     what_if_no_vendor: bool = False
     cache: CompiledCache | None = None
     lowered_cache: CompiledCache | None = None

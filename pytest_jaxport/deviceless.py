@@ -58,6 +58,11 @@ def load_target(name_or_path: str) -> str:
     return text
 
 
+def device_kind(target_config: str) -> str:
+    """The device kind a GPU description names (its ``device_description_str``), or ``""``."""
+    return _first_value(target_config, "device_description_str") or ""
+
+
 def _installed(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -90,9 +95,9 @@ def cuda_plugin_problem() -> str | None:
         if not present:
             return (
                 "compiling for cuda without a GPU needs the jax CUDA plugin, which is not "
-                f"installed; install it at your jaxlib version ({jaxlib_version}): {install} "
-                "(no nvidia-* wheels needed) and run with JAX_PLATFORMS=cpu where no GPU is "
-                "present"
+                f'installed; pip install "pytest-jaxport[cuda]" installs it at your jax '
+                f"version (or: {install}; no nvidia-* wheels needed), and run with "
+                "JAX_PLATFORMS=cpu where no GPU is present"
             )
         plugin, pjrt = present[major]
         return (
@@ -186,11 +191,23 @@ def deviceless_compile(
     """
     import jax
 
+    from pytest_jaxport.jax_adapters import gpu_description, needs_hardware
+
     sharding = jax.sharding.SingleDeviceSharding(_topology_device(target_config))
     abstract_args, abstract_kwargs = jax.tree.map(
         lambda leaf: _abstract(leaf, sharding), (tuple(args), dict(kwargs))
     )
-    lowered = jax.jit(fn).trace(*abstract_args, **abstract_kwargs).lower()
+    try:
+        lowered = jax.jit(fn).trace(*abstract_args, **abstract_kwargs).lower()
+    except Exception as e:  # JAX may ask which GPU this is (Pallas on jax 0.11+): describe it
+        description = None
+        if needs_hardware(f"{type(e).__name__}: {e}"):
+            description = gpu_description("cuda", device_kind(target_config) or None)
+        if description is None:
+            raise
+        with description:
+            traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
+        lowered = traced.lower()
     options = dict(compiler_options) if compiler_options else None
     text: str = lowered.compile(compiler_options=options).as_text()
     return text

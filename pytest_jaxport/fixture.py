@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -158,8 +159,9 @@ class Jaxport:
             pytest.fail(problem, pytrace=False)
         fn, args, kwargs = call.fn, call.args, call.kwargs
         wanted = self._transforms(check_name, transforms)
+        gpus = {"cuda": self._compile.gpu_kind} if self._compile.gpu_kind else None
         try:
-            traced = lowering.trace(fn, args, kwargs)
+            traced = lowering.trace(fn, args, kwargs, gpus=gpus)
         except lowering.Untraceable as e:
             self._untraced(check_name, e.untraced, wanted)
             return None
@@ -177,7 +179,7 @@ class Jaxport:
         for variant in variants:
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
-                variant, variant.args, {}, lowering.trace_variant(variant),
+                variant, variant.args, {}, lowering.trace_variant(variant, gpus=gpus),
                 variant_of=check_name, transform=variant.transform,
             )  # fmt: skip
         return value
@@ -230,6 +232,10 @@ class Jaxport:
         from pytest_jaxport import lowering
 
         present = lowering.present_platforms()
+        frame = sys._getframe(2)  # the line that called check() (check -> _probe)
+        caller = self._relative_location(
+            SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
+        )
         results: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
         programs: dict[str, Program] = {}
@@ -258,6 +264,7 @@ class Jaxport:
                     program = lowering.read_program(lowered)
                     lowered_for[platform] = lowered
                     self._cache_program(keys.get(platform), program)
+                lowering.refuse_unrunnable(program, platform)
                 programs[platform] = program
                 census = self._relative(
                     take_census(
@@ -265,12 +272,11 @@ class Jaxport:
                         platform,
                         classifier=self._classifier,
                         seconds=self._roofline(platform),
-                    )
+                    ),
+                    caller,
                 )
             except lowering.LoweringFailure as e:
-                results[platform] = PlatformProbe(
-                    platform=platform, present=platform in present, error=str(e)
-                )
+                results[platform] = _failed_to_lower(platform, present, str(e))
                 lowered_for.pop(platform, None)
                 continue
             results[platform] = PlatformProbe(
@@ -311,6 +317,7 @@ class Jaxport:
         if transform is not None:
             probe = replace(probe, variant_of=variant_of, transform=transform)
             self._warn_findings(probe)
+        _warn_unverified(probe)
         self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
@@ -328,6 +335,8 @@ class Jaxport:
         if parts is None:
             return None
         jaxpr, sources, settings = parts
+        if platform == "cuda":  # the GPU a trace describes where JAX asks (Pallas, jax 0.11+)
+            settings += f"\ndescribed GPU: {self._compile.gpu_kind}"
         return lowered_key(
             jaxpr=jaxpr,
             sources=sources,
@@ -626,7 +635,16 @@ class Jaxport:
             n += 1
         return f"{name}#{n}"
 
-    def _relative(self, census: Census) -> Census:
+    def _relative(self, census: Census, caller: SourceLocation | None = None) -> Census:
+        """``census`` with its kernels' files relative to the rootdir. Where no kernel has a
+        location at all (jax 0.9 lowers a jitted library function checked directly, such as
+        ``jnp.linalg.solve``, with name-only locations), they are the ``caller``'s: the check
+        call, as other releases' tracebacks say."""
+        if caller is not None and not any(k.location for k in census.kernels):
+            return replace(
+                census,
+                kernels=tuple(replace(k, location=caller) for k in census.kernels),
+            )
         kernels = tuple(
             k if k.location is None else replace(k, location=self._relative_location(k.location))
             for k in census.kernels
@@ -636,6 +654,37 @@ class Jaxport:
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
         file = shown_file(location.file, self._rootdir)
         return location if file is None else SourceLocation(file=file, line=location.line)
+
+
+def _failed_to_lower(platform: str, present: tuple[str, ...], error: str) -> PlatformProbe:
+    """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
+    hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
+    from pytest_jaxport.jax_adapters import jax_release, needs_hardware
+
+    hardware = needs_hardware(error) if platform not in present else None
+    if hardware is not None:
+        error = f"not lowerable here on jax {jax_release()}: needs a {hardware} ({error})"
+    return PlatformProbe(
+        platform=platform,
+        present=platform in present,
+        error=error,
+        needs_hardware=hardware,
+    )
+
+
+def _warn_unverified(probe: Probe) -> None:
+    """Say which platforms' budgets (``must_lower`` included) could not be checked here:
+    neither a pass nor a failure, so never silent (warnings as errors make it a failure)."""
+    unknown = [f"{p}: {r.error}" for p, r in probe.platforms.items() if r.needs_hardware]
+    if unknown:
+        warnings.warn(
+            JaxportWarning(
+                f"check {probe.name!r}: {'; '.join(unknown)}; its budgets for "
+                f"{', '.join(p for p, r in probe.platforms.items() if r.needs_hardware)} are "
+                "unverified on this machine (run it where that hardware is present)"
+            ),
+            stacklevel=4,
+        )
 
 
 class _KeyParts:

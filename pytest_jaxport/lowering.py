@@ -21,6 +21,15 @@ from pytest_jaxport.arguments import FN_KEY
 from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
 from pytest_jaxport.config import TRANSFORMS
 from pytest_jaxport.cost import FREE_OPS, op_cost
+from pytest_jaxport.jax_adapters import (
+    KERNEL_PRIMITIVES,
+    bind_params,
+    gpu_description,
+    kernel_label,
+    missing_package,
+    needs_hardware,
+    user_frames,
+)
 from pytest_jaxport.numerics import Leaf, Outputs
 from pytest_jaxport.report import Untraced
 
@@ -65,10 +74,13 @@ class Execution:
 
 
 def describe_error(error: BaseException) -> str:
-    """One line for a report: the exception type and the first line of its message."""
+    """One line for a report: the exception type and the first line of its message, and
+    what to install where a missing package caused it."""
     message = str(error).strip().splitlines()
     first = message[0] if message else ""
-    return f"{type(error).__name__}: {first}"[:500]
+    text = f"{type(error).__name__}: {first}"[:500]
+    hint = missing_package(text)
+    return text if hint is None else f"{text} [{hint}]"
 
 
 @functools.cache
@@ -140,16 +152,27 @@ _TRACE_NEEDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
 )
 
 
-def trace(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+def trace(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    gpus: Mapping[str, str] | None = None,
+) -> Trace:
     """``jax.jit(fn).trace(*args, **kwargs)``: once per check, reused for every platform.
 
-    Raises :class:`Untraceable` when tracing needs what this machine lacks; any other error
-    is the function's own and propagates unchanged.
+    ``gpus`` maps a GPU platform to the device kind to describe where JAX asks which GPU it
+    lowers for (default :data:`jax_adapters.DESCRIBED_GPUS`). Raises :class:`Untraceable`
+    when tracing needs what this machine lacks; any other error is the function's own and
+    propagates unchanged.
     """
     import jax
 
-    try:
+    def again() -> Any:
         return jax.jit(fn).trace(*args, **kwargs)
+
+    try:
+        traced = again()
     except RuntimeError as e:
         for pattern, platform, needs in _TRACE_NEEDS:
             if pattern.search(str(e)):
@@ -157,7 +180,48 @@ def trace(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
                 break
         else:
             raise
-    raise Untraceable(untraced)
+        raise Untraceable(untraced) from None
+    return Trace(traced, again, gpus)
+
+
+class Trace:
+    """A traced function (``jax.stages.Traced``) that can be traced again for a GPU that is
+    not here.
+
+    Its :meth:`lower` lowers the trace; where that fails for one GPU platform because JAX
+    asked for a GPU (:func:`jax_adapters.needs_hardware`) and this JAX can describe one
+    (:func:`jax_adapters.gpu_description`), it traces again inside the description and
+    lowers that trace instead. JAX 0.11+ asks for one in its Pallas GPU
+    lowering rules; a described trace cannot be compiled for cpu, so it never replaces the
+    first. A failure of the described trace is the platform's finding.
+    """
+
+    __slots__ = ("_again", "_gpus", "traced")
+
+    def __init__(
+        self, traced: Any, again: Callable[[], Any], gpus: Mapping[str, str] | None = None
+    ) -> None:
+        self.traced = traced
+        self._again = again
+        self._gpus = gpus or {}
+
+    @property
+    def jaxpr(self) -> Any:
+        return self.traced.jaxpr
+
+    def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
+        try:
+            return self.traced.lower(lowering_platforms=lowering_platforms)
+        except Exception as e:
+            description = None
+            if len(lowering_platforms) == 1 and needs_hardware(describe_error(e)):
+                (platform,) = lowering_platforms
+                description = gpu_description(platform, self._gpus.get(platform))
+            if description is None:
+                raise
+        with description:
+            described = self._again()
+        return described.lower(lowering_platforms=lowering_platforms)
 
 
 _LOCATION_FRAMES = 100
@@ -186,6 +250,29 @@ def lower(traced: Any, platform: str) -> Any:
         raise
     except Exception as e:  # JAX raises many types here; each is a finding, not a crash
         raise LoweringFailure(describe_error(e)) from e
+
+
+def refuse_unrunnable(program: Program, platform: str) -> None:
+    """Raise :class:`LoweringFailure` where ``program`` holds a kernel ``platform`` cannot
+    run (:data:`targets.NOT_RUNNABLE`), as the JAX releases that refuse to lower it do."""
+    from fnmatch import fnmatchcase
+
+    from pytest_jaxport.jax_adapters import jax_release
+    from pytest_jaxport.targets import NOT_RUNNABLE, classify
+
+    patterns = NOT_RUNNABLE.get(platform, ())
+    if not patterns:
+        return
+    for sites in program.functions.values():
+        for site in sites:
+            target = site.target if site.op == "stablehlo.custom_call" else None
+            if target is not None and any(fnmatchcase(target, p) for p in patterns):
+                kind = classify(platform, site.op, target).kind
+                raise LoweringFailure(
+                    f"ValueError: {target} ({kind}) does not run on {platform}; jax "
+                    f"{jax_release()} lowers it for {platform} all the same, later releases "
+                    "refuse to"
+                )
 
 
 def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
@@ -219,7 +306,7 @@ def census_key_parts(traced: Any) -> tuple[str, str]:
     frame outside installed packages (else its innermost user frame), as JAX's own filter
     of internal frames finds them. An edit that moves any of those lines changes the key.
     """
-    from jax._src import core, source_info_util
+    from jax._src import core
 
     closed = traced.jaxpr
     text = f"{closed.in_avals}\n{closed.out_avals}\n{closed}"
@@ -232,11 +319,7 @@ def census_key_parts(traced: Any) -> tuple[str, str]:
             tb = eqn.source_info.traceback
             line = memo.get(tb) if tb is not None else ""
             if line is None:
-                try:
-                    frames = source_info_util.user_frames(tb)
-                except AttributeError:  # jax < 0.7 takes the SourceInfo, not its traceback
-                    frames = source_info_util.user_frames(eqn.source_info)
-                line = memo[tb] = _census_frame(frames)
+                line = memo[tb] = _census_frame(user_frames(eqn.source_info))
             lines.append(line)
             pending.extend(core.jaxprs_in_params(eqn.params))
     return text, "\n".join(lines)
@@ -768,9 +851,6 @@ _RULE = {
     "jvp": "JVP (differentiation rule)",
     "vmap": "batching rule",
 }
-_CUSTOM_KERNEL_PRIMITIVES = frozenset(
-    {"ffi_call", "pallas_call", "custom_call", "triton_kernel_call", "tpu_custom_call"}
-)
 _CALL_PRIMITIVES = frozenset({"pjit", "jit", "closed_call", "core_call"})
 
 
@@ -976,30 +1056,41 @@ class PlatformTraces:
     """Stands in for a traced function where one trace cannot serve every platform: traces
     ``variant.for_platform(p)`` per platform when asked to lower for ``p``."""
 
-    def __init__(self, variant: Transformed) -> None:
+    def __init__(self, variant: Transformed, gpus: Mapping[str, str] | None = None) -> None:
         self.variant = variant
+        self.gpus = gpus
 
     def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
         import jax
 
         (platform,) = lowering_platforms
+        specialized = self.variant.for_platform(platform)
+        args = self.variant.args
+
+        def again() -> Any:
+            return jax.jit(specialized).trace(*args)
+
         try:
-            traced = jax.jit(self.variant.for_platform(platform)).trace(*self.variant.args)
+            traced = again()
         except Exception as e:  # the transformation's failure on this platform: a finding
             raise LoweringFailure(self.variant.explain(e, platform)) from e
-        return traced.lower(lowering_platforms=lowering_platforms)
+        return Trace(traced, again, self.gpus).lower(lowering_platforms=lowering_platforms)
 
 
-def trace_variant(variant: Transformed) -> Any:
+def trace_variant(variant: Transformed, *, gpus: Mapping[str, str] | None = None) -> Any:
     """Trace the transformed function once; where that fails (a kernel without a rule on
-    some branch), a :class:`PlatformTraces` that traces per platform."""
+    some branch), a :class:`PlatformTraces` that traces per platform. ``gpus`` as for
+    :func:`trace`."""
     import jax
 
-    try:
+    def again() -> Any:
         return jax.jit(variant).trace(*variant.args)
+
+    try:
+        return Trace(again(), again, gpus)
     except Exception:  # retried per platform, where each failure is recorded
         variant.per_platform = True
-        return PlatformTraces(variant)
+        return PlatformTraces(variant, gpus)
 
 
 def _for_platform(fn: Callable[..., Any], platform: str) -> Callable[..., Any]:
@@ -1078,9 +1169,7 @@ def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: st
         else:
             nonliteral = [v for v in eqn.invars if not isinstance(v, jcore.Literal)]
             resolved = bool(nonliteral) and all(v in static for v in nonliteral)
-            bound = eqn.primitive.get_bind_params(eqn.params)
-            # Older jax (0.6) returns (subfuns, params); newer releases return the params alone.
-            subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
+            subfuns, params = bind_params(eqn)
             with _eqn_context(eqn):
                 if resolved:  # arithmetic on the platform index: keep it a constant
                     with jax.ensure_compile_time_eval():
@@ -1124,8 +1213,8 @@ def custom_kernels(
     def walk(jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if name in _CUSTOM_KERNEL_PRIMITIVES:
-                label = _kernel_label(name, eqn.params)
+            if name in KERNEL_PRIMITIVES:
+                label = kernel_label(name, eqn.params)
                 if label not in found:
                     found.append(label)
             for sub in _sub_jaxprs(eqn.params):
@@ -1145,14 +1234,3 @@ def _sub_jaxprs(params: Mapping[str, Any]) -> list[Any]:
             elif hasattr(item, "eqns"):
                 found.append(item)
     return found
-
-
-def _kernel_label(primitive: str, params: Mapping[str, Any]) -> str:
-    if primitive == "ffi_call":
-        return f"FFI target {params.get('target_name', '?')}"
-    if primitive == "pallas_call":
-        info = getattr(params.get("jaxpr"), "debug_info", None)
-        source = getattr(info, "func_src_info", None) or ""
-        name = params.get("name") or source.split(" at ")[0] or "?"
-        return f"Pallas kernel {name}"
-    return primitive

@@ -178,12 +178,16 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         cache = CompiledCache(directory=Path(cache_plugin.mkdir(CACHE_NAME)))
         if clear:
             cache.clear()
-    if not project.compile:
-        return CompileSettings(cache=cache, lowered_cache=lowered_cache)
-    target_config = ""
-    if "cuda" in project.compile:
-        from pytest_jaxport import deviceless
+    from pytest_jaxport import deviceless
 
+    try:
+        target_config = deviceless.load_target(project.target)
+    except (ValueError, OSError) as e:
+        raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
+    gpu_kind = deviceless.device_kind(target_config)
+    if not project.compile:
+        return CompileSettings(cache=cache, lowered_cache=lowered_cache, gpu_kind=gpu_kind)
+    if "cuda" in project.compile:
         deviceless.prefer_deviceless()
         problem = deviceless.cuda_plugin_problem()
         if problem is not None:
@@ -193,14 +197,11 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
                 else f"{project.source}: [tool.jaxport] compile"
             )
             raise ConfigError(f"{origin} lists cuda, but {problem}")
-        try:
-            target_config = deviceless.load_target(project.target)
-        except (ValueError, OSError) as e:
-            raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
     return CompileSettings(
         platforms=project.compile,
         target=project.target,
-        target_config=target_config,
+        target_config=target_config if "cuda" in project.compile else "",
+        gpu_kind=gpu_kind,
         what_if_no_vendor=project.what_if_no_vendor,
         cache=cache,
         lowered_cache=lowered_cache,

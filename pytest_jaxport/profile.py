@@ -6,7 +6,8 @@ A file-free profiler session around a few runs, after a warm-up, gives each inst
 self time; ``while`` thunks contain the events of their bodies on the same thread, so nested
 time is subtracted from the parent (never counted twice).
 
-Only this module and ``lowering.py`` import JAX, and only inside functions.
+JAX is reached only inside functions, through :mod:`pytest_jaxport.jax_adapters` (the
+profiler's private API, and reading its events safely on every supported release).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -55,39 +56,28 @@ def measure(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> dic
     ``run`` must execute the compiled program and block until its outputs are ready.
     Raises ``RuntimeError`` when the profiler is unavailable (e.g. another session is active).
     """
-    import jax
-
-    try:
-        from jax._src.lib import _profiler
-    except ImportError as e:  # pragma: no cover - jaxlib without the profiler extension
-        raise RuntimeError(f"the JAX profiler is not available: {e}") from e
+    from pytest_jaxport.jax_adapters import profile_data, profiler_session, quiet_type_construction
 
     for _ in range(warmup):
         run()
-    options = jax.profiler.ProfileOptions()
-    options.host_tracer_level = 1  # records every hlo_op event at ~0 overhead
-    options.python_tracer_level = 0
-    session = _profiler.ProfilerSession(options)
+    session = profiler_session(host_tracer_level=1)  # records every hlo_op event at ~0 overhead
     try:
         for _ in range(runs):
             run()
     finally:
         xspace = session.stop()
-    profile_data = getattr(jax.profiler, "ProfileData", None)
-    if profile_data is None:
-        raise RuntimeError("measuring runtime share needs jax.profiler.ProfileData (jaxlib>=0.8.3)")
-    data = profile_data.from_serialized_xspace(xspace)
+    data = profile_data(xspace)
     lines = []
-    for plane in data.planes:
-        for line in plane.lines:
-            events = []
-            for event in line.events:
-                stats = dict(event.stats)
-                op = stats.get("hlo_op")
-                if isinstance(op, str):
-                    events.append(Event(op=op, start_ns=event.start_ns, end_ns=event.end_ns))
-            if events:
-                lines.append(events)
+    with quiet_type_construction():  # event.stats builds a nanobind type on first use
+        for plane in data.planes:
+            for line in plane.lines:
+                events = []
+                for event in line.events:
+                    op = dict(event.stats).get("hlo_op")
+                    if isinstance(op, str):
+                        events.append(Event(op=op, start_ns=event.start_ns, end_ns=event.end_ns))
+                if events:
+                    lines.append(events)
     if not lines:
         raise RuntimeError("the JAX profiler recorded no hlo_op events (jaxlib>=0.8.3 needed)")
     return {op: ns / 1e9 / runs for op, ns in self_times(lines).items() if ns > 0}

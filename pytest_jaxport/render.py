@@ -82,6 +82,8 @@ def platform_line(probe: Probe, platform: str) -> str:
     here says nothing about numerics."""
     result = probe.platforms[platform]
     if result.census is None:
+        if result.needs_hardware:  # the error says "not lowerable here on jax X: needs a GPU"
+            return f"{platform:<5} {result.error}"
         return f"{platform:<5} failed to lower: {result.error}"
     census = result.budgeted or result.census
     libraries = census.libraries()

@@ -105,6 +105,10 @@ class PlatformProbe:
     present: bool
     census: Census | None = None
     error: str | None = None
+    needs_hardware: str | None = None
+    """``"GPU"`` when lowering failed only because JAX asked for hardware absent here
+    (``error`` then reads "not lowerable here on jax X: needs a GPU (...)"): unknown, not
+    non-portable. ``must_lower`` neither fails nor passes it; the check warns."""
     executed: bool = False
     execution_error: str | None = None
     numerics: Comparison | None = None
@@ -281,6 +285,8 @@ def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
     }
     if result.what_if_no_vendor is not None:
         data["what_if_no_vendor"] = census_to_dict(result.what_if_no_vendor)
+    if result.needs_hardware is not None:
+        data["needs_hardware"] = result.needs_hardware
     return data
 
 
@@ -295,6 +301,7 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
         present=data.get("present", False),
         census=census_from_dict(platform, lowered) if lowered else None,
         error=data.get("error"),
+        needs_hardware=data.get("needs_hardware"),
         executed=data.get("executed", False),
         execution_error=data.get("execution_error"),
         numerics=Comparison.from_dict(numerics) if numerics else None,
@@ -352,7 +359,9 @@ def count_suite(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
     Counts come from the level budgets apply at: the compiled census where a check was
     compiled, the lowered one elsewhere. Platforms with compiling configured also carry
-    ``compiled`` and ``failed_to_compile`` (how many checks reached each outcome).
+    ``compiled`` and ``failed_to_compile`` (how many checks reached each outcome); platforms
+    JAX could not lower for without their hardware carry ``needs_hardware`` (those checks
+    are not in ``failed_to_lower``).
     """
     tests = list(tests)
     platforms: dict[str, dict[str, Any]] = {}
@@ -368,7 +377,9 @@ def count_suite(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 )  # fmt: skip
                 lowered = result.get("lowered")
                 if lowered is None:
-                    totals["failed_to_lower"] += 1
+                    unknown = "needs_hardware" if result.get("needs_hardware") else None
+                    key = unknown or "failed_to_lower"
+                    totals[key] = totals.get(key, 0) + 1
                     continue
                 totals["lowered"] += 1
                 compiled = result.get("compiled")

@@ -117,13 +117,18 @@ _COLLECTIVES = (
 )
 
 
-def _gpu_ops(blas: str, dnn: str, fft: str, collectives: str) -> dict[str, Classification]:
+def _gpu_ops(
+    blas: str, dnn: str, fft: str, solver: str, collectives: str
+) -> dict[str, Classification]:
     table = {
         "stablehlo.dot_general": _vendor(blas, "gemm"),
         "stablehlo.dot": _vendor(blas, "gemm"),
         "stablehlo.convolution": _vendor(dnn, "convolution"),
         "stablehlo.fft": _vendor(fft, "fft"),
         "stablehlo.triangular_solve": _vendor(blas, "triangular-solve"),
+        # jax 0.6/0.7 lower Cholesky to the op (0.8+ to cusolver_potrf_ffi/hipsolver_potrf_ffi);
+        # XLA's GPU compiler runs it on cuSOLVER/hipSOLVER (__cusolver$cholesky).
+        "stablehlo.cholesky": _vendor(solver, "solver"),
     }
     for op in _COLLECTIVES:
         table[f"stablehlo.{op}"] = _vendor(collectives, "collective")
@@ -374,13 +379,21 @@ RULES: tuple[Rule, ...] = tuple(
                 "TopK": Classification(layer="xla", kind="topk"),
             },
         ),
-        *_ops({"cuda"}, _gpu_ops("cublas", "cudnn", "cufft", "nccl"), level="lowered"),
-        *_ops({"rocm"}, _gpu_ops("hipblas", "miopen", "hipfft", "rccl"), level="lowered"),
+        *_ops({"cuda"}, _gpu_ops("cublas", "cudnn", "cufft", "cusolver", "nccl"), level="lowered"),
+        *_ops(
+            {"rocm"}, _gpu_ops("hipblas", "miopen", "hipfft", "hipsolver", "rccl"), level="lowered"
+        ),
         # XLA:CPU always runs FFTs through DUCC; dot and conv are XLA's own choice at compile
         # time (its emitters, Eigen, YNNPACK or oneDNN), so they count as xla until compiled.
         *_ops({"cpu"}, {"stablehlo.fft": _vendor("ducc", "fft")}, level="lowered"),
     ]
 )
+
+NOT_RUNNABLE: dict[str, tuple[str, ...]] = {"rocm": ("mosaic_gpu*",)}
+"""Custom-call targets (globs) a platform cannot run although some JAX releases lower them
+for it: jax 0.6 to 0.8 emit Mosaic GPU kernels for rocm, which Mosaic GPU does not support
+(0.9+ refuse: "Mosaic GPU does not yet support AMD ROCm devices"). A program holding one
+does not lower for that platform, on every release alike."""
 
 UNKNOWN_CUSTOM_CALL = Classification(layer="custom", kind="ffi")
 """Any custom call nobody recognises is a hand-written kernel: a rewrite per backend."""

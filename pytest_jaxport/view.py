@@ -359,10 +359,16 @@ class Cell:
     errors: tuple[str, ...] = ()
     """Why it did not lower, compile or run; each mismatch's message."""
     compile_failed: bool = False
+    needs_hardware: str | None = None
+    """What JAX needed to lower here and this machine lacks (``GPU``): not the code's fault,
+    but nothing is known about this platform until a machine with it runs the check."""
 
     @property
     def status(self) -> Literal["good", "warn", "bad"]:
-        """``bad``: does not lower, over budget, numerics differ; ``warn``: custom kernels."""
+        """``bad``: does not lower, over budget, numerics differ; ``warn``: custom kernels,
+        or not lowerable here (unknown)."""
+        if self.needs_hardware and not self.violations:
+            return "warn"
         if not self.lowers or self.violations or self.compile_failed:
             return "bad"
         if self.numerics in ("mismatch", "error"):
@@ -717,6 +723,7 @@ def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) 
         violations=tuple(violations),
         errors=tuple(errors),
         compile_failed=bool(entry.get("compile_error")),
+        needs_hardware=_str(entry.get("needs_hardware")) or None,
     )
 
 
@@ -847,6 +854,8 @@ def _cell_problems(
         return []
     if not cell.lowers or (cell.numerics == "error"):
         key = "does not lower" if not cell.lowers else "does not run"
+        if cell.needs_hardware and not cell.lowers:
+            key = f"not lowerable here: needs a {cell.needs_hardware}"
         message = cell.errors[0] if cell.errors else key
         problems.append(
             Problem(
@@ -914,6 +923,8 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem]) -> str:
         more = f"; {plural(others, 'other setting')}" if others else ""
         return f"limit {limit}, set in {origin}{more}"
     if kind == "not-lowered":
+        if key.startswith("not lowerable here"):
+            return "JAX needs the hardware to lower it: its budgets are unverified here"
         return "not in must_lower: a finding, not a failure"
     if kind == "numerics":
         return "no numerics budget applied"

@@ -509,7 +509,8 @@ def test_compile_cuda_without_the_plugin_is_one_usage_error(
     result.stderr.fnmatch_lines(
         [
             f"ERROR: jaxport: {origin} lists cuda, but *"
-            f'pip install "jax-cuda12-plugin=={jaxlib}" "jax-cuda12-pjrt=={jaxlib}"*'
+            + esc('pip install "pytest-jaxport[cuda]" installs it*')
+            + f'"jax-cuda12-plugin=={jaxlib}" "jax-cuda12-pjrt=={jaxlib}"*'
         ]
     )
     assert "Traceback" not in result.stderr.str() + result.stdout.str()

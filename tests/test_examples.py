@@ -114,9 +114,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
 OP_LIBRARY = {
     "cpu": {"fft": "ducc"},
     "cuda": {"dot_general": "cublas", "triangular_solve": "cublas", "convolution": "cudnn",
-             "fft": "cufft"},
+             "fft": "cufft", "cholesky": "cusolver"},
     "rocm": {"dot_general": "hipblas", "triangular_solve": "hipblas", "convolution": "miopen",
-             "fft": "hipfft"},
+             "fft": "hipfft", "cholesky": "hipsolver"},
     "tpu": {},
 }  # fmt: skip
 TARGET_PREFIX_LIBRARY = {
@@ -126,9 +126,12 @@ TARGET_PREFIX_LIBRARY = {
     "tpu": {},
 }
 TPU_COMPILER_TARGETS = {"LuDecomposition", "Qr", "Eigh", "ProductOfElementaryHouseholderReflectors"}
+NON_COMPUTE_TARGETS = {"AllocateBuffer"}  # jax 0.7-0.9's plgpu.kernel allocates its output so
 
 _FUNC = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@([\w.$-]+)")
-_OP = re.compile(r'(?:^|=)\s*"?stablehlo\.(dot_general|convolution|fft|triangular_solve)\b', re.M)
+_OP = re.compile(
+    r'(?:^|=)\s*"?stablehlo\.(dot_general|convolution|fft|triangular_solve|cholesky)\b', re.M
+)
 _CUSTOM = re.compile(r'stablehlo\.custom_call"?\s+@([\w.$-]+)|call_target_name\s*=\s*"([^"]+)"')
 _CALL = re.compile(r"=\s*(?:func\.)?call\s+@([\w.$-]+)")
 
@@ -138,6 +141,8 @@ def _classify(platform: str, kind: str, name: str) -> str | None:
     if kind == "op":
         return OP_LIBRARY[platform].get(name)
     if platform == "tpu" and name in TPU_COMPILER_TARGETS:
+        return None
+    if name in NON_COMPUTE_TARGETS:
         return None
     for prefix, library in TARGET_PREFIX_LIBRARY[platform].items():
         if name.startswith(prefix):
@@ -211,9 +216,9 @@ def expected(demo: DemoRun) -> dict[str, dict[str, dict[str, Any]]]:
         # The gradient of the summed outputs with respect to every float argument, written
         # with jax.grad directly (the plugin flattens the arguments; the program is the same).
         params, images = cases["convnet"][1]
-        traced = jax.jit(
-            jax.grad(lambda p, i: dm.convnet(p, i).sum(), argnums=(0, 1))
-        ).trace(params, images)
+        traced = jax.jit(jax.grad(lambda p, i: dm.convnet(p, i).sum(), argnums=(0, 1))).trace(
+            params, images
+        )
         result["convnet[grad]"] = {
             p: independent_counts(traced.lower(lowering_platforms=(p,)).as_text(), p)
             for p in PLATFORMS

@@ -166,9 +166,9 @@ def test_lowpass_filter(jaxport):
 
 
 # The project forbids custom kernels (max_custom_calls = 0). This one is known and owned: it
-# is a Pallas Triton kernel on cuda and a Pallas Mosaic kernel on tpu (one custom call each),
-# while cpu and rocm run the portable jnp fallback. Budget exactly that one kernel here, so a
-# second hand-written kernel sneaking into this function still fails.
+# is a Pallas Mosaic GPU kernel on cuda and a Pallas Mosaic TPU kernel on tpu (one custom call
+# each), while cpu and rocm run the portable jnp fallback. Budget exactly that one kernel here,
+# so a second hand-written kernel sneaking into this function still fails.
 @pytest.mark.portable(max_custom_calls=1)
 def test_fused_bias_gelu(jaxport):
     x = jax.random.normal(_key(11), (8, 128))

@@ -1,0 +1,223 @@
+"""Adapters for JAX: what differs between the supported releases, and JAX's private APIs.
+
+pytest-jaxport supports jax 0.6.2 to 0.12 (``docs/compatibility.md``). Where the plugin needs
+an API that changed between those releases, or one only JAX's private modules (``jax._src``)
+offer, it goes through a function here that says which releases do what, so a new JAX
+release is supported by changing this module and ``docs/compatibility.md``. (Older private
+uses not yet moved here: ``deviceless``'s backend checks, ``lowering``'s jaxpr replay.)
+
+JAX is imported inside functions only (importing the plugin never imports JAX).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+GPU_PLATFORMS = ("cuda", "rocm")
+
+DESCRIBED_GPUS: dict[str, str] = {"cuda": "NVIDIA H100", "rocm": "gfx942"}
+"""The GPU a trace describes, per platform, where a lowering rule asks which GPU it lowers
+for and none is present: an H100 for cuda, an MI300 (``gfx942``) for rocm. JAX accepts only
+device kinds it knows (its Pallas ``GpuVersion`` names, or a ``gfx`` architecture)."""
+
+
+def jax_release() -> str:
+    """The installed jax's version string, as reports show it (``0.12.0.1``)."""
+    from importlib.metadata import version
+
+    return version("jax")
+
+
+# -- tracing for a GPU that is not here ------------------------------------------------------
+
+
+def gpu_description(platform: str, device_kind: str | None = None) -> Any | None:
+    """A context manager in which JAX traces for one abstract ``platform`` GPU of
+    ``device_kind`` (default :data:`DESCRIBED_GPUS`), or ``None`` where this JAX has no way
+    to say it, or needs none.
+
+    From jax 0.11 the Pallas GPU lowering rules ask which GPU they lower for and, with none
+    present, raise "No supported GPU devices found, please specify an abstract GPU device
+    using AbstractDevice". The answer is a trace (lowering alone is not enough) inside
+    ``jax.sharding.use_abstract_mesh`` with an ``AbstractMesh`` whose ``abstract_device``
+    is an ``AbstractDevice(device_kind=..., platform=...)``. That argument exists from jax
+    0.10; 0.7 to 0.9 have ``AbstractDevice`` without it (and do not ask), 0.6 has none.
+    A trace made so lowers for its GPU platform only: it cannot be compiled for cpu.
+    """
+    if platform not in GPU_PLATFORMS:
+        return None
+    import inspect
+
+    import jax.sharding
+
+    abstract_device = getattr(jax.sharding, "AbstractDevice", None)
+    use_abstract_mesh = getattr(jax.sharding, "use_abstract_mesh", None)
+    if abstract_device is None or use_abstract_mesh is None:
+        return None
+    if "platform" not in inspect.signature(abstract_device).parameters:
+        return None
+    device = abstract_device(
+        device_kind=device_kind or DESCRIBED_GPUS[platform], num_cores=None, platform=platform
+    )
+    abstract_mesh: Any = jax.sharding.AbstractMesh  # typed without abstract_device before 0.7
+    mesh = abstract_mesh((1,), ("jaxport",), abstract_device=device)
+    return use_abstract_mesh(mesh)
+
+
+# -- failures that say the hardware is missing, not that the code is not portable ---------------
+
+_NEEDS_GPU = (
+    # Pallas GPU lowering (jax >= 0.11) asking for a GPU it cannot find or was not described.
+    "No supported GPU devices found",
+    # cuDNN fused attention (every supported release) asks for cuDNN's version: without the
+    # CUDA plugin, and with it but without cuDNN's libraries.
+    "cuDNN is not detected",
+    "cuDNN not found",
+    # jaxlib's GPU linear algebra (eig) asks cuSOLVER for its version while lowering.
+    "cusolverGetVersion",
+)
+
+
+def needs_hardware(error: str) -> str | None:
+    """``"GPU"`` when a failure to lower is JAX asking for a GPU that is not here (the code
+    may well lower on a machine with one), else ``None``: a failure of the code itself.
+
+    ``error`` is the failure as :func:`pytest_jaxport.lowering.describe_error` words it.
+    The list is JAX's own messages for lowering rules that query the device, per release
+    (``docs/compatibility.md``); a message not listed is a finding about the code.
+    """
+    if any(fragment in error for fragment in _NEEDS_GPU):
+        return "GPU"
+    return None
+
+
+def missing_package(error: str) -> str | None:
+    """What to install when a failure comes from a package JAX imports without declaring
+    it and that is missing here, else ``None``.
+
+    Pallas's Mosaic GPU backend (the default for ``pallas_call`` on GPU in jax 0.9 and 0.10,
+    and ``plgpu.kernel`` up to 0.11) and jax 0.9's Pallas TPU backend import ``absl``; without
+    it JAX says only "Cannot lower pallas_call on platform: gpu. To use Pallas on GPU,
+    install jaxlib GPU", which is not the cause. pytest-jaxport depends on absl-py, so this
+    is an install made without dependencies (``--no-deps``) or a package removed since.
+    """
+    import importlib.util
+
+    asks = "Cannot lower pallas_call on platform" in error or "No module named 'absl'" in error
+    if asks and importlib.util.find_spec("absl") is None:
+        return (
+            "Pallas needs absl-py with this jax, a dependency of pytest-jaxport: "
+            "pip install absl-py"
+        )
+    return None
+
+
+# -- the profiler -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_type_construction() -> Iterator[None]:
+    """Read profiler data without JAX's nanobind types warning as they are built.
+
+    ``jax.profiler.ProfileData`` builds some of its Python types lazily (``event_stats``, on
+    the first ``event.stats``); on Python 3.12+ building a type without a ``__module__``
+    warns (DeprecationWarning), and where warnings are errors (``-W error``,
+    ``filterwarnings = ["error"]``) nanobind aborts the process. The warning is JAX's
+    implementation detail, never the user's: it is ignored here, and only here.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=r"builtin type \S+ has no __module__ attribute",
+            category=DeprecationWarning,
+        )
+        yield
+
+
+def profiler_session(host_tracer_level: int = 1) -> Any:
+    """A started in-memory profiler session (``jax._src.lib._profiler.ProfilerSession``):
+    ``session.stop()`` returns the serialized XSpace without writing files.
+
+    Raises ``RuntimeError`` where this jaxlib has no profiler extension.
+    """
+    import jax
+
+    try:
+        from jax._src.lib import _profiler
+    except ImportError as e:  # pragma: no cover - jaxlib without the profiler extension
+        raise RuntimeError(f"the JAX profiler is not available: {e}") from e
+    options = jax.profiler.ProfileOptions()
+    options.host_tracer_level = host_tracer_level
+    options.python_tracer_level = 0
+    return _profiler.ProfilerSession(options)
+
+
+def profile_data(xspace: bytes) -> Any:
+    """``jax.profiler.ProfileData`` of a serialized XSpace (jaxlib 0.7.1+; ``None`` before).
+
+    Raises ``RuntimeError`` where this jax has no ``ProfileData``.
+    """
+    import jax
+
+    data = getattr(jax.profiler, "ProfileData", None)
+    if data is None:
+        raise RuntimeError("measuring runtime share needs jax.profiler.ProfileData (jaxlib>=0.8.3)")
+    with quiet_type_construction():
+        return data.from_serialized_xspace(xspace)
+
+
+# -- jaxprs -----------------------------------------------------------------------------------
+
+
+def user_frames(source_info: Any) -> Any:
+    """The user frames of an equation's ``source_info`` (JAX's filter of its own frames):
+    jax 0.7+ takes the traceback, 0.6 the ``SourceInfo``."""
+    from jax._src import source_info_util
+
+    try:
+        return source_info_util.user_frames(source_info.traceback)
+    except AttributeError:
+        return source_info_util.user_frames(source_info)
+
+
+def bind_params(eqn: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(subfuns, params)`` to re-bind ``eqn``'s primitive with: jax 0.6 returns both from
+    ``get_bind_params``, later releases the params alone."""
+    bound = eqn.primitive.get_bind_params(eqn.params)
+    if isinstance(bound, tuple):
+        subfuns, params = bound
+        return tuple(subfuns), dict(params)
+    return (), dict(bound)
+
+
+KERNEL_PRIMITIVES = frozenset(
+    {
+        "ffi_call",
+        "custom_call",
+        "triton_kernel_call",
+        "tpu_custom_call",
+        "pallas_call",  # pl.pallas_call (Triton, Mosaic TPU, Mosaic GPU up to jax 0.10)
+        "core_map",  # plgpu.kernel / pl.kernel, jax 0.6 to 0.9
+        "mpmd_map",  # plgpu.kernel / pl.kernel, jax 0.10+
+    }
+)
+"""Primitives that carry a hand-written kernel, by the names the supported releases use."""
+
+
+def kernel_label(primitive: str, params: Any) -> str:
+    """A kernel primitive's name for messages (``Pallas kernel matmul``, ``FFI target x``)."""
+    if primitive == "ffi_call":
+        return f"FFI target {params.get('target_name', '?')}"
+    if primitive in ("pallas_call", "core_map", "mpmd_map"):
+        name = params.get("name")
+        if not isinstance(name, str) or not name:
+            info = getattr(params.get("jaxpr"), "debug_info", None)
+            source = getattr(info, "func_src_info", None) or ""
+            name = source.split(" at ")[0] or "?"
+        return f"Pallas kernel {name}"
+    return primitive
