@@ -12,7 +12,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -22,17 +21,11 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings, cache_key, lowered_key, source_fingerprint
-from pytest_jaxport.census import (
-    Census,
-    Classifier,
-    OpSite,
-    Program,
-    SourceLocation,
-    take_census,
-)
+from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
+from pytest_jaxport.census import Census, Classifier, Program, take_census
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.cost import RuntimeShare
+from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats
 from pytest_jaxport.report import PlatformProbe, Probe
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -58,17 +51,6 @@ class CompileStats:
             "compiled": self.compiled,
             "reused": self.reused,
         }
-
-
-@dataclass(slots=True)
-class LoweredStats:
-    """Per test: lowered-level cache hits and misses (platforms not present here)."""
-
-    hits: int = 0
-    misses: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +90,12 @@ class Jaxport:
         ``--jaxport-save-outputs``; never put into the report."""
         self.compile_stats = CompileStats()
         self.lowered_stats = LoweredStats()
+        self._lowered_level = LoweredLevel(
+            classifier=classifier,
+            rootdir=rootdir,
+            compile_settings=self._compile,
+            stats=self.lowered_stats,
+        )
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -203,52 +191,20 @@ class Jaxport:
         from pytest_jaxport import lowering
 
         present = lowering.present_platforms()
-        results: dict[str, PlatformProbe] = {}
-        lowered_for: dict[str, Any] = {}
-        programs: dict[str, Program] = {}
-        keyed = _KeyParts(traced)
-        # A platform not present here (and not compiled) needs only its Program: read it from
-        # the lowered-level cache when this jaxpr was lowered before, else lower all such
-        # platforms together in one multi-platform lowering.
-        keys: dict[str, str | None] = {}
-        read: dict[str, Program] = {}
-        for platform in self.platforms:
-            if platform not in present and platform not in self._compile.platforms:
-                keys[platform] = self._lowered_key(keyed, platform)
-                program = self._cached_program(keys[platform])
-                if program is not None:
-                    read[platform] = program
-        missing = [p for p in keys if p not in read]
-        together = lowering.lower_together(traced, missing) if len(missing) > 1 else None
-        for platform in self.platforms:
-            try:
-                program = read.get(platform)
-                if program is None and together is not None:
-                    program = together.get(platform)
-                    self._cache_program(keys.get(platform), program)
-                if program is None:
-                    lowered = lowering.lower(traced, platform)
-                    program = lowering.read_program(lowered)
-                    lowered_for[platform] = lowered
-                    self._cache_program(keys.get(platform), program)
-                programs[platform] = program
-                census = self._relative(
-                    take_census(
-                        programs[platform],
-                        platform,
-                        classifier=self._classifier,
-                        seconds=self._roofline(platform),
-                    )
-                )
-            except lowering.LoweringFailure as e:
-                results[platform] = PlatformProbe(
-                    platform=platform, present=platform in present, error=str(e)
-                )
-                lowered_for.pop(platform, None)
-                continue
-            results[platform] = PlatformProbe(
-                platform=platform, present=platform in present, census=census
-            )
+        keyed = KeyParts(traced)
+        # A platform not present here (and not compiled) needs only its Program: the lowered
+        # level reads it from the cache, or lowers all such platforms together.
+        found = self._lowered_level.take(
+            traced,
+            keyed,
+            self.platforms,
+            present=present,
+            cached=[p for p in self.platforms
+                    if p not in present and p not in self._compile.platforms],
+        )  # fmt: skip
+        results: dict[str, PlatformProbe] = dict(found.results)
+        lowered_for: dict[str, Any] = dict(found.lowered)
+        programs: dict[str, Program] = dict(found.programs)
 
         executions: dict[str, lowering.Execution] = {}
         # What numerics' attempt to compile left behind, per platform: the executable, or
@@ -288,56 +244,7 @@ class Jaxport:
         self.probes.append(probe)
         return value
 
-    # -- the lowered-level cache --------------------------------------------------------------
-
-    def _lowered_key(self, keyed: _KeyParts, platform: str) -> str | None:
-        """The cache key of ``platform``'s lowering; ``None`` when the cache is off or the
-        jaxpr cannot be keyed (then it is lowered as without a cache)."""
-        from pytest_jaxport import lowering
-
-        if self._compile.lowered_cache is None:
-            return None
-        parts = keyed.get()
-        if parts is None:
-            return None
-        jaxpr, sources, settings = parts
-        return lowered_key(
-            jaxpr=jaxpr,
-            sources=sources,
-            platform=platform,
-            versions=lowering.versions(),
-            settings=settings,
-        )
-
-    def _cache_program(self, key: str | None, program: Program | None) -> None:
-        if key is not None and program is not None and self._compile.lowered_cache is not None:
-            self._compile.lowered_cache.put(key, program)
-
-    def _cached_program(self, key: str | None) -> Program | None:
-        cache = self._compile.lowered_cache
-        if key is None or cache is None:
-            return None
-        program = cache.get(key)
-        if program is None:
-            self.lowered_stats.misses += 1
-        else:
-            self.lowered_stats.hits += 1
-        return program
-
     # -- runtime share --------------------------------------------------------------------------
-
-    def _roofline(self, platform: str) -> Callable[[OpSite], float]:
-        from pytest_jaxport.cost import DEFAULT_PEAKS, peak_from_target, roofline_seconds
-
-        peak = DEFAULT_PEAKS.get(platform, DEFAULT_PEAKS["cpu"])
-        if platform == "cuda" and self._compile.target_config:
-            described = peak_from_target(self._compile.target_config, source=self._compile.target)
-            peak = described or peak
-
-        def seconds(site: OpSite) -> float:
-            return roofline_seconds(site.flops, site.bytes, peak)
-
-        return seconds
 
     def _runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
         """Measured where the platform ran and profiling is on, else the roofline estimate."""
@@ -392,7 +299,7 @@ class Jaxport:
         kwargs: Mapping[str, Any],
         built: Any,
         present: tuple[str, ...],
-        keyed: _KeyParts,
+        keyed: KeyParts,
     ) -> PlatformProbe:
         """``result`` with its compiled census (or why compiling failed); never raises."""
         from pytest_jaxport import lowering
@@ -599,47 +506,7 @@ class Jaxport:
         return f"{name}#{n}"
 
     def _relative(self, census: Census) -> Census:
-        kernels = tuple(
-            k if k.location is None else replace(k, location=self._relative_location(k.location))
-            for k in census.kernels
-        )
-        return replace(census, kernels=kernels)
-
-    def _relative_location(self, location: SourceLocation) -> SourceLocation:
-        file = _relative_file(location.file, self._rootdir)
-        return location if file is None else SourceLocation(file=file, line=location.line)
-
-
-class _KeyParts:
-    """The lowered cache key's jaxpr-derived parts, computed once per check, on first use."""
-
-    __slots__ = ("_done", "_parts", "_traced")
-
-    def __init__(self, traced: Any) -> None:
-        self._traced = traced
-        self._parts: tuple[str, str, str] | None = None
-        self._done = False
-
-    def get(self) -> tuple[str, str, str] | None:
-        if not self._done:
-            self._done = True
-            from pytest_jaxport import lowering
-
-            try:
-                jaxpr, sources = lowering.census_key_parts(self._traced)
-                self._parts = (jaxpr, sources, lowering.lowering_settings())
-            except Exception:  # an unkeyable jaxpr is lowered every time, never an error
-                self._parts = None
-        return self._parts
-
-
-@functools.lru_cache(maxsize=4096)
-def _relative_file(file: str, rootdir: Path) -> str | None:
-    """``file`` relative to ``rootdir`` (``None`` when outside); resolving paths is slow."""
-    try:
-        return Path(file).resolve().relative_to(rootdir).as_posix()
-    except (ValueError, OSError):
-        return None
+        return self._lowered_level.relative(census)
 
 
 def lowering_present() -> tuple[str, ...]:
