@@ -127,6 +127,21 @@ class Jaxport:
         itself: a function taking such a keyword must be wrapped (``functools.partial``).
         """
         __tracebackhide__ = True
+        from pytest_jaxport.interception import paused
+
+        with paused():  # the plugin's own JAX work: never part of a --jaxport-audit
+            return self._check(fn, args, kwargs, name=name, transforms=transforms)
+
+    def _check(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        name: str | None,
+        transforms: Sequence[str] | None,
+    ) -> Any:
+        __tracebackhide__ = True
         from pytest_jaxport import lowering
 
         if not callable(fn):

@@ -708,12 +708,17 @@ def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
         for test in report.get("tests", [])
         if test.get("checks")
     }
-    return {
+    baseline: dict[str, Any] = {
         "schema_version": BASELINE_VERSION,
         "tool": {"name": TOOL_NAME},
         "kind": BASELINE_KIND,
         "tests": dict(sorted(tests.items())),
     }
+    if isinstance(report.get("audit"), Mapping):  # --jaxport-audit: the suite's counts
+        from pytest_jaxport.audit_report import audit_counts
+
+        baseline["audit"] = audit_counts(report["audit"])
+    return baseline
 
 
 def baseline_json(baseline: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_jaxport.audit_report import audit_lines, audit_markdown
 from pytest_jaxport.census import Census
 from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
@@ -274,6 +275,9 @@ def text(report: Mapping[str, Any]) -> str:
             lines.append("  VIOLATION " + violation["message"].replace("\n", "\n  "))
         if test.get("message") and not test.get("violations"):
             lines.append(f"  {test['message']}")
+    if report.get("audit"):
+        audit = audit_lines(report["audit"], per_test=True)
+        lines += ["", "suite audit (--jaxport-audit):", *audit]
     return "\n".join(lines)
 
 
@@ -358,4 +362,6 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "Transformations (most on any platform, per check):", "", *grouped]
     if gaps:
         lines += ["", "Lowered prediction vs compiled reality:", "", *gaps]
+    if report.get("audit"):
+        lines += audit_markdown(report["audit"])
     return "\n".join(lines) + "\n"
