@@ -4,9 +4,9 @@
 (:mod:`pytest_jaxport.interception`): every top-level jitted call that misses JAX's C++
 dispatch cache is handed to :meth:`Recorder.record`, after JAX ran it. A call JAX has seen
 before in this process (the same jaxpr object, the same argument types, shardings and
-donation) costs two dictionary lookups. A new one gets a content key (the jaxpr's text, the
-source line of each equation, the argument types and shardings, donation, mesh: the same
-computation re-traced, or recorded by another pytest-xdist worker, gets the same key) and, when
+donation) costs two dictionary lookups. A new one gets a content key (the normalised jaxpr's
+text, the argument types and shardings, donation, mesh: the same computation re-traced, traced
+at another call site, or recorded by another pytest-xdist worker, gets the same key) and, when
 the key is new too, is lowered for every configured platform exactly as ``jaxport.check`` does
 (:class:`~pytest_jaxport.lowered_level.LoweredLevel`: the lowered cache, the absent platforms
 lowered together, the same census and source lines) from the recorded jaxpr and argument
@@ -40,8 +40,7 @@ from pytest_jaxport.interception import Interception, RecordedCall, Support
 from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats, relative_file
 from pytest_jaxport.report import Probe
 
-OUTSIDE = ""
-"""The ``nodeid`` of calls made outside any test (importing test modules, collection)."""
+_INSTALLED = "/site-packages/"
 
 
 class Recorder:
@@ -147,8 +146,9 @@ class Recorder:
         if parts is None:  # not keyable: a computation of this process only
             cid = f"local-{next(self._local)}-{id(call.jaxpr):x}"
         else:
-            jaxpr, sources, _ = parts
-            blob = "\n\0".join((jaxpr, sources, call.signature_text()))
+            # Not the source lines: a trace JAX reuses from another call site (an eager op, a
+            # jit called from two tests) is the same computation, whichever site traced it.
+            blob = "\n\0".join((parts[0], call.signature_text()))
             cid = hashlib.sha256(blob.encode()).hexdigest()[:16]
         if cid not in self._computations:
             self._computations[cid] = self._census(cid, call, keyed)
@@ -182,6 +182,8 @@ class Recorder:
         if source is not None:
             file, _, line = source.rpartition(":")
             relative = relative_file(file, self._rootdir) if file else None
+            if relative is None and _INSTALLED in file:  # a library's: from its package on
+                relative = file.rsplit(_INSTALLED, 1)[1]
             source = f"{relative}:{line}" if relative is not None else source
         return {
             "id": cid,

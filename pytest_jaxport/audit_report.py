@@ -5,9 +5,10 @@ Each test's :class:`AuditTestRecord` travels on its teardown report (``report.ja
 so pytest-xdist workers send it to the controller; :class:`AuditLedger` merges them there, in
 any order, into the same section a serial run builds:
 
-- a computation is identified by a content key (its jaxpr, the source line of each equation,
-  argument types and shardings, donation, mesh): one seen by 40 tests, or by two workers,
-  counts once;
+- a computation is identified by a content key (its normalised jaxpr, argument types and
+  shardings, donation, mesh): one seen by 40 tests, or by two workers, counts once; its census
+  is the one recorded earliest in collection order (where a serial run traces it, so its
+  source lines are the same in every run);
 - its **owner** is the first test in collection order among its users (stable under xdist,
   unlike "the first test to compile it"); every other test that used it lists it among the
   computations it ``uses``;
@@ -129,6 +130,7 @@ class AuditLedger:
 
     def __init__(self) -> None:
         self.computations: dict[str, ComputationRecord] = {}
+        self._recorded: dict[str, int] = {}
         self._uses: dict[str, dict[str, int]] = {}
         self._outside: set[str] = set()
         self._tests: dict[str, tuple[int, list[str]]] = {}
@@ -138,7 +140,12 @@ class AuditLedger:
 
     def add(self, record: AuditTestRecord) -> None:
         for computation in record["computations"]:
-            self.computations.setdefault(computation["id"], computation)
+            # The version recorded earliest in collection order is the serial run's: JAX
+            # traced it there, so its census points at that test's call site in every run.
+            cid = computation["id"]
+            if cid not in self.computations or record["index"] < self._recorded[cid]:
+                self.computations[cid] = computation
+                self._recorded[cid] = record["index"]
         self._outside.update(record["outside"])
         self._tests[record["nodeid"]] = (record["index"], list(record["uses"]))
         for cid in record["uses"]:

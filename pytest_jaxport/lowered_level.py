@@ -17,6 +17,7 @@ platform that fails to lower is a :class:`~pytest_jaxport.report.PlatformProbe` 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,8 @@ from typing import Any
 from pytest_jaxport.cache import CompileSettings, lowered_key
 from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLocation, take_census
 from pytest_jaxport.report import PlatformProbe
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
 @dataclass(slots=True)
@@ -52,7 +55,8 @@ class LoweredCensus:
 
 class KeyParts:
     """The lowered cache key's jaxpr-derived parts, computed once per computation, on first
-    use (``None`` when the jaxpr cannot be keyed: then it is lowered as without a cache)."""
+    use (``None`` when the jaxpr cannot be keyed: then it is lowered as without a cache): the
+    jaxpr's text with object addresses blanked, each equation's source line, JAX's config."""
 
     __slots__ = ("_done", "_parts", "_traced")
 
@@ -68,6 +72,9 @@ class KeyParts:
 
             try:
                 jaxpr, sources = lowering.census_key_parts(self._traced)
+                # Object addresses (a host callback's function, printed in its parameters)
+                # differ run to run; nothing lowered depends on them.
+                jaxpr = _ADDRESS.sub("0x?", jaxpr)
                 self._parts = (jaxpr, sources, lowering.lowering_settings())
             except Exception:  # an unkeyable jaxpr is lowered every time, never an error
                 self._parts = None

@@ -318,6 +318,9 @@ def merge(
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
     report["comparisons"] = comparisons
+    audits = [leg.report["audit"] for leg in named if isinstance(leg.report.get("audit"), Mapping)]
+    if audits:  # --jaxport-audit: the first leg's (merging audits is not supported yet)
+        report["audit"] = dict(audits[0])
     return MergeResult(
         report=report, drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
     )

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import esc
+from helpers import esc, run_json
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.report import without_timings
@@ -154,7 +154,7 @@ def test_an_unchanged_suite_is_audited_and_no_outcome_changes(suite: pytest.Pyte
     assert any(c["function"] == "cholesky" for c in eager)
     cholesky = next(c for c in eager if c["function"] == "cholesky")
     assert cholesky["owner"] == "test_suite.py::test_eager_cholesky"
-    assert "cusolver" in cholesky["platforms"]["cuda"]["lowered"]["libraries"]
+    assert "lapack" in cholesky["platforms"]["cpu"]["lowered"]["libraries"]
 
     seen = audit["seen"]
     assert seen["computations"] == len(audit["computations"])
@@ -163,6 +163,44 @@ def test_an_unchanged_suite_is_audited_and_no_outcome_changes(suite: pytest.Pyte
     assert mlp_4x8["id"] in audit["tests"]["test_suite.py::test_mlp_again"]["uses"]
     assert audit["interception"]["hooked"] is True
     result.stdout.fnmatch_lines(["*jaxport audit*"])
+
+
+def test_the_audit_counts_exactly_what_jaxport_check_counts(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        models="""
+        import jax
+        import jax.numpy as jnp
+
+        def step(a, b):
+            x = jnp.linalg.solve(a @ a.T + jnp.eye(4), b)
+            return jnp.fft.rfft(x).real.sum() + jnp.linalg.eigh(a)[0].sum()
+        """,
+        test_same="""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+        from models import step
+
+        A, B = jnp.arange(16.0).reshape(4, 4) / 16, jnp.ones(4)
+
+        @pytest.mark.portable
+        def test_checked(jaxport):
+            jaxport.check(step, A, B)
+
+        def test_jitted():
+            jax.jit(step)(A, B)
+        """,
+    )
+    pytester.syspathinsert()
+    result, report = run_json(pytester, "--jaxport-audit")
+    result.assert_outcomes(passed=2)
+    (checked,) = report["tests"][0]["checks"]
+    (audited,) = [c for c in report["audit"]["computations"] if c["function"] == "step"]
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        ours, theirs = audited["platforms"][platform], checked["platforms"][platform]
+        assert ours["lowered"] == theirs["lowered"], platform
+        assert ours["error"] == theirs["error"]
 
 
 def test_host_callbacks_are_findings_that_say_so(suite: pytest.Pytester) -> None:
@@ -405,5 +443,6 @@ def test_show_merge_and_diff_read_audit_reports(
         assert "test_suite.py" in out
     merged = str(suite.path / "merged.json")
     assert main(["merge", report, report, "-o", merged]) == 0
+    assert json.loads((suite.path / "merged.json").read_text())["audit"]["seen"]["computations"]
     assert main(["diff", report, report]) == 0
     capsys.readouterr()
