@@ -326,10 +326,11 @@ class _Adapter:
         donated = tuple(i for i, d in enumerate(call.params.get("donated_invars", ())) if d)
         mesh = call.params.get("ctx_mesh")
         mesh_text = None if mesh is None or getattr(mesh, "empty", False) else str(mesh)
+        wrapper = next((w for f, w in _PROGRAM_WRAPPERS.items() if source and f in source), None)
         return CallFacts(
-            function=call.name,
+            function=wrapper or call.name,
             source=source,
-            kind="eager" if _is_jax_internal(source) else "jit",
+            kind="eager" if wrapper is None and _is_jax_internal(source) else "jit",
             signature=signature,
             shardings=shardings if any(s != "-" for s in shardings) else (),
             static_arguments=_static_text(call.static),
@@ -419,6 +420,8 @@ def _on_default_backend(sharding: Any) -> bool:
 
 
 _JAX_INTERNAL = ("/jax/_src/", "/jax/numpy/", "/jax/lax/", "/jax/nn/", "/jax/random.py")
+_PROGRAM_WRAPPERS = {"/jax/_src/pmap.py": "pmap"}
+"""JAX's own jitted functions that run the user's program (not an op executed eagerly)."""
 
 
 def _is_jax_internal(source: str | None) -> bool:
