@@ -257,6 +257,54 @@ def measure(name: str, reps: int, out: Path) -> dict[str, Any]:
     }
 
 
+def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
+    """A jitted function called in a loop: per-call time after its first call, without and
+    with the audit's hook installed (interleaved, median of ``reps`` loops of ``calls``)."""
+    from pathlib import Path as _Path
+
+    import jax
+    import jax.numpy as jnp
+
+    from pytest_jaxport.audit import Recorder
+    from pytest_jaxport.cache import CompileSettings
+    from pytest_jaxport.targets import classify
+
+    @jax.jit
+    def step(w: Any, x: Any) -> Any:
+        return jnp.tanh(x @ w).sum()
+
+    w, x = jnp.ones((16, 16)), jnp.ones((4, 16))
+    recorder = Recorder(
+        platforms=("cpu", "cuda", "rocm", "tpu"),
+        classifier=lambda p, op, t: classify(p, op, t),
+        rootdir=_Path.cwd(),
+        compile_settings=CompileSettings(),
+    )
+
+    def loop() -> float:
+        step(w, x).block_until_ready()  # the first call per signature: not timed
+        started = time.perf_counter()
+        for _ in range(calls):
+            step(w, x)
+        step(w, x).block_until_ready()
+        return (time.perf_counter() - started) / calls * 1e6
+
+    plain, hooked = [], []
+    for _ in range(reps):
+        plain.append(loop())
+        recorder.start()
+        recorder.begin_test()
+        hooked.append(loop())
+        recorder.stop()
+    return {
+        "calls": calls,
+        "reps": reps,
+        "plain_us_per_call": round(statistics.median(plain), 3),
+        "audit_us_per_call": round(statistics.median(hooked), 3),
+        "ratio": round(statistics.median(hooked) / statistics.median(plain), 3),
+    }
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -284,7 +332,11 @@ def main() -> None:
     parser.add_argument("--suites", default="optax,chex,haiku")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", default=str(HERE / "results" / "audit-suites-2cpu.json"))
+    parser.add_argument("--hot-path", action="store_true", help="only the hot-path loop")
     options = parser.parse_args()
+    if options.hot_path:
+        print(json.dumps(hot_path(), indent=2))
+        return
     started = time.time()
     result: dict[str, Any] = {
         "machine": {
