@@ -293,3 +293,39 @@ def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
         hook.uninstall()
     assert without == with_audit == 1
     assert hook.compiles.errors == []
+
+
+def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
+    from pytest_jaxport.audit_report import AuditLedger, audit_lines
+    from pytest_jaxport.cost import CostModel
+
+    support = interception.Support(
+        jax="9.0.0",
+        adapter=None,
+        hooked=False,
+        static_arguments=False,
+        compile_events=True,
+        missing=("jax._src.pjit._pjit_call_impl_python",),
+    )
+    (note,) = support.notes()
+    assert "_pjit_call_impl_python not found" in note
+    assert "only compilations are counted" in note
+    ledger = AuditLedger()
+    ledger.add(
+        {
+            "nodeid": "t.py::test",
+            "index": 0,
+            "uses": [],
+            "outside": [],
+            "computations": [],
+            "calls": 0,
+            "compiled_outside": 3,
+            "errors": [],
+        }
+    )
+    section = ledger.section(
+        interception=support.to_dict(), platforms=["cpu"], migrate_to=[], model=CostModel()
+    )
+    lines = audit_lines(section)
+    assert any(line.startswith("not audited: 3 compilations") for line in lines)
+    assert f"note: {note}" in lines
