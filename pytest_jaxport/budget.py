@@ -263,39 +263,52 @@ def _share_violations(check: str, share: RuntimeShare | None, budget: Budget) ->
 def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[Violation]:
     if budget.max_kernels_to_rewrite is None and budget.max_rewrite_days is None:
         return []
-    target = budget.platform
-    items = probe.rewrite_items(target)
+    items = probe.rewrite_items(budget.platform)
     if not items:
         return []
     # Per check: the kernels' own days; the per-target fixed cost belongs to the suite.
-    result = estimate(target, items, model=replace(model, fixed=0.0))
-    details = tuple(item.describe() for item in result.items)
+    result = estimate(budget.platform, items, model=replace(model, fixed=0.0))
+    return rewrite_violations(
+        probe.name,
+        budget,
+        kernels=result.kernels_to_rewrite,
+        days=result.days,
+        details=tuple(item.describe() for item in result.items),
+    )
+
+
+def rewrite_violations(
+    check: str, budget: Budget, *, kernels: int, days: float, details: tuple[str, ...]
+) -> list[Violation]:
+    """``max_kernels_to_rewrite`` and ``max_rewrite_days`` of ``budget`` (its platform is the
+    target) against an estimate of ``kernels`` and ``days``; ``details`` lists the items."""
+    target = budget.platform
     found: list[Violation] = []
-    kernels = budget.max_kernels_to_rewrite
-    if kernels is not None and result.kernels_to_rewrite > kernels.value:
+    limit = budget.max_kernels_to_rewrite
+    if limit is not None and kernels > limit.value:
         found.append(
             Violation(
-                check=probe.name,
+                check=check,
                 platform=target,
                 key="max_kernels_to_rewrite",
-                limit=kernels.value,
-                origin=kernels.origin,
-                found=result.kernels_to_rewrite,
-                what=f"{_plural(result.kernels_to_rewrite, 'kernel')} to rewrite moving off cuda",
+                limit=limit.value,
+                origin=limit.origin,
+                found=kernels,
+                what=f"{_plural(kernels, 'kernel')} to rewrite moving off cuda",
                 level="from the cuda census",
                 details=details,
             )
         )
-    days = budget.max_rewrite_days
-    if days is not None and result.days > days.value:
+    most = budget.max_rewrite_days
+    if most is not None and days > most.value:
         found.append(
             Violation(
-                check=probe.name,
+                check=check,
                 platform=target,
                 key="max_rewrite_days",
-                limit=days.value,
-                origin=days.origin,
-                found=f"{result.days:g}",
+                limit=most.value,
+                origin=most.origin,
+                found=f"{days:g}",
                 what="engineering days to move off cuda",
                 level="cost model",
                 details=details,

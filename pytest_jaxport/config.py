@@ -65,7 +65,9 @@ TOP_KEYS = (
     "cost",
     "scan",
     "transforms",
+    "audit",
 )
+AUDIT_KEYS = ("enabled", "fail_on")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
 DEFAULT_MIGRATE_TO: tuple[str, ...] = ("rocm", "tpu")
@@ -149,6 +151,23 @@ class Overrides:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AuditConfig:
+    """``[tool.jaxport] audit``: record every computation the suite runs (``--jaxport-audit``),
+    and the suite-level budget ``fail_on`` that gates it."""
+
+    enabled: bool = False
+    fail_on: BudgetTable = field(
+        default_factory=lambda: BudgetTable(origin="[tool.jaxport.audit.fail_on]")
+    )
+    platform_fail_on: Mapping[str, BudgetTable] = field(default_factory=dict)
+
+    @property
+    def gated(self) -> bool:
+        """Whether any ``fail_on`` limit is set."""
+        return bool(self.fail_on.values) or any(t.values for t in self.platform_fail_on.values())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProjectConfig:
     """The whole ``[tool.jaxport]`` table, validated."""
 
@@ -174,6 +193,17 @@ class ProjectConfig:
     transforms: tuple[str, ...] = ()
     """``transforms``: the transformations every check also checks (``grad``, ``vmap``,
     ``jvp``), each as its own check ``name[grad]``."""
+    audit: AuditConfig = field(default_factory=AuditConfig)
+
+    def audit_budget(self, platform: str) -> Budget:
+        """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for
+        the suite audit (project budgets do not apply to it: they are per check)."""
+        from dataclasses import replace
+
+        tables = replace(
+            self, budget=self.audit.fail_on, platform_budgets=self.audit.platform_fail_on
+        )
+        return tables.resolve().budget(platform)
 
     def budget_sources(self) -> list[str]:
         """Where budgets came from, for the report header."""
@@ -577,24 +607,9 @@ def parse_project(
     )
     scan, scan_exclude = _scan_table(source, data.get("scan", {}))
 
-    budget = BudgetTable(origin=f"{source} [tool.jaxport.budget]")
-    platform_budgets: dict[str, BudgetTable] = {}
     raw_budget = data.get("budget", {})
-    if not isinstance(raw_budget, Mapping):
-        raise where.error("budget", "a table ([tool.jaxport.budget])", raw_budget)
-    common = {}
-    budget_where = _Where(f"{source}: [tool.jaxport.budget]")
-    for key, value in raw_budget.items():
-        if key in PLATFORMS:
-            if not isinstance(value, Mapping):
-                raise budget_where.error(key, f"a table ([tool.jaxport.budget.{key}])", value)
-            platform_budgets[key] = _budget_table(source, f"tool.jaxport.budget.{key}", value)
-        elif isinstance(value, Mapping) and key != "max_library_calls":
-            raise budget_where.unknown(key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform")
-        else:
-            common[key] = value
-    if common:
-        budget = _budget_table(source, "tool.jaxport.budget", common)
+    budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
+    audit = _audit_table(source, data["audit"]) if "audit" in data else AuditConfig()
 
     tolerances: dict[str, Tolerance] = {}
     platform_tolerances: dict[str, dict[str, Tolerance]] = {}
@@ -632,7 +647,55 @@ def parse_project(
         tolerances=tolerances,
         platform_tolerances=platform_tolerances,
         transforms=transforms,
+        audit=audit,
     )
+
+
+def _budget_section(
+    source: str, name: str, raw: object
+) -> tuple[BudgetTable, dict[str, BudgetTable]]:
+    """A budget table (``[tool.jaxport.budget]`` or ``[tool.jaxport.audit.fail_on]``): its own
+    keys, and a sub-table per platform."""
+    budget = BudgetTable(origin=f"{source} [{name}]")
+    platform_budgets: dict[str, BudgetTable] = {}
+    if not isinstance(raw, Mapping):
+        parent, _, key = name.rpartition(".")
+        raise _Where(f"{source}: [{parent}]").error(key, f"a table ([{name}])", raw)
+    common = {}
+    budget_where = _Where(f"{source}: [{name}]")
+    for key, value in raw.items():
+        if key in PLATFORMS:
+            if not isinstance(value, Mapping):
+                raise budget_where.error(key, f"a table ([{name}.{key}])", value)
+            platform_budgets[key] = _budget_table(source, f"{name}.{key}", value)
+        elif isinstance(value, Mapping) and key != "max_library_calls":
+            raise budget_where.unknown(key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform")
+        else:
+            common[key] = value
+    if common:
+        budget = _budget_table(source, name, common)
+    return budget, platform_budgets
+
+
+def _audit_table(source: str, value: object) -> AuditConfig:
+    """``audit = true`` or ``[tool.jaxport.audit]`` (``enabled``, ``fail_on``)."""
+    if isinstance(value, bool):
+        return AuditConfig(enabled=value)
+    if not isinstance(value, Mapping):
+        raise _Where(f"{source}: [tool.jaxport]").error(
+            "audit", "a boolean (true or false) or a table ([tool.jaxport.audit])", value
+        )
+    where = _Where(f"{source}: [tool.jaxport.audit]")
+    for key in value:
+        if key not in AUDIT_KEYS:
+            raise where.unknown(key, AUDIT_KEYS)
+    enabled = value.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise where.error("enabled", "a boolean (true or false)", enabled)
+    fail_on, platform_fail_on = _budget_section(
+        source, "tool.jaxport.audit.fail_on", value.get("fail_on", {})
+    )
+    return AuditConfig(enabled=enabled, fail_on=fail_on, platform_fail_on=platform_fail_on)
 
 
 def load_project(path: Path | None, *, display: str | None = None) -> ProjectConfig:

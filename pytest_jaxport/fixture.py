@@ -12,7 +12,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import warnings
@@ -24,17 +23,11 @@ from typing import Any
 import pytest
 
 from pytest_jaxport.arguments import ArgumentError, prepare
-from pytest_jaxport.cache import CompileSettings, cache_key, lowered_key, source_fingerprint
-from pytest_jaxport.census import (
-    Census,
-    Classifier,
-    OpSite,
-    Program,
-    SourceLocation,
-    take_census,
-)
+from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
+from pytest_jaxport.census import Census, Classifier, Program, SourceLocation, take_census
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.cost import RuntimeShare
+from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats
 from pytest_jaxport.report import PlatformProbe, Probe, Untraced
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -60,17 +53,6 @@ class CompileStats:
             "compiled": self.compiled,
             "reused": self.reused,
         }
-
-
-@dataclass(slots=True)
-class LoweredStats:
-    """Per test: lowered-level cache hits and misses (platforms not present here)."""
-
-    hits: int = 0
-    misses: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +92,12 @@ class Jaxport:
         ``--jaxport-save-outputs``; never put into the report."""
         self.compile_stats = CompileStats()
         self.lowered_stats = LoweredStats()
+        self._lowered_level = LoweredLevel(
+            classifier=classifier,
+            rootdir=rootdir,
+            compile_settings=self._compile,
+            stats=self.lowered_stats,
+        )
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -140,6 +128,21 @@ class Jaxport:
         its own check ``name[grad]``. ``name`` and ``transforms`` are keywords of ``check``
         itself: a function taking such a keyword must be wrapped (``functools.partial``).
         """
+        __tracebackhide__ = True
+        from pytest_jaxport.interception import paused
+
+        with paused():  # the plugin's own JAX work: never part of a --jaxport-audit
+            return self._check(fn, args, kwargs, name=name, transforms=transforms)
+
+    def _check(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        name: str | None,
+        transforms: Sequence[str] | None,
+    ) -> Any:
         __tracebackhide__ = True
         from pytest_jaxport import lowering
 
@@ -233,55 +236,24 @@ class Jaxport:
 
         present = lowering.present_platforms()
         frame = sys._getframe(2)  # the line that called check() (check -> _probe)
-        caller = self._relative_location(
+        caller = self._lowered_level.shown_location(
             SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
         )
-        results: dict[str, PlatformProbe] = {}
-        lowered_for: dict[str, Any] = {}
-        programs: dict[str, Program] = {}
-        keyed = _KeyParts(traced)
-        # A platform not present here (and not compiled) needs only its Program: read it from
-        # the lowered-level cache when this jaxpr was lowered before, else lower all such
-        # platforms together in one multi-platform lowering.
-        keys: dict[str, str | None] = {}
-        read: dict[str, Program] = {}
-        for platform in self.platforms:
-            if platform not in present and platform not in self._compile.platforms:
-                keys[platform] = self._lowered_key(keyed, platform)
-                program = self._cached_program(keys[platform])
-                if program is not None:
-                    read[platform] = program
-        missing = [p for p in keys if p not in read]
-        together = lowering.lower_together(traced, missing) if len(missing) > 1 else None
-        for platform in self.platforms:
-            try:
-                program = read.get(platform)
-                if program is None and together is not None:
-                    program = together.get(platform)
-                    self._cache_program(keys.get(platform), program)
-                if program is None:
-                    lowered = lowering.lower(traced, platform)
-                    program = lowering.read_program(lowered)
-                    lowered_for[platform] = lowered
-                    self._cache_program(keys.get(platform), program)
-                lowering.refuse_unrunnable(program, platform)
-                programs[platform] = program
-                census = self._relative(
-                    take_census(
-                        programs[platform],
-                        platform,
-                        classifier=self._classifier,
-                        seconds=self._roofline(platform),
-                    ),
-                    caller,
-                )
-            except lowering.LoweringFailure as e:
-                results[platform] = _failed_to_lower(platform, present, str(e))
-                lowered_for.pop(platform, None)
-                continue
-            results[platform] = PlatformProbe(
-                platform=platform, present=platform in present, census=census
-            )
+        keyed = KeyParts(traced)
+        # A platform not present here (and not compiled) needs only its Program: the lowered
+        # level reads it from the cache, or lowers all such platforms together.
+        found = self._lowered_level.take(
+            traced,
+            keyed,
+            self.platforms,
+            present=present,
+            cached=[p for p in self.platforms
+                    if p not in present and p not in self._compile.platforms],
+            caller=caller,
+        )  # fmt: skip
+        results: dict[str, PlatformProbe] = dict(found.results)
+        lowered_for: dict[str, Any] = dict(found.lowered)
+        programs: dict[str, Program] = dict(found.programs)
 
         executions: dict[str, lowering.Execution] = {}
         # What numerics' attempt to compile left behind, per platform: the executable, or
@@ -322,58 +294,7 @@ class Jaxport:
         self.probes.append(probe)
         return value
 
-    # -- the lowered-level cache --------------------------------------------------------------
-
-    def _lowered_key(self, keyed: _KeyParts, platform: str) -> str | None:
-        """The cache key of ``platform``'s lowering; ``None`` when the cache is off or the
-        jaxpr cannot be keyed (then it is lowered as without a cache)."""
-        from pytest_jaxport import lowering
-
-        if self._compile.lowered_cache is None:
-            return None
-        parts = keyed.get()
-        if parts is None:
-            return None
-        jaxpr, sources, settings = parts
-        if platform == "cuda":  # the GPU a trace describes where JAX asks (Pallas, jax 0.11+)
-            settings += f"\ndescribed GPU: {self._compile.gpu_kind}"
-        return lowered_key(
-            jaxpr=jaxpr,
-            sources=sources,
-            platform=platform,
-            versions=lowering.versions(),
-            settings=settings,
-        )
-
-    def _cache_program(self, key: str | None, program: Program | None) -> None:
-        if key is not None and program is not None and self._compile.lowered_cache is not None:
-            self._compile.lowered_cache.put(key, program)
-
-    def _cached_program(self, key: str | None) -> Program | None:
-        cache = self._compile.lowered_cache
-        if key is None or cache is None:
-            return None
-        program = cache.get(key)
-        if program is None:
-            self.lowered_stats.misses += 1
-        else:
-            self.lowered_stats.hits += 1
-        return program
-
     # -- runtime share --------------------------------------------------------------------------
-
-    def _roofline(self, platform: str) -> Callable[[OpSite, str], float]:
-        """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``)."""
-        from pytest_jaxport.cost import kernel_seconds, peak_for
-
-        peak = peak_for(
-            platform, target_config=self._compile.target_config, target=self._compile.target
-        )
-
-        def seconds(site: OpSite, layer: str) -> float:
-            return kernel_seconds(site, layer, peak)
-
-        return seconds
 
     def _runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
         """Measured where the platform ran and profiling is on, else the estimate: from the
@@ -423,7 +344,7 @@ class Jaxport:
         kwargs: Mapping[str, Any],
         built: Any,
         present: tuple[str, ...],
-        keyed: _KeyParts,
+        keyed: KeyParts,
     ) -> PlatformProbe:
         """``result`` with its compiled census (or why compiling failed); never raises."""
         from pytest_jaxport import lowering
@@ -544,7 +465,7 @@ class Jaxport:
             platform,
             level="compiled",
             classifier=classifier,
-            seconds=self._roofline(platform),
+            seconds=self._lowered_level.roofline(platform),
         )
         return _Compiled(census=self._relative(census))
 
@@ -635,41 +556,8 @@ class Jaxport:
             n += 1
         return f"{name}#{n}"
 
-    def _relative(self, census: Census, caller: SourceLocation | None = None) -> Census:
-        """``census`` with its kernels' files relative to the rootdir. Where no kernel has a
-        location at all (jax 0.9 lowers a jitted library function checked directly, such as
-        ``jnp.linalg.solve``, with name-only locations), they are the ``caller``'s: the check
-        call, as other releases' tracebacks say."""
-        if caller is not None and not any(k.location for k in census.kernels):
-            return replace(
-                census,
-                kernels=tuple(replace(k, location=caller) for k in census.kernels),
-            )
-        kernels = tuple(
-            k if k.location is None else replace(k, location=self._relative_location(k.location))
-            for k in census.kernels
-        )
-        return replace(census, kernels=kernels)
-
-    def _relative_location(self, location: SourceLocation) -> SourceLocation:
-        file = shown_file(location.file, self._rootdir)
-        return location if file is None else SourceLocation(file=file, line=location.line)
-
-
-def _failed_to_lower(platform: str, present: tuple[str, ...], error: str) -> PlatformProbe:
-    """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
-    hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
-    from pytest_jaxport.jax_adapters import jax_release, needs_hardware
-
-    hardware = needs_hardware(error) if platform not in present else None
-    if hardware is not None:
-        error = f"not lowerable here on jax {jax_release()}: needs a {hardware} ({error})"
-    return PlatformProbe(
-        platform=platform,
-        present=platform in present,
-        error=error,
-        needs_hardware=hardware,
-    )
+    def _relative(self, census: Census) -> Census:
+        return self._lowered_level.relative(census)
 
 
 def _warn_unverified(probe: Probe) -> None:
@@ -685,53 +573,6 @@ def _warn_unverified(probe: Probe) -> None:
             ),
             stacklevel=4,
         )
-
-
-class _KeyParts:
-    """The lowered cache key's jaxpr-derived parts, computed once per check, on first use."""
-
-    __slots__ = ("_done", "_parts", "_traced")
-
-    def __init__(self, traced: Any) -> None:
-        self._traced = traced
-        self._parts: tuple[str, str, str] | None = None
-        self._done = False
-
-    def get(self) -> tuple[str, str, str] | None:
-        if not self._done:
-            self._done = True
-            from pytest_jaxport import lowering
-
-            try:
-                jaxpr, sources = lowering.census_key_parts(self._traced)
-                self._parts = (jaxpr, sources, lowering.lowering_settings())
-            except Exception:  # an unkeyable jaxpr is lowered every time, never an error
-                self._parts = None
-        return self._parts
-
-
-_PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
-
-
-@functools.lru_cache(maxsize=4096)
-def shown_file(file: str, rootdir: Path) -> str | None:
-    """``file`` as a report shows it: a file of an installed package relative to its
-    ``site-packages`` (``flax/nnx/nn/linear.py``, wherever the virtual env is, even inside
-    ``rootdir``), any other file relative to ``rootdir``; ``None`` when it is neither (shown
-    as it is). Resolving paths is slow: cached.
-
-    >>> shown_file("/venv/lib/python3.11/site-packages/flax/nnx/nn/linear.py", Path("/src"))
-    'flax/nnx/nn/linear.py'
-    """
-    posix = file.replace("\\", "/")
-    for folder in _PACKAGE_FOLDERS:
-        at = posix.rfind(folder)
-        if at >= 0 and posix[at + len(folder) :]:
-            return posix[at + len(folder) :]
-    try:
-        return Path(file).resolve().relative_to(rootdir).as_posix()
-    except (ValueError, OSError):
-        return None
 
 
 def lowering_present() -> tuple[str, ...]:

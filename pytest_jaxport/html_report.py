@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from pytest_jaxport.audit_report import audit_html
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.hotspots import Hotspot
 from pytest_jaxport.view import (
@@ -1000,6 +1001,7 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
             _totals(view),
             _layers(view),
             _tooling(view),
+            audit_html(view.audit) if view.audit else "",
             _matrix(view),
             _test_details(view),
             "</main>",

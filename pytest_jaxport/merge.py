@@ -318,6 +318,9 @@ def merge(
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
     report["comparisons"] = comparisons
+    audits = [leg.report["audit"] for leg in named if isinstance(leg.report.get("audit"), Mapping)]
+    if audits:  # --jaxport-audit: the first leg's (merging audits is not supported yet)
+        report["audit"] = dict(audits[0])
     return MergeResult(
         report=report, drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
     )
@@ -710,12 +713,17 @@ def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
         for test in report.get("tests", [])
         if test.get("checks")
     }
-    return {
+    baseline: dict[str, Any] = {
         "schema_version": BASELINE_VERSION,
         "tool": {"name": TOOL_NAME},
         "kind": BASELINE_KIND,
         "tests": dict(sorted(tests.items())),
     }
+    if isinstance(report.get("audit"), Mapping):  # --jaxport-audit: the suite's counts
+        from pytest_jaxport.audit_report import audit_counts
+
+        baseline["audit"] = audit_counts(report["audit"])
+    return baseline
 
 
 def baseline_json(baseline: Mapping[str, Any]) -> str:

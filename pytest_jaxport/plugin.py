@@ -84,6 +84,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--cache-clear drops them too).",
     )
     group.addoption(
+        "--jaxport-audit",
+        action="store_true",
+        default=False,
+        help="audit the suite as it is: record every jitted computation the tests run and "
+        "count each distinct one for every platform, no test changed ([tool.jaxport] audit).",
+    )
+    group.addoption(
         "--jaxport-save-outputs",
         default=None,
         metavar="DIR",
@@ -260,11 +267,21 @@ def pytest_configure(config: pytest.Config) -> None:
     session.ci = ci
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "jaxport-session")
+    if config.getoption("jaxport_audit") or project.audit.enabled:
+        from pytest_jaxport.audit_session import AuditSession
+
+        audit = AuditSession(config, project, session)
+        session.audit = audit
+        config.pluginmanager.register(audit, "jaxport-audit")
+        audit.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
+        if session.audit is not None:
+            session.audit.stop()
+            config.pluginmanager.unregister(session.audit)
         config.pluginmanager.unregister(session)
         del config.stash[SESSION]
 

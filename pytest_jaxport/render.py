@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_jaxport.audit_report import audit_lines, audit_markdown
 from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
@@ -221,6 +222,9 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     lines += problem_lines(view, options)
     if written_to is None or options.top is not None or options.verbosity > 0:
         lines += hotspot_lines(view, options)
+    if view.audit:
+        audit = audit_lines(view.audit, per_test=options.verbosity > 0)
+        lines += ["suite audit (--jaxport-audit):", *audit, ""]
     lines += headline_lines(view, options)
     return "\n".join(fit(lines))
 
@@ -525,6 +529,7 @@ def render_markdown(
         _md_totals(view),
         _md_hotspots(view, options),
         _md_layers(view),
+        audit_markdown(view.audit) if view.audit else [],
         _md_notes(view),
     ]
     out = "\n".join(lead) + "\n"

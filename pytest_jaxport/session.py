@@ -29,6 +29,7 @@ from pytest_jaxport.config import (
 from pytest_jaxport.targets import Classification, Level, classify
 
 if TYPE_CHECKING:
+    from pytest_jaxport.audit_session import AuditSession
     from pytest_jaxport.cost import CostModel
     from pytest_jaxport.display import DisplayOptions
     from pytest_jaxport.view import ReportView
@@ -84,6 +85,8 @@ class JaxportSession:
         self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
         self.ci = CISettings()
         """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
+        self.audit: AuditSession | None = None
+        """The suite audit, when ``--jaxport-audit`` is on (plugin.py sets it)."""
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -386,7 +389,7 @@ class JaxportSession:
         from pytest_jaxport.ci import budget_table, leg_facts, tolerance_table
         from pytest_jaxport.report import build_report, environment
 
-        jax_loaded = any(t["checks"] for t in self.tests.values())
+        jax_loaded = self.audit is not None or any(t["checks"] for t in self.tests.values())
         present = lowering.present_platforms() if jax_loaded else ()
         versions = lowering.versions() if jax_loaded else {}
         report = build_report(
@@ -407,6 +410,8 @@ class JaxportSession:
         )
         report["config"]["migrate_to"] = list(self.project.migrate_to)
         report["summary"].update(self.numbers(report["tests"], report["summary"]))
+        if self.audit is not None:
+            report["audit"] = self.audit.section()
         return report
 
     def cost_model(self) -> CostModel:

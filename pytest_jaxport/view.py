@@ -435,6 +435,8 @@ class ReportView:
     :func:`what_if_line`)."""
     transformations: tuple[tuple[str, str], ...] = ()
     """``(test, line)`` per function checked with transformations (:func:`variant_lines`)."""
+    audit: Mapping[str, Any] | None = None
+    """The report's ``audit`` section (``--jaxport-audit``), as stored."""
 
     @property
     def problem_count(self) -> int:
@@ -551,6 +553,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         deviceless=_deviceless(tests),
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
+        audit=_map(report.get("audit")) or None,
     )
     return dataclasses.replace(view, layers=layers_of(view, summary))
 

@@ -507,6 +507,6 @@ def test_library_lines_are_shown_relative_to_site_packages(project: pytest.Pytes
     ],
 )
 def test_shown_file(file: str, shown: str | None) -> None:
-    from pytest_jaxport.fixture import shown_file
+    from pytest_jaxport.lowered_level import shown_file
 
     assert shown_file(file, Path("/src/proj")) == shown

@@ -1,0 +1,370 @@
+"""``pytest --jaxport-audit`` on real test suites nobody here wrote: outcomes, counts, overhead.
+
+The suites are the test modules their libraries ship in their own wheels, copied unchanged from
+the installed packages into a temporary folder (nothing is fetched, nothing is edited):
+
+- **optax** (``optax/**/*_test.py``, absl-py + scikit-learn for two modules): a documented
+  selection of modules (:data:`SUITES`), sized for a 2-core machine;
+- **chex** (``chex/**/*_test.py``): all of it (its variants run functions with and without
+  jit and under pmap; ``restrict_backends`` patches compilation itself);
+- **haiku** (``haiku/**/*_test.py``): a selection of the modules that need no TensorFlow.
+
+For each suite, in one run and interleaved (plain, audit cold, audit warm; repeated):
+
+- **plain**: ``python -m pytest <selection>`` with the plugin loaded but the audit off;
+- **audit cold**: the same with ``--jaxport-audit`` and an empty pytest cache (nothing lowered
+  before);
+- **audit warm**: the same again, the lowered cache kept from the cold run;
+- then each of plain and audit once more with ``-n 2`` (pytest-xdist).
+
+Every run writes JUnit XML; the set of ``(test, outcome)`` pairs of every run must be the same
+(the proof that no outcome changed), and the audit runs' JSON reports give the computations
+found, lowering success per platform, the census and the sites. Wall and CPU time (user+sys of
+the pytest process and its children, the steadier number on a shared machine) per run; ratios
+are medians of audit over plain.
+
+Usage (the interpreter that has pytest-jaxport and the libraries installed)::
+
+    python benchmarks/audit_suites.py --suites optax,chex,haiku --reps 2 \\
+        --out benchmarks/results/audit-suites-2cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+SUITES: dict[str, dict[str, Any]] = {
+    "optax": {
+        "package": "optax",
+        # 530 tests, sized for 2 shared cores: the transforms, losses, tree utilities,
+        # projections, perturbations and microbatching modules and four small core modules.
+        # Left out for time: _src/alias_test.py (623 parametrized optimizer cases),
+        # _src/linesearch_test.py, schedules/, contrib/ and the rest of _src/.
+        "select": [
+            "transforms",
+            "losses",
+            "tree_utils",
+            "projections",
+            "perturbations",
+            "microbatching",
+            "_src/update_test.py",
+            "_src/lookahead_test.py",
+            "_src/base_test.py",
+            "_src/combine_test.py",
+        ],
+    },
+    "chex": {"package": "chex", "select": ["."]},
+    "haiku": {
+        "package": "haiku",
+        "select": [
+            "_src/basic_test.py",
+            "_src/conv_test.py",
+            "_src/batch_norm_test.py",
+            "_src/layer_norm_test.py",
+            "_src/attention_test.py",
+            "_src/embed_test.py",
+            "_src/pool_test.py",
+            "_src/stateful_test.py",
+            "_src/multi_transform_test.py",
+            "_src/nets/mlp_test.py",
+            "_src/nets/resnet_test.py",
+        ],
+    },
+}
+
+AUDIT_LINES = ("seen:", "not audited:", "note:")
+COMMON = ["-o", "python_files=*_test.py", "--import-mode=importlib", "-q", "-p", "no:randomly"]
+
+
+def copy_suite(package: str, folder: Path) -> Path:
+    """The package's own ``*_test.py`` modules, copied unchanged under ``folder/<package>_suite``
+    (a folder named like the package would shadow it)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"{package} is not installed: pip install {package}")
+    source = Path(spec.origin).parent
+    target = folder / f"{package}_suite"
+    for test in source.rglob("*_test.py"):
+        destination = target / test.relative_to(source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(test, destination)
+    return target
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    """``{test id: outcome}`` from JUnit XML (passed, failed, error, skipped)."""
+    found: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                if outcome == "error" and found.get(name) == "failed":
+                    outcome = "failed"
+        found[name] = found.get(name) if found.get(name) in ("failed",) else outcome
+    return found
+
+
+def run(folder: Path, select: list[str], args: list[str], label: str, out: Path) -> dict[str, Any]:
+    junit = out / f"{label}.xml"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *COMMON, f"--junitxml={junit}", *args, *select],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    lines = proc.stdout.strip().splitlines()
+    print(
+        f"  {label}: {wall:.1f} s wall, {cpu:.1f} s cpu: {lines[-1] if lines else ''}", flush=True
+    )
+    return {
+        "label": label,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "exit": proc.returncode,
+        "last_line": lines[-1] if lines else "",
+        "outcomes": outcomes(junit) if junit.exists() else {},
+        "audit_lines": [line for line in lines if line.startswith(AUDIT_LINES)],
+    }
+
+
+def audit_numbers(report: Path) -> dict[str, Any]:
+    audit = json.loads(report.read_text())["audit"]
+    summary = audit["summary"]
+    return {
+        "seen": audit["seen"],
+        "interception": audit["interception"],
+        "lowered": {
+            p: {"lowered": t["lowered"], "failed_to_lower": t["failed_to_lower"]}
+            for p, t in summary["platforms"].items()
+        },
+        "census": {
+            p: {"vendor": t["vendor"], "custom": t["custom"], "libraries": t["libraries"]}
+            for p, t in summary["platforms"].items()
+        },
+        "kernels_to_rewrite": summary["kernels_to_rewrite"],
+        "rewrite_days": summary["rewrite_days"],
+        "findings_by_kind": _count_by(audit["findings"], "kind"),
+        "failure_reasons": _reasons(audit["findings"]),
+        "sites": len(audit["sites"]),
+        "top_cuda_sites": [
+            s
+            for s in sorted(audit["sites"], key=lambda s: (s["layer"] != "custom", -s["count"]))
+            if s["platform"] == "cuda"
+        ][:10],
+    }
+
+
+def _count_by(items: list[dict[str, Any]], key: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item[key]] = counts.get(item[key], 0) + 1
+    return counts
+
+
+def _reasons(findings: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in findings:
+        reason = f["reason"].split(" (")[0][:120]
+        counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:10])
+
+
+def measure(name: str, reps: int, out: Path) -> dict[str, Any]:
+    spec = SUITES[name]
+    folder = copy_suite(spec["package"], out)
+    select = spec["select"]
+    runs: list[dict[str, Any]] = []
+    cache = folder / ".pytest_cache"
+    report = out / f"{name}-audit.json"
+    print(f"{name}: {folder} {' '.join(select)}", flush=True)
+    for rep in range(reps):
+        shutil.rmtree(cache, ignore_errors=True)
+        plain_cache = ["-o", f"cache_dir={out / 'plain-cache'}"]
+        runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
+        runs.append(
+            run(
+                folder,
+                select,
+                ["--jaxport-audit", f"--jaxport-report={report}"],
+                f"{name}-audit-cold-{rep}",
+                out,
+            )
+        )
+        runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out))
+    runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
+    runs.append(run(folder, select, ["-n", "2", "--jaxport-audit"], f"{name}-audit-n2", out))
+
+    reference = runs[0]["outcomes"]
+    same = {r["label"]: r["outcomes"] == reference for r in runs}
+    differences = {
+        r["label"]: sorted(
+            f"{t}: {reference.get(t)} -> {o}"
+            for t, o in r["outcomes"].items()
+            if reference.get(t) != o
+        )[:20]
+        for r in runs
+        if not same[r["label"]]
+    }
+
+    def median(kind: str, key: str) -> float:
+        return statistics.median(
+            r[key] for r in runs if f"-{kind}-" in r["label"] and "n2" not in r["label"]
+        )
+
+    ratios = {
+        f"{kind}_{key}": round(median(kind, key) / median("plain", key), 3)
+        for kind in ("audit-cold", "audit-warm")
+        for key in ("wall_s", "cpu_s")
+    }
+    totals: dict[str, int] = {}
+    for outcome in reference.values():
+        totals[outcome] = totals.get(outcome, 0) + 1
+    return {
+        "suite": name,
+        "select": select,
+        "command": f"python -m pytest {' '.join(COMMON)} [--jaxport-audit] {' '.join(select)}",
+        "tests": len(reference),
+        "outcomes": totals,
+        "same_outcomes_everywhere": all(same.values()),
+        "outcome_differences": differences,
+        "ratios": ratios,
+        "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs],
+        "audit": audit_numbers(report),
+    }
+
+
+def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
+    """A jitted function called in a loop: per-call time after its first call, without and
+    with the audit's hook installed (interleaved, median of ``reps`` loops of ``calls``)."""
+    from pathlib import Path as _Path
+
+    import jax
+    import jax.numpy as jnp
+
+    from pytest_jaxport.audit import Recorder
+    from pytest_jaxport.cache import CompileSettings
+    from pytest_jaxport.targets import classify
+
+    @jax.jit
+    def step(w: Any, x: Any) -> Any:
+        return jnp.tanh(x @ w).sum()
+
+    w, x = jnp.ones((16, 16)), jnp.ones((4, 16))
+    recorder = Recorder(
+        platforms=("cpu", "cuda", "rocm", "tpu"),
+        classifier=lambda p, op, t: classify(p, op, t),
+        rootdir=_Path.cwd(),
+        compile_settings=CompileSettings(),
+    )
+
+    def loop() -> float:
+        step(w, x).block_until_ready()  # the first call per signature: not timed
+        started = time.perf_counter()
+        for _ in range(calls):
+            step(w, x)
+        step(w, x).block_until_ready()
+        return (time.perf_counter() - started) / calls * 1e6
+
+    plain, hooked = [], []
+    for _ in range(reps):
+        plain.append(loop())
+        recorder.start()
+        recorder.begin_test()
+        hooked.append(loop())
+        recorder.stop()
+    return {
+        "calls": calls,
+        "reps": reps,
+        "plain_us_per_call": round(statistics.median(plain), 3),
+        "audit_us_per_call": round(statistics.median(hooked), 3),
+        "ratio": round(statistics.median(hooked) / statistics.median(plain), 3),
+    }
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in (
+        "jax",
+        "jaxlib",
+        "pytest",
+        "pytest-xdist",
+        "optax",
+        "chex",
+        "dm-haiku",
+        "absl-py",
+        "pytest-jaxport",
+    ):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", default="optax,chex,haiku")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--out", default=str(HERE / "results" / "audit-suites-2cpu.json"))
+    parser.add_argument("--hot-path", action="store_true", help="only the hot-path loop")
+    options = parser.parse_args()
+    if options.hot_path:
+        print(json.dumps(hot_path(), indent=2))
+        return
+    started = time.time()
+    result: dict[str, Any] = {
+        "machine": {
+            "nproc": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "versions": versions(),
+        "date": time.strftime("%Y-%m-%d"),
+        "load_start": os.getloadavg()[0],
+        "suites": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
+        for name in options.suites.split(","):
+            result["suites"].append(measure(name, options.reps, Path(tmp)))
+            result["load_end"] = os.getloadavg()[0]
+            result["seconds"] = round(time.time() - started, 1)
+            Path(options.out).write_text(json.dumps(result, indent=2) + "\n")
+    for suite in result["suites"]:
+        print(
+            suite["suite"],
+            suite["tests"],
+            suite["outcomes"],
+            "same outcomes:",
+            suite["same_outcomes_everywhere"],
+            suite["ratios"],
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Recording the computations a suite runs, and lowering each distinct one once.
+
+``pytest --jaxport-audit`` installs :class:`Recorder` on the interception layer
+(:mod:`pytest_jaxport.interception`): every top-level jitted call that misses JAX's C++
+dispatch cache is handed to :meth:`Recorder.record`, after JAX ran it. A call JAX has seen
+before in this process (the same jaxpr object, the same argument types, shardings and
+donation) costs two dictionary lookups. A new one gets a content key (the normalised jaxpr's
+text, the argument types and shardings, donation, mesh: the same computation re-traced, traced
+at another call site, or recorded by another pytest-xdist worker, gets the same key) and, when
+the key is new too, is lowered for every configured platform exactly as ``jaxport.check`` does
+(:class:`~pytest_jaxport.lowered_level.LoweredLevel`: the lowered cache, the absent platforms
+lowered together, the same census and source lines) from the recorded jaxpr and argument
+types, without tracing or running anything again. For the platform it ran on, JAX's own
+cached lowering is read.
+
+Nothing here may change what a test computes or whether it passes: the hook runs after JAX did
+the call's work, any exception is recorded, never raised (see the interception layer).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_jaxport.audit_report import (
+    AuditTestRecord,
+    ComputationRecord,
+    FindingRecord,
+    finding_kind,
+)
+from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.census import Classifier
+from pytest_jaxport.interception import Interception, RecordedCall, Support
+from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats, shown_file
+from pytest_jaxport.report import Probe
+
+
+class Recorder:
+    """Records each test's computations; lowers and counts each distinct one once."""
+
+    def __init__(
+        self,
+        *,
+        platforms: Sequence[str],
+        classifier: Classifier,
+        rootdir: Path,
+        compile_settings: CompileSettings,
+    ) -> None:
+        self.platforms = tuple(platforms)
+        self.stats = LoweredStats()
+        self._level = LoweredLevel(
+            classifier=classifier,
+            rootdir=rootdir,
+            compile_settings=compile_settings,
+            stats=self.stats,
+        )
+        self._rootdir = rootdir
+        self.interception = Interception(self.record)
+        self.support: Support | None = None
+        self._by_jaxpr: dict[int, tuple[Any, dict[Any, str]]] = {}
+        self._computations: dict[str, ComputationRecord] = {}
+        self._unsent: list[str] = []
+        self._uses: dict[str, None] = {}
+        self._outside: dict[str, None] = {}
+        self._in_test = False
+        self._calls = 0
+        self._local = itertools.count()
+
+    # -- the session's side ------------------------------------------------------------------
+
+    def start(self) -> Support:
+        """Install the hook (imports JAX); what this JAX lets the audit see."""
+        self.support = self.interception.install()
+        return self.support
+
+    def stop(self) -> None:
+        self.interception.uninstall()
+
+    def begin_test(self) -> None:
+        """A test starts: its first call of each computation passes the hook again."""
+        self._in_test = True
+        self._uses = {}
+        self.interception.clear_dispatch_caches()
+
+    def end_test(self, nodeid: str, index: int) -> AuditTestRecord:
+        """What the test ran (and what this process saw first since the last record)."""
+        compiles = self.interception.compiles
+        record: AuditTestRecord = {
+            "nodeid": nodeid,
+            "index": index,
+            "uses": list(self._uses),
+            "outside": list(self._outside),
+            "computations": [self._computations[cid] for cid in self._unsent],
+            "calls": self._calls,
+            "compiled_outside": compiles.outside,
+            "errors": list(compiles.errors),
+        }
+        self._in_test = False
+        self._uses = {}
+        self._outside = {}
+        self._unsent = []
+        self._calls = 0
+        compiles.outside = 0
+        compiles.audited = 0
+        compiles.errors.clear()
+        return record
+
+    # -- the hook's side ------------------------------------------------------------------------
+
+    def record(self, call: RecordedCall) -> None:
+        """One call that missed JAX's dispatch cache (the interception layer calls this)."""
+        self._calls += 1
+        jaxpr = call.jaxpr
+        known = self._by_jaxpr.get(id(jaxpr))
+        if known is None or known[0]() is not jaxpr:
+            known = (weakref.ref(jaxpr, self._forget(id(jaxpr))), {})
+            self._by_jaxpr[id(jaxpr)] = known
+        try:
+            signature: Any = call.signature()
+            cid = known[1].get(signature)
+        except TypeError:  # an unhashable parameter: key by its text instead
+            signature = call.signature_text()
+            cid = known[1].get(signature)
+        if cid is None:
+            cid = known[1][signature] = self._identify(call)
+        (self._uses if self._in_test else self._outside)[cid] = None
+
+    def _forget(self, key: int) -> Any:
+        def forget(_: Any) -> None:
+            self._by_jaxpr.pop(key, None)
+
+        return forget
+
+    def _identify(self, call: RecordedCall) -> str:
+        """The content key of a call JAX traced anew; lowered and counted when new."""
+        keyed = KeyParts(call)
+        parts = keyed.get()
+        if parts is None:  # not keyable: a computation of this process only
+            cid = f"local-{next(self._local)}-{id(call.jaxpr):x}"
+        else:
+            # Not the source lines: a trace JAX reuses from another call site (an eager op, a
+            # jit called from two tests) is the same computation, whichever site traced it.
+            blob = "\n\0".join((parts[0], call.signature_text()))
+            cid = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        if cid not in self._computations:
+            self._computations[cid] = self._census(cid, call, keyed)
+            self._unsent.append(cid)
+        return cid
+
+    def _census(self, cid: str, call: RecordedCall, keyed: KeyParts) -> ComputationRecord:
+        from pytest_jaxport import lowering
+
+        facts = call.facts()
+        present = lowering.present_platforms()
+        # HOST CALLBACKS (issue #14a): once lowering can rewrite a program's host callbacks into
+        # inert placeholders, lower that rewritten program here for the platforms not present
+        # (the callbacks then count as `meta` at their source lines). Until then each such
+        # platform fails to lower, and the finding says it is a host callback.
+        found = self._level.take(call, keyed, self.platforms, present=present,
+                                 cached=self.platforms)  # fmt: skip
+        findings: list[FindingRecord] = []
+        for platform, result in found.results.items():
+            if result.error is None:
+                continue
+            kind = finding_kind(facts.host_callbacks, platform in present)
+            reason = result.error
+            if kind == "host-callback":
+                reason = (
+                    f"host callback ({', '.join(facts.host_callbacks)}): a Python callback "
+                    f"cannot be lowered for {platform} from here ({result.error})"
+                )
+            findings.append({"platform": platform, "kind": kind, "reason": reason})
+        source = facts.source
+        if source is not None:
+            file, _, line = source.rpartition(":")
+            shown = shown_file(file, self._rootdir) if file else None
+            source = f"{shown}:{line}" if shown is not None else source
+        return {
+            "id": cid,
+            "function": facts.function,
+            "source": source,
+            "kind": facts.kind,
+            "signature": list(facts.signature),
+            "shardings": list(facts.shardings),
+            "static_arguments": facts.static_arguments,
+            "donated": list(facts.donated),
+            "mesh": facts.mesh,
+            "host_callbacks": list(facts.host_callbacks),
+            "platforms": Probe(
+                name=facts.function, reference="", platforms=found.results
+            ).to_dict()["platforms"],
+            "findings": findings,
+        }

@@ -1,0 +1,573 @@
+"""The suite audit as data: per-test records merged into the report's ``audit`` section (pure).
+
+``pytest --jaxport-audit`` records every computation a test runs (:mod:`pytest_jaxport.audit`).
+Each test's :class:`AuditTestRecord` travels on its teardown report (``report.jaxport_audit``),
+so pytest-xdist workers send it to the controller; :class:`AuditLedger` merges them there, in
+any order, into the same section a serial run builds:
+
+- a computation is identified by a content key (its normalised jaxpr, argument types and
+  shardings, donation, mesh): one seen by 40 tests, or by two workers, counts once; its census
+  is the one recorded earliest in collection order (where a serial run traces it, so its
+  source lines are the same in every run);
+- its **owner** is the first test in collection order among its users (stable under xdist,
+  unlike "the first test to compile it"); every other test that used it lists it among the
+  computations it ``uses``;
+- the suite's numbers (per platform counts, kernels to rewrite, rewrite days, estimated
+  runtime share) count each distinct computation once, and ``sites`` says where the lock-in
+  lives by source file and line.
+
+Report section (a new optional top-level key ``audit``)::
+
+    "audit": {
+      "interception": {"jax": "0.10.2", "hooked": true, "notes": [...], ...},
+      "platforms": ["cpu", "cuda", "rocm", "tpu"],
+      "seen": {"computations": 241, "jit": 180, "eager": 61, "tests": 60,
+               "tests_using": 57, "tests_owning": 40, "shared": 98, "calls": 3100,
+               "compiled_outside": 4, "audit_errors": 0},
+      "summary": {"platforms": {"cuda": {"vendor": 412, "custom": 3, "libraries": {...},
+                                         "lowered": 241, "failed_to_lower": 0, ...}},
+                  "runtime_share": {...}, "kernels_to_rewrite": {"rocm": 2},
+                  "rewrite_days": {"rocm": 25.0}, "rewrite": {...}},
+      "sites": [{"location": "src/attn.py:42", "platform": "cuda", "layer": "custom",
+                 "name": "__gpu$xla.gpu.triton", "kind": "pallas-triton", "library": null,
+                 "count": 1, "computations": 3}],
+      "findings": [{"computation": "3f2a...", "function": "step", "platform": "cuda",
+                    "kind": "host-callback", "reason": "..."}],
+      "computations": [{"id": "3f2a...", "function": "step", "source": "src/train.py:10",
+                        "kind": "jit", "signature": ["x: float32[8,16]"],
+                        "static_arguments": "training=True", "donated": [0], "mesh": null,
+                        "shardings": [], "host_callbacks": [], "owner": "tests/t.py::test_a",
+                        "users": ["tests/t.py::test_a", "tests/t.py::test_b"],
+                        "platforms": {"cuda": {...a check's platform entry...}},
+                        "findings": [...]}],
+      "tests": {"tests/t.py::test_b": {"owns": [], "uses": ["3f2a..."]}}
+    }
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import html as _html
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypedDict
+
+from pytest_jaxport.budget import Violation, evaluate, rewrite_violations
+from pytest_jaxport.census import Census, Kernel
+from pytest_jaxport.config import Budget
+from pytest_jaxport.cost import SHARE_LAYERS, CostModel, RewriteItem, RuntimeShare
+from pytest_jaxport.report import (
+    PlatformProbe,
+    Probe,
+    census_from_dict,
+    suite_rewrite,
+    suite_shares,
+    summarize,
+)
+
+SUITE = "the audited suite"
+"""The name suite-level budget violations carry."""
+
+SITES_SHOWN = 10
+
+
+class FindingRecord(TypedDict):
+    """A computation that could not be lowered for a platform, and why."""
+
+    platform: str
+    kind: str
+    """``host-callback`` (a Python callback no other backend can lower) or ``lowering``."""
+    reason: str
+
+
+class ComputationRecord(TypedDict):
+    """One distinct computation as a worker recorded it (no users: the ledger adds them)."""
+
+    id: str
+    function: str
+    source: str | None
+    kind: str
+    signature: list[str]
+    shardings: list[str]
+    static_arguments: str | None
+    donated: list[int]
+    mesh: str | None
+    host_callbacks: list[str]
+    platforms: dict[str, Any]
+    """Per platform, the same entry a check has (``lowered`` census, ``error``...)."""
+    findings: list[FindingRecord]
+
+
+class AuditTestRecord(TypedDict):
+    """What one test (or the time before the first test) did, as it travels on its report."""
+
+    nodeid: str
+    index: int
+    """The test's position in collection order (the same in every xdist worker)."""
+    uses: list[str]
+    """Ids of the computations it ran (each once)."""
+    outside: list[str]
+    """Ids of computations run outside any test since the previous record (module import,
+    collection)."""
+    computations: list[ComputationRecord]
+    """Computations this process saw for the first time since its previous record."""
+    calls: int
+    """Cache-miss calls the hook recorded."""
+    compiled_outside: int
+    """Backend compilations outside the hook and outside the plugin: not audited."""
+    errors: list[str]
+
+
+def finding_kind(host_callbacks: Sequence[str], present: bool) -> str:
+    """A lowering failure of a computation with host callbacks, on a platform not present
+    here, is the callbacks' (no other backend can lower a Python callback); else a finding
+    of its own."""
+    return "host-callback" if host_callbacks and not present else "lowering"
+
+
+class AuditLedger:
+    """Merges per-test records (from any process, in any order) into the audit section."""
+
+    def __init__(self) -> None:
+        self.computations: dict[str, ComputationRecord] = {}
+        self._recorded: dict[str, int] = {}
+        self._uses: dict[str, dict[str, int]] = {}
+        self._outside: set[str] = set()
+        self._tests: dict[str, tuple[int, list[str]]] = {}
+        self.calls = 0
+        self.compiled_outside = 0
+        self.errors: list[str] = []
+
+    def add(self, record: AuditTestRecord) -> None:
+        for computation in record["computations"]:
+            # The version recorded earliest in collection order is the serial run's: JAX
+            # traced it there, so its census points at that test's call site in every run.
+            cid = computation["id"]
+            if cid not in self.computations or record["index"] < self._recorded[cid]:
+                self.computations[cid] = computation
+                self._recorded[cid] = record["index"]
+        self._outside.update(record["outside"])
+        self._tests[record["nodeid"]] = (record["index"], list(record["uses"]))
+        for cid in record["uses"]:
+            self._uses.setdefault(cid, {})[record["nodeid"]] = record["index"]
+        self.calls += record["calls"]
+        self.compiled_outside += record["compiled_outside"]
+        self.errors += record["errors"]
+
+    def _users(self, cid: str) -> list[str]:
+        users = self._uses.get(cid, {})
+        return sorted(users, key=lambda nodeid: (users[nodeid], nodeid))
+
+    def section(
+        self,
+        *,
+        interception: Mapping[str, Any] | None,
+        platforms: Sequence[str],
+        migrate_to: Sequence[str],
+        model: CostModel,
+        price: Callable[[RewriteItem], float | None] | None = None,
+    ) -> dict[str, Any]:
+        """The report's ``audit`` section (see the module docstring)."""
+        index = {nodeid: i for nodeid, (i, _) in self._tests.items()}
+        computations: list[dict[str, Any]] = []
+        for cid, record in self.computations.items():
+            users = self._users(cid)
+            computations.append(
+                {
+                    **record,
+                    "owner": users[0] if users else None,
+                    "users": users,
+                    "outside_tests": cid in self._outside,
+                }
+            )
+        computations.sort(
+            key=lambda c: (
+                index.get(c["owner"], -1) if c["owner"] else -1,
+                c["function"],
+                c["id"],
+            )
+        )
+        tests: dict[str, dict[str, list[str]]] = {}
+        for nodeid, (_, uses) in sorted(self._tests.items(), key=lambda t: (t[1][0], t[0])):
+            if uses:
+                owns = [cid for cid in uses if self._users(cid)[:1] == [nodeid]]
+                tests[nodeid] = {"owns": owns, "uses": list(uses)}
+        seen = {
+            "computations": len(computations),
+            "jit": sum(c["kind"] == "jit" for c in computations),
+            "eager": sum(c["kind"] == "eager" for c in computations),
+            "tests": len(self._tests),
+            "tests_using": len(tests),
+            "tests_owning": sum(bool(t["owns"]) for t in tests.values()),
+            "shared": sum(len(c["users"]) > 1 for c in computations),
+            "outside_tests": sum(bool(c["outside_tests"]) for c in computations),
+            "calls": self.calls,
+            "compiled_outside": self.compiled_outside,
+            "audit_errors": len(self.errors),
+        }
+        section: dict[str, Any] = {
+            "interception": dict(interception or {}),
+            "platforms": list(platforms),
+            "seen": seen,
+            "summary": audit_summary(computations, migrate_to=migrate_to, model=model, price=price),
+            "sites": sites(computations),
+            "findings": [
+                {"computation": c["id"], "function": c["function"], **finding}
+                for c in computations
+                for finding in c["findings"]
+            ],
+            "computations": computations,
+            "tests": tests,
+        }
+        if self.errors:
+            section["audit_errors"] = sorted(set(self.errors))[:20]
+        return section
+
+
+def _as_checks(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each computation as a check's dict, so the report's suite arithmetic applies."""
+    return [
+        {
+            "name": f"{c['function']} [{c['id'][:8]}]",
+            "reference": "cpu",
+            "platforms": c["platforms"],
+        }
+        for c in computations
+    ]
+
+
+def audit_summary(
+    computations: Sequence[Mapping[str, Any]],
+    *,
+    migrate_to: Sequence[str],
+    model: CostModel,
+    price: Callable[[RewriteItem], float | None] | None = None,
+) -> dict[str, Any]:
+    """The three numbers over the distinct computations, each counted once."""
+    suite = [{"checks": _as_checks(computations)}]
+    estimates = suite_rewrite(suite, migrate_to=migrate_to, model=model, price=price)
+    return {
+        "platforms": summarize(suite)["platforms"],
+        "runtime_share": suite_shares(suite),
+        "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
+        "rewrite_days": {t: e.days for t, e in estimates.items()},
+        "rewrite": {t: e.to_dict() for t, e in estimates.items()},
+    }
+
+
+def sites(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Vendor and custom dispatches by source line and platform: each distinct site once,
+    with its call-weighted count over the computations and how many computations have it."""
+    found: dict[tuple[Any, ...], list[int]] = {}
+    for computation in computations:
+        for platform, entry in computation["platforms"].items():
+            census = entry.get("lowered")
+            if census is None:
+                continue
+            for kernel in census.get("kernels", ()):
+                if kernel["layer"] not in ("vendor", "custom"):
+                    continue
+                key = (kernel.get("location") or "", platform, kernel["layer"], kernel["name"],
+                       kernel["kind"], kernel.get("library"))  # fmt: skip
+                totals = found.setdefault(key, [0, 0])
+                totals[0] += int(kernel.get("count", 1))
+                totals[1] += 1
+    return [
+        {
+            "location": location or None,
+            "platform": platform,
+            "layer": layer,
+            "name": name,
+            "kind": kind,
+            "library": library,
+            "count": count,
+            "computations": n,
+        }
+        for (location, platform, layer, name, kind, library), (count, n) in sorted(
+            found.items(), key=lambda item: (item[0][0] == "", *map(str, item[0]))
+        )
+    ]
+
+
+# -- budgets: [tool.jaxport.audit] fail_on -------------------------------------------------
+
+
+def _merged(platform: str, censuses: Sequence[Census]) -> Census:
+    """One census of the whole suite on ``platform``: each distinct site once, counts summed."""
+    counts: dict[tuple[str, str, str, str | None, Any], int] = {}
+    for census in censuses:
+        for k in census.kernels:
+            key = (k.layer, k.name, k.kind, k.library, k.location)
+            counts[key] = counts.get(key, 0) + k.count
+    kernels = tuple(
+        Kernel(layer=layer, name=name, kind=kind, library=library, location=location, count=n)  # type: ignore[arg-type]
+        for (layer, name, kind, library, location), n in counts.items()
+    )
+    xla_kinds: dict[str, int] = {}
+    for census in censuses:
+        for kind, n in census.xla_kinds.items():
+            xla_kinds[kind] = xla_kinds.get(kind, 0) + n
+    return Census(
+        platform=platform,
+        kernels=tuple(sorted(kernels, key=lambda k: (k.layer, k.name, str(k.location or "")))),
+        xla_ops=sum(c.xla_ops for c in censuses),
+        xla_kinds=xla_kinds,
+    )
+
+
+def suite_probe(section: Mapping[str, Any]) -> Probe:
+    """The audited suite as one probe: per platform its merged census, the failures to lower
+    (``error``, naming each computation) and its estimated runtime share."""
+    computations = section["computations"]
+    shares = section["summary"].get("runtime_share", {})
+    platforms: dict[str, PlatformProbe] = {}
+    for platform in section["platforms"]:
+        censuses = []
+        failures = []
+        present = False
+        for c in computations:
+            entry = c["platforms"].get(platform)
+            if entry is None:
+                continue
+            present = present or bool(entry.get("present"))
+            if entry.get("lowered") is not None:
+                censuses.append(census_from_dict(platform, entry["lowered"]))
+            elif entry.get("error"):
+                where = f" ({c['source']})" if c.get("source") else ""
+                failures.append(f"{c['function']}{where}: {entry['error']}")
+        error = None
+        if failures:
+            error = f"{len(failures)} computation(s) failed to lower: " + "; ".join(failures[:5])
+            if len(failures) > 5:
+                error += f"; and {len(failures) - 5} more"
+        share = shares.get(platform)
+        platforms[platform] = PlatformProbe(
+            platform=platform,
+            present=present,
+            census=_merged(platform, censuses),
+            error=error,
+            runtime_share=RuntimeShare.from_dict(share) if share else None,
+        )
+    return Probe(name=SUITE, reference="cpu", platforms=platforms)
+
+
+def fail_on_violations(
+    section: Mapping[str, Any],
+    budget_for: Callable[[str], Budget],
+    *,
+    migrate_to: Sequence[str],
+    model: CostModel,
+) -> list[Violation]:
+    """Every limit of ``[tool.jaxport.audit] fail_on`` the suite breaks (its distinct
+    computations together, each counted once)."""
+    violations = evaluate(suite_probe(section), budget_for)
+    rewrite = section["summary"].get("rewrite", {})
+    for target in migrate_to:
+        estimate = rewrite.get(target)
+        if estimate is None:
+            continue
+        violations += rewrite_violations(
+            SUITE,
+            budget_for(target),
+            kernels=int(estimate["kernels_to_rewrite"]),
+            days=float(estimate["days"]),
+            details=tuple(_item_text(i) for i in estimate.get("items", ())),
+        )
+    return violations
+
+
+def _item_text(item: Mapping[str, Any]) -> str:
+    where = f" at {item['location']}" if item.get("location") else ""
+    return f"{item['name']} ({item['kind']}){where}: {item['status']}"
+
+
+def violation_text(violation: Violation) -> str:
+    """``cuda: max_custom_calls = 0 (set in ...), found 2 custom calls (lowered)`` and the
+    offending sites, one per line."""
+    lines = [
+        f"{violation.platform}: {violation.key} = {violation.limit!r} (set in "
+        f"{violation.origin}), found {violation.found} {violation.what} ({violation.level})"
+    ]
+    lines += [f"    {k.describe()}" for k in violation.kernels]
+    lines += [f"    {d}" for d in violation.details]
+    return "\n".join(lines)
+
+
+# -- the baseline ratchet ---------------------------------------------------------------------
+
+
+def audit_counts(section: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``--jaxport-baseline`` keeps of an audit: per platform the vendor, custom and
+    per-library counts, and the sites behind them (``layer name at file:line``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for platform, totals in section["summary"]["platforms"].items():
+        metrics = {"vendor": int(totals["vendor"]), "custom": int(totals["custom"])}
+        metrics.update({f"library.{k}": int(n) for k, n in totals.get("libraries", {}).items()})
+        counts[platform] = dict(sorted(metrics.items()))
+    found: dict[str, dict[str, int]] = {}
+    for site in section["sites"]:
+        label = _site_label(site)
+        platform_sites = found.setdefault(site["platform"], {})
+        platform_sites[label] = platform_sites.get(label, 0) + int(site["count"])
+    return {
+        "platforms": dict(sorted(counts.items())),
+        "sites": {p: dict(sorted(s.items())) for p, s in sorted(found.items())},
+    }
+
+
+def _site_label(site: Mapping[str, Any]) -> str:
+    what = site["library"] or site["kind"]
+    where = f" at {site['location']}" if site.get("location") else ""
+    return f"{site['layer']} {site['name']} ({what}){where}"
+
+
+def audit_growth(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """One message per audit count that grew from ``base`` to ``head`` (:func:`audit_counts`
+    forms), with the sites that are new or grew on its next lines; ``[]`` when nothing grew."""
+    messages = []
+    base_counts, head_counts = base.get("platforms", {}), head.get("platforms", {})
+    for platform in sorted(base_counts.keys() & head_counts.keys()):
+        before, after = base_counts[platform], head_counts[platform]
+        grown = [m for m in sorted(after) if after[m] > before.get(m, 0)]
+        if not grown:
+            continue
+        old = base.get("sites", {}).get(platform, {})
+        new = head.get("sites", {}).get(platform, {})
+        for metric in grown:
+            a, b = before.get(metric, 0), after[metric]
+            lines = [
+                f"{platform}: {_metric_label(metric)} grew {a} -> {b} (+{b - a}) since the baseline"
+            ]
+            for label, n in sorted(new.items()):
+                if n > old.get(label, 0) and _site_counts_for(label, metric):
+                    more = f" (was {old[label]})" if label in old else " (new)"
+                    lines.append(f"    {label} x{n}{more}")
+            messages.append("\n".join(lines))
+    return messages
+
+
+def _metric_label(metric: str) -> str:
+    if metric.startswith("library."):
+        return f"{metric.removeprefix('library.')} calls"
+    return f"{metric} calls"
+
+
+def _site_counts_for(label: str, metric: str) -> bool:
+    layer = label.split(" ", 1)[0]
+    if metric.startswith("library."):
+        return layer == "vendor" and f"({metric.removeprefix('library.')})" in label
+    return layer == metric
+
+
+# -- rendering (the smallest addition to each renderer) -------------------------------------
+
+
+def _platform_lines(section: Mapping[str, Any]) -> list[str]:
+    totals = section["summary"]["platforms"]
+    callbacks: dict[str, int] = {}
+    for finding in section["findings"]:
+        if finding["kind"] == "host-callback":
+            callbacks[finding["platform"]] = callbacks.get(finding["platform"], 0) + 1
+    lines = []
+    for platform in section["platforms"]:
+        t = totals.get(platform)
+        if t is None:
+            continue
+        libraries = ", ".join(f"{k} {n}" for k, n in t["libraries"].items())
+        failed = t["failed_to_lower"]
+        n = callbacks.get(platform, 0)
+        why = f" ({n} with host callbacks)" if n else ""
+        text = (
+            f"{platform:<5} lowered {t['lowered']}/{t['lowered'] + failed}{why}  "
+            f"vendor {t['vendor']}  custom {t['custom']}"
+        )
+        lines.append(text + (f"  ({libraries})" if libraries else ""))
+    return lines
+
+
+def audit_lines(
+    section: Mapping[str, Any], *, sites_shown: int = SITES_SHOWN, per_test: bool = False
+) -> list[str]:
+    """The audit for the terminal (and ``jaxport show``): what was seen, per platform, the
+    numbers, the top sites and the findings; with ``per_test``, what each test owns and uses."""
+    seen = section["seen"]
+    summary = section["summary"]
+    lines = [
+        f"seen: {seen['computations']} distinct computations ({seen['jit']} jit, "
+        f"{seen['eager']} eager op-by-op) in {seen['tests_using']} of {seen['tests']} tests; "
+        f"{seen['shared']} used by more than one test",
+    ]
+    if seen["compiled_outside"]:
+        lines.append(
+            f"not audited: {seen['compiled_outside']} compilations outside jit dispatch "
+            "(ahead-of-time .lower().compile(), pmap on old JAX)"
+        )
+    lines += [f"note: {n}" for n in section.get("interception", {}).get("notes", ())]
+    lines += _platform_lines(section)
+    rewrite = summary.get("rewrite", {})
+    if rewrite:
+        lines.append(
+            "kernels to rewrite moving off cuda: "
+            + ", ".join(f"{t} {e['kernels_to_rewrite']}" for t, e in rewrite.items())
+            + "; engineering days: "
+            + ", ".join(f"{t} {e['days']:g}" for t, e in rewrite.items())
+        )
+    for platform, share in summary.get("runtime_share", {}).items():
+        lines.append(
+            f"runtime share {platform} (estimated, each computation once): "
+            + "  ".join(f"{layer} {share.get(layer, 0):.0%}" for layer in SHARE_LAYERS)
+        )
+    lines += _site_lines(section, sites_shown)
+    findings = [f for f in section["findings"] if f["kind"] != "host-callback"]
+    if findings:
+        lines.append(f"findings ({len(findings)} failures to lower besides host callbacks):")
+        lines += [f"  {f['function']} on {f['platform']}: {f['reason']}" for f in findings[:10]]
+    if per_test and section["tests"]:
+        lines.append("per test (a computation's owner is the first test in collection order "
+                     "among those that ran it; the others use it):")  # fmt: skip
+        for nodeid, test in section["tests"].items():
+            shared = len(test["uses"]) - len(test["owns"])
+            lines.append(
+                f"  {nodeid}: owns {len(test['owns'])}, uses {len(test['uses'])}"
+                + (f" ({shared} owned by earlier tests)" if shared else "")
+            )
+    return lines
+
+
+def _site_lines(section: Mapping[str, Any], shown: int) -> list[str]:
+    """The most NVIDIA-bound sites: custom kernels first, then vendor calls by count (on
+    cuda where it is configured: the platform a move away from NVIDIA starts from)."""
+    platform = "cuda" if "cuda" in section["platforms"] else None
+    candidates = [
+        s
+        for s in section["sites"]
+        if s["location"] and (platform is None or s["platform"] == platform)
+    ]
+    if not candidates:
+        return []
+    candidates.sort(key=lambda s: (s["layer"] != "custom", -s["count"], s["location"]))
+    where = f" on {platform}" if platform else ""
+    lines = [
+        f"where the lock-in lives{where} (top {min(shown, len(candidates))} of "
+        f"{len(candidates)} sites; every platform's in the JSON report):"
+    ]
+    for s in candidates[:shown]:
+        n = s["computations"]
+        lines.append(
+            f"  {s['location']}  {_site_label(s).split(' at ')[0]} x{s['count']}"
+            + ("" if platform else f" on {s['platform']}")
+            + f" ({n} computation{'s' if n != 1 else ''})"
+        )
+    return lines
+
+
+def audit_markdown(section: Mapping[str, Any]) -> list[str]:
+    """The audit as Markdown lines (a heading, the same lines as a list)."""
+    return ["", "### Suite audit (`--jaxport-audit`)", "", *(f"- {line}" if not line.startswith(
+        "  ") else f"  - {line.strip()}" for line in audit_lines(section))]  # fmt: skip
+
+
+def audit_html(section: Mapping[str, Any]) -> str:
+    """The audit as one HTML section (preformatted lines)."""
+    body = _html.escape("\n".join(audit_lines(section, sites_shown=50, per_test=True)))
+    return f'<section id="audit"><h2>Suite audit</h2><pre>{body}</pre></section>'

@@ -1,0 +1,671 @@
+"""The audit's view into JAX: every private JAX name it touches, behind version-gated adapters.
+
+``pytest --jaxport-audit`` records the computations a suite runs without any change to the
+suite. It hooks the one place every top-level jitted call passes when JAX's C++ dispatch cache
+misses: ``jax._src.pjit._pjit_call_impl_python``, called with the traced program (the jaxpr)
+and everything that decides its lowering (shardings, layouts, donation, mesh, compiler
+options) to lower, compile and run it on the device it runs on. The hook lets JAX do that
+first, then hands the recorded call to the audit (with warnings silenced: what the suite
+sees is what it saw without the audit). From the same arguments :meth:`RecordedCall.lower`
+lowers the computation for any other platform with ``pjit._resolve_and_lower(...,
+lowering_platforms=...)``: nothing is traced or executed again, and for the platform it ran
+on JAX's own cached lowering is read. A call that raises is not audited.
+
+What passes that point: ``jax.jit``/``pjit`` calls (whenever the jit was created, before the
+plugin loaded included), calls through wrappers built on them (flax ``nnx.jit``, equinox
+``filter_jit``, ``jax.pmap`` on JAX that implements it with ``jit``, ``shard_map`` under jit),
+and op-by-op execution outside jit (each ``jnp`` function or primitive is a small jitted
+computation of its own). Calls made while tracing (a jit inside a jit, a ``jnp`` op inside a
+trace) do not pass it: they are part of their caller's program. What does not pass it:
+ahead-of-time ``jit(f).lower(...).compile()``, ``pmap`` where JAX still implements it
+separately (before 0.7), and whatever runs with ``jax.disable_jit()``. Those are counted, not
+audited: a listener on JAX's public backend-compile monitoring event counts every compilation
+that happened outside a hooked call. Where a patch point is missing (a JAX release that moved
+it), the listener is all the audit has, and :class:`Support` says so.
+
+The hooked path keeps JAX's fast path untouched: a jitted function called again with the same
+argument types never leaves C++, so the hook costs nothing after the first call per
+signature. :meth:`Interception.clear_dispatch_caches` empties only the C++ dispatch caches
+(not the tracing or lowering caches) so that each test's first call of a computation passes
+the hook again, cheaply, and the test is counted among its users.
+
+Adapters, newest first; each names the JAX releases it was written for and the patch points
+it needs. ``tests/test_interception.py`` runs on every JAX that CI covers.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import reprlib
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+PATCH_POINTS: Mapping[str, str] = {
+    "jax._src.pjit._pjit_call_impl_python": "the jit cache-miss path (what is recorded)",
+    "jax._src.pjit._resolve_and_lower": "lowering a recorded call for other platforms",
+    "jax._src.pjit._cpp_pjit_cache_fun_only": "the C++ dispatch cache of plain jits",
+    "jax._src.pjit._cpp_pjit_cache_explicit_attributes": "the C++ dispatch cache of other jits",
+    "jax._src.pjit._infer_params": "the static arguments of a call",
+}
+"""Every private JAX name the audit uses, with what it is used for."""
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+"""The public monitoring event JAX records for each backend compilation."""
+
+HOST_CALLBACK_PRIMITIVES = frozenset(
+    {"pure_callback", "io_callback", "debug_callback", "debug_print", "callback"}
+)
+"""Primitives that call back into Python on the host: no other backend can lower them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Support:
+    """What the audit can see on the installed JAX (the report says it)."""
+
+    jax: str
+    adapter: str | None
+    """The adapter in use (``None``: no patch point found, compile events only)."""
+    hooked: bool
+    """Whether top-level jitted calls are recorded (and lowered for other platforms)."""
+    static_arguments: bool
+    compile_events: bool
+    """Whether compilations outside the hook are counted (the public monitoring event)."""
+    missing: tuple[str, ...] = ()
+    """Patch points the adapter needs that this JAX lacks."""
+    tested: bool = True
+    """Whether this JAX release is one the adapter was tested on (else: newer, untested)."""
+
+    def notes(self) -> list[str]:
+        """What the audit cannot see here, in sentences for the report."""
+        notes = []
+        if not self.hooked:
+            found = ", ".join(self.missing) or "its patch points"
+            notes.append(
+                f"jax {self.jax}: {found} not found; computations are not recorded or lowered, "
+                "only compilations are counted (the public backend-compile event)"
+            )
+        elif not self.static_arguments:
+            notes.append(f"jax {self.jax}: static argument values are not recorded")
+        if not self.compile_events:
+            notes.append("compilations outside the hook (AOT, old pmap) are not counted")
+        if self.hooked and not self.tested:
+            notes.append(f"jax {self.jax} is newer than the releases the audit was tested on")
+        return notes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "jax": self.jax,
+            "adapter": self.adapter,
+            "hooked": self.hooked,
+            "static_arguments": self.static_arguments,
+            "compile_events": self.compile_events,
+            "missing": list(self.missing),
+            "tested": self.tested,
+            "notes": self.notes(),
+        }
+
+
+class _State(threading.local):
+    """Per thread: whether the plugin itself is working (its own jits are not the suite's),
+    how deep inside hooked calls (their compilations are audited ones), and the static
+    arguments of the jit call being dispatched."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.hooked = 0
+        self.static: tuple[Any, Any, tuple[tuple[str, Any], ...]] | None = None
+
+
+_STATE = _State()
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The plugin's own JAX work (``jaxport.check``, the audit's lowering): never recorded,
+    and its compilations are not counted as the suite's."""
+    before = _STATE.busy
+    _STATE.busy = True
+    try:
+        yield
+    finally:
+        _STATE.busy = before
+
+
+# -- what a recorded call is -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallFacts:
+    """A recorded computation described for the report (plain values)."""
+
+    function: str
+    source: str | None
+    """``file:line`` of the function's definition, as JAX recorded it."""
+    kind: str
+    """``jit`` (the suite's or a library's jitted function) or ``eager`` (a JAX function or
+    primitive executed op by op outside jit)."""
+    signature: tuple[str, ...]
+    """Per argument: ``name: float32[8,16]`` (``weak`` marks a weakly typed scalar)."""
+    shardings: tuple[str, ...] = ()
+    """Per argument, where any argument is sharded over more than one device."""
+    static_arguments: str | None = None
+    """``training=True, n=3``; ``None`` when not known."""
+    donated: tuple[int, ...] = ()
+    mesh: str | None = None
+    host_callbacks: tuple[str, ...] = ()
+    """The host-callback primitives in the program (``pure_callback``...)."""
+
+
+class RecordedCall:
+    """One top-level call of a jitted computation that missed JAX's C++ dispatch cache.
+
+    Quacks like ``jax.stages.Traced`` where :mod:`pytest_jaxport.lowering` needs it:
+    ``.jaxpr`` and ``.lower(lowering_platforms=...)``, so a recorded call is lowered and
+    counted exactly as a ``jaxport.check`` trace is.
+    """
+
+    __slots__ = ("_adapter", "arg_types", "fun", "jaxpr", "params", "static")
+
+    def __init__(
+        self,
+        adapter: _Adapter,
+        jaxpr: Any,
+        params: Mapping[str, Any],
+        arg_types: tuple[Any, ...],
+        fun: Any,
+        static: tuple[tuple[str, Any], ...] | None,
+    ) -> None:
+        self._adapter = adapter
+        self.jaxpr = jaxpr
+        self.params = params
+        self.arg_types = arg_types
+        self.fun = fun
+        self.static = static
+
+    @property
+    def name(self) -> str:
+        return str(self.params.get("name", "?"))
+
+    def signature(self) -> tuple[Any, ...]:
+        """Hashable: what, besides the jaxpr object, decides this call's lowering."""
+        p = self.params
+        return (
+            tuple(map(self._adapter.type_key, self.arg_types)),
+            p.get("in_shardings"),
+            p.get("out_shardings"),
+            p.get("in_layouts"),
+            p.get("out_layouts"),
+            p.get("donated_invars"),
+            p.get("ctx_mesh"),
+            p.get("keep_unused"),
+            p.get("compiler_options_kvs"),
+        )
+
+    def signature_text(self) -> str:
+        """The signature as stable text (no object ids), for a key shared across processes."""
+        p = self.params
+        parts = [
+            f"args={[self._adapter.type_text(t) for t in self.arg_types]}",
+            f"shardings={[self._adapter.sharding_text(t) for t in self.arg_types]}",
+        ]
+        for name in ("in_shardings", "out_shardings", "donated_invars", "ctx_mesh",
+                     "keep_unused", "compiler_options_kvs"):  # fmt: skip
+            parts.append(f"{name}={p.get(name)!r}")
+        return "\n".join(parts)
+
+    def lower(self, *, lowering_platforms: Sequence[str]) -> Any:
+        """The computation lowered for ``lowering_platforms`` (an object with
+        ``compiler_ir("stablehlo")``), from the recorded jaxpr and arguments' types."""
+        return self._adapter.lower(self, tuple(lowering_platforms))
+
+    def facts(self) -> CallFacts:
+        return self._adapter.facts(self)
+
+
+# -- adapters ------------------------------------------------------------------------------------
+
+
+def _abstractify(core: Any, value: Any) -> Any:
+    """The abstract value (shape, dtype, weak type) of an argument."""
+    return core.shaped_abstractify(value)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    numbers = []
+    for part in text.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        numbers.append(int(digits) if digits else 0)
+    return tuple(numbers)
+
+
+class _Adapter:
+    """The cache-miss hook for a range of JAX releases."""
+
+    name = "jit cache-miss hook"
+    oldest = (0, 6, 2)
+    newest_tested = (0, 12, 0)
+    needs: tuple[str, ...] = (
+        "jax._src.pjit._pjit_call_impl_python",
+        "jax._src.pjit._resolve_and_lower",
+        "jax._src.pjit._cpp_pjit_cache_fun_only",
+        "jax._src.pjit._cpp_pjit_cache_explicit_attributes",
+    )
+
+    def applies(self, version: tuple[int, ...]) -> bool:
+        return version >= self.oldest
+
+    def missing(self) -> tuple[str, ...]:
+        from jax._src import pjit
+
+        return tuple(n for n in self.needs if not hasattr(pjit, n.rsplit(".", 1)[1]))
+
+    # Arguments: what the lowering is given for them, and how they read as text.
+    def argument_types(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def type_key(self, arg_type: Any) -> Any:
+        """Hashable: what of one argument decides the lowering."""
+        return arg_type
+
+    def type_text(self, arg_type: Any) -> str:
+        aval = getattr(arg_type, "aval", None)
+        if aval is None:
+            from jax._src import core
+
+            aval = _abstractify(core, arg_type)
+        text: str = aval.str_short(short_dtypes=False) if hasattr(aval, "str_short") else str(aval)
+        if getattr(aval, "weak_type", False):
+            text += " weak"
+        return text
+
+    def sharding_text(self, arg_type: Any) -> str:
+        sharding = getattr(arg_type, "sharding", None)
+        if sharding is None:
+            return "-"
+        devices = getattr(sharding, "num_devices", None)
+        if devices is None or devices <= 1:
+            return "-"
+        spec = getattr(sharding, "spec", None)
+        return f"{type(sharding).__name__}({spec if spec is not None else sharding})"
+
+    def lower(self, call: RecordedCall, platforms: tuple[str, ...]) -> Any:
+        from jax._src import pjit
+        from jax._src.interpreters import mlir
+
+        computation = pjit._resolve_and_lower(
+            call.arg_types,
+            **call.params,
+            lowering_platforms=None if _runs_here(call, platforms) else platforms,
+            lowering_parameters=mlir.LoweringParameters(),
+            pgle_profiler=None,
+        )
+        return _Lowering(computation)
+
+    def facts(self, call: RecordedCall) -> CallFacts:
+        jaxpr = call.jaxpr
+        info = getattr(jaxpr, "debug_info", None) or getattr(
+            getattr(jaxpr, "jaxpr", None), "debug_info", None
+        )
+        source = None
+        where = getattr(info, "func_src_info", None) or ""
+        if " at " in where:
+            source = where.rsplit(" at ", 1)[1]
+        names = list(getattr(info, "arg_names", None) or ())
+        types = [self.type_text(t) for t in call.arg_types]
+        if len(names) == len(types):
+            signature = tuple(f"{n}: {t}" if n else t for n, t in zip(names, types, strict=True))
+        else:
+            signature = tuple(types)
+        shardings = tuple(self.sharding_text(t) for t in call.arg_types)
+        donated = tuple(i for i, d in enumerate(call.params.get("donated_invars", ())) if d)
+        mesh = call.params.get("ctx_mesh")
+        mesh_text = None if mesh is None or getattr(mesh, "empty", False) else str(mesh)
+        wrapper = next((w for f, w in _PROGRAM_WRAPPERS.items() if source and f in source), None)
+        return CallFacts(
+            function=wrapper or call.name,
+            source=source,
+            kind="eager" if wrapper is None and _is_jax_internal(source) else "jit",
+            signature=signature,
+            shardings=shardings if any(s != "-" for s in shardings) else (),
+            static_arguments=_static_text(call.static),
+            donated=donated,
+            mesh=mesh_text,
+            host_callbacks=host_callbacks(jaxpr),
+        )
+
+
+class _ArgumentTypes(_Adapter):
+    """jax 0.8 and newer: the cache-miss path lowers from argument types
+    (``pjit.convert_to_metaty``), which hold no device buffers."""
+
+    name = "jit cache-miss hook (argument types, jax>=0.8)"
+    oldest = (0, 8, 0)
+    needs = (*_Adapter.needs, "jax._src.pjit.convert_to_metaty")
+
+    def argument_types(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        from jax._src import pjit
+
+        return tuple(map(pjit.convert_to_metaty, args))
+
+
+class _LiveArguments(_Adapter):
+    """jax 0.6.2 to 0.7: the cache-miss path lowers from the arguments themselves (their
+    shardings and layouts are still readable after a donation deleted their buffers)."""
+
+    name = "jit cache-miss hook (arguments, jax 0.6.2-0.7)"
+    oldest = (0, 6, 2)
+
+    def applies(self, version: tuple[int, ...]) -> bool:
+        return (0, 6, 2) <= version < (0, 8, 0)
+
+    def argument_types(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(args)
+
+    def type_key(self, arg_type: Any) -> Any:
+        from jax._src import core
+
+        return (
+            _abstractify(core, arg_type),
+            getattr(arg_type, "sharding", None),
+            getattr(arg_type, "_committed", True),
+        )
+
+
+ADAPTERS: tuple[_Adapter, ...] = (_ArgumentTypes(), _LiveArguments())
+
+
+class _Lowering:
+    """A lowered computation as :func:`pytest_jaxport.lowering.read_programs` reads it."""
+
+    __slots__ = ("_computation",)
+
+    def __init__(self, computation: Any) -> None:
+        self._computation = computation
+
+    def compiler_ir(self, dialect: str = "stablehlo") -> Any:
+        return self._computation.stablehlo()
+
+    def as_text(self) -> str:
+        return str(self._computation.stablehlo())
+
+
+def _runs_here(call: RecordedCall, platforms: tuple[str, ...]) -> bool:
+    """Whether lowering for ``platforms`` is the lowering JAX itself made to run the call
+    (then JAX's lowering cache already holds it: it is read, not made again)."""
+    if len(platforms) != 1:
+        return False
+    from pytest_jaxport.lowering import default_platform
+
+    if platforms[0] != default_platform():
+        return False
+    return all(_on_default_backend(getattr(t, "sharding", None)) for t in call.arg_types)
+
+
+@functools.lru_cache(maxsize=256)
+def _on_default_backend(sharding: Any) -> bool:
+    if sharding is None:
+        return True
+    import jax
+
+    try:
+        return set(sharding.device_set) <= set(jax.devices())
+    except Exception:  # an abstract or unusual sharding: lower explicitly for the platform
+        return False
+
+
+_JAX_INTERNAL = ("/jax/_src/", "/jax/numpy/", "/jax/lax/", "/jax/nn/", "/jax/random.py")
+_PROGRAM_WRAPPERS = {"/jax/_src/pmap.py": "pmap"}
+"""JAX's own jitted functions that run the user's program (not an op executed eagerly)."""
+
+
+def _is_jax_internal(source: str | None) -> bool:
+    return source is not None and any(part in source for part in _JAX_INTERNAL)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 40
+_REPR.maxother = 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
+
+
+def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
+    if static is None:
+        return None
+    try:
+        return ", ".join(f"{name}={_REPR.repr(value)}" for name, value in static)
+    except Exception:  # a static argument whose repr fails is still a static argument
+        return ", ".join(f"{name}=<{type(value).__name__}>" for name, value in static)
+
+
+def host_callbacks(jaxpr: Any) -> tuple[str, ...]:
+    """The host-callback primitives anywhere in ``jaxpr`` (sub-programs included)."""
+    from jax._src import core
+
+    found: list[str] = []
+    pending = [getattr(jaxpr, "jaxpr", jaxpr)]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for eqn in getattr(current, "eqns", ()):
+            name = eqn.primitive.name
+            if name in HOST_CALLBACK_PRIMITIVES and name not in found:
+                found.append(name)
+            pending.extend(getattr(j, "jaxpr", j) for j in core.jaxprs_in_params(eqn.params))
+    return tuple(found)
+
+
+def _static_arguments(
+    fun: Any, info: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[tuple[str, Any], ...]:
+    """The static arguments of a jit call, by name (``arg2`` where no name is known)."""
+    numbers = tuple(getattr(info, "static_argnums", ()) or ())
+    names = tuple(getattr(info, "static_argnames", ()) or ())
+    if not numbers and not (names and kwargs):
+        return ()
+    found: list[tuple[str, Any]] = []
+    if numbers:
+        parameters = _parameter_names(fun)
+        for i in numbers:
+            if -len(args) <= i < len(args):
+                index = i % len(args)
+                label = parameters[index] if index < len(parameters) else f"arg{index}"
+                found.append((label, args[index]))
+    found += [(k, kwargs[k]) for k in names if k in kwargs]
+    return tuple(found)
+
+
+def _parameter_names(fun: Any) -> tuple[str, ...]:
+    import inspect
+
+    try:
+        return tuple(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):
+        return ()
+
+
+# -- the interception ----------------------------------------------------------------------------
+
+
+Listener = Callable[[RecordedCall], None]
+
+
+@dataclass(slots=True)
+class CompileCounts:
+    """Backend compilations seen by the monitoring listener, since the last reset."""
+
+    audited: int = 0
+    """Inside a hooked call: compilations of recorded computations."""
+    outside: int = 0
+    """Outside any hooked call and outside the plugin: compiled, but not audited."""
+    errors: list[str] = field(default_factory=list)
+    """Exceptions the listener raised (recorded; the suite never sees them)."""
+
+
+class Interception:
+    """Installs the hook; calls ``listener`` with each recorded call, never lets it raise."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._adapter: _Adapter | None = None
+        self._originals: dict[str, Any] = {}
+        self._event_listener: Callable[..., None] | None = None
+        self.compiles = CompileCounts()
+        self.support: Support | None = None
+
+    def install(self) -> Support:
+        """Patch JAX (once); the :class:`Support` found. Idempotent."""
+        if self.support is not None:
+            return self.support
+        import jax
+        from jax._src import pjit
+
+        version = _version_tuple(jax.__version__)
+        adapter = next((a for a in ADAPTERS if a.applies(version)), None)
+        missing = adapter.missing() if adapter is not None else tuple(PATCH_POINTS)[:2]
+        static = False
+        if adapter is not None and not missing:
+            self._adapter = adapter
+            self._patch(pjit, "_pjit_call_impl_python", self._hook(pjit._pjit_call_impl_python))
+            if hasattr(pjit, "_infer_params"):
+                self._patch(pjit, "_infer_params", _stash_static(pjit._infer_params))
+                static = True
+        events = self._listen()
+        tested = adapter is None or version[:2] <= adapter.newest_tested[:2]
+        self.support = Support(
+            jax=jax.__version__,
+            adapter=self._adapter.name if self._adapter is not None else None,
+            hooked=self._adapter is not None,
+            static_arguments=static,
+            compile_events=events,
+            missing=missing,
+            tested=tested,
+        )
+        return self.support
+
+    def uninstall(self) -> None:
+        """Undo every patch (the in-process pytester runs of the plugin's own tests need it)."""
+        from jax._src import pjit
+
+        for name, original in self._originals.items():
+            setattr(pjit, name, original)
+        self._originals.clear()
+        if self._event_listener is not None:
+            _unlisten(self._event_listener)
+            self._event_listener = None
+        self._adapter = None
+
+    def clear_dispatch_caches(self) -> None:
+        """Empty JAX's C++ dispatch caches only: the next call of every jitted function takes
+        the Python path through the hook again, reusing its cached trace and executable."""
+        if self._adapter is None:
+            return
+        from jax._src import pjit
+
+        pjit._cpp_pjit_cache_fun_only.clear()
+        pjit._cpp_pjit_cache_explicit_attributes.clear()
+
+    def _patch(self, module: Any, name: str, replacement: Any) -> None:
+        self._originals[name] = getattr(module, name)
+        setattr(module, name, replacement)
+
+    def _hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        adapter = self._adapter
+        assert adapter is not None
+        listener = self._listener
+        compiles = self.compiles
+        state = _STATE
+
+        @functools.wraps(original)
+        def pjit_call_impl_python(*args: Any, **params: Any) -> Any:
+            if state.busy:
+                return original(*args, **params)
+            pending, state.static = state.static, None
+            try:  # before the call: a donated argument is gone after it
+                arg_types: tuple[Any, ...] | None = adapter.argument_types(args)
+            except Exception as e:  # never in the suite's way: this call is not audited
+                compiles.errors.append(f"{type(e).__name__}: {e}"[:300])
+                arg_types = None
+            state.hooked += 1
+            try:
+                out = original(*args, **params)
+            finally:
+                state.hooked -= 1
+            # After JAX ran the call: its own lowering is cached (read, not made again), and
+            # whatever the audit does cannot come before the suite's own work or warnings.
+            if arg_types is not None:
+                jaxpr = params.get("jaxpr")
+                fun, static = (pending[1], pending[2]) if pending and pending[0] is jaxpr else (
+                    None, None)  # fmt: skip
+                state.busy = True
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        listener(RecordedCall(adapter, jaxpr, params, arg_types, fun, static))
+                except Exception as e:  # the audit must never change what the suite sees
+                    compiles.errors.append(f"{type(e).__name__}: {e}"[:300])
+                finally:
+                    state.busy = False
+            return out
+
+        return pjit_call_impl_python
+
+    def _listen(self) -> bool:
+        try:
+            import jax.monitoring
+        except ImportError:
+            return False
+        compiles = self.compiles
+        state = _STATE
+
+        def on_event(event: str, duration: float, **kwargs: Any) -> None:
+            if event != COMPILE_EVENT or state.busy:
+                return
+            if state.hooked:
+                compiles.audited += 1
+            else:
+                compiles.outside += 1
+
+        jax.monitoring.register_event_duration_secs_listener(cast(Any, on_event))
+        self._event_listener = on_event
+        return True
+
+
+def _stash_static(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``pjit._infer_params`` that remembers the static arguments of the call it traces, for
+    the cache-miss hook that follows (matched by the jaxpr it returns)."""
+    state = _STATE
+
+    @functools.wraps(original)
+    def infer_params(fun: Any, info: Any, args: Any, kwargs: Any) -> Any:
+        result = original(fun, info, args, kwargs)
+        if not state.busy:
+            try:
+                jaxpr = result[0].params["jaxpr"]
+                state.static = (jaxpr, fun, _static_arguments(fun, info, args, kwargs))
+            except Exception:  # static arguments are a detail; never in the suite's way
+                state.static = None
+        return result
+
+    return infer_params
+
+
+def _unlisten(listener: Callable[..., None]) -> None:
+    import jax.monitoring
+
+    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+    if unregister is None:  # jax < 0.7: only the private name
+        from jax._src import monitoring as private
+
+        module: Any = private
+        unregister = module._unregister_event_duration_listener_by_callback
+    with contextlib.suppress(Exception):
+        unregister(listener)

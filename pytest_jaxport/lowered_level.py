@@ -1,0 +1,276 @@
+"""The lowered level of one traced computation: per platform its program and census.
+
+Shared by ``jaxport.check`` (:mod:`pytest_jaxport.fixture`) and the suite audit
+(:mod:`pytest_jaxport.audit`), so that a function checked by a test and the same computation
+recorded by ``--jaxport-audit`` get the same census, the same layers, the same source lines
+and the same lowered-cache entries.
+
+A platform's program comes from the lowered-level cache when it was lowered before; platforms
+not present here that miss the cache are lowered together in one multi-platform lowering (about
+twice as fast as one by one), and whatever is left is lowered for one platform at a time. A
+platform that fails to lower is a :class:`~pytest_jaxport.report.PlatformProbe` with its
+``error``, never an exception.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_jaxport.cache import CompileSettings, lowered_key
+from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLocation, take_census
+from pytest_jaxport.report import PlatformProbe
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+@dataclass(slots=True)
+class LoweredStats:
+    """Lowered-level cache hits and misses (per test for checks, per session for the audit)."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoweredCensus:
+    """What :meth:`LoweredLevel.take` found for one traced computation."""
+
+    results: Mapping[str, PlatformProbe]
+    """Per platform: its census, or why lowering failed."""
+    lowered: Mapping[str, Any]
+    """The lowerings made for one platform at a time (what a check compiles and runs)."""
+    programs: Mapping[str, Program]
+    """Per platform that lowered, its program as the census read it."""
+
+
+class KeyParts:
+    """The lowered cache key's jaxpr-derived parts, computed once per computation, on first
+    use (``None`` when the jaxpr cannot be keyed: then it is lowered as without a cache): the
+    jaxpr's text with object addresses blanked, each equation's source line, JAX's config."""
+
+    __slots__ = ("_done", "_parts", "_traced")
+
+    def __init__(self, traced: Any) -> None:
+        self._traced = traced
+        self._parts: tuple[str, str, str] | None = None
+        self._done = False
+
+    def get(self) -> tuple[str, str, str] | None:
+        if not self._done:
+            self._done = True
+            from pytest_jaxport import lowering
+
+            try:
+                jaxpr, sources = lowering.census_key_parts(self._traced)
+                # Object addresses (a host callback's function, printed in its parameters)
+                # differ run to run; nothing lowered depends on them.
+                jaxpr = _ADDRESS.sub("0x?", jaxpr)
+                self._parts = (jaxpr, sources, lowering.lowering_settings())
+            except Exception:  # an unkeyable jaxpr is lowered every time, never an error
+                self._parts = None
+        return self._parts
+
+
+class LoweredLevel:
+    """Lowers traced computations per platform and takes their census, through the cache."""
+
+    def __init__(
+        self,
+        *,
+        classifier: Classifier,
+        rootdir: Path,
+        compile_settings: CompileSettings,
+        stats: LoweredStats,
+    ) -> None:
+        self._classifier = classifier
+        self._rootdir = rootdir
+        self._compile = compile_settings
+        self.stats = stats
+
+    def take(
+        self,
+        traced: Any,
+        keyed: KeyParts,
+        platforms: Sequence[str],
+        *,
+        present: Collection[str],
+        cached: Collection[str],
+        caller: SourceLocation | None = None,
+    ) -> LoweredCensus:
+        """Each of ``platforms``' census of ``traced`` (``jax.stages.Traced`` or anything with
+        its ``.jaxpr`` and ``.lower(lowering_platforms=...)``).
+
+        ``cached``: the platforms whose program may come from (and go to) the lowered-level
+        cache; a check leaves out those it runs or compiles, which need the lowering itself.
+        ``caller``: where kernels without any location are shown (see :meth:`relative`).
+        """
+        from pytest_jaxport import lowering
+
+        results: dict[str, PlatformProbe] = {}
+        lowered_for: dict[str, Any] = {}
+        programs: dict[str, Program] = {}
+        keys: dict[str, str | None] = {}
+        read: dict[str, Program] = {}
+        for platform in platforms:
+            if platform in cached:
+                keys[platform] = self._key(keyed, platform)
+                program = self._cached_program(keys[platform])
+                if program is not None:
+                    read[platform] = program
+        missing = [p for p in keys if p not in read and p not in present]
+        together = lowering.lower_together(traced, missing) if len(missing) > 1 else None
+        for platform in platforms:
+            try:
+                program = read.get(platform)
+                if program is None and together is not None:
+                    program = together.get(platform)
+                    self._cache_program(keys.get(platform), program)
+                if program is None:
+                    lowered = lowering.lower(traced, platform)
+                    program = lowering.read_program(lowered)
+                    lowered_for[platform] = lowered
+                    self._cache_program(keys.get(platform), program)
+                lowering.refuse_unrunnable(program, platform)
+                programs[platform] = program
+                census = self.relative(
+                    take_census(
+                        programs[platform],
+                        platform,
+                        classifier=self._classifier,
+                        seconds=self.roofline(platform),
+                    ),
+                    caller,
+                )
+            except lowering.LoweringFailure as e:
+                results[platform] = failed_to_lower(platform, present, str(e))
+                lowered_for.pop(platform, None)
+                continue
+            results[platform] = PlatformProbe(
+                platform=platform, present=platform in present, census=census
+            )
+        return LoweredCensus(results=results, lowered=lowered_for, programs=programs)
+
+    # -- the lowered-level cache ----------------------------------------------------------------
+
+    def _key(self, keyed: KeyParts, platform: str) -> str | None:
+        """The cache key of ``platform``'s lowering; ``None`` when the cache is off or the
+        jaxpr cannot be keyed (then it is lowered as without a cache)."""
+        from pytest_jaxport import lowering
+
+        if self._compile.lowered_cache is None:
+            return None
+        parts = keyed.get()
+        if parts is None:
+            return None
+        jaxpr, sources, settings = parts
+        if platform == "cuda":  # the GPU a trace describes where JAX asks (Pallas, jax 0.11+)
+            settings += f"\ndescribed GPU: {self._compile.gpu_kind}"
+        return lowered_key(
+            jaxpr=jaxpr,
+            sources=sources,
+            platform=platform,
+            versions=lowering.versions(),
+            settings=settings,
+        )
+
+    def _cache_program(self, key: str | None, program: Program | None) -> None:
+        if key is not None and program is not None and self._compile.lowered_cache is not None:
+            self._compile.lowered_cache.put(key, program)
+
+    def _cached_program(self, key: str | None) -> Program | None:
+        cache = self._compile.lowered_cache
+        if key is None or cache is None:
+            return None
+        program = cache.get(key)
+        if program is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        return program
+
+    # -- what a census shows --------------------------------------------------------------------
+
+    def roofline(self, platform: str) -> Callable[[OpSite, str], float]:
+        """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``; the configured
+        GPU's peaks for cuda)."""
+        from pytest_jaxport.cost import kernel_seconds, peak_for
+
+        peak = peak_for(
+            platform, target_config=self._compile.target_config, target=self._compile.target
+        )
+
+        def seconds(site: OpSite, layer: str) -> float:
+            return kernel_seconds(site, layer, peak)
+
+        return seconds
+
+    def relative(self, census: Census, caller: SourceLocation | None = None) -> Census:
+        """``census`` with its kernels' files as reports show them (:func:`shown_file`).
+        Where no kernel has a location at all (jax 0.9 lowers a jitted library function
+        checked directly, such as ``jnp.linalg.solve``, with name-only locations), they are
+        the ``caller``'s: the check call, as other releases' tracebacks say."""
+        if caller is not None and not any(k.location for k in census.kernels):
+            return replace(
+                census,
+                kernels=tuple(replace(k, location=caller) for k in census.kernels),
+            )
+        kernels = tuple(
+            k if k.location is None else replace(k, location=self.shown_location(k.location))
+            for k in census.kernels
+        )
+        return replace(census, kernels=kernels)
+
+    def shown_location(self, location: SourceLocation) -> SourceLocation:
+        """``location`` with its file as reports show it."""
+        file = shown_file(location.file, self._rootdir)
+        return location if file is None else SourceLocation(file=file, line=location.line)
+
+
+def failed_to_lower(platform: str, present: Collection[str], error: str) -> PlatformProbe:
+    """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
+    hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
+    from pytest_jaxport.jax_adapters import jax_release, needs_hardware
+
+    hardware = needs_hardware(error) if platform not in present else None
+    if hardware is not None:
+        error = f"not lowerable here on jax {jax_release()}: needs a {hardware} ({error})"
+    return PlatformProbe(
+        platform=platform,
+        present=platform in present,
+        error=error,
+        needs_hardware=hardware,
+    )
+
+
+_PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
+
+
+@functools.lru_cache(maxsize=4096)
+def shown_file(file: str, rootdir: Path) -> str | None:
+    """``file`` as a report shows it: a file of an installed package relative to its
+    ``site-packages`` (``flax/nnx/nn/linear.py``, wherever the virtual env is, even inside
+    ``rootdir``), any other file relative to ``rootdir``; ``None`` when it is neither (shown
+    as it is). Resolving paths is slow: cached.
+
+    >>> shown_file("/venv/lib/python3.11/site-packages/flax/nnx/nn/linear.py", Path("/src"))
+    'flax/nnx/nn/linear.py'
+    """
+    posix = file.replace("\\", "/")
+    for folder in _PACKAGE_FOLDERS:
+        at = posix.rfind(folder)
+        if at >= 0 and posix[at + len(folder) :]:
+            return posix[at + len(folder) :]
+    try:
+        return Path(file).resolve().relative_to(rootdir).as_posix()
+    except (ValueError, OSError):
+        return None

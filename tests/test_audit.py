@@ -1,0 +1,448 @@
+"""``pytest --jaxport-audit``: an unchanged suite audited, for real, through pytester.
+
+Real JAX throughout: each inner suite jits, runs eager ``jnp`` code and host callbacks the way
+ordinary test suites do, and nothing in it knows about pytest-jaxport.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers import esc, run_json
+
+from pytest_jaxport.cli import main
+from pytest_jaxport.report import without_timings
+
+PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
+
+SUITE = """
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@jax.jit
+def inner(x):
+    return jnp.tanh(x)
+
+
+@jax.jit
+def mlp(w, x):
+    return inner(x @ w) @ w.T
+
+
+@functools.partial(jax.jit, static_argnames=("steps",), donate_argnums=(1,))
+def solve(a, b, steps):
+    for _ in range(steps):
+        b = jnp.linalg.solve(a, b)
+    return b
+
+
+@pytest.fixture
+def weights():
+    return jnp.ones((8, 8))
+
+
+def test_mlp(weights):
+    assert mlp(weights, jnp.ones((4, 8))).shape == (4, 8)
+
+
+def test_mlp_again(weights):
+    assert mlp(weights, jnp.ones((4, 8))).shape == (4, 8)
+
+
+def test_solve():
+    assert solve(jnp.eye(4) * 2, jnp.ones(4), steps=2).shape == (4,)
+
+
+def test_eager_cholesky():
+    a = jnp.eye(3) * 4.0
+    assert jnp.linalg.cholesky(a)[0, 0] == 2.0
+
+
+def test_fails():
+    assert mlp(jnp.ones((2, 2)), jnp.ones((1, 2)))[0, 0] == 0.0
+
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    mlp(jnp.ones((2, 2)), jnp.ones((1, 2)))
+
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_xfail():
+    assert inner(jnp.zeros(3))[0] == 1.0
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture error")
+
+
+def test_errors(broken):
+    pass
+
+
+def test_callback():
+    @jax.jit
+    def noisy(x):
+        jax.debug.print("x={x}", x=x)
+        return x * 2
+
+    assert noisy(jnp.ones(2))[0] == 2.0
+"""
+
+OUTCOMES = {"passed": 5, "failed": 1, "skipped": 1, "xfailed": 1, "errors": 1}
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def audit_of(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    result = pytester.runpytest("--jaxport-audit", "--jaxport-report=report.json", *args)
+    report = json.loads((pytester.path / "report.json").read_text())
+    return result, report["audit"]
+
+
+def by_function(audit: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [c for c in audit["computations"] if c["function"] == name]
+
+
+def test_an_unchanged_suite_is_audited_and_no_outcome_changes(suite: pytest.Pytester) -> None:
+    plain = suite.runpytest()
+    plain.assert_outcomes(**OUTCOMES)
+    result, audit = audit_of(suite)
+    result.assert_outcomes(**OUTCOMES)
+    assert result.ret == plain.ret == pytest.ExitCode.TESTS_FAILED
+
+    # mlp is one computation per signature; inner is part of it, not a computation of its own
+    mlps = {c["signature"][1]: c for c in by_function(audit, "mlp")}
+    mlp_4x8, mlp_2x2 = mlps["x: float32[4,8]"], mlps["x: float32[1,2]"]
+    # inner runs at the top level only in test_xfail; inside mlp it is part of mlp
+    assert [c["owner"] for c in by_function(audit, "inner")] == ["test_suite.py::test_xfail"]
+    assert mlp_4x8["signature"] == ["w: float32[8,8]", "x: float32[4,8]"]
+    assert mlp_4x8["owner"] == "test_suite.py::test_mlp"
+    assert mlp_4x8["users"] == ["test_suite.py::test_mlp", "test_suite.py::test_mlp_again"]
+    assert mlp_2x2["users"] == ["test_suite.py::test_fails"]  # the skipped test ran nothing
+    assert mlp_4x8["kind"] == "jit"
+    assert mlp_4x8["source"] == "test_suite.py:13"
+    # cuBLAS for both dots, counted where the dots are written
+    cuda = mlp_4x8["platforms"]["cuda"]["lowered"]
+    assert cuda["libraries"] == {"cublas": 2}
+    assert {k["location"] for k in cuda["kernels"]} == {"test_suite.py:15"}
+
+    (solve,) = by_function(audit, "solve")
+    assert solve["static_arguments"] == "steps=2"
+    assert solve["donated"] == [1]
+    assert "cusolver" in solve["platforms"]["cuda"]["lowered"]["libraries"]
+    assert solve["platforms"]["cpu"]["present"] is True
+
+    # op-by-op jnp outside jit: eager computations, with their vendor calls
+    eager = [c for c in audit["computations"] if c["kind"] == "eager"]
+    assert any(c["function"] == "cholesky" for c in eager)
+    cholesky = next(c for c in eager if c["function"] == "cholesky")
+    assert cholesky["owner"] == "test_suite.py::test_eager_cholesky"
+    assert "lapack" in cholesky["platforms"]["cpu"]["lowered"]["libraries"]
+
+    seen = audit["seen"]
+    assert seen["computations"] == len(audit["computations"])
+    assert seen["tests"] == 9
+    assert audit["tests"]["test_suite.py::test_mlp_again"]["owns"] == []
+    assert mlp_4x8["id"] in audit["tests"]["test_suite.py::test_mlp_again"]["uses"]
+    assert audit["interception"]["hooked"] is True
+    result.stdout.fnmatch_lines(["*jaxport audit*"])
+
+
+def test_the_audit_counts_exactly_what_jaxport_check_counts(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        models="""
+        import jax
+        import jax.numpy as jnp
+
+        def step(a, b):
+            x = jnp.linalg.solve(a @ a.T + jnp.eye(4), b)
+            return jnp.fft.rfft(x).real.sum() + jnp.linalg.eigh(a)[0].sum()
+        """,
+        test_same="""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+        from models import step
+
+        A, B = jnp.arange(16.0).reshape(4, 4) / 16, jnp.ones(4)
+
+        @pytest.mark.portable
+        def test_checked(jaxport):
+            jaxport.check(step, A, B)
+
+        def test_jitted():
+            jax.jit(step)(A, B)
+        """,
+    )
+    pytester.syspathinsert()
+    result, report = run_json(pytester, "--jaxport-audit")
+    result.assert_outcomes(passed=2)
+    (checked,) = report["tests"][0]["checks"]
+    (audited,) = [c for c in report["audit"]["computations"] if c["function"] == "step"]
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        ours, theirs = audited["platforms"][platform], checked["platforms"][platform]
+        assert ours["lowered"] == theirs["lowered"], platform
+        assert ours["error"] == theirs["error"]
+
+
+def test_host_callbacks_are_findings_that_say_so(suite: pytest.Pytester) -> None:
+    _, audit = audit_of(suite)
+    (noisy,) = by_function(audit, "noisy")
+    assert noisy["host_callbacks"]
+    assert noisy["platforms"]["cpu"]["lowered"] is not None
+    assert {f["platform"] for f in noisy["findings"]} == {"cuda", "rocm", "tpu"}
+    assert all(f["kind"] == "host-callback" for f in noisy["findings"])
+    assert "host callback" in noisy["findings"][0]["reason"]
+    assert {f["computation"] for f in audit["findings"]} == {noisy["id"]}
+    assert audit["summary"]["platforms"]["cuda"]["failed_to_lower"] == 1
+
+
+def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS + "audit = true\n")
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest()
+    result.assert_outcomes(**OUTCOMES)
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport: audit on: recording every jitted computation*",
+            "*= jaxport audit =*",
+            "seen: * distinct computations (* jit, * eager op-by-op) in 7 of 9 tests*",
+            "cuda  lowered */* (1 with host callbacks)  vendor *cublas*",
+            "where the lock-in lives on cuda*",
+            "  test_suite.py:*cusolver*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_serial_and_xdist_give_the_same_audit(suite: pytest.Pytester) -> None:
+    audits = []
+    for args in ([], ["-n", "0"], ["-n", "2"]):
+        result = suite.runpytest_subprocess(
+            "--jaxport-audit", "--jaxport-report=r.json", "-p", "no:cacheprovider", *args
+        )
+        result.assert_outcomes(**OUTCOMES)
+        audit = json.loads((suite.path / "r.json").read_text())["audit"]
+        audit["seen"].pop("calls")  # each worker's first call of a shared jit is a miss
+        audits.append(without_timings(audit))
+    assert audits[1] == audits[0]
+    assert audits[2] == audits[0]
+
+
+def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
+    suite: pytest.Pytester,
+) -> None:
+    _, cold = audit_of(suite)
+    _, warm = audit_of(suite)
+    assert without_timings(warm) == without_timings(cold)
+    entries = list((suite.path / ".pytest_cache" / "d" / "jaxport-lowered").glob("*.json"))
+    # one entry per platform per computation (the host callback's three failures excepted)
+    assert len(entries) == 4 * cold["seen"]["computations"] - 3
+
+
+def test_checks_inside_an_audited_suite_are_not_recorded_twice(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_checked="""
+        import jax.numpy as jnp
+        import pytest
+
+        def gram(x):
+            return x @ x.T
+
+        @pytest.mark.portable
+        def test_checked(jaxport):
+            x = jnp.ones((3, 3))
+            jaxport.check(gram, x, transforms=["vmap"])
+        """
+    )
+    result, audit = audit_of(pytester)
+    result.assert_outcomes(passed=1)
+    # only the test's own jnp.ones: the check's tracing, lowering and runs are the plugin's
+    assert {c["kind"] for c in audit["computations"]} == {"eager"}
+    assert "gram" not in {c["function"] for c in audit["computations"]}
+    assert audit["seen"]["compiled_outside"] == 0
+
+
+prebound = jax.jit(lambda x: jnp.linalg.qr(x)[0])
+"""A jit bound before the inner pytest run (and its plugin) started: still seen."""
+
+
+def test_a_jit_bound_before_the_plugin_loaded_is_seen(pytester: pytest.Pytester) -> None:
+    module = types.ModuleType("jaxport_prebound")
+    module.prebound = prebound  # type: ignore[attr-defined]
+    sys.modules["jaxport_prebound"] = module
+    prebound(jnp.eye(3))  # and already in JAX's dispatch cache
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_pre="""
+        import jax.numpy as jnp
+        from jaxport_prebound import prebound
+
+        def test_pre():
+            prebound(jnp.eye(3))
+        """
+    )
+    try:
+        result, audit = audit_of(pytester)
+    finally:
+        del sys.modules["jaxport_prebound"]
+    result.assert_outcomes(passed=1)
+    (qr,) = [c for c in audit["computations"] if c["function"] == "<lambda>"]
+    assert "cusolver" in qr["platforms"]["cuda"]["lowered"]["libraries"]
+
+
+def test_fail_on_fails_the_session_once_and_no_test(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject=PLATFORMS
+        + "\n[tool.jaxport.audit.fail_on]\nmax_library_calls = {cusolver = 0}\n"
+        + "\n[tool.jaxport.audit.fail_on.cuda]\nmax_vendor_calls = 1\n",
+    )
+    pytester.makepyfile(
+        test_gate="""
+        import jax
+        import jax.numpy as jnp
+
+        @jax.jit
+        def step(a):
+            return jnp.linalg.inv(a) @ a
+
+        def test_innocent():
+            assert step(jnp.eye(2) * 2).shape == (2, 2)
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport audit: FAILED: 2 suite budget problem(s)*no test failed for them",
+            esc("cuda: max_vendor_calls = 1 (set in pyproject.toml ")
+            + esc("[tool.jaxport.audit.fail_on.cuda]), found 5 vendor calls (lowered)"),
+            "    stablehlo.triangular_solve (cublas) x2 at test_gate.py:6",
+            esc("cuda: max_library_calls.cusolver = 0 (set in pyproject.toml ")
+            + esc("[tool.jaxport.audit.fail_on]), found 1 cusolver call (lowered)"),
+            "    cusolver_getrf_ffi (cusolver) at test_gate.py:6",
+        ]
+    )
+
+
+def test_fail_on_within_limits_passes(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject=PLATFORMS + "\n[tool.jaxport.audit]\nfail_on = {max_custom_calls = 0}\n",
+    )
+    pytester.makepyfile(
+        test_ok="import jax.numpy as jnp\n\ndef test_ok():\n    jnp.ones(3) @ jnp.ones(3)\n"
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.no_fnmatch_line("*FAILED*")
+
+
+def test_the_baseline_ratchets_audit_counts(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS + "audit = true\n")
+    test = "import jax, jax.numpy as jnp\n\ndef test_mm():\n"
+    test += "    jax.jit(lambda x: x @ x)(jnp.eye(2))\n"
+    pytester.makepyfile(test_base=test)
+    pytester.runpytest("--jaxport-baseline=base.json", "--jaxport-baseline-update")
+    baseline = json.loads((pytester.path / "base.json").read_text())
+    assert baseline["audit"]["platforms"]["cuda"]["library.cublas"] == 1
+    same = pytester.runpytest("--jaxport-baseline=base.json")
+    assert same.ret == pytest.ExitCode.OK
+
+    grown = test + "    jnp.linalg.eigh(jnp.eye(2))\n"
+    pytester.makepyfile(test_base=grown)
+    result = pytester.runpytest("--jaxport-baseline=base.json")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*suite budget problem(s)*",
+            "cuda: cusolver calls grew 0 -> 1 (+1) since the baseline",
+            "    vendor cusolver_syevd_ffi (cusolver) at test_base.py:5 x1 (new)",
+        ]
+    )
+
+
+def test_a_baseline_without_audit_counts_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    pytester.runpytest("--jaxport-baseline=base.json", "--jaxport-baseline-update")
+    result = pytester.runpytest("--jaxport-audit", "--jaxport-baseline=base.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*has no audit counts: not compared*"])
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('audit = "yes"', "[tool.jaxport] audit: expected a boolean (true or false) or a table"),
+        (
+            "[tool.jaxport.audit]\nfail_onn = {}",
+            "[tool.jaxport.audit]: unknown key 'fail_onn' (did you mean 'fail_on'?)",
+        ),
+        (
+            "[tool.jaxport.audit]\nfail_on = {max_custom_calls = -1}",
+            "[tool.jaxport.audit.fail_on] max_custom_calls: expected a non-negative integer",
+        ),
+        (
+            "[tool.jaxport.audit.fail_on]\nmax_tooling_assumptions = 1",
+            "[tool.jaxport.audit.fail_on] max_tooling_assumptions: expected only in "
+            "[tool.jaxport.budget]",
+        ),
+        (
+            "[tool.jaxport.audit]\nenabled = 1",
+            "[tool.jaxport.audit] enabled: expected a boolean (true or false), found int 1",
+        ),
+    ],
+)
+def test_bad_audit_configuration_is_a_usage_error(
+    pytester: pytest.Pytester, table: str, message: str
+) -> None:
+    section = table if table.startswith("[") else f"[tool.jaxport]\n{table}"
+    pytester.makefile(".toml", pyproject=section + "\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: pyproject.toml: {esc(message)}*"])
+
+
+def test_show_merge_and_diff_read_audit_reports(
+    suite: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    audit_of(suite)
+    report = str(suite.path / "report.json")
+    for fmt, expected in (("text", "suite audit (--jaxport-audit):"),
+                          ("md", "### Suite audit"), ("html", '<section id="audit">')):  # fmt: skip
+        assert main(["show", report, "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert expected in out
+        assert "test_suite.py" in out
+    merged = str(suite.path / "merged.json")
+    assert main(["merge", report, report, "-o", merged]) == 0
+    assert json.loads((suite.path / "merged.json").read_text())["audit"]["seen"]["computations"]
+    assert main(["diff", report, report]) == 0
+    capsys.readouterr()

@@ -1,0 +1,331 @@
+"""The audit's interception layer on the installed JAX: every patch point, for real.
+
+This module is the compatibility test the audit needs on each JAX release CI covers (the
+newest, 0.10.2, and the floor 0.6.2): every private name of ``pytest_jaxport.interception``
+is exercised here with real jitted code, no mocks. When a JAX release moves one of them, a
+test below fails and names it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pytest_jaxport import interception, lowering
+from pytest_jaxport.interception import Interception, RecordedCall
+
+VERSION = interception._version_tuple(jax.__version__)
+
+
+@pytest.fixture
+def recorded() -> Iterator[tuple[list[RecordedCall], Interception]]:
+    calls: list[RecordedCall] = []
+    hook = Interception(calls.append)
+    hook.install()
+    try:
+        yield calls, hook
+    finally:
+        hook.uninstall()
+
+
+def names(calls: list[RecordedCall]) -> list[str]:
+    return [c.name for c in calls]
+
+
+def test_every_patch_point_exists_on_this_jax() -> None:
+    hook = Interception(lambda call: None)
+    support = hook.install()
+    hook.uninstall()
+    assert support.hooked, support.notes()
+    assert support.missing == ()
+    assert support.static_arguments
+    assert support.compile_events
+    assert support.adapter is not None
+    expected = "argument types" if VERSION >= (0, 8) else "arguments, jax 0.6.2"
+    assert expected in support.adapter
+
+
+def test_top_level_calls_are_recorded_and_nested_jits_are_part_of_their_caller(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, _ = recorded
+
+    @jax.jit
+    def inner(x: jax.Array) -> jax.Array:
+        return jnp.sin(x) * 2
+
+    @jax.jit
+    def outer_step(x: jax.Array) -> jax.Array:
+        return inner(x) @ x
+
+    x = jnp.ones((4, 4))
+    calls.clear()
+    outer_step(x)
+    assert names(calls) == ["outer_step"]
+    facts = calls[0].facts()
+    assert facts.kind == "jit"
+    assert facts.source is not None
+    assert facts.source.startswith(__file__)
+    assert facts.signature == ("x: float32[4,4]",)
+    # The C++ fast path: a second call with the same types never reaches the hook.
+    outer_step(x)
+    assert names(calls) == ["outer_step"]
+    # A new signature is a cache miss again; a weakly typed scalar says so.
+    y = jnp.ones((2, 2))
+    calls.clear()
+    outer_step(y)
+    assert names(calls) == ["outer_step"]
+    inner(1.0)
+    assert calls[-1].facts().signature == ("x: float32[] weak",)
+
+
+def test_eager_operations_are_recorded_as_eager(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, _ = recorded
+    a = jnp.arange(16.0).reshape(4, 4)
+    calls.clear()
+    jnp.linalg.cholesky(a @ a.T + jnp.eye(4))
+    kinds = {c.name: c.facts().kind for c in calls}
+    assert "cholesky" in kinds, kinds
+    assert set(kinds.values()) == {"eager"}
+
+
+def test_static_arguments_donation_and_names(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, _ = recorded
+
+    @functools.partial(jax.jit, static_argnames=("power",), donate_argnums=(0,))
+    def scale(x: jax.Array, y: jax.Array, power: int) -> jax.Array:
+        return x * y**power
+
+    x, y = jnp.ones(3), jnp.ones(3)
+    calls.clear()
+    scale(x, y, power=3)
+    facts = calls[0].facts()
+    assert facts.static_arguments == "power=3"
+    assert facts.donated == (0,)
+    assert facts.signature == ("x: float32[3]", "y: float32[3]")
+
+
+def test_clearing_dispatch_caches_passes_the_hook_again_without_retracing(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, hook = recorded
+    traces = []
+
+    @jax.jit
+    def traced_once(x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return x + 1
+
+    x = jnp.ones(8)
+    traced_once(x)
+    traced_once(x)
+    calls.clear()
+    hook.clear_dispatch_caches()
+    traced_once(x)
+    assert names(calls) == ["traced_once"]
+    assert len(traces) == 1  # the trace came from JAX's tracing cache
+    traced_once(x)
+    assert names(calls) == ["traced_once"]
+
+
+def test_a_recorded_call_lowers_for_every_platform_without_running_again() -> None:
+    runs = []
+
+    @functools.partial(jax.jit, donate_argnums=(1,))
+    def solve(a: jax.Array, b: jax.Array) -> jax.Array:
+        runs.append(1)
+        return jnp.linalg.solve(a @ a.T + jnp.eye(8), b)
+
+    lowered = {}
+
+    def lower_now(call: RecordedCall) -> None:
+        # JAX has run the call (and deleted the donated buffer): its types are all it takes.
+        for platform in ("cpu", "cuda", "rocm", "tpu"):
+            lowered[platform] = lowering.read_program(call.lower(lowering_platforms=(platform,)))
+        lowered["together"] = lowering.read_programs(
+            call.lower(lowering_platforms=("cuda", "rocm", "tpu")), 3
+        )
+
+    hook = Interception(lower_now)
+    calls_before = len(runs)
+    hook.install()
+    try:
+        out = solve(jnp.ones((8, 8)), jnp.ones(8))
+    finally:
+        hook.uninstall()
+    assert out.shape == (8,)
+    assert len(runs) == calls_before + 1  # traced once, not again for the lowerings
+    targets = {
+        platform: {s.target for f in program.functions.values() for s in f if s.target}
+        for platform, program in lowered.items()
+        if platform != "together"
+    }
+    assert any("getrf" in t for t in targets["cuda"]), targets["cuda"]
+    assert any("lapack" in t for t in targets["cpu"]), targets["cpu"]
+    assert any(t == "LuDecomposition" for t in targets["tpu"]), targets["tpu"]
+    assert len(lowered["together"]) == 3
+
+
+def test_compilations_outside_the_hook_are_counted(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, hook = recorded
+
+    def aot(x: jax.Array) -> jax.Array:
+        return x * 3 + 1
+
+    x = jnp.ones(5)
+    before = hook.compiles.outside
+    jax.jit(aot).lower(x).compile()
+    assert hook.compiles.outside == before + 1
+    assert "aot" not in names(calls)
+    x = jnp.ones(6)
+    audited = hook.compiles.audited
+    jax.jit(lambda x: x - 7)(x)
+    assert hook.compiles.audited == audited + 1
+
+
+def test_paused_work_is_neither_recorded_nor_counted(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, hook = recorded
+    calls.clear()
+    outside = hook.compiles.outside
+    with interception.paused():
+        x = jnp.ones(7)
+        jax.jit(lambda x: x * 11)(x)
+        jax.jit(lambda x: x * 13).lower(x).compile()
+    assert calls == []
+    assert hook.compiles.outside == outside
+
+
+def test_host_callbacks_are_found_in_nested_programs(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    calls, _ = recorded
+
+    @jax.jit
+    def noisy(x: jax.Array) -> jax.Array:
+        def body(carry: jax.Array, _: None) -> tuple[jax.Array, None]:
+            jax.debug.print("carry {}", carry)
+            return carry * 2, None
+
+        y, _ = jax.lax.scan(body, x, None, length=2)
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(y.shape, y.dtype), y)
+
+    x = jnp.ones(2)
+    calls.clear()
+    noisy(x)
+    found = set(calls[0].facts().host_callbacks)
+    # jax.debug.print is its own primitive since jax 0.8
+    assert found in ({"debug_callback", "pure_callback"}, {"debug_print", "pure_callback"})
+
+
+@pytest.mark.skipif(VERSION < (0, 7), reason="jax < 0.7 implements pmap outside jit")
+def test_pmap_is_a_recorded_jit(recorded: tuple[list[RecordedCall], Interception]) -> None:
+    calls, _ = recorded
+    x = jnp.ones((1, 3))
+    calls.clear()
+    jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(x)
+    assert calls, "pmap did not pass the cache-miss hook"
+
+
+def test_uninstall_restores_jax() -> None:
+    from jax._src import pjit
+
+    original = pjit._pjit_call_impl_python
+    infer = pjit._infer_params
+    hook = Interception(lambda call: None)
+    hook.install()
+    assert pjit._pjit_call_impl_python is not original
+    hook.uninstall()
+    assert pjit._pjit_call_impl_python is original
+    assert pjit._infer_params is infer
+
+
+def test_a_listener_that_raises_never_reaches_the_suite() -> None:
+    def broken(call: RecordedCall) -> None:
+        raise RuntimeError("audit bug")
+
+    x = jnp.ones(3)
+    hook = Interception(broken)
+    hook.install()
+    try:
+        out = jax.jit(lambda x: x + 41)(x)
+    finally:
+        hook.uninstall()
+    assert float(out[0]) == 42.0
+    assert hook.compiles.errors == ["RuntimeError: audit bug"]
+
+
+def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
+    import warnings
+
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def unusable_donation(a: jax.Array) -> jax.Array:
+        return a.sum()
+
+    def lower_elsewhere(call: RecordedCall) -> None:
+        call.lower(lowering_platforms=("cuda",))
+        call.lower(lowering_platforms=("cpu",))
+
+    def donation_warnings(x: jax.Array) -> int:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            unusable_donation(x)
+        return sum("donated buffers" in str(w.message) for w in seen)
+
+    without = donation_warnings(jnp.ones((3, 5)))
+    hook = Interception(lower_elsewhere)
+    hook.install()
+    try:
+        with_audit = donation_warnings(jnp.ones((5, 3)))
+    finally:
+        hook.uninstall()
+    assert without == with_audit == 1
+    assert hook.compiles.errors == []
+
+
+def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
+    from pytest_jaxport.audit_report import AuditLedger, audit_lines
+    from pytest_jaxport.cost import CostModel
+
+    support = interception.Support(
+        jax="9.0.0",
+        adapter=None,
+        hooked=False,
+        static_arguments=False,
+        compile_events=True,
+        missing=("jax._src.pjit._pjit_call_impl_python",),
+    )
+    (note,) = support.notes()
+    assert "_pjit_call_impl_python not found" in note
+    assert "only compilations are counted" in note
+    ledger = AuditLedger()
+    ledger.add(
+        {
+            "nodeid": "t.py::test",
+            "index": 0,
+            "uses": [],
+            "outside": [],
+            "computations": [],
+            "calls": 0,
+            "compiled_outside": 3,
+            "errors": [],
+        }
+    )
+    section = ledger.section(
+        interception=support.to_dict(), platforms=["cpu"], migrate_to=[], model=CostModel()
+    )
+    lines = audit_lines(section)
+    assert any(line.startswith("not audited: 3 compilations") for line in lines)
+    assert f"note: {note}" in lines
