@@ -67,6 +67,20 @@ class JaxportWarning(pytest.PytestWarning):
     """A check could not do all it was asked (nothing executed, nothing to compare)."""
 
 
+_PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn(warning: Warning) -> None:
+    """Issue ``warning`` at the first frame outside the plugin: the user's ``check`` call
+    (however many plugin frames lie between, as ``skip_file_prefixes`` does on 3.12+)."""
+    frame = sys._getframe(0)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PLUGIN_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(warning, stacklevel=level)
+
+
 class Jaxport:
     """Probes functions for portability; one instance per test."""
 
@@ -213,7 +227,7 @@ class Jaxport:
                 "; to count it without a GPU install the jax CUDA plugin at jaxlib's version "
                 "and cuDNN (jax-cuda12-plugin, nvidia-cudnn-cu12)"
             )
-        warnings.warn(JaxportWarning(f"check {check_name!r} {note}"), stacklevel=3)
+        warn(JaxportWarning(f"check {check_name!r} {note}"))
         self.outputs[check_name] = {}
         self.probes.append(
             Probe(name=check_name, reference=self._config.reference, note=note, untraced=untraced)
@@ -502,12 +516,12 @@ class Jaxport:
                 else f"none of its platforms is present here (present: "
                 f"{', '.join(lowering_present()) or 'none'})"
             )
-            warnings.warn(JaxportWarning(f"check {check_name!r} {note}"), stacklevel=3)
+            warn(JaxportWarning(f"check {check_name!r} {note}"))
             return Probe(name=check_name, reference=reference, platforms=results, note=note), None
         baseline = reference if reference in executions else next(iter(executions))
         if baseline != reference:
             note = f"reference platform {reference} did not run; compared with {baseline}"
-            warnings.warn(JaxportWarning(f"check {check_name!r}: {note}"), stacklevel=3)
+            warn(JaxportWarning(f"check {check_name!r}: {note}"))
         elif len(executions) == 1:
             note = f"only {baseline} executed here: nothing to compare in-process"
 
@@ -543,9 +557,7 @@ class Jaxport:
             if result.error is not None and not (must and platform in must.value):
                 quiet.append(f"{platform}: {result.error}")
         if quiet:
-            warnings.warn(
-                JaxportWarning(f"check {probe.name!r}: " + "; ".join(quiet)), stacklevel=4
-            )
+            warn(JaxportWarning(f"check {probe.name!r}: " + "; ".join(quiet)))
 
     def _unique_name(self, name: str) -> str:
         taken = {p.name for p in self.probes}
@@ -565,13 +577,12 @@ def _warn_unverified(probe: Probe) -> None:
     neither a pass nor a failure, so never silent (warnings as errors make it a failure)."""
     unknown = [f"{p}: {r.error}" for p, r in probe.platforms.items() if r.needs_hardware]
     if unknown:
-        warnings.warn(
+        warn(
             JaxportWarning(
                 f"check {probe.name!r}: {'; '.join(unknown)}; its budgets for "
                 f"{', '.join(p for p, r in probe.platforms.items() if r.needs_hardware)} are "
                 "unverified on this machine (run it where that hardware is present)"
-            ),
-            stacklevel=4,
+            )
         )
 
 
