@@ -399,6 +399,8 @@ class _Reader:
                 location = str(operation.location) if _keeps_location(name) else None
                 append((name, target, location, flops, moved))
                 if name not in _REDUCER_OPS:
+                    if self.platforms > 1:
+                        _forward_known(operation, known)
                     for nested in operation.regions:
                         self.collect(nested, items, known)
 
@@ -474,6 +476,42 @@ class _Reader:
             items.append(_Switch(branches=tuple(branches), taken=taken))
 
 
+def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
+    """Make the known operands of a region-carrying op known inside its regions too.
+
+    ``sdy.manual_computation`` (a ``shard_map`` body under Shardy) and
+    ``sdy.named_computation`` are isolated from the values around them: the platform index
+    reaches their ops as the block argument at its operand's position, and so does every
+    other known operand. A ``stablehlo.while`` hands its operands to its regions the same
+    way, but a carried value can change from one iteration to the next: only one the body
+    returns unchanged (at the same position) is known inside.
+    """
+    operands = operation.operands
+    if not any(operand in known for operand in operands):
+        return
+    regions = list(operation.regions)
+    unchanged: set[int] | None = None
+    if operation.name == "stablehlo.while" and len(regions) == 2:
+        body = regions[1]
+        arguments = list(body.blocks[0].arguments) if body.blocks else []
+        terminator = _terminator(body)
+        returned = list(terminator.operands) if terminator is not None else []
+        unchanged = {
+            i for i, (argument, value) in enumerate(zip(arguments, returned, strict=False))
+            if argument == value
+        }  # fmt: skip
+    for region in regions:
+        if not region.blocks:
+            continue
+        arguments = region.blocks[0].arguments
+        if len(arguments) != len(operands):
+            continue  # not a region fed by the op's operands (a reducer's scalars, say)
+        for i, (operand, argument) in enumerate(zip(operands, arguments, strict=True)):
+            value = known.get(operand)
+            if value is not None and (unchanged is None or i in unchanged):
+                known[argument] = value
+
+
 def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int = 8) -> bool:
     """Whether ``value`` is computed (within ``depth`` ops) from a value that differs per
     platform: a case on it would take a different branch per platform, so counting all its
@@ -490,9 +528,26 @@ def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int =
         seen.add(current)
         owner = current.owner
         operands = getattr(getattr(owner, "operation", owner), "operands", None)
-        if operands is not None:  # an op's result (a block argument has no defining op)
+        if operands is not None:  # an op's result
             pending.extend((operand, steps + 1) for operand in operands)
+            continue
+        fed = _feeding_operand(current, owner)
+        if fed is not None:  # a region's argument, fed by the operand of its op
+            pending.append((fed, steps + 1))
     return False
+
+
+def _feeding_operand(argument: Any, block: Any) -> Any:
+    """The operand of the op around ``block`` that its argument ``argument`` receives (as in
+    ``sdy.manual_computation`` or ``stablehlo.while``), else ``None``."""
+    parent = getattr(getattr(block, "owner", None), "operation", None)
+    if parent is None or parent.name == "func.func":
+        return None
+    operands = list(parent.operands)
+    arguments = list(block.arguments)
+    if len(operands) != len(arguments) or argument not in arguments:
+        return None
+    return operands[arguments.index(argument)]
 
 
 def _terminator(region: Any) -> Any:
