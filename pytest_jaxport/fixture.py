@@ -33,6 +33,7 @@ from pytest_jaxport.census import (
 )
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.cost import RuntimeShare
+from pytest_jaxport.partitioner import with_inserted
 from pytest_jaxport.report import PlatformProbe, Probe
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -206,7 +207,7 @@ class Jaxport:
         results: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
         programs: dict[str, Program] = {}
-        keyed = _KeyParts(traced)
+        keyed = _KeyParts(traced, args, kwargs)
         # A platform not present here (and not compiled) needs only its Program: read it from
         # the lowered-level cache when this jaxpr was lowered before, else lower all such
         # platforms together in one multi-platform lowering.
@@ -219,37 +220,35 @@ class Jaxport:
                 if program is not None:
                     read[platform] = program
         missing = [p for p in keys if p not in read]
-        together = lowering.lower_together(traced, missing) if len(missing) > 1 else None
+        # Host callbacks lower only for a platform present here; for the others they become
+        # inert placeholders (counted in meta), so every other op is still counted.
+        absent = traced
+        if any(p not in present and p not in read for p in self.platforms):
+            absent = lowering.without_callbacks(traced, args, kwargs)
+        together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
+        fresh: set[str] = set()  # lowered now, not read from the cache
         for platform in self.platforms:
             try:
                 program = read.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
-                    self._cache_program(keys.get(platform), program)
                 if program is None:
-                    lowered = lowering.lower(traced, platform)
+                    lowered = lowering.lower(traced if platform in present else absent, platform)
                     program = lowering.read_program(lowered)
                     lowered_for[platform] = lowered
-                    self._cache_program(keys.get(platform), program)
-                programs[platform] = program
-                census = self._relative(
-                    take_census(
-                        programs[platform],
-                        platform,
-                        classifier=self._classifier,
-                        seconds=self._roofline(platform),
-                    )
-                )
             except lowering.LoweringFailure as e:
                 results[platform] = PlatformProbe(
                     platform=platform, present=platform in present, error=str(e)
                 )
-                lowered_for.pop(platform, None)
                 continue
-            results[platform] = PlatformProbe(
-                platform=platform, present=platform in present, census=census
-            )
+            if platform not in read:
+                fresh.add(platform)
+            programs[platform] = program
+            results[platform] = PlatformProbe(platform=platform, present=platform in present)
 
+        # A program partitioned over several devices gets the collectives XLA's SPMD
+        # partitioner inserts; compiling it to run here records them (no extra compile).
+        partitioned = any(program.partitions > 1 for program in programs.values())
         executions: dict[str, lowering.Execution] = {}
         # What numerics' attempt to compile left behind, per platform: the executable, or
         # the failure that says compiling failed (so it is not tried a second time).
@@ -259,14 +258,31 @@ class Jaxport:
                 continue
             try:
                 executions[platform] = lowering.execute(
-                    fn, traced, lowered_for[platform], platform, args, kwargs
-                )
+                    fn, traced, lowered_for[platform], platform, args, kwargs,
+                    partitioned=partitioned,
+                )  # fmt: skip
             except lowering.LoweringFailure as e:
                 results[platform] = replace(results[platform], execution_error=str(e))
                 built[platform] = e.compiled if e.stage == "run" else e
                 continue
             built[platform] = executions[platform].compiled
             results[platform] = replace(results[platform], executed=True)
+
+        if partitioned:
+            inserted = self._inserted(traced, lowered_for, executions)
+            programs = {p: with_inserted(program, inserted) for p, program in programs.items()}
+        for platform, program in programs.items():
+            if platform in fresh:
+                self._cache_program(keys.get(platform), program)
+            census = self._relative(
+                take_census(
+                    program,
+                    platform,
+                    classifier=self._classifier,
+                    seconds=self._roofline(platform),
+                )
+            )
+            results[platform] = replace(results[platform], census=census)
 
         for platform in self._compile.platforms:
             if platform in lowered_for:
@@ -287,6 +303,28 @@ class Jaxport:
         self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
+
+    def _inserted(
+        self,
+        traced: Any,
+        lowered_for: Mapping[str, Any],
+        executions: Mapping[str, Any],
+    ) -> tuple[OpSite, ...]:
+        """The collectives the SPMD partitioner inserts into this program: recorded when it
+        was compiled to run on the default platform, else by compiling it there now."""
+        from pytest_jaxport import lowering
+
+        default = lowering.default_platform()
+        execution = executions.get(default)
+        if execution is not None and execution.inserted is not None:
+            found: tuple[OpSite, ...] = execution.inserted
+            return found
+        try:
+            lowered = lowered_for.get(default) or lowering.lower(traced, default)
+            _, inserted = lowering.compile_partitioned(lowered)
+        except Exception:  # it does not compile here: its own collectives are all it shows
+            return ()
+        return inserted or ()
 
     # -- the lowered-level cache --------------------------------------------------------------
 
@@ -427,7 +465,7 @@ class Jaxport:
             )  # fmt: skip
             found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
         elif platform == "cuda":
-            found = self._deviceless(platform, module, fn, args, kwargs, {})
+            found = self._deviceless(platform, module, fn, args, kwargs, {}, lowered, program)
         else:
             return result
         result = replace(
@@ -438,7 +476,9 @@ class Jaxport:
             target=found.target,
         )
         if platform == "cuda" and self._compile.what_if_no_vendor:
-            what_if = self._deviceless(platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS)
+            what_if = self._deviceless(
+                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program
+            )
             result = replace(result, what_if_no_vendor=what_if.census)
         return result
 
@@ -450,6 +490,8 @@ class Jaxport:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         options: Mapping[str, object],
+        lowered: Any,
+        program: Program,
     ) -> _Compiled:
         from pytest_jaxport import lowering
 
@@ -457,8 +499,9 @@ class Jaxport:
 
         def compile_deviceless() -> tuple[str, bool]:
             text = lowering.compile_deviceless(
-                fn, args, kwargs, target_config=target_config, options=options
-            )
+                fn, args, kwargs, target_config=target_config, options=options,
+                lowered=lowered, partitions=program.partitions,
+            )  # fmt: skip
             return text, False
 
         found = self._census_of(
@@ -611,12 +654,16 @@ class Jaxport:
 
 
 class _KeyParts:
-    """The lowered cache key's jaxpr-derived parts, computed once per check, on first use."""
+    """The lowered cache key's jaxpr-derived parts, computed once per check, on first use.
 
-    __slots__ = ("_done", "_parts", "_traced")
+    The arguments' shardings are part of the jaxpr's: they decide which collectives the
+    SPMD partitioner inserts, and a jaxpr does not show them."""
 
-    def __init__(self, traced: Any) -> None:
+    __slots__ = ("_arguments", "_done", "_parts", "_traced")
+
+    def __init__(self, traced: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         self._traced = traced
+        self._arguments = (args, kwargs)
         self._parts: tuple[str, str, str] | None = None
         self._done = False
 
@@ -627,6 +674,7 @@ class _KeyParts:
 
             try:
                 jaxpr, sources = lowering.census_key_parts(self._traced)
+                jaxpr += "\n" + lowering.sharding_text(*self._arguments)
                 self._parts = (jaxpr, sources, lowering.lowering_settings())
             except Exception:  # an unkeyable jaxpr is lowered every time, never an error
                 self._parts = None

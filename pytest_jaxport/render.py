@@ -11,6 +11,7 @@ from typing import Any
 from pytest_jaxport.census import Census
 from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
+from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
 
 NO_AUTOTUNE_NOTE = (
     "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"
@@ -83,6 +84,26 @@ def what_if_line(result: PlatformProbe) -> str | None:
     )
 
 
+def collectives_line(result: PlatformProbe) -> str | None:
+    """``cuda: collectives (nccl): all-reduce 7 (6 inserted by the SPMD partitioner)``, plus
+    what the compiled program runs where it was compiled; ``None`` without collectives."""
+    census = result.census
+    if census is None or not census.collectives:
+        return None
+    parts = [
+        f"{c.kind} {c.count}"
+        + (f" ({c.inserted} inserted by the SPMD partitioner)" if c.inserted else "")
+        for c in census.collectives
+    ]
+    library = COLLECTIVE_LIBRARIES.get(result.platform, "xla")
+    text = f"{result.platform}: collectives ({library}): {', '.join(parts)}"
+    compiled = result.compiled
+    if compiled is not None:
+        ran = ", ".join(f"{c.kind} {c.count}" for c in compiled.collectives) or "none"
+        text += f"; compiled: {ran}"
+    return text
+
+
 def platform_line(probe: Probe, platform: str) -> str:
     """``cuda  vendor 2  custom 0  (cublas 2)  [lowered]  numerics: not present``."""
     result = probe.platforms[platform]
@@ -115,7 +136,7 @@ def probe_text(probe: Probe, indent: str = "") -> str:
         for kernel in census.kernels:
             if kernel.layer in ("vendor", "custom"):
                 lines.append(f"{indent}    {platform}: {kernel.layer} {kernel.describe()}")
-        for extra in (prediction_gap(result), what_if_line(result)):
+        for extra in (prediction_gap(result), what_if_line(result), collectives_line(result)):
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
     if probe.note:
