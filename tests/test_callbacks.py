@@ -82,7 +82,9 @@ def under_shard_map(x):
 
     def body(v):
         jax.debug.print("shard {}", v)
-        return lax.psum(jax.pure_callback(host_double, jax.ShapeDtypeStruct(v.shape, v.dtype), v), "i")
+        return lax.psum(
+            jax.pure_callback(host_double, jax.ShapeDtypeStruct(v.shape, v.dtype), v), "i"
+        )
 
     spec = PartitionSpec("i")
     return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=PartitionSpec())(x)
@@ -174,7 +176,8 @@ def test_nested_callbacks_are_found_once_per_jaxpr() -> None:
     kinds = sorted(c.kind for c in found for _ in range(c.count))
     # inner's print (one jaxpr, called twice), the scan's pure_callback, the loop's io_callback
     assert len(kinds) == 3
-    assert "pure_callback" in kinds and "io_callback" in kinds
+    assert "pure_callback" in kinds
+    assert "io_callback" in kinds
 
 
 def test_a_program_without_callbacks_is_returned_as_is() -> None:
@@ -248,9 +251,7 @@ def test_through_the_plugin_callbacks_lower_everywhere(pytester: pytest.Pytester
         assert lowered["meta"] == 3, platform
         assert lowered["custom"] == 0, platform
         assert lowered["libraries"] == libraries.get(platform, {}), platform
-        lines = sorted(
-            k["location"] for k in lowered["kernels"] if k["kind"] == "host-callback"
-        )
+        lines = sorted(k["location"] for k in lowered["kernels"] if k["kind"] == "host-callback")
         assert lines == ["test_step.py:5", "test_step.py:6", "test_step.py:7"]
 
 
@@ -338,4 +339,3 @@ def test_transformed_checks_get_inert_callbacks_too(pytester: pytest.Pytester) -
     result.assert_outcomes(passed=1)
     for probe in report["tests"][0]["checks"]:
         assert probe["platforms"]["cuda"]["lowered"]["libraries"]["cublas"] >= 1, probe["name"]
-
