@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,18 +66,9 @@ def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
 
     found: Counter[tuple[str, str]] = Counter()
     memo: dict[Any, str] = {}
-    seen: set[int] = set()
-    pending = [_open(closed)]
-    while pending:
-        jaxpr = pending.pop()
-        if id(jaxpr) in seen:
-            continue
-        seen.add(id(jaxpr))
-        for eqn in jaxpr.eqns:
-            name = eqn.primitive.name
-            if name in CALLBACK_PRIMITIVES:
-                found[(source_line(eqn.source_info, memo), name)] += 1
-            pending.extend(_open(sub) for sub in _nested(eqn.params))
+    for eqn in _equations(closed):
+        if eqn.primitive.name in CALLBACK_PRIMITIVES:
+            found[(source_line(eqn.source_info, memo), eqn.primitive.name)] += 1
     return tuple(
         HostCallback(location=location, kind=kind, count=n)
         for (location, kind), n in sorted(found.items())
@@ -86,6 +77,11 @@ def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
 
 def has_callbacks(closed: Any) -> bool:
     """Whether ``closed`` or any jaxpr nested in it calls back into Python."""
+    return any(eqn.primitive.name in CALLBACK_PRIMITIVES for eqn in _equations(closed))
+
+
+def _equations(closed: Any) -> Iterator[Any]:
+    """Every equation of ``closed`` and of the jaxprs nested in it, each jaxpr once."""
     seen: set[int] = set()
     pending = [_open(closed)]
     while pending:
@@ -94,10 +90,8 @@ def has_callbacks(closed: Any) -> bool:
             continue
         seen.add(id(jaxpr))
         for eqn in jaxpr.eqns:
-            if eqn.primitive.name in CALLBACK_PRIMITIVES:
-                return True
+            yield eqn
             pending.extend(_open(sub) for sub in _nested(eqn.params))
-    return False
 
 
 def make_inert(closed: Any) -> Any:

@@ -8,10 +8,11 @@ portable tests does not pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -706,7 +707,18 @@ def compile_partitioned(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
     module before and after SPMD partitioning; the executable and the collectives the
     partitioner inserted (``None`` when the record cannot be read). Compiling a program
     costs the same with the record; only its text files are written (then removed).
+
+    An executable served from JAX's persistent compilation cache was not compiled, so it
+    leaves no record: the program is then compiled once more, past that cache, for it.
     """
+    compiled, inserted = _compile_recording(lowered)
+    if inserted is None:
+        with _persistent_cache_off():
+            _, inserted = _compile_recording(lowered)
+    return compiled, inserted
+
+
+def _compile_recording(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
     import tempfile
     from pathlib import Path
 
@@ -716,9 +728,29 @@ def compile_partitioned(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
         compiled = lowered.compile(partitioner.dump_options(Path(directory)))
         try:
             inserted: tuple[OpSite, ...] | None = partitioner.inserted_collectives(Path(directory))
-        except (OSError, ValueError):  # an unreadable record: the census lacks them, no more
+        except (OSError, ValueError):  # no record, or an unreadable one
             inserted = None
     return compiled, inserted
+
+
+@contextlib.contextmanager
+def _persistent_cache_off() -> Iterator[None]:
+    """JAX's persistent compilation cache off, for one compile (JAX decides whether to use
+    it once per process: its state is reset on the way in and out)."""
+    import jax
+    from jax._src import compilation_cache
+
+    enabled = bool(jax.config.values.get("jax_enable_compilation_cache"))
+    if not enabled:
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)  # type: ignore[no-untyped-call]
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)  # type: ignore[no-untyped-call]
+        compilation_cache.reset_cache()
 
 
 def execute(

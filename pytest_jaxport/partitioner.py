@@ -55,17 +55,16 @@ def dump_options(directory: Path) -> dict[str, object]:
 def inserted_collectives(directory: Path) -> tuple[OpSite, ...]:
     """The collectives partitioning added to the module dumped in ``directory``, as
     ``spmd.<op>`` sites (``spmd.all_reduce``) with a count and the location of the op that
-    needed each. ``()`` when the dump has no partitioned module (a single-device program).
+    needed each.
 
-    Raises ``ValueError`` when the dump holds a partitioned module but not the module as
-    lowered, or more than one of either.
+    Raises ``ValueError`` when the dump lacks the partitioned module or the module as
+    lowered (XLA partitions only a program over several devices, and records nothing for an
+    executable it did not compile), or holds more than one of either.
     """
     after = _single(directory, f"*after_{PASS}*.txt")
-    if after is None:
-        return ()
     before = _single(directory, "*before_optimizations.txt")
-    if before is None:
-        raise ValueError(f"{directory}: a partitioned module without the module as lowered")
+    if after is None or before is None:
+        raise ValueError(f"{directory}: no record of a partitioned module")
     added = _collectives(after) - _collectives(before)
     ordered = sorted(added.items(), key=lambda item: (item[0][0], str(item[0][1])))
     return tuple(

@@ -465,7 +465,7 @@ def test_a_shard_map_budget_does_not_depend_on_the_platforms_lowered_with_it(
     """Two collectives and a dot in a shard_map body, lowered for cuda alone or together with
     rocm and tpu: two nccl calls and one cublas call either way, so ``nccl = 2`` passes."""
     pytester.makepyfile(
-        test_sharded="""
+        test_budget_sharded="""
         import jax, numpy as np, pytest
         from jax import lax
         from jax.sharding import Mesh, PartitionSpec as P

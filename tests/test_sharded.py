@@ -9,6 +9,7 @@ the partitioned module.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -129,7 +130,8 @@ def test_a_program_s_own_collectives_are_not_inserted_ones() -> None:
 
 
 def test_an_unpartitioned_program_has_no_record() -> None:
-    assert partitioner.inserted_collectives(_dump(jnp.sin, np.ones(3, np.float32))) == ()
+    with pytest.raises(ValueError, match="no record"):
+        partitioner.inserted_collectives(_dump(jnp.sin, np.ones(3, np.float32)))
 
 
 def test_with_inserted_adds_one_function_called_once() -> None:
@@ -291,3 +293,24 @@ def test_shard_map_collectives_are_the_program_s_own(pytester: pytest.Pytester) 
         "all-reduce": (1, 0),
         "permute": (1, 0),
     }
+
+
+def test_a_compile_served_from_jax_s_persistent_cache_still_counts(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With JAX's persistent compilation cache on, the second session's executable comes
+    from that cache: XLA compiles nothing and records nothing, so the check compiles once
+    more past the cache for the record. Both sessions count the six all-reduces."""
+    cache = tmp_path / "xla-cache"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
+    for session in ("cold", "served from the cache"):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jaxport-report=r.json")
+        result.assert_outcomes(passed=1)
+        report = json.loads((pytester.path / "r.json").read_text())
+        [probe] = report["tests"][0]["checks"]
+        found = _collectives(probe, "cuda")["all-reduce"]
+        assert (found["count"], found["inserted"]) == (6, 6), session
+        assert any(cache.iterdir()), "JAX wrote no cache entry: the test tests nothing"
