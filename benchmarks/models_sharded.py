@@ -14,11 +14,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import models
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-
-import models
 
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Mesh:

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print", "pure_callback", "io_callback"})
-"""JAX's host-callback primitives (``debug_print`` is ``jax.debug.print`` from jax 0.9;
-before, it is a ``debug_callback``)."""
+"""JAX's host-callback primitives (``jax.debug.print`` binds ``debug_print`` in recent jax,
+as in 0.10; older releases, as 0.6, bind ``debug_callback``)."""
 
 INERT_TARGET = "inert_host_callback"
 """The custom-call target of a placeholder is ``inert_host_callback.<primitive>``."""

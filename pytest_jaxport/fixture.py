@@ -33,7 +33,7 @@ from pytest_jaxport.census import (
 )
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.cost import RuntimeShare
-from pytest_jaxport.partitioner import with_inserted
+from pytest_jaxport.partitioner import partition_record, recorded_inserted, with_inserted
 from pytest_jaxport.report import PlatformProbe, Probe
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -247,8 +247,11 @@ class Jaxport:
             results[platform] = PlatformProbe(platform=platform, present=platform in present)
 
         # A program partitioned over several devices gets the collectives XLA's SPMD
-        # partitioner inserts; compiling it to run here records them (no extra compile).
+        # partitioner inserts; compiling it to run here records them (no extra compile),
+        # unless the lowered cache has them from an earlier run.
         partitioned = any(program.partitions > 1 for program in programs.values())
+        partition_key = self._lowered_key(keyed, _PARTITIONER) if partitioned else None
+        recorded = self._recorded_partition(partition_key)
         executions: dict[str, lowering.Execution] = {}
         # What numerics' attempt to compile left behind, per platform: the executable, or
         # the failure that says compiling failed (so it is not tried a second time).
@@ -259,7 +262,7 @@ class Jaxport:
             try:
                 executions[platform] = lowering.execute(
                     fn, traced, lowered_for[platform], platform, args, kwargs,
-                    partitioned=partitioned,
+                    partitioned=partitioned and recorded is None,
                 )  # fmt: skip
             except lowering.LoweringFailure as e:
                 results[platform] = replace(results[platform], execution_error=str(e))
@@ -269,8 +272,14 @@ class Jaxport:
             results[platform] = replace(results[platform], executed=True)
 
         if partitioned:
-            inserted = self._inserted(traced, lowered_for, executions)
-            programs = {p: with_inserted(program, inserted) for p, program in programs.items()}
+            inserted = recorded
+            if inserted is None:
+                inserted = self._inserted(traced, lowered_for, executions)
+                if inserted is not None:
+                    self._cache_program(partition_key, partition_record(inserted))
+            programs = {
+                p: with_inserted(program, inserted or ()) for p, program in programs.items()
+            }
         for platform, program in programs.items():
             if platform in fresh:
                 self._cache_program(keys.get(platform), program)
@@ -309,9 +318,10 @@ class Jaxport:
         traced: Any,
         lowered_for: Mapping[str, Any],
         executions: Mapping[str, Any],
-    ) -> tuple[OpSite, ...]:
+    ) -> tuple[OpSite, ...] | None:
         """The collectives the SPMD partitioner inserts into this program: recorded when it
-        was compiled to run on the default platform, else by compiling it there now."""
+        was compiled to run on the default platform, else by compiling it there now;
+        ``None`` when it does not compile here (its own collectives are all it shows)."""
         from pytest_jaxport import lowering
 
         default = lowering.default_platform()
@@ -322,9 +332,15 @@ class Jaxport:
         try:
             lowered = lowered_for.get(default) or lowering.lower(traced, default)
             _, inserted = lowering.compile_partitioned(lowered)
-        except Exception:  # it does not compile here: its own collectives are all it shows
-            return ()
-        return inserted or ()
+        except Exception:  # it does not compile here: a finding of the numerics, if any
+            return None
+        return inserted
+
+    def _recorded_partition(self, key: str | None) -> tuple[OpSite, ...] | None:
+        """The inserted collectives an earlier run recorded for this program, if cached."""
+        cache = self._compile.lowered_cache
+        found = cache.get(key) if key is not None and cache is not None else None
+        return None if found is None else recorded_inserted(found)
 
     # -- the lowered-level cache --------------------------------------------------------------
 
@@ -651,6 +667,10 @@ class Jaxport:
     def _relative_location(self, location: SourceLocation) -> SourceLocation:
         file = _relative_file(location.file, self._rootdir)
         return location if file is None else SourceLocation(file=file, line=location.line)
+
+
+_PARTITIONER = "spmd-partitioner"
+"""The lowered cache's "platform" for a program's partitioning record."""
 
 
 class _KeyParts:

@@ -85,6 +85,16 @@ def with_inserted(program: Program, inserted: Sequence[OpSite]) -> Program:
     return replace(program, functions=functions)
 
 
+def partition_record(inserted: Sequence[OpSite]) -> Program:
+    """``inserted`` as a :class:`~census.Program`, the form the lowered cache keeps."""
+    return Program(entry=PARTITIONER_FUNCTION, functions={PARTITIONER_FUNCTION: tuple(inserted)})
+
+
+def recorded_inserted(record: Program) -> tuple[OpSite, ...]:
+    """The inserted collectives :func:`partition_record` kept."""
+    return tuple(record.functions.get(PARTITIONER_FUNCTION, ()))
+
+
 def _single(directory: Path, pattern: str) -> str | None:
     found = sorted(directory.glob(pattern))
     if len(found) > 1:

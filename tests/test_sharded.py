@@ -209,9 +209,23 @@ def _collectives(probe: dict, platform: str) -> dict:
     return probe["platforms"][platform]["lowered"].get("collectives", {})
 
 
-def test_the_gradient_all_reduce_is_counted_per_platform(pytester: pytest.Pytester) -> None:
+def test_the_gradient_all_reduce_is_counted_per_platform(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cold: the compile that runs the check records the partitioning (once); warm: the
+    record comes from the lowered cache and the compile is a plain one (a spy on the real
+    function, nothing replaced)."""
+    recorded: list[object] = []
+    real = lowering.compile_partitioned
+
+    def spy(lowered):
+        recorded.append(lowered)
+        return real(lowered)
+
+    monkeypatch.setattr(lowering, "compile_partitioned", spy)
     pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
     cold, report = run_json(pytester)
+    assert len(recorded) == 1
     cold.assert_outcomes(passed=1)
     cold.stdout.fnmatch_lines(
         [
@@ -227,8 +241,10 @@ def test_the_gradient_all_reduce_is_counted_per_platform(pytester: pytest.Pytest
     assert probe["platforms"]["cuda"]["lowered"]["libraries"]["nccl"] == 6
     assert probe["platforms"]["tpu"]["lowered"]["xla_kinds"]["ici-collective"] == 6
 
+    recorded.clear()
     warm, again = run_json(pytester)  # absent platforms read from the lowered cache
     warm.assert_outcomes(passed=1)
+    assert recorded == []
     warm.stdout.fnmatch_lines(["*lowered cache 3 hits, 0 misses*"])
     assert again["tests"][0]["checks"][0]["platforms"]["cuda"] == probe["platforms"]["cuda"]
 
