@@ -57,15 +57,18 @@ def inserted_collectives(directory: Path) -> tuple[OpSite, ...]:
     ``spmd.<op>`` sites (``spmd.all_reduce``) with a count and the location of the op that
     needed each.
 
-    Raises ``ValueError`` when the dump lacks the partitioned module or the module as
+    Raises ``ValueError`` unless the dump holds one partitioned module and that module as
     lowered (XLA partitions only a program over several devices, and records nothing for an
-    executable it did not compile), or holds more than one of either.
+    executable it did not compile).
     """
-    after = _single(directory, f"*after_{PASS}*.txt")
-    before = _single(directory, "*before_optimizations.txt")
-    if after is None or before is None:
-        raise ValueError(f"{directory}: no record of a partitioned module")
-    added = _collectives(after) - _collectives(before)
+    found = sorted(directory.glob(f"*after_{PASS}*.txt"))
+    if len(found) != 1:
+        raise ValueError(f"{directory}: {len(found)} records of a partitioned module")
+    module = found[0].name.split(".")[0]  # module_0002: other modules (autotuning) differ
+    before = sorted(directory.glob(f"{module}.*before_optimizations.txt"))
+    if len(before) != 1:
+        raise ValueError(f"{directory}: {len(before)} records of {module} as lowered")
+    added = _collectives(_read(found[0])) - _collectives(_read(before[0]))
     ordered = sorted(added.items(), key=lambda item: (item[0][0], str(item[0][1])))
     return tuple(
         OpSite(op=INSERTED_PREFIX + op.partition(".")[2], location=location, count=n)
@@ -95,11 +98,8 @@ def recorded_inserted(record: Program) -> tuple[OpSite, ...]:
     return tuple(record.functions.get(PARTITIONER_FUNCTION, ()))
 
 
-def _single(directory: Path, pattern: str) -> str | None:
-    found = sorted(directory.glob(pattern))
-    if len(found) > 1:
-        raise ValueError(f"{directory}: {len(found)} modules match {pattern}, expected one")
-    return found[0].read_text(encoding="utf-8") if found else None
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
 
 def _collectives(text: str) -> Counter[tuple[str, str | None]]:
