@@ -267,8 +267,10 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
 
 
 ALL_PARTS = (
-    "suite", "second", "report", "demo", "breakdown", "scale", "profile", "compiled", "cuda"
+    "suite", "second", "report", "demo", "breakdown", "scale", "profile", "compiled", "cuda",
+    "sharded",
 )  # fmt: skip
+SHARDED_XLA_FLAGS = "--xla_force_host_platform_device_count=4"
 DEFAULT_PARTS = "suite,second,report,demo,breakdown,scale,profile"
 
 
@@ -288,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         "runtime share, tooling scan, report files); "
         "'compiled' times the generated suite with --jaxport-compile=cpu, cold and warm cache; "
         "'cuda' times --jaxport-compile=cuda deviceless, suite and per case: needs "
-        "jax-cuda12-plugin and JAX_PLATFORMS=cpu)",
+        "jax-cuda12-plugin and JAX_PLATFORMS=cpu; "
+        "'sharded' times a suite of sharded programs (models_sharded.py) on four host "
+        "devices: the partitioner's collectives, recorded by the compile that runs the check)",
     )
     options = parser.parse_args(argv)
     parts = set(options.parts.split(","))
@@ -362,6 +366,20 @@ def main(argv: list[str] | None = None) -> int:
                 "report", suite_overhead, "report", None, cases, suite_reps, Path(tmp),
                 ["--jaxport-report=jaxport-report.json"],
             )  # fmt: skip
+        if "sharded" in parts:
+            import models_sharded
+
+            sharded = list(models_sharded.CASES)
+            log(f"1c. sharded suite ({len(sharded)} tests, 4 host devices), {suite_reps} reps")
+            flags = os.environ.get("XLA_FLAGS", "")
+            os.environ["XLA_FLAGS"] = f"{flags} {SHARDED_XLA_FLAGS}".strip()
+            try:
+                results["suite"]["sharded"] = stage(
+                    "sharded", suite_overhead, "sharded", None, sharded, suite_reps, Path(tmp),
+                    None, "models_sharded",
+                )  # fmt: skip
+            finally:
+                os.environ["XLA_FLAGS"] = flags
         if "compiled" in parts:
             log(f"1b. generated suite with --jaxport-compile=cpu, {suite_reps} reps")
             results["suite_compiled_cpu"] = stage(

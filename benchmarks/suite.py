@@ -44,7 +44,8 @@ def test_{name}(jaxport):
 def write_suite(folder: Path, cases: list[str], module: str = "models") -> Path:
     """Create ``folder`` with ``module``.py, pyproject.toml and tests/test_generated.py."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(HERE / f"{module}.py", folder / f"{module}.py")
+    for name in {module, "models"}:  # models_sharded builds on models
+        shutil.copy(HERE / f"{name}.py", folder / f"{name}.py")
     (folder / "pyproject.toml").write_text(PYPROJECT)
     tests = folder / "tests"
     tests.mkdir(exist_ok=True)

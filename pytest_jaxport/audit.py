@@ -158,10 +158,9 @@ class Recorder:
 
         facts = call.facts()
         present = lowering.present_platforms()
-        # HOST CALLBACKS (issue #14a): once lowering can rewrite a program's host callbacks into
-        # inert placeholders, lower that rewritten program here for the platforms not present
-        # (the callbacks then count as `meta` at their source lines). Until then each such
-        # platform fails to lower, and the finding says it is a host callback.
+        # Host callbacks lower for the platforms not present as inert placeholders (the
+        # lowered level rewrites the recorded program: callbacks.trace_inert), counted in
+        # `meta` at their source lines; a platform that still fails says it had callbacks.
         found = self._level.take(call, keyed, self.platforms, present=present,
                                  cached=self.platforms)  # fmt: skip
         findings: list[FindingRecord] = []

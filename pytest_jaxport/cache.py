@@ -46,10 +46,10 @@ FORMAT = 2
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
-LOWERED_FORMAT = 2
+LOWERED_FORMAT = 3
 """Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
-module (which ops keep their location, how costs are estimated, which cases resolve),
-changes."""
+module (which ops keep their location, how costs are estimated, which cases resolve, the
+collectives the partitioner inserts), changes."""
 
 
 def cache_key(

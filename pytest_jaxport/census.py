@@ -30,7 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_jaxport.targets import Classification, Layer, Level, classify
+from pytest_jaxport.targets import (
+    INSERTED_PREFIX,
+    Classification,
+    Layer,
+    Level,
+    classify,
+    collective_kind,
+)
 
 CALL_OPS = frozenset({"func.call", "call"})
 _FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
@@ -96,6 +103,8 @@ class Program:
 
     entry: str
     functions: Mapping[str, tuple[OpSite, ...]]
+    partitions: int = 1
+    """How many devices the module is partitioned over (``mhlo.num_partitions``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
@@ -117,6 +126,22 @@ class Kernel:
         return f"{self.name} ({what}){times}{where}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class CollectiveCount:
+    """Call-weighted collectives of one kind (``all-reduce``, ``all-gather``,
+    ``reduce-scatter``, ``all-to-all``, ``permute``...) in a program.
+
+    ``inserted`` of them the SPMD partitioner added (lowered level: ``spmd.*`` ops, one per
+    op that needed one); the rest the program asks for itself (``psum`` in a ``shard_map``).
+    A compiled census counts what the backend runs (XLA may combine several into one) and
+    says nothing about who inserted them (``inserted`` is 0).
+    """
+
+    kind: str
+    count: int
+    inserted: int = 0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Census:
     """What one program dispatches on one platform, at one fidelity level."""
@@ -130,6 +155,8 @@ class Census:
     ``xla_ops``; at the lowered level every op is kind ``xla``."""
     estimated_seconds: tuple[tuple[str, str | None, float], ...] = ()
     """Roofline-estimated time per ``(layer, library)``, when the census was asked for it."""
+    collectives: tuple[CollectiveCount, ...] = ()
+    """Collectives by kind, whatever layer the platform puts them in (sorted by kind)."""
 
     def count(self, layer: Layer) -> int:
         """Call-weighted dispatches in ``layer`` (``xla`` counts every generated op)."""
@@ -182,7 +209,9 @@ def parse_location(text: str | None) -> SourceLocation | None:
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
 _SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count", "runs")
-_Counts = tuple["Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]"]
+_Counts = tuple[
+    "Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]", "Counter[tuple[str, bool]]"
+]
 
 
 @dataclass(slots=True)
@@ -199,11 +228,12 @@ class _Walk:
         if key in self.memo:
             return self.memo[key]
         if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
-            return Counter(), Counter(), Counter()
+            return Counter(), Counter(), Counter(), Counter()
         self.active.add(name)
         kernels: Counter[_Key] = Counter()
         xla_ops: Counter[str] = Counter()
         timed: Counter[tuple[str, str | None]] = Counter()
+        collectives: Counter[tuple[str, bool]] = Counter()
         # Identical sites (same op, target, location and cost) are classified once and
         # weighted by how often they occur: big modules repeat a few hundred kinds of site
         # (read_program already groups them; programs built elsewhere may not).
@@ -214,13 +244,19 @@ class _Walk:
             n = count * repeats
             location = parse_location(location_text) or inherited
             if op in CALL_OPS and target_name is not None:
-                callee_kernels, callee_ops, callee_timed = self.function(target_name, location)
+                callee_kernels, callee_ops, callee_timed, callee_collectives = self.function(
+                    target_name, location
+                )
                 kernels.update({k: v * n for k, v in callee_kernels.items()})
                 xla_ops.update({k: v * n for k, v in callee_ops.items()})
                 timed.update({k: v * n * runs for k, v in callee_timed.items()})
+                collectives.update({k: v * n for k, v in callee_collectives.items()})
                 continue
             if op in UNCOUNTED_OPS:
                 continue
+            kind = collective_kind(op)
+            if kind is not None:
+                collectives[(kind, op.startswith(INSERTED_PREFIX))] += n
             target = target_name if op.endswith("custom_call") else None
             result = self.classifier(self.platform, op, target)
             if result.layer == "xla":
@@ -232,8 +268,8 @@ class _Walk:
                               bytes=moved)  # fmt: skip
                 timed[(result.layer, result.library)] += n * self.seconds(site, result.layer)
         self.active.discard(name)
-        self.memo[key] = (kernels, xla_ops, timed)
-        return kernels, xla_ops, timed
+        self.memo[key] = (kernels, xla_ops, timed, collectives)
+        return kernels, xla_ops, timed, collectives
 
 
 @functools.lru_cache(maxsize=16384)
@@ -267,7 +303,7 @@ def take_census(
     walk = _Walk(
         program=program, platform=platform, classifier=classifier or default, seconds=seconds
     )
-    counts, xla_kinds, timed = walk.function(program.entry, None)
+    counts, xla_kinds, timed, collectives = walk.function(program.entry, None)
     kernels = tuple(
         sorted(
             (
@@ -294,6 +330,19 @@ def take_census(
             (layer, library, float(t))
             for (layer, library), t in sorted(timed.items(), key=_layer_library)
         ),
+        collectives=_collective_counts(collectives),
+    )
+
+
+def _collective_counts(found: Counter[tuple[str, bool]]) -> tuple[CollectiveCount, ...]:
+    kinds = sorted({kind for kind, _ in found})
+    return tuple(
+        CollectiveCount(
+            kind=kind,
+            count=found[(kind, False)] + found[(kind, True)],
+            inserted=found[(kind, True)],
+        )
+        for kind in kinds
     )
 
 
@@ -301,6 +350,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     """A JSON-ready form of ``program`` (for the compiled-level cache)."""
     return {
         "entry": program.entry,
+        **({"partitions": program.partitions} if program.partitions != 1 else {}),
         "functions": {
             name: [[s.op, s.target, s.location, s.flops, s.bytes, *_multiplicity(s)] for s in sites]
             for name, sites in program.functions.items()
@@ -322,7 +372,10 @@ def program_from_dict(data: Mapping[str, Any]) -> Program:
     functions: dict[str, tuple[OpSite, ...]] = {}
     for name, sites in data["functions"].items():
         functions[str(name)] = tuple(_site_from_list(site) for site in sites)
-    return Program(entry=str(data["entry"]), functions=functions)
+    partitions = data.get("partitions", 1)
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"not a partition count: {partitions!r:.80}")
+    return Program(entry=str(data["entry"]), functions=functions, partitions=partitions)
 
 
 def _site_from_list(site: Any) -> OpSite:

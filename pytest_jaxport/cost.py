@@ -454,9 +454,11 @@ FREE_OPS = frozenset(
     {"stablehlo.constant", "stablehlo.reshape", "stablehlo.bitcast_convert",
      "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.optimization_barrier",
      "stablehlo.iota", "stablehlo.broadcast_in_dim", "func.return", "stablehlo.return",
-     "func.call", "sdy.sharding_constraint"}
+     "func.call", "sdy.sharding_constraint", "sdy.manual_computation",
+     "sdy.named_computation", "sdy.return"}
 )  # fmt: skip
-"""Ops that cost nothing in the roofline (no data moves, or none worth counting)."""
+"""Ops that cost nothing in the roofline (no data moves, or none worth counting). A
+``shard_map`` body (``sdy.manual_computation``) costs what its ops cost, like a call."""
 
 
 def _element_bits(element: str) -> int:

@@ -213,6 +213,55 @@ def deviceless_compile(
     return text
 
 
+def deviceless_compile_partitioned(
+    lowered: Any,
+    partitions: int,
+    *,
+    target_config: str,
+    compiler_options: Mapping[str, object] | None = None,
+) -> str:
+    """Compile a sharded program, lowered for cuda, for ``partitions`` GPUs of
+    ``target_config``; the post-optimization HLO text (one device's program).
+
+    The program was traced on this machine's devices (a ``Mesh`` of host devices): its
+    shardings, ``shard_map`` meshes and sharding constraints name those devices, so it
+    cannot be traced again on a topology's devices. Its lowering names none (only mesh
+    axes and device ids), so the CUDA compiler partitions and optimizes that module for a
+    ``1x1x<partitions>`` topology of the described GPU: collectives become the NCCL calls
+    a GPU run makes (XLA combines small all-reduces into one).
+    """
+    import numpy as np
+    from jax._src import compiler
+    from jax._src.lib import xla_client  # type: ignore[attr-defined]
+
+    devices = _topology_devices(target_config, partitions)
+    overrides: Any = dict(compiler_options) if compiler_options else None
+    options = compiler.get_compile_options(
+        num_replicas=1,
+        num_partitions=partitions,
+        device_assignment=np.array(devices, dtype=object).reshape(1, partitions),
+        env_options_overrides=overrides,
+    )
+    executable = devices[0].client.compile(
+        lowered.compiler_ir("stablehlo"),
+        executable_devices=xla_client.DeviceList(devices),
+        compile_options=options,
+    )
+    text: str = executable.hlo_modules()[0].to_string()
+    return text
+
+
+@functools.lru_cache(maxsize=16)
+def _topology_devices(target_config: str, count: int) -> tuple[Any, ...]:
+    """``count`` compile-only CUDA devices of one host, for ``target_config``, by id."""
+    from jax.experimental import topologies
+
+    topology = topologies.get_topology_desc(
+        platform="cuda", target_config=target_config, topology=f"1x1x{count}"
+    )
+    return tuple(sorted(topology.devices, key=lambda device: device.id))
+
+
 def capture_target() -> str:
     """The text ``GpuTargetConfigProto`` of this machine's first CUDA GPU.
 

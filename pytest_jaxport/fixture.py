@@ -24,10 +24,11 @@ import pytest
 
 from pytest_jaxport.arguments import ArgumentError, prepare
 from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
-from pytest_jaxport.census import Census, Classifier, Program, SourceLocation, take_census
+from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLocation, take_census
 from pytest_jaxport.config import Resolved
 from pytest_jaxport.cost import RuntimeShare
 from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats
+from pytest_jaxport.partitioner import with_inserted
 from pytest_jaxport.report import PlatformProbe, Probe, Untraced
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -253,22 +254,32 @@ class Jaxport:
         caller = self._lowered_level.shown_location(
             SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
         )
-        keyed = KeyParts(traced)
+        keyed = KeyParts(traced, args, kwargs)
+        level = self._lowered_level
         # A platform not present here (and not compiled) needs only its Program: the lowered
         # level reads it from the cache, or lowers all such platforms together.
-        found = self._lowered_level.take(
+        found = level.lower(
             traced,
             keyed,
             self.platforms,
             present=present,
             cached=[p for p in self.platforms
                     if p not in present and p not in self._compile.platforms],
-            caller=caller,
+            args=args,
+            kwargs=kwargs,
         )  # fmt: skip
-        results: dict[str, PlatformProbe] = dict(found.results)
         lowered_for: dict[str, Any] = dict(found.lowered)
         programs: dict[str, Program] = dict(found.programs)
+        results: dict[str, PlatformProbe] = {
+            p: found.failures.get(p) or PlatformProbe(platform=p, present=p in present)
+            for p in (*programs, *found.failures)
+        }
 
+        # A program partitioned over several devices gets the collectives XLA's SPMD
+        # partitioner inserts; compiling it to run here records them (no extra compile),
+        # unless the lowered cache has them from an earlier run.
+        partitioned = found.partitioned
+        recorded = level.recorded_partition(keyed) if partitioned else None
         executions: dict[str, lowering.Execution] = {}
         # What numerics' attempt to compile left behind, per platform: the executable, or
         # the failure that says compiling failed (so it is not tried a second time).
@@ -278,14 +289,29 @@ class Jaxport:
                 continue
             try:
                 executions[platform] = lowering.execute(
-                    fn, traced, lowered_for[platform], platform, args, kwargs
-                )
+                    fn, traced, lowered_for[platform], platform, args, kwargs,
+                    partitioned=partitioned and recorded is None,
+                )  # fmt: skip
             except lowering.LoweringFailure as e:
                 results[platform] = replace(results[platform], execution_error=str(e))
                 built[platform] = e.compiled if e.stage == "run" else e
                 continue
             built[platform] = executions[platform].compiled
             results[platform] = replace(results[platform], executed=True)
+
+        inserted = recorded
+        if partitioned and inserted is None:
+            inserted = self._inserted(traced, lowered_for, executions)
+            if inserted is not None:
+                level.record_partition(keyed, inserted)
+        censuses = level.census(found, present=present, caller=caller, inserted=inserted)
+        for platform, counted in censuses.items():
+            if counted.census is not None:
+                results[platform] = replace(results[platform], census=counted.census)
+        programs = {  # what the compiled level keys on: with the partitioner's collectives
+            p: with_inserted(program, inserted or ()) if partitioned else program
+            for p, program in programs.items()
+        }
 
         for platform in self._compile.platforms:
             if platform in lowered_for:
@@ -307,6 +333,29 @@ class Jaxport:
         self.outputs[check_name] = {p: e.outputs for p, e in executions.items()}
         self.probes.append(probe)
         return value
+
+    def _inserted(
+        self,
+        traced: Any,
+        lowered_for: Mapping[str, Any],
+        executions: Mapping[str, Any],
+    ) -> tuple[OpSite, ...] | None:
+        """The collectives the SPMD partitioner inserts into this program: recorded when it
+        was compiled to run on the default platform, else by compiling it there now;
+        ``None`` when it does not compile here (its own collectives are all it shows)."""
+        from pytest_jaxport import lowering
+
+        default = lowering.default_platform()
+        execution = executions.get(default)
+        if execution is not None and execution.inserted is not None:
+            found: tuple[OpSite, ...] = execution.inserted
+            return found
+        try:
+            lowered = lowered_for.get(default) or lowering.lower(traced, default)
+            _, inserted = lowering.compile_partitioned(lowered)
+        except Exception:  # it does not compile here: a finding of the numerics, if any
+            return None
+        return inserted
 
     # -- runtime share --------------------------------------------------------------------------
 
@@ -393,7 +442,7 @@ class Jaxport:
             )  # fmt: skip
             found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
         elif platform == "cuda":
-            found = self._deviceless(platform, module, fn, args, kwargs, {})
+            found = self._deviceless(platform, module, fn, args, kwargs, {}, lowered, program)
         else:
             return result
         result = replace(
@@ -404,7 +453,9 @@ class Jaxport:
             target=found.target,
         )
         if platform == "cuda" and self._compile.what_if_no_vendor:
-            what_if = self._deviceless(platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS)
+            what_if = self._deviceless(
+                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program
+            )
             result = replace(result, what_if_no_vendor=what_if.census)
         return result
 
@@ -416,6 +467,8 @@ class Jaxport:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         options: Mapping[str, object],
+        lowered: Any,
+        program: Program,
     ) -> _Compiled:
         from pytest_jaxport import lowering
 
@@ -423,8 +476,9 @@ class Jaxport:
 
         def compile_deviceless() -> tuple[str, bool]:
             text = lowering.compile_deviceless(
-                fn, args, kwargs, target_config=target_config, options=options
-            )
+                fn, args, kwargs, target_config=target_config, options=options,
+                lowered=lowered, partitions=program.partitions,
+            )  # fmt: skip
             return text, False
 
         found = self._census_of(

@@ -9,7 +9,13 @@ A platform's program comes from the lowered-level cache when it was lowered befo
 not present here that miss the cache are lowered together in one multi-platform lowering (about
 twice as fast as one by one), and whatever is left is lowered for one platform at a time. A
 platform that fails to lower is a :class:`~pytest_jaxport.report.PlatformProbe` with its
-``error``, never an exception.
+``error``, never an exception. Host callbacks become inert placeholders for the platforms not
+present (:func:`lowering.without_callbacks`), so every other op is still counted.
+
+Two steps, so that a check can run the program in between: :meth:`LoweredLevel.lower` reads
+or lowers each platform's program, :meth:`LoweredLevel.census` adds the collectives the SPMD
+partitioner inserts (known once the program compiled here, :mod:`~pytest_jaxport.partitioner`),
+caches what was lowered and takes each census. :meth:`LoweredLevel.take` does both.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -19,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,9 @@ from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLoc
 from pytest_jaxport.report import PlatformProbe
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+_PARTITIONER = "spmd-partitioner"
+"""The lowered cache's "platform" for a program's partitioning record."""
 
 
 @dataclass(slots=True)
@@ -39,6 +48,27 @@ class LoweredStats:
 
     def to_dict(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoweredPrograms:
+    """What :meth:`LoweredLevel.lower` found for one traced computation."""
+
+    programs: Mapping[str, Program]
+    """Per platform that lowered, its program as read (without inserted collectives)."""
+    failures: Mapping[str, PlatformProbe]
+    """Per platform that did not lower, why."""
+    lowered: Mapping[str, Any]
+    """The lowerings made for one platform at a time (what a check compiles and runs)."""
+    fresh: frozenset[str] = frozenset()
+    """Platforms lowered now (not read from the cache): cached once their census is taken."""
+    keys: Mapping[str, str | None] = field(default_factory=dict)
+    """Per cached platform, its lowered-cache key."""
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether the program runs on several devices (the partitioner inserts collectives)."""
+        return any(program.partitions > 1 for program in self.programs.values())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,12 +86,18 @@ class LoweredCensus:
 class KeyParts:
     """The lowered cache key's jaxpr-derived parts, computed once per computation, on first
     use (``None`` when the jaxpr cannot be keyed: then it is lowered as without a cache): the
-    jaxpr's text with object addresses blanked, each equation's source line, JAX's config."""
+    jaxpr's text with object addresses blanked, each equation's source line, JAX's config.
 
-    __slots__ = ("_done", "_parts", "_traced")
+    The arguments' shardings (``args``/``kwargs``, where given) are part of the jaxpr's: they
+    decide which collectives the SPMD partitioner inserts, and a jaxpr does not show them."""
 
-    def __init__(self, traced: Any) -> None:
+    __slots__ = ("_arguments", "_done", "_parts", "_traced")
+
+    def __init__(
+        self, traced: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> None:
         self._traced = traced
+        self._arguments = (tuple(args), dict(kwargs or {}))
         self._parts: tuple[str, str, str] | None = None
         self._done = False
 
@@ -75,6 +111,8 @@ class KeyParts:
                 # Object addresses (a host callback's function, printed in its parameters)
                 # differ run to run; nothing lowered depends on them.
                 jaxpr = _ADDRESS.sub("0x?", jaxpr)
+                if any(self._arguments):
+                    jaxpr += "\n" + lowering.sharding_text(*self._arguments)
                 self._parts = (jaxpr, sources, lowering.lowering_settings())
             except Exception:  # an unkeyable jaxpr is lowered every time, never an error
                 self._parts = None
@@ -108,15 +146,34 @@ class LoweredLevel:
         caller: SourceLocation | None = None,
     ) -> LoweredCensus:
         """Each of ``platforms``' census of ``traced`` (``jax.stages.Traced`` or anything with
-        its ``.jaxpr`` and ``.lower(lowering_platforms=...)``).
+        its ``.jaxpr`` and ``.lower(lowering_platforms=...)``): :meth:`lower`, then
+        :meth:`census` (with the inserted collectives an earlier run recorded, if any)."""
+        found = self.lower(traced, keyed, platforms, present=present, cached=cached)
+        inserted = self.recorded_partition(keyed) if found.partitioned else None
+        results = self.census(found, present=present, caller=caller, inserted=inserted)
+        return LoweredCensus(results=results, lowered=found.lowered, programs=found.programs)
+
+    def lower(
+        self,
+        traced: Any,
+        keyed: KeyParts,
+        platforms: Sequence[str],
+        *,
+        present: Collection[str],
+        cached: Collection[str],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> LoweredPrograms:
+        """Each of ``platforms``' program of ``traced``, or why it did not lower.
 
         ``cached``: the platforms whose program may come from (and go to) the lowered-level
         cache; a check leaves out those it runs or compiles, which need the lowering itself.
-        ``caller``: where kernels without any location are shown (see :meth:`relative`).
+        ``args``/``kwargs``: what ``traced`` was traced with (their shardings are kept where
+        host callbacks are made inert; without them the argument types are enough).
         """
         from pytest_jaxport import lowering
 
-        results: dict[str, PlatformProbe] = {}
+        failures: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
         programs: dict[str, Program] = {}
         keys: dict[str, str | None] = {}
@@ -128,37 +185,84 @@ class LoweredLevel:
                 if program is not None:
                     read[platform] = program
         missing = [p for p in keys if p not in read and p not in present]
-        together = lowering.lower_together(traced, missing) if len(missing) > 1 else None
+        # Host callbacks lower only for a platform present here; for the others they become
+        # inert placeholders (counted in meta), so every other op is still counted.
+        absent = traced
+        if any(p not in present and p not in read for p in platforms):
+            absent = lowering.without_callbacks(traced, args, kwargs or {})
+        together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
         for platform in platforms:
             try:
                 program = read.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
-                    self._cache_program(keys.get(platform), program)
                 if program is None:
-                    lowered = lowering.lower(traced, platform)
+                    lowered = lowering.lower(traced if platform in present else absent, platform)
                     program = lowering.read_program(lowered)
                     lowered_for[platform] = lowered
-                    self._cache_program(keys.get(platform), program)
                 lowering.refuse_unrunnable(program, platform)
-                programs[platform] = program
-                census = self.relative(
-                    take_census(
-                        programs[platform],
-                        platform,
-                        classifier=self._classifier,
-                        seconds=self.roofline(platform),
-                    ),
-                    caller,
-                )
             except lowering.LoweringFailure as e:
-                results[platform] = failed_to_lower(platform, present, str(e))
+                failures[platform] = failed_to_lower(platform, present, str(e))
                 lowered_for.pop(platform, None)
                 continue
+            programs[platform] = program
+        return LoweredPrograms(
+            programs=programs,
+            failures=failures,
+            lowered=lowered_for,
+            fresh=frozenset(p for p in programs if p not in read),
+            keys=keys,
+        )
+
+    def census(
+        self,
+        found: LoweredPrograms,
+        *,
+        present: Collection[str],
+        caller: SourceLocation | None = None,
+        inserted: Sequence[OpSite] | None = None,
+    ) -> dict[str, PlatformProbe]:
+        """Per platform of ``found``, its census (with the collectives the SPMD partitioner
+        ``inserted`` into a partitioned program), or why it did not lower; the programs
+        lowered now go to the cache. ``caller``: see :meth:`relative`."""
+        from pytest_jaxport.partitioner import with_inserted
+
+        results: dict[str, PlatformProbe] = dict(found.failures)
+        for platform, program in found.programs.items():
+            if found.partitioned:
+                program = with_inserted(program, inserted or ())
+            if platform in found.fresh:
+                self._cache_program(found.keys.get(platform), program)
+            census = self.relative(
+                take_census(
+                    program,
+                    platform,
+                    classifier=self._classifier,
+                    seconds=self.roofline(platform),
+                ),
+                caller,
+            )
             results[platform] = PlatformProbe(
                 platform=platform, present=platform in present, census=census
             )
-        return LoweredCensus(results=results, lowered=lowered_for, programs=programs)
+        return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
+
+    # -- the partitioner's record ---------------------------------------------------------------
+
+    def recorded_partition(self, keyed: KeyParts) -> tuple[OpSite, ...] | None:
+        """The inserted collectives an earlier run recorded for this program, if cached."""
+        from pytest_jaxport.partitioner import recorded_inserted
+
+        key = self._key(keyed, _PARTITIONER)
+        cache = self._compile.lowered_cache
+        found = cache.get(key) if key is not None and cache is not None else None
+        return None if found is None else recorded_inserted(found)
+
+    def record_partition(self, keyed: KeyParts, inserted: Sequence[OpSite]) -> None:
+        """Keep ``inserted`` (the collectives partitioning added) for the next run."""
+        from pytest_jaxport.partitioner import partition_record
+
+        self._cache_program(self._key(keyed, _PARTITIONER), partition_record(inserted))
 
     # -- the lowered-level cache ----------------------------------------------------------------
 

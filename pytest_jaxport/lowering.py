@@ -8,10 +8,11 @@ portable tests does not pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,10 @@ class Execution:
     """The executable that produced ``value`` (a ``jax.stages.Compiled``)."""
     rerun: Callable[[], Any] | None = None
     """Runs the executable again on the same arguments and waits (for profiling)."""
+    inserted: tuple[OpSite, ...] | None = None
+    """The collectives the SPMD partitioner inserted when this executable was compiled
+    (``partitioner.inserted_collectives``), where :func:`execute` was asked to record them
+    and could; ``None`` otherwise."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -275,6 +280,33 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
                 )
 
 
+def without_callbacks(traced: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``traced`` with its host callbacks made inert (:func:`callbacks.trace_inert`), to
+    lower for platforms not present here, where JAX cannot lower a callback; ``traced``
+    itself when it has none, or when the rewrite fails (then its own failure stands).
+
+    ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept).
+    """
+    from pytest_jaxport import callbacks
+
+    closed = getattr(traced, "jaxpr", None)
+    if closed is None or not callbacks.has_callbacks(closed):
+        return traced
+    import jax
+
+    flat = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
+    avals = closed.in_avals
+    if len(flat) != len(avals):  # arguments jit does not trace: their types are enough
+        flat = [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
+            for a in avals
+        ]
+    try:
+        return callbacks.trace_inert(closed, flat)
+    except Exception:  # a program the rewrite cannot retrace: lowered as it is
+        return traced
+
+
 def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
     """The programs of several platforms from one multi-platform lowering (about 2x faster
     than lowering for each), or ``None`` when JAX cannot lower them together: a rule that
@@ -316,13 +348,36 @@ def census_key_parts(traced: Any) -> tuple[str, str]:
     while pending:
         jaxpr = pending.pop()
         for eqn in jaxpr.eqns:
-            tb = eqn.source_info.traceback
-            line = memo.get(tb) if tb is not None else ""
-            if line is None:
-                line = memo[tb] = _census_frame(user_frames(eqn.source_info))
-            lines.append(line)
+            lines.append(source_line(eqn.source_info, memo))
             pending.extend(core.jaxprs_in_params(eqn.params))
     return text, "\n".join(lines)
+
+
+def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The shardings of the arguments placed on more than one device, as text (``""`` for
+    an unsharded call): part of what decides a partitioned program's collectives."""
+    import jax
+
+    lines = []
+    for i, leaf in enumerate(jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            lines.append(f"{i}: {sharding!r}")
+    return "\n".join(lines)
+
+
+def source_line(source_info: Any, memo: dict[Any, str] | None = None) -> str:
+    """The ``file:line`` a census shows for an equation with this ``source_info`` (``""``
+    when JAX kept no traceback); ``memo`` caches it per traceback."""
+    tb = source_info.traceback
+    if tb is None:
+        return ""
+    line = memo.get(tb) if memo is not None else None
+    if line is None:
+        line = _census_frame(user_frames(source_info))
+        if memo is not None:
+            memo[tb] = line
+    return line
 
 
 from pytest_jaxport.census import _LIBRARY_PATHS  # noqa: E402  (parse_location's list)
@@ -375,7 +430,19 @@ def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
     for name, items in reader.items.items():
         for i, sites in enumerate(_project(items, platforms)):
             functions[i][name] = sites
-    return tuple(Program(entry=entry, functions=_reachable(entry, f)) for f in functions)
+    count = _partition_count(module)
+    return tuple(
+        Program(entry=entry, functions=_reachable(entry, f), partitions=count) for f in functions
+    )
+
+
+def _partition_count(module: Any) -> int:
+    """``mhlo.num_partitions`` of a module (1 when it has none)."""
+    attributes = module.operation.attributes
+    if "mhlo.num_partitions" not in attributes:
+        return 1
+    found = re.search(r"-?\d+", str(attributes["mhlo.num_partitions"]))
+    return max(int(found.group()), 1) if found else 1
 
 
 def _reachable(
@@ -398,6 +465,7 @@ def _reachable(
 _PLATFORM_INDEX = '"_platform_index"'
 _SCALAR_INDEX = "tensor<i32>"
 _DENSE_INT = re.compile(r"dense<(-?\d+)>")
+_INTEGER_SCALAR = re.compile(r"tensor<u?i\d+>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,6 +601,8 @@ class _Reader:
                 location = str(operation.location) if _keeps_location(name) else None
                 append((name, target, location, flops, moved))
                 if name not in _REDUCER_OPS:
+                    if self.platforms > 1:
+                        _forward_known(operation, known)
                     for nested in operation.regions:
                         self.collect(nested, items, known)
 
@@ -608,10 +678,48 @@ class _Reader:
             items.append(_Switch(branches=tuple(branches), taken=taken))
 
 
+def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
+    """Make the known operands of a region-carrying op known inside its regions too.
+
+    ``sdy.manual_computation`` (a ``shard_map`` body under Shardy) and
+    ``sdy.named_computation`` are isolated from the values around them: the platform index
+    reaches their ops as the block argument at its operand's position, and so does every
+    other known operand. A ``stablehlo.while`` hands its operands to its regions the same
+    way, but a carried value can change from one iteration to the next: only one the body
+    returns unchanged (at the same position) is known inside.
+    """
+    operands = operation.operands
+    if not any(operand in known for operand in operands):
+        return
+    regions = list(operation.regions)
+    unchanged: set[int] | None = None
+    if operation.name == "stablehlo.while" and len(regions) == 2:
+        body = regions[1]
+        arguments = list(body.blocks[0].arguments) if body.blocks else []
+        terminator = _terminator(body)
+        returned = list(terminator.operands) if terminator is not None else []
+        unchanged = {
+            i for i, (argument, value) in enumerate(zip(arguments, returned, strict=False))
+            if argument == value
+        }  # fmt: skip
+    for region in regions:
+        if not region.blocks:
+            continue
+        arguments = region.blocks[0].arguments
+        if len(arguments) != len(operands):
+            continue  # not a region fed by the op's operands (a reducer's scalars, say)
+        for i, (operand, argument) in enumerate(zip(operands, arguments, strict=True)):
+            value = known.get(operand)
+            if value is not None and (unchanged is None or i in unchanged):
+                known[argument] = value
+
+
 def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int = 8) -> bool:
-    """Whether ``value`` is computed (within ``depth`` ops) from a value that differs per
-    platform: a case on it would take a different branch per platform, so counting all its
-    branches for every platform would be wrong."""
+    """Whether ``value`` is computed (within ``depth`` ops, through integer scalars) from a
+    value that differs per platform: a case on it would take a different branch per platform,
+    so counting all its branches for every platform would be wrong. The walk stops at array
+    or floating-point values: a user's ``cond`` on data computed by a function that receives
+    the platform index is not an index computation."""
     pending = [(value, 0)]
     seen: set[Any] = set()
     while pending:
@@ -619,14 +727,31 @@ def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int =
         found = known.get(current)
         if found is not None and len(set(found)) > 1:
             return True
-        if steps >= depth or current in seen:
+        if steps >= depth or current in seen or not _INTEGER_SCALAR.fullmatch(str(current.type)):
             continue
         seen.add(current)
         owner = current.owner
         operands = getattr(getattr(owner, "operation", owner), "operands", None)
-        if operands is not None:  # an op's result (a block argument has no defining op)
+        if operands is not None:  # an op's result
             pending.extend((operand, steps + 1) for operand in operands)
+            continue
+        fed = _feeding_operand(current, owner)
+        if fed is not None:  # a region's argument, fed by the operand of its op
+            pending.append((fed, steps + 1))
     return False
+
+
+def _feeding_operand(argument: Any, block: Any) -> Any:
+    """The operand of the op around ``block`` that its argument ``argument`` receives (as in
+    ``sdy.manual_computation`` or ``stablehlo.while``), else ``None``."""
+    parent = getattr(getattr(block, "owner", None), "operation", None)
+    if parent is None or parent.name == "func.func":
+        return None
+    operands = list(parent.operands)
+    arguments = list(block.arguments)
+    if len(operands) != len(arguments) or argument not in arguments:
+        return None
+    return operands[arguments.index(argument)]
 
 
 def _terminator(region: Any) -> Any:
@@ -711,17 +836,74 @@ def _compile_on(
     platform: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """The executable for ``platform`` (present here) and the arguments to call it with."""
+    *,
+    partitioned: bool = False,
+) -> tuple[Any, tuple[Any, ...], dict[str, Any], tuple[OpSite, ...] | None]:
+    """The executable for ``platform`` (present here), the arguments to call it with, and,
+    for a ``partitioned`` program compiled as lowered, the collectives partitioning added."""
     import jax
 
     if platform == default_platform():
-        return lowered.compile(), tuple(args), dict(kwargs)
+        if partitioned:
+            compiled, inserted = compile_partitioned(lowered)
+            return compiled, tuple(args), dict(kwargs), inserted
+        return lowered.compile(), tuple(args), dict(kwargs), None
     device = jax.devices(platform)[0]
     placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
     fn = _for_platform(fn, platform)
     compiled = jax.jit(fn).trace(*placed_args, **placed_kwargs).lower().compile()
-    return compiled, tuple(placed_args), dict(placed_kwargs)
+    return compiled, tuple(placed_args), dict(placed_kwargs), None
+
+
+def compile_partitioned(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
+    """Compile ``lowered`` (for a platform present here) as usual, with XLA recording the
+    module before and after SPMD partitioning; the executable and the collectives the
+    partitioner inserted (``None`` when the record cannot be read). Compiling a program
+    costs the same with the record; only its text files are written (then removed).
+
+    An executable served from JAX's persistent compilation cache was not compiled, so it
+    leaves no record: the program is then compiled once more, past that cache, for it.
+    """
+    compiled, inserted = _compile_recording(lowered)
+    if inserted is None:
+        with _persistent_cache_off():
+            _, inserted = _compile_recording(lowered)
+    return compiled, inserted
+
+
+def _compile_recording(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
+    import tempfile
+    from pathlib import Path
+
+    from pytest_jaxport import partitioner
+
+    with tempfile.TemporaryDirectory(prefix="jaxport-spmd-") as directory:
+        compiled = lowered.compile(partitioner.dump_options(Path(directory)))
+        try:
+            inserted: tuple[OpSite, ...] | None = partitioner.inserted_collectives(Path(directory))
+        except (OSError, ValueError):  # no record, or an unreadable one
+            inserted = None
+    return compiled, inserted
+
+
+@contextlib.contextmanager
+def _persistent_cache_off() -> Iterator[None]:
+    """JAX's persistent compilation cache off, for one compile (JAX decides whether to use
+    it once per process: its state is reset on the way in and out)."""
+    import jax
+    from jax._src import compilation_cache
+
+    enabled = bool(jax.config.values.get("jax_enable_compilation_cache"))
+    if not enabled:
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)  # type: ignore[no-untyped-call]
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)  # type: ignore[no-untyped-call]
+        compilation_cache.reset_cache()
 
 
 def execute(
@@ -731,18 +913,24 @@ def execute(
     platform: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    *,
+    partitioned: bool = False,
 ) -> Execution:
     """Compile and run on ``platform``, which must be present.
 
     On the default platform the lowering the census read is compiled as is, so nothing is
     lowered twice; elsewhere the arguments are committed to that platform's device and the
     function re-traced there. The executable is kept on the result (``compiled``), so the
-    compiled-level census reads it instead of compiling again.
+    compiled-level census reads it instead of compiling again. For a ``partitioned``
+    program, that compilation also records the collectives the SPMD partitioner inserts
+    (``inserted``), at no extra compile.
     """
     import jax
 
     try:
-        compiled, call_args, call_kwargs = _compile_on(fn, lowered, platform, args, kwargs)
+        compiled, call_args, call_kwargs, inserted = _compile_on(
+            fn, lowered, platform, args, kwargs, partitioned=partitioned
+        )
     except Exception as e:  # a failure to compile is a finding for this platform
         raise LoweringFailure(describe_error(e), stage="compile") from e
     try:
@@ -760,6 +948,7 @@ def execute(
         outputs=to_outputs(value),
         compiled=compiled,
         rerun=rerun,
+        inserted=inserted,
     )
 
 
@@ -799,7 +988,7 @@ def compile_present(
 ) -> str:
     """Compile (without running) for ``platform``, present here; the optimized HLO text."""
     try:
-        compiled, _, _ = _compile_on(fn, lowered, platform, args, kwargs)
+        compiled, _, _, _ = _compile_on(fn, lowered, platform, args, kwargs)
     except Exception as e:  # compile errors are findings for this platform
         raise LoweringFailure(describe_error(e), stage="compile") from e
     return compiled_text(compiled)
@@ -812,11 +1001,22 @@ def compile_deviceless(
     *,
     target_config: str,
     options: Mapping[str, object],
+    lowered: Any = None,
+    partitions: int = 1,
 ) -> str:
-    """Compile for CUDA against ``target_config`` with no GPU; the optimized HLO text."""
-    from pytest_jaxport.deviceless import deviceless_compile
+    """Compile for CUDA against ``target_config`` with no GPU; the optimized HLO text.
+
+    A program partitioned over several devices compiles from its cuda ``lowered`` module
+    for as many described GPUs (``deviceless.deviceless_compile_partitioned``); any other
+    is traced again on one described GPU.
+    """
+    from pytest_jaxport.deviceless import deviceless_compile, deviceless_compile_partitioned
 
     try:
+        if partitions > 1 and lowered is not None:
+            return deviceless_compile_partitioned(
+                lowered, partitions, target_config=target_config, compiler_options=options
+            )
         return deviceless_compile(
             _for_platform(fn, "cuda"),
             args,

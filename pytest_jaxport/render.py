@@ -26,6 +26,7 @@ from pytest_jaxport.audit_report import audit_lines, audit_markdown
 from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
+from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.view import (
     HOTSPOT_HEADERS,
     HOTSPOT_NUMERIC,
@@ -78,6 +79,26 @@ def level_tag(result: PlatformProbe) -> str:
     )
 
 
+def collectives_line(result: PlatformProbe) -> str | None:
+    """``cuda: collectives (nccl): all-reduce 7 (6 inserted by the SPMD partitioner)``, plus
+    what the compiled program runs where it was compiled; ``None`` without collectives."""
+    census = result.census
+    if census is None or not census.collectives:
+        return None
+    parts = [
+        f"{c.kind} {c.count}"
+        + (f" ({c.inserted} inserted by the SPMD partitioner)" if c.inserted else "")
+        for c in census.collectives
+    ]
+    library = COLLECTIVE_LIBRARIES.get(result.platform, "xla")
+    text = f"{result.platform}: collectives ({library}): {', '.join(parts)}"
+    compiled = result.compiled
+    if compiled is not None:
+        ran = ", ".join(f"{c.kind} {c.count}" for c in compiled.collectives) or "none"
+        text += f"; compiled: {ran}"
+    return text
+
+
 def platform_line(probe: Probe, platform: str) -> str:
     """``cpu   vendor 0  custom 0  [lowered]  numerics: reference``; a platform not present
     here says nothing about numerics."""
@@ -116,7 +137,7 @@ def probe_text(probe: Probe, indent: str = "", *, note: bool = True) -> str:
         for kernel in census.kernels:
             if kernel.layer in ("vendor", "custom"):
                 lines.append(f"{indent}    {platform}: {kernel.layer} {kernel.describe()}")
-        for extra in (prediction_gap(result), what_if_line(result)):
+        for extra in (prediction_gap(result), what_if_line(result), collectives_line(result)):
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
     if probe.note and note:

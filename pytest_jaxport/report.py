@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_jaxport import __version__
-from pytest_jaxport.census import Census, Kernel, SourceLocation
+from pytest_jaxport.census import Census, CollectiveCount, Kernel, SourceLocation
 from pytest_jaxport.cost import (
     CostModel,
     RewriteEstimate,
@@ -85,7 +85,7 @@ from pytest_jaxport.hotspots import (
     site_order,
 )
 from pytest_jaxport.numerics import Comparison
-from pytest_jaxport.targets import NVIDIA_PLATFORM
+from pytest_jaxport.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -216,7 +216,7 @@ class Probe:
 
 
 def census_to_dict(census: Census) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "level": census.level,
         "vendor": census.vendor,
         "custom": census.custom,
@@ -225,6 +225,27 @@ def census_to_dict(census: Census) -> dict[str, Any]:
         "xla_kinds": dict(census.xla_kinds),
         "libraries": census.libraries(),
         "kernels": [kernel_to_dict(k) for k in census.kernels],
+    }
+    if census.collectives:
+        data["collectives"] = collectives_to_dict(census)
+    return data
+
+
+def collectives_to_dict(census: Census) -> dict[str, dict[str, Any]]:
+    """``{"all-reduce": {"count": 7, "inserted": 6, "library": "nccl", "counterparts":
+    {"rocm": "rccl", "tpu": "ici", "cpu": "xla-cpu"}}}``: collectives by kind, what runs them
+    on this platform and on the others. ``inserted`` (how many the SPMD partitioner added)
+    is known at the lowered level only."""
+    library = COLLECTIVE_LIBRARIES.get(census.platform)
+    counterparts = {p: lib for p, lib in COLLECTIVE_LIBRARIES.items() if p != census.platform}
+    return {
+        c.kind: {
+            "count": c.count,
+            **({"inserted": c.inserted} if census.level == "lowered" else {}),
+            "library": library,
+            "counterparts": counterparts,
+        }
+        for c in census.collectives
     }
 
 
@@ -235,6 +256,10 @@ def census_from_dict(platform: str, data: Mapping[str, Any]) -> Census:
         xla_ops=data.get("xla", 0),
         xla_kinds=dict(data.get("xla_kinds") or {}),
         kernels=tuple(kernel_from_dict(k) for k in data.get("kernels", ())),
+        collectives=tuple(
+            CollectiveCount(kind=kind, count=found["count"], inserted=found.get("inserted", 0))
+            for kind, found in sorted((data.get("collectives") or {}).items())
+        ),
     )
 
 

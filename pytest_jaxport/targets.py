@@ -116,6 +116,41 @@ _COLLECTIVES = (
     "collective_broadcast",
 )
 
+INSERTED_PREFIX = "spmd."
+"""Op names of collectives the SPMD partitioner inserts (``spmd.all_reduce``), as
+:mod:`pytest_jaxport.partitioner` reads them; the program's own are ``stablehlo.*``."""
+
+COLLECTIVE_KINDS: Mapping[str, str] = {
+    "all_reduce": "all-reduce",
+    "all_gather": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "all_to_all": "all-to-all",
+    "ragged_all_to_all": "all-to-all",
+    "collective_permute": "permute",
+    "collective_broadcast": "broadcast",
+    "send": "send",
+    "recv": "recv",
+}
+"""Collective ops (after ``stablehlo.``, ``spmd.`` or ``hlo.``) by the kind reports show."""
+
+COLLECTIVE_LIBRARIES: Mapping[str, str] = {
+    "cuda": "nccl",
+    "rocm": "rccl",
+    "tpu": "ici",
+    "cpu": "xla-cpu",
+}
+"""What runs a collective on each platform: NCCL, RCCL, the TPU's inter-chip interconnect
+(XLA's own collectives), XLA:CPU's (in-process between host devices)."""
+
+
+def collective_kind(op: str) -> str | None:
+    """``all-reduce`` for ``stablehlo.all_reduce``, ``spmd.all_reduce`` or
+    ``hlo.all_reduce``; ``None`` for an op that is not a collective."""
+    prefix, _, name = op.partition(".")
+    if prefix not in ("stablehlo", "spmd", "hlo"):
+        return None
+    return COLLECTIVE_KINDS.get(name)
+
 
 def _gpu_ops(
     blas: str, dnn: str, fft: str, solver: str, collectives: str
@@ -132,7 +167,16 @@ def _gpu_ops(
     }
     for op in _COLLECTIVES:
         table[f"stablehlo.{op}"] = _vendor(collectives, "collective")
+        table[f"{INSERTED_PREFIX}{op}"] = _vendor(collectives, "collective")
     return table
+
+
+def _ici_ops() -> dict[str, Classification]:
+    """TPU collectives: XLA's own, over the inter-chip interconnect (no vendor library)."""
+    ici = Classification(layer="xla", kind="ici-collective")
+    return {
+        f"{prefix}{op}": ici for op in _COLLECTIVES for prefix in ("stablehlo.", INSERTED_PREFIX)
+    }
 
 
 # -- the compiled level ---------------------------------------------------------------------
@@ -302,6 +346,7 @@ RULES: tuple[Rule, ...] = tuple(
                 "xla_python_*_callback": _CALLBACK,
                 "xla_ffi_python_*_callback": _CALLBACK,
                 "xla_ffi_partitioned_python_*_callback": _CALLBACK,
+                "inert_host_callback.*": _CALLBACK,  # callbacks.make_inert's placeholders
             },
         ),
         # custom: hand-written kernels, everywhere.
@@ -383,6 +428,7 @@ RULES: tuple[Rule, ...] = tuple(
         *_ops(
             {"rocm"}, _gpu_ops("hipblas", "miopen", "hipfft", "hipsolver", "rccl"), level="lowered"
         ),
+        *_ops({"tpu"}, _ici_ops(), level="lowered"),
         # XLA:CPU always runs FFTs through DUCC; dot and conv are XLA's own choice at compile
         # time (its emitters, Eigen, YNNPACK or oneDNN), so they count as xla until compiled.
         *_ops({"cpu"}, {"stablehlo.fft": _vendor("ducc", "fft")}, level="lowered"),

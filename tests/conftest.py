@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from collections.abc import Callable, Iterator
+
+# Four host devices, as JAX's own tests run sharded programs on CPU: shard_map and jit over a
+# Mesh need more than one device to lower as they do on GPUs. Set before JAX starts.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 
 # pytester's in-process runs drop every module imported during the run; JAX's C extensions
 # cannot be imported twice in one process, so import everything the inner runs use up front.
@@ -31,7 +39,7 @@ jax.devices()
 
 # The model libraries tests/test_libraries.py checks, where installed: imported once here so
 # that in-process runs reuse them (their extension modules cannot be imported twice either).
-for _library in ("flax.linen", "flax.nnx", "equinox", "haiku", "optax"):
+for _library in ("flax.linen", "flax.nnx", "equinox", "haiku", "optax", "diffrax"):
     with contextlib.suppress(ImportError):
         importlib.import_module(_library)
 

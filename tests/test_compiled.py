@@ -447,6 +447,61 @@ def test_deviceless_matmuls_show_prediction_versus_compiled(pytester: pytest.Pyt
 
 
 @needs_plugin
+def test_deviceless_cuda_compiles_a_sharded_program_for_as_many_gpus(
+    pytester: pytest.Pytester,
+) -> None:
+    """A jit over a Mesh of host devices (data parallel) and a shard_map: traced on this
+    machine's devices, compiled for four described GPUs. XLA's GPU pipeline combines the
+    partitioner's six gradient all-reduces and the psum into fewer NCCL calls."""
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        """,
+        """
+        import jax, jax.numpy as jnp, numpy as np, pytest
+        from jax import lax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        def loss(params, x):
+            h = x
+            for w, b in params:
+                h = jnp.tanh(h @ w + b)
+            return jnp.mean(h ** 2)
+
+        def step(params, x):
+            mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+            total = jax.shard_map(lambda v: lax.psum(v, "data"), mesh=mesh,
+                                  in_specs=P("data"), out_specs=P())(x)
+            grads = jax.grad(loss)(params, x)
+            return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), total
+
+        @pytest.mark.portable
+        def test_step(jaxport):
+            mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+            replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+            params = [(jax.device_put(np.eye(8, dtype=np.float32), replicated),
+                       jax.device_put(np.zeros(8, np.float32), replicated)) for _ in range(3)]
+            jaxport.check(step, params, jax.device_put(np.ones((16, 8), np.float32), batch))
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    cuda = platforms_of(report_of(pytester), "test_step")["cuda"]
+    assert cuda["compile_error"] is None
+    assert cuda["compiled"]["deviceless"] is True
+    lowered, compiled = cuda["lowered"]["collectives"], cuda["compiled"]["collectives"]
+    assert (lowered["all-reduce"]["count"], lowered["all-reduce"]["inserted"]) == (7, 6)
+    assert 1 <= compiled["all-reduce"]["count"] < 7
+    assert "inserted" not in compiled["all-reduce"]
+    assert compiled["all-reduce"]["library"] == "nccl"
+    assert cuda["compiled"]["libraries"]["nccl"] == compiled["all-reduce"]["count"]
+    result.stdout.fnmatch_lines(["*cuda: collectives (nccl): all-reduce 7 (6 inserted*compiled*"])
+
+
+@needs_plugin
 def test_an_unknown_target_lists_the_shipped_ones(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject='[tool.jaxport]\ncompile = ["cuda"]\ntarget = "v100"\n')
     pytester.makepyfile(test_x="def test_x(): pass")

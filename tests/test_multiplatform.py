@@ -71,6 +71,70 @@ def psum_under_shard_map(x):
     return summed(x)
 
 
+def _shard_map(body, in_specs, out_specs):
+    """``jax.shard_map`` over two devices (the suite runs with four host devices): over one,
+    JAX inlines the body, and the platform index never enters ``sdy.manual_computation``."""
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
+    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+def collectives_and_dot_under_shard_map(x, w):
+    """dot_general and all_gather lower per platform: JAX wraps them in cases on the platform
+    index, which reaches the body as an argument of ``sdy.manual_computation``."""
+    from jax.sharding import PartitionSpec as P
+
+    def body(x, w):
+        gathered = lax.all_gather(lax.psum(x @ w, "i"), "i")
+        return lax.psum(gathered.sum(0), "i")
+
+    return _shard_map(body, (P("i"), P()), P())(x, w)
+
+
+def platform_dependent_under_shard_map(x):
+    from jax.sharding import PartitionSpec as P
+
+    def body(y):
+        z = lax.platform_dependent(y, cuda=jnp.cos, rocm=jnp.tanh, default=jnp.sin)
+        return lax.psum(z @ y, "i")
+
+    return _shard_map(body, P(), P())(x)
+
+
+def shard_map_in_scan(x):
+    from jax.sharding import PartitionSpec as P
+
+    step = _shard_map(lambda y: lax.psum(jnp.linalg.cholesky(y @ y.T + 8 * y), "i"), P(), P())
+    return lax.scan(lambda c, _: (step(c), None), x, None, length=2)[0]
+
+
+def scan_and_cond_in_shard_map(x):
+    from jax.sharding import PartitionSpec as P
+
+    def body(y):
+        def step(c, _):
+            c = lax.platform_dependent(c, tpu=jnp.cos, default=jnp.sin) @ c
+            return lax.psum(c, "i"), None
+
+        y = lax.scan(step, y, None, length=2)[0]
+        return lax.cond(
+            y.sum() > 0,
+            lambda z: lax.psum(lax.all_gather(z @ z, "i")[0], "i"),
+            lambda z: lax.psum(jnp.linalg.cholesky(z), "i"),
+            y,
+        )
+
+    return _shard_map(body, P(), P())(x)
+
+
+def shard_map_in_cond(x):
+    from jax.sharding import PartitionSpec as P
+
+    summed = _shard_map(lambda y: lax.psum(jnp.linalg.qr(y)[0] @ y, "i"), P(), P())
+    return lax.cond(x.sum() > 0, summed, jnp.sin, x)
+
+
 def ffi_kernel(x):
     return jax.ffi.ffi_call("my_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
@@ -102,6 +166,11 @@ CASES = {
     "platform_dependent_in_nested_jit": (per_platform_in_nested_jit, (a,)),
     "ffi": (ffi_kernel, (a,)),
     "psum_under_shard_map": (psum_under_shard_map, (v,)),
+    "collectives_and_dot_under_shard_map": (collectives_and_dot_under_shard_map, (a, a)),
+    "platform_dependent_under_shard_map": (platform_dependent_under_shard_map, (a,)),
+    "shard_map_in_scan": (shard_map_in_scan, (a,)),
+    "scan_and_cond_in_shard_map": (scan_and_cond_in_shard_map, (a,)),
+    "shard_map_in_cond": (shard_map_in_cond, (a,)),
 }
 
 
@@ -205,7 +274,9 @@ def test_what_cannot_lower_together_is_lowered_per_platform() -> None:
     assert lowering.lower_together(traced, PLATFORMS) is None
 
 
-def test_fallback_reports_each_platform_through_the_plugin(pytester: pytest.Pytester) -> None:
+def test_callbacks_no_longer_need_the_fallback(pytester: pytest.Pytester) -> None:
+    """The plugin lowers a program with a callback for the absent platforms together, with
+    the callback inert (``callbacks.make_inert``): no per-platform failure to report."""
     pytester.makepyfile(
         """
         import jax, jax.numpy as jnp, pytest
@@ -226,11 +297,8 @@ def test_fallback_reports_each_platform_through_the_plugin(pytester: pytest.Pyte
     platforms = probe["platforms"]
     assert set(platforms) == {"cpu", "cuda", "rocm", "tpu"}
     for platform in PLATFORMS:
-        # lowered alone, each platform fails on its own account (not on the multi-platform
-        # lowering JAX refuses for callbacks), and says so
-        error = platforms[platform]["error"]
-        assert f"lowering platform {platform}" in error
-        assert "multi-platform" not in error
+        assert platforms[platform]["error"] is None
+        assert platforms[platform]["lowered"]["meta"] == 1
 
 
 def test_the_plugin_lowers_absent_platforms_together_once(
@@ -343,3 +411,92 @@ def test_a_case_it_cannot_resolve_is_refused_not_miscounted() -> None:
     # a single-platform lowering has no platform index: the case is a data-dependent one
     (program,) = lowering.read_programs(_Parsed(module), 1)
     assert take_census(program, "cuda").custom == 1  # hipsolver is unknown on cuda
+
+
+_WHILE = """
+module @jit_f {
+  func.func public @main(%arg0: tensor<i32> {jax.global_constant = "_platform_index"},
+                         %arg1: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %0:3 = stablehlo.while(%p = %arg0, %m = %arg1, %n = %c0)
+        : tensor<i32>, tensor<4x4xf32>, tensor<i32>
+     cond {
+      %c3 = stablehlo.constant dense<3> : tensor<i32>
+      %1 = stablehlo.compare LT, %n, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = "stablehlo.case"(%p) ({
+        %2 = stablehlo.custom_call @cusolver_potrf_ffi(%m) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+        stablehlo.return %2 : tensor<4x4xf32>
+      }, {
+        %2 = stablehlo.custom_call @hipsolver_potrf_ffi(%m) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+        stablehlo.return %2 : tensor<4x4xf32>
+      }) : (tensor<i32>) -> tensor<4x4xf32>
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %3 = stablehlo.add %n, %c1 : tensor<i32>
+      %4 = CARRIED
+      stablehlo.return %4, %1, %3 : tensor<i32>, tensor<4x4xf32>, tensor<i32>
+    }
+    return %0#1 : tensor<4x4xf32>
+  }
+}
+"""
+
+
+def _parse(text: str) -> _Parsed:
+    real = lowering.lower(lowering.trace(mlp, (a,), {}), "cpu").compiler_ir("stablehlo")
+    return _Parsed(type(real).parse(text, context=real.context))
+
+
+def test_the_platform_index_carried_unchanged_through_a_loop_is_followed() -> None:
+    """A loop that hands the platform index to its body unchanged: each platform counts only
+    its own branch, as in a ``shard_map`` body (``sdy.manual_computation``), whose regions
+    receive the index the same way."""
+    unchanged = _WHILE.replace("%4 = CARRIED", "%4 = stablehlo.abs %p : tensor<i32>")
+    unchanged = unchanged.replace("stablehlo.return %4,", "stablehlo.return %p,")
+    cuda, rocm = lowering.read_programs(_parse(unchanged), 2)
+    for program, platform, library in ((cuda, "cuda", "cusolver"), (rocm, "rocm", "hipsolver")):
+        census = take_census(program, platform)
+        assert (census.libraries(), census.custom) == ({library: 1}, 0), platform
+
+
+def test_an_index_the_loop_changes_is_refused_not_miscounted() -> None:
+    """A loop that changes the carried index between iterations: the case inside may take a
+    different branch each time, so the projection refuses it (the check then lowers for
+    each platform) rather than counting a branch it cannot know."""
+    changed = _WHILE.replace("%4 = CARRIED", "%4 = stablehlo.add %p, %c1 : tensor<i32>")
+    with pytest.raises(ValueError, match="cannot resolve"):
+        lowering.read_programs(_parse(changed), 2)
+
+
+def test_a_shard_map_budget_does_not_depend_on_the_platforms_lowered_with_it(
+    pytester: pytest.Pytester,
+) -> None:
+    """Two collectives and a dot in a shard_map body, lowered for cuda alone or together with
+    rocm and tpu: two nccl calls and one cublas call either way, so ``nccl = 2`` passes."""
+    pytester.makepyfile(
+        test_budget_sharded="""
+        import jax, numpy as np, pytest
+        from jax import lax
+        from jax.sharding import Mesh, PartitionSpec as P
+
+        def body(x, w):
+            return lax.psum(lax.all_gather(x @ w, "i").sum(0), "i")
+
+        def sharded(x, w):
+            mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
+            return jax.shard_map(body, mesh=mesh, in_specs=(P("i"), P()), out_specs=P())(x, w)
+
+        @pytest.mark.portable(max_library_calls={"nccl": 2, "cublas": 1})
+        def test_shard_map(jaxport):
+            jaxport.check(sharded, np.ones((8, 4), np.float32), np.ones((4, 4), np.float32))
+        """
+    )
+    counts = {}
+    for platforms in (["cpu", "cuda"], ["cpu", "cuda", "rocm", "tpu"]):
+        pytester.makepyprojecttoml(f"[tool.jaxport]\nplatforms = {platforms!r}\n")
+        result, report = run_json(pytester, "-p", "no:cacheprovider")  # lower every time
+        result.assert_outcomes(passed=1)
+        [probe] = report["tests"][0]["checks"]
+        counts[len(platforms)] = probe["platforms"]["cuda"]["lowered"]["libraries"]
+    assert counts[2] == counts[4] == {"cublas": 1, "nccl": 2}

@@ -188,8 +188,12 @@ def test_finding_outside_must_lower_warns_and_passes(project: pytest.Pytester) -
     result = project.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        [esc("*test_warn.py:7: JaxportWarning: check 'kernel_on_cuda[grad]': cuda: no VJP*FFI "
-             "target my_kernel*")]  # fmt: skip
+        [
+            esc(
+                "*test_warn.py:7: JaxportWarning: check 'kernel_on_cuda[grad]': cuda: no VJP*"
+                "FFI target my_kernel*"
+            )
+        ]
     )
 
 

@@ -1,0 +1,343 @@
+"""Host callbacks are inert placeholders for platforms not present, never a lowering failure.
+
+JAX lowers a host callback only for a backend it has a client for. ``callbacks.make_inert``
+rewrites the traced program (nested jaxprs included) so each callback is a placeholder that
+lowers anywhere; every other op is unchanged. The independent check throughout: the inert
+program lowered for cpu has exactly the census of the real one, callback for callback.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import run_json
+from jax import lax
+from jax.experimental import io_callback
+
+from pytest_jaxport import callbacks, lowering
+from pytest_jaxport.census import Census, take_census
+
+ABSENT = ("cuda", "rocm", "tpu")
+x = np.linspace(0.5, 1.5, 4, dtype=np.float32)
+
+
+def host_double(v):
+    return np.asarray(v) * 2
+
+
+def debug_print(x):
+    jax.debug.print("x = {}", x)
+    return jnp.sin(x)
+
+
+def every_kind(x):
+    jax.debug.callback(lambda v: None, x)
+    y = jax.pure_callback(host_double, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    z = io_callback(host_double, jax.ShapeDtypeStruct(x.shape, x.dtype), y, ordered=True)
+    jax.debug.print("z = {}", z)
+    return jnp.outer(z, z) @ jnp.outer(x, x)
+
+
+def nested(x):
+    @jax.jit
+    def inner(v):
+        jax.debug.print("inner {}", v)
+        return v @ jnp.ones((4, 4))
+
+    def step(c, _):
+        c = lax.cond(c.sum() > 0, inner, jnp.cos, c)
+        return jax.pure_callback(host_double, jax.ShapeDtypeStruct(c.shape, c.dtype), c), None
+
+    def loop(c):
+        io_callback(host_double, jax.ShapeDtypeStruct(c.shape, c.dtype), c, ordered=True)
+        return c * 2
+
+    y = lax.scan(step, inner(x), None, length=2)[0]
+    y = lax.while_loop(lambda c: c.sum() < 100, loop, y)
+    return jax.checkpoint(lambda v: jnp.linalg.cholesky(jnp.outer(v, v) + 4 * jnp.eye(4)))(y)
+
+
+@jax.custom_jvp
+def logged(v):
+    jax.debug.print("logged {}", v)
+    return jnp.exp(v)
+
+
+@logged.defjvp
+def _logged_jvp(primals, tangents):
+    (v,), (t,) = primals, tangents
+    return logged(v), jnp.exp(v) * t
+
+
+def under_custom_jvp(x):
+    return jax.grad(lambda v: logged(v).sum())(x)
+
+
+def under_shard_map(x):
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
+
+    def body(v):
+        jax.debug.print("shard {}", v)
+        return lax.psum(
+            jax.pure_callback(host_double, jax.ShapeDtypeStruct(v.shape, v.dtype), v), "i"
+        )
+
+    spec = PartitionSpec("i")
+    return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=PartitionSpec())(x)
+
+
+def shared_twice(x):
+    @jax.jit
+    def helper(v):
+        jax.debug.print("helper {}", v)
+        return v @ jnp.ones((4, 4))
+
+    return helper(helper(x))
+
+
+CASES = {
+    "debug_print": debug_print,
+    "every_kind": every_kind,
+    "nested": nested,
+    "under_custom_jvp": under_custom_jvp,
+    "under_shard_map": under_shard_map,
+    "shared_twice": shared_twice,
+}
+
+
+def _real_names(census: Census) -> Census:
+    """``census`` with every callback named as the cpu lowering names it, for comparison."""
+    import dataclasses
+
+    kernels = tuple(
+        dataclasses.replace(k, name="xla_ffi_python_cpu_callback")
+        if k.name.startswith(callbacks.INERT_TARGET)
+        else k
+        for k in census.kernels
+    )
+    return dataclasses.replace(census, kernels=tuple(sorted(kernels)))
+
+
+def _sorted(census: Census) -> Census:
+    import dataclasses
+
+    return dataclasses.replace(census, kernels=tuple(sorted(census.kernels)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_inert_program_counts_what_the_real_one_does(case: str) -> None:
+    """Lowered for cpu (where the real callbacks lower too), the inert program's census is
+    the real program's, op for op, with each callback at its line in meta."""
+    traced = lowering.trace(CASES[case], (x,), {})
+    inert = callbacks.trace_inert(traced.jaxpr, [x])
+    real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
+    placeholder = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
+    assert _real_names(placeholder) == _sorted(real)
+    assert placeholder.meta == real.meta >= 1
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_absent_platforms_lower_alone_and_together(case: str) -> None:
+    traced = lowering.trace(CASES[case], (x,), {})
+    with pytest.raises(lowering.LoweringFailure):
+        lowering.lower(traced, "cuda")  # the limitation this module works around
+    inert = callbacks.trace_inert(traced.jaxpr, [x])
+    found = callbacks.find_callbacks(traced.jaxpr)
+    together = lowering.lower_together(inert, ABSENT)
+    assert together is not None
+    for platform in ABSENT:
+        alone = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        assert take_census(together[platform], platform) == alone
+        placeholders = {
+            (k.name.rpartition(".")[2], str(k.location)) for k in alone.in_layer("meta")
+            if k.kind == "host-callback"
+        }  # fmt: skip
+        assert placeholders == {(c.kind, c.location) for c in found}, platform
+
+
+def test_find_callbacks_names_each_kind_at_its_line() -> None:
+    found = callbacks.find_callbacks(lowering.trace(every_kind, (x,), {}).jaxpr)
+    lines = {c.kind: int(c.location.rpartition(":")[2]) for c in found}
+    first = every_kind.__code__.co_firstlineno
+    print_kind = "debug_print" if "debug_print" in lines else "debug_callback"
+    assert lines["pure_callback"] == first + 2
+    assert lines["io_callback"] == first + 3
+    assert lines[print_kind] == first + 4
+    assert all(c.location.startswith(__file__) for c in found)
+    assert sum(c.count for c in found) == 4
+
+
+def test_nested_callbacks_are_found_once_per_jaxpr() -> None:
+    found = callbacks.find_callbacks(lowering.trace(nested, (x,), {}).jaxpr)
+    kinds = sorted(c.kind for c in found for _ in range(c.count))
+    # inner's print (one jaxpr, called twice), the scan's pure_callback, the loop's io_callback
+    assert len(kinds) == 3
+    assert "pure_callback" in kinds
+    assert "io_callback" in kinds
+
+
+def test_a_program_without_callbacks_is_returned_as_is() -> None:
+    closed = lowering.trace(jnp.linalg.solve, (np.eye(3), np.ones(3)), {}).jaxpr
+    assert not callbacks.has_callbacks(closed)
+    assert callbacks.make_inert(closed) is closed
+    assert callbacks.find_callbacks(closed) == ()
+
+
+def test_a_jaxpr_used_twice_stays_one_function_called_twice() -> None:
+    traced = lowering.trace(shared_twice, (x,), {})
+    inert = callbacks.trace_inert(traced.jaxpr, [x])
+    census = take_census(lowering.read_program(lowering.lower(inert, "cuda")), "cuda")
+    [placeholder] = [k for k in census.kernels if k.layer == "meta"]
+    assert placeholder.count == 2
+    assert census.libraries() == {"cublas": 2}
+
+
+def test_recorded_types_are_enough_to_lower() -> None:
+    """What an audit has: the jaxpr and the arguments' types (no arrays)."""
+    closed = jax.make_jaxpr(every_kind)(x)
+    inert = callbacks.trace_inert(closed, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
+    census = take_census(lowering.read_program(lowering.lower(inert, "rocm")), "rocm")
+    assert census.meta == 4
+    assert census.libraries() == {"hipblas": 1}
+
+
+def test_the_inert_program_keeps_shardings() -> None:
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
+    sharded = jax.device_put(np.ones((4, 4), np.float32), NamedSharding(mesh, PartitionSpec("d")))
+    traced = lowering.trace(debug_print, (sharded,), {})
+    inert = callbacks.trace_inert(traced.jaxpr, [sharded])
+    text = inert.lower(lowering_platforms=("cuda",)).as_text()
+    assert "mhlo.num_partitions = 2" in text
+    assert f"{callbacks.INERT_TARGET}." in text
+
+
+def test_through_the_plugin_callbacks_lower_everywhere(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(
+        """
+        [tool.jaxport.budget]
+        must_lower = ["cpu", "cuda", "rocm", "tpu"]
+        """
+    )
+    pytester.makepyfile(
+        test_step="""
+        import jax, jax.numpy as jnp, numpy as np, pytest
+        from jax.experimental import io_callback
+
+        def step(x):
+            jax.debug.print("x = {}", x)
+            y = jax.pure_callback(np.cos, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+            io_callback(print, None, y, ordered=True)
+            return jnp.outer(y, y) @ jnp.eye(3)
+
+        @pytest.mark.portable(max_custom_calls=0)
+        def test_step(jaxport):
+            out = jaxport.check(step, jnp.ones(3))
+            assert out.shape == (3, 3)
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    [probe] = report["tests"][0]["checks"]
+    libraries = {"cuda": {"cublas": 1}, "rocm": {"hipblas": 1}}
+    for platform, found in probe["platforms"].items():
+        lowered = found["lowered"]
+        assert found["error"] is None, platform
+        assert lowered["meta"] == 3, platform
+        assert lowered["custom"] == 0, platform
+        assert lowered["libraries"] == libraries.get(platform, {}), platform
+        lines = sorted(k["location"] for k in lowered["kernels"] if k["kind"] == "host-callback")
+        assert lines == ["test_step.py:5", "test_step.py:6", "test_step.py:7"]
+
+
+def test_a_real_failure_to_lower_stays_a_failure(pytester: pytest.Pytester) -> None:
+    """A callback next to an op that has no TPU lowering: tpu fails for the op, named as
+    such, while rocm (where both lower) passes."""
+    pytester.makepyfile(
+        test_eig="""
+        import jax, jax.numpy as jnp, pytest
+
+        def eig(a):
+            jax.debug.print("a = {}", a)
+            return jnp.linalg.eig(a)[0].real
+
+        @pytest.mark.portable(must_lower=["rocm", "tpu"])
+        def test_eig(jaxport):
+            jaxport.check(eig, jnp.eye(3))
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["tpu: fails to lower (must_lower = *, set in *); check 'eig', lowered"]
+    )
+    platforms = report["tests"][0]["checks"][0]["platforms"]
+    assert "eig" in platforms["tpu"]["error"]
+    assert "lowering platform" not in platforms["tpu"]["error"]
+    assert platforms["rocm"]["error"] is None
+    assert platforms["rocm"]["lowered"]["meta"] == 1
+
+
+def test_equinox_error_if_as_diffrax_uses_it(pytester: pytest.Pytester) -> None:
+    """A diffrax solve (equinox's ``error_if`` checks inside, as host callbacks) lowers for
+    every platform, with its callbacks in meta and its ops counted."""
+    pytest.importorskip("diffrax", reason="needs diffrax (pip install diffrax)")
+    pytester.makepyprojecttoml(
+        """
+        [tool.jaxport.budget]
+        must_lower = ["cpu", "cuda", "rocm", "tpu"]
+        max_custom_calls = 0
+        """
+    )
+    pytester.makepyfile(
+        test_ode="""
+        import diffrax, equinox as eqx, jax.numpy as jnp, pytest
+
+        def solve(y0, rate):
+            term = diffrax.ODETerm(lambda t, y, args: -args * y)
+            solution = diffrax.diffeqsolve(
+                term, diffrax.Tsit5(), t0=0.0, t1=1.0, dt0=0.1, y0=y0, args=rate,
+                stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5),
+            )
+            return eqx.error_if(solution.ys, jnp.any(jnp.isnan(solution.ys)), "nan")
+
+        @pytest.mark.portable
+        def test_decay(jaxport):
+            out = jaxport.check(solve, jnp.ones(3), 0.5)
+            assert jnp.allclose(out[-1], jnp.exp(-0.5), rtol=1e-3)
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    [probe] = report["tests"][0]["checks"]
+    cpu = probe["platforms"]["cpu"]["lowered"]
+    for platform in ABSENT:
+        lowered = probe["platforms"][platform]["lowered"]
+        assert lowered is not None, probe["platforms"][platform]["error"]
+        assert lowered["meta"] == cpu["meta"] >= 1, platform
+        assert lowered["xla"] >= cpu["xla"] // 2, platform  # the solver's ops are all there
+
+
+def test_transformed_checks_get_inert_callbacks_too(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_grad="""
+        import jax, jax.numpy as jnp, pytest
+
+        def loss(w):
+            jax.debug.print("w = {}", w)
+            return jnp.sum(jnp.tanh(w @ w))
+
+        @pytest.mark.portable(must_lower=["cuda", "tpu"], transforms=["grad"])
+        def test_loss(jaxport):
+            jaxport.check(loss, jnp.eye(3))
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    for probe in report["tests"][0]["checks"]:
+        assert probe["platforms"]["cuda"]["lowered"]["libraries"]["cublas"] >= 1, probe["name"]
