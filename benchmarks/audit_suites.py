@@ -88,7 +88,7 @@ SUITES: dict[str, dict[str, Any]] = {
     },
 }
 
-AUDIT_LINES = ("seen:", "not audited:", "note:")
+AUDIT_LINES = ("suite audit (--jaxport-audit):", "not audited:", "note:")
 COMMON = ["-o", "python_files=*_test.py", "--import-mode=importlib", "-q", "-p", "no:randomly"]
 
 
@@ -147,7 +147,7 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "exit": proc.returncode,
         "last_line": lines[-1] if lines else "",
         "outcomes": outcomes(junit) if junit.exists() else {},
-        "audit_lines": [line for line in lines if line.startswith(AUDIT_LINES)],
+        "audit_lines": [line.strip() for line in lines if line.strip().startswith(AUDIT_LINES)],
     }
 
 

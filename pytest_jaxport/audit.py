@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +156,22 @@ class Recorder:
 
     def _census(self, cid: str, call: RecordedCall, keyed: KeyParts) -> ComputationRecord:
         from pytest_jaxport import lowering
+        from pytest_jaxport.cost import estimated_share
 
         facts = call.facts()
         present = lowering.present_platforms()
         # Host callbacks lower for the platforms not present as inert placeholders (the
         # lowered level rewrites the recorded program: callbacks.trace_inert), counted in
         # `meta` at their source lines; a platform that still fails says it had callbacks.
+        # A program partitioned over several devices also gets the collectives the SPMD
+        # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
         found = self._level.take(call, keyed, self.platforms, present=present,
                                  cached=self.platforms)  # fmt: skip
+        results = dict(found.results)
         findings: list[FindingRecord] = []
         for platform, result in found.results.items():
+            if result.census is not None:  # the roofline estimate: the audit times nothing
+                results[platform] = replace(result, runtime_share=estimated_share(result.census))
             if result.error is None:
                 continue
             kind = finding_kind(facts.host_callbacks, platform in present)
@@ -191,8 +198,9 @@ class Recorder:
             "donated": list(facts.donated),
             "mesh": facts.mesh,
             "host_callbacks": list(facts.host_callbacks),
-            "platforms": Probe(
-                name=facts.function, reference="", platforms=found.results
-            ).to_dict()["platforms"],
+            "partitions": max((p.partitions for p in found.programs.values()), default=1),
+            "platforms": Probe(name=facts.function, reference="", platforms=results).to_dict()[
+                "platforms"
+            ],
             "findings": findings,
         }

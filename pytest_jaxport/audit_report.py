@@ -14,7 +14,13 @@ any order, into the same section a serial run builds:
   computations it ``uses``;
 - the suite's numbers (per platform counts, kernels to rewrite, rewrite days, estimated
   runtime share) count each distinct computation once, and ``sites`` says where the lock-in
-  lives by source file and line.
+  lives by source file and line (:func:`pytest_jaxport.hotspots.hotspots` over the
+  computations: each site once, with the computations and tests that reach it);
+- the suite's budget (``[tool.jaxport.audit] fail_on``, ``--jaxport-baseline``) is judged
+  once, at the end: :func:`judge` adds its ``violations`` and ``baseline_growth`` (data; the
+  view words them).
+
+:mod:`pytest_jaxport.audit_view` reads the section into the report's one view model.
 
 Report section (a new optional top-level key ``audit``)::
 
@@ -22,21 +28,28 @@ Report section (a new optional top-level key ``audit``)::
       "interception": {"jax": "0.10.2", "hooked": true, "notes": [...], ...},
       "platforms": ["cpu", "cuda", "rocm", "tpu"],
       "seen": {"computations": 241, "jit": 180, "eager": 61, "tests": 60,
-               "tests_using": 57, "tests_owning": 40, "shared": 98, "calls": 3100,
-               "compiled_outside": 4, "audit_errors": 0},
+               "tests_using": 57, "tests_owning": 40, "shared": 98, "outside_tests": 3,
+               "partitioned": 2, "calls": 3100, "compiled_outside": 4, "audit_errors": 0},
       "summary": {"platforms": {"cuda": {"vendor": 412, "custom": 3, "libraries": {...},
                                          "lowered": 241, "failed_to_lower": 0, ...}},
                   "runtime_share": {...}, "kernels_to_rewrite": {"rocm": 2},
                   "rewrite_days": {"rocm": 25.0}, "rewrite": {...}},
       "sites": [{"location": "src/attn.py:42", "platform": "cuda", "layer": "custom",
                  "name": "__gpu$xla.gpu.triton", "kind": "pallas-triton", "library": null,
-                 "count": 1, "computations": 3}],
+                 "count": 1, "computations": 3, "tests": 12, "seconds": 2e-05,
+                 "share": 0.31, "basis": "estimated"}],
+      "violations": [{"check": "the audited suite", "platform": "cuda",
+                      "key": "max_custom_calls", ...a check's violation...}],
+      "baseline_growth": [{"platform": "cuda", "metric": "custom", "before": 0, "after": 1,
+                           "sites": [{"site": "custom ... at src/attn.py:42",
+                                      "before": 0, "after": 1}]}],
       "findings": [{"computation": "3f2a...", "function": "step", "platform": "cuda",
                     "kind": "host-callback", "reason": "..."}],
       "computations": [{"id": "3f2a...", "function": "step", "source": "src/train.py:10",
                         "kind": "jit", "signature": ["x: float32[8,16]"],
                         "static_arguments": "training=True", "donated": [0], "mesh": null,
-                        "shardings": [], "host_callbacks": [], "owner": "tests/t.py::test_a",
+                        "shardings": [], "host_callbacks": [], "partitions": 1,
+                        "owner": "tests/t.py::test_a",
                         "users": ["tests/t.py::test_a", "tests/t.py::test_b"],
                         "platforms": {"cuda": {...a check's platform entry...}},
                         "findings": [...]}],
@@ -48,14 +61,15 @@ Report section (a new optional top-level key ``audit``)::
 
 from __future__ import annotations
 
-import html as _html
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from pytest_jaxport.budget import Violation, evaluate, rewrite_violations
 from pytest_jaxport.census import Census, Kernel
 from pytest_jaxport.config import Budget
-from pytest_jaxport.cost import SHARE_LAYERS, CostModel, RewriteItem, RuntimeShare
+from pytest_jaxport.cost import CostModel, RewriteItem, RuntimeShare
+from pytest_jaxport.hotspots import Reach, hotspots, site_order
 from pytest_jaxport.report import (
     PlatformProbe,
     Probe,
@@ -67,8 +81,6 @@ from pytest_jaxport.report import (
 
 SUITE = "the audited suite"
 """The name suite-level budget violations carry."""
-
-SITES_SHOWN = 10
 
 
 class FindingRecord(TypedDict):
@@ -93,6 +105,9 @@ class ComputationRecord(TypedDict):
     donated: list[int]
     mesh: str | None
     host_callbacks: list[str]
+    partitions: int
+    """Devices the program is partitioned over (``1``: not sharded); above 1 its census
+    counts the collectives XLA's SPMD partitioner inserts."""
     platforms: dict[str, Any]
     """Per platform, the same entry a check has (``lowered`` census, ``error``...)."""
     findings: list[FindingRecord]
@@ -201,6 +216,7 @@ class AuditLedger:
             "tests_owning": sum(bool(t["owns"]) for t in tests.values()),
             "shared": sum(len(c["users"]) > 1 for c in computations),
             "outside_tests": sum(bool(c["outside_tests"]) for c in computations),
+            "partitioned": sum(int(c.get("partitions", 1)) > 1 for c in computations),
             "calls": self.calls,
             "compiled_outside": self.compiled_outside,
             "audit_errors": len(self.errors),
@@ -255,37 +271,43 @@ def audit_summary(
     }
 
 
+def reaches(computations: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
+    """Each computation's census per platform, once per test that ran it (``test=None``
+    for one run only outside tests), with its estimated runtime share: what
+    :func:`~pytest_jaxport.hotspots.hotspots` counts, each computation once per site."""
+    for computation in computations:
+        users: list[str | None] = list(computation.get("users") or ()) or [None]
+        for platform, entry in computation["platforms"].items():
+            lowered = entry.get("lowered")
+            if lowered is None:
+                continue
+            census = census_from_dict(platform, lowered)
+            share = entry.get("runtime_share")
+            shared = RuntimeShare.from_dict(share) if share else None
+            for user in users:
+                yield Reach(test=user, source=computation["id"], census=census, share=shared)
+
+
 def sites(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Vendor and custom dispatches by source line and platform: each distinct site once,
-    with its call-weighted count over the computations and how many computations have it."""
-    found: dict[tuple[Any, ...], list[int]] = {}
-    for computation in computations:
-        for platform, entry in computation["platforms"].items():
-            census = entry.get("lowered")
-            if census is None:
-                continue
-            for kernel in census.get("kernels", ()):
-                if kernel["layer"] not in ("vendor", "custom"):
-                    continue
-                key = (kernel.get("location") or "", platform, kernel["layer"], kernel["name"],
-                       kernel["kind"], kernel.get("library"))  # fmt: skip
-                totals = found.setdefault(key, [0, 0])
-                totals[0] += int(kernel.get("count", 1))
-                totals[1] += 1
+    with its call-weighted count over the computations, how many computations and tests
+    reach it, and its share of the suite's estimated time on that platform."""
     return [
         {
-            "location": location or None,
-            "platform": platform,
-            "layer": layer,
-            "name": name,
-            "kind": kind,
-            "library": library,
-            "count": count,
-            "computations": n,
+            "location": h.location,
+            "platform": h.platform,
+            "layer": h.layer,
+            "name": h.name,
+            "kind": h.kind,
+            "library": h.library,
+            "count": h.dispatches,
+            "computations": h.checks,
+            "tests": h.tests,
+            "seconds": h.seconds,
+            "share": h.share,
+            "basis": h.basis,
         }
-        for (location, platform, layer, name, kind, library), (count, n) in sorted(
-            found.items(), key=lambda item: (item[0][0] == "", *map(str, item[0]))
-        )
+        for h in sorted(hotspots(reaches(computations)), key=site_order)
     ]
 
 
@@ -381,18 +403,6 @@ def _item_text(item: Mapping[str, Any]) -> str:
     return f"{item['name']} ({item['kind']}){where}: {item['status']}"
 
 
-def violation_text(violation: Violation) -> str:
-    """``cuda: max_custom_calls = 0 (set in ...), found 2 custom calls (lowered)`` and the
-    offending sites, one per line."""
-    lines = [
-        f"{violation.platform}: {violation.key} = {violation.limit!r} (set in "
-        f"{violation.origin}), found {violation.found} {violation.what} ({violation.level})"
-    ]
-    lines += [f"    {k.describe()}" for k in violation.kernels]
-    lines += [f"    {d}" for d in violation.details]
-    return "\n".join(lines)
-
-
 # -- the baseline ratchet ---------------------------------------------------------------------
 
 
@@ -421,29 +431,110 @@ def _site_label(site: Mapping[str, Any]) -> str:
     return f"{site['layer']} {site['name']} ({what}){where}"
 
 
-def audit_growth(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
-    """One message per audit count that grew from ``base`` to ``head`` (:func:`audit_counts`
-    forms), with the sites that are new or grew on its next lines; ``[]`` when nothing grew."""
-    messages = []
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteCount:
+    """One site's call-weighted count at the base and at the head (``0``: absent there)."""
+
+    site: str
+    """``vendor cusolver_syevd_ffi (cusolver) at src/m.py:5``: the baseline's key."""
+    before: int
+    after: int
+
+    def describe(self) -> str:
+        """``vendor cusolver_syevd_ffi (cusolver) at src/m.py:5 x1 (new)``."""
+        if not self.after:
+            return f"{self.site} (gone; was x{self.before})"
+        was = " (new)" if not self.before else f" (was {self.before})"
+        return f"{self.site} x{self.after}{was}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditChange:
+    """One audit count of one platform that differs from a base (a baseline or a report)
+    to a head, with the sites behind it that moved the same way."""
+
+    platform: str
+    metric: str
+    """``vendor``, ``custom`` or ``library.<name>``."""
+    before: int
+    after: int
+    sites: tuple[SiteCount, ...] = ()
+
+    @property
+    def grew(self) -> bool:
+        return self.after > self.before
+
+    def describe(self, since: str = "") -> str:
+        """``cuda: cusolver calls grew 0 -> 1 (+1) since the baseline``."""
+        delta = self.after - self.before
+        return (
+            f"{self.platform}: {_metric_label(self.metric)} {'grew' if delta > 0 else 'shrank'} "
+            f"{self.before} -> {self.after} ({delta:+d})" + (f" {since}" if since else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "metric": self.metric,
+            "before": self.before,
+            "after": self.after,
+            "sites": [{"site": c.site, "before": c.before, "after": c.after} for c in self.sites],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditChange:
+        return cls(
+            platform=str(data["platform"]),
+            metric=str(data["metric"]),
+            before=int(data["before"]),
+            after=int(data["after"]),
+            sites=tuple(
+                SiteCount(site=str(c["site"]), before=int(c["before"]), after=int(c["after"]))
+                for c in data.get("sites") or ()
+            ),
+        )
+
+
+def audit_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[AuditChange]:
+    """Every audit count that differs from ``base`` to ``head`` (:func:`audit_counts` forms)
+    on a platform both have, with the sites behind it that grew (or are new) where it grew,
+    that shrank (or are gone) where it shrank."""
+    changes = []
     base_counts, head_counts = base.get("platforms", {}), head.get("platforms", {})
     for platform in sorted(base_counts.keys() & head_counts.keys()):
         before, after = base_counts[platform], head_counts[platform]
-        grown = [m for m in sorted(after) if after[m] > before.get(m, 0)]
-        if not grown:
-            continue
         old = base.get("sites", {}).get(platform, {})
         new = head.get("sites", {}).get(platform, {})
-        for metric in grown:
-            a, b = before.get(metric, 0), after[metric]
-            lines = [
-                f"{platform}: {_metric_label(metric)} grew {a} -> {b} (+{b - a}) since the baseline"
+        for metric in sorted(before.keys() | after.keys()):
+            a, b = int(before.get(metric, 0)), int(after.get(metric, 0))
+            if a == b:
+                continue
+            moved = [
+                SiteCount(site=label, before=old.get(label, 0), after=new.get(label, 0))
+                for label in sorted(old.keys() | new.keys())
+                if _site_counts_for(label, metric)
+                and (new.get(label, 0) > old.get(label, 0)) == (b > a)
+                and new.get(label, 0) != old.get(label, 0)
             ]
-            for label, n in sorted(new.items()):
-                if n > old.get(label, 0) and _site_counts_for(label, metric):
-                    more = f" (was {old[label]})" if label in old else " (new)"
-                    lines.append(f"    {label} x{n}{more}")
-            messages.append("\n".join(lines))
-    return messages
+            changes.append(
+                AuditChange(platform=platform, metric=metric, before=a, after=b, sites=tuple(moved))
+            )
+    return changes
+
+
+def site_changes(
+    base: Mapping[str, Any], head: Mapping[str, Any]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(new sites, removed sites)`` from ``base`` to ``head`` as ``(platform, site)`` pairs,
+    on the platforms both have (:func:`audit_counts` forms)."""
+    old_sites, new_sites = base.get("sites", {}), head.get("sites", {})
+    common = sorted(base.get("platforms", {}).keys() & head.get("platforms", {}).keys())
+    added, removed = [], []
+    for platform in common:
+        old, new = old_sites.get(platform, {}), new_sites.get(platform, {})
+        added += [(platform, label) for label in sorted(new.keys() - old.keys())]
+        removed += [(platform, label) for label in sorted(old.keys() - new.keys())]
+    return added, removed
 
 
 def _metric_label(metric: str) -> str:
@@ -459,115 +550,27 @@ def _site_counts_for(label: str, metric: str) -> bool:
     return layer == metric
 
 
-# -- rendering (the smallest addition to each renderer) -------------------------------------
+# -- the judgement: one, for the whole suite --------------------------------------------------
 
 
-def _platform_lines(section: Mapping[str, Any]) -> list[str]:
-    totals = section["summary"]["platforms"]
-    callbacks: dict[str, int] = {}
-    for finding in section["findings"]:
-        if finding["kind"] == "host-callback":
-            callbacks[finding["platform"]] = callbacks.get(finding["platform"], 0) + 1
-    lines = []
-    for platform in section["platforms"]:
-        t = totals.get(platform)
-        if t is None:
-            continue
-        libraries = ", ".join(f"{k} {n}" for k, n in t["libraries"].items())
-        failed = t["failed_to_lower"]
-        n = callbacks.get(platform, 0)
-        why = f" ({n} with host callbacks)" if n else ""
-        text = (
-            f"{platform:<5} lowered {t['lowered']}/{t['lowered'] + failed}{why}  "
-            f"vendor {t['vendor']}  custom {t['custom']}"
-        )
-        lines.append(text + (f"  ({libraries})" if libraries else ""))
-    return lines
+def judge(
+    section: dict[str, Any],
+    *,
+    budget_for: Callable[[str], Budget],
+    migrate_to: Sequence[str],
+    model: CostModel,
+    baseline: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``section`` with the suite's budget failures as data: ``violations`` (the limits of
+    ``[tool.jaxport.audit] fail_on`` it breaks) and ``baseline_growth`` (the counts that grew
+    since ``baseline``'s audit counts, when given)."""
+    violations = fail_on_violations(section, budget_for, migrate_to=migrate_to, model=model)
+    section["violations"] = [v.to_dict() for v in violations]
+    grown = audit_changes(baseline, audit_counts(section)) if baseline is not None else []
+    section["baseline_growth"] = [c.to_dict() for c in grown if c.grew]
+    return section
 
 
-def audit_lines(
-    section: Mapping[str, Any], *, sites_shown: int = SITES_SHOWN, per_test: bool = False
-) -> list[str]:
-    """The audit for the terminal (and ``jaxport show``): what was seen, per platform, the
-    numbers, the top sites and the findings; with ``per_test``, what each test owns and uses."""
-    seen = section["seen"]
-    summary = section["summary"]
-    lines = [
-        f"seen: {seen['computations']} distinct computations ({seen['jit']} jit, "
-        f"{seen['eager']} eager op-by-op) in {seen['tests_using']} of {seen['tests']} tests; "
-        f"{seen['shared']} used by more than one test",
-    ]
-    if seen["compiled_outside"]:
-        lines.append(
-            f"not audited: {seen['compiled_outside']} compilations outside jit dispatch "
-            "(ahead-of-time .lower().compile(), pmap on old JAX)"
-        )
-    lines += [f"note: {n}" for n in section.get("interception", {}).get("notes", ())]
-    lines += _platform_lines(section)
-    rewrite = summary.get("rewrite", {})
-    if rewrite:
-        lines.append(
-            "kernels to rewrite moving off cuda: "
-            + ", ".join(f"{t} {e['kernels_to_rewrite']}" for t, e in rewrite.items())
-            + "; engineering days: "
-            + ", ".join(f"{t} {e['days']:g}" for t, e in rewrite.items())
-        )
-    for platform, share in summary.get("runtime_share", {}).items():
-        lines.append(
-            f"runtime share {platform} (estimated, each computation once): "
-            + "  ".join(f"{layer} {share.get(layer, 0):.0%}" for layer in SHARE_LAYERS)
-        )
-    lines += _site_lines(section, sites_shown)
-    findings = [f for f in section["findings"] if f["kind"] != "host-callback"]
-    if findings:
-        lines.append(f"findings ({len(findings)} failures to lower besides host callbacks):")
-        lines += [f"  {f['function']} on {f['platform']}: {f['reason']}" for f in findings[:10]]
-    if per_test and section["tests"]:
-        lines.append("per test (a computation's owner is the first test in collection order "
-                     "among those that ran it; the others use it):")  # fmt: skip
-        for nodeid, test in section["tests"].items():
-            shared = len(test["uses"]) - len(test["owns"])
-            lines.append(
-                f"  {nodeid}: owns {len(test['owns'])}, uses {len(test['uses'])}"
-                + (f" ({shared} owned by earlier tests)" if shared else "")
-            )
-    return lines
-
-
-def _site_lines(section: Mapping[str, Any], shown: int) -> list[str]:
-    """The most NVIDIA-bound sites: custom kernels first, then vendor calls by count (on
-    cuda where it is configured: the platform a move away from NVIDIA starts from)."""
-    platform = "cuda" if "cuda" in section["platforms"] else None
-    candidates = [
-        s
-        for s in section["sites"]
-        if s["location"] and (platform is None or s["platform"] == platform)
-    ]
-    if not candidates:
-        return []
-    candidates.sort(key=lambda s: (s["layer"] != "custom", -s["count"], s["location"]))
-    where = f" on {platform}" if platform else ""
-    lines = [
-        f"where the lock-in lives{where} (top {min(shown, len(candidates))} of "
-        f"{len(candidates)} sites; every platform's in the JSON report):"
-    ]
-    for s in candidates[:shown]:
-        n = s["computations"]
-        lines.append(
-            f"  {s['location']}  {_site_label(s).split(' at ')[0]} x{s['count']}"
-            + ("" if platform else f" on {s['platform']}")
-            + f" ({n} computation{'s' if n != 1 else ''})"
-        )
-    return lines
-
-
-def audit_markdown(section: Mapping[str, Any]) -> list[str]:
-    """The audit as Markdown lines (a heading, the same lines as a list)."""
-    return ["", "### Suite audit (`--jaxport-audit`)", "", *(f"- {line}" if not line.startswith(
-        "  ") else f"  - {line.strip()}" for line in audit_lines(section))]  # fmt: skip
-
-
-def audit_html(section: Mapping[str, Any]) -> str:
-    """The audit as one HTML section (preformatted lines)."""
-    body = _html.escape("\n".join(audit_lines(section, sites_shown=50, per_test=True)))
-    return f'<section id="audit"><h2>Suite audit</h2><pre>{body}</pre></section>'
+def failures(section: Mapping[str, Any]) -> int:
+    """How many suite-level budget failures ``section`` records (each fails the session)."""
+    return len(section.get("violations") or ()) + len(section.get("baseline_growth") or ())

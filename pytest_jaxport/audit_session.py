@@ -22,14 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jaxport.audit_report import (
-    AuditLedger,
-    audit_counts,
-    audit_growth,
-    audit_lines,
-    fail_on_violations,
-    violation_text,
-)
+from pytest_jaxport.audit_report import AuditLedger, failures, judge
 from pytest_jaxport.config import ProjectConfig
 
 if TYPE_CHECKING:
@@ -56,7 +49,6 @@ class AuditSession:
         self._interception: dict[str, Any] | None = None
         self._sent_interception = False
         self._index: dict[str, int] = {}
-        self._problems: list[str] | None = None
         self._revision = 0
         self._section: tuple[int, dict[str, Any]] | None = None
 
@@ -127,7 +119,7 @@ class AuditSession:
     # -- the report and the gate ------------------------------------------------------------------
 
     def section(self) -> dict[str, Any]:
-        """The report's ``audit`` section (built once per change of the records)."""
+        """The report's ``audit`` section, judged (built once per change of the records)."""
         if self._section is None or self._section[0] != self._revision:
             hook = self.config.hook.pytest_jaxport_rewrite_cost
             model = self.session.cost_model()
@@ -145,31 +137,17 @@ class AuditSession:
                 model=model,
                 price=price,
             )
+            ci = self.session.ci
+            base = ci.baseline.get("audit") if ci.baseline is not None else None
+            judge(
+                section,
+                budget_for=self.project.audit_budget,
+                migrate_to=self.project.migrate_to,
+                model=model,
+                baseline=base if isinstance(base, dict) and not ci.baseline_update else None,
+            )
             self._section = (self._revision, section)
         return self._section[1]
-
-    def problems(self) -> list[str]:
-        """The suite's budget failures: ``fail_on`` limits broken, counts grown since the
-        baseline (one message each, offending sites on the lines below)."""
-        if self._problems is not None:
-            return self._problems
-        section = self.section()
-        problems = [
-            violation_text(v)
-            for v in fail_on_violations(
-                section,
-                self.project.audit_budget,
-                migrate_to=self.project.migrate_to,
-                model=self.session.cost_model(),
-            )
-        ]
-        ci = self.session.ci
-        if ci.baseline is not None and not ci.baseline_update:
-            base = ci.baseline.get("audit")
-            if isinstance(base, dict):
-                problems += audit_growth(base, audit_counts(section))
-        self._problems = problems
-        return problems
 
     def baseline_note(self) -> str | None:
         ci = self.session.ci
@@ -184,28 +162,26 @@ class AuditSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
             return
-        if self.problems():
+        if failures(self.section()):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+    @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The audit in the report's view: here, unless ``--jaxport-report`` prints the
+        view already; then the suite's budget failures, once, as the session's failure."""
         if self.is_worker:
             return
-        terminalreporter.write_sep("=", "jaxport audit")
+        from pytest_jaxport.render import audit_failure_lines, render_text
+
+        view = self.session.view()
         if self.session.report_target is None:
-            for line in audit_lines(self.section()):
-                terminalreporter.write_line(line)
-        else:
-            terminalreporter.write_line("(in the portability report below)")
+            terminalreporter.write_sep("=", "jaxport audit")
+            terminalreporter.write_line(render_text(view, self.session.display()))
         note = self.baseline_note()
         if note is not None:
             terminalreporter.write_line(note)
-        problems = self.problems()
-        if problems:
-            terminalreporter.write_line(
-                f"jaxport audit: FAILED: {len(problems)} suite budget problem(s) "
-                "([tool.jaxport.audit] fail_on, --jaxport-baseline); no test failed for them",
-                red=True,
-                bold=True,
-            )
-            for problem in problems:
-                terminalreporter.write_line(problem, red=True)
+        lines = audit_failure_lines(view)
+        if lines:
+            terminalreporter.write_line(lines[0], red=True, bold=True)
+            for line in lines[1:]:
+                terminalreporter.write_line(line, red=True)

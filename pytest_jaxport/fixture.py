@@ -345,17 +345,11 @@ class Jaxport:
         ``None`` when it does not compile here (its own collectives are all it shows)."""
         from pytest_jaxport import lowering
 
-        default = lowering.default_platform()
-        execution = executions.get(default)
+        execution = executions.get(lowering.default_platform())
         if execution is not None and execution.inserted is not None:
             found: tuple[OpSite, ...] = execution.inserted
             return found
-        try:
-            lowered = lowered_for.get(default) or lowering.lower(traced, default)
-            _, inserted = lowering.compile_partitioned(lowered)
-        except Exception:  # it does not compile here: a finding of the numerics, if any
-            return None
-        return inserted
+        return self._lowered_level.partition(traced, lowered_for)
 
     # -- runtime share --------------------------------------------------------------------------
 

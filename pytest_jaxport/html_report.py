@@ -29,13 +29,10 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_jaxport.audit_report import audit_html
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.hotspots import Hotspot
 from pytest_jaxport.view import (
-    HOTSPOT_HEADERS,
     NO_AUTOTUNE_NOTE,
-    TOTALS_NOTE,
     Cell,
     CheckRow,
     ProblemGroup,
@@ -47,12 +44,14 @@ from pytest_jaxport.view import (
     counted_census,
     days_text,
     hotspot_cells,
+    hotspot_headers,
     hotspot_title,
     number,
     pct,
     plural,
     seconds_text,
     sentence,
+    totals_note,
 )
 
 __all__ = ["html", "render_html"]
@@ -266,6 +265,7 @@ def _header(view: ReportView) -> str:
     head = view.headline
     failed, violations = head.failed_tests, head.violations
     findings = sum(len(g.problems) for g in view.problems if g.kind != "violation")
+    audited = view.audit is not None and view.unit == "computation"
     tiles = [
         _tile(number(head.tests), "portable tests", "#matrix"),
         _tile(number(head.checks), "checks", "#matrix"),
@@ -273,6 +273,14 @@ def _header(view: ReportView) -> str:
         _tile(number(violations), "budget violations", "#problems",
               " bad" if violations else " good"),
     ]  # fmt: skip
+    if view.audit is not None:
+        seen = view.audit.seen.get("computations", 0)
+        audit_tiles = [_tile(number(seen), "audited computations", "#audit")]
+        if head.audit_failures or audited:
+            cls = " bad" if head.audit_failures else " good"
+            failures = _tile(number(head.audit_failures), "suite audit failures", "#problems", cls)
+            audit_tiles.append(failures)
+        tiles = audit_tiles if audited else [*tiles, *audit_tiles]
     if findings:
         tiles.append(_tile(number(findings), "other problems", "#problems", " warn"))
     platform = view.hotspot_platform()
@@ -287,13 +295,18 @@ def _header(view: ReportView) -> str:
             )  # fmt: skip
     dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in head.facts)
     version = f" {_e(head.tool_version)}" if head.tool_version else ""
-    status = "bad" if failed or violations else "good"
+    status = "bad" if failed or violations or head.audit_failures else "good"
     verdict = (
         f"{number(failed)} of {plural(head.tests, 'portable test')} failed, "
         f"{plural(violations, 'budget violation')}"
         if failed or violations
         else "every portable test within budget"
     )
+    if audited:
+        verdict = "suite audit within its budget"
+    if head.audit_failures:
+        verdict = (verdict + ", " if not audited else "") + plural(
+            head.audit_failures, "suite audit failure")  # fmt: skip
     return (
         '<header class="top"><div class="titles"><h1>Portability report</h1>'
         f'<p class="sub">pytest-jaxport{version} · <span class="verdict {status}">'
@@ -312,6 +325,8 @@ def _toc(view: ReportView) -> str:
     links += [("totals", "Platform totals"), ("layers", "Layers")]
     if view.tooling:
         links.append(("tooling", "Tooling"))
+    if view.audit is not None:
+        links.append(("audit", "Suite audit"))
     links.append(("matrix", "Platform × test matrix"))
     return (
         '<nav class="toc" aria-label="sections">'
@@ -383,8 +398,10 @@ def _problems(view: ReportView) -> str:
     )
 
 
-def _numbers(view: ReportView) -> str:
+def _numbers(view: ReportView, anchor: str = "numbers") -> str:
     parts = []
+    basis = "each distinct computation once" if view.unit == "computation" else "time-weighted"
+
     if view.shares:
         parts.append(
             "<h3>Runtime share</h3>"
@@ -392,15 +409,16 @@ def _numbers(view: ReportView) -> str:
             "where the platform ran. <em>Estimated</em>: a roofline model from op shapes "
             "against the platform's peak numbers, not a measurement.</p>"
             + _layer_legend()
-            + share_table(view.shares, "Runtime share per platform, suite total (time-weighted)")
+            + share_table(view.shares, f"Runtime share per platform, suite total ({basis})")
         )
     if view.targets:
         parts.append(_rewrite(view.targets))
     if not parts:
         return ""
+    whose = " (suite audit)" if view.unit == "computation" else ""
     return (
-        '<section id="numbers" aria-labelledby="numbers-h"><h2 id="numbers-h">The three '
-        f"numbers</h2>{''.join(parts)}</section>"
+        f'<section id="{anchor}" aria-labelledby="{anchor}-h"><h2 id="{anchor}-h">The three '
+        f"numbers{whose}</h2>{''.join(parts)}</section>"
     )
 
 
@@ -477,10 +495,10 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
     return "".join(out)
 
 
-def _hotspot_table(sites: Sequence[Hotspot]) -> str:
+def _hotspot_table(sites: Sequence[Hotspot], unit: str = "check") -> str:
     head = "".join(
         f'<th scope="col"{NUM if i >= 2 else ""}>{_e(h)}</th>'
-        for i, h in enumerate(HOTSPOT_HEADERS)
+        for i, h in enumerate(hotspot_headers(unit))
     )
     rows = []
     for site in sites:
@@ -497,9 +515,10 @@ def _hotspot_table(sites: Sequence[Hotspot]) -> str:
     )
 
 
-def _hotspots(view: ReportView, options: DisplayOptions) -> str:
+def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots") -> str:
     if not view.hotspots:
         return ""
+    counted = "computations" if view.unit == "computation" else "checks"
     shown_rows = options.hotspot_rows(HOTSPOT_ROWS) if options.top is not None else HOTSPOT_ROWS
     parts = []
     platforms = list(dict.fromkeys(h.platform for h in view.hotspots))
@@ -508,24 +527,67 @@ def _hotspots(view: ReportView, options: DisplayOptions) -> str:
         sites = [h for h in view.hotspots if h.platform == platform]
         shown = sites if shown_rows is None else sites[:shown_rows]
         block = f"<h3>{_e(sentence(hotspot_title(view, platform, len(shown))))}</h3>"
-        block += _hotspot_table(shown)
+        block += _hotspot_table(shown, view.unit)
         if len(shown) < len(sites):
             block += (
                 f'<details class="more"><summary>{plural(len(sites) - len(shown), "more site")}'
-                f"</summary>{_hotspot_table(sites[len(shown) :])}</details>"
+                f"</summary>{_hotspot_table(sites[len(shown) :], view.unit)}</details>"
             )
         parts.append(block)
     return (
-        '<section id="hotspots" aria-labelledby="hotspots-h"><h2 id="hotspots-h">Where the '
+        f'<section id="{anchor}" aria-labelledby="{anchor}-h"><h2 id="{anchor}-h">Where the '
         'lock-in lives</h2><p class="note">Each distinct vendor or hand-written dispatch site '
-        "(source line and kernel) counted once, with the checks and tests that reach it and "
-        "the dispatches they make there (summed over checks). Time: the site's share of the "
-        "platform's suite time, each check's library or layer time split among its dispatches "
-        f"by count.</p>{''.join(parts)}</section>"
+        f"(source line and kernel) counted once, with the {counted} and tests that reach it and "
+        f"the dispatches they make there (summed over {counted}). Time: the site's share of the "
+        f"platform's suite time, each of the {counted}' library or layer time split among its "
+        f"dispatches by count.</p>{''.join(parts)}</section>"
     )
 
 
-def _totals(view: ReportView) -> str:
+def _audit(view: ReportView, options: DisplayOptions) -> str:
+    """What the suite audit saw and how, per test the computations it owns and uses; in a run
+    with checks too, its own numbers, sites and totals."""
+    audit = view.audit
+    if audit is None:
+        return ""
+    items = [f"<li>seen: {_e(audit.seen_line())}</li>",
+             f"<li>recorded by: {_e(audit.hook)}</li>"]  # fmt: skip
+    said = audit.not_audited()
+    if said is not None:
+        items.append(f"<li>not audited: {_e(said)}</li>")
+    items += [f"<li>note: {_e(note)}</li>" for note in audit.notes]
+    parts = [f"<ul>{''.join(items)}</ul>"]
+    numbers = audit.numbers
+    if numbers is not None:
+        parts.append(
+            '<p class="note">The suite audit\'s own numbers: each distinct computation the '
+            "suite ran, once (the numbers above are the portable checks').</p>"
+            + _numbers(numbers, anchor="audit-numbers")
+            + _hotspots(numbers, options, anchor="audit-hotspots")
+            + _totals(numbers, anchor="audit-totals")
+        )
+    if audit.tests:
+        rows = "".join(
+            f"<tr><td><code>{_e(t.nodeid)}</code></td>"
+            f"<td>{_e(', '.join(t.owns)) or '—'}</td>"
+            f"<td>{_e(', '.join(f'{name} of {owner}' for name, owner in t.uses)) or '—'}</td>"
+            "</tr>"
+            for t in audit.tests
+        )
+        parts.append(
+            '<details class="more"><summary>Per test: the computations it owns (ran first in '
+            "collection order) and those it uses that an earlier test owns (JAX served them "
+            f'from its caches)</summary><table class="items"><thead><tr><th scope="col">'
+            'test</th><th scope="col">owns</th><th scope="col">uses</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table></details>"
+        )
+    return (
+        '<section id="audit" aria-labelledby="audit-h"><h2 id="audit-h">Suite audit '
+        f"(<code>--jaxport-audit</code>)</h2>{''.join(parts)}</section>"
+    )
+
+
+def _totals(view: ReportView, anchor: str = "totals") -> str:
     totals = view.totals
     if not totals.rows:
         return ""
@@ -545,8 +607,9 @@ def _totals(view: ReportView) -> str:
     )
     note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
     return (
-        '<section id="totals" aria-labelledby="totals-h"><h2 id="totals-h">Platform totals</h2>'
-        f'<p class="note">{_e(TOTALS_NOTE)}</p>'
+        f'<section id="{anchor}" aria-labelledby="{anchor}-h"><h2 id="{anchor}-h">Platform '
+        "totals</h2>"
+        f'<p class="note">{_e(totals_note(view.unit))}</p>'
         f'<table class="totals"><thead><tr><th scope="col">platform</th>{head}'
         f'<th scope="col">libraries</th></tr></thead><tbody>{rows}</tbody></table>{note}'
         "</section>"
@@ -1001,7 +1064,7 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
             _totals(view),
             _layers(view),
             _tooling(view),
-            audit_html(view.audit) if view.audit else "",
+            _audit(view, options),
             _matrix(view),
             _test_details(view),
             "</main>",

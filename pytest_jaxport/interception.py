@@ -381,7 +381,9 @@ ADAPTERS: tuple[_Adapter, ...] = (_ArgumentTypes(), _LiveArguments())
 
 
 class _Lowering:
-    """A lowered computation as :func:`pytest_jaxport.lowering.read_programs` reads it."""
+    """A lowered computation as :func:`pytest_jaxport.lowering.read_programs` reads it and
+    :func:`pytest_jaxport.lowering.compile_partitioned` compiles it (``jax.stages.Lowered``'s
+    ``compiler_ir`` and ``compile``)."""
 
     __slots__ = ("_computation",)
 
@@ -393,6 +395,12 @@ class _Lowering:
 
     def as_text(self) -> str:
         return str(self._computation.stablehlo())
+
+    def compile(self, compiler_options: Mapping[str, Any] | None = None) -> Any:
+        """Compiled (not run) for the platform it was lowered for; with ``compiler_options``
+        (the partitioner's record) JAX compiles it anew and keeps the executable it runs."""
+        return self._computation.compile(None if compiler_options is None else dict(
+            compiler_options))  # fmt: skip
 
 
 def _runs_here(call: RecordedCall, platforms: tuple[str, ...]) -> bool:

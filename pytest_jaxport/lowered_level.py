@@ -147,9 +147,17 @@ class LoweredLevel:
     ) -> LoweredCensus:
         """Each of ``platforms``' census of ``traced`` (``jax.stages.Traced`` or anything with
         its ``.jaxpr`` and ``.lower(lowering_platforms=...)``): :meth:`lower`, then
-        :meth:`census` (with the inserted collectives an earlier run recorded, if any)."""
+        :meth:`census`. A program partitioned over several devices gets the collectives the
+        SPMD partitioner inserts: those an earlier run recorded, else :meth:`partition`'s
+        (recorded for the next run); nothing is run."""
         found = self.lower(traced, keyed, platforms, present=present, cached=cached)
-        inserted = self.recorded_partition(keyed) if found.partitioned else None
+        inserted = None
+        if found.partitioned:
+            inserted = self.recorded_partition(keyed)
+            if inserted is None:
+                inserted = self.partition(traced, found.lowered)
+                if inserted is not None:
+                    self.record_partition(keyed, inserted)
         results = self.census(found, present=present, caller=caller, inserted=inserted)
         return LoweredCensus(results=results, lowered=found.lowered, programs=found.programs)
 
@@ -248,6 +256,23 @@ class LoweredLevel:
         return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
 
     # -- the partitioner's record ---------------------------------------------------------------
+
+    def partition(
+        self, traced: Any, lowered_for: Mapping[str, Any] | None = None
+    ) -> tuple[OpSite, ...] | None:
+        """The collectives the SPMD partitioner inserts into ``traced``'s program: compiled
+        (not run) for the platform present here, from its lowering in ``lowered_for`` when
+        there is one, with XLA recording the module before and after partitioning
+        (:func:`lowering.compile_partitioned`); ``None`` when it does not compile here."""
+        from pytest_jaxport import lowering
+
+        default = lowering.default_platform()
+        try:
+            lowered = (lowered_for or {}).get(default) or lowering.lower(traced, default)
+            _, inserted = lowering.compile_partitioned(lowered)
+        except Exception:  # it does not compile here: its own collectives are all it shows
+            return None
+        return inserted
 
     def recorded_partition(self, keyed: KeyParts) -> tuple[OpSite, ...] | None:
         """The inserted collectives an earlier run recorded for this program, if cached."""

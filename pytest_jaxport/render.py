@@ -22,21 +22,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_jaxport.audit_report import audit_lines, audit_markdown
 from pytest_jaxport.cost import SHARE_LAYERS
 from pytest_jaxport.display import DisplayOptions
 from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
 from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.view import (
-    HOTSPOT_HEADERS,
     HOTSPOT_NUMERIC,
     NO_AUTOTUNE_NOTE,
-    TOTALS_NOTE,
     ReportView,
     TestRow,
     build_view,
     days_text,
     hotspot_cells,
+    hotspot_headers,
     hotspot_title,
     level_text,
     number,
@@ -44,6 +42,7 @@ from pytest_jaxport.view import (
     plural,
     prediction_gap,
     sentence,
+    totals_note,
     variant_lines,
     what_if_line,
 )
@@ -63,6 +62,8 @@ TOOLING_LINES = 3
 """NVIDIA-bound tooling assumptions the default terminal report lists."""
 REWRITE_ITEMS = 3
 """Kernels to rewrite the terminal lists per target (the files list every one)."""
+AUDIT_NAMES = 3
+"""Computations the terminal names per test and kind at ``-v`` (``-vv`` names every one)."""
 
 
 def _libraries(libraries: Mapping[str, int]) -> str:
@@ -240,12 +241,10 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     level = options.detail_level()
     if level != "none":
         lines += details_lines(view, every=level == "all")
+        lines += audit_test_lines(view, every=level == "all")
     lines += problem_lines(view, options)
     if written_to is None or options.top is not None or options.verbosity > 0:
         lines += hotspot_lines(view, options)
-    if view.audit:
-        audit = audit_lines(view.audit, per_test=options.verbosity > 0)
-        lines += ["suite audit (--jaxport-audit):", *audit, ""]
     lines += headline_lines(view, options)
     return "\n".join(fit(lines))
 
@@ -288,14 +287,66 @@ def details_lines(view: ReportView, *, every: bool) -> list[str]:
     return lines
 
 
+def audit_test_lines(view: ReportView, *, every: bool) -> list[str]:
+    """Per test of an audited suite, the computations it owns and those it uses that an
+    earlier test owns (a few names each; ``every`` name at ``-vv``)."""
+    audit = view.audit
+    if audit is None or not audit.tests:
+        return []
+    lines = [
+        "suite audit, per test: it owns the computations it ran first in collection order; it "
+        "uses the ones an earlier test owns (JAX served them from its caches, traced and "
+        "compiled before: the audit counts each once, the test among its users)"
+    ]
+    for test in audit.tests:
+        parts = []
+        if test.owns:
+            parts.append(f"owns {_names(test.owns, every)}")
+        if test.uses:
+            uses = [f"{name} of {owner}" for name, owner in test.uses]
+            parts.append(f"uses {_names(uses, every)}")
+        lines += wrap(f"{test.nodeid}: {'; '.join(parts)}", indent="  ", hang="    ")
+    return [*lines, ""]
+
+
+def _names(names: Sequence[str], every: bool) -> str:
+    shown = names if every else names[:AUDIT_NAMES]
+    more = f", +{number(len(names) - len(shown))} more (-vv)" if len(shown) < len(names) else ""
+    return f"{number(len(names))} ({', '.join(shown)}{more})"
+
+
+def audit_failure_lines(view: ReportView) -> list[str]:
+    """The suite audit's budget failures as the session's one failure: a headline, then each
+    broken limit or grown count with its offending sites; ``[]`` when there are none."""
+    groups = [g for g in view.problems if g.audit and g.kind in ("violation", "failure")]
+    problems = [p for g in groups for p in g.problems]
+    if not problems:
+        return []
+    lines = [
+        f"jaxport audit: FAILED: {plural(len(problems), 'suite budget problem')} "
+        "([tool.jaxport.audit] fail_on, --jaxport-baseline); no test failed for them"
+    ]
+    for problem in problems:
+        lines.append(problem.message)
+        lines += [f"    {d}" for d in problem.details]
+    return lines
+
+
 def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     """The problems, grouped; a capped number of rows unless ``-v``."""
     head = view.headline
     groups = view.problems
     if not groups:
+        if view.unit == "computation":
+            return ["problems: none (every audited computation lowers on every platform, "
+                    "the suite within its audit budget)", ""]  # fmt: skip
         return ["problems: none (every portable test within budget, every check lowers)", ""]
     findings = sum(len(g.problems) for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
+    if view.unit == "computation":  # an audit of an unchanged suite: no portable test
+        said = []
+    if head.audit_failures:
+        said.append(f"{plural(head.audit_failures, 'suite audit failure')} (no test's)")
     if findings:
         said.append(
             f"{plural(findings, 'finding')} that fail{'s' if findings == 1 else ''} no test"
@@ -328,15 +379,16 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
 
 def _problem_line(problem: Any, common: str) -> list[str]:
     prefix = f"    {problem.test}"
+    named = f"{problem.check!r}: " if problem.check is not None else ""
     if problem.kind == "violation":
-        rest = f"{problem.check!r}: {problem.found}"
+        rest = f"{named}{problem.found}"
         own = f"limit {problem.limit}, set in {problem.origin}"
         if not common.startswith(own):
             rest += f" > {problem.limit} (set in {problem.origin})"
     elif problem.kind == "failure":
         rest = problem.message
     else:
-        rest = f"{problem.check!r}: {problem.message}"
+        rest = f"{named}{problem.message}"
     room = WIDTH - len(prefix) - 2
     if room < 30:  # a very long test id: the finding goes on its own line
         return [prefix, "      " + cut(rest, WIDTH - 6)]
@@ -387,7 +439,7 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     cells = [hotspot_cells(h) for h in shown]
     cells = [(cut_left(c[0], 40), cut(c[1], 28), *c[2:]) for c in cells]
     lines = [hotspot_title(view, platform, len(shown))]
-    lines += table(HOTSPOT_HEADERS, cells, HOTSPOT_NUMERIC, indent="  ")
+    lines += table(hotspot_headers(view.unit), cells, HOTSPOT_NUMERIC, indent="  ")
     if len(shown) < len(sites):
         lines.append(
             f"  +{plural(len(sites) - len(shown), 'more site')} (--jaxport-report-top=N; the "
@@ -427,8 +479,31 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         ]
         if len(shown) < len(view.tooling):
             lines.append(f"  +{number(len(view.tooling) - len(shown))} more (-v lists them)")
+    lines += numbers_lines(view, options)
+    lines += ["", *totals_lines(view)]
+    lines += audit_lines(view, options)
+    notes = [f"note: {n.text}" + (f" ({plural(n.checks, 'check')})" if n.checks else "")
+             for n in view.notes]  # fmt: skip
+    if view.deviceless:
+        notes.append(f"note: {NO_AUTOTUNE_NOTE}")
+    for note in notes:
+        lines += wrap(note, hang="      ")
+    head = view.headline
+    if view.unit == "computation":  # an audit of an unchanged suite: no portable test
+        lines += wrap(head.setting(), hang="  ")
+    else:
+        lines += wrap(head.counts() + "; " + head.setting(), hang="  ")
+    return lines
+
+
+def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """The three numbers: runtime share, kernels to rewrite and engineering days (of the
+    checks, or of a suite audit's distinct computations: its ``unit`` says)."""
+    lines: list[str] = []
+    audited = view.unit == "computation"
     if view.shares:
-        lines += ["", "1. runtime share (suite, time-weighted):"]
+        basis = "suite audit, each distinct computation once" if audited else "suite, time-weighted"
+        lines += ["", f"1. runtime share ({basis}):"]
         lines += [f"   {share_line(row)}" for row in view.shares]
         labels = dict.fromkeys(
             (r.short, r.label) for r in view.shares if r.short and r.short != r.label
@@ -441,7 +516,8 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             f"{t.target} {number(t.kernels) if t.kernels is not None else '-'}"
             for t in view.targets
         )
-        lines += ["", f"2. kernels to rewrite moving off cuda (distinct sites): {counts}"]
+        whose = "; suite audit" if audited else ""
+        lines += ["", f"2. kernels to rewrite moving off cuda (distinct sites{whose}): {counts}"]
         items = [(t.target, i) for t in view.targets for i in t.items]
         listed_items = items if options.verbosity > 0 else items[:REWRITE_ITEMS]
         for name, item in listed_items:
@@ -450,22 +526,39 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             lines.append(cut(said, WIDTH))
         if len(listed_items) < len(items):
             lines.append(f"     +{number(len(items) - len(listed_items))} more (-v lists them)")
-        lines += ["", "3. engineering days for a backend switch ([tool.jaxport.cost]):"]
+        whose = ", suite audit" if audited else ""
+        lines += ["", f"3. engineering days for a backend switch ([tool.jaxport.cost]{whose}):"]
         for target in view.targets:
             parts = ", ".join(f"{label} {days_text(d)}" for _, label, d in target.breakdown if d)
             days = days_text(target.days) if target.days is not None else "-"
             lines += wrap(
                 f"{target.target}: {days} days" + (f" ({parts})" if parts else ""), indent="   "
             )
-    lines += ["", *totals_lines(view)]
-    notes = [f"note: {n.text}" + (f" ({plural(n.checks, 'check')})" if n.checks else "")
-             for n in view.notes]  # fmt: skip
-    if view.deviceless:
-        notes.append(f"note: {NO_AUTOTUNE_NOTE}")
-    for note in notes:
-        lines += wrap(note, hang="      ")
-    head = view.headline
-    lines += wrap(head.counts() + "; " + head.setting(), hang="  ")
+    return lines
+
+
+def audit_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """What the suite audit saw and how; in a run with checks too, its own numbers next to
+    theirs (its sites and totals at ``-v``)."""
+    audit = view.audit
+    if audit is None:
+        return []
+    lines = ["", *wrap(f"suite audit (--jaxport-audit): {audit.seen_line()}; recorded by "
+                       f"{audit.hook}", hang="  ")]  # fmt: skip
+    said = audit.not_audited()
+    if said is not None:
+        lines += wrap(f"not audited: {said}", indent="  ", hang="    ")
+    for note in audit.notes:
+        lines += wrap(f"note: {note}", indent="  ", hang="    ")
+    numbers = audit.numbers
+    if numbers is not None:
+        lines += wrap(
+            "the suite audit's numbers (each distinct computation the suite ran, once; the "
+            "numbers above are the portable checks'):", indent="  ", hang="    "
+        )  # fmt: skip
+        lines += numbers_lines(numbers, options)
+        if options.verbosity > 0:
+            lines += ["", *hotspot_lines(numbers, options), *totals_lines(numbers)]
     return lines
 
 
@@ -493,13 +586,20 @@ def totals_lines(view: ReportView) -> list[str]:
     for (_, _, libraries), line in zip(totals.rows, body, strict=True):
         names = [f"{lib} {number(n)}" for lib, n in libraries]
         out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip() if names else line)
-    out.append("  (" + TOTALS_NOTE_SHORT + ")")
+    out.append("  (" + totals_note_short(view.unit) + ")")
     return out
 
 
 TOTALS_NOTE_SHORT = (
     "calls: summed over checks; sites: distinct source lines and kernels, each counted once"
 )
+
+
+def totals_note_short(unit: str) -> str:
+    """:data:`TOTALS_NOTE_SHORT`, for checks or a suite audit's distinct computations."""
+    if unit == "computation":
+        return TOTALS_NOTE_SHORT.replace("checks", "distinct computations")
+    return TOTALS_NOTE_SHORT
 
 
 # -- Markdown -------------------------------------------------------------------------------------
@@ -536,21 +636,22 @@ def render_markdown(
     characters: the sections in order of importance, the full matrix last and cut to fit."""
     view = view.select(options)
     head = view.headline
-    lead = [
-        "## pytest-jaxport portability report",
-        "",
+    said = (
         f"**{number(head.failed_tests)} of {plural(head.tests, 'portable test')} failed** · "
-        f"{plural(head.violations, 'budget violation')} · {plural(head.checks, 'check')} · "
-        f"{md_cell(head.setting())}",
-        "",
-    ]
+        f"{plural(head.violations, 'budget violation')} · {plural(head.checks, 'check')}"
+    )
+    if view.audit is not None and view.unit == "computation":
+        said = f"**Suite audit: {md_cell(view.audit.seen_line())}**"
+    if head.audit_failures:
+        said += f" · **{plural(head.audit_failures, 'suite audit failure')}**"
+    lead = ["## pytest-jaxport portability report", "", f"{said} · {md_cell(head.setting())}", ""]
     sections = [
         _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
         _md_numbers(view),
         _md_totals(view),
         _md_hotspots(view, options),
+        _md_audit(view, options),
         _md_layers(view),
-        audit_markdown(view.audit) if view.audit else [],
         _md_notes(view),
     ]
     out = "\n".join(lead) + "\n"
@@ -572,6 +673,9 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
     """The problem groups, then up to :data:`MARKDOWN_PROBLEMS` rows within ``room``
     characters (violations first), saying how many were left out."""
     groups = view.problems
+    if not groups and view.unit == "computation":
+        return ["### Problems", "", "None: every audited computation lowers on every platform, "
+                "the suite within its audit budget."]  # fmt: skip
     if not groups:
         return ["### Problems", "", "None: every portable test within budget, every check lowers."]
     total = sum(len(g.problems) for g in groups)
@@ -608,11 +712,13 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
     return lines
 
 
-def _md_numbers(view: ReportView) -> list[str]:
+def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> list[str]:
+    if view.unit == "computation":
+        heading += " (suite audit: each distinct computation once)"
     lines: list[str] = []
     if view.targets:
         lines += [
-            "### The three numbers",
+            heading,
             "",
             "| target | kernels to rewrite (distinct sites) | engineering days |",
             "|---|---:|---:|",
@@ -625,7 +731,7 @@ def _md_numbers(view: ReportView) -> list[str]:
         lines.append("")
     if view.shares:
         if not lines:
-            lines += ["### The three numbers", ""]
+            lines += [heading, ""]
         lines += ["| platform | xla | vendor | custom | basis | libraries |",
                   "|---|---:|---:|---:|---|---|"]  # fmt: skip
         lines += [
@@ -651,7 +757,7 @@ def _md_totals(view: ReportView) -> list[str]:
     for platform, cells, libraries in totals.rows:
         libs = ", ".join(f"{lib} {number(n)}" for lib, n in libraries) or "—"
         lines.append(f"| {md_cell(platform)} | {' | '.join(cells)} | {md_cell(libs)} |")
-    lines += ["", f"_{TOTALS_NOTE}_"]
+    lines += ["", f"_{totals_note(view.unit)}_"]
     if view.deviceless:
         lines += ["", f"Note: {NO_AUTOTUNE_NOTE}."]
     return lines
@@ -667,12 +773,44 @@ def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
     lines = [
         f"### {sentence(hotspot_title(view, platform, len(shown)))}",
         "",
-        "| site | kernel | checks | tests | calls | time |",
+        f"| {' | '.join(hotspot_headers(view.unit))} |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for site in shown:
         cells = hotspot_cells(site)
         lines.append(f"| {md_code(cells[0])} | {md_cell(cells[1])} | {' | '.join(cells[2:])} |")
+    return lines
+
+
+def _md_audit(view: ReportView, options: DisplayOptions) -> list[str]:
+    """What the suite audit saw; in a run with checks too, its own numbers and sites."""
+    audit = view.audit
+    if audit is None:
+        return []
+    lines = [
+        "### Suite audit (`--jaxport-audit`)",
+        "",
+        f"- seen: {md_cell(audit.seen_line())}",
+        f"- recorded by: {md_cell(audit.hook)}",
+    ]
+    said = audit.not_audited()
+    if said is not None:
+        lines.append(f"- not audited: {md_cell(said)}")
+    lines += [f"- note: {md_cell(note)}" for note in audit.notes]
+    owners = sum(1 for t in audit.tests if t.owns)
+    users = sum(1 for t in audit.tests if t.uses and not t.owns)
+    lines.append(
+        f"- per test: {plural(owners, 'test')} own the computations they ran first; "
+        f"{plural(users, 'other test')} only ran computations an earlier test owns (JAX "
+        "served them from its caches); the JSON and HTML reports and `jaxport show "
+        "REPORT.json -v` list them"
+    )
+    numbers = audit.numbers
+    if numbers is not None:
+        lines += ["", "The suite audit's own numbers (each distinct computation the suite ran, "
+                  "once; the numbers above are the portable checks'):", ""]  # fmt: skip
+        lines += _md_numbers(numbers, heading="#### The three numbers")
+        lines += ["", *_md_hotspots(numbers, options)]
     return lines
 
 

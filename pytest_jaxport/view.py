@@ -19,6 +19,12 @@ Where to add something new, once for every format:
 - a new kind of problem: :func:`problems_of`;
 - another source of censuses for the hotspots: :class:`pytest_jaxport.hotspots.Reach`.
 
+The suite audit (``--jaxport-audit``, the report's ``audit`` section) is part of the same
+view (:mod:`pytest_jaxport.audit_view` reads it): its failures to re-lower and its suite
+budget failures are problem groups (``audit``), and its three numbers, sites and platform
+totals are the headline's where the run has no checks (``unit`` says what the numbers
+count), else :attr:`AuditView.numbers`, next to the checks'.
+
 Every key may be missing or malformed: a view of a broken report is empty where the report
 is, never an exception.
 
@@ -158,6 +164,9 @@ class Headline:
     upgraded_from: str = ""
     facts: tuple[tuple[str, str], ...] = ()
     """Configuration and environment, as ``(label, value)`` pairs."""
+    audit_failures: int = 0
+    """The suite audit's budget failures (``fail_on``, the baseline): each fails the session,
+    no test."""
 
     def counts(self) -> str:
         """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
@@ -204,6 +213,13 @@ class Problem:
     message: str = ""
     """The whole finding in one line (a violation's headline, an error's first line)."""
     details: tuple[str, ...] = ()
+    audit: bool = False
+    """The suite audit's: a computation that failed to re-lower (``test`` its owner, ``check``
+    the computation), or a suite budget failure (``test`` is :data:`AUDITED_SUITE`)."""
+
+
+AUDITED_SUITE = "the audited suite"
+"""What a suite-level audit problem names in place of a test (it fails the session)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,23 +232,30 @@ class ProblemGroup:
     rule: str
     """What the group's rows share: ``limit 2, set in pyproject.toml`` (the most common)."""
     problems: tuple[Problem, ...]
+    audit: bool = False
+    """The suite audit's problems (``--jaxport-audit``), apart from the portable tests'."""
 
     @property
     def title(self) -> str:
-        """``cuda: max_library_calls.cudnn``, ``tpu: does not lower``, ``crashed``."""
-        if self.platform:
-            return f"{self.platform}: {self.key}"
-        return FAILURE_TITLES.get(self.key, self.key)
+        """``cuda: max_library_calls.cudnn``, ``tpu: does not lower``, ``crashed``; the suite
+        audit's start ``audit``: ``audit: cuda: max_custom_calls``."""
+        title = f"{self.platform}: {self.key}" if self.platform else FAILURE_TITLES.get(
+            self.key, self.key)  # fmt: skip
+        return f"audit: {title}" if self.audit else title
 
     @property
     def tests(self) -> int:
         return len({p.test for p in self.problems})
 
     def summary(self) -> str:
-        """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``."""
-        noun = {"violation": "violation", "failure": "test"}.get(self.kind, "check")
-        text = plural(len(self.problems), noun)
-        if self.kind != "failure":
+        """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``; the audit's
+        ``1 suite violation (...)``, ``3 computations in 2 tests (...)``, ``2 counts``."""
+        nouns = {"violation": "violation", "failure": "test"}
+        if self.audit:
+            nouns = {"violation": "suite violation", "failure": "count"}
+        text = plural(len(self.problems), nouns.get(self.kind, "computation" if self.audit
+                                                      else "check"))  # fmt: skip
+        if self.kind != "failure" and not (self.audit and self.kind == "violation"):
             text += f" in {plural(self.tests, 'test')}"
         return text + (f" ({self.rule})" if self.rule else "")
 
@@ -278,6 +301,17 @@ TOTALS_NOTE = (
     "(one function checked by 40 tests counts 40 times). Sites: distinct source lines and "
     "kernels, each counted once; kernels to rewrite are distinct sites."
 )
+AUDIT_TOTALS_NOTE = (
+    "lowered / failed to lower: distinct computations the suite ran. Calls: call-weighted "
+    "dispatches summed over the distinct computations (one computation 40 tests ran counts "
+    "once). Sites: distinct source lines and kernels, each counted once; kernels to rewrite "
+    "are distinct sites."
+)
+
+
+def totals_note(unit: str) -> str:
+    """What the platform totals count, for numbers of checks or of audited computations."""
+    return AUDIT_TOTALS_NOTE if unit == "computation" else TOTALS_NOTE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -413,6 +447,67 @@ class Note:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AuditTest:
+    """One test of an audited suite and the computations it ran."""
+
+    nodeid: str
+    owns: tuple[str, ...] = ()
+    """The computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
+    uses: tuple[tuple[str, str], ...] = ()
+    """``(computation, owner)``: computations an earlier test ran first. JAX served them
+    from its caches (traced and compiled before); the audit still counts the test a user."""
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditView:
+    """The suite audit (``--jaxport-audit``): what it saw and how; per test what it ran."""
+
+    seen: Mapping[str, int]
+    """The report's ``seen`` counts (``computations``, ``jit``, ``eager``, ``tests``...)."""
+    hook: str
+    """How computations were recorded: ``jax 0.10.2, jit cache-miss hook (...)``."""
+    notes: tuple[str, ...] = ()
+    """What it could not see here, and the audit's own errors."""
+    lowers_everywhere: int = 0
+    """Computations that lowered for every platform."""
+    numbers: ReportView | None = None
+    """Its three numbers, sites and totals, where the headline's are the checks' (a run with
+    both); ``None`` where they are the headline's."""
+    tests: tuple[AuditTest, ...] = ()
+    failures: int = 0
+
+    def seen_line(self) -> str:
+        """``34 distinct computations (5 jit, 29 eager op-by-op) in 7 of 9 tests; 8 run by
+        more than one test``."""
+        seen = self.seen
+        text = (
+            f"{plural(seen.get('computations', 0), 'distinct computation')} "
+            f"({number(seen.get('jit', 0))} jit, {number(seen.get('eager', 0))} eager "
+            f"op-by-op) in {number(seen.get('tests_using', 0))} of "
+            f"{plural(seen.get('tests', 0), 'test')}; {number(seen.get('shared', 0))} run by "
+            "more than one test"
+        )
+        if seen.get("partitioned"):
+            text += (
+                f"; {number(seen['partitioned'])} partitioned over several devices (with the "
+                "collectives XLA's SPMD partitioner inserts)"
+            )
+        return text
+
+    def not_audited(self) -> str | None:
+        """``4 compilations outside jit dispatch ...``; ``None`` when there were none."""
+        n = self.seen.get("compiled_outside", 0)
+        if not n:
+            return None
+        return (
+            f"{plural(n, 'compilation')} outside jit dispatch, counted but not audited "
+            "(ahead-of-time .lower().compile(), pmap on jax < 0.7)"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportView:
     """Everything a report format shows, in the order of importance."""
 
@@ -435,8 +530,11 @@ class ReportView:
     :func:`what_if_line`)."""
     transformations: tuple[tuple[str, str], ...] = ()
     """``(test, line)`` per function checked with transformations (:func:`variant_lines`)."""
-    audit: Mapping[str, Any] | None = None
-    """The report's ``audit`` section (``--jaxport-audit``), as stored."""
+    unit: str = "check"
+    """What the numbers (hotspots, totals, shares, targets) count: ``check``, or
+    ``computation`` where they are a suite audit's (a run without checks)."""
+    audit: AuditView | None = None
+    """The suite audit (``--jaxport-audit``), where the report has one."""
 
     @property
     def problem_count(self) -> int:
@@ -473,8 +571,12 @@ class ReportView:
         targets = view.targets
         if any(t.target == platform for t in targets):
             targets = tuple(t for t in targets if t.target == platform)
+        audit = view.audit
+        if audit is not None and audit.numbers is not None:
+            audit = dataclasses.replace(audit, numbers=audit.numbers.select(options))
         return dataclasses.replace(
             view,
+            audit=audit,
             problems=tuple(groups),
             hotspots=tuple(h for h in view.hotspots if h.platform == platform),
             totals=dataclasses.replace(
@@ -497,6 +599,11 @@ class ReportView:
 
 HOTSPOT_HEADERS = ("site", "kernel", "checks", "tests", "calls", "time")
 HOTSPOT_NUMERIC = (False, False, True, True, True, True)
+
+
+def hotspot_headers(unit: str) -> tuple[str, ...]:
+    """:data:`HOTSPOT_HEADERS`, the third column named for what the numbers count."""
+    return (*HOTSPOT_HEADERS[:2], f"{unit}s", *HOTSPOT_HEADERS[3:])
 
 
 def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
@@ -530,13 +637,17 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
 
 def build_view(report: Mapping[str, Any]) -> ReportView:
     """The view of a report (schema version 2); never raises on a malformed one."""
+    from pytest_jaxport.audit_view import audit_parts
+
     summary = _map(report.get("summary"))
     tests = [_map(t) for t in _list(report.get("tests")) if isinstance(t, Mapping)]
     platforms = _platforms(report, tests)
     rows = tuple(test_row(t, platforms) for t in sorted(tests, key=_test_key))
+    headline = headline_of(report)
+    audit = audit_parts(report)
     view = ReportView(
-        headline=headline_of(report),
-        problems=problems_of(rows),
+        headline=headline,
+        problems=problems_of(rows, audit.problems if audit is not None else ()),
         hotspots=hotspots_of(summary, tests),
         totals=totals_of(summary),
         shares=shares_of(summary.get("runtime_share")),
@@ -553,8 +664,22 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         deviceless=_deviceless(tests),
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
-        audit=_map(report.get("audit")) or None,
     )
+    if audit is not None:
+        view = dataclasses.replace(
+            view, headline=dataclasses.replace(headline, audit_failures=audit.view.failures)
+        )
+        if headline.checks:  # both: the checks' numbers lead, the audit's sit next to them
+            view = dataclasses.replace(
+                view, audit=dataclasses.replace(audit.view, numbers=audit.numbers)
+            )
+        else:  # an audit of an unchanged suite: its numbers are the headline's
+            numbers = audit.numbers
+            summary = {**summary, "platforms": audit.summary.get("platforms")}
+            view = dataclasses.replace(
+                view, audit=audit.view, unit=numbers.unit, hotspots=numbers.hotspots,
+                totals=numbers.totals, shares=numbers.shares, targets=numbers.targets,
+            )  # fmt: skip
     return dataclasses.replace(view, layers=layers_of(view, summary))
 
 
@@ -802,11 +927,14 @@ def _violation(data: Mapping[str, Any]) -> Violation | None:
         return None
 
 
-def problems_of(tests: Iterable[TestRow]) -> tuple[ProblemGroup, ...]:
+def problems_of(
+    tests: Iterable[TestRow], audit: Iterable[Problem] = ()
+) -> tuple[ProblemGroup, ...]:
     """Every problem of the suite, grouped: violations by budget key and platform; checks
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
-    mismatches no violation covers; tests that failed or errored for another reason."""
-    found: list[Problem] = []
+    mismatches no violation covers; tests that failed or errored for another reason; and the
+    suite ``audit``'s problems (:func:`pytest_jaxport.audit_view.audit_problems`), apart."""
+    found: list[Problem] = list(audit)
     for test in tests:
         record = test.record
         violated: set[tuple[str, str, str]] = set()
@@ -833,19 +961,25 @@ def problems_of(tests: Iterable[TestRow]) -> tuple[ProblemGroup, ...]:
             for cell in row.cells.values():
                 found += _cell_problems(test.nodeid, row, cell, violated)
         found += _failures(test)
-    groups: dict[tuple[ProblemKind, str, str | None], list[Problem]] = {}
+    groups: dict[tuple[ProblemKind, str, str | None, bool], list[Problem]] = {}
     for problem in found:
-        groups.setdefault((problem.kind, problem.key, problem.platform), []).append(problem)
+        key = (problem.kind, problem.key, problem.platform, problem.audit)
+        groups.setdefault(key, []).append(problem)
     ordered = sorted(
         groups.items(),
         key=lambda item: (PROBLEM_KINDS.index(item[0][0]), -len(item[1]), item[0][2] or "",
-                          item[0][1]),
+                          item[0][1], item[0][3]),
     )  # fmt: skip
     return tuple(
         ProblemGroup(
-            kind=kind, key=key, platform=platform, rule=_rule(kind, key, rows), problems=tuple(rows)
+            kind=kind,
+            key=key,
+            platform=platform,
+            rule=_rule(kind, key, rows, audit=audit),
+            problems=tuple(rows),
+            audit=audit,
         )
-        for (kind, key, platform), rows in ordered
+        for (kind, key, platform, audit), rows in ordered
     )
 
 
@@ -919,7 +1053,11 @@ def _failures(test: TestRow) -> list[Problem]:
     return problems
 
 
-def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem]) -> str:
+def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool = False) -> str:
+    if audit and kind == "not-lowered":
+        return "a finding of the suite audit: no test fails for it"
+    if audit and kind == "failure":
+        return "the session fails; no test does"
     if kind == "violation":
         (limit, origin), _ = Counter((p.limit, p.origin) for p in rows).most_common(1)[0]
         others = len({(p.limit, p.origin) for p in rows}) - 1
@@ -1066,6 +1204,10 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
     checks = [c for t in view.tests for c in t.checks]
     everywhere = sum(1 for c in checks if c.cells and all(x.lowers for x in c.cells.values()))
     untraced = sum(1 for c in checks if c.record.get("untraced"))
+    counted = len(checks)
+    if view.audit is not None and view.unit == "computation":
+        everywhere = view.audit.lowers_everywhere
+        counted = view.audit.seen.get("computations", 0)
     platforms = {str(p): _map(t) for p, t in _map(summary.get("platforms")).items()}
 
     def shares(layer: str) -> str:
@@ -1083,7 +1225,7 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
     )
     tooling = summary.get("tooling")
     values = [
-        f"{number(everywhere)} of {plural(len(checks), 'check')} "
+        f"{number(everywhere)} of {plural(counted, view.unit)} "
         f"lower{'s' if everywhere == 1 else ''} on every configured platform"
         + (f" ({number(untraced)} could not be traced here)" if untraced else ""),
         "; ".join(x for x in (f"ops: {xla}" if xla else "", shares("xla")) if x),

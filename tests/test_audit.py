@@ -162,7 +162,9 @@ def test_an_unchanged_suite_is_audited_and_no_outcome_changes(suite: pytest.Pyte
     assert audit["tests"]["test_suite.py::test_mlp_again"]["owns"] == []
     assert mlp_4x8["id"] in audit["tests"]["test_suite.py::test_mlp_again"]["uses"]
     assert audit["interception"]["hooked"] is True
-    result.stdout.fnmatch_lines(["*jaxport audit*"])
+    result.stdout.fnmatch_lines(
+        ["*= jaxport portability report =*", "suite audit (--jaxport-audit): *"]
+    )
 
 
 def test_the_audit_counts_exactly_what_jaxport_check_counts(pytester: pytest.Pytester) -> None:
@@ -234,10 +236,27 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
         [
             "jaxport: audit on: recording every jitted computation*",
             "*= jaxport audit =*",
-            "seen: * distinct computations (* jit, * eager op-by-op) in 7 of 9 tests*",
-            "cuda  lowered */*  vendor *cublas*",
-            "where the lock-in lives on cuda*",
-            "  test_suite.py:*cusolver*",
+            "problems: none (every audited computation lowers on every platform, the suite *",
+            "",
+            "where the lock-in lives on cuda: 5 distinct sites (5 vendor, 0 custom)*",
+            "  site * kernel * computations  tests  calls  time",
+            "  test_suite.py:15  cublas gemm * 2      3      4 *",
+            "*",
+            "  test_suite.py:21  cusolver solver*",
+            "*",
+            "*",
+            "",
+            "layers (-v: in full):",
+            "  JAX Python code (jit, grad, vmap): * of * computations lower on every configured*",
+            "*",
+            "1. runtime share (suite audit, each distinct computation once):",
+            "*",
+            "2. kernels to rewrite moving off cuda (distinct sites; suite audit): rocm 0, tpu 0",
+            "*",
+            "cuda  * 0 *cublas*",
+            "*",
+            "suite audit (--jaxport-audit): * distinct computations (* jit, * eager op-by-op) in 7"
+            " of 9 tests;",
         ]
     )
     result.stdout.no_fnmatch_line("*Traceback*")
@@ -345,15 +364,31 @@ def test_fail_on_fails_the_session_once_and_no_test(pytester: pytest.Pytester) -
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "jaxport audit: FAILED: 2 suite budget problem(s)*no test failed for them",
-            esc("cuda: max_vendor_calls = 1 (set in pyproject.toml ")
-            + esc("[tool.jaxport.audit.fail_on.cuda]), found 5 vendor calls (lowered)"),
-            "    stablehlo.triangular_solve (cublas) x2 at test_gate.py:6",
-            esc("cuda: max_library_calls.cusolver = 0 (set in pyproject.toml ")
-            + esc("[tool.jaxport.audit.fail_on]), found 1 cusolver call (lowered)"),
-            "    cusolver_getrf_ffi (cusolver) at test_gate.py:6",
+            "problems: 2 suite audit failures (no test's)",
+            "  audit: cuda: max_library_calls.cusolver — 1 suite violation (limit 0, set in*",
+            "*",
+            "    the audited suite  1 cusolver call",
+            "  audit: cuda: max_vendor_calls — 1 suite violation (limit 1, set in*",
+            "*",
+            "    the audited suite  5 vendor calls",
         ]
     )
+    # then once more, as the session's one failure, with the offending sites
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport audit: FAILED: 2 suite budget problems*no test failed for them",
+            esc("cuda: 1 cusolver call > 0 (max_library_calls.cusolver, set in pyproject.toml ")
+            + esc("[tool.jaxport.audit.fail_on]); lowered"),
+            "    cusolver_getrf_ffi (cusolver) at test_gate.py:6",
+            esc("cuda: 5 vendor calls > 1 (max_vendor_calls, set in pyproject.toml ")
+            + esc("[tool.jaxport.audit.fail_on.cuda]); lowered"),
+            "*",
+            "*",
+            "*",
+            "    stablehlo.triangular_solve (cublas) x2 at test_gate.py:6",
+        ]
+    )
+    assert result.stdout.str().count("jaxport audit: FAILED") == 1
 
 
 def test_fail_on_within_limits_passes(pytester: pytest.Pytester) -> None:
@@ -388,7 +423,19 @@ def test_the_baseline_ratchets_audit_counts(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "*suite budget problem(s)*",
+            "  audit: counts grew since the baseline — 6 counts (the session fails; no test does)",
+            "*",
+            "*",
+            "    the audited suite  cuda: cusolver calls grew 0 -> 1 (+1) since the baseline",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport audit: FAILED: 6 suite budget problems*",
+            "*",
+            "*",
+            "*",
+            "*",
             "cuda: cusolver calls grew 0 -> 1 (+1) since the baseline",
             "    vendor cusolver_syevd_ffi (cusolver) at test_base.py:5 x1 (new)",
         ]
@@ -444,7 +491,7 @@ def test_show_merge_and_diff_read_audit_reports(
     audit_of(suite)
     report = str(suite.path / "report.json")
     for fmt, expected in (("text", "suite audit (--jaxport-audit):"),
-                          ("md", "### Suite audit"), ("html", '<section id="audit">')):  # fmt: skip
+                          ("md", "### Suite audit"), ("html", '<section id="audit" ')):  # fmt: skip
         assert main(["show", report, "--format", fmt]) == 0
         out = capsys.readouterr().out
         assert expected in out

@@ -16,9 +16,12 @@ import pytest
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 
 
-def audit_of(pytester: pytest.Pytester, *args: str) -> dict[str, Any]:
+def audit_of(pytester: pytest.Pytester, *args: str, cache: bool = False) -> dict[str, Any]:
     result = pytester.runpytest_subprocess(
-        "--jaxport-audit", "--jaxport-report=report.json", "-p", "no:cacheprovider", *args
+        "--jaxport-audit",
+        "--jaxport-report=report.json",
+        *(() if cache else ("-p", "no:cacheprovider")),
+        *args,
     )
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == outcomes.get("errors", 0) == 0, result.stdout.str()
@@ -132,6 +135,17 @@ def test_sharded_programs_are_recorded_with_their_shardings(
             assert data_parallel(w, x).shape == ()
 
 
+        def test_data_parallel_gradient():
+            x = jax.device_put(jnp.ones((8, 16)), NamedSharding(MESH, P("data")))
+            w = jax.device_put(jnp.ones((16, 4)), NamedSharding(MESH, P()))
+
+            @jax.jit
+            def gradient(w, x):
+                return jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w)))(w)
+
+            assert gradient(w, x).shape == (16, 4)
+
+
         def test_shard_map_psum():
             @jax.jit
             @partial(jax.shard_map, mesh=MESH, in_specs=P("data"), out_specs=P())
@@ -146,11 +160,33 @@ def test_sharded_programs_are_recorded_with_their_shardings(
             assert out.shape == (4, 2)
         """
     )
-    audit = audit_of(pytester)
+    audit = audit_of(pytester, cache=True)
     names = {c["function"]: c for c in audit["computations"]}
     parallel = names["data_parallel"]
     assert any("data" in s for s in parallel["shardings"]), parallel["shardings"]
     assert cuda_libraries(parallel).get("cublas") == 1
+    # the SPMD partitioner's collectives, as jaxport.check counts them: the mean over the
+    # split batch, and the gradient of the replicated weights, need an all-reduce each
+    for name in ("data_parallel", "gradient"):
+        computation = names[name]
+        assert computation["partitions"] == 4, name
+        for platform, library in (("cuda", "nccl"), ("rocm", "rccl")):
+            census = computation["platforms"][platform]["lowered"]
+            reduce = census["collectives"]["all-reduce"]
+            assert reduce["inserted"] >= 1, (name, platform, census["collectives"])
+            assert census["libraries"][library] == reduce["count"], (name, platform)
+        assert computation["findings"] == []
+    # a warm run reads the partitioner's record from the lowered cache: the same audit
+    from pytest_jaxport.report import without_timings
+
+    warm = audit_of(pytester, cache=True)
+    warm["seen"].pop("calls")
+    audit["seen"].pop("calls")
+    assert without_timings(warm) == without_timings(audit)
+    records = list((pytester.path / ".pytest_cache" / "d" / "jaxport-lowered").glob("*.json"))
+    partitioned = sum(c["partitions"] > 1 for c in audit["computations"])
+    assert partitioned >= 3  # data_parallel, gradient, the shard_map program
+    assert len(records) == 4 * audit["seen"]["computations"] + partitioned
     (summed,) = [c for c in audit["computations"] if c["owner"] and "shard_map" in c["owner"]
                  and c["kind"] == "jit"]  # fmt: skip
     assert cuda_libraries(summed).get("nccl") == 1  # the psum, an all-reduce

@@ -296,8 +296,11 @@ def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
 
 
 def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
-    from pytest_jaxport.audit_report import AuditLedger, audit_lines
+    from pytest_jaxport.audit_report import AuditLedger
     from pytest_jaxport.cost import CostModel
+    from pytest_jaxport.display import DisplayOptions
+    from pytest_jaxport.render import render_text
+    from pytest_jaxport.view import build_view
 
     support = interception.Support(
         jax="9.0.0",
@@ -326,6 +329,11 @@ def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     section = ledger.section(
         interception=support.to_dict(), platforms=["cpu"], migrate_to=[], model=CostModel()
     )
-    lines = audit_lines(section)
-    assert any(line.startswith("not audited: 3 compilations") for line in lines)
-    assert f"note: {note}" in lines
+    view = build_view({"schema_version": 2, "audit": section})
+    assert view.audit is not None
+    assert view.audit.not_audited() is not None
+    assert view.audit.not_audited().startswith("3 compilations")  # type: ignore[union-attr]
+    assert view.audit.notes == (note,)
+    text = " ".join(render_text(view, DisplayOptions()).split())
+    assert "not audited: 3 compilations outside jit dispatch" in text
+    assert f"note: {' '.join(note.split())}" in text

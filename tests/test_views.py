@@ -473,10 +473,19 @@ def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) ->
         total = sum(h.share or 0.0 for h in sites if h.layer == layer)
         assert total == pytest.approx(suite[layer], abs=1e-9)
     # Another source of censuses (an audit's computations, say) feeds the same function:
-    # one census reached by two tests counts once, reached twice.
-    census = reaches[0].census
-    [*shared] = hotspots([Reach(test=t, source="computation-1", census=census) for t in "ab"])
+    # one census reached by two tests counts once (its dispatches and time too), reached
+    # twice; one reached outside any test (while importing) counts no test.
+    census, share = reaches[0].census, reaches[0].share
+    [*shared] = hotspots(
+        [Reach(test=t, source="computation-1", census=census, share=share) for t in ("a", "b")]
+    )
+    [*alone] = hotspots([Reach(test="a", source="computation-1", census=census, share=share)])
+    [*outside] = hotspots([Reach(test=None, source="computation-1", census=census)])
+    assert shared
     assert all((h.checks, h.tests) == (1, 2) for h in shared)
+    assert [(h.dispatches, h.seconds) for h in shared] == [(h.dispatches, h.seconds) for h in alone]
+    assert [h.dispatches for h in outside] == [h.dispatches for h in alone]
+    assert all(h.tests == 0 for h in outside)
 
 
 def test_step_summary_append_stays_under_githubs_limit(big: dict[str, Any], tmp_path: Path) -> None:
