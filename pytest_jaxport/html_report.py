@@ -544,6 +544,12 @@ def _totals(view: ReportView) -> str:
         for platform, cells, libraries in totals.rows
     )
     note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
+    if view.collectives:
+        items = "".join(f"<li><b>{_e(p)}</b>: {_e(what)}</li>" for p, what in view.collectives)
+        note += (
+            '<p class="note">Collectives by kind (call-weighted, summed over checks):</p>'
+            f'<ul class="collectives">{items}</ul>'
+        )
     return (
         '<section id="totals" aria-labelledby="totals-h"><h2 id="totals-h">Platform totals</h2>'
         f'<p class="note">{_e(TOTALS_NOTE)}</p>'

@@ -494,6 +494,10 @@ def totals_lines(view: ReportView) -> list[str]:
         names = [f"{lib} {number(n)}" for lib, n in libraries]
         out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip() if names else line)
     out.append("  (" + TOTALS_NOTE_SHORT + ")")
+    if view.collectives:
+        out.append("collectives by kind (call-weighted, summed over checks):")
+        for platform, what in view.collectives:
+            out += wrap(f"{platform}: {what}", indent="  ", hang="    ")
     return out
 
 
@@ -652,6 +656,9 @@ def _md_totals(view: ReportView) -> list[str]:
         libs = ", ".join(f"{lib} {number(n)}" for lib, n in libraries) or "—"
         lines.append(f"| {md_cell(platform)} | {' | '.join(cells)} | {md_cell(libs)} |")
     lines += ["", f"_{TOTALS_NOTE}_"]
+    if view.collectives:
+        lines += ["", "Collectives by kind (call-weighted, summed over checks):", ""]
+        lines += [f"- **{md_cell(p)}**: {md_cell(what)}" for p, what in view.collectives]
     if view.deviceless:
         lines += ["", f"Note: {NO_AUTOTUNE_NOTE}."]
     return lines
