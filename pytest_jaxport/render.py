@@ -489,10 +489,17 @@ def totals_lines(view: ReportView) -> list[str]:
     )
     head, body = lines[: len(lines) - len(rows)], lines[len(lines) - len(rows) :]
     width = max(len(line) for line in lines) + 2
-    out = [*head[:-1], head[-1].ljust(width) + "libraries"]
+    # Libraries end each row where they fit (20 columns at least), else go under it.
+    beside = WIDTH - width >= 20
+    out = [*head[:-1], head[-1].ljust(width) + "libraries" if beside else head[-1]]
     for (_, _, libraries), line in zip(totals.rows, body, strict=True):
         names = [f"{lib} {number(n)}" for lib, n in libraries]
-        out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip() if names else line)
+        if not names:
+            out.append(line)
+        elif beside:
+            out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip())
+        else:
+            out += [line, "  libraries: " + listed(names, WIDTH - 13)]
     out.append("  (" + TOTALS_NOTE_SHORT + ")")
     if view.collectives:
         out.append("collectives by kind (call-weighted, summed over checks):")
@@ -510,9 +517,14 @@ TOTALS_NOTE_SHORT = (
 
 
 def md_cell(value: object) -> str:
-    """Text for a Markdown table cell: ``|`` escaped, one line, HTML-ish characters escaped."""
+    """Text for a Markdown table cell: ``|`` escaped, one line, what could open an HTML tag
+    or entity escaped (``>`` alone cannot, so arrows stay readable in the raw file).
+
+    >>> print(md_cell("cudnn 1 -> <lambda> | x & y"))
+    cudnn 1 -> &lt;lambda> \\| x &amp; y
+    """
     text = " ".join(str(value).split())
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def md_code(value: object) -> str:

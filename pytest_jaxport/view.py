@@ -1010,12 +1010,17 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
             count, inserted = _int(_map(found).get("count")), _int(_map(found).get("inserted"))
             extra = f" ({number(inserted)} inserted by the SPMD partitioner)" if inserted else ""
             parts.append(f"{kind} {number(count)}{extra}")
-        grouped.setdefault(", ".join(parts), []).append(str(platform))
+        # A compiled program's collectives are the backend's (XLA's GPU pipeline combines
+        # small all-reduces), not the partitioner's: say so where the counts come from there.
+        label = f"{platform} (compiled)" if _int(_map(totals).get("compiled")) else str(platform)
+        grouped.setdefault(", ".join(parts), []).append(label)
     if not grouped:
         return ()
     rows = [(", ".join(platforms), kinds) for kinds, platforms in grouped.items()]
     every = [p for platforms in grouped.values() for p in platforms]
-    runs = ", ".join(f"{COLLECTIVE_LIBRARIES.get(p, 'xla')} on {p}" for p in every)
+    runs = ", ".join(
+        f"{COLLECTIVE_LIBRARIES.get(p.split()[0], 'xla')} on {p.split()[0]}" for p in every
+    )
     return (*rows, ("run by", runs))
 
 
