@@ -38,6 +38,7 @@ from pytest_jaxport.view import (
     Headline,
     Problem,
     ReportView,
+    collectives_of,
     first_line,
     hotspots_of,
     plural,
@@ -97,6 +98,7 @@ def audit_parts(report: Mapping[str, Any]) -> AuditParts | None:
         totals=totals_of(summary),
         shares=shares_of(summary.get("runtime_share")),
         targets=targets_of(summary),
+        collectives=collectives_of(summary),
         unit="computation",
     )
     everywhere = sum(

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -71,14 +72,21 @@ class JaxportWarning(pytest.PytestWarning):
 _PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def warn(warning: Warning) -> None:
-    """Issue ``warning`` at the first frame outside the plugin: the user's ``check`` call
-    (however many plugin frames lie between, as ``skip_file_prefixes`` does on 3.12+)."""
-    frame = sys._getframe(0)
+def _user_frame() -> tuple[FrameType, int]:
+    """The first frame outside the plugin (the user's ``check`` call, however many plugin
+    frames lie between) and its stack level as seen from the caller of this function."""
+    frame = sys._getframe(1)
     level = 1
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_PLUGIN_DIR):
         frame = frame.f_back
         level += 1
+    return frame, level
+
+
+def warn(warning: Warning) -> None:
+    """Issue ``warning`` at the user's ``check`` call (as ``skip_file_prefixes`` does on
+    3.12+)."""
+    _, level = _user_frame()
     warnings.warn(warning, stacklevel=level)
 
 
@@ -250,7 +258,7 @@ class Jaxport:
         from pytest_jaxport import lowering
 
         present = lowering.present_platforms()
-        frame = sys._getframe(2)  # the line that called check() (check -> _probe)
+        frame, _ = _user_frame()  # the line that called check()
         caller = self._lowered_level.shown_location(
             SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
         )

@@ -606,6 +606,12 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         for platform, cells, libraries in totals.rows
     )
     note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
+    if view.collectives:
+        items = "".join(f"<li><b>{_e(p)}</b>: {_e(what)}</li>" for p, what in view.collectives)
+        note += (
+            f'<p class="note">Collectives by kind (call-weighted, summed over {view.unit}s):</p>'
+            f'<ul class="collectives">{items}</ul>'
+        )
     return (
         f'<section id="{anchor}" aria-labelledby="{anchor}-h"><h2 id="{anchor}-h">Platform '
         "totals</h2>"

@@ -12,7 +12,11 @@ present here (CPU host devices with ``--xla_force_host_platform_device_count``),
 asked to dump the module before optimizations and right after the ``spmd-partitioning``
 pass (:data:`DUMP_OPTIONS`). The collectives of the partitioned module that the module as
 lowered does not have are the inserted ones (:func:`inserted_collectives`); XLA gives each
-the metadata of the op that needed it, so each points at that op's source line.
+the metadata of the op that needed it, so each points at that op's source line. Releases
+before stack frames in HLO metadata (jax 0.6) record only that op's innermost frame outside
+JAX (a layer inside flax, say); :func:`with_inserted` then takes the whole call stack from the
+lowered program's ops at that frame when one call stack reaches it, so the site is shown where
+the user's code called it, and otherwise keeps the frame (shown inside the library).
 :func:`with_inserted` adds them to a lowered :class:`~census.Program` as ``spmd.<op>`` sites,
 which the classification table counts like the program's own collectives (nccl on cuda,
 rccl on rocm, ICI on tpu).
@@ -34,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from pytest_jaxport.census import CALL_OPS, OpSite, Program
+from pytest_jaxport.census import _FRAME, CALL_OPS, OpSite, Program
 from pytest_jaxport.hlo import parse_compiled_hlo
 from pytest_jaxport.targets import INSERTED_PREFIX, collective_kind
 
@@ -82,10 +86,41 @@ def with_inserted(program: Program, inserted: Sequence[OpSite]) -> Program:
     if not inserted or PARTITIONER_FUNCTION in program.functions:
         return program
     functions = dict(program.functions)
-    functions[PARTITIONER_FUNCTION] = tuple(inserted)
+    functions[PARTITIONER_FUNCTION] = _with_call_stacks(inserted, program)
     call = OpSite(op="func.call", target=PARTITIONER_FUNCTION)
     functions[program.entry] = (*functions.get(program.entry, ()), call)
     return replace(program, functions=functions)
+
+
+def _with_call_stacks(inserted: Sequence[OpSite], program: Program) -> tuple[OpSite, ...]:
+    """``inserted`` with each one-frame location (HLO metadata without stack frames) replaced
+    by the call stack of the lowered program's ops at that frame, when they share one (only
+    calls and ops that can be kernels keep a location, so elementwise ops' frames stay).
+
+    >>> lowered = Program(entry="main", functions={"main": (OpSite(op="stablehlo.dot_general",
+    ...     location='loc(callsite("f"("/l/dense.py":9:4) at "g"("/u/m.py":3:1)))'),)})
+    >>> (site,) = _with_call_stacks([OpSite(op="spmd.all_reduce",
+    ...     location='loc("/l/dense.py":9:0)')], lowered)
+    >>> site.location
+    'loc(callsite("f"("/l/dense.py":9:4) at "g"("/u/m.py":3:1)))'
+    """
+    stacks: dict[tuple[str, str], set[str]] = {}
+    for sites in program.functions.values():
+        for site in sites:
+            if site.location and "callsite(" in site.location:
+                frames = _FRAME.findall(site.location)
+                if frames:
+                    stacks.setdefault(frames[0], set()).add(site.location)
+    resolved = []
+    for site in inserted:
+        frames = _FRAME.findall(site.location or "")
+        # A frame reached along several call stacks (one layer used twice) stays as it is:
+        # the metadata does not say which caller needed the collective.
+        if len(frames) == 1 and len(stacks.get(frames[0], ())) == 1:
+            (stack,) = stacks[frames[0]]
+            site = replace(site, location=stack)
+        resolved.append(site)
+    return tuple(resolved)
 
 
 def partition_record(inserted: Sequence[OpSite]) -> Program:

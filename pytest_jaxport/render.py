@@ -582,11 +582,22 @@ def totals_lines(view: ReportView) -> list[str]:
     )
     head, body = lines[: len(lines) - len(rows)], lines[len(lines) - len(rows) :]
     width = max(len(line) for line in lines) + 2
-    out = [*head[:-1], head[-1].ljust(width) + "libraries"]
+    # Libraries end each row where they fit (20 columns at least), else go under it.
+    beside = WIDTH - width >= 20
+    out = [*head[:-1], head[-1].ljust(width) + "libraries" if beside else head[-1]]
     for (_, _, libraries), line in zip(totals.rows, body, strict=True):
         names = [f"{lib} {number(n)}" for lib, n in libraries]
-        out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip() if names else line)
+        if not names:
+            out.append(line)
+        elif beside:
+            out.append((line.ljust(width) + listed(names, WIDTH - width)).rstrip())
+        else:
+            out += [line, "  libraries: " + listed(names, WIDTH - 13)]
     out.append("  (" + totals_note_short(view.unit) + ")")
+    if view.collectives:
+        out.append(f"collectives by kind (call-weighted, summed over {view.unit}s):")
+        for platform, what in view.collectives:
+            out += wrap(f"{platform}: {what}", indent="  ", hang="    ")
     return out
 
 
@@ -606,9 +617,14 @@ def totals_note_short(unit: str) -> str:
 
 
 def md_cell(value: object) -> str:
-    """Text for a Markdown table cell: ``|`` escaped, one line, HTML-ish characters escaped."""
+    """Text for a Markdown table cell: ``|`` escaped, one line, what could open an HTML tag
+    or entity escaped (``>`` alone cannot, so arrows stay readable in the raw file).
+
+    >>> print(md_cell("cudnn 1 -> <lambda> | x & y"))
+    cudnn 1 -> &lt;lambda> \\| x &amp; y
+    """
     text = " ".join(str(value).split())
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def md_code(value: object) -> str:
@@ -758,6 +774,9 @@ def _md_totals(view: ReportView) -> list[str]:
         libs = ", ".join(f"{lib} {number(n)}" for lib, n in libraries) or "—"
         lines.append(f"| {md_cell(platform)} | {' | '.join(cells)} | {md_cell(libs)} |")
     lines += ["", f"_{totals_note(view.unit)}_"]
+    if view.collectives:
+        lines += ["", f"Collectives by kind (call-weighted, summed over {view.unit}s):", ""]
+        lines += [f"- **{md_cell(p)}**: {md_cell(what)}" for p, what in view.collectives]
     if view.deviceless:
         lines += ["", f"Note: {NO_AUTOTUNE_NOTE}."]
     return lines

@@ -383,7 +383,9 @@ def count_suite(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Suite totals: tests, checks, violations, and per platform counts by layer and library.
 
     Counts come from the level budgets apply at: the compiled census where a check was
-    compiled, the lowered one elsewhere. Platforms with compiling configured also carry
+    compiled, the lowered one elsewhere. Platforms whose checks have collectives carry
+    ``collectives``: per kind, ``count`` (call-weighted, summed over checks) and ``inserted``
+    (how many of them the SPMD partitioner added). Platforms with compiling configured also carry
     ``compiled`` and ``failed_to_compile`` (how many checks reached each outcome); platforms
     JAX could not lower for without their hardware carry ``needs_hardware`` (those checks
     are not in ``failed_to_lower``).
@@ -418,6 +420,12 @@ def count_suite(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 totals["xla"] = totals.get("xla", 0) + counted.get("xla", 0)
                 for library, n in counted["libraries"].items():
                     totals["libraries"][library] = totals["libraries"].get(library, 0) + n
+                for kind, found in (counted.get("collectives") or {}).items():
+                    summed = totals.setdefault("collectives", {}).setdefault(
+                        kind, {"count": 0, "inserted": 0}
+                    )
+                    summed["count"] += found.get("count", 0)
+                    summed["inserted"] += found.get("inserted", 0)
     for totals in platforms.values():
         totals["libraries"] = dict(sorted(totals["libraries"].items()))
     outcomes: dict[str, int] = {}

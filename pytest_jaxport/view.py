@@ -283,6 +283,10 @@ def _totals_level(totals: Mapping[str, Any]) -> str:
     return "compiled" if compiled == _int(totals.get("lowered")) else "mixed"
 
 
+def _collective_calls(totals: Mapping[str, Any]) -> str:
+    return number(sum(_int(_map(c).get("count")) for c in _map(totals.get("collectives")).values()))
+
+
 TOTALS_COLUMNS: tuple[Column, ...] = (
     Column(header="lowered", read=_count_of("lowered")),
     Column(header="failed to lower", read=_count_of("failed_to_lower")),
@@ -292,6 +296,7 @@ TOTALS_COLUMNS: tuple[Column, ...] = (
     Column(header="vendor sites", read=_count_of("vendor_sites")),
     Column(header="custom calls", read=_count_of("custom")),
     Column(header="custom sites", read=_count_of("custom_sites")),
+    Column(header="collective calls", read=_collective_calls, key="collectives"),
     Column(header="level", read=_totals_level, numeric=False),
 )
 """The platform totals, in every format. Add a per-platform figure here."""
@@ -535,6 +540,10 @@ class ReportView:
     ``computation`` where they are a suite audit's (a run without checks)."""
     audit: AuditView | None = None
     """The suite audit (``--jaxport-audit``), where the report has one."""
+    collectives: tuple[tuple[str, str], ...] = ()
+    """``(platform, what)`` per platform whose checks have collectives: by kind, how many the
+    SPMD partitioner inserted, what runs them there and on the other platforms
+    (:func:`collectives_of`)."""
 
     @property
     def problem_count(self) -> int:
@@ -664,6 +673,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         deviceless=_deviceless(tests),
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
+        collectives=collectives_of(summary),
     )
     if audit is not None:
         view = dataclasses.replace(
@@ -679,6 +689,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
             view = dataclasses.replace(
                 view, audit=audit.view, unit=numbers.unit, hotspots=numbers.hotspots,
                 totals=numbers.totals, shares=numbers.shares, targets=numbers.targets,
+                collectives=numbers.collectives,
             )  # fmt: skip
     return dataclasses.replace(view, layers=layers_of(view, summary))
 
@@ -1119,6 +1130,37 @@ def totals_of(summary: Mapping[str, Any]) -> TotalsTable:
         numeric=tuple(c.numeric for c in columns),
         rows=rows,
     )
+
+
+def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The checks' collectives by kind, platforms with the same counts on one row
+    (partitioning does not depend on the backend), then what runs them on each platform:
+    ``("cpu, cuda, rocm, tpu", "all-reduce 12 (6 inserted by the SPMD partitioner)")``,
+    ``("run by", "nccl on cuda, rccl on rocm, ici on tpu, xla-cpu on cpu")``."""
+    from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
+
+    grouped: dict[str, list[str]] = {}
+    for platform, totals in _map(summary.get("platforms")).items():
+        kinds = _map(_map(totals).get("collectives"))
+        if not kinds:
+            continue
+        parts = []
+        for kind, found in sorted(kinds.items()):
+            count, inserted = _int(_map(found).get("count")), _int(_map(found).get("inserted"))
+            extra = f" ({number(inserted)} inserted by the SPMD partitioner)" if inserted else ""
+            parts.append(f"{kind} {number(count)}{extra}")
+        # A compiled program's collectives are the backend's (XLA's GPU pipeline combines
+        # small all-reduces), not the partitioner's: say so where the counts come from there.
+        label = f"{platform} (compiled)" if _int(_map(totals).get("compiled")) else str(platform)
+        grouped.setdefault(", ".join(parts), []).append(label)
+    if not grouped:
+        return ()
+    rows = [(", ".join(platforms), kinds) for kinds, platforms in grouped.items()]
+    every = [p for platforms in grouped.values() for p in platforms]
+    runs = ", ".join(
+        f"{COLLECTIVE_LIBRARIES.get(p.split()[0], 'xla')} on {p.split()[0]}" for p in every
+    )
+    return (*rows, ("run by", runs))
 
 
 def share_label(share: Mapping[str, Any]) -> str:

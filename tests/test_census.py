@@ -102,6 +102,9 @@ def test_conv_fft_and_solve_on_gpu_platforms() -> None:
     assert "cudnn" not in cpu
 
 
+@pytest.mark.filterwarnings(
+    "ignore:The Pallas Triton backend is deprecated:DeprecationWarning"
+)  # jax 0.12: on purpose
 def test_pallas_behind_platform_dependent() -> None:
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] * 2.0

@@ -442,7 +442,7 @@ def test_deviceless_matmuls_show_prediction_versus_compiled(pytester: pytest.Pyt
     md = (pytester.path / "r.md").read_text()
     assert "cuda: lowered predicted cublas 4; compiled: " in md
     assert re.search(r"cuda: with no vendor libraries: cudnn 1 -> XLA's own kernels only", md)
-    assert "| compiled deviceless a100 |" in md
+    assert "(compiled deviceless a100) |" in md  # the check's cuda cell names its level
     assert "does not autotune" in md
 
 
@@ -487,7 +487,7 @@ def test_deviceless_cuda_compiles_a_sharded_program_for_as_many_gpus(
             jaxport.check(step, params, jax.device_put(np.ones((16, 8), np.float32), batch))
         """,
     )
-    result = pytester.runpytest("--jaxport-report=r.json")
+    result = pytester.runpytest("--jaxport-report=r.json", "--jaxport-report-details=all")
     result.assert_outcomes(passed=1)
     cuda = platforms_of(report_of(pytester), "test_step")["cuda"]
     assert cuda["compile_error"] is None
@@ -499,6 +499,13 @@ def test_deviceless_cuda_compiles_a_sharded_program_for_as_many_gpus(
     assert compiled["all-reduce"]["library"] == "nccl"
     assert cuda["compiled"]["libraries"]["nccl"] == compiled["all-reduce"]["count"]
     result.stdout.fnmatch_lines(["*cuda: collectives (nccl): all-reduce 7 (6 inserted*compiled*"])
+    # The suite's collectives by kind: cuda's are the compiled program's, and say so.
+    result.stdout.fnmatch_lines(
+        [
+            f"  cuda (compiled): all-reduce {compiled['all-reduce']['count']}",
+            "  run by: *nccl on cuda*",
+        ]
+    )
 
 
 @needs_plugin

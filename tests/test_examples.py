@@ -281,7 +281,11 @@ def test_demo_prints_the_report_section(demo: DemoRun) -> None:
     assert "jaxport: full report written to out.json" in section
     for test in tests:
         assert f"{test} [passed]" not in section  # per-test details only on request
-    assert max(len(line) for line in section.splitlines()) <= 100
+    # Within 100 columns up to pytest's own sections (pytest leaves its short test summary
+    # untruncated on CI machines).
+    ours = re.split(r"^=+ .* =+$", section, maxsplit=1, flags=re.MULTILINE)[0]
+    assert "short test summary info" not in ours
+    assert max(len(line) for line in ours.splitlines()) <= 100
 
 
 def test_designed_failure_names_key_limit_count_and_origin(

@@ -249,6 +249,32 @@ def test_the_gradient_all_reduce_is_counted_per_platform(
     assert again["tests"][0]["checks"][0]["platforms"]["cuda"] == probe["platforms"]["cuda"]
 
 
+def test_collectives_by_kind_are_in_the_suite_totals_of_every_format(
+    pytester: pytest.Pytester,
+) -> None:
+    """The suite totals carry each platform's collectives by kind (the 6 gradient
+    all-reduces the partitioner inserts), and every format shows them with what runs them
+    on each platform."""
+    from pytest_jaxport import html_report, render
+
+    pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    totals = report["summary"]["platforms"]
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        assert totals[platform]["collectives"] == {"all-reduce": {"count": 6, "inserted": 6}}
+    kinds = "all-reduce 6 (6 inserted by the SPMD partitioner)"
+    runs = "xla-cpu on cpu, nccl on cuda, rccl on rocm, ici on tpu"
+    result.stdout.fnmatch_lines(
+        ["collectives by kind*", f"  cpu, cuda, rocm, tpu: {kinds}", f"  run by: {runs}"]
+    )
+    assert f"**cpu, cuda, rocm, tpu**: {kinds}" in render.markdown(report)
+    assert f"<b>run by</b>: {runs}" in html_report.html(report)
+    result.stdout.fnmatch_lines(
+        ["platform * collective", "* calls  libraries", "cuda * 6  *nccl 6"]
+    )
+
+
 def test_a_budget_fails_on_inserted_collectives(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_dp=DATA_PARALLEL_TEST.replace('"nccl": 6', '"nccl": 5'))
     result, _ = run_json(pytester)

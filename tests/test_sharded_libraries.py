@@ -193,6 +193,13 @@ def _check_data_parallel(case: str, check: dict, models: object, source: list[st
         there = check["platforms"][platform]["lowered"]["collectives"]["all-reduce"]
         assert (there["count"], there["library"]) == (leaves, library), (case, platform)
     lines = {k["location"] for k in cuda["kernels"] if k["name"] == "spmd.all_reduce"}
+    if jax.__version_info__ < (0, 7):
+        # HLO metadata without stack frames: a collective needed by an op that keeps no
+        # location of its own (a bias add) is shown at its frame inside the library.
+        assert lines, case
+        shown = ("models.py:", "flax/", "equinox/", "haiku/")
+        assert all(line.startswith(shown) for line in lines), (case, lines)
+        return
     assert all(line.startswith("models.py:") for line in lines), (case, lines)
     if case == "linen_adam":  # each Dense's and the LayerNorm's parameters, at their layer
         assert lines == {_line(source, "LINEN DENSE"), _line(source, "LINEN HEAD")}
