@@ -144,17 +144,21 @@ def tests_of(
     audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
 ) -> tuple[AuditTest, ...]:
     """Per test that ran anything (collection order), what it owns and what it uses that an
-    earlier test owns."""
+    earlier test owns (jitted functions before eager op-by-op computations)."""
     by_id = {str(c.get("id")): c for c in computations}
+
+    def jitted_first(cids: Any) -> list[str]:  # the jitted functions, then eager ops
+        return sorted(map(str, cids or ()), key=lambda c: by_id.get(c, {}).get("kind") != "jit")
+
     rows = []
     for nodeid, test in _map(audit.get("tests")).items():
         test = _map(test)
-        owns = [str(cid) for cid in test.get("owns") or ()]
+        owns = jitted_first(test.get("owns"))
         owned = set(owns)
         uses = [
-            (label(by_id.get(str(cid), {"id": cid})), str(by_id.get(str(cid), {}).get("owner")))
-            for cid in test.get("uses") or ()
-            if str(cid) not in owned
+            (label(by_id.get(cid, {"id": cid})), str(by_id.get(cid, {}).get("owner")))
+            for cid in jitted_first(test.get("uses"))
+            if cid not in owned
         ]
         rows.append(
             AuditTest(

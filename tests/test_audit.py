@@ -501,3 +501,125 @@ def test_show_merge_and_diff_read_audit_reports(
     assert json.loads((suite.path / "merged.json").read_text())["audit"]["seen"]["computations"]
     assert main(["diff", report, report]) == 0
     capsys.readouterr()
+
+
+GATED = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(a):
+    return jnp.linalg.inv(a) @ a
+
+
+def test_owner():
+    assert step(jnp.eye(2) * 2).shape == (2, 2)
+
+
+def test_user():
+    assert step(jnp.eye(2) * 3).shape == (2, 2)
+
+
+def test_eager():
+    assert jnp.linalg.cholesky(jnp.eye(3) * 4.0)[0, 0] == 2.0
+"""
+
+
+def test_every_format_renders_the_audit_from_the_one_view(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject=PLATFORMS + "\n[tool.jaxport.audit]\nfail_on = {max_library_calls = "
+        "{cusolver = 0}}\n",
+    )
+    pytester.makepyfile(test_gate=GATED)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    outputs = {}
+    for fmt in ("md", "html", "json"):
+        result = pytester.runpytest("--jaxport-audit", f"--jaxport-report=r.{fmt}", "-v")
+        result.assert_outcomes(passed=3)
+        assert result.ret == pytest.ExitCode.TESTS_FAILED  # the suite's budget, no test
+        outputs[fmt] = (pytester.path / f"r.{fmt}").read_text()
+    terminal = result.stdout.str()
+    # terminal: problems first, the audit's three numbers as the headline, per test at -v
+    result.stdout.fnmatch_lines(
+        [
+            "*= jaxport portability report =*",
+            "suite audit, per test: it owns the computations it ran first*",
+            "  test_gate.py::test_owner: owns * (step *",
+            "  test_gate.py::test_user: uses * (step * of test_gate.py::test_owner*",
+            "  test_gate.py::test_eager: owns *",
+            "problems: 1 suite audit failure (no test's)",
+            "  audit: cuda: max_library_calls.cusolver — 1 suite violation (limit 0, *",
+            "*",
+            "    the audited suite  2 cusolver calls",
+        ]
+    )
+    assert terminal.index("problems: 1 suite audit failure") < terminal.index(
+        "1. runtime share (suite audit, each distinct computation once):"
+    )
+    result.stdout.fnmatch_lines(
+        ["  site * kernel * computations  tests  calls  time", "  test_gate.py:7 * cusolver *"]
+    )
+    # Markdown (the file and the CI step summary): the same problems first, then the numbers
+    for text in (outputs["md"], summary.read_text()):
+        assert "**Suite audit: " in text
+        assert "audit: cuda: max_library_calls.cusolver" in text
+        problems = text.index("### Problems")
+        assert problems < text.index("### The three numbers (suite audit: each distinct")
+        assert problems < text.index("### Suite audit (`--jaxport-audit`)")
+        assert "| site | kernel | computations | tests | calls | time |" in text
+    # HTML: the problems section holds the audit's failure; the audit's own section its tests
+    html = outputs["html"]
+    assert '<span class="label">audited computations</span>' in html
+    assert '<span class="label">suite audit failures</span>' in html
+    problems = html.index('<section id="problems"')
+    assert (
+        problems
+        < html.index("audit: cuda: max_library_calls.cusolver")
+        < html.index('<section id="numbers"')
+    )
+    assert "The three numbers (suite audit)" in html
+    assert '<th scope="col" class="num">computations</th>' in html
+    audit_section = html[html.index('<section id="audit"') :]
+    assert "<code>test_gate.py::test_user</code>" in audit_section
+    assert "of test_gate.py::test_owner" in audit_section
+    # JSON: the judgement and the sites as data, read back into the same view by `show`
+    audit = json.loads(outputs["json"])["audit"]
+    (violation,) = audit["violations"]
+    assert (violation["platform"], violation["key"]) == ("cuda", "max_library_calls.cusolver")
+    (site,) = [s for s in audit["sites"] if s["platform"] == "cuda" and "cusolver" in
+               (s["library"] or "") and s["location"] == "test_gate.py:7"]  # fmt: skip
+    assert (site["computations"], site["tests"]) == (1, 2)
+    assert main(["show", str(pytester.path / "r.json"), "--format", "md"]) == 0
+
+
+def test_a_run_with_checks_shows_the_audits_numbers_next_to_theirs(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_both=GATED
+        + """
+
+import pytest
+
+
+@pytest.mark.portable
+def test_checked(jaxport):
+    jaxport.check(lambda x: jnp.tanh(x) @ x, jnp.ones((4, 4)))
+"""
+    )
+    result = pytester.runpytest("--jaxport-audit", "--jaxport-report=r.md", "-v")
+    result.assert_outcomes(passed=4)
+    assert result.ret == pytest.ExitCode.OK
+    text = result.stdout.str()
+    checks = text.index("1. runtime share (suite, time-weighted):")
+    audit = text.index("the suite audit's numbers (each distinct computation the suite ran")
+    assert checks < audit < text.index("1. runtime share (suite audit, each distinct computation")
+    result.stdout.fnmatch_lines(["*1 portable test, 1 check*"])
+    md = (pytester.path / "r.md").read_text()
+    assert md.index("### The three numbers\n") < md.index("#### The three numbers (suite audit")
