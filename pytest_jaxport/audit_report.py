@@ -68,7 +68,7 @@ from typing import Any, TypedDict
 from pytest_jaxport.budget import Violation, evaluate, rewrite_violations
 from pytest_jaxport.census import Census, Kernel
 from pytest_jaxport.config import Budget
-from pytest_jaxport.cost import CostModel, RewriteItem, RuntimeShare
+from pytest_jaxport.cost import COST_KEYS, CostModel, RewriteItem, RuntimeShare
 from pytest_jaxport.hotspots import Reach, hotspots, site_order
 from pytest_jaxport.report import (
     PlatformProbe,
@@ -186,58 +186,150 @@ class AuditLedger:
         index = {nodeid: i for nodeid, (i, _) in self._tests.items()}
         computations: list[dict[str, Any]] = []
         for cid, record in self.computations.items():
-            users = self._users(cid)
             computations.append(
-                {
-                    **record,
-                    "owner": users[0] if users else None,
-                    "users": users,
-                    "outside_tests": cid in self._outside,
-                }
+                {**record, "users": self._users(cid), "outside_tests": cid in self._outside}
             )
-        computations.sort(
-            key=lambda c: (
-                index.get(c["owner"], -1) if c["owner"] else -1,
-                c["function"],
-                c["id"],
-            )
+        uses = {nodeid: list(used) for nodeid, (_, used) in sorted(
+            self._tests.items(), key=lambda t: (t[1][0], t[0]))}  # fmt: skip
+        return assemble(
+            computations,
+            uses,
+            index=index,
+            tests=len(self._tests),
+            events={"calls": self.calls, "compiled_outside": self.compiled_outside},
+            errors=self.errors,
+            interception=interception,
+            platforms=platforms,
+            migrate_to=migrate_to,
+            model=model,
+            price=price,
         )
-        tests: dict[str, dict[str, list[str]]] = {}
-        for nodeid, (_, uses) in sorted(self._tests.items(), key=lambda t: (t[1][0], t[0])):
-            if uses:
-                owns = [cid for cid in uses if self._users(cid)[:1] == [nodeid]]
-                tests[nodeid] = {"owns": owns, "uses": list(uses)}
-        seen = {
-            "computations": len(computations),
-            "jit": sum(c["kind"] == "jit" for c in computations),
-            "eager": sum(c["kind"] == "eager" for c in computations),
-            "tests": len(self._tests),
-            "tests_using": len(tests),
-            "tests_owning": sum(bool(t["owns"]) for t in tests.values()),
-            "shared": sum(len(c["users"]) > 1 for c in computations),
-            "outside_tests": sum(bool(c["outside_tests"]) for c in computations),
-            "partitioned": sum(int(c.get("partitions", 1)) > 1 for c in computations),
-            "calls": self.calls,
-            "compiled_outside": self.compiled_outside,
-            "audit_errors": len(self.errors),
-        }
-        section: dict[str, Any] = {
-            "interception": dict(interception or {}),
-            "platforms": list(platforms),
-            "seen": seen,
-            "summary": audit_summary(computations, migrate_to=migrate_to, model=model, price=price),
-            "sites": sites(computations),
-            "findings": [
-                {"computation": c["id"], "function": c["function"], **finding}
-                for c in computations
-                for finding in c["findings"]
-            ],
-            "computations": computations,
-            "tests": tests,
-        }
-        if self.errors:
-            section["audit_errors"] = sorted(set(self.errors))[:20]
-        return section
+
+
+def assemble(
+    computations: list[dict[str, Any]],
+    uses: Mapping[str, list[str]],
+    *,
+    index: Mapping[str, int],
+    tests: int,
+    events: Mapping[str, int],
+    errors: Sequence[str],
+    interception: Mapping[str, Any] | None,
+    platforms: Sequence[str],
+    migrate_to: Sequence[str],
+    model: CostModel,
+    price: Callable[[RewriteItem], float | None] | None = None,
+) -> dict[str, Any]:
+    """The ``audit`` section of distinct ``computations`` (each with its ``users`` in
+    collection order) and the computations each test ran (``uses``, tests in collection
+    order; ``index`` their positions): owners, the ``seen`` counts, the suite's numbers and
+    sites, each computation counted once. What a run's ledger and ``jaxport merge`` build."""
+    for c in computations:
+        c["owner"] = c["users"][0] if c["users"] else None
+    computations.sort(
+        key=lambda c: (index.get(c["owner"], -1) if c["owner"] else -1, c["function"], c["id"])
+    )
+    owner = {c["id"]: c["owner"] for c in computations}
+    ran: dict[str, dict[str, list[str]]] = {}
+    for nodeid, used in uses.items():
+        if used:
+            ran[nodeid] = {"owns": [cid for cid in used if owner.get(cid) == nodeid],
+                           "uses": list(used)}  # fmt: skip
+    seen = {
+        "computations": len(computations),
+        "jit": sum(c["kind"] == "jit" for c in computations),
+        "eager": sum(c["kind"] == "eager" for c in computations),
+        "tests": tests,
+        "tests_using": len(ran),
+        "tests_owning": sum(bool(t["owns"]) for t in ran.values()),
+        "shared": sum(len(c["users"]) > 1 for c in computations),
+        "outside_tests": sum(bool(c["outside_tests"]) for c in computations),
+        "partitioned": sum(int(c.get("partitions", 1)) > 1 for c in computations),
+        "calls": int(events.get("calls", 0)),
+        "compiled_outside": int(events.get("compiled_outside", 0)),
+        "audit_errors": len(errors),
+    }
+    section: dict[str, Any] = {
+        "interception": dict(interception or {}),
+        "platforms": list(platforms),
+        "seen": seen,
+        "summary": audit_summary(computations, migrate_to=migrate_to, model=model, price=price),
+        "sites": sites(computations),
+        "findings": [
+            {"computation": c["id"], "function": c["function"], **finding}
+            for c in computations
+            for finding in c["findings"]
+        ],
+        "computations": computations,
+        "tests": ran,
+        "cost": {key: getattr(model, key) for key in COST_KEYS},
+    }
+    if errors:
+        section["audit_errors"] = sorted(set(errors))[:20]
+    return section
+
+
+def merge_audits(
+    sections: Sequence[tuple[str, Mapping[str, Any]]], *, migrate_to: Sequence[str]
+) -> dict[str, Any]:
+    """One audit of several legs' ``(leg name, audit section)``: the union of their
+    computations by id (one computation two legs ran counts once; the first leg's census,
+    the union of its users), their tests in leg order (a test in two legs, the union of what
+    it ran), and the suite's numbers, sites and ``seen`` counts recomputed over the union
+    with the first leg's cost model (``cost``). Events (calls, compilations outside jit
+    dispatch, the audit's errors) are summed; the suite budget failures are each leg's own
+    judgement, kept with the leg's name (merging does not re-read ``fail_on``)."""
+    computations: dict[str, dict[str, Any]] = {}
+    users: dict[str, dict[str, None]] = {}
+    uses: dict[str, dict[str, None]] = {}
+    platforms: dict[str, None] = {}
+    events = {"calls": 0, "compiled_outside": 0}
+    errors: list[str] = []
+    violations: list[dict[str, Any]] = []
+    growth: list[dict[str, Any]] = []
+    interceptions: list[Mapping[str, Any]] = []
+    idle = 0  # tests that ran nothing jitted, per leg (not listed by name)
+    for leg, section in sections:
+        interceptions.append(section.get("interception") or {})
+        platforms.update(dict.fromkeys(section.get("platforms") or ()))
+        for c in section.get("computations") or ():
+            record = computations.setdefault(c["id"], {**c, "users": []})
+            record["outside_tests"] = bool(record["outside_tests"] or c.get("outside_tests"))
+            users.setdefault(c["id"], {}).update(dict.fromkeys(c.get("users") or ()))
+        for nodeid, test in (section.get("tests") or {}).items():
+            uses.setdefault(nodeid, {}).update(dict.fromkeys(test.get("uses") or ()))
+        seen = section.get("seen") or {}
+        idle = max(idle, int(seen.get("tests", 0)) - int(seen.get("tests_using", 0)))
+        for key in events:
+            events[key] += int(seen.get(key, 0))
+        errors += section.get("audit_errors") or ()
+        violations += [{**v, "leg": leg} for v in section.get("violations") or ()]
+        growth += [{**g, "leg": leg} for g in section.get("baseline_growth") or ()]
+    index = {nodeid: i for i, nodeid in enumerate(uses)}
+    for cid, record in computations.items():
+        record["users"] = sorted(users[cid], key=lambda n: (index.get(n, len(index)), n))
+    interception = dict(interceptions[0]) if interceptions else {}
+    versions = list(dict.fromkeys(str(i.get("jax")) for i in interceptions if i.get("jax")))
+    if len(versions) > 1:
+        interception["jax"] = ", ".join(versions)
+    cost = sections[0][1].get("cost") or {}
+    model = CostModel(**{k: float(v) for k, v in cost.items() if k in COST_KEYS})
+    merged = assemble(
+        list(computations.values()),
+        {nodeid: list(used) for nodeid, used in uses.items()},
+        index=index,
+        tests=len(uses) + idle,
+        events=events,
+        errors=errors,
+        interception=interception,
+        platforms=list(platforms),
+        migrate_to=migrate_to,
+        model=model,
+    )
+    merged["violations"] = violations
+    merged["baseline_growth"] = growth
+    merged["legs"] = [leg for leg, _ in sections]
+    return merged
 
 
 def _as_checks(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_jaxport import __version__
+from pytest_jaxport.audit_report import AuditChange
 from pytest_jaxport.config import ConfigError, ProjectConfig, parse_project
 from pytest_jaxport.numerics import Tolerance, compare, default_tolerance, gradient_tolerance
 from pytest_jaxport.outputs import OutputsError, load_outputs
@@ -318,9 +319,15 @@ def merge(
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
     report["comparisons"] = comparisons
-    audits = [leg.report["audit"] for leg in named if isinstance(leg.report.get("audit"), Mapping)]
-    if audits:  # --jaxport-audit: the first leg's (merging audits is not supported yet)
-        report["audit"] = dict(audits[0])
+    audits = [(leg.name, leg.report["audit"]) for leg in named
+              if isinstance(leg.report.get("audit"), Mapping)]  # fmt: skip
+    if audits:  # --jaxport-audit: one audit of the union of the legs' computations
+        from pytest_jaxport.audit_report import merge_audits
+
+        try:
+            report["audit"] = merge_audits(audits, migrate_to=config.get("migrate_to") or ())
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise MergeError(f"malformed audit section in a leg: {e!r}") from None
     return MergeResult(
         report=report, drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
     )
@@ -856,11 +863,18 @@ class ReportDiff:
     new_checks: tuple[tuple[str, str], ...] = ()
     removed_checks: tuple[tuple[str, str], ...] = ()
     compared_tests: int = 0
+    audit: tuple[AuditChange, ...] = ()
+    """The suite audit's counts that changed (``--jaxport-audit`` on both sides)."""
+    new_sites: tuple[tuple[str, str], ...] = ()
+    """``(platform, site)``: the suite audit's sites the head has and the base has not."""
+    removed_sites: tuple[tuple[str, str], ...] = ()
+    audit_compared: bool = False
+    """Whether both sides have audit counts (else the audit is not compared)."""
 
     @property
     def grew(self) -> bool:
         """Whether some count grew or some platform stopped lowering: ``jaxport diff`` exits 1."""
-        return any(c.fails for c in self.changes)
+        return any(c.fails for c in self.changes) or any(c.grew for c in self.audit)
 
     @property
     def growth(self) -> tuple[Change, ...]:
@@ -871,12 +885,38 @@ class ReportDiff:
         return tuple(c for c in self.changes if not c.fails)
 
     def headline(self) -> str:
-        return (
+        text = (
             f"{len(self.growth)} grew, {len(self.shrinkage)} shrank, "
             f"{_count(len(self.new_tests), 'new test')}, "
             f"{_count(len(self.removed_tests), 'removed test')} "
             f"({_count(self.compared_tests, 'test')} compared)"
         )
+        if self.audit_compared:
+            grew = sum(c.grew for c in self.audit)
+            text += (
+                f"; suite audit: {grew} grew, {len(self.audit) - grew} shrank, "
+                f"{_count(len(self.new_sites), 'new site')}, "
+                f"{_count(len(self.removed_sites), 'removed site')}"
+            )
+        return text
+
+    def audit_lines(self) -> list[str]:
+        """The suite audit's changed counts (with the sites that moved them) and its new and
+        removed sites, for the terminal."""
+        lines = []
+        for title, grew in (("suite audit grew", True), ("suite audit shrank", False)):
+            changes = [c for c in self.audit if c.grew == grew]
+            if changes:
+                lines.append(f"{title}:")
+                for change in changes:
+                    lines.append(f"  {change.describe()}")
+                    lines += [f"    {site.describe()}" for site in change.sites]
+        for title, pairs in (("suite audit, new sites", self.new_sites),
+                             ("suite audit, removed sites", self.removed_sites)):  # fmt: skip
+            if pairs:
+                lines.append(f"{title}:")
+                lines += [f"  {platform}: {site}" for platform, site in pairs]
+        return lines
 
     def text(self) -> str:
         """For the terminal: a headline, then each change, test and check added or removed."""
@@ -894,7 +934,7 @@ class ReportDiff:
             if pairs:
                 lines.append(f"{title}:")
                 lines += [f"  {n} check {c!r}" for n, c in pairs]
-        return "\n".join(lines)
+        return "\n".join(lines + self.audit_lines())
 
     def markdown(self) -> str:
         """For a pull-request comment."""
@@ -923,6 +963,22 @@ class ReportDiff:
         for title, names in (("New tests", self.new_tests), ("Removed tests", self.removed_tests)):
             if names:
                 lines += [f"**{title}:** " + ", ".join(f"`{n}`" for n in names), ""]
+        if self.audit:
+            lines += ["#### Suite audit", "", "| | platform | count | base | head | change |",
+                      "|---|---|---|---:|---:|---:|"]  # fmt: skip
+            for a in self.audit:
+                mark = ":red_circle:" if a.grew else ":green_circle:"
+                lines.append(
+                    f"| {mark} | {a.platform} | {_md_cell(metric_label(a.metric))} | {a.before} | "
+                    f"{a.after} | {a.after - a.before:+d} |"
+                )
+            lines.append("")
+        for title, pairs in (("Suite audit, new sites", self.new_sites),
+                             ("Suite audit, removed sites", self.removed_sites)):  # fmt: skip
+            if pairs:
+                lines += [f"**{title}:**", ""]
+                lines += [f"- {p}: `{_md_cell(site)}`" for p, site in pairs]
+                lines.append("")
         return "\n".join(lines)
 
 
@@ -937,7 +993,19 @@ def diff(base: Mapping[str, Any], head: Mapping[str, Any]) -> ReportDiff:
     (a compiled census is never compared with a lowered one). New and removed tests and
     checks are listed; they are not growth.
     """
-    old, new = baseline_of(base)["tests"], baseline_of(head)["tests"]
+    from pytest_jaxport.audit_report import audit_changes, site_changes
+
+    base_counts, head_counts = baseline_of(base), baseline_of(head)
+    old, new = base_counts["tests"], head_counts["tests"]
+    base_audit, head_audit = base_counts.get("audit"), head_counts.get("audit")
+    compared = False
+    audit: list[AuditChange] = []
+    added: list[tuple[str, str]] = []
+    removed: list[tuple[str, str]] = []
+    if isinstance(base_audit, Mapping) and isinstance(head_audit, Mapping):
+        compared = True
+        audit = audit_changes(base_audit, head_audit)
+        added, removed = site_changes(base_audit, head_audit)
     changes: list[Change] = []
     new_checks: list[tuple[str, str]] = []
     removed_checks: list[tuple[str, str]] = []
@@ -953,6 +1021,10 @@ def diff(base: Mapping[str, Any], head: Mapping[str, Any]) -> ReportDiff:
         new_checks=tuple(new_checks),
         removed_checks=tuple(removed_checks),
         compared_tests=len(common),
+        audit=tuple(audit),
+        new_sites=tuple(added),
+        removed_sites=tuple(removed),
+        audit_compared=compared,
     )
 
 

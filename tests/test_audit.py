@@ -623,3 +623,63 @@ def test_checked(jaxport):
     result.stdout.fnmatch_lines(["*1 portable test, 1 check*"])
     md = (pytester.path / "r.md").read_text()
     assert md.index("### The three numbers\n") < md.index("#### The three numbers (suite audit")
+
+
+def test_merge_unions_legs_audits_and_diff_shows_audit_changes(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_gate=GATED
+        + """
+
+def test_eigh():
+    assert step(jnp.eye(2) * 2).shape == (2, 2)
+    assert jnp.linalg.eigh(jnp.eye(2))[0].shape == (2,)
+"""
+    )
+
+    def leg(name: str, *select: str) -> dict[str, Any]:
+        result = pytester.runpytest("--jaxport-audit", f"--jaxport-report={name}.json", *select)
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        return json.loads((pytester.path / f"{name}.json").read_text())["audit"]
+
+    whole = leg("whole")
+    first = leg("first", "-k", "test_owner or test_eager")
+    second = leg("second", "-k", "test_user or test_eigh")
+    step = {c["id"] for c in whole["computations"] if c["function"] == "step"}
+    assert {c["id"] for c in first["computations"]} & {c["id"] for c in second["computations"]}
+    assert step <= {c["id"] for c in second["computations"]}
+    out = str(pytester.path / "merged.json")
+    assert main(["merge", str(pytester.path / "first.json"), str(pytester.path / "second.json"),
+                 "-o", out, "--md", str(pytester.path / "merged.md")]) == 0  # fmt: skip
+    capsys.readouterr()
+    merged = json.loads((pytester.path / "merged.json").read_text())["audit"]
+    # one computation both legs ran counts once: the union is the whole suite's audit
+    assert len(merged["computations"]) == len(whole["computations"])
+    assert merged["seen"]["computations"] < (
+        first["seen"]["computations"] + second["seen"]["computations"]
+    )
+    for key in ("summary", "sites", "tests", "findings"):
+        assert without_timings(merged[key]) == without_timings(whole[key]), key
+    (merged_step,) = [c for c in merged["computations"] if c["id"] in step]
+    assert merged_step["owner"] == "test_gate.py::test_owner"
+    assert merged_step["users"] == [
+        "test_gate.py::test_owner", "test_gate.py::test_user", "test_gate.py::test_eigh"
+    ]  # fmt: skip
+    assert merged["legs"] == ["first.json", "second.json"]
+    assert "### Suite audit" in (pytester.path / "merged.md").read_text()
+    # diff: the first leg against the union grew by eigh's solver, at its line
+    assert main(["diff", str(pytester.path / "first.json"), out]) == 1
+    text = capsys.readouterr().out
+    assert "; suite audit: " in text
+    assert "suite audit grew:" in text
+    assert "  cuda: cusolver calls grew 2 -> 3 (+1)" in text
+    assert "    vendor cusolver_syevd_ffi (cusolver) at test_gate.py:24 x1 (new)" in text
+    assert "suite audit, new sites:" in text
+    assert main(["diff", out, str(pytester.path / "first.json")]) == 0  # shrinking passes
+    assert "suite audit shrank:" in capsys.readouterr().out
+    assert main(["diff", out, out]) == 0
+    assert "suite audit: 0 grew, 0 shrank, 0 new sites, 0 removed sites" in (
+        capsys.readouterr().out
+    )
