@@ -16,6 +16,13 @@ other op is untouched, so a census of the inert program counts exactly what the 
 dispatches, with each callback counted in the ``meta`` layer. The inert program must never be
 compiled or run: the placeholder has no implementation.
 
+Compiling for a GPU this machine does not have (the deviceless ``compile = ["cuda"]``) meets the
+same wall, and the placeholder's custom call would not compile either: :func:`trace_compilable`
+makes each callback a stand-in that compiles (its results are zeros that XLA cannot fold,
+computed from its operands, its effects kept), so XLA compiles and optimizes the rest of the
+program as it would with the callback, plus one small reduction per callback. The compiled
+census then has no trace of the callbacks themselves (the lowered level counts them).
+
 Example (an audit that recorded a computation's jaxpr and argument types)::
 
     closed = jax.make_jaxpr(step)(params, batch)
@@ -94,15 +101,16 @@ def _equations(closed: Any) -> Iterator[Any]:
             pending.extend(_open(sub) for sub in _nested(eqn.params))
 
 
-def make_inert(closed: Any) -> Any:
-    """``closed`` (a ``ClosedJaxpr``) with every host callback replaced by an inert placeholder.
+def make_inert(closed: Any, *, compilable: bool = False) -> Any:
+    """``closed`` (a ``ClosedJaxpr``) with every host callback replaced by an inert placeholder
+    (``compilable``: by a stand-in whose results are zeros, which XLA compiles).
 
     Nested jaxprs are rewritten too, each once (a jaxpr used twice stays shared, so the
     lowered module keeps its calls). Returns ``closed`` itself when it has no callback.
     """
     if not has_callbacks(closed):
         return closed
-    return _Rewrite().value(closed)
+    return _Rewrite(_inert_primitive(compilable)).value(closed)
 
 
 def trace_inert(closed: Any, args: Sequence[Any]) -> Any:
@@ -112,18 +120,29 @@ def trace_inert(closed: Any, args: Sequence[Any]) -> Any:
     (their shardings are kept) or ``jax.ShapeDtypeStruct`` (with ``sharding=`` for a sharded
     program). Lower the result with ``.lower(lowering_platforms=(...))``; never compile it.
     """
+    return _trace(make_inert(closed), args)
+
+
+def trace_compilable(closed: Any, args: Sequence[Any]) -> Any:
+    """Like :func:`trace_inert`, but each callback is a stand-in that compiles (results of
+    zeros, effects kept): for compiling without the hardware a callback needs (a deviceless
+    CUDA compile). Never run it: the stand-in does not call back.
+    """
+    return _trace(make_inert(closed, compilable=True), args)
+
+
+def _trace(closed: Any, args: Sequence[Any]) -> Any:
     import jax
     from jax._src import core
 
-    inert = make_inert(closed)
-    function = core.jaxpr_as_fun(inert)
-    return jax.jit(function).trace(*args)
+    return jax.jit(core.jaxpr_as_fun(closed)).trace(*args)
 
 
 class _Rewrite:
     """One rewrite of a program: memoised per nested jaxpr, so shared jaxprs stay shared."""
 
-    def __init__(self) -> None:
+    def __init__(self, placeholder: Any) -> None:
+        self.placeholder = placeholder
         self.done: dict[int, Any] = {}
         self.keep: list[Any] = []  # the originals, alive while ids are memo keys
 
@@ -146,7 +165,7 @@ class _Rewrite:
     def equation(self, eqn: Any) -> Any:
         if eqn.primitive.name in CALLBACK_PRIMITIVES:
             return eqn.replace(
-                primitive=_inert_primitive(),
+                primitive=self.placeholder,
                 params={
                     "kind": eqn.primitive.name,
                     "result_avals": tuple(var.aval for var in eqn.outvars),
@@ -201,14 +220,33 @@ def _open(jaxpr: Any) -> Any:
     return jaxpr if inner is None else inner
 
 
+def _stand_in(results: Sequence[Any]) -> Any:
+    """A callback's compilable stand-in: zeros of the ``results`` types, computed from every
+    operand (their sum, times zero, behind an optimization barrier) so that XLA neither
+    folds the results as constants nor drops what computes the operands, as it would not
+    with the callback."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def stand_in(*operands: Any) -> list[Any]:
+        total = jnp.zeros((), jnp.float32)
+        for operand in operands:
+            total = total + jnp.sum(jnp.real(operand).astype(jnp.float32))
+        zero = lax.optimization_barrier(total * 0.0)  # type: ignore[no-untyped-call]
+        return [jnp.broadcast_to(zero.astype(aval.dtype), aval.shape) for aval in results]
+
+    return stand_in
+
+
 @functools.cache
-def _inert_primitive() -> Any:
+def _inert_primitive(compilable: bool = False) -> Any:
     """The placeholder primitive, made once: the callback's result types and effects, no
-    implementation, lowered on every platform to a side-effecting custom call."""
+    implementation, lowered on every platform to a side-effecting custom call
+    (``compilable``: to zeros of the result types, which compile anywhere)."""
     from jax._src import core, effects
     from jax._src.interpreters import mlir
 
-    primitive = core.Primitive("inert_host_callback")
+    primitive = core.Primitive("compilable_host_callback" if compilable else INERT_TARGET)
     primitive.multiple_results = True
 
     # (``callback_effects``, not ``effects``: JAX's lowering passes its own ``effects``)
@@ -217,6 +255,8 @@ def _inert_primitive() -> Any:
 
     def lower(ctx: Any, *operands: Any, kind: str, result_avals: Any, callback_effects: Any) -> Any:
         del result_avals
+        if compilable:  # (lower_fun passes ordered effects' tokens through)
+            return mlir.lower_fun(_stand_in(ctx.avals_out), multiple_results=True)(ctx, *operands)
         op = mlir.custom_call(
             f"{INERT_TARGET}.{kind}",
             result_types=[ir_type(ctx, aval) for aval in ctx.avals_out],

@@ -197,8 +197,13 @@ def deviceless_compile(
     abstract_args, abstract_kwargs = jax.tree.map(
         lambda leaf: _abstract(leaf, sharding), (tuple(args), dict(kwargs))
     )
+
+    def trace() -> Any:
+        traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
+        return _callbacks_compilable(traced, (abstract_args, abstract_kwargs), sharding)
+
     try:
-        lowered = jax.jit(fn).trace(*abstract_args, **abstract_kwargs).lower()
+        lowered = trace().lower()
     except Exception as e:  # JAX may ask which GPU this is (Pallas on jax 0.11+): describe it
         description = None
         if needs_hardware(f"{type(e).__name__}: {e}"):
@@ -206,11 +211,31 @@ def deviceless_compile(
         if description is None:
             raise
         with description:
-            traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
+            traced = trace()
         lowered = traced.lower()
     options = dict(compiler_options) if compiler_options else None
     text: str = lowered.compile(compiler_options=options).as_text()
     return text
+
+
+def _callbacks_compilable(traced: Any, arguments: Any, sharding: Any) -> Any:
+    """``traced`` with its host callbacks as stand-ins that compile
+    (:func:`callbacks.trace_compilable`): JAX lowers a callback only for a backend it has a
+    client for, and a compile-only GPU is none. ``traced`` itself when it has none."""
+    import jax
+
+    from pytest_jaxport import callbacks
+
+    closed = getattr(traced, "jaxpr", None)
+    if closed is None or not callbacks.has_callbacks(closed):
+        return traced
+    flat = jax.tree.leaves(arguments)
+    if len(flat) != len(closed.in_avals):  # arguments jit does not trace: their types are enough
+        flat = [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
+            for a in closed.in_avals
+        ]
+    return callbacks.trace_compilable(closed, flat)
 
 
 def deviceless_compile_partitioned(

@@ -280,10 +280,13 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
                 )
 
 
-def without_callbacks(traced: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+def without_callbacks(
+    traced: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, compilable: bool = False
+) -> Any:
     """``traced`` with its host callbacks made inert (:func:`callbacks.trace_inert`), to
     lower for platforms not present here, where JAX cannot lower a callback; ``traced``
     itself when it has none, or when the rewrite fails (then its own failure stands).
+    ``compilable``: stand-ins that compile instead (:func:`callbacks.trace_compilable`).
 
     ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept).
     """
@@ -302,6 +305,8 @@ def without_callbacks(traced: Any, args: Sequence[Any], kwargs: Mapping[str, Any
             for a in avals
         ]
     try:
+        if compilable:
+            return callbacks.trace_compilable(closed, flat)
         return callbacks.trace_inert(closed, flat)
     except Exception:  # a program the rewrite cannot retrace: lowered as it is
         return traced
@@ -1014,6 +1019,11 @@ def compile_deviceless(
 
     try:
         if partitions > 1 and lowered is not None:
+            from pytest_jaxport.callbacks import INERT_TARGET
+
+            if INERT_TARGET in lowered.as_text():  # placeholders do not compile: stand-ins do
+                traced = trace(fn, args, kwargs)
+                lowered = lower(without_callbacks(traced, args, kwargs, compilable=True), "cuda")
             return deviceless_compile_partitioned(
                 lowered, partitions, target_config=target_config, compiler_options=options
             )

@@ -159,6 +159,28 @@ def test_absent_platforms_lower_alone_and_together(case: str) -> None:
         assert placeholders == {(c.kind, c.location) for c in found}, platform
 
 
+@pytest.mark.parametrize("case", sorted(set(CASES) - {"under_shard_map"}))
+def test_the_compilable_program_compiles_what_the_real_one_does(case: str) -> None:
+    """What a deviceless CUDA compile gets (a compile-only GPU has no client to call back
+    into): each callback a stand-in that XLA compiles; the inert placeholder does not
+    compile. Compiled for cpu, where the real program compiles too, the libraries are the
+    real program's, and no callback is left."""
+    from pytest_jaxport.hlo import parse_compiled_hlo
+
+    def compiled(traced: object) -> Census:
+        text = traced.lower(lowering_platforms=("cpu",)).compile().as_text()  # type: ignore[attr-defined]
+        return take_census(parse_compiled_hlo(text), "cpu", level="compiled")
+
+    traced = lowering.trace(CASES[case], (x,), {})
+    with pytest.raises(Exception, match=callbacks.INERT_TARGET):
+        compiled(callbacks.trace_inert(traced.jaxpr, [x]))
+    real = compiled(traced)
+    stand_in = compiled(callbacks.trace_compilable(traced.jaxpr, [x]))
+    assert stand_in.libraries() == real.libraries()
+    assert any("callback" in k.name for k in real.kernels)
+    assert not any("callback" in k.name for k in stand_in.kernels)
+
+
 def test_find_callbacks_names_each_kind_at_its_line() -> None:
     found = callbacks.find_callbacks(lowering.trace(every_kind, (x,), {}).jaxpr)
     lines = {c.kind: int(c.location.rpartition(":")[2]) for c in found}

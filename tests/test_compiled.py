@@ -724,3 +724,92 @@ def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
         ),
         DisplayOptions(details="all"),
     )
+
+
+@needs_plugin
+def test_deviceless_cuda_compiles_programs_with_host_callbacks(pytester: pytest.Pytester) -> None:
+    """A compile-only GPU has no client for a callback to call back into: each callback
+    compiles as a stand-in, so a program that prints, and a diffrax solve (equinox's
+    ``error_if`` checks are callbacks), get a compiled cuda census, not a compile error."""
+    pytest.importorskip("diffrax", reason="needs diffrax (pip install diffrax)")
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        """,
+        """
+        import diffrax, jax, jax.numpy as jnp, pytest
+
+        def printed(x):
+            jax.debug.print("norm {}", jnp.linalg.norm(x))
+            return jnp.tanh(x @ x.T)
+
+        def solve(y0, rate):
+            term = diffrax.ODETerm(lambda t, y, args: -args * y)
+            return diffrax.diffeqsolve(
+                term, diffrax.Tsit5(), t0=0.0, t1=1.0, dt0=0.1, y0=y0, args=rate,
+                stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5),
+            ).ys
+
+        @pytest.mark.portable
+        def test_printed(jaxport):
+            jaxport.check(printed, jnp.ones((64, 64)))
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(solve, jnp.ones(3), 0.5)
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=2)
+    report = report_of(pytester)
+    for test in ("test_printed", "test_solve"):
+        cuda = platforms_of(report, test)["cuda"]
+        assert cuda["compile_error"] is None, (test, cuda["compile_error"])
+        assert cuda["compiled"]["deviceless"] is True
+        assert cuda["compiled"]["xla"] >= 1, test
+        assert cuda["lowered"]["meta"] >= 1, test  # the callbacks, counted where they lower
+    # The 64x64 matmul is still there after compiling (a GEMM: cuBLAS or XLA's Triton).
+    printed = platforms_of(report, "test_printed")["cuda"]["compiled"]
+    assert printed["libraries"].get("cublas", 0) + printed["xla_kinds"].get("triton-gemm", 0) == 1
+
+
+@needs_plugin
+def test_deviceless_cuda_compiles_a_sharded_program_with_host_callbacks(
+    pytester: pytest.Pytester,
+) -> None:
+    """A partitioned program compiles from its cuda lowering, whose callbacks are inert
+    placeholders that do not compile: it is lowered again with compilable stand-ins."""
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        """,
+        """
+        import jax, jax.numpy as jnp, numpy as np, pytest
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        def step(w, x):
+            loss = lambda w: jnp.mean(jnp.tanh(x @ w) ** 2)
+            jax.debug.print("loss {}", loss(w))
+            return w - 0.1 * jax.grad(loss)(w)
+
+        @pytest.mark.portable
+        def test_step(jaxport):
+            mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+            w = jax.device_put(np.eye(8, dtype=np.float32), NamedSharding(mesh, P()))
+            x = jax.device_put(np.ones((16, 8), np.float32), NamedSharding(mesh, P("data")))
+            jaxport.check(step, w, x)
+        """,
+    )
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    cuda = platforms_of(report_of(pytester), "test_step")["cuda"]
+    assert cuda["compile_error"] is None
+    assert cuda["compiled"]["deviceless"] is True
+    assert cuda["lowered"]["meta"] == 1  # the print, where the program lowers
+    assert cuda["compiled"]["collectives"]["all-reduce"]["library"] == "nccl"
