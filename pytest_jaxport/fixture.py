@@ -363,11 +363,16 @@ class Jaxport:
 
     def _runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
         """Measured where the platform ran and profiling is on, else the estimate: from the
-        compiled census where there is one (XLA's kernels as they run), else the lowered."""
+        compiled census where there is one (XLA's kernels as they run), else the lowered.
+        A program with host callbacks is never profiled: profiling runs it again, and its
+        callbacks (a print, an ``io_callback``'s side effect) with it."""
         from pytest_jaxport import lowering
         from pytest_jaxport.cost import estimated_share
 
-        if execution is not None and self._profile:
+        calls_back = result.census is not None and any(
+            k.kind == "host-callback" for k in result.census.kernels
+        )
+        if execution is not None and self._profile and not calls_back:
             try:
                 measured = self._measured(result.platform, execution)
             except (RuntimeError, ValueError, lowering.LoweringFailure):

@@ -363,3 +363,40 @@ def test_transformed_checks_get_inert_callbacks_too(pytester: pytest.Pytester) -
     result.assert_outcomes(passed=1)
     for probe in report["tests"][0]["checks"]:
         assert probe["platforms"]["cuda"]["lowered"]["libraries"]["cublas"] >= 1, probe["name"]
+
+
+def test_a_program_with_callbacks_is_not_run_again_to_profile(pytester: pytest.Pytester) -> None:
+    """The measured runtime share profiles a few more runs of each check; a program with host
+    callbacks is left out of it (estimated, and the suite's share says so), so its callbacks
+    run once, as the check runs it, not once per profiled run."""
+    pytester.makepyfile(
+        test_calls="""
+        import jax, jax.numpy as jnp, pytest
+        calls = []
+
+        def logged(x):
+            jax.debug.callback(lambda v: calls.append(1), x.sum())
+            return jnp.tanh(x @ x)
+
+        def plain(x):
+            return jnp.tanh(x @ x)
+
+        @pytest.mark.portable
+        def test_logged(jaxport):
+            jaxport.check(logged, jnp.ones((32, 32)))
+            assert len(calls) == 1
+
+        @pytest.mark.portable
+        def test_plain(jaxport):
+            jaxport.check(plain, jnp.ones((32, 32)))
+        """
+    )
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=2)
+    cpu = report["summary"]["runtime_share"]["cpu"]
+    assert (cpu["basis"], cpu["checks"], cpu["left_out"]) == ("measured", 1, 1)
+    shares = {
+        t["nodeid"].split("::")[1]: t["checks"][0]["platforms"]["cpu"] for t in report["tests"]
+    }
+    assert shares["test_logged"]["runtime_share"]["basis"] == "estimated"
+    assert shares["test_plain"]["runtime_share"]["basis"] == "measured"
