@@ -192,6 +192,7 @@ def deviceless_compile(
     import jax
 
     from pytest_jaxport.jax_adapters import gpu_description, needs_hardware
+    from pytest_jaxport.lowering import without_callbacks
 
     sharding = jax.sharding.SingleDeviceSharding(_topology_device(target_config))
     abstract_args, abstract_kwargs = jax.tree.map(
@@ -199,8 +200,12 @@ def deviceless_compile(
     )
 
     def trace() -> Any:
+        # A compile-only GPU has no client for a host callback to call back into: each
+        # callback becomes a stand-in that compiles (callbacks.trace_compilable).
         traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
-        return _callbacks_compilable(traced, (abstract_args, abstract_kwargs), sharding)
+        return without_callbacks(
+            traced, abstract_args, abstract_kwargs, compilable=True, sharding=sharding
+        )
 
     try:
         lowered = trace().lower()
@@ -216,26 +221,6 @@ def deviceless_compile(
     options = dict(compiler_options) if compiler_options else None
     text: str = lowered.compile(compiler_options=options).as_text()
     return text
-
-
-def _callbacks_compilable(traced: Any, arguments: Any, sharding: Any) -> Any:
-    """``traced`` with its host callbacks as stand-ins that compile
-    (:func:`callbacks.trace_compilable`): JAX lowers a callback only for a backend it has a
-    client for, and a compile-only GPU is none. ``traced`` itself when it has none."""
-    import jax
-
-    from pytest_jaxport import callbacks
-
-    closed = getattr(traced, "jaxpr", None)
-    if closed is None or not callbacks.has_callbacks(closed):
-        return traced
-    flat = jax.tree.leaves(arguments)
-    if len(flat) != len(closed.in_avals):  # arguments jit does not trace: their types are enough
-        flat = [
-            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
-            for a in closed.in_avals
-        ]
-    return callbacks.trace_compilable(closed, flat)
 
 
 def deviceless_compile_partitioned(

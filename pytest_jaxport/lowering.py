@@ -281,14 +281,20 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
 
 
 def without_callbacks(
-    traced: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, compilable: bool = False
+    traced: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    compilable: bool = False,
+    sharding: Any = None,
 ) -> Any:
     """``traced`` with its host callbacks made inert (:func:`callbacks.trace_inert`), to
     lower for platforms not present here, where JAX cannot lower a callback; ``traced``
     itself when it has none, or when the rewrite fails (then its own failure stands).
     ``compilable``: stand-ins that compile instead (:func:`callbacks.trace_compilable`).
 
-    ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept).
+    ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept);
+    ``sharding`` places the argument types used where jit did not trace every argument.
     """
     from pytest_jaxport import callbacks
 
@@ -301,7 +307,7 @@ def without_callbacks(
     avals = closed.in_avals
     if len(flat) != len(avals):  # arguments jit does not trace: their types are enough
         flat = [
-            jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
             for a in avals
         ]
     try:

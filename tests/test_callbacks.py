@@ -393,10 +393,13 @@ def test_a_program_with_callbacks_is_not_run_again_to_profile(pytester: pytest.P
     )
     result, report = run_json(pytester)
     result.assert_outcomes(passed=2)
-    cpu = report["summary"]["runtime_share"]["cpu"]
-    assert (cpu["basis"], cpu["checks"], cpu["left_out"]) == ("measured", 1, 1)
     shares = {
         t["nodeid"].split("::")[1]: t["checks"][0]["platforms"]["cpu"] for t in report["tests"]
     }
     assert shares["test_logged"]["runtime_share"]["basis"] == "estimated"
-    assert shares["test_plain"]["runtime_share"]["basis"] == "measured"
+    cpu = report["summary"]["runtime_share"]["cpu"]
+    if shares["test_plain"]["runtime_share"]["basis"] == "measured":
+        assert (cpu["basis"], cpu["checks"], cpu["left_out"]) == ("measured", 1, 1)
+    else:  # jaxlib < 0.8.3 has no profiler to measure with: every share is the estimate
+        assert jax.__version_info__ < (0, 8, 3)
+        assert cpu["basis"] == "estimated"
