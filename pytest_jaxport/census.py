@@ -188,6 +188,15 @@ class Census:
         return tuple(k for k in self.kernels if k.layer == layer)
 
 
+def location_frames(text: str) -> list[tuple[str, str]]:
+    """The ``(file, line)`` frames of an MLIR location, innermost first.
+
+    >>> location_frames('loc(callsite("f"("/src/m.py":7:8) at "t"("/src/t.py":12:4)))')
+    [('/src/m.py', '7'), ('/src/t.py', '12')]
+    """
+    return _FRAME.findall(text)
+
+
 @functools.lru_cache(maxsize=16384)
 def parse_location(text: str | None) -> SourceLocation | None:
     """The innermost user frame of an MLIR location, preferring files outside installed packages.

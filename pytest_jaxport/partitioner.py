@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from pytest_jaxport.census import _FRAME, CALL_OPS, OpSite, Program
+from pytest_jaxport.census import CALL_OPS, OpSite, Program, location_frames
 from pytest_jaxport.hlo import parse_compiled_hlo
 from pytest_jaxport.targets import INSERTED_PREFIX, collective_kind
 
@@ -108,12 +108,12 @@ def _with_call_stacks(inserted: Sequence[OpSite], program: Program) -> tuple[OpS
     for sites in program.functions.values():
         for site in sites:
             if site.location and "callsite(" in site.location:
-                frames = _FRAME.findall(site.location)
+                frames = location_frames(site.location)
                 if frames:
                     stacks.setdefault(frames[0], set()).add(site.location)
     resolved = []
     for site in inserted:
-        frames = _FRAME.findall(site.location or "")
+        frames = location_frames(site.location or "")
         # A frame reached along several call stacks (one layer used twice) stays as it is:
         # the metadata does not say which caller needed the collective.
         if len(frames) == 1 and len(stacks.get(frames[0], ())) == 1:
