@@ -478,13 +478,19 @@ class Jaxport:
         program: Program,
     ) -> _Compiled:
         from pytest_jaxport import lowering
+        from pytest_jaxport.callbacks import INERT_TARGET
 
         target_config = self._compile.target_config
+        inert = any(
+            (site.target or "").startswith(INERT_TARGET)
+            for sites in program.functions.values()
+            for site in sites
+        )
 
         def compile_deviceless() -> tuple[str, bool]:
             text = lowering.compile_deviceless(
                 fn, args, kwargs, target_config=target_config, options=options,
-                lowered=lowered, partitions=program.partitions,
+                lowered=lowered, partitions=program.partitions, inert_callbacks=inert,
             )  # fmt: skip
             return text, False
 

@@ -1014,20 +1014,20 @@ def compile_deviceless(
     options: Mapping[str, object],
     lowered: Any = None,
     partitions: int = 1,
+    inert_callbacks: bool = False,
 ) -> str:
     """Compile for CUDA against ``target_config`` with no GPU; the optimized HLO text.
 
     A program partitioned over several devices compiles from its cuda ``lowered`` module
-    for as many described GPUs (``deviceless.deviceless_compile_partitioned``); any other
-    is traced again on one described GPU.
+    for as many described GPUs (``deviceless.deviceless_compile_partitioned``), lowered
+    again with compilable stand-ins where that module has ``inert_callbacks`` (placeholders
+    do not compile); any other is traced again on one described GPU.
     """
     from pytest_jaxport.deviceless import deviceless_compile, deviceless_compile_partitioned
 
     try:
         if partitions > 1 and lowered is not None:
-            from pytest_jaxport.callbacks import INERT_TARGET
-
-            if INERT_TARGET in lowered.as_text():  # placeholders do not compile: stand-ins do
+            if inert_callbacks:
                 traced = trace(fn, args, kwargs)
                 lowered = lower(without_callbacks(traced, args, kwargs, compilable=True), "cuda")
             return deviceless_compile_partitioned(

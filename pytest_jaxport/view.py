@@ -1140,6 +1140,7 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
 
     grouped: dict[str, list[str]] = {}
+    every: list[str] = []
     for platform, totals in _map(summary.get("platforms")).items():
         kinds = _map(_map(totals).get("collectives"))
         if not kinds:
@@ -1153,13 +1154,11 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         # small all-reduces), not the partitioner's: say so where the counts come from there.
         label = f"{platform} (compiled)" if _int(_map(totals).get("compiled")) else str(platform)
         grouped.setdefault(", ".join(parts), []).append(label)
+        every.append(str(platform))
     if not grouped:
         return ()
     rows = [(", ".join(platforms), kinds) for kinds, platforms in grouped.items()]
-    every = [p for platforms in grouped.values() for p in platforms]
-    runs = ", ".join(
-        f"{COLLECTIVE_LIBRARIES.get(p.split()[0], 'xla')} on {p.split()[0]}" for p in every
-    )
+    runs = ", ".join(f"{COLLECTIVE_LIBRARIES.get(p, 'xla')} on {p}" for p in every)
     return (*rows, ("run by", runs))
 
 
