@@ -1,0 +1,243 @@
+"""The package's restructuring changed no report: three real runs against recorded reports.
+
+Recorded at the commit before the restructuring (issue 22), with jax 0.10.2 on Python 3.11,
+by ``python tests/test_reports_unchanged.py --record``:
+
+- **demo**: ``examples/demo`` with ``--jaxport-report`` and ``--jaxport-audit`` (checks, the
+  three numbers, the audit of the same run);
+- **suite**: ``benchmarks/report_suite.py``'s generated suite run for real at 24 tests (its
+  renderings are those of the report grown to 2,000 tests by ``replicate``: the report's
+  arithmetic and layout at scale);
+- **audit**: three of optax's own test modules, unchanged, under ``--jaxport-audit``.
+
+Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
+the machine: measured times and shares, the environment, the tool's version), and each is
+rendered again by this checkout (terminal text at -q, default and -v; Markdown; HTML) and
+compared with the recorded renderings of the recorded report. Runs use ``PYTHONHASHSEED=0``:
+a set's order in a static argument's text follows string hashing.
+
+Where jax is not the recorded release the counts legitimately differ (docs/compatibility.md):
+the runs are skipped there, saying so; the renderings of the recorded reports are compared on
+every release (they depend on no JAX).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "reports"
+RECORDED_JAX = "0.10.2"
+RUNS = ("demo", "suite", "audit")
+OPTAX_MODULES = ("_src/update_test.py", "_src/numerics_test.py", "_src/utils_test.py")
+TIMEOUT_S = 600
+
+_CLOCK_KEYS = frozenset({"seconds", "share"})
+"""Keys whose numbers come from the clock wherever they occur (hotspots, tooling scan)."""
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_MACHINE_KEYS = {"environment": ("python", "machine"), "tool": ("version",)}
+"""Per top-level key of a report, what the machine running it decides."""
+
+
+def normalized(report: Any, *, measured: bool = False) -> Any:
+    """``report`` without what the clock or the machine decides: a measured runtime share's
+    numbers (its basis and libraries stay), every ``seconds``/``share`` number, the
+    environment and tool version; lists of sites in a fixed order."""
+    if isinstance(report, dict):
+        measured = measured or report.get("basis") == "measured"
+        out: dict[str, Any] = {}
+        for key, value in report.items():
+            if key in _MACHINE_KEYS and "schema_version" in report and isinstance(value, dict):
+                out[key] = {k: v for k, v in value.items() if k not in _MACHINE_KEYS[key]}
+                continue
+            if key in _CLOCK_KEYS and isinstance(value, int | float):
+                out[key] = 0
+            elif measured and isinstance(value, int | float) and not isinstance(value, bool):
+                out[key] = 0
+            elif key == "libraries" and measured and isinstance(value, dict):
+                out[key] = dict.fromkeys(sorted(value), 0)
+            else:
+                out[key] = normalized(value, measured=measured)
+        return out
+    if isinstance(report, list):
+        items = [normalized(v, measured=measured) for v in report]
+        if items and all(isinstance(v, dict) and "location" in v for v in items):
+            items.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        return items
+    if isinstance(report, str):
+        return _ADDRESS.sub("0x?", report)  # an object's address in a static argument's text
+    return report
+
+
+# -- the three runs ---------------------------------------------------------------------------
+
+
+def _environment() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_") and k != "GITHUB_STEP_SUMMARY"
+    }
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def _pytest(folder: Path, *args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "-q", "--jaxport-report=out.json", *args],
+        cwd=folder, env=_environment(), capture_output=True, text=True, timeout=TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+    written = folder / "out.json"
+    assert written.is_file(), f"no report written (exit {proc.returncode}):\n{proc.stdout[-4000:]}"
+    report: dict[str, Any] = json.loads(written.read_text())
+    return report
+
+
+def run_demo(folder: Path) -> dict[str, Any]:
+    demo = shutil.copytree(ROOT / "examples" / "demo", folder / "demo",
+                           ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))  # fmt: skip
+    return _pytest(demo, "--jaxport-audit")
+
+
+def _report_suite() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "report_suite", ROOT / "benchmarks" / "report_suite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_suite(folder: Path) -> dict[str, Any]:
+    project = folder / "suite"
+    project.mkdir()
+    _report_suite().write_suite(project, tests=24)
+    return _pytest(project)
+
+
+def grown(report: dict[str, Any]) -> dict[str, Any]:
+    """The generated suite's report at 2,000 tests (``report_suite.replicate``)."""
+    return dict(_report_suite().replicate(report, 2000))
+
+
+def run_audit(folder: Path) -> dict[str, Any]:
+    optax = importlib.util.find_spec("optax")
+    if optax is None or optax.origin is None:
+        pytest.skip("optax is not installed: pip install -e '.[test]'")
+    source = Path(optax.origin).parent
+    suite = folder / "optax_suite"
+    suite.mkdir()
+    for module in OPTAX_MODULES:
+        shutil.copy(source / module, suite / Path(module).name)
+    return _pytest(suite, "-o", "python_files=*_test.py", "--jaxport-audit")
+
+
+RUNNERS: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "demo": run_demo,
+    "suite": run_suite,
+    "audit": run_audit,
+}
+
+
+# -- renderings ---------------------------------------------------------------------------------
+
+
+def renderings(report: dict[str, Any]) -> dict[str, str]:
+    """The report as every format shows it, at three verbosities."""
+    from pytest_jaxport.display import display_options
+    from pytest_jaxport.html_report import render_html
+    from pytest_jaxport.render import render_markdown, render_text
+    from pytest_jaxport.view import build_view
+
+    view = build_view(report)
+    shown: dict[str, str] = {}
+    for verbosity in (-1, 0, 1):
+        options = display_options(lambda name: None, verbosity=verbosity)
+        shown[f"text{verbosity}"] = render_text(view, options)
+    options = display_options(lambda name: None, verbosity=0)
+    shown["markdown"] = render_markdown(view, options)
+    shown["html"] = render_html(view, options)
+    return shown
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _recorded(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / f"{name}.json").read_text())
+    return data
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_renderings_of_the_recorded_report_are_unchanged(name: str) -> None:
+    recorded = _recorded(name)
+    expected = json.loads((DATA / f"{name}.renderings.json").read_text())
+    report = recorded["report"] if name != "suite" else grown(recorded["report"])
+    shown = renderings(report)
+    shown["json"] = json.dumps(report, sort_keys=True)
+    assert {k: _digest(v) for k, v in shown.items()} == expected["digests"], (
+        "a rendering changed; the recorded terminal text at default verbosity was:\n"
+        + expected["text0"] + "\n\nand is now:\n" + shown["text0"]
+    )
+
+
+@pytest.mark.skipif(
+    importlib.metadata.version("jax") != RECORDED_JAX,
+    reason=f"reports recorded with jax {RECORDED_JAX}; counts differ by release",
+)
+@pytest.mark.parametrize("name", RUNS)
+def test_report_of_a_real_run_is_unchanged(name: str, tmp_path: Path) -> None:
+    report = normalized(RUNNERS[name](tmp_path))
+    recorded = _recorded(name)["report"]
+    assert json.dumps(report, indent=1, sort_keys=True).splitlines() == json.dumps(
+        recorded, indent=1, sort_keys=True
+    ).splitlines()
+
+
+def record() -> None:
+    """Record the three runs' normalized reports and their renderings (``--record``)."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    for name in RUNS:
+        with tempfile.TemporaryDirectory() as folder:
+            report = normalized(RUNNERS[name](Path(folder)))
+        (DATA / f"{name}.json").write_text(
+            json.dumps({"jax": importlib.metadata.version("jax"), "report": report}, indent=1)
+            + "\n"
+        )
+        report = _recorded(name)["report"]  # rendered as the test reads it back
+        if name == "suite":
+            report = grown(report)
+        shown = renderings(report)
+        shown["json"] = json.dumps(report, sort_keys=True)
+        (DATA / f"{name}.renderings.json").write_text(
+            json.dumps({"digests": {k: _digest(v) for k, v in shown.items()},
+                        "text0": shown["text0"]}, indent=1, sort_keys=True) + "\n"
+        )  # fmt: skip
+        print(f"recorded {name}: {len(json.dumps(report))} characters")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--record"]:
+        raise SystemExit("usage: python tests/test_reports_unchanged.py --record")
+    record()
