@@ -267,7 +267,7 @@ def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
 
     from pytest_jaxport.audit import Recorder
     from pytest_jaxport.cache import CompileSettings
-    from pytest_jaxport.targets import classify
+    from pytest_jaxport.model.targets import classify
 
     @jax.jit
     def step(w: Any, x: Any) -> Any:

@@ -75,15 +75,15 @@ def plugin_problem() -> str | None:
         jaxlib = _installed("jaxlib") or "<your jaxlib version>"
         return (
             "--parts cuda needs jax-cuda12-plugin (deviceless CUDA compilation), which is not "
-            f"installed for {sys.executable}: pip install \"jax-cuda12-plugin=={jaxlib}\" "
-            f"\"jax-cuda12-pjrt=={jaxlib}\""
+            f'installed for {sys.executable}: pip install "jax-cuda12-plugin=={jaxlib}" '
+            f'"jax-cuda12-pjrt=={jaxlib}"'
         )
     if os.environ.get("JAX_PLATFORMS") != "cpu":
         return (
             "--parts cuda measures deviceless CUDA compilation: run it with JAX_PLATFORMS=cpu "
             f"(now {os.environ.get('JAX_PLATFORMS')!r})"
         )
-    from pytest_jaxport.deviceless import cuda_plugin_problem
+    from pytest_jaxport._jax.deviceless import cuda_plugin_problem
 
     problem = cuda_plugin_problem()
     return None if problem is None else f"--parts cuda: {problem}"
@@ -99,7 +99,9 @@ def toolchain() -> dict[str, str | None]:
         found[tool] = path
         if path:
             try:
-                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+                out = subprocess.run(
+                    [path, "--version"], capture_output=True, text=True, timeout=30
+                )
                 lines = [line for line in out.stdout.splitlines() if line.strip()]
                 found[f"{tool} version"] = lines[-1] if lines else None
             except (OSError, subprocess.SubprocessError):
@@ -109,7 +111,7 @@ def toolchain() -> dict[str, str | None]:
 
 def default_target() -> str:
     try:
-        from pytest_jaxport.config import DEFAULT_TARGET
+        from pytest_jaxport.model.config import DEFAULT_TARGET
     except ImportError:
         return "h100"
     return str(DEFAULT_TARGET)
@@ -193,7 +195,8 @@ def suite(
             "wall": mw["wall_s"] / mc["wall_s"],
             "cpu": mw["cpu_s"] / mc["cpu_s"],
             "paired_wall_median": statistics.median(
-                w["wall_s"] / c["wall_s"] for w, c in zip(runs[f"{side}_warm"], runs[f"{side}_cold"])
+                w["wall_s"] / c["wall_s"]
+                for w, c in zip(runs[f"{side}_warm"], runs[f"{side}_cold"])
             ),
         }
     result["ratios"] = ratios
@@ -227,7 +230,7 @@ import numpy as np
 t1 = time.perf_counter()
 jax.devices()
 t2 = time.perf_counter()
-from pytest_jaxport import deviceless
+from pytest_jaxport._jax import deviceless
 problem = deviceless.cuda_plugin_problem()
 t3 = time.perf_counter()
 target = deviceless.load_target(sys.argv[1])
@@ -305,11 +308,11 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
     import numpy as np
     from jax.experimental import topologies
 
-    from pytest_jaxport import lowering
+    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax.deviceless import load_target
     from pytest_jaxport.cache import CompiledCache, cache_key, source_fingerprint
-    from pytest_jaxport.census import take_census
-    from pytest_jaxport.deviceless import load_target
-    from pytest_jaxport.hlo import parse_compiled_hlo
+    from pytest_jaxport.model.census import take_census
+    from pytest_jaxport.model.hlo import parse_compiled_hlo
 
     target_name = default_target()
     target = load_target(target_name)
@@ -418,9 +421,7 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
     stages = (*CPU_STAGES, *CUDA_STAGES, E2E, HIT)
     totals = {stage: sum(m[name][stage] for name in cases) for stage in stages}
     totals_cpu = {stage: sum(mc[name][stage] for name in cases) for stage in stages}
-    compile_ratio = {
-        name: m[name][CUDA_STAGES[1]] / m[name][CPU_STAGES[1]] for name in cases
-    }
+    compile_ratio = {name: m[name][CUDA_STAGES[1]] / m[name][CPU_STAGES[1]] for name in cases}
     cuda_total = {name: sum(m[name][s] for s in CUDA_STAGES) for name in cases}
     cpu_total = {name: sum(m[name][s] for s in CPU_STAGES) for name in cases}
     return {
@@ -447,8 +448,8 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
 
 def _census(text: str, platform: str, cache: Any = None, name: str | None = None) -> int:
     """Parse compiled HLO, take its census (and store it, as a cache miss does); its size."""
-    from pytest_jaxport.census import take_census
-    from pytest_jaxport.hlo import parse_compiled_hlo
+    from pytest_jaxport.model.census import take_census
+    from pytest_jaxport.model.hlo import parse_compiled_hlo
 
     program = parse_compiled_hlo(text)
     take_census(program, platform, level="compiled")

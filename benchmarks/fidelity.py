@@ -199,8 +199,8 @@ def deviceless_vs_gpu_causes(deviceless: Any, gpu: Any) -> list[str]:
 def flatten(program: Any, platform: str, level: str) -> list[tuple[Any, str, str | None, float]]:
     """Every distinct op site with its layer, library and run-time weight (call count x
     loop trip counts), as ``census.take_census`` weighs estimated time."""
-    from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS
-    from pytest_jaxport.targets import classify
+    from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS
+    from pytest_jaxport.model.targets import classify
 
     out: list[tuple[Any, str, str | None, float]] = []
 
@@ -224,7 +224,7 @@ def flatten(program: Any, platform: str, level: str) -> list[tuple[Any, str, str
 def estimate_layers(
     flat: Sequence[tuple[Any, str, str | None, float]], peak: Any, calibration: Any
 ) -> dict[str, float]:
-    from pytest_jaxport.cost import kernel_seconds, share_of
+    from pytest_jaxport.model.cost import kernel_seconds, share_of
 
     timed = [
         (layer, lib, w * kernel_seconds(site, layer, peak, calibration))
@@ -235,8 +235,8 @@ def estimate_layers(
 
 def old_estimate_layers(program: Any, platform: str) -> dict[str, float]:
     """The estimate as it was before: a roofline of every lowered op, nothing else."""
-    from pytest_jaxport.census import take_census
-    from pytest_jaxport.cost import share_of
+    from pytest_jaxport.model.census import take_census
+    from pytest_jaxport.model.cost import share_of
 
     flops, bandwidth = OLD_PEAKS[platform]
     census = take_census(
@@ -272,10 +272,10 @@ class Harness:
     """Runs the plugin's check over the corpus and measures what it predicts."""
 
     def __init__(self, *, timing: bool, seconds: float, repeats: int, target: str) -> None:
-        from pytest_jaxport import deviceless, lowering
+        from pytest_jaxport._jax import deviceless, lowering
         from pytest_jaxport.cache import CompileSettings
-        from pytest_jaxport.config import ProjectConfig
-        from pytest_jaxport.targets import classify
+        from pytest_jaxport.model.config import ProjectConfig
+        from pytest_jaxport.model.targets import classify
 
         self.lowering = lowering
         self.timing = timing
@@ -375,7 +375,7 @@ class Harness:
         return out
 
     def numerics(self, probe: Any, mode: str) -> dict[str, Any]:
-        from pytest_jaxport.numerics import default_tolerance, gradient_tolerance
+        from pytest_jaxport.model.numerics import default_tolerance, gradient_tolerance
 
         tolerance = (gradient_tolerance if mode == "grad" else default_tolerance)("float32")
         ran = [p for p, r in probe.platforms.items() if r.executed]
@@ -401,9 +401,9 @@ class Harness:
     # -- runtime share -----------------------------------------------------------------------
 
     def shares(self, key: str, fn: Any, args: tuple[Any, ...], probe: Any) -> dict[str, Any]:
-        from pytest_jaxport.census import take_census
-        from pytest_jaxport.cost import CALIBRATION, estimated_share, kernel_seconds, peak_for
-        from pytest_jaxport.hlo import parse_compiled_hlo
+        from pytest_jaxport.model.census import take_census
+        from pytest_jaxport.model.cost import CALIBRATION, estimated_share, kernel_seconds, peak_for
+        from pytest_jaxport.model.hlo import parse_compiled_hlo
 
         out: dict[str, Any] = {}
         for platform in self.present:
@@ -469,10 +469,10 @@ class Harness:
     ) -> tuple[dict[str, float], float, str, Any]:
         """The measured share (mean of ``repeats`` profiler sessions), their largest layer
         difference in points, the executable's HLO text and the lowered program."""
-        from pytest_jaxport.cost import measured_share
-        from pytest_jaxport.hlo import instruction_sites
-        from pytest_jaxport.profile import measure
-        from pytest_jaxport.targets import classify
+        from pytest_jaxport._jax.profile import measure
+        from pytest_jaxport.model.cost import measured_share
+        from pytest_jaxport.model.hlo import instruction_sites
+        from pytest_jaxport.model.targets import classify
 
         lowering = self.lowering
         traced = lowering.trace(fn, args, {})
@@ -514,8 +514,8 @@ class Harness:
 
     def gpu_vs_deviceless(self, fn: Any, args: tuple[Any, ...], probe: Any) -> dict[str, Any]:
         """On a GPU: the census compiled there against the deviceless one for ``target``."""
-        from pytest_jaxport.census import take_census
-        from pytest_jaxport.hlo import parse_compiled_hlo
+        from pytest_jaxport.model.census import take_census
+        from pytest_jaxport.model.hlo import parse_compiled_hlo
 
         real = probe.platforms["cuda"].compiled
         out: dict[str, Any] = {"device": self.lowering.device_kind("cuda")}
@@ -545,7 +545,7 @@ def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, 
     import jax
     from jax._src.lib import _profiler
 
-    from pytest_jaxport.profile import Event, self_times
+    from pytest_jaxport._jax.profile import Event, self_times
 
     run()
     options = jax.profiler.ProfileOptions()
@@ -558,7 +558,7 @@ def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, 
     finally:
         xspace = session.stop()
     data = jax.profiler.ProfileData.from_serialized_xspace(xspace)
-    from pytest_jaxport.jax_adapters import quiet_type_construction
+    from pytest_jaxport._jax.adapters import quiet_type_construction
 
     planes: dict[str, dict[str, float]] = {}
     for plane in data.planes:
@@ -581,7 +581,7 @@ def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, 
 
 def capture_target() -> dict[str, Any]:
     """``jaxport capture-target`` here, compared with the shipped description of this GPU."""
-    from pytest_jaxport import deviceless
+    from pytest_jaxport._jax import deviceless
 
     try:
         captured = deviceless.capture_target()
@@ -663,7 +663,7 @@ def nelder_mead(
 
 
 def _model(x: Sequence[float]) -> tuple[Any, Any]:
-    from pytest_jaxport.cost import DEFAULT_PEAKS, Calibration
+    from pytest_jaxport.model.cost import DEFAULT_PEAKS, Calibration
 
     bandwidth, launch, library_call, solver, fft = (10.0**v for v in x)
     peak = replace(
@@ -684,7 +684,7 @@ def fit(training: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Fit cpu's bandwidth, launch and library costs and the solver/FFT efficiencies to the
     measured cpu shares (compiled-program estimates), then the same with each program left
     out in turn: the error on programs the fit did not see."""
-    from pytest_jaxport.cost import CALIBRATION, DEFAULT_PEAKS
+    from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS
 
     rows = [r for r in training if r["platform"] == "cpu"]
     if not rows:
@@ -735,7 +735,7 @@ def environment() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    from pytest_jaxport import lowering
+    from pytest_jaxport._jax import lowering
 
     present = lowering.present_platforms()
     return {
@@ -773,7 +773,7 @@ def _nvidia_driver() -> str | None:
 
 def default_target() -> str:
     """The shipped description of this machine's GPU (``h200`` on an H200), else ``h100``."""
-    from pytest_jaxport import lowering
+    from pytest_jaxport._jax import lowering
 
     if "cuda" in lowering.present_platforms():
         kind = lowering.device_kind("cuda")
@@ -785,7 +785,7 @@ def default_target() -> str:
 
 def shipped_model() -> dict[str, Any]:
     """The estimate's constants this run used (``cost.DEFAULT_PEAKS``, ``CALIBRATION``)."""
-    from pytest_jaxport.cost import CALIBRATION, DEFAULT_PEAKS, FUSED_SHARE
+    from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS, FUSED_SHARE
 
     return {
         "fused_share": FUSED_SHARE,
@@ -1149,7 +1149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.fit and (args.no_timing or counts_only):
         parser.error("--fit needs the timing (drop --no-timing / the agreement options)")
 
-    from pytest_jaxport.deviceless import prefer_deviceless
+    from pytest_jaxport._jax.deviceless import prefer_deviceless
 
     prefer_deviceless()
     target = args.target or default_target()

@@ -24,10 +24,11 @@ from typing import Any
 import jax
 import models
 
-from pytest_jaxport import census as census_mod
-from pytest_jaxport import lowering, numerics, targets
-from pytest_jaxport import profile as profiler
-from pytest_jaxport.config import ProjectConfig
+from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import profile as profiler
+from pytest_jaxport.model import census as census_mod
+from pytest_jaxport.model import numerics, targets
+from pytest_jaxport.model.config import ProjectConfig
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 
@@ -169,8 +170,8 @@ PROFILER_MISSING = [False]
 
 def _measured_share(compiled: Any, times: dict[str, float], classifier: Any) -> Any:
     """What fixture.Jaxport._measured does with the profiler's times."""
-    from pytest_jaxport.cost import share_of
-    from pytest_jaxport.hlo import instruction_sites
+    from pytest_jaxport.model.cost import share_of
+    from pytest_jaxport.model.hlo import instruction_sites
 
     sites = instruction_sites(lowering.compiled_text(compiled))
     timed = []
@@ -187,8 +188,8 @@ def _measured_share(compiled: Any, times: dict[str, float], classifier: Any) -> 
 
 def _report_side(probe: Any) -> dict[str, float]:
     """What session._judge does per probe after the test: budget, to_dict, probe_text."""
-    from pytest_jaxport.budget import evaluate
-    from pytest_jaxport.render import probe_text
+    from pytest_jaxport.model.budget import evaluate
+    from pytest_jaxport.view.text import probe_text
 
     resolved = ProjectConfig().resolve()
     t_budget, _ = _timed(lambda: evaluate(probe, resolved.budget))

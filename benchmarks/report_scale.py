@@ -87,12 +87,12 @@ def _median_ms(samples: list[float]) -> float:
 
 def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each end-of-session step, timed ``reps`` times in turn; medians and the outputs."""
-    from pytest_jaxport.cost import CostModel
-    from pytest_jaxport.display import DisplayOptions
-    from pytest_jaxport.html_report import render_html
-    from pytest_jaxport.render import render_markdown, render_text
-    from pytest_jaxport.report import load, suite_rewrite, suite_shares, summarize
-    from pytest_jaxport.view import build_view
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.report.schema import load, suite_rewrite, suite_shares, summarize
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.html import render_html
+    from pytest_jaxport.view.model import build_view
+    from pytest_jaxport.view.text import render_markdown, render_text
 
     report = load(report_path)
     tests = report["tests"]

@@ -219,8 +219,8 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
     """``report`` (of a suite :func:`write_suite` wrote) grown to ``tests`` tests in the
     proportions of :data:`MIX`: each test function's tests cloned round-robin and renumbered,
     then the suite counted again (summary, runtime share, kernels to rewrite, days)."""
-    from pytest_jaxport.cost import CostModel
-    from pytest_jaxport.report import build_report, suite_rewrite, suite_shares
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.report.schema import build_report, suite_rewrite, suite_shares
 
     by_function: dict[str, list[dict[str, Any]]] = {}
     for test in report["tests"]:

@@ -31,14 +31,14 @@ def _finite(tree):
 
 '''
 
-TEST = '''
+TEST = """
 
 @pytest.mark.portable
 def test_{name}(jaxport):
     fn, args = models.CASES[{name!r}]()
     out = jaxport.check(fn, *args)
     assert _finite(out)
-'''
+"""
 
 
 def write_suite(folder: Path, cases: list[str], module: str = "models") -> Path:

@@ -1,4 +1,4 @@
-"""Benchmark the fifth layer's scan (``pytest_jaxport.tooling``) on large real trees.
+"""Benchmark the fifth layer's scan (``pytest_jaxport.model.tooling``) on large real trees.
 
 Usage::
 
@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_jaxport.tooling import scan_tree, summarize
+from pytest_jaxport.model.tooling import scan_tree, summarize
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "tooling_scan.json"
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = [bench(root, args.runs) for root in args.roots]
     report = {
-        "benchmark": "pytest_jaxport.tooling.scan_tree",
+        "benchmark": "pytest_jaxport.model.tooling.scan_tree",
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "results": results,

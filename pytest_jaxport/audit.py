@@ -1,14 +1,14 @@
 """Recording the computations a suite runs, and lowering each distinct one once.
 
 ``pytest --jaxport-audit`` installs :class:`Recorder` on the interception layer
-(:mod:`pytest_jaxport.interception`): every top-level jitted call that misses JAX's C++
+(:mod:`pytest_jaxport._jax.interception`): every top-level jitted call that misses JAX's C++
 dispatch cache is handed to :meth:`Recorder.record`, after JAX ran it. A call JAX has seen
 before in this process (the same jaxpr object, the same argument types, shardings and
 donation) costs two dictionary lookups. A new one gets a content key (the normalised jaxpr's
 text, the argument types and shardings, donation, mesh: the same computation re-traced, traced
 at another call site, or recorded by another pytest-xdist worker, gets the same key) and, when
 the key is new too, is lowered for every configured platform exactly as ``jaxport.check`` does
-(:class:`~pytest_jaxport.lowered_level.LoweredLevel`: the lowered cache, the absent platforms
+(:class:`~pytest_jaxport.examine.LoweredLevel`: the lowered cache, the absent platforms
 lowered together, the same census and source lines) from the recorded jaxpr and argument
 types, without tracing or running anything again. For the platform it ran on, JAX's own
 cached lowering is read.
@@ -29,17 +29,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.audit_report import (
+from pytest_jaxport._jax.interception import Interception, RecordedCall, Support
+from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.examine import KeyParts, LoweredLevel, LoweredStats, shown_file
+from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.probe import Probe
+from pytest_jaxport.report.audit import (
     AuditTestRecord,
     ComputationRecord,
     FindingRecord,
     finding_kind,
 )
-from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.census import Classifier
-from pytest_jaxport.interception import Interception, RecordedCall, Support
-from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats, shown_file
-from pytest_jaxport.report import Probe
 
 
 class Recorder:
@@ -155,8 +155,8 @@ class Recorder:
         return cid
 
     def _census(self, cid: str, call: RecordedCall, keyed: KeyParts) -> ComputationRecord:
-        from pytest_jaxport import lowering
-        from pytest_jaxport.cost import estimated_share
+        from pytest_jaxport._jax import lowering
+        from pytest_jaxport.model.cost import estimated_share
 
         facts = call.facts()
         present = lowering.present_platforms()

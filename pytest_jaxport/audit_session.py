@@ -4,7 +4,7 @@ Registered by :mod:`pytest_jaxport.plugin` when ``--jaxport-audit`` or ``[tool.j
 audit`` asks for it. In each process that runs tests it installs the
 :class:`~pytest_jaxport.audit.Recorder`; at each test's setup the recorder starts a new test
 (clearing only JAX's C++ dispatch caches), and the test's teardown report carries what it ran
-(``report.jaxport_audit``, an :class:`~pytest_jaxport.audit_report.AuditTestRecord`), so under
+(``report.jaxport_audit``, an :class:`~pytest_jaxport.report.audit.AuditTestRecord`), so under
 pytest-xdist the controller, which runs no test and never installs the hook, merges the same
 records a serial run does.
 
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jaxport.audit_report import AuditLedger, failures, judge
-from pytest_jaxport.config import ProjectConfig
+from pytest_jaxport.model.config import ProjectConfig
+from pytest_jaxport.report.audit import AuditLedger, failures, judge
 
 if TYPE_CHECKING:
     from pytest_jaxport.audit import Recorder
@@ -171,7 +171,7 @@ class AuditSession:
         view already; then the suite's budget failures, once, as the session's failure."""
         if self.is_worker:
             return
-        from pytest_jaxport.render import audit_failure_lines, render_text
+        from pytest_jaxport.view.text import audit_failure_lines, render_text
 
         view = self.session.view()
         if self.session.report_target is None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_jaxport import __version__
-from pytest_jaxport.census import Program, parse_location, program_from_dict, program_to_dict
+from pytest_jaxport.model.census import Program, parse_location, program_from_dict, program_to_dict
 
 CACHE_NAME = "jaxport-compiled"
 """The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""

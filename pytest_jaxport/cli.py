@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_jaxport import __version__
-from pytest_jaxport.display import add_display_options
+from pytest_jaxport.view.display import add_display_options
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -23,11 +23,11 @@ EXIT_UNUSABLE = 2
 
 
 def _show(args: argparse.Namespace) -> int:
-    from pytest_jaxport.display import DisplayOptions, display_options
-    from pytest_jaxport.html_report import render_html
-    from pytest_jaxport.render import render_markdown, render_text
-    from pytest_jaxport.report import ReportError, load
-    from pytest_jaxport.view import ReportView, build_view
+    from pytest_jaxport.report.schema import ReportError, load
+    from pytest_jaxport.view.display import DisplayOptions, display_options
+    from pytest_jaxport.view.html import render_html
+    from pytest_jaxport.view.model import ReportView, build_view
+    from pytest_jaxport.view.text import render_markdown, render_text
 
     options = display_options(lambda name: getattr(args, name), verbosity=args.verbose - args.quiet)
     try:
@@ -58,7 +58,7 @@ def _show(args: argparse.Namespace) -> int:
 def _capture_target(args: argparse.Namespace) -> int:
     import ctypes
 
-    from pytest_jaxport import deviceless
+    from pytest_jaxport._jax import deviceless
 
     try:
         ctypes.CDLL("libcuda.so.1")
@@ -78,7 +78,7 @@ def _capture_target(args: argparse.Namespace) -> int:
     if args.output is None or args.output == "-":
         print(text, end="" if text.endswith("\n") else "\n")
         return EXIT_OK
-    from pytest_jaxport.report import write_text
+    from pytest_jaxport.report.schema import write_text
 
     path = Path(args.output)
     try:
@@ -98,7 +98,7 @@ def _fail(command: str, message: object) -> int:
 
 def _write(command: str, path: Path, text: str) -> str | None:
     """Write ``text`` atomically; the error line when it cannot be written."""
-    from pytest_jaxport.report import write_text
+    from pytest_jaxport.report.schema import write_text
 
     try:
         write_text(path, text)
@@ -110,8 +110,8 @@ def _write(command: str, path: Path, text: str) -> str | None:
 def _merge(args: argparse.Namespace) -> int:
     import json
 
-    from pytest_jaxport.merge import MergeError, load_legs, merge, tolerance_from_config
-    from pytest_jaxport.render import markdown
+    from pytest_jaxport.report.merge import MergeError, load_legs, merge, tolerance_from_config
+    from pytest_jaxport.view.text import markdown
 
     paths = [Path(p) for p in args.legs]
     output = Path(args.output)
@@ -136,7 +136,7 @@ def _merge(args: argparse.Namespace) -> int:
         if args.md:
             texts.append((Path(args.md), markdown(result.report) + "\n" + result.markdown()))
         if args.html:
-            from pytest_jaxport.html_report import html
+            from pytest_jaxport.view.html import html
 
             texts.append((Path(args.html), html(result.report)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -159,7 +159,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from pytest_jaxport.merge import MergeError, diff, load_counts
+    from pytest_jaxport.report.merge import MergeError, diff, load_counts
 
     try:
         base = load_counts(Path(args.base))
@@ -181,7 +181,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    from pytest_jaxport.merge import MergeError, baseline_json, load_counts
+    from pytest_jaxport.report.merge import MergeError, baseline_json, load_counts
 
     try:
         text = baseline_json(load_counts(Path(args.report)))

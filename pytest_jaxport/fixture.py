@@ -23,14 +23,21 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.arguments import ArgumentError, prepare
+from pytest_jaxport._jax.arguments import ArgumentError, prepare
 from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
-from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLocation, take_census
-from pytest_jaxport.config import Resolved
-from pytest_jaxport.cost import RuntimeShare
-from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats
-from pytest_jaxport.partitioner import with_inserted
-from pytest_jaxport.report import PlatformProbe, Probe, Untraced
+from pytest_jaxport.examine import KeyParts, LoweredLevel, LoweredStats
+from pytest_jaxport.model.census import (
+    Census,
+    Classifier,
+    OpSite,
+    Program,
+    SourceLocation,
+    take_census,
+)
+from pytest_jaxport.model.config import Resolved
+from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.model.partitioner import with_inserted
+from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
 """XLA's switch against NVIDIA's binary libraries (the what-if). With jaxlib 0.10.2 it only
@@ -152,7 +159,7 @@ class Jaxport:
         itself: a function taking such a keyword must be wrapped (``functools.partial``).
         """
         __tracebackhide__ = True
-        from pytest_jaxport.interception import paused
+        from pytest_jaxport._jax.interception import paused
 
         with paused():  # the plugin's own JAX work: never part of a --jaxport-audit
             return self._check(fn, args, kwargs, name=name, transforms=transforms)
@@ -167,7 +174,7 @@ class Jaxport:
         transforms: Sequence[str] | None,
     ) -> Any:
         __tracebackhide__ = True
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         if not callable(fn):
             pytest.fail(
@@ -212,7 +219,7 @@ class Jaxport:
 
     def _transforms(self, check_name: str, given: Sequence[str] | None) -> tuple[str, ...]:
         """``check(transforms=...)``, else the marker's, else ``[tool.jaxport]``'s."""
-        from pytest_jaxport.config import ConfigError, transforms_value
+        from pytest_jaxport.model.config import ConfigError, transforms_value
 
         if given is None:
             return self._config.transforms()
@@ -255,7 +262,7 @@ class Jaxport:
     ) -> Any:
         """One check: lower ``traced`` per platform, census, run, compare; record the probe."""
         __tracebackhide__ = True
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         present = lowering.present_platforms()
         frame, _ = _user_frame()  # the line that called check()
@@ -351,7 +358,7 @@ class Jaxport:
         """The collectives the SPMD partitioner inserts into this program: recorded when it
         was compiled to run on the default platform, else by compiling it there now;
         ``None`` when it does not compile here (its own collectives are all it shows)."""
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         execution = executions.get(lowering.default_platform())
         if execution is not None and execution.inserted is not None:
@@ -366,8 +373,8 @@ class Jaxport:
         compiled census where there is one (XLA's kernels as they run), else the lowered.
         A program with host callbacks is never profiled: profiling runs it again, and its
         callbacks (a print, an ``io_callback``'s side effect) with it."""
-        from pytest_jaxport import lowering
-        from pytest_jaxport.cost import estimated_share
+        from pytest_jaxport._jax import lowering
+        from pytest_jaxport.model.cost import estimated_share
 
         calls_back = result.census is not None and any(
             k.kind == "host-callback" for k in result.census.kernels
@@ -386,10 +393,10 @@ class Jaxport:
         return None
 
     def _measured(self, platform: str, execution: Any) -> RuntimeShare:
-        from pytest_jaxport import lowering
-        from pytest_jaxport.cost import measured_share
-        from pytest_jaxport.hlo import instruction_sites
-        from pytest_jaxport.targets import Classification, classify
+        from pytest_jaxport._jax import lowering
+        from pytest_jaxport.model.cost import measured_share
+        from pytest_jaxport.model.hlo import instruction_sites
+        from pytest_jaxport.model.targets import Classification, classify
 
         times = lowering.instruction_times(execution)
         sites = instruction_sites(lowering.compiled_text(execution.compiled))
@@ -417,7 +424,7 @@ class Jaxport:
         keyed: KeyParts,
     ) -> PlatformProbe:
         """``result`` with its compiled census (or why compiling failed); never raises."""
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         platform = result.platform
         try:
@@ -477,8 +484,8 @@ class Jaxport:
         lowered: Any,
         program: Program,
     ) -> _Compiled:
-        from pytest_jaxport import lowering
-        from pytest_jaxport.callbacks import INERT_TARGET
+        from pytest_jaxport._jax import lowering
+        from pytest_jaxport._jax.callbacks import INERT_TARGET
 
         target_config = self._compile.target_config
         inert = any(
@@ -509,8 +516,8 @@ class Jaxport:
         produce: Callable[[], tuple[str, bool]],
     ) -> _Compiled:
         """The compiled census: from the cache, else from ``produce()`` (HLO text, reused)."""
-        from pytest_jaxport import lowering
-        from pytest_jaxport.hlo import parse_compiled_hlo
+        from pytest_jaxport._jax import lowering
+        from pytest_jaxport.model.hlo import parse_compiled_hlo
 
         cache = self._compile.cache
         stats = self.compile_stats
@@ -558,7 +565,7 @@ class Jaxport:
         *,
         transform: str | None = None,
     ) -> tuple[Probe, Any]:
-        from pytest_jaxport.numerics import (
+        from pytest_jaxport.model.numerics import (
             Tolerance,
             compare,
             default_tolerance,
@@ -654,7 +661,7 @@ def _warn_unverified(probe: Probe) -> None:
 
 
 def lowering_present() -> tuple[str, ...]:
-    from pytest_jaxport.lowering import present_platforms
+    from pytest_jaxport._jax.lowering import present_platforms
 
     return present_platforms()
 

@@ -12,9 +12,9 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from pytest_jaxport.cost import CostModel, RewriteItem
-    from pytest_jaxport.targets import Classification
-    from pytest_jaxport.tooling import ToolingRule
+    from pytest_jaxport.model.cost import CostModel, RewriteItem
+    from pytest_jaxport.model.targets import Classification
+    from pytest_jaxport.model.tooling import ToolingRule
 
 
 @pytest.hookspec(firstresult=True)
@@ -30,10 +30,10 @@ def pytest_jaxport_classify(
     :param target: the custom-call target for custom calls, else ``None``.
     :param level: ``lowered`` (StableHLO) or ``compiled`` (optimized HLO).
 
-    Return a :class:`pytest_jaxport.targets.Classification`, or ``None`` to fall through to
+    Return a :class:`pytest_jaxport.model.targets.Classification`, or ``None`` to fall through to
     the built-in table. The first non-``None`` result wins. Example, in ``conftest.py``::
 
-        from pytest_jaxport.targets import Classification
+        from pytest_jaxport.model.targets import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
             if target == "my_fused_softmax":
@@ -45,9 +45,7 @@ def pytest_jaxport_classify(
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_jaxport_rewrite_cost(
-    item: RewriteItem, target: str, model: CostModel
-) -> float | None:
+def pytest_jaxport_rewrite_cost(item: RewriteItem, target: str, model: CostModel) -> float | None:
     """Price one NVIDIA-bound kernel or dispatch for a move to ``target``, in days.
 
     :param item: what must change: ``item.status`` is ``rewrite``, ``fallback`` or
@@ -69,9 +67,9 @@ def pytest_jaxport_rewrite_cost(
 def pytest_jaxport_tooling_rules(config: pytest.Config) -> Iterable[ToolingRule]:
     """Extra rules for the NVIDIA-bound tooling scan; every implementation's rules are added.
 
-    Return :class:`pytest_jaxport.tooling.ToolingRule` values, e.g.::
+    Return :class:`pytest_jaxport.model.tooling.ToolingRule` values, e.g.::
 
-        from pytest_jaxport.tooling import ToolingRule
+        from pytest_jaxport.model.tooling import ToolingRule
 
         def pytest_jaxport_tooling_rules(config):
             return [ToolingRule(id="our-cuda-base", pattern=r"FROM ourco/cuda-base",

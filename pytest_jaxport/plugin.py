@@ -22,8 +22,7 @@ from pytest_jaxport.cache import (
     CompiledCache,
     CompileSettings,
 )
-from pytest_jaxport.ci import ci_settings
-from pytest_jaxport.config import (
+from pytest_jaxport.model.config import (
     COMPILE_PLATFORMS,
     ConfigError,
     ProjectConfig,
@@ -31,9 +30,10 @@ from pytest_jaxport.config import (
     load_project,
     portable,
 )
-from pytest_jaxport.display import add_display_options
+from pytest_jaxport.model.targets import PLATFORMS
+from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
-from pytest_jaxport.targets import PLATFORMS
+from pytest_jaxport.view.display import add_display_options
 
 if TYPE_CHECKING:
     from pytest_jaxport.fixture import Jaxport
@@ -146,7 +146,7 @@ def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
         return project
     from dataclasses import replace
 
-    from pytest_jaxport.config import parse_project
+    from pytest_jaxport.model.config import parse_project
 
     names = [p.strip() for p in value.split(",") if p.strip()]
     try:
@@ -185,7 +185,7 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         cache = CompiledCache(directory=Path(cache_plugin.mkdir(CACHE_NAME)))
         if clear:
             cache.clear()
-    from pytest_jaxport import deviceless
+    from pytest_jaxport._jax import deviceless
 
     try:
         target_config = deviceless.load_target(project.target)
@@ -294,8 +294,8 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     dispatches, runs it on the platforms present, compares outputs with the reference
     platform, and returns the reference outputs. Budgets are enforced when the test ends.
     """
-    from pytest_jaxport.config import ConfigError as _ConfigError
     from pytest_jaxport.fixture import Jaxport
+    from pytest_jaxport.model.config import ConfigError as _ConfigError
 
     session = request.config.stash[SESSION]
     item = request.node

@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.ci import CISettings
-from pytest_jaxport.config import (
+from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
     Resolved,
     merge_marks,
     parse_marker,
 )
-from pytest_jaxport.targets import Classification, Level, classify
+from pytest_jaxport.model.targets import Classification, Level, classify
+from pytest_jaxport.report.ci import CISettings
 
 if TYPE_CHECKING:
     from pytest_jaxport.audit_session import AuditSession
-    from pytest_jaxport.cost import CostModel
-    from pytest_jaxport.display import DisplayOptions
-    from pytest_jaxport.view import ReportView
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.model import ReportView
 
 MARKER = "portable"
 VERBOSITY = "jaxport"
@@ -202,8 +202,8 @@ class JaxportSession:
     def _judge(
         self, item: pytest.Item, report: pytest.TestReport, jaxport: Any, *, marked: bool
     ) -> None:
-        from pytest_jaxport.budget import evaluate
-        from pytest_jaxport.render import probe_text
+        from pytest_jaxport.model.budget import evaluate
+        from pytest_jaxport.view.text import probe_text
 
         probes = list(jaxport.probes) if jaxport is not None else []
         record: dict[str, Any] = {
@@ -279,8 +279,8 @@ class JaxportSession:
         resolved: Resolved,
         message: str | None,
     ) -> None:
-        """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.ci`."""
-        from pytest_jaxport import ci
+        """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.report.ci`."""
+        from pytest_jaxport.report import ci
 
         ci.record_tolerance(record, resolved)
         problems = ci.save_check_outputs(
@@ -362,7 +362,7 @@ class JaxportSession:
         entry["error"] = {"message": str(report.longrepr)[:500], "where": None, "when": report.when}
 
     def _update_baseline(self, session: pytest.Session) -> None:
-        from pytest_jaxport.ci import write_baseline
+        from pytest_jaxport.report.ci import write_baseline
 
         if not self.ci.baseline_update:
             return
@@ -385,9 +385,9 @@ class JaxportSession:
         return self._built[1]
 
     def _build(self) -> dict[str, Any]:
-        from pytest_jaxport import lowering
-        from pytest_jaxport.ci import budget_table, leg_facts, tolerance_table
-        from pytest_jaxport.report import build_report, environment
+        from pytest_jaxport._jax import lowering
+        from pytest_jaxport.report.ci import budget_table, leg_facts, tolerance_table
+        from pytest_jaxport.report.schema import build_report, environment
 
         jax_loaded = self.audit is not None or any(t["checks"] for t in self.tests.values())
         present = lowering.present_platforms() if jax_loaded else ()
@@ -415,7 +415,7 @@ class JaxportSession:
         return report
 
     def cost_model(self) -> CostModel:
-        from pytest_jaxport.cost import CostModel
+        from pytest_jaxport.model.cost import CostModel
 
         return CostModel(**self.project.cost)
 
@@ -426,7 +426,7 @@ class JaxportSession:
         if self._tooling is None:
             import time
 
-            from pytest_jaxport.tooling import RULES, scan_tree, summarize
+            from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 
             extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
                 config=self.config) for r in rules]  # fmt: skip
@@ -446,7 +446,7 @@ class JaxportSession:
 
     def numbers(self, tests: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
         """The three numbers for the summary."""
-        from pytest_jaxport.report import suite_rewrite, suite_shares
+        from pytest_jaxport.report.schema import suite_rewrite, suite_shares
 
         tooling = self.tooling_scan()
         model = self.cost_model()
@@ -517,7 +517,7 @@ class JaxportSession:
 
     def display(self) -> DisplayOptions:
         """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
-        from pytest_jaxport.display import display_options
+        from pytest_jaxport.view.display import display_options
 
         get_verbosity = getattr(self.config, "get_verbosity", None)
         verbosity = (
@@ -529,7 +529,7 @@ class JaxportSession:
 
     def view(self) -> ReportView:
         """The report's view, built once for the terminal, the file and the step summary."""
-        from pytest_jaxport.view import build_view
+        from pytest_jaxport.view.model import build_view
 
         report = self.build()
         if self._view is None or self._view[0] is not report:
@@ -556,7 +556,7 @@ class JaxportSession:
                 terminalreporter.write_line(line)
         if self.report_target is None:
             return
-        from pytest_jaxport.render import render_text
+        from pytest_jaxport.view.text import render_text
 
         written = self._written if self.report_target != "-" else None
         terminalreporter.write_sep("=", "jaxport portability report")
@@ -577,7 +577,7 @@ class JaxportSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not self.report_target or self.report_target == "-":
             return
-        from pytest_jaxport.report import write_json, write_text
+        from pytest_jaxport.report.schema import write_json, write_text
 
         path = Path(self.report_target)
         if not path.is_absolute():
@@ -585,11 +585,11 @@ class JaxportSession:
         report = self.build()
         try:
             if path.suffix == ".md":
-                from pytest_jaxport.render import render_markdown
+                from pytest_jaxport.view.text import render_markdown
 
                 write_text(path, render_markdown(self.view(), self.display()))
             elif path.suffix == ".html":
-                from pytest_jaxport.html_report import render_html
+                from pytest_jaxport.view.html import render_html
 
                 write_text(path, render_html(self.view(), self.display()))
             else:
@@ -608,8 +608,8 @@ class JaxportSession:
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target:
             return
-        from pytest_jaxport.ci import append_step_summary
-        from pytest_jaxport.render import render_markdown
+        from pytest_jaxport.report.ci import append_step_summary
+        from pytest_jaxport.view.text import render_markdown
 
         view, options = self.view(), self.display()
         said = append_step_summary(

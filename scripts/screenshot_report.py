@@ -296,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from pytest_jaxport.html_report import html
-    from pytest_jaxport.report import ReportError, load
+    from pytest_jaxport.report.schema import ReportError, load
+    from pytest_jaxport.view.html import html
 
     try:
         report = load(args.report)

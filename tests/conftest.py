@@ -27,13 +27,13 @@ import numpy  # noqa: F401
 import pytest
 from _pytest.pytester import SysModulesSnapshot
 
-import pytest_jaxport.budget
+import pytest_jaxport._jax.deviceless
+import pytest_jaxport._jax.lowering
 import pytest_jaxport.cache
-import pytest_jaxport.deviceless
 import pytest_jaxport.fixture
-import pytest_jaxport.hlo
-import pytest_jaxport.lowering
-import pytest_jaxport.render  # noqa: F401
+import pytest_jaxport.model.budget
+import pytest_jaxport.model.hlo
+import pytest_jaxport.view.text  # noqa: F401
 
 jax.devices()
 
@@ -62,7 +62,7 @@ pytest.Pytester._Pytester__take_sys_modules_snapshot = _snapshot  # type: ignore
 def measured_basis() -> str:
     """The runtime-share basis executed platforms get here: ``measured`` where this jaxlib's
     profiler reports per-instruction events (0.8.3+), else the ``estimated`` fallback."""
-    from pytest_jaxport.profile import measure
+    from pytest_jaxport._jax.profile import measure
 
     compiled = jax.jit(lambda x: x @ x).trace(jax.numpy.ones((4, 4))).lower().compile()
     try:

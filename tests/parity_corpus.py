@@ -111,9 +111,9 @@ def corpus() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
 def census_record(fn: Callable[..., Any], args: tuple[Any, ...], platform: str) -> dict[str, Any]:
     """What the plugin finds for ``fn(*args)`` on ``platform``, in the record's terms: counts
     per layer and library and every kernel by name, or why it did not lower."""
-    from pytest_jaxport import lowering
-    from pytest_jaxport.census import take_census
-    from pytest_jaxport.jax_adapters import needs_hardware
+    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax.adapters import needs_hardware
+    from pytest_jaxport.model.census import take_census
 
     try:
         with warnings.catch_warnings():  # JAX's own deprecations (Pallas Triton on 0.12)
@@ -216,7 +216,7 @@ def dump(record: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from pytest_jaxport.jax_adapters import jax_release
+    from pytest_jaxport._jax.adapters import jax_release
 
     if sys.argv[1:] != ["--record"]:
         raise SystemExit(__doc__)

@@ -17,7 +17,7 @@ import pytest
 from helpers import esc, run_json
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.report import without_timings
+from pytest_jaxport.report.schema import without_timings
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 

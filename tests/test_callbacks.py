@@ -16,8 +16,8 @@ from helpers import run_json
 from jax import lax
 from jax.experimental import io_callback
 
-from pytest_jaxport import callbacks, lowering
-from pytest_jaxport.census import Census, take_census
+from pytest_jaxport._jax import callbacks, lowering
+from pytest_jaxport.model.census import Census, take_census
 
 ABSENT = ("cuda", "rocm", "tpu")
 x = np.linspace(0.5, 1.5, 4, dtype=np.float32)
@@ -165,7 +165,7 @@ def test_the_compilable_program_compiles_what_the_real_one_does(case: str) -> No
     into): each callback a stand-in that XLA compiles; the inert placeholder does not
     compile. Compiled for cpu, where the real program compiles too, the libraries are the
     real program's, and no callback is left."""
-    from pytest_jaxport.hlo import parse_compiled_hlo
+    from pytest_jaxport.model.hlo import parse_compiled_hlo
 
     def compiled(traced: object) -> Census:
         text = traced.lower(lowering_platforms=("cpu",)).compile().as_text()  # type: ignore[attr-defined]

@@ -10,8 +10,8 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pytest_jaxport import lowering
-from pytest_jaxport.census import (
+from pytest_jaxport._jax import lowering
+from pytest_jaxport.model.census import (
     Census,
     OpSite,
     Program,

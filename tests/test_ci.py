@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.merge import baseline_json, baseline_of
-from pytest_jaxport.numerics import Leaf, Outputs
-from pytest_jaxport.outputs import load_outputs, save_outputs
+from pytest_jaxport.model.numerics import Leaf, Outputs
+from pytest_jaxport.report.merge import baseline_json, baseline_of
+from pytest_jaxport.report.outputs import load_outputs, save_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
@@ -153,7 +153,7 @@ def test_cpu_side_legs_and_merge_run_as_the_workflow_says(tmp_path: Path) -> Non
     data = _workflow()
     (tmp_path / "pyproject.toml").write_text(PROJECT)
     (tmp_path / "test_suite.py").write_text(SUITE)
-    from pytest_jaxport import deviceless
+    from pytest_jaxport._jax import deviceless
 
     cpu_side = [
         leg for leg in data["jobs"]["leg"]["strategy"]["matrix"]["include"]
@@ -442,7 +442,7 @@ def test_baseline_update_needs_a_file_and_accepts_a_missing_one(
 
 
 def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
-    from pytest_jaxport.report import build_report, write_json
+    from pytest_jaxport.report.schema import build_report, write_json
 
     path = tmp_path / name
     write_json(path, build_report([], config={"platforms": ["cpu"], "reference": "cpu"},

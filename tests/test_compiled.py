@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 from helpers import esc
 
-from pytest_jaxport.census import Census, Kernel
-from pytest_jaxport.deviceless import cuda_plugin_problem
-from pytest_jaxport.display import DisplayOptions
-from pytest_jaxport.render import markdown, prediction_gap, text, what_if_line
-from pytest_jaxport.report import PlatformProbe, Probe, build_report, summarize, without_timings
+from pytest_jaxport._jax.deviceless import cuda_plugin_problem
+from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.report.schema import build_report, summarize, without_timings
+from pytest_jaxport.view.display import DisplayOptions
+from pytest_jaxport.view.text import markdown, prediction_gap, text, what_if_line
 
 PLUGIN_PROBLEM = cuda_plugin_problem()
 needs_plugin = pytest.mark.skipif(
@@ -271,7 +272,7 @@ def test_classify_hook_sees_the_compiled_level(pytester: pytest.Pytester) -> Non
     )
     pytester.makeconftest(
         """
-        from pytest_jaxport.targets import Classification
+        from pytest_jaxport.model.targets import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
             # jaxlib >= 0.10 fuses CPU dots into YNNPACK calls; older jaxlib emits plain dots.
@@ -523,7 +524,7 @@ def test_an_unknown_target_lists_the_shipped_ones(pytester: pytest.Pytester) -> 
 
 @needs_plugin
 def test_a_target_file_next_to_pyproject(pytester: pytest.Pytester) -> None:
-    from pytest_jaxport.deviceless import load_target
+    from pytest_jaxport._jax.deviceless import load_target
 
     (pytester.path / "gpus").mkdir()
     (pytester.path / "gpus" / "mine.txtpb").write_text(load_target("h200"))
@@ -701,8 +702,8 @@ def test_prediction_that_held_is_not_repeated_and_what_if_says_unchanged() -> No
 
 
 def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
-    from pytest_jaxport.budget import evaluate
-    from pytest_jaxport.config import Budget, Setting
+    from pytest_jaxport.model.budget import evaluate
+    from pytest_jaxport.model.config import Budget, Setting
 
     result = PlatformProbe(
         platform="cuda",

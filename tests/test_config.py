@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jaxport.config import (
+from pytest_jaxport.model.config import (
     ConfigError,
     Overrides,
     Setting,

@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_jaxport.census import Census, Kernel, OpSite, SourceLocation
-from pytest_jaxport.cost import (
+from pytest_jaxport._jax.profile import Event, measure, self_times
+from pytest_jaxport.model.census import Census, Kernel, OpSite, SourceLocation
+from pytest_jaxport.model.cost import (
     DEFAULT_PEAKS,
     ESTIMATE_ERROR,
     Calibration,
@@ -27,7 +28,6 @@ from pytest_jaxport.cost import (
     share_basis,
     share_of,
 )
-from pytest_jaxport.profile import Event, measure, self_times
 
 TARGETS = Path(__file__).parents[1] / "pytest_jaxport" / "gpu_targets"
 
@@ -127,7 +127,8 @@ def test_every_renderer_says_what_a_share_rests_on() -> None:
     assert share_basis({"basis": "measured", "checks": 3, "left_out": 2}) == (
         "measured over 3 of 5 checks (2 not measured, left out)"
     )
-    from pytest_jaxport import html_report, view
+    from pytest_jaxport.view import html as html_report
+    from pytest_jaxport.view import model as view
 
     row = view.share_row("cuda", estimated)
     assert row.label == share_basis(estimated)  # every format's label
@@ -214,6 +215,7 @@ def test_self_times_subtract_nested_events() -> None:
 def test_measure_attributes_real_profiler_events_to_instructions(measured_basis: str) -> None:
     if measured_basis != "measured":
         pytest.skip("this jaxlib's profiler reports no per-instruction events (needs 0.8.3+)")
+
     def f(a):
         return jnp.linalg.eigh(a @ a.T)[0].sum()
 

@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport import deviceless
-from pytest_jaxport.census import Census, take_census
-from pytest_jaxport.deviceless import (
+from pytest_jaxport._jax import deviceless
+from pytest_jaxport._jax.deviceless import (
     SHIPPED_TARGETS,
     capture_target,
     cuda_plugin_problem,
     deviceless_compile,
     load_target,
 )
-from pytest_jaxport.hlo import parse_compiled_hlo
-from pytest_jaxport.targets import Classification, classify
+from pytest_jaxport.model.census import Census, take_census
+from pytest_jaxport.model.hlo import parse_compiled_hlo
+from pytest_jaxport.model.targets import Classification, classify
 
 
 def _compiled(platform: str, op: str, target: str | None) -> Classification:

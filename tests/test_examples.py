@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
-from pytest_jaxport.view import build_view
+from pytest_jaxport.view.model import build_view
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")

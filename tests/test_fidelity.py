@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.cost import CALIBRATION, DEFAULT_PEAKS, ESTIMATE_ERROR, FUSED_SHARE
+from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS, ESTIMATE_ERROR, FUSED_SHARE
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 RESULTS = BENCHMARKS / "results" / "fidelity-cpu.json"
@@ -164,9 +164,9 @@ def test_per_plane_times_are_what_the_gpu_path_records(measured_basis: str) -> N
 def test_deviceless_vs_gpu_causes_name_the_autotuning_pick() -> None:
     """Two real deviceless compiles of one matmul, one with XLA's Triton gemms and one
     without, differ as an autotuned GPU and a deviceless compile can: by who got the gemm."""
-    from pytest_jaxport.deviceless import cuda_plugin_problem, deviceless_compile, load_target
-    from pytest_jaxport.hlo import parse_compiled_hlo
-    from pytest_jaxport.targets import classify
+    from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile, load_target
+    from pytest_jaxport.model.hlo import parse_compiled_hlo
+    from pytest_jaxport.model.targets import classify
 
     if (problem := cuda_plugin_problem()) is not None:
         pytest.skip(problem)
@@ -176,7 +176,7 @@ def test_deviceless_vs_gpu_causes_name_the_autotuning_pick() -> None:
     a = jnp.ones((512, 512))
 
     def census(options: dict[str, object] | None) -> Any:
-        from pytest_jaxport.census import take_census
+        from pytest_jaxport.model.census import take_census
 
         text = deviceless_compile(
             lambda a, b: a @ b, (a, a), {}, target_config=load_target("h100"),

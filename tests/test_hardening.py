@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_jaxport.census import Census, Kernel, SourceLocation
-from pytest_jaxport.config import ConfigError, parse_marker, parse_project
-from pytest_jaxport.report import PlatformProbe, Probe
+from pytest_jaxport.model.census import Census, Kernel, SourceLocation
+from pytest_jaxport.model.config import ConfigError, parse_marker, parse_project
+from pytest_jaxport.model.probe import PlatformProbe, Probe
 
 # -- property tests ---------------------------------------------------------------------------
 
@@ -117,7 +117,7 @@ def test_probe_json_round_trip(probe: Probe) -> None:
 
 # -- check() inputs, end to end ----------------------------------------------------------------
 
-EDGE_CASES = '''
+EDGE_CASES = """
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -176,7 +176,7 @@ def test_non_array_output(jaxport):
 @pytest.mark.portable
 def test_after_failures_still_fine(jaxport):
     assert jaxport.check(identity_plus, jnp.ones(2)).shape == (2,)
-'''
+"""
 
 
 def test_check_edge_cases_are_isolated(pytester: pytest.Pytester) -> None:
@@ -285,7 +285,7 @@ def test_killed_while_writing_leaves_previous_report(pytester: pytest.Pytester) 
     pytester.makeconftest(
         f"""
         import os, time
-        import pytest_jaxport.report as report
+        import pytest_jaxport.report.schema as report
 
         def slow_replace(src, dst):
             open({str(ready)!r}, "w").close()

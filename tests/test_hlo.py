@@ -1,4 +1,4 @@
-"""pytest_jaxport.hlo and the compiled rows of targets.RULES: saved compiled HLO, no devices.
+"""pytest_jaxport.model.hlo and the compiled rows of targets.RULES: saved compiled HLO, no devices.
 
 The samples under ``tests/data/hlo`` are real ``compiled.as_text()`` output (CUDA ones from
 deviceless compilation against the shipped H100 description); ``generate_samples.py``
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jaxport.census import Census, OpSite, Program, parse_location, take_census
-from pytest_jaxport.hlo import CALL_OP, parse_compiled_hlo
-from pytest_jaxport.targets import COMPILED_RULES, RULES, Classification, classify
+from pytest_jaxport.model.census import Census, OpSite, Program, parse_location, take_census
+from pytest_jaxport.model.hlo import CALL_OP, parse_compiled_hlo
+from pytest_jaxport.model.targets import COMPILED_RULES, RULES, Classification, classify
 
 DATA = Path(__file__).parent / "data" / "hlo"
 GENERATOR = DATA / "generate_samples.py"

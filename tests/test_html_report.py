@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport import html_report
-from pytest_jaxport.cost import CostModel, RuntimeShare, estimate, rewrite_items
-from pytest_jaxport.report import Probe, census_from_dict, numerics_status
-from pytest_jaxport.view import LAYER_ROWS, numerics_of
+from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate, rewrite_items
+from pytest_jaxport.model.probe import Probe, census_from_dict, numerics_status
+from pytest_jaxport.view import html as html_report
+from pytest_jaxport.view.model import LAYER_ROWS, numerics_of
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert('x')</script>"

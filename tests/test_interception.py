@@ -1,7 +1,7 @@
 """The audit's interception layer on the installed JAX: every patch point, for real.
 
 This module is the compatibility test the audit needs on each JAX release CI covers (the
-newest, 0.10.2, and the floor 0.6.2): every private name of ``pytest_jaxport.interception``
+newest, 0.10.2, and the floor 0.6.2): every private name of ``pytest_jaxport._jax.interception``
 is exercised here with real jitted code, no mocks. When a JAX release moves one of them, a
 test below fails and names it.
 """
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_jaxport import interception, lowering
-from pytest_jaxport.interception import Interception, RecordedCall
+from pytest_jaxport._jax import interception, lowering
+from pytest_jaxport._jax.interception import Interception, RecordedCall
 
 VERSION = interception._version_tuple(jax.__version__)
 
@@ -296,11 +296,11 @@ def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
 
 
 def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
-    from pytest_jaxport.audit_report import AuditLedger
-    from pytest_jaxport.cost import CostModel
-    from pytest_jaxport.display import DisplayOptions
-    from pytest_jaxport.render import render_text
-    from pytest_jaxport.view import build_view
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.report.audit import AuditLedger
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.model import build_view
+    from pytest_jaxport.view.text import render_text
 
     support = interception.Support(
         jax="9.0.0",

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from helpers import esc, run_json
 
-from pytest_jaxport.outputs import INDEX_KEY, load_outputs
+from pytest_jaxport.report.outputs import INDEX_KEY, load_outputs
 
 PROJECT = """
 [tool.jaxport]
@@ -507,6 +507,6 @@ def test_library_lines_are_shown_relative_to_site_packages(project: pytest.Pytes
     ],
 )
 def test_shown_file(file: str, shown: str | None) -> None:
-    from pytest_jaxport.lowered_level import shown_file
+    from pytest_jaxport.examine import shown_file
 
     assert shown_file(file, Path("/src/proj")) == shown

@@ -12,10 +12,16 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport import lowering
+from pytest_jaxport._jax import lowering
 from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, lowered_key
-from pytest_jaxport.census import OpSite, Program, program_from_dict, program_to_dict, take_census
-from pytest_jaxport.report import without_timings
+from pytest_jaxport.model.census import (
+    OpSite,
+    Program,
+    program_from_dict,
+    program_to_dict,
+    take_census,
+)
+from pytest_jaxport.report.schema import without_timings
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 

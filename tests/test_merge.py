@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_jaxport.census import Census, Kernel
-from pytest_jaxport.merge import (
+from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.numerics import Leaf, Outputs, Tolerance, default_tolerance
+from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced, census_to_dict
+from pytest_jaxport.report.merge import (
     PER_LEG_CONFIG_KEYS,
     MergeError,
     baseline_json,
@@ -27,17 +29,9 @@ from pytest_jaxport.merge import (
     merge,
     tolerance_from_config,
 )
-from pytest_jaxport.numerics import Leaf, Outputs, Tolerance, default_tolerance
-from pytest_jaxport.outputs import save_outputs
-from pytest_jaxport.render import markdown, text
-from pytest_jaxport.report import (
-    PlatformProbe,
-    Probe,
-    Untraced,
-    build_report,
-    census_to_dict,
-    write_json,
-)
+from pytest_jaxport.report.outputs import save_outputs
+from pytest_jaxport.report.schema import build_report, write_json
+from pytest_jaxport.view.text import markdown, text
 
 NODEID = "tests/test_models.py::test_mlp"
 OTHER = "tests/test_models.py::test_attention"

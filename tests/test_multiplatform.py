@@ -18,8 +18,14 @@ import pytest
 from helpers import run_json
 from jax import lax
 
-from pytest_jaxport import lowering
-from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, Program, parse_location, take_census
+from pytest_jaxport._jax import lowering
+from pytest_jaxport.model.census import (
+    CALL_OPS,
+    UNCOUNTED_OPS,
+    Program,
+    parse_location,
+    take_census,
+)
 
 PLATFORMS = ("cuda", "rocm", "tpu")
 

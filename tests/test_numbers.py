@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from pytest_jaxport.view import build_view
+from pytest_jaxport.view.model import build_view
 
-FFI_SUITE = '''
+FFI_SUITE = """
 import jax
 import jax.numpy as jnp
 import pytest
@@ -33,7 +33,7 @@ def test_block(jaxport):
     w = jnp.ones((64, 64)) / 64
     x = jnp.ones((32, 64))
     assert jaxport.check(block, w, x).shape == (32, 64)
-'''
+"""
 
 
 def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
@@ -109,7 +109,7 @@ def test_kernel_that_does_not_lower_is_a_rewrite(pytester: pytest.Pytester) -> N
 def test_rewrite_and_share_budgets(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_budgets=FFI_SUITE
-        + '''
+        + """
 
 @pytest.mark.portable(max_custom_calls=1, max_kernels_to_rewrite=0)
 def test_no_rewrites_allowed(jaxport):
@@ -129,7 +129,7 @@ def test_days_over(jaxport):
 @pytest.mark.portable(max_custom_calls=1, max_vendor_share=0.0)
 def test_vendor_share_over(jaxport):
     jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
-'''
+"""
     )
     result = pytester.runpytest()
     result.assert_outcomes(passed=2, failed=3)
@@ -261,7 +261,7 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
     _plant(pytester)
     pytester.makeconftest(
         """
-        from pytest_jaxport.tooling import ToolingRule
+        from pytest_jaxport.model.tooling import ToolingRule
 
         def pytest_jaxport_tooling_rules(config):
             return [ToolingRule(id="our-base", pattern=r"python train[.]py",
@@ -338,7 +338,7 @@ def test_one_kernel_site_is_priced_once_per_target(pytester: pytest.Pytester) ->
         assert report["summary"]["kernels_to_rewrite"][target] == 1
 
 
-UNRUNNABLE_SUITE = '''
+UNRUNNABLE_SUITE = """
 import jax
 import jax.numpy as jnp
 import pytest
@@ -357,7 +357,7 @@ def test_runs(jaxport):
 def test_does_not_run_here(jaxport):
     with pytest.warns(UserWarning):
         jaxport.check(no_handler, jnp.ones((8,)))
-'''
+"""
 
 
 def test_suite_share_is_measured_over_what_ran_and_says_what_it_left_out(

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_jaxport.numerics: numpy arrays only, no JAX, no devices."""
+"""Unit tests for pytest_jaxport.model.numerics: numpy arrays only, no JAX, no devices."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pytest_jaxport.numerics import (
+from pytest_jaxport.model.numerics import (
     DEFAULT_TOLERANCES,
     Comparison,
     Leaf,

@@ -24,7 +24,7 @@ from parity_corpus import (
     release,
 )
 
-from pytest_jaxport.jax_adapters import jax_release
+from pytest_jaxport._jax.adapters import jax_release
 
 COMPATIBILITY = Path(__file__).resolve().parent.parent / "docs" / "compatibility.md"
 RECORD = load()

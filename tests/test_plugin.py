@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from helpers import esc, run_json
 
-from pytest_jaxport.report import without_timings
+from pytest_jaxport.report.schema import without_timings
 
 PROJECT = """
 [tool.jaxport]
@@ -48,8 +48,6 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyfile(models=MODELS)
     pytester.syspathinsert()
     return pytester
-
-
 
 
 def test_budget_at_true_count_passes_and_one_under_fails(project: pytest.Pytester) -> None:
@@ -445,7 +443,7 @@ def test_single_platform_says_nothing_to_compare(project: pytest.Pytester) -> No
 def test_classify_hook_reclassifies_target(project: pytest.Pytester) -> None:
     project.makeconftest(
         """
-        from pytest_jaxport.targets import Classification
+        from pytest_jaxport.model.targets import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
             if target == "my_kernel":
@@ -544,10 +542,10 @@ def test_plugin_modules_skip_assertion_rewriting() -> None:
 
     import pytest_jaxport
 
-    names = [m.name for m in pkgutil.iter_modules(pytest_jaxport.__path__)]
+    names = [m.name for m in pkgutil.walk_packages(pytest_jaxport.__path__, "pytest_jaxport.")]
     assert len(names) > 20
-    for name in ["", *names]:
-        module = importlib.import_module(f"pytest_jaxport{'.' + name if name else ''}")
+    for name in ["pytest_jaxport", *names]:
+        module = importlib.import_module(name)
         assert AssertionRewriter.is_rewrite_disabled(module.__doc__ or ""), module.__name__
 
 

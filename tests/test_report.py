@@ -9,19 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jaxport.budget import evaluate
-from pytest_jaxport.census import Census, Kernel, SourceLocation
 from pytest_jaxport.cli import main
-from pytest_jaxport.config import merge_marks, parse_marker, parse_project
-from pytest_jaxport.report import (
-    SCHEMA_VERSION,
-    PlatformProbe,
-    Probe,
-    ReportError,
-    build_report,
-    load,
-    write_json,
-)
+from pytest_jaxport.model.budget import evaluate
+from pytest_jaxport.model.census import Census, Kernel, SourceLocation
+from pytest_jaxport.model.config import merge_marks, parse_marker, parse_project
+from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.report.schema import SCHEMA_VERSION, ReportError, build_report, load, write_json
 
 KERNEL = Kernel(
     layer="custom",

@@ -161,10 +161,10 @@ RUNNERS: dict[str, Callable[[Path], dict[str, Any]]] = {
 
 def renderings(report: dict[str, Any]) -> dict[str, str]:
     """The report as every format shows it, at three verbosities."""
-    from pytest_jaxport.display import display_options
-    from pytest_jaxport.html_report import render_html
-    from pytest_jaxport.render import render_markdown, render_text
-    from pytest_jaxport.view import build_view
+    from pytest_jaxport.view.display import display_options
+    from pytest_jaxport.view.html import render_html
+    from pytest_jaxport.view.model import build_view
+    from pytest_jaxport.view.text import render_markdown, render_text
 
     view = build_view(report)
     shown: dict[str, str] = {}

@@ -23,10 +23,11 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pytest_jaxport import lowering, partitioner
-from pytest_jaxport.census import OpSite, Program, parse_location, take_census
-from pytest_jaxport.render import collectives_line
-from pytest_jaxport.report import PlatformProbe, census_from_dict, census_to_dict
+from pytest_jaxport._jax import lowering
+from pytest_jaxport.model import partitioner
+from pytest_jaxport.model.census import OpSite, Program, parse_location, take_census
+from pytest_jaxport.model.probe import PlatformProbe, census_from_dict, census_to_dict
+from pytest_jaxport.view.text import collectives_line
 
 LAYERS = 3
 
@@ -255,7 +256,8 @@ def test_collectives_by_kind_are_in_the_suite_totals_of_every_format(
     """The suite totals carry each platform's collectives by kind (the 6 gradient
     all-reduces the partitioner inserts), and every format shows them with what runs them
     on each platform."""
-    from pytest_jaxport import html_report, render
+    from pytest_jaxport.view import html as html_report
+    from pytest_jaxport.view import text as render
 
     pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
     result, report = run_json(pytester)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_jaxport.targets import LAYERS, PLATFORMS, RULES, Classification, classify, libraries
+from pytest_jaxport.model.targets import (
+    LAYERS,
+    PLATFORMS,
+    RULES,
+    Classification,
+    classify,
+    libraries,
+)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_jaxport.tooling import (
+from pytest_jaxport.model.tooling import (
     MAX_FILE_BYTES,
     RULES,
     TEXT_WIDTH,

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from helpers import esc, run_json
 
-from pytest_jaxport.numerics import Tolerance, default_tolerance, gradient_tolerance
-from pytest_jaxport.view import build_view
+from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
+from pytest_jaxport.view.model import build_view
 
 PROJECT = """
 [tool.jaxport]
@@ -441,7 +441,7 @@ def test_html_report_groups_variants_under_their_function(project: pytest.Pytest
 
 
 def test_vmap_argument_stacking_is_deterministic() -> None:
-    from pytest_jaxport.lowering import transformed
+    from pytest_jaxport._jax.lowering import transformed
 
     variant = transformed(
         lambda x, i, b: x, "vmap", (jnp.ones(2), jnp.arange(2), jnp.array([True, False])), {}

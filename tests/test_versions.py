@@ -20,9 +20,9 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pytest_jaxport import lowering
-from pytest_jaxport.census import take_census
-from pytest_jaxport.jax_adapters import gpu_description, jax_release
+from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax.adapters import gpu_description, jax_release
+from pytest_jaxport.model.census import take_census
 
 TRITON_DEPRECATED = "ignore:The Pallas Triton backend is deprecated:DeprecationWarning"
 
@@ -98,7 +98,7 @@ def test_mosaic_gpu_kernel_counts_on_cuda_and_does_not_lower_on_rocm() -> None:
     # every release (jax 0.6 to 0.8 lower it for rocm all the same; the plugin refuses).
     with pytest.raises(lowering.LoweringFailure) as failure:
         census(mosaic_gpu_double, x, "rocm")
-    from pytest_jaxport.jax_adapters import needs_hardware
+    from pytest_jaxport._jax.adapters import needs_hardware
 
     assert needs_hardware(str(failure.value)) is None
 
@@ -212,7 +212,7 @@ def test_a_gpu_this_jax_knows_is_described_and_counted(pytester: pytest.Pytester
 def test_eig_with_the_cuda_plugin_needs_a_gpu(pytester: pytest.Pytester) -> None:
     """With the CUDA plugin installed (the deviceless leg), JAX's cuda lowering of ``eig``
     asks cuSOLVER for its version: unknown here, not a failure of the code."""
-    from pytest_jaxport.deviceless import cuda_plugin_problem
+    from pytest_jaxport._jax.deviceless import cuda_plugin_problem
 
     problem = cuda_plugin_problem()
     if problem is not None:
@@ -243,7 +243,7 @@ import sys
 sys.modules["absl"] = None  # Python's own way to make an import fail: as if not installed
 import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
-from pytest_jaxport import lowering
+from pytest_jaxport._jax import lowering
 
 def double(x_ref, o_ref):
     o_ref[...] = x_ref[...] * 2.0

@@ -22,12 +22,15 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
-from pytest_jaxport.ci import STEP_SUMMARY_LIMIT, append_step_summary
-from pytest_jaxport.cost import RuntimeShare
-from pytest_jaxport.display import DisplayOptions
-from pytest_jaxport.hotspots import Reach, hotspots
-from pytest_jaxport.html_report import render_html
-from pytest_jaxport.render import (
+from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.model.hotspots import Reach, hotspots
+from pytest_jaxport.model.probe import census_from_dict
+from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
+from pytest_jaxport.report.schema import write_json
+from pytest_jaxport.view.display import DisplayOptions
+from pytest_jaxport.view.html import render_html
+from pytest_jaxport.view.model import build_view, natural_key, number, pct, seconds_text
+from pytest_jaxport.view.text import (
     MARKDOWN_BUDGET,
     MARKDOWN_PROBLEMS,
     WIDTH,
@@ -35,8 +38,6 @@ from pytest_jaxport.render import (
     render_markdown,
     render_text,
 )
-from pytest_jaxport.report import census_from_dict, write_json
-from pytest_jaxport.view import build_view, natural_key, number, pct, seconds_text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_jaxport.targets import (
+from pytest_jaxport.model.targets import (
     INSERTED_PREFIX,
     Classification,
     Layer,

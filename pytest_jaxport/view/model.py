@@ -1,12 +1,12 @@
 """What every report format shows, built once from a report (pure: a report dict in, values out).
 
-:func:`build_view` reads a report (schema version 2; :func:`pytest_jaxport.report.load`
+:func:`build_view` reads a report (schema version 2; :func:`pytest_jaxport.report.schema.load`
 upgrades older ones) into a :class:`ReportView`: the headline counts, the problems grouped by
 budget key and platform, where the lock-in lives (hotspots by source site), the platform
 totals, the three numbers, the layer table, environment notes said once, and the per-test
-matrix. :mod:`pytest_jaxport.render` (terminal text, Markdown) and
-:mod:`pytest_jaxport.html_report` only lay it out: no format derives a fact of its own, so
-they agree on every number. :class:`pytest_jaxport.display.DisplayOptions` (shared by the
+matrix. :mod:`pytest_jaxport.view.text` (terminal text, Markdown) and
+:mod:`pytest_jaxport.view.html` only lay it out: no format derives a fact of its own, so
+they agree on every number. :class:`pytest_jaxport.view.display.DisplayOptions` (shared by the
 plugin and ``jaxport show``) say how much of it to show.
 
 Where to add something new, once for every format:
@@ -17,10 +17,10 @@ Where to add something new, once for every format:
 - how a runtime share's basis is labelled (an error band, what was left out):
   :func:`share_label`;
 - a new kind of problem: :func:`problems_of`;
-- another source of censuses for the hotspots: :class:`pytest_jaxport.hotspots.Reach`.
+- another source of censuses for the hotspots: :class:`pytest_jaxport.model.hotspots.Reach`.
 
 The suite audit (``--jaxport-audit``, the report's ``audit`` section) is part of the same
-view (:mod:`pytest_jaxport.audit_view` reads it): its failures to re-lower and its suite
+view (:mod:`pytest_jaxport.view.audit` reads it): its failures to re-lower and its suite
 budget failures are problem groups (``audit``), and its three numbers, sites and platform
 totals are the headline's where the run has no checks (``unit`` says what the numbers
 count), else :attr:`AuditView.numbers`, next to the checks'.
@@ -41,12 +41,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_jaxport.budget import Violation
-from pytest_jaxport.census import Census
-from pytest_jaxport.cost import SHARE_LAYERS, share_basis, share_basis_short
-from pytest_jaxport.display import DisplayOptions
-from pytest_jaxport.hotspots import Hotspot, hotspots, reaches_of_tests
-from pytest_jaxport.report import PlatformProbe, Probe, numerics_state
+from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.census import Census
+from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
+from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
+from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_state
+from pytest_jaxport.view.display import DisplayOptions
 
 NO_AUTOTUNE_NOTE = (
     "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"
@@ -646,7 +646,7 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
 
 def build_view(report: Mapping[str, Any]) -> ReportView:
     """The view of a report (schema version 2); never raises on a malformed one."""
-    from pytest_jaxport.audit_view import audit_parts
+    from pytest_jaxport.view.audit import audit_parts
 
     summary = _map(report.get("summary"))
     tests = [_map(t) for t in _list(report.get("tests")) if isinstance(t, Mapping)]
@@ -790,7 +790,7 @@ def _probe(check: Mapping[str, Any]) -> Probe | None:
 
 
 def numerics_of(check: Mapping[str, Any], platform: str) -> str:
-    """:func:`pytest_jaxport.report.numerics_status`, read from a check's dict."""
+    """:func:`pytest_jaxport.model.probe.numerics_status`, read from a check's dict."""
     entry = _map(_map(check.get("platforms")).get(platform))
     numerics = entry.get("numerics")
     ok: bool | None = None
@@ -944,7 +944,7 @@ def problems_of(
     """Every problem of the suite, grouped: violations by budget key and platform; checks
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
     mismatches no violation covers; tests that failed or errored for another reason; and the
-    suite ``audit``'s problems (:func:`pytest_jaxport.audit_view.audit_problems`), apart."""
+    suite ``audit``'s problems (:func:`pytest_jaxport.view.audit.audit_problems`), apart."""
     found: list[Problem] = list(audit)
     for test in tests:
         record = test.record
@@ -1137,7 +1137,7 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     (partitioning does not depend on the backend), then what runs them on each platform:
     ``("cpu, cuda, rocm, tpu", "all-reduce 12 (6 inserted by the SPMD partitioner)")``,
     ``("run by", "nccl on cuda, rccl on rocm, ici on tpu, xla-cpu on cpu")``."""
-    from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
+    from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 
     grouped: dict[str, list[str]] = {}
     every: list[str] = []
@@ -1165,7 +1165,7 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 def share_label(share: Mapping[str, Any]) -> str:
     """How a runtime share's numbers were obtained, as every format labels them: measured
     (over how many checks, and what was left out) or estimated (from which program, with
-    the estimate's measured error band): :func:`pytest_jaxport.cost.share_basis`."""
+    the estimate's measured error band): :func:`pytest_jaxport.model.cost.share_basis`."""
     return share_basis(share)
 
 

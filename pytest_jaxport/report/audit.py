@@ -14,13 +14,13 @@ any order, into the same section a serial run builds:
   computations it ``uses``;
 - the suite's numbers (per platform counts, kernels to rewrite, rewrite days, estimated
   runtime share) count each distinct computation once, and ``sites`` says where the lock-in
-  lives by source file and line (:func:`pytest_jaxport.hotspots.hotspots` over the
+  lives by source file and line (:func:`pytest_jaxport.model.hotspots.hotspots` over the
   computations: each site once, with the computations and tests that reach it);
 - the suite's budget (``[tool.jaxport.audit] fail_on``, ``--jaxport-baseline``) is judged
   once, at the end: :func:`judge` adds its ``violations`` and ``baseline_growth`` (data; the
   view words them).
 
-:mod:`pytest_jaxport.audit_view` reads the section into the report's one view model.
+:mod:`pytest_jaxport.view.audit` reads the section into the report's one view model.
 
 Report section (a new optional top-level key ``audit``)::
 
@@ -65,19 +65,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from pytest_jaxport.budget import Violation, evaluate, rewrite_violations
-from pytest_jaxport.census import Census, Kernel
-from pytest_jaxport.config import Budget
-from pytest_jaxport.cost import COST_KEYS, CostModel, RewriteItem, RuntimeShare
-from pytest_jaxport.hotspots import Reach, hotspots, site_order
-from pytest_jaxport.report import (
-    PlatformProbe,
-    Probe,
-    census_from_dict,
-    suite_rewrite,
-    suite_shares,
-    summarize,
-)
+from pytest_jaxport.model.budget import Violation, evaluate, rewrite_violations
+from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.config import Budget
+from pytest_jaxport.model.cost import COST_KEYS, CostModel, RewriteItem, RuntimeShare
+from pytest_jaxport.model.hotspots import Reach, hotspots, site_order
+from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
+from pytest_jaxport.report.schema import suite_rewrite, suite_shares, summarize
 
 SUITE = "the audited suite"
 """The name suite-level budget violations carry."""
@@ -366,7 +360,7 @@ def audit_summary(
 def reaches(computations: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
     """Each computation's census per platform, once per test that ran it (``test=None``
     for one run only outside tests), with its estimated runtime share: what
-    :func:`~pytest_jaxport.hotspots.hotspots` counts, each computation once per site."""
+    :func:`~pytest_jaxport.model.hotspots.hotspots` counts, each computation once per site."""
     for computation in computations:
         users: list[str | None] = list(computation.get("users") or ()) or [None]
         for platform, entry in computation["platforms"].items():

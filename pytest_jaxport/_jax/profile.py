@@ -6,7 +6,7 @@ A file-free profiler session around a few runs, after a warm-up, gives each inst
 self time; ``while`` thunks contain the events of their bodies on the same thread, so nested
 time is subtracted from the parent (never counted twice).
 
-JAX is reached only inside functions, through :mod:`pytest_jaxport.jax_adapters` (the
+JAX is reached only inside functions, through :mod:`pytest_jaxport._jax.adapters` (the
 profiler's private API, and reading its events safely on every supported release).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -56,7 +56,7 @@ def measure(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> dic
     ``run`` must execute the compiled program and block until its outputs are ready.
     Raises ``RuntimeError`` when the profiler is unavailable (e.g. another session is active).
     """
-    from pytest_jaxport.jax_adapters import profile_data, profiler_session, quiet_type_construction
+    from pytest_jaxport._jax.adapters import profile_data, profiler_session, quiet_type_construction
 
     for _ in range(warmup):
         run()

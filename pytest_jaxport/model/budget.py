@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pytest_jaxport.census import Kernel
-from pytest_jaxport.config import Budget
-from pytest_jaxport.cost import CostModel, RuntimeShare, estimate
-from pytest_jaxport.numerics import describe
-from pytest_jaxport.report import Probe, kernel_from_dict, kernel_to_dict
+from pytest_jaxport.model.census import Kernel
+from pytest_jaxport.model.config import Budget
+from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate
+from pytest_jaxport.model.numerics import describe
+from pytest_jaxport.model.probe import Probe, kernel_from_dict, kernel_to_dict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

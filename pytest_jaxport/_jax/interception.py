@@ -165,7 +165,7 @@ class CallFacts:
 class RecordedCall:
     """One top-level call of a jitted computation that missed JAX's C++ dispatch cache.
 
-    Quacks like ``jax.stages.Traced`` where :mod:`pytest_jaxport.lowering` needs it:
+    Quacks like ``jax.stages.Traced`` where :mod:`pytest_jaxport._jax.lowering` needs it:
     ``.jaxpr`` and ``.lower(lowering_platforms=...)``, so a recorded call is lowered and
     counted exactly as a ``jaxport.check`` trace is.
     """
@@ -381,8 +381,8 @@ ADAPTERS: tuple[_Adapter, ...] = (_ArgumentTypes(), _LiveArguments())
 
 
 class _Lowering:
-    """A lowered computation as :func:`pytest_jaxport.lowering.read_programs` reads it and
-    :func:`pytest_jaxport.lowering.compile_partitioned` compiles it (``jax.stages.Lowered``'s
+    """A lowered computation as :func:`pytest_jaxport._jax.lowering.read_programs` reads it and
+    :func:`pytest_jaxport._jax.lowering.compile_partitioned` compiles it (``jax.stages.Lowered``'s
     ``compiler_ir`` and ``compile``)."""
 
     __slots__ = ("_computation",)
@@ -408,7 +408,7 @@ def _runs_here(call: RecordedCall, platforms: tuple[str, ...]) -> bool:
     (then JAX's lowering cache already holds it: it is read, not made again)."""
     if len(platforms) != 1:
         return False
-    from pytest_jaxport.lowering import default_platform
+    from pytest_jaxport._jax.lowering import default_platform
 
     if platforms[0] != default_platform():
         return False

@@ -17,7 +17,7 @@ sites' shares of one layer add up to the suite's runtime share of that layer.
 
 Example::
 
-    >>> from pytest_jaxport.census import Census, Kernel, SourceLocation
+    >>> from pytest_jaxport.model.census import Census, Kernel, SourceLocation
     >>> dot = Kernel(layer="vendor", name="stablehlo.dot_general", kind="gemm",
     ...              library="cublas", location=SourceLocation(file="m.py", line=3), count=2)
     >>> census = Census(platform="cuda", kernels=(dot,))
@@ -35,8 +35,8 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_jaxport.census import Census, Kernel
-from pytest_jaxport.cost import RuntimeShare
+from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.cost import RuntimeShare
 
 COUNTED_LAYERS = ("vendor", "custom")
 """Layers whose dispatches are sites: NVIDIA-bound (``xla`` is regenerated, ``meta`` free)."""
@@ -248,7 +248,7 @@ def reaches_of_tests(tests: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
     """One :class:`Reach` per check and platform of a report's tests, at the level budgets
     apply (compiled where compiled, else lowered); platforms that did not lower reach nothing.
     """
-    from pytest_jaxport.report import census_from_dict
+    from pytest_jaxport.model.probe import census_from_dict
 
     for test in tests:
         nodeid = str(test.get("nodeid"))

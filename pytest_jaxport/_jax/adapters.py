@@ -87,7 +87,7 @@ def needs_hardware(error: str) -> str | None:
     """``"GPU"`` when a failure to lower is JAX asking for a GPU that is not here (the code
     may well lower on a machine with one), else ``None``: a failure of the code itself.
 
-    ``error`` is the failure as :func:`pytest_jaxport.lowering.describe_error` words it.
+    ``error`` is the failure as :func:`pytest_jaxport._jax.lowering.describe_error` words it.
     The list is JAX's own messages for lowering rules that query the device, per release
     (``docs/compatibility.md``); a message not listed is a finding about the code.
     """

@@ -16,7 +16,7 @@ Example::
 
 Rows apply at both fidelity levels unless scoped with ``levels``: the lowered level sees
 StableHLO op names (``stablehlo.dot_general``), the compiled level sees optimized HLO as
-:mod:`pytest_jaxport.hlo` names it (``hlo.fft``, ``hlo.fusion:<kind>``).
+:mod:`pytest_jaxport.model.hlo` names it (``hlo.fft``, ``hlo.fusion:<kind>``).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -118,7 +118,7 @@ _COLLECTIVES = (
 
 INSERTED_PREFIX = "spmd."
 """Op names of collectives the SPMD partitioner inserts (``spmd.all_reduce``), as
-:mod:`pytest_jaxport.partitioner` reads them; the program's own are ``stablehlo.*``."""
+:mod:`pytest_jaxport.model.partitioner` reads them; the program's own are ``stablehlo.*``."""
 
 COLLECTIVE_KINDS: Mapping[str, str] = {
     "all_reduce": "all-reduce",
@@ -181,7 +181,7 @@ def _ici_ops() -> dict[str, Classification]:
 
 # -- the compiled level ---------------------------------------------------------------------
 #
-# :mod:`pytest_jaxport.hlo` names every dispatch of a compiled module ``hlo.<opcode>``
+# :mod:`pytest_jaxport.model.hlo` names every dispatch of a compiled module ``hlo.<opcode>``
 # (``hlo.fft``, ``hlo.all_reduce``), custom calls ``hlo.custom_call`` with their target, and
 # fusions ``hlo.fusion:<kind>`` with the kind XLA gave them. These rows, all scoped to the
 # compiled level, say which layer and library each of those is. Choices worth knowing:

@@ -69,7 +69,7 @@ class HostCallback:
 
 def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
     """The host callbacks in ``closed`` (a ``ClosedJaxpr``) and its nested jaxprs, sorted."""
-    from pytest_jaxport.lowering import source_line
+    from pytest_jaxport._jax.lowering import source_line
 
     found: Counter[tuple[str, str]] = Counter()
     memo: dict[Any, str] = {}

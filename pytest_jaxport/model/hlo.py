@@ -48,8 +48,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from pytest_jaxport.census import OpSite, Program
-from pytest_jaxport.cost import (
+from pytest_jaxport.model.census import OpSite, Program
+from pytest_jaxport.model.cost import (
     convolution_flops,
     dot_flops,
     fft_flops,

@@ -1,6 +1,6 @@
 """A self-contained HTML rendering of a report (pure: a view in, a string out).
 
-:func:`render_html` lays out a :class:`pytest_jaxport.view.ReportView` as one HTML document
+:func:`render_html` lays out a :class:`pytest_jaxport.view.model.ReportView` as one HTML document
 a person opens in a browser: no scripts, no network (a ``Content-Security-Policy`` of
 ``default-src 'none'`` forbids every fetch), inline CSS and inline SVG only. It opens on what
 needs attention:
@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_jaxport.display import DisplayOptions
-from pytest_jaxport.hotspots import Hotspot
-from pytest_jaxport.view import (
+from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.view.display import DisplayOptions
+from pytest_jaxport.view.model import (
     NO_AUTOTUNE_NOTE,
     Cell,
     CheckRow,
@@ -824,7 +824,7 @@ def _kernels_table(check: Mapping[str, Any]) -> str:
 
 
 def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> str:
-    from pytest_jaxport.view import share_row
+    from pytest_jaxport.view.model import share_row
 
     out = [f"<h4>check <code>{_e(row.name)}</code></h4>"]
     problems = [
@@ -846,7 +846,7 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
 
 
 def _test_details(view: ReportView) -> str:
-    from pytest_jaxport.budget import Violation
+    from pytest_jaxport.model.budget import Violation
 
     every = len(view.tests) <= ALL_DETAILS_UP_TO
     shown = [t for t in view.tests if every or t.problem]

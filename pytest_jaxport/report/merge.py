@@ -44,18 +44,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_jaxport import __version__
-from pytest_jaxport.audit_report import AuditChange
-from pytest_jaxport.config import ConfigError, ProjectConfig, parse_project
-from pytest_jaxport.numerics import Tolerance, compare, default_tolerance, gradient_tolerance
-from pytest_jaxport.outputs import OutputsError, load_outputs
-from pytest_jaxport.report import (
+from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
+from pytest_jaxport.model.numerics import Tolerance, compare, default_tolerance, gradient_tolerance
+from pytest_jaxport.model.targets import PLATFORMS
+from pytest_jaxport.report.audit import AuditChange
+from pytest_jaxport.report.outputs import OutputsError, load_outputs
+from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
     TOOL_NAME,
     ReportError,
     build_report,
     load,
 )
-from pytest_jaxport.targets import PLATFORMS
 
 PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset({"platforms", "compile", "source"})
 """``config`` keys that may differ between legs; every other key must be equal.
@@ -322,7 +322,7 @@ def merge(
     audits = [(leg.name, leg.report["audit"]) for leg in named
               if isinstance(leg.report.get("audit"), Mapping)]  # fmt: skip
     if audits:  # --jaxport-audit: one audit of the union of the legs' computations
-        from pytest_jaxport.audit_report import merge_audits
+        from pytest_jaxport.report.audit import merge_audits
 
         try:
             report["audit"] = merge_audits(audits, migrate_to=config.get("migrate_to") or ())
@@ -727,7 +727,7 @@ def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
         "tests": dict(sorted(tests.items())),
     }
     if isinstance(report.get("audit"), Mapping):  # --jaxport-audit: the suite's counts
-        from pytest_jaxport.audit_report import audit_counts
+        from pytest_jaxport.report.audit import audit_counts
 
         baseline["audit"] = audit_counts(report["audit"])
     return baseline
@@ -993,7 +993,7 @@ def diff(base: Mapping[str, Any], head: Mapping[str, Any]) -> ReportDiff:
     (a compiled census is never compared with a lowered one). New and removed tests and
     checks are listed; they are not growth.
     """
-    from pytest_jaxport.audit_report import audit_changes, site_changes
+    from pytest_jaxport.report.audit import audit_changes, site_changes
 
     base_counts, head_counts = baseline_of(base), baseline_of(head)
     old, new = base_counts["tests"], head_counts["tests"]

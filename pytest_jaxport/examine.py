@@ -8,13 +8,14 @@ and the same lowered-cache entries.
 A platform's program comes from the lowered-level cache when it was lowered before; platforms
 not present here that miss the cache are lowered together in one multi-platform lowering (about
 twice as fast as one by one), and whatever is left is lowered for one platform at a time. A
-platform that fails to lower is a :class:`~pytest_jaxport.report.PlatformProbe` with its
+platform that fails to lower is a :class:`~pytest_jaxport.model.probe.PlatformProbe` with its
 ``error``, never an exception. Host callbacks become inert placeholders for the platforms not
 present (:func:`lowering.without_callbacks`), so every other op is still counted.
 
 Two steps, so that a check can run the program in between: :meth:`LoweredLevel.lower` reads
 or lowers each platform's program, :meth:`LoweredLevel.census` adds the collectives the SPMD
-partitioner inserts (known once the program compiled here, :mod:`~pytest_jaxport.partitioner`),
+partitioner inserts (known once the program compiled here,
+:mod:`~pytest_jaxport.model.partitioner`),
 caches what was lowered and takes each census. :meth:`LoweredLevel.take` does both.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -30,8 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_jaxport.cache import CompileSettings, lowered_key
-from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLocation, take_census
-from pytest_jaxport.report import PlatformProbe
+from pytest_jaxport.model.census import (
+    Census,
+    Classifier,
+    OpSite,
+    Program,
+    SourceLocation,
+    take_census,
+)
+from pytest_jaxport.model.probe import PlatformProbe
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
@@ -104,7 +112,7 @@ class KeyParts:
     def get(self) -> tuple[str, str, str] | None:
         if not self._done:
             self._done = True
-            from pytest_jaxport import lowering
+            from pytest_jaxport._jax import lowering
 
             try:
                 jaxpr, sources = lowering.census_key_parts(self._traced)
@@ -179,7 +187,7 @@ class LoweredLevel:
         ``args``/``kwargs``: what ``traced`` was traced with (their shardings are kept where
         host callbacks are made inert; without them the argument types are enough).
         """
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         failures: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
@@ -233,7 +241,7 @@ class LoweredLevel:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
         lowered now go to the cache. ``caller``: see :meth:`relative`."""
-        from pytest_jaxport.partitioner import with_inserted
+        from pytest_jaxport.model.partitioner import with_inserted
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():
@@ -264,7 +272,7 @@ class LoweredLevel:
         (not run) for the platform present here, from its lowering in ``lowered_for`` when
         there is one, with XLA recording the module before and after partitioning
         (:func:`lowering.compile_partitioned`); ``None`` when it does not compile here."""
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         default = lowering.default_platform()
         try:
@@ -276,7 +284,7 @@ class LoweredLevel:
 
     def recorded_partition(self, keyed: KeyParts) -> tuple[OpSite, ...] | None:
         """The inserted collectives an earlier run recorded for this program, if cached."""
-        from pytest_jaxport.partitioner import recorded_inserted
+        from pytest_jaxport.model.partitioner import recorded_inserted
 
         key = self._key(keyed, _PARTITIONER)
         cache = self._compile.lowered_cache
@@ -285,7 +293,7 @@ class LoweredLevel:
 
     def record_partition(self, keyed: KeyParts, inserted: Sequence[OpSite]) -> None:
         """Keep ``inserted`` (the collectives partitioning added) for the next run."""
-        from pytest_jaxport.partitioner import partition_record
+        from pytest_jaxport.model.partitioner import partition_record
 
         self._cache_program(self._key(keyed, _PARTITIONER), partition_record(inserted))
 
@@ -294,7 +302,7 @@ class LoweredLevel:
     def _key(self, keyed: KeyParts, platform: str) -> str | None:
         """The cache key of ``platform``'s lowering; ``None`` when the cache is off or the
         jaxpr cannot be keyed (then it is lowered as without a cache)."""
-        from pytest_jaxport import lowering
+        from pytest_jaxport._jax import lowering
 
         if self._compile.lowered_cache is None:
             return None
@@ -332,7 +340,7 @@ class LoweredLevel:
     def roofline(self, platform: str) -> Callable[[OpSite, str], float]:
         """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``; the configured
         GPU's peaks for cuda)."""
-        from pytest_jaxport.cost import kernel_seconds, peak_for
+        from pytest_jaxport.model.cost import kernel_seconds, peak_for
 
         peak = peak_for(
             platform, target_config=self._compile.target_config, target=self._compile.target
@@ -368,7 +376,7 @@ class LoweredLevel:
 def failed_to_lower(platform: str, present: Collection[str], error: str) -> PlatformProbe:
     """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
     hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
-    from pytest_jaxport.jax_adapters import jax_release, needs_hardware
+    from pytest_jaxport._jax.adapters import jax_release, needs_hardware
 
     hardware = needs_hardware(error) if platform not in present else None
     if hardware is not None:

@@ -3,8 +3,8 @@
 The session calls into this module; it keeps ``--jaxport-save-outputs``,
 ``--jaxport-baseline``, ``--jaxport-baseline-update`` and the ``$GITHUB_STEP_SUMMARY``
 append (bounded by :func:`append_step_summary`) out of the core judging code. Nothing
-here imports JAX or NumPy at module import: :mod:`pytest_jaxport.merge` and
-:mod:`pytest_jaxport.outputs` are imported only when the options are used.
+here imports JAX or NumPy at module import: :mod:`pytest_jaxport.report.merge` and
+:mod:`pytest_jaxport.report.outputs` are imported only when the options are used.
 
 Where saved outputs go: every process (each pytest-xdist worker too, on the shared
 filesystem) writes its checks' ``.npz`` files straight into ``DIR``; each platform entry of a
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_jaxport.config import ConfigError, ProjectConfig, Tolerance
+from pytest_jaxport.model.config import ConfigError, ProjectConfig, Tolerance
 
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_jaxport.config import Resolved
+    from pytest_jaxport.model.config import Resolved
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,7 +80,7 @@ def ci_settings(config: pytest.Config) -> CISettings:
 
 
 def _read_baseline(name: str, path: Path) -> Mapping[str, Any]:
-    from pytest_jaxport.merge import MergeError, load_counts
+    from pytest_jaxport.report.merge import MergeError, load_counts
 
     try:
         return load_counts(path)
@@ -151,8 +151,8 @@ def tolerance_table(project: ProjectConfig) -> dict[str, Any]:
 
 def leg_facts(tests: Iterable[Mapping[str, Any]], present: Iterable[str]) -> dict[str, Any]:
     """``environment`` additions: each present platform's device kind, what executed here."""
-    from pytest_jaxport import lowering
-    from pytest_jaxport.targets import PLATFORMS
+    from pytest_jaxport._jax import lowering
+    from pytest_jaxport.model.targets import PLATFORMS
 
     present = list(present)
     executed = {
@@ -196,7 +196,7 @@ def save_check_outputs(
     """
     if settings.outputs_dir is None or settings.outputs_base is None:
         return []
-    from pytest_jaxport.outputs import OutputsError, save_outputs
+    from pytest_jaxport.report.outputs import OutputsError, save_outputs
 
     problems = []
     for check in checks:
@@ -223,7 +223,7 @@ def baseline_findings(
     """``(growth, news)`` messages of one test against the baseline; growth fails it."""
     if settings.baseline is None:
         return [], []
-    from pytest_jaxport.merge import compare_to_baseline
+    from pytest_jaxport.report.merge import compare_to_baseline
 
     found = compare_to_baseline(settings.baseline, nodeid, list(checks))
     return [g.message for g in found if g.fails], [g.message for g in found if not g.fails]
@@ -233,8 +233,8 @@ def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | No
     """``--jaxport-baseline-update``: write the run's counts atomically; the path written."""
     if not settings.baseline_update or settings.baseline_path is None:
         return None
-    from pytest_jaxport.merge import baseline_json, baseline_of
-    from pytest_jaxport.report import write_text
+    from pytest_jaxport.report.merge import baseline_json, baseline_of
+    from pytest_jaxport.report.schema import write_text
 
     write_text(settings.baseline_path, baseline_json(baseline_of(report)))
     return settings.baseline_path

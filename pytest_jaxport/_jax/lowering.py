@@ -18,11 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_jaxport.arguments import FN_KEY
-from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
-from pytest_jaxport.config import TRANSFORMS
-from pytest_jaxport.cost import FREE_OPS, op_cost
-from pytest_jaxport.jax_adapters import (
+from pytest_jaxport._jax.adapters import (
     KERNEL_PRIMITIVES,
     bind_params,
     gpu_description,
@@ -31,8 +27,12 @@ from pytest_jaxport.jax_adapters import (
     needs_hardware,
     user_frames,
 )
-from pytest_jaxport.numerics import Leaf, Outputs
-from pytest_jaxport.report import Untraced
+from pytest_jaxport._jax.arguments import FN_KEY
+from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
+from pytest_jaxport.model.config import TRANSFORMS
+from pytest_jaxport.model.cost import FREE_OPS, op_cost
+from pytest_jaxport.model.numerics import Leaf, Outputs
+from pytest_jaxport.model.probe import Untraced
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
 _REDUCER_OPS = frozenset(
@@ -262,8 +262,8 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
     run (:data:`targets.NOT_RUNNABLE`), as the JAX releases that refuse to lower it do."""
     from fnmatch import fnmatchcase
 
-    from pytest_jaxport.jax_adapters import jax_release
-    from pytest_jaxport.targets import NOT_RUNNABLE, classify
+    from pytest_jaxport._jax.adapters import jax_release
+    from pytest_jaxport.model.targets import NOT_RUNNABLE, classify
 
     patterns = NOT_RUNNABLE.get(platform, ())
     if not patterns:
@@ -296,7 +296,7 @@ def without_callbacks(
     ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept);
     ``sharding`` places the argument types used where jit did not trace every argument.
     """
-    from pytest_jaxport import callbacks
+    from pytest_jaxport._jax import callbacks
 
     closed = getattr(traced, "jaxpr", None)
     if closed is None or not callbacks.has_callbacks(closed):
@@ -391,7 +391,7 @@ def source_line(source_info: Any, memo: dict[Any, str] | None = None) -> str:
     return line
 
 
-from pytest_jaxport.census import _LIBRARY_PATHS  # noqa: E402  (parse_location's list)
+from pytest_jaxport.model.census import _LIBRARY_PATHS  # noqa: E402  (parse_location's list)
 
 
 def _census_frame(frames: Any) -> str:
@@ -790,7 +790,7 @@ def _keeps_location(name: str) -> bool:
     """
     from fnmatch import fnmatchcase
 
-    from pytest_jaxport.targets import RULES
+    from pytest_jaxport.model.targets import RULES
 
     if name in ("stablehlo.custom_call", "func.call", "call"):
         return True
@@ -886,7 +886,7 @@ def _compile_recording(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
     import tempfile
     from pathlib import Path
 
-    from pytest_jaxport import partitioner
+    from pytest_jaxport.model import partitioner
 
     with tempfile.TemporaryDirectory(prefix="jaxport-spmd-") as directory:
         compiled = lowered.compile(partitioner.dump_options(Path(directory)))
@@ -968,7 +968,7 @@ def instruction_times(execution: Execution, *, runs: int = 3) -> dict[str, float
 
     Raises ``RuntimeError`` when the profiler cannot measure here.
     """
-    from pytest_jaxport.profile import measure
+    from pytest_jaxport._jax.profile import measure
 
     if execution.rerun is None:
         raise RuntimeError("nothing to re-run")
@@ -1023,7 +1023,7 @@ def compile_deviceless(
     again with compilable stand-ins where that module has ``inert_callbacks`` (placeholders
     do not compile); any other is traced again on one described GPU.
     """
-    from pytest_jaxport.deviceless import deviceless_compile, deviceless_compile_partitioned
+    from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
 
     try:
         if partitions > 1 and lowered is not None:

@@ -1,6 +1,6 @@
 """Terminal text and Markdown renderings of a report (pure: a view in, a string out).
 
-Both lay out a :class:`pytest_jaxport.view.ReportView`; neither derives a number of its own.
+Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a number of its own.
 
 - :func:`render_text`, the terminal report section: per-test details when asked for, then the
   problems, where the lock-in lives, and last the headline (layers, the three numbers, the
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_jaxport.cost import SHARE_LAYERS
-from pytest_jaxport.display import DisplayOptions
-from pytest_jaxport.report import PlatformProbe, Probe, numerics_status
-from pytest_jaxport.targets import COLLECTIVE_LIBRARIES
-from pytest_jaxport.view import (
+from pytest_jaxport.model.cost import SHARE_LAYERS
+from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_status
+from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
+from pytest_jaxport.view.display import DisplayOptions
+from pytest_jaxport.view.model import (
     HOTSPOT_NUMERIC,
     NO_AUTOTUNE_NOTE,
     ReportView,
@@ -266,7 +266,7 @@ def fit(lines: Iterable[str]) -> list[str]:
 def details_lines(view: ReportView, *, every: bool) -> list[str]:
     """Per test: its checks' platforms and kernels, violations, errors (the tests with a
     finding, or ``every`` test)."""
-    from pytest_jaxport.budget import Violation
+    from pytest_jaxport.model.budget import Violation
 
     lines: list[str] = []
     for test in view.tests:

@@ -191,8 +191,8 @@ def deviceless_compile(
     """
     import jax
 
-    from pytest_jaxport.jax_adapters import gpu_description, needs_hardware
-    from pytest_jaxport.lowering import without_callbacks
+    from pytest_jaxport._jax.adapters import gpu_description, needs_hardware
+    from pytest_jaxport._jax.lowering import without_callbacks
 
     sharding = jax.sharding.SingleDeviceSharding(_topology_device(target_config))
     abstract_args, abstract_kwargs = jax.tree.map(

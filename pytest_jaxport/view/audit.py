@@ -1,20 +1,20 @@
 """The suite audit in the report's one view model (pure: the report's ``audit`` section in,
 view values out).
 
-``pytest --jaxport-audit`` stores its findings as data (:mod:`pytest_jaxport.audit_report`);
-:func:`audit_parts` reads them into what :func:`pytest_jaxport.view.build_view` puts in the
-:class:`~pytest_jaxport.view.ReportView` every format renders:
+``pytest --jaxport-audit`` stores its findings as data (:mod:`pytest_jaxport.report.audit`);
+:func:`audit_parts` reads them into what :func:`pytest_jaxport.view.model.build_view` puts in the
+:class:`~pytest_jaxport.view.model.ReportView` every format renders:
 
 - **problems** (:func:`audit_problems`): each computation that failed to re-lower for a
   platform is a finding (``audit: cuda: does not lower``, the row naming its owner test and
   the computation); each broken ``[tool.jaxport.audit] fail_on`` limit and each count grown
   since ``--jaxport-baseline`` is a suite-level failure (``audit: cuda: max_custom_calls``,
-  the row naming :data:`~pytest_jaxport.view.AUDITED_SUITE`): it fails the session, never
+  the row naming :data:`~pytest_jaxport.view.model.AUDITED_SUITE`): it fails the session, never
   a test;
 - **numbers**: the three numbers, the sites where the lock-in lives (each distinct site
   once, with the computations and tests that reach it) and the platform totals, counting
   each distinct computation once (a view whose ``unit`` is ``computation``);
-- **what it saw** (:class:`~pytest_jaxport.view.AuditView`): the counts, how computations
+- **what it saw** (:class:`~pytest_jaxport.view.model.AuditView`): the counts, how computations
   were recorded, what it could not see, and per test the computations it owns and uses.
 
 Every key may be missing or malformed: a broken section gives an empty audit, never an
@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_jaxport.audit_report import AuditChange, failures
-from pytest_jaxport.budget import Violation
-from pytest_jaxport.view import (
+from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.report.audit import AuditChange, failures
+from pytest_jaxport.view.model import (
     AUDITED_SUITE,
     AuditTest,
     AuditView,

@@ -44,8 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from pytest_jaxport.census import Census, Kernel, OpSite
-from pytest_jaxport.targets import Classification
+from pytest_jaxport.model.census import Census, Kernel, OpSite
+from pytest_jaxport.model.targets import Classification
 
 Basis = Literal["measured", "estimated"]
 SHARE_LAYERS = ("xla", "vendor", "custom")

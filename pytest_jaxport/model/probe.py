@@ -1,0 +1,283 @@
+"""What one check (or one audited computation) found: per platform its census, errors,
+numerics and runtime share (:class:`Probe`), and their JSON forms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
+from pytest_jaxport.model.cost import RewriteItem, RuntimeShare, rewrite_items
+from pytest_jaxport.model.numerics import Comparison
+from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlatformProbe:
+    """One check on one platform: its census (or why lowering failed), execution, numerics."""
+
+    platform: str
+    present: bool
+    census: Census | None = None
+    error: str | None = None
+    needs_hardware: str | None = None
+    """``"GPU"`` when lowering failed only because JAX asked for hardware absent here
+    (``error`` then reads "not lowerable here on jax X: needs a GPU (...)"): unknown, not
+    non-portable. ``must_lower`` neither fails nor passes it; the check warns."""
+    executed: bool = False
+    execution_error: str | None = None
+    numerics: Comparison | None = None
+    compiled: Census | None = None
+    """The compiled-level census, when this platform was compiled (``compile = [...]``)."""
+    compile_error: str | None = None
+    deviceless: bool = False
+    """Whether ``compiled`` came from deviceless compilation (no GPU: no autotuning)."""
+    target: str | None = None
+    """What it was compiled for: the GPU description (``h100``) or the device kind."""
+    what_if_no_vendor: Census | None = None
+    """The compiled census with vendor libraries disabled (``what_if_no_vendor = true``)."""
+    runtime_share: RuntimeShare | None = None
+    """Where the time goes: measured where this platform ran and was profiled, else an
+    estimate from the compiled program where there is one, else from the lowered one."""
+
+    @property
+    def lowered(self) -> bool:
+        return self.census is not None
+
+    @property
+    def budgeted(self) -> Census | None:
+        """The census budgets apply to: compiled where compiled, else lowered."""
+        return self.compiled if self.compiled is not None else self.census
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Untraced:
+    """Why JAX could not trace a check on this machine: it needs something absent here
+    (``cuDNN`` for ``platform`` cuda), so nothing was lowered, counted or run."""
+
+    platform: str
+    needs: str
+    error: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"platform": self.platform, "needs": self.needs, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Untraced:
+        return cls(
+            platform=str(data["platform"]), needs=str(data["needs"]), error=str(data["error"])
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """Everything one ``jaxport.check`` found."""
+
+    name: str
+    reference: str
+    platforms: Mapping[str, PlatformProbe] = field(default_factory=dict)
+    note: str | None = None
+    variant_of: str | None = None
+    """For a transformation's check (``conv[grad]``), the check of the function itself."""
+    transform: str | None = None
+    """``grad``, ``vmap`` or ``jvp`` for a transformation's check; ``None`` otherwise."""
+    untraced: Untraced | None = None
+    """Set when the function could not be traced here (then ``platforms`` is empty)."""
+
+    @property
+    def executed(self) -> tuple[str, ...]:
+        return tuple(p for p, r in self.platforms.items() if r.executed)
+
+    def rewrite_items(self, target: str) -> list[RewriteItem] | None:
+        """What moving this check from cuda to ``target`` needs; ``None`` when the check was
+        not lowered for ``target`` (nothing is known), ``[]`` when it has no cuda census."""
+        nvidia = self.platforms.get(NVIDIA_PLATFORM)
+        on_target = self.platforms.get(target)
+        if nvidia is None or nvidia.budgeted is None:
+            return []
+        if on_target is None:
+            return None
+        return rewrite_items(
+            check=self.name,
+            target=target,
+            nvidia=nvidia.budgeted,
+            on_target=on_target.budgeted,
+            target_error=on_target.error,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "reference": self.reference,
+            "note": self.note,
+            "variant_of": self.variant_of,
+            "transform": self.transform,
+            "platforms": {p: _platform_to_dict(r) for p, r in self.platforms.items()},
+            **({"untraced": self.untraced.to_dict()} if self.untraced else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        untraced = data.get("untraced")
+        return cls(
+            name=data["name"],
+            reference=data["reference"],
+            note=data.get("note"),
+            variant_of=data.get("variant_of"),
+            transform=data.get("transform"),
+            platforms={p: _platform_from_dict(p, r) for p, r in data["platforms"].items()},
+            untraced=Untraced.from_dict(untraced) if untraced else None,
+        )
+
+
+def census_to_dict(census: Census) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "level": census.level,
+        "vendor": census.vendor,
+        "custom": census.custom,
+        "meta": census.meta,
+        "xla": census.xla_ops,
+        "xla_kinds": dict(census.xla_kinds),
+        "libraries": census.libraries(),
+        "kernels": [kernel_to_dict(k) for k in census.kernels],
+    }
+    if census.collectives:
+        data["collectives"] = collectives_to_dict(census)
+    return data
+
+
+def collectives_to_dict(census: Census) -> dict[str, dict[str, Any]]:
+    """``{"all-reduce": {"count": 7, "inserted": 6, "library": "nccl", "counterparts":
+    {"rocm": "rccl", "tpu": "ici", "cpu": "xla-cpu"}}}``: collectives by kind, what runs them
+    on this platform and on the others. ``inserted`` (how many the SPMD partitioner added)
+    is known at the lowered level only."""
+    library = COLLECTIVE_LIBRARIES.get(census.platform)
+    counterparts = {p: lib for p, lib in COLLECTIVE_LIBRARIES.items() if p != census.platform}
+    return {
+        c.kind: {
+            "count": c.count,
+            **({"inserted": c.inserted} if census.level == "lowered" else {}),
+            "library": library,
+            "counterparts": counterparts,
+        }
+        for c in census.collectives
+    }
+
+
+def census_from_dict(platform: str, data: Mapping[str, Any]) -> Census:
+    return Census(
+        platform=platform,
+        level=data.get("level", "lowered"),
+        xla_ops=data.get("xla", 0),
+        xla_kinds=dict(data.get("xla_kinds") or {}),
+        kernels=tuple(kernel_from_dict(k) for k in data.get("kernels", ())),
+        collectives=tuple(
+            CollectiveCount(kind=kind, count=found["count"], inserted=found.get("inserted", 0))
+            for kind, found in sorted((data.get("collectives") or {}).items())
+        ),
+    )
+
+
+def kernel_to_dict(kernel: Kernel) -> dict[str, Any]:
+    return {
+        "name": kernel.name,
+        "layer": kernel.layer,
+        "library": kernel.library,
+        "kind": kernel.kind,
+        "count": kernel.count,
+        "location": str(kernel.location) if kernel.location else None,
+    }
+
+
+def kernel_from_dict(data: Mapping[str, Any]) -> Kernel:
+    location = None
+    if data.get("location"):
+        file, _, line = str(data["location"]).rpartition(":")
+        location = SourceLocation(file=file, line=int(line))
+    return Kernel(
+        layer=data["layer"],
+        name=data["name"],
+        kind=data["kind"],
+        library=data.get("library"),
+        location=location,
+        count=data.get("count", 1),
+    )
+
+
+def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
+    compiled = None
+    if result.compiled is not None:
+        compiled = {
+            **census_to_dict(result.compiled),
+            "deviceless": result.deviceless,
+            "target": result.target,
+        }
+    data = {
+        "present": result.present,
+        "lowered": census_to_dict(result.census) if result.census else None,
+        "error": result.error,
+        "compiled": compiled,
+        "compile_error": result.compile_error,
+        "executed": result.executed,
+        "execution_error": result.execution_error,
+        "numerics": result.numerics.to_dict() if result.numerics else None,
+        "runtime_share": result.runtime_share.to_dict() if result.runtime_share else None,
+    }
+    if result.what_if_no_vendor is not None:
+        data["what_if_no_vendor"] = census_to_dict(result.what_if_no_vendor)
+    if result.needs_hardware is not None:
+        data["needs_hardware"] = result.needs_hardware
+    return data
+
+
+def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe:
+    lowered = data.get("lowered")
+    compiled = data.get("compiled")
+    what_if = data.get("what_if_no_vendor")
+    numerics = data.get("numerics")
+    share = data.get("runtime_share")
+    return PlatformProbe(
+        platform=platform,
+        present=data.get("present", False),
+        census=census_from_dict(platform, lowered) if lowered else None,
+        error=data.get("error"),
+        needs_hardware=data.get("needs_hardware"),
+        executed=data.get("executed", False),
+        execution_error=data.get("execution_error"),
+        numerics=Comparison.from_dict(numerics) if numerics else None,
+        compiled=census_from_dict(platform, compiled) if compiled else None,
+        compile_error=data.get("compile_error"),
+        deviceless=bool(compiled.get("deviceless", False)) if compiled else False,
+        target=compiled.get("target") if compiled else None,
+        what_if_no_vendor=census_from_dict(platform, what_if) if what_if else None,
+        runtime_share=RuntimeShare.from_dict(share) if share else None,
+    )
+
+
+def numerics_status(probe: Probe, platform: str) -> str:
+    """``reference``, ``match``, ``mismatch``, ``not executed``, ``not present`` or ``error``."""
+    result = probe.platforms[platform]
+    return numerics_state(
+        present=result.present,
+        executed=result.executed,
+        failed=bool(result.execution_error),
+        reference=platform == probe.reference,
+        ok=None if result.numerics is None else result.numerics.ok,
+    )
+
+
+def numerics_state(
+    *, present: bool, executed: bool, failed: bool, reference: bool, ok: bool | None
+) -> str:
+    """The numerics status of one check on one platform, from its facts (one rule for the
+    typed :class:`Probe` and for a report's dicts)."""
+    if failed:
+        return "error"
+    if not executed:
+        return "not present" if not present else "not executed"
+    if reference:
+        return "reference"
+    if ok is None:
+        return "not compared"
+    return "match" if ok else "mismatch"
