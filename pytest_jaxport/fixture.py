@@ -565,12 +565,8 @@ class Jaxport:
         *,
         transform: str | None = None,
     ) -> tuple[Probe, Any]:
-        from pytest_jaxport.model.numerics import (
-            Tolerance,
-            compare,
-            default_tolerance,
-            gradient_tolerance,
-        )
+        from pytest_jaxport.model.compare import compare
+        from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 
         # Derivatives are compared with JAX's gradient tolerances unless configured.
         defaults = gradient_tolerance if transform in ("grad", "jvp") else default_tolerance

@@ -258,30 +258,26 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_report_target(config.getoption("jaxport_report"), config)
         _check_display(config, project)
         settings = _compile_settings(config, project)
-        ci = ci_settings(config)
+        ci = ci_settings(config.getoption, Path(config.invocation_params.dir))
     except ConfigError as e:
         raise pytest.UsageError(f"jaxport: {e}") from None
     session = JaxportSession(
-        config, project, config.getoption("jaxport_report"), compile_settings=settings
+        config,
+        project,
+        config.getoption("jaxport_report"),
+        compile_settings=settings,
+        ci_settings=ci,
+        audit=bool(config.getoption("jaxport_audit") or project.audit.enabled),
     )
-    session.ci = ci
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "jaxport-session")
-    if config.getoption("jaxport_audit") or project.audit.enabled:
-        from pytest_jaxport.audit_session import AuditSession
-
-        audit = AuditSession(config, project, session)
-        session.audit = audit
-        config.pluginmanager.register(audit, "jaxport-audit")
-        audit.start()
+    session.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
-        if session.audit is not None:
-            session.audit.stop()
-            config.pluginmanager.unregister(session.audit)
+        session.stop()
         config.pluginmanager.unregister(session)
         del config.stash[SESSION]
 

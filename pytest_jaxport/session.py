@@ -1,7 +1,5 @@
-"""The plugin object: per-test records, pass/fail by budget, report and summary.
-
-Per-test data travels on the test report as a plain dict (``report.jaxport``), so under
-pytest-xdist workers send it to the controller, which alone writes files and the summary.
+"""The plugin object: records each test, judges it, and at the end reports and sets the exit
+status, for portable tests and for the suite audit alike (docs/architecture.md).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -11,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.model.budget import evaluate
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
@@ -25,24 +25,36 @@ from pytest_jaxport.model.config import (
     merge_marks,
     parse_marker,
 )
+from pytest_jaxport.model.cost import CostModel, RewriteItem
 from pytest_jaxport.model.targets import Classification, Level, classify
-from pytest_jaxport.report.ci import CISettings
+from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
+from pytest_jaxport.report import ci
+from pytest_jaxport.report.audit import AuditRecord, failures, judge
+from pytest_jaxport.report.ledger import Ledger, TestError, TestRecord
+from pytest_jaxport.report.schema import (
+    build_report,
+    environment,
+    suite_rewrite,
+    suite_shares,
+    write_json,
+    write_text,
+)
+from pytest_jaxport.view.display import DisplayOptions, display_options
+from pytest_jaxport.view.html import render_html
+from pytest_jaxport.view.model import ReportView, build_view
+from pytest_jaxport.view.text import (
+    audit_failure_lines,
+    probe_text,
+    render_markdown,
+    render_text,
+)
 
 if TYPE_CHECKING:
-    from pytest_jaxport.audit_session import AuditSession
-    from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.view.display import DisplayOptions
-    from pytest_jaxport.view.model import ReportView
+    from pytest_jaxport.audit import Recorder
 
 MARKER = "portable"
 VERBOSITY = "jaxport"
 """``config.get_verbosity(VERBOSITY)``: the ``verbosity_jaxport`` ini value, else ``-v``/``-q``."""
-RECORD_KEYS = (
-    "checks", "violations", "error", "outputs_errors", "baseline_growth", "baseline_news",
-)  # fmt: skip
-"""A test record's keys that the call phase's record sets (on the controller, too)."""
-ERROR_LIMIT = 500
-"""Characters of a failed test's error kept in the report."""
 JAXPORT = pytest.StashKey["Any"]()
 RESOLVED = pytest.StashKey["Resolved | ConfigError"]()
 
@@ -58,7 +70,7 @@ def _mark_origin(node: object, item: pytest.Item) -> str:
 
 
 class JaxportSession:
-    """Collects probes, judges tests against budgets and writes the report."""
+    """Collects each test's record, judges tests against budgets, writes the report."""
 
     def __init__(
         self,
@@ -66,27 +78,50 @@ class JaxportSession:
         project: ProjectConfig,
         report: str | None,
         compile_settings: CompileSettings | None = None,
+        ci_settings: ci.CISettings | None = None,
+        audit: bool = False,
     ) -> None:
         self.config = config
         self.project = project
         self.report_target = report
         self.compile_settings = compile_settings or CompileSettings()
-        self.tests: dict[str, dict[str, Any]] = {}
+        self.ci = ci_settings or ci.CISettings()
+        self.ledger = Ledger()
+        self.audited = audit
+        """Whether ``--jaxport-audit`` records every computation the tests run."""
         self.is_worker = hasattr(config, "workerinput")
+        self.recorder: Recorder | None = None
+        self._interception: dict[str, Any] | None = None
+        self._sent_interception = False
+        self._index: dict[str, int] = {}
         self._tooling: dict[str, Any] | None = None
-        self._revision = 0
-        """Bumped whenever a test's record changes; ``build`` reuses its report until then."""
         self._built: tuple[int, dict[str, Any]] | None = None
         self._view: tuple[dict[str, Any], ReportView] | None = None
         self._written: str | None = None
         """The report file written this session, as given (for the terminal's one line)."""
         self._classifiers: dict[str, Any] = {}
-        self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
-        self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
-        self.ci = CISettings()
-        """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
-        self.audit: AuditSession | None = None
-        """The suite audit, when ``--jaxport-audit`` is on (plugin.py sets it)."""
+
+    # -- the audit's recorder ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Install the audit's hook where tests run (not on a pytest-xdist controller)."""
+        controller = not self.is_worker and self.config.getoption("dist", "no") != "no"
+        if not self.audited or controller:
+            return
+        from pytest_jaxport.audit import Recorder  # imports JAX: only for an audited run
+
+        self.recorder = Recorder(
+            platforms=self.project.platforms,
+            classifier=self.classifier("lowered"),
+            rootdir=self.config.rootpath,
+            compile_settings=self.compile_settings,
+        )
+        self._interception = self.recorder.start().to_dict()
+
+    def stop(self) -> None:
+        if self.recorder is not None:
+            self.recorder.stop()
+            self.recorder = None
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -120,21 +155,18 @@ class JaxportSession:
         per test (conftest hooks are all registered by the time tests run).
         """
         if level not in self._classifiers:
-            self._classifiers[level] = self._new_classifier(level)
+            hook = self.config.hook.pytest_jaxport_classify
+
+            @functools.cache
+            def classify_op(platform: str, op: str, target: str | None) -> Classification:
+                if hook.get_hookimpls():
+                    found = hook(platform=platform, op=op, target=target, level=level)
+                    if found is not None:
+                        return found  # type: ignore[no-any-return]
+                return classify(platform, op, target, level=level)
+
+            self._classifiers[level] = classify_op
         return self._classifiers[level]
-
-    def _new_classifier(self, level: Level) -> Any:
-        hook = self.config.hook.pytest_jaxport_classify
-
-        @functools.cache
-        def classify_op(platform: str, op: str, target: str | None) -> Classification:
-            if hook.get_hookimpls():
-                found = hook(platform=platform, op=op, target=target, level=level)
-                if found is not None:
-                    return found  # type: ignore[no-any-return]
-            return classify(platform, op, target, level=level)
-
-        return classify_op
 
     def wants_measured_share(self, resolved: Resolved) -> bool:
         """Profile executions only when a report or a share budget needs the numbers."""
@@ -145,7 +177,18 @@ class JaxportSession:
             for budget in map(resolved.budget, resolved.lowering_platforms())
         )
 
-    # -- pytest hooks -----------------------------------------------------------------------
+    def cost_model(self) -> CostModel:
+        return CostModel(**self.project.cost)
+
+    def price(self, item: RewriteItem) -> float | None:
+        """A ``pytest_jaxport_rewrite_cost`` hook's days for ``item``; ``None`` without one."""
+        hook = self.config.hook.pytest_jaxport_rewrite_cost
+        if not hook.get_hookimpls():
+            return None
+        days = hook(item=item, target=item.target, model=self.cost_model())
+        return None if days is None else float(days)
+
+    # -- pytest hooks: recording and judging ------------------------------------------------
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         sources = self.project.budget_sources()
@@ -167,7 +210,24 @@ class JaxportSession:
                 else "not cached (cacheprovider disabled)"
             )
             lines.append(f"jaxport: compiled level for {where}{gpu}; {cache}")
+        if self.audited:
+            where = ", ".join(self.project.platforms)
+            how = ""
+            if self._interception is not None:
+                hook = self._interception.get("adapter") or "compile events only"
+                how = f" (jax {self._interception.get('jax')}, {hook})"
+            lines.append(
+                f"jaxport: audit on: recording every jitted computation{how}; lowering for {where}"
+            )
         return lines
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._index = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.recorder is not None:
+            self.recorder.begin_test()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -185,45 +245,44 @@ class JaxportSession:
         report = yield
         marked = item.get_closest_marker(MARKER) is not None
         jaxport = item.stash.get(JAXPORT, None)
-        if not marked and jaxport is None:
-            return report
-        if call.when != "call":
+        record: TestRecord | None = None
+        if call.when == "call" and (marked or jaxport is not None):
+            record = self._judge(item, report, jaxport, marked=marked)
+        elif (marked or jaxport is not None) and (call.when == "setup" or report.failed):
             # A passed setup is recorded too, so a test whose xdist worker crashes during the
             # call is in the report (as crashed), never silently missing.
-            if (report.outcome != "passed" and marked) or call.when == "setup":
-                record: dict[str, Any] = {"nodeid": item.nodeid, "checks": [], "violations": []}
-                if report.failed:
-                    record["error"] = self._error(report)
-                report.jaxport = record  # type: ignore[attr-defined]
-            return report
-        self._judge(item, report, jaxport, marked=marked)
+            record = TestRecord(nodeid=item.nodeid)
+            if report.failed:
+                record.error = self._error(report)
+        if call.when == "teardown" and self.recorder is not None:
+            record = record or TestRecord(nodeid=item.nodeid)
+            ended = self.recorder.end_test(item.nodeid, self._index.get(item.nodeid, -1))
+            audit = cast(AuditRecord, dict(ended))
+            if not self._sent_interception:
+                audit["interception"] = self._interception
+                self._sent_interception = True
+            record.audit = audit
+        if record is not None:
+            report.jaxport = record.to_dict()  # type: ignore[attr-defined]
         return report
 
     def _judge(
         self, item: pytest.Item, report: pytest.TestReport, jaxport: Any, *, marked: bool
-    ) -> None:
-        from pytest_jaxport.model.budget import evaluate
-        from pytest_jaxport.view.text import probe_text
-
+    ) -> TestRecord:
         probes = list(jaxport.probes) if jaxport is not None else []
-        record: dict[str, Any] = {
-            "nodeid": item.nodeid,
-            "checks": [p.to_dict() for p in probes],
-            "violations": [],
-        }
-        report.jaxport = record  # type: ignore[attr-defined]
+        record = TestRecord(nodeid=item.nodeid, checks=[p.to_dict() for p in probes])
         if report.failed:  # the test's own failure: recorded with its error, never blank
-            record["error"] = self._error(report)
-        if jaxport is not None and self.project.compile:
-            record["compile"] = jaxport.compile_stats.to_dict()
+            record.error = self._error(report)
         if jaxport is not None:
-            record["lowered_cache"] = jaxport.lowered_stats.to_dict()
+            if self.project.compile:
+                record.compile = jaxport.compile_stats.to_dict()
+            record.lowered_cache = jaxport.lowered_stats.to_dict()
         if report.outcome == "skipped":
-            return
+            return record
         try:
             resolved = self.resolve(item)
         except ConfigError:
-            return  # already failed by pytest_runtest_call with the message
+            return record  # already failed by pytest_runtest_call with the message
         if not probes:
             if marked and report.passed:
                 message = (
@@ -232,8 +291,8 @@ class JaxportSession:
                 )
                 report.outcome = "failed"
                 report.longrepr = message
-                record["error"] = {"message": message, "where": None, "when": "call"}
-            return
+                record.error = TestError(message=message, when="call")
+            return record
         violations = [
             v
             for p in probes
@@ -241,7 +300,7 @@ class JaxportSession:
                 p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model()
             )
         ]
-        record["violations"] = [v.to_dict() for v in violations]
+        record.violations = [v.to_dict() for v in violations]
         for probe in probes:
             for platform, result in probe.platforms.items():
                 census = result.budgeted
@@ -255,8 +314,7 @@ class JaxportSession:
                         # junitxml reads the teardown report's properties, copied from the item.
                         item.user_properties.append((f"{prefix}.{key}", value))
                         report.user_properties.append((f"{prefix}.{key}", value))
-        details = "\n\n".join(probe_text(p) for p in probes)
-        report.sections.append(("jaxport", details))
+        report.sections.append(("jaxport", "\n\n".join(probe_text(p) for p in probes)))
         said = None
         if violations:
             # The first line is what pytest's short summary shows: the first headline itself.
@@ -269,34 +327,31 @@ class JaxportSession:
             else:
                 report.sections.append(("jaxport violations", said))
         self._judge_ci(item, report, record, jaxport, resolved, said)
+        return record
 
     def _judge_ci(
         self,
         item: pytest.Item,
         report: pytest.TestReport,
-        record: dict[str, Any],
+        record: TestRecord,
         jaxport: Any,
         resolved: Resolved,
         message: str | None,
     ) -> None:
         """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.report.ci`."""
-        from pytest_jaxport.report import ci
-
-        ci.record_tolerance(record, resolved)
+        ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(
-            self.ci, item.nodeid, record["checks"], getattr(jaxport, "outputs", {})
+            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {})
         )
-        grew, news = ci.baseline_findings(self.ci, item.nodeid, record["checks"])
+        grew, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
-            record["baseline_news"] = news
-        if problems:
-            record["outputs_errors"] = problems
+            record.baseline_news = news
+        record.outputs_errors = list(problems)
         problems += grew
         if not problems:
             return
-        if grew:
-            record["baseline_growth"] = grew
+        record.baseline_growth = grew
         found = "\n".join(
             ([f"{item.nodeid}: {len(grew)} count(s) grew since the baseline "
               f"{self.ci.baseline_path}"] if grew else [])
@@ -307,7 +362,7 @@ class JaxportSession:
             report.longrepr = f"{message}\n{found}" if message else found
         report.sections.append(("jaxport baseline" if grew else "jaxport outputs", found))
 
-    def _error(self, report: pytest.TestReport) -> dict[str, Any]:
+    def _error(self, report: pytest.TestReport) -> TestError:
         """Why a test failed, for the report: the exception's line and where it was raised."""
         crash = getattr(report.longrepr, "reprcrash", None)
         message = getattr(crash, "message", None) or str(report.longrepr or "")
@@ -317,117 +372,95 @@ class JaxportSession:
             if path.is_relative_to(self.config.rootpath):
                 path = path.relative_to(self.config.rootpath)
             where = f"{path.as_posix()}:{crash.lineno}"
-        return {"message": message[:ERROR_LIMIT], "where": where, "when": report.when}
+        return TestError(message=message, where=where, when=report.when)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self._revision += 1
         data = getattr(report, "jaxport", None)
-        if data is None:
-            self._record_crash(report)
+        if isinstance(data, dict):
+            record = TestRecord.from_dict(data)
+            self.ledger.add(record, when=report.when, failed=report.failed,
+                            skipped=report.skipped)  # fmt: skip
             return
-        entry = self.tests.setdefault(
-            report.nodeid,
-            {"nodeid": report.nodeid, "outcome": "passed", "checks": [], "violations": []},
-        )
-        if report.when == "call":
-            for key, value in data.get("compile", {}).items():
-                self.compile_stats[key] = self.compile_stats.get(key, 0) + int(value)
-            for key, value in data.get("lowered_cache", {}).items():
-                self.lowered_stats[key] = self.lowered_stats.get(key, 0) + int(value)
-            for key in RECORD_KEYS:
-                if key in data:
-                    entry[key] = data[key]
-        if data.get("error") and not entry.get("error"):
-            entry["error"] = data["error"]
-        if report.failed:
-            entry["outcome"] = "failed" if report.when == "call" else "error"
-        elif report.skipped and entry["outcome"] == "passed":
-            entry["outcome"] = "skipped"
+        # A failed report without a record for a portable test: its xdist worker crashed.
+        # pytest-xdist reports the running test with a synthetic report (``when="???"``, no
+        # keywords); the test is known here from its setup record.
+        known = report.nodeid in self.ledger.tests
+        if report.failed and (known or MARKER in getattr(report, "keywords", {})):
+            self.ledger.crashed(report.nodeid, str(report.longrepr), report.when)
 
-    def _record_crash(self, report: pytest.TestReport) -> None:
-        """A failed report without jaxport data for a portable test: its worker crashed.
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test failed by its portability budget (not by its own error) shows as ``P`` in
+        the progress line; it still counts, and is summarised, as ``FAILED``."""
+        record = getattr(report, "jaxport", None)
+        if report.when != "call" or not report.failed or not isinstance(record, dict):
+            return None
+        if record.get("error") or not (record.get("violations") or record.get("baseline_growth")):
+            return None
+        return "failed", "P", ("FAILED", {"red": True})
 
-        pytest-xdist reports a crashed worker's running test with a synthetic failed report
-        (``when="???"``, no keywords); the test is known here from its setup report.
-        """
-        known = report.nodeid in self.tests
-        if not report.failed or not (known or MARKER in getattr(report, "keywords", {})):
-            return
-        entry = self.tests.setdefault(
-            report.nodeid,
-            {"nodeid": report.nodeid, "outcome": "error", "checks": [], "violations": []},
-        )
-        entry["outcome"] = "error"
-        entry["crashed"] = True
-        entry["error"] = {"message": str(report.longrepr)[:500], "where": None, "when": report.when}
-
-    def _update_baseline(self, session: pytest.Session) -> None:
-        from pytest_jaxport.report.ci import write_baseline
-
-        if not self.ci.baseline_update:
-            return
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        try:
-            written = write_baseline(self.ci, self.build())
-        except OSError as e:
-            if terminal is not None:
-                terminal.write_line(f"jaxport: could not write the baseline: {e}", red=True)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        if terminal is not None and written is not None:
-            terminal.ensure_newline()
-            terminal.write_line(f"jaxport: baseline written to {written}")
+    # -- the report ---------------------------------------------------------------------------
 
     def build(self) -> dict[str, Any]:
-        """The session's report (built once for the terminal, the file and the baseline)."""
-        if self._built is None or self._built[0] != self._revision:
-            self._built = (self._revision, self._build())
+        """The session's report (built once for the terminal, the files and the baseline)."""
+        if self._built is None or self._built[0] != self.ledger.revision:
+            self._built = (self.ledger.revision, self._build())
         return self._built[1]
 
     def _build(self) -> dict[str, Any]:
-        from pytest_jaxport._jax import lowering
-        from pytest_jaxport.report.ci import budget_table, leg_facts, tolerance_table
-        from pytest_jaxport.report.schema import build_report, environment
+        tests = self.ledger.tests.values()
+        jax_loaded = self.audited or any(t["checks"] for t in tests)
+        present: tuple[str, ...] = ()
+        versions: dict[str, str] = {}
+        if jax_loaded:
+            from pytest_jaxport._jax import lowering  # JAX is loaded already: checks ran
 
-        jax_loaded = self.audit is not None or any(t["checks"] for t in self.tests.values())
-        present = lowering.present_platforms() if jax_loaded else ()
-        versions = lowering.versions() if jax_loaded else {}
+            present, versions = lowering.present_platforms(), lowering.versions()
         report = build_report(
-            self.tests.values(),
+            tests,
             config={
                 "source": self.project.source,
                 "platforms": list(self.project.platforms),
                 "reference": self.project.reference,
                 "compile": list(self.project.compile),
                 "target": self.project.target if "cuda" in self.project.compile else None,
-                "budget": budget_table(self.project),
-                "tolerance": tolerance_table(self.project),
+                "budget": ci.budget_table(self.project),
+                "tolerance": ci.tolerance_table(self.project),
             },
-            environment={
-                **environment(present, versions),
-                **leg_facts(self.tests.values(), present),
-            },
+            environment={**environment(present, versions), **ci.leg_facts(tests, present)},
         )
         report["config"]["migrate_to"] = list(self.project.migrate_to)
-        report["summary"].update(self.numbers(report["tests"], report["summary"]))
-        if self.audit is not None:
-            report["audit"] = self.audit.section()
+        report["summary"].update(self.numbers(report["tests"]))
+        if self.audited:
+            report["audit"] = self.audit_section()
         return report
 
-    def cost_model(self) -> CostModel:
-        from pytest_jaxport.model.cost import CostModel
-
-        return CostModel(**self.project.cost)
+    def audit_section(self) -> dict[str, Any]:
+        """The report's ``audit`` section, judged against ``[tool.jaxport.audit] fail_on``
+        and the baseline."""
+        model = self.cost_model()
+        section = self.ledger.audit.section(
+            interception=self._interception or self.ledger.interception,
+            platforms=self.project.platforms,
+            migrate_to=self.project.migrate_to,
+            model=model,
+            price=self.price,
+        )
+        base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None
+        return judge(
+            section,
+            budget_for=self.project.audit_budget,
+            migrate_to=self.project.migrate_to,
+            model=model,
+            baseline=base if isinstance(base, dict) and not self.ci.baseline_update else None,
+        )
 
     def tooling_scan(self) -> dict[str, Any] | None:
         """The NVIDIA-bound tooling scan of the project, once per session (controller)."""
         if not self.project.scan:
             return None
         if self._tooling is None:
-            import time
-
-            from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
-
             extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
                 config=self.config) for r in rules]  # fmt: skip
             started = time.perf_counter()
@@ -444,26 +477,16 @@ class JaxportSession:
             }
         return self._tooling
 
-    def numbers(self, tests: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    def numbers(self, tests: list[dict[str, Any]]) -> dict[str, Any]:
         """The three numbers for the summary."""
-        from pytest_jaxport.report.schema import suite_rewrite, suite_shares
-
         tooling = self.tooling_scan()
         model = self.cost_model()
-        hook = self.config.hook.pytest_jaxport_rewrite_cost
-
-        def price(item: Any) -> float | None:
-            if not hook.get_hookimpls():
-                return None
-            days = hook(item=item, target=item.target, model=model)
-            return None if days is None else float(days)
-
         estimates = suite_rewrite(
             tests,
             migrate_to=self.project.migrate_to,
             model=model,
             tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
-            price=price,
+            price=self.price,
         )
         numbers: dict[str, Any] = {
             "runtime_share": suite_shares(tests),
@@ -476,25 +499,145 @@ class JaxportSession:
             numbers["tooling"] = tooling
         return numbers
 
-    def tooling_violation(self) -> str | None:
+    def view(self) -> ReportView:
+        """The report's view, built once for the terminal, the files and the step summary."""
+        report = self.build()
+        if self._view is None or self._view[0] is not report:
+            self._view = (report, build_view(report))
+        return self._view[1]
+
+    def display(self) -> DisplayOptions:
+        """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
+        get_verbosity = getattr(self.config, "get_verbosity", None)
+        verbosity = (
+            get_verbosity(VERBOSITY) if get_verbosity is not None else self.config.option.verbose
+        )
+        return display_options(
+            self.config.getoption, dest_prefix="jaxport_report_", verbosity=int(verbosity)
+        )
+
+    # -- the end of the session: the gate, the files, the terminal --------------------------
+
+    def problems(self) -> list[str]:
+        """Suite-level failures (not any test's): each makes the session fail."""
+        found = []
         setting = self.project.resolve().budget("cpu").max_tooling_assumptions
-        if setting is None:
-            return None
-        tooling = self.tooling_scan()
-        found = len(tooling["assumptions"]) if tooling else 0
-        if found <= setting.value:
-            return None
-        lines = [
-            f"jaxport: {found} NVIDIA-bound tooling assumptions > {setting.value} "
-            f"(max_tooling_assumptions, set in {setting.origin})"
-        ]
-        for a in (tooling or {}).get("assumptions", []):
-            lines.append(f"    {a['file']}:{a['line']}: {a['rule']}: {a['reason']}")
-        return "\n".join(lines)
+        tooling = self.tooling_scan() if setting is not None else None
+        count = len(tooling["assumptions"]) if tooling else 0
+        if setting is not None and count > setting.value:
+            lines = [
+                f"jaxport: {count} NVIDIA-bound tooling assumptions > {setting.value} "
+                f"(max_tooling_assumptions, set in {setting.origin})"
+            ]
+            for a in (tooling or {}).get("assumptions", []):
+                lines.append(f"    {a['file']}:{a['line']}: {a['rule']}: {a['reason']}")
+            found.append("\n".join(lines))
+        return found
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            return
+        failed = self.audited and failures(self.build()["audit"]) > 0
+        failed = self._update_baseline() or failed
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        for problem in self.problems():
+            failed = True
+            if terminal is not None:
+                terminal.write_line(problem, red=True)
+        failed = self._write_report() or failed
+        if failed:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _update_baseline(self) -> bool:
+        """``--jaxport-baseline-update``: write it; whether that failed."""
+        if not self.ci.baseline_update:
+            return False
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        try:
+            written = ci.write_baseline(self.ci, self.build())
+        except OSError as e:
+            if terminal is not None:
+                terminal.write_line(f"jaxport: could not write the baseline: {e}", red=True)
+            return True
+        if terminal is not None and written is not None:
+            terminal.ensure_newline()
+            terminal.write_line(f"jaxport: baseline written to {written}")
+        return False
+
+    def _write_report(self) -> bool:
+        """``--jaxport-report=PATH``: write it (and the step summary); whether that failed."""
+        if not self.report_target or self.report_target == "-":
+            return False
+        path = Path(self.report_target)
+        if not path.is_absolute():
+            path = Path(self.config.invocation_params.dir) / path
+        try:
+            if path.suffix == ".md":
+                write_text(path, render_markdown(self.view(), self.display()))
+            elif path.suffix == ".html":
+                write_text(path, render_html(self.view(), self.display()))
+            else:
+                write_json(path, self.build())
+        except OSError as e:
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(f"jaxport: could not write the report {path}: {e}", red=True)
+            return True
+        self._written = str(self.report_target)
+        self._step_summary()
+        return False
+
+    def _step_summary(self) -> None:
+        """Append the Markdown report to ``$GITHUB_STEP_SUMMARY``, within its size limit."""
+        target = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not target:
+            return
+        view, options = self.view(), self.display()
+        said = ci.append_step_summary(
+            Path(target), lambda budget: render_markdown(view, options, budget=budget)
+        )
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if said is not None and terminal is not None:
+            terminal.write_line(said, yellow=True)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        for line in (self.lowered_summary(), self.compile_summary()):
+            if line is not None:
+                terminalreporter.write_line(line)
+        if self.report_target is not None:
+            written = self._written if self.report_target != "-" else None
+            terminalreporter.write_sep("=", "jaxport portability report")
+            terminalreporter.write_line(render_text(self.view(), self.display(),
+                                                    written_to=written))  # fmt: skip
+            if written is not None:
+                terminalreporter.write_line(f"jaxport: full report written to {written}")
+        if not self.audited:
+            return
+        if self.report_target is None:  # the audit's view: the one --jaxport-report prints
+            terminalreporter.write_sep("=", "jaxport audit")
+            terminalreporter.write_line(render_text(self.view(), self.display()))
+        baseline = self.ci.baseline
+        if (
+            baseline is not None
+            and not self.ci.baseline_update
+            and not isinstance(baseline.get("audit"), dict)
+        ):
+            terminalreporter.write_line(
+                f"jaxport audit: the baseline {self.ci.baseline_path} has no audit counts: "
+                "not compared; --jaxport-baseline-update records them"
+            )
+        lines = audit_failure_lines(self.view())
+        if lines:
+            terminalreporter.write_line(lines[0], red=True, bold=True)
+            for line in lines[1:]:
+                terminalreporter.write_line(line, red=True)
 
     def compile_summary(self) -> str | None:
         """``jaxport: compiled cache 3 hits, 0 misses (...)``, when anything was compiled."""
-        stats = self.compile_stats
+        stats = self.ledger.compile_stats
         if not self.project.compile or not (stats["hits"] or stats["misses"]):
             return None
         work = (
@@ -507,114 +650,10 @@ class JaxportSession:
 
     def lowered_summary(self) -> str | None:
         """``jaxport: lowered cache 6 hits, 0 misses``, when any platform was looked up."""
-        stats = self.lowered_stats
+        stats = self.ledger.lowered_stats
         if self.compile_settings.lowered_cache is None or not (stats["hits"] or stats["misses"]):
             return None
         return (
             f"jaxport: lowered cache {stats['hits']} hits, {stats['misses']} misses "
             "(platforms not present here)"
         )
-
-    def display(self) -> DisplayOptions:
-        """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
-        from pytest_jaxport.view.display import display_options
-
-        get_verbosity = getattr(self.config, "get_verbosity", None)
-        verbosity = (
-            get_verbosity(VERBOSITY) if get_verbosity is not None else self.config.option.verbose
-        )
-        return display_options(
-            self.config.getoption, dest_prefix="jaxport_report_", verbosity=int(verbosity)
-        )
-
-    def view(self) -> ReportView:
-        """The report's view, built once for the terminal, the file and the step summary."""
-        from pytest_jaxport.view.model import build_view
-
-        report = self.build()
-        if self._view is None or self._view[0] is not report:
-            self._view = (report, build_view(report))
-        return self._view[1]
-
-    def pytest_report_teststatus(
-        self, report: pytest.TestReport, config: pytest.Config
-    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-        """A test failed by its portability budget (not by its own error) shows as ``P`` in
-        the progress line; it still counts, and is summarised, as ``FAILED``."""
-        record = getattr(report, "jaxport", None)
-        if report.when != "call" or not report.failed or not isinstance(record, dict):
-            return None
-        if record.get("error") or not (record.get("violations") or record.get("baseline_growth")):
-            return None
-        return "failed", "P", ("FAILED", {"red": True})
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker:
-            return
-        for line in (self.lowered_summary(), self.compile_summary()):
-            if line is not None:
-                terminalreporter.write_line(line)
-        if self.report_target is None:
-            return
-        from pytest_jaxport.view.text import render_text
-
-        written = self._written if self.report_target != "-" else None
-        terminalreporter.write_sep("=", "jaxport portability report")
-        terminalreporter.write_line(render_text(self.view(), self.display(), written_to=written))
-        if written is not None:
-            terminalreporter.write_line(f"jaxport: full report written to {written}")
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.is_worker:
-            return
-        self._update_baseline(session)
-        problem = self.tooling_violation()
-        if problem is not None:
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            if terminal is not None:
-                terminal.write_line(problem, red=True)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if not self.report_target or self.report_target == "-":
-            return
-        from pytest_jaxport.report.schema import write_json, write_text
-
-        path = Path(self.report_target)
-        if not path.is_absolute():
-            path = Path(self.config.invocation_params.dir) / path
-        report = self.build()
-        try:
-            if path.suffix == ".md":
-                from pytest_jaxport.view.text import render_markdown
-
-                write_text(path, render_markdown(self.view(), self.display()))
-            elif path.suffix == ".html":
-                from pytest_jaxport.view.html import render_html
-
-                write_text(path, render_html(self.view(), self.display()))
-            else:
-                write_json(path, report)
-        except OSError as e:
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            if terminal is not None:
-                terminal.write_line(f"jaxport: could not write the report {path}: {e}", red=True)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        self._written = str(self.report_target)
-        self._step_summary()
-
-    def _step_summary(self) -> None:
-        """Append the Markdown report to ``$GITHUB_STEP_SUMMARY``, within its size limit."""
-        target = os.environ.get("GITHUB_STEP_SUMMARY")
-        if not target:
-            return
-        from pytest_jaxport.report.ci import append_step_summary
-        from pytest_jaxport.view.text import render_markdown
-
-        view, options = self.view(), self.display()
-        said = append_step_summary(
-            Path(target), lambda budget: render_markdown(view, options, budget=budget)
-        )
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        if said is not None and terminal is not None:
-            terminal.write_line(said, yellow=True)

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_jaxport.model.census import Census, Kernel
-from pytest_jaxport.model.numerics import Leaf, Outputs, Tolerance, default_tolerance
+from pytest_jaxport.model.compare import Leaf, Outputs
+from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced, census_to_dict
 from pytest_jaxport.report.merge import (
     PER_LEG_CONFIG_KEYS,

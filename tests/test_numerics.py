@@ -14,14 +14,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from pytest_jaxport.model.compare import Leaf, Outputs, compare
 from pytest_jaxport.model.numerics import (
     DEFAULT_TOLERANCES,
     Comparison,
-    Leaf,
     LeafMismatch,
-    Outputs,
     Tolerance,
-    compare,
     default_tolerance,
     describe,
 )

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pytest_jaxport.model.numerics import Leaf, Outputs, compare
+from pytest_jaxport.model.compare import Leaf, Outputs, compare
 from pytest_jaxport.report.outputs import (
     INDEX_KEY,
     OutputsError,

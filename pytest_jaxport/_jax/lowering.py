@@ -29,9 +29,9 @@ from pytest_jaxport._jax.adapters import (
 )
 from pytest_jaxport._jax.arguments import FN_KEY
 from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
+from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.cost import FREE_OPS, op_cost
-from pytest_jaxport.model.numerics import Leaf, Outputs
 from pytest_jaxport.model.probe import Untraced
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.

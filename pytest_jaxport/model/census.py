@@ -45,7 +45,7 @@ _LIBRARY_PATHS = (
     "/site-packages/",
     "/dist-packages/",
     "/lib/python3",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), ""),
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
 )
 """Frames in these are not the user's code: installed packages, the standard library, and
 this plugin itself (even installed editable), whose frames lead to the user's check call."""

@@ -127,6 +127,13 @@ class AuditTestRecord(TypedDict):
     errors: list[str]
 
 
+class AuditRecord(AuditTestRecord, total=False):
+    """A test's record as it travels: the first from each process also says what the audit's
+    hook could see there."""
+
+    interception: dict[str, Any] | None
+
+
 def finding_kind(host_callbacks: Sequence[str], present: bool) -> str:
     """A lowering failure of a computation with host callbacks, on a platform not present
     here, is the callbacks' (no other backend can lower a Python callback); else a finding
@@ -147,7 +154,7 @@ class AuditLedger:
         self.compiled_outside = 0
         self.errors: list[str] = []
 
-    def add(self, record: AuditTestRecord) -> None:
+    def add(self, record: AuditRecord) -> None:
         for computation in record["computations"]:
             # The version recorded earliest in collection order is the serial run's: JAX
             # traced it there, so its census points at that test's call site in every run.

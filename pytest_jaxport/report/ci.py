@@ -20,14 +20,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pytest_jaxport.model.config import ConfigError, ProjectConfig, Tolerance
-
-if TYPE_CHECKING:
-    import pytest
-
-    from pytest_jaxport.model.config import Resolved
+from pytest_jaxport.model.config import ConfigError, ProjectConfig, Resolved, Tolerance
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,22 +39,22 @@ class CISettings:
     baseline_update: bool = False
 
 
-def ci_settings(config: pytest.Config) -> CISettings:
-    """Read the options; a :class:`ConfigError` naming the file for an unusable one."""
-    here = Path(config.invocation_params.dir)
+def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
+    """Read the options (``option(dest)``, paths relative to ``here``); a
+    :class:`ConfigError` naming the file for an unusable one."""
     outputs_dir = outputs_base = None
-    value = config.getoption("jaxport_save_outputs")
+    value = option("jaxport_save_outputs")
     if value:
         outputs_dir = (here / value).resolve()
         if outputs_dir.exists() and not outputs_dir.is_dir():
             raise ConfigError(f"--jaxport-save-outputs {value}: {outputs_dir} is not a folder")
-        report = config.getoption("jaxport_report")
+        report = option("jaxport_report")
         if report and report != "-" and Path(report).suffix == ".json":
             outputs_base = (here / report).resolve().parent
         else:
             outputs_base = outputs_dir
-    update = bool(config.getoption("jaxport_baseline_update"))
-    name = config.getoption("jaxport_baseline")
+    update = bool(option("jaxport_baseline_update"))
+    name = option("jaxport_baseline")
     if update and not name:
         raise ConfigError(
             "--jaxport-baseline-update: say which file to write with --jaxport-baseline=FILE"
@@ -172,7 +167,7 @@ def leg_facts(tests: Iterable[Mapping[str, Any]], present: Iterable[str]) -> dic
 # -- per test -----------------------------------------------------------------------------
 
 
-def record_tolerance(record: Mapping[str, Any], resolved: Resolved) -> None:
+def record_tolerance(checks: Iterable[MutableMapping[str, Any]], resolved: Resolved) -> None:
     """Record a test's marker ``rtol``/``atol`` on its checks, for merge's cross-leg compare."""
     overrides = {
         key: setting.value
@@ -180,7 +175,7 @@ def record_tolerance(record: Mapping[str, Any], resolved: Resolved) -> None:
         if (setting := resolved.overrides.get(key)) is not None
     }
     if overrides:
-        for check in record["checks"]:
+        for check in checks:
             check["tolerance"] = dict(overrides)
 
 

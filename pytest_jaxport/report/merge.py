@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_jaxport import __version__
+from pytest_jaxport.model.compare import compare
 from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
-from pytest_jaxport.model.numerics import Tolerance, compare, default_tolerance, gradient_tolerance
+from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.audit import AuditChange
 from pytest_jaxport.report.outputs import OutputsError, load_outputs

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_jaxport.model.numerics import Leaf, Outputs
+from pytest_jaxport.model.compare import Leaf, Outputs
 
 FORMAT = 1
 INDEX_KEY = "__jaxport__"

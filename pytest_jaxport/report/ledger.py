@@ -1,0 +1,161 @@
+"""Per-test records and the ledger that joins them into the report's tests (pure).
+
+A :class:`TestRecord` is what one phase of one test found: at the call, its checks and their
+judgement; at the teardown of an audited run, the computations it ran. It travels on pytest's
+test report as ``report.jaxport`` (:meth:`TestRecord.to_dict`), so pytest-xdist workers send
+it to the controller, where the :class:`Ledger` joins the records of every phase, in any
+order, into the same report a serial run builds.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_jaxport.report.audit import AuditLedger, AuditRecord
+
+ERROR_LIMIT = 500
+"""Characters of a failed test's error kept in the report."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestError:
+    """Why a test failed or errored other than by its budget."""
+
+    __test__ = False  # a record, not a test class for pytest to collect
+
+    message: str
+    where: str | None = None
+    """``path:line`` of the exception, relative to the rootdir where it is inside it."""
+    when: str = "call"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"message": self.message[:ERROR_LIMIT], "where": self.where, "when": self.when}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestError:
+        return cls(
+            message=str(data.get("message", "")),
+            where=data.get("where"),
+            when=str(data.get("when", "call")),
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class TestRecord:
+    """What one phase of one test found (see the module docstring)."""
+
+    __test__ = False
+
+    nodeid: str
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    """Each check's probe (:meth:`~pytest_jaxport.model.probe.Probe.to_dict`)."""
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    """Each broken budget limit (:meth:`~pytest_jaxport.model.budget.Violation.to_dict`)."""
+    error: TestError | None = None
+    outputs_errors: list[str] = field(default_factory=list)
+    """Saved outputs that could not be written (``--jaxport-save-outputs``); they fail it."""
+    baseline_growth: list[str] = field(default_factory=list)
+    """Counts that grew since ``--jaxport-baseline``; they fail it."""
+    baseline_news: list[str] = field(default_factory=list)
+    """Counts the baseline does not have yet (reported, never failed)."""
+    compile: dict[str, int] | None = None
+    """The compiled-level cache's hits and misses of its checks (not in the report)."""
+    lowered_cache: dict[str, int] | None = None
+    """The lowered-level cache's hits and misses of its checks (not in the report)."""
+    audit: AuditRecord | None = None
+    """With ``--jaxport-audit``, at teardown: the computations it ran."""
+
+    JUDGED = ("checks", "violations", "error", "outputs_errors", "baseline_growth",
+              "baseline_news")  # fmt: skip
+    """What the call phase decides (the report's test entry keeps these)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "nodeid": self.nodeid,
+            "checks": self.checks,
+            "violations": self.violations,
+        }
+        if self.error is not None:
+            data["error"] = self.error.to_dict()
+        for key in ("outputs_errors", "baseline_growth", "baseline_news"):
+            if getattr(self, key):
+                data[key] = list(getattr(self, key))
+        for key in ("compile", "lowered_cache", "audit"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestRecord:
+        error = data.get("error")
+        return cls(
+            nodeid=str(data["nodeid"]),
+            checks=list(data.get("checks") or ()),
+            violations=list(data.get("violations") or ()),
+            error=TestError.from_dict(error) if error else None,
+            outputs_errors=list(data.get("outputs_errors") or ()),
+            baseline_growth=list(data.get("baseline_growth") or ()),
+            baseline_news=list(data.get("baseline_news") or ()),
+            compile=data.get("compile"),
+            lowered_cache=data.get("lowered_cache"),
+            audit=data.get("audit"),
+        )
+
+
+class Ledger:
+    """Joins the records of every test and phase into the report's tests and audit."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, dict[str, Any]] = {}
+        """Per node id, the report's test entry."""
+        self.audit = AuditLedger()
+        self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
+        self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
+        self.interception: dict[str, Any] | None = None
+        """What the audit's hook could see, as the first audited process said."""
+        self.revision = 0
+        """Bumped whenever a record arrives: a report built before is stale."""
+
+    def _entry(self, nodeid: str, outcome: str = "passed") -> dict[str, Any]:
+        return self.tests.setdefault(
+            nodeid, {"nodeid": nodeid, "outcome": outcome, "checks": [], "violations": []}
+        )
+
+    def add(self, record: TestRecord, *, when: str, failed: bool, skipped: bool) -> None:
+        """One phase's record, with its report's outcome."""
+        self.revision += 1
+        if record.audit is not None:
+            self.audit.add(record.audit)
+            interception = record.audit.get("interception")
+            if interception and self.interception is None:
+                self.interception = dict(interception)
+            if not record.checks and record.error is None and record.nodeid not in self.tests:
+                return  # an audited test that is not a portable one: in the audit only
+        entry = self._entry(record.nodeid)
+        if when == "call":
+            for stats, found in ((self.compile_stats, record.compile),
+                                 (self.lowered_stats, record.lowered_cache)):  # fmt: skip
+                for key, value in (found or {}).items():
+                    stats[key] = stats.get(key, 0) + int(value)
+            judged = record.to_dict()
+            for key in TestRecord.JUDGED:
+                if key in judged:
+                    entry[key] = judged[key]
+        if record.error is not None and not entry.get("error"):
+            entry["error"] = record.error.to_dict()
+        if failed:
+            entry["outcome"] = "failed" if when == "call" else "error"
+        elif skipped and entry["outcome"] == "passed":
+            entry["outcome"] = "skipped"
+
+    def crashed(self, nodeid: str, message: str, when: str) -> None:
+        """A test whose pytest-xdist worker died while it ran (no record arrived)."""
+        self.revision += 1
+        entry = self._entry(nodeid, outcome="error")
+        entry["outcome"] = "error"
+        entry["crashed"] = True
+        entry["error"] = TestError(message=message, when=when).to_dict()
