@@ -25,13 +25,13 @@ import hashlib
 import itertools
 import weakref
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.interception import Interception, RecordedCall, Support
 from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.examine import KeyParts, LoweredLevel, LoweredStats, shown_file
+from pytest_jaxport.examine import Examiner, KeyParts, shown_file
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.report.audit import (
@@ -54,13 +54,10 @@ class Recorder:
         compile_settings: CompileSettings,
     ) -> None:
         self.platforms = tuple(platforms)
-        self.stats = LoweredStats()
-        self._level = LoweredLevel(
-            classifier=classifier,
-            rootdir=rootdir,
-            compile_settings=compile_settings,
-            stats=self.stats,
+        self._examiner = Examiner(
+            classifier=classifier, rootdir=rootdir, compile_settings=compile_settings
         )
+        self.stats = self._examiner.stats
         self._rootdir = rootdir
         self.interception = Interception(self.record)
         self.support: Support | None = None
@@ -155,23 +152,17 @@ class Recorder:
         return cid
 
     def _census(self, cid: str, call: RecordedCall, keyed: KeyParts) -> ComputationRecord:
-        from pytest_jaxport._jax import lowering
-        from pytest_jaxport.model.cost import estimated_share
 
         facts = call.facts()
         present = lowering.present_platforms()
-        # Host callbacks lower for the platforms not present as inert placeholders (the
-        # lowered level rewrites the recorded program: callbacks.trace_inert), counted in
-        # `meta` at their source lines; a platform that still fails says it had callbacks.
-        # A program partitioned over several devices also gets the collectives the SPMD
+        # Host callbacks lower for the platforms not present as inert placeholders, counted in
+        # `meta` at their source lines; a platform that still fails says it had callbacks. A
+        # program partitioned over several devices also gets the collectives the SPMD
         # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
-        found = self._level.take(call, keyed, self.platforms, present=present,
-                                 cached=self.platforms)  # fmt: skip
-        results = dict(found.results)
+        # Nothing runs: the runtime share is the roofline estimate.
+        found = self._examiner.examine(call, keyed, self.platforms, present=present)
         findings: list[FindingRecord] = []
         for platform, result in found.results.items():
-            if result.census is not None:  # the roofline estimate: the audit times nothing
-                results[platform] = replace(result, runtime_share=estimated_share(result.census))
             if result.error is None:
                 continue
             kind = finding_kind(facts.host_callbacks, platform in present)
@@ -199,8 +190,8 @@ class Recorder:
             "mesh": facts.mesh,
             "host_callbacks": list(facts.host_callbacks),
             "partitions": max((p.partitions for p in found.programs.values()), default=1),
-            "platforms": Probe(name=facts.function, reference="", platforms=results).to_dict()[
-                "platforms"
-            ],
+            "platforms": Probe(
+                name=facts.function, reference="", platforms=found.results
+            ).to_dict()["platforms"],
             "findings": findings,
         }

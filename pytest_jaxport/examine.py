@@ -1,22 +1,8 @@
-"""The lowered level of one traced computation: per platform its program and census.
-
-Shared by ``jaxport.check`` (:mod:`pytest_jaxport.fixture`) and the suite audit
-(:mod:`pytest_jaxport.audit`), so that a function checked by a test and the same computation
-recorded by ``--jaxport-audit`` get the same census, the same layers, the same source lines
-and the same lowered-cache entries.
-
-A platform's program comes from the lowered-level cache when it was lowered before; platforms
-not present here that miss the cache are lowered together in one multi-platform lowering (about
-twice as fast as one by one), and whatever is left is lowered for one platform at a time. A
-platform that fails to lower is a :class:`~pytest_jaxport.model.probe.PlatformProbe` with its
-``error``, never an exception. Host callbacks become inert placeholders for the platforms not
-present (:func:`lowering.without_callbacks`), so every other op is still counted.
-
-Two steps, so that a check can run the program in between: :meth:`LoweredLevel.lower` reads
-or lowers each platform's program, :meth:`LoweredLevel.census` adds the collectives the SPMD
-partitioner inserts (known once the program compiled here,
-:mod:`~pytest_jaxport.model.partitioner`),
-caches what was lowered and takes each census. :meth:`LoweredLevel.take` does both.
+"""One path for every computation: lower it per platform, add the collectives the SPMD
+partitioner inserts, take each census, compile it where asked, estimate or measure where its
+time goes (:class:`Examiner`). A checked function (:mod:`pytest_jaxport.fixture`) and an
+audited computation (:mod:`pytest_jaxport.audit`) both go down it; a check also runs the
+program on the platforms present, between lowering and census (``run``).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -24,13 +10,17 @@ caches what was lowered and takes each census. :meth:`LoweredLevel.take` does bo
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.cache import CompileSettings, lowered_key
+from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax.adapters import jax_release, needs_hardware
+from pytest_jaxport._jax.callbacks import INERT_TARGET
+from pytest_jaxport.cache import CompileSettings, cache_key, lowered_key, source_fingerprint
 from pytest_jaxport.model.census import (
     Census,
     Classifier,
@@ -39,12 +29,30 @@ from pytest_jaxport.model.census import (
     SourceLocation,
     take_census,
 )
+from pytest_jaxport.model.cost import (
+    RuntimeShare,
+    estimated_share,
+    kernel_seconds,
+    measured_share,
+    peak_for,
+)
+from pytest_jaxport.model.hlo import instruction_sites, parse_compiled_hlo
+from pytest_jaxport.model.partitioner import (
+    partition_record,
+    recorded_inserted,
+    with_inserted,
+)
 from pytest_jaxport.model.probe import PlatformProbe
+from pytest_jaxport.model.targets import Classification, classify
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 _PARTITIONER = "spmd-partitioner"
 """The lowered cache's "platform" for a program's partitioning record."""
+
+NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
+"""XLA's switch against NVIDIA's binary libraries (the what-if). With jaxlib 0.10.2 it only
+turns cuDNN convolutions into XLA kernels; gemms, solvers, FFTs and collectives stay."""
 
 
 @dataclass(slots=True)
@@ -58,9 +66,29 @@ class LoweredStats:
         return {"hits": self.hits, "misses": self.misses}
 
 
+@dataclass(slots=True)
+class CompileStats:
+    """Per test: compiled-level cache hits and misses, and what each miss cost."""
+
+    hits: int = 0
+    misses: int = 0
+    compiled: int = 0
+    """Modules compiled only for the census (deviceless, or present but not executed)."""
+    reused: int = 0
+    """Executables numerics had already built, read instead of compiling again."""
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "compiled": self.compiled,
+            "reused": self.reused,
+        }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoweredPrograms:
-    """What :meth:`LoweredLevel.lower` found for one traced computation."""
+    """What :meth:`Examiner.lower` found for one traced computation."""
 
     programs: Mapping[str, Program]
     """Per platform that lowered, its program as read (without inserted collectives)."""
@@ -80,13 +108,38 @@ class LoweredPrograms:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LoweredCensus:
-    """What :meth:`LoweredLevel.take` found for one traced computation."""
+class Run:
+    """What running a check's lowerings on the platforms present did."""
+
+    executions: Mapping[str, lowering.Execution] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """Per platform that failed to compile or run, why."""
+    built: Mapping[str, Any] = field(default_factory=dict)
+    """Per platform, the executable numerics built, or the failure that says compiling failed
+    (so the compiled level does not try a second time)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Compiled:
+    census: Census | None = None
+    error: str | None = None
+    deviceless: bool = False
+    target: str | None = None
+
+
+Runner = Callable[[LoweredPrograms, bool], Run]
+"""``run(found, record_partition)``: run ``found``'s lowerings on the platforms present,
+recording the partitioner's collectives when asked (a check's side of :meth:`examine`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Examined:
+    """What :meth:`Examiner.examine` found for one computation."""
 
     results: Mapping[str, PlatformProbe]
-    """Per platform: its census, or why lowering failed."""
-    lowered: Mapping[str, Any]
-    """The lowerings made for one platform at a time (what a check compiles and runs)."""
+    """Per platform: its census, compiled census and runtime share, or why it failed."""
+    executions: Mapping[str, lowering.Execution]
+    """Per platform that ran, its outputs (a check compares them)."""
     programs: Mapping[str, Program]
     """Per platform that lowered, its program as the census read it."""
 
@@ -112,7 +165,6 @@ class KeyParts:
     def get(self) -> tuple[str, str, str] | None:
         if not self._done:
             self._done = True
-            from pytest_jaxport._jax import lowering
 
             try:
                 jaxpr, sources = lowering.census_key_parts(self._traced)
@@ -127,8 +179,8 @@ class KeyParts:
         return self._parts
 
 
-class LoweredLevel:
-    """Lowers traced computations per platform and takes their census, through the cache."""
+class Examiner:
+    """Lowers traced computations per platform and takes their census, through the caches."""
 
     def __init__(
         self,
@@ -136,38 +188,82 @@ class LoweredLevel:
         classifier: Classifier,
         rootdir: Path,
         compile_settings: CompileSettings,
-        stats: LoweredStats,
+        compiled_classifier: Classifier | None = None,
+        profile: bool = False,
+        stats: LoweredStats | None = None,
     ) -> None:
         self._classifier = classifier
+        self._compiled_classifier = compiled_classifier
         self._rootdir = rootdir
         self._compile = compile_settings
-        self.stats = stats
+        self._profile = profile
+        self.stats = stats if stats is not None else LoweredStats()
+        self.compile_stats = CompileStats()
 
-    def take(
+    def examine(
         self,
         traced: Any,
         keyed: KeyParts,
         platforms: Sequence[str],
         *,
         present: Collection[str],
-        cached: Collection[str],
         caller: SourceLocation | None = None,
-    ) -> LoweredCensus:
+        run: Runner | None = None,
+        fn: Callable[..., Any] | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Examined:
         """Each of ``platforms``' census of ``traced`` (``jax.stages.Traced`` or anything with
-        its ``.jaxpr`` and ``.lower(lowering_platforms=...)``): :meth:`lower`, then
-        :meth:`census`. A program partitioned over several devices gets the collectives the
-        SPMD partitioner inserts: those an earlier run recorded, else :meth:`partition`'s
-        (recorded for the next run); nothing is run."""
-        found = self.lower(traced, keyed, platforms, present=present, cached=cached)
-        inserted = None
-        if found.partitioned:
-            inserted = self.recorded_partition(keyed)
+        its ``.jaxpr`` and ``.lower(lowering_platforms=...)``), with the collectives the SPMD
+        partitioner inserts into a partitioned program (recorded by an earlier run, by ``run``
+        on the default platform, or compiled here once), its compiled census where
+        ``compile`` covers the platform and ``fn`` is given (a check), and its runtime share.
+
+        ``run`` (a check's): run the lowerings on the platforms present, between lowering and
+        census. Without it (the audit) every platform's program may come from the lowered
+        cache and nothing runs. ``caller``: see :meth:`relative`.
+        """
+        compiles = self._compile.platforms if fn is not None else ()
+        cached = [p for p in platforms
+                  if not (run is not None and p in present) and p not in compiles]  # fmt: skip
+        found = self.lower(traced, keyed, platforms, present=present, cached=cached,
+                           args=args, kwargs=kwargs)  # fmt: skip
+        results: dict[str, PlatformProbe] = {
+            p: found.failures.get(p) or PlatformProbe(platform=p, present=p in present)
+            for p in (*found.programs, *found.failures)
+        }
+        inserted = self.recorded_partition(keyed) if found.partitioned else None
+        ran = run(found, found.partitioned and inserted is None) if run is not None else Run()
+        for platform in ran.executions:
+            results[platform] = replace(results[platform], executed=True)
+        for platform, error in ran.errors.items():
+            results[platform] = replace(results[platform], execution_error=error)
+        if found.partitioned and inserted is None:
+            execution = ran.executions.get(lowering.default_platform())
+            inserted = execution.inserted if execution is not None else None
             if inserted is None:
                 inserted = self.partition(traced, found.lowered)
-                if inserted is not None:
-                    self.record_partition(keyed, inserted)
-        results = self.census(found, present=present, caller=caller, inserted=inserted)
-        return LoweredCensus(results=results, lowered=found.lowered, programs=found.programs)
+            if inserted is not None:
+                self.record_partition(keyed, inserted)
+        censuses = self.census(found, present=present, caller=caller, inserted=inserted)
+        for platform, counted in censuses.items():
+            if counted.census is not None:
+                results[platform] = replace(results[platform], census=counted.census)
+        programs = {  # what the compiled level keys on: with the partitioner's collectives
+            p: with_inserted(program, inserted or ()) if found.partitioned else program
+            for p, program in found.programs.items()
+        }
+        for platform in compiles:
+            if fn is not None and platform in found.lowered:
+                results[platform] = self.compiled(
+                    results[platform], fn, found.lowered[platform], programs[platform], tuple(args),
+                    kwargs or {}, ran.built.get(platform), tuple(present), keyed,
+                )  # fmt: skip
+        for platform, result in results.items():
+            share = self.runtime_share(result, ran.executions.get(platform))
+            if share is not None:
+                results[platform] = replace(result, runtime_share=share)
+        return Examined(results=results, executions=ran.executions, programs=programs)
 
     def lower(
         self,
@@ -187,7 +283,6 @@ class LoweredLevel:
         ``args``/``kwargs``: what ``traced`` was traced with (their shardings are kept where
         host callbacks are made inert; without them the argument types are enough).
         """
-        from pytest_jaxport._jax import lowering
 
         failures: dict[str, PlatformProbe] = {}
         lowered_for: dict[str, Any] = {}
@@ -241,7 +336,6 @@ class LoweredLevel:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
         lowered now go to the cache. ``caller``: see :meth:`relative`."""
-        from pytest_jaxport.model.partitioner import with_inserted
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():
@@ -272,7 +366,6 @@ class LoweredLevel:
         (not run) for the platform present here, from its lowering in ``lowered_for`` when
         there is one, with XLA recording the module before and after partitioning
         (:func:`lowering.compile_partitioned`); ``None`` when it does not compile here."""
-        from pytest_jaxport._jax import lowering
 
         default = lowering.default_platform()
         try:
@@ -284,7 +377,6 @@ class LoweredLevel:
 
     def recorded_partition(self, keyed: KeyParts) -> tuple[OpSite, ...] | None:
         """The inserted collectives an earlier run recorded for this program, if cached."""
-        from pytest_jaxport.model.partitioner import recorded_inserted
 
         key = self._key(keyed, _PARTITIONER)
         cache = self._compile.lowered_cache
@@ -293,7 +385,6 @@ class LoweredLevel:
 
     def record_partition(self, keyed: KeyParts, inserted: Sequence[OpSite]) -> None:
         """Keep ``inserted`` (the collectives partitioning added) for the next run."""
-        from pytest_jaxport.model.partitioner import partition_record
 
         self._cache_program(self._key(keyed, _PARTITIONER), partition_record(inserted))
 
@@ -302,7 +393,6 @@ class LoweredLevel:
     def _key(self, keyed: KeyParts, platform: str) -> str | None:
         """The cache key of ``platform``'s lowering; ``None`` when the cache is off or the
         jaxpr cannot be keyed (then it is lowered as without a cache)."""
-        from pytest_jaxport._jax import lowering
 
         if self._compile.lowered_cache is None:
             return None
@@ -340,7 +430,6 @@ class LoweredLevel:
     def roofline(self, platform: str) -> Callable[[OpSite, str], float]:
         """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``; the configured
         GPU's peaks for cuda)."""
-        from pytest_jaxport.model.cost import kernel_seconds, peak_for
 
         peak = peak_for(
             platform, target_config=self._compile.target_config, target=self._compile.target
@@ -372,11 +461,188 @@ class LoweredLevel:
         file = shown_file(location.file, self._rootdir)
         return location if file is None else SourceLocation(file=file, line=location.line)
 
+    def compiled(
+        self,
+        result: PlatformProbe,
+        fn: Callable[..., Any],
+        lowered: Any,
+        program: Program,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        built: Any,
+        present: tuple[str, ...],
+        keyed: KeyParts,
+    ) -> PlatformProbe:
+        """``result`` with its compiled census (or why compiling failed); never raises."""
+
+        platform = result.platform
+        try:
+            # What decides the compiled program: the module without locations (they never
+            # change code generation) and the source lines a census can show, so a test
+            # file's unrelated edits or the caller's stack do not force a recompile. The
+            # lowered program keeps locations only for ops the lowered table can classify;
+            # a compiled kernel (a fusion) can sit at any op's line: the line of every
+            # equation is part of the key too.
+            parts = keyed.get()
+            lines = "" if parts is None else parts[1]
+            module = (
+                lowering.module_text(lowered) + "\n" + source_fingerprint(program) + "\n" + lines
+            )
+        except Exception as e:  # no text, no key: record it like any compile failure
+            return replace(result, compile_error=lowering.describe_error(e))
+        if platform in present:
+            kind = lowering.device_kind(platform)
+
+            def compile_here() -> tuple[str, bool]:
+                if isinstance(built, lowering.LoweringFailure):
+                    raise built  # numerics already failed to compile it: never try twice
+                if built is not None:
+                    return lowering.compiled_text(built), True
+                return lowering.compile_present(fn, lowered, platform, args, kwargs), False
+
+            found = self._census_of(
+                platform, module, f"device:{kind}", "", {}, compile_here,
+            )  # fmt: skip
+            found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
+        elif platform == "cuda":
+            found = self._deviceless(platform, module, fn, args, kwargs, {}, lowered, program)
+        else:
+            return result
+        result = replace(
+            result,
+            compiled=found.census,
+            compile_error=found.error,
+            deviceless=found.deviceless,
+            target=found.target,
+        )
+        if platform == "cuda" and self._compile.what_if_no_vendor:
+            what_if = self._deviceless(
+                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program
+            )
+            result = replace(result, what_if_no_vendor=what_if.census)
+        return result
+
+    def _deviceless(
+        self,
+        platform: str,
+        module: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, object],
+        lowered: Any,
+        program: Program,
+    ) -> _Compiled:
+
+        target_config = self._compile.target_config
+        inert = any(
+            (site.target or "").startswith(INERT_TARGET)
+            for sites in program.functions.values()
+            for site in sites
+        )
+
+        def compile_deviceless() -> tuple[str, bool]:
+            text = lowering.compile_deviceless(
+                fn, args, kwargs, target_config=target_config, options=options,
+                lowered=lowered, partitions=program.partitions, inert_callbacks=inert,
+            )  # fmt: skip
+            return text, False
+
+        found = self._census_of(
+            platform, module, "deviceless", target_config, options, compile_deviceless
+        )
+        return replace(found, deviceless=True, target=self._compile.target)
+
+    def _census_of(
+        self,
+        platform: str,
+        module: str,
+        mode: str,
+        target_config: str,
+        options: Mapping[str, object],
+        produce: Callable[[], tuple[str, bool]],
+    ) -> _Compiled:
+        """The compiled census: from the cache, else from ``produce()`` (HLO text, reused)."""
+
+        cache = self._compile.cache
+        stats = self.compile_stats
+        key = cache_key(
+            module=module,
+            platform=platform,
+            mode=mode,
+            versions=lowering.versions(),
+            target_config=target_config,
+            options=options,
+            xla_flags=os.environ.get("XLA_FLAGS", ""),
+        )
+        program: Program | None = cache.get(key) if cache is not None else None
+        if program is not None:
+            stats.hits += 1
+        else:
+            stats.misses += 1
+            try:
+                text, reused = produce()
+                program = parse_compiled_hlo(text)
+            except (lowering.LoweringFailure, ValueError) as e:
+                return _Compiled(error=str(e) if isinstance(e, lowering.LoweringFailure)
+                                 else lowering.describe_error(e))  # fmt: skip
+            if reused:
+                stats.reused += 1
+            else:
+                stats.compiled += 1
+            if cache is not None:
+                cache.put(key, program)
+        classifier = self._compiled_classifier
+        census = take_census(
+            program,
+            platform,
+            level="compiled",
+            classifier=classifier,
+            seconds=self.roofline(platform),
+        )
+        return _Compiled(census=self.relative(census))
+
+    def runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
+        """Measured where the platform ran and profiling is on, else the estimate: from the
+        compiled census where there is one (XLA's kernels as they run), else the lowered.
+        A program with host callbacks is never profiled: profiling runs it again, and its
+        callbacks (a print, an ``io_callback``'s side effect) with it."""
+
+        calls_back = result.census is not None and any(
+            k.kind == "host-callback" for k in result.census.kernels
+        )
+        if execution is not None and self._profile and not calls_back:
+            try:
+                measured = self._measured(result.platform, execution)
+            except (RuntimeError, ValueError, lowering.LoweringFailure):
+                measured = None  # the profiler is unavailable here: fall back to the estimate
+            if measured is not None and measured.seconds > 0:
+                return measured
+        for census in (result.compiled, result.census):
+            share = estimated_share(census) if census is not None else None
+            if share is not None:
+                return share
+        return None
+
+    def _measured(self, platform: str, execution: Any) -> RuntimeShare:
+
+        times = lowering.instruction_times(execution)
+        sites = instruction_sites(lowering.compiled_text(execution.compiled))
+        classifier = self._compiled_classifier
+
+        def classify_op(op: str, target: str | None) -> Classification:
+            if classifier is not None:
+                return classifier(platform, op, target)
+            return classify(platform, op, target, level="compiled")
+
+        return measured_share(times, sites, classify_op)
+
+    # -- the compiled level -------------------------------------------------------------------
+
 
 def failed_to_lower(platform: str, present: Collection[str], error: str) -> PlatformProbe:
     """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
     hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
-    from pytest_jaxport._jax.adapters import jax_release, needs_hardware
 
     hardware = needs_hardware(error) if platform not in present else None
     if hardware is not None:
