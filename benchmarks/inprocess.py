@@ -27,7 +27,8 @@ import models
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax import profile as profiler
 from pytest_jaxport.model import census as census_mod
-from pytest_jaxport.model import compare as numerics, targets
+from pytest_jaxport.model import compare as numerics
+from pytest_jaxport.model import targets
 from pytest_jaxport.model.config import ProjectConfig
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")

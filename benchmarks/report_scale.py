@@ -88,7 +88,7 @@ def _median_ms(samples: list[float]) -> float:
 def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each end-of-session step, timed ``reps`` times in turn; medians and the outputs."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import load, suite_rewrite, suite_shares, summarize
+    from pytest_jaxport.report.schema import checks_of, load, suite_numbers, summarize
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.html import render_html
     from pytest_jaxport.view.model import build_view
@@ -102,9 +102,8 @@ def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, 
     options = DisplayOptions()
     steps: dict[str, Callable[[], Any]] = {
         "summary (counts, hotspots)": lambda: summarize(tests),
-        "three numbers (share, rewrite, days)": lambda: (
-            suite_shares(tests),
-            suite_rewrite(tests, migrate_to=config.get("migrate_to", []), model=model),
+        "three numbers (share, rewrite, days)": lambda: suite_numbers(
+            checks_of(tests), migrate_to=config.get("migrate_to", []), model=model
         ),
         "view": lambda: build_view(report),
         "terminal text": lambda: render_text(view, options, written_to="report.json"),

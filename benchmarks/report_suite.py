@@ -220,7 +220,7 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
     proportions of :data:`MIX`: each test function's tests cloned round-robin and renumbered,
     then the suite counted again (summary, runtime share, kernels to rewrite, days)."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import build_report, suite_rewrite, suite_shares
+    from pytest_jaxport.report.schema import build_report, checks_of, suite_numbers
 
     by_function: dict[str, list[dict[str, Any]]] = {}
     for test in report["tests"]:
@@ -245,16 +245,14 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
     summary = built["summary"]
     model = CostModel(**report["summary"].get("cost_model", {}))
     tooling = report["summary"].get("tooling")
-    estimates = suite_rewrite(
-        grown,
-        migrate_to=config.get("migrate_to", []),
-        model=model,
-        tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
+    summary.update(
+        suite_numbers(
+            checks_of(grown),
+            migrate_to=config.get("migrate_to", []),
+            model=model,
+            tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
+        )
     )
-    summary["runtime_share"] = suite_shares(grown)
-    summary["kernels_to_rewrite"] = {t: e.kernels_to_rewrite for t, e in estimates.items()}
-    summary["rewrite_days"] = {t: e.days for t, e in estimates.items()}
-    summary["rewrite"] = {t: e.to_dict() for t, e in estimates.items()}
     summary["cost_model"] = report["summary"].get("cost_model", {})
     if tooling is not None:
         summary["tooling"] = tooling

@@ -110,7 +110,8 @@ def _write(command: str, path: Path, text: str) -> str | None:
 def _merge(args: argparse.Namespace) -> int:
     import json
 
-    from pytest_jaxport.report.merge import MergeError, load_legs, merge, tolerance_from_config
+    from pytest_jaxport.report.merge import load_legs, merge, tolerance_from_config
+    from pytest_jaxport.report.schema import MergeError
     from pytest_jaxport.view.text import markdown
 
     paths = [Path(p) for p in args.legs]
@@ -159,7 +160,8 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from pytest_jaxport.report.merge import MergeError, diff, load_counts
+    from pytest_jaxport.report.baseline import diff, load_counts
+    from pytest_jaxport.report.schema import MergeError
 
     try:
         base = load_counts(Path(args.base))
@@ -181,7 +183,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    from pytest_jaxport.report.merge import MergeError, baseline_json, load_counts
+    from pytest_jaxport.report.baseline import baseline_json, load_counts
+    from pytest_jaxport.report.schema import MergeError
 
     try:
         text = baseline_json(load_counts(Path(args.report)))

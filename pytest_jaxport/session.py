@@ -33,9 +33,9 @@ from pytest_jaxport.report.audit import AuditRecord, failures, judge
 from pytest_jaxport.report.ledger import Ledger, TestError, TestRecord
 from pytest_jaxport.report.schema import (
     build_report,
+    checks_of,
     environment,
-    suite_rewrite,
-    suite_shares,
+    suite_numbers,
     write_json,
     write_text,
 )
@@ -481,20 +481,14 @@ class JaxportSession:
         """The three numbers for the summary."""
         tooling = self.tooling_scan()
         model = self.cost_model()
-        estimates = suite_rewrite(
-            tests,
+        numbers = suite_numbers(
+            checks_of(tests),
             migrate_to=self.project.migrate_to,
             model=model,
             tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
             price=self.price,
         )
-        numbers: dict[str, Any] = {
-            "runtime_share": suite_shares(tests),
-            "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
-            "rewrite_days": {t: e.days for t, e in estimates.items()},
-            "rewrite": {t: e.to_dict() for t, e in estimates.items()},
-            "cost_model": dataclasses.asdict(model),
-        }
+        numbers["cost_model"] = dataclasses.asdict(model)
         if tooling is not None:
             numbers["tooling"] = tooling
         return numbers

@@ -21,7 +21,7 @@ import pytest
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.compare import Leaf, Outputs
-from pytest_jaxport.report.merge import baseline_json, baseline_of
+from pytest_jaxport.report.baseline import baseline_json, baseline_of
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,21 +17,22 @@ from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced, census_to_dict
-from pytest_jaxport.report.merge import (
-    PER_LEG_CONFIG_KEYS,
-    MergeError,
+from pytest_jaxport.report.baseline import (
     baseline_json,
     baseline_of,
     compare_to_baseline,
     diff,
-    fidelity,
     load_counts,
+)
+from pytest_jaxport.report.merge import (
+    PER_LEG_CONFIG_KEYS,
+    fidelity,
     load_legs,
     merge,
     tolerance_from_config,
 )
 from pytest_jaxport.report.outputs import save_outputs
-from pytest_jaxport.report.schema import build_report, write_json
+from pytest_jaxport.report.schema import MergeError, build_report, write_json
 from pytest_jaxport.view.text import markdown, text
 
 NODEID = "tests/test_models.py::test_mlp"

@@ -27,7 +27,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_jaxport.model.targets import (
@@ -186,6 +186,37 @@ class Census:
 
     def in_layer(self, layer: Layer) -> tuple[Kernel, ...]:
         return tuple(k for k in self.kernels if k.layer == layer)
+
+    def __add__(self, other: Census) -> Census:
+        """Both programs' dispatches: each distinct site once, counts summed (a suite's census
+        is the sum of its distinct computations')."""
+        counts: dict[tuple[Layer, str, str, str | None, SourceLocation | None], int] = {}
+        for k in (*self.kernels, *other.kernels):
+            key = (k.layer, k.name, k.kind, k.library, k.location)
+            counts[key] = counts.get(key, 0) + k.count
+        kernels = [
+            Kernel(layer=layer, name=name, kind=kind, library=library, location=location, count=n)
+            for (layer, name, kind, library, location), n in counts.items()
+        ]
+        kinds = Counter(self.xla_kinds) + Counter(other.xla_kinds)
+        collectives = {c.kind: c for c in self.collectives}
+        for c in other.collectives:
+            had = collectives.get(c.kind)
+            collectives[c.kind] = (
+                c
+                if had is None
+                else CollectiveCount(
+                    kind=c.kind, count=had.count + c.count, inserted=had.inserted + c.inserted
+                )
+            )
+        return replace(
+            self,
+            kernels=tuple(sorted(kernels, key=lambda k: (k.layer, k.name, str(k.location or "")))),
+            xla_ops=self.xla_ops + other.xla_ops,
+            xla_kinds=dict(kinds),
+            estimated_seconds=(),
+            collectives=tuple(sorted(collectives.values())),
+        )
 
 
 def location_frames(text: str) -> list[tuple[str, str]]:

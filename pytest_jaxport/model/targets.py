@@ -493,3 +493,10 @@ def libraries(platform: str) -> frozenset[str]:
 def all_libraries() -> frozenset[str]:
     """Every library name the table knows, on any platform."""
     return frozenset(rule.result.library for rule in RULES if rule.result.library is not None)
+
+
+def ordered_platforms(names: Iterable[str]) -> list[str]:
+    """``names`` once each, the known platforms first in their usual order."""
+    seen = list(dict.fromkeys(names))
+    known = [p for p in PLATFORMS if p in seen]
+    return known + sorted(p for p in seen if p not in PLATFORMS)

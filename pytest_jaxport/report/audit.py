@@ -62,16 +62,17 @@ Report section (a new optional top-level key ``audit``)::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from pytest_jaxport.model.budget import Violation, evaluate, rewrite_violations
-from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import COST_KEYS, CostModel, RewriteItem, RuntimeShare
-from pytest_jaxport.model.hotspots import Reach, hotspots, site_order
+from pytest_jaxport.model.counts import platform_counts
+from pytest_jaxport.model.hotspots import Hotspot, Reach, hotspots, site_order
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
-from pytest_jaxport.report.schema import suite_rewrite, suite_shares, summarize
+from pytest_jaxport.report.baseline import audit_changes, audit_counts
+from pytest_jaxport.report.schema import suite_numbers, with_sites
 
 SUITE = "the audited suite"
 """The name suite-level budget violations carry."""
@@ -250,12 +251,15 @@ def assemble(
         "compiled_outside": int(events.get("compiled_outside", 0)),
         "audit_errors": len(errors),
     }
+    found = hotspots(reaches(computations))
     section: dict[str, Any] = {
         "interception": dict(interception or {}),
         "platforms": list(platforms),
         "seen": seen,
-        "summary": audit_summary(computations, migrate_to=migrate_to, model=model, price=price),
-        "sites": sites(computations),
+        "summary": audit_summary(
+            computations, found, migrate_to=migrate_to, model=model, price=price
+        ),
+        "sites": sites(found),
         "findings": [
             {"computation": c["id"], "function": c["function"], **finding}
             for c in computations
@@ -333,34 +337,28 @@ def merge_audits(
     return merged
 
 
-def _as_checks(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each computation as a check's dict, so the report's suite arithmetic applies."""
-    return [
-        {
-            "name": f"{c['function']} [{c['id'][:8]}]",
-            "reference": "cpu",
-            "platforms": c["platforms"],
-        }
-        for c in computations
-    ]
+def probe_of(computation: Mapping[str, Any]) -> dict[str, Any]:
+    """An audited computation's probe: its platforms, named by its function and id."""
+    name = f"{computation['function']} [{computation['id'][:8]}]"
+    return {"name": name, "reference": "cpu", "platforms": computation["platforms"]}
 
 
 def audit_summary(
     computations: Sequence[Mapping[str, Any]],
+    found: Iterable[Hotspot],
     *,
     migrate_to: Sequence[str],
     model: CostModel,
     price: Callable[[RewriteItem], float | None] | None = None,
 ) -> dict[str, Any]:
-    """The three numbers over the distinct computations, each counted once."""
-    suite = [{"checks": _as_checks(computations)}]
-    estimates = suite_rewrite(suite, migrate_to=migrate_to, model=model, price=price)
+    """The platform totals (with the distinct sites ``found``) and the three numbers over
+    the distinct computations, each counted once."""
+    probes = [probe_of(c) for c in computations]
+    platforms = {p: c.to_dict() for p, c in platform_counts(probes).items()}
+    with_sites(platforms, found)
     return {
-        "platforms": summarize(suite)["platforms"],
-        "runtime_share": suite_shares(suite),
-        "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
-        "rewrite_days": {t: e.days for t, e in estimates.items()},
-        "rewrite": {t: e.to_dict() for t, e in estimates.items()},
+        "platforms": platforms,
+        **suite_numbers(probes, migrate_to=migrate_to, model=model, price=price),
     }
 
 
@@ -381,7 +379,7 @@ def reaches(computations: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
                 yield Reach(test=user, source=computation["id"], census=census, share=shared)
 
 
-def sites(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def sites(found: Iterable[Hotspot]) -> list[dict[str, Any]]:
     """Vendor and custom dispatches by source line and platform: each distinct site once,
     with its call-weighted count over the computations, how many computations and tests
     reach it, and its share of the suite's estimated time on that platform."""
@@ -400,44 +398,22 @@ def sites(computations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "share": h.share,
             "basis": h.basis,
         }
-        for h in sorted(hotspots(reaches(computations)), key=site_order)
+        for h in sorted(found, key=site_order)
     ]
 
 
 # -- budgets: [tool.jaxport.audit] fail_on -------------------------------------------------
 
 
-def _merged(platform: str, censuses: Sequence[Census]) -> Census:
-    """One census of the whole suite on ``platform``: each distinct site once, counts summed."""
-    counts: dict[tuple[str, str, str, str | None, Any], int] = {}
-    for census in censuses:
-        for k in census.kernels:
-            key = (k.layer, k.name, k.kind, k.library, k.location)
-            counts[key] = counts.get(key, 0) + k.count
-    kernels = tuple(
-        Kernel(layer=layer, name=name, kind=kind, library=library, location=location, count=n)  # type: ignore[arg-type]
-        for (layer, name, kind, library, location), n in counts.items()
-    )
-    xla_kinds: dict[str, int] = {}
-    for census in censuses:
-        for kind, n in census.xla_kinds.items():
-            xla_kinds[kind] = xla_kinds.get(kind, 0) + n
-    return Census(
-        platform=platform,
-        kernels=tuple(sorted(kernels, key=lambda k: (k.layer, k.name, str(k.location or "")))),
-        xla_ops=sum(c.xla_ops for c in censuses),
-        xla_kinds=xla_kinds,
-    )
-
-
-def suite_probe(section: Mapping[str, Any]) -> Probe:
-    """The audited suite as one probe: per platform its merged census, the failures to lower
-    (``error``, naming each computation) and its estimated runtime share."""
+def audited_suite(section: Mapping[str, Any]) -> Probe:
+    """The audited suite as one probe, the sum of its distinct computations': per platform
+    their census added up, the failures to lower (``error``, naming each computation) and
+    the suite's estimated runtime share."""
     computations = section["computations"]
     shares = section["summary"].get("runtime_share", {})
     platforms: dict[str, PlatformProbe] = {}
     for platform in section["platforms"]:
-        censuses = []
+        census = Census(platform=platform)
         failures = []
         present = False
         for c in computations:
@@ -446,7 +422,7 @@ def suite_probe(section: Mapping[str, Any]) -> Probe:
                 continue
             present = present or bool(entry.get("present"))
             if entry.get("lowered") is not None:
-                censuses.append(census_from_dict(platform, entry["lowered"]))
+                census += census_from_dict(platform, entry["lowered"])
             elif entry.get("error"):
                 where = f" ({c['source']})" if c.get("source") else ""
                 failures.append(f"{c['function']}{where}: {entry['error']}")
@@ -459,7 +435,7 @@ def suite_probe(section: Mapping[str, Any]) -> Probe:
         platforms[platform] = PlatformProbe(
             platform=platform,
             present=present,
-            census=_merged(platform, censuses),
+            census=census,
             error=error,
             runtime_share=RuntimeShare.from_dict(share) if share else None,
         )
@@ -475,7 +451,7 @@ def fail_on_violations(
 ) -> list[Violation]:
     """Every limit of ``[tool.jaxport.audit] fail_on`` the suite breaks (its distinct
     computations together, each counted once)."""
-    violations = evaluate(suite_probe(section), budget_for)
+    violations = evaluate(audited_suite(section), budget_for)
     rewrite = section["summary"].get("rewrite", {})
     for target in migrate_to:
         estimate = rewrite.get(target)
@@ -494,153 +470,6 @@ def fail_on_violations(
 def _item_text(item: Mapping[str, Any]) -> str:
     where = f" at {item['location']}" if item.get("location") else ""
     return f"{item['name']} ({item['kind']}){where}: {item['status']}"
-
-
-# -- the baseline ratchet ---------------------------------------------------------------------
-
-
-def audit_counts(section: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``--jaxport-baseline`` keeps of an audit: per platform the vendor, custom and
-    per-library counts, and the sites behind them (``layer name at file:line``)."""
-    counts: dict[str, dict[str, int]] = {}
-    for platform, totals in section["summary"]["platforms"].items():
-        metrics = {"vendor": int(totals["vendor"]), "custom": int(totals["custom"])}
-        metrics.update({f"library.{k}": int(n) for k, n in totals.get("libraries", {}).items()})
-        counts[platform] = dict(sorted(metrics.items()))
-    found: dict[str, dict[str, int]] = {}
-    for site in section["sites"]:
-        label = _site_label(site)
-        platform_sites = found.setdefault(site["platform"], {})
-        platform_sites[label] = platform_sites.get(label, 0) + int(site["count"])
-    return {
-        "platforms": dict(sorted(counts.items())),
-        "sites": {p: dict(sorted(s.items())) for p, s in sorted(found.items())},
-    }
-
-
-def _site_label(site: Mapping[str, Any]) -> str:
-    what = site["library"] or site["kind"]
-    where = f" at {site['location']}" if site.get("location") else ""
-    return f"{site['layer']} {site['name']} ({what}){where}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SiteCount:
-    """One site's call-weighted count at the base and at the head (``0``: absent there)."""
-
-    site: str
-    """``vendor cusolver_syevd_ffi (cusolver) at src/m.py:5``: the baseline's key."""
-    before: int
-    after: int
-
-    def describe(self) -> str:
-        """``vendor cusolver_syevd_ffi (cusolver) at src/m.py:5 x1 (new)``."""
-        if not self.after:
-            return f"{self.site} (gone; was x{self.before})"
-        was = " (new)" if not self.before else f" (was {self.before})"
-        return f"{self.site} x{self.after}{was}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AuditChange:
-    """One audit count of one platform that differs from a base (a baseline or a report)
-    to a head, with the sites behind it that moved the same way."""
-
-    platform: str
-    metric: str
-    """``vendor``, ``custom`` or ``library.<name>``."""
-    before: int
-    after: int
-    sites: tuple[SiteCount, ...] = ()
-
-    @property
-    def grew(self) -> bool:
-        return self.after > self.before
-
-    def describe(self, since: str = "") -> str:
-        """``cuda: cusolver calls grew 0 -> 1 (+1) since the baseline``."""
-        delta = self.after - self.before
-        return (
-            f"{self.platform}: {_metric_label(self.metric)} {'grew' if delta > 0 else 'shrank'} "
-            f"{self.before} -> {self.after} ({delta:+d})" + (f" {since}" if since else "")
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform,
-            "metric": self.metric,
-            "before": self.before,
-            "after": self.after,
-            "sites": [{"site": c.site, "before": c.before, "after": c.after} for c in self.sites],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AuditChange:
-        return cls(
-            platform=str(data["platform"]),
-            metric=str(data["metric"]),
-            before=int(data["before"]),
-            after=int(data["after"]),
-            sites=tuple(
-                SiteCount(site=str(c["site"]), before=int(c["before"]), after=int(c["after"]))
-                for c in data.get("sites") or ()
-            ),
-        )
-
-
-def audit_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[AuditChange]:
-    """Every audit count that differs from ``base`` to ``head`` (:func:`audit_counts` forms)
-    on a platform both have, with the sites behind it that grew (or are new) where it grew,
-    that shrank (or are gone) where it shrank."""
-    changes = []
-    base_counts, head_counts = base.get("platforms", {}), head.get("platforms", {})
-    for platform in sorted(base_counts.keys() & head_counts.keys()):
-        before, after = base_counts[platform], head_counts[platform]
-        old = base.get("sites", {}).get(platform, {})
-        new = head.get("sites", {}).get(platform, {})
-        for metric in sorted(before.keys() | after.keys()):
-            a, b = int(before.get(metric, 0)), int(after.get(metric, 0))
-            if a == b:
-                continue
-            moved = [
-                SiteCount(site=label, before=old.get(label, 0), after=new.get(label, 0))
-                for label in sorted(old.keys() | new.keys())
-                if _site_counts_for(label, metric)
-                and (new.get(label, 0) > old.get(label, 0)) == (b > a)
-                and new.get(label, 0) != old.get(label, 0)
-            ]
-            changes.append(
-                AuditChange(platform=platform, metric=metric, before=a, after=b, sites=tuple(moved))
-            )
-    return changes
-
-
-def site_changes(
-    base: Mapping[str, Any], head: Mapping[str, Any]
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """``(new sites, removed sites)`` from ``base`` to ``head`` as ``(platform, site)`` pairs,
-    on the platforms both have (:func:`audit_counts` forms)."""
-    old_sites, new_sites = base.get("sites", {}), head.get("sites", {})
-    common = sorted(base.get("platforms", {}).keys() & head.get("platforms", {}).keys())
-    added, removed = [], []
-    for platform in common:
-        old, new = old_sites.get(platform, {}), new_sites.get(platform, {})
-        added += [(platform, label) for label in sorted(new.keys() - old.keys())]
-        removed += [(platform, label) for label in sorted(old.keys() - new.keys())]
-    return added, removed
-
-
-def _metric_label(metric: str) -> str:
-    if metric.startswith("library."):
-        return f"{metric.removeprefix('library.')} calls"
-    return f"{metric} calls"
-
-
-def _site_counts_for(label: str, metric: str) -> bool:
-    layer = label.split(" ", 1)[0]
-    if metric.startswith("library."):
-        return layer == "vendor" and f"({metric.removeprefix('library.')})" in label
-    return layer == metric
 
 
 # -- the judgement: one, for the whole suite --------------------------------------------------

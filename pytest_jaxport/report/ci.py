@@ -75,7 +75,8 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
 
 
 def _read_baseline(name: str, path: Path) -> Mapping[str, Any]:
-    from pytest_jaxport.report.merge import MergeError, load_counts
+    from pytest_jaxport.report.baseline import load_counts
+    from pytest_jaxport.report.schema import MergeError
 
     try:
         return load_counts(path)
@@ -218,7 +219,7 @@ def baseline_findings(
     """``(growth, news)`` messages of one test against the baseline; growth fails it."""
     if settings.baseline is None:
         return [], []
-    from pytest_jaxport.report.merge import compare_to_baseline
+    from pytest_jaxport.report.baseline import compare_to_baseline
 
     found = compare_to_baseline(settings.baseline, nodeid, list(checks))
     return [g.message for g in found if g.fails], [g.message for g in found if not g.fails]
@@ -228,7 +229,7 @@ def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | No
     """``--jaxport-baseline-update``: write the run's counts atomically; the path written."""
     if not settings.baseline_update or settings.baseline_path is None:
         return None
-    from pytest_jaxport.report.merge import baseline_json, baseline_of
+    from pytest_jaxport.report.baseline import baseline_json, baseline_of
     from pytest_jaxport.report.schema import write_text
 
     write_text(settings.baseline_path, baseline_json(baseline_of(report)))

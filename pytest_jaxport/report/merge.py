@@ -38,23 +38,24 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pytest_jaxport import __version__
 from pytest_jaxport.model.compare import compare
 from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
-from pytest_jaxport.model.targets import PLATFORMS
-from pytest_jaxport.report.audit import AuditChange
+from pytest_jaxport.model.targets import ordered_platforms
+from pytest_jaxport.report.baseline import counted, md_cell
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
-    TOOL_NAME,
+    MergeError,
     ReportError,
     build_report,
+    check_shape,
     load,
 )
 
@@ -71,20 +72,9 @@ WHERE_SET_CONFIG_KEYS: frozenset[str] = frozenset({"target"})
 """``config`` keys compared only between legs that set them (``target`` is recorded only by
 legs that compile for cuda)."""
 
-BASELINE_KIND = "baseline"
-BASELINE_VERSION = 1
-LEVELS: tuple[str, ...] = ("lowered", "compiled")
-"""Census levels a platform entry may carry, each a census dict under its own key."""
 
 ToleranceFor = Callable[[str, str], Tolerance]
 """``(platform, dtype name) -> Tolerance`` for comparing that platform with the reference."""
-
-
-class MergeError(ValueError):
-    """Legs cannot be merged, or a file cannot be used; one line naming the file."""
-
-
-# -- tolerances -------------------------------------------------------------------------------
 
 
 def tolerance_from_project(project: ProjectConfig) -> ToleranceFor:
@@ -213,18 +203,18 @@ class MergeResult:
         if not self.comparisons:
             lines.append("No saved outputs to compare (run the legs with --jaxport-save-outputs).")
         elif not self.drifts:
-            lines.append(f"All {_count(self.comparisons, 'compared output')} match.")
+            lines.append(f"All {counted(self.comparisons, 'compared output')} match.")
         else:
             lines += ["| test | check | platform (leg) | vs reference (leg) | leaves |",
                       "|---|---|---|---|---|"]  # fmt: skip
             for d in self.drifts:
-                leaves = "<br>".join(_md_cell(m) for m in d.messages)
+                leaves = "<br>".join(md_cell(m) for m in d.messages)
                 lines.append(
                     f"| `{d.nodeid}` | {d.check} | {d.platform} (`{d.leg}`) | "
                     f"{d.reference} (`{d.reference_leg}`) | {leaves} |"
                 )
         if self.notes:
-            lines += ["", *(f"- {_md_cell(n)}" for n in self.notes)]
+            lines += ["", *(f"- {md_cell(n)}" for n in self.notes)]
         return "\n".join(lines) + "\n"
 
 
@@ -288,7 +278,7 @@ def merge(
         raise MergeError("nothing to merge: no leg reports given")
     named = _name_legs(legs)
     for leg in named:
-        _check_shape(leg)
+        check_shape(leg.path, leg.report)
     _check_compatible(named)
     root = Path.cwd() if outputs_root is None else outputs_root
     config = _merged_config(named)
@@ -343,39 +333,6 @@ def _name_legs(legs: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[_Leg]:
     ]
 
 
-def _malformed(leg: _Leg, what: str) -> MergeError:
-    return MergeError(f"{leg.path}: malformed pytest-jaxport report: {what}")
-
-
-def _check_shape(leg: _Leg) -> None:
-    data = leg.report
-    if not isinstance(data, Mapping):
-        raise MergeError(f"{leg.path}: not a pytest-jaxport report")
-    tool = data.get("tool")
-    if not isinstance(tool, Mapping) or tool.get("name") != TOOL_NAME:
-        raise MergeError(f"{leg.path}: not a pytest-jaxport report")
-    if data.get("kind") == BASELINE_KIND:
-        raise MergeError(f"{leg.path}: a baseline, not a report: merge the legs' reports")
-    for key in ("config", "environment"):
-        if not isinstance(data.get(key), Mapping):
-            raise _malformed(leg, f"no {key!r} section")
-    if not isinstance(data.get("tests"), list):
-        raise _malformed(leg, "no 'tests' list")
-    for test in data["tests"]:
-        if not isinstance(test, Mapping) or not isinstance(test.get("nodeid"), str):
-            raise _malformed(leg, f"a test without a node id: {str(test)[:80]}")
-        if not isinstance(test.get("checks", []), list):
-            raise _malformed(leg, f"{test['nodeid']}: 'checks' is not a list")
-        for check in test.get("checks", []):
-            if (
-                not isinstance(check, Mapping)
-                or not isinstance(check.get("name"), str)
-                or not isinstance(check.get("platforms"), Mapping)
-                or not all(isinstance(e, Mapping) for e in check["platforms"].values())
-            ):
-                raise _malformed(leg, f"{test['nodeid']}: a check without a name or platforms")
-
-
 def _config_conflicts(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
     """The ``config`` keys two legs must agree on and do not, sorted."""
     conflicts = []
@@ -423,18 +380,12 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _ordered_platforms(names: Iterable[str]) -> list[str]:
-    seen = list(dict.fromkeys(names))
-    known = [p for p in PLATFORMS if p in seen]
-    return known + sorted(p for p in seen if p not in PLATFORMS)
-
-
 def _merged_config(legs: Sequence[_Leg]) -> dict[str, Any]:
     configs = [leg.report["config"] for leg in legs]
     config = dict(configs[0])
     for key in ("platforms", "compile"):
         if any(key in c for c in configs):
-            config[key] = _ordered_platforms(p for c in configs for p in c.get(key) or [])
+            config[key] = ordered_platforms(p for c in configs for p in c.get(key) or [])
     for key in WHERE_SET_CONFIG_KEYS:
         config[key] = next((c[key] for c in configs if c.get(key) is not None), None)
     return config
@@ -447,7 +398,7 @@ def _merged_environment(legs: Sequence[_Leg]) -> dict[str, Any]:
         for k, v in envs[0].items()
         if k != "present_platforms" and all(e.get(k) == v for e in envs[1:])
     }
-    present = _ordered_platforms(p for e in envs for p in e.get("present_platforms", []))
+    present = ordered_platforms(p for e in envs for p in e.get("present_platforms", []))
     return {**common, "present_platforms": present}
 
 
@@ -518,7 +469,7 @@ def _merge_test(
         for leg, check in per_leg:
             for platform, entry in check["platforms"].items():
                 candidates.setdefault(platform, []).append(_Candidate(leg=leg, entry=entry))
-        for platform in _ordered_platforms(candidates):
+        for platform in ordered_platforms(candidates):
             best = max(candidates[platform], key=lambda c: fidelity(c.entry))
             winners[(name, platform)] = best.leg
             platforms[platform] = _provenance(best, root)
@@ -572,7 +523,7 @@ def _cross_leg_numerics(
     check = str(merged_check["name"])
     saved = [
         (platform, c)
-        for platform in _ordered_platforms(candidates)
+        for platform in ordered_platforms(candidates)
         for c in candidates[platform]
         if c.entry.get("executed") and c.entry.get("outputs")
     ]
@@ -656,430 +607,3 @@ def _outputs(
 
 
 # -- counts: what diff and the baseline ratchet -----------------------------------------------
-
-Counter = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, float]]
-"""``(platform entry, census dict of one level) -> {metric: value}``."""
-
-
-def _layer_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
-    return {"vendor": census.get("vendor", 0), "custom": census.get("custom", 0)}
-
-
-def _library_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
-    return {f"library.{name}": n for name, n in (census.get("libraries") or {}).items()}
-
-
-COUNTERS: tuple[Counter, ...] = (_layer_counts, _library_counts)
-"""Every ratcheted number. Rewrite days join here as one more counter (``rewrite_days``)."""
-
-_LABELS = {"vendor": "vendor calls", "custom": "custom calls", "rewrite_days": "rewrite days"}
-
-
-def metric_label(metric: str) -> str:
-    """``vendor`` -> ``vendor calls``; ``library.cublas`` -> ``cublas calls``."""
-    if metric.startswith("library."):
-        return f"{metric.removeprefix('library.')} calls"
-    return _LABELS.get(metric, metric.replace("_", " "))
-
-
-def _counts(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """Per level the counts of one platform entry; ``lowered: null`` when lowering failed."""
-    levels: dict[str, Any] = {}
-    for level in LEVELS:
-        census = entry.get(level)
-        if census is None:
-            if level == "lowered":
-                levels[level] = None
-            continue
-        values: dict[str, float] = {}
-        for counter in COUNTERS:
-            values.update(counter(entry, census))
-        levels[level] = dict(sorted(values.items()))
-    return levels
-
-
-def _test_counts(checks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    return {
-        str(check["name"]): {
-            platform: _counts(entry)
-            for platform, entry in sorted(check.get("platforms", {}).items())
-        }
-        for check in sorted(checks, key=lambda c: str(c["name"]))
-    }
-
-
-def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The committed-baseline form of a report: counts per test, check, platform and level.
-
-    Small and stably ordered (sorted keys), so a baseline update reviews as a short diff.
-    Tests without checks (skipped, or checking nothing) are left out.
-    """
-    if report.get("kind") == BASELINE_KIND:
-        return dict(report)
-    tests = {
-        str(test["nodeid"]): _test_counts(test["checks"])
-        for test in report.get("tests", [])
-        if test.get("checks")
-    }
-    baseline: dict[str, Any] = {
-        "schema_version": BASELINE_VERSION,
-        "tool": {"name": TOOL_NAME},
-        "kind": BASELINE_KIND,
-        "tests": dict(sorted(tests.items())),
-    }
-    if isinstance(report.get("audit"), Mapping):  # --jaxport-audit: the suite's counts
-        from pytest_jaxport.report.audit import audit_counts
-
-        baseline["audit"] = audit_counts(report["audit"])
-    return baseline
-
-
-def baseline_json(baseline: Mapping[str, Any]) -> str:
-    """The file text of a baseline: sorted keys, two-space indent, final newline."""
-    return json.dumps(baseline, indent=2, sort_keys=True) + "\n"
-
-
-def load_counts(path: Path) -> dict[str, Any]:
-    """Read a report or a baseline, for ``jaxport diff`` and ``--jaxport-baseline``.
-
-    Returns the baseline form (:func:`baseline_of`). Raises :class:`MergeError` naming the
-    file when it is missing, truncated, foreign or of another schema version.
-    """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MergeError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MergeError(f"{path}: cannot be read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise MergeError(f"{path}: not valid JSON (truncated?): {e}") from None
-    if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
-        try:
-            report = load(path)
-            _check_shape(_Leg(name=path.name, path=path, report=report))
-            return baseline_of(report)
-        except ReportError as e:
-            raise MergeError(str(e)) from None
-        except (AttributeError, KeyError, TypeError) as e:
-            raise MergeError(f"{path}: malformed pytest-jaxport report: {e!r}") from None
-    tool = data.get("tool")
-    if not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
-        raise MergeError(f"{path}: not a pytest-jaxport baseline")
-    if data.get("schema_version") != BASELINE_VERSION:
-        raise MergeError(
-            f"{path}: baseline schema_version {data.get('schema_version')!r} is not supported "
-            f"(this pytest-jaxport {__version__} reads version {BASELINE_VERSION}); "
-            "regenerate it with --jaxport-baseline-update"
-        )
-    if not isinstance(data.get("tests"), dict) or not all(
-        isinstance(t, dict) for t in data["tests"].values()
-    ):
-        raise MergeError(f"{path}: malformed pytest-jaxport baseline: no 'tests' table")
-    return data
-
-
-ChangeKind = Literal["grew", "shrank", "stopped_lowering", "now_lowers"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Change:
-    """One count of one check on one platform that differs between base and head."""
-
-    nodeid: str
-    check: str
-    platform: str
-    kind: ChangeKind
-    level: str = "lowered"
-    metric: str | None = None
-    before: float | None = None
-    after: float | None = None
-
-    @property
-    def fails(self) -> bool:
-        """Growth, or a platform that no longer lowers (its counts became unknown)."""
-        return self.kind in ("grew", "stopped_lowering")
-
-    def describe(self, since: str = "") -> str:
-        """``check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)`` (+ ``since``)."""
-        where = f"check {self.check!r} on {self.platform}"
-        then = "at the baseline" if since else "before"
-        if self.kind == "stopped_lowering":
-            return f"{where}: lowered {then}, fails to lower now"
-        if self.kind == "now_lowers":
-            return f"{where}: failed to lower {then}, lowers now"
-        assert self.metric is not None
-        assert self.before is not None
-        assert self.after is not None
-        delta = self.after - self.before
-        level = "" if self.level == "lowered" else f" ({self.level})"
-        return (
-            f"{where}: {metric_label(self.metric)} {self.kind} {_num(self.before)} -> "
-            f"{_num(self.after)} ({'+' if delta > 0 else '-'}{_num(abs(delta))}){level}"
-            f"{' ' + since if since else ''}"
-        )
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def _diff_test(nodeid: str, base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Change]:
-    changes: list[Change] = []
-    for check in sorted(base.keys() & head.keys()):
-        base_platforms, head_platforms = base[check], head[check]
-        for platform in _ordered_platforms(base_platforms.keys() & head_platforms.keys()):
-            before, after = base_platforms[platform], head_platforms[platform]
-            if before.get("lowered") is not None and after.get("lowered", {}) is None:
-                changes.append(
-                    Change(nodeid=nodeid, check=check, platform=platform, kind="stopped_lowering")
-                )
-                continue
-            if "lowered" in before and before["lowered"] is None and after.get("lowered"):
-                changes.append(
-                    Change(nodeid=nodeid, check=check, platform=platform, kind="now_lowers")
-                )
-                continue
-            for level in LEVELS:
-                old, new = before.get(level), after.get(level)
-                if not old or not new:
-                    continue
-                for metric in sorted(old.keys() | new.keys()):
-                    a, b = old.get(metric, 0), new.get(metric, 0)
-                    if a != b:
-                        kind: ChangeKind = "grew" if b > a else "shrank"
-                        changes.append(
-                            Change(nodeid=nodeid, check=check, platform=platform, kind=kind,
-                                   level=level, metric=metric, before=a, after=b)
-                        )  # fmt: skip
-    return changes
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReportDiff:
-    """What changed between a base and a head report (or baseline)."""
-
-    changes: tuple[Change, ...] = ()
-    new_tests: tuple[str, ...] = ()
-    removed_tests: tuple[str, ...] = ()
-    new_checks: tuple[tuple[str, str], ...] = ()
-    removed_checks: tuple[tuple[str, str], ...] = ()
-    compared_tests: int = 0
-    audit: tuple[AuditChange, ...] = ()
-    """The suite audit's counts that changed (``--jaxport-audit`` on both sides)."""
-    new_sites: tuple[tuple[str, str], ...] = ()
-    """``(platform, site)``: the suite audit's sites the head has and the base has not."""
-    removed_sites: tuple[tuple[str, str], ...] = ()
-    audit_compared: bool = False
-    """Whether both sides have audit counts (else the audit is not compared)."""
-
-    @property
-    def grew(self) -> bool:
-        """Whether some count grew or some platform stopped lowering: ``jaxport diff`` exits 1."""
-        return any(c.fails for c in self.changes) or any(c.grew for c in self.audit)
-
-    @property
-    def growth(self) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.fails)
-
-    @property
-    def shrinkage(self) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if not c.fails)
-
-    def headline(self) -> str:
-        text = (
-            f"{len(self.growth)} grew, {len(self.shrinkage)} shrank, "
-            f"{_count(len(self.new_tests), 'new test')}, "
-            f"{_count(len(self.removed_tests), 'removed test')} "
-            f"({_count(self.compared_tests, 'test')} compared)"
-        )
-        if self.audit_compared:
-            grew = sum(c.grew for c in self.audit)
-            text += (
-                f"; suite audit: {grew} grew, {len(self.audit) - grew} shrank, "
-                f"{_count(len(self.new_sites), 'new site')}, "
-                f"{_count(len(self.removed_sites), 'removed site')}"
-            )
-        return text
-
-    def audit_lines(self) -> list[str]:
-        """The suite audit's changed counts (with the sites that moved them) and its new and
-        removed sites, for the terminal."""
-        lines = []
-        for title, grew in (("suite audit grew", True), ("suite audit shrank", False)):
-            changes = [c for c in self.audit if c.grew == grew]
-            if changes:
-                lines.append(f"{title}:")
-                for change in changes:
-                    lines.append(f"  {change.describe()}")
-                    lines += [f"    {site.describe()}" for site in change.sites]
-        for title, pairs in (("suite audit, new sites", self.new_sites),
-                             ("suite audit, removed sites", self.removed_sites)):  # fmt: skip
-            if pairs:
-                lines.append(f"{title}:")
-                lines += [f"  {platform}: {site}" for platform, site in pairs]
-        return lines
-
-    def text(self) -> str:
-        """For the terminal: a headline, then each change, test and check added or removed."""
-        lines = [f"jaxport diff: {self.headline()}"]
-        for title, changes in (("grew", self.growth), ("shrank", self.shrinkage)):
-            if changes:
-                lines.append(f"{title}:")
-                lines += [f"  {c.nodeid} {c.describe()}" for c in changes]
-        for title, names in (("new tests", self.new_tests), ("removed tests", self.removed_tests)):
-            if names:
-                lines.append(f"{title}:")
-                lines += [f"  {n}" for n in names]
-        for title, pairs in (("new checks", self.new_checks),
-                             ("removed checks", self.removed_checks)):  # fmt: skip
-            if pairs:
-                lines.append(f"{title}:")
-                lines += [f"  {n} check {c!r}" for n, c in pairs]
-        return "\n".join(lines + self.audit_lines())
-
-    def markdown(self) -> str:
-        """For a pull-request comment."""
-        lines = ["### pytest-jaxport: counts against the base", "", self.headline() + ".", ""]
-        if self.changes:
-            lines += ["| | test | check | platform | count | base | head | change |",
-                      "|---|---|---|---|---|---:|---:|---:|"]  # fmt: skip
-            for c in (*self.growth, *self.shrinkage):
-                mark = ":red_circle:" if c.fails else ":green_circle:"
-                if c.metric is None:
-                    what = "lowers" if c.kind == "now_lowers" else "fails to lower"
-                    lines.append(
-                        f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | {what} | | | |"
-                    )
-                    continue
-                assert c.before is not None
-                assert c.after is not None
-                level = "" if c.level == "lowered" else f" ({c.level})"
-                delta = c.after - c.before
-                lines.append(
-                    f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | "
-                    f"{metric_label(c.metric)}{level} | {_num(c.before)} | {_num(c.after)} | "
-                    f"{'+' if delta > 0 else '-'}{_num(abs(delta))} |"
-                )
-            lines.append("")
-        for title, names in (("New tests", self.new_tests), ("Removed tests", self.removed_tests)):
-            if names:
-                lines += [f"**{title}:** " + ", ".join(f"`{n}`" for n in names), ""]
-        if self.audit:
-            lines += ["#### Suite audit", "", "| | platform | count | base | head | change |",
-                      "|---|---|---|---:|---:|---:|"]  # fmt: skip
-            for a in self.audit:
-                mark = ":red_circle:" if a.grew else ":green_circle:"
-                lines.append(
-                    f"| {mark} | {a.platform} | {_md_cell(metric_label(a.metric))} | {a.before} | "
-                    f"{a.after} | {a.after - a.before:+d} |"
-                )
-            lines.append("")
-        for title, pairs in (("Suite audit, new sites", self.new_sites),
-                             ("Suite audit, removed sites", self.removed_sites)):  # fmt: skip
-            if pairs:
-                lines += [f"**{title}:**", ""]
-                lines += [f"- {p}: `{_md_cell(site)}`" for p, site in pairs]
-                lines.append("")
-        return "\n".join(lines)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def diff(base: Mapping[str, Any], head: Mapping[str, Any]) -> ReportDiff:
-    """What grew and shrank from ``base`` to ``head`` (reports or baselines, in any mix).
-
-    Counts are compared per test, check, platform and level, at each level both sides have
-    (a compiled census is never compared with a lowered one). New and removed tests and
-    checks are listed; they are not growth.
-    """
-    from pytest_jaxport.report.audit import audit_changes, site_changes
-
-    base_counts, head_counts = baseline_of(base), baseline_of(head)
-    old, new = base_counts["tests"], head_counts["tests"]
-    base_audit, head_audit = base_counts.get("audit"), head_counts.get("audit")
-    compared = False
-    audit: list[AuditChange] = []
-    added: list[tuple[str, str]] = []
-    removed: list[tuple[str, str]] = []
-    if isinstance(base_audit, Mapping) and isinstance(head_audit, Mapping):
-        compared = True
-        audit = audit_changes(base_audit, head_audit)
-        added, removed = site_changes(base_audit, head_audit)
-    changes: list[Change] = []
-    new_checks: list[tuple[str, str]] = []
-    removed_checks: list[tuple[str, str]] = []
-    common = sorted(old.keys() & new.keys())
-    for nodeid in common:
-        changes += _diff_test(nodeid, old[nodeid], new[nodeid])
-        new_checks += [(nodeid, c) for c in sorted(new[nodeid].keys() - old[nodeid].keys())]
-        removed_checks += [(nodeid, c) for c in sorted(old[nodeid].keys() - new[nodeid].keys())]
-    return ReportDiff(
-        changes=tuple(changes),
-        new_tests=tuple(sorted(new.keys() - old.keys())),
-        removed_tests=tuple(sorted(old.keys() - new.keys())),
-        new_checks=tuple(new_checks),
-        removed_checks=tuple(removed_checks),
-        compared_tests=len(common),
-        audit=tuple(audit),
-        new_sites=tuple(added),
-        removed_sites=tuple(removed),
-        audit_compared=compared,
-    )
-
-
-# -- baselines --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Growth:
-    """What ``--jaxport-baseline`` found for one test: growth fails it, news do not."""
-
-    nodeid: str
-    message: str
-    fails: bool
-    change: Change | None = None
-
-
-def compare_to_baseline(
-    baseline: Mapping[str, Any], nodeid: str, checks: Sequence[Mapping[str, Any]]
-) -> list[Growth]:
-    """Compare one test's checks (as in a report) with the baseline's counts.
-
-    ``[]`` when nothing grew and nothing is new. A test or check missing from the baseline
-    gives one ``fails=False`` entry; every grown count, and every platform that no longer
-    lowers, a ``fails=True`` one, e.g. ``check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)
-    since the baseline``. Counts that shrank are not reported: update the baseline to keep them.
-    """
-    head = _test_counts(checks)
-    base = baseline.get("tests", {}).get(nodeid)
-    if base is None:
-        if not head:
-            return []
-        return [
-            Growth(
-                nodeid=nodeid,
-                message=f"{nodeid} is not in the baseline (new test): not compared; "
-                "--jaxport-baseline-update records it",
-                fails=False,
-            )
-        ]
-    found = [
-        Growth(
-            nodeid=nodeid,
-            message=f"check {name!r} is not in the baseline (new check): not compared",
-            fails=False,
-        )
-        for name in sorted(head.keys() - base.keys())
-    ]
-    found += [
-        Growth(nodeid=nodeid, message=c.describe("since the baseline"), fails=True, change=c)
-        for c in _diff_test(nodeid, base, head)
-        if c.fails
-    ]
-    return found
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")

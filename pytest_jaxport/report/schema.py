@@ -74,8 +74,10 @@ from pytest_jaxport.model.cost import (
     combine,
     estimate,
 )
+from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.hotspots import (
     COUNTED_LAYERS,
+    Hotspot,
     distinct_sites,
     hotspots,
     reaches_of_tests,
@@ -90,8 +92,49 @@ READABLE_VERSIONS = (1, 2)
 TOOL_NAME = "pytest-jaxport"
 
 
+BASELINE_KIND = "baseline"
+BASELINE_VERSION = 1
+
+
 class ReportError(ValueError):
     """A report file cannot be used; the message names the file and what is wrong."""
+
+
+class MergeError(ValueError):
+    """Legs cannot be merged, or a file cannot be used; one line naming the file."""
+
+
+def check_shape(path: Path, data: Any) -> None:
+    """Refuse what is not a usable report (a :class:`MergeError` naming ``path``)."""
+
+    def _malformed(what: str) -> MergeError:
+        return MergeError(f"{path}: malformed pytest-jaxport report: {what}")
+
+    if not isinstance(data, Mapping):
+        raise MergeError(f"{path}: not a pytest-jaxport report")
+    tool = data.get("tool")
+    if not isinstance(tool, Mapping) or tool.get("name") != TOOL_NAME:
+        raise MergeError(f"{path}: not a pytest-jaxport report")
+    if data.get("kind") == BASELINE_KIND:
+        raise MergeError(f"{path}: a baseline, not a report: merge the legs' reports")
+    for key in ("config", "environment"):
+        if not isinstance(data.get(key), Mapping):
+            raise _malformed(f"no {key!r} section")
+    if not isinstance(data.get("tests"), list):
+        raise _malformed("no 'tests' list")
+    for test in data["tests"]:
+        if not isinstance(test, Mapping) or not isinstance(test.get("nodeid"), str):
+            raise _malformed(f"a test without a node id: {str(test)[:80]}")
+        if not isinstance(test.get("checks", []), list):
+            raise _malformed(f"{test['nodeid']}: 'checks' is not a list")
+        for check in test.get("checks", []):
+            if (
+                not isinstance(check, Mapping)
+                or not isinstance(check.get("name"), str)
+                or not isinstance(check.get("platforms"), Mapping)
+                or not all(isinstance(e, Mapping) for e in check["platforms"].values())
+            ):
+                raise _malformed(f"{test['nodeid']}: a check without a name or platforms")
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -107,77 +150,37 @@ def environment(present: Iterable[str], versions: Mapping[str, str]) -> dict[str
 
 
 def count_suite(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Suite totals: tests, checks, violations, and per platform counts by layer and library.
-
-    Counts come from the level budgets apply at: the compiled census where a check was
-    compiled, the lowered one elsewhere. Platforms whose checks have collectives carry
-    ``collectives``: per kind, ``count`` (call-weighted, summed over checks) and ``inserted``
-    (how many of them the SPMD partitioner added). Platforms with compiling configured also carry
-    ``compiled`` and ``failed_to_compile`` (how many checks reached each outcome); platforms
-    JAX could not lower for without their hardware carry ``needs_hardware`` (those checks
-    are not in ``failed_to_lower``).
-    """
+    """Suite totals: tests, checks, violations, outcomes, and per platform the checks' counts
+    (:class:`~pytest_jaxport.model.counts.PlatformCounts`, at the level budgets apply)."""
     tests = list(tests)
-    platforms: dict[str, dict[str, Any]] = {}
-    checks = 0
-    for test in tests:
-        for check in test.get("checks", ()):
-            checks += 1
-            for name, result in check["platforms"].items():
-                totals = platforms.setdefault(
-                    name,
-                    {"vendor": 0, "custom": 0, "meta": 0, "libraries": {}, "lowered": 0,
-                     "failed_to_lower": 0},
-                )  # fmt: skip
-                lowered = result.get("lowered")
-                if lowered is None:
-                    unknown = "needs_hardware" if result.get("needs_hardware") else None
-                    key = unknown or "failed_to_lower"
-                    totals[key] = totals.get(key, 0) + 1
-                    continue
-                totals["lowered"] += 1
-                compiled = result.get("compiled")
-                if compiled is not None or result.get("compile_error"):
-                    totals.setdefault("compiled", 0)
-                    totals.setdefault("failed_to_compile", 0)
-                    totals["compiled" if compiled is not None else "failed_to_compile"] += 1
-                counted = compiled if compiled is not None else lowered
-                for layer in ("vendor", "custom", "meta"):
-                    totals[layer] += counted[layer]
-                totals["xla"] = totals.get("xla", 0) + counted.get("xla", 0)
-                for library, n in counted["libraries"].items():
-                    totals["libraries"][library] = totals["libraries"].get(library, 0) + n
-                for kind, found in (counted.get("collectives") or {}).items():
-                    summed = totals.setdefault("collectives", {}).setdefault(
-                        kind, {"count": 0, "inserted": 0}
-                    )
-                    summed["count"] += found.get("count", 0)
-                    summed["inserted"] += found.get("inserted", 0)
-    for totals in platforms.values():
-        totals["libraries"] = dict(sorted(totals["libraries"].items()))
+    checks = checks_of(tests)
     outcomes: dict[str, int] = {}
     for test in tests:
         outcome = str(test.get("outcome", "passed"))
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     return {
         "tests": len(tests),
-        "checks": checks,
+        "checks": len(checks),
         "failed_tests": sum(1 for t in tests if t.get("outcome") in ("failed", "error")),
         "violations": sum(len(t.get("violations", ())) for t in tests),
         "outcomes": dict(sorted(outcomes.items())),
-        "platforms": dict(sorted(platforms.items())),
+        "platforms": {p: c.to_dict() for p, c in platform_counts(checks).items()},
     }
 
 
-def suite_shares(tests: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per platform, the suite's runtime share: every check weighted by its time."""
+def checks_of(tests: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Every check of ``tests``, in order."""
+    return [check for test in tests for check in test.get("checks", ())]
+
+
+def suite_shares(probes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per platform, the suite's runtime share: every probe weighted by its time."""
     by_platform: dict[str, list[RuntimeShare]] = {}
-    for test in tests:
-        for check in test.get("checks", ()):
-            for platform, result in check["platforms"].items():
-                share = result.get("runtime_share")
-                if share:
-                    by_platform.setdefault(platform, []).append(RuntimeShare.from_dict(share))
+    for probe in probes:
+        for platform, result in probe["platforms"].items():
+            share = result.get("runtime_share")
+            if share:
+                by_platform.setdefault(platform, []).append(RuntimeShare.from_dict(share))
     shares = {}
     for platform, parts in sorted(by_platform.items()):
         total = combine(parts)
@@ -187,7 +190,7 @@ def suite_shares(tests: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]
 
 
 def suite_rewrite(
-    tests: Iterable[Mapping[str, Any]],
+    probes: Iterable[Mapping[str, Any]],
     *,
     migrate_to: Iterable[str],
     model: CostModel,
@@ -195,7 +198,7 @@ def suite_rewrite(
     price: Callable[[RewriteItem], float | None] | None = None,
 ) -> dict[str, RewriteEstimate]:
     """Per target, the distinct kernels to rewrite over the suite and the days to do it."""
-    checks = [c for t in tests for c in t.get("checks", ())]
+    checks = list(probes)
     estimates = {}
     for target in migrate_to:
         items: list[RewriteItem] = []
@@ -213,6 +216,28 @@ def suite_rewrite(
             target, items, model=model, tooling_assumptions=tooling_assumptions, priced=priced
         )
     return estimates
+
+
+def suite_numbers(
+    probes: Iterable[Mapping[str, Any]],
+    *,
+    migrate_to: Iterable[str],
+    model: CostModel,
+    tooling_assumptions: int = 0,
+    price: Callable[[RewriteItem], float | None] | None = None,
+) -> dict[str, Any]:
+    """The three numbers over ``probes`` (a run's checks, or an audit's computations):
+    ``runtime_share``, ``kernels_to_rewrite``, ``rewrite_days`` and the ``rewrite``
+    estimates behind them."""
+    probes = list(probes)
+    estimates = suite_rewrite(probes, migrate_to=migrate_to, model=model,
+                              tooling_assumptions=tooling_assumptions, price=price)  # fmt: skip
+    return {
+        "runtime_share": suite_shares(probes),
+        "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
+        "rewrite_days": {t: e.days for t, e in estimates.items()},
+        "rewrite": {t: e.to_dict() for t, e in estimates.items()},
+    }
 
 
 def build_report(
@@ -240,13 +265,19 @@ def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     tests = list(tests)
     summary = count_suite(tests)
     found = hotspots(reaches_of_tests(tests))
-    sites = distinct_sites(found)
-    for platform, totals in summary["platforms"].items():
-        for layer, n in sites.get(platform, dict.fromkeys(COUNTED_LAYERS, 0)).items():
-            totals[f"{layer}_sites"] = n
+    with_sites(summary["platforms"], found)
     # Stored in a fixed order (the view sorts by weight): times differ run to run.
     summary["hotspots"] = [h.to_dict() for h in sorted(found, key=site_order)]
     return summary
+
+
+def with_sites(platforms: Mapping[str, dict[str, Any]], found: Iterable[Hotspot]) -> None:
+    """Add each platform's ``vendor_sites`` and ``custom_sites`` (how many distinct sites
+    ``found`` has there) to its totals, the figures set against the per-probe sums."""
+    sites = distinct_sites(found)
+    for platform, totals in platforms.items():
+        for layer, n in sites.get(platform, dict.fromkeys(COUNTED_LAYERS, 0)).items():
+            totals[f"{layer}_sites"] = n
 
 
 TIMING_KEYS = frozenset({"runtime_share", "seconds", "share"})

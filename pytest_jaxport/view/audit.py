@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_jaxport.model.budget import Violation
-from pytest_jaxport.report.audit import AuditChange, failures
+from pytest_jaxport.report.audit import failures
+from pytest_jaxport.report.baseline import Change
 from pytest_jaxport.view.model import (
     AUDITED_SUITE,
     AuditTest,
@@ -224,7 +225,7 @@ def audit_problems(
         )
     for data in _maps(audit.get("baseline_growth")):
         try:
-            change = AuditChange.from_dict(data)
+            change = Change.from_dict(data)
         except (AttributeError, KeyError, TypeError, ValueError):
             continue
         problems.append(

@@ -1,0 +1,126 @@
+"""Counts that add up: one platform's dispatches over one probe or a whole suite (pure).
+
+A check's platform entry and a suite's totals are one type, :class:`PlatformCounts`, summed
+with ``+`` (as coverage.py's ``Numbers``): the report's per-platform totals over a run's
+checks and over an audit's distinct computations are the same sum.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYER_COUNTS = ("vendor", "custom", "meta")
+"""The layers counted as calls (``xla`` counts generated ops, every one)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlatformCounts:
+    """Probes on one platform: how many lowered, failed, compiled; their dispatches by layer,
+    library and collective kind, at the level budgets apply (compiled where compiled)."""
+
+    lowered: int = 0
+    failed_to_lower: int = 0
+    needs_hardware: int = 0
+    """Probes JAX could not lower for without hardware absent here (not failures)."""
+    compiled: int | None = None
+    """How many compiled; ``None`` where no probe was asked to compile for the platform."""
+    failed_to_compile: int = 0
+    vendor: int = 0
+    custom: int = 0
+    meta: int = 0
+    xla: int | None = None
+    """Generated ops; ``None`` where nothing lowered."""
+    libraries: Mapping[str, int] = field(default_factory=dict)
+    collectives: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Per kind, ``(count, inserted by the SPMD partitioner)``."""
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> PlatformCounts:
+        """One probe's platform entry (the report's form)."""
+        lowered = entry.get("lowered")
+        if lowered is None:
+            if entry.get("needs_hardware"):
+                return cls(needs_hardware=1)
+            return cls(failed_to_lower=1)
+        compiled = entry.get("compiled")
+        asked = compiled is not None or bool(entry.get("compile_error"))
+        counted = compiled if compiled is not None else lowered
+        return cls(
+            lowered=1,
+            compiled=(1 if compiled is not None else 0) if asked else None,
+            failed_to_compile=int(asked and compiled is None),
+            vendor=counted["vendor"],
+            custom=counted["custom"],
+            meta=counted["meta"],
+            xla=counted.get("xla", 0),
+            libraries=dict(counted["libraries"]),
+            collectives={
+                kind: (found.get("count", 0), found.get("inserted", 0))
+                for kind, found in (counted.get("collectives") or {}).items()
+            },
+        )
+
+    def __add__(self, other: PlatformCounts) -> PlatformCounts:
+        libraries = dict(self.libraries)
+        for library, n in other.libraries.items():
+            libraries[library] = libraries.get(library, 0) + n
+        collectives = dict(self.collectives)
+        for kind, (count, inserted) in other.collectives.items():
+            had = collectives.get(kind, (0, 0))
+            collectives[kind] = (had[0] + count, had[1] + inserted)
+        return PlatformCounts(
+            lowered=self.lowered + other.lowered,
+            failed_to_lower=self.failed_to_lower + other.failed_to_lower,
+            needs_hardware=self.needs_hardware + other.needs_hardware,
+            compiled=_add(self.compiled, other.compiled),
+            failed_to_compile=self.failed_to_compile + other.failed_to_compile,
+            vendor=self.vendor + other.vendor,
+            custom=self.custom + other.custom,
+            meta=self.meta + other.meta,
+            xla=_add(self.xla, other.xla),
+            libraries=libraries,
+            collectives=collectives,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's ``summary.platforms.<platform>`` (keys present where they apply)."""
+        data: dict[str, Any] = {
+            "vendor": self.vendor,
+            "custom": self.custom,
+            "meta": self.meta,
+            "libraries": dict(sorted(self.libraries.items())),
+            "lowered": self.lowered,
+            "failed_to_lower": self.failed_to_lower,
+        }
+        if self.needs_hardware:
+            data["needs_hardware"] = self.needs_hardware
+        if self.compiled is not None:
+            data["compiled"] = self.compiled
+            data["failed_to_compile"] = self.failed_to_compile
+        if self.xla is not None:
+            data["xla"] = self.xla
+        if self.collectives:
+            data["collectives"] = {
+                kind: {"count": count, "inserted": inserted}
+                for kind, (count, inserted) in self.collectives.items()
+            }
+        return data
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return None if a is None and b is None else (a or 0) + (b or 0)
+
+
+def platform_counts(probes: Iterable[Mapping[str, Any]]) -> dict[str, PlatformCounts]:
+    """Per platform, the sum over ``probes`` (each a probe's dict: its ``platforms``)."""
+    totals: dict[str, PlatformCounts] = {}
+    for probe in probes:
+        for platform, entry in probe["platforms"].items():
+            counted = PlatformCounts.of(entry)
+            had = totals.get(platform)
+            totals[platform] = counted if had is None else had + counted
+    return dict(sorted(totals.items()))

@@ -1,0 +1,577 @@
+"""Counts against a base: the committed baseline (``--jaxport-baseline``), ``jaxport diff``,
+and the audit's ratchet, one implementation for a test and for the suite (pure).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_jaxport import __version__
+from pytest_jaxport.model.targets import LEVELS, ordered_platforms
+from pytest_jaxport.report.schema import (
+    BASELINE_KIND,
+    BASELINE_VERSION,
+    TOOL_NAME,
+    MergeError,
+    ReportError,
+    check_shape,
+    load,
+)
+
+Counter = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, float]]
+"""``(platform entry, census dict of one level) -> {metric: value}``."""
+
+
+def _layer_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
+    return {"vendor": census.get("vendor", 0), "custom": census.get("custom", 0)}
+
+
+def _library_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
+    return {f"library.{name}": n for name, n in (census.get("libraries") or {}).items()}
+
+
+COUNTERS: tuple[Counter, ...] = (_layer_counts, _library_counts)
+"""Every ratcheted number. Rewrite days join here as one more counter (``rewrite_days``)."""
+
+_LABELS = {"vendor": "vendor calls", "custom": "custom calls", "rewrite_days": "rewrite days"}
+
+
+def metric_label(metric: str) -> str:
+    """``vendor`` -> ``vendor calls``; ``library.cublas`` -> ``cublas calls``."""
+    if metric.startswith("library."):
+        return f"{metric.removeprefix('library.')} calls"
+    return _LABELS.get(metric, metric.replace("_", " "))
+
+
+def _counts(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Per level the counts of one platform entry; ``lowered: null`` when lowering failed."""
+    levels: dict[str, Any] = {}
+    for level in LEVELS:
+        census = entry.get(level)
+        if census is None:
+            if level == "lowered":
+                levels[level] = None
+            continue
+        values: dict[str, float] = {}
+        for counter in COUNTERS:
+            values.update(counter(entry, census))
+        levels[level] = dict(sorted(values.items()))
+    return levels
+
+
+def _test_counts(checks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        str(check["name"]): {
+            platform: _counts(entry)
+            for platform, entry in sorted(check.get("platforms", {}).items())
+        }
+        for check in sorted(checks, key=lambda c: str(c["name"]))
+    }
+
+
+def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The committed-baseline form of a report: counts per test, check, platform and level.
+
+    Small and stably ordered (sorted keys), so a baseline update reviews as a short diff.
+    Tests without checks (skipped, or checking nothing) are left out.
+    """
+    if report.get("kind") == BASELINE_KIND:
+        return dict(report)
+    tests = {
+        str(test["nodeid"]): _test_counts(test["checks"])
+        for test in report.get("tests", [])
+        if test.get("checks")
+    }
+    baseline: dict[str, Any] = {
+        "schema_version": BASELINE_VERSION,
+        "tool": {"name": TOOL_NAME},
+        "kind": BASELINE_KIND,
+        "tests": dict(sorted(tests.items())),
+    }
+    if isinstance(report.get("audit"), Mapping):  # --jaxport-audit: the suite's counts
+        baseline["audit"] = audit_counts(report["audit"])
+    return baseline
+
+
+def baseline_json(baseline: Mapping[str, Any]) -> str:
+    """The file text of a baseline: sorted keys, two-space indent, final newline."""
+    return json.dumps(baseline, indent=2, sort_keys=True) + "\n"
+
+
+def load_counts(path: Path) -> dict[str, Any]:
+    """Read a report or a baseline, for ``jaxport diff`` and ``--jaxport-baseline``.
+
+    Returns the baseline form (:func:`baseline_of`). Raises :class:`MergeError` naming the
+    file when it is missing, truncated, foreign or of another schema version.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MergeError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise MergeError(f"{path}: cannot be read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise MergeError(f"{path}: not valid JSON (truncated?): {e}") from None
+    if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
+        try:
+            report = load(path)
+            check_shape(path, report)
+            return baseline_of(report)
+        except ReportError as e:
+            raise MergeError(str(e)) from None
+        except (AttributeError, KeyError, TypeError) as e:
+            raise MergeError(f"{path}: malformed pytest-jaxport report: {e!r}") from None
+    tool = data.get("tool")
+    if not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
+        raise MergeError(f"{path}: not a pytest-jaxport baseline")
+    if data.get("schema_version") != BASELINE_VERSION:
+        raise MergeError(
+            f"{path}: baseline schema_version {data.get('schema_version')!r} is not supported "
+            f"(this pytest-jaxport {__version__} reads version {BASELINE_VERSION}); "
+            "regenerate it with --jaxport-baseline-update"
+        )
+    if not isinstance(data.get("tests"), dict) or not all(
+        isinstance(t, dict) for t in data["tests"].values()
+    ):
+        raise MergeError(f"{path}: malformed pytest-jaxport baseline: no 'tests' table")
+    return data
+
+
+ChangeKind = Literal["grew", "shrank", "stopped_lowering", "now_lowers"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    """One count of one platform that differs from a base (a baseline or a report) to a
+    head: a check's (``nodeid``, ``check``), or the audited suite's (``check`` is ``None``;
+    with the sites behind it that moved the same way)."""
+
+    platform: str
+    kind: ChangeKind
+    nodeid: str | None = None
+    check: str | None = None
+    level: str = "lowered"
+    metric: str | None = None
+    """``vendor``, ``custom``, ``library.<name>``, ``rewrite_days``...; ``None`` for a
+    change of whether it lowers."""
+    before: float | None = None
+    after: float | None = None
+    sites: tuple[SiteCount, ...] = ()
+
+    @property
+    def grew(self) -> bool:
+        return self.kind == "grew"
+
+    @property
+    def fails(self) -> bool:
+        """Growth, or a platform that no longer lowers (its counts became unknown)."""
+        return self.kind in ("grew", "stopped_lowering")
+
+    def describe(self, since: str = "") -> str:
+        """``check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)`` (+ ``since``); the audited
+        suite's: ``cuda: cusolver calls grew 0 -> 1 (+1)``."""
+        where = self.platform if self.check is None else f"check {self.check!r} on {self.platform}"
+        then = "at the baseline" if since else "before"
+        if self.kind == "stopped_lowering":
+            return f"{where}: lowered {then}, fails to lower now"
+        if self.kind == "now_lowers":
+            return f"{where}: failed to lower {then}, lowers now"
+        assert self.metric is not None
+        assert self.before is not None
+        assert self.after is not None
+        delta = self.after - self.before
+        level = "" if self.level == "lowered" else f" ({self.level})"
+        return (
+            f"{where}: {metric_label(self.metric)} {self.kind} {_num(self.before)} -> "
+            f"{_num(self.after)} ({'+' if delta > 0 else '-'}{_num(abs(delta))}){level}"
+            f"{' ' + since if since else ''}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """An audited suite's change as the report keeps it (``audit.baseline_growth``)."""
+        return {
+            "platform": self.platform,
+            "metric": self.metric,
+            "before": self.before,
+            "after": self.after,
+            "sites": [{"site": c.site, "before": c.before, "after": c.after} for c in self.sites],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Change:
+        before, after = int(data["before"]), int(data["after"])
+        return cls(
+            platform=str(data["platform"]),
+            kind="grew" if after > before else "shrank",
+            metric=str(data["metric"]),
+            before=before,
+            after=after,
+            sites=tuple(
+                SiteCount(site=str(c["site"]), before=int(c["before"]), after=int(c["after"]))
+                for c in data.get("sites") or ()
+            ),
+        )
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _diff_test(nodeid: str, base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Change]:
+    changes: list[Change] = []
+    for check in sorted(base.keys() & head.keys()):
+        base_platforms, head_platforms = base[check], head[check]
+        for platform in ordered_platforms(base_platforms.keys() & head_platforms.keys()):
+            before, after = base_platforms[platform], head_platforms[platform]
+            if before.get("lowered") is not None and after.get("lowered", {}) is None:
+                changes.append(
+                    Change(nodeid=nodeid, check=check, platform=platform, kind="stopped_lowering")
+                )
+                continue
+            if "lowered" in before and before["lowered"] is None and after.get("lowered"):
+                changes.append(
+                    Change(nodeid=nodeid, check=check, platform=platform, kind="now_lowers")
+                )
+                continue
+            for level in LEVELS:
+                old, new = before.get(level), after.get(level)
+                if not old or not new:
+                    continue
+                for metric in sorted(old.keys() | new.keys()):
+                    a, b = old.get(metric, 0), new.get(metric, 0)
+                    if a != b:
+                        kind: ChangeKind = "grew" if b > a else "shrank"
+                        changes.append(
+                            Change(nodeid=nodeid, check=check, platform=platform, kind=kind,
+                                   level=level, metric=metric, before=a, after=b)
+                        )  # fmt: skip
+    return changes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportDiff:
+    """What changed between a base and a head report (or baseline)."""
+
+    changes: tuple[Change, ...] = ()
+    new_tests: tuple[str, ...] = ()
+    removed_tests: tuple[str, ...] = ()
+    new_checks: tuple[tuple[str, str], ...] = ()
+    removed_checks: tuple[tuple[str, str], ...] = ()
+    compared_tests: int = 0
+    audit: tuple[Change, ...] = ()
+    """The suite audit's counts that changed (``--jaxport-audit`` on both sides)."""
+    new_sites: tuple[tuple[str, str], ...] = ()
+    """``(platform, site)``: the suite audit's sites the head has and the base has not."""
+    removed_sites: tuple[tuple[str, str], ...] = ()
+    audit_compared: bool = False
+    """Whether both sides have audit counts (else the audit is not compared)."""
+
+    @property
+    def grew(self) -> bool:
+        """Whether some count grew or some platform stopped lowering: ``jaxport diff`` exits 1."""
+        return any(c.fails for c in self.changes) or any(c.grew for c in self.audit)
+
+    @property
+    def growth(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.fails)
+
+    @property
+    def shrinkage(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if not c.fails)
+
+    def headline(self) -> str:
+        text = (
+            f"{len(self.growth)} grew, {len(self.shrinkage)} shrank, "
+            f"{counted(len(self.new_tests), 'new test')}, "
+            f"{counted(len(self.removed_tests), 'removed test')} "
+            f"({counted(self.compared_tests, 'test')} compared)"
+        )
+        if self.audit_compared:
+            grew = sum(c.grew for c in self.audit)
+            text += (
+                f"; suite audit: {grew} grew, {len(self.audit) - grew} shrank, "
+                f"{counted(len(self.new_sites), 'new site')}, "
+                f"{counted(len(self.removed_sites), 'removed site')}"
+            )
+        return text
+
+    def audit_lines(self) -> list[str]:
+        """The suite audit's changed counts (with the sites that moved them) and its new and
+        removed sites, for the terminal."""
+        lines = []
+        for title, grew in (("suite audit grew", True), ("suite audit shrank", False)):
+            changes = [c for c in self.audit if c.grew == grew]
+            if changes:
+                lines.append(f"{title}:")
+                for change in changes:
+                    lines.append(f"  {change.describe()}")
+                    lines += [f"    {site.describe()}" for site in change.sites]
+        for title, pairs in (("suite audit, new sites", self.new_sites),
+                             ("suite audit, removed sites", self.removed_sites)):  # fmt: skip
+            if pairs:
+                lines.append(f"{title}:")
+                lines += [f"  {platform}: {site}" for platform, site in pairs]
+        return lines
+
+    def text(self) -> str:
+        """For the terminal: a headline, then each change, test and check added or removed."""
+        lines = [f"jaxport diff: {self.headline()}"]
+        for title, changes in (("grew", self.growth), ("shrank", self.shrinkage)):
+            if changes:
+                lines.append(f"{title}:")
+                lines += [f"  {c.nodeid} {c.describe()}" for c in changes]
+        for title, names in (("new tests", self.new_tests), ("removed tests", self.removed_tests)):
+            if names:
+                lines.append(f"{title}:")
+                lines += [f"  {n}" for n in names]
+        for title, pairs in (("new checks", self.new_checks),
+                             ("removed checks", self.removed_checks)):  # fmt: skip
+            if pairs:
+                lines.append(f"{title}:")
+                lines += [f"  {n} check {c!r}" for n, c in pairs]
+        return "\n".join(lines + self.audit_lines())
+
+    def markdown(self) -> str:
+        """For a pull-request comment."""
+        lines = ["### pytest-jaxport: counts against the base", "", self.headline() + ".", ""]
+        if self.changes:
+            lines += ["| | test | check | platform | count | base | head | change |",
+                      "|---|---|---|---|---|---:|---:|---:|"]  # fmt: skip
+            for c in (*self.growth, *self.shrinkage):
+                mark = ":red_circle:" if c.fails else ":green_circle:"
+                if c.metric is None:
+                    what = "lowers" if c.kind == "now_lowers" else "fails to lower"
+                    lines.append(
+                        f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | {what} | | | |"
+                    )
+                    continue
+                assert c.before is not None
+                assert c.after is not None
+                level = "" if c.level == "lowered" else f" ({c.level})"
+                delta = c.after - c.before
+                lines.append(
+                    f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | "
+                    f"{metric_label(c.metric)}{level} | {_num(c.before)} | {_num(c.after)} | "
+                    f"{'+' if delta > 0 else '-'}{_num(abs(delta))} |"
+                )
+            lines.append("")
+        for title, names in (("New tests", self.new_tests), ("Removed tests", self.removed_tests)):
+            if names:
+                lines += [f"**{title}:** " + ", ".join(f"`{n}`" for n in names), ""]
+        if self.audit:
+            lines += ["#### Suite audit", "", "| | platform | count | base | head | change |",
+                      "|---|---|---|---:|---:|---:|"]  # fmt: skip
+            for a in self.audit:
+                mark = ":red_circle:" if a.grew else ":green_circle:"
+                before, after = int(a.before or 0), int(a.after or 0)
+                lines.append(
+                    f"| {mark} | {a.platform} | {md_cell(metric_label(a.metric or ''))} | "
+                    f"{before} | {after} | {after - before:+d} |"
+                )
+            lines.append("")
+        for title, pairs in (("Suite audit, new sites", self.new_sites),
+                             ("Suite audit, removed sites", self.removed_sites)):  # fmt: skip
+            if pairs:
+                lines += [f"**{title}:**", ""]
+                lines += [f"- {p}: `{md_cell(site)}`" for p, site in pairs]
+                lines.append("")
+        return "\n".join(lines)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 new test``, ``2 new tests``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def diff(base: Mapping[str, Any], head: Mapping[str, Any]) -> ReportDiff:
+    """What grew and shrank from ``base`` to ``head`` (reports or baselines, in any mix).
+
+    Counts are compared per test, check, platform and level, at each level both sides have
+    (a compiled census is never compared with a lowered one). New and removed tests and
+    checks are listed; they are not growth.
+    """
+    base_counts, head_counts = baseline_of(base), baseline_of(head)
+    old, new = base_counts["tests"], head_counts["tests"]
+    base_audit, head_audit = base_counts.get("audit"), head_counts.get("audit")
+    compared = False
+    audit: list[Change] = []
+    added: list[tuple[str, str]] = []
+    removed: list[tuple[str, str]] = []
+    if isinstance(base_audit, Mapping) and isinstance(head_audit, Mapping):
+        compared = True
+        audit = audit_changes(base_audit, head_audit)
+        added, removed = site_changes(base_audit, head_audit)
+    changes: list[Change] = []
+    new_checks: list[tuple[str, str]] = []
+    removed_checks: list[tuple[str, str]] = []
+    common = sorted(old.keys() & new.keys())
+    for nodeid in common:
+        changes += _diff_test(nodeid, old[nodeid], new[nodeid])
+        new_checks += [(nodeid, c) for c in sorted(new[nodeid].keys() - old[nodeid].keys())]
+        removed_checks += [(nodeid, c) for c in sorted(old[nodeid].keys() - new[nodeid].keys())]
+    return ReportDiff(
+        changes=tuple(changes),
+        new_tests=tuple(sorted(new.keys() - old.keys())),
+        removed_tests=tuple(sorted(old.keys() - new.keys())),
+        new_checks=tuple(new_checks),
+        removed_checks=tuple(removed_checks),
+        compared_tests=len(common),
+        audit=tuple(audit),
+        new_sites=tuple(added),
+        removed_sites=tuple(removed),
+        audit_compared=compared,
+    )
+
+
+# -- baselines --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Growth:
+    """What ``--jaxport-baseline`` found for one test: growth fails it, news do not."""
+
+    nodeid: str
+    message: str
+    fails: bool
+    change: Change | None = None
+
+
+def compare_to_baseline(
+    baseline: Mapping[str, Any], nodeid: str, checks: Sequence[Mapping[str, Any]]
+) -> list[Growth]:
+    """Compare one test's checks (as in a report) with the baseline's counts.
+
+    ``[]`` when nothing grew and nothing is new. A test or check missing from the baseline
+    gives one ``fails=False`` entry; every grown count, and every platform that no longer
+    lowers, a ``fails=True`` one, e.g. ``check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)
+    since the baseline``. Counts that shrank are not reported: update the baseline to keep them.
+    """
+    head = _test_counts(checks)
+    base = baseline.get("tests", {}).get(nodeid)
+    if base is None:
+        if not head:
+            return []
+        return [
+            Growth(
+                nodeid=nodeid,
+                message=f"{nodeid} is not in the baseline (new test): not compared; "
+                "--jaxport-baseline-update records it",
+                fails=False,
+            )
+        ]
+    found = [
+        Growth(
+            nodeid=nodeid,
+            message=f"check {name!r} is not in the baseline (new check): not compared",
+            fails=False,
+        )
+        for name in sorted(head.keys() - base.keys())
+    ]
+    found += [
+        Growth(nodeid=nodeid, message=c.describe("since the baseline"), fails=True, change=c)
+        for c in _diff_test(nodeid, base, head)
+        if c.fails
+    ]
+    return found
+
+
+def audit_counts(section: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``--jaxport-baseline`` keeps of an audit: per platform the vendor, custom and
+    per-library counts, and the sites behind them (``layer name at file:line``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for platform, totals in section["summary"]["platforms"].items():
+        metrics = {"vendor": int(totals["vendor"]), "custom": int(totals["custom"])}
+        metrics.update({f"library.{k}": int(n) for k, n in totals.get("libraries", {}).items()})
+        counts[platform] = dict(sorted(metrics.items()))
+    found: dict[str, dict[str, int]] = {}
+    for site in section["sites"]:
+        label = _site_label(site)
+        platform_sites = found.setdefault(site["platform"], {})
+        platform_sites[label] = platform_sites.get(label, 0) + int(site["count"])
+    return {
+        "platforms": dict(sorted(counts.items())),
+        "sites": {p: dict(sorted(s.items())) for p, s in sorted(found.items())},
+    }
+
+
+def _site_label(site: Mapping[str, Any]) -> str:
+    what = site["library"] or site["kind"]
+    where = f" at {site['location']}" if site.get("location") else ""
+    return f"{site['layer']} {site['name']} ({what}){where}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteCount:
+    """One site's call-weighted count at the base and at the head (``0``: absent there)."""
+
+    site: str
+    """``vendor cusolver_syevd_ffi (cusolver) at src/m.py:5``: the baseline's key."""
+    before: int
+    after: int
+
+    def describe(self) -> str:
+        """``vendor cusolver_syevd_ffi (cusolver) at src/m.py:5 x1 (new)``."""
+        if not self.after:
+            return f"{self.site} (gone; was x{self.before})"
+        was = " (new)" if not self.before else f" (was {self.before})"
+        return f"{self.site} x{self.after}{was}"
+
+
+def audit_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Change]:
+    """Every audit count that differs from ``base`` to ``head`` (:func:`audit_counts` forms)
+    on a platform both have, with the sites behind it that grew (or are new) where it grew,
+    that shrank (or are gone) where it shrank."""
+    changes = []
+    base_counts, head_counts = base.get("platforms", {}), head.get("platforms", {})
+    for platform in sorted(base_counts.keys() & head_counts.keys()):
+        before, after = base_counts[platform], head_counts[platform]
+        old = base.get("sites", {}).get(platform, {})
+        new = head.get("sites", {}).get(platform, {})
+        for metric in sorted(before.keys() | after.keys()):
+            a, b = int(before.get(metric, 0)), int(after.get(metric, 0))
+            if a == b:
+                continue
+            moved = [
+                SiteCount(site=label, before=old.get(label, 0), after=new.get(label, 0))
+                for label in sorted(old.keys() | new.keys())
+                if _site_counts_for(label, metric)
+                and (new.get(label, 0) > old.get(label, 0)) == (b > a)
+                and new.get(label, 0) != old.get(label, 0)
+            ]
+            changes.append(
+                Change(platform=platform, kind="grew" if b > a else "shrank", metric=metric,
+                       before=a, after=b, sites=tuple(moved))
+            )  # fmt: skip
+    return changes
+
+
+def site_changes(
+    base: Mapping[str, Any], head: Mapping[str, Any]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(new sites, removed sites)`` from ``base`` to ``head`` as ``(platform, site)`` pairs,
+    on the platforms both have (:func:`audit_counts` forms)."""
+    old_sites, new_sites = base.get("sites", {}), head.get("sites", {})
+    common = sorted(base.get("platforms", {}).keys() & head.get("platforms", {}).keys())
+    added, removed = [], []
+    for platform in common:
+        old, new = old_sites.get(platform, {}), new_sites.get(platform, {})
+        added += [(platform, label) for label in sorted(new.keys() - old.keys())]
+        removed += [(platform, label) for label in sorted(old.keys() - new.keys())]
+    return added, removed
+
+
+def _site_counts_for(label: str, metric: str) -> bool:
+    layer = label.split(" ", 1)[0]
+    if metric.startswith("library."):
+        return layer == "vendor" and f"({metric.removeprefix('library.')})" in label
+    return layer == metric
+
+
+def md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
