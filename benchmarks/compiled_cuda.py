@@ -233,7 +233,8 @@ t2 = time.perf_counter()
 from pytest_jaxport._jax import deviceless
 problem = deviceless.cuda_plugin_problem()
 t3 = time.perf_counter()
-target = deviceless.load_target(sys.argv[1])
+from pytest_jaxport.model.gpu import load_target
+target = load_target(sys.argv[1])
 
 def fn(x):
     return jax.numpy.tanh(x @ x).sum(0)
@@ -309,9 +310,9 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
     from jax.experimental import topologies
 
     from pytest_jaxport._jax import lowering
-    from pytest_jaxport._jax.deviceless import load_target
     from pytest_jaxport.cache import CompiledCache, cache_key, source_fingerprint
     from pytest_jaxport.model.census import take_census
+    from pytest_jaxport.model.gpu import load_target
     from pytest_jaxport.model.hlo import parse_compiled_hlo
 
     target_name = default_target()

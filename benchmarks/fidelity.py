@@ -275,6 +275,7 @@ class Harness:
         from pytest_jaxport._jax import deviceless, lowering
         from pytest_jaxport.cache import CompileSettings
         from pytest_jaxport.model.config import ProjectConfig
+        from pytest_jaxport.model.gpu import load_target
         from pytest_jaxport.model.targets import classify
 
         self.lowering = lowering
@@ -283,7 +284,7 @@ class Harness:
         self.repeats = repeats
         self.present = lowering.present_platforms()
         self.target = target
-        self.target_config = deviceless.load_target(target)
+        self.target_config = load_target(target)
         self.cuda_problem = None if "cuda" in self.present else deviceless.cuda_plugin_problem()
         compile_platforms = ("cpu",) if self.cuda_problem else ("cpu", "cuda")
         self.settings = CompileSettings(
@@ -582,12 +583,14 @@ def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, 
 def capture_target() -> dict[str, Any]:
     """``jaxport capture-target`` here, compared with the shipped description of this GPU."""
     from pytest_jaxport._jax import deviceless
+    from pytest_jaxport.model import gpu
+    from pytest_jaxport.model.gpu import load_target
 
     try:
         captured = deviceless.capture_target()
     except RuntimeError as e:
         return {"error": str(e)}
-    kind = deviceless._first_value(captured, "device_description_str") or ""
+    kind = gpu.field_value(captured, "device_description_str") or ""
     shipped_name = next((v for k, v in SHIPPED_FOR_KIND.items() if k in kind), None)
     out: dict[str, Any] = {"device": kind, "shipped": shipped_name}
     fields = (
@@ -600,11 +603,11 @@ def capture_target() -> dict[str, Any]:
         "runtime_version",
         "dnn_version",
     )
-    mine = {f: deviceless._first_value(captured, f) for f in fields}
+    mine = {f: gpu.field_value(captured, f) for f in fields}
     out["captured"] = mine
     if shipped_name is not None:
-        shipped = deviceless.load_target(shipped_name)
-        theirs = {f: deviceless._first_value(shipped, f) for f in fields}
+        shipped = load_target(shipped_name)
+        theirs = {f: gpu.field_value(shipped, f) for f in fields}
         out["differs"] = {f: [theirs[f], mine[f]] for f in fields if theirs[f] != mine[f]}
     name = (shipped_name or "gpu") + "-captured.txtpb"
     path = HERE / "results" / name

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_jaxport import __version__
+from pytest_jaxport.model.gpu import SHIPPED_TARGETS
 from pytest_jaxport.view.display import add_display_options
 
 EXIT_OK = 0
@@ -66,7 +67,7 @@ def _capture_target(args: argparse.Namespace) -> int:
         print(
             "jaxport capture-target: no CUDA GPU here (the NVIDIA driver, libcuda.so.1, "
             "cannot be loaded); run it on the machine with the GPU, or use a shipped "
-            f"description ({', '.join(deviceless.SHIPPED_TARGETS)})",
+            f"description ({', '.join(SHIPPED_TARGETS)})",
             file=sys.stderr,
         )
         return EXIT_UNUSABLE

@@ -30,6 +30,7 @@ from pytest_jaxport.model.config import (
     load_project,
     portable,
 )
+from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
@@ -185,16 +186,17 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         cache = CompiledCache(directory=Path(cache_plugin.mkdir(CACHE_NAME)))
         if clear:
             cache.clear()
-    from pytest_jaxport._jax import deviceless
-
     try:
-        target_config = deviceless.load_target(project.target)
+        target_config = load_target(project.target)
     except (ValueError, OSError) as e:
         raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
-    gpu_kind = deviceless.device_kind(target_config)
+    gpu_kind = described_kind(target_config)
     if not project.compile:
         return CompileSettings(cache=cache, lowered_cache=lowered_cache, gpu_kind=gpu_kind)
     if "cuda" in project.compile:
+        # compiling for cuda without a GPU: only then is JAX (and its CUDA plugin) loaded here
+        from pytest_jaxport._jax import deviceless
+
         deviceless.prefer_deviceless()
         problem = deviceless.cuda_plugin_problem()
         if problem is not None:

@@ -413,10 +413,12 @@ class JaxportSession:
         jax_loaded = self.audited or any(t["checks"] for t in tests)
         present: tuple[str, ...] = ()
         versions: dict[str, str] = {}
+        kinds: dict[str, str] = {}
         if jax_loaded:
             from pytest_jaxport._jax import lowering  # JAX is loaded already: checks ran
 
             present, versions = lowering.present_platforms(), lowering.versions()
+            kinds = {p: lowering.device_kind(p) for p in present}
         report = build_report(
             tests,
             config={
@@ -428,7 +430,7 @@ class JaxportSession:
                 "budget": ci.budget_table(self.project),
                 "tolerance": ci.tolerance_table(self.project),
             },
-            environment={**environment(present, versions), **ci.leg_facts(tests, present)},
+            environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
         )
         report["config"]["migrate_to"] = list(self.project.migrate_to)
         report["summary"].update(self.numbers(report["tests"]))

@@ -19,14 +19,9 @@ from typing import Any
 import pytest
 
 from pytest_jaxport._jax import deviceless
-from pytest_jaxport._jax.deviceless import (
-    SHIPPED_TARGETS,
-    capture_target,
-    cuda_plugin_problem,
-    deviceless_compile,
-    load_target,
-)
+from pytest_jaxport._jax.deviceless import capture_target, cuda_plugin_problem, deviceless_compile
 from pytest_jaxport.model.census import Census, take_census
+from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.targets import Classification, classify
 

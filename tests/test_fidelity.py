@@ -164,7 +164,8 @@ def test_per_plane_times_are_what_the_gpu_path_records(measured_basis: str) -> N
 def test_deviceless_vs_gpu_causes_name_the_autotuning_pick() -> None:
     """Two real deviceless compiles of one matmul, one with XLA's Triton gemms and one
     without, differ as an autotuned GPU and a deviceless compile can: by who got the gemm."""
-    from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile, load_target
+    from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile
+    from pytest_jaxport.model.gpu import load_target
     from pytest_jaxport.model.hlo import parse_compiled_hlo
     from pytest_jaxport.model.targets import classify
 

@@ -20,47 +20,12 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import importlib.resources
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-SHIPPED_TARGETS: tuple[str, ...] = ("a100", "h100", "h200")
-"""Target descriptions shipped in ``pytest_jaxport/gpu_targets/`` (written from public facts)."""
+from pytest_jaxport.model.gpu import SHIPPED_TARGETS, described_kind, load_target
 
 _CUDA_MAJORS = ("12", "13")
-
-
-def load_target(name_or_path: str) -> str:
-    """The text ``GpuTargetConfigProto`` for a shipped name (``"h100"``, any case) or a file.
-
-    Raises ``ValueError`` naming the value and the shipped names when it is neither.
-    """
-    key = name_or_path.strip().lower()
-    if key in SHIPPED_TARGETS:
-        resource = importlib.resources.files("pytest_jaxport") / "gpu_targets" / f"{key}.txtpb"
-        return resource.read_text(encoding="utf-8")
-    path = Path(name_or_path).expanduser()
-    shipped = ", ".join(SHIPPED_TARGETS)
-    if not path.is_file():
-        raise ValueError(
-            f"GPU target {name_or_path!r} is neither a shipped description ({shipped}) nor "
-            "a file; pass one of those names or the path of a text GpuTargetConfigProto "
-            "(`jaxport capture-target` writes one on a GPU machine)"
-        )
-    text = path.read_text(encoding="utf-8")
-    if "gpu_device_info" not in text:
-        raise ValueError(
-            f"GPU target file {str(path)!r} is not a text GpuTargetConfigProto (it has no "
-            f"gpu_device_info); use a shipped description ({shipped}) or "
-            "`jaxport capture-target` to write one"
-        )
-    return text
-
-
-def device_kind(target_config: str) -> str:
-    """The device kind a GPU description names (its ``device_description_str``), or ``""``."""
-    return _first_value(target_config, "device_description_str") or ""
 
 
 def _installed(distribution: str) -> str | None:
@@ -212,7 +177,7 @@ def deviceless_compile(
     except Exception as e:  # JAX may ask which GPU this is (Pallas on jax 0.11+): describe it
         description = None
         if needs_hardware(f"{type(e).__name__}: {e}"):
-            description = gpu_description("cuda", device_kind(target_config) or None)
+            description = gpu_description("cuda", described_kind(target_config) or None)
         if description is None:
             raise
         with description:
@@ -296,18 +261,10 @@ def capture_target() -> str:
             f"({first_line}); run `jaxport capture-target` on the machine with the GPU"
         ) from None
     _topology_device(text)
-    kind = _first_value(text, "device_description_str") or "unknown device"
+    kind = described_kind(text) or "unknown device"
     jaxlib_version = _installed("jaxlib")
     header = (
         "# proto-message: stream_executor.GpuTargetConfigProto\n"
         f"# Captured by pytest-jaxport from {kind} (jaxlib {jaxlib_version}).\n"
     )
     return header + text
-
-
-def _first_value(text: str, key: str) -> str | None:
-    for line in text.splitlines():
-        name, sep, value = line.strip().partition(":")
-        if sep and name == key:
-            return value.strip().strip('"')
-    return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.targets import PLATFORMS, all_libraries
 
 if sys.version_info >= (3, 11):
@@ -385,8 +386,6 @@ def gpu_target(where: str, value: object, base: Path | None) -> str:
     Returns the lower-case name, or the absolute path (relative paths are taken from
     ``base``, the folder of ``pyproject.toml``).
     """
-    from pytest_jaxport._jax.deviceless import SHIPPED_TARGETS, load_target
-
     shipped = ", ".join(SHIPPED_TARGETS)
     expected = f"a shipped GPU description ({shipped}) or the path of a text GpuTargetConfigProto"
     if not isinstance(value, str) or not value.strip():

@@ -337,10 +337,16 @@ def merge_audits(
     return merged
 
 
+def computation_label(computation: Mapping[str, Any]) -> str:
+    """``mlp [3f2a1b2c]``: the function and the start of the computation's key (one function
+    traced for two signatures is two computations)."""
+    return f"{computation.get('function', '?')} [{str(computation.get('id', ''))[:8]}]"
+
+
 def probe_of(computation: Mapping[str, Any]) -> dict[str, Any]:
-    """An audited computation's probe: its platforms, named by its function and id."""
-    name = f"{computation['function']} [{computation['id'][:8]}]"
-    return {"name": name, "reference": "cpu", "platforms": computation["platforms"]}
+    """An audited computation's probe: its platforms, named by its label."""
+    return {"name": computation_label(computation), "reference": "cpu",
+            "platforms": computation["platforms"]}  # fmt: skip
 
 
 def audit_summary(

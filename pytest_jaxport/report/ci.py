@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_jaxport.model.config import ConfigError, ProjectConfig, Resolved, Tolerance
+from pytest_jaxport.model.targets import PLATFORMS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,12 +146,11 @@ def tolerance_table(project: ProjectConfig) -> dict[str, Any]:
     return table
 
 
-def leg_facts(tests: Iterable[Mapping[str, Any]], present: Iterable[str]) -> dict[str, Any]:
-    """``environment`` additions: each present platform's device kind, what executed here."""
-    from pytest_jaxport._jax import lowering
-    from pytest_jaxport.model.targets import PLATFORMS
-
-    present = list(present)
+def leg_facts(
+    tests: Iterable[Mapping[str, Any]], device_kinds: Mapping[str, str]
+) -> dict[str, Any]:
+    """``environment`` additions: each present platform's device kind (``device_kinds``),
+    what executed here."""
     executed = {
         platform
         for test in tests
@@ -159,7 +159,7 @@ def leg_facts(tests: Iterable[Mapping[str, Any]], present: Iterable[str]) -> dic
         if entry.get("executed")
     }
     return {
-        "device_kinds": {p: lowering.device_kind(p) for p in present},
+        "device_kinds": dict(device_kinds),
         "executed_platforms": [p for p in PLATFORMS if p in executed]
         + sorted(executed - set(PLATFORMS)),
     }

@@ -46,6 +46,8 @@ from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
 from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
 from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_state
+from pytest_jaxport.report.audit import computation_label, failures
+from pytest_jaxport.report.baseline import Change
 from pytest_jaxport.view.display import DisplayOptions
 
 NO_AUTOTUNE_NOTE = (
@@ -646,8 +648,6 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
 
 def build_view(report: Mapping[str, Any]) -> ReportView:
     """The view of a report (schema version 2); never raises on a malformed one."""
-    from pytest_jaxport.view.audit import audit_parts
-
     summary = _map(report.get("summary"))
     tests = [_map(t) for t in _list(report.get("tests")) if isinstance(t, Mapping)]
     platforms = _platforms(report, tests)
@@ -1396,3 +1396,186 @@ def variant_lines(probes: Sequence[Probe]) -> list[str]:
         parts += [f"{p.transform}: {_variant_summary(p)}" for p in variants]
         lines.append(f"{base.name!r}: " + "; ".join(parts))
     return lines
+
+
+# -- the suite audit -------------------------------------------------------------------------
+
+
+OUTSIDE_TESTS = "(outside tests)"
+"""The owner a computation run only while importing or collecting shows."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditParts:
+    """What a report's audit section adds to its view."""
+
+    view: AuditView
+    numbers: ReportView
+    """Its three numbers, sites and totals (``unit="computation"``; no tests, no problems)."""
+    summary: Mapping[str, Any]
+    """Its ``summary`` (per platform totals), for the layer table where it is the headline."""
+    problems: tuple[Problem, ...] = ()
+
+
+def _maps(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def audit_parts(report: Mapping[str, Any]) -> AuditParts | None:
+    """The audit's part of the view of ``report``; ``None`` without an ``audit`` section."""
+    audit = _map(report.get("audit"))
+    if not audit:
+        return None
+    computations = _maps(audit.get("computations"))
+    summary = _map(audit.get("summary"))
+    sites = [
+        {**site, "checks": site.get("computations"), "dispatches": site.get("count")}
+        for site in _maps(audit.get("sites"))
+    ]
+    numbers = ReportView(
+        headline=Headline(),
+        hotspots=hotspots_of({"hotspots": sites}, ()),
+        totals=totals_of(summary),
+        shares=shares_of(summary.get("runtime_share")),
+        targets=targets_of(summary),
+        collectives=collectives_of(summary),
+        unit="computation",
+    )
+    everywhere = sum(
+        1
+        for c in computations
+        if _map(c.get("platforms"))
+        and all(_map(e).get("lowered") is not None for e in _map(c.get("platforms")).values())
+    )
+    view = AuditView(
+        seen={str(k): _int(v) for k, v in _map(audit.get("seen")).items()},
+        hook=hook_text(_map(audit.get("interception"))),
+        notes=audit_notes_of(audit),
+        lowers_everywhere=everywhere,
+        tests=tests_of(audit, computations),
+        failures=failures(audit),
+    )
+    return AuditParts(
+        view=view, numbers=numbers, summary=summary, problems=audit_problems(audit, computations)
+    )
+
+
+def hook_text(interception: Mapping[str, Any]) -> str:
+    """``jax 0.10.2, jit cache-miss hook (argument types, jax>=0.8)``; ``compile events
+    only`` where JAX's patch points were missing."""
+    jax = f"jax {interception['jax']}, " if interception.get("jax") else ""
+    return jax + str(interception.get("adapter") or "compile events only")
+
+
+def audit_notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the audit could not see here (its interception's notes) and its own errors."""
+    interception = _map(audit.get("interception"))
+    notes = [str(n) for n in interception.get("notes") or () if n]
+    errors = _int(_map(audit.get("seen")).get("audit_errors"))
+    if errors:
+        notes.append(
+            f"the audit recorded {plural(errors, 'error')} of its own instead of raising them "
+            "(audit_errors in the JSON report); no test saw them"
+        )
+    return tuple(notes)
+
+
+def tests_of(
+    audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
+) -> tuple[AuditTest, ...]:
+    """Per test that ran anything (collection order), what it owns and what it uses that an
+    earlier test owns (jitted functions before eager op-by-op computations)."""
+    by_id = {str(c.get("id")): c for c in computations}
+
+    def jitted_first(cids: Any) -> list[str]:  # the jitted functions, then eager ops
+        return sorted(map(str, cids or ()), key=lambda c: by_id.get(c, {}).get("kind") != "jit")
+
+    rows = []
+    for nodeid, test in _map(audit.get("tests")).items():
+        test = _map(test)
+        owns = jitted_first(test.get("owns"))
+        owned = set(owns)
+        uses = [
+            (computation_label(by_id.get(cid, {"id": cid})), str(by_id.get(cid, {}).get("owner")))
+            for cid in jitted_first(test.get("uses"))
+            if cid not in owned
+        ]
+        rows.append(
+            AuditTest(
+                nodeid=str(nodeid),
+                owns=tuple(computation_label(by_id.get(cid, {"id": cid})) for cid in owns),
+                uses=tuple(uses),
+            )
+        )
+    return tuple(rows)
+
+
+def audit_problems(
+    audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
+) -> tuple[Problem, ...]:
+    """The audit's findings (computations that failed to re-lower) and its suite budget
+    failures, as problems of the view (``audit=True``)."""
+    problems = []
+    by_id = {str(c.get("id")): c for c in computations}
+    for finding in _maps(audit.get("findings")):
+        computation = by_id.get(str(finding.get("computation")), {})
+        platform = str(finding.get("platform", "?"))
+        entry = _map(_map(computation.get("platforms")).get(platform))
+        hardware = entry.get("needs_hardware")
+        key = f"not lowerable here: needs a {hardware}" if hardware else "does not lower"
+        reason = str(finding.get("reason", ""))
+        name = computation_label(computation or {"function": finding.get("function"),
+                                     "id": finding.get("computation")})  # fmt: skip
+        source = computation.get("source")
+        signature = ", ".join(map(str, computation.get("signature") or ()))
+        details = [f"{name} defined at {source}" if source else name]
+        details += [f"signature: {signature}"] if signature else []
+        problems.append(
+            Problem(
+                kind="not-lowered",
+                audit=True,
+                test=str(computation.get("owner") or OUTSIDE_TESTS),
+                check=name,
+                platform=platform,
+                key=key,
+                found=key,
+                message=first_line(reason),
+                details=(*details, reason),
+            )
+        )
+    for data in _maps(audit.get("violations")):
+        try:
+            v = Violation.from_dict(data)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+        problems.append(
+            Problem(
+                kind="violation",
+                audit=True,
+                test=AUDITED_SUITE,
+                platform=v.platform,
+                key=v.key,
+                found=v.found_text(),
+                limit=v.limit_text(),
+                origin=v.origin,
+                message=f"{v.platform}: {v.finding()} ({v.rule()}); {v.level}",
+                details=tuple(k.describe() for k in v.kernels) + v.details,
+            )
+        )
+    for data in _maps(audit.get("baseline_growth")):
+        try:
+            change = Change.from_dict(data)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+        problems.append(
+            Problem(
+                kind="failure",
+                audit=True,
+                test=AUDITED_SUITE,
+                key="baseline",
+                found="baseline",
+                message=change.describe("since the baseline"),
+                details=tuple(site.describe() for site in change.sites),
+            )
+        )
+    return tuple(problems)

@@ -1,0 +1,54 @@
+"""GPU target descriptions: the ones shipped in ``pytest_jaxport/gpu_targets/`` (written from
+public facts) and description files, as text ``stream_executor.GpuTargetConfigProto`` (pure).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+SHIPPED_TARGETS: tuple[str, ...] = ("a100", "h100", "h200")
+"""The descriptions shipped in ``pytest_jaxport/gpu_targets/``."""
+
+
+def load_target(name_or_path: str) -> str:
+    """The text ``GpuTargetConfigProto`` for a shipped name (``"h100"``, any case) or a file.
+
+    Raises ``ValueError`` naming the value and the shipped names when it is neither.
+    """
+    key = name_or_path.strip().lower()
+    if key in SHIPPED_TARGETS:
+        resource = importlib.resources.files("pytest_jaxport") / "gpu_targets" / f"{key}.txtpb"
+        return resource.read_text(encoding="utf-8")
+    path = Path(name_or_path).expanduser()
+    shipped = ", ".join(SHIPPED_TARGETS)
+    if not path.is_file():
+        raise ValueError(
+            f"GPU target {name_or_path!r} is neither a shipped description ({shipped}) nor "
+            "a file; pass one of those names or the path of a text GpuTargetConfigProto "
+            "(`jaxport capture-target` writes one on a GPU machine)"
+        )
+    text = path.read_text(encoding="utf-8")
+    if "gpu_device_info" not in text:
+        raise ValueError(
+            f"GPU target file {str(path)!r} is not a text GpuTargetConfigProto (it has no "
+            f"gpu_device_info); use a shipped description ({shipped}) or "
+            "`jaxport capture-target` to write one"
+        )
+    return text
+
+
+def described_kind(target_config: str) -> str:
+    """The device kind a GPU description names (its ``device_description_str``), or ``""``."""
+    return field_value(target_config, "device_description_str") or ""
+
+
+def field_value(text: str, key: str) -> str | None:
+    """The first value of ``key`` in a text proto (``device_description_str``), or ``None``."""
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition(":")
+        if sep and name == key:
+            return value.strip().strip('"')
+    return None
