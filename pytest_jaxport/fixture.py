@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from pytest_jaxport import JaxportWarning
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.arguments import ArgumentError, prepare
 from pytest_jaxport.cache import CompileSettings
@@ -33,11 +34,6 @@ from pytest_jaxport.model.census import (
 )
 from pytest_jaxport.model.config import Resolved
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
-
-
-class JaxportWarning(pytest.PytestWarning):
-    """A check could not do all it was asked (nothing executed, nothing to compare)."""
-
 
 _PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
 

@@ -5,16 +5,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import pytest
 
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from pytest_jaxport.model.cost import CostModel, RewriteItem
-    from pytest_jaxport.model.targets import Classification
-    from pytest_jaxport.model.tooling import ToolingRule
+from pytest_jaxport import Classification, CostModel, RewriteItem, ToolingRule
 
 
 @pytest.hookspec(firstresult=True)
@@ -30,10 +25,10 @@ def pytest_jaxport_classify(
     :param target: the custom-call target for custom calls, else ``None``.
     :param level: ``lowered`` (StableHLO) or ``compiled`` (optimized HLO).
 
-    Return a :class:`pytest_jaxport.model.targets.Classification`, or ``None`` to fall through to
+    Return a :class:`pytest_jaxport.Classification`, or ``None`` to fall through to
     the built-in table. The first non-``None`` result wins. Example, in ``conftest.py``::
 
-        from pytest_jaxport.model.targets import Classification
+        from pytest_jaxport import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
             if target == "my_fused_softmax":
@@ -67,9 +62,9 @@ def pytest_jaxport_rewrite_cost(item: RewriteItem, target: str, model: CostModel
 def pytest_jaxport_tooling_rules(config: pytest.Config) -> Iterable[ToolingRule]:
     """Extra rules for the NVIDIA-bound tooling scan; every implementation's rules are added.
 
-    Return :class:`pytest_jaxport.model.tooling.ToolingRule` values, e.g.::
+    Return :class:`pytest_jaxport.ToolingRule` values, e.g.::
 
-        from pytest_jaxport.model.tooling import ToolingRule
+        from pytest_jaxport import ToolingRule
 
         def pytest_jaxport_tooling_rules(config):
             return [ToolingRule(id="our-cuda-base", pattern=r"FROM ourco/cuda-base",

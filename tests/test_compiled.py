@@ -272,7 +272,7 @@ def test_classify_hook_sees_the_compiled_level(pytester: pytest.Pytester) -> Non
     )
     pytester.makeconftest(
         """
-        from pytest_jaxport.model.targets import Classification
+        from pytest_jaxport import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
             # jaxlib >= 0.10 fuses CPU dots into YNNPACK calls; older jaxlib emits plain dots.

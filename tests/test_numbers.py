@@ -261,7 +261,7 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
     _plant(pytester)
     pytester.makeconftest(
         """
-        from pytest_jaxport.model.tooling import ToolingRule
+        from pytest_jaxport import ToolingRule
 
         def pytest_jaxport_tooling_rules(config):
             return [ToolingRule(id="our-base", pattern=r"python train[.]py",

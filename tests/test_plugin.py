@@ -443,7 +443,7 @@ def test_single_platform_says_nothing_to_compare(project: pytest.Pytester) -> No
 def test_classify_hook_reclassifies_target(project: pytest.Pytester) -> None:
     project.makeconftest(
         """
-        from pytest_jaxport.model.targets import Classification
+        from pytest_jaxport import Classification
 
         def pytest_jaxport_classify(platform, op, target, level):
             if target == "my_kernel":

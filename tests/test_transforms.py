@@ -143,7 +143,7 @@ def test_grad_of_a_custom_call_without_vjp_is_a_finding(project: pytest.Pytester
     result, report = run_json(
         project,
         "-W",
-        "ignore::pytest_jaxport.fixture.JaxportWarning",
+        "ignore::pytest_jaxport.JaxportWarning",
         "--jaxport-report-details=all",
     )
     result.assert_outcomes(passed=1, failed=1)
@@ -218,7 +218,7 @@ def test_finding_is_per_platform_for_a_platform_dependent_kernel(
     result, report = run_json(
         project,
         "-W",
-        "ignore::pytest_jaxport.fixture.JaxportWarning",
+        "ignore::pytest_jaxport.JaxportWarning",
         "--jaxport-report-details=all",
     )
     result.assert_outcomes(passed=1)
@@ -257,7 +257,7 @@ def test_vmap_of_a_custom_call_without_batching_rule_is_a_finding(
     result, report = run_json(
         project,
         "-W",
-        "ignore::pytest_jaxport.fixture.JaxportWarning",
+        "ignore::pytest_jaxport.JaxportWarning",
         "--jaxport-report-details=all",
     )
     result.assert_outcomes(passed=1)
@@ -468,7 +468,7 @@ def test_compiled_level_counts_transformations_too(pytester: pytest.Pytester) ->
             jaxport.check(kernel_on_cuda, jnp.ones(3))
         """
     )
-    result, report = run_json(pytester, "-W", "ignore::pytest_jaxport.fixture.JaxportWarning")
+    result, report = run_json(pytester, "-W", "ignore::pytest_jaxport.JaxportWarning")
     result.assert_outcomes(passed=1)
     checks = checks_of(report, "test_levels")
     for name in ("conv[grad]", "kernel_on_cuda[grad]"):

@@ -180,7 +180,7 @@ def test_a_gpu_jax_cannot_be_told_about_is_unknown_not_a_failure(
     )
     # Warnings as errors make the unverified budget a failure, as a strict gate wants.
     strict = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-W", "error::pytest_jaxport.fixture.JaxportWarning"
+        "-p", "no:cacheprovider", "-W", "error::pytest_jaxport.JaxportWarning"
     )
     strict.assert_outcomes(failed=1)
     strict.stdout.fnmatch_lines(["*needs a GPU*"])
