@@ -9,13 +9,12 @@ imports JAX; the plugin loads it only when a portable test runs.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import pytest
 
 from pytest_jaxport.model.cost import CostModel, RewriteItem
 from pytest_jaxport.model.targets import Classification
 from pytest_jaxport.model.tooling import ToolingRule
+from pytest_jaxport.version import __version__
 
 
 class JaxportWarning(pytest.PytestWarning):

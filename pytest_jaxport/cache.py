@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_jaxport import __version__
+from pytest_jaxport.version import __version__
 from pytest_jaxport.model.census import Program, parse_location, program_from_dict, program_to_dict
 
 CACHE_NAME = "jaxport-compiled"

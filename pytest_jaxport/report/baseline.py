@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_jaxport import __version__
+from pytest_jaxport.version import __version__
 from pytest_jaxport.model.targets import LEVELS, ordered_platforms
 from pytest_jaxport.report.schema import (
     BASELINE_KIND,

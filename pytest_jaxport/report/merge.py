@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport import __version__
+from pytest_jaxport.version import __version__
 from pytest_jaxport.model.compare import compare
 from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance

@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport import __version__
+from pytest_jaxport.version import __version__
 from pytest_jaxport.model.cost import (
     CostModel,
     RewriteEstimate,
