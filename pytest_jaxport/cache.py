@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_jaxport.version import __version__
 from pytest_jaxport.model.census import Program, parse_location, program_from_dict, program_to_dict
+from pytest_jaxport.version import __version__
 
 CACHE_NAME = "jaxport-compiled"
 """The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""

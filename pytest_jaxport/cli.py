@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_jaxport.version import __version__
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS
+from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import add_display_options
 
 EXIT_OK = 0

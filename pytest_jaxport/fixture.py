@@ -26,13 +26,17 @@ import pytest
 from pytest_jaxport import JaxportWarning
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.arguments import ArgumentError, prepare
+from pytest_jaxport._jax.interception import paused
+from pytest_jaxport._jax.lowering import present_platforms
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, LoweredPrograms, Run
 from pytest_jaxport.model.census import (
     Classifier,
     SourceLocation,
 )
-from pytest_jaxport.model.config import Resolved
+from pytest_jaxport.model.compare import compare
+from pytest_jaxport.model.config import ConfigError, Resolved, transforms_value
+from pytest_jaxport.model.numerics import Tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
 
 _PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -115,7 +119,6 @@ class Jaxport:
         itself: a function taking such a keyword must be wrapped (``functools.partial``).
         """
         __tracebackhide__ = True
-        from pytest_jaxport._jax.interception import paused
 
         with paused():  # the plugin's own JAX work: never part of a --jaxport-audit
             return self._check(fn, args, kwargs, name=name, transforms=transforms)
@@ -174,7 +177,6 @@ class Jaxport:
 
     def _transforms(self, check_name: str, given: Sequence[str] | None) -> tuple[str, ...]:
         """``check(transforms=...)``, else the marker's, else ``[tool.jaxport]``'s."""
-        from pytest_jaxport.model.config import ConfigError, transforms_value
 
         if given is None:
             return self._config.transforms()
@@ -265,11 +267,9 @@ class Jaxport:
         *,
         transform: str | None = None,
     ) -> tuple[Probe, Any]:
-        from pytest_jaxport.model.compare import compare
-        from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 
         # Derivatives are compared with JAX's gradient tolerances unless configured.
-        defaults = gradient_tolerance if transform in ("grad", "jvp") else default_tolerance
+        gradient = transform in ("grad", "jvp")
 
         reference = self._config.reference
         note = None
@@ -300,12 +300,7 @@ class Jaxport:
                 continue
 
             def tolerance(dtype: str, platform: str = platform) -> Tolerance:
-                configured = self._config.tolerance(platform, dtype)
-                default = defaults(dtype)
-                return Tolerance(
-                    rtol=default.rtol if configured.rtol is None else configured.rtol,
-                    atol=default.atol if configured.atol is None else configured.atol,
-                )
+                return self._config.tolerance_for(platform, dtype, gradient=gradient)
 
             comparison = compare(
                 executions[baseline].outputs,
@@ -354,7 +349,6 @@ def _warn_unverified(probe: Probe) -> None:
 
 
 def lowering_present() -> tuple[str, ...]:
-    from pytest_jaxport._jax.lowering import present_platforms
 
     return present_platforms()
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from pytest_jaxport.model.cost import COST_KEYS
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
+from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import PLATFORMS, all_libraries
 
 if sys.version_info >= (3, 11):
@@ -72,7 +74,6 @@ AUDIT_KEYS = ("enabled", "fail_on")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
 DEFAULT_MIGRATE_TO: tuple[str, ...] = ("rocm", "tpu")
-COST_KEYS = ("kernel_rewrite", "fallback_validation", "vendor_gap", "tooling_assumption", "fixed")
 SCAN_KEYS = ("enabled", "exclude")
 COMPILE_PLATFORMS: tuple[str, ...] = ("cpu", "cuda")
 """Platforms the compiled level supports here: cpu always, cuda on a GPU or deviceless."""
@@ -134,8 +135,9 @@ class BudgetTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Tolerance:
-    """``rtol``/``atol`` for one dtype; ``None`` fields fall through to the next level."""
+class ToleranceSetting:
+    """Configured ``rtol``/``atol`` for one dtype; ``None`` fields fall through to the next
+    level, and last to the dtype's default (:meth:`Resolved.tolerance_for`)."""
 
     rtol: float | None = None
     atol: float | None = None
@@ -189,8 +191,8 @@ class ProjectConfig:
     scan_exclude: tuple[str, ...] = ()
     budget: BudgetTable = field(default_factory=lambda: BudgetTable(origin="defaults"))
     platform_budgets: Mapping[str, BudgetTable] = field(default_factory=dict)
-    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
-    platform_tolerances: Mapping[str, Mapping[str, Tolerance]] = field(default_factory=dict)
+    tolerances: Mapping[str, ToleranceSetting] = field(default_factory=dict)
+    platform_tolerances: Mapping[str, Mapping[str, ToleranceSetting]] = field(default_factory=dict)
     transforms: tuple[str, ...] = ()
     """``transforms``: the transformations every check also checks (``grad``, ``vmap``,
     ``jvp``), each as its own check ``name[grad]``."""
@@ -270,7 +272,7 @@ class Resolved:
                     settings[key] = Setting(value=value, origin=origins[key])
         return Budget(platform=platform, max_library_calls=libraries, **settings)
 
-    def tolerance(self, platform: str, dtype: str) -> Tolerance:
+    def tolerance(self, platform: str, dtype: str) -> ToleranceSetting:
         """The configured tolerance for ``dtype`` on ``platform``; unset fields are ``None``."""
         rtol: float | None = None
         atol: float | None = None
@@ -282,9 +284,20 @@ class Resolved:
                 rtol = table.rtol if table.rtol is not None else rtol
                 atol = table.atol if table.atol is not None else atol
         marker_rtol, marker_atol = self.overrides.get("rtol"), self.overrides.get("atol")
-        return Tolerance(
+        return ToleranceSetting(
             rtol=marker_rtol.value if marker_rtol else rtol,
             atol=marker_atol.value if marker_atol else atol,
+        )
+
+    def tolerance_for(self, platform: str, dtype: str, *, gradient: bool = False) -> Tolerance:
+        """The tolerance comparing ``platform``'s ``dtype`` outputs with the reference's: the
+        configured fields over the dtype's default (JAX's gradient tolerances for a
+        derivative's check, ``gradient``)."""
+        configured = self.tolerance(platform, dtype)
+        default = gradient_tolerance(dtype) if gradient else default_tolerance(dtype)
+        return Tolerance(
+            rtol=default.rtol if configured.rtol is None else configured.rtol,
+            atol=default.atol if configured.atol is None else configured.atol,
         )
 
 
@@ -503,7 +516,7 @@ def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTab
     return BudgetTable(origin=f"{source} [{name}]", values=values)
 
 
-def _tolerance_table(source: str, name: str, table: object) -> Tolerance:
+def _tolerance_table(source: str, name: str, table: object) -> ToleranceSetting:
     where = _Where(f"{source}: [{name}]")
     if not isinstance(table, Mapping):
         raise _Where(f"{source}: [{name.rsplit('.', 1)[0]}]").error(
@@ -512,13 +525,13 @@ def _tolerance_table(source: str, name: str, table: object) -> Tolerance:
     for key in table:
         if key not in TOLERANCE_KEYS:
             raise where.unknown(key, TOLERANCE_KEYS)
-    return Tolerance(
+    return ToleranceSetting(
         rtol=_tolerance_value(where, "rtol", table["rtol"]) if "rtol" in table else None,
         atol=_tolerance_value(where, "atol", table["atol"]) if "atol" in table else None,
     )
 
 
-def _dtype_tables(source: str, name: str, table: Mapping[str, Any]) -> dict[str, Tolerance]:
+def _dtype_tables(source: str, name: str, table: Mapping[str, Any]) -> dict[str, ToleranceSetting]:
     where = _Where(f"{source}: [{name}]")
     result = {}
     for dtype, entry in table.items():
@@ -610,8 +623,8 @@ def parse_project(
     budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
     audit = _audit_table(source, data["audit"]) if "audit" in data else AuditConfig()
 
-    tolerances: dict[str, Tolerance] = {}
-    platform_tolerances: dict[str, dict[str, Tolerance]] = {}
+    tolerances: dict[str, ToleranceSetting] = {}
+    platform_tolerances: dict[str, dict[str, ToleranceSetting]] = {}
     raw_tolerance = data.get("tolerance", {})
     if not isinstance(raw_tolerance, Mapping):
         raise where.error("tolerance", "a table ([tool.jaxport.tolerance.<dtype>])", raw_tolerance)

@@ -37,6 +37,7 @@ from typing import Any
 
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.model.probe import census_from_dict
 
 COUNTED_LAYERS = ("vendor", "custom")
 """Layers whose dispatches are sites: NVIDIA-bound (``xla`` is regenerated, ``meta`` free)."""
@@ -248,7 +249,6 @@ def reaches_of_tests(tests: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
     """One :class:`Reach` per check and platform of a report's tests, at the level budgets
     apply (compiled where compiled, else lowered); platforms that did not lower reach nothing.
     """
-    from pytest_jaxport.model.probe import census_from_dict
 
     for test in tests:
         nodeid = str(test.get("nodeid"))

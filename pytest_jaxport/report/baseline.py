@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_jaxport.version import __version__
 from pytest_jaxport.model.targets import LEVELS, ordered_platforms
 from pytest_jaxport.report.schema import (
     BASELINE_KIND,
@@ -23,6 +22,7 @@ from pytest_jaxport.report.schema import (
     check_shape,
     load,
 )
+from pytest_jaxport.version import __version__
 
 Counter = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, float]]
 """``(platform entry, census dict of one level) -> {metric: value}``."""

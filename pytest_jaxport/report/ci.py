@@ -22,8 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.model.config import ConfigError, ProjectConfig, Resolved, Tolerance
+from pytest_jaxport.model.config import ConfigError, ProjectConfig, Resolved, ToleranceSetting
 from pytest_jaxport.model.targets import PLATFORMS
+from pytest_jaxport.report.baseline import (
+    baseline_json,
+    baseline_of,
+    compare_to_baseline,
+    load_counts,
+)
+from pytest_jaxport.report.schema import MergeError, write_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,8 +83,6 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
 
 
 def _read_baseline(name: str, path: Path) -> Mapping[str, Any]:
-    from pytest_jaxport.report.baseline import load_counts
-    from pytest_jaxport.report.schema import MergeError
 
     try:
         return load_counts(path)
@@ -127,7 +132,7 @@ def budget_table(project: ProjectConfig) -> dict[str, Any]:
     return table
 
 
-def _tolerance_entry(tolerance: Tolerance) -> dict[str, float]:
+def _tolerance_entry(tolerance: ToleranceSetting) -> dict[str, float]:
     entry = {}
     if tolerance.rtol is not None:
         entry["rtol"] = tolerance.rtol
@@ -219,7 +224,6 @@ def baseline_findings(
     """``(growth, news)`` messages of one test against the baseline; growth fails it."""
     if settings.baseline is None:
         return [], []
-    from pytest_jaxport.report.baseline import compare_to_baseline
 
     found = compare_to_baseline(settings.baseline, nodeid, list(checks))
     return [g.message for g in found if g.fails], [g.message for g in found if not g.fails]
@@ -229,8 +233,6 @@ def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | No
     """``--jaxport-baseline-update``: write the run's counts atomically; the path written."""
     if not settings.baseline_update or settings.baseline_path is None:
         return None
-    from pytest_jaxport.report.baseline import baseline_json, baseline_of
-    from pytest_jaxport.report.schema import write_text
 
     write_text(settings.baseline_path, baseline_json(baseline_of(report)))
     return settings.baseline_path

@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.version import __version__
 from pytest_jaxport.model.compare import compare
 from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import ordered_platforms
+from pytest_jaxport.report.audit import merge_audits
 from pytest_jaxport.report.baseline import counted, md_cell
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
@@ -58,6 +58,7 @@ from pytest_jaxport.report.schema import (
     check_shape,
     load,
 )
+from pytest_jaxport.version import __version__
 
 PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset({"platforms", "compile", "source"})
 """``config`` keys that may differ between legs; every other key must be equal.
@@ -81,15 +82,7 @@ def tolerance_from_project(project: ProjectConfig) -> ToleranceFor:
     """The project's ``[tool.jaxport.tolerance]`` tables over JAX's dtype defaults."""
     resolved = project.resolve()
 
-    def tolerance_for(platform: str, dtype: str) -> Tolerance:
-        configured = resolved.tolerance(platform, dtype)
-        default = default_tolerance(dtype)
-        return Tolerance(
-            rtol=default.rtol if configured.rtol is None else configured.rtol,
-            atol=default.atol if configured.atol is None else configured.atol,
-        )
-
-    return tolerance_for
+    return resolved.tolerance_for
 
 
 def tolerance_from_config(config: Mapping[str, Any], *, source: str = "report") -> ToleranceFor:
@@ -313,8 +306,6 @@ def merge(
     audits = [(leg.name, leg.report["audit"]) for leg in named
               if isinstance(leg.report.get("audit"), Mapping)]  # fmt: skip
     if audits:  # --jaxport-audit: one audit of the union of the legs' computations
-        from pytest_jaxport.report.audit import merge_audits
-
         try:
             report["audit"] = merge_audits(audits, migrate_to=config.get("migrate_to") or ())
         except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -65,7 +65,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.version import __version__
 from pytest_jaxport.model.cost import (
     CostModel,
     RewriteEstimate,
@@ -85,6 +84,7 @@ from pytest_jaxport.model.hotspots import (
 )
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.targets import NVIDIA_PLATFORM
+from pytest_jaxport.version import __version__
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.cost import SHARE_LAYERS
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
@@ -51,12 +53,12 @@ from pytest_jaxport.view.model import (
     plural,
     seconds_text,
     sentence,
+    share_row,
     totals_note,
 )
 
 __all__ = ["html", "render_html"]
 
-SHARE_LAYERS: tuple[str, ...] = ("xla", "vendor", "custom")
 LAYER_COLOURS: Mapping[str, str] = {"xla": "#0077bb", "vendor": "#ee7733", "custom": "#aa3377"}
 LAYER_TEXT: Mapping[str, str] = {"xla": "#ffffff", "vendor": "#1f2328", "custom": "#ffffff"}
 LAYER_NAMES: Mapping[str, str] = {
@@ -824,7 +826,6 @@ def _kernels_table(check: Mapping[str, Any]) -> str:
 
 
 def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> str:
-    from pytest_jaxport.view.model import share_row
 
     out = [f"<h4>check <code>{_e(row.name)}</code></h4>"]
     problems = [
@@ -846,7 +847,6 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
 
 
 def _test_details(view: ReportView) -> str:
-    from pytest_jaxport.model.budget import Violation
 
     every = len(view.tests) <= ALL_DETAILS_UP_TO
     shown = [t for t in view.tests if every or t.problem]

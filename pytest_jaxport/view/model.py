@@ -46,6 +46,7 @@ from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
 from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
 from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_state
+from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.audit import computation_label, failures
 from pytest_jaxport.report.baseline import Change
 from pytest_jaxport.view.display import DisplayOptions
@@ -1137,7 +1138,6 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     (partitioning does not depend on the backend), then what runs them on each platform:
     ``("cpu, cuda, rocm, tpu", "all-reduce 12 (6 inserted by the SPMD partitioner)")``,
     ``("run by", "nccl on cuda, rccl on rocm, ici on tpu, xla-cpu on cpu")``."""
-    from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 
     grouped: dict[str, list[str]] = {}
     every: list[str] = []

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.cost import SHARE_LAYERS
 from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
@@ -266,7 +267,6 @@ def fit(lines: Iterable[str]) -> list[str]:
 def details_lines(view: ReportView, *, every: bool) -> list[str]:
     """Per test: its checks' platforms and kernels, violations, errors (the tests with a
     finding, or ``every`` test)."""
-    from pytest_jaxport.model.budget import Violation
 
     lines: list[str] = []
     for test in view.tests:
