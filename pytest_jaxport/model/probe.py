@@ -1,5 +1,8 @@
 """What one check (or one audited computation) found: per platform its census, errors,
-numerics and runtime share (:class:`Probe`), and their JSON forms."""
+numerics and runtime share (:class:`Probe`), and their JSON forms.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
 
 from __future__ import annotations
 

@@ -1,60 +1,11 @@
-"""The suite audit as data: per-test records merged into the report's ``audit`` section (pure).
+"""The suite audit as data: per-test records joined into the report's ``audit`` section (pure).
 
-``pytest --jaxport-audit`` records every computation a test runs (:mod:`pytest_jaxport.audit`).
-Each test's :class:`AuditTestRecord` travels on its teardown report (``report.jaxport_audit``),
-so pytest-xdist workers send it to the controller; :class:`AuditLedger` merges them there, in
-any order, into the same section a serial run builds:
-
-- a computation is identified by a content key (its normalised jaxpr, argument types and
-  shardings, donation, mesh): one seen by 40 tests, or by two workers, counts once; its census
-  is the one recorded earliest in collection order (where a serial run traces it, so its
-  source lines are the same in every run);
-- its **owner** is the first test in collection order among its users (stable under xdist,
-  unlike "the first test to compile it"); every other test that used it lists it among the
-  computations it ``uses``;
-- the suite's numbers (per platform counts, kernels to rewrite, rewrite days, estimated
-  runtime share) count each distinct computation once, and ``sites`` says where the lock-in
-  lives by source file and line (:func:`pytest_jaxport.model.hotspots.hotspots` over the
-  computations: each site once, with the computations and tests that reach it);
-- the suite's budget (``[tool.jaxport.audit] fail_on``, ``--jaxport-baseline``) is judged
-  once, at the end: :func:`judge` adds its ``violations`` and ``baseline_growth`` (data; the
-  view words them).
-
-:mod:`pytest_jaxport.view.audit` reads the section into the report's one view model.
-
-Report section (a new optional top-level key ``audit``)::
-
-    "audit": {
-      "interception": {"jax": "0.10.2", "hooked": true, "notes": [...], ...},
-      "platforms": ["cpu", "cuda", "rocm", "tpu"],
-      "seen": {"computations": 241, "jit": 180, "eager": 61, "tests": 60,
-               "tests_using": 57, "tests_owning": 40, "shared": 98, "outside_tests": 3,
-               "partitioned": 2, "calls": 3100, "compiled_outside": 4, "audit_errors": 0},
-      "summary": {"platforms": {"cuda": {"vendor": 412, "custom": 3, "libraries": {...},
-                                         "lowered": 241, "failed_to_lower": 0, ...}},
-                  "runtime_share": {...}, "kernels_to_rewrite": {"rocm": 2},
-                  "rewrite_days": {"rocm": 25.0}, "rewrite": {...}},
-      "sites": [{"location": "src/attn.py:42", "platform": "cuda", "layer": "custom",
-                 "name": "__gpu$xla.gpu.triton", "kind": "pallas-triton", "library": null,
-                 "count": 1, "computations": 3, "tests": 12, "seconds": 2e-05,
-                 "share": 0.31, "basis": "estimated"}],
-      "violations": [{"check": "the audited suite", "platform": "cuda",
-                      "key": "max_custom_calls", ...a check's violation...}],
-      "baseline_growth": [{"platform": "cuda", "metric": "custom", "before": 0, "after": 1,
-                           "sites": [{"site": "custom ... at src/attn.py:42",
-                                      "before": 0, "after": 1}]}],
-      "findings": [{"computation": "3f2a...", "function": "step", "platform": "cuda",
-                    "kind": "host-callback", "reason": "..."}],
-      "computations": [{"id": "3f2a...", "function": "step", "source": "src/train.py:10",
-                        "kind": "jit", "signature": ["x: float32[8,16]"],
-                        "static_arguments": "training=True", "donated": [0], "mesh": null,
-                        "shardings": [], "host_callbacks": [], "partitions": 1,
-                        "owner": "tests/t.py::test_a",
-                        "users": ["tests/t.py::test_a", "tests/t.py::test_b"],
-                        "platforms": {"cuda": {...a check's platform entry...}},
-                        "findings": [...]}],
-      "tests": {"tests/t.py::test_b": {"owns": [], "uses": ["3f2a..."]}}
-    }
+Each test's :class:`AuditTestRecord` travels on its teardown report; :class:`AuditLedger`
+joins them, in any order and from any process, into the section a serial run builds: each
+distinct computation once (keyed by content), its owner the first test in collection order
+among its users, the suite's numbers over the distinct computations, and the suite's budget
+(``[tool.jaxport.audit] fail_on``, ``--jaxport-baseline``) judged once (:func:`judge`). The
+section's shape: docs/reference.md ("The report's audit section").
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """

@@ -1,57 +1,9 @@
-"""What one check found, and the versioned JSON report built from many.
-
-A :class:`Probe` is the result of one ``jaxport.check``: per platform its census, lowering
-and execution errors and numerics. Probes travel between pytest-xdist workers and the
-controller as plain dicts (:meth:`Probe.to_dict`), and the report is JSON with a
-``schema_version``, written atomically. The report holds data, never rendered sentences:
-:mod:`pytest_jaxport.view.model` builds what each format shows from it.
-
-Report shape (schema version 2)::
-
-    {
-      "schema_version": 2,
-      "tool": {"name": "pytest-jaxport", "version": "..."},
-      "environment": {"jax": "...", "jaxlib": "...", "python": "...", "machine": "...",
-                      "present_platforms": ["cpu"]},
-      "config": {"source": "pyproject.toml", "platforms": [...], "reference": "cpu"},
-      "summary": {"tests": 3, "checks": 4, "failed_tests": 1, "violations": 2,
-                  "outcomes": {"passed": 2, "failed": 1},
-                  "platforms": {"cuda": {"vendor": 6, "custom": 1, "meta": 0, "xla": 40,
-                                         "libraries": {"cublas": 4, ...},
-                                         "lowered": 4, "failed_to_lower": 0,
-                                         "vendor_sites": 3, "custom_sites": 1}},
-                  "hotspots": [{"platform": "cuda", "location": "src/m.py:12", ...}]},
-      "tests": [{"nodeid": "...", "outcome": "failed",
-                 "violations": [{"check": "mlp", "platform": "cuda", "key": "max_vendor_calls",
-                                 "limit": 1, "origin": "pyproject.toml ...", "found": 2,
-                                 "what": "vendor calls", "level": "lowered",
-                                 "kernels": [...], "details": []}],
-                 "error": null,
-                 "checks": [{"name": "mlp", "reference": "cpu", "note": null,
-                             "variant_of": null, "transform": null,
-                             "platforms": {"cuda": {
-                                 "present": false, "lowered": {
-                                     "level": "lowered", "vendor": 2, "custom": 0, "meta": 0,
-                                     "xla": 31, "xla_kinds": {"xla": 31},
-                                     "libraries": {"cublas": 2},
-                                     "kernels": [{"name": "stablehlo.dot_general", ...}]},
-                                 "error": null,
-                                 "compiled": {"level": "compiled", ..., "deviceless": true,
-                                              "target": "h100"},
-                                 "compile_error": null,
-                                 "executed": false, "execution_error": null,
-                                 "numerics": null}}}]}]
-    }
-
-``lowered`` is ``null`` when lowering failed, and ``error`` says why; ``compiled`` (same
-shape, plus ``deviceless`` and ``target``) is ``null`` unless the platform was compiled
-(``compile = [...]``), and ``compile_error`` says why when compiling failed. A test's
-``error`` (``message``, ``where``, ``when``) is why it failed or errored other than by a
-budget: the exception of a crashed test, a worker that died, a portable test that checked
-nothing.
-
-Version 1 reports (``violations[].message`` and ``tests[].message`` as sentences,
-``summary.layers`` as rendered rows) are read by :func:`load` through :func:`upgrade`.
+"""The versioned JSON report: built from the tests' entries, summarized, written atomically,
+and read back (older versions upgraded). It holds data, never rendered sentences; its shape
+is described once, in docs/reference.md ("Report: --jaxport-report=PATH.json"), and as the
+types that write it (:class:`~pytest_jaxport.model.probe.Probe`,
+:class:`~pytest_jaxport.report.ledger.TestRecord`,
+:class:`~pytest_jaxport.model.counts.PlatformCounts`).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
