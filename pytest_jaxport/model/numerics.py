@@ -1,45 +1,11 @@
-"""Compare one function's outputs across two backends, leaf by leaf, with dtype-aware tolerances.
+"""Tolerances and what comparing two backends' outputs found (pure Python: the report reads
+and writes these records without importing numpy; :mod:`pytest_jaxport.model.compare` does
+the comparing).
 
-What a comparison of two backends' outputs found (:class:`Comparison`, :func:`describe`) and
-the tolerances it applies; :mod:`pytest_jaxport.model.compare` does the comparing (numpy).
-Pure Python: the report reads and writes these records without importing numpy.
-
-A leaf passes when, elementwise and computed in float64 (complex128 for complex dtypes;
-bfloat16 and float8 are upcast exactly), ``|candidate - reference| <= atol + rtol *
-|reference|`` — the ``numpy.allclose`` convention. NaNs must sit in the same places on both
-sides, and infinities in the same places with the same sign; non-finite positions are left
-out of the error statistics. Integer and bool leaves are compared exactly by default.
-
-Default tolerances are JAX's own test defaults (``_default_tolerance`` in
-``jax/_src/public_test_util.py``), with ``rtol = atol``:
-
-=====================================  ==========
-dtype                                  tolerance
-=====================================  ==========
-bool, every signed/unsigned integer    0 (exact)
-float4_e2m1fn, float8_e8m0fnu          1e0
-other float8 variants                  1e-1
-bfloat16                               1e-2
-float16                                1e-3
-float32, complex64                     1e-6
-float64, complex128                    1e-15
-=====================================  ==========
-
-float32's 1e-6 is tight for code whose reductions or matmuls run in a different order on a
-GPU. Loosen it where you mean to, most specific wins:
-
-.. code-block:: toml
-
-    [tool.jaxport.tolerance.float32]        # every platform
-    rtol = 1e-5
-    atol = 1e-6
-
-    [tool.jaxport.tolerance.cuda.bfloat16]  # one platform, one dtype
-    rtol = 2e-2
-    atol = 1e-2
-
-or per test with ``@pytest.mark.portable(rtol=1e-4, atol=1e-5)``. The plugin turns those into
-the ``tolerance`` callable that :func:`compare` takes (one per compared platform).
+A leaf passes when, elementwise and in float64, ``|candidate - reference| <= atol + rtol *
+|reference|`` (``numpy.allclose``'s convention), with NaNs and infinities in the same places.
+The defaults are JAX's own test tolerances per dtype (``jax/_src/public_test_util.py``); the
+table and how to loosen them: docs/reference.md ("[tool.jaxport.tolerance...]").
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """

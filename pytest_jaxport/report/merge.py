@@ -1,35 +1,11 @@
-"""Join CI legs into one report, diff two reports, and ratchet counts against a baseline (pure).
+"""Join CI legs into one report and compare their numerics across legs (pure).
 
-A CI matrix runs one leg per backend; each leg writes its own JSON report (and, with
-``--jaxport-save-outputs``, one ``.npz`` per executed check and platform). :func:`merge`
-makes one report of them:
-
-- **Which leg wins.** For each test, check and platform, the entry of the leg that saw the
-  platform at the highest fidelity (:func:`fidelity`): executed > present but failed to
-  compile or run > compiled on the device > compiled deviceless > lowered > failed to lower.
-  Ties go to the leg given first. Every merged platform entry says where it came from
-  (``"leg": "leg-gpu.json"``); a test keeps each leg's outcome (``"legs"``), its outcome is
-  the worst of them, and its violations are those of the legs whose entry won.
-- **Numerics across legs.** Each executed platform whose outputs a leg saved is compared,
-  with the project's tolerances, against the reference platform's outputs (from whichever
-  leg ran it; the first such leg), so a GPU leg's results are checked against the CPU leg's.
-  Every difference is a :class:`Drift`.
-- **What must agree.** Legs must share ``schema_version``, the tool, and the project
-  configuration: every key of the report's ``config`` section except
-  :data:`PER_LEG_CONFIG_KEYS` (the platforms a leg lowers for and compiles, which
-  ``--jaxport-platforms`` and ``--jaxport-compile`` set per leg, and where the configuration
-  was read from); :data:`WHERE_SET_CONFIG_KEYS` (the GPU ``target``) only between the legs
-  that record them.
-
-:func:`diff` compares two reports (or baselines) count by count; :func:`baseline_of` and
-:func:`compare_to_baseline` implement ``--jaxport-baseline``. Counts come from
-:data:`COUNTERS`, the one place to add a new ratcheted number (rewrite days, say).
-
-Example::
-
-    >>> result = merge([(Path("leg-cpu.json"), cpu), (Path("leg-gpu.json"), gpu)],
-    ...                tolerance_for=tolerance_from_config(cpu["config"]))  # doctest: +SKIP
-    >>> result.ok, [d.describe() for d in result.drifts]                    # doctest: +SKIP
+Per test, check and platform the entry of the leg that saw the platform at the highest
+fidelity wins (:func:`fidelity`: executed > failed to run > compiled on the device >
+deviceless > lowered > failed to lower; ties to the leg given first); each executed
+platform's saved outputs are compared with the reference platform's, whichever leg ran it,
+and every difference is a :class:`Drift`. Legs must share the schema version and the project
+configuration except :data:`PER_LEG_CONFIG_KEYS`. docs/ci.md says what a user sees.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """

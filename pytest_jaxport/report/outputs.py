@@ -25,7 +25,7 @@ File layout (format 1), all plain numpy arrays, loadable with ``allow_pickle=Fal
 Example::
 
     >>> import tempfile, numpy as np
-    >>> from pytest_jaxport.model.numerics import Leaf, Outputs
+    >>> from pytest_jaxport.model.compare import Leaf, Outputs
     >>> folder = Path(tempfile.mkdtemp())
     >>> out = Outputs(structure="*", leaves=(Leaf(path="", array=np.float32([1, 2])),))
     >>> name = save_outputs(folder, "tests/test_m.py::test_mlp", "mlp", "cpu", out)
