@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.cost import SHARE_LAYERS
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.view.display import DisplayOptions
@@ -856,10 +855,7 @@ def _test_details(view: ReportView) -> str:
     for test in shown:
         ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(test.outcome, "muted")
         body = []
-        violations = [
-            Violation.from_dict(v) for v in test.record.get("violations") or () if isinstance(
-                v, Mapping)
-        ]  # fmt: skip
+        violations = test.violations
         if violations:
             body.append(
                 '<div class="violations"><h4>Budget violations</h4>'
@@ -868,9 +864,7 @@ def _test_details(view: ReportView) -> str:
             )
         if test.error:
             body.append(f'<pre class="violation">{_e(test.error)}</pre>')
-        checks = [c for c in test.record.get("checks") or () if isinstance(c, Mapping)]
-        by_name = {str(c.get("name")): c for c in checks}
-        body += [_check_details(by_name.get(r.name, {}), r, bars=every) for r in test.checks]
+        body += [_check_details(r.record, r, bars=every) for r in test.checks]
         if not test.checks and not test.error:
             body.append('<p class="note">No checks recorded.</p>')
         bits = plural(len(test.checks), "check")

@@ -446,6 +446,12 @@ class TestRow:
 
     __test__ = False  # not a pytest test class
 
+    @property
+    def violations(self) -> tuple[Violation, ...]:
+        """The test's broken limits (read when shown: a large report's view stays cheap)."""
+        found = (_violation(_map(data)) for data in _list(self.record.get("violations")))
+        return tuple(v for v in found if v is not None)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Note:

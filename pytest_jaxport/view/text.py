@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.cost import SHARE_LAYERS
 from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
@@ -276,10 +275,8 @@ def details_lines(view: ReportView, *, every: bool) -> list[str]:
         probes = [p for c in test.checks if (p := c.probe) is not None]
         lines += [probe_text(probe, indent="  ", note=False) for probe in probes]
         lines += [f"  transformations of {line}" for line in variant_lines(probes)]
-        for data in test.record.get("violations", ()):
-            lines.append(
-                "  VIOLATION " + Violation.from_dict(data).long_repr().replace("\n", "\n  ")
-            )
+        for violation in test.violations:
+            lines.append("  VIOLATION " + violation.long_repr().replace("\n", "\n  "))
         if test.error:
             lines.append(f"  error: {test.error}")
     if lines:
