@@ -457,7 +457,6 @@ def prepare_wheelhouse(
     done = subprocess.run(command)
     if done.returncode != 0:
         return done.returncode
-    write_atomic(folder / "requirements.txt", "\n".join(requirements) + "\n")
     size = sum(p.stat().st_size for p in folder.glob("*.whl")) / 1e6
     log(f"wheelhouse {folder}: {len(list(folder.glob('*.whl')))} wheels, {size:.0f} MB")
     return 0
