@@ -134,7 +134,10 @@ class Validation:
     target: str | None
     sizes: Sizes
 
-    def limited(self, command: Sequence[str], limit: float, cwd: Path = REPO) -> Any:
+    def limited(
+        self, command: Sequence[str], limit: float, cwd: Path = REPO
+    ) -> tuple[int | None, float]:
+        """:func:`run_limited` with this run's log and environment."""
         return run_limited(command, limit, self.logfile, self.env, cwd)
 
 
@@ -971,7 +974,6 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
     json_path = out_dir / f"gpu-validation-{name}.json"
     parts = [p for p in PARTS if p in args.parts.split(",")]
     env = dict(os.environ)
-    env.pop("PYTHONSAFEPATH", None)
     if dry:
         env["JAX_PLATFORMS"] = "cpu"  # no GPU: the CUDA plugin compiles deviceless
     else:
