@@ -519,6 +519,14 @@ def environment_part(out: Path) -> None:
     from pytest_jaxport import deviceless, lowering
 
     present = lowering.present_platforms()
+    cuda_error = None
+    if "cuda" not in present:  # why not, in JAX's words: the first thing to read on a GPU
+        import jax
+
+        try:
+            jax.devices("cuda")
+        except Exception as e:  # JAX raises RuntimeError or its own types here
+            cuda_error = f"{type(e).__name__}: {e}"[:1000]
     versions = {}
     for name in VERSIONS:
         try:
@@ -534,6 +542,7 @@ def environment_part(out: Path) -> None:
                 "present_platforms": list(present),
                 "devices": {p: lowering.device_kind(p) for p in present},
                 "cuda_plugin_problem": deviceless.cuda_plugin_problem(),
+                "cuda_error": cuda_error,
                 "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
             }
         ),
@@ -1053,8 +1062,8 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
     device = seen["devices"].get("cuda") if gpu else None
     if not dry and not gpu:
         results["device"]["note"] = (
-            f"JAX does not see the GPU (present: {', '.join(seen['present_platforms'])}): "
-            f"{NOT_MEASURED} in every GPU column"
+            f"JAX does not see the GPU (present: {', '.join(seen['present_platforms'])}; "
+            f"{seen.get('cuda_error')}): {NOT_MEASURED} in every GPU column"
         )
         log(results["device"]["note"])
     compile_cuda = gpu or seen.get("cuda_plugin_problem") is None

@@ -245,6 +245,7 @@ def main() -> None:
         "present_platforms": ["cuda", "cpu"],
         "devices": {"cuda": DEVICE, "cpu": "cpu"},
         "cuda_plugin_problem": None,
+        "cuda_error": None,
         "jax_platforms": "",
     }
     results = {
