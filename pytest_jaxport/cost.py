@@ -142,7 +142,7 @@ def share_basis(share: Mapping[str, object]) -> str:
     >>> share_basis({"basis": "estimated", "estimated_from": "compiled", "error_points": 9.6})
     'estimated (roofline from the compiled program, ±10 points on the fidelity corpus)'
     >>> share_basis({"basis": "estimated", "error_points": 12, "error_measured_on": "NVIDIA H200"})
-    'estimated (roofline, ±12 points on the fidelity corpus on NVIDIA H200)'
+    'estimated (roofline, ±12 points on NVIDIA H200)'
     >>> share_basis({"basis": "measured", "checks": 5, "left_out": 1})
     'measured over 5 of 6 checks (1 not measured, left out)'
     """
@@ -159,13 +159,12 @@ def share_basis(share: Mapping[str, object]) -> str:
     error = share.get("error_points")
     parts = ["roofline" + (f" from the {source} program" if isinstance(source, str) else "")]
     if isinstance(error, (int, float)):
-        # Where the band was measured matters: a cuda band measured on cpu is a guess about
-        # the model, one measured on a GPU is a measurement of it.
+        # A band measured on the platform's own hardware names it (the fidelity corpus run
+        # there); the default band, measured on cpu, is the corpus's, as the docs say. Short:
+        # a terminal note is one line of at most 100 columns.
         device = share.get("error_measured_on")
-        parts.append(
-            f"±{error:.0f} points on the fidelity corpus"
-            + (f" on {device}" if isinstance(device, str) and device else "")
-        )
+        own = isinstance(device, str) and device not in ("", "cpu")
+        parts.append(f"±{error:.0f} points on {device if own else 'the fidelity corpus'}")
     return f"estimated ({', '.join(parts)})"
 
 

@@ -255,7 +255,9 @@ def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
     assert (after.error_points, after.error_measured_on) == (
         round(band["lowered"]["points"]), FIXTURE_DEVICE
     )  # fmt: skip
-    assert f"points on the fidelity corpus on {FIXTURE_DEVICE})" in share_basis(after.to_dict())
+    assert f"±{round(band['lowered']['points'])} points on {FIXTURE_DEVICE})" in share_basis(
+        after.to_dict()
+    )
 
     # The fidelity baseline: the device's own entry, the deviceless one untouched.
     recorded = json.loads(baseline.read_text())["jaxlib"]["0.10.2"]
