@@ -295,8 +295,11 @@ def pip_install(
     wheelhouse: Path | None,
     requirements: Sequence[str],
     record: list[str],
+    *,
+    prepare: str = "--jax VERSION --python-version X.Y",
 ) -> None:
-    """Install ``requirements`` into the overlay, offline from ``wheelhouse`` when given."""
+    """Install ``requirements`` into the overlay, offline from ``wheelhouse`` when given
+    (``prepare``: the ``--prepare-wheelhouse`` arguments a failure message suggests)."""
     command = [
         *pip_command(python, env, wheelhouse), "install", "--quiet", "--disable-pip-version-check",
         "--no-cache-dir", "--no-compile", "--upgrade", "--target", str(OVERLAY),
@@ -319,8 +322,8 @@ def pip_install(
         raise Unusable(
             f"pip could not install {' '.join(requirements)}{held}: "
             f"{done.stderr.strip()[-800:]}\nPrepare the wheelhouse for this machine on one "
-            "with internet: python3 benchmarks/gpu_validation.py --prepare-wheelhouse DIR "
-            "--jax VERSION --python-version X.Y (docs/gpu-validation.md)"
+            f"with internet: python3 benchmarks/gpu_validation.py --prepare-wheelhouse DIR "
+            f"{prepare} (docs/gpu-validation.md)"
         )
 
 
@@ -388,10 +391,13 @@ def setup(
         major = cuda_major_to_install(versions, wheelhouse)
         libraries = bool(found["nvidia_wheels"]) or system_cuda_libraries()
         extra = "" if libraries or not gpu else "[with-cuda]"
+        python_version = ".".join(found["python"].split(".")[:2])
         pip_install(
             python, env, wheelhouse,
             [f"jax-cuda{major}-plugin{extra}=={jaxlib}", f"jax-cuda{major}-pjrt=={jaxlib}"],
             actions,
+            prepare=f"--jax {jaxlib} --python-version {python_version} --cuda {major}"
+            + (" --with-cuda-libraries" if extra else ""),
         )  # fmt: skip
         found = probe(python, env)
         versions = found["versions"]
