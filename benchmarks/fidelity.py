@@ -271,20 +271,30 @@ def summary(errors: Sequence[float]) -> dict[str, float | int]:
 class Harness:
     """Runs the plugin's check over the corpus and measures what it predicts."""
 
-    def __init__(self, *, timing: bool, seconds: float, repeats: int, target: str) -> None:
+    def __init__(
+        self,
+        *,
+        timing: bool,
+        seconds: float,
+        repeats: int,
+        target: str,
+        share_platforms: Sequence[str] | None = None,
+    ) -> None:
         from pytest_jaxport._jax import deviceless, lowering
         from pytest_jaxport.cache import CompileSettings
+        from pytest_jaxport.model import gpu
         from pytest_jaxport.model.config import ProjectConfig
-        from pytest_jaxport.model.gpu import load_target
         from pytest_jaxport.model.targets import classify
 
         self.lowering = lowering
         self.timing = timing
+        self.share_platforms = tuple(share_platforms) if share_platforms else None
+        """The platforms whose share is measured (default: every one present)."""
         self.seconds = seconds
         self.repeats = repeats
         self.present = lowering.present_platforms()
         self.target = target
-        self.target_config = load_target(target)
+        self.target_config = gpu.load_target(target)
         self.cuda_problem = None if "cuda" in self.present else deviceless.cuda_plugin_problem()
         compile_platforms = ("cpu",) if self.cuda_problem else ("cpu", "cuda")
         self.settings = CompileSettings(
@@ -336,10 +346,11 @@ class Harness:
             row: dict[str, Any] = {"program": program.name, "size": size, "mode": mode}
             row["counts"] = self.counts(probe)
             row["numerics"] = self.numerics(probe, mode)
-            if self.timing:
-                row["share"] = self.shares(key, f, a, probe)
+            deviceless_text = None
             if "cuda" in self.present:
-                row["gpu_vs_deviceless"] = self.gpu_vs_deviceless(f, a, probe)
+                row["gpu_vs_deviceless"], deviceless_text = self.gpu_vs_deviceless(f, a, probe)
+            if self.timing:
+                row["share"] = self.shares(key, f, a, probe, deviceless_text)
             rows.append(row)
         return rows
 
@@ -401,14 +412,26 @@ class Harness:
 
     # -- runtime share -----------------------------------------------------------------------
 
-    def shares(self, key: str, fn: Any, args: tuple[Any, ...], probe: Any) -> dict[str, Any]:
+    def shares(
+        self,
+        key: str,
+        fn: Any,
+        args: tuple[Any, ...],
+        probe: Any,
+        deviceless_text: str | None = None,
+    ) -> dict[str, Any]:
+        """Measured against estimated shares per present platform; on a GPU,
+        ``deviceless_text`` (the same program compiled without it) is estimated too: that
+        is the estimate a report made without the GPU prints."""
         from pytest_jaxport.model.census import take_census
         from pytest_jaxport.model.cost import CALIBRATION, estimated_share, kernel_seconds, peak_for
         from pytest_jaxport.model.hlo import parse_compiled_hlo
 
         out: dict[str, Any] = {}
         for platform in self.present:
-            if platform not in ("cpu", "cuda", "rocm", "tpu"):
+            if platform not in PLATFORMS or (
+                self.share_platforms is not None and platform not in self.share_platforms
+            ):
                 continue
             try:
                 measured, noise, compiled_text, lowered_program = self.measure(fn, args, platform)
@@ -439,6 +462,19 @@ class Harness:
                 peak, CALIBRATION,
             )  # fmt: skip
             probe_share = probe.platforms[platform].runtime_share
+            errors = {
+                "compiled": round(worst_layer_points(compiled_layers, measured), 2),
+                "lowered": round(worst_layer_points(lowered_layers, measured), 2),
+                "before": round(worst_layer_points(before, measured), 2),
+                "lowered_timing": round(worst_layer_points(timing, measured), 2),
+            }
+            deviceless_layers = None
+            if platform == "cuda" and deviceless_text is not None:
+                flat_deviceless = flatten(parse_compiled_hlo(deviceless_text), "cuda", "compiled")
+                deviceless_layers = estimate_layers(flat_deviceless, peak, CALIBRATION)
+                errors["compiled_deviceless"] = round(
+                    worst_layer_points(deviceless_layers, measured), 2
+                )
             out[platform] = {
                 "measured": measured,
                 "measured_by_plane": self.planes,
@@ -447,13 +483,10 @@ class Harness:
                 "estimated_lowered": lowered_layers,
                 "estimated_before": before,
                 "plugin_label": probe_share.to_dict() if probe_share else None,
-                "error_points": {
-                    "compiled": round(worst_layer_points(compiled_layers, measured), 2),
-                    "lowered": round(worst_layer_points(lowered_layers, measured), 2),
-                    "before": round(worst_layer_points(before, measured), 2),
-                    "lowered_timing": round(worst_layer_points(timing, measured), 2),
-                },
+                "error_points": errors,
             }
+            if deviceless_layers is not None:
+                out[platform]["estimated_compiled_deviceless"] = deviceless_layers
             self.training.append(
                 {
                     "key": key,
@@ -513,8 +546,11 @@ class Harness:
 
     # -- the GPU itself ------------------------------------------------------------------------
 
-    def gpu_vs_deviceless(self, fn: Any, args: tuple[Any, ...], probe: Any) -> dict[str, Any]:
-        """On a GPU: the census compiled there against the deviceless one for ``target``."""
+    def gpu_vs_deviceless(
+        self, fn: Any, args: tuple[Any, ...], probe: Any
+    ) -> tuple[dict[str, Any], str | None]:
+        """On a GPU: the census compiled there against the deviceless one for ``target``,
+        and the deviceless program's text (``None`` where it did not compile)."""
         from pytest_jaxport.model.census import take_census
         from pytest_jaxport.model.hlo import parse_compiled_hlo
 
@@ -526,18 +562,18 @@ class Harness:
             )
         except self.lowering.LoweringFailure as e:
             out["deviceless_error"] = str(e)
-            return out
+            return out, None
         deviceless = take_census(
             parse_compiled_hlo(text), "cuda", level="compiled", classifier=self.compiled_classifier
         )
         out["deviceless"] = library_counts(deviceless)
         if real is None:
             out["gpu_error"] = probe.platforms["cuda"].compile_error
-            return out
+            return out, text
         out["gpu"] = library_counts(real)
         out["agreement"] = agreement(out["deviceless"], out["gpu"])
         out["causes"] = deviceless_vs_gpu_causes(deviceless, real)
-        return out
+        return out, text
 
 
 def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, float]]:
@@ -580,11 +616,11 @@ def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, 
     return planes
 
 
-def capture_target() -> dict[str, Any]:
-    """``jaxport capture-target`` here, compared with the shipped description of this GPU."""
+def capture_target(folder: Path) -> dict[str, Any]:
+    """``jaxport capture-target`` here, compared with the shipped description of this GPU;
+    the captured description is written to ``folder``."""
     from pytest_jaxport._jax import deviceless
     from pytest_jaxport.model import gpu
-    from pytest_jaxport.model.gpu import load_target
 
     try:
         captured = deviceless.capture_target()
@@ -606,13 +642,14 @@ def capture_target() -> dict[str, Any]:
     mine = {f: gpu.field_value(captured, f) for f in fields}
     out["captured"] = mine
     if shipped_name is not None:
-        shipped = load_target(shipped_name)
+        shipped = gpu.load_target(shipped_name)
         theirs = {f: gpu.field_value(shipped, f) for f in fields}
         out["differs"] = {f: [theirs[f], mine[f]] for f in fields if theirs[f] != mine[f]}
     name = (shipped_name or "gpu") + "-captured.txtpb"
-    path = HERE / "results" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     path.write_text(captured, encoding="utf-8")
-    out["written"] = str(path.relative_to(REPO))
+    out["written"] = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
     return out
 
 
@@ -748,7 +785,15 @@ def environment() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "versions": {
             name: _installed(name)
-            for name in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "pytest-jaxport")
+            for name in (
+                "jax",
+                "jaxlib",
+                "jax-cuda12-plugin",
+                "jax-cuda12-pjrt",
+                "jax-cuda13-plugin",
+                "jax-cuda13-pjrt",
+                "pytest-jaxport",
+            )
         },
         "present_platforms": list(present),
         "devices": {p: lowering.device_kind(p) for p in present},
@@ -835,9 +880,14 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ]
         if not measured:
             continue
+        sources = ["before", "lowered", "lowered_timing", "compiled"]
+        if any("compiled_deviceless" in m["error_points"] for m in measured):
+            sources.append("compiled_deviceless")
         out["share_error_points"][platform] = {
-            source: summary([m["error_points"][source] for m in measured])
-            for source in ("before", "lowered", "lowered_timing", "compiled")
+            source: summary(
+                [m["error_points"][source] for m in measured if source in m["error_points"]]
+            )
+            for source in sources
         }
         out["share_error_points"][platform]["repeatability"] = summary(
             [m["repeatability_points"] for m in measured]
@@ -860,27 +910,63 @@ def agreement_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, di
     return table
 
 
+def gpu_device(results: Mapping[str, Any]) -> str | None:
+    """The GPU a run compiled cuda on (its device kind), or ``None`` for a run without one
+    (where cuda was compiled deviceless, if at all)."""
+    env = results["environment"]
+    if "cuda" not in env.get("present_platforms", ()):
+        return None
+    return str(env.get("devices", {}).get("cuda") or "cuda device")
+
+
+def deviceless_vs_gpu_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per program variant, per library: the deviceless census's agreement with the GPU's."""
+    return {
+        f"{row['program']}/{row['size']}/{row['mode']}": row["gpu_vs_deviceless"]["agreement"]
+        for row in rows
+        if "agreement" in row.get("gpu_vs_deviceless", {})
+    }
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
 def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str]:
     """What dropped against the baseline; empty when nothing did.
 
     With the same jaxlib as a recorded one, every (program, platform, library) agreement
     must be at least what was recorded (compiling is deterministic); with another jaxlib,
     each platform's corpus-wide agreement must be at least the newest recorded one's.
+    On a GPU, cuda's census was compiled by the device (autotuned), not deviceless: it is
+    held to what was recorded on that device (``devices`` in the baseline), never to the
+    deviceless numbers; a device with nothing recorded yet has nothing to drop below.
     """
     try:
         baseline = json.loads(baseline_path.read_text(encoding="utf-8"))
         recorded = baseline["jaxlib"]
+        if not isinstance(recorded, Mapping):
+            raise TypeError(f"'jaxlib' is {type(recorded).__name__}, not an object")
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [
             f"{baseline_path}: not a fidelity baseline ({type(e).__name__}: {e}); write one "
             "with --update-baseline"
         ]
     jaxlib = results["environment"]["versions"]["jaxlib"]
+    device = gpu_device(results)
     table = agreement_table(results["rows"])
     totals = results["aggregate"]["agreement"]
+    entry = recorded.get(jaxlib, {})
+    expected: dict[str, Mapping[str, Mapping[str, float]]] = {}
+    if "programs" in entry:
+        expected = {p: v for p, v in entry["programs"].items() if not (device and p == "cuda")}
+    on_device = entry.get("devices", {}).get(device) if device else None
+    if on_device:
+        expected["cuda"] = on_device["programs"].get("cuda", {})
     drops = []
-    if jaxlib in recorded:
-        for platform, programs in recorded[jaxlib]["programs"].items():
+    if expected:
+        where = f" on {device}" if device else ""
+        for platform, programs in expected.items():
             for key, libraries in programs.items():
                 now = table.get(platform, {}).get(key)
                 if now is None:
@@ -892,20 +978,34 @@ def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str
                         drops.append(
                             f"{platform} {key} {library}: agreement {now.get(library, 0.0):.0f}% "
                             f"< {percent:.0f}% recorded for jaxlib {jaxlib}"
+                            + (where if platform == "cuda" else "")
                         )
         return drops
-    newest = max(recorded, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
-    for platform, entry in recorded[newest]["totals"].items():
+    with_totals = [v for v in recorded if "totals" in recorded[v]]
+    if not with_totals:
+        return drops
+    newest = max(with_totals, key=_version_key)
+    for platform, total in recorded[newest]["totals"].items():
+        if device and platform.startswith("cuda"):
+            continue  # deviceless totals: not what a device compiles
         now = totals.get(platform, {}).get("percent")
-        if now is None or now + 1e-6 < entry["percent"]:
+        if now is None or now + 1e-6 < total["percent"]:
             drops.append(
-                f"{platform}: corpus agreement {now}% < {entry['percent']:.1f}% recorded "
+                f"{platform}: corpus agreement {now}% < {total['percent']:.1f}% recorded "
                 f"for jaxlib {newest} (no baseline for {jaxlib} yet)"
             )
     return drops
 
 
-def update_baseline(results: Mapping[str, Any], baseline_path: Path) -> None:
+def update_baseline(
+    results: Mapping[str, Any], baseline_path: Path, *, source: str | None = None
+) -> None:
+    """Record this run's agreement for its jaxlib in ``baseline_path``.
+
+    A run on a GPU records only what the device compiled, under ``devices`` with the
+    device named (its cpu counts depend on the host's CPU, and the baseline's deviceless
+    cuda counts are what CI checks), with ``source`` (the results file) when given.
+    """
     try:
         baseline = json.loads(baseline_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -915,10 +1015,20 @@ def update_baseline(results: Mapping[str, Any], baseline_path: Path) -> None:
             "jaxlib": {},
         }
     jaxlib = results["environment"]["versions"]["jaxlib"]
-    baseline["jaxlib"][jaxlib] = {
-        "totals": results["aggregate"]["agreement"],
-        "programs": agreement_table(results["rows"]),
-    }
+    entry = baseline["jaxlib"].setdefault(jaxlib, {})
+    device = gpu_device(results)
+    if device is None:
+        entry["totals"] = results["aggregate"]["agreement"]
+        entry["programs"] = agreement_table(results["rows"])
+    else:
+        totals = results["aggregate"]["agreement"]
+        entry.setdefault("devices", {})[device] = {
+            "totals": {k: v for k, v in totals.items() if k.startswith("cuda")},
+            "programs": {"cuda": agreement_table(results["rows"]).get("cuda", {})},
+            "deviceless_vs_gpu": deviceless_vs_gpu_table(results["rows"]),
+            "target": results.get("target"),
+            **({"source": source} if source else {}),
+        }
     tmp = baseline_path.with_name(f"{baseline_path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, baseline_path)
@@ -937,6 +1047,16 @@ def _counts(counts: Mapping[str, int] | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
 
 
+def cuda_plugin(versions: Mapping[str, str | None]) -> str:
+    """The installed jax CUDA plugin, in words (``jax-cuda12-plugin 0.10.2``, or ``—``)."""
+    found = [
+        f"{name} {versions[name]}"
+        for name in ("jax-cuda12-plugin", "jax-cuda13-plugin")
+        if versions.get(name)
+    ]
+    return ", ".join(found) or "—"
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     env = results["environment"]
     rows = results["rows"]
@@ -946,7 +1066,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "## Prediction fidelity (`benchmarks/fidelity.py`)",
         "",
         f"{env['date']}: {env['machine']}, {env['nproc']} CPUs, Python {env['python']}, "
-        f"jax {v['jax']}, jaxlib {v['jaxlib']}, jax-cuda12-plugin {v['jax-cuda12-plugin'] or '—'}; "
+        f"jax {v['jax']}, jaxlib {v['jaxlib']}, CUDA plugin {cuda_plugin(v)}; "
         f"present: {', '.join(env['present_platforms'])}"
         + (
             f" ({', '.join(f'{k}: {d}' for k, d in env['devices'].items())})"
@@ -1036,6 +1156,8 @@ def markdown(results: Mapping[str, Any]) -> str:
                 "lowered_timing": "now, lowered, with cpu's dots and convolutions counted as "
                 "the library calls XLA:CPU makes (the timing model alone)",
                 "compiled": "now, from the compiled program",
+                "compiled_deviceless": "now, from the program compiled without the GPU "
+                "(deviceless: what a report made on a CPU-only machine estimates)",
                 "compiled, programs with more than one layer": "now, compiled; programs with more than one layer",
                 "repeatability": "the measurement against itself (its profiler sessions)",
             }
@@ -1125,6 +1247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="profiled run time per measurement session (default 0.2 s)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="profiler sessions per program")
+    parser.add_argument(
+        "--share-platforms",
+        help="comma-separated platforms whose runtime share is measured (default: every "
+        "platform present; a GPU run measures cuda only, cpu's is recorded already)",
+    )
     parser.add_argument("--no-timing", action="store_true", help="counts and numerics only")
     parser.add_argument("--fit", action="store_true", help="refit the estimate's calibration")
     parser.add_argument("--out", type=Path, help="results JSON (Markdown next to it as .md)")
@@ -1156,24 +1283,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     prefer_deviceless()
     target = args.target or default_target()
+    share_platforms = [p.strip() for p in (args.share_platforms or "").split(",") if p.strip()]
+    if any(p not in PLATFORMS for p in share_platforms):
+        parser.error(
+            f"--share-platforms: expected some of {', '.join(PLATFORMS)}, "
+            f"found {args.share_platforms!r}"
+        )
     harness = Harness(
         timing=not (args.no_timing or counts_only),
         seconds=args.seconds,
         repeats=max(1, args.repeats),
         target=target,
+        share_platforms=share_platforms or None,
     )
     if harness.cuda_problem:
         log(f"cuda is not compiled here: {harness.cuda_problem}")
     results: dict[str, Any] = {
         "environment": environment(),
         "model": shipped_model(),
+        "target": target,
         "scope": {
             "programs": [p.name for p in programs],
             "sizes": sizes,
             "all": len(programs) == len(corpus.CORPUS) and len(sizes) == 2,
         },
         "rows": [],
+        "complete": False,
     }
+
+    def save() -> None:
+        """Write what is done so far: a run stopped by a time limit keeps its programs."""
+        if not args.out:
+            return
+        results["aggregate"] = aggregate(results["rows"])
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        for path, text in (
+            (args.out, json.dumps(results, indent=1, default=str) + "\n"),
+            (args.out.with_suffix(".md"), markdown(results)),
+        ):
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+
     for program in programs:
         for size in sizes:
             start = time.perf_counter()
@@ -1191,18 +1342,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     }
                 )
             log(f"{program.name} {size}: {time.perf_counter() - start:.1f} s")
+            save()
     if not counts_only:
-        results["capture_target"] = capture_target()
+        results["capture_target"] = capture_target(
+            args.out.parent if args.out else HERE / "results"
+        )
     results["aggregate"] = aggregate(results["rows"])
     if args.fit:
         log("fitting the calibration")
         results["fit"] = fit(harness.training)
         print(json.dumps(results["fit"], indent=1))
     results["environment"]["loadavg_end"] = list(os.getloadavg())
+    results["complete"] = True
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
-        args.out.with_suffix(".md").write_text(markdown(results), encoding="utf-8")
+        save()
         log(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     elif not counts_only:
         print(markdown(results))

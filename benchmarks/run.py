@@ -121,18 +121,20 @@ def suite_overhead(
     tmp: Path,
     plugin_args: list[str] | None = None,
     module: str = "models",
+    plain: bool = False,
 ) -> dict[str, Any]:
     """Interleaved a/b sessions, cold (no .pytest_cache, no __pycache__) then warm.
 
     a: the plugin with the suite's config (plus ``plugin_args``); b: ``-p no:jaxport`` and
-    the plain fixture of jaxport_plain.py.
+    the plain fixture of jaxport_plain.py. ``plain``: the generated tests jit and run each
+    case themselves (the suite an audit, ``--jaxport-audit``, sees).
     """
     extra = plugin_args or []
     folders = {}
     for mode in ("a", "b"):
         folder = tmp / f"{name}-{mode}"
         if source is None:
-            write_suite(folder, cases, module)
+            write_suite(folder, cases, module, plain=plain)
         else:
             shutil.copytree(
                 source,

@@ -41,14 +41,29 @@ def test_{name}(jaxport):
 """
 
 
-def write_suite(folder: Path, cases: list[str], module: str = "models") -> Path:
-    """Create ``folder`` with ``module``.py, pyproject.toml and tests/test_generated.py."""
+PLAIN_TEST = '''
+
+def test_{name}():
+    fn, args = models.CASES[{name!r}]()
+    out = jax.block_until_ready(jax.jit(fn)(*args))
+    assert _finite(out)
+'''
+"""A test that uses JAX plainly (no ``jaxport`` fixture, no marker): what ``--jaxport-audit``
+audits in a suite that never heard of the plugin."""
+
+
+def write_suite(
+    folder: Path, cases: list[str], module: str = "models", *, plain: bool = False
+) -> Path:
+    """Create ``folder`` with ``module``.py, pyproject.toml and tests/test_generated.py
+    (``plain``: tests that jit and run each case themselves, for the audit)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in {module, "models"}:  # models_sharded builds on models
         shutil.copy(HERE / f"{name}.py", folder / f"{name}.py")
     (folder / "pyproject.toml").write_text(PYPROJECT)
     tests = folder / "tests"
     tests.mkdir(exist_ok=True)
-    body = HEADER.format(module=module) + "".join(TEST.format(name=name) for name in cases)
+    test = PLAIN_TEST if plain else TEST
+    body = HEADER.format(module=module) + "".join(test.format(name=name) for name in cases)
     (tests / "test_generated.py").write_text(body)
     return folder

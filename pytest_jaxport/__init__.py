@@ -9,7 +9,7 @@ imports JAX; the plugin loads it only when a portable test runs.
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
 from pytest_jaxport.model.cost import CostModel, RewriteItem
 from pytest_jaxport.model.targets import Classification
@@ -17,9 +17,15 @@ from pytest_jaxport.model.tooling import ToolingRule
 from pytest_jaxport.version import __version__
 
 
-class JaxportWarning(pytest.PytestWarning):
-    """A check could not do all it was asked (nothing executed, nothing to compare, a
-    platform's budgets unverified on this machine)."""
+
+def __getattr__(name: str) -> Any:
+    # JaxportWarning is a pytest warning: imported on first use, so that importing the
+    # package (or its pure parts, from the `jaxport` command) never imports pytest.
+    if name == "JaxportWarning":
+        from pytest_jaxport.warning import JaxportWarning
+
+        return JaxportWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

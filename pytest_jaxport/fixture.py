@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport import JaxportWarning
+from pytest_jaxport.warning import JaxportWarning
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.arguments import ArgumentError, prepare
 from pytest_jaxport._jax.interception import paused

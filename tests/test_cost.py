@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from pytest_jaxport.model.census import Census, Kernel, OpSite, SourceLocation
 from pytest_jaxport.model.cost import (
     DEFAULT_PEAKS,
     ESTIMATE_ERROR,
+    EVERY_PLATFORM,
     Calibration,
     CostModel,
     Peak,
@@ -24,6 +26,7 @@ from pytest_jaxport.model.cost import (
     kernel_seconds,
     peak_for,
     peak_from_target,
+    read_estimate_errors,
     rewrite_items,
     share_basis,
     share_of,
@@ -164,6 +167,65 @@ def test_an_estimated_share_names_its_census_level_and_measured_error() -> None:
     assert lowered is not None
     assert lowered.error_points == ESTIMATE_ERROR["lowered"].points
     assert estimated_share(Census(platform="cuda")) is None
+
+
+GPU_BANDS = """{"default": {"lowered": {"points": 37, "programs": 60, "device": "cpu",
+                                   "jaxlib": "0.10.2"},
+                       "compiled": {"points": 10, "programs": 60, "device": "cpu"}},
+          "platforms": {"cuda": {"lowered": {"points": 21, "programs": 40,
+                                             "device": "NVIDIA H200", "jaxlib": "0.11.2"}}}}"""
+
+
+def test_a_platform_measured_on_its_own_hardware_gets_its_own_band_naming_the_device() -> None:
+    table = read_estimate_errors(GPU_BANDS, source="bands.json")
+    census = Census(platform="cuda", level="lowered", estimated_seconds=(("xla", None, 1.0),))
+    share = estimated_share(census, table)
+    assert share is not None
+    assert (share.error_points, share.error_measured_on) == (21.0, "NVIDIA H200")
+    assert share_basis(share.to_dict()) == (
+        "estimated (roofline from the lowered program, ±21 points on NVIDIA H200)"
+    )
+    assert RuntimeShare.from_dict(share.to_dict()) == share
+    # Without a band of its own (rocm; cuda's compiled level) the default, measured on cpu.
+    rocm = estimated_share(replace(census, platform="rocm"), table)
+    compiled = estimated_share(replace(census, level="compiled"), table)
+    assert rocm is not None
+    assert compiled is not None
+    assert (rocm.error_points, rocm.error_measured_on) == (37.0, "cpu")
+    assert (compiled.error_points, compiled.error_measured_on) == (10.0, "cpu")
+    assert table[EVERY_PLATFORM]["lowered"].measured_on == "cpu, jaxlib 0.10.2"
+    # A suite total keeps the worst part's band and where it was measured.
+    total = combine([share, replace(rocm, error_points=50.0, error_measured_on="cpu")])
+    assert total is not None
+    assert (total.error_points, total.error_measured_on) == (50.0, "cpu")
+
+
+def test_the_shipped_bands_were_measured_on_cpu() -> None:
+    """Until a GPU run is adopted, cuda's band is cpu's: the JSON says so, and the label is
+    the fidelity corpus's (measured on cpu, as the docs say), with no device named."""
+    census = Census(platform="cuda", level="lowered", estimated_seconds=(("xla", None, 1.0),))
+    share = estimated_share(census)
+    assert share is not None
+    assert share.error_measured_on == ESTIMATE_ERROR["lowered"].device == "cpu"
+    assert share_basis(share.to_dict()) == (
+        "estimated (roofline from the lowered program, ±37 points on the fidelity corpus)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "bands.json: not JSON"),
+        ("[]", "bands.json: expected an object with a 'default' table"),
+        ('{"default": {"lowered": {"points": "x", "programs": 1}}}',
+         "bands.json: 'default.lowered' needs a number 'points' and an integer 'programs'"),
+        ('{"default": {}, "platforms": {"cuda": 3}}',
+         "bands.json: 'platforms.cuda' must be an object of census levels"),
+    ],
+)  # fmt: skip
+def test_a_malformed_band_file_is_named_with_its_key(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        read_estimate_errors(text, source="bands.json")
 
 
 def test_rewrite_items_per_target() -> None:

@@ -74,7 +74,8 @@ class RuntimeShare:
 
     An estimate says which census it was computed from (``estimated_from``: ``compiled`` or
     ``lowered``) and how far off such estimates were on the fidelity corpus
-    (``error_points``, see :data:`ESTIMATE_ERROR`). A suite total says how many checks went
+    (``error_points``, see :func:`estimate_error`; ``error_measured_on``: the device that
+    error was measured on, ``cpu`` or a GPU's name). A suite total says how many checks went
     into it (``checks``) and how many it leaves out (``left_out``: estimated checks kept
     apart from a measured total, whose own estimated total is ``left_out_share``).
     """
@@ -85,6 +86,7 @@ class RuntimeShare:
     libraries: Mapping[str, float] = field(default_factory=dict)
     estimated_from: str | None = None
     error_points: float | None = None
+    error_measured_on: str | None = None
     checks: int | None = None
     left_out: int = 0
     left_out_share: RuntimeShare | None = None
@@ -100,6 +102,8 @@ class RuntimeShare:
             data["estimated_from"] = self.estimated_from
         if self.error_points is not None:
             data["error_points"] = self.error_points
+        if self.error_measured_on is not None:
+            data["error_measured_on"] = self.error_measured_on
         if self.checks is not None:
             data["checks"] = self.checks
         if self.left_out:
@@ -113,6 +117,7 @@ class RuntimeShare:
         libraries = data.get("libraries") or {}
         assert isinstance(libraries, Mapping)
         error = data.get("error_points")
+        measured_on = data.get("error_measured_on")
         checks = data.get("checks")
         left_out_share = data.get("left_out_share")
         return cls(
@@ -122,6 +127,7 @@ class RuntimeShare:
             libraries={str(k): float(v) for k, v in libraries.items()},
             estimated_from=str(data["estimated_from"]) if data.get("estimated_from") else None,
             error_points=float(error) if isinstance(error, (int, float)) else None,
+            error_measured_on=measured_on if isinstance(measured_on, str) else None,
             checks=int(checks) if isinstance(checks, int) else None,
             left_out=int(data.get("left_out", 0) or 0),  # type: ignore[call-overload]
             left_out_share=(
@@ -135,6 +141,8 @@ def share_basis(share: Mapping[str, object]) -> str:
 
     >>> share_basis({"basis": "estimated", "estimated_from": "compiled", "error_points": 9.6})
     'estimated (roofline from the compiled program, ±10 points on the fidelity corpus)'
+    >>> share_basis({"basis": "estimated", "error_points": 12, "error_measured_on": "NVIDIA H200"})
+    'estimated (roofline, ±12 points on NVIDIA H200)'
     >>> share_basis({"basis": "measured", "checks": 5, "left_out": 1})
     'measured over 5 of 6 checks (1 not measured, left out)'
     """
@@ -151,7 +159,12 @@ def share_basis(share: Mapping[str, object]) -> str:
     error = share.get("error_points")
     parts = ["roofline" + (f" from the {source} program" if isinstance(source, str) else "")]
     if isinstance(error, (int, float)):
-        parts.append(f"±{error:.0f} points on the fidelity corpus")
+        # A band measured on the platform's own hardware names it (the fidelity corpus run
+        # there); the default band, measured on cpu, is the corpus's, as the docs say. Short:
+        # a terminal note is one line of at most 100 columns.
+        device = share.get("error_measured_on")
+        own = isinstance(device, str) and device not in ("", "cpu")
+        parts.append(f"±{error:.0f} points on {device if own else 'the fidelity corpus'}")
     return f"estimated ({', '.join(parts)})"
 
 
@@ -256,7 +269,8 @@ def _weighted(shares: list[RuntimeShare], basis: Basis) -> RuntimeShare:
     for _, lib, seconds in timed:
         if lib:
             libraries[lib] = libraries.get(lib, 0.0) + seconds / total
-    errors = [s.error_points for s in shares if s.error_points is not None]
+    errors = [(s.error_points, s.error_measured_on) for s in shares if s.error_points is not None]
+    worst = max(errors, key=lambda e: e[0]) if errors else (None, None)
     sources = {s.estimated_from for s in shares if s.estimated_from}
     return RuntimeShare(
         basis=basis,
@@ -264,7 +278,8 @@ def _weighted(shares: list[RuntimeShare], basis: Basis) -> RuntimeShare:
         layers=layers.layers,
         libraries=dict(sorted(libraries.items())),
         estimated_from=" and ".join(sorted(sources)) if sources else None,
-        error_points=max(errors) if errors else None,
+        error_points=worst[0],
+        error_measured_on=worst[1],
         checks=len(shares),
     )
 
@@ -365,39 +380,133 @@ class EstimateError:
     """How far the estimate was from the measured share on the fidelity corpus.
 
     ``points``: the mean, over the corpus's ``programs``, of the worst layer's difference
-    between estimated and measured share, in percentage points (:data:`ESTIMATE_ERROR` says
-    how each level's number was obtained); ``measured_on``: the platform and jaxlib.
+    between estimated and measured share, in percentage points; ``device``: what it was
+    measured on (``cpu``, or a GPU's name such as ``NVIDIA H200``); ``measured_on``: the
+    device and jaxlib, in words; ``source``: the results file it came from.
     """
 
     points: float
     programs: int
     measured_on: str
+    device: str = ""
+    source: str = ""
 
 
-ESTIMATE_ERROR: Mapping[str, EstimateError] = {
-    "compiled": EstimateError(points=10.0, programs=60, measured_on="cpu, jaxlib 0.10.2"),
-    "lowered": EstimateError(points=37.0, programs=60, measured_on="cpu, jaxlib 0.10.2"),
-}
-"""The estimate's measured error by the census it starts from, from the run recorded in
-``benchmarks/results/fidelity-cpu.json``: for ``compiled``, the fit's error on each program
-left out of it (the shipped constants, fitted on an earlier run, were 8.2 points off there);
-for ``lowered``, the shipped constants' error (on cpu a lowered dot counts as ``xla``, so
-dot-heavy programs are misattributed whatever the timing model)."""
+ESTIMATE_ERRORS_FILE = "estimate_error.json"
+"""The band data, shipped inside the package (``pytest_jaxport/estimate_error.json``): per
+platform and census level; ``benchmarks/gpu_validation.py --adopt`` writes cuda's from a
+run on a GPU."""
+
+EVERY_PLATFORM = "*"
+"""The key of :func:`read_estimate_errors`'s table that applies to every platform without
+an entry of its own (the file's ``default`` table)."""
 
 
-def estimated_share(census: Census) -> RuntimeShare | None:
+def read_estimate_errors(text: str, *, source: str) -> dict[str, dict[str, EstimateError]]:
+    """The error bands of an ``estimate_error.json`` text: ``{platform: {level: error}}``,
+    with the file's ``default`` table under :data:`EVERY_PLATFORM`.
+
+    Raises ``ValueError`` naming ``source``, the key, what was expected and what was found.
+
+    >>> table = read_estimate_errors(
+    ...     '{"default": {"lowered": {"points": 37, "programs": 60, "device": "cpu"}},'
+    ...     ' "platforms": {"cuda": {"lowered": {"points": 12, "programs": 30,'
+    ...     ' "device": "NVIDIA H200", "jaxlib": "0.11.2"}}}}', source="bands.json")
+    >>> table["cuda"]["lowered"].measured_on
+    'NVIDIA H200, jaxlib 0.11.2'
+    """
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{source}: not JSON ({e})") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("default"), Mapping):
+        raise ValueError(f"{source}: expected an object with a 'default' table of levels")
+    platforms = data.get("platforms", {})
+    if not isinstance(platforms, Mapping):
+        raise ValueError(
+            f"{source}: 'platforms' must be an object of platforms, found "
+            f"{type(platforms).__name__}"
+        )
+    tables = {EVERY_PLATFORM: data["default"], **platforms}
+    out: dict[str, dict[str, EstimateError]] = {}
+    for platform, levels in tables.items():
+        where = "default" if platform == EVERY_PLATFORM else f"platforms.{platform}"
+        if not isinstance(levels, Mapping):
+            raise ValueError(f"{source}: '{where}' must be an object of census levels")
+        out[platform] = {}
+        for level, entry in levels.items():
+            key = f"{where}.{level}"
+            points = entry.get("points") if isinstance(entry, Mapping) else None
+            programs = entry.get("programs") if isinstance(entry, Mapping) else None
+            if not isinstance(points, (int, float)) or not isinstance(programs, int):
+                raise ValueError(
+                    f"{source}: '{key}' needs a number 'points' and an integer 'programs', "
+                    f"found {entry!r}"
+                )
+            assert isinstance(entry, Mapping)
+            device = str(entry.get("device") or "")
+            jaxlib = entry.get("jaxlib")
+            out[platform][str(level)] = EstimateError(
+                points=float(points),
+                programs=programs,
+                measured_on=", ".join(filter(None, [device, f"jaxlib {jaxlib}" if jaxlib else ""])),
+                device=device,
+                source=str(entry.get("source") or ""),
+            )
+    return out
+
+
+@functools.cache
+def shipped_estimate_errors() -> Mapping[str, Mapping[str, EstimateError]]:
+    """The bands shipped in ``pytest_jaxport/estimate_error.json`` (read once per process)."""
+    import importlib.resources
+
+    resource = importlib.resources.files("pytest_jaxport") / ESTIMATE_ERRORS_FILE
+    return read_estimate_errors(
+        resource.read_text(encoding="utf-8"), source=f"pytest_jaxport/{ESTIMATE_ERRORS_FILE}"
+    )
+
+
+ESTIMATE_ERROR: Mapping[str, EstimateError] = shipped_estimate_errors()[EVERY_PLATFORM]
+"""The shipped band by census level for platforms without a band of their own, measured on
+cpu (``benchmarks/results/fidelity-cpu.json``): for ``compiled``, the fit's error on each
+program left out of it (the shipped constants, fitted on an earlier run, were 8.2 points
+off there); for ``lowered``, the shipped constants' error (on cpu a lowered dot counts as
+``xla``, so dot-heavy programs are misattributed whatever the timing model)."""
+
+
+def estimate_error(
+    platform: str,
+    level: str,
+    errors: Mapping[str, Mapping[str, EstimateError]] | None = None,
+) -> EstimateError | None:
+    """The band an estimate for ``platform`` from a ``level`` census carries: the platform's
+    own, measured on its hardware, where there is one, else the default (measured on cpu).
+    ``errors`` defaults to the shipped table (:func:`shipped_estimate_errors`)."""
+    table = shipped_estimate_errors() if errors is None else errors
+    own = table.get(platform, {}).get(level)
+    return own if own is not None else table.get(EVERY_PLATFORM, {}).get(level)
+
+
+def estimated_share(
+    census: Census, errors: Mapping[str, Mapping[str, EstimateError]] | None = None
+) -> RuntimeShare | None:
     """The estimated share of one census (its ``estimated_seconds``), labelled with the
-    census's level and that level's measured error; ``None`` when it has no estimate."""
+    census's level and the error measured for that platform and level (and where it was
+    measured); ``None`` when it has no estimate."""
     if not census.estimated_seconds:
         return None
     share = share_of(census.estimated_seconds, "estimated")
     if share.seconds <= 0:
         return None
-    error = ESTIMATE_ERROR.get(census.level)
+    error = estimate_error(census.platform, census.level, errors)
     return replace(
         share,
         estimated_from=census.level,
         error_points=error.points if error is not None else None,
+        error_measured_on=(error.device or None) if error is not None else None,
     )
 
 

@@ -1,0 +1,1240 @@
+"""The GPU validation run: every cuda number pytest-jaxport predicts, measured on one NVIDIA GPU.
+
+    python3 benchmarks/gpu_validation.py [--wheelhouse DIR] [--out-dir DIR] [--budget 480]
+    python3 benchmarks/gpu_validation.py --dry-run [--out-dir DIR]          # CPU machine, CI
+    python3 benchmarks/gpu_validation.py --prepare-wheelhouse DIR [...]     # beforehand, online
+    python3 benchmarks/gpu_validation.py --adopt RESULTS.json               # GPU numbers in use
+
+Made for a GPU machine that is lent rarely and briefly (minutes, one device, no internet), so
+everything is prepared: one command installs what is missing from a wheelhouse made
+beforehand, then runs four parts, each under its own time limit, all within ``--budget``
+seconds (480 by default, the install step included), writing
+``gpu-validation-<name>.json`` and ``.md`` (plus a log) under ``--out-dir`` after every part,
+so a part that fails or runs out of time leaves what the others measured:
+
+1. **capture**: ``jaxport capture-target`` of the device, diffed field by field against the
+   shipped description of that GPU (``pytest_jaxport/gpu_targets/``);
+2. **demo**: ``examples/demo`` under pytest with cuda executed: each check's numerics (cpu
+   against cuda), the outcomes, the measured cuda share;
+3. **fidelity**: ``benchmarks/fidelity.py`` on the corpus: the census the GPU compiles
+   against the deviceless one (agreement per library), and the measured cuda share against
+   the estimates from the lowered and the compiled program: the error band a report should
+   print for cuda (``--adopt`` puts it in use);
+4. **overhead**: the generated suite under the plugin against plain ``jax.jit``, and a plain
+   suite with ``--jaxport-audit`` against without, cold and warm, on the GPU.
+
+``--dry-run`` runs all of it on a machine without a GPU (CI does, in its cuda leg): JAX on
+cpu, deviceless compilation standing in for the device, a small slice of the corpus; the same
+files, with every GPU column marked "not measured: no GPU".
+
+The install step (``gpu_install.py``, standard library only; skipped by ``--dry-run`` unless
+``--setup`` is given) adds what the interpreter lacks into ``.gpu-site/``: the jax CUDA
+plugin pinned to the installed jaxlib, jax itself on a machine with only ``python3``, and
+this checkout as ``pytest-jaxport``. ``docs/gpu-validation.md`` says how to prepare and run
+it and what each number validates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform as platform_module
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_install import (
+    CUDA_MAJORS,
+    Unusable,
+    log,
+    nvidia_smi,
+    prepare_wheelhouse,
+    setup,
+    short_name,
+)
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEMO = REPO / "examples" / "demo"
+TARGETS = REPO / "pytest_jaxport" / "gpu_targets"
+ESTIMATE_ERRORS = REPO / "pytest_jaxport" / "estimate_error.json"
+BASELINE = HERE / "fidelity_baseline.json"
+
+NOT_MEASURED = "not measured: no GPU"
+"""What every GPU column says where no GPU ran (a dry run, or a GPU JAX could not use)."""
+
+SCHEMA_VERSION = 1
+BUDGET_S = 480
+PARTS = ("capture", "demo", "fidelity", "overhead")
+LIMITS_S = {"environment": 60, "capture": 30, "demo": 100, "fidelity": 180, "overhead": 100}
+"""Each part's own time limit (together 470 s); no part runs past the budget either, so a slow
+install step shortens the last parts."""
+MIN_BAND_PROGRAMS = 10
+"""An error band needs at least this many measured programs to be adopted."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sizes:
+    """How much each part does: on a GPU, in a dry run, and in a ``--quick`` smoke run."""
+
+    demo_args: tuple[str, ...]
+    """Extra pytest arguments for the demo (a selection in a smoke run)."""
+    fidelity_args: tuple[str, ...]
+    """fidelity.py's slice of the corpus and its profiling time."""
+    overhead_reps: int
+    overhead_cases: int
+    """How many of ``run.QUICK_CASES`` the overhead suites have."""
+
+
+SIZES = {
+    "gpu": Sizes(
+        demo_args=(),
+        fidelity_args=("--seconds", "0.05", "--share-platforms", "cuda"),
+        overhead_reps=2,
+        overhead_cases=5,
+    ),
+    # A gemm, a vendor library call and a Pallas kernel: every kind of cuda count.
+    "dry-run": Sizes(
+        demo_args=(),
+        fidelity_args=("--programs", "mlp,fft_filter,pallas", "--sizes", "small",
+                       "--seconds", "0.02"),
+        overhead_reps=1,
+        overhead_cases=3,
+    ),
+    "quick": Sizes(
+        demo_args=("-k", "mlp or lowpass"),
+        fidelity_args=("--programs", "fft_filter", "--sizes", "small", "--seconds", "0.02"),
+        overhead_reps=1,
+        overhead_cases=1,
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Validation:
+    """One validation run: where its parts run and write."""
+
+    python: str
+    env: Mapping[str, str]
+    out_dir: Path
+    name: str
+    logfile: Path
+    gpu: bool
+    """Whether JAX sees a cuda device (else every GPU column says :data:`NOT_MEASURED`)."""
+    device: str | None
+    """The cuda device's kind as JAX names it (``NVIDIA H200``)."""
+    target: str | None
+    sizes: Sizes
+
+    def limited(
+        self, command: Sequence[str], limit: float, cwd: Path = REPO
+    ) -> tuple[int | None, float]:
+        """:func:`run_limited` with this run's log and environment."""
+        return run_limited(command, limit, self.logfile, self.env, cwd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` so that a reader (or a kill) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- running a part under a limit -------------------------------------------------------------
+
+
+def run_limited(
+    command: Sequence[str], limit: float, logfile: Path, env: Mapping[str, str], cwd: Path
+) -> tuple[int | None, float]:
+    """Run ``command`` (its output appended to ``logfile``) for at most ``limit`` seconds:
+    ``(exit code, seconds)``, the code ``None`` where it was stopped at the limit. The whole
+    process group is stopped, so nothing it started runs on into the next part."""
+    started = time.monotonic()
+    with logfile.open("a", encoding="utf-8") as out:
+        out.write(f"\n$ {' '.join(command)}\n")
+        out.flush()
+        child = subprocess.Popen(
+            list(command), cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            code: int | None = child.wait(timeout=max(1.0, limit))
+        except subprocess.TimeoutExpired:
+            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
+                try:
+                    os.killpg(child.pid, sig)
+                    child.wait(timeout=grace)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            code = None
+            out.write(f"\n[stopped at the part's limit of {limit:.0f} s]\n")
+    return code, round(time.monotonic() - started, 1)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# -- 0. the environment, seen from JAX (a child process) ---------------------------------------
+
+
+VERSIONS = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+            "jax-cuda13-pjrt", "pytest", "numpy", "pytest-jaxport")  # fmt: skip
+"""The distributions whose versions a run records."""
+
+
+def environment_part(out: Path) -> None:
+    """Child process: what JAX sees here (written as JSON to ``out``)."""
+    import importlib.metadata as metadata
+
+    from pytest_jaxport._jax import deviceless, lowering
+
+    present = lowering.present_platforms()
+    cuda_error = None
+    if "cuda" not in present:  # why not, in JAX's words: the first thing to read on a GPU
+        import jax
+
+        try:
+            jax.devices("cuda")
+        except Exception as e:  # JAX raises RuntimeError or its own types here
+            cuda_error = f"{type(e).__name__}: {e}"[:1000]
+    versions = {}
+    for name in VERSIONS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    write_atomic(
+        out,
+        json.dumps(
+            {
+                "python": sys.version.split()[0],
+                "versions": versions,
+                "present_platforms": list(present),
+                "devices": {p: lowering.device_kind(p) for p in present},
+                "cuda_plugin_problem": deviceless.cuda_plugin_problem(),
+                "cuda_error": cuda_error,
+                "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
+            }
+        ),
+    )
+
+
+# -- 1. capture-target against the shipped description (pure, then the CLI) ------------------
+
+_PROTO_TOKEN = re.compile(r'\s*(?:#[^\n]*|("(?:[^"\\]|\\.)*")|([{}:<>])|([^\s{}:<>#"]+))')
+
+
+def proto_fields(text: str) -> dict[str, str]:
+    """A text proto's scalar fields by dotted path (``gpu_device_info.core_count``); a
+    repeated field's later values get ``[1]``, ``[2]``... Comments and quotes are dropped.
+
+    >>> proto_fields('a { b: 1 c: "x" }  # note\\nd: 2.5\\nd: 3')
+    {'a.b': '1', 'a.c': 'x', 'd': '2.5', 'd[1]': '3'}
+    """
+    tokens: list[tuple[str, str]] = []
+    for quoted, punct, word in _PROTO_TOKEN.findall(text):
+        if quoted:
+            tokens.append(("value", quoted[1:-1]))
+        elif punct:
+            tokens.append(("punct", punct))
+        elif word:
+            tokens.append(("word", word))
+    fields: dict[str, str] = {}
+    path: list[str] = []
+    i = 0
+    while i < len(tokens):
+        _, token = tokens[i]
+        if token in ("}", ">"):
+            if not path:
+                raise ValueError(f"unbalanced {token!r} in a text proto")
+            path.pop()
+            i += 1
+            continue
+        following = [t for _, t in tokens[i + 1 : i + 3]]
+        if following[:1] == [":"] and following[1:] not in ([], ["{"], ["<"]):
+            key = ".".join([*path, token])
+            n = sum(1 for k in fields if k == key or k.startswith(f"{key}["))
+            fields[f"{key}[{n}]" if n else key] = tokens[i + 2][1]
+            i += 3
+        elif following[:1] in (["{"], ["<"]) or following[:2] in ([":", "{"], [":", "<"]):
+            path.append(token)
+            i += 2 if following[:1] != [":"] else 3
+        else:
+            raise ValueError(f"cannot read a text proto at {token!r} (then {following})")
+    return fields
+
+
+def shipped_description_for(kind: str) -> str | None:
+    """The shipped description (``h200``) whose device name is ``kind``, or has its model."""
+    names: dict[str, str] = {}
+    for path in sorted(TARGETS.glob("*.txtpb")):
+        names[path.stem] = proto_fields(path.read_text(encoding="utf-8")).get(
+            "device_description_str", ""
+        )
+    for stem, name in names.items():
+        if name and name == kind:
+            return stem
+    model = short_name(kind)
+    return next((stem for stem, name in names.items() if short_name(name) == model), None)
+
+
+def diff_descriptions(shipped: str, captured: str) -> dict[str, Any]:
+    """Field by field: what the shipped description says that the device does not."""
+    a, b = proto_fields(shipped), proto_fields(captured)
+
+    def same(x: str, y: str) -> bool:
+        try:
+            return float(x) == float(y)
+        except ValueError:
+            return x == y
+
+    differs = []
+    for key in sorted(set(a) & set(b)):
+        if not same(a[key], b[key]):
+            entry: dict[str, Any] = {"field": key, "shipped": a[key], "captured": b[key]}
+            with contextlib.suppress(ValueError, ZeroDivisionError):
+                entry["relative"] = round(float(b[key]) / float(a[key]) - 1.0, 4)
+            differs.append(entry)
+    return {
+        "fields_shipped": len(a),
+        "fields_captured": len(b),
+        "differs": differs,
+        "only_shipped": sorted(set(a) - set(b)),
+        "only_captured": sorted(set(b) - set(a)),
+    }
+
+
+def capture_part(validation: Validation, limit: float) -> dict[str, Any]:
+    """``jaxport capture-target`` on the device, diffed against the shipped description."""
+    written = validation.out_dir / f"{validation.name}-captured.txtpb"
+    written.unlink(missing_ok=True)
+    code, seconds = validation.limited(
+        [validation.python, "-c",
+         "import sys; from pytest_jaxport.cli import main; sys.exit(main())",
+         "capture-target", "-o", str(written)],
+        limit,
+    )  # fmt: skip
+    kind = validation.device
+    shipped = shipped_description_for(kind) if kind else (validation.target or "h100")
+    shipped_text = (TARGETS / f"{shipped}.txtpb").read_text("utf-8") if shipped else ""
+    out: dict[str, Any] = {"seconds": seconds, "shipped": shipped, "device": kind or NOT_MEASURED}
+    if code == 0 and written.is_file():
+        captured = written.read_text(encoding="utf-8")
+        out.update(status="done", captured=written.name, error=None)
+        out["device"] = proto_fields(captured).get("device_description_str", kind)
+        if shipped is None:
+            out["error"] = f"no shipped description for {kind}: the captured one is the first"
+        out.update(diff_descriptions(shipped_text or captured, captured))
+        return out
+    tail = validation.logfile.read_text(encoding="utf-8").strip().splitlines()[-1:]
+    # Without a GPU the capture is expected to fail: the part did what it could.
+    out.update(status="failed" if kind else "done", captured=NOT_MEASURED if not kind else None)
+    out["error"] = "stopped at the limit" if code is None else " ".join(tail)
+    out.update(
+        {key: NOT_MEASURED for key in ("fields_captured", "differs", "only_shipped",
+                                        "only_captured")},
+        fields_shipped=len(proto_fields(shipped_text)),
+    )  # fmt: skip
+    return out
+
+
+# -- 2. the demo suite with cuda executed (pytest, then its report, pure) -----------------------
+
+
+def demo_part(validation: Validation, limit: float, *, compile_cuda: bool) -> dict[str, Any]:
+    """The demo under pytest with the plugin's report: cuda executed on a GPU, compiled
+    deviceless in a dry run (``compile_cuda``: where the CUDA plugin is installed)."""
+    report = validation.out_dir / f"demo-report-{validation.name}.json"
+    report.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-demo-") as tmp:
+        folder = Path(tmp) / "demo"
+        shutil.copytree(
+            DEMO, folder,
+            ignore=shutil.ignore_patterns(".pytest_cache", "__pycache__", "*.json", "*.md"),
+        )  # fmt: skip
+        command = [
+            validation.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+            f"--jaxport-report={report}", *validation.sizes.demo_args,
+        ]  # fmt: skip
+        if compile_cuda:
+            command.append("--jaxport-compile=cuda")
+        code, seconds = validation.limited(command, limit, folder)
+    data = read_json(report)
+    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
+    if data is None:
+        out["status"] = "timed out" if code is None else "failed"
+        out["error"] = "no report written (see the log)"
+        return out
+    out.update(status="done", report=report.name, **demo_summary(data, gpu=validation.gpu))
+    return out
+
+
+def _numerics(numerics: Mapping[str, Any] | None, cuda: Mapping[str, Any], gpu: bool) -> Any:
+    if not gpu:
+        return NOT_MEASURED
+    if numerics is None:
+        return "not compared: " + str(
+            cuda.get("execution_error") or cuda.get("compile_error") or "cuda did not run"
+        )
+    keys = ("ok", "max_abs_err", "max_rel_err", "leaves")
+    return {k: numerics.get(k) for k in keys}
+
+
+def _share(share: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not share:
+        return None
+    keep = ("basis", "xla", "vendor", "custom", "libraries", "estimated_from", "error_points",
+            "error_measured_on", "checks", "left_out")  # fmt: skip
+    return {k: share[k] for k in keep if k in share}
+
+
+def demo_summary(report: Mapping[str, Any], *, gpu: bool) -> dict[str, Any]:
+    """The demo's plugin report, as the validation reads it: outcomes, cuda against cpu per
+    check, the cuda share (measured on a GPU; the estimate it replaces otherwise)."""
+    checks = []
+    for test in report["tests"]:
+        for check in test.get("checks", ()):
+            cuda = check["platforms"].get("cuda", {})
+            checks.append(
+                {
+                    "test": test["nodeid"],
+                    "check": check["name"],
+                    "cuda_executed": bool(cuda.get("executed")) if gpu else NOT_MEASURED,
+                    "numerics_cuda_vs_cpu": _numerics(cuda.get("numerics"), cuda, gpu),
+                    "cuda_share": _share(cuda.get("runtime_share")),
+                    "cuda_compiled_at": "device" if gpu else "deviceless",
+                    "cuda_compiled": (cuda.get("compiled") or {}).get("libraries"),
+                }
+            )
+    shares = report["summary"].get("runtime_share", {})
+    cuda_share = _share(shares.get("cuda"))
+    measured = cuda_share if cuda_share and cuda_share.get("basis") == "measured" else None
+    compared = [c for c in checks if isinstance(c["numerics_cuda_vs_cpu"], dict)]
+    return {
+        "outcomes": report["summary"].get("outcomes", {}),
+        "tests": [{"nodeid": t["nodeid"], "outcome": t["outcome"]} for t in report["tests"]],
+        "present_platforms": report["environment"].get("present_platforms"),
+        "executed_platforms": report["environment"].get("executed_platforms"),
+        "checks": checks,
+        "numerics": (
+            {
+                "compared": len(compared),
+                "ok": sum(bool(c["numerics_cuda_vs_cpu"]["ok"]) for c in compared),
+                "checks": len(checks),
+            }
+            if gpu
+            else NOT_MEASURED
+        ),
+        "cuda_share_measured": measured if gpu else NOT_MEASURED,
+        "cuda_share_estimated": cuda_share if measured is None else None,
+        "shares": {p: _share(s) for p, s in shares.items()},
+    }
+
+
+# -- 3. the fidelity corpus (fidelity.py, then its results, pure) --------------------------
+
+
+def fidelity_part(validation: Validation, limit: float) -> dict[str, Any]:
+    """fidelity.py over the corpus (a slice in a dry run), summarised for cuda."""
+    results = validation.out_dir / f"fidelity-{validation.name}.json"
+    results.unlink(missing_ok=True)
+    command = [
+        validation.python,
+        str(HERE / "fidelity.py"),
+        "--out",
+        str(results),
+        "--repeats",
+        "2",
+    ]
+    command += validation.sizes.fidelity_args
+    if validation.target:
+        command += ["--target", validation.target]
+    code, seconds = validation.limited(command, limit)
+    data = read_json(results)
+    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
+    if data is None:
+        out["status"] = "timed out" if code is None else "failed"
+        out["error"] = "no results written (see the log)"
+        return out
+    status = "done" if data.get("complete") else ("timed out" if code is None else "failed")
+    out.update(status=status, results=results.name)
+    out.update(fidelity_summary(data, gpu=validation.gpu, device=validation.device))
+    return out
+
+
+def _overall(pairs: Sequence[tuple[Mapping[str, int], Mapping[str, int]]], library: str) -> Any:
+    low = sum(min(a.get(library, 0), b.get(library, 0)) for a, b in pairs)
+    high = sum(max(a.get(library, 0), b.get(library, 0)) for a, b in pairs)
+    return round(100.0 * low / high, 1) if high else None
+
+
+def fidelity_summary(
+    results: Mapping[str, Any], *, gpu: bool, device: str | None
+) -> dict[str, Any]:
+    """What the fidelity run validates for cuda: the deviceless census against the GPU's
+    (per library), the measured cuda share against the estimates (the band), cuda's
+    numerics against cpu."""
+    rows = [r for r in results["rows"] if "error" not in r]
+    aggregate = results.get("aggregate", {})
+    pairs = [
+        (r["gpu_vs_deviceless"]["deviceless"], r["gpu_vs_deviceless"]["gpu"])
+        for r in rows
+        if "gpu" in r.get("gpu_vs_deviceless", {})
+    ]
+    if gpu:
+        deviceless = [a for a, _ in pairs]
+    else:
+        deviceless = [
+            r["counts"]["cuda"]["compiled"]
+            for r in rows
+            if (r["counts"].get("cuda") or {}).get("compiled") is not None
+        ]
+    libraries = sorted({lib for counts in deviceless for lib in counts} |
+                       {lib for _, counts in pairs for lib in counts})  # fmt: skip
+    by_library = {
+        lib: {
+            "deviceless": sum(c.get(lib, 0) for c in deviceless),
+            "gpu": sum(b.get(lib, 0) for _, b in pairs) if gpu else NOT_MEASURED,
+            "agreement": _overall(pairs, lib) if gpu else NOT_MEASURED,
+        }
+        for lib in libraries
+    }
+    causes = sorted({c for r in rows for c in r.get("gpu_vs_deviceless", {}).get("causes", ())})
+    errors = aggregate.get("share_error_points", {})
+    cuda_errors = errors.get("cuda")
+    numerics = [
+        r["numerics"]["compared"]["cuda"]
+        for r in rows
+        if "cuda" in r.get("numerics", {}).get("compared", {})
+    ]
+    deviceless_error = [
+        (r["counts"].get("cuda") or {}).get("compile_error")
+        for r in rows
+        if (r["counts"].get("cuda") or {}).get("compile_error")
+    ]
+    return {
+        "programs": len(rows),
+        "programs_failed": len(results["rows"]) - len(rows),
+        "complete": bool(results.get("complete")),
+        "whole_corpus": bool(results.get("scope", {}).get("all")),
+        "target": results.get("target"),
+        "lowered_vs_compiled": aggregate.get("agreement", {}),
+        "deviceless_vs_gpu": {
+            "programs": len(pairs) if gpu else NOT_MEASURED,
+            "by_library": by_library,
+            "causes": causes if gpu else NOT_MEASURED,
+            "deviceless_compile_problem": deviceless_error[0] if deviceless_error else None,
+        },
+        "cuda_share_error_points": cuda_errors if gpu and cuda_errors else NOT_MEASURED,
+        "cpu_share_error_points": errors.get("cpu"),
+        "numerics_cuda_vs_cpu": (
+            {
+                "compared": len(numerics),
+                "ok": sum(bool(n["ok"]) for n in numerics),
+                "max_rel_err": max(
+                    (
+                        n["max_rel_err"]
+                        for n in numerics
+                        if isinstance(n["max_rel_err"], (int, float))
+                    ),
+                    default=None,
+                ),
+            }
+            if gpu
+            else NOT_MEASURED
+        ),
+        "cuda_error_band": cuda_band(cuda_errors, results, device) if gpu else NOT_MEASURED,
+    }
+
+
+def cuda_band(
+    errors: Mapping[str, Any] | None, results: Mapping[str, Any], device: str | None
+) -> Any:
+    """The band a report should print for cuda, from this GPU's measurement: per census
+    level, the mean error of the estimate a report without the GPU makes (``lowered``; and
+    ``compiled``: the deviceless compile's)."""
+    if not errors:
+        return "not measured: the fidelity run measured no cuda share"
+    levels = {"lowered": "lowered", "compiled": "compiled_deviceless"}
+    band: dict[str, Any] = {
+        "device": device,
+        "jaxlib": results["environment"]["versions"]["jaxlib"],
+    }
+    for level, source in levels.items():
+        s = errors.get(source) or {}
+        if s.get("programs"):
+            band[level] = {"points": s["mean"], "programs": s["programs"], "p90": s["p90"],
+                           "from": source}  # fmt: skip
+    return band
+
+
+# -- 4. overhead on the GPU (a child process; run.py's sessions) ---------------------------------
+
+
+def overhead_part(out: Path, *, reps: int, cases: int) -> None:
+    """Child process: the generated suite, plugin against plain ``jit``, and a plain suite
+    with ``--jaxport-audit`` against without; one rep of each in turn, written after each."""
+    import run
+
+    chosen = run.QUICK_CASES[:cases]
+    data: dict[str, Any] = {"cases": chosen, "suites": {"checks": [], "audit": []}}
+    suites = (("checks", False, []), ("audit", True, ["--jaxport-audit"]))
+    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-overhead-") as tmp:
+        for rep in range(reps):
+            for suite, plain, extra in suites:
+                folder = Path(tmp) / f"rep{rep}"
+                result = run.suite_overhead(suite, None, chosen, 1, folder, extra, plain=plain)
+                data["suites"][suite].append({k: v for k, v in result.items() if k != "runs"})
+                write_atomic(out, json.dumps(data, indent=1, default=float))
+
+
+def overhead_summary(data: Mapping[str, Any], *, gpu: bool) -> dict[str, Any]:
+    """Medians over the reps of each suite's ratios (plugin / plain)."""
+    out: dict[str, Any] = {"cases": data.get("cases"), "where": "gpu" if gpu else "cpu"}
+    for suite, reps in data.get("suites", {}).items():
+        if not reps:
+            continue
+        ratios = {
+            key: round(statistics.median(r[key] for r in reps), 3)
+            for key in ("cold_ratio_wall", "cold_ratio_cpu", "warm_ratio_wall", "warm_ratio_cpu")
+        }
+        added = statistics.median(r.get("cold_added_per_test_s") or 0.0 for r in reps)
+        out[suite] = {
+            "reps": len(reps),
+            "tests": reps[0].get("tests"),
+            **ratios,
+            "cold_added_per_test_ms": round(1000 * added, 1),
+            "plain_cold_s": round(statistics.median(r["b_cold_median_wall_s"] for r in reps), 2),
+            "summaries": reps[-1].get("summaries"),
+        }
+    return out
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()
+
+
+def shipped_cuda_band() -> Any:
+    """What the plugin prints for cuda today (``estimate_error.json``), for comparison."""
+    data = read_json(ESTIMATE_ERRORS) or {}
+    own = data.get("platforms", {}).get("cuda")
+    table = own or data.get("default", {})
+    return {
+        level: {"points": e.get("points"), "device": e.get("device"), "jaxlib": e.get("jaxlib")}
+        for level, e in table.items()
+    }
+
+
+def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
+    started = time.monotonic()
+    deadline = started + args.budget
+    dry = args.dry_run
+    gpu_info = None if dry else nvidia_smi()
+    if not dry and gpu_info is None:
+        print(
+            "gpu_validation: no NVIDIA GPU here (nvidia-smi cannot be run or lists none); on a "
+            "machine without one, run it with --dry-run",
+            file=sys.stderr,
+        )
+        return 2
+    kind = gpu_info["name"] if gpu_info else None
+    name = args.name or ("dry-run" if dry else short_name(kind or ""))
+    out_dir: Path = args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logfile = out_dir / f"gpu-validation-{name}.log"
+    logfile.write_text(f"gpu_validation {name}, {dt.datetime.now().isoformat()}\n", "utf-8")
+    json_path = out_dir / f"gpu-validation-{name}.json"
+    parts = [p for p in PARTS if p in args.parts.split(",")]
+    env = dict(os.environ)
+    if dry:
+        env["JAX_PLATFORMS"] = "cpu"  # no GPU: the CUDA plugin compiles deviceless
+    else:
+        if env.pop("JAX_PLATFORMS", None):
+            log("JAX_PLATFORMS unset for the GPU run (it would hide the GPU)")
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # each part takes what it uses
+    env["PYTHONUNBUFFERED"] = "1"
+    results: dict[str, Any] = {
+        "about": "benchmarks/gpu_validation.py: pytest-jaxport's cuda predictions against an "
+        "NVIDIA GPU (docs/gpu-validation.md)",
+        "schema_version": SCHEMA_VERSION,
+        "mode": "dry-run" if dry else "gpu",
+        "name": name,
+        "device": (
+            {"kind": kind, **(gpu_info or {})} if gpu_info else {"kind": None, "note": NOT_MEASURED}
+        ),
+        "budget_s": args.budget,
+        "host": {
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": platform_module.platform(),
+            "nproc": os.cpu_count(),
+            "git_head": git("rev-parse", "HEAD"),
+            "git_dirty_files": len(git("status", "--porcelain").splitlines()),
+            "loadavg_start": list(os.getloadavg()),
+        },
+        "parts": {p: {"status": "not run"} for p in ("environment", *parts)},
+        "cuda_error_band": NOT_MEASURED,
+        "shipped_cuda_band": shipped_cuda_band(),
+    }
+
+    def save() -> None:
+        results["elapsed_s"] = round(time.monotonic() - started, 1)
+        write_atomic(json_path, json.dumps(results, indent=1, default=str) + "\n")
+        write_atomic(json_path.with_suffix(".md"), markdown(results))
+
+    python = sys.executable
+    if args.setup or not dry:
+        try:
+            results["setup"] = setup(python, env, args.wheelhouse, gpu=not dry)
+        except (Unusable, OSError, subprocess.SubprocessError) as e:
+            results["setup"] = {"error": str(e)}
+            save()
+            print(f"gpu_validation: the install step failed: {e}", file=sys.stderr)
+            return 2
+        log(f"setup: {'; '.join(results['setup']['actions'])}")
+    save()
+
+    def limit_for(part: str) -> float:
+        return min(limits[part], deadline - time.monotonic())
+
+    # 0. what JAX sees: a GPU run whose JAX has no cuda measures nothing on the GPU
+    limit = limit_for("environment")
+    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-env-") as tmp:
+        env_out = Path(tmp) / "environment.json"
+        code, seconds = run_limited(
+            [python, str(Path(__file__)), "--part", "environment", "--part-out", str(env_out)],
+            limit, logfile, env, REPO,
+        )  # fmt: skip
+        seen = read_json(env_out)
+    if seen is None:
+        results["parts"]["environment"] = {
+            "status": "failed" if code is not None else "timed out",
+            "seconds": seconds,
+            "exit": code,
+            "limit_s": round(limit),
+        }
+        save()
+        print(f"gpu_validation: JAX does not start here; see {logfile}", file=sys.stderr)
+        return 1
+    results["parts"]["environment"] = {
+        "status": "done",
+        "seconds": seconds,
+        "limit_s": round(limit),
+        **seen,
+    }
+    gpu = not dry and "cuda" in seen["present_platforms"]
+    device = seen["devices"].get("cuda") if gpu else None
+    if not dry and not gpu:
+        results["device"]["note"] = (
+            f"JAX does not see the GPU (present: {', '.join(seen['present_platforms'])}; "
+            f"{seen.get('cuda_error')}): {NOT_MEASURED} in every GPU column"
+        )
+        log(results["device"]["note"])
+    compile_cuda = gpu or seen.get("cuda_plugin_problem") is None
+    save()
+
+    validation = Validation(
+        python=python,
+        env=env,
+        out_dir=out_dir,
+        name=name,
+        logfile=logfile,
+        gpu=gpu,
+        device=device,
+        target=args.target,
+        sizes=SIZES["quick" if args.quick else "gpu" if gpu else "dry-run"],
+    )
+    for part in parts:
+        limit = limit_for(part)
+        if deadline - time.monotonic() < 5:
+            results["parts"][part] = {"status": f"not run: the {args.budget} s budget was spent"}
+            save()
+            continue
+        log(f"{part}: up to {limit:.0f} s")
+        began = time.monotonic()
+        try:
+            if part == "capture":
+                entry = capture_part(validation, limit)
+            elif part == "demo":
+                entry = demo_part(validation, limit, compile_cuda=compile_cuda)
+            elif part == "fidelity":
+                entry = fidelity_part(validation, limit)
+                results["cuda_error_band"] = entry.get("cuda_error_band", NOT_MEASURED)
+            else:
+                entry = overhead(validation, limit)
+        except Exception as e:  # one part's failure must not lose the others' results
+            entry = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+        entry["limit_s"] = round(limit)
+        results["parts"][part] = entry
+        log(f"{part}: {entry.get('status')} in {time.monotonic() - began:.0f} s")
+        save()
+    results["host"]["loadavg_end"] = list(os.getloadavg())
+    save()
+    log(
+        f"wrote {json_path} and {json_path.with_suffix('.md')} in {time.monotonic() - started:.0f} s"
+    )
+    failed = [p for p in parts if results["parts"][p].get("status") != "done"]
+    if failed:
+        log(f"parts not done: {', '.join(failed)} (see {logfile})")
+    return 1 if failed else 0
+
+
+def overhead(validation: Validation, limit: float) -> dict[str, Any]:
+    """The overhead suites in a child process (:func:`overhead_part`), summarised."""
+    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-overhead-") as tmp:
+        part_out = Path(tmp) / "overhead.json"
+        code, seconds = validation.limited(
+            [validation.python, str(Path(__file__)), "--part", "overhead", "--part-out", str(part_out),
+             "--reps", str(validation.sizes.overhead_reps), "--cases", str(validation.sizes.overhead_cases)],
+            limit,
+        )  # fmt: skip
+        data = read_json(part_out)
+    out: dict[str, Any] = {"seconds": seconds, "exit": code}
+    if data is None:
+        out["status"] = "timed out" if code is None else "failed"
+        return out
+    summary = overhead_summary(data, gpu=validation.gpu)
+    done = code == 0 and all(k in summary for k in ("checks", "audit"))
+    out.update(status="done" if done else ("timed out" if code is None else "failed"), **summary)
+    return out
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {_cell(v)}" for k, v in value.items()) or "none"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _layers(share: Mapping[str, Any] | None) -> str:
+    if not isinstance(share, Mapping):
+        return _cell(share)
+    text = " / ".join(f"{100 * float(share.get(k, 0.0)):.0f}%" for k in ("xla", "vendor", "custom"))
+    if share.get("basis") == "estimated" and share.get("error_points") is not None:
+        text += f" (estimated ±{share['error_points']:.0f}"
+        text += f" on {share['error_measured_on']})" if share.get("error_measured_on") else ")"
+    return text
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    """The results as the tables ``benchmarks/README.md`` and the docs quote."""
+    device = results["device"]
+    parts = results["parts"]
+    env = parts.get("environment", {})
+    versions = env.get("versions", {})
+    lines = [
+        f"## GPU validation ({results['mode']}): {device.get('kind') or NOT_MEASURED}",
+        "",
+        f"{results['host']['date']}, {results['host']['machine']}, {results['host']['nproc']} "
+        f"CPUs; jax {versions.get('jax')}, jaxlib {versions.get('jaxlib')}, CUDA plugin "
+        + (", ".join(f"{k} {v}" for k, v in versions.items() if "plugin" in k and v) or "—")
+        + (f"; driver {device['driver']} (CUDA {device['cuda']})" if device.get("driver") else "")
+        + f"; git {results['host']['git_head'][:8]}; {results.get('elapsed_s', 0):.0f} s of "
+        f"the {results['budget_s']} s budget.",
+        "",
+    ]
+    if device.get("note"):
+        lines += [device["note"], ""]
+    if results.get("setup"):
+        lines += [
+            f"Install step: {'; '.join(results['setup'].get('actions', [])) or results['setup'].get('error')}",
+            "",
+        ]
+    lines += ["| part | status | seconds | limit |", "|---|---|---:|---:|"]
+    for part, entry in parts.items():
+        lines.append(
+            f"| {part} | {_cell(entry.get('status'))} | {_cell(entry.get('seconds'))} | "
+            f"{_cell(entry.get('limit_s'))} |"
+        )
+    lines += ["", "### The cuda error band", ""]
+    band = results.get("cuda_error_band")
+    shipped = results.get("shipped_cuda_band", {})
+    lines += ["| census level | shipped band (measured on) | measured here |", "|---|---|---|"]
+    for level in ("lowered", "compiled"):
+        s = shipped.get(level, {})
+        here = band.get(level) if isinstance(band, Mapping) else band
+        lines.append(
+            f"| {level} | ±{_cell(s.get('points'))} ({_cell(s.get('device'))}, jaxlib "
+            f"{_cell(s.get('jaxlib'))}) | "
+            + (
+                f"±{here['points']:.0f} on {band['device']} ({here['programs']} programs, "
+                f"p90 {here['p90']})"
+                if isinstance(here, Mapping)
+                else _cell(here)
+            )
+            + " |"
+        )
+    sections = {
+        "capture": _capture_lines,
+        "demo": _demo_lines,
+        "fidelity": _fidelity_lines,
+        "overhead": _overhead_lines,
+    }
+    for part, section in sections.items():
+        if part in parts:
+            lines += section(parts[part])
+    return "\n".join(lines) + "\n"
+
+
+def _capture_lines(capture: Mapping[str, Any]) -> list[str]:
+    lines = ["", "### 1. `jaxport capture-target` against the shipped description", ""]
+    if capture.get("status") == "not run":
+        return [*lines, "Not run."]
+    if not isinstance(capture.get("differs"), list):
+        return [
+            *lines,
+            f"Captured: {_cell(capture.get('captured'))} ({_cell(capture.get('error'))}); "
+            f"shipped description `{capture.get('shipped')}` has "
+            f"{_cell(capture.get('fields_shipped'))} fields.",
+        ]
+    lines += [
+        f"Captured `{capture['captured']}` from {capture['device']}; against the shipped "
+        f"`{capture['shipped']}` ({capture['fields_shipped']} fields): {len(capture['differs'])} "
+        f"differ, {len(capture['only_shipped'])} only shipped, {len(capture['only_captured'])} "
+        "only captured.",
+        "",
+        "| field | shipped | captured | relative |",
+        "|---|---|---|---:|",
+    ]
+    for d in capture["differs"]:
+        lines.append(
+            f"| {d['field']} | {_cell(d['shipped'])} | {_cell(d['captured'])} | "
+            f"{_cell(d.get('relative'))} |"
+        )
+    if capture["only_captured"]:
+        lines += ["", f"Only captured: {', '.join(capture['only_captured'])}"]
+    return lines
+
+
+def _demo_lines(demo: Mapping[str, Any]) -> list[str]:
+    lines = ["", "### 2. The demo suite (`examples/demo`) with cuda executed", ""]
+    if "checks" not in demo:
+        return [*lines, f"{_cell(demo.get('status'))}: {_cell(demo.get('error'))}"]
+    numerics = demo["numerics"]
+    lines += [
+        f"Outcomes: {_cell(demo['outcomes'])}; present: {_cell(demo['present_platforms'])}; "
+        f"executed: {_cell(demo['executed_platforms'])}. Numerics cuda against cpu: "
+        + (
+            f"{numerics['ok']} of {numerics['compared']} compared checks within tolerance "
+            f"({numerics['checks']} checks)"
+            if isinstance(numerics, Mapping)
+            else numerics
+        )
+        + ".",
+        "",
+        f"cuda share of the suite, measured: {_layers(demo['cuda_share_measured'])}"
+        + (
+            f"; the estimate a run without the GPU prints: {_layers(demo['cuda_share_estimated'])}"
+            if demo.get("cuda_share_estimated")
+            else ""
+        )
+        + " (xla / vendor / custom).",
+        "",
+        "| test | check | cuda numerics against cpu | cuda share (xla / vendor / custom) | cuda compiled |",
+        "|---|---|---|---|---|",
+    ]
+    for c in demo["checks"]:
+        n = c["numerics_cuda_vs_cpu"]
+        numbers = (
+            f"{'ok' if n['ok'] else 'DIFFERS'}, max abs {_cell(n['max_abs_err'])}, "
+            f"max rel {_cell(n['max_rel_err'])}"
+            if isinstance(n, Mapping)
+            else n
+        )
+        lines.append(
+            f"| {c['test'].split('::')[-1]} | {c['check']} | {_cell(numbers)} | "
+            f"{_layers(c['cuda_share'])} | {c['cuda_compiled_at']}: {_cell(c['cuda_compiled'])} |"
+        )
+    return lines
+
+
+def _fidelity_lines(fidelity: Mapping[str, Any]) -> list[str]:
+    lines = ["", "### 3. The fidelity corpus: deviceless against the GPU", ""]
+    if "deviceless_vs_gpu" not in fidelity:
+        return [*lines, f"{_cell(fidelity.get('status'))}: {_cell(fidelity.get('error'))}"]
+    d = fidelity["deviceless_vs_gpu"]
+    lines += [
+        f"{fidelity['programs']} program variants ("
+        + ("the whole corpus" if fidelity["whole_corpus"] else "a slice of the corpus")
+        + ("" if fidelity["complete"] else ", stopped at the part's limit")
+        + "; "
+        + f"deviceless against `{fidelity['target']}`). Lowered against compiled census: "
+        + "; ".join(
+            f"{p} {e['percent']:.1f}% over {e['programs']}"
+            for p, e in fidelity["lowered_vs_compiled"].items()
+        )
+        + ".",
+        "",
+        "| library | dispatches, deviceless | dispatches, GPU | agreement |",
+        "|---|---:|---:|---:|",
+    ]
+    for lib, e in d["by_library"].items():
+        agreement = e["agreement"]
+        lines.append(
+            f"| {lib} | {e['deviceless']} | {_cell(e['gpu'])} | "
+            + (f"{agreement:.0f}%" if isinstance(agreement, (int, float)) else _cell(agreement))
+            + " |"
+        )
+    if d.get("deviceless_compile_problem"):
+        lines += ["", f"Deviceless cuda: {d['deviceless_compile_problem']}"]
+    if isinstance(d.get("causes"), list) and d["causes"]:
+        lines += ["", "Why they differ: " + "; ".join(d["causes"])]
+    lines += ["", "cuda share, estimated against measured (percentage points, worst layer):", ""]
+    errors = fidelity["cuda_share_error_points"]
+    lines += [
+        "| estimate | programs | mean | median | p90 | max |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    if isinstance(errors, Mapping):
+        for source, s in errors.items():
+            if s.get("programs"):
+                lines.append(
+                    f"| {source} | {s['programs']} | {s['mean']} | {s['median']} | {s['p90']} | {s['max']} |"
+                )
+    else:
+        lines.append(f"| lowered, compiled (deviceless) | {errors} | | | | |")
+    n = fidelity["numerics_cuda_vs_cpu"]
+    lines += [
+        "",
+        "Numerics cuda against cpu: "
+        + (
+            f"{n['ok']} of {n['compared']} within tolerance (largest relative error {_cell(n['max_rel_err'])})"
+            if isinstance(n, Mapping)
+            else n
+        )
+        + ".",
+    ]
+    return lines
+
+
+def _overhead_lines(overhead: Mapping[str, Any]) -> list[str]:
+    lines = ["", "### 4. Overhead on a small suite: plugin against plain `jax.jit`", ""]
+    if "checks" not in overhead and "audit" not in overhead:
+        return [*lines, f"{_cell(overhead.get('status'))}"]
+    gpu = overhead.get("where") == "gpu"
+    lines += [
+        f"Cases: {', '.join(overhead.get('cases') or [])}. Ratios: medians of plugin / plain over "
+        "the reps (wall; CPU time in brackets).",
+        "",
+        "| suite | tests | reps | on the GPU, cold | on the GPU, warm | on this cpu-only machine, cold | warm |",
+        "|---|---:|---:|---|---|---|---|",
+    ]
+    names = {
+        "checks": "`jaxport.check` (generated suite)",
+        "audit": "`--jaxport-audit` (plain suite)",
+    }
+    for suite in ("checks", "audit"):
+        s = overhead.get(suite)
+        if not s:
+            continue
+        cold = f"{s['cold_ratio_wall']:.2f} ({s['cold_ratio_cpu']:.2f})"
+        warm = f"{s['warm_ratio_wall']:.2f} ({s['warm_ratio_cpu']:.2f})"
+        cells = [cold, warm, "—", "—"] if gpu else [NOT_MEASURED, NOT_MEASURED, cold, warm]
+        lines.append(f"| {names[suite]} | {s['tests']} | {s['reps']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+# -- putting GPU numbers in use --------------------------------------------------------------------
+
+
+def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
+    """Make a GPU run's numbers the ones in use: cuda's error band (``estimate_error.json``,
+    naming the device) and the fidelity baseline's entry for the device."""
+    results = read_json(results_path)
+    if not isinstance(results, Mapping) or "mode" not in results:
+        raise Unusable(f"{results_path}: not a gpu_validation results file (no 'mode')")
+    if results["mode"] != "gpu":
+        raise Unusable(
+            f"{results_path}: a {results['mode']} run has no GPU numbers (its GPU columns say "
+            f"{NOT_MEASURED!r}); adopt the results of a run on an NVIDIA GPU"
+        )
+    band = results.get("cuda_error_band")
+    if not isinstance(band, Mapping):
+        raise Unusable(f"{results_path}: no cuda error band ({band})")
+    levels = {k: v for k, v in band.items() if k in ("lowered", "compiled")}
+    thin = {k: v["programs"] for k, v in levels.items() if v["programs"] < MIN_BAND_PROGRAMS}
+    if not levels or thin:
+        raise Unusable(
+            f"{results_path}: the cuda band rests on too few programs ({thin or 'none'}; at "
+            f"least {MIN_BAND_PROGRAMS} per level): run the fidelity part longer"
+        )
+    source = _relative(results_path)
+    table = read_json(estimate_errors)
+    if not isinstance(table, dict) or "default" not in table:
+        raise Unusable(f"{estimate_errors}: not an estimate_error.json (no 'default' table)")
+    table.setdefault("platforms", {})["cuda"] = {
+        level: {
+            "points": float(round(entry["points"])),
+            "programs": entry["programs"],
+            "device": band["device"],
+            "jaxlib": band["jaxlib"],
+            "how": f"the shipped constants' error against the measured cuda share, the estimate "
+            f"from the {'deviceless compiled' if level == 'compiled' else 'lowered'} program",
+            "source": source,
+        }
+        for level, entry in levels.items()
+    }
+    write_atomic(estimate_errors, json.dumps(table, indent=1) + "\n")
+    log(f"cuda error band from {band['device']}: " + ", ".join(
+        f"{level} ±{round(e['points'])}" for level, e in levels.items()) + f" -> {estimate_errors}")  # fmt: skip
+    fidelity_file = results["parts"]["fidelity"].get("results")
+    fidelity_results = read_json(results_path.parent / fidelity_file) if fidelity_file else None
+    if fidelity_results is None:
+        raise Unusable(f"{results_path}: its fidelity results ({fidelity_file}) cannot be read")
+    import fidelity
+
+    fidelity.update_baseline(
+        fidelity_results, baseline, source=_relative(results_path.parent / fidelity_file)
+    )
+    log(f"fidelity baseline for {band['device']}, jaxlib {band['jaxlib']} -> {baseline}")
+    return 0
+
+
+def _relative(path: Path) -> str:
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="pytest-jaxport's cuda predictions against an NVIDIA GPU "
+        "(docs/gpu-validation.md)"
+    )
+    parser.add_argument("--dry-run", action="store_true",
+                        help="no GPU: JAX on cpu, deviceless cuda, a slice of the corpus; the "
+                        f"GPU columns say {NOT_MEASURED!r}")  # fmt: skip
+    parser.add_argument("--out-dir", type=Path, default=HERE / "results",
+                        help="where the results go (default benchmarks/results)")  # fmt: skip
+    parser.add_argument("--name", help="results file name part (default: the GPU, e.g. h200)")
+    parser.add_argument("--budget", type=float, default=BUDGET_S,
+                        help=f"seconds for the whole run, install step included ({BUDGET_S})")  # fmt: skip
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run (the test suite's): two demo tests, one fidelity "
+                        "program, one overhead case")  # fmt: skip
+    parser.add_argument("--limit", action="append", default=[], metavar="PART=SECONDS",
+                        help="change a part's own time limit (default: "
+                        + ", ".join(f"{k}={v}" for k, v in LIMITS_S.items()) + ")")  # fmt: skip
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated subset of {','.join(PARTS)}")  # fmt: skip
+    parser.add_argument("--target", help="GPU description the deviceless compile uses (default: "
+                        "the shipped one for this GPU; h100 in a dry run)")  # fmt: skip
+    parser.add_argument("--wheelhouse", type=Path,
+                        help="install offline from this folder (--prepare-wheelhouse made it)")  # fmt: skip
+    parser.add_argument("--setup", action="store_true",
+                        help="run the install step in a dry run too (a GPU run always does)")  # fmt: skip
+    parser.add_argument("--prepare-wheelhouse", type=Path, metavar="DIR",
+                        help="download the wheels the install step needs into DIR (online)")  # fmt: skip
+    parser.add_argument("--jax", help="--prepare-wheelhouse: the jax version (default: this "
+                        "interpreter's jaxlib)")  # fmt: skip
+    parser.add_argument("--python-version", default=f"{sys.version_info[0]}.{sys.version_info[1]}",
+                        help="--prepare-wheelhouse: the GPU machine's Python (default: this one)")  # fmt: skip
+    parser.add_argument("--cuda", choices=CUDA_MAJORS, default="12",
+                        help="--prepare-wheelhouse: the jax CUDA plugin's major (12; 13 for "
+                        "jax >= 0.7.2 and a CUDA 13 driver)")  # fmt: skip
+    parser.add_argument("--with-cuda-libraries", action="store_true",
+                        help="--prepare-wheelhouse: also the nvidia-* wheels (a machine without "
+                        "a CUDA toolkit of its own; about 3 GB)")  # fmt: skip
+    parser.add_argument("--adopt", type=Path, metavar="RESULTS",
+                        help="put a GPU run's cuda error band and fidelity baseline in use")  # fmt: skip
+    parser.add_argument("--estimate-errors", type=Path, default=ESTIMATE_ERRORS,
+                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
+    # A part run as its own process (by the run itself, under its limit).
+    parser.add_argument("--part", choices=("environment", "overhead"), help=argparse.SUPPRESS)
+    parser.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--cases", type=int, default=1, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    try:
+        if args.part == "environment":
+            environment_part(args.part_out)
+            return 0
+        if args.part == "overhead":
+            overhead_part(args.part_out, reps=args.reps, cases=args.cases)
+            return 0
+        if args.prepare_wheelhouse:
+            jax_version = args.jax or _installed_jaxlib()
+            return prepare_wheelhouse(
+                args.prepare_wheelhouse, jax_version=jax_version,
+                python_version=args.python_version, cuda=args.cuda,
+                with_cuda_libraries=args.with_cuda_libraries,
+                platforms=("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+                           "manylinux_2_17_x86_64", "manylinux2014_x86_64"),
+            )  # fmt: skip
+        if args.adopt:
+            return adopt(args.adopt, estimate_errors=args.estimate_errors, baseline=args.baseline)
+        unknown = set(args.parts.split(",")) - set(PARTS)
+        if unknown:
+            raise Unusable(f"--parts: unknown {sorted(unknown)}; choose from {', '.join(PARTS)}")
+        return orchestrate(args, limits={**LIMITS_S, **parse_limits(args.limit)})
+    except Unusable as e:
+        print(f"gpu_validation: {e}", file=sys.stderr)
+        return 2
+
+
+def parse_limits(values: Sequence[str]) -> dict[str, float]:
+    """``--limit demo=60`` -> ``{"demo": 60.0}``; :class:`Unusable` naming a bad value."""
+    limits = {}
+    for value in values:
+        part, _, seconds = value.partition("=")
+        try:
+            limits[part] = float(seconds)
+        except ValueError:
+            limits[part] = -1.0
+        if part not in LIMITS_S or limits[part] <= 0:
+            raise Unusable(
+                f"--limit {value!r}: expected PART=SECONDS with PART one of "
+                f"{', '.join(LIMITS_S)} and SECONDS a positive number"
+            )
+    return limits
+
+
+def _installed_jaxlib() -> str:
+    import importlib.metadata as metadata
+
+    try:
+        return metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        raise Unusable("no jaxlib here: give --jax VERSION") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
