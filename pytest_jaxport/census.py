@@ -225,6 +225,13 @@ def parse_location(text: str | None) -> SourceLocation | None:
     return SourceLocation(file=file, line=int(line))
 
 
+def in_library(location: SourceLocation) -> bool:
+    """Whether ``location`` is in an installed package, the standard library or this plugin:
+    what :func:`parse_location` falls back to where a location has no user frame (the ops of
+    a function a library jitted on its own)."""
+    return any(part in location.file for part in _LIBRARY_PATHS)
+
+
 _Key = tuple[Classification, str, "SourceLocation | None"]
 _SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count", "runs")
 _Counts = tuple[

@@ -48,9 +48,10 @@ from pytest_jaxport.census import (
     OpSite,
     Program,
     SourceLocation,
+    in_library,
     parse_location,
 )
-from pytest_jaxport.targets import Level
+from pytest_jaxport.targets import Level, classify
 
 FindingKind = Literal["format", "layout"]
 """``format``: a numeric format the target computes differently, emulates, converts or cannot
@@ -1327,14 +1328,16 @@ class _Walk:
         self.active.add(name)
         for site, repeats in Counter(self.program.functions.get(name, ())).items():
             n = site.count * repeats
-            location = parse_location(site.location) or inherited
+            location = parse_location(site.location)
+            if location is None or (inherited is not None and in_library(location)):
+                location = inherited  # the user's line that called into the library
             if site.op in CALL_OPS and site.target is not None:
                 callee, callee_formats = self.function(site.target, location)
                 for line, tally in callee.items():
                     _merge(tallies, line, tally, n, n * site.runs)
                 formats.update({k: v * n for k, v in callee_formats.items()})
                 continue
-            if site.op in UNCOUNTED_OPS:
+            if site.op in UNCOUNTED_OPS or _is_meta(self.platform, site):
                 continue
             for found in site_formats(site):
                 formats[found] += n
@@ -1346,6 +1349,14 @@ class _Walk:
         self.active.discard(name)
         self.memo[key] = (tallies, formats)
         return tallies, formats
+
+
+def _is_meta(platform: str, site: OpSite) -> bool:
+    """A custom call that computes nothing on the device (a host callback, a sharding
+    annotation): its operands' formats are not the target's to compute."""
+    if not site.op.endswith("custom_call") or site.target is None:
+        return False
+    return classify(platform, site.op, site.target).layer == "meta"
 
 
 def _merged_detail(tally: _Tally) -> str:
