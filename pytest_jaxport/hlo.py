@@ -350,6 +350,17 @@ def _relayout_kind(module: _Module, instruction: _Instruction) -> str | None:
     neighbour's kernel, ``None`` for anything else."""
     if _inserted_layout_op(instruction):
         return "kernel"
+    if instruction.opcode == "call":  # XLA:CPU's parallel task wrappers (jaxlib < 0.7)
+        inner = [
+            op
+            for callee in _computation_refs(instruction.attributes.get("to_apply"))
+            for op in module.computations.get(callee, ())
+            if op.opcode != "parameter"
+        ]
+        kinds = {_relayout_kind(module, op) for op in inner}
+        if not inner or None in kinds:
+            return None
+        return "fused" if "fused" in kinds else "kernel"
     if instruction.opcode != "fusion":
         return None
     fused = _fused(module, instruction)
