@@ -51,7 +51,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pytest_jaxport.census import OpSite, Program
 from pytest_jaxport.cost import (
@@ -123,6 +123,8 @@ class _Module:
     entry: str
     computations: Mapping[str, tuple[_Instruction, ...]]
     frames: Mapping[int, tuple[_Frame, ...]]
+    opcodes: dict[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    """Per computation, the opcodes it holds (filled as asked, by :func:`_called_opcodes`)."""
 
 
 def parse_compiled_hlo(text: str) -> Program:
@@ -313,6 +315,8 @@ def _computation_refs(raw: str | None) -> list[str]:
 _PASS_THROUGH = frozenset({"bitcast", "get-tuple-element"})
 _LAYOUT_OPCODES = frozenset({"transpose", "copy"})
 _MATRIX_OPCODES = frozenset({"dot", "convolution"})
+_LAYOUT_ONLY = _LAYOUT_OPCODES | _PASS_THROUGH | {"parameter", "reshape"}
+"""A fusion of nothing else is a relayout kernel of its own."""
 _LIBRARY_CALL = re.compile(r"^__(cudnn\$conv|cublas\$(gemm|lt\$matmul)|onednn\$)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
@@ -325,6 +329,18 @@ def _users(instructions: tuple[_Instruction, ...]) -> dict[str, list[_Instructio
     return users
 
 
+def _called_opcodes(module: _Module, instruction: _Instruction) -> frozenset[str]:
+    """The opcodes of the computations a fusion calls."""
+    found: set[str] = set()
+    for callee in _computation_refs(instruction.attributes.get("calls")):
+        opcodes = module.opcodes.get(callee)
+        if opcodes is None:
+            computation = module.computations.get(callee, ())
+            opcodes = module.opcodes[callee] = frozenset(op.opcode for op in computation)
+        found |= opcodes
+    return frozenset(found)
+
+
 def _is_matrix_call(module: _Module, instruction: _Instruction) -> bool:
     """A library GEMM or convolution, or a kernel XLA built around a dot or convolution."""
     if instruction.opcode in _MATRIX_OPCODES:
@@ -333,7 +349,7 @@ def _is_matrix_call(module: _Module, instruction: _Instruction) -> bool:
         target = _unquote(instruction.attributes.get("custom_call_target", '""'))
         return _LIBRARY_CALL.match(target) is not None
     if instruction.opcode == "fusion":
-        return any(inner.opcode in _MATRIX_OPCODES for inner in _fused(module, instruction))
+        return not _MATRIX_OPCODES.isdisjoint(_called_opcodes(module, instruction))
     return False
 
 
@@ -363,16 +379,12 @@ def _relayout_kind(module: _Module, instruction: _Instruction) -> str | None:
         return "fused" if "fused" in kinds else "kernel"
     if instruction.opcode != "fusion":
         return None
-    fused = _fused(module, instruction)
-    if any(inner.opcode in _MATRIX_OPCODES for inner in fused):
+    opcodes = _called_opcodes(module, instruction)
+    if _LAYOUT_OPCODES.isdisjoint(opcodes) or not _MATRIX_OPCODES.isdisjoint(opcodes):
         return None
-    if not any(_inserted_layout_op(inner) for inner in fused):
+    if not any(_inserted_layout_op(inner) for inner in _fused(module, instruction)):
         return None
-    only_layout = all(
-        inner.opcode in _LAYOUT_OPCODES | _PASS_THROUGH | {"parameter", "reshape"}
-        for inner in fused
-    )
-    return "kernel" if only_layout else "fused"
+    return "kernel" if opcodes <= _LAYOUT_ONLY else "fused"
 
 
 def _relayouts(
