@@ -83,7 +83,8 @@ def base_module(revision: str, path: str, name: str, folder: Path) -> Any:
     file = folder / f"{name}.py"
     file.write_text(source)
     spec = importlib.util.spec_from_file_location(name, file)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
