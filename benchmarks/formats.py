@@ -18,7 +18,8 @@ Both are compared with a cold ``jaxport.check`` of the same function (``jax.clea
 first: trace, lower for every platform, read, census, compile and run on cpu), the quantity a
 cold suite run is made of. The lowered cache's entry grows too: its JSON size is recorded.
 The compiled level's extra work (relayouts around library calls) is timed on the cpu
-compiled text of each case, against ``--base``'s ``hlo.parse_compiled_hlo``.
+compiled text of each case, against ``--base``'s ``hlo.parse_compiled_hlo``; a warm run's,
+reading the (larger) lowered-cache entries back, on the entries of both readers.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import models_second  # noqa: E402
 from inprocess import _fresh, _jaxport_instance  # noqa: E402
 
 from pytest_jaxport import hlo, lowering  # noqa: E402
-from pytest_jaxport.census import program_to_dict  # noqa: E402
+from pytest_jaxport.census import program_from_dict, program_to_dict  # noqa: E402
 from pytest_jaxport.model.formats import take_format_census  # noqa: E402
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
@@ -158,6 +159,10 @@ def measure(names: list[str], reps: int, base: str) -> dict[str, Any]:
                 for label, parser in parsers:
                     t, _ = _fastest(lambda p=parser: p.parse_compiled_hlo(text))
                     add(name, f"parse compiled cpu ({label})", t)
+                for label in ("new", "base"):  # a warm run reads them back from the cache
+                    texts = [json.dumps(program_to_dict(programs[label][p])) for p in ABSENT]
+                    t, _ = _fastest(lambda t=texts: [program_from_dict(json.loads(x)) for x in t])
+                    add(name, f"warm: load cached programs ({label})", t)
                 if rep == 0:
                     sizes[name] = {
                         label: sum(
@@ -185,6 +190,10 @@ def measure(names: list[str], reps: int, base: str) -> dict[str, Any]:
     total_findings = sum(medians[n]["findings (4 platforms)"] for n in suites)
     total_compiled = sum(medians[n]["parse compiled cpu (new)"] for n in suites)
     total_compiled_base = sum(medians[n]["parse compiled cpu (base)"] for n in suites)
+    warm = {
+        label: sum(medians[n][f"warm: load cached programs ({label})"] for n in suites)
+        for label in ("new", "base")
+    }
     return {
         "per_case": per_case,
         "totals_s": {
@@ -195,6 +204,8 @@ def measure(names: list[str], reps: int, base: str) -> dict[str, Any]:
             "added": total_read + total_findings,
             "parse compiled cpu (new)": total_compiled,
             "parse compiled cpu (base)": total_compiled_base,
+            "warm: load cached programs (new)": warm["new"],
+            "warm: load cached programs (base)": warm["base"],
         },
         "added_share_of_cold_checks": (total_read + total_findings) / total_check,
         "worst_case": max(per_case, key=lambda n: per_case[n]["added share of a cold check"]),
