@@ -174,13 +174,9 @@ def dtype_name(element: str) -> str:
     return DTYPE_NAMES.get(element, element)
 
 
+@functools.lru_cache(maxsize=8192)
 def is_notable(type_text: str) -> bool:
     """Whether a StableHLO type holds an element type of :data:`NOTABLE_ELEMENTS`."""
-    return _notable(type_text)
-
-
-@functools.lru_cache(maxsize=8192)
-def _notable(type_text: str) -> bool:
     parsed = tensor_type(type_text)
     if parsed is not None:
         return parsed[1] in NOTABLE_ELEMENTS
@@ -228,7 +224,8 @@ DEFAULT_DEVICES: Mapping[str, Device] = {
     "tpu": Device(platform="tpu", generation="v5e", name="TPU v5e"),
 }
 """Judged for when no target is configured: the project's default GPU description (h100),
-the GPU JAX describes for rocm lowering (gfx942), and the most deployed current TPU."""
+the GPU JAX describes where it lowers for rocm (gfx942), and TPU v5e (a 128x128 MXU and no
+FP8 matrix units, as every TPU before v6e)."""
 
 DEVICE_NAMES: Mapping[str, Device] = {
     name: Device(platform=platform, generation=generation, name=label)
@@ -678,8 +675,8 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 # fmt: on
-"""Every rule, as data: the reference documentation's table is generated from it. Several
-rows may share a name (one per platform or device range); for a convolution the first
+"""Every rule, as data (what the reference's table of rules is made from). Several rows may
+share a name (one per platform or device range); for a convolution the first
 ``convolution-relayout`` row that applies decides."""
 
 
