@@ -1353,7 +1353,12 @@ def _is_meta(platform: str, site: OpSite) -> bool:
     annotation): its operands' formats are not the target's to compute."""
     if not site.op.endswith("custom_call") or site.target is None:
         return False
-    return classify(platform, site.op, site.target).layer == "meta"
+    return _meta_target(platform, site.target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_target(platform: str, target: str) -> bool:
+    return classify(platform, "stablehlo.custom_call", target).layer == "meta"
 
 
 def _merged_detail(tally: _Tally) -> str:
