@@ -524,6 +524,25 @@ def test_the_deviceless_cuda_program_counts_transposes_around_a_cudnn_convolutio
     assert take_format_census(parse_compiled_hlo(text), "cuda", level="compiled").findings == ()
 
 
+def test_the_deviceless_cuda_program_counts_the_transpose_before_a_cublas_float8_gemm(
+    h100: str,
+) -> None:
+    """cuBLAS's FP8 GEMM takes both operands K-minor: w (128, 256) is transposed by a kernel
+    of its own, 128 * 256 one-byte elements (XLA's Triton GEMM, its default without
+    autotuning, transposes inside the GEMM instead: nothing to count then)."""
+    kind = jnp.float8_e4m3fn
+    x, w = jnp.ones((1024, 128), kind), jnp.ones((128, 256), kind)
+    cublas = {"xla_gpu_enable_triton_gemm": False}
+    text = deviceless_compile(_f8_dot, (x, w), {}, target_config=h100, compiler_options=cublas)
+    result = take_format_census(parse_compiled_hlo(text), "cuda", level="compiled")
+    (finding,) = result.by_rule("inserted-relayout")
+    assert "1 transposes/copies (1 kernels of their own" in finding.detail
+    assert "around __cublas$lt$matmul" in finding.detail
+    assert finding.amount == 128 * 256
+    assert finding.location is not None
+    assert finding.location.line == line_of(_f8_dot)
+
+
 # --- real library code ---------------------------------------------------------------------
 
 

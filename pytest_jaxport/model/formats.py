@@ -663,7 +663,8 @@ RULES: tuple[Rule, ...] = (
         ops=("stablehlo.dot_general",),
         effect="relayout",
         summary="8-bit GEMMs need the contracting dimension minor in both operands: an "
-        "operand laid out (K, N) is transposed",
+        "operand laid out (K, N) is transposed (a kernel of its own before cuBLAS, inside "
+        "the GEMM where XLA's Triton GEMM runs it)",
         source=_SRC_XLA_GPU_LAYOUT,
     ),
     Rule(
