@@ -40,16 +40,18 @@ from pytest_jaxport.version import __version__
 CACHE_NAME = "jaxport-compiled"
 """The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""
 
-FORMAT = 2
-"""Bumped whenever what an entry holds, or how compiled HLO is parsed, changes."""
+FORMAT = 3
+"""Bumped whenever what an entry holds, or how compiled HLO is parsed, changes (3: library
+calls carry the relayouts around them)."""
 
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
-LOWERED_FORMAT = 3
+LOWERED_FORMAT = 4
 """Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
 module (which ops keep their location, how costs are estimated, which cases resolve, the
-collectives the partitioner inserts), changes."""
+collectives the partitioner inserts), changes (4: sites carry their types and the
+attributes format findings read)."""
 
 
 def cache_key(

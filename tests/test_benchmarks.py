@@ -315,3 +315,17 @@ def test_a_captured_description_is_diffed_field_by_field_against_the_shipped_one
     assert gv.shipped_description_for("NVIDIA H100 80GB HBM3") == "h100"
     assert gv.shipped_description_for("NVIDIA H100 PCIe") == "h100"
     assert gv.shipped_description_for("Tesla T4") is None
+
+
+def test_formats_benchmark_runs_and_records_the_added_share(tmp_path: Path) -> None:
+    out = tmp_path / "formats.json"
+    done = _run(
+        str(BENCHMARKS / "formats.py"), "--reps", "1", "--cases", "tiny_elementwise,convnet_small",
+        "--base", "HEAD", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert set(results["per_case"]) == {"tiny_elementwise", "convnet_small"}
+    assert results["per_case"]["convnet_small"]["findings per platform"]["tpu"] > 0
+    assert isinstance(results["added_share_of_cold_checks"], float)
+    assert "of the suites' cold checks" in done.stdout

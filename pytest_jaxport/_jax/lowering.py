@@ -32,6 +32,7 @@ from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.cost import FREE_OPS, op_cost
+from pytest_jaxport.model.formats import is_notable
 from pytest_jaxport.model.probe import Untraced
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
@@ -487,8 +488,12 @@ class _Switch:
     taken: tuple[int, ...]
 
 
-_Site = tuple[str, "str | None", "str | None", float, float]
-"""An op as read: ``(op, target, location, flops, bytes)``, an :class:`OpSite` to be."""
+_Site = tuple[
+    str, "str | None", "str | None", float, float, tuple[str, ...], tuple[str, ...],
+    tuple[tuple[str, str], ...],
+]  # fmt: skip
+"""An op as read: ``(op, target, location, flops, bytes, operand types, result types,
+attributes)``, an :class:`OpSite` to be."""
 _Item = _Site | _Switch
 
 
@@ -515,10 +520,15 @@ def _project(items: list[_Item], platforms: int) -> list[tuple[OpSite, ...]]:
 
 
 def _grouped(sites: list[_Site]) -> tuple[OpSite, ...]:
-    return tuple(
-        OpSite(op=op, target=target, location=location, flops=flops, bytes=moved, count=n)
-        for (op, target, location, flops, moved), n in Counter(sites).items()
-    )
+    grouped = []
+    for (op, target, location, flops, moved, operands, results, attributes), n in Counter(
+        sites
+    ).items():
+        grouped.append(
+            OpSite(op=op, target=target, location=location, flops=flops, bytes=moved, count=n,
+                   operand_types=operands, result_types=results, attributes=attributes)
+        )  # fmt: skip
+    return tuple(grouped)
 
 
 class _Reader:
@@ -608,31 +618,36 @@ class _Reader:
                     if name == "stablehlo.constant":
                         self.constant(operation, known)
                     continue
-                flops, moved = (0.0, 0.0) if name in FREE_OPS else self.cost(operation, target)
-                location = str(operation.location) if _keeps_location(name) else None
-                append((name, target, location, flops, moved))
+                if name in FREE_OPS and name not in _TYPED_FREE_OPS:
+                    flops, moved, operand_types, result_types, attributes = _UNTYPED
+                else:
+                    flops, moved, operand_types, result_types, attributes = self.cost(
+                        operation, target
+                    )
+                keep = _keeps_location(name) or any(map(is_notable, operand_types + result_types))
+                location = str(operation.location) if keep else None
+                append((name, target, location, flops, moved, operand_types, result_types,
+                        attributes))  # fmt: skip
                 if name not in _REDUCER_OPS:
                     if self.platforms > 1:
                         _forward_known(operation, known)
                     for nested in operation.regions:
                         self.collect(nested, items, known)
 
-    def cost(self, operation: Any, target: str | None) -> tuple[float, float]:
-        """``cost.op_cost`` of an op, computed once per distinct op, types and attributes."""
+    def cost(self, operation: Any, target: str | None) -> _Typed:
+        """``cost.op_cost`` of an op (computed once per distinct op, types and attributes),
+        with its operand and result types and the attributes formats read."""
         name = operation.name
-        key = (
-            name,
-            target,
-            tuple(self.type_texts(operation.operands)),
-            tuple(self.type_texts(operation.results)),
-            _cost_attributes(name, operation.attributes) if name in _COST_ATTRIBUTES else (),
-        )
+        operand_types = tuple(self.type_texts(operation.operands))
+        result_types = tuple(self.type_texts(operation.results))
+        attributes = _site_attributes(name, operation.attributes) if name in _ATTRIBUTES else ()
+        key = (name, target, operand_types, result_types, attributes)
         found = self.costs.get(key)
         if found is None:
             found = self.costs[key] = op_cost(
-                name, target, list(key[2]), list(key[3]), dict(key[4])
+                name, target, list(operand_types), list(result_types), dict(attributes)
             )
-        return found
+        return (*found, operand_types, result_types, attributes)
 
     def constant(self, operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
         """Remember the value of a scalar ``i32`` constant (a case index, maybe)."""
@@ -797,16 +812,25 @@ def _keeps_location(name: str) -> bool:
     return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
 
 
-_COST_ATTRIBUTES = {"stablehlo.dot_general": "dot_dimension_numbers",
-                    "stablehlo.convolution": "dimension_numbers"}  # fmt: skip
+_ATTRIBUTES = {
+    "stablehlo.dot_general": ("algorithm", "dot_dimension_numbers", "precision_config"),
+    "stablehlo.convolution": ("dimension_numbers", "precision_config"),
+}
+"""The attributes a site keeps, per op: what ``op_cost`` (dimension numbers) and format
+findings (precision, dot algorithm, convolution layout) read."""
+
+_TYPED_FREE_OPS = frozenset({"stablehlo.bitcast_convert"})
+"""Ops that cost nothing but whose types a format rule reads (a float64 bitcast does not
+compile for TPU)."""
+
+_Typed = tuple[float, float, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
+"""``(flops, bytes, operand types, result types, attributes)`` of one op."""
+_UNTYPED: _Typed = (0.0, 0.0, (), (), ())
 
 
-def _cost_attributes(name: str, attributes: Any) -> tuple[tuple[str, str], ...]:
-    """The attributes ``op_cost`` reads for ``name`` ops, as hashable pairs."""
-    key = _COST_ATTRIBUTES.get(name)
-    if key is None or key not in attributes:
-        return ()
-    return ((key, str(attributes[key])),)
+def _site_attributes(name: str, attributes: Any) -> tuple[tuple[str, str], ...]:
+    """The :data:`_ATTRIBUTES` of a ``name`` op, as hashable pairs."""
+    return tuple((key, str(attributes[key])) for key in _ATTRIBUTES[name] if key in attributes)
 
 
 def to_outputs(value: Any) -> Outputs:

@@ -85,6 +85,15 @@ class OpSite:
     """How many times a call site's callee runs each time the site is reached (a loop
     body's known trip count). It weights estimated time only, never counts: a loop body's
     dispatches count once, since a budget is about code, not iterations."""
+    operand_types: tuple[str, ...] = ()
+    result_types: tuple[str, ...] = ()
+    """The op's operand and result types as StableHLO prints them (``tensor<8x100xf32>``),
+    where the reader keeps them (lowered level; empty otherwise): what format and layout
+    findings read (:mod:`pytest_jaxport.model.formats`)."""
+    attributes: tuple[tuple[str, str], ...] = ()
+    """``(name, value)`` pairs, sorted: a dot's or convolution's ``precision_config``,
+    ``algorithm`` and dimension numbers (lowered level); the ``relayouts`` and
+    ``relayout_bytes`` XLA's layout assignment put around a library call (compiled level)."""
 
 
 UNCOUNTED_OPS = frozenset(
@@ -247,6 +256,13 @@ def parse_location(text: str | None) -> SourceLocation | None:
     return SourceLocation(file=file, line=int(line))
 
 
+def in_library(location: SourceLocation) -> bool:
+    """Whether ``location`` is in an installed package, the standard library or this plugin:
+    what :func:`parse_location` falls back to where a location has no user frame (the ops of
+    a function a library jitted on its own)."""
+    return any(part in location.file for part in _LIBRARY_PATHS)
+
+
 _Key = tuple[Classification, str, "SourceLocation | None"]
 _SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count", "runs")
 _Counts = tuple[
@@ -398,7 +414,14 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     }
 
 
-def _multiplicity(site: OpSite) -> list[int]:
+def _multiplicity(site: OpSite) -> list[Any]:
+    if site.operand_types or site.result_types or site.attributes:
+        details = {
+            "in": list(site.operand_types),
+            "out": list(site.result_types),
+            "attributes": [list(pair) for pair in site.attributes],
+        }
+        return [site.count, site.runs, details]
     if site.runs != 1:
         return [site.count, site.runs]
     return [site.count] if site.count != 1 else []
@@ -407,8 +430,8 @@ def _multiplicity(site: OpSite) -> list[int]:
 def program_from_dict(data: Mapping[str, Any]) -> Program:
     """The inverse of :func:`program_to_dict`; raises ``KeyError``/``TypeError``/``ValueError``
     on anything else. Sites of three fields (no ``flops``/``bytes``: older entries) read as
-    costing nothing; a sixth field is the site's ``count`` and a seventh its ``runs`` (1 when
-    absent)."""
+    costing nothing; a sixth field is the site's ``count``, a seventh its ``runs`` (1 when
+    absent) and an eighth its types and attributes (``{"in", "out", "attributes"}``)."""
     functions: dict[str, tuple[OpSite, ...]] = {}
     for name, sites in data["functions"].items():
         functions[str(name)] = tuple(_site_from_list(site) for site in sites)
@@ -419,15 +442,18 @@ def program_from_dict(data: Mapping[str, Any]) -> Program:
 
 
 def _site_from_list(site: Any) -> OpSite:
-    if not isinstance(site, list) or len(site) not in (3, 5, 6, 7):
+    if not isinstance(site, list) or len(site) not in (3, 5, 6, 7, 8):
         raise ValueError(f"not an op site: {site!r:.80}")
     op, target, location = site[:3]
     flops, moved = (site[3], site[4]) if len(site) >= 5 else (0.0, 0.0)
     count = site[5] if len(site) >= 6 else 1
-    runs = site[6] if len(site) == 7 else 1
+    runs = site[6] if len(site) >= 7 else 1
+    details = site[7] if len(site) == 8 else {}
     for name, value in (("count", count), ("runs", runs)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"not an op site {name}: {value!r:.80}")
+    if not isinstance(details, dict):
+        raise ValueError(f"not an op site's types: {details!r:.80}")
     return OpSite(
         op=str(op),
         target=None if target is None else str(target),
@@ -436,4 +462,7 @@ def _site_from_list(site: Any) -> OpSite:
         bytes=float(moved),
         count=count,
         runs=runs,
+        operand_types=tuple(str(t) for t in details.get("in", ())),
+        result_types=tuple(str(t) for t in details.get("out", ())),
+        attributes=tuple((str(k), str(v)) for k, v in details.get("attributes", ())),
     )

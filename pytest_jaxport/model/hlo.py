@@ -25,7 +25,12 @@ How HLO maps onto op sites:
   ``get-tuple-element``, ``tuple``, ``bitcast``...) are left out;
 - ``location`` is the instruction's ``metadata`` source position rendered as MLIR location
   text, ``loc(callsite("f"("model.py":12:4) at ...))``, innermost frame first, so that
-  :func:`census.parse_location` finds the user's line.
+  :func:`census.parse_location` finds the user's line;
+- a library call (cuDNN, cuBLAS, oneDNN, a fusion around a dot or convolution) carries the
+  transposes and copies XLA's layout assignment put around it as ``attributes``:
+  ``relayouts`` (how many feed or read it), ``relayout_kernels`` (how many of those are
+  kernels of their own rather than fused into a neighbour) and ``relayout_bytes`` (what
+  they write).
 
 Example::
 
@@ -46,7 +51,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from pytest_jaxport.model.census import OpSite, Program
 from pytest_jaxport.model.cost import (
@@ -118,6 +123,8 @@ class _Module:
     entry: str
     computations: Mapping[str, tuple[_Instruction, ...]]
     frames: Mapping[int, tuple[_Frame, ...]]
+    opcodes: dict[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    """Per computation, the opcodes it holds (filled as asked, by :func:`_called_opcodes`)."""
 
 
 def parse_compiled_hlo(text: str) -> Program:
@@ -165,8 +172,12 @@ def instruction_sites(text: str) -> dict[str, OpSite]:
 
 def _sites(module: _Module, instructions: tuple[_Instruction, ...]) -> Iterator[OpSite]:
     scope = _scope(instructions)
+    users = _users(instructions)
+    claimed: set[str] = set()
     for instruction in instructions:
-        yield from _instruction_sites(module, instruction, scope)
+        relayouts = _relayouts(module, instruction, scope, users, claimed)
+        for site in _instruction_sites(module, instruction, scope):
+            yield replace(site, attributes=relayouts) if relayouts and site.op != CALL_OP else site
 
 
 def _scope(instructions: tuple[_Instruction, ...]) -> dict[str, _Instruction]:
@@ -291,6 +302,133 @@ def _computation_refs(raw: str | None) -> list[str]:
     if not raw:
         return []
     return _COMPUTATION_REF.findall(raw.strip().strip("{}"))
+
+
+# --- relayouts around library calls ----------------------------------------------------
+#
+# XLA's layout assignment gives a library call the layouts its kernels take (cuDNN NHWC on
+# Hopper, Eigen/YNNPACK NHWC/HWIO on CPU, K-minor operands for 8-bit GEMMs) and inserts a
+# transpose or copy where a neighbour's layout differs: a kernel of its own (a bare
+# transpose/copy, or a fusion of nothing else) or fused into the neighbour's kernel. The
+# user's own transposes (metadata ``op_name`` ending in ``transpose``) are not counted.
+
+_PASS_THROUGH = frozenset({"bitcast", "get-tuple-element"})
+_LAYOUT_OPCODES = frozenset({"transpose", "copy"})
+_MATRIX_OPCODES = frozenset({"dot", "convolution"})
+_LAYOUT_ONLY = _LAYOUT_OPCODES | _PASS_THROUGH | {"parameter", "reshape"}
+"""A fusion of nothing else is a relayout kernel of its own."""
+_LIBRARY_CALL = re.compile(r"^__(cudnn\$conv|cublas\$(gemm|lt\$matmul)|onednn\$)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def _users(instructions: tuple[_Instruction, ...]) -> dict[str, list[_Instruction]]:
+    users: dict[str, list[_Instruction]] = {}
+    for instruction in instructions:
+        for operand in dict.fromkeys(instruction.operands):
+            users.setdefault(operand, []).append(instruction)
+    return users
+
+
+def _called_opcodes(module: _Module, instruction: _Instruction) -> frozenset[str]:
+    """The opcodes of the computations a fusion calls."""
+    found: set[str] = set()
+    for callee in _computation_refs(instruction.attributes.get("calls")):
+        opcodes = module.opcodes.get(callee)
+        if opcodes is None:
+            computation = module.computations.get(callee, ())
+            opcodes = module.opcodes[callee] = frozenset(op.opcode for op in computation)
+        found |= opcodes
+    return frozenset(found)
+
+
+def _is_matrix_call(module: _Module, instruction: _Instruction) -> bool:
+    """A library GEMM or convolution, or a kernel XLA built around a dot or convolution."""
+    if instruction.opcode in _MATRIX_OPCODES:
+        return True
+    if instruction.opcode == "custom-call":
+        target = _unquote(instruction.attributes.get("custom_call_target", '""'))
+        return _LIBRARY_CALL.match(target) is not None
+    if instruction.opcode == "fusion":
+        return not _MATRIX_OPCODES.isdisjoint(_called_opcodes(module, instruction))
+    return False
+
+
+def _inserted_layout_op(instruction: _Instruction) -> bool:
+    """A transpose or copy the user did not ask for."""
+    if instruction.opcode not in _LAYOUT_OPCODES:
+        return False
+    found = _OP_NAME.search(instruction.attributes.get("metadata", ""))
+    return found is None or not found.group(1).rsplit("/", 1)[-1].startswith("transpose")
+
+
+def _relayout_kind(module: _Module, instruction: _Instruction) -> str | None:
+    """``kernel`` for a relayout that is a kernel of its own, ``fused`` for one fused into a
+    neighbour's kernel, ``None`` for anything else."""
+    if _inserted_layout_op(instruction):
+        return "kernel"
+    if instruction.opcode == "call":  # XLA:CPU's parallel task wrappers (jaxlib < 0.7)
+        inner = [
+            op
+            for callee in _computation_refs(instruction.attributes.get("to_apply"))
+            for op in module.computations.get(callee, ())
+            if op.opcode != "parameter"
+        ]
+        kinds = {_relayout_kind(module, op) for op in inner}
+        if not inner or None in kinds:
+            return None
+        return "fused" if "fused" in kinds else "kernel"
+    if instruction.opcode != "fusion":
+        return None
+    opcodes = _called_opcodes(module, instruction)
+    if _LAYOUT_OPCODES.isdisjoint(opcodes) or not _MATRIX_OPCODES.isdisjoint(opcodes):
+        return None
+    if not any(_inserted_layout_op(inner) for inner in _fused(module, instruction)):
+        return None
+    return "kernel" if opcodes <= _LAYOUT_ONLY else "fused"
+
+
+def _relayouts(
+    module: _Module,
+    instruction: _Instruction,
+    scope: Mapping[str, _Instruction],
+    users: Mapping[str, list[_Instruction]],
+    claimed: set[str],
+) -> tuple[tuple[str, str], ...]:
+    """The relayouts feeding or reading a library call, as site attributes (``()`` for
+    anything else, or none found). Each relayout counts once, for the first call it serves."""
+    if not _is_matrix_call(module, instruction):
+        return ()
+    neighbours: list[_Instruction] = []
+    for name in dict.fromkeys(instruction.operands):
+        producer = scope.get(name)
+        while producer is not None and producer.opcode in _PASS_THROUGH and producer.operands:
+            producer = scope.get(producer.operands[0])
+        if producer is not None:
+            neighbours.append(producer)
+    pending = list(users.get(instruction.name, ()))
+    while pending:
+        user = pending.pop()
+        if user.opcode in _PASS_THROUGH:
+            pending.extend(users.get(user.name, ()))
+        else:
+            neighbours.append(user)
+    count = kernels = 0
+    written = 0.0
+    for neighbour in neighbours:
+        kind = None if neighbour.name in claimed else _relayout_kind(module, neighbour)
+        if kind is None:
+            continue
+        claimed.add(neighbour.name)
+        count += 1
+        kernels += kind == "kernel"
+        written += _bytes(neighbour.shape)
+    if not count:
+        return ()
+    return (
+        ("relayout_bytes", repr(written)),
+        ("relayout_kernels", str(kernels)),
+        ("relayouts", str(count)),
+    )
 
 
 # --- locations -------------------------------------------------------------------------

@@ -1,0 +1,1429 @@
+"""Numeric formats and memory layout: what lowers for a platform but does not port to it.
+
+A program that lowers for every platform can still assume things its target does not share:
+float64 on a TPU, one vendor's float8 variant on another vendor's matrix cores, float32 dots
+that silently run with TF32 or bfloat16 inputs at the default precision, arrays whose
+trailing dimensions pad out TPU tiles, convolutions in a layout the target's libraries
+transpose. Each is a finding at the user's source line, for one platform and target device,
+call-weighted like the census, with the fidelity level it came from.
+
+Everything here is data and arithmetic on it: :data:`RULES` (each rule with its public
+source), the layout arithmetic (:func:`tile_padding`, :func:`matrix_unit_waste`,
+:func:`convolution_relayout`) and :func:`take_format_census`, which reads a census
+:class:`~pytest_jaxport.model.census.Program`: at the lowered level the operand and result types
+of each op and the attributes of dots and convolutions (``lowering.read_program`` keeps
+them); at the compiled level the transposes and copies XLA's layout assignment put around
+library calls (``hlo.parse_compiled_hlo`` counts them). No jax, no pytest.
+
+Example::
+
+    >>> dot = OpSite(op="stablehlo.dot_general", location='loc("model.py":3:4)',
+    ...              operand_types=("tensor<4096x100xf32>", "tensor<100x128xf32>"),
+    ...              result_types=("tensor<4096x128xf32>",))
+    >>> census = take_format_census(Program(entry="main", functions={"main": (dot,)}), "tpu")
+    >>> [f.rule for f in census.findings]
+    ['float32-default-precision', 'matrix-unit-misaligned', 'tile-padding']
+    >>> str(census.findings[0].location)
+    'model.py:3'
+    >>> round(census.padding_waste, 4)
+    0.1094
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, Literal, get_args
+
+from pytest_jaxport.model.census import (
+    CALL_OPS,
+    UNCOUNTED_OPS,
+    OpSite,
+    Program,
+    SourceLocation,
+    in_library,
+    parse_location,
+)
+from pytest_jaxport.model.targets import Level, classify
+
+FindingKind = Literal["format", "layout"]
+"""``format``: a numeric format the target computes differently, emulates, converts or cannot
+compile; ``layout``: bytes or matrix-unit work a target's memory layout wastes or moves."""
+
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
+
+Effect = Literal[
+    "emulated",
+    "not-compiled",
+    "converted",
+    "requantize",
+    "reduced-precision",
+    "padded",
+    "misaligned",
+    "relayout",
+]
+"""What the target does with it: runs it in software (``emulated``), refuses to compile it
+(``not-compiled``), converts it to another format before its matrix units (``converted``),
+needs the data re-quantized to its own variant (``requantize``), computes with fewer
+mantissa bits than the program's type (``reduced-precision``), pads it to tiles
+(``padded``), leaves matrix-unit lanes idle (``misaligned``), or transposes it to the layout
+its kernels take (``relayout``)."""
+
+LARGE_ARRAY_BYTES = 64 * 1024
+"""Arrays smaller than this (64 KiB, 16 float32 tiles of (8, 128)) are left out of the
+padding and matrix-unit numbers: their waste is a large fraction of nothing, and the toy
+shapes of a unit test say nothing about production shapes."""
+
+MATMUL_OPS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
+"""The ops a matrix unit (MXU, tensor core, matrix core) runs."""
+
+# -- element types --------------------------------------------------------------------------
+
+DTYPE_NAMES: Mapping[str, str] = {
+    "f64": "float64",
+    "f32": "float32",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "complex<f64>": "complex128",
+    "complex<f32>": "complex64",
+    "f8E4M3FN": "float8_e4m3fn",
+    "f8E5M2": "float8_e5m2",
+    "f8E4M3FNUZ": "float8_e4m3fnuz",
+    "f8E5M2FNUZ": "float8_e5m2fnuz",
+    "f8E4M3B11FNUZ": "float8_e4m3b11fnuz",
+    "f8E4M3": "float8_e4m3",
+    "f8E3M4": "float8_e3m4",
+    "f8E8M0FNU": "float8_e8m0fnu",
+    "f4E2M1FN": "float4_e2m1fn",
+    "i1": "bool",
+    "i2": "int2",
+    "i4": "int4",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "ui2": "uint2",
+    "ui4": "uint4",
+    "ui8": "uint8",
+    "ui16": "uint16",
+    "ui32": "uint32",
+    "ui64": "uint64",
+}
+"""StableHLO element types by the name JAX and NumPy give them (``jnp.float8_e4m3fn``): what
+findings, budgets (``forbid_formats``) and reports call a format."""
+
+_BITS: Mapping[str, int] = {
+    "f64": 64, "f32": 32, "f16": 16, "bf16": 16, "complex<f64>": 128, "complex<f32>": 64,
+    "i1": 8, "i2": 2, "i4": 4, "ui2": 2, "ui4": 4, "f4E2M1FN": 4,
+}  # fmt: skip
+
+OCP_FLOAT8 = frozenset({"f8E4M3FN", "f8E5M2"})
+"""The OCP FP8 formats (NVIDIA Ada/Hopper/Blackwell, AMD MI350)."""
+FNUZ_FLOAT8 = frozenset({"f8E4M3FNUZ", "f8E5M2FNUZ"})
+"""AMD CDNA3's FP8 formats (MI300): one NaN, no negative zero, exponent bias one higher."""
+FLOAT8 = frozenset({*OCP_FLOAT8, *FNUZ_FLOAT8, "f8E4M3B11FNUZ", "f8E4M3", "f8E3M4"})
+"""Every 8-bit float JAX has (``float8_e8m0fnu``, a scale type, is not among them)."""
+INT4 = frozenset({"i4", "ui4"})
+
+NOTABLE_ELEMENTS = frozenset({"f64", "complex<f64>", *FLOAT8, "f8E8M0FNU", "f4E2M1FN", *INT4})
+"""Element types some rule flags at any op, not only at dots and convolutions: the StableHLO
+reader keeps the source location of every op whose types hold one (``lowering.py``), so that
+their findings point at the user's line. float16/bfloat16/float32 rules concern dots and
+convolutions only, which keep their location anyway."""
+
+_TENSOR = re.compile(r"^tensor<((?:(?:\d+|\?)x)*)([a-zA-Z][\w]*(?:<[^<>]*>)?)")
+
+
+@functools.lru_cache(maxsize=8192)
+def tensor_type(text: str) -> tuple[tuple[int, ...] | None, str] | None:
+    """``tensor<4x100xf32>`` -> ``((4, 100), "f32")``; dims ``None`` where one is dynamic;
+    ``None`` for anything that is not a ranked tensor (tokens, tuples).
+
+    >>> tensor_type("tensor<2x3xcomplex<f64>>")
+    ((2, 3), 'complex<f64>')
+    >>> tensor_type("tensor<f8E4M3FN>")
+    ((), 'f8E4M3FN')
+    """
+    found = _TENSOR.match(text)
+    if found is None:
+        return None
+    sizes = [d for d in found.group(1).split("x") if d]
+    dims = None if "?" in sizes else tuple(int(d) for d in sizes)
+    return dims, found.group(2)
+
+
+def element_bits(element: str) -> int:
+    """Bits per element of a StableHLO element type (``f8E4M3FN`` -> 8, ``ui4`` -> 4)."""
+    if element in _BITS:
+        return _BITS[element]
+    if element.startswith("f8"):
+        return 8
+    found = re.fullmatch(r"(?:f|i|ui|si)(\d+)", element)
+    return int(found.group(1)) if found else 32
+
+
+def dtype_name(element: str) -> str:
+    """The JAX name of a StableHLO element type (``f8E4M3FN`` -> ``float8_e4m3fn``)."""
+    return DTYPE_NAMES.get(element, element)
+
+
+@functools.lru_cache(maxsize=8192)
+def is_notable(type_text: str) -> bool:
+    """Whether a StableHLO type holds an element type of :data:`NOTABLE_ELEMENTS`."""
+    parsed = tensor_type(type_text)
+    if parsed is not None:
+        return parsed[1] in NOTABLE_ELEMENTS
+    return any(element in type_text for element in ("f64", "f8E", "f4E", "i4>", "i4,"))
+
+
+# -- target devices -------------------------------------------------------------------------
+
+CUDA_GENERATIONS = ("sm60", "sm70", "sm75", "sm80", "sm86", "sm87", "sm89", "sm90", "sm100",
+                    "sm103", "sm120", "sm121")  # fmt: skip
+"""NVIDIA compute capabilities, oldest first (``sm90``: Hopper, H100/H200)."""
+ROCM_GENERATIONS = ("gfx908", "gfx90a", "gfx942", "gfx950")
+"""AMD Instinct ISAs, oldest first: MI100, MI200 (CDNA2), MI300 (CDNA3), MI350 (CDNA4)."""
+TPU_GENERATIONS = ("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i")
+"""TPU chip versions as JAX names them (``jax.experimental.pallas.tpu.ChipVersion``)."""
+
+GENERATIONS: Mapping[str, tuple[str, ...]] = {
+    "cpu": (),
+    "cuda": CUDA_GENERATIONS,
+    "rocm": ROCM_GENERATIONS,
+    "tpu": TPU_GENERATIONS,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Device:
+    """The device a platform's findings are judged for: a generation of :data:`GENERATIONS`
+    (``""`` for cpu)."""
+
+    platform: str
+    generation: str = ""
+    name: str = ""
+    """What reports call it (``NVIDIA H100``); the generation where empty."""
+
+    def __str__(self) -> str:
+        if self.name:
+            return f"{self.name} ({self.generation})" if self.generation else self.name
+        return self.generation or self.platform
+
+
+DEFAULT_DEVICES: Mapping[str, Device] = {
+    "cpu": Device(platform="cpu"),
+    "cuda": Device(platform="cuda", generation="sm90", name="NVIDIA H100"),
+    "rocm": Device(platform="rocm", generation="gfx942", name="AMD MI300X"),
+    "tpu": Device(platform="tpu", generation="v5e", name="TPU v5e"),
+}
+"""Judged for when no target is configured: the project's default GPU description (h100),
+the GPU JAX describes where it lowers for rocm (gfx942), and TPU v5e (a 128x128 MXU and no
+FP8 matrix units, as every TPU before v6e)."""
+
+DEVICE_NAMES: Mapping[str, Device] = {
+    name: Device(platform=platform, generation=generation, name=label)
+    for name, platform, generation, label in (
+        ("p100", "cuda", "sm60", "NVIDIA P100"),
+        ("v100", "cuda", "sm70", "NVIDIA V100"),
+        ("t4", "cuda", "sm75", "NVIDIA T4"),
+        ("a100", "cuda", "sm80", "NVIDIA A100"),
+        ("a10", "cuda", "sm86", "NVIDIA A10"),
+        ("a6000", "cuda", "sm86", "NVIDIA RTX A6000"),
+        ("l4", "cuda", "sm89", "NVIDIA L4"),
+        ("l40s", "cuda", "sm89", "NVIDIA L40S"),
+        ("h100", "cuda", "sm90", "NVIDIA H100"),
+        ("h200", "cuda", "sm90", "NVIDIA H200"),
+        ("b200", "cuda", "sm100", "NVIDIA B200"),
+        ("gb200", "cuda", "sm100", "NVIDIA GB200"),
+        ("b300", "cuda", "sm103", "NVIDIA B300"),
+        ("rtx6000pro", "cuda", "sm120", "NVIDIA RTX PRO 6000"),
+        ("mi100", "rocm", "gfx908", "AMD MI100"),
+        ("mi200", "rocm", "gfx90a", "AMD MI200"),
+        ("mi250", "rocm", "gfx90a", "AMD MI250"),
+        ("mi250x", "rocm", "gfx90a", "AMD MI250X"),
+        ("mi300", "rocm", "gfx942", "AMD MI300X"),
+        ("mi300x", "rocm", "gfx942", "AMD MI300X"),
+        ("mi325x", "rocm", "gfx942", "AMD MI325X"),
+        ("mi350", "rocm", "gfx950", "AMD MI350X"),
+        ("mi350x", "rocm", "gfx950", "AMD MI350X"),
+        ("mi355x", "rocm", "gfx950", "AMD MI355X"),
+        *((g, "tpu", g, f"TPU {g}") for g in TPU_GENERATIONS),
+        ("ironwood", "tpu", "7x", "TPU7x (Ironwood)"),
+        ("trillium", "tpu", "v6e", "TPU v6e (Trillium)"),
+    )
+}
+"""Devices by the short names a configuration may use (``h100``, ``mi300``, ``v5e``)."""
+
+
+def device_for(platform: str, name: str | None = None) -> Device:
+    """The device ``name`` (a :data:`DEVICE_NAMES` key or a generation such as ``sm90``,
+    ``gfx942``, ``v6e``) on ``platform``; the platform's default without a name. Raises
+    ``ValueError`` naming what is known for anything else.
+
+    >>> str(device_for("rocm", "mi350"))
+    'AMD MI350X (gfx950)'
+    """
+    if not name:
+        return DEFAULT_DEVICES.get(platform, Device(platform=platform))
+    key = name.strip().lower().replace(" ", "").replace("-", "")
+    found = DEVICE_NAMES.get(key)
+    if found is not None and found.platform == platform:
+        return found
+    generations = GENERATIONS.get(platform, ())
+    if key in generations:
+        return Device(platform=platform, generation=key)
+    known = sorted(
+        {n for n, d in DEVICE_NAMES.items() if d.platform == platform} | set(generations)
+    )
+    raise ValueError(
+        f"unknown {platform} device {name!r}; expected one of: {', '.join(known) or '(none)'}"
+    )
+
+
+_CUDA_CAPABILITY = re.compile(r"cuda_compute_capability\s*\{([^}]*)\}")
+_GCN_ARCH = re.compile(r'gcn_arch_name:\s*"(gfx[0-9a-f]+)')
+_DESCRIPTION = re.compile(r'device_description_str:\s*"([^"]*)"')
+
+
+def device_from_target_config(text: str) -> Device:
+    """The device a GPU target description (a ``GpuTargetConfigProto`` as text, as
+    ``[tool.jaxport] target`` names one) describes. Raises ``ValueError`` when it names no
+    compute capability.
+
+    >>> str(device_from_target_config('gpu_device_info { cuda_compute_capability { major: 9 } }'
+    ...                               ' device_description_str: "NVIDIA H100 80GB HBM3"'))
+    'NVIDIA H100 80GB HBM3 (sm90)'
+    """
+    described = _DESCRIPTION.search(text)
+    name = described.group(1) if described else ""
+    cuda = _CUDA_CAPABILITY.search(text)
+    if cuda is not None:
+        fields = dict(re.findall(r"(major|minor):\s*(\d+)", cuda.group(1)))
+        generation = f"sm{int(fields.get('major', 0))}{int(fields.get('minor', 0))}"
+        return Device(platform="cuda", generation=generation, name=name)
+    rocm = _GCN_ARCH.search(text)
+    if rocm is not None:
+        return Device(platform="rocm", generation=rocm.group(1), name=name)
+    raise ValueError("a GPU target description without a CUDA or ROCm compute capability")
+
+
+def _from(platform: str, first: str, last: str | None = None) -> tuple[str, ...]:
+    """The generations of ``platform`` from ``first`` to ``last`` (inclusive; the newest
+    known where ``None``)."""
+    generations = GENERATIONS[platform]
+    end = len(generations) if last is None else generations.index(last) + 1
+    return generations[generations.index(first) : end]
+
+
+# -- the rule table -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """One row of :data:`RULES`: what ``platform`` (on ``devices``, every generation where
+    empty) does with ``elements`` at ``ops``, and the public source that says so."""
+
+    name: str
+    kind: FindingKind
+    platform: str
+    effect: Effect
+    summary: str
+    source: str
+    devices: tuple[str, ...] = ()
+    elements: frozenset[str] = frozenset()
+    """StableHLO element types the rule is about: in an operand, for rules on
+    :data:`MATMUL_OPS` (the inputs decide what a matrix unit computes, whatever the result
+    type), in any operand or result otherwise; empty: any."""
+    ops: tuple[str, ...] = ("*",)
+    """fnmatch patterns of the ops it applies to."""
+    compiles: bool = True
+    """``False``: the target's compiler rejects the op (it lowers all the same)."""
+    precision: Literal["any", "default"] = "any"
+    """``default``: only dots/convolutions at the default precision (no explicit
+    ``precision=``, no dot algorithm)."""
+    unit: int = 0
+    """Matrix-unit rules: the size dimensions should be multiples of (elements on TPU,
+    bytes on GPUs)."""
+    layout: str = ""
+    """Convolution rules: the layout the target's kernels take, as ``input/kernel`` labels in
+    StableHLO's notation, major to minor (``b01f/o01i``: NHWC input, OHWI kernel; an
+    empty kernel part: any kernel layout)."""
+    ranks: tuple[int, ...] = ()
+    """Convolution rules: the input ranks it applies to (4: a 2-D convolution); empty: any."""
+
+    def applies(self, device: Device) -> bool:
+        return not self.devices or device.generation in self.devices
+
+
+_TPU_V6_ON = _from("tpu", "v6e")
+_TPU_BEFORE_V6 = _from("tpu", "v2", "v5p")
+_CUDA_SM80_ON = _from("cuda", "sm80")
+_CUDA_BEFORE_SM80 = _from("cuda", "sm60", "sm75")
+_CUDA_BEFORE_SM89 = _from("cuda", "sm60", "sm87")
+_CUDA_SM89_ON = _from("cuda", "sm89")
+_CUDA_SM70_ON = _from("cuda", "sm70")
+_CUDA_VOLTA_TO_ADA = _from("cuda", "sm70", "sm89")
+_CUDA_SM90_ON = _from("cuda", "sm90")
+_SIXTEEN_BIT = frozenset({"f16", "bf16"})
+_EIGHT_BIT = frozenset({*FLOAT8, "i8", "ui8"})
+_FLOATS_NOT_F64 = frozenset({"f32", "f16", "bf16", *_EIGHT_BIT})
+_TENSOR_CORE_DEVICES: Mapping[str, tuple[str, ...]] = {
+    "f16": _CUDA_SM70_ON,
+    "bf16": _CUDA_SM80_ON,
+    "f32": _CUDA_SM80_ON,  # TF32, at the default precision
+    "i8": _from("cuda", "sm75"),
+    "ui8": _from("cuda", "sm75"),
+    **{element: _CUDA_SM89_ON for element in FLOAT8},
+}
+"""Where NVIDIA tensor cores take each element type (what tensor-core alignment is about)."""
+
+_SRC_X64 = (
+    "JAX docs, Default dtypes and the X64 flag "
+    "(https://docs.jax.dev/en/latest/default_dtypes.html); "
+    "jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)"
+)
+_SRC_TPU_HW = (
+    "JAX docs, TPU Hardware Reference (https://docs.jax.dev/en/latest/pallas/tpu/hardware.html)"
+)
+_SRC_PRECISION = (
+    "JAX docs, jax.lax.Precision and jax.default_matmul_precision "
+    "(https://docs.jax.dev/en/latest/_autosummary/jax.default_matmul_precision.html); "
+    "jax-ml/jax#18934 (https://github.com/jax-ml/jax/issues/18934)"
+)
+_SRC_AMPERE = (
+    "NVIDIA A100 Tensor Core GPU Architecture whitepaper: TF32 and BF16 Tensor Core "
+    "operations are new in Ampere (https://www.nvidia.com/content/dam/en-zz/Solutions/"
+    "Data-Center/nvidia-ampere-architecture-whitepaper.pdf)"
+)
+_SRC_NVIDIA_FP8 = (
+    "NVIDIA Transformer Engine, Using FP8: E4M3 and E5M2 on Ada and Hopper (compute "
+    "capability 8.9+) (https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/"
+    "examples/fp8_primer.html)"
+)
+_SRC_HIPBLASLT = (
+    "hipBLASLt data type support: the FNUZ float8 types on gfx942 only, the OCP float8 types "
+    "on gfx950 (https://rocm.docs.amd.com/projects/hipBLASLt/en/latest/reference/"
+    "data-type-support.html)"
+)
+_SRC_TPU_TILES = (
+    "Cloud TPU performance guide, Consequences of tiling and Padding "
+    "(https://cloud.google.com/tpu/docs/performance-guide); Pallas TPU block shapes "
+    "(https://docs.jax.dev/en/latest/pallas/tpu/details.html)"
+)
+_SRC_TPU_MXU = (
+    "Cloud TPU system architecture: an MXU is 256x256 on TPU v6e, 128x128 before "
+    "(https://cloud.google.com/tpu/docs/system-architecture-tpu-vm); " + _SRC_TPU_HW
+)
+_SRC_NVIDIA_ALIGN = (
+    "NVIDIA Matrix Multiplication Background User's Guide, Tensor Core Requirements "
+    "(https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/"
+    "index.html#requirements-tc)"
+)
+_SRC_XLA_GPU_LAYOUT = (
+    "XLA GPU layout assignment, HeuristicLayoutAssignment and AddDotBackendConstraints "
+    "(https://github.com/openxla/xla/blob/main/xla/service/gpu/transforms/layout_assignment.cc)"
+)
+_SRC_XLA_CPU_LAYOUT = (
+    "XLA CPU layout assignment (https://github.com/openxla/xla/blob/main/xla/backends/cpu/"
+    "transforms/cpu_layout_assignment.cc); measured on jaxlib 0.10"
+)
+
+
+def _float8_variant(
+    platform: str, devices: tuple[str, ...], native: frozenset[str], summary: str, source: str
+) -> Rule:
+    return Rule(
+        name="float8-variant", kind="format", platform=platform, devices=devices,
+        elements=FLOAT8 - native, ops=MATMUL_OPS, effect="requantize", summary=summary,
+        source=source,
+    )  # fmt: skip
+
+
+# fmt: off
+RULES: tuple[Rule, ...] = (
+    # -- tpu: formats ------------------------------------------------------------------
+    Rule(
+        name="complex128-fft-not-compiled", kind="format", platform="tpu",
+        elements=frozenset({"complex<f64>"}),
+        ops=("stablehlo.fft",),
+        effect="not-compiled", compiles=False,
+        summary="a complex128 FFT does not compile for TPU (INVALID_ARGUMENT: Element type "
+        "C128 is not supported on TPU)",
+        source="jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)",
+    ),
+    Rule(
+        name="float64-bitcast-not-compiled", kind="format", platform="tpu",
+        elements=frozenset({"f64"}),
+        ops=("stablehlo.bitcast_convert", "chlo.next_after"),
+        effect="not-compiled", compiles=False,
+        summary="a float64 bitcast (jax.lax.bitcast_convert_type, and jax.lax.nextafter, "
+        "which equinox and diffrax use under x64) does not compile for TPU (UNIMPLEMENTED: "
+        "While rewriting computation to not contain X64 element types...)",
+        source="jax-ml/jax#30629 (https://github.com/jax-ml/jax/issues/30629); "
+        "patrick-kidger/diffrax#366 (https://github.com/patrick-kidger/diffrax/issues/366)",
+    ),
+    Rule(
+        name="float64-emulated", kind="format", platform="tpu",
+        elements=frozenset({"f64", "complex<f64>"}),
+        effect="emulated",
+        summary="TPUs have no 64-bit floating-point hardware: float64 and complex128 are "
+        "emulated (slow at best), and some of it does not compile",
+        source=_SRC_X64,
+    ),
+    Rule(
+        name="float16-matmul", kind="format", platform="tpu",
+        elements=frozenset({"f16"}),
+        ops=MATMUL_OPS, effect="converted",
+        summary="TPU matrix units multiply bfloat16; float16 is stored but not computed natively",
+        source="Cloud TPU, The bfloat16 numerical format (https://cloud.google.com/tpu/docs/"
+        "bfloat16); pytorch/xla#3041 (https://github.com/pytorch/xla/issues/3041)",
+    ),
+    Rule(
+        name="float8-matmul", kind="format", platform="tpu", devices=_TPU_BEFORE_V6,
+        elements=FLOAT8, ops=MATMUL_OPS, effect="converted",
+        summary="no FP8 matrix-unit throughput on this TPU generation (v2 to v5p): float8 "
+        "operands are converted",
+        source=_SRC_TPU_HW,
+    ),
+    Rule(
+        name="float8-matmul", kind="format", platform="tpu",
+        devices=("v6e",),
+        elements=FLOAT8, ops=MATMUL_OPS, effect="converted",
+        summary="FP8 peak equals the bfloat16 peak on TPU v6e: float8 saves memory, not compute",
+        source=_SRC_TPU_HW,
+    ),
+    Rule(
+        name="int4-matmul", kind="format", platform="tpu",
+        devices=("v2", "v3", "v4i", "v4", "7", "7x", "8i"),
+        elements=INT4, ops=MATMUL_OPS, effect="converted",
+        summary="no int4 matrix-unit throughput on this TPU generation (int4 is v5e, v5p, "
+        "v6e): int4 operands are converted",
+        source=_SRC_TPU_HW,
+    ),
+    Rule(
+        name="float32-default-precision", kind="format", platform="tpu",
+        elements=frozenset({"f32"}),
+        ops=MATMUL_OPS,
+        precision="default",
+        effect="reduced-precision",
+        summary="a float32 dot or convolution at the default precision runs one bfloat16 "
+        "pass (8-bit mantissa inputs); precision='highest' or a dot algorithm pins it",
+        source=_SRC_PRECISION,
+    ),
+    # -- cuda: formats -----------------------------------------------------------------
+    Rule(
+        name="float32-default-precision", kind="format", platform="cuda", devices=_CUDA_SM80_ON,
+        elements=frozenset({"f32"}),
+        ops=MATMUL_OPS,
+        precision="default",
+        effect="reduced-precision",
+        summary="a float32 dot or convolution at the default precision runs with TF32 "
+        "inputs (10-bit mantissa) on Ampere and newer; precision='highest' or a dot "
+        "algorithm pins it",
+        source=f"{_SRC_PRECISION}; {_SRC_AMPERE}",
+    ),
+    Rule(
+        name="bfloat16-matmul", kind="format", platform="cuda", devices=_CUDA_BEFORE_SM80,
+        elements=frozenset({"bf16"}),
+        ops=MATMUL_OPS, effect="converted",
+        summary="bfloat16 tensor cores start with Ampere (sm_80): earlier GPUs convert",
+        source=_SRC_AMPERE,
+    ),
+    Rule(
+        name="float8-matmul", kind="format", platform="cuda", devices=_CUDA_BEFORE_SM89,
+        elements=FLOAT8, ops=MATMUL_OPS, effect="converted",
+        summary="FP8 tensor cores start with Ada and Hopper (sm_89): earlier GPUs convert",
+        source=_SRC_NVIDIA_FP8,
+    ),
+    _float8_variant(
+        "cuda",
+        _CUDA_SM89_ON,
+        OCP_FLOAT8,
+        "NVIDIA's FP8 tensor cores take the OCP formats (float8_e4m3fn, float8_e5m2): "
+        "other float8 variants (AMD MI300's FNUZ, ...) need re-quantizing",
+        f"{_SRC_NVIDIA_FP8}; {_SRC_HIPBLASLT}",
+    ),
+    # -- rocm: formats -----------------------------------------------------------------
+    Rule(
+        name="float8-matmul", kind="format", platform="rocm",
+        devices=("gfx908", "gfx90a"),
+        elements=FLOAT8, ops=MATMUL_OPS, effect="converted",
+        summary="no FP8 matrix cores before MI300 (CDNA3): float8 operands are converted",
+        source=_SRC_HIPBLASLT,
+    ),
+    _float8_variant(
+        "rocm",
+        ("gfx942",),
+        FNUZ_FLOAT8,
+        "MI300 (CDNA3) matrix cores take the FNUZ float8 variants (float8_e4m3fnuz, "
+        "float8_e5m2fnuz: one NaN, no negative zero, a different range): OCP float8 "
+        "weights (what H100 runs) need re-quantizing",
+        _SRC_HIPBLASLT,
+    ),
+    _float8_variant(
+        "rocm",
+        ("gfx950",),
+        OCP_FLOAT8,
+        "MI350 (CDNA4) moved to the OCP float8 formats (float8_e4m3fn, float8_e5m2): FNUZ "
+        "weights quantized for MI300 need re-quantizing",
+        _SRC_HIPBLASLT,
+    ),
+    # -- layout ------------------------------------------------------------------------
+    Rule(
+        name="tile-padding", kind="layout", platform="tpu", effect="padded",
+        summary="TPU arrays are tiled: the two minor dimensions pad to (8, 128) for 32-bit, "
+        "(16, 128) for 16-bit and (32, 128) for 8-bit types",
+        source=_SRC_TPU_TILES,
+    ),
+    Rule(
+        name="matrix-unit-misaligned", kind="layout", platform="tpu", devices=_TPU_BEFORE_V6,
+        ops=MATMUL_OPS, effect="misaligned", unit=128,
+        summary="contracting and output-feature dimensions that are not multiples of 128 "
+        "leave part of the 128x128 MXU idle",
+        source=_SRC_TPU_MXU,
+    ),
+    Rule(
+        name="matrix-unit-misaligned", kind="layout", platform="tpu", devices=_TPU_V6_ON,
+        ops=MATMUL_OPS, effect="misaligned", unit=256,
+        summary="contracting and output-feature dimensions that are not multiples of 256 "
+        "leave part of the 256x256 MXU idle",
+        source=_SRC_TPU_MXU,
+    ),
+    Rule(
+        name="matrix-unit-misaligned", kind="layout", platform="cuda", devices=_CUDA_SM70_ON,
+        ops=MATMUL_OPS, effect="misaligned", unit=16,
+        summary="tensor cores run best on dimensions that are multiples of 16 bytes (8 "
+        "16-bit, 16 8-bit or 4 TF32 elements); others are padded or take slower kernels",
+        source=_SRC_NVIDIA_ALIGN,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="tpu",
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="b01f/",
+        summary="TPU convolutions contract over the feature dimension on the 128 lanes: an "
+        "input whose features are not minor (NCHW) is relaid out, and padded meanwhile",
+        source=_SRC_TPU_TILES,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="cuda", devices=_CUDA_SM90_ON,
+        elements=_FLOATS_NOT_F64,
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="b01f/o01i",
+        summary="cuDNN convolutions run NHWC/OHWI on Hopper and newer: other layouts are "
+        "transposed",
+        source=_SRC_XLA_GPU_LAYOUT,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="cuda", devices=_CUDA_VOLTA_TO_ADA,
+        elements=_SIXTEEN_BIT | _EIGHT_BIT, ranks=(4,),
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="b01f/o01i",
+        summary="16-bit and 8-bit 2-D cuDNN convolutions run NHWC/OHWI on Volta to Ada: "
+        "other layouts are transposed",
+        source=_SRC_XLA_GPU_LAYOUT,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="cuda",
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="bf01/oi01",
+        summary="other cuDNN convolutions run NCHW/OIHW: other layouts are transposed",
+        source=_SRC_XLA_GPU_LAYOUT,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="rocm", elements=_EIGHT_BIT,
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="b01f/o01i",
+        summary="8-bit MIOpen convolutions run NHWC/OHWI: other layouts are transposed",
+        source=_SRC_XLA_GPU_LAYOUT,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="rocm",
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="bf01/oi01",
+        summary="MIOpen convolutions run NCHW/OIHW by default (NHWC needs TF_USE_ROCM_NHWC): "
+        "NHWC (flax's default) is transposed",
+        source=_SRC_XLA_GPU_LAYOUT,
+    ),
+    Rule(
+        name="convolution-relayout", kind="layout", platform="cpu",
+        ops=("stablehlo.convolution",),
+        effect="relayout", layout="b01f/01io",
+        summary="XLA's CPU convolutions run NHWC/HWIO: other layouts are transposed",
+        source=_SRC_XLA_CPU_LAYOUT,
+    ),
+    Rule(
+        name="dot-relayout", kind="layout", platform="cuda", elements=_EIGHT_BIT,
+        ops=("stablehlo.dot_general",),
+        effect="relayout",
+        summary="8-bit GEMMs need the contracting dimension minor in both operands: an "
+        "operand laid out (K, N) is transposed (a kernel of its own before cuBLAS, inside "
+        "the GEMM where XLA's Triton GEMM runs it)",
+        source=_SRC_XLA_GPU_LAYOUT,
+    ),
+    Rule(
+        name="inserted-relayout", kind="layout", platform="*", effect="relayout",
+        summary="transposes and copies XLA's layout assignment put around a library call "
+        "(cuDNN, cuBLAS, oneDNN/YNNPACK, Eigen): counted in the compiled program, with the "
+        "bytes they write",
+        source="the compiled program (compiled level: cpu, deviceless cuda)",
+    ),
+)
+# fmt: on
+"""Every rule, as data (what the reference's table of rules is made from). Several rows may
+share a name (one per platform or device range); for a convolution the first
+``convolution-relayout`` row that applies decides."""
+
+
+@functools.lru_cache(maxsize=64)
+def rules_for(platform: str, device: Device) -> tuple[Rule, ...]:
+    """The rules that apply on ``platform`` for ``device``, in table order."""
+    return tuple(
+        rule for rule in RULES if rule.platform in (platform, "*") and rule.applies(device)
+    )
+
+
+# -- layout arithmetic ----------------------------------------------------------------------
+
+TPU_LANES = 128
+TPU_SUBLANES: Mapping[int, int] = {32: 8, 16: 16, 8: 32}
+"""Rows of a TPU tile per element width: (8, 128) 32-bit, (16, 128) 16-bit, (32, 128) 8-bit.
+Other widths (64-bit, 4-bit, complex) have tilings this table does not claim to know."""
+
+
+def _ceil(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def tile_padding(dims: Sequence[int], bits: int) -> tuple[int, int] | None:
+    """``(data bytes, padded bytes)`` of an array under TPU tiling, or ``None`` where the
+    array is not tiled as :data:`TPU_SUBLANES` says (rank below 2, another element width).
+
+    The minor dimension pads to 128 lanes, the second-minor to the tile's rows; leading
+    dimensions multiply. A ``(1024, 100)`` float32 array is 409,600 bytes in 524,288:
+
+    >>> tile_padding((1024, 100), 32)
+    (409600, 524288)
+    >>> tile_padding((16, 128), 16)
+    (4096, 4096)
+    """
+    rows = TPU_SUBLANES.get(bits)
+    if rows is None or len(dims) < 2:
+        return None
+    leading = math.prod(dims[:-2])
+    data = leading * dims[-2] * dims[-1] * bits // 8
+    padded = leading * _ceil(dims[-2], rows) * _ceil(dims[-1], TPU_LANES) * bits // 8
+    return data, padded
+
+
+def matrix_unit_waste(
+    m: int, k: int, n: int, *, k_unit: int, n_unit: int, m_unit: int = 1
+) -> float:
+    """The fraction of a matrix unit's multiply-adds that a ``(m, k) x (k, n)`` product
+    leaves idle when each dimension is padded to its unit.
+
+    A TPU MXU holds a ``k_unit x n_unit`` block of the weights and streams rows through it
+    (``m_unit = 1``): ``(4096, 100) x (100, 128)`` on a 128x128 MXU uses 100 of 128 rows:
+
+    >>> matrix_unit_waste(4096, 100, 128, k_unit=128, n_unit=128)
+    0.21875
+    """
+    padded = _ceil(m, m_unit) * _ceil(k, k_unit) * _ceil(n, n_unit)
+    if padded == 0:
+        return 0.0
+    return 1.0 - (m * k * n) / padded
+
+
+_DOT_DIMS = re.compile(
+    r"(lhs_batching|rhs_batching|lhs_contracting|rhs_contracting)_dimensions = \[([0-9, ]*)\]"
+)
+
+
+def dot_dimensions(attribute: str) -> dict[str, tuple[int, ...]]:
+    """A ``dot_dimension_numbers`` attribute as lists of dimensions by role.
+
+    >>> dot_dimensions("#stablehlo.dot<lhs_contracting_dimensions = [1], "
+    ...                "rhs_contracting_dimensions = [0]>")["rhs_contracting"]
+    (0,)
+    """
+    found = {
+        role: tuple(int(d) for d in dims.split(",") if d.strip())
+        for role, dims in _DOT_DIMS.findall(attribute)
+    }
+    for role in ("lhs_batching", "rhs_batching", "lhs_contracting", "rhs_contracting"):
+        found.setdefault(role, ())
+    return found
+
+
+_CONV_LABELS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")
+
+
+def convolution_labels(
+    attribute: str,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
+    """A convolution's ``dimension_numbers`` as ``(input, kernel, output)`` labels per
+    logical dimension (``b``/``f``, ``i``/``o``, spatial ``0``, ``1``...), or ``None`` for
+    the raw form this reader does not parse.
+
+    >>> convolution_labels("#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>")[0]
+    ('b', 'f', '0', '1')
+    """
+    found = _CONV_LABELS.search(attribute)
+    if found is None:
+        return None
+    parts = tuple(
+        tuple(x.strip() for x in group.split(",") if x.strip()) for group in found.groups()
+    )
+    return parts[0], parts[1], parts[2]
+
+
+def _wanted(layout: str, rank: int) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """A rule's ``input/kernel`` layout expanded to ``rank`` dimensions (``b01f`` -> ``b``,
+    the spatial dimensions in order, ``f``)."""
+    spatial = tuple(str(i) for i in range(rank - 2))
+
+    def expand(text: str) -> tuple[str, ...]:
+        out: list[str] = []
+        for char in text:
+            if char == "0":
+                out.extend(spatial)
+            elif not char.isdigit():
+                out.append(char)
+        return tuple(out)
+
+    data, _, kernel = layout.partition("/")
+    return expand(data), (expand(kernel) if kernel else None)
+
+
+def convolution_relayout(labels: tuple[tuple[str, ...], ...], layout: str) -> tuple[str, ...]:
+    """Which of a convolution's ``input``, ``kernel``, ``output`` the target relays out: those
+    whose logical dimension order (a row-major array's physical order) differs from the
+    rule's ``layout``.
+
+    >>> nchw = convolution_labels("#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>")
+    >>> convolution_relayout(nchw, "b01f/o01i")
+    ('input', 'kernel', 'output')
+    >>> convolution_relayout(nchw, "bf01/oi01")
+    ()
+    """
+    source, kernel, result = labels
+    wanted_data, wanted_kernel = _wanted(layout, len(source))
+    moved = []
+    if source != wanted_data:
+        moved.append("input")
+    if wanted_kernel is not None and kernel != wanted_kernel:
+        moved.append("kernel")
+    if result != wanted_data:
+        moved.append("output")
+    return tuple(moved)
+
+
+# -- findings -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Finding:
+    """One rule at one source line of one program, on one platform, call-weighted.
+
+    ``amount`` of ``of`` (in ``unit``) sizes what a layout finding wastes or moves, weighted
+    by how often its ops run: padding bytes of the bytes the ops move (``tile-padding``),
+    idle multiply-adds of the matrix unit's (``matrix-unit-misaligned``), bytes written by
+    inserted relayouts of the bytes the library calls move (``inserted-relayout``). Zero
+    for the rest.
+    """
+
+    kind: FindingKind
+    rule: str
+    platform: str
+    level: Level = "lowered"
+    location: SourceLocation | None = None
+    count: int = 1
+    """How many ops at this line (call-weighted; a loop body's once, as in the census)."""
+    effect: Effect = "converted"
+    formats: tuple[str, ...] = ()
+    """The formats involved, by JAX name (``float64``)."""
+    ops: tuple[str, ...] = ()
+    """The ops involved (``dot_general``), sorted."""
+    detail: str = ""
+    compiles: bool = True
+    amount: float = 0.0
+    of: float = 0.0
+    unit: str = ""
+
+    @property
+    def fraction(self) -> float:
+        """``amount / of`` (0 when there is nothing to divide)."""
+        return self.amount / self.of if self.of else 0.0
+
+    def describe(self) -> str:
+        """``float64-emulated (emulated) x3 at model.py:12: float64 in add, dot_general``."""
+        times = f" x{self.count}" if self.count != 1 else ""
+        where = f" at {self.location}" if self.location else ""
+        return f"{self.rule} ({self.effect}){times}{where}: {self.detail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "rule": self.rule,
+            "platform": self.platform,
+            "level": self.level,
+            "location": str(self.location) if self.location else None,
+            "count": self.count,
+            "effect": self.effect,
+            "formats": list(self.formats),
+            "ops": list(self.ops),
+            "detail": self.detail,
+        }
+        if not self.compiles:
+            data["compiles"] = False
+        if self.of:
+            data.update(amount=self.amount, of=self.of, unit=self.unit)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        """The inverse of :meth:`to_dict`; raises ``KeyError``/``TypeError``/``ValueError``
+        on anything else."""
+        kind = data["kind"]
+        if kind not in FINDING_KINDS:
+            raise ValueError(f"not a finding kind: {kind!r:.40}")
+        effect = data.get("effect", "converted")
+        if effect not in get_args(Effect):
+            raise ValueError(f"not a finding effect: {effect!r:.40}")
+        level = data.get("level", "lowered")
+        if level not in ("lowered", "compiled"):
+            raise ValueError(f"not a fidelity level: {level!r:.40}")
+        count = data.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"not a finding count: {count!r:.40}")
+        return cls(
+            kind=kind,
+            rule=str(data["rule"]),
+            platform=str(data["platform"]),
+            level=level,
+            location=_location_from_text(data.get("location")),
+            count=count,
+            effect=effect,
+            formats=tuple(str(f) for f in data.get("formats", ())),
+            ops=tuple(str(o) for o in data.get("ops", ())),
+            detail=str(data.get("detail", "")),
+            compiles=bool(data.get("compiles", True)),
+            amount=float(data.get("amount", 0.0)),
+            of=float(data.get("of", 0.0)),
+            unit=str(data.get("unit", "")),
+        )
+
+
+def _location_from_text(text: object) -> SourceLocation | None:
+    if text is None:
+        return None
+    file, sep, line = str(text).rpartition(":")
+    if not sep or not line.isdigit():
+        raise ValueError(f"not a source location: {text!r:.80}")
+    return SourceLocation(file=file, line=int(line))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FormatCensus:
+    """The formats-and-layout findings of one program on one platform, at one level."""
+
+    platform: str
+    device: Device
+    level: Level = "lowered"
+    findings: tuple[Finding, ...] = ()
+    formats: Mapping[str, int] = field(default_factory=dict)
+    """Every format the program's typed ops use, by JAX name: how many ops (call-weighted)
+    use it, whether or not a rule flags it (what ``forbid_formats`` checks)."""
+
+    def count(self, kind: FindingKind | None = None) -> int:
+        """Call-weighted findings (of ``kind``; every kind where ``None``)."""
+        return sum(f.count for f in self.findings if kind is None or f.kind == kind)
+
+    def rules(self) -> dict[str, int]:
+        """Call-weighted findings per rule, sorted by name."""
+        counts: Counter[str] = Counter()
+        for f in self.findings:
+            counts[f.rule] += f.count
+        return dict(sorted(counts.items()))
+
+    def by_rule(self, rule: str) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.rule == rule)
+
+    @property
+    def not_compiling(self) -> tuple[Finding, ...]:
+        """Findings the rules know the target's compiler rejects: the program lowers for the
+        platform but does not compile there."""
+        return tuple(f for f in self.findings if not f.compiles)
+
+    def _sum(self, rule: str) -> tuple[float, float]:
+        found = self.by_rule(rule)
+        return sum(f.amount for f in found), sum(f.of for f in found)
+
+    @property
+    def padding_bytes(self) -> tuple[float, float]:
+        """``(padding bytes, bytes moved with the padding)`` of the large arrays the ops read
+        and write under the target's tiling, weighted by how often the ops run."""
+        return self._sum("tile-padding")
+
+    @property
+    def padding_waste(self) -> float:
+        """The share of bytes moved that is padding (0 where nothing is tiled)."""
+        padding, moved = self.padding_bytes
+        return padding / moved if moved else 0.0
+
+    @property
+    def relayout_bytes(self) -> float:
+        """Bytes written by the relayouts XLA inserted (compiled level)."""
+        return self._sum("inserted-relayout")[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "device": {"generation": self.device.generation, "name": self.device.name},
+            "level": self.level,
+            "findings": [f.to_dict() for f in self.findings],
+            "formats": dict(self.formats),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FormatCensus:
+        """The inverse of :meth:`to_dict`."""
+        platform = str(data["platform"])
+        device = data.get("device") or {}
+        level = data.get("level", "lowered")
+        if level not in ("lowered", "compiled"):
+            raise ValueError(f"not a fidelity level: {level!r:.40}")
+        formats = data.get("formats", {})
+        if not isinstance(formats, Mapping):
+            raise TypeError("formats: not a mapping")
+        return cls(
+            platform=platform,
+            device=Device(
+                platform=platform,
+                generation=str(device.get("generation", "")),
+                name=str(device.get("name", "")),
+            ),
+            level=level,
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings", ())),
+            formats={str(k): int(v) for k, v in formats.items()},
+        )
+
+
+# -- per site -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Hit:
+    """What one rule found at one op, before weighting and grouping by line."""
+
+    rule: Rule
+    detail: str
+    formats: tuple[str, ...] = ()
+    amount: float = 0.0
+    of: float = 0.0
+    unit: str = ""
+
+
+_Types = tuple[tuple[tuple[int, ...] | None, str], ...]
+
+
+def _parsed(types: Iterable[str]) -> _Types:
+    return tuple(t for t in map(tensor_type, types) if t is not None)
+
+
+def _short(dims: tuple[int, ...] | None, element: str) -> str:
+    shape = "?" if dims is None else ",".join(map(str, dims))
+    return f"{dtype_name(element)}[{shape}]"
+
+
+def _size(count: float) -> str:
+    """``1.5 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def _op_name(op: str) -> str:
+    return op.rsplit(".", 1)[-1]
+
+
+def _default_precision(attributes: Mapping[str, str]) -> bool:
+    """No ``precision=`` other than DEFAULT and no dot algorithm: what the platform decides."""
+    if "algorithm" in attributes:
+        return False
+    config = attributes.get("precision_config", "")
+    return all(p == "DEFAULT" for p in re.findall(r"precision (\w+)", config))
+
+
+def site_hits(
+    site: OpSite, platform: str, device: Device, *, large_bytes: int = LARGE_ARRAY_BYTES
+) -> tuple[_Hit, ...]:
+    """Every rule's finding at one op site (before call weighting)."""
+    relayouts = _compiled_relayouts(site) if site.attributes else None
+    if relayouts is not None:
+        count, kernels, written, moved = relayouts
+        rule = next(r for r in rules_for(platform, device) if r.name == "inserted-relayout")
+        call = site.target or site.op.removeprefix("hlo.fusion:")
+        detail = (
+            f"{count} transposes/copies ({kernels} kernels of their own, {_size(written)}) "
+            f"around {call}"
+        )
+        return (_Hit(rule=rule, detail=detail, amount=written, of=moved + written, unit="bytes"),)
+    operands = _parsed(site.operand_types)
+    results = _parsed(site.result_types)
+    if not operands and not results:
+        return ()
+    inputs = {element for _, element in operands}
+    elements = inputs | {element for _, element in results}
+    attributes = dict(site.attributes)
+    hits: list[_Hit] = []
+    relayout_decided = False
+    for rule in rules_for(platform, device):
+        if not any(fnmatchcase(site.op, pattern) for pattern in rule.ops):
+            continue
+        if rule.elements and not rule.elements & (inputs if rule.ops == MATMUL_OPS else elements):
+            continue
+        if rule.precision == "default" and not _default_precision(attributes):
+            continue
+        hit: _Hit | None = None
+        if rule.kind == "format":
+            if not rule.compiles or not any(not h.rule.compiles for h in hits):
+                found = inputs if rule.ops == MATMUL_OPS else elements
+                hit = _format_hit(rule, site, operands, found)  # one finding per op that
+                # does not compile: its emulation is moot
+        elif rule.name == "tile-padding":
+            hit = _padding_hit(rule, operands + results, large_bytes)
+        elif rule.name == "matrix-unit-misaligned":
+            hit = _alignment_hit(rule, site, operands, attributes, device, large_bytes)
+        elif rule.name == "convolution-relayout" and not relayout_decided:
+            if rule.ranks and not (operands and len(operands[0][0] or ()) in rule.ranks):
+                continue
+            relayout_decided = True  # the first row that applies decides
+            hit = _convolution_hit(rule, attributes)
+        elif rule.name == "dot-relayout":
+            hit = _dot_relayout_hit(rule, operands, attributes)
+        if hit is not None:
+            hits.append(hit)
+    return tuple(hits)
+
+
+def _format_hit(rule: Rule, site: OpSite, operands: _Types, elements: set[str]) -> _Hit:
+    found = tuple(sorted(dtype_name(e) for e in elements & rule.elements))
+    types = " x ".join(_short(dims, element) for dims, element in operands)
+    detail = f"{', '.join(found)} {_op_name(site.op)}" + (f" ({types})" if types else "")
+    return _Hit(rule=rule, formats=found, detail=detail)
+
+
+def _convolution_hit(rule: Rule, attributes: Mapping[str, str]) -> _Hit | None:
+    labels = convolution_labels(attributes.get("dimension_numbers", ""))
+    moved = convolution_relayout(labels, rule.layout) if labels else ()
+    if not labels or not moved:
+        return None
+    numbers = "x".join("[" + ", ".join(part) + "]" for part in labels[:2])
+    wanted = rule.layout.rstrip("/")
+    return _Hit(rule=rule, detail=f"{numbers}: {', '.join(moved)} relaid out to {wanted}")
+
+
+def _padding_hit(rule: Rule, arrays: _Types, large_bytes: int) -> _Hit | None:
+    padding = 0
+    padded_total = 0
+    worst: tuple[int, str] = (0, "")
+    for dims, element in arrays:
+        if dims is None:
+            continue
+        found = tile_padding(dims, element_bits(element))
+        if found is None:
+            continue
+        data, padded = found
+        if data < large_bytes:
+            continue
+        padding += padded - data
+        padded_total += padded
+        if padded - data > worst[0]:
+            rows = TPU_SUBLANES[element_bits(element)]
+            into = (*dims[:-2], _ceil(dims[-2], rows), _ceil(dims[-1], TPU_LANES))
+            worst = (padded - data, f"{_short(dims, element)} pads to {_short(into, element)}")
+    if padding == 0:
+        return None
+    return _Hit(rule=rule, detail=worst[1], amount=float(padding), of=float(padded_total),
+                unit="bytes")  # fmt: skip
+
+
+def _matmul_sizes(
+    site: OpSite, operands: _Types, attributes: Mapping[str, str]
+) -> tuple[int, int, int, int, str] | None:
+    """``(batch x rows, contracting, output features, bits, element)`` of a dot or
+    convolution (a convolution contracts over its input features per window position)."""
+    if len(operands) < 2:
+        return None
+    (lhs, element), (rhs, _) = operands[0], operands[1]
+    if lhs is None or rhs is None:
+        return None
+    if site.op == "stablehlo.convolution":
+        labels = convolution_labels(attributes.get("dimension_numbers", ""))
+        if labels is None or len(labels[1]) != len(rhs) or len(labels[0]) != len(lhs):
+            return None
+        source, kernel, _ = labels
+        k = rhs[kernel.index("i")]
+        n = rhs[kernel.index("o")]
+        m = math.prod(d for d, label in zip(lhs, source, strict=True) if label != "f")
+        return m, k, n, element_bits(element), element
+    dims = dot_dimensions(attributes.get("dot_dimension_numbers", ""))
+    if site.op == "stablehlo.dot" or not attributes.get("dot_dimension_numbers"):
+        dims["lhs_contracting"] = (len(lhs) - 1,)
+        dims["rhs_contracting"] = (0,)
+    k = math.prod(lhs[d] for d in dims["lhs_contracting"] if d < len(lhs))
+    used_rhs = set(dims["rhs_contracting"]) | set(dims["rhs_batching"])
+    n = math.prod(d for i, d in enumerate(rhs) if i not in used_rhs)
+    m = math.prod(d for i, d in enumerate(lhs) if i not in set(dims["lhs_contracting"]))
+    return m, k, n, element_bits(element), element
+
+
+def _alignment_hit(
+    rule: Rule,
+    site: OpSite,
+    operands: _Types,
+    attributes: Mapping[str, str],
+    device: Device,
+    large_bytes: int,
+) -> _Hit | None:
+    sizes = _matmul_sizes(site, operands, attributes)
+    if sizes is None:
+        return None
+    m, k, n, bits, element = sizes
+    if not any(dims is not None and math.prod(dims) * element_bits(e) // 8 >= large_bytes
+               for dims, e in operands):  # fmt: skip
+        return None
+    if rule.platform == "tpu":
+        k_unit = n_unit = rule.unit
+        m_unit = 1  # rows stream through the systolic array
+        unit_text = f"a {rule.unit}x{rule.unit} MXU"
+    else:
+        if (
+            element not in _TENSOR_CORE_DEVICES
+            or device.generation not in _TENSOR_CORE_DEVICES[element]
+        ):
+            return None  # no tensor cores for this type here: nothing to align to
+        if element == "f32" and not _default_precision(attributes):
+            return None  # full float32 (precision='highest'): no tensor cores
+        k_unit = n_unit = m_unit = max(rule.unit * 8 // bits, 1)
+        unit_text = f"tensor cores (multiples of {k_unit})"
+    waste = matrix_unit_waste(m, k, n, k_unit=k_unit, n_unit=n_unit, m_unit=m_unit)
+    if waste <= 0.0:
+        return None
+    padded = float(2 * _ceil(m, m_unit) * _ceil(k, k_unit) * _ceil(n, n_unit))
+    return _Hit(
+        rule=rule,
+        detail=f"{_op_name(site.op)} contracting {k}, features {n} on {unit_text}: "
+        f"{waste:.0%} idle",
+        amount=padded * waste,
+        of=padded,
+        unit="flops",
+    )
+
+
+def _dot_relayout_hit(rule: Rule, operands: _Types, attributes: Mapping[str, str]) -> _Hit | None:
+    if len(operands) < 2:
+        return None
+    dims = dot_dimensions(attributes.get("dot_dimension_numbers", ""))
+    moved = []
+    for side, (shape, _) in zip(("lhs", "rhs"), operands[:2], strict=False):
+        contracting = dims[f"{side}_contracting"]
+        if shape is None or not contracting:
+            continue
+        if max(contracting) != len(shape) - 1:
+            moved.append(side)
+    if not moved:
+        return None
+    return _Hit(rule=rule, detail=f"dot_general: {' and '.join(moved)} transposed to put the "
+                "contracting dimension minor")  # fmt: skip
+
+
+def _compiled_relayouts(site: OpSite) -> tuple[int, int, float, float] | None:
+    """``(relayouts, of which kernels of their own, bytes they write, bytes the call
+    moves)`` a compiled library call's site carries (``hlo.parse_compiled_hlo``)."""
+    attributes = dict(site.attributes)
+    raw = attributes.get("relayouts")
+    if raw is None:
+        return None
+    try:
+        kernels = int(attributes.get("relayout_kernels", "0"))
+        return int(raw), kernels, float(attributes.get("relayout_bytes", "0")), site.bytes
+    except ValueError:
+        return None
+
+
+def site_formats(site: OpSite) -> frozenset[str]:
+    """The formats (JAX names) an op's operands and results use."""
+    return frozenset(dtype_name(e) for _, e in _parsed((*site.operand_types, *site.result_types)))
+
+
+# -- the walk -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One (rule, line)'s findings so far."""
+
+    hit: _Hit
+    count: int = 0
+    amount: float = 0.0
+    of: float = 0.0
+    ops: set[str] = field(default_factory=set)
+    formats: set[str] = field(default_factory=set)
+
+    def add(self, other: _Tally, calls: int, runs: int) -> None:
+        self.count += other.count * calls
+        self.amount += other.amount * runs
+        self.of += other.of * runs
+        self.ops |= other.ops
+        self.formats |= other.formats
+        if other.hit.amount > self.hit.amount:
+            self.hit = other.hit
+
+
+_Line = tuple[str, "SourceLocation | None"]
+_Result = tuple[dict[_Line, _Tally], Counter[str]]
+
+
+@dataclass(slots=True)
+class _Walk:
+    program: Program
+    platform: str
+    device: Device
+    large_bytes: int
+    memo: dict[tuple[str, SourceLocation | None], _Result] = field(default_factory=dict)
+    hits: dict[OpSite, tuple[_Hit, ...]] = field(default_factory=dict)
+    active: set[str] = field(default_factory=set)
+
+    def site(self, site: OpSite) -> tuple[_Hit, ...]:
+        key = OpSite(op=site.op, target=site.target, bytes=site.bytes,
+                     operand_types=site.operand_types, result_types=site.result_types,
+                     attributes=site.attributes)  # fmt: skip
+        found = self.hits.get(key)
+        if found is None:
+            found = self.hits[key] = site_hits(
+                key, self.platform, self.device, large_bytes=self.large_bytes
+            )
+        return found
+
+    def function(self, name: str, inherited: SourceLocation | None) -> _Result:
+        key = (name, inherited)
+        if key in self.memo:
+            return self.memo[key]
+        tallies: dict[_Line, _Tally] = {}
+        formats: Counter[str] = Counter()
+        if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
+            return tallies, formats
+        self.active.add(name)
+        for site, repeats in Counter(self.program.functions.get(name, ())).items():
+            n = site.count * repeats
+            location = parse_location(site.location)
+            if location is None or (inherited is not None and in_library(location)):
+                location = inherited  # the user's line that called into the library
+            if site.op in CALL_OPS and site.target is not None:
+                callee, callee_formats = self.function(site.target, location)
+                for line, tally in callee.items():
+                    _merge(tallies, line, tally, n, n * site.runs)
+                formats.update({k: v * n for k, v in callee_formats.items()})
+                continue
+            if site.op in UNCOUNTED_OPS or _is_meta(self.platform, site):
+                continue
+            for found in site_formats(site):
+                formats[found] += n
+            op = _op_name(site.target or site.op)
+            for hit in self.site(site):
+                one = _Tally(hit=hit, count=1, amount=hit.amount, of=hit.of, ops={op},
+                             formats=set(hit.formats))  # fmt: skip
+                _merge(tallies, (hit.rule.name, location), one, n, n)
+        self.active.discard(name)
+        self.memo[key] = (tallies, formats)
+        return tallies, formats
+
+
+def _is_meta(platform: str, site: OpSite) -> bool:
+    """A custom call that computes nothing on the device (a host callback, a sharding
+    annotation): its operands' formats are not the target's to compute."""
+    if not site.op.endswith("custom_call") or site.target is None:
+        return False
+    return _meta_target(platform, site.target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_target(platform: str, target: str) -> bool:
+    return classify(platform, "stablehlo.custom_call", target).layer == "meta"
+
+
+def _merged_detail(tally: _Tally) -> str:
+    """A line's detail: its one op's, or for a format at several kinds of op, which."""
+    if tally.hit.rule.kind != "format" or len(tally.ops) < 2:
+        return tally.hit.detail
+    return f"{', '.join(sorted(tally.formats))} in {', '.join(sorted(tally.ops))}"
+
+
+def _merge(tallies: dict[_Line, _Tally], line: _Line, tally: _Tally, calls: int, runs: int) -> None:
+    found = tallies.get(line)
+    if found is None:
+        found = tallies[line] = _Tally(hit=tally.hit)
+    found.add(tally, calls, runs)
+
+
+def take_format_census(
+    program: Program,
+    platform: str,
+    *,
+    device: Device | None = None,
+    level: Level = "lowered",
+    large_bytes: int = LARGE_ARRAY_BYTES,
+) -> FormatCensus:
+    """The formats-and-layout findings of ``program`` on ``platform`` for ``device`` (the
+    platform's :data:`DEFAULT_DEVICES` entry where ``None``), one per rule and source line.
+
+    Counts are call-weighted like the census's (a function called three times counts three
+    times; a loop body once); padding and relayout bytes and idle matrix-unit work are
+    weighted by how often the ops run (known trip counts of compiled loops included). Ops
+    without a location of their own are attributed to the line that called their function.
+    """
+    judged = device or DEFAULT_DEVICES.get(platform, Device(platform=platform))
+    walk = _Walk(program=program, platform=platform, device=judged, large_bytes=large_bytes)
+    tallies, formats = walk.function(program.entry, None)
+    findings = tuple(
+        sorted(
+            (
+                Finding(
+                    kind=tally.hit.rule.kind,
+                    rule=rule,
+                    platform=platform,
+                    level=level,
+                    location=location,
+                    count=tally.count,
+                    effect=tally.hit.rule.effect,
+                    formats=tuple(sorted(tally.formats)),
+                    ops=tuple(sorted(tally.ops)),
+                    detail=detail,
+                    compiles=tally.hit.rule.compiles,
+                    amount=tally.amount,
+                    of=tally.of,
+                    unit=tally.hit.unit,
+                )
+                for (rule, location), tally in tallies.items()
+                for detail in (_merged_detail(tally),)
+            ),
+            key=lambda f: (f.kind, f.rule, str(f.location or "")),
+        )
+    )
+    return FormatCensus(
+        platform=platform,
+        device=judged,
+        level=level,
+        findings=findings,
+        formats=dict(sorted(formats.items())),
+    )
