@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_jaxport.model.cost import CostModel, RewriteItem
+from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.targets import Classification
 from pytest_jaxport.model.tooling import ToolingRule
 from pytest_jaxport.version import __version__
-
 
 
 def __getattr__(name: str) -> Any:
@@ -31,6 +30,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Classification",
     "CostModel",
+    "FormatItem",
     "JaxportWarning",
     "RewriteItem",
     "ToolingRule",

@@ -31,10 +31,11 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_jaxport.model.census import Program, parse_location, program_from_dict, program_to_dict
+from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device
 from pytest_jaxport.version import __version__
 
 CACHE_NAME = "jaxport-compiled"
@@ -190,3 +191,7 @@ class CompileSettings:
     cache: CompiledCache | None = None
     lowered_cache: CompiledCache | None = None
     """The lowered level's cache (platforms not present here); ``None`` when off."""
+    devices: Mapping[str, Device] = field(default_factory=lambda: dict(DEFAULT_DEVICES))
+    """The device each platform's formats-and-layout findings are judged for (cuda: the GPU
+    ``target`` describes; rocm, tpu: ``[tool.jaxport] devices``), at every level, for checks
+    and the audit alike."""

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.adapters import jax_release, needs_hardware
@@ -36,6 +36,7 @@ from pytest_jaxport.model.cost import (
     measured_share,
     peak_for,
 )
+from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device, FormatCensus, take_format_census
 from pytest_jaxport.model.hlo import instruction_sites, parse_compiled_hlo
 from pytest_jaxport.model.partitioner import (
     partition_record,
@@ -122,6 +123,7 @@ class Run:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Compiled:
     census: Census | None = None
+    formats: FormatCensus | None = None
     error: str | None = None
     deviceless: bool = False
     target: str | None = None
@@ -248,7 +250,9 @@ class Examiner:
         censuses = self.census(found, present=present, caller=caller, inserted=inserted)
         for platform, counted in censuses.items():
             if counted.census is not None:
-                results[platform] = replace(results[platform], census=counted.census)
+                results[platform] = replace(
+                    results[platform], census=counted.census, formats=counted.formats
+                )
         programs = {  # what the compiled level keys on: with the partitioner's collectives
             p: with_inserted(program, inserted or ()) if found.partitioned else program
             for p, program in found.programs.items()
@@ -353,7 +357,10 @@ class Examiner:
                 caller,
             )
             results[platform] = PlatformProbe(
-                platform=platform, present=platform in present, census=census
+                platform=platform,
+                present=platform in present,
+                census=census,
+                formats=self.formats(program, platform, caller=caller),
             )
         return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
 
@@ -456,6 +463,28 @@ class Examiner:
         )
         return replace(census, kernels=kernels)
 
+    def device(self, platform: str) -> Device:
+        """The device ``platform``'s formats-and-layout findings are judged for."""
+        found = self._compile.devices.get(platform) or DEFAULT_DEVICES.get(platform)
+        return found or Device(platform=platform)
+
+    def formats(
+        self,
+        program: Program,
+        platform: str,
+        *,
+        level: Literal["lowered", "compiled"] = "lowered",
+        caller: SourceLocation | None = None,
+    ) -> FormatCensus:
+        """The formats-and-layout findings of ``program`` on ``platform``'s device, judged on
+        every read like classification (the caches keep programs, never findings), their
+        files as reports show them; where no finding has a line (see :meth:`relative`), the
+        ``caller``'s."""
+        found = take_format_census(program, platform, device=self.device(platform), level=level)
+        if caller is not None and not any(f.location for f in found.findings):
+            return found.relocated(lambda _: caller)
+        return found.relocated(lambda at: at if at is None else self.shown_location(at))
+
     def shown_location(self, location: SourceLocation) -> SourceLocation:
         """``location`` with its file as reports show it."""
         file = shown_file(location.file, self._rootdir)
@@ -511,6 +540,7 @@ class Examiner:
         result = replace(
             result,
             compiled=found.census,
+            compiled_formats=found.formats,
             compile_error=found.error,
             deviceless=found.deviceless,
             target=found.target,
@@ -600,7 +630,8 @@ class Examiner:
             classifier=classifier,
             seconds=self.roofline(platform),
         )
-        return _Compiled(census=self.relative(census))
+        formats = self.formats(program, platform, level="compiled")
+        return _Compiled(census=self.relative(census), formats=formats)
 
     def runtime_share(self, result: PlatformProbe, execution: Any) -> RuntimeShare | None:
         """Measured where the platform ran and profiling is on, else the estimate: from the

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from pytest_jaxport import Classification, CostModel, RewriteItem, ToolingRule
+from pytest_jaxport import Classification, CostModel, FormatItem, RewriteItem, ToolingRule
 
 
 @pytest.hookspec(firstresult=True)
@@ -40,11 +40,19 @@ def pytest_jaxport_classify(
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_jaxport_rewrite_cost(item: RewriteItem, target: str, model: CostModel) -> float | None:
-    """Price one NVIDIA-bound kernel or dispatch for a move to ``target``, in days.
+def pytest_jaxport_rewrite_cost(
+    item: RewriteItem | FormatItem, target: str, model: CostModel
+) -> float | None:
+    """Price one NVIDIA-bound kernel or dispatch, or one formats-and-layout finding, for a
+    move to ``target``, in days.
 
-    :param item: what must change: ``item.status`` is ``rewrite``, ``fallback`` or
-        ``vendor-gap``; ``item.name``, ``item.kind`` and ``item.location`` say which.
+    :param item: what must change. A :class:`pytest_jaxport.RewriteItem` (a kernel):
+        ``item.status`` is ``rewrite``, ``fallback`` or ``vendor-gap``; ``item.name``,
+        ``item.kind`` and ``item.location`` say which. A :class:`pytest_jaxport.FormatItem`
+        (a numeric format or a layout): ``item.cost`` is ``format_rewrite``, ``requantize``,
+        ``precision_review`` or ``layout_work``; ``item.rule``, ``item.formats`` and
+        ``item.location`` say which (``item.name``, ``item.kind`` and ``item.status`` are its
+        rule, effect and cost key, so a hook written for kernels keeps working).
     :param target: ``rocm``, ``tpu`` or ``cpu``.
     :param model: the configured cost model (``[tool.jaxport.cost]``).
 
@@ -53,9 +61,13 @@ def pytest_jaxport_rewrite_cost(item: RewriteItem, target: str, model: CostModel
         def pytest_jaxport_rewrite_cost(item, target, model):
             if item.name == "__gpu$xla.gpu.triton" and target == "tpu":
                 return 15.0  # our flash-attention port is known to be hard
+            if item.status == "requantize" and target == "rocm":
+                return 0.5  # our quantization script takes a --fnuz flag
             return None
 
     .. versionadded:: 0.1
+    .. versionchanged:: Unreleased
+        also called for formats-and-layout findings (:class:`pytest_jaxport.FormatItem`).
     """
 
 

@@ -30,6 +30,7 @@ from pytest_jaxport.model.config import (
     load_project,
     portable,
 )
+from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device, device_from_target_config
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
@@ -188,11 +189,14 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
             cache.clear()
     try:
         target_config = load_target(project.target)
+        devices = judged_devices(project, target_config)
     except (ValueError, OSError) as e:
         raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
     gpu_kind = described_kind(target_config)
     if not project.compile:
-        return CompileSettings(cache=cache, lowered_cache=lowered_cache, gpu_kind=gpu_kind)
+        return CompileSettings(
+            cache=cache, lowered_cache=lowered_cache, gpu_kind=gpu_kind, devices=devices
+        )
     if "cuda" in project.compile:
         # compiling for cuda without a GPU: only then is JAX (and its CUDA plugin) loaded here
         from pytest_jaxport._jax import deviceless
@@ -214,7 +218,21 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         what_if_no_vendor=project.what_if_no_vendor,
         cache=cache,
         lowered_cache=lowered_cache,
+        devices=devices,
     )
+
+
+def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Device]:
+    """The device each platform's formats-and-layout findings are judged for: cuda's is the
+    GPU ``target`` describes, rocm's and tpu's ``devices`` (else the defaults). Raises
+    ``ValueError`` for a description that names no CUDA GPU."""
+    cuda = device_from_target_config(target_config)
+    if cuda.platform != "cuda":
+        raise ValueError(
+            f"the description names a {cuda.platform} GPU ({cuda}), not a CUDA one: cuda's "
+            "target must be an NVIDIA GPU"
+        )
+    return {**DEFAULT_DEVICES, **project.devices, "cuda": cuda}
 
 
 def _check_report_target(target: str | None, config: pytest.Config) -> None:

@@ -25,7 +25,7 @@ from pytest_jaxport.model.config import (
     merge_marks,
     parse_marker,
 )
-from pytest_jaxport.model.cost import CostModel, RewriteItem
+from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.targets import Classification, Level, classify
 from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
@@ -180,8 +180,9 @@ class JaxportSession:
     def cost_model(self) -> CostModel:
         return CostModel(**self.project.cost)
 
-    def price(self, item: RewriteItem) -> float | None:
-        """A ``pytest_jaxport_rewrite_cost`` hook's days for ``item``; ``None`` without one."""
+    def price(self, item: RewriteItem | FormatItem) -> float | None:
+        """A ``pytest_jaxport_rewrite_cost`` hook's days for ``item`` (a kernel or a
+        formats-and-layout finding); ``None`` without one."""
         hook = self.config.hook.pytest_jaxport_rewrite_cost
         if not hook.get_hookimpls():
             return None
@@ -210,6 +211,13 @@ class JaxportSession:
                 else "not cached (cacheprovider disabled)"
             )
             lines.append(f"jaxport: compiled level for {where}{gpu}; {cache}")
+        judged = [
+            f"{p} {self.compile_settings.devices[p]}"
+            for p in self.project.platforms
+            if p != "cpu" and p in self.compile_settings.devices
+        ]
+        if judged:
+            lines.append(f"jaxport: formats judged for: {', '.join(judged)}")
         if self.audited:
             where = ", ".join(self.project.platforms)
             how = ""
@@ -306,11 +314,17 @@ class JaxportSession:
                 census = result.budgeted
                 if census is not None:
                     prefix = f"jaxport.{probe.name}.{platform}"
-                    for key, value in (
+                    found: list[tuple[str, object]] = [
                         ("vendor", census.vendor),
                         ("custom", census.custom),
                         ("level", census.level),
-                    ):
+                    ]
+                    if result.formats is not None:
+                        found += [
+                            ("format_findings", result.formats.count("format")),
+                            ("padding_waste", round(result.formats.padding_waste, 4)),
+                        ]
+                    for key, value in found:
                         # junitxml reads the teardown report's properties, copied from the item.
                         item.user_properties.append((f"{prefix}.{key}", value))
                         report.user_properties.append((f"{prefix}.{key}", value))
@@ -427,6 +441,11 @@ class JaxportSession:
                 "reference": self.project.reference,
                 "compile": list(self.project.compile),
                 "target": self.project.target if "cuda" in self.project.compile else None,
+                "devices": {
+                    p: {"generation": d.generation, "name": d.name}
+                    for p, d in sorted(self.compile_settings.devices.items())
+                    if p != "cpu"  # every leg of a merge judges the same devices
+                },
                 "budget": ci.budget_table(self.project),
                 "tolerance": ci.tolerance_table(self.project),
             },

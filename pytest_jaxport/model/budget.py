@@ -22,8 +22,9 @@ from typing import Any
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate
+from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import describe
-from pytest_jaxport.model.probe import Probe, kernel_from_dict, kernel_to_dict
+from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +41,8 @@ class Violation:
     level: str = "lowered"
     kernels: tuple[Kernel, ...] = ()
     details: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    """The formats-and-layout findings behind it (one line each, like ``kernels``)."""
 
     def headline(self) -> str:
         """The finding first: ``cuda: 3 cudnn calls > 2 (max_library_calls.cudnn, set in
@@ -50,8 +53,12 @@ class Violation:
 
     def finding(self) -> str:
         """What was found against what was allowed: ``3 cudnn calls > 2``."""
+        if self.key == "must_lower" and self.findings:
+            return f"fails to {self.what} (the format rules: {_rules_at(self.findings)})"
         if self.key == "must_lower":
             return f"fails to {self.what}"
+        if self.key == "forbid_formats":
+            return f"uses {self.found}"
         if self.key == "must_trace":
             return "could not be traced here"
         if self.key == "numerics":
@@ -67,7 +74,7 @@ class Violation:
     def limit_text(self) -> str:
         """The limit as a person reads it: ``2``, ``30.0%``, ``[cpu, tpu]``, ``match cpu``."""
         limit = self.limit
-        if self.key.endswith("_share") and isinstance(limit, int | float):
+        if _fractional(self.key) and isinstance(limit, int | float):
             return f"{limit:.1%}"
         if isinstance(limit, list | tuple):
             return f"[{', '.join(map(str, limit))}]"
@@ -81,12 +88,18 @@ class Violation:
             return f"must_trace = true, set in {self.origin}"
         if self.key == "numerics":
             return f"numerics, tolerance from {self.origin}"
+        if self.key == "forbid_formats":
+            return f"forbid_formats = {self.limit_text()}, set in {self.origin}"
         return f"{self.key}, set in {self.origin}"
 
     def long_repr(self) -> str:
         lines = [self.headline()]
         lines += [f"    {k.describe()}" for k in self.kernels]
+        lines += [f"    {f.describe()}" for f in self.findings]
         lines += [f"    {d}" for d in self.details]
+        if self.key == "must_lower":  # a rule, not a compile: say where it comes from
+            rules = dict.fromkeys((f.platform, f.rule) for f in self.findings)
+            lines += [f"    see {rule_source(p, r)}" for p, r in rules]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,6 +115,7 @@ class Violation:
             "level": self.level,
             "kernels": [kernel_to_dict(k) for k in self.kernels],
             "details": list(self.details),
+            **({"findings": [f.to_dict() for f in self.findings]} if self.findings else {}),
         }
 
     @classmethod
@@ -117,7 +131,23 @@ class Violation:
             level=str(data.get("level", "lowered")),
             kernels=tuple(kernel_from_dict(k) for k in data.get("kernels") or ()),
             details=tuple(str(d) for d in data.get("details") or ()),
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
         )
+
+
+def _fractional(key: str) -> bool:
+    """Keys whose limit is a fraction, shown as a percentage."""
+    return key.endswith("_share") or key == "max_padding_waste"
+
+
+def _rules_at(findings: Sequence[Finding], shown: int = 3) -> str:
+    """``complex128-fft-not-compiled x1 at model.py:12, ...``."""
+    said = [
+        f"{f.rule} x{f.count}" + (f" at {f.location}" if f.location else "")
+        for f in findings[:shown]
+    ]
+    more = f", and {len(findings) - shown} more" if len(findings) > shown else ""
+    return ", ".join(said) + more
 
 
 def _plural(n: int, word: str) -> str:
@@ -182,6 +212,25 @@ def evaluate(
                         details=(failure,),
                     )
                 )
+            elif (
+                result.formats is not None
+                and result.formats.not_compiling
+                and result.compiled is None  # a compile that succeeded here knows better
+            ):
+                # It lowers, but the rules know the target's compiler rejects it.
+                violations.append(
+                    Violation(
+                        check=probe.name,
+                        platform=platform,
+                        key="must_lower",
+                        limit=must.value,
+                        origin=must.origin,
+                        found="lowers but does not compile",
+                        what="compile",
+                        level="lowered (format rules)",
+                        findings=result.formats.not_compiling,
+                    )
+                )
         census = result.budgeted  # the highest level available: compiled, else lowered
         if census is None:
             continue
@@ -215,6 +264,7 @@ def evaluate(
                     )
                 )
         violations += _share_violations(probe.name, result.runtime_share, budget)
+        violations += format_violations(probe.name, result, budget)
         if result.numerics is not None and not result.numerics.ok:
             comparison = result.numerics
             violations.append(
@@ -233,6 +283,64 @@ def evaluate(
                 )
             )
     return violations
+
+
+def format_violations(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """The formats-and-layout limits of ``budget`` that ``result``'s findings break:
+    ``max_format_findings`` (less ``allow_findings``), ``forbid_formats`` and
+    ``max_padding_waste`` at the lowered level, ``max_relayouts`` at the compiled one."""
+    found: list[Violation] = []
+    formats = result.formats
+
+    def violation(setting: Any, key: str, count: Any, what: str, **extra: Any) -> Violation:
+        return Violation(check=check, platform=result.platform, key=key, limit=setting.value,
+                         origin=setting.origin, found=count, what=what, **extra)  # fmt: skip
+
+    if formats is not None:
+        limit = budget.max_format_findings
+        if limit is not None:
+            allowed = budget.allow_findings.value if budget.allow_findings is not None else ()
+            counted = tuple(f for f in formats.findings if f.kind == "format"
+                            and not any(fnmatchcase(f.rule, p) for p in allowed))  # fmt: skip
+            n = sum(f.count for f in counted)
+            if n > limit.value:
+                what = _plural(n, "format finding")
+                found.append(violation(limit, "max_format_findings", n, what, findings=counted))
+        forbidden = budget.forbid_formats
+        if forbidden is not None:
+            used = [name for name in formats.formats
+                    if any(fnmatchcase(name, p) for p in forbidden.value)]  # fmt: skip
+            if used:
+                found.append(_forbidden(formats, used, violation(forbidden, "forbid_formats",
+                                                                 ", ".join(used), "")))  # fmt: skip
+        ceiling = budget.max_padding_waste
+        if ceiling is not None and formats.padding_waste > ceiling.value:
+            padded = sorted(formats.by_rule("tile-padding"), key=lambda f: -f.amount)
+            found.append(
+                violation(ceiling, "max_padding_waste", f"{formats.padding_waste:.1%}",
+                          "of bytes moved are padding", findings=tuple(padded))
+            )  # fmt: skip
+    compiled = result.compiled_formats
+    most = budget.max_relayouts
+    if compiled is not None and most is not None and compiled.relayouts > most.value:
+        level = f"compiled (deviceless {result.target})" if result.deviceless else "compiled"
+        found.append(
+            violation(most, "max_relayouts", compiled.relayouts,
+                      _plural(compiled.relayouts, "relayout"), level=level,
+                      findings=compiled.by_rule("inserted-relayout"))
+        )  # fmt: skip
+    return found
+
+
+def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> Violation:
+    """``base`` with the findings at the forbidden formats' lines, or how many ops use them
+    where no rule flags them (an op without a kept location has no line)."""
+    findings = tuple(f for f in formats.findings if set(f.formats) & set(used))
+    if findings:
+        return replace(base, findings=findings)
+    ops = sum(formats.formats[name] for name in used)
+    return replace(base, details=(f"in {ops} {'op' if ops == 1 else 'ops'} (no rule flags them "
+                                  "on this device: no line kept)",))  # fmt: skip
 
 
 def _share_violations(check: str, share: RuntimeShare | None, budget: Budget) -> list[Violation]:
@@ -264,16 +372,20 @@ def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[
     if budget.max_kernels_to_rewrite is None and budget.max_rewrite_days is None:
         return []
     items = probe.rewrite_items(budget.platform)
-    if not items:
+    formats = probe.format_items(budget.platform)
+    if not items and not formats:
         return []
     # Per check: the kernels' own days; the per-target fixed cost belongs to the suite.
-    result = estimate(budget.platform, items, model=replace(model, fixed=0.0))
+    result = estimate(
+        budget.platform, items or (), model=replace(model, fixed=0.0), format_items=formats
+    )
     return rewrite_violations(
         probe.name,
         budget,
         kernels=result.kernels_to_rewrite,
         days=result.days,
-        details=tuple(item.describe() for item in result.items),
+        details=tuple(i.describe() for i in result.items)
+        + tuple(i.describe() for i in result.format_items),
     )
 
 

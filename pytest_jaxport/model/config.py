@@ -17,10 +17,19 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pytest_jaxport.model.cost import COST_KEYS
+from pytest_jaxport.model.formats import (
+    DEVICE_NAMES,
+    DTYPE_NAMES,
+    GENERATIONS,
+    RULES,
+    Device,
+    device_for,
+)
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import PLATFORMS, all_libraries
@@ -35,7 +44,13 @@ T = TypeVar("T")
 DEFAULT_PLATFORMS: tuple[str, ...] = PLATFORMS
 DEFAULT_REFERENCE = "cpu"
 
-COUNT_KEYS = ("max_vendor_calls", "max_custom_calls", "max_kernels_to_rewrite")
+COUNT_KEYS = (
+    "max_vendor_calls",
+    "max_custom_calls",
+    "max_kernels_to_rewrite",
+    "max_format_findings",
+    "max_relayouts",
+)
 SHARE_KEYS = ("max_vendor_share", "max_custom_share")
 BUDGET_KEYS = (
     *COUNT_KEYS,
@@ -46,6 +61,9 @@ BUDGET_KEYS = (
     *SHARE_KEYS,
     "max_rewrite_days",
     "max_tooling_assumptions",
+    "forbid_formats",
+    "max_padding_waste",
+    "allow_findings",
 )
 PROJECT_ONLY_KEYS = ("max_tooling_assumptions",)
 MARKER_KEYS = (
@@ -69,6 +87,7 @@ TOP_KEYS = (
     "scan",
     "transforms",
     "audit",
+    "devices",
 )
 AUDIT_KEYS = ("enabled", "fail_on")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
@@ -79,6 +98,12 @@ COMPILE_PLATFORMS: tuple[str, ...] = ("cpu", "cuda")
 """Platforms the compiled level supports here: cpu always, cuda on a GPU or deviceless."""
 DEFAULT_TARGET = "h100"
 TOLERANCE_KEYS = ("rtol", "atol")
+DEVICE_PLATFORMS: tuple[str, ...] = ("rocm", "tpu")
+"""The platforms ``devices`` names a device for (cuda's is ``target``, cpu has none)."""
+FORMAT_NAMES: tuple[str, ...] = tuple(sorted(set(DTYPE_NAMES.values())))
+"""What ``forbid_formats`` accepts: every format by its JAX name."""
+RULE_NAMES: tuple[str, ...] = tuple(sorted({rule.name for rule in RULES}))
+"""What ``allow_findings`` matches: the formats-and-layout rules' names."""
 
 DTYPES: tuple[str, ...] = (
     "bool",
@@ -124,6 +149,16 @@ class Budget:
     max_rewrite_days: Setting[float] | None = None
     max_tooling_assumptions: Setting[int] | None = None
     """Project-wide: checked once per session, from ``[tool.jaxport.budget]``."""
+    max_format_findings: Setting[int] | None = None
+    """Call-weighted findings of kind ``format`` not matched by ``allow_findings``."""
+    forbid_formats: Setting[tuple[str, ...]] | None = None
+    """Formats (JAX names) no op may use on this platform, whether or not a rule flags them."""
+    max_padding_waste: Setting[float] | None = None
+    """The share of bytes moved that is tile padding (tpu)."""
+    max_relayouts: Setting[int] | None = None
+    """Transposes and copies XLA inserted around library calls (compiled level)."""
+    allow_findings: Setting[tuple[str, ...]] | None = None
+    """Rule names (globs) left out of ``max_format_findings``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,6 +232,9 @@ class ProjectConfig:
     """``transforms``: the transformations every check also checks (``grad``, ``vmap``,
     ``jvp``), each as its own check ``name[grad]``."""
     audit: AuditConfig = field(default_factory=AuditConfig)
+    devices: Mapping[str, Device] = field(default_factory=dict)
+    """``devices``: the device each of rocm and tpu is judged for by the formats-and-layout
+    rules (the defaults where absent; cuda's is the ``target``'s)."""
 
     def audit_budget(self, platform: str) -> Budget:
         """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for
@@ -481,11 +519,33 @@ def _days(where: _Where, key: str, value: object) -> float:
     return float(value)
 
 
+def _names(
+    where: _Where, key: str, value: object, known: Sequence[str], what: str
+) -> tuple[str, ...]:
+    """A list of names from ``known`` (a glob may match several), each checked with a
+    did-you-mean: ``["float8_e4m3fn"]``, ``["float32-*"]``."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise where.error(key, f"a list of {what}s (e.g. [{known[0]!r}])", value)
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise where.error(key, f"a list of {what}s", value)
+        if not any(fnmatchcase(name, item) for name in known):
+            raise ConfigError(
+                f"{where.prefix} {key}: unknown {what} {item!r}{_did_you_mean(item, known)}; "
+                f"known: {', '.join(known)}"
+            )
+    return tuple(value)
+
+
 def _budget_value(where: _Where, key: str, value: object) -> Any:
     if key in COUNT_KEYS or key == "max_tooling_assumptions":
         return _limit(where, key, value)
-    if key in SHARE_KEYS:
+    if key in SHARE_KEYS or key == "max_padding_waste":
         return _fraction(where, key, value)
+    if key == "forbid_formats":
+        return _names(where, key, value, FORMAT_NAMES, "format")
+    if key == "allow_findings":
+        return _names(where, key, value, RULE_NAMES, "rule")
     if key == "max_rewrite_days":
         return _days(where, key, value)
     if key == "max_library_calls":
@@ -618,6 +678,7 @@ def parse_project(
         else ()
     )
     scan, scan_exclude = _scan_table(source, data.get("scan", {}))
+    devices = _devices_table(source, data["devices"]) if "devices" in data else {}
 
     raw_budget = data.get("budget", {})
     budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
@@ -660,7 +721,48 @@ def parse_project(
         platform_tolerances=platform_tolerances,
         transforms=transforms,
         audit=audit,
+        devices=devices,
     )
+
+
+def _devices_table(source: str, table: object) -> dict[str, Device]:
+    """``devices = { rocm = "mi300", tpu = "v6e" }``: the device the formats-and-layout rules
+    judge each platform for."""
+    if not isinstance(table, Mapping):
+        raise _Where(f"{source}: [tool.jaxport]").error(
+            "devices", 'a table of platform = device (e.g. { rocm = "mi300", tpu = "v6e" })', table
+        )
+    where = _Where(f"{source}: [tool.jaxport] devices.")
+    devices = {}
+    for platform, name in table.items():
+        if platform == "cuda":
+            raise ConfigError(
+                f"{source}: [tool.jaxport] devices.cuda: cuda's device is `target` (a GPU "
+                "description: h100, a100, h200 or a file), so one GPU is described once; set "
+                "[tool.jaxport] target instead"
+            )
+        if platform not in DEVICE_PLATFORMS:
+            raise _Where(f"{source}: [tool.jaxport] devices").unknown(
+                platform, DEVICE_PLATFORMS, what="platform"
+            )
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(
+                f"{where.prefix}{platform}: expected a device name (e.g. "
+                f"{'mi300' if platform == 'rocm' else 'v5e'}), found {_type_name(name)}"
+            )
+        try:
+            devices[platform] = device_for(platform, name)
+        except ValueError:
+            known = sorted(
+                {n for n, d in DEVICE_NAMES.items() if d.platform == platform}
+                | set(GENERATIONS[platform])
+            )
+            raise ConfigError(
+                f"{where.prefix}{platform}: unknown {platform} device {name!r}"
+                f"{_did_you_mean(name.strip().lower(), known)}; expected one of: "
+                f"{', '.join(known)}"
+            ) from None
+    return devices
 
 
 def _budget_section(
@@ -746,6 +848,11 @@ def portable(
     max_custom_share: float | None = None,
     max_kernels_to_rewrite: int | None = None,
     max_rewrite_days: float | None = None,
+    max_format_findings: int | None = None,
+    forbid_formats: Sequence[str] | None = None,
+    max_padding_waste: float | None = None,
+    max_relayouts: int | None = None,
+    allow_findings: Sequence[str] | None = None,
     platforms: Sequence[str] | None = None,
     reference: str | None = None,
     rtol: float | None = None,
@@ -768,6 +875,11 @@ def portable(
         "max_custom_share": max_custom_share,
         "max_kernels_to_rewrite": max_kernels_to_rewrite,
         "max_rewrite_days": max_rewrite_days,
+        "max_format_findings": max_format_findings,
+        "forbid_formats": forbid_formats,
+        "max_padding_waste": max_padding_waste,
+        "max_relayouts": max_relayouts,
+        "allow_findings": allow_findings,
         "platforms": platforms,
         "reference": reference,
         "rtol": rtol,

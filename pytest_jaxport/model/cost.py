@@ -26,11 +26,26 @@ item                      what it means                                         
                           (Nsight, CUDA images, ``--xla_gpu_*``)
 ``fixed``                 per target, once: CI runners, containers, a first      5 days
                           end-to-end validation
+``format_rewrite``        a line the target emulates or cannot compile (float64  3 days
+                          on TPU): move it off the format (or the op) and
+                          re-validate
+``requantize``            a float8 format the target's matrix units do not take  2 days
+                          (OCP vs FNUZ): re-quantize the weights once per
+                          format and re-validate accuracy
+``precision_review``      a dot or convolution the target computes with fewer    0.25 days
+                          mantissa bits (TF32, one bfloat16 pass) or converts:
+                          pin ``precision=`` or accept and document it
+``layout_work``           a convolution the target relays out, or an array      0.5 days
+                          with 10% or more tile padding: change the layout or
+                          pad the features
 ========================  ====================================================  ========
 
 The defaults are deliberately round: a Pallas/Triton kernel port is commonly quoted at one to
 three engineer-weeks including tuning; validating a fallback is a few days of benchmarking;
-a tooling change is hours. Every number is configurable in ``[tool.jaxport.cost]``.
+a tooling change is hours. Format and layout items are priced per distinct line (a
+re-quantization per format and target): a format rewrite is a few days of moving a code path
+off float64 and re-validating it, a precision review an afternoon. Every number is
+configurable in ``[tool.jaxport.cost]``.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -45,6 +60,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pytest_jaxport.model.census import Census, Kernel, OpSite
+from pytest_jaxport.model.formats import Effect, FormatCensus
 from pytest_jaxport.model.targets import Classification
 
 Basis = Literal["measured", "estimated"]
@@ -780,6 +796,105 @@ def rewrite_items(
     return items
 
 
+FormatCost = Literal["format_rewrite", "requantize", "precision_review", "layout_work"]
+
+_FORMAT_COSTS: Mapping[str, FormatCost] = {
+    "not-compiled": "format_rewrite",
+    "emulated": "format_rewrite",
+    "requantize": "requantize",
+    "reduced-precision": "precision_review",
+    "converted": "precision_review",
+}
+LAYOUT_WORK_FRACTION = 0.1
+"""Tile padding priced as layout work from this share of the bytes an op moves (less is
+noise next to the other costs of a move)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class FormatItem:
+    """One formats-and-layout finding a move to ``target`` has to deal with, priced by the
+    cost model's ``cost`` key."""
+
+    target: str
+    cost: FormatCost
+    rule: str
+    effect: Effect
+    location: str | None = None
+    formats: tuple[str, ...] = ()
+    check: str = ""
+
+    @property
+    def name(self) -> str:
+        """The rule (as :attr:`RewriteItem.name`: a hook written for kernels keeps working)."""
+        return self.rule
+
+    @property
+    def kind(self) -> str:
+        """The effect (``emulated``, ``requantize``...), as :attr:`RewriteItem.kind`."""
+        return self.effect
+
+    @property
+    def status(self) -> str:
+        """The cost key, as :attr:`RewriteItem.status`."""
+        return self.cost
+
+    @property
+    def site(self) -> tuple[str, ...]:
+        """What one price covers: a rule at a line for a format rewrite, the formats for a
+        re-quantization (one per model, whatever its lines), a line otherwise."""
+        if self.cost == "format_rewrite":
+            return (self.cost, self.rule, self.location or "")
+        if self.cost == "requantize":
+            return (self.cost, *self.formats)
+        return (self.cost, self.location or "")
+
+    def describe(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        formats = f" ({', '.join(self.formats)})" if self.formats else ""
+        return f"{self.rule}{formats}{where}: {self.cost.replace('_', ' ')}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "cost": self.cost,
+            "rule": self.rule,
+            "effect": self.effect,
+            "location": self.location,
+            "formats": list(self.formats),
+            "check": self.check,
+        }
+
+
+def format_items(*, check: str, target: str, formats: FormatCensus | None) -> list[FormatItem]:
+    """What the formats-and-layout findings of ``check`` on ``target`` (its configured
+    device) cost a move there: the lines it emulates or cannot compile, the float8 formats
+    to re-quantize, the dots it computes at a lower precision or converts, the convolutions
+    it relays out and the arrays padded by a tenth or more."""
+    if formats is None:
+        return []
+    items = []
+    for finding in formats.findings:
+        cost = _FORMAT_COSTS.get(finding.effect)
+        if finding.rule == "convolution-relayout" or (
+            finding.rule == "tile-padding" and finding.fraction >= LAYOUT_WORK_FRACTION
+        ):
+            cost = "layout_work"
+        if cost is None:
+            continue
+        items.append(
+            FormatItem(
+                target=target,
+                cost=cost,
+                rule=finding.rule,
+                effect=finding.effect,
+                location=str(finding.location) if finding.location else None,
+                formats=finding.formats if cost == "requantize" else (),
+                check=check,
+            )
+        )
+    return items
+
+
 _GRAVITY: Mapping[str, int] = {"rewrite": 0, "vendor-gap": 1, "fallback": 2}
 """Which status a kernel site keeps when checks disagree: the lowest number wins."""
 
@@ -793,6 +908,10 @@ class CostModel:
     vendor_gap: float = 5.0
     tooling_assumption: float = 0.5
     fixed: float = 5.0
+    format_rewrite: float = 3.0
+    requantize: float = 2.0
+    precision_review: float = 0.25
+    layout_work: float = 0.5
 
     def days(self, status: Status) -> float:
         return {
@@ -802,7 +921,20 @@ class CostModel:
         }[status]
 
 
-COST_KEYS = ("kernel_rewrite", "fallback_validation", "vendor_gap", "tooling_assumption", "fixed")
+FORMAT_COST_KEYS: tuple[FormatCost, ...] = (
+    "format_rewrite",
+    "requantize",
+    "precision_review",
+    "layout_work",
+)
+COST_KEYS = (
+    "kernel_rewrite",
+    "fallback_validation",
+    "vendor_gap",
+    "tooling_assumption",
+    "fixed",
+    *FORMAT_COST_KEYS,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -814,6 +946,8 @@ class RewriteEstimate:
     tooling_assumptions: int
     days: float
     breakdown: Mapping[str, float]
+    format_items: tuple[FormatItem, ...] = ()
+    """The formats-and-layout items priced, each distinct site once."""
 
     @property
     def kernels_to_rewrite(self) -> int:
@@ -827,7 +961,9 @@ class RewriteEstimate:
             "breakdown": dict(self.breakdown),
             "items": [i.to_dict() for i in self.items],
             "tooling_assumptions": self.tooling_assumptions,
-        }
+            **({"format_items": [i.to_dict() for i in self.format_items]}
+               if self.format_items else {}),
+        }  # fmt: skip
 
 
 def estimate(
@@ -836,9 +972,11 @@ def estimate(
     *,
     model: CostModel,
     tooling_assumptions: int = 0,
-    priced: Mapping[RewriteItem, float] | None = None,
+    priced: Mapping[RewriteItem | FormatItem, float] | None = None,
+    format_items: Iterable[FormatItem] = (),
 ) -> RewriteEstimate:
-    """Days for ``target``: each kernel site priced once (``priced`` overrides the model).
+    """Days for ``target``: each kernel site priced once (``priced`` overrides the model),
+    each formats-and-layout site once (:attr:`FormatItem.site`).
 
     A site (a kernel's name at one source line) has one status per target, the gravest
     any check gave it: a kernel that does not lower on the target in one check is a rewrite,
@@ -859,10 +997,19 @@ def estimate(
         breakdown[names[item.status]] += cost
     breakdown["tooling_assumption"] = tooling_assumptions * model.tooling_assumption
     breakdown["fixed"] = model.fixed  # CI runners, images, a first end-to-end validation
+    sites: dict[tuple[str, ...], FormatItem] = {}
+    for found in format_items:
+        sites.setdefault(found.site, found)
+    formats = tuple(sorted(sites.values()))
+    for key in FORMAT_COST_KEYS:
+        breakdown[key] = 0.0
+    for found in formats:
+        breakdown[found.cost] += (priced or {}).get(found, getattr(model, found.cost))
     return RewriteEstimate(
         target=target,
         items=unique,
         tooling_assumptions=tooling_assumptions,
         days=sum(breakdown.values()),
         breakdown=breakdown,
+        format_items=formats,
     )

@@ -13,8 +13,72 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_jaxport.model.formats import FormatCensus
+
 LAYER_COUNTS = ("vendor", "custom", "meta")
 """The layers counted as calls (``xla`` counts generated ops, every one)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FormatCounts:
+    """The formats-and-layout findings of probes on one platform: call-weighted findings by
+    kind, the rules' "does not compile", padding and relayout bytes (bytes add up; the
+    padding fraction is derived from them, never summed)."""
+
+    format_findings: int = 0
+    layout_findings: int = 0
+    not_compiling: int = 0
+    """Call-weighted findings the rules say the target's compiler rejects."""
+    padding_bytes: float = 0.0
+    padded_bytes: float = 0.0
+    """Bytes moved by the ops with padded arrays, padding included."""
+    relayouts: int | None = None
+    """Transposes and copies XLA inserted around library calls (compiled level); ``None``
+    where nothing was compiled."""
+    relayout_bytes: float = 0.0
+
+    @classmethod
+    def of(cls, lowered: FormatCensus | None, compiled: FormatCensus | None) -> FormatCounts:
+        """One probe's, from its lowered and compiled findings."""
+        padding, padded = lowered.padding_bytes if lowered is not None else (0.0, 0.0)
+        return cls(
+            format_findings=lowered.count("format") if lowered is not None else 0,
+            layout_findings=lowered.count("layout") if lowered is not None else 0,
+            not_compiling=sum(f.count for f in lowered.not_compiling) if lowered else 0,
+            padding_bytes=padding,
+            padded_bytes=padded,
+            relayouts=compiled.relayouts if compiled is not None else None,
+            relayout_bytes=compiled.relayout_bytes if compiled is not None else 0.0,
+        )
+
+    @property
+    def padding_waste(self) -> float:
+        """The share of bytes moved that is padding."""
+        return self.padding_bytes / self.padded_bytes if self.padded_bytes else 0.0
+
+    def __add__(self, other: FormatCounts) -> FormatCounts:
+        return FormatCounts(
+            format_findings=self.format_findings + other.format_findings,
+            layout_findings=self.layout_findings + other.layout_findings,
+            not_compiling=self.not_compiling + other.not_compiling,
+            padding_bytes=self.padding_bytes + other.padding_bytes,
+            padded_bytes=self.padded_bytes + other.padded_bytes,
+            relayouts=_add(self.relayouts, other.relayouts),
+            relayout_bytes=self.relayout_bytes + other.relayout_bytes,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format_findings": self.format_findings,
+            "layout_findings": self.layout_findings,
+            "not_compiling": self.not_compiling,
+            "padding_waste": self.padding_waste,
+            "padding_bytes": self.padding_bytes,
+        }
+        if self.relayouts is not None:
+            data["relayouts"] = self.relayouts
+            data["relayout_bytes"] = self.relayout_bytes
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +101,9 @@ class PlatformCounts:
     libraries: Mapping[str, int] = field(default_factory=dict)
     collectives: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Per kind, ``(count, inserted by the SPMD partitioner)``."""
+    formats: FormatCounts | None = None
+    """The formats-and-layout findings; ``None`` where no probe's were judged (a report
+    written before the layer existed)."""
 
     @classmethod
     def of(cls, entry: Mapping[str, Any]) -> PlatformCounts:
@@ -49,6 +116,13 @@ class PlatformCounts:
         compiled = entry.get("compiled")
         asked = compiled is not None or bool(entry.get("compile_error"))
         counted = compiled if compiled is not None else lowered
+        judged = lowered.get("formats")
+        formats = None
+        if judged:
+            found = (compiled or {}).get("formats")
+            formats = FormatCounts.of(
+                FormatCensus.from_dict(judged), FormatCensus.from_dict(found) if found else None
+            )
         return cls(
             lowered=1,
             compiled=(1 if compiled is not None else 0) if asked else None,
@@ -62,6 +136,7 @@ class PlatformCounts:
                 kind: (found.get("count", 0), found.get("inserted", 0))
                 for kind, found in (counted.get("collectives") or {}).items()
             },
+            formats=formats,
         )
 
     def __add__(self, other: PlatformCounts) -> PlatformCounts:
@@ -84,6 +159,9 @@ class PlatformCounts:
             xla=_add(self.xla, other.xla),
             libraries=libraries,
             collectives=collectives,
+            formats=(self.formats or FormatCounts()) + other.formats
+            if other.formats is not None
+            else self.formats,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +186,8 @@ class PlatformCounts:
                 kind: {"count": count, "inserted": inserted}
                 for kind, (count, inserted) in self.collectives.items()
             }
+        if self.formats is not None:
+            data.update(self.formats.to_dict())
         return data
 
 

@@ -37,8 +37,8 @@ import functools
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal, get_args
 
@@ -689,6 +689,14 @@ def rules_for(platform: str, device: Device) -> tuple[Rule, ...]:
     )
 
 
+def rule_source(platform: str, name: str) -> str:
+    """The public source of rule ``name`` on ``platform`` (its first row there)."""
+    for rule in RULES:
+        if rule.name == name and rule.platform in (platform, "*"):
+            return rule.source
+    return "the formats-and-layout rules (docs/reference.md)"
+
+
 # -- layout arithmetic ----------------------------------------------------------------------
 
 TPU_LANES = 128
@@ -844,7 +852,8 @@ class Finding:
     level: Level = "lowered"
     location: SourceLocation | None = None
     count: int = 1
-    """How many ops at this line (call-weighted; a loop body's once, as in the census)."""
+    """How many ops at this line (call-weighted; a loop body's once, as in the census); for
+    ``inserted-relayout``, the transposes and copies themselves."""
     effect: Effect = "converted"
     formats: tuple[str, ...] = ()
     """The formats involved, by JAX name (``float64``)."""
@@ -982,6 +991,47 @@ class FormatCensus:
         """Bytes written by the relayouts XLA inserted (compiled level)."""
         return self._sum("inserted-relayout")[0]
 
+    @property
+    def relayouts(self) -> int:
+        """The transposes and copies XLA inserted around library calls (compiled level),
+        call-weighted."""
+        return sum(f.count for f in self.by_rule("inserted-relayout"))
+
+    def relocated(
+        self, where: Callable[[SourceLocation | None], SourceLocation | None]
+    ) -> FormatCensus:
+        """This census with each finding's location as ``where`` gives it (the file as
+        reports show it, a check's call site where a finding has none)."""
+        findings = tuple(replace(f, location=where(f.location)) for f in self.findings)
+        return replace(self, findings=findings)
+
+    def __add__(self, other: FormatCensus) -> FormatCensus:
+        """Two programs' findings on one platform as one census (an audited suite's sum):
+        findings of the same rule at the same line add up, formats add up."""
+        merged: dict[tuple[str, str, str, SourceLocation | None], Finding] = {}
+        for f in (*self.findings, *other.findings):
+            key = (f.kind, f.rule, f.level, f.location)
+            had = merged.get(key)
+            merged[key] = (
+                f
+                if had is None
+                else replace(
+                    had,
+                    count=had.count + f.count,
+                    amount=had.amount + f.amount,
+                    of=had.of + f.of,
+                    formats=tuple(sorted({*had.formats, *f.formats})),
+                    ops=tuple(sorted({*had.ops, *f.ops})),
+                )
+            )
+        formats = Counter(self.formats)
+        formats.update(other.formats)
+        return replace(
+            self,
+            findings=tuple(sorted(merged.values(), key=_finding_order)),
+            formats=dict(sorted(formats.items())),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "platform": self.platform,
@@ -1028,6 +1078,9 @@ class _Hit:
     amount: float = 0.0
     of: float = 0.0
     unit: str = ""
+    ops: int = 1
+    """How many ops the finding is at this site: the relayouts around a compiled library
+    call (each a transpose or copy), one otherwise."""
 
 
 _Types = tuple[tuple[tuple[int, ...] | None, str], ...]
@@ -1076,7 +1129,10 @@ def site_hits(
             f"{count} transposes/copies ({kernels} kernels of their own, {_size(written)}) "
             f"around {call}"
         )
-        return (_Hit(rule=rule, detail=detail, amount=written, of=moved + written, unit="bytes"),)
+        return (
+            _Hit(rule=rule, detail=detail, amount=written, of=moved + written, unit="bytes",
+                 ops=count),
+        )  # fmt: skip
     operands = _parsed(site.operand_types)
     results = _parsed(site.result_types)
     if not operands and not results:
@@ -1341,7 +1397,7 @@ class _Walk:
                 formats[found] += n
             op = _op_name(site.target or site.op)
             for hit in self.site(site):
-                one = _Tally(hit=hit, count=1, amount=hit.amount, of=hit.of, ops={op},
+                one = _Tally(hit=hit, count=hit.ops, amount=hit.amount, of=hit.of, ops={op},
                              formats=set(hit.formats))  # fmt: skip
                 _merge(tallies, (hit.rule.name, location), one, n, n)
         self.active.discard(name)
@@ -1374,6 +1430,10 @@ def _merge(tallies: dict[_Line, _Tally], line: _Line, tally: _Tally, calls: int,
     if found is None:
         found = tallies[line] = _Tally(hit=tally.hit)
     found.add(tally, calls, runs)
+
+
+def _finding_order(finding: Finding) -> tuple[str, str, str]:
+    return (finding.kind, finding.rule, str(finding.location or ""))
 
 
 def take_format_census(
@@ -1417,7 +1477,7 @@ def take_format_census(
                 for (rule, location), tally in tallies.items()
                 for detail in (_merged_detail(tally),)
             ),
-            key=lambda f: (f.kind, f.rule, str(f.location or "")),
+            key=_finding_order,
         )
     )
     return FormatCensus(

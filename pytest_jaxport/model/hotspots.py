@@ -37,10 +37,14 @@ from typing import Any
 
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.model.formats import FINDING_KINDS, Finding, FormatCensus
 from pytest_jaxport.model.probe import census_from_dict
 
-COUNTED_LAYERS = ("vendor", "custom")
+KERNEL_LAYERS = ("vendor", "custom")
 """Layers whose dispatches are sites: NVIDIA-bound (``xla`` is regenerated, ``meta`` free)."""
+COUNTED_LAYERS = (*KERNEL_LAYERS, *FINDING_KINDS)
+"""Every layer with sites: those dispatches, and the formats-and-layout findings (``format``,
+``layout``: one site per platform, line and rule; no time of their own)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +63,8 @@ class Reach:
     census: Census
     share: RuntimeShare | None = None
     """The source's runtime share on this platform, if known: the time column."""
+    findings: tuple[Finding, ...] = ()
+    """The source's formats-and-layout findings on this platform (lowered and compiled)."""
 
     @property
     def platform(self) -> str:
@@ -89,7 +95,8 @@ class Hotspot:
 
     @property
     def what(self) -> str:
-        """``cublas gemm`` for a vendor dispatch, ``my_kernel (ffi)`` for a custom one."""
+        """``cublas gemm`` for a vendor dispatch, ``my_kernel (ffi)`` for a custom one,
+        ``float64-emulated (emulated)`` for a formats-and-layout finding."""
         if self.layer == "vendor":
             return f"{self.library or 'vendor'} {self.kind}"
         return f"{self.name} ({self.kind})"
@@ -146,11 +153,16 @@ def _site(kernel: Kernel, platform: str) -> _SiteKey:
     return (platform, location, kernel.layer, kernel.name, kernel.kind, kernel.library)
 
 
+def _finding_site(finding: Finding, platform: str) -> _SiteKey:
+    location = str(finding.location) if finding.location else None
+    return (platform, location, finding.kind, finding.rule, finding.effect, None)
+
+
 def _apportioned(census: Census, share: RuntimeShare) -> dict[_SiteKey, float]:
     """Each site's part of one source's time: its library's (or layer's) time split by count."""
     pools: dict[tuple[str, str | None], list[Kernel]] = {}
     for kernel in census.kernels:
-        if kernel.layer in COUNTED_LAYERS:
+        if kernel.layer in KERNEL_LAYERS:
             library = kernel.library if kernel.layer == "vendor" else None
             pools.setdefault((kernel.layer, library), []).append(kernel)
     vendor_named = sum(share.libraries.values())
@@ -185,16 +197,16 @@ def hotspots(reaches: Iterable[Reach]) -> tuple[Hotspot, ...]:
         again = (census.platform, reach.source) in counted
         counted.add((census.platform, reach.source))
         if again:  # the same source from another test: one more test, nothing more to count
-            for kernel in census.kernels:
-                if kernel.layer in COUNTED_LAYERS and reach.test is not None:
-                    tallies[_site(kernel, census.platform)].tests.add(reach.test)
+            if reach.test is not None:
+                for key in _reach_sites(reach):
+                    tallies[key].tests.add(reach.test)
             continue
         share = reach.share if reach.share is not None and reach.share.seconds > 0 else None
         times = _apportioned(census, share) if share is not None else {}
         if share is not None:
             suite_seconds[census.platform] = suite_seconds.get(census.platform, 0.0) + share.seconds
         for kernel in census.kernels:
-            if kernel.layer not in COUNTED_LAYERS:
+            if kernel.layer not in KERNEL_LAYERS:
                 continue
             key = _site(kernel, census.platform)
             tally = tallies.setdefault(key, _Tally())
@@ -206,6 +218,12 @@ def hotspots(reaches: Iterable[Reach]) -> tuple[Hotspot, ...]:
                 tally.seconds += times.get(key, 0.0)
                 tally.timed = True
                 tally.measured = tally.measured and share.basis == "measured"
+        for finding in reach.findings:  # no time of their own: the time column says "—"
+            tally = tallies.setdefault(_finding_site(finding, census.platform), _Tally())
+            tally.sources.add(reach.source)
+            if reach.test is not None:
+                tally.tests.add(reach.test)
+            tally.dispatches += finding.count
     found = []
     for key, tally in tallies.items():
         platform, location, layer, name, kind, library = key
@@ -240,6 +258,26 @@ def hotspots(reaches: Iterable[Reach]) -> tuple[Hotspot, ...]:
     return tuple(found)
 
 
+def _reach_sites(reach: Reach) -> Iterator[_SiteKey]:
+    platform = reach.census.platform
+    for kernel in reach.census.kernels:
+        if kernel.layer in KERNEL_LAYERS:
+            yield _site(kernel, platform)
+    for finding in reach.findings:
+        yield _finding_site(finding, platform)
+
+
+def findings_of(entry: Mapping[str, Any]) -> tuple[Finding, ...]:
+    """A report platform entry's formats-and-layout findings, lowered then compiled."""
+    found: list[Finding] = []
+    for level in ("lowered", "compiled"):
+        census = entry.get(level)
+        formats = census.get("formats") if isinstance(census, Mapping) else None
+        if formats:
+            found += FormatCensus.from_dict(formats).findings
+    return tuple(found)
+
+
 def site_order(site: Hotspot) -> tuple[str, str, str, str, str]:
     """A fixed order of sites (platform, location, layer, name, library), independent of time."""
     return (site.platform, site.location or "", site.layer, site.name, site.library or "")
@@ -263,12 +301,14 @@ def reaches_of_tests(tests: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
                     source=(nodeid, str(check.get("name"))),
                     census=census_from_dict(platform, counted),
                     share=RuntimeShare.from_dict(share) if share else None,
+                    findings=findings_of(entry),
                 )
 
 
 def distinct_sites(found: Iterable[Hotspot]) -> dict[str, dict[str, int]]:
     """Per platform, how many distinct sites each counted layer has: ``{"cuda": {"vendor":
-    12, "custom": 1}}`` (the figure to set against the per-check sum of dispatches)."""
+    12, "custom": 1, "format": 6, "layout": 1}}`` (the figure to set against the per-check
+    sum of dispatches, or of findings)."""
     sites: dict[str, dict[str, int]] = {}
     for site in found:
         per_layer = sites.setdefault(site.platform, dict.fromkeys(COUNTED_LAYERS, 0))

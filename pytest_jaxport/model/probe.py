@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
-from pytest_jaxport.model.cost import RewriteItem, RuntimeShare, rewrite_items
+from pytest_jaxport.model.cost import (
+    FormatItem,
+    RewriteItem,
+    RuntimeShare,
+    format_items,
+    rewrite_items,
+)
+from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
 
@@ -43,6 +50,10 @@ class PlatformProbe:
     runtime_share: RuntimeShare | None = None
     """Where the time goes: measured where this platform ran and was profiled, else an
     estimate from the compiled program where there is one, else from the lowered one."""
+    formats: FormatCensus | None = None
+    """The formats-and-layout findings of the lowered program, for this platform's device."""
+    compiled_formats: FormatCensus | None = None
+    """Those of the compiled program: the relayouts XLA inserted around library calls."""
 
     @property
     def lowered(self) -> bool:
@@ -108,6 +119,12 @@ class Probe:
             on_target=on_target.budgeted,
             target_error=on_target.error,
         )
+
+    def format_items(self, target: str) -> list[FormatItem]:
+        """What this check's formats-and-layout findings on ``target`` cost a move there."""
+        on_target = self.platforms.get(target)
+        formats = on_target.formats if on_target is not None else None
+        return format_items(check=self.name, target=target, formats=formats)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,17 +225,30 @@ def kernel_from_dict(data: Mapping[str, Any]) -> Kernel:
     )
 
 
+def _level_to_dict(census: Census, formats: FormatCensus | None) -> dict[str, Any]:
+    """One level's census with its formats-and-layout findings, where they were judged."""
+    data = census_to_dict(census)
+    if formats is not None:
+        data["formats"] = formats.to_dict()
+    return data
+
+
+def _formats_from_dict(level: Mapping[str, Any] | None) -> FormatCensus | None:
+    found = level.get("formats") if level else None
+    return FormatCensus.from_dict(found) if found else None
+
+
 def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
     compiled = None
     if result.compiled is not None:
         compiled = {
-            **census_to_dict(result.compiled),
+            **_level_to_dict(result.compiled, result.compiled_formats),
             "deviceless": result.deviceless,
             "target": result.target,
         }
     data = {
         "present": result.present,
-        "lowered": census_to_dict(result.census) if result.census else None,
+        "lowered": _level_to_dict(result.census, result.formats) if result.census else None,
         "error": result.error,
         "compiled": compiled,
         "compile_error": result.compile_error,
@@ -255,6 +285,8 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
         target=compiled.get("target") if compiled else None,
         what_if_no_vendor=census_from_dict(platform, what_if) if what_if else None,
         runtime_share=RuntimeShare.from_dict(share) if share else None,
+        formats=_formats_from_dict(lowered),
+        compiled_formats=_formats_from_dict(compiled),
     )
 
 

@@ -18,9 +18,16 @@ from typing import Any, TypedDict
 from pytest_jaxport.model.budget import Violation, evaluate, rewrite_violations
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.config import Budget
-from pytest_jaxport.model.cost import COST_KEYS, CostModel, RewriteItem, RuntimeShare
+from pytest_jaxport.model.cost import (
+    COST_KEYS,
+    CostModel,
+    FormatItem,
+    RewriteItem,
+    RuntimeShare,
+)
 from pytest_jaxport.model.counts import platform_counts
-from pytest_jaxport.model.hotspots import Hotspot, Reach, hotspots, site_order
+from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.report.baseline import audit_changes, audit_counts
 from pytest_jaxport.report.schema import suite_numbers, with_sites
@@ -133,7 +140,7 @@ class AuditLedger:
         platforms: Sequence[str],
         migrate_to: Sequence[str],
         model: CostModel,
-        price: Callable[[RewriteItem], float | None] | None = None,
+        price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
     ) -> dict[str, Any]:
         """The report's ``audit`` section (see the module docstring)."""
         index = {nodeid: i for nodeid, (i, _) in self._tests.items()}
@@ -171,7 +178,7 @@ def assemble(
     platforms: Sequence[str],
     migrate_to: Sequence[str],
     model: CostModel,
-    price: Callable[[RewriteItem], float | None] | None = None,
+    price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
 ) -> dict[str, Any]:
     """The ``audit`` section of distinct ``computations`` (each with its ``users`` in
     collection order) and the computations each test ran (``uses``, tests in collection
@@ -306,7 +313,7 @@ def audit_summary(
     *,
     migrate_to: Sequence[str],
     model: CostModel,
-    price: Callable[[RewriteItem], float | None] | None = None,
+    price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
 ) -> dict[str, Any]:
     """The platform totals (with the distinct sites ``found``) and the three numbers over
     the distinct computations, each counted once."""
@@ -332,8 +339,10 @@ def reaches(computations: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
             census = census_from_dict(platform, lowered)
             share = entry.get("runtime_share")
             shared = RuntimeShare.from_dict(share) if share else None
+            findings = findings_of(entry)
             for user in users:
-                yield Reach(test=user, source=computation["id"], census=census, share=shared)
+                yield Reach(test=user, source=computation["id"], census=census, share=shared,
+                            findings=findings)  # fmt: skip
 
 
 def sites(found: Iterable[Hotspot]) -> list[dict[str, Any]]:
@@ -364,13 +373,14 @@ def sites(found: Iterable[Hotspot]) -> list[dict[str, Any]]:
 
 def audited_suite(section: Mapping[str, Any]) -> Probe:
     """The audited suite as one probe, the sum of its distinct computations': per platform
-    their census added up, the failures to lower (``error``, naming each computation) and
-    the suite's estimated runtime share."""
+    their census and formats-and-layout findings added up, the failures to lower
+    (``error``, naming each computation) and the suite's estimated runtime share."""
     computations = section["computations"]
     shares = section["summary"].get("runtime_share", {})
     platforms: dict[str, PlatformProbe] = {}
     for platform in section["platforms"]:
         census = Census(platform=platform)
+        formats: FormatCensus | None = None
         failures = []
         present = False
         for c in computations:
@@ -380,6 +390,10 @@ def audited_suite(section: Mapping[str, Any]) -> Probe:
             present = present or bool(entry.get("present"))
             if entry.get("lowered") is not None:
                 census += census_from_dict(platform, entry["lowered"])
+                judged = entry["lowered"].get("formats")
+                if judged:
+                    found = FormatCensus.from_dict(judged)
+                    formats = found if formats is None else formats + found
             elif entry.get("error"):
                 where = f" ({c['source']})" if c.get("source") else ""
                 failures.append(f"{c['function']}{where}: {entry['error']}")
@@ -395,6 +409,7 @@ def audited_suite(section: Mapping[str, Any]) -> Probe:
             census=census,
             error=error,
             runtime_share=RuntimeShare.from_dict(share) if share else None,
+            formats=formats,
         )
     return Probe(name=SUITE, reference="cpu", platforms=platforms)
 

@@ -6,12 +6,15 @@ and the audit's ratchet, one implementation for a test and for the suite (pure).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_jaxport.model.counts import FormatCounts
+from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.targets import LEVELS, ordered_platforms
 from pytest_jaxport.report.schema import (
     BASELINE_KIND,
@@ -36,10 +39,41 @@ def _library_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict
     return {f"library.{name}": n for name, n in (census.get("libraries") or {}).items()}
 
 
-COUNTERS: tuple[Counter, ...] = (_layer_counts, _library_counts)
+LOWERED_FORMAT_METRICS = ("format_findings", "layout_findings", "not_compiling", "padding_waste")
+COMPILED_FORMAT_METRICS = ("relayouts", "relayout_bytes")
+
+
+def _format_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
+    """The formats-and-layout numbers of one level: findings, "does not compile", padding
+    waste (lowered); relayouts and their bytes (compiled). Absent where not judged."""
+    found = census.get("formats")
+    if not found:
+        return {}
+    formats = FormatCensus.from_dict(found)
+    if formats.level == "compiled":
+        counts = FormatCounts.of(None, formats).to_dict()
+        return {metric: counts[metric] for metric in COMPILED_FORMAT_METRICS}
+    counts = FormatCounts.of(formats, None).to_dict()
+    counts["padding_waste"] = round(counts["padding_waste"], 6)
+    return {metric: counts[metric] for metric in LOWERED_FORMAT_METRICS}
+
+
+COUNTERS: tuple[Counter, ...] = (_layer_counts, _library_counts, _format_counts)
 """Every ratcheted number. Rewrite days join here as one more counter (``rewrite_days``)."""
 
-_LABELS = {"vendor": "vendor calls", "custom": "custom calls", "rewrite_days": "rewrite days"}
+_LABELS = {
+    "vendor": "vendor calls",
+    "custom": "custom calls",
+    "rewrite_days": "rewrite days",
+    "format_findings": "format findings",
+    "layout_findings": "layout findings",
+    "not_compiling": "format findings that do not compile",
+    "padding_waste": "padding waste",
+    "relayouts": "relayouts",
+    "relayout_bytes": "relayout bytes",
+}
+FRACTIONS = frozenset({"padding_waste"})
+"""Metrics that are shares (shown as percentages; a grown share fails like a grown count)."""
 
 
 def metric_label(metric: str) -> str:
@@ -47,6 +81,13 @@ def metric_label(metric: str) -> str:
     if metric.startswith("library."):
         return f"{metric.removeprefix('library.')} calls"
     return _LABELS.get(metric, metric.replace("_", " "))
+
+
+def compared(metric: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether ``metric`` can be compared from ``old`` to ``new``: a per-library count a
+    side lacks is none there, any other metric a side lacks was not measured there (a
+    baseline recorded before the number existed): not growth."""
+    return metric.startswith("library.") or (metric in old and metric in new)
 
 
 def _counts(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -187,9 +228,10 @@ class Change:
         assert self.after is not None
         delta = self.after - self.before
         level = "" if self.level == "lowered" else f" ({self.level})"
+        shown = functools.partial(_value, self.metric)
         return (
-            f"{where}: {metric_label(self.metric)} {self.kind} {_num(self.before)} -> "
-            f"{_num(self.after)} ({'+' if delta > 0 else '-'}{_num(abs(delta))}){level}"
+            f"{where}: {metric_label(self.metric)} {self.kind} {shown(self.before)} -> "
+            f"{shown(self.after)} ({'+' if delta > 0 else '-'}{shown(abs(delta))}){level}"
             f"{' ' + since if since else ''}"
         )
 
@@ -205,7 +247,7 @@ class Change:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Change:
-        before, after = int(data["before"]), int(data["after"])
+        before, after = _number(data["before"]), _number(data["after"])
         return cls(
             platform=str(data["platform"]),
             kind="grew" if after > before else "shrank",
@@ -221,6 +263,17 @@ class Change:
 
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _value(metric: str | None, value: float) -> str:
+    """A metric's value as a person reads it: ``3``, ``1.5``, ``10.9%`` for a share."""
+    return f"{value:.1%}" if metric in FRACTIONS else _num(value)
+
+
+def _number(value: Any) -> float:
+    """A count (an ``int``) or a share (a ``float``), as stored."""
+    found = float(value)
+    return int(found) if found.is_integer() else found
 
 
 def _diff_test(nodeid: str, base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Change]:
@@ -245,7 +298,7 @@ def _diff_test(nodeid: str, base: Mapping[str, Any], head: Mapping[str, Any]) ->
                     continue
                 for metric in sorted(old.keys() | new.keys()):
                     a, b = old.get(metric, 0), new.get(metric, 0)
-                    if a != b:
+                    if a != b and compared(metric, old, new):
                         kind: ChangeKind = "grew" if b > a else "shrank"
                         changes.append(
                             Change(nodeid=nodeid, check=check, platform=platform, kind=kind,
@@ -355,10 +408,11 @@ class ReportDiff:
                 assert c.after is not None
                 level = "" if c.level == "lowered" else f" ({c.level})"
                 delta = c.after - c.before
+                shown = functools.partial(_value, c.metric)
                 lines.append(
                     f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | "
-                    f"{metric_label(c.metric)}{level} | {_num(c.before)} | {_num(c.after)} | "
-                    f"{'+' if delta > 0 else '-'}{_num(abs(delta))} |"
+                    f"{metric_label(c.metric)}{level} | {shown(c.before)} | {shown(c.after)} | "
+                    f"{'+' if delta > 0 else '-'}{shown(abs(delta))} |"
                 )
             lines.append("")
         for title, names in (("New tests", self.new_tests), ("Removed tests", self.removed_tests)):
@@ -369,10 +423,12 @@ class ReportDiff:
                       "|---|---|---|---:|---:|---:|"]  # fmt: skip
             for a in self.audit:
                 mark = ":red_circle:" if a.grew else ":green_circle:"
-                before, after = int(a.before or 0), int(a.after or 0)
+                before, after = a.before or 0, a.after or 0
+                shown = functools.partial(_value, a.metric)
+                sign = "+" if after >= before else "-"
                 lines.append(
                     f"| {mark} | {a.platform} | {md_cell(metric_label(a.metric or ''))} | "
-                    f"{before} | {after} | {after - before:+d} |"
+                    f"{shown(before)} | {shown(after)} | {sign}{shown(abs(after - before))} |"
                 )
             lines.append("")
         for title, pairs in (("Suite audit, new sites", self.new_sites),
@@ -484,10 +540,14 @@ def compare_to_baseline(
 def audit_counts(section: Mapping[str, Any]) -> dict[str, Any]:
     """What ``--jaxport-baseline`` keeps of an audit: per platform the vendor, custom and
     per-library counts, and the sites behind them (``layer name at file:line``)."""
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, dict[str, float]] = {}
     for platform, totals in section["summary"]["platforms"].items():
-        metrics = {"vendor": int(totals["vendor"]), "custom": int(totals["custom"])}
+        metrics: dict[str, float] = {"vendor": int(totals["vendor"]),
+                                     "custom": int(totals["custom"])}  # fmt: skip
         metrics.update({f"library.{k}": int(n) for k, n in totals.get("libraries", {}).items()})
+        for metric in (*LOWERED_FORMAT_METRICS, *COMPILED_FORMAT_METRICS):
+            if metric in totals:
+                metrics[metric] = _number(round(totals[metric], 6))
         counts[platform] = dict(sorted(metrics.items()))
     found: dict[str, dict[str, int]] = {}
     for site in section["sites"]:
@@ -534,8 +594,8 @@ def audit_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Chan
         old = base.get("sites", {}).get(platform, {})
         new = head.get("sites", {}).get(platform, {})
         for metric in sorted(before.keys() | after.keys()):
-            a, b = int(before.get(metric, 0)), int(after.get(metric, 0))
-            if a == b:
+            a, b = _number(before.get(metric, 0)), _number(after.get(metric, 0))
+            if a == b or not compared(metric, before, after):
                 continue
             moved = [
                 SiteCount(site=label, before=old.get(label, 0), after=new.get(label, 0))
@@ -566,10 +626,24 @@ def site_changes(
     return added, removed
 
 
+_FINDING_SITES: Mapping[str, tuple[str, str]] = {
+    "format_findings": ("format", ""),
+    "layout_findings": ("layout", ""),
+    "not_compiling": ("format", "(not-compiled)"),
+    "padding_waste": ("layout", " tile-padding "),
+    "relayouts": ("layout", " inserted-relayout "),
+    "relayout_bytes": ("layout", " inserted-relayout "),
+}
+"""Which sites move a formats-and-layout metric: their layer, and what their label holds."""
+
+
 def _site_counts_for(label: str, metric: str) -> bool:
     layer = label.split(" ", 1)[0]
     if metric.startswith("library."):
         return layer == "vendor" and f"({metric.removeprefix('library.')})" in label
+    if metric in _FINDING_SITES:
+        wanted, part = _FINDING_SITES[metric]
+        return layer == wanted and part in label
     return layer == metric
 
 

@@ -45,9 +45,10 @@ the reference platform and the GPU target description must agree, or the legs me
 different things.
 """
 
-WHERE_SET_CONFIG_KEYS: frozenset[str] = frozenset({"target"})
+WHERE_SET_CONFIG_KEYS: frozenset[str] = frozenset({"target", "devices"})
 """``config`` keys compared only between legs that set them (``target`` is recorded only by
-legs that compile for cuda)."""
+legs that compile for cuda; ``devices``, what the formats-and-layout findings were judged
+for, by reports of pytest-jaxport versions that have them)."""
 
 
 ToleranceFor = Callable[[str, str], Tolerance]

@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_jaxport.model.cost import (
     CostModel,
+    FormatItem,
     RewriteEstimate,
     RewriteItem,
     RuntimeShare,
@@ -147,26 +148,31 @@ def suite_rewrite(
     migrate_to: Iterable[str],
     model: CostModel,
     tooling_assumptions: int = 0,
-    price: Callable[[RewriteItem], float | None] | None = None,
+    price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
 ) -> dict[str, RewriteEstimate]:
-    """Per target, the distinct kernels to rewrite over the suite and the days to do it."""
+    """Per target, the distinct kernels to rewrite over the suite and the days to do it,
+    with the formats-and-layout work there."""
     checks = list(probes)
     estimates = {}
     for target in migrate_to:
         items: list[RewriteItem] = []
+        formats: list[FormatItem] = []
         for check in checks:  # read only the two platforms each target compares
             wanted = {p: e for p, e in check["platforms"].items() if p in (NVIDIA_PLATFORM, target)}
             probe = Probe.from_dict({**check, "platforms": wanted})
             items += probe.rewrite_items(target) or ()
-        priced = {}
+            formats += probe.format_items(target)
+        priced: dict[RewriteItem | FormatItem, float] = {}
         if price is not None:
-            for item in items:
+            every: list[RewriteItem | FormatItem] = [*items, *formats]
+            for item in every:
                 days = price(item)
                 if days is not None:
                     priced[item] = days
         estimates[target] = estimate(
-            target, items, model=model, tooling_assumptions=tooling_assumptions, priced=priced
-        )
+            target, items, model=model, tooling_assumptions=tooling_assumptions, priced=priced,
+            format_items=formats,
+        )  # fmt: skip
     return estimates
 
 
@@ -176,7 +182,7 @@ def suite_numbers(
     migrate_to: Iterable[str],
     model: CostModel,
     tooling_assumptions: int = 0,
-    price: Callable[[RewriteItem], float | None] | None = None,
+    price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
 ) -> dict[str, Any]:
     """The three numbers over ``probes`` (a run's checks, or an audit's computations):
     ``runtime_share``, ``kernels_to_rewrite``, ``rewrite_days`` and the ``rewrite``

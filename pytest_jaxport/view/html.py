@@ -36,6 +36,7 @@ from pytest_jaxport.view.model import (
     NO_AUTOTUNE_NOTE,
     Cell,
     CheckRow,
+    FormatRow,
     ProblemGroup,
     ReportView,
     ShareRow,
@@ -70,6 +71,10 @@ COST_COLOURS: Mapping[str, str] = {
     "fallback_validation": "#ccbb44",
     "vendor_gap": "#ee7733",
     "tooling_assumption": "#66ccee",
+    "format_rewrite": "#4477aa",
+    "requantize": "#228833",
+    "precision_review": "#99ddff",
+    "layout_work": "#44bb99",
     "fixed": "#bbbbbb",
 }
 STATUS_NOTES: Mapping[str, str] = {
@@ -541,7 +546,8 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
         f"(source line and kernel) counted once, with the {counted} and tests that reach it and "
         f"the dispatches they make there (summed over {counted}). Time: the site's share of the "
         f"platform's suite time, each of the {counted}' library or layer time split among its "
-        f"dispatches by count.</p>{''.join(parts)}</section>"
+        "dispatches by count. Format and layout sites (a rule at a source line) count the "
+        f"findings there; they have no time of their own.</p>{''.join(parts)}</section>"
     )
 
 
@@ -824,6 +830,30 @@ def _kernels_table(check: Mapping[str, Any]) -> str:
     )
 
 
+def _findings_table(rows: Sequence[FormatRow]) -> str:
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr class="{"bad" if not r.compiles else ""}"><td>{_e(r.platform)}</td>'
+        f"<td><code>{_e(r.rule)}</code></td><td>{_e(r.effect)}</td>"
+        f'<td class="num">{number(r.count)}</td>'
+        f"<td>{f'<code>{_e(r.location)}</code>' if r.location else '—'}</td>"
+        f"<td>{_e(r.detail)}</td>"
+        f'<td class="num">{pct(r.fraction) if r.fraction is not None else "—"}</td>'
+        f"<td>{_e(r.level)}</td></tr>"
+        for r in rows
+    )
+    return (
+        '<table class="kernels"><caption>Numeric-format and memory-layout findings, per '
+        "platform and source line (docs/reference.md: the rules and their sources)</caption>"
+        '<thead><tr><th scope="col">platform</th><th scope="col">rule</th>'
+        '<th scope="col">effect</th><th scope="col" class="num">count</th>'
+        '<th scope="col">source</th><th scope="col">detail</th>'
+        '<th scope="col" class="num">share</th><th scope="col">level</th></tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
 def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> str:
 
     out = [f"<h4>check <code>{_e(row.name)}</code></h4>"]
@@ -835,6 +865,7 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
     if problems:
         out.append(f'<ul class="problems">{"".join(problems)}</ul>')
     out.append(_kernels_table(check))
+    out.append(_findings_table(row.formats))
     shares = [
         share_row(str(p), e["runtime_share"])
         for p, e in (check.get("platforms") or {}).items()
@@ -964,6 +995,7 @@ pre.violation { background: var(--badbg); border-color: #ffcecb; color: #5d0011;
 .pill.bad { background: var(--badbg); color: var(--bad); border-color: #ffcecb; }
 .pill.warn, .pill.vendor { background: var(--warnbg); color: var(--warn); border-color: #eed888; }
 .pill.custom { background: #f8e6f0; color: #7a1f55; border-color: #e8bcd6; }
+.pill.format, .pill.layout { background: #e6eefa; color: #1f4e8c; border-color: #bcd0ec; }
 svg.bar { display: block; font: 600 11px system-ui, "Liberation Sans", "DejaVu Sans",
   sans-serif; }
 svg.bar .track { fill: #eaeef2; }

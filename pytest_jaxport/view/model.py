@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
+from pytest_jaxport.model.formats import FINDING_KINDS, Finding
 from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
 from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_state
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
@@ -86,8 +87,8 @@ def pct(fraction: float) -> str:
 
 
 def days_text(days: float) -> str:
-    """``11``, ``2.5``."""
-    return f"{days:.1f}".rstrip("0").rstrip(".")
+    """``11``, ``2.5``, ``0.25``."""
+    return f"{days:.2f}".rstrip("0").rstrip(".")
 
 
 def seconds_text(seconds: float) -> str:
@@ -273,6 +274,9 @@ class Column:
     key: str | None = None
     """Shown only when some platform's totals carry this key (``None``: always)."""
     numeric: bool = True
+    terminal: bool = True
+    """Whether the terminal's table has room for it (the layer table's row says the same
+    there); Markdown and HTML show every column."""
 
 
 def _count_of(key: str) -> Callable[[Mapping[str, Any]], str]:
@@ -300,6 +304,25 @@ TOTALS_COLUMNS: tuple[Column, ...] = (
     Column(header="custom calls", read=_count_of("custom")),
     Column(header="custom sites", read=_count_of("custom_sites")),
     Column(header="collective calls", read=_collective_calls, key="collectives"),
+    Column(
+        header="format findings",
+        read=_count_of("format_findings"),
+        key="format_findings",
+        terminal=False,
+    ),
+    Column(
+        header="layout findings",
+        read=_count_of("layout_findings"),
+        key="layout_findings",
+        terminal=False,
+    ),
+    Column(
+        header="padding",
+        read=lambda t: pct(_num(t.get("padding_waste")) or 0.0),
+        key="padding_waste",
+        terminal=False,
+    ),
+    Column(header="relayouts", read=_count_of("relayouts"), key="relayouts", terminal=False),
     Column(header="level", read=_totals_level, numeric=False),
 )
 """The platform totals, in every format. Add a per-platform figure here."""
@@ -307,13 +330,16 @@ TOTALS_COLUMNS: tuple[Column, ...] = (
 TOTALS_NOTE = (
     "lowered / failed to lower: checks. Calls: call-weighted dispatches summed over checks "
     "(one function checked by 40 tests counts 40 times). Sites: distinct source lines and "
-    "kernels, each counted once; kernels to rewrite are distinct sites."
+    "kernels, each counted once; kernels to rewrite are distinct sites. Format and layout "
+    "findings: call-weighted, summed like calls; padding: the share of bytes moved that is "
+    "tile padding; relayouts: transposes and copies XLA inserted (compiled level)."
 )
 AUDIT_TOTALS_NOTE = (
     "lowered / failed to lower: distinct computations the suite ran. Calls: call-weighted "
     "dispatches summed over the distinct computations (one computation 40 tests ran counts "
     "once). Sites: distinct source lines and kernels, each counted once; kernels to rewrite "
-    "are distinct sites."
+    "are distinct sites. Format and layout findings: call-weighted, summed like calls; "
+    "padding: the share of bytes moved that is tile padding."
 )
 
 
@@ -330,6 +356,8 @@ class TotalsTable:
     numeric: tuple[bool, ...] = ()
     rows: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = ()
     """``(platform, cells, libraries)``."""
+    terminal: tuple[bool, ...] = ()
+    """Per column, :attr:`Column.terminal`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,6 +391,10 @@ COST_ITEMS: tuple[tuple[str, str], ...] = (
     ("fallback_validation", "fallback validation"),
     ("vendor_gap", "vendor gaps"),
     ("tooling_assumption", "tooling assumptions"),
+    ("format_rewrite", "format rewrites"),
+    ("requantize", "re-quantization"),
+    ("precision_review", "precision reviews"),
+    ("layout_work", "layout work"),
     ("fixed", "fixed per target"),
 )
 
@@ -404,18 +436,77 @@ class Cell:
     needs_hardware: str | None = None
     """What JAX needed to lower here and this machine lacks (``GPU``): not the code's fault,
     but nothing is known about this platform until a machine with it runs the check."""
+    not_compiling: tuple[str, ...] = ()
+    """Rules saying the target's compiler rejects what lowered here (``float64-bitcast-not-
+    compiled``): it lowers, but will not compile there."""
 
     @property
     def status(self) -> Literal["good", "warn", "bad"]:
         """``bad``: does not lower, over budget, numerics differ; ``warn``: custom kernels,
-        or not lowerable here (unknown)."""
+        lowers but the format rules say it does not compile, or not lowerable here
+        (unknown)."""
         if self.needs_hardware and not self.violations:
             return "warn"
         if not self.lowers or self.violations or self.compile_failed:
             return "bad"
         if self.numerics in ("mismatch", "error"):
             return "bad"
-        return "warn" if self.custom else "good"
+        return "warn" if self.custom or self.not_compiling else "good"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FormatRow:
+    """One formats-and-layout finding of one check on one platform, as the details show it."""
+
+    platform: str
+    rule: str
+    effect: str
+    location: str | None
+    count: int
+    detail: str
+    fraction: float | None = None
+    """What it wastes or moves, as a share (padding of the bytes moved...); ``None`` where
+    the finding is not sized."""
+    unit: str = ""
+    """What ``fraction`` is a share of: ``bytes`` moved, or matrix-unit ``flops``."""
+    level: str = "lowered"
+    compiles: bool = True
+
+    def text(self) -> str:
+        """``tpu: tile-padding (padded) at m.py:3: float32[4096,100] pads to ... (11%)``."""
+        times = f" x{self.count}" if self.count != 1 else ""
+        where = f" at {self.location}" if self.location else ""
+        # matrix-unit findings say their idle share in the detail already
+        sized = self.fraction is not None and self.unit == "bytes"
+        size = f" ({pct(self.fraction or 0.0)} of the bytes moved)" if sized else ""
+        level = " [compiled]" if self.level == "compiled" else ""
+        said = f"{self.platform}: {self.rule} ({self.effect}){times}{where}: {self.detail}"
+        return said + size + level
+
+
+def format_rows(probe: Probe) -> tuple[FormatRow, ...]:
+    """Every formats-and-layout finding of ``probe``, lowered then compiled, per platform."""
+    rows = []
+    for platform, result in probe.platforms.items():
+        for census in (result.formats, result.compiled_formats):
+            for f in census.findings if census is not None else ():
+                rows.append(format_row(platform, f))
+    return tuple(rows)
+
+
+def format_row(platform: str, finding: Finding) -> FormatRow:
+    return FormatRow(
+        platform=platform,
+        rule=finding.rule,
+        effect=finding.effect,
+        location=str(finding.location) if finding.location else None,
+        count=finding.count,
+        detail=finding.detail,
+        fraction=finding.fraction if finding.of else None,
+        unit=finding.unit,
+        level=finding.level,
+        compiles=finding.compiles,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,6 +523,12 @@ class CheckRow:
         """The check as a :class:`Probe` (for per-test details, read when shown: a large
         report's view stays cheap); ``None`` when the record is malformed."""
         return _probe(self.record)
+
+    @property
+    def formats(self) -> tuple[FormatRow, ...]:
+        """Its formats-and-layout findings (read when shown, like :attr:`probe`)."""
+        probe = self.probe
+        return format_rows(probe) if probe is not None else ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -553,6 +650,8 @@ class ReportView:
     """``(platform, what)`` per platform whose checks have collectives: by kind, how many the
     SPMD partitioner inserted, what runs them there and on the other platforms
     (:func:`collectives_of`)."""
+    devices: Mapping[str, str] = field(default_factory=dict)
+    """The device each platform's formats-and-layout findings were judged for."""
 
     @property
     def problem_count(self) -> int:
@@ -640,13 +739,15 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
     """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom); top 5 by
     estimated time``."""
     sites = [h for h in view.hotspots if h.platform == platform]
-    layers = {layer: sum(1 for h in sites if h.layer == layer) for layer in ("vendor", "custom")}
+    layers = {layer: sum(1 for h in sites if h.layer == layer)
+              for layer in ("vendor", "custom", *FINDING_KINDS)}  # fmt: skip
     timed = next((h.basis for h in sites if h.basis), None)
     order = f"by {timed} time" if timed else "by dispatches"
     top = f"; top {shown} {order}" if shown < len(sites) else f"; {order}"
+    found = "".join(f", {n} {layer}" for layer in FINDING_KINDS if (n := layers[layer]))
     return (
         f"where the lock-in lives on {platform}: {plural(len(sites), 'distinct site')} "
-        f"({layers['vendor']} vendor, {layers['custom']} custom){top}"
+        f"({layers['vendor']} vendor, {layers['custom']} custom{found}){top}"
     )
 
 
@@ -681,6 +782,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
         collectives=collectives_of(summary),
+        devices=devices_of(report),
     )
     if audit is not None:
         view = dataclasses.replace(
@@ -870,7 +972,16 @@ def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) 
         errors=tuple(errors),
         compile_failed=bool(entry.get("compile_error")),
         needs_hardware=_str(entry.get("needs_hardware")) or None,
+        not_compiling=_not_compiling(entry),
     )
+
+
+def _not_compiling(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    """The rules (distinct, in order) that say a platform's compiler rejects what lowered."""
+    findings = _map(_map(entry.get("lowered")).get("formats")).get("findings")
+    return tuple(dict.fromkeys(
+        _str(f.get("rule")) for f in map(_map, _list(findings)) if f.get("compiles") is False
+    ))  # fmt: skip
 
 
 def _error_text(test: Mapping[str, Any]) -> str | None:
@@ -938,6 +1049,15 @@ def grouped_checks(checks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
     return ordered
 
 
+def violation_details(violation: Violation) -> tuple[str, ...]:
+    """What a problem row lists under a violation: its kernels, findings and details."""
+    return (
+        tuple(k.describe() for k in violation.kernels)
+        + tuple(f.describe() for f in violation.findings)
+        + violation.details
+    )
+
+
 def _violation(data: Mapping[str, Any]) -> Violation | None:
     try:
         return Violation.from_dict(data)
@@ -972,7 +1092,7 @@ def problems_of(
                     limit=v.limit_text(),
                     origin=MARKER_ORIGIN if v.origin == test.nodeid else v.origin,
                     message=v.headline(),
-                    details=tuple(k.describe() for k in v.kernels) + v.details,
+                    details=violation_details(v),
                 )
             )
         for row in test.checks:
@@ -1136,6 +1256,7 @@ def totals_of(summary: Mapping[str, Any]) -> TotalsTable:
         headers=tuple(c.header for c in columns),
         numeric=tuple(c.numeric for c in columns),
         rows=rows,
+        terminal=tuple(c.terminal for c in columns),
     )
 
 
@@ -1240,6 +1361,8 @@ LAYER_ROWS = (
      "vendor share and counts by library"),
     ("hand-written kernels and custom calls", "NVIDIA-bound, each a rewrite",
      "kernels to rewrite per target"),
+    ("numeric formats and memory layout", "lowers everywhere, computes or costs differently",
+     "format and layout findings per platform and device"),
     ("profiling, tooling and CI assumptions", "often NVIDIA-bound",
      "NVIDIA-bound assumptions in the project"),
 )  # fmt: skip
@@ -1278,6 +1401,7 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
         "; ".join(x for x in (f"ops: {xla}" if xla else "", shares("xla")) if x),
         "; ".join(x for x in (vendor, shares("vendor")) if x),
         (rewrite or "no cuda census") + (f"; custom calls: {custom}" if custom else ""),
+        formats_value(platforms, view.hotspots, view.devices),
         (f"{number(len(view.tooling))} found in {number(_int(_map(tooling).get('files_read')))} "
          "files read" if isinstance(tooling, Mapping) else "not scanned"),
     ]  # fmt: skip
@@ -1287,10 +1411,88 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
     )
 
 
+def formats_value(
+    platforms: Mapping[str, Mapping[str, Any]],
+    sites: Sequence[Hotspot],
+    devices: Mapping[str, str],
+) -> str:
+    """The formats-and-layout layer's value: per platform (and the device judged for) its
+    findings by rule, which of them do not compile, the padding and the relayouts:
+    ``tpu (TPU v5e): 14 format findings (float64-emulated 12, ...), padding 10.9% of bytes
+    moved; cuda (H100 80GB HBM3): 6 format findings (...); none on cpu, rocm (MI300X)``."""
+    parts = []
+    clean = []
+    for platform, totals in platforms.items():
+        if "format_findings" not in totals:
+            continue
+        said = []
+        for kind in FINDING_KINDS:
+            found = Counter[str]()
+            stuck: set[str] = set()
+            for site in sites:
+                if site.platform == platform and site.layer == kind:
+                    found[site.name] += site.dispatches
+                    if site.kind == "not-compiled":
+                        stuck.add(site.name)
+            total = _int(totals.get(f"{kind}_findings"))
+            if total:
+                rules = ", ".join(
+                    f"{rule} {number(n)}" + (" does not compile" if rule in stuck else "")
+                    for rule, n in found.most_common()
+                )
+                said.append(plural(total, f"{kind} finding") + (f" ({rules})" if rules else ""))
+        waste = _num(totals.get("padding_waste")) or 0.0
+        if waste:
+            said.append(f"padding {pct(waste)} of bytes moved")
+        if _int(totals.get("relayouts")):
+            said.append(f"{plural(_int(totals.get('relayouts')), 'relayout')} (compiled)")
+        device = f" ({devices[platform]})" if devices.get(platform) else ""
+        if said:
+            parts.append(f"{platform}{device}: {', '.join(said)}")
+        else:
+            clean.append(f"{platform}{device}")
+    if clean:
+        parts.append(f"none on {', '.join(clean)}")
+    return "; ".join(parts) or "not judged (a report without format and layout findings)"
+
+
+def devices_of(report: Mapping[str, Any]) -> dict[str, str]:
+    """The device each platform's findings were judged for, as the layer table names it:
+    ``H100 80GB HBM3``, ``MI300X``, ``TPU v5e`` (its generation where it has no name)."""
+    found = {}
+    for platform, device in _map(_map(report.get("config")).get("devices")).items():
+        device = _map(device)
+        name = _str(device.get("name")).removeprefix("NVIDIA ").removeprefix("AMD ")
+        found[str(platform)] = name or _str(device.get("generation"))
+    return found
+
+
+def not_compiling_notes(tests: Sequence[TestRow]) -> list[Note]:
+    """Checks that lower for a platform outside ``must_lower`` although the format rules say
+    its compiler rejects them: a note per platform, said once, never silent."""
+    by_platform: dict[str, tuple[int, dict[str, None]]] = {}
+    for test in tests:
+        for row in test.checks:
+            for cell in row.cells.values():
+                if cell.not_compiling and "must_lower" not in cell.violations:
+                    n, rules = by_platform.get(cell.platform, (0, {}))
+                    by_platform[cell.platform] = (n + 1, {**rules, **dict.fromkeys(
+                        cell.not_compiling)})  # fmt: skip
+    return [
+        Note(
+            text=f"{plural(n, 'check')} lower for {platform} but the format rules say "
+            f"{'it does' if n == 1 else 'they do'} not compile there: {', '.join(rules)} "
+            f'(must_lower = ["{platform}"] makes that a failure)',
+        )
+        for platform, (n, rules) in sorted(by_platform.items())
+    ]
+
+
 def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note, ...]:
     """Notes said once: each distinct check note with how many checks it applies to."""
     counts: Counter[str] = Counter(c.note for t in tests for c in t.checks if c.note is not None)
     notes = [Note(text=text, checks=n) for text, n in counts.most_common()]
+    notes += not_compiling_notes(tests)
     present = [str(p) for p in _list(_map(report.get("environment")).get("present_platforms"))]
     if any(c.numerics == "not present" for t in tests for r in t.checks for c in r.cells.values()):
         notes.append(
@@ -1565,7 +1767,7 @@ def audit_problems(
                 limit=v.limit_text(),
                 origin=v.origin,
                 message=f"{v.platform}: {v.finding()} ({v.rule()}); {v.level}",
-                details=tuple(k.describe() for k in v.kernels) + v.details,
+                details=violation_details(v),
             )
         )
     for data in _maps(audit.get("baseline_growth")):

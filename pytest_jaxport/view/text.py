@@ -33,6 +33,7 @@ from pytest_jaxport.view.model import (
     TestRow,
     build_view,
     days_text,
+    format_rows,
     hotspot_cells,
     hotspot_headers,
     hotspot_title,
@@ -126,9 +127,13 @@ def platform_line(probe: Probe, platform: str) -> str:
     return text
 
 
-def probe_text(probe: Probe, indent: str = "", *, note: bool = True) -> str:
+def probe_text(
+    probe: Probe, indent: str = "", *, note: bool = True, every_finding: bool = False
+) -> str:
     """One check: a line per platform, its vendor and custom kernels, what compiling
-    changed, and its note (``note=False`` where the report says notes once)."""
+    changed, its formats-and-layout findings, and its note (``note=False`` where the report
+    says notes once). Findings: those the rules say do not compile and a count per
+    platform, or each one with ``every_finding`` (``--jaxport-report-details=all``)."""
     lines = [f"{indent}check {probe.name!r}"]
     lines += [f"{indent}  {platform_line(probe, p)}" for p in probe.platforms]
     for platform, result in probe.platforms.items():
@@ -141,9 +146,29 @@ def probe_text(probe: Probe, indent: str = "", *, note: bool = True) -> str:
         for extra in (prediction_gap(result), what_if_line(result), collectives_line(result)):
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
+    lines += [f"{indent}    {line}" for line in findings_lines(probe, every=every_finding)]
     if probe.note and note:
         lines.append(f"{indent}  note: {probe.note}")
     return "\n".join(lines)
+
+
+def findings_lines(probe: Probe, *, every: bool) -> list[str]:
+    """A check's formats-and-layout findings: ``every`` one, or those the rules say do not
+    compile and how many others each platform has."""
+    rows = format_rows(probe)
+    shown = [r for r in rows if every or not r.compiles]
+    lines = [r.text() for r in shown]
+    if not every:
+        hidden: dict[str, int] = {}
+        for row in rows:
+            if row.compiles:
+                hidden[row.platform] = hidden.get(row.platform, 0) + row.count
+        if hidden:
+            counts = ", ".join(f"{p} {number(n)}" for p, n in hidden.items())
+            lines.append(
+                f"format and layout findings: {counts} (--jaxport-report-details=all lists them)"
+            )
+    return lines
 
 
 # -- layout helpers ----------------------------------------------------------------------------
@@ -273,7 +298,8 @@ def details_lines(view: ReportView, *, every: bool) -> list[str]:
             continue
         lines += ["", f"{test.nodeid} [{test.outcome}]"]
         probes = [p for c in test.checks if (p := c.probe) is not None]
-        lines += [probe_text(probe, indent="  ", note=False) for probe in probes]
+        lines += [probe_text(probe, indent="  ", note=False, every_finding=every)
+                  for probe in probes]  # fmt: skip
         lines += [f"  transformations of {line}" for line in variant_lines(probes)]
         for violation in test.violations:
             lines.append("  VIOLATION " + violation.long_repr().replace("\n", "\n  "))
@@ -568,7 +594,8 @@ def totals_lines(view: ReportView) -> list[str]:
     keep = [
         i
         for i in range(len(totals.headers))
-        if totals.numeric[i] or len({cells[i] for _, cells, _ in totals.rows}) > 1
+        if (totals.numeric[i] or len({cells[i] for _, cells, _ in totals.rows}) > 1)
+        and (not totals.terminal or totals.terminal[i])
     ]
     rows = [(p, *(cells[i] for i in keep)) for p, cells, _ in totals.rows]
     lines = table(
