@@ -116,7 +116,9 @@ def test_no_rewrites_allowed(jaxport):
     jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
 
 
-@pytest.mark.portable(max_custom_calls=1, max_kernels_to_rewrite=1, max_rewrite_days=3)
+# tpu: the kernel's fallback validation (3 days) and a precision review of the float32 dots
+# at the default precision (0.25: one line).
+@pytest.mark.portable(max_custom_calls=1, max_kernels_to_rewrite=1, max_rewrite_days=3.25)
 def test_at_the_limits(jaxport):
     jaxport.check(block, jnp.ones((8, 8)), jnp.ones((4, 8)))
 
@@ -141,8 +143,10 @@ def test_vendor_share_over(jaxport):
         ]
     )
     result.stdout.fnmatch_lines(
-        ["tpu: 3 engineering days to move off cuda > 2.5 (max_rewrite_days, set in "
-         "*test_days_over); check 'block', cost model"]
+        ["tpu: 3.25 engineering days to move off cuda > 2.5 (max_rewrite_days, set in "
+         "*test_days_over); check 'block', cost model",
+         "*my_cuda_gelu (ffi) at test_budgets.py:*: fallback*",
+         "*float32-default-precision at test_budgets.py:*: precision review"]
     )  # fmt: skip
     result.stdout.fnmatch_lines(
         ["cuda: *% of the run time in vendor kernels > 0.0% (max_vendor_share, set in "
@@ -174,7 +178,9 @@ def test_cost_table_and_rewrite_cost_hook(pytester: pytest.Pytester) -> None:
     assert set(report["summary"]["rewrite"]) == {"tpu"}
     tpu = report["summary"]["rewrite"]["tpu"]
     assert tpu["breakdown"]["fallback_validation"] == 42.0
-    assert tpu["days"] == 42.0
+    # The float32 dots' line at the default precision: one precision review on tpu.
+    assert tpu["breakdown"]["precision_review"] == 0.25
+    assert tpu["days"] == 42.25
     assert report["summary"]["cost_model"]["fallback_validation"] == 1.5
 
 
@@ -251,9 +257,10 @@ def test_tooling_scan_feeds_report_cost_and_budget(pytester: pytest.Pytester) ->
         "XLA-generated kernels",
         "vendor-library calls",
         "hand-written kernels and custom calls",
+        "numeric formats and memory layout",
         "profiling, tooling and CI assumptions",
     ]
-    assert layers[4].value.startswith("3 found in")
+    assert layers[5].value.startswith("3 found in")
     assert layers[0].value == "1 of 1 check lowers on every configured platform"
 
 
@@ -278,7 +285,7 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
     result, report = run(pytester)
     result.assert_outcomes(passed=1)
     assert "tooling" not in report["summary"]
-    assert build_view(report).layers[4].value == "not scanned"
+    assert build_view(report).layers[5].value == "not scanned"
 
 
 def test_layer_table_is_in_every_format_after_the_problems(pytester: pytest.Pytester) -> None:

@@ -1001,8 +1001,8 @@ def estimate(
     for found in format_items:
         sites.setdefault(found.site, found)
     formats = tuple(sorted(sites.values()))
-    for key in FORMAT_COST_KEYS:
-        breakdown[key] = 0.0
+    if formats:  # the format and layout keys where there is something to price
+        breakdown.update(dict.fromkeys(FORMAT_COST_KEYS, 0.0))
     for found in formats:
         breakdown[found.cost] += (priced or {}).get(found, getattr(model, found.cost))
     return RewriteEstimate(

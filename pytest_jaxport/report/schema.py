@@ -29,6 +29,7 @@ from pytest_jaxport.model.cost import (
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.hotspots import (
     COUNTED_LAYERS,
+    KERNEL_LAYERS,
     Hotspot,
     distinct_sites,
     hotspots,
@@ -231,11 +232,13 @@ def summarize(tests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def with_sites(platforms: Mapping[str, dict[str, Any]], found: Iterable[Hotspot]) -> None:
     """Add each platform's ``vendor_sites`` and ``custom_sites`` (how many distinct sites
-    ``found`` has there) to its totals, the figures set against the per-probe sums."""
+    ``found`` has there), and ``format_sites`` and ``layout_sites`` where its findings were
+    judged, to its totals, the figures set against the per-probe sums."""
     sites = distinct_sites(found)
     for platform, totals in platforms.items():
         for layer, n in sites.get(platform, dict.fromkeys(COUNTED_LAYERS, 0)).items():
-            totals[f"{layer}_sites"] = n
+            if layer in KERNEL_LAYERS or "format_findings" in totals:  # where judged
+                totals[f"{layer}_sites"] = n
 
 
 TIMING_KEYS = frozenset({"runtime_share", "seconds", "share"})

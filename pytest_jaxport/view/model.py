@@ -736,15 +736,16 @@ def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
 
 
 def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
-    """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom); top 5 by
-    estimated time``."""
+    """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom, 6
+    format/layout); top 5 by estimated time``."""
     sites = [h for h in view.hotspots if h.platform == platform]
     layers = {layer: sum(1 for h in sites if h.layer == layer)
               for layer in ("vendor", "custom", *FINDING_KINDS)}  # fmt: skip
     timed = next((h.basis for h in sites if h.basis), None)
     order = f"by {timed} time" if timed else "by dispatches"
     top = f"; top {shown} {order}" if shown < len(sites) else f"; {order}"
-    found = "".join(f", {n} {layer}" for layer in FINDING_KINDS if (n := layers[layer]))
+    findings = sum(layers[layer] for layer in FINDING_KINDS)
+    found = f", {findings} format/layout" if findings else ""
     return (
         f"where the lock-in lives on {platform}: {plural(len(sites), 'distinct site')} "
         f"({layers['vendor']} vendor, {layers['custom']} custom{found}){top}"

@@ -461,7 +461,7 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         return []
     cells = [hotspot_cells(h) for h in shown]
     cells = [(cut_left(c[0], 40), cut(c[1], 28), *c[2:]) for c in cells]
-    lines = [hotspot_title(view, platform, len(shown))]
+    lines = wrap(hotspot_title(view, platform, len(shown)), hang="  ")
     lines += table(hotspot_headers(view.unit), cells, HOTSPOT_NUMERIC, indent="  ")
     if len(shown) < len(sites):
         lines.append(
