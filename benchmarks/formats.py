@@ -20,6 +20,13 @@ cold suite run is made of. The lowered cache's entry grows too: its JSON size is
 The compiled level's extra work (relayouts around library calls) is timed on the cpu
 compiled text of each case, against ``--base``'s ``hlo.parse_compiled_hlo``; a warm run's,
 reading the (larger) lowered-cache entries back, on the entries of both readers.
+
+``--sessions N`` also measures the whole of it, wired in: a cold ``pytest
+--jaxport-report=report.json -p no:cacheprovider`` session of the generated report suite
+(``report_suite.py``, ``N`` tests) with this tree's plugin and with ``--base``'s (extracted
+with ``git archive``, first on ``PYTHONPATH``), interleaved ``--reps`` times: wall and CPU time
+of each, medians, and their ratio. That is what a user's cold run pays: the reader, the
+findings of every check, and the report (counts, sites, cost items, rendering).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -227,12 +235,72 @@ def measure(names: list[str], reps: int, base: str) -> dict[str, Any]:
     }
 
 
+def _session(project: Path, tree: Path) -> dict[str, float]:
+    """One cold session of the suite in ``project`` with the plugin of ``tree``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "--jaxport-report=report.json"],
+        cwd=project, capture_output=True, text=True, check=False,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(tree)},
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):  # the suite has designed failures
+        raise SystemExit(f"session with {tree} failed ({done.returncode}):\n{done.stdout[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu}
+
+
+def sessions(tests: int, reps: int, base: str) -> dict[str, Any]:
+    """Cold sessions of the generated report suite with this tree's plugin and ``base``'s,
+    interleaved (the order alternated per repetition): medians and ratios."""
+    import report_suite
+
+    samples: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
+    with tempfile.TemporaryDirectory(prefix="jaxport-formats-sessions-") as folder:
+        root = Path(folder)
+        tree = root / "base"
+        tree.mkdir()
+        archive = subprocess.run(["git", "archive", base, "pytest_jaxport"], cwd=HERE.parent,
+                                 capture_output=True, check=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        project = root / "suite"
+        mix = report_suite.write_suite(project, tests)
+        trees = {"base": tree, "head": HERE.parent}
+        _session(project, HERE.parent)  # warm the interpreter's own caches (.pyc) once
+        for rep in range(reps):
+            for label in ("base", "head") if rep % 2 == 0 else ("head", "base"):
+                samples[label].append(_session(project, trees[label]))
+    medians = {
+        label: {key: statistics.median(s[key] for s in runs) for key in ("wall_s", "cpu_s")}
+        for label, runs in samples.items()
+    }
+    return {
+        "tests": sum(mix.values()),
+        "samples": samples,
+        "medians": medians,
+        "cpu_ratio": medians["head"]["cpu_s"] / medians["base"]["cpu_s"],
+        "wall_ratio": medians["head"]["wall_s"] / medians["base"]["wall_s"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--base", default=None, help="the revision to compare the readers with")
     parser.add_argument("--cases", default=None, help="comma-separated subset of the cases")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "formats.json")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time cold sessions of an N-test generated suite, both trees",
+    )
+    parser.add_argument("--skip-cases", action="store_true",
+                        help="only the sessions (with --sessions)")  # fmt: skip
     options = parser.parse_args(argv)
     names = options.cases.split(",") if options.cases else list(cases())
     unknown = set(names) - set(cases())
@@ -241,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     base = options.base or _git("merge-base", "HEAD", "main")
     started = time.perf_counter()
     loadavg = os.getloadavg()
-    results = measure(names, options.reps, base)
+    results = {} if options.skip_cases else measure(names, options.reps, base)
+    if options.sessions:
+        results["sessions"] = sessions(options.sessions, options.reps, base)
     results["machine"] = {
         "nproc": os.cpu_count(),
         "platform": platform.platform(),
@@ -258,15 +328,23 @@ def main(argv: list[str] | None = None) -> int:
     results["elapsed_s"] = time.perf_counter() - started
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(results, indent=1) + "\n")
-    share = results["added_share_of_cold_checks"]
-    print(
-        f"formats layer: {results['totals_s']['added'] * 1000:.1f} ms added to "
-        f"{results['totals_s']['cold check']:.2f} s of the suites' cold checks ({share:.2%}); "
-        "worst case "
-        f"{results['worst_case']} "
-        f"({results['per_case'][results['worst_case']]['added share of a cold check']:.2%}); "
-        f"lowered cache x{results['lowered_cache_growth']:.2f}; written to {options.out}"
-    )
+    if "per_case" in results:
+        share = results["added_share_of_cold_checks"]
+        worst = results["worst_case"]
+        print(
+            f"formats layer: {results['totals_s']['added'] * 1000:.1f} ms added to "
+            f"{results['totals_s']['cold check']:.2f} s of the suites' cold checks ({share:.2%}); "
+            f"worst case {worst} "
+            f"({results['per_case'][worst]['added share of a cold check']:.2%}); "
+            f"lowered cache x{results['lowered_cache_growth']:.2f}; written to {options.out}"
+        )
+    if "sessions" in results:
+        found = results["sessions"]
+        print(
+            f"cold sessions of {found['tests']} tests: CPU x{found['cpu_ratio']:.3f}, wall "
+            f"x{found['wall_ratio']:.3f} ({found['medians']['base']['cpu_s']:.1f} s -> "
+            f"{found['medians']['head']['cpu_s']:.1f} s CPU, medians of {options.reps})"
+        )
     return 0
 
 

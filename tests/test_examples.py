@@ -205,6 +205,23 @@ def expected(demo: DemoRun) -> dict[str, dict[str, dict[str, Any]]]:
             "ridge_lstsq": (dm.ridge_lstsq, (jnp.ones((64, 8)), jnp.zeros((64,)))),
             "lowpass_filter": (dm.lowpass_filter, (jnp.zeros((4, 128)),)),
             "fused_bias_gelu": (dm.fused_bias_gelu, (jnp.zeros((8, 128)), jnp.zeros((128,)))),
+            "fp8_matmul": (
+                dm.fp8_matmul,
+                (
+                    jnp.zeros((64, 128), jnp.float8_e4m3fn),
+                    jnp.zeros((128, 32), jnp.float8_e4m3fn),
+                    jnp.float32(1),
+                    jnp.float32(1),
+                ),
+            ),
+            "feature_layer_100": (
+                dm.feature_layer,
+                (jnp.zeros((100, 128)), jnp.zeros((4096, 100))),
+            ),
+            "feature_layer_128": (
+                dm.feature_layer,
+                (jnp.zeros((128, 128)), jnp.zeros((4096, 128))),
+            ),
         }
         result = {}
         for name, (fn, args) in cases.items():
@@ -400,3 +417,90 @@ def test_pallas_gradient_is_a_finding_where_the_kernel_runs(demo: DemoRun) -> No
     # a finding the problems list, failing no test
     assert "test_fused_bias_gelu_gradient  'fused_bias_gelu[grad]': no VJP" in demo.output
     assert "JaxportWarning: check 'fused_bias_gelu[grad]'" in demo.output
+
+
+# -- numeric formats and memory layout ----------------------------------------------------
+
+
+def _findings(check: dict[str, Any], platform: str) -> list[dict[str, Any]]:
+    findings: list[dict[str, Any]] = check["platforms"][platform]["lowered"]["formats"]["findings"]
+    return findings
+
+
+def test_the_fp8_check_shows_a_format_finding_on_mi300_and_none_on_h100(demo: DemoRun) -> None:
+    (test,) = (t for t in demo.report["tests"] if t["nodeid"].endswith("::test_fp8_matmul"))
+    assert test["outcome"] == "passed"  # one finding per platform is its budget
+    (check,) = test["checks"]
+    formats = {p: [f["rule"] for f in _findings(check, p) if f["kind"] == "format"]
+               for p in PLATFORMS}  # fmt: skip
+    assert formats == {"cpu": [], "cuda": [], "rocm": ["float8-variant"],
+                       "tpu": ["float8-matmul"]}  # fmt: skip
+    [variant] = [f for f in _findings(check, "rocm") if f["rule"] == "float8-variant"]
+    assert variant["formats"] == ["float8_e4m3fn"]
+    assert variant["effect"] == "requantize"
+    assert re.fullmatch(r"src/demo_models/quantized\.py:\d+", variant["location"])
+    assert demo.report["config"]["devices"]["rocm"] == {"generation": "gfx942",
+                                                        "name": "AMD MI300X"}  # fmt: skip
+    rocm = demo.report["summary"]["rewrite"]["rocm"]
+    assert rocm["breakdown"]["requantize"] == 2.0  # one re-quantization, the default price
+
+
+def test_the_padding_check_shows_10_9_percent_on_tpu_and_none_at_128_features(
+    demo: DemoRun,
+) -> None:
+    (test,) = (
+        t for t in demo.report["tests"] if t["nodeid"].endswith("::test_feature_layer_padding")
+    )
+    assert test["outcome"] == "passed"  # under its 20% ceiling
+    checks = {c["name"]: c for c in test["checks"]}
+    # By hand: x (4096, 100) float32 pads 100 lanes to 128 in (8, 128) tiles; w (100, 128)
+    # is under 64 KiB (not counted); the (4096, 128) result pads nothing.
+    padded_x, data_x, result = 4096 * 128 * 4, 4096 * 100 * 4, 4096 * 128 * 4
+    waste = (padded_x - data_x) / (padded_x + result)
+    assert waste == 7 / 64
+    shares = {}
+    for name in ("feature_layer_100", "feature_layer_128"):
+        padding = [f for f in _findings(checks[name], "tpu") if f["rule"] == "tile-padding"]
+        shares[name] = sum(f["amount"] for f in padding) / sum(f["of"] for f in padding) if (
+            padding) else 0.0  # fmt: skip
+    assert shares == {"feature_layer_100": waste, "feature_layer_128": 0.0}
+    for platform in ("cpu", "cuda", "rocm"):  # tiles are TPU's
+        assert not any(f["rule"] == "tile-padding" for f in _findings(checks["feature_layer_100"],
+                                                                      platform))  # fmt: skip
+
+
+DOCUMENTED_FINDINGS = {
+    # (platform, rule) -> the demo modules whose lines have it; anything else is a false finding.
+    ("cuda", "float32-default-precision"): {"mlp", "attention", "convnet", "linalg", "features"},
+    ("tpu", "float32-default-precision"): {"mlp", "attention", "convnet", "linalg", "features"},
+    ("cuda", "convolution-relayout"): {"convnet"},
+    ("rocm", "convolution-relayout"): {"convnet"},
+    ("cpu", "convolution-relayout"): {"convnet"},  # the gradient's weight-gradient convolutions
+    ("tpu", "convolution-relayout"): {"convnet"},  # the same
+    ("cuda", "dot-relayout"): {"quantized"},
+    ("rocm", "float8-variant"): {"quantized"},
+    ("tpu", "float8-matmul"): {"quantized"},
+    ("tpu", "tile-padding"): {"features"},
+    ("tpu", "matrix-unit-misaligned"): {"features"},
+}  # fmt: skip
+"""What the demo's README says the rules find, and where: the test below fails on any other."""
+
+
+def test_the_demo_has_no_format_findings_beyond_the_documented_ones(demo: DemoRun) -> None:
+    found: dict[tuple[str, str], set[str]] = {}
+    for test in demo.report["tests"]:
+        for check in test["checks"]:
+            for platform, entry in check["platforms"].items():
+                if entry["lowered"] is None:
+                    continue
+                for f in _findings(check, platform):
+                    module = Path(str(f["location"]).split(":")[0]).stem
+                    found.setdefault((platform, f["rule"]), set()).add(module)
+    assert found.keys() <= DOCUMENTED_FINDINGS.keys(), found
+    for key, modules in found.items():
+        assert modules <= DOCUMENTED_FINDINGS[key], (key, modules)
+    assert found[("rocm", "float8-variant")] == {"quantized"}
+    assert found[("tpu", "tile-padding")] == {"features"}
+    readme = (DEMO / "README.md").read_text()
+    for _, rule in DOCUMENTED_FINDINGS:
+        assert f"`{rule}`" in readme, rule

@@ -198,39 +198,23 @@ def evaluate(
             failure = result.error or result.execution_error
             if result.needs_hardware and result.census is None:
                 failure = None  # unknown here, not a failure: the check warned (see fixture)
+            failed: dict[str, Any] | None = None
             if failure is not None:
                 stage = "lower" if result.error else "compile or run"
-                violations.append(
-                    Violation(
-                        check=probe.name,
-                        platform=platform,
-                        key="must_lower",
-                        limit=must.value,
-                        origin=must.origin,
-                        found=f"fails to {stage}",
-                        what=stage,
-                        details=(failure,),
-                    )
-                )
+                failed = {"found": f"fails to {stage}", "what": stage, "details": (failure,)}
             elif (
                 result.formats is not None
                 and result.formats.not_compiling
                 and result.compiled is None  # a compile that succeeded here knows better
-            ):
-                # It lowers, but the rules know the target's compiler rejects it.
+            ):  # it lowers, but the rules know the target's compiler rejects it
+                failed = {"found": "lowers but does not compile", "what": "compile",
+                          "level": "lowered (format rules)",
+                          "findings": result.formats.not_compiling}  # fmt: skip
+            if failed is not None:
                 violations.append(
-                    Violation(
-                        check=probe.name,
-                        platform=platform,
-                        key="must_lower",
-                        limit=must.value,
-                        origin=must.origin,
-                        found="lowers but does not compile",
-                        what="compile",
-                        level="lowered (format rules)",
-                        findings=result.formats.not_compiling,
-                    )
-                )
+                    Violation(check=probe.name, platform=platform, key="must_lower",
+                              limit=must.value, origin=must.origin, **failed)
+                )  # fmt: skip
         census = result.budgeted  # the highest level available: compiled, else lowered
         if census is None:
             continue

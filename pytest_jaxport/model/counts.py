@@ -44,7 +44,7 @@ class FormatCounts:
         return cls(
             format_findings=lowered.count("format") if lowered is not None else 0,
             layout_findings=lowered.count("layout") if lowered is not None else 0,
-            not_compiling=sum(f.count for f in lowered.not_compiling) if lowered else 0,
+            not_compiling=sum(f.count for f in lowered.not_compiling) if lowered is not None else 0,
             padding_bytes=padding,
             padded_bytes=padded,
             relayouts=compiled.relayouts if compiled is not None else None,

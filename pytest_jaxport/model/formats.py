@@ -689,6 +689,59 @@ def rules_for(platform: str, device: Device) -> tuple[Rule, ...]:
     )
 
 
+def _generations(devices: tuple[str, ...], platform: str) -> str:
+    """``sm80+``, ``v2-v5p``, ``gfx942``: a rule's device range as the reference shows it."""
+    if not devices:
+        return "all"
+    known = GENERATIONS.get(platform, ())
+    if len(devices) > 1 and devices == known[known.index(devices[0]) :]:
+        return f"{devices[0]}+"
+    start = known.index(devices[0]) if devices[0] in known else -1
+    if len(devices) > 2 and devices == known[start : start + len(devices)]:
+        return f"{devices[0]}-{devices[-1]}"
+    return ", ".join(devices)
+
+
+def _formats_text(elements: frozenset[str]) -> str:
+    """``float8_* except float8_e4m3fn, float8_e5m2``: a rule's formats, the float8 family
+    said once."""
+    if not elements:
+        return "any"
+    eight = elements & FLOAT8
+    rest = sorted(dtype_name(e) for e in elements - FLOAT8)
+    if not eight or len(eight) < len(FLOAT8) // 2:
+        return ", ".join(sorted(dtype_name(e) for e in elements))
+    missing = sorted(dtype_name(e) for e in FLOAT8 - eight)
+    family = "float8_*" + (f" except {', '.join(missing)}" if missing else "")
+    return ", ".join([*rest, family])
+
+
+def rules_markdown() -> str:
+    """:data:`RULES` as the Markdown table of docs/reference.md ("Numeric formats and memory
+    layout"), one row per rule, with its source (tests keep the two equal)."""
+    lines = [
+        "| rule | platform | devices | formats | ops | effect | compiles | what the target does "
+        "| source |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rule in RULES:
+        formats = _formats_text(rule.elements)
+        ops = ", ".join(op.removeprefix("stablehlo.").removeprefix("chlo.") for op in rule.ops)
+        cells = (
+            f"`{rule.name}`",
+            rule.platform if rule.platform != "*" else "any (compiled level)",
+            _generations(rule.devices, rule.platform),
+            formats,
+            "any" if ops == "*" else ops,
+            rule.effect,
+            "yes" if rule.compiles else "**no**",
+            rule.summary,
+            rule.source,
+        )
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def rule_source(platform: str, name: str) -> str:
     """The public source of rule ``name`` on ``platform`` (its first row there)."""
     for rule in RULES:

@@ -1481,7 +1481,8 @@ def not_compiling_notes(tests: Sequence[TestRow]) -> list[Note]:
                         cell.not_compiling)})  # fmt: skip
     return [
         Note(
-            text=f"{plural(n, 'check')} lower for {platform} but the format rules say "
+            text=f"{plural(n, 'check')} lower{'s' if n == 1 else ''} for {platform} but the "
+            "format rules say "
             f"{'it does' if n == 1 else 'they do'} not compile there: {', '.join(rules)} "
             f'(must_lower = ["{platform}"] makes that a failure)',
         )
