@@ -238,7 +238,10 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
             "*= jaxport audit =*",
             "problems: none (every audited computation lowers on every platform, the suite *",
             "",
-            "where the lock-in lives on cuda: 5 distinct sites (5 vendor, 0 custom)*",
+            # the float32 dot at test_suite.py:15 is a format site too (TF32 on an H100)
+            "where the lock-in lives on cuda: 6 distinct sites (5 vendor, 0 custom, 1 "
+            "format/layout); top 5 by",
+            "  estimated time",
             "  site * kernel * computations  tests  calls  time",
             "  test_suite.py:15  cublas gemm * 2      3      4 *",
             "*",

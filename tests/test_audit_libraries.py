@@ -105,6 +105,18 @@ def test_flax_equinox_and_optax_steps_are_recorded(pytester: pytest.Pytester) ->
     assert cuda_libraries(step) == {"cublas": 2}
     assert step["users"] == ["test_libraries.py::test_optax_update_in_a_jitted_step"]
     assert all(not c["findings"] for c in audit["computations"])
+    # The formats-and-layout layer is counted for the unchanged suite: each float32 dot of
+    # these libraries runs TF32 on an H100 and one bfloat16 pass on a TPU at the default
+    # precision, at the test's line that called the library.
+    platforms = audit["summary"]["platforms"]
+    assert platforms["tpu"]["format_findings"] > 0
+    assert platforms["cuda"]["format_findings"] == platforms["tpu"]["format_findings"]
+    assert platforms["cpu"]["format_findings"] == platforms["rocm"]["format_findings"] == 0
+    [finding] = step["platforms"]["tpu"]["lowered"]["formats"]["findings"]
+    assert (finding["rule"], finding["count"]) == ("float32-default-precision", 2)
+    assert finding["location"].startswith("test_libraries.py:")
+    sites = {(s["platform"], s["name"]) for s in audit["sites"] if s["layer"] == "format"}
+    assert ("tpu", "float32-default-precision") in sites
 
 
 def test_sharded_programs_are_recorded_with_their_shardings(

@@ -360,6 +360,8 @@ def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
     assert written == baseline_json(baseline_of(base))  # sorted, stable
     assert json.loads(written)["tests"]["test_suite.py::test_mlp"]["mlp"]["cuda"]["lowered"] == {
         "custom": 0, "library.cublas": 1, "vendor": 1,
+        # the float32 dot at the default precision: TF32 on an H100
+        "format_findings": 1, "layout_findings": 0, "not_compiling": 0, "padding_waste": 0.0,
     }  # fmt: skip
 
     same = leg_project.runpytest("--jaxport-baseline=.jaxport/baseline.json")
@@ -372,8 +374,9 @@ def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
     grown.assert_outcomes(passed=2, failed=1)
     grown.stdout.fnmatch_lines(
         [
-            "*test_suite.py::test_mlp: 4 count(s) grew since the baseline*",
+            "*test_suite.py::test_mlp: 6 count(s) grew since the baseline*",
             "check 'mlp' on cuda: cublas calls grew 1 -> 2 (+1) since the baseline",
+            "check 'mlp' on cuda: format findings grew 1 -> 2 (+1) since the baseline",
             "check 'mlp' on cuda: vendor calls grew 1 -> 2 (+1) since the baseline",
             "*- jaxport baseline -*",
             "*test_suite.py::test_new is not in the baseline (new test)*",
