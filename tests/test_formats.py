@@ -391,7 +391,10 @@ def test_padding_of_a_batch_by_100_float32_matmul_on_tpu() -> None:
     assert mxu.fraction == 28 / 128
     # (1024, 128): nothing pads, nothing idles; no padding on a platform without tiles.
     aligned = census(_batch_100, jnp.ones((1024, 128)), jnp.ones((128, 128)), platform="tpu")
-    assert aligned.padding_bytes == (0, 0)
+    # Nothing pads, but its large arrays are what a padding share is a share of: x and the
+    # result (1024, 128) and w (128, 128), exactly 64 KiB, in float32 tiles.
+    assert aligned.padding_bytes == (0, 2 * 1024 * 128 * 4 + 128 * 128 * 4)
+    assert aligned.padding_waste == 0.0
     assert aligned.padding_waste == 0.0
     assert not aligned.by_rule("matrix-unit-misaligned")
     assert census(_batch_100, x, w, platform="cuda").padding_bytes == (0, 0)

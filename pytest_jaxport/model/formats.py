@@ -1002,6 +1002,9 @@ class FormatCensus:
     formats: Mapping[str, int] = field(default_factory=dict)
     """Every format the program's typed ops use, by JAX name: how many ops (call-weighted)
     use it, whether or not a rule flags it (what ``forbid_formats`` checks)."""
+    tiled_bytes: float = 0.0
+    """On a device that tiles arrays (tpu): the bytes every op's large arrays take in tiles,
+    padded or not, weighted by how often the ops run (what padding is a share of)."""
 
     def count(self, kind: FindingKind | None = None) -> int:
         """Call-weighted findings (of ``kind``; every kind where ``None``)."""
@@ -1029,9 +1032,10 @@ class FormatCensus:
 
     @property
     def padding_bytes(self) -> tuple[float, float]:
-        """``(padding bytes, bytes moved with the padding)`` of the large arrays the ops read
-        and write under the target's tiling, weighted by how often the ops run."""
-        return self._sum("tile-padding")
+        """``(padding bytes, bytes moved with the padding)`` of the large arrays every op
+        reads and writes under the target's tiling, weighted by how often the ops run."""
+        padding, padded = self._sum("tile-padding")
+        return padding, max(self.tiled_bytes, padded)
 
     @property
     def padding_waste(self) -> float:
@@ -1083,6 +1087,7 @@ class FormatCensus:
             self,
             findings=tuple(sorted(merged.values(), key=_finding_order)),
             formats=dict(sorted(formats.items())),
+            tiled_bytes=self.tiled_bytes + other.tiled_bytes,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1092,6 +1097,7 @@ class FormatCensus:
             "level": self.level,
             "findings": [f.to_dict() for f in self.findings],
             "formats": dict(self.formats),
+            **({"tiled_bytes": self.tiled_bytes} if self.tiled_bytes else {}),
         }
 
     @classmethod
@@ -1115,6 +1121,7 @@ class FormatCensus:
             level=level,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings", ())),
             formats={str(k): int(v) for k, v in formats.items()},
+            tiled_bytes=float(data.get("tiled_bytes", 0.0)),
         )
 
 
@@ -1241,7 +1248,16 @@ def _convolution_hit(rule: Rule, attributes: Mapping[str, str]) -> _Hit | None:
     return _Hit(rule=rule, detail=f"{numbers}: {', '.join(moved)} relaid out to {wanted}")
 
 
-def _padding_hit(rule: Rule, arrays: _Types, large_bytes: int) -> _Hit | None:
+def _tiled_bytes(site: OpSite, large_bytes: int) -> int:
+    """The bytes ``site``'s large tiled arrays take in TPU tiles, padded or not: what the
+    padding share is a share of."""
+    arrays = _parsed((*site.operand_types, *site.result_types))
+    return _padding(arrays, large_bytes)[1]
+
+
+def _padding(arrays: _Types, large_bytes: int) -> tuple[int, int, tuple[int, str]]:
+    """``(padding bytes, tiled bytes, (the largest padding, what it pads))`` of the large
+    tiled arrays among ``arrays``."""
     padding = 0
     padded_total = 0
     worst: tuple[int, str] = (0, "")
@@ -1260,6 +1276,11 @@ def _padding_hit(rule: Rule, arrays: _Types, large_bytes: int) -> _Hit | None:
             rows = TPU_SUBLANES[element_bits(element)]
             into = (*dims[:-2], _ceil(dims[-2], rows), _ceil(dims[-1], TPU_LANES))
             worst = (padded - data, f"{_short(dims, element)} pads to {_short(into, element)}")
+    return padding, padded_total, worst
+
+
+def _padding_hit(rule: Rule, arrays: _Types, large_bytes: int) -> _Hit | None:
+    padding, padded_total, worst = _padding(arrays, large_bytes)
     if padding == 0:
         return None
     return _Hit(rule=rule, detail=worst[1], amount=float(padding), of=float(padded_total),
@@ -1400,7 +1421,8 @@ class _Tally:
 
 
 _Line = tuple[str, "SourceLocation | None"]
-_Result = tuple[dict[_Line, _Tally], Counter[str]]
+_Result = tuple[dict[_Line, _Tally], Counter[str], float]
+"""A function's findings by line, its formats, and its tiled bytes (run-weighted)."""
 
 
 @dataclass(slots=True)
@@ -1409,7 +1431,11 @@ class _Walk:
     platform: str
     device: Device
     large_bytes: int
+    tiling: bool = False
+    """Whether the device tiles arrays (a ``tile-padding`` rule applies): then every op's
+    tiled bytes are summed, the padding share's denominator."""
     memo: dict[tuple[str, SourceLocation | None], _Result] = field(default_factory=dict)
+    tiles: dict[OpSite, int] = field(default_factory=dict)
     hits: dict[OpSite, tuple[_Hit, ...]] = field(default_factory=dict)
     active: set[str] = field(default_factory=set)
 
@@ -1424,14 +1450,22 @@ class _Walk:
             )
         return found
 
+    def tiled(self, site: OpSite) -> int:
+        key = OpSite(op=site.op, operand_types=site.operand_types, result_types=site.result_types)
+        found = self.tiles.get(key)
+        if found is None:
+            found = self.tiles[key] = _tiled_bytes(key, self.large_bytes)
+        return found
+
     def function(self, name: str, inherited: SourceLocation | None) -> _Result:
         key = (name, inherited)
         if key in self.memo:
             return self.memo[key]
         tallies: dict[_Line, _Tally] = {}
         formats: Counter[str] = Counter()
+        tiled = 0.0
         if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
-            return tallies, formats
+            return tallies, formats, tiled
         self.active.add(name)
         for site, repeats in Counter(self.program.functions.get(name, ())).items():
             n = site.count * repeats
@@ -1439,23 +1473,26 @@ class _Walk:
             if location is None or (inherited is not None and in_library(location)):
                 location = inherited  # the user's line that called into the library
             if site.op in CALL_OPS and site.target is not None:
-                callee, callee_formats = self.function(site.target, location)
+                callee, callee_formats, callee_tiled = self.function(site.target, location)
                 for line, tally in callee.items():
                     _merge(tallies, line, tally, n, n * site.runs)
                 formats.update({k: v * n for k, v in callee_formats.items()})
+                tiled += callee_tiled * n * site.runs
                 continue
             if site.op in UNCOUNTED_OPS or _is_meta(self.platform, site):
                 continue
             for found in site_formats(site):
                 formats[found] += n
+            if self.tiling:
+                tiled += self.tiled(site) * n
             op = _op_name(site.target or site.op)
             for hit in self.site(site):
                 one = _Tally(hit=hit, count=hit.ops, amount=hit.amount, of=hit.of, ops={op},
                              formats=set(hit.formats))  # fmt: skip
                 _merge(tallies, (hit.rule.name, location), one, n, n)
         self.active.discard(name)
-        self.memo[key] = (tallies, formats)
-        return tallies, formats
+        self.memo[key] = (tallies, formats, tiled)
+        return tallies, formats, tiled
 
 
 def _is_meta(platform: str, site: OpSite) -> bool:
@@ -1506,8 +1543,10 @@ def take_format_census(
     without a location of their own are attributed to the line that called their function.
     """
     judged = device or DEFAULT_DEVICES.get(platform, Device(platform=platform))
-    walk = _Walk(program=program, platform=platform, device=judged, large_bytes=large_bytes)
-    tallies, formats = walk.function(program.entry, None)
+    tiling = any(r.name == "tile-padding" for r in rules_for(platform, judged))
+    walk = _Walk(program=program, platform=platform, device=judged, large_bytes=large_bytes,
+                 tiling=tiling)  # fmt: skip
+    tallies, formats, tiled = walk.function(program.entry, None)
     findings = tuple(
         sorted(
             (
@@ -1539,4 +1578,5 @@ def take_format_census(
         level=level,
         findings=findings,
         formats=dict(sorted(formats.items())),
+        tiled_bytes=tiled,
     )

@@ -1,4 +1,4 @@
-"""A dense feature layer: ``relu(x @ w)`` for a batch of feature vectors."""
+"""A linear feature projection: ``x @ w`` for a batch of feature vectors."""
 
 from __future__ import annotations
 
@@ -11,5 +11,5 @@ def init_features(key: jax.Array, features: int, width: int = 128) -> jax.Array:
 
 
 def feature_layer(w: jax.Array, x: jax.Array) -> jax.Array:
-    """The layer's activations for ``x`` of shape ``(batch, features)``."""
-    return jax.nn.relu(x @ w)
+    """The projection of ``x``, of shape ``(batch, features)``, to ``width`` columns."""
+    return x @ w
