@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -780,38 +779,60 @@ def test_merge_refuses_legs_judged_for_different_devices(
     assert re.search(r"project config differs from .*a\.json \(devices: ", err), err
 
 
-def test_a_diffrax_solve_under_x64_fails_must_lower_on_tpu_at_the_users_line(
+ODE = """
+import diffrax
+import jax
+import jax.numpy as jnp
+import pytest
+
+if hasattr(jax, "enable_x64"):
+    x64 = lambda: jax.enable_x64(True)
+else:  # jax < 0.8
+    from jax.experimental import enable_x64 as x64
+
+
+def decay(y0):
+    term = diffrax.ODETerm(lambda t, y, args: -y)
+    return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0).ys
+
+
+@pytest.mark.portable(must_lower=["tpu"], platforms=["cpu", "tpu"])
+def test_decay(jaxport):
+    with x64():
+        jaxport.check(decay, jnp.ones(3, dtype=jnp.float64))
+"""
+
+
+def test_a_diffrax_solve_under_x64_is_a_finding_on_tpu_and_fails_must_lower_where_it_must(
     pytester: pytest.Pytester,
 ) -> None:
     pytest.importorskip("diffrax", reason="needs diffrax (pip install diffrax)")
     pytester.makefile(".toml", pyproject=PLATFORMS)
-    pytester.makepyfile(
-        test_ode=textwrap.dedent(
-            """
-            import diffrax
-            import jax
-            import jax.numpy as jnp
-            import pytest
+    pytester.makepyfile(test_ode=ODE)
+    # In a process of its own: JAX caches diffrax's inner jitted functions with the source
+    # lines of their first trace, which another test of this process may have made.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jaxport-report=r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    # Whether this JAX and equinox put a nextafter (which TPU's compiler rejects under x64)
+    # into the solve, read from the jaxpr here, apart from the plugin: jax 0.10 and 0.12 do,
+    # jax 0.6 with its diffrax does not. (Traced after the run: JAX's caches keep the source
+    # lines of the first trace: never before the run.)
+    import jax
+    import jax.numpy as jnp
 
-            if hasattr(jax, "enable_x64"):
-                x64 = lambda: jax.enable_x64(True)
-            else:  # jax < 0.8
-                from jax.experimental import enable_x64 as x64
-
-
-            def decay(y0):
-                term = diffrax.ODETerm(lambda t, y, args: -y)
-                return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0).ys
-
-
-            @pytest.mark.portable(must_lower=["tpu"], platforms=["cpu", "tpu"])
-            def test_decay(jaxport):
-                with x64():
-                    jaxport.check(decay, jnp.ones(3, dtype=jnp.float64))
-            """
-        )
-    )
-    result, report = run_json(pytester, "-p", "no:cacheprovider")
+    namespace: dict[str, Any] = {}
+    exec(compile(ODE, "ode.py", "exec"), namespace)
+    with namespace["x64"]():
+        jaxpr = str(jax.make_jaxpr(namespace["decay"])(jnp.ones(3, dtype=jnp.float64)))
+    rejected = "nextafter" in jaxpr or "bitcast_convert_type" in jaxpr
+    tpu = report["tests"][0]["checks"][0]["platforms"]["tpu"]["lowered"]["formats"]
+    emulated = [f for f in tpu["findings"] if f["rule"] == "float64-emulated"]
+    assert emulated  # float64 on tpu, whatever the JAX release
+    # at the user's lines that called into diffrax (the solve, the vector field)
+    assert {f["location"] for f in tpu["findings"]} <= {"test_ode.py:13", "test_ode.py:14"}
+    if not rejected:
+        result.assert_outcomes(passed=1)
+        return
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "tpu: fails to compile (the format rules: float64-bitcast-not-compiled x* at "
@@ -819,6 +840,3 @@ def test_a_diffrax_solve_under_x64_fails_must_lower_on_tpu_at_the_users_line(
         "'decay', lowered (format rules)",
         "*see jax-ml/jax#30629*",
     ])  # fmt: skip
-    [violation] = report["tests"][0]["violations"]
-    # at the user's lines that called into diffrax (the solve, the vector field)
-    assert {f["location"] for f in violation["findings"]} <= {"test_ode.py:13", "test_ode.py:14"}
