@@ -33,6 +33,7 @@ from pytest_jaxport.model.formats import (
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
 from pytest_jaxport.view.model import build_view
+from pytest_jaxport.view.text import md_matrix_cell
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
@@ -376,6 +377,11 @@ def test_x64_on_tpu_is_a_finding_and_a_complex128_fft_fails_must_lower(
         '      complex128-fft-not-compiled (must_lower = [[]"tpu"[]] makes that a failure)',
     ])  # fmt: skip
     assert report["summary"]["platforms"]["tpu"]["not_compiling"] == 2
+    view = build_view(report)
+    [elsewhere] = [t for t in view.tests if t.nodeid.endswith("::test_fft_elsewhere")]
+    cell = elsewhere.checks[0].cells["tpu"]
+    assert (cell.status, cell.not_compiling) == ("warn", ("complex128-fft-not-compiled",))
+    assert "rules: does not compile" in md_matrix_cell(cell)
 
 
 FP8_SUITE = """

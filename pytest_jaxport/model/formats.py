@@ -37,7 +37,7 @@ import functools
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal, get_args
@@ -75,6 +75,7 @@ needs the data re-quantized to its own variant (``requantize``), computes with f
 mantissa bits than the program's type (``reduced-precision``), pads it to tiles
 (``padded``), leaves matrix-unit lanes idle (``misaligned``), or transposes it to the layout
 its kernels take (``relayout``)."""
+EFFECTS: frozenset[str] = frozenset(get_args(Effect))
 
 LARGE_ARRAY_BYTES = 64 * 1024
 """Arrays smaller than this (64 KiB, 16 float32 tiles of (8, 128)) are left out of the
@@ -956,7 +957,7 @@ class Finding:
         if kind not in FINDING_KINDS:
             raise ValueError(f"not a finding kind: {kind!r:.40}")
         effect = data.get("effect", "converted")
-        if effect not in get_args(Effect):
+        if effect not in EFFECTS:
             raise ValueError(f"not a finding effect: {effect!r:.40}")
         level = data.get("level", "lowered")
         if level not in ("lowered", "compiled"):
@@ -972,8 +973,8 @@ class Finding:
             location=_location_from_text(data.get("location")),
             count=count,
             effect=effect,
-            formats=tuple(str(f) for f in data.get("formats", ())),
-            ops=tuple(str(o) for o in data.get("ops", ())),
+            formats=tuple(map(str, data.get("formats", ()))),
+            ops=tuple(map(str, data.get("ops", ()))),
             detail=str(data.get("detail", "")),
             compiles=bool(data.get("compiles", True)),
             amount=float(data.get("amount", 0.0)),
@@ -982,7 +983,9 @@ class Finding:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def _location_from_text(text: object) -> SourceLocation | None:
+    """A stored location (``file:line``): a report repeats a few thousand lines at most."""
     if text is None:
         return None
     file, sep, line = str(text).rpartition(":")
@@ -1146,7 +1149,10 @@ class _Hit:
 _Types = tuple[tuple[tuple[int, ...] | None, str], ...]
 
 
-def _parsed(types: Iterable[str]) -> _Types:
+@functools.lru_cache(maxsize=8192)
+def _parsed(types: tuple[str, ...]) -> _Types:
+    """Each ranked tensor type of ``types`` as ``(dims, element)``; a program repeats a few
+    signatures many times (cached)."""
     return tuple(t for t in map(tensor_type, types) if t is not None)
 
 
@@ -1174,6 +1180,13 @@ def _default_precision(attributes: Mapping[str, str]) -> bool:
         return False
     config = attributes.get("precision_config", "")
     return all(p == "DEFAULT" for p in re.findall(r"precision (\w+)", config))
+
+
+@functools.lru_cache(maxsize=16384)
+def _cached_hits(site: OpSite, platform: str, device: Device, large_bytes: int) -> tuple[_Hit, ...]:
+    """:func:`site_hits` of a site without location or count: a suite's checks repeat the
+    same op signatures (the rules are data, fixed for the process)."""
+    return site_hits(site, platform, device, large_bytes=large_bytes)
 
 
 def site_hits(
@@ -1393,7 +1406,12 @@ def _compiled_relayouts(site: OpSite) -> tuple[int, int, float, float] | None:
 
 def site_formats(site: OpSite) -> frozenset[str]:
     """The formats (JAX names) an op's operands and results use."""
-    return frozenset(dtype_name(e) for _, e in _parsed((*site.operand_types, *site.result_types)))
+    return _formats_of((*site.operand_types, *site.result_types))
+
+
+@functools.lru_cache(maxsize=8192)
+def _formats_of(types: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(dtype_name(e) for _, e in _parsed(types))
 
 
 # -- the walk -------------------------------------------------------------------------------
@@ -1445,9 +1463,7 @@ class _Walk:
                      attributes=site.attributes)  # fmt: skip
         found = self.hits.get(key)
         if found is None:
-            found = self.hits[key] = site_hits(
-                key, self.platform, self.device, large_bytes=self.large_bytes
-            )
+            found = self.hits[key] = _cached_hits(key, self.platform, self.device, self.large_bytes)
         return found
 
     def tiled(self, site: OpSite) -> int:

@@ -684,6 +684,8 @@ def _cell(cell: Cell) -> str:
         text += f' <span class="numerics {cls}">{_e(cell.numerics)}</span>'
     if cell.compile_failed:
         text += ' <span class="badtext">compile failed</span>'
+    if cell.not_compiling:
+        text += ' <span class="warntext">rules: does not compile</span>'
     if cell.violations:
         text += f'<div class="viol">over: {_e(", ".join(cell.violations))}</div>'
     label = (
@@ -691,6 +693,8 @@ def _cell(cell: Cell) -> str:
         + ("does not lower" if cell.vendor is None else
            f"lowers, vendor {cell.vendor}, custom {cell.custom} ({cell.level})")
         + (f", numerics {cell.numerics}" if cell.numerics != "not present" else "")
+        + (f", the format rules say it does not compile ({', '.join(cell.not_compiling)})"
+           if cell.not_compiling else "")
         + (", over budget" if cell.violations else "")
     )  # fmt: skip
     title = f' title="{_e(chr(10).join(cell.errors))}"' if cell.errors else ""

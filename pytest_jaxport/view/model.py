@@ -526,9 +526,17 @@ class CheckRow:
 
     @property
     def formats(self) -> tuple[FormatRow, ...]:
-        """Its formats-and-layout findings (read when shown, like :attr:`probe`)."""
-        probe = self.probe
-        return format_rows(probe) if probe is not None else ()
+        """Its formats-and-layout findings, lowered then compiled per platform (read when
+        shown, like :attr:`probe`, from the record's findings alone)."""
+        rows = []
+        for platform, entry in _map(self.record.get("platforms")).items():
+            for level in ("lowered", "compiled"):
+                found = _map(_map(_map(entry).get(level)).get("formats"))
+                for data in _list(found.get("findings")):
+                    finding = _finding(_map(data))
+                    if finding is not None:
+                        rows.append(format_row(str(platform), finding))
+        return tuple(rows)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1057,6 +1065,13 @@ def violation_details(violation: Violation) -> tuple[str, ...]:
         + tuple(f.describe() for f in violation.findings)
         + violation.details
     )
+
+
+def _finding(data: Mapping[str, Any]) -> Finding | None:
+    try:
+        return Finding.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _violation(data: Mapping[str, Any]) -> Violation | None:

@@ -897,6 +897,8 @@ def md_matrix_cell(cell: Any) -> str:
         text += f" · {cell.numerics}"
     if cell.compile_failed:
         text += " · **compile failed**"
+    if cell.not_compiling:
+        text += " · rules: does not compile"
     if cell.violations:
         text += f" · **over: {', '.join(cell.violations)}**"
     return md_cell(text).replace("\\*", "*")
