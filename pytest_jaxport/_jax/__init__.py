@@ -1,0 +1,1 @@
+"""The only code that imports JAX (moving here piece by piece)."""

@@ -1,0 +1,1 @@
+"""Pure logic: values in, values out; imports neither JAX nor pytest."""
