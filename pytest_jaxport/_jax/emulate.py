@@ -27,6 +27,7 @@ JAX is imported inside functions (importing the plugin never imports JAX).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,9 +104,7 @@ def emulate(
     kwargs = dict(kwargs or {})
     closed, out_tree, flat = _program(fn, args, kwargs)
     dot_format = default_dot_format(platform, cuda_capability=cuda_capability)
-    if dot_format is not None and _matmul_precision_pinned():
-        dot_format = None  # jax.default_matmul_precision(...) pins every default dot
-    replay = _Replay(platform, dot_format)
+    replay = _Replay(platform, dot_format, all_pinned=_matmul_precision_pinned())
 
     def emulated(*leaves: Any) -> list[Any]:
         return replay.run(closed.jaxpr, closed.consts, leaves)
@@ -125,9 +124,24 @@ def emulate(
             leaves = jax.block_until_ready(compiled(*flat))  # type: ignore[no-untyped-call]
     except Exception as e:  # an interpreted kernel's failure is the platform's finding
         _reset_interpreters(replay.interpreters)
-        return Emulated(emulation=replay.record(error=describe_error(e)))
+        return Emulated(emulation=replay.record(error=_run_error(e)))
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
     return Emulated(emulation=record, value=value, outputs=to_outputs(value))
+
+
+_RAISED = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+def _run_error(error: BaseException) -> str:
+    """One line for a failed emulated run. An interpreted kernel fails inside a host
+    callback: XLA wraps the kernel's own exception (``IndexError: Out-of-bounds block index
+    ...``) in ``CpuCallback error calling callback: Traceback ...``; the last exception line
+    of that text is the kernel's."""
+    raised = [m for line in str(error).splitlines() if (m := _RAISED.match(line.strip()))]
+    if "callback" in str(error).splitlines()[0].lower() and raised:
+        kind, message = raised[-1].groups()
+        return f"{kind}: {message}"[:500]
+    return describe_error(error)
 
 
 def _program(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, Any, list[Any]]:
@@ -153,9 +167,13 @@ class _Replay:
     """Evaluates a jaxpr under the current trace with the emulated platform's choices,
     recording each choice and where the user's code made it."""
 
-    def __init__(self, platform: str, dot_format: NumberFormat | None) -> None:
+    def __init__(
+        self, platform: str, dot_format: NumberFormat | None, *, all_pinned: bool = False
+    ) -> None:
         self.platform = platform
         self.dot_format = dot_format
+        self.all_pinned = all_pinned
+        """``jax.default_matmul_precision(...)`` chose every default dot's precision."""
         self.branches: list[ChosenBranch] = []
         self.kernels: list[EmulatedKernel] = []
         self.rounded: list[tuple[str, str, str]] = []
@@ -258,9 +276,9 @@ class _Replay:
             return self.kernel(eqn, values)
         if name in ("dot_general", "conv_general_dilated") and self.dot_format is not None:
             precision = _dot_precision(eqn)
-            if precision == "default":
+            if precision == "default" and not self.all_pinned:
                 return self.rounded_dot(eqn, values)
-            if precision == "pinned":
+            if precision is not None:
                 self.pinned += 1
         subs = _sub_jaxprs(eqn.params)
         if not subs or not any(self.touches(sub) for sub in subs):
@@ -305,39 +323,44 @@ class _Replay:
         return self.bind(eqn, [_rounded(lhs, fmt), _rounded(rhs, fmt), *rest])
 
     def kernel(self, eqn: Any, values: list[Any]) -> list[Any]:
-        name = eqn.primitive.name
-        label = kernel_label(name, eqn.params)
+        label = kernel_label(eqn.primitive.name, eqn.params)
         location = self.line(eqn)
-        kind = _kernel_kind(name, eqn.params, self.platform)
-        if kind is None:
-            reason = (
-                "an FFI target: only its own implementation for "
-                f"{self.platform} runs it, and that cannot run on cpu"
-                if name not in ("pallas_call", "core_map", "mpmd_map")
-                else "a kernel of a kind pytest-jaxport does not know how to interpret"
+        interpreter, interpret, obstacle = self.interpretation(eqn)
+        if obstacle is not None:
+            self.unemulated.append(
+                Unemulated(what=label, location=location, reason=obstacle, blocks=True)
             )
-            return self.blocked(eqn, values, label, location, reason)
-        interpreter = interpreter_for(self.platform, kind)
-        if interpreter is None:
-            reason = f"a {kind.replace('_', ' ')} kernel does not run on {self.platform}"
-            return self.blocked(eqn, values, label, location, reason)
-        interpret = _interpret_params(interpreter)
-        if interpret is None:
-            reason = needs_release(interpreter, jax_release())
-            return self.blocked(eqn, values, label, location, reason)
+            return self.bind(eqn, values)  # traced on, to find every reason there is
+        assert interpreter is not None
         self.kernels.append(
             EmulatedKernel(label=label, location=location, interpreter=interpreter.name)
         )
         self.interpreters.add(interpreter.name)
         return self.bind(eqn, values, interpret=interpret)
 
-    def blocked(
-        self, eqn: Any, values: list[Any], label: str, location: str, reason: str
-    ) -> list[Any]:
-        """Record why the emulation cannot run, and go on tracing (to find every reason)."""
-        self.unemulated.append(Unemulated(what=label, location=location, reason=reason,
-                                          blocks=True))  # fmt: skip
-        return self.bind(eqn, values)
+    def interpretation(self, eqn: Any) -> tuple[Interpreter | None, Any, str | None]:
+        """``(interpreter, interpret parameter, None)`` for a kernel equation the emulated
+        platform runs and this JAX can interpret, else ``(.., .., why not)``."""
+        name = eqn.primitive.name
+        kind = _kernel_kind(name, eqn.params, self.platform)
+        if kind is None:
+            if name in ("pallas_call", "core_map", "mpmd_map"):
+                return None, None, "a kernel of a kind pytest-jaxport does not know"
+            return (
+                None,
+                None,
+                (
+                    f"an FFI target: only its own implementation for {self.platform} runs it, "
+                    "and that cannot run on cpu"
+                ),
+            )
+        interpreter = interpreter_for(self.platform, kind)
+        if interpreter is None:
+            return None, None, f"a {kind.replace('_', ' ')} kernel does not run on {self.platform}"
+        interpret = _interpret_params(interpreter)
+        if interpret is None:
+            return interpreter, None, needs_release(interpreter, jax_release())
+        return interpreter, interpret, None
 
     def not_replayed(self, eqn: Any, subs: list[Any]) -> None:
         """Say what inside ``eqn`` (a primitive whose bodies are bound as they are) is not
@@ -350,9 +373,10 @@ class _Replay:
                 name = inner.primitive.name
                 reason = f"inside {primitive}, which the emulation cannot replay"
                 if name in KERNEL_PRIMITIVES:
+                    obstacle = self.interpretation(inner)[2]
                     self.unemulated.append(Unemulated(
                         what=kernel_label(name, inner.params), location=self.line(inner),
-                        reason=reason, blocks=True))  # fmt: skip
+                        reason=obstacle or reason, blocks=True))  # fmt: skip
                     continue
                 if name == "platform_index":
                     self.unemulated.append(Unemulated(
@@ -537,6 +561,9 @@ def _kernel_kind(primitive: str, params: Mapping[str, Any], platform: str) -> Ke
     import jax
 
     if primitive == "pallas_call":
+        backend = params.get("backend")  # jax 0.6 names it ("mosaic_gpu" for plgpu.kernel)
+        if isinstance(backend, str) and backend:
+            return _kind_named(backend)
         compiler_params = params.get("compiler_params")
         if isinstance(compiler_params, Mapping) and compiler_params:
             kinds = [_kind_named(str(key)) for key in compiler_params]

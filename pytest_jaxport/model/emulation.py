@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 HOST = "cpu"
@@ -322,11 +322,11 @@ class Emulation:
     rounded: tuple[RoundedOp, ...] = ()
     pinned: int = 0
     """float32 dots and convolutions left alone: explicit ``precision``, a
-    ``preferred_element_type`` other than their operands', or a dot algorithm."""
+    ``preferred_element_type`` other than their operands', a dot algorithm, or
+    ``jax.default_matmul_precision`` set around the check."""
     unemulated: tuple[Unemulated, ...] = ()
     error: str | None = None
     """How the emulated run failed (an interpreted kernel's out-of-bounds read, say)."""
-    hosts: tuple[str, ...] = field(default=(HOST,))
 
     @property
     def label(self) -> str:
@@ -411,7 +411,7 @@ def emulation_lines(emulation: Emulation) -> list[str]:
     if emulation.pinned:
         noun = "dot/convolution" if emulation.pinned == 1 else "dots/convolutions"
         lines.append(
-            f"{emulation.pinned} float32 {noun} with an explicit precision left at full float32"
+            f"{emulation.pinned} float32 {noun} whose precision the program sets: left as set"
         )
     for item in emulation.unemulated:
         state = "not emulated" if item.blocks else "computed as on cpu"
