@@ -522,3 +522,23 @@ def test_a_dot_inside_shard_map_is_computed_as_on_cpu_and_the_report_says_so() -
         "dot_general", line_of(project, "x @ w"), False)  # fmt: skip
     assert note.reason == "inside shard_map, which the emulation cannot replay"
     np.testing.assert_array_equal(np.asarray(emulated.value), [[4.015625], [4.01171875]])
+
+
+def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:
+    """benchmarks/emulation.py stays runnable (it asserts no timing; this neither)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "emulation.json"
+    done = subprocess.run(
+        [sys.executable, str(HERE.parents[1] / "benchmarks/emulation.py"), "--reps", "1",
+         "--cases", "mlp_small", "--platforms", "tpu", "--output", str(out)],
+        env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    tpu = json.loads(out.read_text())["cases"]["mlp_small"]["platforms"]["tpu"]
+    assert tpu["ran"]
+    assert tpu["rounded_dots"] == 2
+    assert "| mlp_small |" in done.stdout
