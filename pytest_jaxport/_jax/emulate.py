@@ -43,6 +43,7 @@ from pytest_jaxport._jax.lowering import (
 )
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
+    EMULATED_PLATFORMS,
     GENERIC_INTERPRET,
     GPU_INTERPRET,
     TPU_INTERPRET,
@@ -58,9 +59,6 @@ from pytest_jaxport.model.emulation import (
     interpreter_for,
     needs_release,
 )
-
-EMULATED_PLATFORMS = ("cuda", "rocm", "tpu")
-"""Platforms an emulation can stand in for (the CPU is executed, never emulated)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +112,14 @@ def emulate(
         with _cpu_default():
             traced = jax.jit(emulated).trace(*flat)
     except Exception as e:  # the replay met what it cannot rebuild: no outputs, say why
-        return Emulated(emulation=replay.record(error=f"could not replay: {describe_error(e)}"))
+        cannot = Unemulated(
+            what="the program",
+            location="",
+            reason=f"the emulation could not replay it: {describe_error(e)}",
+            blocks=True,
+        )  # the engine's limit, not the program's fault: a note, never a failure
+        replay.unemulated.append(cannot)
+        return Emulated(emulation=replay.record())
     record = replay.record()
     if not record.ran:
         return Emulated(emulation=record)

@@ -18,12 +18,15 @@ True
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 HOST = "cpu"
 """Where an emulation runs."""
+
+EMULATED_PLATFORMS: tuple[str, ...] = ("cuda", "rocm", "tpu")
+"""Platforms an emulation can stand in for (the CPU is executed, never emulated)."""
 
 
 def emulated_label(platform: str) -> str:
@@ -364,6 +367,28 @@ class Emulation:
             unemulated=tuple(Unemulated.from_dict(u) for u in data.get("unemulated", ())),
             error=None if error is None else str(error),
         )
+
+
+def with_locations(emulation: Emulation, shown: Callable[[str], str]) -> Emulation:
+    """``emulation`` with each non-empty ``file:line`` as ``shown`` writes it (a report shows
+    files relative to the project, as the census does).
+
+    >>> e = Emulation(platform="tpu", dot_format=None,
+    ...     branches=(ChosenBranch(location="/src/m.py:3", branch="tpu"),))
+    >>> with_locations(e, lambda at: at.removeprefix("/src/")).branches[0].location
+    'm.py:3'
+    """
+
+    def at(location: str) -> str:
+        return shown(location) if location else location
+
+    return replace(
+        emulation,
+        branches=tuple(replace(b, location=at(b.location)) for b in emulation.branches),
+        kernels=tuple(replace(k, location=at(k.location)) for k in emulation.kernels),
+        rounded=tuple(replace(r, location=at(r.location)) for r in emulation.rounded),
+        unemulated=tuple(replace(u, location=at(u.location)) for u in emulation.unemulated),
+    )
 
 
 def grouped_rounding(sites: Sequence[tuple[str, str, str]]) -> tuple[RoundedOp, ...]:

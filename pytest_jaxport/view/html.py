@@ -607,6 +607,9 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         for platform, cells, libraries in totals.rows
     )
     note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
+    if view.emulations:
+        items = "".join(f"<li><b>{_e(r.label)}</b>: {_e(r.counts())}</li>" for r in view.emulations)
+        note += f'<p class="note">Emulated on cpu (emulate):</p><ul class="emulations">{items}</ul>'
     if view.collectives:
         items = "".join(f"<li><b>{_e(p)}</b>: {_e(what)}</li>" for p, what in view.collectives)
         note += (
@@ -676,6 +679,12 @@ def _cell(cell: Cell) -> str:
     if cell.numerics != "not present":
         cls = NUMERICS_CLASS.get(cell.numerics, "muted")
         text += f' <span class="numerics {cls}">{_e(cell.numerics)}</span>'
+    if cell.emulated is not None:
+        cls = NUMERICS_CLASS.get(cell.emulated, "bad" if cell.emulated == "failed" else "muted")
+        text += (
+            f' <span class="numerics {cls}" title="{_e(cell.emulated_label)}">emulated: '
+            f"{_e(cell.emulated)}</span>"
+        )
     if cell.compile_failed:
         text += ' <span class="badtext">compile failed</span>'
     if cell.violations:
@@ -685,6 +694,7 @@ def _cell(cell: Cell) -> str:
         + ("does not lower" if cell.vendor is None else
            f"lowers, vendor {cell.vendor}, custom {cell.custom} ({cell.level})")
         + (f", numerics {cell.numerics}" if cell.numerics != "not present" else "")
+        + (f", {cell.emulated_label}: {cell.emulated}" if cell.emulated is not None else "")
         + (", over budget" if cell.violations else "")
     )  # fmt: skip
     title = f' title="{_e(chr(10).join(cell.errors))}"' if cell.errors else ""
@@ -782,7 +792,7 @@ def _matrix(view: ReportView) -> str:
     legend = (
         '<ul class="legend" aria-label="matrix legend">'
         "<li>cells: vendor / custom calls (call-weighted), the level they come from where "
-        "compiled, numerics where the platform ran</li>"
+        "compiled, numerics where the platform ran, its emulation's where emulated on cpu</li>"
         '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
         '<li><span class="swatch cellwarn" aria-hidden="true"></span>hand-written kernels</li>'
         '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '
@@ -834,6 +844,14 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
     ]
     if problems:
         out.append(f'<ul class="problems">{"".join(problems)}</ul>')
+    emulated = [
+        f"<li>{_e(cell.emulated_label)}: {_e(cell.emulated)}"
+        f"<pre>{_e(chr(10).join(cell.emulation))}</pre></li>"
+        for cell in row.cells.values()
+        if cell.emulated is not None
+    ]
+    if emulated:
+        out.append(f'<ul class="emulated">{"".join(emulated)}</ul>')
     out.append(_kernels_table(check))
     shares = [
         share_row(str(p), e["runtime_share"])
