@@ -384,8 +384,9 @@ class JaxportSession:
         """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.report.ci`."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(
-            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {})
-        )
+            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {}),
+            getattr(jaxport, "emulated_outputs", {}),
+        )  # fmt: skip
         grew, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
@@ -472,6 +473,7 @@ class JaxportSession:
                 "target": self.project.target if "cuda" in self.project.compile else None,
                 "budget": ci.budget_table(self.project),
                 "tolerance": ci.tolerance_table(self.project),
+                **ci.emulate_entry(self.project),
             },
             environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
         )

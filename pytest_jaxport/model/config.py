@@ -401,8 +401,9 @@ def _platform_choice(
     names: list[str] = []
     for item in value:
         if not isinstance(item, str) or item not in choices:
-            hint = _did_you_mean(item, choices) if isinstance(item, str) else ""
-            extra = f" ({why_not[item]})" if isinstance(item, str) and item in why_not else ""
+            known_why = isinstance(item, str) and item in why_not
+            hint = _did_you_mean(item, choices) if isinstance(item, str) and not known_why else ""
+            extra = f" ({why_not[item]})" if known_why else ""
             raise ConfigError(
                 f"{where}: expected platforms from {known}, found {_type_name(item)}{hint}{extra}"
             )
