@@ -23,6 +23,8 @@ primal is what runs). Primitives whose bodies cannot be replayed that way (``sha
 are bound as they are and the report says what inside them was not emulated.
 
 JAX is imported inside functions (importing the plugin never imports JAX).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

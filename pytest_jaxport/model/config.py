@@ -417,9 +417,7 @@ def _platform_choice(
 def compile_platforms(where: str, value: object) -> tuple[str, ...]:
     """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
     lowered_only = "rocm and tpu are counted at the lowered level only"
-    return _platform_choice(
-        where, value, COMPILE_PLATFORMS, {p: lowered_only for p in PLATFORMS}
-    )
+    return _platform_choice(where, value, COMPILE_PLATFORMS, {p: lowered_only for p in PLATFORMS})
 
 
 def emulate_platforms(where: str, value: object) -> tuple[str, ...]:

@@ -13,6 +13,8 @@ imports neither JAX nor pytest.
 NumberFormat(name='bfloat16', exponent_bits=8, mantissa_bits=7)
 >>> default_dot_format("cuda", cuda_capability=(7, 0)) is None  # V100: full float32
 True
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations

@@ -349,7 +349,8 @@ def _check_compatible(legs: Sequence[_Leg]) -> None:
             )
             raise MergeError(
                 f"{leg.path}: project config differs from {first.path} ({detail}); legs of one "
-                "merge must share [tool.jaxport] (only platforms and compile may differ per leg)"
+                "merge must share [tool.jaxport] (only platforms, compile and emulate may "
+                "differ per leg)"
             )
 
 
