@@ -792,7 +792,9 @@ def _matrix(view: ReportView) -> str:
     legend = (
         '<ul class="legend" aria-label="matrix legend">'
         "<li>cells: vendor / custom calls (call-weighted), the level they come from where "
-        "compiled, numerics where the platform ran, its emulation's where emulated on cpu</li>"
+        "compiled, numerics where the platform ran"
+        + (", its emulation's where emulated on cpu" if view.emulations else "")
+        + "</li>"
         '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
         '<li><span class="swatch cellwarn" aria-hidden="true"></span>hand-written kernels</li>'
         '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '

@@ -931,9 +931,10 @@ def _md_matrix(view: ReportView, room: int) -> str:
         return ""
     platforms = view.platforms
     ordered = sorted(view.tests, key=lambda t: not t.problem)
+    emulated = " · emulated on cpu" if view.emulations else ""
     opening = [
         f"<details><summary>All tests: platform × test matrix ({plural(len(view.tests), 'test')}"
-        "; cells: vendor / custom calls · numerics · emulated on cpu)</summary>",
+        f"; cells: vendor / custom calls · numerics{emulated})</summary>",
         "",
         f"| test | outcome | check | {' | '.join(md_cell(p) for p in platforms)} |",
         f"|---|---|---|{'---|' * len(platforms)}",
