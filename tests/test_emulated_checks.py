@@ -20,9 +20,13 @@ import pytest
 from helpers import esc, run_json
 
 from pytest_jaxport.cli import main
+from pytest_jaxport.model.emulation import Emulation, Unemulated
+from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
+from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.html import html
-from pytest_jaxport.view.text import markdown
+from pytest_jaxport.view.model import build_view
+from pytest_jaxport.view.text import markdown, text
 
 KERNELS = """
 import inspect
@@ -545,3 +549,79 @@ def test_emulated_outputs_are_saved_merged_and_checked_against_the_hardware(
     assert (violation["key"], violation["leg"]) == ("emulated_numerics", "cpu.json")
     (drift,) = merged["drifts"]
     assert (drift["platform"], drift["reference"]) == ("tpu (emulated on cpu)", "tpu")
+
+
+# -- the records and the view, on plain data -------------------------------------------------------
+
+
+def _probe(name: str, emulation: Emulation, ok: bool | None) -> Probe:
+    from pytest_jaxport.model.numerics import Comparison
+
+    numerics = None
+    if ok is not None:
+        numerics = Comparison(platform=emulation.label, reference="cpu", leaves=1,
+                              mismatches=(), max_abs_err=0.0, max_rel_err=0.0)  # fmt: skip
+        if not ok:
+            numerics = Comparison.from_dict({**numerics.to_dict(), "mismatches": [
+                {"path": "", "reason": "tolerance", "message": "<root>: 1 of 4 elements differ"}
+            ]})  # fmt: skip
+    return Probe(
+        name=name,
+        reference="cpu",
+        platforms={
+            "cpu": PlatformProbe(platform="cpu", present=True, executed=True),
+            "tpu": PlatformProbe(
+                platform="tpu",
+                present=False,
+                census=census_from_dict("tpu", {"level": "lowered"}),
+                emulated=emulation,
+                emulated_numerics=numerics,
+            ),
+        },
+    )
+
+
+def test_the_view_counts_each_emulation_and_notes_what_did_not_run() -> None:
+    ran = Emulation(platform="tpu", dot_format="bfloat16")
+    blocked = Emulation(platform="tpu", dot_format="bfloat16", unemulated=(Unemulated(
+        what="FFI target my_kernel", location="m.py:3", reason="cannot run on cpu",
+        blocks=True),))  # fmt: skip
+    failed = Emulation(platform="tpu", dot_format="bfloat16", error="IndexError: out of bounds")
+    probes = [_probe("a", ran, True), _probe("b", ran, False), _probe("c", blocked, None),
+              _probe("d", failed, None), _probe("e", blocked, None)]  # fmt: skip
+    for probe in probes:  # the JSON form round-trips; an old entry (no keys) loads unemulated
+        assert Probe.from_dict(probe.to_dict()) == probe
+    old = probes[0].to_dict()
+    for key in ("emulated", "emulated_numerics"):
+        del old["platforms"]["tpu"][key]
+    assert Probe.from_dict(old).platforms["tpu"].emulated is None
+    assert (
+        "emulated"
+        not in Probe(
+            name="x",
+            reference="cpu",
+            platforms={"tpu": PlatformProbe(platform="tpu", present=False)},
+        ).to_dict()["platforms"]["tpu"]
+    )
+    tests = [{"nodeid": f"t.py::test_{p.name}", "outcome": "passed", "checks": [p.to_dict()],
+              "violations": []} for p in probes]  # fmt: skip
+    report = build_report(tests, config={"platforms": ["cpu", "tpu"], "reference": "cpu"},
+                          environment={"present_platforms": ["cpu"]})  # fmt: skip
+
+    view = build_view(report)
+
+    (row,) = view.emulations
+    assert (row.label, row.checks, row.match, row.mismatch, row.failed, row.not_run) == (
+        "tpu (emulated on cpu)", 5, 1, 1, 1, 2)  # fmt: skip
+    assert row.counts() == "5 checks: 1 match, 1 mismatch, 1 failed, 2 not run"
+    cells = [t.checks[0].cells["tpu"] for t in view.tests]
+    assert [c.emulated for c in cells] == ["match", "mismatch", "not run", "failed", "not run"]
+    assert [c.status for c in cells] == ["good", "bad", "good", "bad", "good"]
+    notes = {n.text: n.checks for n in view.notes}
+    said = "tpu (emulated on cpu): not run: FFI target my_kernel at m.py:3: cannot run on cpu"
+    assert notes[said] == 2
+    assert "emulated on cpu (emulate): tpu 5 checks: 1 match, 1 mismatch, 1 failed, 2 not run" in (
+        text(report)
+    )
+    assert "| tpu (emulated on cpu) | 5 | 1 | 1 | 1 | 2 |" in markdown(report)
+    assert "<b>tpu (emulated on cpu)</b>: 5 checks: 1 match, 1 mismatch" in html(report)

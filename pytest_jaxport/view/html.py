@@ -607,9 +607,6 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         for platform, cells, libraries in totals.rows
     )
     note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
-    if view.emulations:
-        items = "".join(f"<li><b>{_e(r.label)}</b>: {_e(r.counts())}</li>" for r in view.emulations)
-        note += f'<p class="note">Emulated on cpu (emulate):</p><ul class="emulations">{items}</ul>'
     if view.collectives:
         items = "".join(f"<li><b>{_e(p)}</b>: {_e(what)}</li>" for p, what in view.collectives)
         note += (
@@ -623,6 +620,19 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         f'<table class="totals"><thead><tr><th scope="col">platform</th>{head}'
         f'<th scope="col">libraries</th></tr></thead><tbody>{rows}</tbody></table>{note}'
         "</section>"
+    )
+
+
+def _emulations(view: ReportView) -> str:
+    """Per emulated platform, how its checks' emulations went (never executed numbers)."""
+    if not view.emulations:
+        return ""
+    items = "".join(f"<li><b>{_e(r.label)}</b>: {_e(r.counts())}</li>" for r in view.emulations)
+    return (
+        '<section id="emulated" aria-labelledby="emulated-h"><h2 id="emulated-h">Emulated on '
+        'cpu</h2><p class="note">Run on cpu as each platform would compute (emulate), '
+        f'compared with the reference; never executed there.</p><ul class="emulations">{items}'
+        "</ul></section>"
     )
 
 
@@ -1082,6 +1092,7 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
             _numbers(view),
             _hotspots(view, options),
             _totals(view),
+            _emulations(view),
             _layers(view),
             _tooling(view),
             _audit(view, options),
