@@ -14,9 +14,18 @@ Per case and emulated platform, interleaved (plain, emulate, emulate, plain, ...
   its replay with the platform's choices, compile and run on the CPU.
 
 The median of each and the ratio emulate / plain are recorded, with what each emulation
-changed (rounded dots, interpreted kernels). With emulation off the check path never calls
-the engine (nothing is traced, nothing imported), so "off" costs nothing by construction.
-Cases: the generated suite's models (``benchmarks/models.py``) and the demo's Pallas kernel.
+changed (rounded dots, interpreted kernels). Cases: the generated suite's models
+(``benchmarks/models.py``) and the demo's Pallas kernel.
+
+``--sessions`` measures the same through the plugin: whole ``python -m pytest`` sessions of
+the generated suite (``benchmarks/suite.py``, one portable test per case; no cache, each
+session cold), interleaved: emulation **off** (the default), ``--jaxport-emulate=tpu`` and
+``--jaxport-emulate=tpu,cuda``; with ``--base-src DIR`` (a checkout of the package before
+emulation was wired in, e.g. ``git archive issue-22 | tar -x -C DIR``, put first on
+``PYTHONPATH``) also **before**, so "off costs nothing" is a measured difference, not a claim::
+
+    python benchmarks/emulation.py --sessions --reps 3 --base-src /tmp/base \
+        --output benchmarks/results/emulation-sessions-2cpu.json
 """
 
 from __future__ import annotations
@@ -117,6 +126,80 @@ def bench(name: str, platforms: tuple[str, ...], reps: int) -> dict[str, Any]:
     return result
 
 
+SESSION_VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("off", ()),
+    ("tpu", ("--jaxport-emulate=tpu",)),
+    ("tpu,cuda", ("--jaxport-emulate=tpu,cuda",)),
+)
+
+
+def _session(folder: Path, args: tuple[str, ...], base: Path | None) -> dict[str, Any]:
+    """One cold ``python -m pytest`` session: wall and CPU seconds, outcomes."""
+    import resource
+
+    env = dict(os.environ)
+    if base is not None:  # the package before emulation: first on the path
+        env["PYTHONPATH"] = os.pathsep.join([str(base), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", *args]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"pytest {args} exited {done.returncode}:\n{done.stdout[-3000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return {
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "summary": lines[-1].strip("= ") if lines else "",
+    }
+
+
+def sessions(reps: int, base: Path | None) -> dict[str, Any]:
+    """Whole sessions of the generated suite per variant (see the module), interleaved."""
+    import tempfile
+
+    from suite import write_suite
+
+    variants = [*(([("before", ())]) if base is not None else []), *SESSION_VARIANTS]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_suite(Path(tmp) / "suite", list(models.CASES))
+        for rep in range(reps):
+            order = variants if rep % 2 == 0 else variants[::-1]
+            for name, args in order:
+                runs[name].append(_session(folder, args, base if name == "before" else None))
+            print(f"rep {rep + 1}/{reps}: " + ", ".join(
+                f"{k} {v[-1]['wall_s']:.1f}s" for k, v in runs.items()), file=sys.stderr)  # fmt: skip
+    checks = len(models.CASES)
+    result: dict[str, Any] = {"checks": checks, "runs": runs, "variants": {}}
+    off = statistics.median(r["cpu_s"] for r in runs["off"])
+    for name, found in runs.items():
+        cpu = statistics.median(r["cpu_s"] for r in found)
+        result["variants"][name] = {
+            "median_wall_s": statistics.median(r["wall_s"] for r in found),
+            "median_cpu_s": cpu,
+            "cpu_vs_off": cpu / off,
+            "added_cpu_per_check_s": (cpu - off) / checks,
+            "summary": found[0]["summary"],
+        }
+    return result
+
+
+def session_table(result: dict[str, Any]) -> str:
+    lines = [
+        "| variant | session wall s | session CPU s | CPU vs off | added CPU per check s | outcome |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in result["variants"].items():
+        lines.append(
+            f"| {name} | {v['median_wall_s']:.1f} | {v['median_cpu_s']:.1f} | "
+            f"{v['cpu_vs_off']:.2f}x | {v['added_cpu_per_check_s']:+.3f} | {v['summary']} |"
+        )
+    return "\n".join(lines)
+
+
 def _git(*args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
     return done.stdout.strip()
@@ -128,13 +211,20 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES))
     parser.add_argument("--platforms", default="tpu,cuda")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--sessions", action="store_true", help="whole pytest sessions")
+    parser.add_argument("--base-src", type=Path, default=None)
     options = parser.parse_args()
     from importlib.metadata import version
 
     started = time.time()
     load_start = os.getloadavg()
     platforms = tuple(options.platforms.split(","))
-    cases = {name: bench(name, platforms, options.reps) for name in options.cases.split(",")}
+    cases: dict[str, Any] = {}
+    measured: dict[str, Any] = {}
+    if options.sessions:
+        measured["sessions"] = sessions(options.reps, options.base_src)
+    else:
+        cases = {name: bench(name, platforms, options.reps) for name in options.cases.split(",")}
     results = {
         "machine": {
             "nproc": os.cpu_count(),
@@ -151,10 +241,11 @@ def main() -> None:
         "duration_s": time.time() - started,
         "reps": options.reps,
         "cases": cases,
+        **measured,
     }
     options.output.parent.mkdir(parents=True, exist_ok=True)
     options.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(table(results))
+    print(session_table(measured["sessions"]) if options.sessions else table(results))
 
 
 def table(results: dict[str, Any]) -> str:
