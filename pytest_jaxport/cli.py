@@ -151,6 +151,8 @@ def _merge(args: argparse.Namespace) -> int:
         print(said)
     tests = len(result.report["tests"])
     verdict = f"{len(result.drifts)} output drift(s)" if result.drifts else "consistent"
+    if not result.comparisons:
+        verdict = "nothing compared (no leg saved outputs: run them with --jaxport-save-outputs)"
     print(
         f"jaxport merge: {len(paths)} leg(s), {tests} test(s), "
         f"{result.comparisons} output comparison(s): {verdict}; wrote {output}"

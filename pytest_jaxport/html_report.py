@@ -264,7 +264,7 @@ def _tile(value: str, label: str, href: str | None, cls: str = "") -> str:
 def _header(view: ReportView) -> str:
     head = view.headline
     failed, violations = head.failed_tests, head.violations
-    findings = sum(len(g.problems) for g in view.problems if g.kind != "violation")
+    findings = sum(len(g.problems) for g in view.problems if g.kind in ("not-lowered", "numerics"))
     audited = view.audit is not None and view.unit == "computation"
     tiles = [
         _tile(number(head.tests), "portable tests", "#matrix"),
@@ -371,7 +371,7 @@ def _problems(view: ReportView) -> str:
                 f'</summary><table class="items">{head}<tbody>{"".join(rows[GROUP_ROWS:])}'
                 "</tbody></table></details>"
             )
-        cls = "group" if group.kind in ("violation", "failure") else "group finding"
+        cls = "group" if group.kind in ("violation", "drift", "failure") else "group finding"
         groups.append(
             f'<div class="{cls}" id="{_group_anchor(group)}"><h3>{_e(group.title)} '
             f'<span class="muted">{_e(group.summary())}</span></h3>{table}</div>'
@@ -391,8 +391,8 @@ def _problems(view: ReportView) -> str:
         '<section id="problems" class="problems" aria-labelledby="problems-h">'
         '<h2 id="problems-h">Problems</h2>'
         f'<p class="note">{plural(view.problem_count, "problem")} in '
-        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, then "
-        "checks that do not lower or run (findings that fail no test unless must_lower says "
+        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, outputs "
+        "that drift across CI legs, then checks that do not lower or run (findings that fail no test unless must_lower says "
         f"so), numerics mismatches, and tests that failed for another reason. Hover a row for "
         f"the kernels or the full error.</p>{overview}{''.join(groups)}</section>"
     )

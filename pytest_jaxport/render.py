@@ -347,6 +347,9 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         said = []
     if head.audit_failures:
         said.append(f"{plural(head.audit_failures, 'suite audit failure')} (no test's)")
+    drifts = sum(len(g.problems) for g in groups if g.kind == "drift")
+    if drifts:
+        said.append(plural(drifts, "output drift") + " across legs")
     if findings:
         said.append(
             f"{plural(findings, 'finding')} that fail{'s' if findings == 1 else ''} no test"

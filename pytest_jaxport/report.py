@@ -58,10 +58,11 @@ Version 1 reports (``violations[].message`` and ``tests[].message`` as sentences
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform as _platform
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -486,6 +487,36 @@ def suite_rewrite(
             target, items, model=model, tooling_assumptions=tooling_assumptions, priced=priced
         )
     return estimates
+
+
+def suite_numbers(
+    tests: Sequence[Mapping[str, Any]],
+    *,
+    migrate_to: Iterable[str],
+    model: CostModel,
+    tooling: Mapping[str, Any] | None = None,
+    price: Callable[[RewriteItem], float | None] | None = None,
+) -> dict[str, Any]:
+    """The three numbers of a suite, for ``summary``: runtime share per platform, kernels to
+    rewrite and engineering days per target (with the breakdown and the cost model), and the
+    tooling scan where there is one. One computation for a run and for ``jaxport merge``."""
+    estimates = suite_rewrite(
+        tests,
+        migrate_to=migrate_to,
+        model=model,
+        tooling_assumptions=len(tooling.get("assumptions") or ()) if tooling else 0,
+        price=price,
+    )
+    numbers: dict[str, Any] = {
+        "runtime_share": suite_shares(tests),
+        "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
+        "rewrite_days": {t: e.days for t, e in estimates.items()},
+        "rewrite": {t: e.to_dict() for t, e in estimates.items()},
+        "cost_model": dataclasses.asdict(model),
+    }
+    if tooling is not None:
+        numbers["tooling"] = dict(tooling)
+    return numbers
 
 
 def build_report(

@@ -8,7 +8,6 @@ pytest-xdist workers send it to the controller, which alone writes files and the
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Generator
@@ -446,9 +445,8 @@ class JaxportSession:
 
     def numbers(self, tests: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
         """The three numbers for the summary."""
-        from pytest_jaxport.report import suite_rewrite, suite_shares
+        from pytest_jaxport.report import suite_numbers
 
-        tooling = self.tooling_scan()
         model = self.cost_model()
         hook = self.config.hook.pytest_jaxport_rewrite_cost
 
@@ -458,23 +456,13 @@ class JaxportSession:
             days = hook(item=item, target=item.target, model=model)
             return None if days is None else float(days)
 
-        estimates = suite_rewrite(
+        return suite_numbers(
             tests,
             migrate_to=self.project.migrate_to,
             model=model,
-            tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
+            tooling=self.tooling_scan(),
             price=price,
         )
-        numbers: dict[str, Any] = {
-            "runtime_share": suite_shares(tests),
-            "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
-            "rewrite_days": {t: e.days for t, e in estimates.items()},
-            "rewrite": {t: e.to_dict() for t, e in estimates.items()},
-            "cost_model": dataclasses.asdict(model),
-        }
-        if tooling is not None:
-            numbers["tooling"] = tooling
-        return numbers
 
     def tooling_violation(self) -> str | None:
         setting = self.project.resolve().budget("cpu").max_tooling_assumptions
