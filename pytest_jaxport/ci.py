@@ -53,11 +53,9 @@ def ci_settings(config: pytest.Config) -> CISettings:
         outputs_dir = (here / value).resolve()
         if outputs_dir.exists() and not outputs_dir.is_dir():
             raise ConfigError(f"--jaxport-save-outputs {value}: {outputs_dir} is not a folder")
-        report = config.getoption("jaxport_report")
-        if report and report != "-" and Path(report).suffix == ".json":
-            outputs_base = (here / report).resolve().parent
-        else:
-            outputs_base = outputs_dir
+        reports = [r for r in config.getoption("jaxport_report") or () if r != "-"]
+        report = next((r for r in reports if Path(r).suffix == ".json"), None)
+        outputs_base = outputs_dir if report is None else (here / report).resolve().parent
     update = bool(config.getoption("jaxport_baseline_update"))
     name = config.getoption("jaxport_baseline")
     if update and not name:

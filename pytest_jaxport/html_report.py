@@ -392,8 +392,9 @@ def _problems(view: ReportView) -> str:
         '<h2 id="problems-h">Problems</h2>'
         f'<p class="note">{plural(view.problem_count, "problem")} in '
         f"{plural(len(view.problems), 'group')}: violations by budget key and platform, outputs "
-        "that drift across CI legs, then checks that do not lower or run (findings that fail no test unless must_lower says "
-        f"so), numerics mismatches, and tests that failed for another reason. Hover a row for "
+        "that drift across CI legs, then checks that do not lower or run (findings that fail "
+        "no test unless must_lower says so), numerics mismatches, and tests that failed for "
+        "another reason. Hover a row for "
         f"the kernels or the full error.</p>{overview}{''.join(groups)}</section>"
     )
 

@@ -9,6 +9,7 @@ test calls ``jaxport.check``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,12 +47,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
     group.addoption(
         "--jaxport-report",
+        action="append",
         nargs="?",
         const="-",
         default=None,
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
-        "(.json, .md or .html, by suffix).",
+        "(.json, .md or .html, by suffix; give the option once per file). Put it after the "
+        "test paths, or write --jaxport-report=PATH.",
     )
     add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
     parser.addini(
@@ -215,18 +218,30 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
     )
 
 
-def _check_report_target(target: str | None, config: pytest.Config) -> None:
-    if target is None or target == "-":
-        return
-    path = Path(target)
-    if path.suffix not in REPORT_SUFFIXES:
+def _check_report_targets(targets: Sequence[str] | None, config: pytest.Config) -> None:
+    """Each ``--jaxport-report`` PATH ends in a report suffix; a test path the option took as
+    its PATH (``--jaxport-report tests/test_x.py``) is refused saying how to write it."""
+    for target in targets or ():
+        if target == "-":
+            continue
+        path = Path(target)
+        if path.suffix in REPORT_SUFFIXES:
+            continue
+        node_path = target.partition("::")[0]
+        if (
+            "::" in target
+            or path.suffix == ".py"
+            or (config.invocation_params.dir / node_path).exists()
+        ):
+            raise ConfigError(
+                f"--jaxport-report took the test path {target!r} as its report PATH: put "
+                "--jaxport-report after the test paths, or give the PATH with '=' "
+                f"(--jaxport-report=report.json {target})"
+            )
         raise ConfigError(
             f"--jaxport-report {target}: expected a path ending in "
             f"{' or '.join(REPORT_SUFFIXES)}, found suffix {path.suffix or '(none)'!r}"
         )
-    folder = (Path(config.invocation_params.dir) / path).parent
-    if not folder.is_dir():
-        raise ConfigError(f"--jaxport-report {target}: folder {folder} does not exist")
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
@@ -255,7 +270,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"among the platforms, found {', '.join(project.platforms)}"
             )
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
-        _check_report_target(config.getoption("jaxport_report"), config)
+        _check_report_targets(config.getoption("jaxport_report"), config)
         _check_display(config, project)
         settings = _compile_settings(config, project)
         ci = ci_settings(config)

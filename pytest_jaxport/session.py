@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,12 +63,17 @@ class JaxportSession:
         self,
         config: pytest.Config,
         project: ProjectConfig,
-        report: str | None,
+        report: str | Sequence[str] | None,
         compile_settings: CompileSettings | None = None,
     ) -> None:
         self.config = config
         self.project = project
-        self.report_target = report
+        targets = [report] if isinstance(report, str) else list(report or ())
+        self.report_files: tuple[str, ...] = tuple(t for t in targets if t != "-")
+        """Every ``--jaxport-report=PATH`` given, as given: each is written, by its suffix."""
+        self.report_target: str | None = (self.report_files or ("-",))[0] if targets else None
+        """``None`` without ``--jaxport-report``; ``-`` for the terminal only; else the first
+        file (all of them: :attr:`report_files`)."""
         self.compile_settings = compile_settings or CompileSettings()
         self.tests: dict[str, dict[str, Any]] = {}
         self.is_worker = hasattr(config, "workerinput")
@@ -77,8 +82,8 @@ class JaxportSession:
         """Bumped whenever a test's record changes; ``build`` reuses its report until then."""
         self._built: tuple[int, dict[str, Any]] | None = None
         self._view: tuple[dict[str, Any], ReportView] | None = None
-        self._written: str | None = None
-        """The report file written this session, as given (for the terminal's one line)."""
+        self._written: list[str] = []
+        """The report files written this session, as given (for the terminal's one line)."""
         self._classifiers: dict[str, Any] = {}
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
         self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
@@ -86,6 +91,9 @@ class JaxportSession:
         """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
         self.audit: AuditSession | None = None
         """The suite audit, when ``--jaxport-audit`` is on (plugin.py sets it)."""
+        self.hook_errors: dict[str, str] = {}
+        """Per jaxport hook a user's implementation of which raised at the end of the run,
+        what it raised and where (said once; the report is built without it)."""
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -127,6 +135,7 @@ class JaxportSession:
 
         @functools.cache
         def classify_op(platform: str, op: str, target: str | None) -> Classification:
+            __tracebackhide__ = True  # the user's hook error shows their conftest
             if hook.get_hookimpls():
                 found = hook(platform=platform, op=op, target=target, level=level)
                 if found is not None:
@@ -310,13 +319,33 @@ class JaxportSession:
         """Why a test failed, for the report: the exception's line and where it was raised."""
         crash = getattr(report.longrepr, "reprcrash", None)
         message = getattr(crash, "message", None) or str(report.longrepr or "")
-        where = None
-        if crash is not None and getattr(crash, "path", None):
-            path = Path(crash.path)
-            if path.is_relative_to(self.config.rootpath):
-                path = path.relative_to(self.config.rootpath)
-            where = f"{path.as_posix()}:{crash.lineno}"
-        return {"message": message[:ERROR_LIMIT], "where": where, "when": report.when}
+        return {"message": message[:ERROR_LIMIT], "where": self._where(report), "when": report.when}
+
+    def _where(self, report: pytest.TestReport) -> str | None:
+        """The project's line the failure went through last (``tests/test_m.py:12``): where
+        it was raised, or, when that is inside an installed library (numpy's assertions), the
+        deepest frame of the project's own code; never a virtual env's absolute path."""
+        longrepr = report.longrepr
+        crash = getattr(longrepr, "reprcrash", None)
+        entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", None) or ()
+        places = [(getattr(crash, "path", None), getattr(crash, "lineno", None))]
+        for entry in reversed(entries):
+            location = getattr(entry, "reprfileloc", None)
+            places.append((getattr(location, "path", None), getattr(location, "lineno", None)))
+        root = self.config.rootpath
+        for path, line in places:
+            if not path or line is None:
+                continue
+            found = Path(path)
+            if not found.is_absolute():
+                found = Path(self.config.invocation_params.dir) / found
+            if not found.is_relative_to(root):
+                continue
+            shown = found.relative_to(root)
+            if {"site-packages", "dist-packages"} & set(shown.parts):
+                continue  # a virtual env inside the project
+            return f"{shown.as_posix()}:{line}"
+        return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._revision += 1
@@ -427,8 +456,12 @@ class JaxportSession:
 
             from pytest_jaxport.tooling import RULES, scan_tree, summarize
 
-            extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
-                config=self.config) for r in rules]  # fmt: skip
+            try:
+                extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
+                    config=self.config) for r in rules]  # fmt: skip
+            except Exception as e:  # the user's hook: said at the end, never a crash
+                self._hook_raised("pytest_jaxport_tooling_rules", e)
+                extra = []
             started = time.perf_counter()
             found = scan_tree(
                 self.config.rootpath, exclude=self.project.scan_exclude, rules=(*RULES, *extra)
@@ -451,10 +484,14 @@ class JaxportSession:
         hook = self.config.hook.pytest_jaxport_rewrite_cost
 
         def price(item: Any) -> float | None:
-            if not hook.get_hookimpls():
+            if not hook.get_hookimpls() or "pytest_jaxport_rewrite_cost" in self.hook_errors:
                 return None
-            days = hook(item=item, target=item.target, model=model)
-            return None if days is None else float(days)
+            try:
+                days = hook(item=item, target=item.target, model=model)
+                return None if days is None else float(days)
+            except Exception as e:  # the user's hook: said at the end, never a crash
+                self._hook_raised("pytest_jaxport_rewrite_cost", e)
+                return None
 
         return suite_numbers(
             tests,
@@ -463,6 +500,34 @@ class JaxportSession:
             tooling=self.tooling_scan(),
             price=price,
         )
+
+    def _hook_raised(self, name: str, error: Exception) -> None:
+        """Record that the user's implementation of hook ``name`` raised ``error``: its
+        type, message and the line that raised it (the user's, not the plugin's)."""
+        import traceback
+
+        frames = traceback.extract_tb(error.__traceback__)
+        where = ""
+        if frames:
+            path = Path(frames[-1].filename)
+            if path.is_relative_to(self.config.rootpath):
+                path = path.relative_to(self.config.rootpath)
+            where = f" at {path.as_posix()}:{frames[-1].lineno}"
+        message = str(error).splitlines()[0] if str(error) else ""
+        self.hook_errors.setdefault(
+            name, f"{type(error).__name__}{': ' + message if message else ''}{where}"
+        )
+
+    def hook_problems(self) -> list[str]:
+        """One line per jaxport hook of the user's that raised, and what was done instead."""
+        instead = {
+            "pytest_jaxport_rewrite_cost": "rewrite days are priced by the cost model",
+            "pytest_jaxport_tooling_rules": "the tooling scan used the built-in rules only",
+        }
+        return [
+            f"jaxport: your {name} hook raised {said}; {instead.get(name, 'it was ignored')}"
+            for name, said in self.hook_errors.items()
+        ]
 
     def tooling_violation(self) -> str | None:
         setting = self.project.resolve().budget("cpu").max_tooling_assumptions
@@ -546,7 +611,7 @@ class JaxportSession:
             return
         from pytest_jaxport.render import render_text
 
-        written = self._written if self.report_target != "-" else None
+        written = ", ".join(self._written) or None
         terminalreporter.write_sep("=", "jaxport portability report")
         terminalreporter.write_line(render_text(self.view(), self.display(), written_to=written))
         if written is not None:
@@ -557,39 +622,55 @@ class JaxportSession:
         if self.is_worker:
             return
         self._update_baseline(session)
+        if self.report_target is not None:
+            self.build()  # runs the user's cost and tooling hooks, once
+        problems = self.hook_problems()
+        if problems:
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                for line in problems:
+                    terminal.write_line(line, red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         problem = self.tooling_violation()
         if problem is not None:
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:
                 terminal.write_line(problem, red=True)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if not self.report_target or self.report_target == "-":
+        if not self.report_files:
             return
+        for target in self.report_files:
+            path = Path(self.config.invocation_params.dir) / target
+            try:
+                self._write_report(path)
+            except OSError as e:
+                terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+                if terminal is not None:
+                    terminal.write_line(
+                        f"jaxport: could not write the report {path}: {e}", red=True
+                    )
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+                continue
+            self._written.append(target)
+        if self._written:
+            self._step_summary()
+
+    def _write_report(self, path: Path) -> None:
+        """Write the report to ``path`` in the format its suffix names, creating its folder
+        (as pytest does for ``--junitxml``)."""
         from pytest_jaxport.report import write_json, write_text
 
-        path = Path(self.report_target)
-        if not path.is_absolute():
-            path = Path(self.config.invocation_params.dir) / path
-        report = self.build()
-        try:
-            if path.suffix == ".md":
-                from pytest_jaxport.render import render_markdown
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".md":
+            from pytest_jaxport.render import render_markdown
 
-                write_text(path, render_markdown(self.view(), self.display()))
-            elif path.suffix == ".html":
-                from pytest_jaxport.html_report import render_html
+            write_text(path, render_markdown(self.view(), self.display()))
+        elif path.suffix == ".html":
+            from pytest_jaxport.html_report import render_html
 
-                write_text(path, render_html(self.view(), self.display()))
-            else:
-                write_json(path, report)
-        except OSError as e:
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            if terminal is not None:
-                terminal.write_line(f"jaxport: could not write the report {path}: {e}", red=True)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        self._written = str(self.report_target)
-        self._step_summary()
+            write_text(path, render_html(self.view(), self.display()))
+        else:
+            write_json(path, self.build())
 
     def _step_summary(self) -> None:
         """Append the Markdown report to ``$GITHUB_STEP_SUMMARY``, within its size limit."""

@@ -192,7 +192,13 @@ FAILURE_TITLES: Mapping[str, str] = {
     "baseline": "counts grew since the baseline",
     "outputs": "outputs could not be saved",
 }
-PROBLEM_KINDS: tuple[ProblemKind, ...] = ("violation", "drift", "not-lowered", "numerics", "failure")
+PROBLEM_KINDS: tuple[ProblemKind, ...] = (
+    "violation",
+    "drift",
+    "not-lowered",
+    "numerics",
+    "failure",
+)
 DRIFT_KEY = "outputs differ across legs"
 """A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
 on another (``jaxport merge``); the test fails in the merged report."""

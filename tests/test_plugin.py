@@ -631,12 +631,52 @@ def test_bad_cli_values_are_usage_errors(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--jaxport-platforms=cpu,gpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--jaxport-platforms: unknown platform 'gpu'*"])
-    result = pytester.runpytest("--jaxport-report=missing/report.json")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--jaxport-report missing/report.json: folder*does not exist"])
     result = pytester.runpytest("--jaxport-report=report.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*expected a path ending in .json or .md or .html*"])
+
+
+def test_several_report_formats_in_one_run_missing_folders_created(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(
+        test_formats="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable
+        def test_formats(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+        """
+    )
+    result = project.runpytest(
+        "--jaxport-report=r.json", "--jaxport-report=out/r.md", "--jaxport-report=a/b/r.html"
+    )
+    result.assert_outcomes(passed=1)
+    assert json.loads((project.path / "r.json").read_text())["summary"]["checks"] == 1
+    assert (project.path / "out" / "r.md").read_text().startswith("## pytest-jaxport")
+    assert (project.path / "a" / "b" / "r.html").read_text().startswith("<!DOCTYPE html>")
+    result.stdout.fnmatch_lines(["jaxport: full report written to r.json, out/r.md, a/b/r.html"])
+    assert result.stdout.str().count("jaxport portability report") == 1
+
+
+@pytest.mark.parametrize("taken", ["test_x.py", "test_x.py::test_x", "tests"])
+def test_report_option_taking_a_test_path_says_how_to_write_it(
+    pytester: pytest.Pytester, taken: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    pytester.mkdir("tests")
+    result = pytester.runpytest("--jaxport-report", taken)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"ERROR: jaxport: --jaxport-report took the test path {taken!r} as its report PATH: put "
+        "--jaxport-report after the test paths, or give the PATH with '=' "
+        f"(--jaxport-report=report.json {taken})"
+    ])  # fmt: skip
+    # After the path (or with '='), the option prints the report and the path is collected.
+    result = pytester.runpytest("test_x.py", "--jaxport-report")
+    result.assert_outcomes(passed=1)
 
 
 def test_cli_platforms_override(project: pytest.Pytester) -> None:
