@@ -37,10 +37,12 @@ def _show(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     view = build_view(report)
     if options.platform is not None and options.platform not in view.platforms:
+        from pytest_jaxport.config import gpu_hint
+
         return _fail(
             "show",
             f"--platform {options.platform}: {args.report} has no such platform "
-            f"(it has {', '.join(view.platforms) or 'none'})",
+            f"(it has {', '.join(view.platforms) or 'none'}){gpu_hint(options.platform)}",
         )
     renderers: dict[str, Callable[[ReportView, DisplayOptions], str]] = {
         "text": render_text,

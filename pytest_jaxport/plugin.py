@@ -29,7 +29,9 @@ from pytest_jaxport.config import (
     ConfigError,
     ProjectConfig,
     compile_platforms,
+    gpu_hint,
     load_project,
+    misspelt_tables,
     portable,
 )
 from pytest_jaxport.display import add_display_options
@@ -135,6 +137,15 @@ def _pyproject(config: pytest.Config) -> Path | None:
         return inipath
     candidate = config.rootpath / "pyproject.toml"
     return candidate if candidate.is_file() else None
+
+
+def _warn_at(config: pytest.Config, warning: Warning, path: Path | None, line: int) -> None:
+    """Issue a configuration warning located at ``path:line`` (the user's pyproject.toml),
+    through pytest's public ``issue_config_time_warning`` (so ``-W error`` and
+    ``filterwarnings`` apply): its ``stacklevel`` frame is a one-line call compiled under
+    that file name and line, where the plugin's own line would say nothing to the user."""
+    code = compile("\n" * (line - 1) + "issue(warning, stacklevel=2)", str(path), "exec")
+    exec(code, {"issue": config.issue_config_time_warning, "warning": warning})
 
 
 def _display(path: Path, config: pytest.Config) -> str:
@@ -254,13 +265,18 @@ def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
     if platform is not None and platform not in project.platforms:
         raise ConfigError(
             f"--jaxport-report-platform {platform}: expected one of the platforms "
-            f"{', '.join(project.platforms)}, found {platform!r}"
+            f"{', '.join(project.platforms)}, found {platform!r}{gpu_hint(platform)}"
         )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _marker_help())
     path = _pyproject(config)
+    for said, line in misspelt_tables(path, display=_display(path, config) if path else None):
+        try:
+            _warn_at(config, pytest.PytestConfigWarning(said), path, line)
+        except pytest.PytestConfigWarning:  # -W error: the user's mistake, not an INTERNALERROR
+            raise pytest.UsageError(f"jaxport: {said}") from None
     try:
         project = load_project(path, display=_display(path, config) if path else None)
         project = _apply_cli(project, config.getoption("jaxport_platforms"))

@@ -679,6 +679,63 @@ def test_report_option_taking_a_test_path_says_how_to_write_it(
     result.assert_outcomes(passed=1)
 
 
+GPU_HINT = (
+    "unknown platform 'gpu' ('gpu' is JAX's name for either GPU backend: write 'cuda' for "
+    "NVIDIA, 'rocm' for AMD, or both); expected one of cpu, cuda, rocm, tpu"
+)
+
+
+def test_gpu_as_a_platform_says_it_means_cuda_or_rocm(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_gpu="""
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable(must_lower=["gpu"])
+        def test_gpu(jaxport):
+            jaxport.check(jnp.tanh, jnp.ones(3))
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*portable on test_gpu.py::test_gpu: must_lower: {GPU_HINT}"])
+    result = pytester.runpytest("--jaxport-platforms=cpu,gpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: --jaxport-platforms: {GPU_HINT}"])
+    result = pytester.runpytest("--jaxport-report-platform=gpu")
+    result.stderr.fnmatch_lines(["*found 'gpu' ('gpu' is JAX's name for either GPU backend: *"])
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "gpu"]\n')
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: pyproject.toml: {esc('[tool.jaxport]')} "
+                                 f"platforms: {GPU_HINT}"])  # fmt: skip
+    assert "did you mean 'tpu'" not in result.stderr.str()
+
+
+def test_a_misspelt_jaxport_table_is_warned_about_at_its_line(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject="[tool.pytest.ini_options]\naddopts = []\n\n[tool.jaxprot]\n"
+        'platforms = ["cpu"]\n\n[tool.jaxprot.budget]\nmax_custom_calls = 0\n',
+    )
+    pytester.makepyfile(test_x="def test_x(): pass")
+    said = (
+        "pyproject.toml: [[]tool.jaxprot[]] is not read by pytest-jaxport: did you mean "
+        "[[]tool.jaxport[]]? (its settings are ignored)"
+    )
+    result = pytester.runpytest("-q")
+    result.assert_outcomes(passed=1, warnings=1)  # one table, however many sub-tables
+    result.stdout.fnmatch_lines(
+        [f"*pyproject.toml:4: PytestConfigWarning: {said}", "    [[]tool.jaxprot[]]"]
+    )
+    assert "pytest_jaxport" not in result.stdout.str()
+    result = pytester.runpytest("-W", "error")  # strict runs refuse it, as a usage error
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: {said}"])
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu"]\n')
+    pytester.runpytest("-W", "error").assert_outcomes(passed=1)
+
+
 def test_cli_platforms_override(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_cli="""
