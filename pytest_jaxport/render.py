@@ -359,13 +359,15 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     headers = [wrap(f"{g.title} — {g.summary()}", indent="  ", hang="    ") for g in groups]
     if limit == 0:  # -q: every group's header, no rows
         quotas, hidden = [0] * len(groups), False
+        rows: list[list[list[str]]] = [[] for _ in groups]
     else:
-        sizes = [len(g.problems) for g in groups]
-        quotas, hidden = _allot(sizes, [len(h) for h in headers], limit)
-    for group, header, quota in zip(groups, headers, quotas, strict=False):
+        rows = [[_problem_line(p, g.rule) for p in g.problems] for g in groups]
+        costs = [[len(row) for row in group] for group in rows]
+        quotas, hidden = _allot(costs, [len(h) for h in headers], limit)
+    for group, group_rows, header, quota in zip(groups, rows, headers, quotas, strict=False):
         lines += header
-        for problem in group.problems[:quota]:
-            lines += _problem_line(problem, group.rule)
+        for row in group_rows[:quota]:
+            lines += row
         rest = len(group.problems) - quota
         if rest and limit != 0:
             lines.append(
@@ -381,6 +383,9 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
 
 
 def _problem_line(problem: Any, common: str) -> list[str]:
+    """A problem's row: the test, then the finding. A violation's fits one line (its group
+    says the rest); an error or a lowering failure may take a second line, where what to do
+    usually is (``did you mean ...``)."""
     prefix = f"    {problem.test}"
     named = f"{problem.check!r}: " if problem.check is not None else ""
     if problem.kind == "violation":
@@ -395,15 +400,20 @@ def _problem_line(problem: Any, common: str) -> list[str]:
     room = WIDTH - len(prefix) - 2
     if room < 30:  # a very long test id: the finding goes on its own line
         return [prefix, "      " + cut(rest, WIDTH - 6)]
-    return [f"{prefix}  {cut(rest, room)}"]
+    if problem.kind == "violation" or len(rest) <= room:
+        return [f"{prefix}  {cut(rest, room)}"]
+    first, *more = wrap(rest, width=room, hang="")
+    second = " ".join(more)
+    return [f"{prefix}  {first}", "      " + cut(second, WIDTH - 6)]
 
 
 def _allot(
-    sizes: Sequence[int], headers: Sequence[int], budget: int | None
+    rows: Sequence[Sequence[int]], headers: Sequence[int], budget: int | None
 ) -> tuple[list[int], bool]:
-    """Rows per group within ``budget`` lines, each group keeping its header (``headers``
-    lines) and, when cut, a "+N more" line: ``(quotas, whether groups were left out)``.
-    ``None``: every row."""
+    """Rows per group within ``budget`` lines (``rows``: per group, the lines each row
+    takes), each group keeping its header (``headers`` lines) and, when cut, a "+N more"
+    line: ``(quotas, whether groups were left out)``. ``None``: every row."""
+    sizes = [len(r) for r in rows]
     if budget is None:
         return list(sizes), False
     shown = len(sizes)
@@ -414,7 +424,8 @@ def _allot(
 
     def cost() -> int:
         return hidden + sum(
-            h + q + (q < s) for h, q, s in zip(headers, quotas, sizes, strict=False)
+            h + sum(r[:q]) + (q < s)
+            for h, r, q, s in zip(headers, rows, quotas, sizes, strict=False)
         )
 
     grew = True

@@ -91,6 +91,8 @@ class JaxportSession:
         """--jaxport-save-outputs and --jaxport-baseline (plugin.py sets them)."""
         self.audit: AuditSession | None = None
         """The suite audit, when ``--jaxport-audit`` is on (plugin.py sets it)."""
+        self._budget_failed: set[str] = set()
+        """Tests shown as ``P`` in the progress line (failed by their budget alone)."""
         self.hook_errors: dict[str, str] = {}
         """Per jaxport hook a user's implementation of which raised at the end of the run,
         what it raised and where (said once; the report is built without it)."""
@@ -210,7 +212,7 @@ class JaxportSession:
     def _judge(
         self, item: pytest.Item, report: pytest.TestReport, jaxport: Any, *, marked: bool
     ) -> None:
-        from pytest_jaxport.budget import evaluate
+        from pytest_jaxport.budget import evaluate, ways_out
         from pytest_jaxport.render import probe_text
 
         probes = list(jaxport.probes) if jaxport is not None else []
@@ -271,6 +273,7 @@ class JaxportSession:
             said = "\n".join(v.long_repr() for v in violations)
             if len(violations) > 1:
                 said += f"\n({len(violations)} portability budget violations in {item.nodeid})"
+            said += "".join(f"\n{line}" for line in ways_out(violations))
             if report.passed:
                 report.outcome = "failed"
                 report.longrepr = said
@@ -599,6 +602,7 @@ class JaxportSession:
             return None
         if record.get("error") or not (record.get("violations") or record.get("baseline_growth")):
             return None
+        self._budget_failed.add(report.nodeid)
         return "failed", "P", ("FAILED", {"red": True})
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -607,6 +611,13 @@ class JaxportSession:
         for line in (self.lowered_summary(), self.compile_summary()):
             if line is not None:
                 terminalreporter.write_line(line)
+        if self._budget_failed:  # the letter is ours: say what it means
+            from pytest_jaxport.view import plural
+
+            terminalreporter.write_line(
+                f"jaxport: P in the progress line is a test its portability budget failed "
+                f"({plural(len(self._budget_failed), 'test')}; counted as failed)"
+            )
         if self.report_target is None:
             return
         from pytest_jaxport.render import render_text

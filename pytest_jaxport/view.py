@@ -1068,13 +1068,24 @@ def _drifts(test: TestRow) -> list[Problem]:
     return problems
 
 
+def _without_test(error: str, nodeid: str) -> str:
+    """A test's error as its problem row shows it, next to the test's id: without the id
+    again nor pytest.fail's ``Failed:`` (``@pytest.mark.portable: unknown keyword ...``)."""
+    text = error.removeprefix("Failed: ")
+    for said in (f" on {nodeid}:", f"{nodeid}: ", f"{nodeid} "):
+        if said in text:
+            text = text.replace(said, ":" if said.endswith(":") else "", 1)
+            break
+    return text
+
+
 def _failures(test: TestRow) -> list[Problem]:
     """Why a test failed or errored, when it was not (only) a violation."""
     record = test.record
     problems = []
     if test.error is not None:
         key = "crashed" if record.get("crashed") else test.outcome
-        message = test.error.removeprefix(f"{test.nodeid} ")  # the row names the test
+        message = _without_test(test.error, test.nodeid)
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=key, message=message, found=key)
         )

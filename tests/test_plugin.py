@@ -736,6 +736,63 @@ def test_a_misspelt_jaxport_table_is_warned_about_at_its_line(pytester: pytest.P
     pytester.runpytest("-W", "error").assert_outcomes(passed=1)
 
 
+def test_failures_say_what_to_do(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_todo="""
+        import jax.numpy as jnp
+        import pytest
+        from models import my_kernel
+
+        def eig(a):
+            return jnp.linalg.eig(a)[0].real
+
+        def test_kernel(jaxport):  # the project's max_custom_calls = 0
+            jaxport.check(my_kernel, jnp.ones(3))
+
+        @pytest.mark.portable(must_lower=["cpu", "rocm", "tpu"])
+        def test_eig(jaxport):
+            jaxport.check(eig, jnp.eye(3))
+
+        @pytest.mark.portable(max_custum_calls=0)
+        def test_typo(jaxport):
+            jaxport.check(jnp.tanh, jnp.ones(3))
+        """
+    )
+    (project.path / "conftest.py").write_text(
+        "import pytest\n\ndef pytest_collection_modifyitems(items):\n"
+        "    items[0].add_marker(pytest.mark.portable)\n"
+    )
+    result = project.runpytest("--jaxport-report", "-p", "no:randomly")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines([
+        "cpu: 1 custom call > 0 (max_custom_calls, set in pyproject.toml *); check 'my_kernel'*",
+        "*my_kernel*",
+        "to pass: remove the kernels above from the code, or raise max_custom_calls where it was "
+        "set (pyproject.toml *; a marker's @pytest.mark.portable(max_custom_calls=...) "
+        "overrides [[]tool.jaxport.budget[]]), or drop the limit and let a baseline keep the "
+        "count from growing (--jaxport-baseline=FILE --jaxport-baseline-update)",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "tpu: fails to lower (must_lower = [[]cpu, rocm, tpu[]], set in *test_eig); check 'eig'*",
+        "to pass: give the code a path that lowers on tpu (jax.lax.platform_dependent(..., "
+        "default=<plain jnp code>)), or narrow must_lower (set in *test_eig) to the platforms it "
+        "must run on: @pytest.mark.portable(must_lower=[[]'cpu', 'rocm'[]])",
+    ])  # fmt: skip
+    # P, the progress letter of a test its budget failed, is explained.
+    result.stdout.fnmatch_lines([
+        "test_todo.py PPF*",
+        "jaxport: P in the progress line is a test its portability budget failed (2 tests; "
+        "counted as failed)",
+    ])  # fmt: skip
+    # A failure's row keeps what matters: no "Failed:", no second copy of the test id, and a
+    # second line rather than a cut before the suggestion.
+    result = project.runpytest("--jaxport-report", "-k", "typo")
+    result.stdout.fnmatch_lines([
+        "    test_todo.py::test_typo  @pytest.mark.portable: unknown keyword 'max_custum_calls' *",
+        "      *'max_custom_calls'?*",
+    ])  # fmt: skip
+
+
 def test_cli_platforms_override(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_cli="""
