@@ -61,9 +61,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
     parser.addini(
         "verbosity_jaxport",
-        "how much the portability report shows: -1 headline and problem groups, 0 (the "
-        "default) capped problems and the top sites, 1 every problem and tests with findings, "
-        "2 every test; 'auto' follows -v/-q",
+        "how much the portability report shows: -2 one line, -1 the problem groups and the "
+        "headline, 0 (the default) capped problems, the top sites and the three numbers, 1 "
+        "every problem and tests with findings, 2 every test; 'auto' follows -v/-q",
         default="auto",
     )
     group.addoption(

@@ -237,6 +237,8 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     """The terminal report section. With ``written_to`` (the report also went to that file)
     only the problems and the headline, unless ``options`` ask for more."""
     view = view.select(options)
+    if options.verbosity < 0:
+        return "\n".join(fit(quiet_lines(view, options)))
     lines: list[str] = []
     level = options.detail_level()
     if level != "none":
@@ -247,6 +249,18 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
         lines += hotspot_lines(view, options)
     lines += headline_lines(view, options)
     return "\n".join(fit(lines))
+
+
+def quiet_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """``-q``: the problem groups (their headers) and the headline; ``-qq``: one line."""
+    head = view.headline
+    counts = head.setting() if view.unit == "computation" else f"{head.counts()}; {head.setting()}"
+    if options.verbosity < -1:
+        problems = plural(view.problem_count, "problem") if view.problems else "no problems"
+        if view.unit == "computation":
+            return [f"jaxport audit: {problems} (-q for the groups)"]
+        return [f"jaxport: {head.counts()}; {problems} (-q for the groups)"]
+    return [*problem_lines(view, options), *wrap(counts, hang="  ")]
 
 
 def fit(lines: Iterable[str]) -> list[str]:
