@@ -203,12 +203,26 @@ def _layer_legend() -> str:
 
 
 def _badge(row: ShareRow) -> str:
-    return f'<span class="badge {row.basis}">{_e(row.label)}</span>'
+    """The basis in a few words (``estimated ±37``); the full wording is its tooltip and is
+    spelled out once under the table: a badge that wraps nothing keeps the table narrow."""
+    short = row.short or row.label
+    title = f' title="{_e(row.label)}"' if row.label != short else ""
+    return f'<span class="badge {row.basis}"{title}>{_e(short)}</span>'
+
+
+def _basis_notes(rows: Sequence[ShareRow]) -> str:
+    """Each abbreviated basis spelled out once (``estimated ±37: estimated (roofline ...)``)."""
+    said = dict.fromkeys((r.short, r.label) for r in rows if r.short and r.short != r.label)
+    if not said:
+        return ""
+    items = "".join(f"<li><strong>{_e(short)}</strong>: {_e(label)}</li>" for short, label in said)
+    return f'<ul class="basis">{items}</ul>'
 
 
 def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) -> str:
     """One row per platform: label, basis badge, the bar (unless ``bars`` is false: a large
-    report's per-check tables), the fractions, libraries, time."""
+    report's per-check tables), the fractions, libraries, time; then each basis in full. In
+    a scrolling box, so it never widens the page (1280 to 1920 pixels: tests/test_html_report)."""
     if not rows:
         return ""
     body = "".join(
@@ -222,12 +236,12 @@ def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) ->
     )
     head = "".join(f'<th scope="col" class="num">{k}</th>' for k in SHARE_LAYERS)
     return (
-        f'<table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
+        f'<div class="scroll"><table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
         '<th scope="col">platform</th><th scope="col">basis</th>'
         + ('<th scope="col">where the time goes</th>' if bars else "")
         + f'{head}<th scope="col">libraries</th>'
         + f'<th scope="col" class="num">time per call</th></tr></thead><tbody>{body}'
-        "</tbody></table>"
+        f"</tbody></table></div>{_basis_notes(rows)}"
     )
 
 
@@ -942,6 +956,10 @@ tbody th { font-weight: 600; }
 .num { text-align: right; white-space: nowrap; }
 td.barcell { vertical-align: middle; padding: 4px 10px; }
 .libs, .reason { color: var(--muted); max-width: 340px; }
+table.shares td.libs { min-width: 160px; }
+table.shares td.barcell { width: 360px; }
+table.shares svg.bar { width: 100%; min-width: 220px; max-width: 360px; height: auto; }
+ul.basis { list-style: none; padding: 0; margin: 0 0 12px; font-size: 12.5px; color: var(--muted); }
 tr.total th, tr.total td { border-top: 2px solid var(--line); }
 code { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", "DejaVu Sans Mono",
   "Liberation Mono", monospace; overflow-wrap: break-word; }
