@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 import shutil
@@ -363,8 +364,8 @@ MEASURE = """<script>
 window.addEventListener("load", () => {
   const tables = [...document.querySelectorAll("table.shares")].map((t) => {
     const box = t.parentElement;
-    const cell = (css) => { const c = t.querySelector(css); return c ? c.getBoundingClientRect() : null; };
-    const libs = cell("td.libs"), time = cell("thead th:last-child");
+    const libs = t.querySelector("td.libs").getBoundingClientRect();
+    const time = t.querySelector("thead th:last-child").getBoundingClientRect();
     return {caption: t.caption.textContent, boxOverflow: box.scrollWidth - box.clientWidth,
             boxRight: box.getBoundingClientRect().right, libs: libs.width, timeRight: time.right};
   });
@@ -392,8 +393,7 @@ def measure_in_chromium(page: str, tmp: Path, width: int) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr[-3000:]
     found = re.search(r'<pre id="measured">(.*?)</pre>', done.stdout, re.S)
     assert found, done.stdout[-2000:]
-    data: dict[str, Any] = json.loads(html_report.escape(found.group(1), quote=False)
-                                      .replace("&amp;", "&").replace("&quot;", '"'))  # fmt: skip
+    data: dict[str, Any] = json.loads(html.unescape(found.group(1)))
     return data
 
 
