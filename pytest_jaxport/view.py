@@ -1072,11 +1072,9 @@ def _without_test(error: str, nodeid: str) -> str:
     """A test's error as its problem row shows it, next to the test's id: without the id
     again nor pytest.fail's ``Failed:`` (``@pytest.mark.portable: unknown keyword ...``)."""
     text = error.removeprefix("Failed: ")
-    for said in (f" on {nodeid}:", f"{nodeid}: ", f"{nodeid} "):
-        if said in text:
-            text = text.replace(said, ":" if said.endswith(":") else "", 1)
-            break
-    return text
+    if text.startswith(nodeid):
+        return text.removeprefix(nodeid).removeprefix(":").lstrip()
+    return text.replace(f" on {nodeid}:", ":", 1)  # "@pytest.mark.portable on t.py::t: ..."
 
 
 def _failures(test: TestRow) -> list[Problem]:
