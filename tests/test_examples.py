@@ -449,6 +449,12 @@ def test_the_docs_show_the_demos_output_as_it_is(demo: DemoRun) -> None:
     from pytest_jaxport.display import DisplayOptions
     from pytest_jaxport.render import render_text
 
+    jax_version = tuple(int(x) for x in demo.report["environment"]["jax"].split(".")[:2])
+    if jax_version < (0, 7):
+        pytest.skip(
+            "the docs show the demo as jax 0.7+ counts it: jax 0.6 runs its cuda kernel as a "
+            "Pallas Triton kernel, not Mosaic GPU (docs/compatibility.md)"
+        )
     view = build_view(demo.report)
     printed = {
         "failure": demo.output.splitlines(),
