@@ -17,7 +17,6 @@ from pytest_jaxport.model.tooling import ToolingRule
 from pytest_jaxport.version import __version__
 
 
-
 def __getattr__(name: str) -> Any:
     # JaxportWarning is a pytest warning: imported on first use, so that importing the
     # package (or its pure parts, from the `jaxport` command) never imports pytest.

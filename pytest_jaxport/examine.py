@@ -336,6 +336,7 @@ class Examiner:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
         lowered now go to the cache. ``caller``: see :meth:`relative`."""
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():
