@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Mapping
@@ -108,6 +109,7 @@ def leg_report(
     report["summary"].update(
         suite_numbers(checks_of(report["tests"]), migrate_to=("rocm", "tpu"), model=CostModel())
     )
+    report["summary"]["cost_model"] = dataclasses.asdict(CostModel())
     return report
 
 
