@@ -38,10 +38,12 @@ def _show(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     view = build_view(report)
     if options.platform is not None and options.platform not in view.platforms:
+        from pytest_jaxport.model.config import gpu_hint
+
         return _fail(
             "show",
             f"--platform {options.platform}: {args.report} has no such platform "
-            f"(it has {', '.join(view.platforms) or 'none'})",
+            f"(it has {', '.join(view.platforms) or 'none'}){gpu_hint(options.platform)}",
         )
     renderers: dict[str, Callable[[ReportView, DisplayOptions], str]] = {
         "text": render_text,
@@ -153,6 +155,8 @@ def _merge(args: argparse.Namespace) -> int:
         print(said)
     tests = len(result.report["tests"])
     verdict = f"{len(result.drifts)} output drift(s)" if result.drifts else "consistent"
+    if not result.comparisons:
+        verdict = "nothing compared (no leg saved outputs: run them with --jaxport-save-outputs)"
     print(
         f"jaxport merge: {len(paths)} leg(s), {tests} test(s), "
         f"{result.comparisons} output comparison(s): {verdict}; wrote {output}"

@@ -223,6 +223,7 @@ class Examiner:
         census. Without it (the audit) every platform's program may come from the lowered
         cache and nothing runs. ``caller``: see :meth:`relative`.
         """
+        __tracebackhide__ = True  # a user's error (a classify hook's) shows their code
         compiles = self._compile.platforms if fn is not None else ()
         cached = [p for p in platforms
                   if not (run is not None and p in present) and p not in compiles]  # fmt: skip
@@ -336,6 +337,7 @@ class Examiner:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
         lowered now go to the cache. ``caller``: see :meth:`relative`."""
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():

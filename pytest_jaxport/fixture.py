@@ -98,6 +98,11 @@ class Jaxport:
         self.lowered_stats = self._examiner.stats
         self.compile_stats = self._examiner.compile_stats
 
+    def __repr__(self) -> str:  # what a failing test's traceback shows for the fixture
+        return (
+            f"<jaxport fixture: platforms {', '.join(self.platforms)}; {len(self.probes)} checks>"
+        )
+
     @property
     def platforms(self) -> tuple[str, ...]:
         """The platforms this test's checks lower for."""
@@ -176,13 +181,46 @@ class Jaxport:
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
         value = self._probe(check_name, fn, args, kwargs, traced)
+        unrunnable = self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
                 variant, variant.args, {}, lowering.trace_variant(variant, gpus=gpus),
                 variant_of=check_name, transform=variant.transform,
             )  # fmt: skip
+        if unrunnable is not None:  # the probes are recorded: the report still has the counts
+            pytest.fail(f"jaxport.check({check_name!r}): {unrunnable}")
         return value
+
+    def _unrunnable(self, results: Mapping[str, PlatformProbe]) -> str | None:
+        """Why a check that ran on no platform fails its test at the ``check`` call: a
+        platform present here and in ``must_lower`` failed to lower or run. The budget fails
+        the test anyway; failing here puts the cause at the user's line, where returning
+        ``None`` would break the next one. ``None`` when something ran, or when no such
+        platform failed (``check`` returns ``None`` with a warning)."""
+        if any(r.executed for r in results.values()):
+            return None
+        for platform, result in results.items():
+            failure = result.error or result.execution_error
+            must = self._config.budget(platform).must_lower
+            if (
+                not result.present
+                or failure is None
+                or result.needs_hardware
+                or must is None
+                or platform not in must.value
+            ):
+                continue
+            stage = "fails to lower" if result.error else "fails to compile or run"
+            return (
+                f"{platform}: {stage}: {failure}\n"
+                f"It ran on no platform present here, so check() has no outputs to return, and "
+                f"{platform} is in must_lower (set in {must.origin}). Give the code a portable "
+                "path (jax.lax.platform_dependent(..., default=<plain jnp code>)), run a Pallas "
+                "kernel with interpret=True where its hardware is absent, or take "
+                f"{platform} out of must_lower."
+            )
+        return None
 
     def _transforms(self, check_name: str, given: Sequence[str] | None) -> tuple[str, ...]:
         """``check(transforms=...)``, else the marker's, else ``[tool.jaxport]``'s."""
@@ -332,6 +370,10 @@ class Jaxport:
                 # This JAX cannot run it (a kernel it cannot interpret): a note, never a failure.
                 message = not_emulated_message(found.emulation)
                 warn(JaxportWarning(f"check {check_name!r}: {message}"))
+        if not executions and self._unrunnable(results) is not None:
+            # The test fails at the check call with the cause (see _check): no warning.
+            note = "not executed: it failed on every platform present here"
+            return Probe(name=check_name, reference=reference, platforms=results, note=note), None
         if not executions:
             present = [p for p in results if results[p].present]
             failures = [

@@ -9,6 +9,7 @@ test calls ``jaxport.check``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,9 @@ from pytest_jaxport.model.config import (
     compile_platforms,
     emulate_platforms,
     emulated_among,
+    gpu_hint,
     load_project,
+    misspelt_tables,
     portable,
 )
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
@@ -51,19 +54,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
     group.addoption(
         "--jaxport-report",
+        action="append",
         nargs="?",
         const="-",
         default=None,
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
-        "(.json, .md or .html, by suffix).",
+        "(.json, .md or .html, by suffix; give the option once per file). Put it after the "
+        "test paths, or write --jaxport-report=PATH.",
     )
     add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
     parser.addini(
         "verbosity_jaxport",
-        "how much the portability report shows: -1 headline and problem groups, 0 (the "
-        "default) capped problems and the top sites, 1 every problem and tests with findings, "
-        "2 every test; 'auto' follows -v/-q",
+        "how much the portability report shows: -2 one line, -1 the problem groups and the "
+        "headline, 0 (the default) capped problems, the top sites and the three numbers, 1 "
+        "every problem and tests with findings, 2 every test; 'auto' follows -v/-q",
         default="auto",
     )
     group.addoption(
@@ -147,6 +152,15 @@ def _pyproject(config: pytest.Config) -> Path | None:
         return inipath
     candidate = config.rootpath / "pyproject.toml"
     return candidate if candidate.is_file() else None
+
+
+def _warn_at(config: pytest.Config, warning: Warning, path: Path | None, line: int) -> None:
+    """Issue a configuration warning located at ``path:line`` (the user's pyproject.toml),
+    through pytest's public ``issue_config_time_warning`` (so ``-W error`` and
+    ``filterwarnings`` apply): its ``stacklevel`` frame is a one-line call compiled under
+    that file name and line, where the plugin's own line would say nothing to the user."""
+    code = compile("\n" * (line - 1) + "issue(warning, stacklevel=2)", str(path), "exec")
+    exec(code, {"issue": config.issue_config_time_warning, "warning": warning})
 
 
 def _display(path: Path, config: pytest.Config) -> str:
@@ -250,18 +264,30 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
     )
 
 
-def _check_report_target(target: str | None, config: pytest.Config) -> None:
-    if target is None or target == "-":
-        return
-    path = Path(target)
-    if path.suffix not in REPORT_SUFFIXES:
+def _check_report_targets(targets: Sequence[str] | None, config: pytest.Config) -> None:
+    """Each ``--jaxport-report`` PATH ends in a report suffix; a test path the option took as
+    its PATH (``--jaxport-report tests/test_x.py``) is refused saying how to write it."""
+    for target in targets or ():
+        if target == "-":
+            continue
+        path = Path(target)
+        if path.suffix in REPORT_SUFFIXES:
+            continue
+        node_path = target.partition("::")[0]
+        if (
+            "::" in target
+            or path.suffix == ".py"
+            or (config.invocation_params.dir / node_path).exists()
+        ):
+            raise ConfigError(
+                f"--jaxport-report took the test path {target!r} as its report PATH: put "
+                "--jaxport-report after the test paths, or give the PATH with '=' "
+                f"(--jaxport-report=report.json {target})"
+            )
         raise ConfigError(
             f"--jaxport-report {target}: expected a path ending in "
             f"{' or '.join(REPORT_SUFFIXES)}, found suffix {path.suffix or '(none)'!r}"
         )
-    folder = (Path(config.invocation_params.dir) / path).parent
-    if not folder.is_dir():
-        raise ConfigError(f"--jaxport-report {target}: folder {folder} does not exist")
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
@@ -274,13 +300,18 @@ def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
     if platform is not None and platform not in project.platforms:
         raise ConfigError(
             f"--jaxport-report-platform {platform}: expected one of the platforms "
-            f"{', '.join(project.platforms)}, found {platform!r}"
+            f"{', '.join(project.platforms)}, found {platform!r}{gpu_hint(platform)}"
         )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _marker_help())
     path = _pyproject(config)
+    for said, line in misspelt_tables(path, display=_display(path, config) if path else None):
+        try:
+            _warn_at(config, pytest.PytestConfigWarning(said), path, line)
+        except pytest.PytestConfigWarning:  # -W error: the user's mistake, not an INTERNALERROR
+            raise pytest.UsageError(f"jaxport: {said}") from None
     try:
         project = load_project(path, display=_display(path, config) if path else None)
         project = _apply_cli(project, config.getoption("jaxport_platforms"))
@@ -291,7 +322,7 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
         project = _apply_emulate_cli(project, config.getoption("jaxport_emulate"))
-        _check_report_target(config.getoption("jaxport_report"), config)
+        _check_report_targets(config.getoption("jaxport_report"), config)
         _check_display(config, project)
         settings = _compile_settings(config, project)
         ci = ci_settings(config.getoption, Path(config.invocation_params.dir))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.compare import Leaf, Outputs
+from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import EmulatedKernel, Emulation
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced, census_to_dict
@@ -33,7 +35,14 @@ from pytest_jaxport.report.merge import (
     tolerance_from_config,
 )
 from pytest_jaxport.report.outputs import save_outputs
-from pytest_jaxport.report.schema import MergeError, build_report, write_json
+from pytest_jaxport.report.schema import (
+    MergeError,
+    build_report,
+    checks_of,
+    suite_numbers,
+    write_json,
+)
+from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import markdown, text
 
 NODEID = "tests/test_models.py::test_mlp"
@@ -96,7 +105,13 @@ def leg_report(
         "machine": "Linux-x86_64",
         "present_platforms": present,
     }
-    return build_report(tests, config=config, environment=env)
+    report = build_report(tests, config=config, environment=env)
+    # The three numbers as a run records them (a merge recomputes them over its legs).
+    report["summary"].update(
+        suite_numbers(checks_of(report["tests"]), migrate_to=("rocm", "tpu"), model=CostModel())
+    )
+    report["summary"]["cost_model"] = dataclasses.asdict(CostModel())
+    return report
 
 
 def result(value: np.ndarray) -> Outputs:
@@ -544,6 +559,35 @@ def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: 
     assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (tolerance: ")
     assert "\n" not in message
     assert message.endswith("(only platforms, compile and emulate may differ per leg)")
+
+
+def test_legs_with_different_cost_models_are_refused(tmp_path: Path) -> None:
+    """The merged rewrite days use the legs' cost model: legs that priced differently measured
+    different things."""
+    (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
+    gpu["summary"]["cost_model"] = {**gpu["summary"]["cost_model"], "kernel_rewrite": 20.0}
+    with pytest.raises(MergeError) as info:
+        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+    message = str(info.value)
+    assert message.startswith(f"{gpu_path}: cost model ([tool.jaxport.cost]) ")
+    assert f"differs from {cpu_path}'s" in message
+
+
+def test_a_drift_fails_the_merged_test_and_is_its_problem(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path, gpu_values={"cuda": Y + 1.0})
+    merged = merge(load_legs([p for p, _ in legs]), tolerance_for=defaults, outputs_root=tmp_path)
+    test = find_test(merged.report, NODEID)
+    assert test["outcome"] == "failed"
+    assert [d["platform"] for d in test["drifts"]] == ["cuda"]
+    assert find_test(merged.report, OTHER)["outcome"] == "passed"
+    view = build_view(merged.report)
+    [group] = view.problems
+    assert (group.kind, group.title) == ("drift", "cuda: outputs differ across legs")
+    [problem] = group.problems
+    assert problem.message.startswith("cuda (leg-gpu.json) differs from cpu (leg-cpu.json): ")
+    assert "problems: 1 failed, 0 budget violations, 1 output drift across legs" in text(
+        merged.report
+    )
 
 
 def test_missing_or_unreadable_outputs_are_refused_naming_both_files(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
+from pytest_jaxport.cli import main
 from pytest_jaxport.model.cost import RuntimeShare
 from pytest_jaxport.model.hotspots import Reach, hotspots
 from pytest_jaxport.model.probe import census_from_dict
@@ -537,6 +538,43 @@ def test_plugin_display_options_and_step_summary(
         failed = pytester.runpytest("--jaxport-report", *bad)
         assert failed.ret == pytest.ExitCode.USAGE_ERROR
         failed.stderr.fnmatch_lines([message])
+
+
+def _section(output: str) -> list[str]:
+    """The lines of the terminal's jaxport report section."""
+    after = output.split(" jaxport portability report ")[1].split("\n", 1)[1]
+    return re.split(r"^=+ .* =+$", after, maxsplit=1, flags=re.MULTILINE)[0].strip().splitlines()
+
+
+def test_quiet_reports_are_short(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_suite.write_suite(pytester.path, 12)
+    runs = {
+        args: _section(pytester.runpytest("--jaxport-report", *args).stdout.str())
+        for args in ((), ("-q",), ("-qq",), ("-o", "verbosity_jaxport=-1"))
+    }
+    default, quiet, quieter = runs[()], runs[("-q",)], runs[("-qq",)]
+    assert runs[("-o", "verbosity_jaxport=-1")] == quiet
+    groups = [line for line in quiet if line.startswith("  ") and " — " in line]
+    assert groups  # -q: the problem groups ...
+    assert quiet[0].startswith("problems: ")
+    assert re.match(r"\d+ portable tests, ", quiet[-2])  # ... and the headline, nothing else
+    assert len(quiet) <= len(groups) + 4 < len(default) / 3, quiet
+    for said in ("layers", "runtime share", "kernels to rewrite", "platform  lowered", "note:"):
+        assert not any(said in line for line in quiet), said
+    [line] = quieter  # -qq: one line
+    assert re.fullmatch(
+        r"jaxport: \d+ portable tests, \d+ checks, \d+ failed, \d+ budget violations?; "
+        r"\d+ problems \(-q for the groups\)",
+        line,
+    ), line
+    # jaxport show reads -q the same way.
+    pytester.runpytest("--jaxport-report=r.json")
+    capsys.readouterr()
+    assert main(["show", str(pytester.path / "r.json"), "-q"]) == 0
+    shown = capsys.readouterr().out.strip().splitlines()
+    assert [x for x in shown if " — " in x] == groups
 
 
 def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path) -> None:

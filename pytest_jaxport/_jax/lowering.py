@@ -171,9 +171,11 @@ def trace(
     when tracing needs what this machine lacks; any other error is the function's own and
     propagates unchanged.
     """
+    __tracebackhide__ = True  # the function's own error shows the user's frames, not ours
     import jax
 
     def again() -> Any:
+        __tracebackhide__ = True
         return jax.jit(fn).trace(*args, **kwargs)
 
     try:
@@ -1171,6 +1173,7 @@ class Transformed:
             )
 
     def __call__(self, *leaves: Any) -> Any:
+        __tracebackhide__ = True
         return self._build(self.fn)(*leaves)
 
     def for_platform(self, platform: str) -> Callable[..., Any]:
@@ -1186,6 +1189,7 @@ class Transformed:
         treedef, floating, paths = self._treedef, self._floating, self._paths
 
         def call(leaves: Sequence[Any]) -> Any:
+            __tracebackhide__ = True
             args, kwargs = jax.tree_util.tree_unflatten(treedef, list(leaves))
             return fn(*args, **kwargs)
 

@@ -135,6 +135,57 @@ class Violation:
         )
 
 
+def ways_out(violations: Sequence[Violation]) -> list[str]:
+    """What a person can do about ``violations``, one line per kind of limit they broke
+    (said once per test, after the violations): fix the code, raise the limit where it was
+    set, or, for a count, let a baseline ratchet it instead.
+
+    >>> ways_out([Violation(check="c", platform="cuda", key="max_custom_calls", limit=0,
+    ...                     origin="pyproject.toml [tool.jaxport.budget]", found=1,
+    ...                     what="custom call")])[0][:60]
+    'to pass: remove the kernels above from the code, or raise ma'
+    """
+    lines: list[str] = []
+    said: set[str] = set()
+    for v in violations:
+        kind = v.key.partition(".")[0] if v.key.startswith("max_library_calls") else v.key
+        if kind in said:
+            continue
+        said.add(kind)
+        if v.key == "must_lower":
+            failing = [x.platform for x in violations if x.key == "must_lower"]
+            kept = [p for p in v.limit or () if p not in failing]
+            lines.append(
+                f"to pass: give the code a path that lowers on {', '.join(failing)} "
+                "(jax.lax.platform_dependent(..., default=<plain jnp code>)), or narrow "
+                f"must_lower (set in {v.origin}) to the platforms it must run on: "
+                f"@pytest.mark.portable(must_lower={kept!r})"
+            )
+        elif v.key == "must_trace":
+            lines.append(
+                "to pass: run the test where what tracing needs is present, or set "
+                f"must_trace = false (set in {v.origin})"
+            )
+        elif v.key == "numerics":
+            lines.append(
+                f"to pass: if {v.platform}'s difference is expected, loosen "
+                f"[tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's rtol/atol; "
+                "else fix the code"
+            )
+        elif v.key.endswith(("_calls", "_share")) or kind == "max_library_calls":
+            lines.append(
+                f"to pass: remove the kernels above from the code, or raise {v.key} where it "
+                f"was set ({v.origin}; a marker's @pytest.mark.portable({kind}=...) overrides "
+                "[tool.jaxport.budget]), or drop the limit and let a baseline keep the count "
+                "from growing (--jaxport-baseline=FILE --jaxport-baseline-update)"
+            )
+        else:
+            lines.append(
+                f"to pass: change the code, or raise {v.key} where it was set ({v.origin})"
+            )
+    return lines
+
+
 def _plural(n: int, word: str) -> str:
     return f"{word}{'' if n == 1 else 's'}"
 

@@ -264,6 +264,7 @@ class _Walk:
     active: set[str] = field(default_factory=set)
 
     def function(self, name: str, inherited: SourceLocation | None) -> _Counts:
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
         key = (name, inherited)
         if key in self.memo:
             return self.memo[key]
@@ -336,6 +337,7 @@ def take_census(
     also sums estimated time per layer and library, call-weighted like the counts and
     weighted by the known trip counts of the loops it runs in (``OpSite.runs``).
     """
+    __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
     def default(platform: str, op: str, target: str | None) -> Classification:
         return _classify_cached(platform, op, target, level)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -323,7 +324,25 @@ class Resolved:
 # -- validation ---------------------------------------------------------------------------
 
 
+GPU_SPELLINGS: frozenset[str] = frozenset({"gpu", "gpus"})
+"""What JAX calls either GPU backend (``jax.devices("gpu")``): here every platform is one
+vendor's, because what a program dispatches differs between them."""
+
+
+def gpu_hint(word: str) -> str:
+    """Why ``gpu`` is not a platform here, and what to write instead (``""`` for others)."""
+    if word.strip().lower() not in GPU_SPELLINGS:
+        return ""
+    return (
+        f" ({word!r} is JAX's name for either GPU backend: write 'cuda' for NVIDIA, 'rocm' "
+        "for AMD, or both)"
+    )
+
+
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    hint = gpu_hint(word)
+    if hint and any(p in choices for p in ("cuda", "rocm")):
+        return hint
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -765,6 +784,65 @@ def _audit_table(source: str, value: object) -> AuditConfig:
         source, "tool.jaxport.audit.fail_on", value.get("fail_on", {})
     )
     return AuditConfig(enabled=enabled, fail_on=fail_on, platform_fail_on=platform_fail_on)
+
+
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by one insertion, deletion, substitution or swap of two
+    neighbouring letters (``jaxprot``, ``jaxpor``, ``jax-port`` and ``jaxport``), or by case."""
+    if a == b:
+        return False
+    if a.casefold() == b.casefold():
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        if len(diff) == 1:
+            return True
+        i = diff[0]
+        return len(diff) == 2 and diff[1] == i + 1 and a[i] == b[i + 1] and a[i + 1] == b[i]
+    short, long = sorted((a, b), key=len)
+    i = next((i for i, (x, y) in enumerate(zip(short, long, strict=False)) if x != y), len(short))
+    return short[i:] == long[i + 1 :]
+
+
+def misspelt_tables(path: Path | None, *, display: str | None = None) -> list[tuple[str, int]]:
+    """A warning and the line of its table, per table of ``path`` one edit away from
+    ``[tool.jaxport]``, which pytest-jaxport does not read (``[tool.jaxprot]``,
+    ``[tools.jaxport]``)."""
+    if path is None or not path.is_file():
+        return []
+    try:
+        with path.open("rb") as f:
+            document = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+        return []  # load_project says what is wrong with the file
+    found = []
+    for top, tables in document.items():
+        if not isinstance(tables, Mapping) or not (top == "tool" or one_edit_apart(top, "tool")):
+            continue
+        for name in tables:
+            if (top, name) != ("tool", "jaxport") and (
+                one_edit_apart(name, "jaxport") or (top != "tool" and name == "jaxport")
+            ):
+                found.append(f"[{top}.{name}]")
+    source = display or str(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [
+        (
+            f"{source}: {table} is not read by pytest-jaxport: did you mean [tool.jaxport]? "
+            "(its settings are ignored)",
+            _table_line(lines, table),
+        )
+        for table in found
+    ]
+
+
+def _table_line(lines: Sequence[str], table: str) -> int:
+    """The 1-based line where ``[a.b]`` (or a ``[a.b.c]`` under it) is opened; 1 if none."""
+    top, name = table.strip("[]").split(".", 1)
+    header = re.compile(rf"^\s*\[\s*{re.escape(top)}\s*\.\s*{re.escape(name)}\s*[.\]]")
+    return next((i for i, line in enumerate(lines, 1) if header.match(line)), 1)
 
 
 def load_project(path: Path | None, *, display: str | None = None) -> ProjectConfig:

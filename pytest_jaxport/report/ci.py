@@ -57,11 +57,9 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
         outputs_dir = (here / value).resolve()
         if outputs_dir.exists() and not outputs_dir.is_dir():
             raise ConfigError(f"--jaxport-save-outputs {value}: {outputs_dir} is not a folder")
-        report = option("jaxport_report")
-        if report and report != "-" and Path(report).suffix == ".json":
-            outputs_base = (here / report).resolve().parent
-        else:
-            outputs_base = outputs_dir
+        reports = [r for r in option("jaxport_report") or () if r != "-"]
+        report = next((r for r in reports if Path(r).suffix == ".json"), None)
+        outputs_base = outputs_dir if report is None else (here / report).resolve().parent
     update = bool(option("jaxport_baseline_update"))
     name = option("jaxport_baseline")
     if update and not name:

@@ -16,6 +16,7 @@ Legs must share the schema version and the project configuration except
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -25,10 +26,17 @@ from typing import Any
 
 from pytest_jaxport.model.budget import EMULATED_KEYS
 from pytest_jaxport.model.compare import Outputs, compare
-from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
+from pytest_jaxport.model.config import (
+    DEFAULT_MIGRATE_TO,
+    ConfigError,
+    ProjectConfig,
+    parse_project,
+)
+from pytest_jaxport.model.cost import COST_KEYS, CostModel
 from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import ordered_platforms
+from pytest_jaxport.model.tooling import Assumption, summarize
 from pytest_jaxport.report.audit import merge_audits
 from pytest_jaxport.report.baseline import counted, md_cell
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
@@ -38,7 +46,9 @@ from pytest_jaxport.report.schema import (
     ReportError,
     build_report,
     check_shape,
+    checks_of,
     load,
+    suite_numbers,
 )
 from pytest_jaxport.version import __version__
 
@@ -277,15 +287,22 @@ def merge(
     cache: dict[Path, Any] = {}
     for nodeid in sorted(by_nodeid):
         merged_test, compared = _merge_test(nodeid, by_nodeid[nodeid], root)
+        drifted: list[Drift] = []
         for check, candidates in compared:
             for across in (_cross_leg_numerics, _cross_leg_emulations):
                 found, said, n = across(nodeid, check, candidates, reference, tolerance_for, cache)
-                drifts += found
+                drifted += found
                 comparisons += n
                 notes += said
+        if drifted:  # a drift fails the test in the merged report, whatever each leg said
+            merged_test["drifts"] = [d.to_dict() for d in drifted]
+            if _outcome_rank(str(merged_test["outcome"])) < _outcome_rank("failed"):
+                merged_test["outcome"] = "failed"
+        drifts += drifted
         tests.append(merged_test)
 
     report = build_report(tests, config=config, environment=_merged_environment(named))
+    report["summary"].update(_merged_numbers(named, report["tests"], config))
     report["legs"] = _leg_records(named)
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
@@ -300,6 +317,68 @@ def merge(
     return MergeResult(
         report=report, drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
     )
+
+
+def _merged_numbers(
+    legs: Sequence[_Leg], tests: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The three numbers over the union of the legs' merged entries: each platform's runtime
+    share from the leg whose entry won, the rewrite estimate with the legs' cost model
+    (``[tool.jaxport.cost]``, which they must share), and their tooling scans joined.
+    ``pytest_jaxport_rewrite_cost`` hooks are pytest's: ``jaxport merge`` does not run them."""
+    first: tuple[_Leg, Mapping[str, Any]] | None = None
+    for leg in legs:
+        recorded = leg.report.get("summary", {}).get("cost_model")
+        if not isinstance(recorded, Mapping):
+            continue
+        if first is None:
+            first = (leg, recorded)
+        elif dict(recorded) != dict(first[1]):
+            raise MergeError(
+                f"{leg.path}: cost model ([tool.jaxport.cost]) {_short(dict(recorded))} differs "
+                f"from {first[0].path}'s {_short(dict(first[1]))}; legs of one merge must share "
+                "[tool.jaxport]"
+            )
+    values = {}
+    for key in COST_KEYS:
+        value = first[1].get(key) if first is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
+    migrate_to = config.get("migrate_to")
+    model = CostModel(**values)
+    numbers = suite_numbers(
+        checks_of(tests),
+        migrate_to=DEFAULT_MIGRATE_TO if not isinstance(migrate_to, list) else migrate_to,
+        model=model,
+        tooling=_merged_tooling(legs),
+    )
+    numbers["cost_model"] = dataclasses.asdict(model)
+    return numbers
+
+
+def _merged_tooling(legs: Sequence[_Leg]) -> dict[str, Any] | None:
+    """The legs' tooling scans as one: every assumption once (legs scan the same project)."""
+    scans = [
+        t for leg in legs if isinstance(t := leg.report.get("summary", {}).get("tooling"), Mapping)
+    ]
+    if not scans:
+        return None
+    found: dict[tuple[str, int, str], Assumption] = {}
+    for scan in scans:
+        for data in scan.get("assumptions") or ():
+            try:
+                assumption = Assumption.from_dict(data)
+            except ValueError as e:
+                raise MergeError(f"malformed tooling assumption in a leg: {e}") from None
+            found.setdefault((assumption.file, assumption.line, assumption.rule), assumption)
+    assumptions = sorted(found.values())
+    return {
+        "assumptions": [a.to_dict() for a in assumptions],
+        "by_rule": summarize(assumptions),
+        "files_listed": max(int(s.get("files_listed") or 0) for s in scans),
+        "files_read": max(int(s.get("files_read") or 0) for s in scans),
+        "source": next((s["source"] for s in scans if s.get("source")), None),
+    }
 
 
 def _name_legs(legs: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[_Leg]:

@@ -204,12 +204,26 @@ def _layer_legend() -> str:
 
 
 def _badge(row: ShareRow) -> str:
-    return f'<span class="badge {row.basis}">{_e(row.label)}</span>'
+    """The basis in a few words (``estimated ±37``); the full wording is its tooltip and is
+    spelled out once under the table: a badge that wraps nothing keeps the table narrow."""
+    short = row.short or row.label
+    title = f' title="{_e(row.label)}"' if row.label != short else ""
+    return f'<span class="badge {row.basis}"{title}>{_e(short)}</span>'
+
+
+def _basis_notes(rows: Sequence[ShareRow]) -> str:
+    """Each abbreviated basis spelled out once (``estimated ±37: estimated (roofline ...)``)."""
+    said = dict.fromkeys((r.short, r.label) for r in rows if r.short and r.short != r.label)
+    if not said:
+        return ""
+    items = "".join(f"<li><strong>{_e(short)}</strong>: {_e(label)}</li>" for short, label in said)
+    return f'<ul class="basis">{items}</ul>'
 
 
 def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) -> str:
     """One row per platform: label, basis badge, the bar (unless ``bars`` is false: a large
-    report's per-check tables), the fractions, libraries, time."""
+    report's per-check tables), the fractions, libraries, time; then each basis in full. In
+    a scrolling box, so it never widens the page (1280 to 1920 pixels: tests/test_html_report)."""
     if not rows:
         return ""
     body = "".join(
@@ -223,12 +237,12 @@ def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) ->
     )
     head = "".join(f'<th scope="col" class="num">{k}</th>' for k in SHARE_LAYERS)
     return (
-        f'<table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
+        f'<div class="scroll"><table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
         '<th scope="col">platform</th><th scope="col">basis</th>'
         + ('<th scope="col">where the time goes</th>' if bars else "")
         + f'{head}<th scope="col">libraries</th>'
         + f'<th scope="col" class="num">time per call</th></tr></thead><tbody>{body}'
-        "</tbody></table>"
+        f"</tbody></table></div>{_basis_notes(rows)}"
     )
 
 
@@ -265,7 +279,7 @@ def _tile(value: str, label: str, href: str | None, cls: str = "") -> str:
 def _header(view: ReportView) -> str:
     head = view.headline
     failed, violations = head.failed_tests, head.violations
-    findings = sum(len(g.problems) for g in view.problems if g.kind != "violation")
+    findings = sum(len(g.problems) for g in view.problems if g.kind in ("not-lowered", "numerics"))
     audited = view.audit is not None and view.unit == "computation"
     tiles = [
         _tile(number(head.tests), "portable tests", "#matrix"),
@@ -372,7 +386,7 @@ def _problems(view: ReportView) -> str:
                 f'</summary><table class="items">{head}<tbody>{"".join(rows[GROUP_ROWS:])}'
                 "</tbody></table></details>"
             )
-        cls = "group" if group.kind in ("violation", "failure") else "group finding"
+        cls = "group" if group.kind in ("violation", "drift", "failure") else "group finding"
         groups.append(
             f'<div class="{cls}" id="{_group_anchor(group)}"><h3>{_e(group.title)} '
             f'<span class="muted">{_e(group.summary())}</span></h3>{table}</div>'
@@ -392,9 +406,10 @@ def _problems(view: ReportView) -> str:
         '<section id="problems" class="problems" aria-labelledby="problems-h">'
         '<h2 id="problems-h">Problems</h2>'
         f'<p class="note">{plural(view.problem_count, "problem")} in '
-        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, then "
-        "checks that do not lower or run (findings that fail no test unless must_lower says "
-        f"so), numerics mismatches, and tests that failed for another reason. Hover a row for "
+        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, outputs "
+        "that drift across CI legs, then checks that do not lower or run (findings that fail "
+        "no test unless must_lower says so), numerics mismatches, and tests that failed for "
+        "another reason. Hover a row for "
         f"the kernels or the full error.</p>{overview}{''.join(groups)}</section>"
     )
 
@@ -965,6 +980,10 @@ tbody th { font-weight: 600; }
 .num { text-align: right; white-space: nowrap; }
 td.barcell { vertical-align: middle; padding: 4px 10px; }
 .libs, .reason { color: var(--muted); max-width: 340px; }
+table.shares td.libs { min-width: 160px; }
+table.shares td.barcell { width: 360px; }
+table.shares svg.bar { width: 100%; min-width: 220px; max-width: 360px; height: auto; }
+ul.basis { list-style: none; padding: 0; margin: 0 0 12px; font-size: 12.5px; color: var(--muted); }
 tr.total th, tr.total td { border-top: 2px solid var(--line); }
 code { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", "DejaVu Sans Mono",
   "Liberation Mono", monospace; overflow-wrap: break-word; }

@@ -20,7 +20,7 @@ Where to add something new, once for every format:
 - another source of censuses for the hotspots: :class:`pytest_jaxport.model.hotspots.Reach`.
 
 The suite audit (``--jaxport-audit``, the report's ``audit`` section) is part of the same
-view (:mod:`pytest_jaxport.view.audit` reads it): its failures to re-lower and its suite
+view (:func:`audit_parts` reads it): its failures to re-lower and its suite
 budget failures are problem groups (``audit``), and its three numbers, sites and platform
 totals are the headline's where the run has no checks (``unit`` says what the numbers
 count), else :attr:`AuditView.numbers`, next to the checks'.
@@ -193,7 +193,7 @@ class Headline:
         )
 
 
-ProblemKind = Literal["violation", "not-lowered", "numerics", "failure"]
+ProblemKind = Literal["violation", "drift", "not-lowered", "numerics", "failure"]
 FAILURE_TITLES: Mapping[str, str] = {
     "failed": "failed: the test's own error",
     "error": "errored in setup or teardown",
@@ -201,13 +201,22 @@ FAILURE_TITLES: Mapping[str, str] = {
     "baseline": "counts grew since the baseline",
     "outputs": "outputs could not be saved",
 }
-PROBLEM_KINDS: tuple[ProblemKind, ...] = ("violation", "not-lowered", "numerics", "failure")
+PROBLEM_KINDS: tuple[ProblemKind, ...] = (
+    "violation",
+    "drift",
+    "not-lowered",
+    "numerics",
+    "failure",
+)
+DRIFT_KEY = "outputs differ across legs"
+"""A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
+on another (``jaxport merge``); the test fails in the merged report."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Problem:
-    """One thing that needs attention: a violation, a check that does not lower, a numerics
-    mismatch, or a test that failed for another reason (its error)."""
+    """One thing that needs attention: a violation, outputs that drift across CI legs, a check
+    that does not lower, a numerics mismatch, or a test that failed for another reason."""
 
     kind: ProblemKind
     test: str
@@ -259,7 +268,7 @@ class ProblemGroup:
     def summary(self) -> str:
         """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``; the audit's
         ``1 suite violation (...)``, ``3 computations in 2 tests (...)``, ``2 counts``."""
-        nouns = {"violation": "violation", "failure": "test"}
+        nouns = {"violation": "violation", "failure": "test", "drift": "drift"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
         text = plural(len(self.problems), nouns.get(self.kind, "computation" if self.audit
@@ -1035,7 +1044,7 @@ def problems_of(
     """Every problem of the suite, grouped: violations by budget key and platform; checks
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
     mismatches no violation covers; tests that failed or errored for another reason; and the
-    suite ``audit``'s problems (:func:`pytest_jaxport.view.audit.audit_problems`), apart."""
+    suite ``audit``'s problems (:func:`audit_problems`), apart."""
     found: list[Problem] = list(audit)
     for test in tests:
         record = test.record
@@ -1059,9 +1068,12 @@ def problems_of(
                     details=tuple(k.describe() for k in v.kernels) + v.details,
                 )
             )
+        drifts = _drifts(test)  # a merged report's: they say more than the cell's mismatch
+        violated |= {(p.check or "", p.platform or "", "numerics") for p in drifts}
         for row in test.checks:
             for cell in row.cells.values():
                 found += _cell_problems(test.nodeid, row, cell, violated)
+        found += drifts
         found += _failures(test)
     groups: dict[tuple[ProblemKind, str, str | None, bool], list[Problem]] = {}
     for problem in found:
@@ -1124,13 +1136,45 @@ def _cell_problems(
     return problems
 
 
+def _drifts(test: TestRow) -> list[Problem]:
+    """A merged report's drifts: outputs on one leg that differ from the reference's."""
+    problems = []
+    for data in map(_map, _list(test.record.get("drifts"))):
+        messages = tuple(_str(m) for m in _list(data.get("messages")))
+        platform, leg = _str(data.get("platform"), "?"), _str(data.get("leg"), "?")
+        reference = f"{_str(data.get('reference'), '?')} ({_str(data.get('reference_leg'), '?')})"
+        problems.append(
+            Problem(
+                kind="drift",
+                test=test.nodeid,
+                check=_str(data.get("check"), "?"),
+                platform=platform,
+                key=DRIFT_KEY,
+                found=plural(len(messages), "differing leaf", "differing leaves"),
+                message=f"{platform} ({leg}) differs from {reference}: "
+                + (first_line(messages[0]) if messages else "outputs differ"),
+                details=messages,
+            )
+        )
+    return problems
+
+
+def _without_test(error: str, nodeid: str) -> str:
+    """A test's error as its problem row shows it, next to the test's id: without the id
+    again nor pytest.fail's ``Failed:`` (``@pytest.mark.portable: unknown keyword ...``)."""
+    text = error.removeprefix("Failed: ")
+    if text.startswith(nodeid):
+        return text.removeprefix(nodeid).removeprefix(":").lstrip()
+    return text.replace(f" on {nodeid}:", ":", 1)  # "@pytest.mark.portable on t.py::t: ..."
+
+
 def _failures(test: TestRow) -> list[Problem]:
     """Why a test failed or errored, when it was not (only) a violation."""
     record = test.record
     problems = []
     if test.error is not None:
         key = "crashed" if record.get("crashed") else test.outcome
-        message = test.error.removeprefix(f"{test.nodeid} ")  # the row names the test
+        message = _without_test(test.error, test.nodeid)
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=key, message=message, found=key)
         )
@@ -1147,7 +1191,8 @@ def _failures(test: TestRow) -> list[Problem]:
                     details=tuple(lines),
                 )
             )
-    if not problems and test.outcome in ("failed", "error") and not _list(record.get("violations")):
+    explained = _list(record.get("violations")) or _list(record.get("drifts"))
+    if not problems and test.outcome in ("failed", "error") and not explained:
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=test.outcome, found=test.outcome,
                     message=f"{test.outcome} (no message recorded)")
@@ -1171,6 +1216,8 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         return "not in must_lower: a finding, not a failure"
     if kind == "numerics":
         return "no numerics budget applied"
+    if kind == "drift":
+        return "beyond the project's tolerances: the test fails in the merged report"
     return ""
 
 
@@ -1354,6 +1401,9 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
     rewrite = ", ".join(
         f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
     )
+    if not rewrite:
+        cuda = _int(platforms.get(NVIDIA, {}).get("lowered"))
+        rewrite = "not computed in this report" if cuda else f"no {NVIDIA} census"
     tooling = summary.get("tooling")
     values = [
         f"{number(everywhere)} of {plural(counted, view.unit)} "
@@ -1361,7 +1411,7 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
         + (f" ({number(untraced)} could not be traced here)" if untraced else ""),
         "; ".join(x for x in (f"ops: {xla}" if xla else "", shares("xla")) if x),
         "; ".join(x for x in (vendor, shares("vendor")) if x),
-        (rewrite or "no cuda census") + (f"; custom calls: {custom}" if custom else ""),
+        rewrite + (f"; custom calls: {custom}" if custom else ""),
         (f"{number(len(view.tooling))} found in {number(_int(_map(tooling).get('files_read')))} "
          "files read" if isinstance(tooling, Mapping) else "not scanned"),
     ]  # fmt: skip
@@ -1394,7 +1444,8 @@ def emulations_of(tests: Sequence[TestRow]) -> tuple[EmulationRow, ...]:
 
 def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note, ...]:
     """Notes said once: each distinct check note with how many checks it applies to; why
-    an emulation did not run (never a failure), with how many checks it applies to."""
+    an emulation did not run (never a failure), with how many checks it applies to; and
+    for a merged report how its numbers and numerics were obtained."""
     counts: Counter[str] = Counter(c.note for t in tests for c in t.checks if c.note is not None)
     notes = [Note(text=text, checks=n) for text, n in counts.most_common()]
     not_run: Counter[str] = Counter(
@@ -1409,6 +1460,10 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
     notes += [Note(text=text, checks=n) for text, n in not_run.most_common()]
     if any(cell.emulated for t in tests for c in t.checks for cell in c.cells.values()):
         notes.append(Note(text=EMULATION_NOTE))
+    legs = _list(report.get("legs"))
+    if legs:
+        notes += merged_notes(report, legs)
+        return tuple(notes)
     present = [str(p) for p in _list(_map(report.get("environment")).get("present_platforms"))]
     if any(c.numerics == "not present" for t in tests for r in t.checks for c in r.cells.values()):
         notes.append(
@@ -1418,6 +1473,36 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
             )
         )
     return tuple(notes)
+
+
+def merged_notes(report: Mapping[str, Any], legs: Sequence[Any]) -> list[Note]:
+    """How a merged report (``jaxport merge``) got its numbers, and what it compared."""
+    names = ", ".join(_str(_map(leg).get("leg"), "?") for leg in legs)
+    notes = [
+        Note(
+            text=f"merged from {plural(len(legs), 'leg')} ({names}) by jaxport merge: each "
+            "platform's entry comes from the leg that saw it best; the three numbers are "
+            "recomputed over the merged entries with the legs' cost model ([tool.jaxport.cost]); "
+            "pytest_jaxport_rewrite_cost hooks run only inside pytest, not in the merge"
+        )
+    ]
+    compared = _int(report.get("comparisons"))
+    if compared:
+        drifted = sum(len(_list(_map(t).get("drifts"))) for t in _list(report.get("tests")))
+        notes.append(
+            Note(
+                text=f"numerics across legs: {plural(compared, 'saved output')} compared with "
+                f"the reference's, {number(drifted)} drifted"
+            )
+        )
+    else:
+        notes.append(
+            Note(
+                text="numerics across legs: nothing compared (no two legs saved outputs of the "
+                "same check: run the legs with --jaxport-save-outputs)"
+            )
+        )
+    return notes
 
 
 def _deviceless(tests: Sequence[Mapping[str, Any]]) -> bool:

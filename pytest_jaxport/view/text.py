@@ -256,6 +256,8 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     """The terminal report section. With ``written_to`` (the report also went to that file)
     only the problems and the headline, unless ``options`` ask for more."""
     view = view.select(options)
+    if options.verbosity < 0:
+        return "\n".join(fit(quiet_lines(view, options)))
     lines: list[str] = []
     level = options.detail_level()
     if level != "none":
@@ -266,6 +268,18 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
         lines += hotspot_lines(view, options)
     lines += headline_lines(view, options)
     return "\n".join(fit(lines))
+
+
+def quiet_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """``-q``: the problem groups (their headers) and the headline; ``-qq``: one line."""
+    head = view.headline
+    counts = head.setting() if view.unit == "computation" else f"{head.counts()}; {head.setting()}"
+    if options.verbosity < -1:
+        problems = plural(view.problem_count, "problem") if view.problems else "no problems"
+        if view.unit == "computation":
+            return [f"jaxport audit: {problems} (-q for the groups)"]
+        return [f"jaxport: {head.counts()}; {problems} (-q for the groups)"]
+    return [*problem_lines(view, options), *wrap(counts, hang="  ")]
 
 
 def fit(lines: Iterable[str]) -> list[str]:
@@ -363,6 +377,9 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         said = []
     if head.audit_failures:
         said.append(f"{plural(head.audit_failures, 'suite audit failure')} (no test's)")
+    drifts = sum(len(g.problems) for g in groups if g.kind == "drift")
+    if drifts:
+        said.append(plural(drifts, "output drift") + " across legs")
     if findings:
         said.append(
             f"{plural(findings, 'finding')} that fail{'s' if findings == 1 else ''} no test"
@@ -372,13 +389,15 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     headers = [wrap(f"{g.title} — {g.summary()}", indent="  ", hang="    ") for g in groups]
     if limit == 0:  # -q: every group's header, no rows
         quotas, hidden = [0] * len(groups), False
+        rows: list[list[list[str]]] = [[] for _ in groups]
     else:
-        sizes = [len(g.problems) for g in groups]
-        quotas, hidden = _allot(sizes, [len(h) for h in headers], limit)
-    for group, header, quota in zip(groups, headers, quotas, strict=False):
+        rows = [[_problem_line(p, g.rule) for p in g.problems] for g in groups]
+        costs = [[len(row) for row in group] for group in rows]
+        quotas, hidden = _allot(costs, [len(h) for h in headers], limit)
+    for group, group_rows, header, quota in zip(groups, rows, headers, quotas, strict=False):
         lines += header
-        for problem in group.problems[:quota]:
-            lines += _problem_line(problem, group.rule)
+        for row in group_rows[:quota]:
+            lines += row
         rest = len(group.problems) - quota
         if rest and limit != 0:
             lines.append(
@@ -394,6 +413,9 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
 
 
 def _problem_line(problem: Any, common: str) -> list[str]:
+    """A problem's row: the test, then the finding. A violation's fits one line (its group
+    says the rest); an error or a lowering failure may take a second line, where what to do
+    usually is (``did you mean ...``)."""
     prefix = f"    {problem.test}"
     named = f"{problem.check!r}: " if problem.check is not None else ""
     if problem.kind == "violation":
@@ -408,15 +430,20 @@ def _problem_line(problem: Any, common: str) -> list[str]:
     room = WIDTH - len(prefix) - 2
     if room < 30:  # a very long test id: the finding goes on its own line
         return [prefix, "      " + cut(rest, WIDTH - 6)]
-    return [f"{prefix}  {cut(rest, room)}"]
+    if problem.kind == "violation" or len(rest) <= room:
+        return [f"{prefix}  {cut(rest, room)}"]
+    first, *more = wrap(rest, width=room, hang="")
+    second = " ".join(more)
+    return [f"{prefix}  {first}", "      " + cut(second, WIDTH - 6)]
 
 
 def _allot(
-    sizes: Sequence[int], headers: Sequence[int], budget: int | None
+    rows: Sequence[Sequence[int]], headers: Sequence[int], budget: int | None
 ) -> tuple[list[int], bool]:
-    """Rows per group within ``budget`` lines, each group keeping its header (``headers``
-    lines) and, when cut, a "+N more" line: ``(quotas, whether groups were left out)``.
-    ``None``: every row."""
+    """Rows per group within ``budget`` lines (``rows``: per group, the lines each row
+    takes), each group keeping its header (``headers`` lines) and, when cut, a "+N more"
+    line: ``(quotas, whether groups were left out)``. ``None``: every row."""
+    sizes = [len(r) for r in rows]
     if budget is None:
         return list(sizes), False
     shown = len(sizes)
@@ -427,7 +454,8 @@ def _allot(
 
     def cost() -> int:
         return hidden + sum(
-            h + q + (q < s) for h, q, s in zip(headers, quotas, sizes, strict=False)
+            h + sum(r[:q]) + (q < s)
+            for h, r, q, s in zip(headers, rows, quotas, sizes, strict=False)
         )
 
     grew = True

@@ -89,9 +89,10 @@ def test_convnet(jaxport):
 # FAILS ON PURPOSE, to show what a budget failure looks like. The conv net has two
 # convolutions, i.e. two cuDNN dispatches on cuda; this marker allows one (it overrides the
 # project's `cudnn = 2` in [tool.jaxport.budget.cuda]), so the test fails with
-#   check 'convnet' on cuda: max_library_calls.cudnn = 1 (set in tests/test_models.py::...),
-#   found 2 cudnn calls (lowered)
-# followed by the two convolutions and the source lines that produced them.
+#   cuda: 2 cudnn calls > 1 (max_library_calls.cudnn, set in tests/test_models.py::...);
+#   check 'convnet', lowered
+# followed by the two convolutions, the source line that produced them, and what to do
+# ("to pass: ..."). (tests/test_examples.py checks this comment against the demo's output.)
 @pytest.mark.portable(max_library_calls={"cudnn": 1})
 def test_convnet_over_cudnn_budget(jaxport):
     params = init_convnet(_key(5))
