@@ -274,6 +274,52 @@ def test_a_wrong_mosaic_gpu_kernel_fails_where_jax_can_interpret_it(
     assert cuda["emulated"]["kernels"][0]["interpreter"] == "Mosaic GPU interpret mode"
 
 
+DEMO_KERNEL = Path(__file__).resolve().parents[1] / "examples/demo/src/demo_models/pallas_kernel.py"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_demos_kernel_matches_the_reference_emulated_for_tpu_and_cuda(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyprojecttoml(
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda", "rocm", "tpu"]
+        emulate = ["tpu", "cuda", "rocm"]
+        """
+    )
+    pytester.makepyfile(pallas_kernel=DEMO_KERNEL.read_text())
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_demo="""
+        import jax.numpy as jnp
+        import pytest
+        from pallas_kernel import fused_bias_gelu
+
+        @pytest.mark.portable
+        def test_demo(jaxport):
+            x = jnp.linspace(-3.0, 3.0, 16 * 128, dtype=jnp.float32).reshape(16, 128)
+            jaxport.check(fused_bias_gelu, x, jnp.linspace(-0.5, 0.5, 128, dtype=jnp.float32))
+        """
+    )
+    result, report = run_json(pytester, "-W", "ignore::DeprecationWarning")
+    result.assert_outcomes(passed=1)
+    tpu = entry(report, "test_demo", "tpu")
+    assert tpu["emulated_numerics"]["ok"] is True
+    assert [k["interpreter"] for k in tpu["emulated"]["kernels"]] == ["TPU interpret mode"]
+    rocm = entry(report, "test_demo", "rocm")  # the portable fallback: nothing interpreted
+    assert (rocm["emulated"]["kernels"], rocm["emulated_numerics"]["ok"]) == ([], True)
+    cuda = entry(report, "test_demo", "cuda")
+    if cuda["emulated_numerics"] is None:  # jax 0.7 to 0.11: Mosaic GPU, not interpretable yet
+        assert not has_gpu_interpret_mode()
+        result.stdout.fnmatch_lines(["*cuda (emulated on cpu): not run: *needs jax >= 0.11.1*"])
+        return
+    # jax 0.12: Mosaic GPU in its interpret mode; jax 0.6: the demo's cuda kernel is Triton
+    kind = "Mosaic GPU interpret mode" if has_gpu_interpret_mode() else "Pallas interpreter"
+    assert [k["interpreter"] for k in cuda["emulated"]["kernels"]] == [kind]
+    assert cuda["emulated_numerics"]["ok"] is True
+
+
 # -- default precision -------------------------------------------------------------------------
 
 
@@ -343,6 +389,10 @@ def test_emulate_from_pyproject_the_command_line_and_the_marker(pytester: pytest
         ]
     )
     pytester.runpytest("--jaxport-emulate=none").assert_outcomes(passed=2)
+    # A leg that narrows the platforms emulates only what it still lowers for.
+    narrowed = pytester.runpytest("--jaxport-platforms=cpu")
+    narrowed.assert_outcomes(passed=2)
+    narrowed.stdout.no_fnmatch_line("jaxport: emulating*")
 
 
 # -- every format -------------------------------------------------------------------------------
