@@ -34,9 +34,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_jaxport._jax.adapters import KERNEL_PRIMITIVES, bind_params, jax_release, kernel_label
+from pytest_jaxport._jax.adapters import (
+    INLINED_PRIMITIVES,
+    KERNEL_PRIMITIVES,
+    bind_params,
+    interpret_params,
+    jax_release,
+    kernel_kind,
+    kernel_label,
+    reset_interpreters,
+    scan_operands,
+)
 from pytest_jaxport._jax.lowering import (
-    _CALL_PRIMITIVES,
     _eqn_context,
     _platform_index,
     describe_error,
@@ -46,14 +55,10 @@ from pytest_jaxport._jax.lowering import (
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
     EMULATED_PLATFORMS,
-    GENERIC_INTERPRET,
-    GPU_INTERPRET,
-    TPU_INTERPRET,
     ChosenBranch,
     EmulatedKernel,
     Emulation,
     Interpreter,
-    KernelKind,
     NumberFormat,
     Unemulated,
     default_dot_format,
@@ -130,7 +135,7 @@ def emulate(
             compiled = traced.lower().compile()
             leaves = jax.block_until_ready(compiled(*flat))  # type: ignore[no-untyped-call]
     except Exception as e:  # an interpreted kernel's failure is the platform's finding
-        _reset_interpreters(replay.interpreters)
+        reset_interpreters(replay.interpreters)
         return Emulated(emulation=replay.record(error=_run_error(e)))
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
     return Emulated(emulation=record, value=value, outputs=to_outputs(value))
@@ -349,7 +354,7 @@ class _Replay:
         """``(interpreter, interpret parameter, None)`` for a kernel equation the emulated
         platform runs and this JAX can interpret, else ``(.., .., why not)``."""
         name = eqn.primitive.name
-        kind = _kernel_kind(name, eqn.params, self.platform)
+        kind = kernel_kind(name, eqn.params, self.platform)
         if kind is None:
             if name in ("pallas_call", "core_map", "mpmd_map"):
                 return None, None, "a kernel of a kind pytest-jaxport does not know"
@@ -364,7 +369,7 @@ class _Replay:
         interpreter = interpreter_for(self.platform, kind)
         if interpreter is None:
             return None, None, f"a {kind.replace('_', ' ')} kernel does not run on {self.platform}"
-        interpret = _interpret_params(interpreter)
+        interpret = interpret_params(interpreter)
         if interpret is None:
             return interpreter, None, needs_release(interpreter, jax_release())
         return interpreter, interpret, None
@@ -417,7 +422,7 @@ class _Replay:
         from jax import lax
 
         params = eqn.params
-        consts, init, xs = _scan_operands(params, values)
+        consts, init, xs = scan_operands(params, values)
         num_carry = len(init)
         body = params["jaxpr"]
         jaxpr, body_consts = getattr(body, "jaxpr", body), getattr(body, "consts", ())
@@ -450,24 +455,14 @@ class _Replay:
         return list(lax.while_loop(keep_going, step, list(init)))
 
 
-# -- jaxpr facts and version adapters ------------------------------------------------------------
+# -- jaxpr facts (what differs by release is in _jax.adapters) -------------------------------------
 
-_INLINED = _CALL_PRIMITIVES | {
-    # custom derivative rules: the program runs their primal (AD already happened at trace)
-    "custom_jvp_call",
-    "custom_vjp_call",
-    "custom_vjp_call_jaxpr",  # jax < 0.7
-    # rematerialization and custom batching do not change what the forward pass computes
-    "checkpoint",
-    "remat2",  # jax 0.6's name for checkpoint
-    "custom_vmap_call",  # plgpu.kernel wraps its kernel in one
-}
 _INLINED_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr", "call")
 
 
 def _inlined_jaxpr(eqn: Any) -> tuple[Any, Sequence[Any]] | None:
     """``(jaxpr, consts)`` of a primitive that runs its body once on its operands."""
-    if eqn.primitive.name not in _INLINED:
+    if eqn.primitive.name not in INLINED_PRIMITIVES:
         return None
     for key in _INLINED_PARAMS:
         inner = eqn.params.get(key)
@@ -482,16 +477,6 @@ def _sub_jaxprs(params: Mapping[str, Any]) -> list[Any]:
     from jax._src import core as jcore
 
     return [getattr(j, "jaxpr", j) for j in jcore.jaxprs_in_params(params)]
-
-
-def _scan_operands(params: Mapping[str, Any], values: list[Any]) -> tuple[list[Any], ...]:
-    """A scan's operands as ``(consts, carry, xs)``: split by ``num_consts``/``num_carry``
-    up to jax 0.11, by the ``ft_in`` flat tree (its three groups) from 0.12."""
-    if "num_consts" in params:
-        consts, carry = int(params["num_consts"]), int(params["num_carry"])
-        return values[:consts], values[consts : consts + carry], values[consts + carry :]
-    consts_, carry_, xs_ = params["ft_in"].update(list(values)).unpack()
-    return list(consts_), list(carry_), list(xs_)
 
 
 def _dot_precision(eqn: Any) -> str | None:
@@ -539,95 +524,6 @@ def _rounded(x: Any, fmt: NumberFormat) -> Any:
     if str(x.dtype) == "complex64":
         return lax.complex(narrow(lax.real(x)), narrow(lax.imag(x)))
     return narrow(x)
-
-
-_PARAM_KINDS: tuple[tuple[str, KernelKind], ...] = (
-    # module of a compiler-params class (or a jax 0.6 compiler_params dict key) -> kind
-    ("mosaic_gpu", "mosaic_gpu"),
-    ("triton", "triton"),
-    ("mosaic", "mosaic_tpu"),
-)
-
-
-def _kind_named(text: str) -> KernelKind | None:
-    for fragment, kind in _PARAM_KINDS:
-        if fragment in text:
-            return kind
-    return None
-
-
-def _kernel_kind(primitive: str, params: Mapping[str, Any], platform: str) -> KernelKind | None:
-    """The kernel kind ``platform``'s lowering selects for a kernel equation (``None`` for
-    an FFI target or an unknown kind).
-
-    ``pallas_call`` picks by its compiler parameters (a ``CompilerParams`` class per
-    backend; jax 0.6: a dict keyed by backend) and without them by platform: Mosaic TPU on
-    tpu, Triton on rocm, on cuda Mosaic GPU where ``jax_pallas_use_mosaic_gpu`` is on (its
-    default in jax 0.7 to 0.11) else Triton. ``core_map``/``mpmd_map`` pick by their mesh.
-    """
-    import jax
-
-    if primitive == "pallas_call":
-        backend = params.get("backend")  # jax 0.6 names it ("mosaic_gpu" for plgpu.kernel)
-        if isinstance(backend, str) and backend:
-            return _kind_named(backend)
-        compiler_params = params.get("compiler_params")
-        if isinstance(compiler_params, Mapping) and compiler_params:
-            kinds = [_kind_named(str(key)) for key in compiler_params]
-            matching = [k for k in kinds if k is not None and interpreter_for(platform, k)]
-            return (matching or kinds)[0]
-        if compiler_params is not None and not isinstance(compiler_params, Mapping):
-            return _kind_named(type(compiler_params).__module__)
-        if platform == "tpu":
-            return "mosaic_tpu"
-        if platform == "cuda" and getattr(jax.config, "jax_pallas_use_mosaic_gpu", False):
-            return "mosaic_gpu"
-        return "triton"
-    if primitive in ("core_map", "mpmd_map"):
-        meshes = params.get("meshes") or (params.get("mesh"),)
-        found = {_kind_named(type(mesh).__module__) for mesh in meshes if mesh is not None}
-        return found.pop() if len(found) == 1 else None
-    return None
-
-
-def _interpret_params(interpreter: Interpreter) -> Any:
-    """The ``interpret`` parameter that runs a kernel in ``interpreter`` with this JAX,
-    else ``None`` (its public API is missing: the release predates it)."""
-    if interpreter is GENERIC_INTERPRET:
-        return True
-    try:
-        if interpreter is TPU_INTERPRET:
-            from jax.experimental.pallas import tpu as pltpu
-
-            params = getattr(pltpu, "InterpretParams", None)
-        elif interpreter is GPU_INTERPRET:
-            from jax.experimental.pallas import mosaic_gpu as plgpu
-
-            params = getattr(plgpu, "InterpretGPUParams", None)
-        else:
-            return None
-    except ImportError:  # Mosaic GPU without absl-py (adapters.missing_package)
-        return None
-    return None if params is None else params()
-
-
-def _reset_interpreters(names: set[str]) -> None:
-    """After a failure inside an interpreted kernel, reset the interpreters' global state
-    (JAX asks for it: the next interpreted kernel would fail otherwise)."""
-    if TPU_INTERPRET.name in names:
-        from jax.experimental.pallas import tpu as pltpu
-
-        reset = getattr(pltpu, "reset_tpu_interpret_mode_state", None)
-        if reset is not None:
-            reset()
-    if GPU_INTERPRET.name in names:
-        try:
-            from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call
-        except ImportError:
-            return
-        reset = getattr(interpret_pallas_call, "reset_gpu_interpret_mode_state", None)
-        if reset is not None:
-            reset()
 
 
 def _cpu_default() -> Any:
