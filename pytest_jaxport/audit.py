@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.census import Classifier
 from pytest_jaxport.interception import Interception, RecordedCall, Support
 from pytest_jaxport.lowered_level import KeyParts, LoweredLevel, LoweredStats, shown_file
-from pytest_jaxport.report import Probe
+from pytest_jaxport.report import PlatformProbe, Probe
 
 
 class Recorder:
@@ -161,24 +161,25 @@ class Recorder:
         facts = call.facts()
         present = lowering.present_platforms()
         # Host callbacks lower for the platforms not present as inert placeholders (the
-        # lowered level rewrites the recorded program: callbacks.trace_inert), counted in
+        # lowered level lowers the recorded program with callbacks.inert), counted in
         # `meta` at their source lines; a platform that still fails says it had callbacks.
         # A program partitioned over several devices also gets the collectives the SPMD
         # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
         found = self._level.take(call, keyed, self.platforms, present=present,
                                  cached=self.platforms)  # fmt: skip
         results = dict(found.results)
+        host_callbacks = _host_callbacks(facts.host_callbacks, found.results.values())
         findings: list[FindingRecord] = []
         for platform, result in found.results.items():
             if result.census is not None:  # the roofline estimate: the audit times nothing
                 results[platform] = replace(result, runtime_share=estimated_share(result.census))
             if result.error is None:
                 continue
-            kind = finding_kind(facts.host_callbacks, platform in present)
+            kind = finding_kind(host_callbacks, platform in present)
             reason = result.error
             if kind == "host-callback":
                 reason = (
-                    f"host callback ({', '.join(facts.host_callbacks)}): a Python callback "
+                    f"host callback ({', '.join(host_callbacks)}): a Python callback "
                     f"cannot be lowered for {platform} from here ({result.error})"
                 )
             findings.append({"platform": platform, "kind": kind, "reason": reason})
@@ -197,10 +198,24 @@ class Recorder:
             "static_arguments": facts.static_arguments,
             "donated": list(facts.donated),
             "mesh": facts.mesh,
-            "host_callbacks": list(facts.host_callbacks),
+            "host_callbacks": list(host_callbacks),
             "partitions": max((p.partitions for p in found.programs.values()), default=1),
             "platforms": Probe(name=facts.function, reference="", platforms=results).to_dict()[
                 "platforms"
             ],
             "findings": findings,
         }
+
+
+def _host_callbacks(shown: Sequence[str], results: Iterable[PlatformProbe]) -> tuple[str, ...]:
+    """The program's host-callback primitives: those its jaxpr ``shown``, and those only its
+    lowering revealed (bound inside a custom primitive's lowering; each such callback is a
+    placeholder ``inert_host_callback.<primitive>`` in an absent platform's census)."""
+    from pytest_jaxport.callbacks import INERT_TARGET
+
+    found = dict.fromkeys(shown)
+    for result in results:
+        for kernel in result.census.kernels if result.census is not None else ():
+            if kernel.name.startswith(f"{INERT_TARGET}."):
+                found[kernel.name.partition(".")[2]] = None
+    return tuple(found)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +47,10 @@ FORMAT = 2
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
-LOWERED_FORMAT = 3
+LOWERED_FORMAT = 4
 """Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
 module (which ops keep their location, how costs are estimated, which cases resolve, the
-collectives the partitioner inserts), changes."""
+collectives the partitioner inserts, how host callbacks lower, failures kept), changes."""
 
 
 def cache_key(
@@ -105,6 +106,88 @@ def lowered_key(
     return hashlib.sha256(blob).hexdigest()
 
 
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_FROZENSET = "frozenset({"
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
+def stable_text(text: str) -> str:
+    """``text`` (a jaxpr's, a static argument's) without what differs between processes
+    printing the same value: object addresses blanked (a function in a primitive's
+    parameters), and the elements of every ``frozenset({...})`` sorted (a frozenset iterates
+    in hash order, and objects without ``__hash__`` of their own, such as lineax's operator
+    tags, hash by address; strings hash differently in every process).
+
+    >>> stable_text("tags=frozenset({b_tag, a_tag}), f=<function g at 0x7f3a2c1e9d30>")
+    'tags=frozenset({a_tag, b_tag}), f=<function g at 0x?>'
+    """
+    text = _ADDRESS.sub("0x?", text)
+    if _FROZENSET not in text:
+        return text
+    return _sorted_sets(text)
+
+
+def _sorted_sets(text: str) -> str:
+    out: list[str] = []
+    at = 0
+    while True:
+        start = text.find(_FROZENSET, at)
+        if start < 0:
+            out.append(text[at:])
+            return "".join(out)
+        inner = start + len(_FROZENSET)
+        end = _closing(text, inner - 1)
+        if end is None or text[end + 1 : end + 2] != ")":  # not a printed frozenset: as is
+            out.append(text[at:inner])
+            at = inner
+            continue
+        elements = sorted(_sorted_sets(e) for e in _top_level(text[inner:end]))
+        out.append(f"{text[at:inner]}{', '.join(elements)}}})")
+        at = end + 2
+
+
+def _closing(text: str, opening: int) -> int | None:
+    """The index of the bracket closing the one at ``opening`` (quotes respected)."""
+    stack: list[str] = []
+    quote = ""
+    for i in range(opening, len(text)):
+        c = text[i]
+        if quote:
+            if c == quote and text[i - 1] != "\\":
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in _CLOSING:
+            stack.append(_CLOSING[c])
+        elif c in ")]}":
+            if not stack or stack.pop() != c:
+                return None
+            if not stack:
+                return i
+    return None
+
+
+def _top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes (``""``: no element)."""
+    parts: list[str] = []
+    depth, quote, start = 0, "", 0
+    for i, c in enumerate(text):
+        if quote:
+            if c == quote and text[i - 1] != "\\":
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    last = text[start:].strip()
+    return [*parts, last] if last or parts else []
+
+
 def source_fingerprint(program: Program) -> str:
     """The source line a census would show for every op of ``program``, in op order.
 
@@ -117,6 +200,14 @@ def source_fingerprint(program: Program) -> str:
         for name, sites in sorted(program.functions.items())
     }
     return json.dumps(lines, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedLowering:
+    """A platform a program did not lower for, and JAX's reason, kept so that a warm run
+    does not lower it again to fail the same way."""
+
+    error: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,24 +224,32 @@ class CompiledCache:
         return self.directory / f"{key}.json"
 
     def get(self, key: str) -> Program | None:
+        found = self.entry(key)
+        return found if isinstance(found, Program) else None
+
+    def entry(self, key: str) -> Program | FailedLowering | None:
+        """The program kept under ``key``, or the failure to lower it kept there."""
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
             if data.get("format") != self.format:
                 return None
+            if "failed" in data:
+                return FailedLowering(error=str(data["failed"]))
             return program_from_dict(data["program"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def put(self, key: str, program: Program) -> None:
+    def put(self, key: str, program: Program | FailedLowering) -> None:
         """Store atomically; a cache that cannot be written is no cache, never an error."""
         path = self._path(key)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        if isinstance(program, FailedLowering):
+            entry: dict[str, object] = {"format": self.format, "failed": program.error}
+        else:
+            entry = {"format": self.format, "program": program_to_dict(program)}
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(
-                json.dumps({"format": self.format, "program": program_to_dict(program)}),
-                encoding="utf-8",
-            )
+            tmp.write_text(json.dumps(entry), encoding="utf-8")
             os.replace(tmp, path)
         except OSError:
             pass

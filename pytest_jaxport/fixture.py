@@ -273,8 +273,6 @@ class Jaxport:
             present=present,
             cached=[p for p in self.platforms
                     if p not in present and p not in self._compile.platforms],
-            args=args,
-            kwargs=kwargs,
         )  # fmt: skip
         lowered_for: dict[str, Any] = dict(found.lowered)
         programs: dict[str, Program] = dict(found.programs)

@@ -23,17 +23,14 @@ caches what was lowered and takes each census. :meth:`LoweredLevel.take` does bo
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.cache import CompileSettings, lowered_key
+from pytest_jaxport.cache import CompileSettings, FailedLowering, lowered_key, stable_text
 from pytest_jaxport.census import Census, Classifier, OpSite, Program, SourceLocation, take_census
 from pytest_jaxport.report import PlatformProbe
-
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 _PARTITIONER = "spmd-partitioner"
 """The lowered cache's "platform" for a program's partitioning record."""
@@ -109,8 +106,9 @@ class KeyParts:
             try:
                 jaxpr, sources = lowering.census_key_parts(self._traced)
                 # Object addresses (a host callback's function, printed in its parameters)
-                # differ run to run; nothing lowered depends on them.
-                jaxpr = _ADDRESS.sub("0x?", jaxpr)
+                # and the order of a frozenset's elements differ run to run and process to
+                # process; nothing lowered depends on them.
+                jaxpr = stable_text(jaxpr)
                 if any(self._arguments):
                     jaxpr += "\n" + lowering.sharding_text(*self._arguments)
                 self._parts = (jaxpr, sources, lowering.lowering_settings())
@@ -169,15 +167,11 @@ class LoweredLevel:
         *,
         present: Collection[str],
         cached: Collection[str],
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
     ) -> LoweredPrograms:
         """Each of ``platforms``' program of ``traced``, or why it did not lower.
 
         ``cached``: the platforms whose program may come from (and go to) the lowered-level
         cache; a check leaves out those it runs or compiles, which need the lowering itself.
-        ``args``/``kwargs``: what ``traced`` was traced with (their shardings are kept where
-        host callbacks are made inert; without them the argument types are enough).
         """
         from pytest_jaxport import lowering
 
@@ -186,20 +180,25 @@ class LoweredLevel:
         programs: dict[str, Program] = {}
         keys: dict[str, str | None] = {}
         read: dict[str, Program] = {}
+        known: dict[str, str] = {}  # platforms an earlier run failed to lower, and why
         for platform in platforms:
             if platform in cached:
                 keys[platform] = self._key(keyed, platform)
-                program = self._cached_program(keys[platform])
-                if program is not None:
-                    read[platform] = program
-        missing = [p for p in keys if p not in read and p not in present]
+                entry = self._cached_entry(keys[platform])
+                if isinstance(entry, FailedLowering):
+                    known[platform] = entry.error
+                elif entry is not None:
+                    read[platform] = entry
+        missing = [p for p in keys if p not in read and p not in known and p not in present]
         # Host callbacks lower only for a platform present here; for the others they become
-        # inert placeholders (counted in meta), so every other op is still counted.
-        absent = traced
-        if any(p not in present and p not in read for p in platforms):
-            absent = lowering.without_callbacks(traced, args, kwargs or {})
+        # inert placeholders (counted in meta), so every other op is still counted. Whether
+        # a program has any is known only once lowered (a custom primitive binds its own).
+        absent = lowering.without_callbacks(traced)
         together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
         for platform in platforms:
+            if platform in known:
+                failures[platform] = failed_to_lower(platform, present, known[platform])
+                continue
             try:
                 program = read.get(platform)
                 if program is None and together is not None:
@@ -212,6 +211,8 @@ class LoweredLevel:
             except lowering.LoweringFailure as e:
                 failures[platform] = failed_to_lower(platform, present, str(e))
                 lowered_for.pop(platform, None)
+                if platform not in read:
+                    self._cache_failure(keys.get(platform), failures[platform], str(e))
                 continue
             programs[platform] = program
         return LoweredPrograms(
@@ -312,20 +313,30 @@ class LoweredLevel:
             settings=settings,
         )
 
-    def _cache_program(self, key: str | None, program: Program | None) -> None:
+    def _cache_failure(self, key: str | None, probe: PlatformProbe, error: str) -> None:
+        """Keep a failure to lower that this program meets wherever it is lowered with these
+        versions; not one that depends on this machine (JAX asked for a GPU, a package is
+        missing), which may lower elsewhere or after an install."""
+        from pytest_jaxport.jax_adapters import missing_package
+
+        if probe.needs_hardware is None and missing_package(error) is None:
+            self._cache_program(key, FailedLowering(error=error))
+
+    def _cache_program(self, key: str | None, program: Program | FailedLowering | None) -> None:
         if key is not None and program is not None and self._compile.lowered_cache is not None:
             self._compile.lowered_cache.put(key, program)
 
-    def _cached_program(self, key: str | None) -> Program | None:
+    def _cached_entry(self, key: str | None) -> Program | FailedLowering | None:
+        """The program (or the failure to lower) an earlier run kept under ``key``."""
         cache = self._compile.lowered_cache
         if key is None or cache is None:
             return None
-        program = cache.get(key)
-        if program is None:
+        entry = cache.entry(key)
+        if entry is None:
             self.stats.misses += 1
         else:
             self.stats.hits += 1
-        return program
+        return entry
 
     # -- what a census shows --------------------------------------------------------------------
 

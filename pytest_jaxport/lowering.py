@@ -214,19 +214,31 @@ class Trace:
     def jaxpr(self) -> Any:
         return self.traced.jaxpr
 
-    def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
+    def lower(
+        self, *, lowering_platforms: tuple[str, ...] | None, _private_parameters: Any = None
+    ) -> Any:
+        """Lowered for ``lowering_platforms``; ``_private_parameters``: JAX's lowering
+        parameters, as ``jax.stages.Traced.lower`` takes them (:func:`callbacks.inert`)."""
         try:
-            return self.traced.lower(lowering_platforms=lowering_platforms)
+            return self.traced.lower(
+                lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
+            )
         except Exception as e:
             description = None
-            if len(lowering_platforms) == 1 and needs_hardware(describe_error(e)):
+            if (
+                lowering_platforms is not None
+                and len(lowering_platforms) == 1
+                and needs_hardware(describe_error(e))
+            ):
                 (platform,) = lowering_platforms
                 description = gpu_description(platform, self._gpus.get(platform))
             if description is None:
                 raise
         with description:
             described = self._again()
-        return described.lower(lowering_platforms=lowering_platforms)
+        return described.lower(
+            lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
+        )
 
 
 _LOCATION_FRAMES = 100
@@ -280,42 +292,15 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
                 )
 
 
-def without_callbacks(
-    traced: Any,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    *,
-    compilable: bool = False,
-    sharding: Any = None,
-) -> Any:
-    """``traced`` with its host callbacks made inert (:func:`callbacks.trace_inert`), to
-    lower for platforms not present here, where JAX cannot lower a callback; ``traced``
-    itself when it has none, or when the rewrite fails (then its own failure stands).
-    ``compilable``: stand-ins that compile instead (:func:`callbacks.trace_compilable`).
-
-    ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept);
-    ``sharding`` places the argument types used where jit did not trace every argument.
+def without_callbacks(traced: Any, *, compilable: bool = False) -> Any:
+    """``traced`` lowering its host callbacks as inert placeholders (:func:`callbacks.inert`),
+    to lower for platforms not present here, where JAX cannot lower a callback. Wherever the
+    callbacks are (a custom primitive's own lowering included), nothing is traced again.
+    ``compilable``: stand-ins that compile instead (a deviceless compile).
     """
     from pytest_jaxport import callbacks
 
-    closed = getattr(traced, "jaxpr", None)
-    if closed is None or not callbacks.has_callbacks(closed):
-        return traced
-    import jax
-
-    flat = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
-    avals = closed.in_avals
-    if len(flat) != len(avals):  # arguments jit does not trace: their types are enough
-        flat = [
-            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
-            for a in avals
-        ]
-    try:
-        if compilable:
-            return callbacks.trace_compilable(closed, flat)
-        return callbacks.trace_inert(closed, flat)
-    except Exception:  # a program the rewrite cannot retrace: lowered as it is
-        return traced
+    return callbacks.inert(traced, compilable=compilable)
 
 
 def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
@@ -1029,7 +1014,7 @@ def compile_deviceless(
         if partitions > 1 and lowered is not None:
             if inert_callbacks:
                 traced = trace(fn, args, kwargs)
-                lowered = lower(without_callbacks(traced, args, kwargs, compilable=True), "cuda")
+                lowered = lower(without_callbacks(traced, compilable=True), "cuda")
             return deviceless_compile_partitioned(
                 lowered, partitions, target_config=target_config, compiler_options=options
             )

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import esc, run_json
+from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc, run_json
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.report import without_timings
@@ -223,6 +223,38 @@ def test_host_callbacks_lower_everywhere_as_meta_at_their_line(suite: pytest.Pyt
         assert callbacks, platform
         assert {k["location"] for k in callbacks} == {f"test_suite.py:{line}"}, platform
     assert audit["summary"]["platforms"]["cuda"]["failed_to_lower"] == 0
+
+
+def test_a_callback_inside_a_librarys_primitive_is_no_failure_to_lower(
+    pytester: pytest.Pytester,
+) -> None:
+    """The recorded jaxpr shows the library's primitive, not the callback its lowering binds
+    (lineax's ``linear_solve`` with equinox's ``error_if``): every platform lowers, the LU
+    factorisation is cuSOLVER's on cuda as it is LAPACK's on cpu, no finding."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(library=LIBRARY_WITH_HIDDEN_CALLBACK)
+    pytester.makepyfile(
+        test_solve="""
+        import jax, jax.numpy as jnp
+        from library import solve
+
+        def test_solve():
+            assert jnp.allclose(jax.jit(solve)(jnp.eye(3) * 2, jnp.ones(3)), 1.0)
+        """
+    )
+    pytester.syspathinsert()
+    result, audit = audit_of(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*does not lower*")
+    (solve,) = by_function(audit, "solve")
+    assert solve["findings"] == []
+    assert solve["host_callbacks"] == ["pure_callback"]
+    solvers = {"cpu": "lapack", "cuda": "cusolver", "rocm": "hipsolver"}
+    for platform, library in solvers.items():
+        lowered = solve["platforms"][platform]["lowered"]
+        assert lowered["libraries"].get(library, 0) >= 1, platform
+    assert solve["platforms"]["tpu"]["lowered"]["meta"] == 1
+    assert all(t["failed_to_lower"] == 0 for t in audit["summary"]["platforms"].values())
 
 
 def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
