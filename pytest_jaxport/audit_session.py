@@ -75,14 +75,18 @@ class AuditSession:
     # -- recording -------------------------------------------------------------------------------
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        from pytest_jaxport.render import wrap
+
         where = ", ".join(self.project.platforms)
         if self._interception is None:
-            return [f"jaxport: audit on: recording every jitted computation; lowering for {where}"]
-        how = self._interception.get("adapter") or "compile events only"
-        return [
-            f"jaxport: audit on: recording every jitted computation (jax "
-            f"{self._interception.get('jax')}, {how}); lowering for {where}"
-        ]
+            line = f"jaxport: audit on: recording every jitted computation; lowering for {where}"
+        else:
+            how = self._interception.get("adapter") or "compile events only"
+            line = (
+                f"jaxport: audit on: recording every jitted computation (jax "
+                f"{self._interception.get('jax')}, {how}); lowering for {where}"
+            )
+        return wrap(line, hang="  ")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._index = {item.nodeid: i for i, item in enumerate(session.items)}

@@ -39,7 +39,6 @@ from pytest_jaxport.view import (
     Problem,
     ReportView,
     collectives_of,
-    first_line,
     hotspots_of,
     plural,
     shares_of,
@@ -143,28 +142,30 @@ def notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
 def tests_of(
     audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
 ) -> tuple[AuditTest, ...]:
-    """Per test that ran anything (collection order), what it owns and what it uses that an
-    earlier test owns (jitted functions before eager op-by-op computations)."""
+    """Per test that ran anything (collection order), the jitted computations it owns and
+    those it uses that an earlier test owns, and how many eager op-by-op ones of each."""
     by_id = {str(c.get("id")): c for c in computations}
 
-    def jitted_first(cids: Any) -> list[str]:  # the jitted functions, then eager ops
-        return sorted(map(str, cids or ()), key=lambda c: by_id.get(c, {}).get("kind") != "jit")
+    def split(cids: Any) -> tuple[list[str], int]:  # the jitted functions; eager ops counted
+        jitted = [str(c) for c in cids or () if by_id.get(str(c), {}).get("kind") != "eager"]
+        return jitted, len(list(cids or ())) - len(jitted)
 
     rows = []
     for nodeid, test in _map(audit.get("tests")).items():
         test = _map(test)
-        owns = jitted_first(test.get("owns"))
-        owned = set(owns)
-        uses = [
-            (label(by_id.get(cid, {"id": cid})), str(by_id.get(cid, {}).get("owner")))
-            for cid in jitted_first(test.get("uses"))
-            if cid not in owned
-        ]
+        owned = {str(c) for c in test.get("owns") or ()}
+        owns, eager_owned = split(test.get("owns"))
+        uses, eager_used = split([c for c in test.get("uses") or () if str(c) not in owned])
         rows.append(
             AuditTest(
                 nodeid=str(nodeid),
                 owns=tuple(label(by_id.get(cid, {"id": cid})) for cid in owns),
-                uses=tuple(uses),
+                uses=tuple(
+                    (label(by_id.get(cid, {"id": cid})), str(by_id.get(cid, {}).get("owner")))
+                    for cid in uses
+                ),
+                eager_owned=eager_owned,
+                eager_used=eager_used,
             )
         )
     return tuple(rows)
@@ -177,6 +178,9 @@ def audit_problems(
     failures, as problems of the view (``audit=True``)."""
     problems = []
     by_id = {str(c.get("id")): c for c in computations}
+    # One problem per platform and reason: the same failure in 150 computations is one row
+    # that says how many and which tests, with the reason whole.
+    shared: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for finding in _maps(audit.get("findings")):
         computation = by_id.get(str(finding.get("computation")), {})
         platform = str(finding.get("platform", "?"))
@@ -184,23 +188,31 @@ def audit_problems(
         hardware = entry.get("needs_hardware")
         key = f"not lowerable here: needs a {hardware}" if hardware else "does not lower"
         reason = str(finding.get("reason", ""))
-        name = label(computation or {"function": finding.get("function"),
-                                     "id": finding.get("computation")})  # fmt: skip
-        source = computation.get("source")
-        signature = ", ".join(map(str, computation.get("signature") or ()))
-        details = [f"{name} defined at {source}" if source else name]
-        details += [f"signature: {signature}"] if signature else []
+        shared.setdefault((platform, key, reason), []).append(
+            computation or {"function": finding.get("function"), "id": finding.get("computation")}
+        )
+    for (platform, key, reason), sharing in shared.items():
+        names = tuple(label(c) for c in sharing)
+        owners = tuple(dict.fromkeys(str(c.get("owner") or OUTSIDE_TESTS) for c in sharing))
+        details = []
+        for name, c in zip(names, sharing, strict=True):
+            source = f" defined at {c['source']}" if c.get("source") else ""
+            signature = ", ".join(map(str, c.get("signature") or ()))
+            signature = f" ({signature})" if signature else ""
+            details.append(f"{name}{source}{signature}, owned by {c.get('owner') or OUTSIDE_TESTS}")
         problems.append(
             Problem(
                 kind="not-lowered",
                 audit=True,
-                test=str(computation.get("owner") or OUTSIDE_TESTS),
-                check=name,
+                test=owners[0],
+                check=names[0] if len(names) == 1 else plural(len(names), "computation"),
                 platform=platform,
                 key=key,
                 found=key,
-                message=first_line(reason),
-                details=(*details, reason),
+                message=" ".join(reason.split()),
+                details=tuple(details),
+                computations=names,
+                tests=owners,
             )
         )
     for data in _maps(audit.get("violations")):

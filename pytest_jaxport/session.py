@@ -167,7 +167,9 @@ class JaxportSession:
                 else "not cached (cacheprovider disabled)"
             )
             lines.append(f"jaxport: compiled level for {where}{gpu}; {cache}")
-        return lines
+        from pytest_jaxport.render import wrap  # (not at import: the plugin stays light)
+
+        return [part for line in lines for part in wrap(line, hang="  ")]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:

@@ -214,8 +214,19 @@ class Problem:
     """The whole finding in one line (a violation's headline, an error's first line)."""
     details: tuple[str, ...] = ()
     audit: bool = False
-    """The suite audit's: a computation that failed to re-lower (``test`` its owner, ``check``
-    the computation), or a suite budget failure (``test`` is :data:`AUDITED_SUITE`)."""
+    """The suite audit's: computations that failed to re-lower (``test`` the first one's
+    owner, ``check`` the computation), or a suite budget failure (``test`` is
+    :data:`AUDITED_SUITE`)."""
+    computations: tuple[str, ...] = ()
+    """The suite audit's computations that share this finding: one problem for all that fail
+    to lower for one platform with the same reason, whole in ``message``."""
+    tests: tuple[str, ...] = ()
+    """The tests that own ``computations`` (collection order, each once)."""
+
+    @property
+    def count(self) -> int:
+        """How many findings this problem stands for (the computations sharing it)."""
+        return max(1, len(self.computations))
 
 
 AUDITED_SUITE = "the audited suite"
@@ -245,7 +256,12 @@ class ProblemGroup:
 
     @property
     def tests(self) -> int:
-        return len({p.test for p in self.problems})
+        return len({t for p in self.problems for t in p.tests or (p.test,)})
+
+    @property
+    def count(self) -> int:
+        """Its problems, each of the suite audit's grouped findings counted per computation."""
+        return sum(p.count for p in self.problems)
 
     def summary(self) -> str:
         """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``; the audit's
@@ -253,7 +269,7 @@ class ProblemGroup:
         nouns = {"violation": "violation", "failure": "test"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
-        text = plural(len(self.problems), nouns.get(self.kind, "computation" if self.audit
+        text = plural(self.count, nouns.get(self.kind, "computation" if self.audit
                                                       else "check"))  # fmt: skip
         if self.kind != "failure" and not (self.audit and self.kind == "violation"):
             text += f" in {plural(self.tests, 'test')}"
@@ -457,10 +473,16 @@ class AuditTest:
 
     nodeid: str
     owns: tuple[str, ...] = ()
-    """The computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
+    """The jitted computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
     uses: tuple[tuple[str, str], ...] = ()
-    """``(computation, owner)``: computations an earlier test ran first. JAX served them
-    from its caches (traced and compiled before); the audit still counts the test a user."""
+    """``(computation, owner)``: jitted computations an earlier test ran first. JAX served
+    them from its caches (traced and compiled before); the audit still counts the test a
+    user."""
+    eager_owned: int = 0
+    """Eager op-by-op computations (a ``jnp`` function or primitive run outside jit) it ran
+    first: counted, not named (their names are JAX's own: ``convert_element_type``)."""
+    eager_used: int = 0
+    """Eager op-by-op computations an earlier test ran first."""
 
     __test__ = False  # not a pytest test class
 
@@ -547,7 +569,7 @@ class ReportView:
 
     @property
     def problem_count(self) -> int:
-        return sum(len(g.problems) for g in self.problems)
+        return sum(g.count for g in self.problems)
 
     def select(self, options: DisplayOptions) -> ReportView:
         """This view narrowed to ``options.platform`` and, for the per-test lists, to failed

@@ -715,3 +715,110 @@ def test_eigh():
     assert "suite audit: 0 grew, 0 shrank, 0 new sites, 0 removed sites" in (
         capsys.readouterr().out
     )
+
+
+NO_TPU_EIG = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_eig(n):
+    assert jax.jit(lambda a: jnp.linalg.eig(a)[0])(jnp.eye(n)).shape == (n,)
+
+
+def test_eig_squared():
+    assert jax.jit(lambda a: jnp.linalg.eig(a @ a)[0])(jnp.eye(3)).shape == (3,)
+"""
+"""Six computations that do not lower for tpu (no eig there), all for the same reason."""
+
+
+def test_one_reason_is_one_row_with_the_reason_whole(pytester: pytest.Pytester) -> None:
+    """Six computations failing tpu the same way are one row saying how many and in which
+    tests, the reason whole (never cut), in the terminal (``-q`` included), the Markdown and
+    the HTML; the JSON keeps each computation's finding."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_eig=NO_TPU_EIG)
+    outputs, terminal = {}, {}
+    for fmt, verbosity in (("json", ""), ("md", "-q"), ("html", "-v")):
+        args = ["--jaxport-audit", f"--jaxport-report=r.{fmt}"] + ([verbosity] if verbosity else [])
+        result = pytester.runpytest(*args)
+        result.assert_outcomes(passed=6)
+        outputs[fmt] = (pytester.path / f"r.{fmt}").read_text()
+        terminal[verbosity] = result.stdout.lines
+    findings = json.loads(outputs["json"])["audit"]["findings"]
+    assert [f["platform"] for f in findings] == ["tpu"] * 6
+    (reason,) = {f["reason"] for f in findings}
+    assert "eig" in reason
+    for verbosity, lines in terminal.items():
+        start = lines.index("problems: 6 findings that fail no test")
+        section = lines[start : lines.index("", start)]
+        assert section[1].startswith("  audit: tpu: does not lower — 6 computations in 6 tests")
+        rows = [line for line in section if line.startswith("    ") and line[4] != " "]
+        assert len(rows) == 1, (verbosity, section)
+        assert rows[0].startswith("    6 computations in 6 tests (test_eig.py::test_eig[2], ")
+        said = " ".join(line.strip() for line in section[section.index(rows[0]) + 1 :])
+        assert reason in said, verbosity  # whole: wrapped, never cut
+        assert not any("…" in line for line in section), verbosity
+        assert all(len(line) <= 100 for line in section), verbosity
+    markdown = outputs["md"]
+    table = markdown[markdown.index("| test | check |") : markdown.index("### The three")]
+    assert table.count(reason) == 1
+    assert "`test_eig.py::test_eig[2]` and 5 more tests | 6 computations | tpu |" in table
+    html = outputs["html"]
+    problems = html[html.index('<section id="problems"') : html.index('<section id="numbers"')]
+    assert problems.count("<tr title=") == 1
+    assert problems.count(esc_html(reason)) == 1
+    assert "and 5 more tests" in problems
+
+
+def esc_html(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def test_an_audit_only_html_report_speaks_of_the_audit(pytester: pytest.Pytester) -> None:
+    """No portable test ran: the HTML says what the audit found, not what checks did."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.runpytest("--jaxport-audit", "--jaxport-report=clean.html", "-k", "mlp")
+    clean = (pytester.path / "clean.html").read_text()
+    assert "None: every audited computation lowers on every platform" in clean
+    assert "portable test is within budget" not in clean
+    assert "No portable tests ran." not in clean
+    assert "this run audited the suite as it is" in clean
+    assert "<title>pytest-jaxport suite audit: " in clean
+    pytester.makepyfile(test_eig=NO_TPU_EIG)
+    pytester.runpytest("--jaxport-audit", "--jaxport-report=eig.html", "test_eig.py")
+    found = (pytester.path / "eig.html").read_text()
+    assert "suite audit within its budget; 6 computations do not lower everywhere" in found
+    assert "computations that do not lower for a platform, one row per reason" in found
+    assert "checks that do not lower or run" not in found
+    assert '<span class="label">findings that fail no test</span>' in found
+
+
+def test_per_test_lists_name_jitted_computations_and_count_eager_ops(
+    pytester: pytest.Pytester,
+) -> None:
+    """The terminal's per-test lists (``-v``) name the suite's jitted computations; the
+    eager op-by-op ones, named after JAX's own functions, are counted; every line of the
+    report section fits 100 columns."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    result, audit = audit_of(pytester, "-vv")
+    eager = {c["function"] for c in audit["computations"] if c["kind"] == "eager"}
+    assert "cholesky" in eager
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "jaxport portability report" in line)
+    section = lines[start + 1 :]
+    per_test = [line for line in section if line.startswith("  test_suite.py::")]
+    assert per_test
+    result.stdout.fnmatch_lines(["  test_suite.py::test_eager_cholesky: owns * eager op*"])
+    listed = " ".join(per_test)
+    assert not any(f"{name} [" in listed for name in eager - {"mlp", "inner", "solve"})
+    assert "mlp [" in listed
+    assert all(len(line) <= 100 for line in section if not line.startswith("=")), [
+        line for line in section if len(line) > 100
+    ]
