@@ -52,6 +52,7 @@ class Recorder:
         classifier: Classifier,
         rootdir: Path,
         compile_settings: CompileSettings,
+        own_packages: tuple[str, ...] = (),
     ) -> None:
         self.platforms = tuple(platforms)
         self.stats = LoweredStats()
@@ -60,6 +61,7 @@ class Recorder:
             rootdir=rootdir,
             compile_settings=compile_settings,
             stats=self.stats,
+            own_packages=own_packages,
         )
         self._rootdir = rootdir
         self.interception = Interception(self.record)
@@ -140,7 +142,7 @@ class Recorder:
 
     def _identify(self, call: RecordedCall) -> str:
         """The content key of a call JAX traced anew; lowered and counted when new."""
-        keyed = KeyParts(call)
+        keyed = KeyParts(call, own=self._level.own_packages)
         parts = keyed.get()
         if parts is None:  # not keyable: a computation of this process only
             cid = f"local-{next(self._local)}-{id(call.jaxpr):x}"

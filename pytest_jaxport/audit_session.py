@@ -63,6 +63,7 @@ class AuditSession:
             classifier=self.session.classifier("lowered"),
             rootdir=self.config.rootpath,
             compile_settings=self.session.compile_settings,
+            own_packages=self.project.own_packages,
         )
         support = self.recorder.start()
         self._interception = support.to_dict()

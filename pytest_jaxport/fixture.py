@@ -120,6 +120,7 @@ class Jaxport:
             rootdir=rootdir,
             compile_settings=self._compile,
             stats=self.lowered_stats,
+            own_packages=config.project.own_packages,
         )
 
     @property
@@ -262,7 +263,7 @@ class Jaxport:
         caller = self._lowered_level.shown_location(
             SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
         )
-        keyed = KeyParts(traced, args, kwargs)
+        keyed = KeyParts(traced, args, kwargs, own=self._lowered_level.own_packages)
         level = self._lowered_level
         # A platform not present here (and not compiled) needs only its Program: the lowered
         # level reads it from the cache, or lowers all such platforms together.
@@ -545,6 +546,7 @@ class Jaxport:
             level="compiled",
             classifier=classifier,
             seconds=self._lowered_level.roofline(platform),
+            own=self._lowered_level.own_packages,
         )
         return _Compiled(census=self._relative(census))
 

@@ -88,13 +88,19 @@ class KeyParts:
     The arguments' shardings (``args``/``kwargs``, where given) are part of the jaxpr's: they
     decide which collectives the SPMD partitioner inserts, and a jaxpr does not show them."""
 
-    __slots__ = ("_arguments", "_done", "_parts", "_traced")
+    __slots__ = ("_arguments", "_done", "_own", "_parts", "_traced")
 
     def __init__(
-        self, traced: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+        self,
+        traced: Any,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        own: tuple[str, ...] = (),
     ) -> None:
         self._traced = traced
         self._arguments = (tuple(args), dict(kwargs or {}))
+        self._own = own
         self._parts: tuple[str, str, str] | None = None
         self._done = False
 
@@ -104,7 +110,7 @@ class KeyParts:
             from pytest_jaxport import lowering
 
             try:
-                jaxpr, sources = lowering.census_key_parts(self._traced)
+                jaxpr, sources = lowering.census_key_parts(self._traced, self._own)
                 # Object addresses (a host callback's function, printed in its parameters)
                 # and the order of a frozenset's elements differ run to run and process to
                 # process; nothing lowered depends on them.
@@ -127,11 +133,15 @@ class LoweredLevel:
         rootdir: Path,
         compile_settings: CompileSettings,
         stats: LoweredStats,
+        own_packages: tuple[str, ...] = (),
     ) -> None:
         self._classifier = classifier
         self._rootdir = rootdir
         self._compile = compile_settings
         self.stats = stats
+        self.own_packages = own_packages
+        """Installed packages whose lines count as the user's (``[tool.jaxport]
+        own_packages``): a kernel is placed at its innermost frame outside other libraries."""
 
     def take(
         self,
@@ -248,6 +258,7 @@ class LoweredLevel:
                     platform,
                     classifier=self._classifier,
                     seconds=self.roofline(platform),
+                    own=self.own_packages,
                 ),
                 caller,
             )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pytest_jaxport.arguments import FN_KEY
-from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
+from pytest_jaxport.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program, is_library_file
 from pytest_jaxport.config import TRANSFORMS
 from pytest_jaxport.cost import FREE_OPS, op_cost
 from pytest_jaxport.jax_adapters import (
@@ -325,7 +325,7 @@ def lowering_settings() -> str:
     return repr(sorted(jax.config.values.items()))
 
 
-def census_key_parts(traced: Any) -> tuple[str, str]:
+def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
     """``(jaxpr text, source lines)``: what the lowered-level cache keys a census by.
 
     The closed jaxpr's text (with its argument types) decides the lowered module's ops; it
@@ -344,7 +344,7 @@ def census_key_parts(traced: Any) -> tuple[str, str]:
     while pending:
         jaxpr = pending.pop()
         for eqn in jaxpr.eqns:
-            lines.append(source_line(eqn.source_info, memo))
+            lines.append(source_line(eqn.source_info, memo, own))
             pending.extend(core.jaxprs_in_params(eqn.params))
     return text, "\n".join(lines)
 
@@ -362,30 +362,29 @@ def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def source_line(source_info: Any, memo: dict[Any, str] | None = None) -> str:
+def source_line(
+    source_info: Any, memo: dict[Any, str] | None = None, own: tuple[str, ...] = ()
+) -> str:
     """The ``file:line`` a census shows for an equation with this ``source_info`` (``""``
-    when JAX kept no traceback); ``memo`` caches it per traceback."""
+    when JAX kept no traceback); ``memo`` caches it per traceback (for one ``own``)."""
     tb = source_info.traceback
     if tb is None:
         return ""
     line = memo.get(tb) if memo is not None else None
     if line is None:
-        line = _census_frame(user_frames(source_info))
+        line = _census_frame(user_frames(source_info), own)
         if memo is not None:
             memo[tb] = line
     return line
 
 
-from pytest_jaxport.census import _LIBRARY_PATHS  # noqa: E402  (parse_location's list)
-
-
-def _census_frame(frames: Any) -> str:
+def _census_frame(frames: Any, own: tuple[str, ...] = ()) -> str:
     """``census.parse_location``'s choice among a traceback's user frames, as ``file:line``."""
     first = None
     for frame in frames:
         if first is None:
             first = frame
-        if not any(part in frame.file_name for part in _LIBRARY_PATHS):
+        if not is_library_file(frame.file_name, own):
             return f"{frame.file_name}:{frame.start_line}"
     return "" if first is None else f"{first.file_name}:{first.start_line}"
 

@@ -504,6 +504,15 @@ def test_a_baseline_without_audit_counts_says_so(pytester: pytest.Pytester) -> N
             "[tool.jaxport.audit]\nenabled = 1",
             "[tool.jaxport.audit] enabled: expected a boolean (true or false), found int 1",
         ),
+        (
+            'own_packages = "lineax"',
+            "[tool.jaxport] own_packages: expected a list of package import names",
+        ),
+        (
+            'own_packages = ["line-ax"]',
+            "[tool.jaxport] own_packages: expected package import names such as \"lineax\" "
+            "(the name you import), found 'line-ax'",
+        ),
     ],
 )
 def test_bad_audit_configuration_is_a_usage_error(
@@ -822,3 +831,53 @@ def test_per_test_lists_name_jitted_computations_and_count_eager_ops(
     assert all(len(line) <= 100 for line in section if not line.startswith("=")), [
         line for line in section if len(line) > 100
     ]
+
+
+def _installed_library(pytester: pytest.Pytester) -> None:
+    """``hiddenlib`` as an installed package (under a ``site-packages`` folder): a jitted
+    function around its own primitive, whose ops JAX traces only when lowering it."""
+    folder = pytester.path / "venv" / "site-packages" / "hiddenlib"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(
+        LIBRARY_WITH_HIDDEN_CALLBACK + "\n\n@jax.jit\ndef jitted_solve(a, b):\n"
+        "    return solve(a, b) + 1\n"
+    )
+    pytester.syspathinsert(folder.parent)
+    pytester.makepyfile(
+        test_lib="""
+        import jax.numpy as jnp
+        from hiddenlib import jitted_solve
+
+        def test_solve():
+            assert jitted_solve(jnp.eye(3) * 2, jnp.ones(3)).shape == (3,)
+        """
+    )
+
+
+def test_kernels_inside_an_installed_library_are_at_the_users_line(
+    pytester: pytest.Pytester,
+) -> None:
+    """Every kernel of a computation run from an installed library lands on the line of the
+    test that called into it, those JAX lowers inside the library's own primitive (whose
+    locations stop inside the library) as well as the rest."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    _installed_library(pytester)
+    _, audit = audit_of(pytester)
+    (solve,) = by_function(audit, "jitted_solve")
+    assert solve["source"] == "hiddenlib/__init__.py:31"
+    for platform in ("cpu", "cuda", "rocm"):
+        kernels = solve["platforms"][platform]["lowered"]["kernels"]
+        assert len(kernels) >= 3, platform  # the callback, the LU factorisation, the solves
+        assert {k["location"] for k in kernels} == {"test_lib.py:5"}, (platform, kernels)
+
+
+def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
+    """A library's developers list it in ``own_packages``: its lines are theirs, reported as
+    such even where it runs installed."""
+    pytester.makefile(".toml", pyproject=PLATFORMS + 'own_packages = ["hiddenlib"]\n')
+    _installed_library(pytester)
+    _, audit = audit_of(pytester)
+    (solve,) = by_function(audit, "jitted_solve")
+    cuda = solve["platforms"]["cuda"]["lowered"]["kernels"]
+    assert {k["location"].rpartition(":")[0] for k in cuda} == {"hiddenlib/__init__.py"}
+    assert "cusolver" in {k["library"] for k in cuda}
