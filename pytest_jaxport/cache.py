@@ -107,6 +107,7 @@ def lowered_key(
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_NUMPY_SCALAR = re.compile(r"\bnp\.(?:u?int|float|complex)\d+\(([^()]*)\)|\bnp\.(True|False)_")
 _FROZENSET = "frozenset({"
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
@@ -114,14 +115,21 @@ _CLOSING = {"(": ")", "[": "]", "{": "}"}
 def stable_text(text: str) -> str:
     """``text`` (a jaxpr's, a static argument's) without what differs between processes
     printing the same value: object addresses blanked (a function in a primitive's
-    parameters), and the elements of every ``frozenset({...})`` sorted (a frozenset iterates
-    in hash order, and objects without ``__hash__`` of their own, such as lineax's operator
-    tags, hash by address; strings hash differently in every process).
+    parameters); NumPy scalars as the numbers they are (JAX caches a primitive's eager
+    computation by its parameters, so ``sizes=(np.int64(2),)`` and ``sizes=(2,)`` are one
+    trace, printed as whichever came first); and the elements of every ``frozenset({...})``
+    sorted (a frozenset iterates in hash order, and objects without ``__hash__`` of their
+    own, such as lineax's operator tags, hash by address; strings hash differently in every
+    process).
 
     >>> stable_text("tags=frozenset({b_tag, a_tag}), f=<function g at 0x7f3a2c1e9d30>")
     'tags=frozenset({a_tag, b_tag}), f=<function g at 0x?>'
+    >>> stable_text("split[axis=0 sizes=(np.int64(1), np.int64(6))] keep=np.True_")
+    'split[axis=0 sizes=(1, 6)] keep=True'
     """
     text = _ADDRESS.sub("0x?", text)
+    if "np." in text:
+        text = _NUMPY_SCALAR.sub(lambda m: m.group(1) or m.group(2), text)
     if _FROZENSET not in text:
         return text
     return _sorted_sets(text)

@@ -337,7 +337,7 @@ def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
     from jax._src import core
 
     closed = traced.jaxpr
-    text = f"{closed.in_avals}\n{closed.out_avals}\n{closed}"
+    text = f"{closed.in_avals}\n{closed.out_avals}\n{_program_text(closed)}"
     lines: list[str] = []
     memo: dict[Any, str] = {}
     pending = [closed.jaxpr]
@@ -347,6 +347,48 @@ def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
             lines.append(source_line(eqn.source_info, memo, own))
             pending.extend(core.jaxprs_in_params(eqn.params))
     return text, "\n".join(lines)
+
+
+def _program_text(closed: Any) -> str:
+    """The closed jaxpr as JAX prints it; as :func:`_plain_text` where JAX's printer fails
+    (it sorts a frozenset parameter's elements, and objects without an order fail)."""
+    try:
+        return str(closed)
+    except Exception:  # the program is still the same program: key it by the plain text
+        return _plain_text(closed)
+
+
+def _plain_text(closed: Any) -> str:
+    """A jaxpr as plain text: per equation its results, primitive, parameters (``repr``;
+    nested jaxprs likewise) and operands, variables numbered in order of appearance."""
+    names: dict[int, str] = {}
+
+    def name(var: Any) -> str:
+        if hasattr(var, "val"):  # a literal
+            return repr(var.val)
+        return names.setdefault(id(var), f"v{len(names)}:{var.aval}")
+
+    def value(item: Any, indent: str) -> str:
+        if hasattr(item, "eqns") or hasattr(getattr(item, "jaxpr", None), "eqns"):
+            return "\n" + text(item, indent + "  ")
+        if isinstance(item, tuple | list) and any(hasattr(i, "eqns") or hasattr(
+                getattr(i, "jaxpr", None), "eqns") for i in item):  # fmt: skip
+            return "(" + ", ".join(value(i, indent) for i in item) + ")"
+        return repr(item)
+
+    def text(jaxpr: Any, indent: str) -> str:
+        inner = getattr(jaxpr, "jaxpr", jaxpr)
+        lines = [f"{indent}in {', '.join(map(name, (*inner.constvars, *inner.invars)))}"]
+        for eqn in inner.eqns:
+            params = ", ".join(f"{k}={value(v, indent)}" for k, v in sorted(eqn.params.items()))
+            lines.append(
+                f"{indent}{', '.join(map(name, eqn.outvars))} = {eqn.primitive.name}[{params}] "
+                f"{', '.join(map(name, eqn.invars))}"
+            )
+        lines.append(f"{indent}out {', '.join(map(name, inner.outvars))}")
+        return "\n".join(lines)
+
+    return text(closed, "")
 
 
 def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
@@ -1260,7 +1302,9 @@ class PlatformTraces:
         self.variant = variant
         self.gpus = gpus
 
-    def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
+    def lower(
+        self, *, lowering_platforms: tuple[str, ...], _private_parameters: Any = None
+    ) -> Any:
         import jax
 
         (platform,) = lowering_platforms
@@ -1274,7 +1318,9 @@ class PlatformTraces:
             traced = again()
         except Exception as e:  # the transformation's failure on this platform: a finding
             raise LoweringFailure(self.variant.explain(e, platform)) from e
-        return Trace(traced, again, self.gpus).lower(lowering_platforms=lowering_platforms)
+        return Trace(traced, again, self.gpus).lower(
+            lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
+        )
 
 
 def trace_variant(variant: Transformed, *, gpus: Mapping[str, str] | None = None) -> Any:

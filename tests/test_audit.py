@@ -881,3 +881,88 @@ def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
     cuda = solve["platforms"]["cuda"]["lowered"]["kernels"]
     assert {k["location"].rpartition(":")[0] for k in cuda} == {"hiddenlib/__init__.py"}
     assert "cusolver" in {k["library"] for k in cuda}
+
+
+ORDER_DEPENDENT = """
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import mlir
+
+try:
+    from jax.extend.core import Primitive
+except ImportError:  # jax without jax.extend.core
+    from jax.core import Primitive
+
+ORDER = int(os.environ.get("ORDER", "0"))
+
+
+class Tag:
+    # Hashes by address, as lineax's operator tags do; ORDER stands for another process's
+    # addresses (a frozenset of them iterates in another order there).
+    def __init__(self, name, rank):
+        self.name, self.rank = name, rank
+
+    def __repr__(self):
+        return self.name
+
+    def __hash__(self):
+        return self.rank
+
+
+TAGS = frozenset({Tag("symmetric_tag", 1 + ORDER), Tag("diagonal_tag", 2 - ORDER)})
+
+scaled_p = Primitive("scaled")  # a library primitive whose parameters hold the tags
+scaled_p.def_impl(lambda x, tags: x * 2)
+scaled_p.def_abstract_eval(lambda x, tags: jax.core.ShapedArray(x.shape, x.dtype))
+mlir.register_lowering(scaled_p, mlir.lower_fun(lambda x, tags: x * 2, multiple_results=False))
+
+
+@jax.jit
+def tagged(x, tags):
+    return scaled_p.bind(x, tags=tags) + 1
+
+
+tagged = jax.jit(tagged.__wrapped__, static_argnames="tags")
+
+
+def test_tagged():
+    assert tagged(jnp.ones(3), tags=TAGS).shape == (3,)
+
+
+def test_split():
+    # an eager split traced with NumPy integers or Python ints, whichever came first
+    first, second = (2, 4), (np.int64(2), np.int64(4))
+    for sizes in (first, second) if ORDER == 0 else (second, first):
+        assert len(jax.lax.split(jnp.arange(6.0), sizes)) == 2
+"""
+"""A computation whose printed program and static arguments depend on memory addresses
+(a frozenset of objects hashed by id) and one whose trace depends on which call came first."""
+
+
+def test_a_computations_identity_depends_on_no_address_or_order(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs whose frozensets iterate in other orders, and whose eager split is traced
+    first with Python ints or first with NumPy integers, audit the same computations, with
+    the same ids and the same static-argument text (as serial and ``-n 2`` runs must)."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_order=ORDER_DEPENDENT)
+    audits = []
+    for order in ("0", "1"):
+        monkeypatch.setenv("ORDER", order)
+        result, audit = audit_of(pytester, "-p", "no:cacheprovider")
+        result.assert_outcomes(passed=2)
+        audits.append(audit)
+    (tagged,) = by_function(audits[0], "tagged")
+    assert "frozenset({diagonal_tag, symmetric_tag})" in tagged["static_arguments"]
+    splits = [by_function(audit, "split") for audit in audits]
+    assert len(splits[0]) == 1
+    assert [c["id"] for c in splits[0]] == [c["id"] for c in splits[1]]
+    ids = [sorted(c["id"] for c in audit["computations"]) for audit in audits]
+    assert ids[0] == ids[1]
+    statics = [{c["id"]: c["static_arguments"] for c in a["computations"]} for a in audits]
+    assert statics[0] == statics[1]
+    assert without_timings(audits[0]) == without_timings(audits[1])
