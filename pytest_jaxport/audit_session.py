@@ -154,6 +154,21 @@ class AuditSession:
             self._section = (self._revision, section)
         return self._section[1]
 
+    def _settle_worker(self) -> None:
+        """An xdist worker ran its last test: unhook, collect the garbage, then freeze what
+        is left (JAX's caches, grown by the lowerings for other platforms) out of the
+        collector's way. This runs before the worker reports itself finished; after that,
+        pytest-xdist gives it 5 seconds to exit before it interrupts it (SIGINT), and a
+        full collection of that heap in every garbage-collector pass of its last steps
+        (another plugin's summary, pytest's own last collection, each with JAX's collector
+        hook) could overrun them on a busy machine: a KeyboardInterrupt inside JAX's
+        ``_xla_gc_callback``, printed as an unraisable-exception warning."""
+        import gc
+
+        self.stop()
+        gc.collect()  # (finalizers run now, as they would have at pytest's last collection)
+        gc.freeze()
+
     def baseline_note(self) -> str | None:
         ci = self.session.ci
         if ci.baseline is None or ci.baseline_update or isinstance(ci.baseline.get("audit"), dict):
@@ -166,6 +181,7 @@ class AuditSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
+            self._settle_worker()
             return
         if failures(self.section()):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

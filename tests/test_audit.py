@@ -510,7 +510,7 @@ def test_a_baseline_without_audit_counts_says_so(pytester: pytest.Pytester) -> N
         ),
         (
             'own_packages = ["line-ax"]',
-            "[tool.jaxport] own_packages: expected package import names such as \"lineax\" "
+            '[tool.jaxport] own_packages: expected package import names such as "lineax" '
             "(the name you import), found 'line-ax'",
         ),
     ],
@@ -966,3 +966,34 @@ def test_a_computations_identity_depends_on_no_address_or_order(
     statics = [{c["id"]: c["static_arguments"] for c in a["computations"]} for a in audits]
     assert statics[0] == statics[1]
     assert without_timings(audits[0]) == without_timings(audits[1])
+
+
+def test_an_xdist_worker_leaves_no_heap_for_its_last_collections(
+    pytester: pytest.Pytester,
+) -> None:
+    """After its last test an audited worker has 5 seconds (pytest-xdist's) to exit; every
+    garbage-collector pass of those last steps (another plugin's summary, pytest's final
+    collection, each with JAX's collector hook) must not scan the heap JAX's caches and the
+    audit's lowerings grew, or on a busy machine the worker is interrupted inside JAX's
+    ``_xla_gc_callback`` and prints an unraisable KeyboardInterrupt."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeconftest(
+        """
+        import gc, json, os
+
+        def pytest_unconfigure(config):
+            if hasattr(config, "workerinput"):
+                name = f"heap-{config.workerinput['workerid']}.json"
+                heap = {"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}
+                with open(os.path.join(str(config.rootpath), name), "w") as f:
+                    json.dump(heap, f)
+        """
+    )
+    result = pytester.runpytest_subprocess("--jaxport-audit", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(**OUTCOMES)
+    result.stderr.no_fnmatch_line("*Unraisable*")
+    heaps = [json.loads(p.read_text()) for p in sorted(pytester.path.glob("heap-gw*.json"))]
+    assert len(heaps) == 2
+    for heap in heaps:
+        assert heap["frozen"] > 10 * heap["tracked"], heap
