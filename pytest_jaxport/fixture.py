@@ -85,6 +85,7 @@ class Jaxport:
             rootdir=rootdir,
             compile_settings=self._compile,
             profile=profile,
+            own_packages=config.project.own_packages,
         )
         self.lowered_stats = self._examiner.stats
         self.compile_stats = self._examiner.compile_stats
@@ -283,7 +284,8 @@ class Jaxport:
             return Run(executions=executions, errors=errors, built=built)
 
         examined = self._examiner.examine(
-            traced, KeyParts(traced, args, kwargs), self.platforms, present=present,
+            traced, KeyParts(traced, args, kwargs, own=self._examiner.own_packages),
+            self.platforms, present=present,
             caller=caller, run=run, fn=fn, args=args, kwargs=kwargs,
         )  # fmt: skip
         probe, value = self._compare(

@@ -166,11 +166,9 @@ def deviceless_compile(
 
     def trace() -> Any:
         # A compile-only GPU has no client for a host callback to call back into: each
-        # callback becomes a stand-in that compiles (callbacks.trace_compilable).
+        # callback becomes a stand-in that compiles (callbacks.inert, compilable).
         traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
-        return without_callbacks(
-            traced, abstract_args, abstract_kwargs, compilable=True, sharding=sharding
-        )
+        return without_callbacks(traced, compilable=True)
 
     try:
         lowered = trace().lower()

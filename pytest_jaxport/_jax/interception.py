@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pytest_jaxport.model.identity import stable_text
+
 PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._pjit_call_impl_python": "the jit cache-miss path (what is recorded)",
     "jax._src.pjit._resolve_and_lower": "lowering a recorded call for other platforms",
@@ -217,12 +219,17 @@ class RecordedCall:
         for name in ("in_shardings", "out_shardings", "donated_invars", "ctx_mesh",
                      "keep_unused", "compiler_options_kvs"):  # fmt: skip
             parts.append(f"{name}={p.get(name)!r}")
-        return "\n".join(parts)
+        return stable_text("\n".join(parts))
 
-    def lower(self, *, lowering_platforms: Sequence[str]) -> Any:
+    def lower(
+        self, *, lowering_platforms: Sequence[str] | None, _private_parameters: Any = None
+    ) -> Any:
         """The computation lowered for ``lowering_platforms`` (an object with
-        ``compiler_ir("stablehlo")``), from the recorded jaxpr and arguments' types."""
-        return self._adapter.lower(self, tuple(lowering_platforms))
+        ``compiler_ir("stablehlo")``), from the recorded jaxpr and arguments' types;
+        ``_private_parameters``: JAX's lowering parameters, as ``jax.stages.Traced.lower``
+        takes them (:func:`pytest_jaxport._jax.callbacks.inert`)."""
+        platforms = tuple(lowering_platforms or ())
+        return self._adapter.lower(self, platforms, _private_parameters)
 
     def facts(self) -> CallFacts:
         return self._adapter.facts(self)
@@ -294,15 +301,16 @@ class _Adapter:
         spec = getattr(sharding, "spec", None)
         return f"{type(sharding).__name__}({spec if spec is not None else sharding})"
 
-    def lower(self, call: RecordedCall, platforms: tuple[str, ...]) -> Any:
+    def lower(self, call: RecordedCall, platforms: tuple[str, ...], parameters: Any = None) -> Any:
         from jax._src import pjit
         from jax._src.interpreters import mlir
 
+        here = not platforms or (parameters is None and _runs_here(call, platforms))
         computation = pjit._resolve_and_lower(
             call.arg_types,
             **call.params,
-            lowering_platforms=None if _runs_here(call, platforms) else platforms,
-            lowering_parameters=mlir.LoweringParameters(),
+            lowering_platforms=None if here else platforms,
+            lowering_parameters=mlir.LoweringParameters() if parameters is None else parameters,
             pgle_profiler=None,
         )
         return _Lowering(computation)
@@ -443,10 +451,12 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 
 
 def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
+    """The static arguments as the report shows them: the same text in every process
+    (:func:`~pytest_jaxport.model.identity.stable_text`: a frozenset of id-hashed tags in order)."""
     if static is None:
         return None
     try:
-        return ", ".join(f"{name}={_REPR.repr(value)}" for name, value in static)
+        return stable_text(", ".join(f"{name}={_REPR.repr(value)}" for name, value in static))
     except Exception:  # a static argument whose repr fails is still a static argument
         return ", ".join(f"{name}=<{type(value).__name__}>" for name, value in static)
 

@@ -70,6 +70,7 @@ TOP_KEYS = (
     "scan",
     "transforms",
     "audit",
+    "own_packages",
 )
 AUDIT_KEYS = ("enabled", "fail_on")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
@@ -198,6 +199,10 @@ class ProjectConfig:
     """``transforms``: the transformations every check also checks (``grad``, ``vmap``,
     ``jvp``), each as its own check ``name[grad]``."""
     audit: AuditConfig = field(default_factory=AuditConfig)
+    own_packages: tuple[str, ...] = ()
+    """``own_packages``: installed packages (import names) whose source lines reports show
+    as the user's own; frames in any other installed package are a library's internals, and
+    a kernel inside one is shown at the line that called into it."""
 
     def audit_budget(self, platform: str) -> Budget:
         """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for
@@ -637,6 +642,7 @@ def parse_project(
         else ()
     )
     scan, scan_exclude = _scan_table(source, data.get("scan", {}))
+    own_packages = _package_names(where, "own_packages", data.get("own_packages", []))
 
     raw_budget = data.get("budget", {})
     budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
@@ -679,7 +685,21 @@ def parse_project(
         platform_tolerances=platform_tolerances,
         transforms=transforms,
         audit=audit,
+        own_packages=own_packages,
     )
+
+
+def _package_names(where: _Where, key: str, value: object) -> tuple[str, ...]:
+    """A list of import names (``["lineax", "my_models"]``)."""
+    if not isinstance(value, list):
+        raise where.error(key, 'a list of package import names, e.g. ["lineax"]', value)
+    for name in value:
+        if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+            raise ConfigError(
+                f'{where.prefix} {key}: expected package import names such as "lineax" '
+                f"(the name you import), found {name!r}"
+            )
+    return tuple(value)
 
 
 def _budget_section(
