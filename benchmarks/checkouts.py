@@ -1,12 +1,12 @@
 """The same suite under two checkouts of the plugin, interleaved: did a change cost time?
 
-    python benchmarks/checkouts.py --base 0148fbc [--head .] [--reps 3] [--cases ...]
+    python benchmarks/checkouts.py --base REV [--head REV-or-FOLDER] [--reps 3] [--cases ...]
         [--out benchmarks/results/<name>.json]
 
 For a change that must not change behaviour or cost (a restructuring), run the generated
 suite of ``suite.py`` (the per-case tests of ``run.py``'s suite overhead) three ways in each
-repetition, in turn and in alternating order: the plugin from ``--base`` (a git revision,
-extracted into a temporary folder), the plugin from ``--head`` (a folder, this checkout by
+repetition, in turn and in alternating order: the plugin from ``--base`` and from ``--head``
+(git revisions, each extracted into a temporary folder, or a folder; this checkout by
 default), and plain ``jax.jit`` (``-p no:jaxport``), each cold (no pytest cache) then warm.
 Each checkout is put first on ``PYTHONPATH``; the interpreter and its packages are this one's.
 Reports the medians, each checkout's ratio to plain and head over base (CPU time: user + sys
@@ -59,7 +59,9 @@ def session(folder: Path, mode: str, source: Path | None) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="git revision of the plugin before")
-    parser.add_argument("--head", default=str(HERE.parent), help="checkout of the plugin after")
+    parser.add_argument(
+        "--head", default=str(HERE.parent), help="git revision or folder of the plugin after"
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cases", nargs="*", default=QUICK_CASES)
     parser.add_argument("--out", type=Path, default=None)
@@ -68,7 +70,9 @@ def main() -> int:
         root = Path(tmp)
         sources: dict[str, Path | None] = {
             "base": extract(args.base, root / "base"),
-            "head": Path(args.head).resolve(),
+            "head": Path(args.head).resolve()
+            if Path(args.head).is_dir()
+            else extract(args.head, root / "head"),
             "plain": None,
         }
         folders = {}
