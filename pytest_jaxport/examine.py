@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.adapters import jax_release, missing_package, needs_hardware
-from pytest_jaxport._jax.callbacks import INERT_TARGET
+from pytest_jaxport._jax.callbacks import INERT_TARGET, inert
 from pytest_jaxport.cache import (
     CompileSettings,
     FailedLowering,
@@ -313,7 +313,7 @@ class Examiner:
         # Host callbacks lower only for a platform present here; for the others they become
         # inert placeholders (counted in meta), so every other op is still counted. Whether
         # a program has any is known only once lowered (a custom primitive binds its own).
-        absent = lowering.without_callbacks(traced)
+        absent = inert(traced)
         together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
         for platform in platforms:
             if platform in known:

@@ -49,13 +49,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print", "pure_callback", "io_callback"})
-"""JAX's host-callback primitives (``jax.debug.print`` binds ``debug_print`` in recent jax,
-as in 0.10; older releases, as 0.6, bind ``debug_callback``)."""
+from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations, source_line
 
 INERT_TARGET = "inert_host_callback"
 """The custom-call target of a placeholder is ``inert_host_callback.<primitive>``."""
@@ -81,12 +79,10 @@ def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
 
     Only those the jaxpr shows: a callback a custom primitive binds when it is lowered is
     seen in the lowered program (:func:`inert` makes it a placeholder there all the same)."""
-    from pytest_jaxport._jax.lowering import source_line
-
     found: Counter[tuple[str, str]] = Counter()
     memo: dict[Any, str] = {}
-    for eqn in _equations(closed):
-        if eqn.primitive.name in CALLBACK_PRIMITIVES:
+    for eqn in equations(closed):
+        if eqn.primitive.name in HOST_CALLBACK_PRIMITIVES:
             found[(source_line(eqn.source_info, memo), eqn.primitive.name)] += 1
     return tuple(
         HostCallback(location=location, kind=kind, count=n)
@@ -96,21 +92,7 @@ def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
 
 def has_callbacks(closed: Any) -> bool:
     """Whether ``closed`` or any jaxpr nested in it shows a callback into Python."""
-    return any(eqn.primitive.name in CALLBACK_PRIMITIVES for eqn in _equations(closed))
-
-
-def _equations(closed: Any) -> Iterator[Any]:
-    """Every equation of ``closed`` and of the jaxprs nested in it, each jaxpr once."""
-    seen: set[int] = set()
-    pending = [_open(closed)]
-    while pending:
-        jaxpr = pending.pop()
-        if id(jaxpr) in seen:
-            continue
-        seen.add(id(jaxpr))
-        for eqn in jaxpr.eqns:
-            yield eqn
-            pending.extend(_open(sub) for sub in _nested(eqn.params))
+    return any(eqn.primitive.name in HOST_CALLBACK_PRIMITIVES for eqn in equations(closed))
 
 
 def inert(traced: Any, *, compilable: bool = False) -> InertCallbacks:
@@ -147,6 +129,15 @@ class InertCallbacks:
         )
 
 
+def without_callbacks(traced: Any, *, compilable: bool = False) -> Any:
+    """``traced`` lowering its host callbacks as inert placeholders (:func:`inert`),
+    to lower for platforms not present here, where JAX cannot lower a callback. Wherever the
+    callbacks are (a custom primitive's own lowering included), nothing is traced again.
+    ``compilable``: stand-ins that compile instead (a deviceless compile).
+    """
+    return inert(traced, compilable=compilable)
+
+
 def trace_inert(closed: Any, args: Sequence[Any]) -> InertCallbacks:
     """``jax.jit`` of the program ``closed`` (a ``ClosedJaxpr``), traced with ``args`` and
     made inert (:func:`inert`): for code that holds a jaxpr rather than a traced function.
@@ -181,7 +172,8 @@ _CALLBACK_HOMES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def callback_primitives() -> tuple[Any, ...]:
-    """This JAX's host-callback primitive objects (whichever of :data:`CALLBACK_PRIMITIVES`
+    """This JAX's host-callback primitive objects (whichever of
+    :data:`~pytest_jaxport._jax.jaxprs.HOST_CALLBACK_PRIMITIVES`
     it defines)."""
     import importlib
 
@@ -190,7 +182,7 @@ def callback_primitives() -> tuple[Any, ...]:
         module = importlib.import_module(module_name)
         for name in names:
             primitive = getattr(module, name, None)
-            if primitive is not None and primitive.name in CALLBACK_PRIMITIVES:
+            if primitive is not None and primitive.name in HOST_CALLBACK_PRIMITIVES:
                 found.append(primitive)
     return tuple(found)
 
@@ -245,35 +237,6 @@ def _ir_type_takes_context() -> bool:
     from jax._src.interpreters import mlir
 
     return len(inspect.signature(mlir.aval_to_ir_type).parameters) == 2
-
-
-@functools.cache
-def _jaxpr_types() -> tuple[Any, Any]:
-    """``(ClosedJaxpr or None, Jaxpr)``: jax 0.11 folded ``ClosedJaxpr`` into ``Jaxpr``."""
-    from jax._src import core
-
-    return getattr(core, "ClosedJaxpr", None), core.Jaxpr
-
-
-def _is_jaxpr(value: Any) -> bool:
-    closed_type, jaxpr_type = _jaxpr_types()
-    return isinstance(value, jaxpr_type) or (
-        closed_type is not None and isinstance(value, closed_type)
-    )
-
-
-def _nested(params: Any) -> list[Any]:
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if _is_jaxpr(item):
-                found.append(item)
-    return found
-
-
-def _open(jaxpr: Any) -> Any:
-    inner = getattr(jaxpr, "jaxpr", None)
-    return jaxpr if inner is None else inner
 
 
 def _stand_in(results: Sequence[Any]) -> Any:

@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
+from pytest_jaxport._jax.lowering import default_platform
 from pytest_jaxport.model.identity import stable_text
 
 PATCH_POINTS: Mapping[str, str] = {
@@ -59,11 +61,6 @@ PATCH_POINTS: Mapping[str, str] = {
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The public monitoring event JAX records for each backend compilation."""
-
-HOST_CALLBACK_PRIMITIVES = frozenset(
-    {"pure_callback", "io_callback", "debug_callback", "debug_print", "callback"}
-)
-"""Primitives that call back into Python on the host: no other backend can lower them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,7 +413,6 @@ def _runs_here(call: RecordedCall, platforms: tuple[str, ...]) -> bool:
     (then JAX's lowering cache already holds it: it is read, not made again)."""
     if len(platforms) != 1:
         return False
-    from pytest_jaxport._jax.lowering import default_platform
 
     if platforms[0] != default_platform():
         return False
@@ -463,22 +459,8 @@ def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
 
 def host_callbacks(jaxpr: Any) -> tuple[str, ...]:
     """The host-callback primitives anywhere in ``jaxpr`` (sub-programs included)."""
-    from jax._src import core
-
-    found: list[str] = []
-    pending = [getattr(jaxpr, "jaxpr", jaxpr)]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        for eqn in getattr(current, "eqns", ()):
-            name = eqn.primitive.name
-            if name in HOST_CALLBACK_PRIMITIVES and name not in found:
-                found.append(name)
-            pending.extend(getattr(j, "jaxpr", j) for j in core.jaxprs_in_params(eqn.params))
-    return tuple(found)
+    names = (e.primitive.name for e in equations(jaxpr))
+    return tuple(dict.fromkeys(n for n in names if n in HOST_CALLBACK_PRIMITIVES))
 
 
 def _static_arguments(

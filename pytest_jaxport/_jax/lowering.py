@@ -1,7 +1,7 @@
-"""Trace once, lower per platform, execute where present: the only module that drives JAX.
+"""Trace once, lower per platform (the StableHLO reader), execute where present, compile.
 
-JAX is imported inside functions, never at module import, so that a pytest run without
-portable tests does not pay for it.
+JAX is imported inside functions: the plugin's side imports this package only when a check or
+the audit needs it, and a pytest run without portable tests never pays for JAX.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -22,17 +22,23 @@ from pytest_jaxport._jax.adapters import (
     KERNEL_PRIMITIVES,
     bind_params,
     gpu_description,
+    jax_release,
     kernel_label,
     missing_package,
     needs_hardware,
-    user_frames,
 )
 from pytest_jaxport._jax.arguments import FN_KEY
-from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program, is_library_file
+from pytest_jaxport._jax.callbacks import inert
+from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
+from pytest_jaxport._jax.jaxprs import equations, source_line
+from pytest_jaxport._jax.profile import measure
+from pytest_jaxport.model import partitioner
+from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.cost import FREE_OPS, op_cost
 from pytest_jaxport.model.probe import Untraced
+from pytest_jaxport.model.targets import NOT_RUNNABLE, RULES, classify
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
 _REDUCER_OPS = frozenset(
@@ -276,9 +282,6 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
     run (:data:`targets.NOT_RUNNABLE`), as the JAX releases that refuse to lower it do."""
     from fnmatch import fnmatchcase
 
-    from pytest_jaxport._jax.adapters import jax_release
-    from pytest_jaxport.model.targets import NOT_RUNNABLE, classify
-
     patterns = NOT_RUNNABLE.get(platform, ())
     if not patterns:
         return
@@ -292,17 +295,6 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
                     f"{jax_release()} lowers it for {platform} all the same, later releases "
                     "refuse to"
                 )
-
-
-def without_callbacks(traced: Any, *, compilable: bool = False) -> Any:
-    """``traced`` lowering its host callbacks as inert placeholders (:func:`callbacks.inert`),
-    to lower for platforms not present here, where JAX cannot lower a callback. Wherever the
-    callbacks are (a custom primitive's own lowering included), nothing is traced again.
-    ``compilable``: stand-ins that compile instead (a deviceless compile).
-    """
-    from pytest_jaxport._jax import callbacks
-
-    return callbacks.inert(traced, compilable=compilable)
 
 
 def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
@@ -404,33 +396,6 @@ def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         if sharding is not None and len(sharding.device_set) > 1:
             lines.append(f"{i}: {sharding!r}")
     return "\n".join(lines)
-
-
-def source_line(
-    source_info: Any, memo: dict[Any, str] | None = None, own: tuple[str, ...] = ()
-) -> str:
-    """The ``file:line`` a census shows for an equation with this ``source_info`` (``""``
-    when JAX kept no traceback); ``memo`` caches it per traceback (for one ``own``)."""
-    tb = source_info.traceback
-    if tb is None:
-        return ""
-    line = memo.get(tb) if memo is not None else None
-    if line is None:
-        line = _census_frame(user_frames(source_info), own)
-        if memo is not None:
-            memo[tb] = line
-    return line
-
-
-def _census_frame(frames: Any, own: tuple[str, ...] = ()) -> str:
-    """``census.parse_location``'s choice among a traceback's user frames, as ``file:line``."""
-    first = None
-    for frame in frames:
-        if first is None:
-            first = frame
-        if not is_library_file(frame.file_name, own):
-            return f"{frame.file_name}:{frame.start_line}"
-    return "" if first is None else f"{first.file_name}:{first.start_line}"
 
 
 def read_program(lowered: Any) -> Program:
@@ -818,8 +783,6 @@ def _keeps_location(name: str) -> bool:
     """
     from fnmatch import fnmatchcase
 
-    from pytest_jaxport.model.targets import RULES
-
     if name in ("stablehlo.custom_call", "func.call", "call"):
         return True
     return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
@@ -914,8 +877,6 @@ def _compile_recording(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
     import tempfile
     from pathlib import Path
 
-    from pytest_jaxport.model import partitioner
-
     with tempfile.TemporaryDirectory(prefix="jaxport-spmd-") as directory:
         compiled = lowered.compile(partitioner.dump_options(Path(directory)))
         try:
@@ -996,7 +957,6 @@ def instruction_times(execution: Execution, *, runs: int = 3) -> dict[str, float
 
     Raises ``RuntimeError`` when the profiler cannot measure here.
     """
-    from pytest_jaxport._jax.profile import measure
 
     if execution.rerun is None:
         raise RuntimeError("nothing to re-run")
@@ -1051,13 +1011,12 @@ def compile_deviceless(
     again with compilable stand-ins where that module has ``inert_callbacks`` (placeholders
     do not compile); any other is traced again on one described GPU.
     """
-    from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
 
     try:
         if partitions > 1 and lowered is not None:
             if inert_callbacks:
                 traced = trace(fn, args, kwargs)
-                lowered = lower(without_callbacks(traced, compilable=True), "cuda")
+                lowered = lower(inert(traced, compilable=True), "cuda")
             return deviceless_compile_partitioned(
                 lowered, partitions, target_config=target_config, compiler_options=options
             )
@@ -1456,29 +1415,6 @@ def custom_kernels(
     import jax
 
     closed = jax.make_jaxpr(fn)(*args, **kwargs)
-    found: list[str] = []
-
-    def walk(jaxpr: Any) -> None:
-        for eqn in jaxpr.eqns:
-            name = eqn.primitive.name
-            if name in KERNEL_PRIMITIVES:
-                label = kernel_label(name, eqn.params)
-                if label not in found:
-                    found.append(label)
-            for sub in _sub_jaxprs(eqn.params):
-                walk(sub)
-
-    walk(closed.jaxpr)
-    return found
-
-
-def _sub_jaxprs(params: Mapping[str, Any]) -> list[Any]:
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            inner = getattr(item, "jaxpr", None)
-            if inner is not None and hasattr(inner, "eqns"):
-                found.append(inner)
-            elif hasattr(item, "eqns"):
-                found.append(item)
-    return found
+    found = (kernel_label(e.primitive.name, e.params) for e in equations(closed)
+             if e.primitive.name in KERNEL_PRIMITIVES)  # fmt: skip
+    return list(dict.fromkeys(found))
