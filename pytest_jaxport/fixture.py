@@ -94,6 +94,7 @@ class Jaxport:
             rootdir=rootdir,
             compile_settings=self._compile,
             profile=profile,
+            own_packages=config.project.own_packages,
         )
         self.lowered_stats = self._examiner.stats
         self.compile_stats = self._examiner.compile_stats
@@ -292,7 +293,8 @@ class Jaxport:
             return Run(executions=executions, errors=errors, built=built)
 
         examined = self._examiner.examine(
-            traced, KeyParts(traced, args, kwargs), self.platforms, present=present,
+            traced, KeyParts(traced, args, kwargs, own=self._examiner.own_packages),
+            self.platforms, present=present,
             caller=caller, run=run, fn=fn, args=args, kwargs=kwargs,
         )  # fmt: skip
         emulated = self._emulate(traced, args, kwargs, examined.results, present)
@@ -336,8 +338,9 @@ class Jaxport:
             if isinstance(traced, lowering.PlatformTraces):  # a variant traced per platform
                 program = traced.variant.for_platform(platform)
             emulated = run_as(
-                program, args, kwargs, platform=platform, cuda_capability=self._cuda_capability
-            )
+                program, args, kwargs, platform=platform, cuda_capability=self._cuda_capability,
+                own=self._examiner.own_packages,
+            )  # fmt: skip
             shown = with_locations(emulated.emulation, self._shown_location)
             found[platform] = replace(emulated, emulation=shown)
         return found

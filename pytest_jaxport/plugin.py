@@ -34,8 +34,10 @@ from pytest_jaxport.model.config import (
     gpu_hint,
     load_project,
     misspelt_tables,
+    parse_project,
     portable,
 )
+from pytest_jaxport.model.config import ConfigError as _ConfigError
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
@@ -174,8 +176,6 @@ def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
     if not value:
         return project
     from dataclasses import replace
-
-    from pytest_jaxport.model.config import parse_project
 
     names = [p.strip() for p in value.split(",") if p.strip()]
     try:
@@ -357,8 +357,7 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     dispatches, runs it on the platforms present, compares outputs with the reference
     platform, and returns the reference outputs. Budgets are enforced when the test ends.
     """
-    from pytest_jaxport.fixture import Jaxport
-    from pytest_jaxport.model.config import ConfigError as _ConfigError
+    from pytest_jaxport.fixture import Jaxport  # JAX: only when a test asks for the fixture
 
     session = request.config.stash[SESSION]
     item = request.node

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import os
 import time
 import traceback
@@ -52,6 +53,7 @@ from pytest_jaxport.view.text import (
     probe_text,
     render_markdown,
     render_text,
+    wrap,
 )
 
 if TYPE_CHECKING:
@@ -130,6 +132,7 @@ class JaxportSession:
             classifier=self.classifier("lowered"),
             rootdir=self.config.rootpath,
             compile_settings=self.compile_settings,
+            own_packages=self.project.own_packages,
         )
         self._interception = self.recorder.start().to_dict()
 
@@ -137,6 +140,18 @@ class JaxportSession:
         if self.recorder is not None:
             self.recorder.stop()
             self.recorder = None
+
+    def _settle_worker(self) -> None:
+        """An audited xdist worker ran its last test: unhook, collect the garbage, then freeze
+        what is left (JAX's caches, grown by the lowerings for other platforms) out of the
+        collector's way. This runs before the worker reports itself finished; after that,
+        pytest-xdist gives it 5 seconds to exit before it interrupts it (SIGINT), and a full
+        collection of that heap in every garbage-collector pass of its last steps could
+        overrun them on a busy machine: a KeyboardInterrupt inside JAX's ``_xla_gc_callback``,
+        printed as an unraisable-exception warning."""
+        self.stop()
+        gc.collect()  # (finalizers run now, as they would have at pytest's last collection)
+        gc.freeze()
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -301,7 +316,7 @@ class JaxportSession:
             lines.append(
                 f"jaxport: audit on: recording every jitted computation{how}; lowering for {where}"
             )
-        return lines
+        return [part for line in lines for part in wrap(line, hang="  ")]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._index = {item.nodeid: i for i, item in enumerate(session.items)}
@@ -643,9 +658,11 @@ class JaxportSession:
             found.append("\n".join(lines))
         return found
 
-    @pytest.hookimpl(trylast=True)
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
+            if self.recorder is not None:
+                self._settle_worker()
             return
         failed = self.audited and failures(self.build()["audit"]) > 0
         failed = self._update_baseline() or failed

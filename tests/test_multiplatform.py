@@ -282,7 +282,7 @@ def test_what_cannot_lower_together_is_lowered_per_platform() -> None:
 
 def test_callbacks_no_longer_need_the_fallback(pytester: pytest.Pytester) -> None:
     """The plugin lowers a program with a callback for the absent platforms together, with
-    the callback inert (``callbacks.make_inert``): no per-platform failure to report."""
+    the callback inert (``callbacks.inert``): no per-platform failure to report."""
     pytester.makepyfile(
         """
         import jax, jax.numpy as jnp, pytest

@@ -493,9 +493,11 @@ def test_report_header_shows_platforms_and_budget_sources(project: pytest.Pytest
     result.stdout.fnmatch_lines(
         [
             "jaxport: platforms cpu, cuda, rocm, tpu (reference cpu); config from pyproject.toml;"
-            " budgets from pyproject.toml [[]tool.jaxport.budget[]]"
+            " budgets from",
+            "  pyproject.toml [[]tool.jaxport.budget[]]",
         ]
     )
+    assert all(len(line) <= 100 for line in result.outlines if line.startswith(("jaxport", "  ")))
 
 
 def test_markers_and_help_document_the_plugin(pytester: pytest.Pytester) -> None:

@@ -45,11 +45,11 @@ from pytest_jaxport._jax.adapters import (
     reset_interpreters,
     scan_operands,
 )
+from pytest_jaxport._jax.jaxprs import source_line
 from pytest_jaxport._jax.lowering import (
     _eqn_context,
     _platform_index,
     describe_error,
-    source_line,
     to_outputs,
 )
 from pytest_jaxport.model.compare import Outputs
@@ -86,13 +86,15 @@ def emulate(
     *,
     platform: str,
     cuda_capability: tuple[int, int] | None = None,
+    own: tuple[str, ...] = (),
 ) -> Emulated:
     """Run ``fn(*args, **kwargs)`` on the CPU as ``platform`` would (see the module).
 
     ``fn`` is a function, a ``jax.stages.Traced`` (``jax.jit(f).trace(*args, **kwargs)``)
     or a ``lowering.Trace``; for a trace, ``args``/``kwargs`` are what it was traced with.
     ``cuda_capability`` is the GPU generation a cuda emulation assumes (default an H100,
-    ``model.emulation.DEFAULT_CUDA_CAPABILITY``).
+    ``model.emulation.DEFAULT_CUDA_CAPABILITY``). ``own``: installed packages whose lines
+    count as the user's (``[tool.jaxport] own_packages``), as in a census.
 
     Example::
 
@@ -109,7 +111,7 @@ def emulate(
     kwargs = dict(kwargs or {})
     closed, out_tree, flat = _program(fn, args, kwargs)
     dot_format = default_dot_format(platform, cuda_capability=cuda_capability)
-    replay = _Replay(platform, dot_format, all_pinned=_matmul_precision_pinned())
+    replay = _Replay(platform, dot_format, all_pinned=_matmul_precision_pinned(), own=own)
 
     def emulated(*leaves: Any) -> list[Any]:
         return replay.run(closed.jaxpr, closed.consts, leaves)
@@ -180,9 +182,15 @@ class _Replay:
     recording each choice and where the user's code made it."""
 
     def __init__(
-        self, platform: str, dot_format: NumberFormat | None, *, all_pinned: bool = False
+        self,
+        platform: str,
+        dot_format: NumberFormat | None,
+        *,
+        all_pinned: bool = False,
+        own: tuple[str, ...] = (),
     ) -> None:
         self.platform = platform
+        self.own = own
         self.dot_format = dot_format
         self.all_pinned = all_pinned
         """``jax.default_matmul_precision(...)`` chose every default dot's precision."""
@@ -211,7 +219,7 @@ class _Replay:
     def line(self, eqn: Any) -> str:
         """The user's line of ``eqn``, else that of the nearest enclosing equation (JAX keeps
         no user frame for what a library binds while tracing later, ``plgpu.kernel``'s)."""
-        found = source_line(eqn.source_info, self._lines)
+        found = source_line(eqn.source_info, self._lines, self.own)
         return found or next((line for line in reversed(self._outer) if line), "")
 
     # -- what needs replaying -----------------------------------------------------------------

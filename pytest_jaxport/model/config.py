@@ -73,6 +73,7 @@ TOP_KEYS = (
     "transforms",
     "audit",
     "emulate",
+    "own_packages",
 )
 AUDIT_KEYS = ("enabled", "fail_on")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
@@ -205,6 +206,10 @@ class ProjectConfig:
     """``emulate``: the absent platforms every check also runs on the CPU as they would
     compute (``pytest_jaxport._jax.emulate``), and where that was set (``--jaxport-emulate``
     over ``[tool.jaxport]``)."""
+    own_packages: tuple[str, ...] = ()
+    """``own_packages``: installed packages (import names) whose source lines reports show
+    as the user's own; frames in any other installed package are a library's internals, and
+    a kernel inside one is shown at the line that called into it."""
 
     def audit_budget(self, platform: str) -> Budget:
         """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for
@@ -693,6 +698,7 @@ def parse_project(
         emulated = emulate_platforms(f"{where.prefix} emulate", data["emulate"])
         emulated_among(f"{where.prefix} emulate", emulated, platforms)
         emulate = Setting(value=emulated, origin=f"{source} [tool.jaxport]") if emulated else None
+    own_packages = _package_names(where, "own_packages", data.get("own_packages", []))
 
     raw_budget = data.get("budget", {})
     budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
@@ -736,7 +742,21 @@ def parse_project(
         transforms=transforms,
         audit=audit,
         emulate=emulate,
+        own_packages=own_packages,
     )
+
+
+def _package_names(where: _Where, key: str, value: object) -> tuple[str, ...]:
+    """A list of import names (``["lineax", "my_models"]``)."""
+    if not isinstance(value, list):
+        raise where.error(key, 'a list of package import names, e.g. ["lineax"]', value)
+    for name in value:
+        if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+            raise ConfigError(
+                f'{where.prefix} {key}: expected package import names such as "lineax" '
+                f"(the name you import), found {name!r}"
+            )
+    return tuple(value)
 
 
 def _budget_section(

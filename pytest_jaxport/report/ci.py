@@ -211,7 +211,7 @@ def save_check_outputs(
     """
     if settings.outputs_dir is None or settings.outputs_base is None:
         return []
-    from pytest_jaxport.report.outputs import OutputsError, save_outputs
+    from pytest_jaxport.report.outputs import OutputsError, save_outputs  # numpy: only now
 
     problems = []
     for check in checks:

@@ -279,7 +279,7 @@ def _tile(value: str, label: str, href: str | None, cls: str = "") -> str:
 def _header(view: ReportView) -> str:
     head = view.headline
     failed, violations = head.failed_tests, head.violations
-    findings = sum(len(g.problems) for g in view.problems if g.kind in ("not-lowered", "numerics"))
+    findings = sum(g.count for g in view.problems if g.kind in ("not-lowered", "numerics"))
     audited = view.audit is not None and view.unit == "computation"
     tiles = [
         _tile(number(head.tests), "portable tests", "#matrix"),
@@ -297,7 +297,8 @@ def _header(view: ReportView) -> str:
             audit_tiles.append(failures)
         tiles = audit_tiles if audited else [*tiles, *audit_tiles]
     if findings:
-        tiles.append(_tile(number(findings), "other problems", "#problems", " warn"))
+        label = "findings that fail no test" if audited else "other problems"
+        tiles.append(_tile(number(findings), label, "#problems", " warn"))
     platform = view.hotspot_platform()
     if platform is not None:
         sites = sum(1 for h in view.hotspots if h.platform == platform)
@@ -319,6 +320,8 @@ def _header(view: ReportView) -> str:
     )
     if audited:
         verdict = "suite audit within its budget"
+        if _not_lowered(view):
+            verdict += f"; {plural(_not_lowered(view), 'computation')} do not lower everywhere"
     if head.audit_failures:
         verdict = (verdict + ", " if not audited else "") + plural(
             head.audit_failures, "suite audit failure")  # fmt: skip
@@ -329,6 +332,14 @@ def _header(view: ReportView) -> str:
         f'<div class="tiles" role="group" aria-label="suite totals">{"".join(tiles)}</div>'
         f'<dl class="facts">{dl}</dl></header>'
     )
+
+
+def _not_lowered(view: ReportView) -> int:
+    """The suite audit's computations that do not lower on some platform."""
+    audit = view.audit
+    if audit is None:
+        return 0
+    return max(0, audit.seen.get("computations", 0) - audit.lowers_everywhere)
 
 
 def _toc(view: ReportView) -> str:
@@ -352,6 +363,10 @@ def _toc(view: ReportView) -> str:
 
 def _problem_row(problem: Any, group: ProblemGroup) -> str:
     test = f'<a href="#{_anchor(problem.test)}"><code>{_e(problem.test)}</code></a>'
+    if len(problem.tests) > 1:  # the suite audit's computations sharing one reason
+        more = plural(len(problem.tests) - 1, "more test")
+        others = _e(", ".join(problem.tests[1:]))
+        test += f' <span class="muted" title="{others}">and {more}</span>'
     if problem.kind == "violation":
         own = f"limit {problem.limit}, set in {problem.origin}"
         setting = "" if group.rule.startswith(own) else f" (limit {problem.limit}, set in " \
@@ -366,11 +381,18 @@ def _problem_row(problem: Any, group: ProblemGroup) -> str:
 
 
 def _problems(view: ReportView) -> str:
+    audited = view.unit == "computation"  # a suite audit without portable tests
     if not view.problems:
+        clear = (
+            "None: every audited computation lowers on every platform, and the suite is within "
+            "its audit budget."
+            if audited
+            else "None: every portable test is within budget and every check lowers on every "
+            "platform."
+        )
         return (
             '<section id="problems" class="problems" aria-labelledby="problems-h">'
-            '<h2 id="problems-h">Problems</h2><p class="allclear">None: every portable test is '
-            "within budget and every check lowers on every platform.</p></section>"
+            f'<h2 id="problems-h">Problems</h2><p class="allclear">{clear}</p></section>'
         )
     groups = []
     for group in view.problems:
@@ -393,7 +415,7 @@ def _problems(view: ReportView) -> str:
         )
     overview = "".join(
         f'<tr><th scope="row"><a href="#{_group_anchor(g)}">{_e(g.title)}</a></th>'
-        f'<td class="num">{number(len(g.problems))}</td><td class="num">{number(g.tests)}</td>'
+        f'<td class="num">{number(g.count)}</td><td class="num">{number(g.tests)}</td>'
         f"<td>{_e(g.rule)}</td></tr>"
         for g in view.problems
     )
@@ -402,15 +424,22 @@ def _problems(view: ReportView) -> str:
         '<th scope="col" class="num">problems</th><th scope="col" class="num">tests</th>'
         f'<th scope="col">rule</th></tr></thead><tbody>{overview}</tbody></table>'
     )
+    order = (
+        "suite budget failures ([tool.jaxport.audit] fail_on, --jaxport-baseline), then "
+        "computations that do not lower for a platform, one row per reason (findings that fail "
+        "no test). Hover a row for the computations and where they are defined."
+        if audited
+        else "violations by budget key and platform, outputs that drift across CI legs, then "
+        "checks that do not lower or run (findings that fail no test unless must_lower says "
+        "so), numerics mismatches, and tests that failed for another reason. Hover a row for "
+        "the kernels or the full error."
+    )
     return (
         '<section id="problems" class="problems" aria-labelledby="problems-h">'
         '<h2 id="problems-h">Problems</h2>'
         f'<p class="note">{plural(view.problem_count, "problem")} in '
-        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, outputs "
-        "that drift across CI legs, then checks that do not lower or run (findings that fail "
-        "no test unless must_lower says so), numerics mismatches, and tests that failed for "
-        "another reason. Hover a row for "
-        f"the kernels or the full error.</p>{overview}{''.join(groups)}</section>"
+        f"{plural(len(view.problems), 'group')}: {order}</p>{overview}{''.join(groups)}"
+        "</section>"
     )
 
 
@@ -585,15 +614,16 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
     if audit.tests:
         rows = "".join(
             f"<tr><td><code>{_e(t.nodeid)}</code></td>"
-            f"<td>{_e(', '.join(t.owns)) or '—'}</td>"
-            f"<td>{_e(', '.join(f'{name} of {owner}' for name, owner in t.uses)) or '—'}</td>"
+            f"<td>{_e(_listed(t.owns, t.eager_owned))}</td>"
+            f"<td>{_e(_listed([f'{n} of {o}' for n, o in t.uses], t.eager_used))}</td>"
             "</tr>"
             for t in audit.tests
         )
         parts.append(
             '<details class="more"><summary>Per test: the computations it owns (ran first in '
             "collection order) and those it uses that an earlier test owns (JAX served them "
-            f'from its caches)</summary><table class="items"><thead><tr><th scope="col">'
+            "from its caches); eager op-by-op computations (jnp outside jit) are counted"
+            '</summary><table class="items"><thead><tr><th scope="col">'
             'test</th><th scope="col">owns</th><th scope="col">uses</th></tr></thead>'
             f"<tbody>{rows}</tbody></table></details>"
         )
@@ -601,6 +631,13 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
         '<section id="audit" aria-labelledby="audit-h"><h2 id="audit-h">Suite audit '
         f"(<code>--jaxport-audit</code>)</h2>{''.join(parts)}</section>"
     )
+
+
+def _listed(names: Sequence[str], eager: int) -> str:
+    """``mlp [3f2a1b2c], step [9d0e1f2a]; 5 eager ops``; ``—`` for none."""
+    parts = [", ".join(names)] if names else []
+    parts += [plural(eager, "eager op")] if eager else []
+    return "; ".join(parts) or "—"
 
 
 def _totals(view: ReportView, anchor: str = "totals") -> str:
@@ -765,9 +802,16 @@ def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
 
 def _matrix(view: ReportView) -> str:
     if not view.tests:
+        said = "No portable tests ran."
+        if view.audit is not None:
+            said = (
+                "No portable tests ran: this run audited the suite as it is "
+                '(<code>--jaxport-audit</code>); what each test ran is under <a href="#audit">'
+                "Suite audit</a>."
+            )
         return (
             '<section id="matrix" aria-labelledby="matrix-h"><h2 id="matrix-h">Platform × test '
-            'matrix</h2><p class="note">No portable tests ran.</p></section>'
+            f'matrix</h2><p class="note">{said}</p></section>'
         )
     reference = view.headline.reference
     present = set(view.headline.present)
@@ -1101,6 +1145,13 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
         f"pytest-jaxport portability report: {plural(head.tests, 'test')}, "
         f"{number(head.failed_tests)} failed, {plural(head.violations, 'budget violation')}"
     )
+    if view.audit is not None and view.unit == "computation":  # a suite audit, no checks
+        title = (
+            "pytest-jaxport suite audit: "
+            f"{plural(view.audit.seen.get('computations', 0), 'computation')} "
+            f"({number(_not_lowered(view))} do not lower everywhere), "
+            f"{plural(head.audit_failures, 'suite audit failure')}"
+        )
     upgraded = f" (upgraded from version {_e(head.upgraded_from)})" if head.upgraded_from else ""
     body = "".join(
         [

@@ -232,8 +232,19 @@ class Problem:
     """The whole finding in one line (a violation's headline, an error's first line)."""
     details: tuple[str, ...] = ()
     audit: bool = False
-    """The suite audit's: a computation that failed to re-lower (``test`` its owner, ``check``
-    the computation), or a suite budget failure (``test`` is :data:`AUDITED_SUITE`)."""
+    """The suite audit's: computations that failed to re-lower (``test`` the first one's
+    owner, ``check`` the computation), or a suite budget failure (``test`` is
+    :data:`AUDITED_SUITE`)."""
+    computations: tuple[str, ...] = ()
+    """The suite audit's computations that share this finding: one problem for all that fail
+    to lower for one platform with the same reason, whole in ``message``."""
+    tests: tuple[str, ...] = ()
+    """The tests that own ``computations`` (collection order, each once)."""
+
+    @property
+    def count(self) -> int:
+        """How many findings this problem stands for (the computations sharing it)."""
+        return max(1, len(self.computations))
 
 
 AUDITED_SUITE = "the audited suite"
@@ -263,7 +274,12 @@ class ProblemGroup:
 
     @property
     def tests(self) -> int:
-        return len({p.test for p in self.problems})
+        return len({t for p in self.problems for t in p.tests or (p.test,)})
+
+    @property
+    def count(self) -> int:
+        """Its problems, each of the suite audit's grouped findings counted per computation."""
+        return sum(p.count for p in self.problems)
 
     def summary(self) -> str:
         """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``; the audit's
@@ -271,7 +287,7 @@ class ProblemGroup:
         nouns = {"violation": "violation", "failure": "test", "drift": "drift"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
-        text = plural(len(self.problems), nouns.get(self.kind, "computation" if self.audit
+        text = plural(self.count, nouns.get(self.kind, "computation" if self.audit
                                                       else "check"))  # fmt: skip
         if self.kind != "failure" and not (self.audit and self.kind == "violation"):
             text += f" in {plural(self.tests, 'test')}"
@@ -530,10 +546,16 @@ class AuditTest:
 
     nodeid: str
     owns: tuple[str, ...] = ()
-    """The computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
+    """The jitted computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
     uses: tuple[tuple[str, str], ...] = ()
-    """``(computation, owner)``: computations an earlier test ran first. JAX served them
-    from its caches (traced and compiled before); the audit still counts the test a user."""
+    """``(computation, owner)``: jitted computations an earlier test ran first. JAX served
+    them from its caches (traced and compiled before); the audit still counts the test a
+    user."""
+    eager_owned: int = 0
+    """Eager op-by-op computations (a ``jnp`` function or primitive run outside jit) it ran
+    first: counted, not named (their names are JAX's own: ``convert_element_type``)."""
+    eager_used: int = 0
+    """Eager op-by-op computations an earlier test ran first."""
 
     __test__ = False  # not a pytest test class
 
@@ -622,7 +644,7 @@ class ReportView:
 
     @property
     def problem_count(self) -> int:
-        return sum(len(g.problems) for g in self.problems)
+        return sum(g.count for g in self.problems)
 
     def select(self, options: DisplayOptions) -> ReportView:
         """This view narrowed to ``options.platform`` and, for the per-test lists, to failed
@@ -1692,28 +1714,33 @@ def audit_notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
 def tests_of(
     audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
 ) -> tuple[AuditTest, ...]:
-    """Per test that ran anything (collection order), what it owns and what it uses that an
-    earlier test owns (jitted functions before eager op-by-op computations)."""
+    """Per test that ran anything (collection order), the jitted computations it owns and
+    those it uses that an earlier test owns, and how many eager op-by-op ones of each."""
     by_id = {str(c.get("id")): c for c in computations}
 
-    def jitted_first(cids: Any) -> list[str]:  # the jitted functions, then eager ops
-        return sorted(map(str, cids or ()), key=lambda c: by_id.get(c, {}).get("kind") != "jit")
+    def split(cids: Any) -> tuple[list[str], int]:  # the jitted functions; eager ops counted
+        jitted = [str(c) for c in cids or () if by_id.get(str(c), {}).get("kind") != "eager"]
+        return jitted, len(list(cids or ())) - len(jitted)
 
     rows = []
     for nodeid, test in _map(audit.get("tests")).items():
         test = _map(test)
-        owns = jitted_first(test.get("owns"))
-        owned = set(owns)
-        uses = [
-            (computation_label(by_id.get(cid, {"id": cid})), str(by_id.get(cid, {}).get("owner")))
-            for cid in jitted_first(test.get("uses"))
-            if cid not in owned
-        ]
+        owned = {str(c) for c in test.get("owns") or ()}
+        owns, eager_owned = split(test.get("owns"))
+        uses, eager_used = split([c for c in test.get("uses") or () if str(c) not in owned])
         rows.append(
             AuditTest(
                 nodeid=str(nodeid),
                 owns=tuple(computation_label(by_id.get(cid, {"id": cid})) for cid in owns),
-                uses=tuple(uses),
+                uses=tuple(
+                    (
+                        computation_label(by_id.get(cid, {"id": cid})),
+                        str(by_id.get(cid, {}).get("owner")),
+                    )
+                    for cid in uses
+                ),
+                eager_owned=eager_owned,
+                eager_used=eager_used,
             )
         )
     return tuple(rows)
@@ -1726,6 +1753,9 @@ def audit_problems(
     failures, as problems of the view (``audit=True``)."""
     problems = []
     by_id = {str(c.get("id")): c for c in computations}
+    # One problem per platform and reason: the same failure in 150 computations is one row
+    # that says how many and which tests, with the reason whole.
+    shared: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for finding in _maps(audit.get("findings")):
         computation = by_id.get(str(finding.get("computation")), {})
         platform = str(finding.get("platform", "?"))
@@ -1733,23 +1763,31 @@ def audit_problems(
         hardware = entry.get("needs_hardware")
         key = f"not lowerable here: needs a {hardware}" if hardware else "does not lower"
         reason = str(finding.get("reason", ""))
-        name = computation_label(computation or {"function": finding.get("function"),
-                                     "id": finding.get("computation")})  # fmt: skip
-        source = computation.get("source")
-        signature = ", ".join(map(str, computation.get("signature") or ()))
-        details = [f"{name} defined at {source}" if source else name]
-        details += [f"signature: {signature}"] if signature else []
+        shared.setdefault((platform, key, reason), []).append(
+            computation or {"function": finding.get("function"), "id": finding.get("computation")}
+        )
+    for (platform, key, reason), sharing in shared.items():
+        names = tuple(computation_label(c) for c in sharing)
+        owners = tuple(dict.fromkeys(str(c.get("owner") or OUTSIDE_TESTS) for c in sharing))
+        details = []
+        for name, c in zip(names, sharing, strict=True):
+            source = f" defined at {c['source']}" if c.get("source") else ""
+            signature = ", ".join(map(str, c.get("signature") or ()))
+            signature = f" ({signature})" if signature else ""
+            details.append(f"{name}{source}{signature}, owned by {c.get('owner') or OUTSIDE_TESTS}")
         problems.append(
             Problem(
                 kind="not-lowered",
                 audit=True,
-                test=str(computation.get("owner") or OUTSIDE_TESTS),
-                check=name,
+                test=owners[0],
+                check=names[0] if len(names) == 1 else plural(len(names), "computation"),
                 platform=platform,
                 key=key,
                 found=key,
-                message=first_line(reason),
-                details=(*details, reason),
+                message=" ".join(reason.split()),
+                details=tuple(details),
+                computations=names,
+                tests=owners,
             )
         )
     for data in _maps(audit.get("violations")):

@@ -65,6 +65,8 @@ REWRITE_ITEMS = 3
 """Kernels to rewrite the terminal lists per target (the files list every one)."""
 AUDIT_NAMES = 3
 """Computations the terminal names per test and kind at ``-v`` (``-vv`` names every one)."""
+QUIET_REASONS = 3
+"""At ``-q``, why the suite audit's computations do not lower: this many reasons per group."""
 
 
 def _libraries(libraries: Mapping[str, int]) -> str:
@@ -318,31 +320,39 @@ def details_lines(view: ReportView, *, every: bool) -> list[str]:
 
 
 def audit_test_lines(view: ReportView, *, every: bool) -> list[str]:
-    """Per test of an audited suite, the computations it owns and those it uses that an
-    earlier test owns (a few names each; ``every`` name at ``-vv``)."""
+    """Per test of an audited suite, the jitted computations it owns and those it uses that
+    an earlier test owns (a few names each; ``every`` name at ``-vv``), and how many eager
+    op-by-op ones."""
     audit = view.audit
     if audit is None or not audit.tests:
         return []
-    lines = [
+    lines = wrap(
         "suite audit, per test: it owns the computations it ran first in collection order; it "
         "uses the ones an earlier test owns (JAX served them from its caches, traced and "
-        "compiled before: the audit counts each once, the test among its users)"
-    ]
+        "compiled before: the audit counts each once, the test among its users); eager "
+        "op-by-op computations (jnp outside jit) are counted, not named",
+        hang="  ",
+    )
     for test in audit.tests:
         parts = []
-        if test.owns:
-            parts.append(f"owns {_names(test.owns, every)}")
-        if test.uses:
+        if test.owns or test.eager_owned:
+            parts.append(f"owns {_names(test.owns, test.eager_owned, every)}")
+        if test.uses or test.eager_used:
             uses = [f"{name} of {owner}" for name, owner in test.uses]
-            parts.append(f"uses {_names(uses, every)}")
+            parts.append(f"uses {_names(uses, test.eager_used, every)}")
         lines += wrap(f"{test.nodeid}: {'; '.join(parts)}", indent="  ", hang="    ")
     return [*lines, ""]
 
 
-def _names(names: Sequence[str], every: bool) -> str:
+def _names(names: Sequence[str], eager: int, every: bool) -> str:
+    """``2 (mlp [3f2a1b2c], step [9d0e1f2a]) and 5 eager ops``."""
+    ops = plural(eager, "eager op")
+    if not names:
+        return ops
     shown = names if every else names[:AUDIT_NAMES]
     more = f", +{number(len(names) - len(shown))} more (-vv)" if len(shown) < len(names) else ""
-    return f"{number(len(names))} ({', '.join(shown)}{more})"
+    named = f"{number(len(names))} ({', '.join(shown)}{more})"
+    return f"{named} and {ops}" if eager else named
 
 
 def audit_failure_lines(view: ReportView) -> list[str]:
@@ -368,10 +378,10 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     groups = view.problems
     if not groups:
         if view.unit == "computation":
-            return ["problems: none (every audited computation lowers on every platform, "
-                    "the suite within its audit budget)", ""]  # fmt: skip
+            return [*wrap("problems: none (every audited computation lowers on every platform, "
+                          "the suite within its audit budget)", hang="  "), ""]  # fmt: skip
         return ["problems: none (every portable test within budget, every check lowers)", ""]
-    findings = sum(len(g.problems) for g in groups if g.kind in ("not-lowered", "numerics"))
+    findings = sum(g.count for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
         said = []
@@ -387,9 +397,13 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     lines = [f"problems: {', '.join(said)}"]
     limit = options.problem_lines()
     headers = [wrap(f"{g.title} — {g.summary()}", indent="  ", hang="    ") for g in groups]
-    if limit == 0:  # -q: every group's header, no rows
-        quotas, hidden = [0] * len(groups), False
-        rows: list[list[list[str]]] = [[] for _ in groups]
+    if limit == 0:  # -q: every group's header, no rows but why the audit's do not lower
+        quotas = [min(len(g.problems), QUIET_REASONS) if _reasons(g) else 0 for g in groups]
+        hidden = False
+        rows: list[list[list[str]]] = [
+            [_problem_line(p, g.rule) for p in g.problems[:quota]]
+            for g, quota in zip(groups, quotas, strict=True)
+        ]
     else:
         rows = [[_problem_line(p, g.rule) for p in g.problems] for g in groups]
         costs = [[len(row) for row in group] for group in rows]
@@ -399,7 +413,7 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         for row in group_rows[:quota]:
             lines += row
         rest = len(group.problems) - quota
-        if rest and limit != 0:
+        if rest and (limit != 0 or quota):
             lines.append(
                 f"    +{number(rest)} more (-v lists them; the report files have them all)"
             )
@@ -412,10 +426,30 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     return [*lines, ""]
 
 
+def _reasons(group: Any) -> bool:
+    """Whether ``group`` (or a problem) is the suite audit's reasons computations do not
+    lower (one row per reason, shown whole)."""
+    return bool(group.audit and group.kind == "not-lowered")
+
+
+def _reason_lines(problem: Any) -> list[str]:
+    """A suite audit finding: which computations (in which tests: the first few; the report
+    files name them all), then the reason, whole."""
+    if len(problem.computations) > 1:
+        tests = listed(problem.tests, WIDTH - 30)
+        where = f"{problem.check} in {plural(len(problem.tests), 'test')} ({tests}):"
+    else:
+        where = f"{problem.test}  {problem.check!r}:"
+    return [*wrap(where, indent="    ", hang="  "), *wrap(problem.message, indent="      ")]
+
+
 def _problem_line(problem: Any, common: str) -> list[str]:
     """A problem's row: the test, then the finding. A violation's fits one line (its group
     says the rest); an error or a lowering failure may take a second line, where what to do
-    usually is (``did you mean ...``)."""
+    usually is (``did you mean ...``); the audit's computations that fail for one reason,
+    the reason whole."""
+    if _reasons(problem):
+        return _reason_lines(problem)
     prefix = f"    {problem.test}"
     named = f"{problem.check!r}: " if problem.check is not None else ""
     if problem.kind == "violation":
@@ -763,8 +797,11 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
     used = sum(len(line) + 1 for line in lines) + 300  # and the closing note
     shown = 0
     for p in (p for g in groups for p in g.problems):
+        tests = md_code(p.test)
+        if len(p.tests) > 1:  # the suite audit's computations sharing one reason
+            tests += f" and {plural(len(p.tests) - 1, 'more test')}"
         row = (
-            f"| {md_code(p.test)} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
+            f"| {tests} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
             f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
             f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
         )
@@ -889,8 +926,9 @@ def _md_audit(view: ReportView, options: DisplayOptions) -> list[str]:
     if said is not None:
         lines.append(f"- not audited: {md_cell(said)}")
     lines += [f"- note: {md_cell(note)}" for note in audit.notes]
-    owners = sum(1 for t in audit.tests if t.owns)
-    users = sum(1 for t in audit.tests if t.uses and not t.owns)
+    owning = {t.nodeid for t in audit.tests if t.owns or t.eager_owned}
+    owners = len(owning)
+    users = sum(1 for t in audit.tests if (t.uses or t.eager_used) and t.nodeid not in owning)
     lines.append(
         f"- per test: {plural(owners, 'test')} own the computations they ran first; "
         f"{plural(users, 'other test')} only ran computations an earlier test owns (JAX "
