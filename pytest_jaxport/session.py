@@ -227,8 +227,8 @@ class JaxportSession:
             parts.append(f"{platform} ({self.project.target}: {dots})" if platform == "cuda"
                          else f"{platform} ({dots})")  # fmt: skip
         return (
-            f"jaxport: emulating {', '.join(parts)} on {HOST} where absent (set in "
-            f"{emulate.origin}; markers may change it per test)"
+            f"jaxport: emulating {', '.join(parts)} on {HOST} where absent (emulate, set in "
+            f"{emulate.origin})"
         )
 
     def wants_measured_share(self, resolved: Resolved) -> bool:
