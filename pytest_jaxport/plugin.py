@@ -27,7 +27,10 @@ from pytest_jaxport.model.config import (
     COMPILE_PLATFORMS,
     ConfigError,
     ProjectConfig,
+    Setting,
     compile_platforms,
+    emulate_platforms,
+    emulated_among,
     gpu_hint,
     load_project,
     misspelt_tables,
@@ -35,6 +38,7 @@ from pytest_jaxport.model.config import (
     portable,
 )
 from pytest_jaxport.model.config import ConfigError as _ConfigError
+from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
@@ -83,6 +87,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="comma-separated platforms to also compile and count at the compiled level "
         f"(from {', '.join(COMPILE_PLATFORMS)}; 'none' for none), overriding "
         "[tool.jaxport] compile. cuda compiles deviceless where no GPU is present.",
+    )
+    group.addoption(
+        "--jaxport-emulate",
+        default=None,
+        metavar="LIST",
+        help="comma-separated absent platforms to also run on the CPU as they would compute "
+        f"(from {', '.join(EMULATED_PLATFORMS)}; 'none' for none), overriding [tool.jaxport] "
+        "emulate: their platform_dependent branch, Pallas kernels in interpret mode, "
+        "default-precision float32 dots rounded (tpu: bfloat16, cuda: TF32 on the configured "
+        "target's generation).",
     )
     group.addoption(
         "--jaxport-cache-clear",
@@ -170,7 +184,12 @@ def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
         message = str(e).replace("x: [tool.jaxport] platforms", "--jaxport-platforms")
         message = message.replace("x: [tool.jaxport] reference", "--jaxport-platforms")
         raise ConfigError(message) from None
-    return replace(project, platforms=checked.platforms)
+    # A leg that narrows the platforms emulates only those of its platforms pyproject names.
+    emulate = project.emulate
+    if emulate is not None:
+        kept = tuple(p for p in emulate.value if p in checked.platforms)
+        emulate = replace(emulate, value=kept) if kept else None
+    return replace(project, platforms=checked.platforms, emulate=emulate)
 
 
 def _apply_compile_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
@@ -182,6 +201,20 @@ def _apply_compile_cli(project: ProjectConfig, value: str | None) -> ProjectConf
     if names in (["none"], []):
         return replace(project, compile=())
     return replace(project, compile=compile_platforms("--jaxport-compile", names))
+
+
+def _apply_emulate_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
+    """``--jaxport-emulate=LIST`` (``none``: nothing) over ``[tool.jaxport] emulate``."""
+    if value is None:
+        return project
+    from dataclasses import replace
+
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    if names in (["none"], []):
+        return replace(project, emulate=None)
+    emulated = emulate_platforms("--jaxport-emulate", names)
+    emulated_among("--jaxport-emulate", emulated, project.platforms)
+    return replace(project, emulate=Setting(value=emulated, origin="--jaxport-emulate"))
 
 
 def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileSettings:
@@ -288,6 +321,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"among the platforms, found {', '.join(project.platforms)}"
             )
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
+        project = _apply_emulate_cli(project, config.getoption("jaxport_emulate"))
         _check_report_targets(config.getoption("jaxport_report"), config)
         _check_display(config, project)
         settings = _compile_settings(config, project)
@@ -331,8 +365,10 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
         resolved = session.resolve(item)
     except _ConfigError:
         resolved = session.project.resolve()  # the test fails with the message before it runs
+    emulate = resolved.emulate()
     instance = Jaxport(
         config=resolved,
+        cuda_capability=session.cuda_capability if emulate and "cuda" in emulate.value else None,
         classifier=session.classifier("lowered"),
         compiled_classifier=session.classifier("compiled"),
         compile_settings=session.compile_settings,

@@ -24,10 +24,14 @@ from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
     Resolved,
+    emulated_among,
     merge_marks,
     parse_marker,
 )
 from pytest_jaxport.model.cost import CostModel, RewriteItem
+from pytest_jaxport.model.emulation import HOST, compute_capability, default_dot_format
+from pytest_jaxport.model.gpu import load_target
+from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import Classification, Level, classify
 from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
@@ -167,6 +171,13 @@ class JaxportSession:
                         f"{item.nodeid}: reference platform {cached.reference!r} is not among "
                         f"the platforms {list(cached.platforms)}"
                     )
+                emulate = cached.overrides.get("emulate")
+                if emulate is not None:
+                    emulated_among(
+                        f"@pytest.mark.portable on {emulate.origin}: emulate",
+                        emulate.value,
+                        cached.platforms,
+                    )
             except ConfigError as e:
                 cached = e
             item.stash[RESOLVED] = cached
@@ -194,6 +205,31 @@ class JaxportSession:
 
             self._classifiers[level] = classify_op
         return self._classifiers[level]
+
+    @functools.cached_property
+    def cuda_capability(self) -> tuple[int, int] | None:
+        """The compute capability of the configured GPU (``[tool.jaxport] target``): what a
+        cuda emulation rounds default-precision dots for."""
+        try:
+            return compute_capability(load_target(self.project.target))
+        except (ValueError, OSError):  # validated at configure: unreachable in practice
+            return None
+
+    def emulation_line(self) -> str | None:
+        """``jaxport: emulating tpu (bfloat16 dots), cuda (h100: tf32 dots) on cpu ...``."""
+        emulate = self.project.emulate
+        if emulate is None:
+            return None
+        parts = []
+        for platform in emulate.value:
+            fmt = default_dot_format(platform, cuda_capability=self.cuda_capability)
+            dots = f"{fmt.name} dots" if fmt is not None else "float32 dots"
+            parts.append(f"{platform} ({self.project.target}: {dots})" if platform == "cuda"
+                         else f"{platform} ({dots})")  # fmt: skip
+        return (
+            f"jaxport: emulating {', '.join(parts)} on {HOST} where absent (emulate, set in "
+            f"{emulate.origin})"
+        )
 
     def wants_measured_share(self, resolved: Resolved) -> bool:
         """Profile executions only when a report or a share budget needs the numbers."""
@@ -268,6 +304,9 @@ class JaxportSession:
                 else "not cached (cacheprovider disabled)"
             )
             lines.append(f"jaxport: compiled level for {where}{gpu}; {cache}")
+        emulating = self.emulation_line()
+        if emulating is not None:
+            lines.append(emulating)
         if self.audited:
             where = ", ".join(self.project.platforms)
             how = ""
@@ -351,27 +390,31 @@ class JaxportSession:
                 report.longrepr = message
                 record.error = TestError(message=message, when="call")
             return record
+        emulate = resolved.emulate()
         violations = [
             v
             for p in probes
             for v in evaluate(
-                p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model()
+                p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model(),
+                emulate_origin=emulate.origin if emulate is not None else "emulate",
             )
-        ]
+        ]  # fmt: skip
         record.violations = [v.to_dict() for v in violations]
         for probe in probes:
             for platform, result in probe.platforms.items():
                 census = result.budgeted
+                prefix = f"jaxport.{probe.name}.{platform}"
+                properties: list[tuple[str, object]] = []
                 if census is not None:
-                    prefix = f"jaxport.{probe.name}.{platform}"
-                    for key, value in (
-                        ("vendor", census.vendor),
-                        ("custom", census.custom),
-                        ("level", census.level),
-                    ):
-                        # junitxml reads the teardown report's properties, copied from the item.
-                        item.user_properties.append((f"{prefix}.{key}", value))
-                        report.user_properties.append((f"{prefix}.{key}", value))
+                    properties += [("vendor", census.vendor), ("custom", census.custom),
+                                   ("level", census.level)]  # fmt: skip
+                emulated = emulated_status(result)
+                if emulated is not None:
+                    properties.append(("emulated", emulated))
+                for key, value in properties:
+                    # junitxml reads the teardown report's properties, copied from the item.
+                    item.user_properties.append((f"{prefix}.{key}", value))
+                    report.user_properties.append((f"{prefix}.{key}", value))
         report.sections.append(("jaxport", "\n\n".join(probe_text(p) for p in probes)))
         said = None
         if violations:
@@ -400,8 +443,9 @@ class JaxportSession:
         """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.report.ci`."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(
-            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {})
-        )
+            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {}),
+            getattr(jaxport, "emulated_outputs", {}),
+        )  # fmt: skip
         grew, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
@@ -509,6 +553,7 @@ class JaxportSession:
                 "target": self.project.target if "cuda" in self.project.compile else None,
                 "budget": ci.budget_table(self.project),
                 "tolerance": ci.tolerance_table(self.project),
+                **ci.emulate_entry(self.project),
             },
             environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
         )

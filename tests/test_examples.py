@@ -402,6 +402,34 @@ def test_pallas_gradient_is_a_finding_where_the_kernel_runs(demo: DemoRun) -> No
     assert "JaxportWarning: check 'fused_bias_gelu[grad]'" in demo.output
 
 
+def test_the_pallas_kernel_is_emulated_for_tpu_and_matches(demo: DemoRun) -> None:
+    """The demo's one emulated check: on a CPU only the fallback runs, so the TPU kernel is
+    run in TPU interpret mode (``emulate=["tpu"]`` in its marker) and compared with cpu."""
+    (test,) = (t for t in demo.report["tests"] if t["nodeid"].endswith("::test_fused_bias_gelu"))
+    assert test["outcome"] == "passed"
+    (check,) = test["checks"]
+    tpu = check["platforms"]["tpu"]
+    assert tpu["executed"] is False  # an emulation is never an execution
+    assert tpu["emulated_numerics"]["ok"] is True
+    assert tpu["emulated_numerics"]["platform"] == "tpu (emulated on cpu)"
+    (kernel,) = tpu["emulated"]["kernels"]
+    assert kernel["label"] == "Pallas kernel _bias_gelu_kernel"
+    assert kernel["interpreter"] == "TPU interpret mode"
+    assert re.fullmatch(r"src/demo_models/pallas_kernel\.py:\d+", kernel["location"])
+    emulated = [
+        (t["nodeid"], p)
+        for t in demo.report["tests"]
+        for c in t["checks"]
+        for p, e in c["platforms"].items()
+        if "emulated" in e
+    ]
+    assert emulated == [(test["nodeid"], "tpu")]  # the only emulated check
+    assert demo.report["environment"]["emulated_platforms"] == ["tpu"]
+    (row,) = build_view(demo.report).emulations
+    assert (row.label, row.counts()) == ("tpu (emulated on cpu)", "1 check: 1 match")
+    assert "emulated on cpu (emulate): tpu 1 check: 1 match" in demo.output
+
+
 # -- the docs show the demo's output as it is -------------------------------------------------
 
 ROOT = DEMO.parent.parent

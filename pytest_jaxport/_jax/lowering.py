@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pytest_jaxport._jax.adapters import (
+    CALL_PRIMITIVES,
     KERNEL_PRIMITIVES,
     bind_params,
     gpu_description,
@@ -1054,7 +1055,6 @@ _RULE = {
     "jvp": "JVP (differentiation rule)",
     "vmap": "batching rule",
 }
-_CALL_PRIMITIVES = frozenset({"pjit", "jit", "closed_call", "core_call"})
 
 
 class TransformUsage(Exception):
@@ -1368,7 +1368,7 @@ def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: st
             index = min(max(int(np.asarray(values[0])), 0), len(branches) - 1)
             branch = branches[index]
             outs = _replay(branch.jaxpr, branch.consts, values[1:], platform)
-        elif name in _CALL_PRIMITIVES and "jaxpr" in eqn.params:
+        elif name in CALL_PRIMITIVES and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             inner_jaxpr = getattr(inner, "jaxpr", inner)
             inner_consts = getattr(inner, "consts", ())

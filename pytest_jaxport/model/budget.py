@@ -22,8 +22,15 @@ from typing import Any
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate
+from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.numerics import describe
-from pytest_jaxport.model.probe import Probe, kernel_from_dict, kernel_to_dict
+from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
+
+NUMERICS_ORIGIN = "[tool.jaxport.tolerance] or the dtype defaults"
+EMULATED_KEYS = ("emulated_numerics", "emulated_run")
+"""Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
+or its run failed (an interpreted kernel's out-of-bounds read). Their ``platform`` is the
+emulated one; every sentence names it by its label, ``tpu (emulated on cpu)``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,8 +52,12 @@ class Violation:
         """The finding first: ``cuda: 3 cudnn calls > 2 (max_library_calls.cudnn, set in
         pyproject.toml [tool.jaxport.budget.cuda]); check 'conv', lowered``."""
         return (
-            f"{self.platform}: {self.finding()} ({self.rule()}); check {self.check!r}, {self.level}"
+            f"{self.where()}: {self.finding()} ({self.rule()}); check {self.check!r}, {self.level}"
         )
+
+    def where(self) -> str:
+        """The platform as the finding names it: ``tpu (emulated on cpu)`` for an emulation's."""
+        return emulated_label(self.platform) if self.key in EMULATED_KEYS else self.platform
 
     def finding(self) -> str:
         """What was found against what was allowed: ``3 cudnn calls > 2``."""
@@ -54,13 +65,15 @@ class Violation:
             return f"fails to {self.what}"
         if self.key == "must_trace":
             return "could not be traced here"
-        if self.key == "numerics":
+        if self.key in ("numerics", "emulated_numerics"):
             return f"{self.found} {self.what}, expected to {self.limit}"
+        if self.key == "emulated_run":
+            return f"{self.what} {self.found}"
         return f"{self.found_text()} > {self.limit_text()}"
 
     def found_text(self) -> str:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
-        if self.key in ("must_lower", "must_trace"):
+        if self.key in ("must_lower", "must_trace", "emulated_run"):
             return self.finding()
         return f"{self.found} {self.what}".strip()
 
@@ -79,8 +92,10 @@ class Violation:
             return f"must_lower = {self.limit_text()}, set in {self.origin}"
         if self.key == "must_trace":
             return f"must_trace = true, set in {self.origin}"
-        if self.key == "numerics":
+        if self.key in ("numerics", "emulated_numerics"):
             return f"numerics, tolerance from {self.origin}"
+        if self.key == "emulated_run":
+            return f"emulate, set in {self.origin}"
         return f"{self.key}, set in {self.origin}"
 
     def long_repr(self) -> str:
@@ -185,12 +200,15 @@ def evaluate(
     *,
     migrate_to: Sequence[str] = (),
     model: CostModel | None = None,
+    emulate_origin: str = "emulate",
 ) -> list[Violation]:
     """Every violation of ``probe`` against the budget of each platform it was lowered for.
 
     Counts come from the compiled census where the platform was compiled, else from the
     lowered one; each violation says which (``level``). Rewrite budgets apply per target in
-    ``migrate_to``, priced with ``model``.
+    ``migrate_to``, priced with ``model``. An emulation's outputs must match the reference
+    like a present platform's, and its run must not fail (``emulate_origin``: where
+    ``emulate`` was set).
     """
     violations: list[Violation] = []
     untraced = probe.untraced
@@ -274,7 +292,7 @@ def evaluate(
                     platform=platform,
                     key="numerics",
                     limit=f"match {comparison.reference}",
-                    origin="[tool.jaxport.tolerance] or the dtype defaults",
+                    origin=NUMERICS_ORIGIN,
                     found=len(comparison.mismatches),
                     what=_plural(len(comparison.mismatches), "differing leaf").replace(
                         "leafs", "leaves"
@@ -283,7 +301,46 @@ def evaluate(
                     details=tuple(describe(comparison).splitlines()[1:]),
                 )
             )
+        violations += _emulation_violations(probe.name, result, emulate_origin)
     return violations
+
+
+def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> list[Violation]:
+    """An emulation whose outputs differ from the reference's, or whose run failed; one
+    that could not run here (a kernel this JAX cannot interpret) is a note, not a failure."""
+    emulation = result.emulated
+    if emulation is None:
+        return []
+    comparison = result.emulated_numerics
+    if emulation.error is not None:
+        return [
+            Violation(
+                check=check,
+                platform=result.platform,
+                key="emulated_run",
+                limit=True,
+                origin=origin,
+                found="failed",
+                what="the emulated run",
+                level="emulated",
+                details=(emulation.error, *emulation_lines(emulation)[:-1]),
+            )
+        ]
+    if comparison is None or comparison.ok:
+        return []
+    return [
+        Violation(
+            check=check,
+            platform=result.platform,
+            key="emulated_numerics",
+            limit=f"match {comparison.reference}",
+            origin=NUMERICS_ORIGIN,
+            found=len(comparison.mismatches),
+            what=_plural(len(comparison.mismatches), "differing leaf").replace("leafs", "leaves"),
+            level="emulated",
+            details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
+        )
+    ]
 
 
 def _share_violations(check: str, share: RuntimeShare | None, budget: Budget) -> list[Violation]:

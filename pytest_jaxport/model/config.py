@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pytest_jaxport.model.cost import COST_KEYS
+from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import PLATFORMS, all_libraries
@@ -56,6 +57,7 @@ MARKER_KEYS = (
     "rtol",
     "atol",
     "transforms",
+    "emulate",
 )
 TOP_KEYS = (
     "platforms",
@@ -70,6 +72,7 @@ TOP_KEYS = (
     "scan",
     "transforms",
     "audit",
+    "emulate",
     "own_packages",
 )
 AUDIT_KEYS = ("enabled", "fail_on")
@@ -199,6 +202,10 @@ class ProjectConfig:
     """``transforms``: the transformations every check also checks (``grad``, ``vmap``,
     ``jvp``), each as its own check ``name[grad]``."""
     audit: AuditConfig = field(default_factory=AuditConfig)
+    emulate: Setting[tuple[str, ...]] | None = None
+    """``emulate``: the absent platforms every check also runs on the CPU as they would
+    compute (``pytest_jaxport._jax.emulate``), and where that was set (``--jaxport-emulate``
+    over ``[tool.jaxport]``)."""
     own_packages: tuple[str, ...] = ()
     """``own_packages``: installed packages (import names) whose source lines reports show
     as the user's own; frames in any other installed package are a library's internals, and
@@ -256,6 +263,18 @@ class Resolved:
         ``transforms``, else ``[tool.jaxport] transforms``."""
         marker = self.overrides.get("transforms")
         return tuple(marker.value) if marker else self.project.transforms
+
+    def emulate(self) -> Setting[tuple[str, ...]] | None:
+        """The platforms this test's checks emulate and where that was set: the closest
+        marker's ``emulate``, else the command line's or ``[tool.jaxport]``'s, the latter
+        only for platforms this test lowers for (a marker's ``platforms`` may narrow them);
+        ``None`` when nothing is emulated."""
+        marker = self.overrides.get("emulate")
+        found = marker if marker is not None else self.project.emulate
+        if found is None:
+            return None
+        kept = tuple(p for p in found.value if p in self.platforms)
+        return Setting(value=kept, origin=found.origin) if kept else None
 
     def budget(self, platform: str) -> Budget:
         """Merge defaults < project budget < platform budget < marker, key by key."""
@@ -394,27 +413,59 @@ def _platforms(where: _Where, key: str, value: object, *, empty_ok: bool) -> tup
     return names
 
 
-def compile_platforms(where: str, value: object) -> tuple[str, ...]:
-    """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
-    choices = ", ".join(COMPILE_PLATFORMS)
+def _platform_choice(
+    where: str, value: object, choices: Sequence[str], why_not: Mapping[str, str]
+) -> tuple[str, ...]:
+    """A list of platforms from ``choices``, each once; ``why_not`` says why a known
+    platform outside them is not a choice."""
+    known = ", ".join(choices)
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: expected a list of platforms (from {choices}), found "
+        raise ConfigError(f"{where}: expected a list of platforms (from {known}), found "
                           f"{_type_name(value)}")  # fmt: skip
     names: list[str] = []
     for item in value:
-        if not isinstance(item, str) or item not in COMPILE_PLATFORMS:
-            hint = _did_you_mean(item, COMPILE_PLATFORMS) if isinstance(item, str) else ""
-            extra = (
-                " (rocm and tpu are counted at the lowered level only)" if item in PLATFORMS else ""
-            )
+        if not isinstance(item, str) or item not in choices:
+            known_why = isinstance(item, str) and item in why_not
+            hint = _did_you_mean(item, choices) if isinstance(item, str) and not known_why else ""
+            extra = f" ({why_not[item]})" if known_why else ""
             raise ConfigError(
-                f"{where}: expected platforms from {choices}, found {_type_name(item)}{hint}{extra}"
+                f"{where}: expected platforms from {known}, found {_type_name(item)}{hint}{extra}"
             )
         if item in names:
             raise ConfigError(f"{where}: expected each platform at most once, found "
                               f"{_type_name(list(value))}")  # fmt: skip
         names.append(item)
     return tuple(names)
+
+
+def compile_platforms(where: str, value: object) -> tuple[str, ...]:
+    """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
+    lowered_only = "rocm and tpu are counted at the lowered level only"
+    return _platform_choice(where, value, COMPILE_PLATFORMS, {p: lowered_only for p in PLATFORMS})
+
+
+def emulate_platforms(where: str, value: object) -> tuple[str, ...]:
+    """Validate an ``emulate`` list: platforms from :data:`EMULATED_PLATFORMS`, each once.
+
+    >>> emulate_platforms("[tool.jaxport] emulate", ["tpu", "cuda"])
+    ('tpu', 'cuda')
+    """
+    return _platform_choice(
+        where, value, EMULATED_PLATFORMS, {"cpu": "cpu is executed, never emulated"}
+    )
+
+
+def emulated_among(where: str, emulate: Sequence[str], platforms: Sequence[str]) -> None:
+    """An emulated platform must be one the checks lower for: its lowering is what the
+    emulation runs."""
+    outside = [p for p in emulate if p not in platforms]
+    if outside:
+        raise ConfigError(
+            f"{where}: expected platforms among the platforms checks lower for "
+            f"({', '.join(platforms)}), found {', '.join(map(repr, outside))}; add "
+            f"{'it' if len(outside) == 1 else 'them'} to platforms, or leave "
+            f"{'it' if len(outside) == 1 else 'them'} out of emulate"
+        )
 
 
 def gpu_target(where: str, value: object, base: Path | None) -> str:
@@ -642,6 +693,11 @@ def parse_project(
         else ()
     )
     scan, scan_exclude = _scan_table(source, data.get("scan", {}))
+    emulate = None
+    if "emulate" in data:
+        emulated = emulate_platforms(f"{where.prefix} emulate", data["emulate"])
+        emulated_among(f"{where.prefix} emulate", emulated, platforms)
+        emulate = Setting(value=emulated, origin=f"{source} [tool.jaxport]") if emulated else None
     own_packages = _package_names(where, "own_packages", data.get("own_packages", []))
 
     raw_budget = data.get("budget", {})
@@ -685,6 +741,7 @@ def parse_project(
         platform_tolerances=platform_tolerances,
         transforms=transforms,
         audit=audit,
+        emulate=emulate,
         own_packages=own_packages,
     )
 
@@ -849,6 +906,7 @@ def portable(
     rtol: float | None = None,
     atol: float | None = None,
     transforms: Sequence[str] | None = None,
+    emulate: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Portability budget for this test's ``jaxport.check`` calls; keywords override pyproject.
 
@@ -871,6 +929,7 @@ def portable(
         "rtol": rtol,
         "atol": atol,
         "transforms": transforms,
+        "emulate": emulate,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -900,6 +959,8 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) ->
             result[key] = _platform(where, key, value)
         elif key == "transforms":
             result[key] = transforms_value(f"{where.prefix} transforms", value)
+        elif key == "emulate":
+            result[key] = emulate_platforms(f"{where.prefix} emulate", value)
         else:
             result[key] = _tolerance_value(where, key, value)
     return result

@@ -675,6 +675,19 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
     )
 
 
+def _emulations(view: ReportView) -> str:
+    """Per emulated platform, how its checks' emulations went (never executed numbers)."""
+    if not view.emulations:
+        return ""
+    items = "".join(f"<li><b>{_e(r.label)}</b>: {_e(r.counts())}</li>" for r in view.emulations)
+    return (
+        '<section id="emulated" aria-labelledby="emulated-h"><h2 id="emulated-h">Emulated on '
+        'cpu</h2><p class="note">Run on cpu as each platform would compute (emulate), '
+        f'compared with the reference; never executed there.</p><ul class="emulations">{items}'
+        "</ul></section>"
+    )
+
+
 def _layers(view: ReportView) -> str:
     if not view.layers:
         return ""
@@ -728,6 +741,12 @@ def _cell(cell: Cell) -> str:
     if cell.numerics != "not present":
         cls = NUMERICS_CLASS.get(cell.numerics, "muted")
         text += f' <span class="numerics {cls}">{_e(cell.numerics)}</span>'
+    if cell.emulated is not None:
+        cls = NUMERICS_CLASS.get(cell.emulated, "bad" if cell.emulated == "failed" else "muted")
+        text += (
+            f' <span class="numerics {cls}" title="{_e(cell.emulated_label)}">emulated: '
+            f"{_e(cell.emulated)}</span>"
+        )
     if cell.compile_failed:
         text += ' <span class="badtext">compile failed</span>'
     if cell.violations:
@@ -737,6 +756,7 @@ def _cell(cell: Cell) -> str:
         + ("does not lower" if cell.vendor is None else
            f"lowers, vendor {cell.vendor}, custom {cell.custom} ({cell.level})")
         + (f", numerics {cell.numerics}" if cell.numerics != "not present" else "")
+        + (f", {cell.emulated_label}: {cell.emulated}" if cell.emulated is not None else "")
         + (", over budget" if cell.violations else "")
     )  # fmt: skip
     title = f' title="{_e(chr(10).join(cell.errors))}"' if cell.errors else ""
@@ -841,7 +861,9 @@ def _matrix(view: ReportView) -> str:
     legend = (
         '<ul class="legend" aria-label="matrix legend">'
         "<li>cells: vendor / custom calls (call-weighted), the level they come from where "
-        "compiled, numerics where the platform ran</li>"
+        "compiled, numerics where the platform ran"
+        + (", its emulation's where emulated on cpu" if view.emulations else "")
+        + "</li>"
         '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
         '<li><span class="swatch cellwarn" aria-hidden="true"></span>hand-written kernels</li>'
         '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '
@@ -893,6 +915,14 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
     ]
     if problems:
         out.append(f'<ul class="problems">{"".join(problems)}</ul>')
+    emulated = [
+        f"<li>{_e(cell.emulated_label)}: {_e(cell.emulated)}"
+        f"<pre>{_e(chr(10).join(cell.emulation))}</pre></li>"
+        for cell in row.cells.values()
+        if cell.emulated is not None
+    ]
+    if emulated:
+        out.append(f'<ul class="emulated">{"".join(emulated)}</ul>')
     out.append(_kernels_table(check))
     shares = [
         share_row(str(p), e["runtime_share"])
@@ -1132,6 +1162,7 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
             _numbers(view),
             _hotspots(view, options),
             _totals(view),
+            _emulations(view),
             _layers(view),
             _tooling(view),
             _audit(view, options),

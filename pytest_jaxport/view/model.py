@@ -44,8 +44,14 @@ from typing import Any, Literal
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
+from pytest_jaxport.model.emulation import (
+    Emulation,
+    emulated_label,
+    emulation_lines,
+    not_emulated_message,
+)
 from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
-from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_state
+from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_state, numerics_state
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.audit import computation_label, failures
 from pytest_jaxport.report.baseline import Change
@@ -429,16 +435,28 @@ class Cell:
     needs_hardware: str | None = None
     """What JAX needed to lower here and this machine lacks (``GPU``): not the code's fault,
     but nothing is known about this platform until a machine with it runs the check."""
+    emulated: str | None = None
+    """How emulating this absent platform on the CPU went (``emulate = [...]``): ``match``,
+    ``mismatch``, ``failed``, ``not run``; ``None`` where it was not emulated. Never the
+    platform's own numerics (:attr:`numerics`)."""
+    emulation: tuple[str, ...] = ()
+    """What the emulation did and where (``emulation_lines``), why it did not run, and each
+    mismatch's message."""
+
+    @property
+    def emulated_label(self) -> str:
+        """``tpu (emulated on cpu)``: how every format names the emulation's result."""
+        return emulated_label(self.platform)
 
     @property
     def status(self) -> Literal["good", "warn", "bad"]:
-        """``bad``: does not lower, over budget, numerics differ; ``warn``: custom kernels,
-        or not lowerable here (unknown)."""
+        """``bad``: does not lower, over budget, numerics differ (its own or its
+        emulation's); ``warn``: custom kernels, or not lowerable here (unknown)."""
         if self.needs_hardware and not self.violations:
             return "warn"
         if not self.lowers or self.violations or self.compile_failed:
             return "bad"
-        if self.numerics in ("mismatch", "error"):
+        if self.numerics in ("mismatch", "error") or self.emulated in ("mismatch", "failed"):
             return "bad"
         return "warn" if self.custom else "good"
 
@@ -483,6 +501,43 @@ class Note:
     text: str
     checks: int = 0
     """How many checks it applies to (0: the whole report)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmulationRow:
+    """One emulated platform over the suite: how many checks it emulated, and how each
+    went (``emulate = [...]``)."""
+
+    platform: str
+    checks: int = 0
+    match: int = 0
+    mismatch: int = 0
+    failed: int = 0
+    not_run: int = 0
+
+    @property
+    def label(self) -> str:
+        """``tpu (emulated on cpu)``."""
+        return emulated_label(self.platform)
+
+    def counts(self) -> str:
+        """``12 checks: 11 match, 1 mismatch``; only the outcomes that occur."""
+        parts = [
+            f"{number(n)} {word}"
+            for n, word in ((self.match, "match"), (self.mismatch, "mismatch"),
+                            (self.failed, "failed"), (self.not_run, "not run"))
+            if n
+        ]  # fmt: skip
+        return f"{plural(self.checks, 'check')}: {', '.join(parts) or 'not compared'}"
+
+
+EMULATION_NOTE = (
+    "emulated on cpu: run as the platform would compute (its platform_dependent branch, its "
+    "Pallas kernels in interpret mode, default-precision float32 dots rounded), never "
+    "executed there; it catches kernel logic and precision sensitivity, not vendor-library "
+    "algorithms or accumulation order"
+)
+"""Said once in a report where a platform was emulated (docs/troubleshooting.md has more)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -584,6 +639,8 @@ class ReportView:
     """``(platform, what)`` per platform whose checks have collectives: by kind, how many the
     SPMD partitioner inserted, what runs them there and on the other platforms
     (:func:`collectives_of`)."""
+    emulations: tuple[EmulationRow, ...] = ()
+    """Per emulated platform, its checks' outcomes (:func:`emulations_of`)."""
 
     @property
     def problem_count(self) -> int:
@@ -632,6 +689,7 @@ class ReportView:
                 view.totals, rows=tuple(r for r in view.totals.rows if r[0] == platform)
             ),
             shares=tuple(s for s in view.shares if s.platform == platform),
+            emulations=tuple(e for e in view.emulations if e.platform == platform),
             targets=targets,
             tests=tests,
             platforms=tuple(p for p in view.platforms if p == platform),
@@ -712,6 +770,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
         collectives=collectives_of(summary),
+        emulations=emulations_of(rows),
     )
     if audit is not None:
         view = dataclasses.replace(
@@ -844,6 +903,28 @@ def numerics_of(check: Mapping[str, Any], platform: str) -> str:
     )
 
 
+def emulated_of(entry: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """How an emulation went (:func:`pytest_jaxport.model.probe.emulated_status`, read from a
+    platform entry) and its lines: what it did and where, why it did not run, each
+    mismatch's message; ``(None, ())`` where the platform was not emulated."""
+    data = entry.get("emulated")
+    if not isinstance(data, Mapping):
+        return None, ()
+    try:
+        emulation = Emulation.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None, ()
+    numerics = _map(entry.get("emulated_numerics"))
+    found = numerics.get("ok")
+    ok = (found if isinstance(found, bool) else not _list(numerics.get("mismatches"))) if (
+        numerics) else None  # fmt: skip
+    status = emulated_state(ran=emulation.ran, failed=emulation.error is not None, ok=ok)
+    lines = [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
+    if status == "not run":
+        lines.append(not_emulated_message(emulation))
+    return status, (*lines, *emulation_lines(emulation))
+
+
 def counted_census(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str]:
     """The census budgets apply to and its level: compiled where compiled, else lowered."""
     compiled = entry.get("compiled")
@@ -883,6 +964,7 @@ def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) 
     if status == "mismatch":
         numerics = _map(entry.get("numerics"))
         errors += [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
+    emulated, emulation = emulated_of(entry)
     return Cell(
         platform=platform,
         lowers=isinstance(entry.get("lowered"), Mapping),
@@ -901,6 +983,8 @@ def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) 
         errors=tuple(errors),
         compile_failed=bool(entry.get("compile_error")),
         needs_hardware=_str(entry.get("needs_hardware")) or None,
+        emulated=emulated,
+        emulation=emulation,
     )
 
 
@@ -1359,11 +1443,45 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
     )
 
 
+def emulations_of(tests: Sequence[TestRow]) -> tuple[EmulationRow, ...]:
+    """Per emulated platform (in the matrix's order), how its checks' emulations went."""
+    found: dict[str, Counter[str]] = {}
+    for test in tests:
+        for row in test.checks:
+            for cell in row.cells.values():
+                if cell.emulated is not None:
+                    found.setdefault(cell.platform, Counter())[cell.emulated] += 1
+    return tuple(
+        EmulationRow(
+            platform=platform,
+            checks=sum(counts.values()),
+            match=counts["match"],
+            mismatch=counts["mismatch"],
+            failed=counts["failed"],
+            not_run=counts["not run"],
+        )
+        for platform, counts in found.items()
+    )
+
+
 def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note, ...]:
-    """Notes said once: each distinct check note with how many checks it applies to, and
+    """Notes said once: each distinct check note with how many checks it applies to; why
+    an emulation did not run (never a failure), with how many checks it applies to; and
     for a merged report how its numbers and numerics were obtained."""
     counts: Counter[str] = Counter(c.note for t in tests for c in t.checks if c.note is not None)
     notes = [Note(text=text, checks=n) for text, n in counts.most_common()]
+    not_run: Counter[str] = Counter(
+        line
+        for t in tests
+        for c in t.checks
+        for cell in c.cells.values()
+        if cell.emulated == "not run"
+        for line in cell.emulation
+        if line.startswith(f"{cell.emulated_label}: not run:")
+    )
+    notes += [Note(text=text, checks=n) for text, n in not_run.most_common()]
+    if any(cell.emulated for t in tests for c in t.checks for cell in c.cells.values()):
+        notes.append(Note(text=EMULATION_NOTE))
     legs = _list(report.get("legs"))
     if legs:
         notes += merged_notes(report, legs)

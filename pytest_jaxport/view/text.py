@@ -23,7 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_jaxport.model.cost import SHARE_LAYERS
-from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_status
+from pytest_jaxport.model.emulation import emulation_lines, not_emulated_message
+from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
@@ -128,9 +129,25 @@ def platform_line(probe: Probe, platform: str) -> str:
     return text
 
 
+def emulated_lines(result: PlatformProbe) -> list[str]:
+    """``tpu (emulated on cpu)  numerics: mismatch (1 leaf differs)`` and, under it, what
+    the emulation did and where (why it did not run); ``[]`` where not emulated."""
+    emulation = result.emulated
+    status = emulated_status(result)
+    if emulation is None or status is None:
+        return []
+    head = f"{emulation.label}  numerics: {status}"
+    comparison = result.emulated_numerics
+    if status == "mismatch" and comparison is not None:
+        head += f" ({plural(len(comparison.mismatches), 'leaf differs', 'leaves differ')})"
+    details = [not_emulated_message(emulation)] if status == "not run" else []
+    return [head, *(f"  {line}" for line in (*details, *emulation_lines(emulation)))]
+
+
 def probe_text(probe: Probe, indent: str = "", *, note: bool = True) -> str:
-    """One check: a line per platform, its vendor and custom kernels, what compiling
-    changed, and its note (``note=False`` where the report says notes once)."""
+    """One check: a line per platform (and per emulated platform, with what it emulated),
+    its vendor and custom kernels, what compiling changed, and its note (``note=False``
+    where the report says notes once)."""
     lines = [f"{indent}check {probe.name!r}"]
     lines += [f"{indent}  {platform_line(probe, p)}" for p in probe.platforms]
     for platform, result in probe.platforms.items():
@@ -143,6 +160,8 @@ def probe_text(probe: Probe, indent: str = "", *, note: bool = True) -> str:
         for extra in (prediction_gap(result), what_if_line(result), collectives_line(result)):
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
+    for result in probe.platforms.values():
+        lines += [f"{indent}  {line}" for line in emulated_lines(result)]
     if probe.note and note:
         lines.append(f"{indent}  note: {probe.note}")
     return "\n".join(lines)
@@ -540,6 +559,7 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             lines.append(f"  +{number(len(view.tooling) - len(shown))} more (-v lists them)")
     lines += numbers_lines(view, options)
     lines += ["", *totals_lines(view)]
+    lines += emulation_summary(view)
     lines += audit_lines(view, options)
     notes = [f"note: {n.text}" + (f" ({plural(n.checks, 'check')})" if n.checks else "")
              for n in view.notes]  # fmt: skip
@@ -660,6 +680,15 @@ def totals_lines(view: ReportView) -> list[str]:
     return out
 
 
+def emulation_summary(view: ReportView) -> list[str]:
+    """``emulated on cpu: tpu 12 checks: 11 match, 1 mismatch; cuda ...``; ``[]`` without
+    emulation."""
+    if not view.emulations:
+        return []
+    said = "; ".join(f"{row.platform} {row.counts()}" for row in view.emulations)
+    return wrap(f"emulated on cpu (emulate): {said}", hang="  ")
+
+
 TOTALS_NOTE_SHORT = (
     "calls: summed over checks; sites: distinct source lines and kernels, each counted once"
 )
@@ -724,6 +753,7 @@ def render_markdown(
         _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
         _md_numbers(view),
         _md_totals(view),
+        _md_emulations(view),
         _md_hotspots(view, options),
         _md_audit(view, options),
         _md_layers(view),
@@ -844,6 +874,24 @@ def _md_totals(view: ReportView) -> list[str]:
     return lines
 
 
+def _md_emulations(view: ReportView) -> list[str]:
+    """Per emulated platform, how its checks' emulations went (never executed numbers)."""
+    if not view.emulations:
+        return []
+    lines = [
+        "### Emulated on cpu",
+        "",
+        "| platform | checks | match | mismatch | failed | not run |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {md_cell(r.label)} | {number(r.checks)} | {number(r.match)} | "
+        f"{number(r.mismatch)} | {number(r.failed)} | {number(r.not_run)} |"
+        for r in view.emulations
+    ]
+    return lines
+
+
 def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
     platform = options.platform or view.hotspot_platform()
     if platform is None:
@@ -934,6 +982,8 @@ def md_matrix_cell(cell: Any) -> str:
             text += f" ({cell.level})"
     if cell.numerics != "not present":
         text += f" · {cell.numerics}"
+    if cell.emulated is not None:
+        text += f" · emulated: {cell.emulated}"
     if cell.compile_failed:
         text += " · **compile failed**"
     if cell.violations:
@@ -947,9 +997,10 @@ def _md_matrix(view: ReportView, room: int) -> str:
         return ""
     platforms = view.platforms
     ordered = sorted(view.tests, key=lambda t: not t.problem)
+    emulated = " · emulated on cpu" if view.emulations else ""
     opening = [
         f"<details><summary>All tests: platform × test matrix ({plural(len(view.tests), 'test')}"
-        "; cells: vendor / custom calls · numerics)</summary>",
+        f"; cells: vendor / custom calls · numerics{emulated})</summary>",
         "",
         f"| test | outcome | check | {' | '.join(md_cell(p) for p in platforms)} |",
         f"|---|---|---|{'---|' * len(platforms)}",

@@ -170,7 +170,13 @@ def test_lowpass_filter(jaxport):
 # is a Pallas Mosaic GPU kernel on cuda and a Pallas Mosaic TPU kernel on tpu (one custom call
 # each), while cpu and rocm run the portable jnp fallback. Budget exactly that one kernel here,
 # so a second hand-written kernel sneaking into this function still fails.
-@pytest.mark.portable(max_custom_calls=1)
+#
+# On a CPU the fallback is all that runs: a wrong TPU kernel would pass. emulate=["tpu"] also
+# runs the check on the CPU as tpu computes it (its platform_dependent branch, the Mosaic TPU
+# kernel in TPU interpret mode) and compares that with cpu's outputs: the report shows
+# "tpu (emulated on cpu)  numerics: match". (On jax >= 0.11.1, --jaxport-emulate=cuda runs the
+# Mosaic GPU kernel in its interpret mode too.)
+@pytest.mark.portable(max_custom_calls=1, emulate=["tpu"])
 def test_fused_bias_gelu(jaxport):
     x = jax.random.normal(_key(11), (8, 128))
     bias = jax.random.normal(_key(12), (128,))
