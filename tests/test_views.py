@@ -450,6 +450,23 @@ def test_units_and_natural_order() -> None:
     assert sorted(ids, key=natural_key) == ["t[1]", "t[4]", "t[10]", "u[2]"]
 
 
+def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None:
+    """Two sites printed at 3.7 % are ordered by calls, checks and place, not by a difference
+    in the fourth digit that moves between JAX versions (the README's table is one run's)."""
+    from pytest_jaxport.model.hotspots import Hotspot
+    from pytest_jaxport.view.model import hotspots_of
+
+    def site(location: str, share: float, checks: int) -> dict[str, Any]:
+        return Hotspot(platform="cuda", location=location, layer="vendor", name="gemm",
+                       kind="gemm", library="cublas", checks=checks, tests=1, dispatches=2,
+                       seconds=share, share=share, basis="estimated").to_dict()  # fmt: skip
+
+    stored = [site("a.py:1", 0.0372, 1), site("b.py:2", 0.0368, 2), site("c.py:3", 0.093, 1)]
+    order = [h.location for h in hotspots_of({"hotspots": stored}, ())]
+    assert order == ["c.py:3", "b.py:2", "a.py:1"]
+    assert [pct(h["share"]) for h in stored[:2]] == ["3.7%", "3.7%"]
+
+
 def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) -> None:
     tests = run["report"]["tests"]
     reaches = []

@@ -91,6 +91,14 @@ def pct(fraction: float) -> str:
     return f"{value:.0f}%"
 
 
+def _as_shown(fraction: float | None) -> float:
+    """A share at the precision :func:`pct` prints it: rows that read the same are ordered by
+    what follows (dispatches, checks, place), not by a difference no reader can see and that
+    moves between JAX versions."""
+    value = (fraction or 0.0) * 100
+    return round(value, 1) if value < 10 else float(round(value))
+
+
 def days_text(days: float) -> str:
     """``11``, ``2.5``."""
     return f"{days:.1f}".rstrip("0").rstrip(".")
@@ -1262,7 +1270,7 @@ def hotspots_of(
             sites = []
     order = {p: i for i, p in enumerate(dict.fromkeys(s.platform for s in sites))}
     sites.sort(
-        key=lambda h: (order[h.platform], -(h.share or 0.0), -h.dispatches, -h.checks,
+        key=lambda h: (order[h.platform], -_as_shown(h.share), -h.dispatches, -h.checks,
                        h.location or "~", h.name)
     )  # fmt: skip
     return tuple(sites)
