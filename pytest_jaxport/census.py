@@ -68,6 +68,7 @@ def is_library_file(file: str, own: tuple[str, ...] = ()) -> bool:
         return False
     return any(part in file for part in _LIBRARY_PATHS)
 
+
 Classifier = Callable[[str, str, "str | None"], Classification]
 """``(platform, op, custom-call target or None) -> Classification``."""
 

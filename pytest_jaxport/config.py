@@ -665,7 +665,7 @@ def _package_names(where: _Where, key: str, value: object) -> tuple[str, ...]:
     for name in value:
         if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
             raise ConfigError(
-                f"{where.prefix} {key}: expected package import names such as \"lineax\" "
+                f'{where.prefix} {key}: expected package import names such as "lineax" '
                 f"(the name you import), found {name!r}"
             )
     return tuple(value)

@@ -205,8 +205,10 @@ class LoweredLevel:
         # that program is every other platform's too.
         shared: dict[str, Program] = {}
         here = next((p for p in platforms if p in present), None)
-        if missing and here is not None and lowering.same_on_every_platform(
-            traced, (*missing, here)
+        if (
+            missing
+            and here is not None
+            and lowering.same_on_every_platform(traced, (*missing, here))
         ):
             try:
                 program = read.get(here)

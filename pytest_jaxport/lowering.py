@@ -1358,9 +1358,7 @@ class PlatformTraces:
         self.variant = variant
         self.gpus = gpus
 
-    def lower(
-        self, *, lowering_platforms: tuple[str, ...], _private_parameters: Any = None
-    ) -> Any:
+    def lower(self, *, lowering_platforms: tuple[str, ...], _private_parameters: Any = None) -> Any:
         import jax
 
         (platform,) = lowering_platforms
