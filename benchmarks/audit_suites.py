@@ -254,6 +254,7 @@ def audit_numbers(report: Path) -> dict[str, Any]:
             p: {"vendor": t["vendor"], "custom": t["custom"], "libraries": t["libraries"]}
             for p, t in summary["platforms"].items()
         },
+        "solver_kinds": {p: solver_kinds(audit, p) for p in summary["platforms"]},
         "kernels_to_rewrite": summary["kernels_to_rewrite"],
         "rewrite_days": summary["rewrite_days"],
         "findings_by_kind": _count_by(audit["findings"], "kind"),
@@ -265,6 +266,31 @@ def audit_numbers(report: Path) -> dict[str, Any]:
             if s["platform"] == "cuda"
         ][:10],
     }
+
+
+SOLVER_KINDS = {
+    "getrf": "lu", "geqrf": "qr", "ormqr": "apply-q", "unmqr": "apply-q", "potrf": "cholesky",
+    "gesdd": "svd", "gesvd": "svd", "gesvdj": "svd", "syevd": "eigh", "heevd": "eigh",
+    "trsm": "triangular-solve", "triangular_solve": "triangular-solve",
+}  # fmt: skip
+"""Linear-algebra kernels by what they compute, whatever the library calls them (LAPACK's
+``lapack_dgetrf_ffi``, cuSOLVER's ``cusolver_getrf_ffi``, ``stablehlo.triangular_solve``)."""
+
+
+def solver_kinds(audit: dict[str, Any], platform: str) -> dict[str, int]:
+    """Per linear-algebra kind, the calls of every computation on ``platform``: LAPACK on cpu
+    should match cuSOLVER (and cuBLAS's triangular solves) on cuda where the programs are the
+    same."""
+    counts: dict[str, int] = {}
+    for computation in audit["computations"]:
+        lowered = computation["platforms"].get(platform, {}).get("lowered") or {}
+        for kernel in lowered.get("kernels", []):
+            name = kernel["name"].rpartition(".")[2].removesuffix("_ffi")
+            for suffix, kind in SOLVER_KINDS.items():
+                if name.endswith(suffix):
+                    counts[kind] = counts.get(kind, 0) + kernel["count"]
+                    break
+    return dict(sorted(counts.items()))
 
 
 def _count_by(items: list[dict[str, Any]], key: str) -> dict[str, int]:
