@@ -123,10 +123,10 @@ SUITES: dict[str, dict[str, Any]] = {
     "optimistix": {
         "package": "optimistix",
         "folder": "tests",
-        # 112 tests: fixed points, the Cauchy point, L-BFGS's operator, best-so-far, compat
-        # and misc. Left out for time: minimise (493), least squares (122), root find (83).
+        # 76 tests: the Cauchy point, L-BFGS's operator, best-so-far, solve, compat (one of
+        # its tests fails against this jax, audit or not) and misc. Left out for time:
+        # minimise (493), least squares (122), root find (83), fixed point (36).
         "select": [
-            "tests/test_fixed_point.py",
             "tests/test_misc.py",
             "tests/test_best_so_far.py",
             "tests/test_solve.py",
@@ -138,16 +138,14 @@ SUITES: dict[str, dict[str, Any]] = {
     "diffrax": {
         "package": "diffrax",
         "folder": "test",
-        # 151 tests: terms, interpolation, save-at, step-size controllers, events, vmap and
-        # misc. Left out for time: integrate (540), detest, SDEs, adjoints, Brownian motion.
+        # 30 tests: terms, local interpolation, step-size controllers, vmap and misc (a
+        # diffeqsolve with equinox's error_if checks in most). Left out for time (each module
+        # takes minutes here): integrate (540), interpolation, save-at, events, detest, SDEs,
+        # adjoints, Brownian motion.
         "select": [
             "test/test_term.py",
-            "test/test_interpolation.py",
             "test/test_local_interpolation.py",
-            "test/test_global_interpolation.py",
-            "test/test_saveat_solution.py",
             "test/test_adaptive_stepsize_controller.py",
-            "test/test_event.py",
             "test/test_vmap.py",
             "test/test_misc.py",
         ],
