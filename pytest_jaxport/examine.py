@@ -310,6 +310,25 @@ class Examiner:
                 elif entry is not None:
                     read[platform] = entry
         missing = [p for p in keys if p not in read and p not in known and p not in present]
+        # A program of ops that lower alike everywhere (an eager `add`, a reshape) is lowered
+        # once, for the platform present here (JAX's own lowering where it just ran), and
+        # that program is every other platform's too.
+        shared: dict[str, Program] = {}
+        here = next((p for p in platforms if p in present), None)
+        if (
+            missing
+            and here is not None
+            and lowering.same_on_every_platform(traced, (*missing, here))
+        ):
+            try:
+                program = read.get(here)
+                if program is None:
+                    lowered_for[here] = lowering.lower(traced, here)
+                    program = lowering.read_program(lowered_for[here])
+                shared = {p: program for p in (*missing, here)}
+                missing = []
+            except lowering.LoweringFailure:
+                lowered_for.pop(here, None)  # lowered below, where its failure is reported
         # Host callbacks lower only for a platform present here; for the others they become
         # inert placeholders (counted in meta), so every other op is still counted. Whether
         # a program has any is known only once lowered (a custom primitive binds its own).
@@ -320,7 +339,7 @@ class Examiner:
                 failures[platform] = failed_to_lower(platform, present, known[platform])
                 continue
             try:
-                program = read.get(platform)
+                program = read.get(platform) or shared.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
                 if program is None:

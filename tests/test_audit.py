@@ -273,10 +273,10 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
             "where the lock-in lives on cuda: 5 distinct sites (5 vendor, 0 custom)*",
             "  site * kernel * computations  tests  calls  time",
             "  test_suite.py:15  cublas gemm * 2      3      4 *",
-            "*",
-            "  test_suite.py:21  cusolver solver*",
-            "*",
-            "*",
+            "  test_suite.py:21  cublas triangular-solve * 1      1      4 *",
+            "  test_suite.py:21  *",
+            "  test_suite.py:21  *",
+            "  test_suite.py:44  cusolver solver*",
             "",
             "layers (-v: in full):",
             "  JAX Python code (jit, grad, vmap): * of * computations lower on every configured*",
@@ -291,6 +291,7 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
             " of 9 tests;",
         ]
     )
+    result.stdout.fnmatch_lines(["  test_suite.py:21  cusolver solver * 1      1      2 *"])
     result.stdout.no_fnmatch_line("*Traceback*")
 
 

@@ -298,6 +298,53 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
                 )
 
 
+PLATFORM_INDEPENDENT = frozenset(
+    {
+        # elementwise
+        "abs", "acos", "acosh", "add", "and", "asin", "asinh", "atan", "atan2", "atanh",
+        "cbrt", "ceil", "clamp", "complex", "conj", "cos", "cosh", "div", "eq", "exp",
+        "exp2", "expm1", "floor", "ge", "gt", "imag", "integer_pow", "is_finite", "le",
+        "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg", "nextafter",
+        "not", "or", "pow", "real", "rem", "round", "rsqrt", "select_n", "shift_left",
+        "shift_right_arithmetic", "shift_right_logical", "sign", "sin", "sinh", "sqrt",
+        "square", "sub", "tan", "tanh", "xor", "convert_element_type", "bitcast_convert_type",
+        "reduce_precision", "copy", "copy_p",
+        # shapes and data movement
+        "broadcast_in_dim", "concatenate", "dynamic_slice", "dynamic_update_slice",
+        "expand_dims", "gather", "iota", "pad", "reshape", "rev", "scatter", "slice", "split",
+        "squeeze", "transpose",
+        # reductions
+        "argmax", "argmin", "reduce_and", "reduce_max", "reduce_min", "reduce_or",
+        "reduce_prod", "reduce_sum", "reduce_xor",
+        # calls and control flow, whose bodies are checked too
+        "pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+        "custom_vjp_call_jaxpr", "remat", "checkpoint", "cond", "while", "scan",
+    }
+)  # fmt: skip
+"""JAX primitives whose lowering is one rule for every platform, which consults no platform:
+a program of only these lowers to the same StableHLO everywhere. Each is checked against
+JAX's registry of platform-specific rules as well (``dot_general`` has its own rules on cpu
+and tpu, ``scatter-add`` on GPUs: those are lowered per platform, as is anything else)."""
+
+
+def same_on_every_platform(traced: Any, platforms: Sequence[str]) -> bool:
+    """Whether ``traced``'s program lowers to the same module for every one of ``platforms``
+    (only :data:`PLATFORM_INDEPENDENT` primitives, none with a platform's own rule): then one
+    platform's lowering is every platform's, and the others need no lowering of their own."""
+    from jax._src.interpreters import mlir
+
+    closed = getattr(traced, "jaxpr", None)
+    registry = getattr(mlir, "_platform_specific_lowerings", None)
+    if closed is None or registry is None:  # (a JAX without that registry: lower each)
+        return False
+    specific = [registry.get(p, {}) for p in platforms]
+    return all(
+        eqn.primitive.name in PLATFORM_INDEPENDENT
+        and not any(eqn.primitive in rules for rules in specific)
+        for eqn in equations(closed)
+    )
+
+
 def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
     """The programs of several platforms from one multi-platform lowering (about 2x faster
     than lowering for each), or ``None`` when JAX cannot lower them together: a rule that
