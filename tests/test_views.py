@@ -607,3 +607,34 @@ def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path
     path = tmp_path / "again.json"
     write_json(path, report)
     assert json.loads(path.read_text()) == report
+
+
+def test_the_audits_findings_are_one_problem_per_platform_and_reason() -> None:
+    """Pure: the audit section's findings, grouped by platform and reason into problems that
+    say how many computations and which tests, counted per computation."""
+    from pytest_jaxport.view.model import audit_problems, problems_of
+
+    eig = "NotImplementedError: MLIR translation rule for primitive 'eig' not found for tpu"
+    computations = [
+        {"id": f"c{i}", "function": "f", "owner": f"t.py::test_{i % 2}", "source": "t.py:3",
+         "signature": ["x: float32[3]"], "platforms": {"tpu": {"lowered": None}}}
+        for i in range(3)
+    ]  # fmt: skip
+    findings = [{"computation": f"c{i}", "platform": "tpu", "reason": eig} for i in range(3)]
+    findings.append({"computation": "c0", "platform": "rocm", "reason": "ValueError: other"})
+    problems = audit_problems({"findings": findings}, computations)
+    assert [(p.platform, p.message, len(p.computations)) for p in problems] == [
+        ("tpu", eig, 3),
+        ("rocm", "ValueError: other", 1),
+    ]
+    tpu = problems[0]
+    assert tpu.tests == ("t.py::test_0", "t.py::test_1")
+    assert tpu.check == "3 computations"
+    assert tpu.count == 3
+    assert len(tpu.details) == 3
+    assert all("t.py:3" in d for d in tpu.details)
+    groups = problems_of((), problems)
+    assert [(g.title, g.count, g.tests, g.summary().split(" (")[0]) for g in groups] == [
+        ("audit: tpu: does not lower", 3, 2, "3 computations in 2 tests"),
+        ("audit: rocm: does not lower", 1, 1, "1 computation in 1 test"),
+    ]

@@ -1111,8 +1111,8 @@ def problems_of(
         groups.setdefault(key, []).append(problem)
     ordered = sorted(
         groups.items(),
-        key=lambda item: (PROBLEM_KINDS.index(item[0][0]), -len(item[1]), item[0][2] or "",
-                          item[0][1], item[0][3]),
+        key=lambda item: (PROBLEM_KINDS.index(item[0][0]), -sum(p.count for p in item[1]),
+                          item[0][2] or "", item[0][1], item[0][3]),
     )  # fmt: skip
     return tuple(
         ProblemGroup(
