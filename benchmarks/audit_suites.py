@@ -1,13 +1,27 @@
 """``pytest --jaxport-audit`` on real test suites nobody here wrote: outcomes, counts, overhead.
 
-The suites are the test modules their libraries ship in their own wheels, copied unchanged from
-the installed packages into a temporary folder (nothing is fetched, nothing is edited):
+The suites are test modules nobody here wrote, copied unchanged into a temporary folder
+(nothing is fetched, nothing is edited). Some ship in their libraries' own wheels and are
+copied from the installed packages:
 
 - **optax** (``optax/**/*_test.py``, absl-py + scikit-learn for two modules): a documented
   selection of modules (:data:`SUITES`), sized for a 2-core machine;
 - **chex** (``chex/**/*_test.py``): all of it (its variants run functions with and without
   jit and under pmap; ``restrict_backends`` patches compilation itself);
 - **haiku** (``haiku/**/*_test.py``): a selection of the modules that need no TensorFlow.
+
+Others live in their source repositories only; give the folder that holds the test folder,
+at the release that matches the installed wheel (``--from NAME=PATH``, e.g. a ``git
+archive`` of the release tag)::
+
+    git -C lineax archive v0.1.1 tests | tar -x -C /tmp/lineax-0.1.1
+    python benchmarks/audit_suites.py --suites lineax --from lineax=/tmp/lineax-0.1.1
+
+- **lineax** (``tests/``, 0.1.1), **optimistix** (``tests/``, 0.1.0) and **diffrax**
+  (``test/``, 0.7.2): documented selections of modules, run as the projects run them
+  (``test_*.py``, their own ``conftest.py``; the repositories' ``pyproject.toml`` options,
+  jaxtyping's runtime checks, are not applied). Equinox's ``error_if`` (a host callback)
+  is inside nearly every solve, inside lineax's own ``linear_solve`` primitive too.
 
 For each suite, in one run and interleaved (plain, audit cold, audit warm; repeated):
 
@@ -27,6 +41,9 @@ Usage (the interpreter that has pytest-jaxport and the libraries installed)::
 
     python benchmarks/audit_suites.py --suites optax,chex,haiku --reps 2 \\
         --out benchmarks/results/audit-suites-2cpu.json
+    python benchmarks/audit_suites.py --suites lineax,optimistix,diffrax \\
+        --from lineax=/tmp/lineax-0.1.1 --from optimistix=/tmp/optimistix-0.1.0 \\
+        --from diffrax=/tmp/diffrax-0.7.2 --out benchmarks/results/audit-folders-2cpu.json
 """
 
 from __future__ import annotations
@@ -86,10 +103,59 @@ SUITES: dict[str, dict[str, Any]] = {
             "_src/nets/resnet_test.py",
         ],
     },
+    # From source repositories (--from NAME=PATH: the folder holding the test folder).
+    "lineax": {
+        "package": "lineax",
+        "folder": "tests",
+        # 78 tests: solves, inverses, adjoints, norms, LSMR and misc (LU, QR, SVD,
+        # Cholesky, triangular and iterative solvers, most under equinox's error_if).
+        # Left out for time: the jvp/vmap/transpose/singular/well-posed products (4,000
+        # parametrized cases) and test_operator.py.
+        "select": [
+            "tests/test_solve.py",
+            "tests/test_invert.py",
+            "tests/test_adjoint.py",
+            "tests/test_misc.py",
+            "tests/test_norm.py",
+            "tests/test_lsmr.py",
+        ],
+    },
+    "optimistix": {
+        "package": "optimistix",
+        "folder": "tests",
+        # 76 tests: the Cauchy point, L-BFGS's operator, best-so-far, solve, compat (one of
+        # its tests fails against this jax, audit or not) and misc. Left out for time:
+        # minimise (493), least squares (122), root find (83), fixed point (36).
+        "select": [
+            "tests/test_misc.py",
+            "tests/test_best_so_far.py",
+            "tests/test_solve.py",
+            "tests/test_compat.py",
+            "tests/test_lbfgs_linear_operator.py",
+            "tests/test_cauchy_point.py",
+        ],
+    },
+    "diffrax": {
+        "package": "diffrax",
+        "folder": "test",
+        # 30 tests: terms, local interpolation, step-size controllers, vmap and misc (a
+        # diffeqsolve with equinox's error_if checks in most). Left out for time (each module
+        # takes minutes here): integrate (540), interpolation, save-at, events, detest, SDEs,
+        # adjoints, Brownian motion.
+        "select": [
+            "test/test_term.py",
+            "test/test_local_interpolation.py",
+            "test/test_adaptive_stepsize_controller.py",
+            "test/test_vmap.py",
+            "test/test_misc.py",
+        ],
+    },
 }
 
 AUDIT_LINES = ("suite audit (--jaxport-audit):", "not audited:", "note:")
-COMMON = ["-o", "python_files=*_test.py", "--import-mode=importlib", "-q", "-p", "no:randomly"]
+COMMON = ["-q", "-p", "no:randomly"]
+WHEEL_OPTIONS = ["-o", "python_files=*_test.py", "--import-mode=importlib"]
+"""How a wheel's ``*_test.py`` modules run (a folder suite runs as its project runs it)."""
 
 
 def copy_suite(package: str, folder: Path) -> Path:
@@ -104,6 +170,22 @@ def copy_suite(package: str, folder: Path) -> Path:
         destination = target / test.relative_to(source)
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(test, destination)
+    return target
+
+
+def copy_folder(name: str, source: Path, folder: Path) -> Path:
+    """The suite's test folder (``SUITES[name]["folder"]`` under ``source``), copied unchanged
+    under ``folder/<name>_suite``, so that its modules import as they do in its project."""
+    tests = source / SUITES[name]["folder"]
+    if not tests.is_dir():
+        raise SystemExit(
+            f"--from {name}={source}: expected the folder that holds {name}'s "
+            f"{SUITES[name]['folder']}/ (e.g. git -C {name} archive <tag> "
+            f"{SUITES[name]['folder']} | tar -x -C {source}), found no {tests}"
+        )
+    target = folder / f"{name}_suite"
+    shutil.copytree(tests, target / SUITES[name]["folder"], ignore=shutil.ignore_patterns(
+        "__pycache__", ".pytest_cache"))  # fmt: skip
     return target
 
 
@@ -125,6 +207,7 @@ def outcomes(junit: Path) -> dict[str, str]:
 def run(folder: Path, select: list[str], args: list[str], label: str, out: Path) -> dict[str, Any]:
     junit = out / f"{label}.xml"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", *COMMON, f"--junitxml={junit}", *args, *select],
@@ -144,10 +227,14 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "label": label,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
+        "load_start": round(load, 2),
+        "load_end": round(os.getloadavg()[0], 2),
         "exit": proc.returncode,
         "last_line": lines[-1] if lines else "",
         "outcomes": outcomes(junit) if junit.exists() else {},
         "audit_lines": [line.strip() for line in lines if line.strip().startswith(AUDIT_LINES)],
+        "unraisable": (proc.stdout + proc.stderr).count("PytestUnraisableExceptionWarning"),
+        "longest_line": max((len(line) for line in lines), default=0),
     }
 
 
@@ -165,6 +252,7 @@ def audit_numbers(report: Path) -> dict[str, Any]:
             p: {"vendor": t["vendor"], "custom": t["custom"], "libraries": t["libraries"]}
             for p, t in summary["platforms"].items()
         },
+        "solver_kinds": {p: solver_kinds(audit, p) for p in summary["platforms"]},
         "kernels_to_rewrite": summary["kernels_to_rewrite"],
         "rewrite_days": summary["rewrite_days"],
         "findings_by_kind": _count_by(audit["findings"], "kind"),
@@ -176,6 +264,31 @@ def audit_numbers(report: Path) -> dict[str, Any]:
             if s["platform"] == "cuda"
         ][:10],
     }
+
+
+SOLVER_KINDS = {
+    "getrf": "lu", "geqrf": "qr", "ormqr": "apply-q", "unmqr": "apply-q", "potrf": "cholesky",
+    "gesdd": "svd", "gesvd": "svd", "gesvdj": "svd", "syevd": "eigh", "heevd": "eigh",
+    "trsm": "triangular-solve", "triangular_solve": "triangular-solve",
+}  # fmt: skip
+"""Linear-algebra kernels by what they compute, whatever the library calls them (LAPACK's
+``lapack_dgetrf_ffi``, cuSOLVER's ``cusolver_getrf_ffi``, ``stablehlo.triangular_solve``)."""
+
+
+def solver_kinds(audit: dict[str, Any], platform: str) -> dict[str, int]:
+    """Per linear-algebra kind, the calls of every computation on ``platform``: LAPACK on cpu
+    should match cuSOLVER (and cuBLAS's triangular solves) on cuda where the programs are the
+    same."""
+    counts: dict[str, int] = {}
+    for computation in audit["computations"]:
+        lowered = computation["platforms"].get(platform, {}).get("lowered") or {}
+        for kernel in lowered.get("kernels", []):
+            name = kernel["name"].rpartition(".")[2].removesuffix("_ffi")
+            for suffix, kind in SOLVER_KINDS.items():
+                if name.endswith(suffix):
+                    counts[kind] = counts.get(kind, 0) + kernel["count"]
+                    break
+    return dict(sorted(counts.items()))
 
 
 def _count_by(items: list[dict[str, Any]], key: str) -> dict[str, int]:
@@ -193,10 +306,17 @@ def _reasons(findings: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:10])
 
 
-def measure(name: str, reps: int, out: Path) -> dict[str, Any]:
+def measure(name: str, reps: int, out: Path, source: Path | None = None) -> dict[str, Any]:
     spec = SUITES[name]
-    folder = copy_suite(spec["package"], out)
-    select = spec["select"]
+    if "folder" in spec:
+        if source is None:
+            raise SystemExit(f"{name} is not in its wheel: give its source, --from {name}=PATH")
+        folder = copy_folder(name, source, out)
+        options: list[str] = []
+    else:
+        folder = copy_suite(spec["package"], out)
+        options = WHEEL_OPTIONS
+    select = [*options, *spec["select"]]
     runs: list[dict[str, Any]] = []
     cache = folder / ".pytest_cache"
     report = out / f"{name}-audit.json"
@@ -216,7 +336,16 @@ def measure(name: str, reps: int, out: Path) -> dict[str, Any]:
         )
         runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out))
     runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
-    runs.append(run(folder, select, ["-n", "2", "--jaxport-audit"], f"{name}-audit-n2", out))
+    n2_report = out / f"{name}-audit-n2.json"
+    runs.append(
+        run(
+            folder,
+            select,
+            ["-n", "2", "--jaxport-audit", f"--jaxport-report={n2_report}"],
+            f"{name}-audit-n2",
+            out,
+        )
+    )
 
     reference = runs[0]["outcomes"]
     same = {r["label"]: r["outcomes"] == reference for r in runs}
@@ -245,7 +374,8 @@ def measure(name: str, reps: int, out: Path) -> dict[str, Any]:
         totals[outcome] = totals.get(outcome, 0) + 1
     return {
         "suite": name,
-        "select": select,
+        "source": str(source) if source is not None else f"the installed {spec['package']}",
+        "select": spec["select"],
         "command": f"python -m pytest {' '.join(COMMON)} [--jaxport-audit] {' '.join(select)}",
         "tests": len(reference),
         "outcomes": totals,
@@ -253,7 +383,28 @@ def measure(name: str, reps: int, out: Path) -> dict[str, Any]:
         "outcome_differences": differences,
         "ratios": ratios,
         "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs],
+        "unraisable_warnings": sum(r["unraisable"] for r in runs),
         "audit": audit_numbers(report),
+        "serial_vs_n2": same_audit(report, n2_report),
+    }
+
+
+def same_audit(serial: Path, n2: Path) -> dict[str, Any]:
+    """Whether the serial cold run and the ``-n 2`` run audited the same computations with
+    the same numbers (timings and cache-miss calls aside: each worker misses on its own)."""
+    from pytest_jaxport.report.schema import without_timings
+
+    sections = []
+    for path in (serial, n2):
+        audit = without_timings(json.loads(path.read_text())["audit"])
+        calls = audit["seen"].pop("calls", None)
+        sections.append((audit, calls))
+    (a, calls_serial), (b, calls_n2) = sections
+    return {
+        "identical": a == b,
+        "differing_keys": sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)),
+        "computations": [a["seen"]["computations"], b["seen"]["computations"]],
+        "calls": [calls_serial, calls_n2],
     }
 
 
@@ -317,6 +468,10 @@ def versions() -> dict[str, str]:
         "optax",
         "chex",
         "dm-haiku",
+        "lineax",
+        "optimistix",
+        "diffrax",
+        "equinox",
         "absl-py",
         "pytest-jaxport",
     ):
@@ -333,7 +488,22 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", default=str(HERE / "results" / "audit-suites-2cpu.json"))
     parser.add_argument("--hot-path", action="store_true", help="only the hot-path loop")
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a suite from its source: the folder holding its test folder (lineax, "
+        "optimistix, diffrax)",
+    )
     options = parser.parse_args()
+    sources: dict[str, Path] = {}
+    for given in options.sources:
+        name, _, path = given.partition("=")
+        if name not in SUITES or not path:
+            raise SystemExit(f"--from {given}: expected NAME=PATH with NAME one of {list(SUITES)}")
+        sources[name] = Path(path).resolve()
     if options.hot_path:
         print(json.dumps(hot_path(), indent=2))
         return
@@ -351,7 +521,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
         for name in options.suites.split(","):
-            result["suites"].append(measure(name, options.reps, Path(tmp)))
+            result["suites"].append(measure(name, options.reps, Path(tmp), sources.get(name)))
             result["load_end"] = os.getloadavg()[0]
             result["seconds"] = round(time.time() - started, 1)
             Path(options.out).write_text(json.dumps(result, indent=2) + "\n")

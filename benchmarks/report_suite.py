@@ -250,9 +250,10 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
             checks_of(grown),
             migrate_to=config.get("migrate_to", []),
             model=model,
-            tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
+            tooling=tooling,
         )
     )
+    tooling = summary.pop("tooling", None)
     summary["cost_model"] = report["summary"].get("cost_model", {})
     if tooling is not None:
         summary["tooling"] = tooling

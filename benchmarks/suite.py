@@ -41,13 +41,13 @@ def test_{name}(jaxport):
 """
 
 
-PLAIN_TEST = '''
+PLAIN_TEST = """
 
 def test_{name}():
     fn, args = models.CASES[{name!r}]()
     out = jax.block_until_ready(jax.jit(fn)(*args))
     assert _finite(out)
-'''
+"""
 """A test that uses JAX plainly (no ``jaxport`` fixture, no marker): what ``--jaxport-audit``
 audits in a suite that never heard of the plugin."""
 

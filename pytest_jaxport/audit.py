@@ -24,16 +24,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax.callbacks import INERT_TARGET
 from pytest_jaxport._jax.interception import Interception, RecordedCall, Support
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, shown_file
 from pytest_jaxport.model.census import Classifier
-from pytest_jaxport.model.probe import Probe
+from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.audit import (
     AuditTestRecord,
     ComputationRecord,
@@ -52,10 +53,14 @@ class Recorder:
         classifier: Classifier,
         rootdir: Path,
         compile_settings: CompileSettings,
+        own_packages: tuple[str, ...] = (),
     ) -> None:
         self.platforms = tuple(platforms)
         self._examiner = Examiner(
-            classifier=classifier, rootdir=rootdir, compile_settings=compile_settings
+            classifier=classifier,
+            rootdir=rootdir,
+            compile_settings=compile_settings,
+            own_packages=own_packages,
         )
         self.stats = self._examiner.stats
         self._rootdir = rootdir
@@ -137,7 +142,7 @@ class Recorder:
 
     def _identify(self, call: RecordedCall) -> str:
         """The content key of a call JAX traced anew; lowered and counted when new."""
-        keyed = KeyParts(call)
+        keyed = KeyParts(call, own=self._examiner.own_packages)
         parts = keyed.get()
         if parts is None:  # not keyable: a computation of this process only
             cid = f"local-{next(self._local)}-{id(call.jaxpr):x}"
@@ -161,15 +166,16 @@ class Recorder:
         # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
         # Nothing runs: the runtime share is the roofline estimate.
         found = self._examiner.examine(call, keyed, self.platforms, present=present)
+        host_callbacks = _host_callbacks(facts.host_callbacks, found.results.values())
         findings: list[FindingRecord] = []
         for platform, result in found.results.items():
             if result.error is None:
                 continue
-            kind = finding_kind(facts.host_callbacks, platform in present)
+            kind = finding_kind(host_callbacks, platform in present)
             reason = result.error
             if kind == "host-callback":
                 reason = (
-                    f"host callback ({', '.join(facts.host_callbacks)}): a Python callback "
+                    f"host callback ({', '.join(host_callbacks)}): a Python callback "
                     f"cannot be lowered for {platform} from here ({result.error})"
                 )
             findings.append({"platform": platform, "kind": kind, "reason": reason})
@@ -188,10 +194,22 @@ class Recorder:
             "static_arguments": facts.static_arguments,
             "donated": list(facts.donated),
             "mesh": facts.mesh,
-            "host_callbacks": list(facts.host_callbacks),
+            "host_callbacks": list(host_callbacks),
             "partitions": max((p.partitions for p in found.programs.values()), default=1),
             "platforms": Probe(
                 name=facts.function, reference="", platforms=found.results
             ).to_dict()["platforms"],
             "findings": findings,
         }
+
+
+def _host_callbacks(shown: Sequence[str], results: Iterable[PlatformProbe]) -> tuple[str, ...]:
+    """The program's host-callback primitives: those its jaxpr ``shown``, and those only its
+    lowering revealed (bound inside a custom primitive's lowering; each such callback is a
+    placeholder ``inert_host_callback.<primitive>`` in an absent platform's census)."""
+    found = dict.fromkeys(shown)
+    for result in results:
+        for kernel in result.census.kernels if result.census is not None else ():
+            if kernel.name.startswith(f"{INERT_TARGET}."):
+                found[kernel.name.partition(".")[2]] = None
+    return tuple(found)

@@ -48,11 +48,11 @@ calls carry the relayouts around them)."""
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
-LOWERED_FORMAT = 4
+LOWERED_FORMAT = 5
 """Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
 module (which ops keep their location, how costs are estimated, which cases resolve, the
-collectives the partitioner inserts), changes (4: sites carry their types and the
-attributes format findings read)."""
+collectives the partitioner inserts, how host callbacks lower), changes (4: failures to
+lower kept; 5: sites carry their types and the attributes format findings read)."""
 
 
 def cache_key(
@@ -123,6 +123,14 @@ def source_fingerprint(program: Program) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FailedLowering:
+    """A platform a program did not lower for, and JAX's reason, kept so that a warm run
+    does not lower it again to fail the same way."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompiledCache:
     """Entries in ``directory``; a missing, unreadable or foreign entry is a miss.
 
@@ -136,24 +144,32 @@ class CompiledCache:
         return self.directory / f"{key}.json"
 
     def get(self, key: str) -> Program | None:
+        found = self.entry(key)
+        return found if isinstance(found, Program) else None
+
+    def entry(self, key: str) -> Program | FailedLowering | None:
+        """The program kept under ``key``, or the failure to lower it kept there."""
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
             if data.get("format") != self.format:
                 return None
+            if "failed" in data:
+                return FailedLowering(error=str(data["failed"]))
             return program_from_dict(data["program"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def put(self, key: str, program: Program) -> None:
+    def put(self, key: str, program: Program | FailedLowering) -> None:
         """Store atomically; a cache that cannot be written is no cache, never an error."""
         path = self._path(key)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        if isinstance(program, FailedLowering):
+            entry: dict[str, object] = {"format": self.format, "failed": program.error}
+        else:
+            entry = {"format": self.format, "program": program_to_dict(program)}
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(
-                json.dumps({"format": self.format, "program": program_to_dict(program)}),
-                encoding="utf-8",
-            )
+            tmp.write_text(json.dumps(entry), encoding="utf-8")
             os.replace(tmp, path)
         except OSError:
             pass

@@ -14,9 +14,15 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_jaxport.model.config import gpu_hint
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS
+from pytest_jaxport.report.baseline import baseline_json, diff, load_counts
+from pytest_jaxport.report.schema import MergeError, ReportError, load, write_text
 from pytest_jaxport.version import __version__
-from pytest_jaxport.view.display import add_display_options
+from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
+from pytest_jaxport.view.html import html, render_html
+from pytest_jaxport.view.model import ReportView, build_view
+from pytest_jaxport.view.text import markdown, render_markdown, render_text
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -24,11 +30,6 @@ EXIT_UNUSABLE = 2
 
 
 def _show(args: argparse.Namespace) -> int:
-    from pytest_jaxport.report.schema import ReportError, load
-    from pytest_jaxport.view.display import DisplayOptions, display_options
-    from pytest_jaxport.view.html import render_html
-    from pytest_jaxport.view.model import ReportView, build_view
-    from pytest_jaxport.view.text import render_markdown, render_text
 
     options = display_options(lambda name: getattr(args, name), verbosity=args.verbose - args.quiet)
     try:
@@ -41,7 +42,7 @@ def _show(args: argparse.Namespace) -> int:
         return _fail(
             "show",
             f"--platform {options.platform}: {args.report} has no such platform "
-            f"(it has {', '.join(view.platforms) or 'none'})",
+            f"(it has {', '.join(view.platforms) or 'none'}){gpu_hint(options.platform)}",
         )
     renderers: dict[str, Callable[[ReportView, DisplayOptions], str]] = {
         "text": render_text,
@@ -59,7 +60,7 @@ def _show(args: argparse.Namespace) -> int:
 def _capture_target(args: argparse.Namespace) -> int:
     import ctypes
 
-    from pytest_jaxport._jax import deviceless
+    from pytest_jaxport._jax import deviceless  # JAX: only for this command
 
     try:
         ctypes.CDLL("libcuda.so.1")
@@ -79,7 +80,6 @@ def _capture_target(args: argparse.Namespace) -> int:
     if args.output is None or args.output == "-":
         print(text, end="" if text.endswith("\n") else "\n")
         return EXIT_OK
-    from pytest_jaxport.report.schema import write_text
 
     path = Path(args.output)
     try:
@@ -99,7 +99,6 @@ def _fail(command: str, message: object) -> int:
 
 def _write(command: str, path: Path, text: str) -> str | None:
     """Write ``text`` atomically; the error line when it cannot be written."""
-    from pytest_jaxport.report.schema import write_text
 
     try:
         write_text(path, text)
@@ -111,9 +110,8 @@ def _write(command: str, path: Path, text: str) -> str | None:
 def _merge(args: argparse.Namespace) -> int:
     import json
 
+    # numpy: only for this command
     from pytest_jaxport.report.merge import load_legs, merge, tolerance_from_config
-    from pytest_jaxport.report.schema import MergeError
-    from pytest_jaxport.view.text import markdown
 
     paths = [Path(p) for p in args.legs]
     output = Path(args.output)
@@ -138,8 +136,6 @@ def _merge(args: argparse.Namespace) -> int:
         if args.md:
             texts.append((Path(args.md), markdown(result.report) + "\n" + result.markdown()))
         if args.html:
-            from pytest_jaxport.view.html import html
-
             texts.append((Path(args.html), html(result.report)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return _fail("merge", f"cannot render the merged report ({type(e).__name__}: {e})")
@@ -153,6 +149,8 @@ def _merge(args: argparse.Namespace) -> int:
         print(said)
     tests = len(result.report["tests"])
     verdict = f"{len(result.drifts)} output drift(s)" if result.drifts else "consistent"
+    if not result.comparisons:
+        verdict = "nothing compared (no leg saved outputs: run them with --jaxport-save-outputs)"
     print(
         f"jaxport merge: {len(paths)} leg(s), {tests} test(s), "
         f"{result.comparisons} output comparison(s): {verdict}; wrote {output}"
@@ -161,8 +159,6 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from pytest_jaxport.report.baseline import diff, load_counts
-    from pytest_jaxport.report.schema import MergeError
 
     try:
         base = load_counts(Path(args.base))
@@ -184,8 +180,6 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    from pytest_jaxport.report.baseline import baseline_json, load_counts
-    from pytest_jaxport.report.schema import MergeError
 
     try:
         text = baseline_json(load_counts(Path(args.report)))

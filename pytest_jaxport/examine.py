@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pytest_jaxport._jax import lowering
-from pytest_jaxport._jax.adapters import jax_release, needs_hardware
-from pytest_jaxport._jax.callbacks import INERT_TARGET
-from pytest_jaxport.cache import CompileSettings, cache_key, lowered_key, source_fingerprint
+from pytest_jaxport._jax.adapters import jax_release, missing_package, needs_hardware
+from pytest_jaxport._jax.callbacks import INERT_TARGET, inert
+from pytest_jaxport.cache import (
+    CompileSettings,
+    FailedLowering,
+    cache_key,
+    lowered_key,
+    source_fingerprint,
+)
 from pytest_jaxport.model.census import (
     Census,
     Classifier,
@@ -38,6 +43,7 @@ from pytest_jaxport.model.cost import (
 )
 from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device, FormatCensus, take_format_census
 from pytest_jaxport.model.hlo import instruction_sites, parse_compiled_hlo
+from pytest_jaxport.model.identity import stable_text
 from pytest_jaxport.model.partitioner import (
     partition_record,
     recorded_inserted,
@@ -45,8 +51,6 @@ from pytest_jaxport.model.partitioner import (
 )
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.targets import Classification, classify
-
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 _PARTITIONER = "spmd-partitioner"
 """The lowered cache's "platform" for a program's partitioning record."""
@@ -154,13 +158,19 @@ class KeyParts:
     The arguments' shardings (``args``/``kwargs``, where given) are part of the jaxpr's: they
     decide which collectives the SPMD partitioner inserts, and a jaxpr does not show them."""
 
-    __slots__ = ("_arguments", "_done", "_parts", "_traced")
+    __slots__ = ("_arguments", "_done", "_own", "_parts", "_traced")
 
     def __init__(
-        self, traced: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+        self,
+        traced: Any,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        own: tuple[str, ...] = (),
     ) -> None:
         self._traced = traced
         self._arguments = (tuple(args), dict(kwargs or {}))
+        self._own = own
         self._parts: tuple[str, str, str] | None = None
         self._done = False
 
@@ -169,10 +179,11 @@ class KeyParts:
             self._done = True
 
             try:
-                jaxpr, sources = lowering.census_key_parts(self._traced)
+                jaxpr, sources = lowering.census_key_parts(self._traced, self._own)
                 # Object addresses (a host callback's function, printed in its parameters)
-                # differ run to run; nothing lowered depends on them.
-                jaxpr = _ADDRESS.sub("0x?", jaxpr)
+                # and the order of a frozenset's elements differ run to run and process to
+                # process; nothing lowered depends on them.
+                jaxpr = stable_text(jaxpr)
                 if any(self._arguments):
                     jaxpr += "\n" + lowering.sharding_text(*self._arguments)
                 self._parts = (jaxpr, sources, lowering.lowering_settings())
@@ -193,6 +204,7 @@ class Examiner:
         compiled_classifier: Classifier | None = None,
         profile: bool = False,
         stats: LoweredStats | None = None,
+        own_packages: tuple[str, ...] = (),
     ) -> None:
         self._classifier = classifier
         self._compiled_classifier = compiled_classifier
@@ -201,6 +213,9 @@ class Examiner:
         self._profile = profile
         self.stats = stats if stats is not None else LoweredStats()
         self.compile_stats = CompileStats()
+        self.own_packages = own_packages
+        """Installed packages whose lines count as the user's (``[tool.jaxport]
+        own_packages``): a kernel is placed at its innermost frame outside other libraries."""
 
     def examine(
         self,
@@ -225,11 +240,11 @@ class Examiner:
         census. Without it (the audit) every platform's program may come from the lowered
         cache and nothing runs. ``caller``: see :meth:`relative`.
         """
+        __tracebackhide__ = True  # a user's error (a classify hook's) shows their code
         compiles = self._compile.platforms if fn is not None else ()
         cached = [p for p in platforms
                   if not (run is not None and p in present) and p not in compiles]  # fmt: skip
-        found = self.lower(traced, keyed, platforms, present=present, cached=cached,
-                           args=args, kwargs=kwargs)  # fmt: skip
+        found = self.lower(traced, keyed, platforms, present=present, cached=cached)
         results: dict[str, PlatformProbe] = {
             p: found.failures.get(p) or PlatformProbe(platform=p, present=p in present)
             for p in (*found.programs, *found.failures)
@@ -277,15 +292,11 @@ class Examiner:
         *,
         present: Collection[str],
         cached: Collection[str],
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
     ) -> LoweredPrograms:
         """Each of ``platforms``' program of ``traced``, or why it did not lower.
 
         ``cached``: the platforms whose program may come from (and go to) the lowered-level
         cache; a check leaves out those it runs or compiles, which need the lowering itself.
-        ``args``/``kwargs``: what ``traced`` was traced with (their shardings are kept where
-        host callbacks are made inert; without them the argument types are enough).
         """
 
         failures: dict[str, PlatformProbe] = {}
@@ -293,22 +304,46 @@ class Examiner:
         programs: dict[str, Program] = {}
         keys: dict[str, str | None] = {}
         read: dict[str, Program] = {}
+        known: dict[str, str] = {}  # platforms an earlier run failed to lower, and why
         for platform in platforms:
             if platform in cached:
                 keys[platform] = self._key(keyed, platform)
-                program = self._cached_program(keys[platform])
-                if program is not None:
-                    read[platform] = program
-        missing = [p for p in keys if p not in read and p not in present]
+                entry = self._cached_entry(keys[platform])
+                if isinstance(entry, FailedLowering):
+                    known[platform] = entry.error
+                elif entry is not None:
+                    read[platform] = entry
+        missing = [p for p in keys if p not in read and p not in known and p not in present]
+        # A program of ops that lower alike everywhere (an eager `add`, a reshape) is lowered
+        # once, for the platform present here (JAX's own lowering where it just ran), and
+        # that program is every other platform's too.
+        shared: dict[str, Program] = {}
+        here = next((p for p in platforms if p in present), None)
+        if (
+            missing
+            and here is not None
+            and lowering.same_on_every_platform(traced, (*missing, here))
+        ):
+            try:
+                program = read.get(here)
+                if program is None:
+                    lowered_for[here] = lowering.lower(traced, here)
+                    program = lowering.read_program(lowered_for[here])
+                shared = {p: program for p in (*missing, here)}
+                missing = []
+            except lowering.LoweringFailure:
+                lowered_for.pop(here, None)  # lowered below, where its failure is reported
         # Host callbacks lower only for a platform present here; for the others they become
-        # inert placeholders (counted in meta), so every other op is still counted.
-        absent = traced
-        if any(p not in present and p not in read for p in platforms):
-            absent = lowering.without_callbacks(traced, args, kwargs or {})
+        # inert placeholders (counted in meta), so every other op is still counted. Whether
+        # a program has any is known only once lowered (a custom primitive binds its own).
+        absent = inert(traced)
         together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
         for platform in platforms:
+            if platform in known:
+                failures[platform] = failed_to_lower(platform, present, known[platform])
+                continue
             try:
-                program = read.get(platform)
+                program = read.get(platform) or shared.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
                 if program is None:
@@ -319,6 +354,8 @@ class Examiner:
             except lowering.LoweringFailure as e:
                 failures[platform] = failed_to_lower(platform, present, str(e))
                 lowered_for.pop(platform, None)
+                if platform not in read:
+                    self._cache_failure(keys.get(platform), failures[platform], str(e))
                 continue
             programs[platform] = program
         return LoweredPrograms(
@@ -340,6 +377,7 @@ class Examiner:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
         lowered now go to the cache. ``caller``: see :meth:`relative`."""
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():
@@ -353,6 +391,7 @@ class Examiner:
                     platform,
                     classifier=self._classifier,
                     seconds=self.roofline(platform),
+                    own=self.own_packages,
                 ),
                 caller,
             )
@@ -417,20 +456,28 @@ class Examiner:
             settings=settings,
         )
 
-    def _cache_program(self, key: str | None, program: Program | None) -> None:
+    def _cache_failure(self, key: str | None, probe: PlatformProbe, error: str) -> None:
+        """Keep a failure to lower that this program meets wherever it is lowered with these
+        versions; not one that depends on this machine (JAX asked for a GPU, a package is
+        missing), which may lower elsewhere or after an install."""
+        if probe.needs_hardware is None and missing_package(error) is None:
+            self._cache_program(key, FailedLowering(error=error))
+
+    def _cache_program(self, key: str | None, program: Program | FailedLowering | None) -> None:
         if key is not None and program is not None and self._compile.lowered_cache is not None:
             self._compile.lowered_cache.put(key, program)
 
-    def _cached_program(self, key: str | None) -> Program | None:
+    def _cached_entry(self, key: str | None) -> Program | FailedLowering | None:
+        """The program (or the failure to lower) an earlier run kept under ``key``."""
         cache = self._compile.lowered_cache
         if key is None or cache is None:
             return None
-        program = cache.get(key)
-        if program is None:
+        entry = cache.entry(key)
+        if entry is None:
             self.stats.misses += 1
         else:
             self.stats.hits += 1
-        return program
+        return entry
 
     # -- what a census shows --------------------------------------------------------------------
 
@@ -629,6 +676,7 @@ class Examiner:
             level="compiled",
             classifier=classifier,
             seconds=self.roofline(platform),
+            own=self.own_packages,
         )
         formats = self.formats(program, platform, level="compiled")
         return _Compiled(census=self.relative(census), formats=formats)

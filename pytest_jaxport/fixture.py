@@ -19,11 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jaxport.warning import JaxportWarning
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.arguments import ArgumentError, prepare
 from pytest_jaxport._jax.interception import paused
@@ -34,10 +33,15 @@ from pytest_jaxport.model.census import (
     Classifier,
     SourceLocation,
 )
-from pytest_jaxport.model.compare import compare
+from pytest_jaxport.model.compare import Outputs, compare
 from pytest_jaxport.model.config import ConfigError, Resolved, transforms_value
-from pytest_jaxport.model.numerics import Tolerance
+from pytest_jaxport.model.emulation import not_emulated_message, with_locations
+from pytest_jaxport.model.numerics import Comparison, Tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
+from pytest_jaxport.warning import JaxportWarning
+
+if TYPE_CHECKING:
+    from pytest_jaxport._jax.emulate import Emulated
 
 _PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,22 +76,33 @@ class Jaxport:
         compiled_classifier: Classifier | None = None,
         compile_settings: CompileSettings | None = None,
         profile: bool = False,
+        cuda_capability: tuple[int, int] | None = None,
     ) -> None:
         self._config = config
         self._compile = compile_settings or CompileSettings()
+        self._cuda_capability = cuda_capability
+        """The configured GPU's generation, for a cuda emulation's dot precision."""
         self.probes: list[Probe] = []
         self.outputs: dict[str, dict[str, Any]] = {}
         """Per check name, per executed platform, its ``numerics.Outputs`` (host arrays), for
         ``--jaxport-save-outputs``; never put into the report."""
+        self.emulated_outputs: dict[str, dict[str, Outputs]] = {}
+        """The same for each emulated platform whose emulation ran (``emulate = [...]``)."""
         self._examiner = Examiner(
             classifier=classifier,
             compiled_classifier=compiled_classifier,
             rootdir=rootdir,
             compile_settings=self._compile,
             profile=profile,
+            own_packages=config.project.own_packages,
         )
         self.lowered_stats = self._examiner.stats
         self.compile_stats = self._examiner.compile_stats
+
+    def __repr__(self) -> str:  # what a failing test's traceback shows for the fixture
+        return (
+            f"<jaxport fixture: platforms {', '.join(self.platforms)}; {len(self.probes)} checks>"
+        )
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -167,13 +182,46 @@ class Jaxport:
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
         value = self._probe(check_name, fn, args, kwargs, traced)
+        unrunnable = self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
                 variant, variant.args, {}, lowering.trace_variant(variant, gpus=gpus),
                 variant_of=check_name, transform=variant.transform,
             )  # fmt: skip
+        if unrunnable is not None:  # the probes are recorded: the report still has the counts
+            pytest.fail(f"jaxport.check({check_name!r}): {unrunnable}")
         return value
+
+    def _unrunnable(self, results: Mapping[str, PlatformProbe]) -> str | None:
+        """Why a check that ran on no platform fails its test at the ``check`` call: a
+        platform present here and in ``must_lower`` failed to lower or run. The budget fails
+        the test anyway; failing here puts the cause at the user's line, where returning
+        ``None`` would break the next one. ``None`` when something ran, or when no such
+        platform failed (``check`` returns ``None`` with a warning)."""
+        if any(r.executed for r in results.values()):
+            return None
+        for platform, result in results.items():
+            failure = result.error or result.execution_error
+            must = self._config.budget(platform).must_lower
+            if (
+                not result.present
+                or failure is None
+                or result.needs_hardware
+                or must is None
+                or platform not in must.value
+            ):
+                continue
+            stage = "fails to lower" if result.error else "fails to compile or run"
+            return (
+                f"{platform}: {stage}: {failure}\n"
+                f"It ran on no platform present here, so check() has no outputs to return, and "
+                f"{platform} is in must_lower (set in {must.origin}). Give the code a portable "
+                "path (jax.lax.platform_dependent(..., default=<plain jnp code>)), run a Pallas "
+                "kernel with interpret=True where its hardware is absent, or take "
+                f"{platform} out of must_lower."
+            )
+        return None
 
     def _transforms(self, check_name: str, given: Sequence[str] | None) -> tuple[str, ...]:
         """``check(transforms=...)``, else the marker's, else ``[tool.jaxport]``'s."""
@@ -245,19 +293,64 @@ class Jaxport:
             return Run(executions=executions, errors=errors, built=built)
 
         examined = self._examiner.examine(
-            traced, KeyParts(traced, args, kwargs), self.platforms, present=present,
+            traced, KeyParts(traced, args, kwargs, own=self._examiner.own_packages),
+            self.platforms, present=present,
             caller=caller, run=run, fn=fn, args=args, kwargs=kwargs,
         )  # fmt: skip
+        emulated = self._emulate(traced, args, kwargs, examined.results, present)
         probe, value = self._compare(
-            check_name, dict(examined.results), examined.executions, transform=transform
-        )
+            check_name, dict(examined.results), examined.executions, transform=transform,
+            emulated=emulated,
+        )  # fmt: skip
         if transform is not None:
             probe = replace(probe, variant_of=variant_of, transform=transform)
             self._warn_findings(probe)
         _warn_unverified(probe)
         self.outputs[check_name] = {p: e.outputs for p, e in examined.executions.items()}
+        self.emulated_outputs[check_name] = {
+            p: e.outputs for p, e in emulated.items() if e.outputs is not None
+        }
         self.probes.append(probe)
         return value
+
+    def _emulate(
+        self,
+        traced: Any,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        results: Mapping[str, PlatformProbe],
+        present: Sequence[str],
+    ) -> dict[str, Emulated]:
+        """Run each platform ``emulate`` names that is absent here and lowered on the CPU, as
+        it would compute (:mod:`pytest_jaxport._jax.emulate`); ``{}`` when none is asked."""
+        emulate = self._config.emulate()
+        if emulate is None:
+            return {}
+        # The engine is imported only where a check emulates: emulation off costs nothing.
+        from pytest_jaxport._jax.emulate import emulate as run_as
+
+        found: dict[str, Emulated] = {}
+        for platform in emulate.value:
+            result = results.get(platform)
+            if platform in present or result is None or result.error is not None:
+                continue  # present: it ran for real; not lowered: nothing to emulate
+            program = traced
+            if isinstance(traced, lowering.PlatformTraces):  # a variant traced per platform
+                program = traced.variant.for_platform(platform)
+            emulated = run_as(
+                program, args, kwargs, platform=platform, cuda_capability=self._cuda_capability,
+                own=self._examiner.own_packages,
+            )  # fmt: skip
+            shown = with_locations(emulated.emulation, self._shown_location)
+            found[platform] = replace(emulated, emulation=shown)
+        return found
+
+    def _shown_location(self, location: str) -> str:
+        """``file:line`` with the file as reports show it (relative to the project)."""
+        file, _, line = location.rpartition(":")
+        if not file or not line.isdigit():
+            return location
+        return str(self._examiner.shown_location(SourceLocation(file=file, line=int(line))))
 
     def _compare(
         self,
@@ -266,6 +359,7 @@ class Jaxport:
         executions: Mapping[str, Any],
         *,
         transform: str | None = None,
+        emulated: Mapping[str, Emulated] | None = None,
     ) -> tuple[Probe, Any]:
 
         # Derivatives are compared with JAX's gradient tolerances unless configured.
@@ -273,6 +367,16 @@ class Jaxport:
 
         reference = self._config.reference
         note = None
+        for platform, found in (emulated or {}).items():
+            results[platform] = replace(results[platform], emulated=found.emulation)
+            if not found.emulation.ran and found.emulation.error is None:
+                # This JAX cannot run it (a kernel it cannot interpret): a note, never a failure.
+                message = not_emulated_message(found.emulation)
+                warn(JaxportWarning(f"check {check_name!r}: {message}"))
+        if not executions and self._unrunnable(results) is not None:
+            # The test fails at the check call with the cause (see _check): no warning.
+            note = "not executed: it failed on every platform present here"
+            return Probe(name=check_name, reference=reference, platforms=results, note=note), None
         if not executions:
             present = [p for p in results if results[p].present]
             failures = [
@@ -289,27 +393,36 @@ class Jaxport:
             warn(JaxportWarning(f"check {check_name!r} {note}"))
             return Probe(name=check_name, reference=reference, platforms=results, note=note), None
         baseline = reference if reference in executions else next(iter(executions))
+        compared = [p for p, found in (emulated or {}).items() if found.outputs is not None]
         if baseline != reference:
             note = f"reference platform {reference} did not run; compared with {baseline}"
             warn(JaxportWarning(f"check {check_name!r}: {note}"))
-        elif len(executions) == 1:
+        elif len(executions) == 1 and not compared:
             note = f"only {baseline} executed here: nothing to compare in-process"
 
-        for platform, execution in executions.items():
-            if platform == baseline:
-                continue
-
-            def tolerance(dtype: str, platform: str = platform) -> Tolerance:
+        def compared_with_baseline(outputs: Outputs, platform: str, label: str) -> Comparison:
+            def tolerance(dtype: str) -> Tolerance:
                 return self._config.tolerance_for(platform, dtype, gradient=gradient)
 
-            comparison = compare(
+            return compare(
                 executions[baseline].outputs,
-                execution.outputs,
+                outputs,
                 reference_platform=baseline,
-                platform=platform,
+                platform=label,
                 tolerance=tolerance,
             )
-            results[platform] = replace(results[platform], numerics=comparison)
+
+        for platform, execution in executions.items():
+            if platform != baseline:
+                comparison = compared_with_baseline(execution.outputs, platform, platform)
+                results[platform] = replace(results[platform], numerics=comparison)
+        for platform in compared:
+            # Compared exactly as a present platform is, under its label: every message
+            # reads "tpu (emulated on cpu) vs cpu".
+            found = (emulated or {})[platform]
+            assert found.outputs is not None
+            comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
+            results[platform] = replace(results[platform], emulated_numerics=comparison)
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
 

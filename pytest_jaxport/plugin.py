@@ -9,6 +9,7 @@ test calls ``jaxport.check``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,10 +27,18 @@ from pytest_jaxport.model.config import (
     COMPILE_PLATFORMS,
     ConfigError,
     ProjectConfig,
+    Setting,
     compile_platforms,
+    emulate_platforms,
+    emulated_among,
+    gpu_hint,
     load_project,
+    misspelt_tables,
+    parse_project,
     portable,
 )
+from pytest_jaxport.model.config import ConfigError as _ConfigError
+from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device, device_from_target_config
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
@@ -48,19 +57,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
     group.addoption(
         "--jaxport-report",
+        action="append",
         nargs="?",
         const="-",
         default=None,
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
-        "(.json, .md or .html, by suffix).",
+        "(.json, .md or .html, by suffix; give the option once per file). Put it after the "
+        "test paths, or write --jaxport-report=PATH.",
     )
     add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
     parser.addini(
         "verbosity_jaxport",
-        "how much the portability report shows: -1 headline and problem groups, 0 (the "
-        "default) capped problems and the top sites, 1 every problem and tests with findings, "
-        "2 every test; 'auto' follows -v/-q",
+        "how much the portability report shows: -2 one line, -1 the problem groups and the "
+        "headline, 0 (the default) capped problems, the top sites and the three numbers, 1 "
+        "every problem and tests with findings, 2 every test; 'auto' follows -v/-q",
         default="auto",
     )
     group.addoption(
@@ -77,6 +88,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="comma-separated platforms to also compile and count at the compiled level "
         f"(from {', '.join(COMPILE_PLATFORMS)}; 'none' for none), overriding "
         "[tool.jaxport] compile. cuda compiles deviceless where no GPU is present.",
+    )
+    group.addoption(
+        "--jaxport-emulate",
+        default=None,
+        metavar="LIST",
+        help="comma-separated absent platforms to also run on the CPU as they would compute "
+        f"(from {', '.join(EMULATED_PLATFORMS)}; 'none' for none), overriding [tool.jaxport] "
+        "emulate: their platform_dependent branch, Pallas kernels in interpret mode, "
+        "default-precision float32 dots rounded (tpu: bfloat16, cuda: TF32 on the configured "
+        "target's generation).",
     )
     group.addoption(
         "--jaxport-cache-clear",
@@ -136,6 +157,15 @@ def _pyproject(config: pytest.Config) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def _warn_at(config: pytest.Config, warning: Warning, path: Path | None, line: int) -> None:
+    """Issue a configuration warning located at ``path:line`` (the user's pyproject.toml),
+    through pytest's public ``issue_config_time_warning`` (so ``-W error`` and
+    ``filterwarnings`` apply): its ``stacklevel`` frame is a one-line call compiled under
+    that file name and line, where the plugin's own line would say nothing to the user."""
+    code = compile("\n" * (line - 1) + "issue(warning, stacklevel=2)", str(path), "exec")
+    exec(code, {"issue": config.issue_config_time_warning, "warning": warning})
+
+
 def _display(path: Path, config: pytest.Config) -> str:
     try:
         return path.relative_to(config.rootpath).as_posix()
@@ -148,8 +178,6 @@ def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
         return project
     from dataclasses import replace
 
-    from pytest_jaxport.model.config import parse_project
-
     names = [p.strip() for p in value.split(",") if p.strip()]
     try:
         checked = parse_project({"platforms": names, "reference": project.reference}, "x")
@@ -157,7 +185,12 @@ def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
         message = str(e).replace("x: [tool.jaxport] platforms", "--jaxport-platforms")
         message = message.replace("x: [tool.jaxport] reference", "--jaxport-platforms")
         raise ConfigError(message) from None
-    return replace(project, platforms=checked.platforms)
+    # A leg that narrows the platforms emulates only those of its platforms pyproject names.
+    emulate = project.emulate
+    if emulate is not None:
+        kept = tuple(p for p in emulate.value if p in checked.platforms)
+        emulate = replace(emulate, value=kept) if kept else None
+    return replace(project, platforms=checked.platforms, emulate=emulate)
 
 
 def _apply_compile_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
@@ -169,6 +202,20 @@ def _apply_compile_cli(project: ProjectConfig, value: str | None) -> ProjectConf
     if names in (["none"], []):
         return replace(project, compile=())
     return replace(project, compile=compile_platforms("--jaxport-compile", names))
+
+
+def _apply_emulate_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
+    """``--jaxport-emulate=LIST`` (``none``: nothing) over ``[tool.jaxport] emulate``."""
+    if value is None:
+        return project
+    from dataclasses import replace
+
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    if names in (["none"], []):
+        return replace(project, emulate=None)
+    emulated = emulate_platforms("--jaxport-emulate", names)
+    emulated_among("--jaxport-emulate", emulated, project.platforms)
+    return replace(project, emulate=Setting(value=emulated, origin="--jaxport-emulate"))
 
 
 def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileSettings:
@@ -235,18 +282,30 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
     return {**DEFAULT_DEVICES, **project.devices, "cuda": cuda}
 
 
-def _check_report_target(target: str | None, config: pytest.Config) -> None:
-    if target is None or target == "-":
-        return
-    path = Path(target)
-    if path.suffix not in REPORT_SUFFIXES:
+def _check_report_targets(targets: Sequence[str] | None, config: pytest.Config) -> None:
+    """Each ``--jaxport-report`` PATH ends in a report suffix; a test path the option took as
+    its PATH (``--jaxport-report tests/test_x.py``) is refused saying how to write it."""
+    for target in targets or ():
+        if target == "-":
+            continue
+        path = Path(target)
+        if path.suffix in REPORT_SUFFIXES:
+            continue
+        node_path = target.partition("::")[0]
+        if (
+            "::" in target
+            or path.suffix == ".py"
+            or (config.invocation_params.dir / node_path).exists()
+        ):
+            raise ConfigError(
+                f"--jaxport-report took the test path {target!r} as its report PATH: put "
+                "--jaxport-report after the test paths, or give the PATH with '=' "
+                f"(--jaxport-report=report.json {target})"
+            )
         raise ConfigError(
             f"--jaxport-report {target}: expected a path ending in "
             f"{' or '.join(REPORT_SUFFIXES)}, found suffix {path.suffix or '(none)'!r}"
         )
-    folder = (Path(config.invocation_params.dir) / path).parent
-    if not folder.is_dir():
-        raise ConfigError(f"--jaxport-report {target}: folder {folder} does not exist")
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
@@ -259,13 +318,18 @@ def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
     if platform is not None and platform not in project.platforms:
         raise ConfigError(
             f"--jaxport-report-platform {platform}: expected one of the platforms "
-            f"{', '.join(project.platforms)}, found {platform!r}"
+            f"{', '.join(project.platforms)}, found {platform!r}{gpu_hint(platform)}"
         )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _marker_help())
     path = _pyproject(config)
+    for said, line in misspelt_tables(path, display=_display(path, config) if path else None):
+        try:
+            _warn_at(config, pytest.PytestConfigWarning(said), path, line)
+        except pytest.PytestConfigWarning:  # -W error: the user's mistake, not an INTERNALERROR
+            raise pytest.UsageError(f"jaxport: {said}") from None
     try:
         project = load_project(path, display=_display(path, config) if path else None)
         project = _apply_cli(project, config.getoption("jaxport_platforms"))
@@ -275,7 +339,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"among the platforms, found {', '.join(project.platforms)}"
             )
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
-        _check_report_target(config.getoption("jaxport_report"), config)
+        project = _apply_emulate_cli(project, config.getoption("jaxport_emulate"))
+        _check_report_targets(config.getoption("jaxport_report"), config)
         _check_display(config, project)
         settings = _compile_settings(config, project)
         ci = ci_settings(config.getoption, Path(config.invocation_params.dir))
@@ -310,8 +375,7 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     dispatches, runs it on the platforms present, compares outputs with the reference
     platform, and returns the reference outputs. Budgets are enforced when the test ends.
     """
-    from pytest_jaxport.fixture import Jaxport
-    from pytest_jaxport.model.config import ConfigError as _ConfigError
+    from pytest_jaxport.fixture import Jaxport  # JAX: only when a test asks for the fixture
 
     session = request.config.stash[SESSION]
     item = request.node
@@ -319,8 +383,10 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
         resolved = session.resolve(item)
     except _ConfigError:
         resolved = session.project.resolve()  # the test fails with the message before it runs
+    emulate = resolved.emulate()
     instance = Jaxport(
         config=resolved,
+        cuda_capability=session.cuda_capability if emulate and "cuda" in emulate.value else None,
         classifier=session.classifier("lowered"),
         compiled_classifier=session.classifier("compiled"),
         compile_settings=session.compile_settings,

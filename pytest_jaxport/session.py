@@ -8,24 +8,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import os
 import time
-from collections.abc import Generator
+import traceback
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.model.budget import evaluate
+from pytest_jaxport.model.budget import evaluate, ways_out
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
     Resolved,
+    emulated_among,
     merge_marks,
     parse_marker,
 )
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
+from pytest_jaxport.model.emulation import HOST, compute_capability, default_dot_format
+from pytest_jaxport.model.gpu import load_target
+from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import Classification, Level, classify
 from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
@@ -41,12 +47,13 @@ from pytest_jaxport.report.schema import (
 )
 from pytest_jaxport.view.display import DisplayOptions, display_options
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import ReportView, build_view
+from pytest_jaxport.view.model import ReportView, build_view, plural
 from pytest_jaxport.view.text import (
     audit_failure_lines,
     probe_text,
     render_markdown,
     render_text,
+    wrap,
 )
 
 if TYPE_CHECKING:
@@ -76,14 +83,19 @@ class JaxportSession:
         self,
         config: pytest.Config,
         project: ProjectConfig,
-        report: str | None,
+        report: str | Sequence[str] | None,
         compile_settings: CompileSettings | None = None,
         ci_settings: ci.CISettings | None = None,
         audit: bool = False,
     ) -> None:
         self.config = config
         self.project = project
-        self.report_target = report
+        targets = [report] if isinstance(report, str) else list(report or ())
+        self.report_files: tuple[str, ...] = tuple(t for t in targets if t != "-")
+        """Every ``--jaxport-report=PATH`` given, as given: each is written, by its suffix."""
+        self.report_target: str | None = (self.report_files or ("-",))[0] if targets else None
+        """``None`` without ``--jaxport-report``; ``-`` for the terminal only; else the first
+        file (all of them: :attr:`report_files`)."""
         self.compile_settings = compile_settings or CompileSettings()
         self.ci = ci_settings or ci.CISettings()
         self.ledger = Ledger()
@@ -97,9 +109,14 @@ class JaxportSession:
         self._tooling: dict[str, Any] | None = None
         self._built: tuple[int, dict[str, Any]] | None = None
         self._view: tuple[dict[str, Any], ReportView] | None = None
-        self._written: str | None = None
-        """The report file written this session, as given (for the terminal's one line)."""
+        self._written: list[str] = []
+        """The report files written this session, as given (for the terminal's one line)."""
         self._classifiers: dict[str, Any] = {}
+        self._budget_failed: set[str] = set()
+        """Tests shown as ``P`` in the progress line (failed by their budget alone)."""
+        self.hook_errors: dict[str, str] = {}
+        """Per jaxport hook a user's implementation of which raised at the end of the run,
+        what it raised and where (said once; the report is built without it)."""
 
     # -- the audit's recorder ---------------------------------------------------------------
 
@@ -115,6 +132,7 @@ class JaxportSession:
             classifier=self.classifier("lowered"),
             rootdir=self.config.rootpath,
             compile_settings=self.compile_settings,
+            own_packages=self.project.own_packages,
         )
         self._interception = self.recorder.start().to_dict()
 
@@ -122,6 +140,18 @@ class JaxportSession:
         if self.recorder is not None:
             self.recorder.stop()
             self.recorder = None
+
+    def _settle_worker(self) -> None:
+        """An audited xdist worker ran its last test: unhook, collect the garbage, then freeze
+        what is left (JAX's caches, grown by the lowerings for other platforms) out of the
+        collector's way. This runs before the worker reports itself finished; after that,
+        pytest-xdist gives it 5 seconds to exit before it interrupts it (SIGINT), and a full
+        collection of that heap in every garbage-collector pass of its last steps could
+        overrun them on a busy machine: a KeyboardInterrupt inside JAX's ``_xla_gc_callback``,
+        printed as an unraisable-exception warning."""
+        self.stop()
+        gc.collect()  # (finalizers run now, as they would have at pytest's last collection)
+        gc.freeze()
 
     # -- configuration per test -----------------------------------------------------------
 
@@ -141,6 +171,13 @@ class JaxportSession:
                         f"{item.nodeid}: reference platform {cached.reference!r} is not among "
                         f"the platforms {list(cached.platforms)}"
                     )
+                emulate = cached.overrides.get("emulate")
+                if emulate is not None:
+                    emulated_among(
+                        f"@pytest.mark.portable on {emulate.origin}: emulate",
+                        emulate.value,
+                        cached.platforms,
+                    )
             except ConfigError as e:
                 cached = e
             item.stash[RESOLVED] = cached
@@ -159,6 +196,7 @@ class JaxportSession:
 
             @functools.cache
             def classify_op(platform: str, op: str, target: str | None) -> Classification:
+                __tracebackhide__ = True  # the user's hook error shows their conftest
                 if hook.get_hookimpls():
                     found = hook(platform=platform, op=op, target=target, level=level)
                     if found is not None:
@@ -167,6 +205,31 @@ class JaxportSession:
 
             self._classifiers[level] = classify_op
         return self._classifiers[level]
+
+    @functools.cached_property
+    def cuda_capability(self) -> tuple[int, int] | None:
+        """The compute capability of the configured GPU (``[tool.jaxport] target``): what a
+        cuda emulation rounds default-precision dots for."""
+        try:
+            return compute_capability(load_target(self.project.target))
+        except (ValueError, OSError):  # validated at configure: unreachable in practice
+            return None
+
+    def emulation_line(self) -> str | None:
+        """``jaxport: emulating tpu (bfloat16 dots), cuda (h100: tf32 dots) on cpu ...``."""
+        emulate = self.project.emulate
+        if emulate is None:
+            return None
+        parts = []
+        for platform in emulate.value:
+            fmt = default_dot_format(platform, cuda_capability=self.cuda_capability)
+            dots = f"{fmt.name} dots" if fmt is not None else "float32 dots"
+            parts.append(f"{platform} ({self.project.target}: {dots})" if platform == "cuda"
+                         else f"{platform} ({dots})")  # fmt: skip
+        return (
+            f"jaxport: emulating {', '.join(parts)} on {HOST} where absent (emulate, set in "
+            f"{emulate.origin})"
+        )
 
     def wants_measured_share(self, resolved: Resolved) -> bool:
         """Profile executions only when a report or a share budget needs the numbers."""
@@ -182,12 +245,43 @@ class JaxportSession:
 
     def price(self, item: RewriteItem | FormatItem) -> float | None:
         """A ``pytest_jaxport_rewrite_cost`` hook's days for ``item`` (a kernel or a
-        formats-and-layout finding); ``None`` without one."""
+        formats-and-layout finding); ``None`` without one (or once the user's hook raised:
+        said at the end, never a crash)."""
         hook = self.config.hook.pytest_jaxport_rewrite_cost
-        if not hook.get_hookimpls():
+        if not hook.get_hookimpls() or "pytest_jaxport_rewrite_cost" in self.hook_errors:
             return None
-        days = hook(item=item, target=item.target, model=self.cost_model())
+        try:
+            days = hook(item=item, target=item.target, model=self.cost_model())
+        except Exception as e:
+            self._hook_raised("pytest_jaxport_rewrite_cost", e)
+            return None
         return None if days is None else float(days)
+
+    def _hook_raised(self, name: str, error: Exception) -> None:
+        """Record that the user's implementation of hook ``name`` raised ``error``: its
+        type, message and the line that raised it (the user's, not the plugin's)."""
+        frames = traceback.extract_tb(error.__traceback__)
+        where = ""
+        if frames:
+            path = Path(frames[-1].filename)
+            if path.is_relative_to(self.config.rootpath):
+                path = path.relative_to(self.config.rootpath)
+            where = f" at {path.as_posix()}:{frames[-1].lineno}"
+        message = str(error).splitlines()[0] if str(error) else ""
+        self.hook_errors.setdefault(
+            name, f"{type(error).__name__}{': ' + message if message else ''}{where}"
+        )
+
+    def hook_problems(self) -> list[str]:
+        """One line per jaxport hook of the user's that raised, and what was done instead."""
+        instead = {
+            "pytest_jaxport_rewrite_cost": "rewrite days are priced by the cost model",
+            "pytest_jaxport_tooling_rules": "the tooling scan used the built-in rules only",
+        }
+        return [
+            f"jaxport: your {name} hook raised {said}; {instead.get(name, 'it was ignored')}"
+            for name, said in self.hook_errors.items()
+        ]
 
     # -- pytest hooks: recording and judging ------------------------------------------------
 
@@ -218,6 +312,9 @@ class JaxportSession:
         ]
         if judged:
             lines.append(f"jaxport: formats judged for: {', '.join(judged)}")
+        emulating = self.emulation_line()
+        if emulating is not None:
+            lines.append(emulating)
         if self.audited:
             where = ", ".join(self.project.platforms)
             how = ""
@@ -227,7 +324,7 @@ class JaxportSession:
             lines.append(
                 f"jaxport: audit on: recording every jitted computation{how}; lowering for {where}"
             )
-        return lines
+        return [part for line in lines for part in wrap(line, hang="  ")]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._index = {item.nodeid: i for i, item in enumerate(session.items)}
@@ -301,33 +398,36 @@ class JaxportSession:
                 report.longrepr = message
                 record.error = TestError(message=message, when="call")
             return record
+        emulate = resolved.emulate()
         violations = [
             v
             for p in probes
             for v in evaluate(
-                p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model()
+                p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model(),
+                emulate_origin=emulate.origin if emulate is not None else "emulate",
             )
-        ]
+        ]  # fmt: skip
         record.violations = [v.to_dict() for v in violations]
         for probe in probes:
             for platform, result in probe.platforms.items():
                 census = result.budgeted
+                prefix = f"jaxport.{probe.name}.{platform}"
+                properties: list[tuple[str, object]] = []
                 if census is not None:
-                    prefix = f"jaxport.{probe.name}.{platform}"
-                    found: list[tuple[str, object]] = [
-                        ("vendor", census.vendor),
-                        ("custom", census.custom),
-                        ("level", census.level),
+                    properties += [("vendor", census.vendor), ("custom", census.custom),
+                                   ("level", census.level)]  # fmt: skip
+                if census is not None and result.formats is not None:
+                    properties += [
+                        ("format_findings", result.formats.count("format")),
+                        ("padding_waste", round(result.formats.padding_waste, 4)),
                     ]
-                    if result.formats is not None:
-                        found += [
-                            ("format_findings", result.formats.count("format")),
-                            ("padding_waste", round(result.formats.padding_waste, 4)),
-                        ]
-                    for key, value in found:
-                        # junitxml reads the teardown report's properties, copied from the item.
-                        item.user_properties.append((f"{prefix}.{key}", value))
-                        report.user_properties.append((f"{prefix}.{key}", value))
+                emulated = emulated_status(result)
+                if emulated is not None:
+                    properties.append(("emulated", emulated))
+                for key, value in properties:
+                    # junitxml reads the teardown report's properties, copied from the item.
+                    item.user_properties.append((f"{prefix}.{key}", value))
+                    report.user_properties.append((f"{prefix}.{key}", value))
         report.sections.append(("jaxport", "\n\n".join(probe_text(p) for p in probes)))
         said = None
         if violations:
@@ -335,6 +435,7 @@ class JaxportSession:
             said = "\n".join(v.long_repr() for v in violations)
             if len(violations) > 1:
                 said += f"\n({len(violations)} portability budget violations in {item.nodeid})"
+            said += "".join(f"\n{line}" for line in ways_out(violations))
             if report.passed:
                 report.outcome = "failed"
                 report.longrepr = said
@@ -355,8 +456,9 @@ class JaxportSession:
         """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.report.ci`."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(
-            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {})
-        )
+            self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {}),
+            getattr(jaxport, "emulated_outputs", {}),
+        )  # fmt: skip
         grew, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
@@ -380,13 +482,33 @@ class JaxportSession:
         """Why a test failed, for the report: the exception's line and where it was raised."""
         crash = getattr(report.longrepr, "reprcrash", None)
         message = getattr(crash, "message", None) or str(report.longrepr or "")
-        where = None
-        if crash is not None and getattr(crash, "path", None):
-            path = Path(crash.path)
-            if path.is_relative_to(self.config.rootpath):
-                path = path.relative_to(self.config.rootpath)
-            where = f"{path.as_posix()}:{crash.lineno}"
-        return TestError(message=message, where=where, when=report.when)
+        return TestError(message=message, where=self._where(report), when=report.when)
+
+    def _where(self, report: pytest.TestReport) -> str | None:
+        """The project's line the failure went through last (``tests/test_m.py:12``): where
+        it was raised, or, when that is inside an installed library (numpy's assertions), the
+        deepest frame of the project's own code; never a virtual env's absolute path."""
+        longrepr = report.longrepr
+        crash = getattr(longrepr, "reprcrash", None)
+        entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", None) or ()
+        places = [(getattr(crash, "path", None), getattr(crash, "lineno", None))]
+        for entry in reversed(entries):
+            location = getattr(entry, "reprfileloc", None)
+            places.append((getattr(location, "path", None), getattr(location, "lineno", None)))
+        root = self.config.rootpath
+        for path, line in places:
+            if not path or line is None:
+                continue
+            found = Path(path)
+            if not found.is_absolute():
+                found = Path(self.config.invocation_params.dir) / found
+            if not found.is_relative_to(root):
+                continue
+            shown = found.relative_to(root)
+            if {"site-packages", "dist-packages"} & set(shown.parts):
+                continue  # a virtual env inside the project
+            return f"{shown.as_posix()}:{line}"
+        return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "jaxport", None)
@@ -412,6 +534,7 @@ class JaxportSession:
             return None
         if record.get("error") or not (record.get("violations") or record.get("baseline_growth")):
             return None
+        self._budget_failed.add(report.nodeid)
         return "failed", "P", ("FAILED", {"red": True})
 
     # -- the report ---------------------------------------------------------------------------
@@ -448,6 +571,7 @@ class JaxportSession:
                 },
                 "budget": ci.budget_table(self.project),
                 "tolerance": ci.tolerance_table(self.project),
+                **ci.emulate_entry(self.project),
             },
             environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
         )
@@ -482,8 +606,12 @@ class JaxportSession:
         if not self.project.scan:
             return None
         if self._tooling is None:
-            extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
-                config=self.config) for r in rules]  # fmt: skip
+            try:
+                extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
+                    config=self.config) for r in rules]  # fmt: skip
+            except Exception as e:  # the user's hook: said at the end, never a crash
+                self._hook_raised("pytest_jaxport_tooling_rules", e)
+                extra = []
             started = time.perf_counter()
             found = scan_tree(
                 self.config.rootpath, exclude=self.project.scan_exclude, rules=(*RULES, *extra)
@@ -500,18 +628,17 @@ class JaxportSession:
 
     def numbers(self, tests: list[dict[str, Any]]) -> dict[str, Any]:
         """The three numbers for the summary."""
-        tooling = self.tooling_scan()
         model = self.cost_model()
         numbers = suite_numbers(
             checks_of(tests),
             migrate_to=self.project.migrate_to,
             model=model,
-            tooling_assumptions=len(tooling["assumptions"]) if tooling else 0,
+            tooling=self.tooling_scan(),
             price=self.price,
         )
         numbers["cost_model"] = dataclasses.asdict(model)
-        if tooling is not None:
-            numbers["tooling"] = tooling
+        if "tooling" in numbers:  # after the cost model, as reports always had it
+            numbers["tooling"] = numbers.pop("tooling")
         return numbers
 
     def view(self) -> ReportView:
@@ -549,18 +676,22 @@ class JaxportSession:
             found.append("\n".join(lines))
         return found
 
-    @pytest.hookimpl(trylast=True)
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
+            if self.recorder is not None:
+                self._settle_worker()
             return
         failed = self.audited and failures(self.build()["audit"]) > 0
         failed = self._update_baseline() or failed
+        if self.report_target is not None:
+            self.build()  # runs the user's cost and tooling hooks, once
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        for problem in self.problems():
+        for problem in (*self.hook_problems(), *self.problems()):
             failed = True
             if terminal is not None:
                 terminal.write_line(problem, red=True)
-        failed = self._write_report() or failed
+        failed = self._write_reports() or failed
         if failed:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -580,28 +711,32 @@ class JaxportSession:
             terminal.write_line(f"jaxport: baseline written to {written}")
         return False
 
-    def _write_report(self) -> bool:
-        """``--jaxport-report=PATH``: write it (and the step summary); whether that failed."""
-        if not self.report_target or self.report_target == "-":
-            return False
-        path = Path(self.report_target)
-        if not path.is_absolute():
-            path = Path(self.config.invocation_params.dir) / path
-        try:
-            if path.suffix == ".md":
-                write_text(path, render_markdown(self.view(), self.display()))
-            elif path.suffix == ".html":
-                write_text(path, render_html(self.view(), self.display()))
-            else:
-                write_json(path, self.build())
-        except OSError as e:
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            if terminal is not None:
-                terminal.write_line(f"jaxport: could not write the report {path}: {e}", red=True)
-            return True
-        self._written = str(self.report_target)
-        self._step_summary()
-        return False
+    def _write_reports(self) -> bool:
+        """Each ``--jaxport-report=PATH`` in the format its suffix names, its folder created
+        as pytest does for ``--junitxml`` (and the step summary); whether one failed."""
+        failed = False
+        for target in self.report_files:
+            path = Path(self.config.invocation_params.dir) / target
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.suffix == ".md":
+                    write_text(path, render_markdown(self.view(), self.display()))
+                elif path.suffix == ".html":
+                    write_text(path, render_html(self.view(), self.display()))
+                else:
+                    write_json(path, self.build())
+            except OSError as e:
+                terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+                if terminal is not None:
+                    terminal.write_line(
+                        f"jaxport: could not write the report {path}: {e}", red=True
+                    )
+                failed = True
+                continue
+            self._written.append(target)
+        if self._written:
+            self._step_summary()
+        return failed
 
     def _step_summary(self) -> None:
         """Append the Markdown report to ``$GITHUB_STEP_SUMMARY``, within its size limit."""
@@ -622,8 +757,13 @@ class JaxportSession:
         for line in (self.lowered_summary(), self.compile_summary()):
             if line is not None:
                 terminalreporter.write_line(line)
+        if self._budget_failed:  # the letter is ours: say what it means
+            terminalreporter.write_line(
+                f"jaxport: P in the progress line is a test its portability budget failed "
+                f"({plural(len(self._budget_failed), 'test')}; counted as failed)"
+            )
         if self.report_target is not None:
-            written = self._written if self.report_target != "-" else None
+            written = ", ".join(self._written) or None
             terminalreporter.write_sep("=", "jaxport portability report")
             terminalreporter.write_line(render_text(self.view(), self.display(),
                                                     written_to=written))  # fmt: skip

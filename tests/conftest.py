@@ -58,6 +58,19 @@ def _snapshot(self: pytest.Pytester) -> SysModulesSnapshot:
 pytest.Pytester._Pytester__take_sys_modules_snapshot = _snapshot  # type: ignore[attr-defined]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """This suite's own xdist workers settle as the plugin's audited ones do
+    (``JaxportSession._settle_worker``): the heap the in-process runs grew is collected and
+    frozen before the worker reports itself finished, so its last steps fit pytest-xdist's
+    5-second exit window."""
+    if hasattr(session.config, "workerinput"):
+        import gc
+
+        gc.collect()
+        gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def measured_basis() -> str:
     """The runtime-share basis executed platforms get here: ``measured`` where this jaxlib's

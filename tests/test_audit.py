@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import esc, run_json
+from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc, run_json
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.report.schema import without_timings
@@ -225,6 +225,38 @@ def test_host_callbacks_lower_everywhere_as_meta_at_their_line(suite: pytest.Pyt
     assert audit["summary"]["platforms"]["cuda"]["failed_to_lower"] == 0
 
 
+def test_a_callback_inside_a_librarys_primitive_is_no_failure_to_lower(
+    pytester: pytest.Pytester,
+) -> None:
+    """The recorded jaxpr shows the library's primitive, not the callback its lowering binds
+    (lineax's ``linear_solve`` with equinox's ``error_if``): every platform lowers, the LU
+    factorisation is cuSOLVER's on cuda as it is LAPACK's on cpu, no finding."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(library=LIBRARY_WITH_HIDDEN_CALLBACK)
+    pytester.makepyfile(
+        test_solve="""
+        import jax, jax.numpy as jnp
+        from library import solve
+
+        def test_solve():
+            assert jnp.allclose(jax.jit(solve)(jnp.eye(3) * 2, jnp.ones(3)), 1.0)
+        """
+    )
+    pytester.syspathinsert()
+    result, audit = audit_of(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*does not lower*")
+    (solve,) = by_function(audit, "solve")
+    assert solve["findings"] == []
+    assert solve["host_callbacks"] == ["pure_callback"]
+    solvers = {"cpu": "lapack", "cuda": "cusolver", "rocm": "hipsolver"}
+    for platform, library in solvers.items():
+        lowered = solve["platforms"][platform]["lowered"]
+        assert lowered["libraries"].get(library, 0) >= 1, platform
+    assert solve["platforms"]["tpu"]["lowered"]["meta"] == 1
+    assert all(t["failed_to_lower"] == 0 for t in audit["summary"]["platforms"].values())
+
+
 def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
     pytester: pytest.Pytester,
 ) -> None:
@@ -244,10 +276,10 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
             "  estimated time",
             "  site * kernel * computations  tests  calls  time",
             "  test_suite.py:15  cublas gemm * 2      3      4 *",
-            "*",
-            "  test_suite.py:21  cusolver solver*",
-            "*",
-            "*",
+            "  test_suite.py:21  cublas triangular-solve * 1      1      4 *",
+            "  test_suite.py:21  *",
+            "  test_suite.py:21  *",
+            "  test_suite.py:44  cusolver solver*",
             "",
             "layers (-v: in full):",
             "  JAX Python code (jit, grad, vmap): * of * computations lower on every configured*",
@@ -262,6 +294,7 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
             " of 9 tests;",
         ]
     )
+    result.stdout.fnmatch_lines(["  test_suite.py:21  cusolver solver * 1      1      2 *"])
     result.stdout.no_fnmatch_line("*Traceback*")
 
 
@@ -475,6 +508,15 @@ def test_a_baseline_without_audit_counts_says_so(pytester: pytest.Pytester) -> N
             "[tool.jaxport.audit]\nenabled = 1",
             "[tool.jaxport.audit] enabled: expected a boolean (true or false), found int 1",
         ),
+        (
+            'own_packages = "lineax"',
+            "[tool.jaxport] own_packages: expected a list of package import names",
+        ),
+        (
+            'own_packages = ["line-ax"]',
+            '[tool.jaxport] own_packages: expected package import names such as "lineax" '
+            "(the name you import), found 'line-ax'",
+        ),
     ],
 )
 def test_bad_audit_configuration_is_a_usage_error(
@@ -686,3 +728,276 @@ def test_eigh():
     assert "suite audit: 0 grew, 0 shrank, 0 new sites, 0 removed sites" in (
         capsys.readouterr().out
     )
+
+
+NO_TPU_EIG = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_eig(n):
+    assert jax.jit(lambda a: jnp.linalg.eig(a)[0])(jnp.eye(n)).shape == (n,)
+
+
+def test_eig_squared():
+    assert jax.jit(lambda a: jnp.linalg.eig(a @ a)[0])(jnp.eye(3)).shape == (3,)
+"""
+"""Six computations that do not lower for tpu (no eig there), all for the same reason."""
+
+
+def test_one_reason_is_one_row_with_the_reason_whole(pytester: pytest.Pytester) -> None:
+    """Six computations failing tpu the same way are one row saying how many and in which
+    tests, the reason whole (never cut), in the terminal (``-q`` included), the Markdown and
+    the HTML; the JSON keeps each computation's finding."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_eig=NO_TPU_EIG)
+    outputs, terminal = {}, {}
+    for fmt, verbosity in (("json", ""), ("md", "-q"), ("html", "-v")):
+        args = ["--jaxport-audit", f"--jaxport-report=r.{fmt}"] + ([verbosity] if verbosity else [])
+        result = pytester.runpytest(*args)
+        result.assert_outcomes(passed=6)
+        outputs[fmt] = (pytester.path / f"r.{fmt}").read_text()
+        terminal[verbosity] = result.stdout.lines
+    findings = json.loads(outputs["json"])["audit"]["findings"]
+    assert [f["platform"] for f in findings] == ["tpu"] * 6
+    (reason,) = {f["reason"] for f in findings}
+    assert "eig" in reason
+    for verbosity, lines in terminal.items():
+        start = lines.index("problems: 6 findings that fail no test")
+        section = lines[start : lines.index("", start)]
+        assert section[1].startswith("  audit: tpu: does not lower — 6 computations in 6 tests")
+        rows = [line for line in section if line.startswith("    ") and line[4] != " "]
+        assert len(rows) == 1, (verbosity, section)
+        assert rows[0].startswith("    6 computations in 6 tests (test_eig.py::test_eig[2], ")
+        said = " ".join(line.strip() for line in section[section.index(rows[0]) + 1 :])
+        assert reason in said, verbosity  # whole: wrapped, never cut
+        assert not any("…" in line for line in section), verbosity
+        assert all(len(line) <= 100 for line in section), verbosity
+    markdown = outputs["md"]
+    table = markdown[markdown.index("| test | check |") : markdown.index("### The three")]
+    assert table.count(reason) == 1
+    assert "`test_eig.py::test_eig[2]` and 5 more tests | 6 computations | tpu |" in table
+    html = outputs["html"]
+    problems = html[html.index('<section id="problems"') : html.index('<section id="numbers"')]
+    assert problems.count("<tr title=") == 1
+    assert problems.count(esc_html(reason)) == 1
+    assert "and 5 more tests" in problems
+
+
+def esc_html(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def test_an_audit_only_html_report_speaks_of_the_audit(pytester: pytest.Pytester) -> None:
+    """No portable test ran: the HTML says what the audit found, not what checks did."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.runpytest("--jaxport-audit", "--jaxport-report=clean.html", "-k", "mlp")
+    clean = (pytester.path / "clean.html").read_text()
+    assert "None: every audited computation lowers on every platform" in clean
+    assert "portable test is within budget" not in clean
+    assert "No portable tests ran." not in clean
+    assert "this run audited the suite as it is" in clean
+    assert "<title>pytest-jaxport suite audit: " in clean
+    pytester.makepyfile(test_eig=NO_TPU_EIG)
+    pytester.runpytest("--jaxport-audit", "--jaxport-report=eig.html", "test_eig.py")
+    found = (pytester.path / "eig.html").read_text()
+    assert "suite audit within its budget; 6 computations do not lower everywhere" in found
+    assert "computations that do not lower for a platform, one row per reason" in found
+    assert "checks that do not lower or run" not in found
+    assert '<span class="label">findings that fail no test</span>' in found
+
+
+def test_per_test_lists_name_jitted_computations_and_count_eager_ops(
+    pytester: pytest.Pytester,
+) -> None:
+    """The terminal's per-test lists (``-v``) name the suite's jitted computations; the
+    eager op-by-op ones, named after JAX's own functions, are counted; every line of the
+    report section fits 100 columns."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    result, audit = audit_of(pytester, "-vv")
+    eager = {c["function"] for c in audit["computations"] if c["kind"] == "eager"}
+    assert "cholesky" in eager
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "jaxport portability report" in line)
+    section = lines[start + 1 :]
+    per_test = [line for line in section if line.startswith("  test_suite.py::")]
+    assert per_test
+    result.stdout.fnmatch_lines(["  test_suite.py::test_eager_cholesky: owns * eager op*"])
+    listed = " ".join(per_test)
+    assert not any(f"{name} [" in listed for name in eager - {"mlp", "inner", "solve"})
+    assert "mlp [" in listed
+    assert all(len(line) <= 100 for line in section if not line.startswith("=")), [
+        line for line in section if len(line) > 100
+    ]
+
+
+def _installed_library(pytester: pytest.Pytester) -> None:
+    """``hiddenlib`` as an installed package (under a ``site-packages`` folder): a jitted
+    function around its own primitive, whose ops JAX traces only when lowering it."""
+    folder = pytester.path / "venv" / "site-packages" / "hiddenlib"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(
+        LIBRARY_WITH_HIDDEN_CALLBACK + "\n\n@jax.jit\ndef jitted_solve(a, b):\n"
+        "    return solve(a, b) + 1\n"
+    )
+    pytester.syspathinsert(folder.parent)
+    pytester.makepyfile(
+        test_lib="""
+        import jax.numpy as jnp
+        from hiddenlib import jitted_solve
+
+        def test_solve():
+            assert jitted_solve(jnp.eye(3) * 2, jnp.ones(3)).shape == (3,)
+        """
+    )
+
+
+def test_kernels_inside_an_installed_library_are_at_the_users_line(
+    pytester: pytest.Pytester,
+) -> None:
+    """Every kernel of a computation run from an installed library lands on the line of the
+    test that called into it, those JAX lowers inside the library's own primitive (whose
+    locations stop inside the library) as well as the rest."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    _installed_library(pytester)
+    _, audit = audit_of(pytester)
+    (solve,) = by_function(audit, "jitted_solve")
+    assert solve["source"] == "hiddenlib/__init__.py:31"
+    for platform in ("cpu", "cuda", "rocm"):
+        kernels = solve["platforms"][platform]["lowered"]["kernels"]
+        assert len(kernels) >= 3, platform  # the callback, the LU factorisation, the solves
+        assert {k["location"] for k in kernels} == {"test_lib.py:5"}, (platform, kernels)
+
+
+def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
+    """A library's developers list it in ``own_packages``: its lines are theirs, reported as
+    such even where it runs installed."""
+    pytester.makefile(".toml", pyproject=PLATFORMS + 'own_packages = ["hiddenlib"]\n')
+    _installed_library(pytester)
+    _, audit = audit_of(pytester)
+    (solve,) = by_function(audit, "jitted_solve")
+    cuda = solve["platforms"]["cuda"]["lowered"]["kernels"]
+    assert {k["location"].rpartition(":")[0] for k in cuda} == {"hiddenlib/__init__.py"}
+    assert "cusolver" in {k["library"] for k in cuda}
+
+
+ORDER_DEPENDENT = """
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import mlir
+
+try:
+    from jax.extend.core import Primitive
+except ImportError:  # jax without jax.extend.core
+    from jax.core import Primitive
+
+ORDER = int(os.environ.get("ORDER", "0"))
+
+
+class Tag:
+    # Hashes by address, as lineax's operator tags do; ORDER stands for another process's
+    # addresses (a frozenset of them iterates in another order there).
+    def __init__(self, name, rank):
+        self.name, self.rank = name, rank
+
+    def __repr__(self):
+        return self.name
+
+    def __hash__(self):
+        return self.rank
+
+
+TAGS = frozenset({Tag("symmetric_tag", 1 + ORDER), Tag("diagonal_tag", 2 - ORDER)})
+
+scaled_p = Primitive("scaled")  # a library primitive whose parameters hold the tags
+scaled_p.def_impl(lambda x, tags: x * 2)
+scaled_p.def_abstract_eval(lambda x, tags: jax.core.ShapedArray(x.shape, x.dtype))
+mlir.register_lowering(scaled_p, mlir.lower_fun(lambda x, tags: x * 2, multiple_results=False))
+
+
+@jax.jit
+def tagged(x, tags):
+    return scaled_p.bind(x, tags=tags) + 1
+
+
+tagged = jax.jit(tagged.__wrapped__, static_argnames="tags")
+
+
+def test_tagged():
+    assert tagged(jnp.ones(3), tags=TAGS).shape == (3,)
+
+
+def test_split():
+    # an eager split traced with NumPy integers or Python ints, whichever came first
+    first, second = (2, 4), (np.int64(2), np.int64(4))
+    for sizes in (first, second) if ORDER == 0 else (second, first):
+        assert len(jax.lax.split(jnp.arange(6.0), sizes)) == 2
+"""
+"""A computation whose printed program and static arguments depend on memory addresses
+(a frozenset of objects hashed by id) and one whose trace depends on which call came first."""
+
+
+def test_a_computations_identity_depends_on_no_address_or_order(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs whose frozensets iterate in other orders, and whose eager split is traced
+    first with Python ints or first with NumPy integers, audit the same computations, with
+    the same ids and the same static-argument text (as serial and ``-n 2`` runs must)."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_order=ORDER_DEPENDENT)
+    audits = []
+    for order in ("0", "1"):
+        monkeypatch.setenv("ORDER", order)
+        result, audit = audit_of(pytester, "-p", "no:cacheprovider")
+        result.assert_outcomes(passed=2)
+        audits.append(audit)
+    (tagged,) = by_function(audits[0], "tagged")
+    assert "frozenset({diagonal_tag, symmetric_tag})" in tagged["static_arguments"]
+    splits = [by_function(audit, "split") for audit in audits]
+    assert len(splits[0]) == 1
+    assert [c["id"] for c in splits[0]] == [c["id"] for c in splits[1]]
+    ids = [sorted(c["id"] for c in audit["computations"]) for audit in audits]
+    assert ids[0] == ids[1]
+    statics = [{c["id"]: c["static_arguments"] for c in a["computations"]} for a in audits]
+    assert statics[0] == statics[1]
+    assert without_timings(audits[0]) == without_timings(audits[1])
+
+
+def test_an_xdist_worker_leaves_no_heap_for_its_last_collections(
+    pytester: pytest.Pytester,
+) -> None:
+    """After its last test an audited worker has 5 seconds (pytest-xdist's) to exit; every
+    garbage-collector pass of those last steps (another plugin's summary, pytest's final
+    collection, each with JAX's collector hook) must not scan the heap JAX's caches and the
+    audit's lowerings grew, or on a busy machine the worker is interrupted inside JAX's
+    ``_xla_gc_callback`` and prints an unraisable KeyboardInterrupt."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeconftest(
+        """
+        import gc, json, os
+
+        def pytest_unconfigure(config):
+            if hasattr(config, "workerinput"):
+                name = f"heap-{config.workerinput['workerid']}.json"
+                heap = {"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}
+                with open(os.path.join(str(config.rootpath), name), "w") as f:
+                    json.dump(heap, f)
+        """
+    )
+    result = pytester.runpytest_subprocess("--jaxport-audit", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(**OUTCOMES)
+    result.stderr.no_fnmatch_line("*Unraisable*")
+    heaps = [json.loads(p.read_text()) for p in sorted(pytester.path.glob("heap-gw*.json"))]
+    assert len(heaps) == 2
+    for heap in heaps:
+        assert heap["frozen"] > 10 * heap["tracked"], heap

@@ -1,9 +1,10 @@
 """Host callbacks are inert placeholders for platforms not present, never a lowering failure.
 
-JAX lowers a host callback only for a backend it has a client for. ``callbacks.make_inert``
-rewrites the traced program (nested jaxprs included) so each callback is a placeholder that
-lowers anywhere; every other op is unchanged. The independent check throughout: the inert
-program lowered for cpu has exactly the census of the real one, callback for callback.
+JAX lowers a host callback only for a backend it has a client for. ``callbacks.inert`` lowers
+a traced program with each callback a placeholder that lowers anywhere (nested jaxprs, and
+callbacks a custom primitive binds only in its own lowering, included); every other op is
+unchanged. The independent check throughout: the inert program lowered for cpu has exactly the
+census of the real one, callback for callback.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import run_json
+from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, run_json
 from jax import lax
 from jax.experimental import io_callback
 
@@ -99,6 +100,35 @@ def shared_twice(x):
     return helper(helper(x))
 
 
+def _checked_matmul(v):
+    """A library primitive's implementation with a host check inside, as equinox's
+    ``error_if`` sits inside lineax's ``linear_solve``: traced only when lowered."""
+    v = jax.pure_callback(host_double, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+    return v @ jnp.ones((4, 4), v.dtype)
+
+
+def _library_primitive():
+    from jax.interpreters import mlir
+
+    try:
+        from jax.extend.core import Primitive
+    except ImportError:  # jax without jax.extend.core
+        from jax.core import Primitive
+
+    primitive = Primitive("checked_matmul")
+    primitive.def_impl(_checked_matmul)
+    primitive.def_abstract_eval(lambda v: jax.core.ShapedArray(v.shape, v.dtype))
+    mlir.register_lowering(primitive, mlir.lower_fun(_checked_matmul, multiple_results=False))
+    return primitive
+
+
+checked_matmul_p = _library_primitive()
+
+
+def in_a_custom_primitive(x):
+    return jnp.tanh(checked_matmul_p.bind(x))
+
+
 CASES = {
     "debug_print": debug_print,
     "every_kind": every_kind,
@@ -133,7 +163,7 @@ def test_the_inert_program_counts_what_the_real_one_does(case: str) -> None:
     """Lowered for cpu (where the real callbacks lower too), the inert program's census is
     the real program's, op for op, with each callback at its line in meta."""
     traced = lowering.trace(CASES[case], (x,), {})
-    inert = callbacks.trace_inert(traced.jaxpr, [x])
+    inert = callbacks.inert(traced)
     real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
     placeholder = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
     assert _real_names(placeholder) == _sorted(real)
@@ -145,7 +175,7 @@ def test_absent_platforms_lower_alone_and_together(case: str) -> None:
     traced = lowering.trace(CASES[case], (x,), {})
     with pytest.raises(lowering.LoweringFailure):
         lowering.lower(traced, "cuda")  # the limitation this module works around
-    inert = callbacks.trace_inert(traced.jaxpr, [x])
+    inert = callbacks.inert(traced)
     found = callbacks.find_callbacks(traced.jaxpr)
     together = lowering.lower_together(inert, ABSENT)
     assert together is not None
@@ -173,12 +203,64 @@ def test_the_compilable_program_compiles_what_the_real_one_does(case: str) -> No
 
     traced = lowering.trace(CASES[case], (x,), {})
     with pytest.raises(Exception, match=callbacks.INERT_TARGET):
-        compiled(callbacks.trace_inert(traced.jaxpr, [x]))
+        compiled(callbacks.inert(traced))
     real = compiled(traced)
-    stand_in = compiled(callbacks.trace_compilable(traced.jaxpr, [x]))
+    stand_in = compiled(callbacks.inert(traced, compilable=True))
     assert stand_in.libraries() == real.libraries()
     assert any("callback" in k.name for k in real.kernels)
     assert not any("callback" in k.name for k in stand_in.kernels)
+
+
+def test_a_callback_a_custom_primitive_binds_when_lowered_is_inert_too() -> None:
+    """The jaxpr shows no callback (the primitive traces its implementation only when it is
+    lowered), yet lowering for an absent platform fails without the placeholder; with it,
+    each absent platform lowers, alone and together, with the callback in meta at the line
+    that binds the primitive (where JAX places what a primitive's lowering emits) and the
+    primitive's dot counted."""
+    traced = lowering.trace(in_a_custom_primitive, (x,), {})
+    assert callbacks.find_callbacks(traced.jaxpr) == ()
+    with pytest.raises(lowering.LoweringFailure, match="lowering platform cuda"):
+        lowering.lower(traced, "cuda")
+    inert = callbacks.inert(traced)
+    together = lowering.lower_together(inert, ABSENT)
+    assert together is not None
+    line = f"{__file__}:{in_a_custom_primitive.__code__.co_firstlineno + 1}"
+    libraries = {"cuda": {"cublas": 1}, "rocm": {"hipblas": 1}, "tpu": {}}
+    for platform in ABSENT:
+        alone = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        assert take_census(together[platform], platform) == alone
+        [placeholder] = alone.in_layer("meta")
+        assert (placeholder.kind, placeholder.name) == (
+            "host-callback",
+            f"{callbacks.INERT_TARGET}.pure_callback",
+        )
+        assert str(placeholder.location) == line
+        assert alone.libraries() == libraries[platform]
+    real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
+    on_cpu = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
+    assert _real_names(on_cpu) == _sorted(real)
+
+
+def test_lineax_linear_solve_with_error_if_lowers_for_every_platform() -> None:
+    """lineax's ``linear_solve`` is its own primitive, with equinox's ``error_if`` (a
+    ``pure_callback``) inside: the LU factorisation is cuSOLVER's on cuda, hipSOLVER's on
+    rocm, as LAPACK's on cpu."""
+    lx = pytest.importorskip("lineax", reason="needs lineax (pip install lineax)")
+
+    def solve(m, b):
+        return lx.linear_solve(lx.MatrixLinearOperator(m), b, solver=lx.LU()).value
+
+    m = np.eye(4, dtype=np.float32) * 2 + 0.1
+    traced = lowering.trace(solve, (m, np.ones(4, np.float32)), {})
+    inert = callbacks.inert(traced)
+    found = {}
+    for platform in ("cpu", *ABSENT):
+        census = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        assert census.meta >= 1, platform
+        found[platform] = census.libraries()
+    assert found["cpu"].get("lapack", 0) >= 1
+    assert found["cuda"].get("cusolver", 0) >= 1
+    assert found["rocm"].get("hipsolver", 0) >= 1
 
 
 def test_find_callbacks_names_each_kind_at_its_line() -> None:
@@ -202,16 +284,18 @@ def test_nested_callbacks_are_found_once_per_jaxpr() -> None:
     assert "io_callback" in kinds
 
 
-def test_a_program_without_callbacks_is_returned_as_is() -> None:
-    closed = lowering.trace(jnp.linalg.solve, (np.eye(3), np.ones(3)), {}).jaxpr
-    assert not callbacks.has_callbacks(closed)
-    assert callbacks.make_inert(closed) is closed
-    assert callbacks.find_callbacks(closed) == ()
+def test_a_program_without_callbacks_lowers_as_it_is() -> None:
+    traced = lowering.trace(jnp.linalg.solve, (np.eye(3), np.ones(3)), {})
+    assert not callbacks.has_callbacks(traced.jaxpr)
+    assert callbacks.find_callbacks(traced.jaxpr) == ()
+    for platform in ("cpu", "cuda"):
+        inert = lowering.lower(callbacks.inert(traced), platform).as_text()
+        assert inert == lowering.lower(traced, platform).as_text(), platform
 
 
 def test_a_jaxpr_used_twice_stays_one_function_called_twice() -> None:
     traced = lowering.trace(shared_twice, (x,), {})
-    inert = callbacks.trace_inert(traced.jaxpr, [x])
+    inert = callbacks.inert(traced)
     census = take_census(lowering.read_program(lowering.lower(inert, "cuda")), "cuda")
     [placeholder] = [k for k in census.kernels if k.layer == "meta"]
     assert placeholder.count == 2
@@ -233,7 +317,7 @@ def test_the_inert_program_keeps_shardings() -> None:
     mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
     sharded = jax.device_put(np.ones((4, 4), np.float32), NamedSharding(mesh, PartitionSpec("d")))
     traced = lowering.trace(debug_print, (sharded,), {})
-    inert = callbacks.trace_inert(traced.jaxpr, [sharded])
+    inert = callbacks.inert(traced)
     text = inert.lower(lowering_platforms=("cuda",)).as_text()
     assert "mhlo.num_partitions = 2" in text
     assert f"{callbacks.INERT_TARGET}." in text
@@ -275,6 +359,42 @@ def test_through_the_plugin_callbacks_lower_everywhere(pytester: pytest.Pytester
         assert lowered["libraries"] == libraries.get(platform, {}), platform
         lines = sorted(k["location"] for k in lowered["kernels"] if k["kind"] == "host-callback")
         assert lines == ["test_step.py:5", "test_step.py:6", "test_step.py:7"]
+
+
+def test_a_check_lowers_callbacks_inside_a_librarys_primitive(pytester: pytest.Pytester) -> None:
+    """The callback is not in the checked program's jaxpr (the library's primitive binds it
+    when lowered): every platform still lowers, the LU factorisation counted as cuSOLVER's
+    on cuda as it is LAPACK's on cpu, the callback in meta."""
+    pytester.makepyprojecttoml(
+        """
+        [tool.jaxport.budget]
+        must_lower = ["cpu", "cuda", "rocm", "tpu"]
+        """
+    )
+    pytester.makepyfile(library=LIBRARY_WITH_HIDDEN_CALLBACK)
+    pytester.makepyfile(
+        test_solve="""
+        import jax.numpy as jnp, pytest
+        from library import solve
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            out = jaxport.check(solve, jnp.eye(3) * 2, jnp.ones(3))
+            assert jnp.allclose(out, 1.0)
+        """
+    )
+    pytester.syspathinsert()
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*fails to lower*")
+    [probe] = report["tests"][0]["checks"]
+    solvers = {"cpu": "lapack", "cuda": "cusolver", "rocm": "hipsolver"}
+    for platform, found in probe["platforms"].items():
+        assert found["error"] is None, (platform, found["error"])
+        lowered = found["lowered"]
+        assert lowered["meta"] == 1, platform
+        if platform in solvers:
+            assert lowered["libraries"].get(solvers[platform], 0) >= 1, platform
 
 
 def test_a_real_failure_to_lower_stays_a_failure(pytester: pytest.Pytester) -> None:

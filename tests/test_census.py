@@ -16,8 +16,10 @@ from pytest_jaxport.model.census import (
     OpSite,
     Program,
     SourceLocation,
+    is_library_file,
     parse_location,
     take_census,
+    user_location,
 )
 
 
@@ -220,6 +222,37 @@ def test_parse_location_prefers_user_frames() -> None:
     assert parse_location(None) is None
     only_library = 'loc("f"("/x/site-packages/a.py":5:1))'
     assert parse_location(only_library) == SourceLocation(file="/x/site-packages/a.py", line=5)
+
+
+def test_a_kernel_with_only_library_frames_is_at_the_line_that_called_into_the_library() -> None:
+    """A function JAX lowered apart (a library's jit or primitive) keeps locations that stop
+    inside the library: its kernels are at its call site's user line, like the rest of the
+    program's; ``own`` packages keep their lines; a user frame of its own always wins."""
+    file = "/venv/lib/python3.11/site-packages/lib/solve.py"
+    call = f'loc(callsite("t"("/src/test_a.py":9:1) at "r"("{file}":3:1)))'
+    program = Program(
+        entry="main",
+        functions={
+            "main": (
+                OpSite(op="func.call", target="inner", location=call),
+                OpSite(op="stablehlo.dot_general", location='loc("/src/test_a.py":8:1)'),
+            ),
+            "inner": (
+                OpSite(op="stablehlo.dot_general", location=f'loc("{file}":40:2)'),
+                OpSite(op="stablehlo.custom_call", target="cusolver_getrf_ffi",
+                       location=f'loc(callsite("g"("{file}":41:2) at "u"("/src/mine.py":5:1)))'),
+            ),
+        },
+    )  # fmt: skip
+    locations = sorted(str(k.location) for k in take_census(program, "cuda").kernels)
+    assert locations == ["/src/mine.py:5", "/src/test_a.py:8", "/src/test_a.py:9"]
+    own = sorted(str(k.location) for k in take_census(program, "cuda", own=("lib",)).kernels)
+    assert own == sorted(["/src/test_a.py:8", f"{file}:40", f"{file}:41"])  # the innermost
+    assert user_location(f'loc("{file}":40:2)') is None
+    assert user_location(f'loc("{file}":40:2)', ("lib",)) == SourceLocation(file=file, line=40)
+    assert is_library_file(file)
+    assert not is_library_file(file, own=("lib",))
+    assert not is_library_file("/src/test_a.py")
 
 
 def test_read_program_groups_identical_ops_and_leaves_out_uncounted_ones() -> None:

@@ -441,6 +441,142 @@ def test_baseline_update_needs_a_file_and_accepts_a_missing_one(
     assert json.loads((leg_project.path / "new.json").read_text())["kind"] == "baseline"
 
 
+# -- the merged report: as complete as a leg's, never green over a drift ---------------------
+
+MATRIX_PROJECT = """
+[tool.jaxport]
+platforms = ["cpu", "cuda", "rocm", "tpu"]
+reference = "cpu"
+"""
+
+MATRIX_SUITE = """
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+SCALE = float(os.environ.get("JAXPORT_TEST_SCALE", "1"))
+
+
+def _fused(x):
+    return jax.ffi.ffi_call("my_fused_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def fused(x):                  # a hand-written kernel on cuda, jnp elsewhere
+    return jax.lax.platform_dependent(x, cuda=_fused, default=jnp.tanh) * SCALE
+
+
+@pytest.mark.portable
+def test_fused(jaxport):
+    jaxport.check(fused, jnp.linspace(-1.0, 1.0, 8))
+"""
+
+
+@pytest.fixture
+def matrix_legs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Path:
+    """Two legs as a CI matrix runs them: one lowers for cpu and cuda, the other for cpu, rocm
+    and tpu (neither alone sees both sides of a move off cuda); the second leg's outputs are
+    scaled by 1.01, beyond float32's tolerance. Each saves its outputs."""
+    pytester.makefile(".toml", pyproject=MATRIX_PROJECT)
+    pytester.makepyfile(test_suite=MATRIX_SUITE)
+    (pytester.path / "run.sh").write_text("export CUDA_VISIBLE_DEVICES=0\n")  # tooling
+    for leg, platforms, scale in (("1", "cpu,cuda", "1"), ("2", "cpu,rocm,tpu", "1.01")):
+        monkeypatch.setenv("JAXPORT_TEST_SCALE", scale)
+        result = pytester.runpytest(
+            f"--jaxport-report=leg-{leg}.json", f"--jaxport-save-outputs=outputs-{leg}",
+            f"--jaxport-platforms={platforms}", "-p", "no:cacheprovider",
+        )  # fmt: skip
+        result.assert_outcomes(passed=1)
+    monkeypatch.chdir(pytester.path)
+    capsys.readouterr()  # the legs' own output
+    return pytester.path
+
+
+def test_a_drifting_merge_fails_the_test_in_every_rendering(
+    matrix_legs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["merge", "leg-1.json", "leg-2.json", "-o", "merged.json", "--md", "merged.md",
+                 "--html", "merged.html"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "1 output drift(s)" in out
+    merged = json.loads((matrix_legs / "merged.json").read_text())
+    [test] = merged["tests"]
+    assert test["legs"] == {"leg-1.json": "passed", "leg-2.json": "passed"}
+    assert test["outcome"] == "failed"  # each leg passed; together their outputs disagree
+    [drift] = test["drifts"]
+    assert (drift["platform"], drift["leg"], drift["reference_leg"]) == (
+        "cpu",
+        "leg-2.json",
+        "leg-1.json",
+    )
+    assert merged["summary"]["failed_tests"] == 1
+
+    markdown = (matrix_legs / "merged.md").read_text()
+    assert "None: every portable test" not in markdown
+    assert "**1 of 1 portable test failed**" in markdown
+    assert "| cpu: outputs differ across legs | 1 drift in 1 test" in markdown
+    assert main(["show", "merged.json"]) == 0
+    shown = capsys.readouterr().out
+    assert "problems: none" not in shown
+    assert "problems: 1 failed, 0 budget violations, 1 output drift across legs" in shown
+    assert "test_suite.py::test_fused  'fused': cpu (leg-2.json) differs from cpu (leg-1" in shown
+    page = (matrix_legs / "merged.html").read_text()
+    assert '<span class="verdict bad">1 of 1 portable test failed' in page
+    assert "cpu: outputs differ across legs" in page
+
+
+def test_a_merged_report_has_the_three_numbers_of_the_union_of_legs(
+    matrix_legs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["merge", "leg-1.json", "leg-2.json", "-o", "merged.json"])
+    capsys.readouterr()
+    legs = [json.loads((matrix_legs / f"leg-{n}.json").read_text()) for n in (1, 2)]
+    merged = json.loads((matrix_legs / "merged.json").read_text())
+    summary = merged["summary"]
+    # Neither leg sees both cuda's kernel and what rocm and tpu run instead: only the union
+    # prices the move off cuda.
+    for leg in legs:
+        assert leg["summary"]["kernels_to_rewrite"] == {"rocm": 0, "tpu": 0}
+    assert summary["kernels_to_rewrite"] == {"rocm": 1, "tpu": 1}
+    [item] = summary["rewrite"]["rocm"]["items"]
+    assert (item["name"], item["status"]) == ("my_fused_kernel", "fallback")
+    assert summary["rewrite_days"] == {"rocm": 3 + 0.5 + 5, "tpu": 3 + 0.5 + 5}
+    assert summary["cost_model"] == legs[0]["summary"]["cost_model"]
+    assert set(summary["runtime_share"]) == {"cpu", "cuda", "rocm", "tpu"}
+    assert [a["rule"] for a in summary["tooling"]["assumptions"]] == ["cuda-visible-devices"]
+
+    assert main(["show", "merged.json"]) == 0
+    shown = capsys.readouterr().out
+    assert "2. kernels to rewrite moving off cuda (distinct sites): rocm 1, tpu 1" in shown
+    assert "   rocm: 8.5 days (fallback validation 3, tooling assumptions 0.5, fixed" in shown
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        assert re.search(rf"^   {platform} +xla ", shown, re.M), shown
+    assert "no cuda census" not in shown
+    assert "not scanned" not in shown
+    assert "profiling, tooling and CI assumptions: 1 found in" in shown
+    assert "merged from 2 legs (leg-1.json, leg-2.json) by jaxport merge" in shown
+
+
+def test_a_merge_without_saved_outputs_does_not_say_consistent(
+    leg_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    for leg in ("a", "b"):
+        leg_project.runpytest(f"--jaxport-report=leg-{leg}.json").assert_outcomes(passed=2)
+    monkeypatch.chdir(leg_project.path)
+    capsys.readouterr()
+    assert main(["merge", "leg-a.json", "leg-b.json", "-o", "m.json"]) == 0
+    out = capsys.readouterr().out
+    assert "consistent" not in out
+    assert "0 output comparison(s): nothing compared (no leg saved outputs" in out
+    assert main(["show", "m.json"]) == 0
+    assert "numerics across legs: nothing compared" in capsys.readouterr().out
+
+
 # -- the commands on bad input ----------------------------------------------------------------
 
 

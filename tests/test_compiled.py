@@ -16,7 +16,7 @@ import textwrap
 from typing import Any
 
 import pytest
-from helpers import esc
+from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc
 
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem
 from pytest_jaxport.model.census import Census, Kernel
@@ -775,6 +775,39 @@ def test_deviceless_cuda_compiles_programs_with_host_callbacks(pytester: pytest.
     # The 64x64 matmul is still there after compiling (a GEMM: cuBLAS or XLA's Triton).
     printed = platforms_of(report, "test_printed")["cuda"]["compiled"]
     assert printed["libraries"].get("cublas", 0) + printed["xla_kinds"].get("triton-gemm", 0) == 1
+
+
+@needs_plugin
+def test_deviceless_cuda_compiles_a_callback_inside_a_librarys_primitive(
+    pytester: pytest.Pytester,
+) -> None:
+    """The callback is bound only when the library's primitive is lowered (lineax's solve
+    with equinox's ``error_if``): it compiles as a stand-in all the same, and the compiled
+    cuda census has the LU factorisation."""
+    make_project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "cuda"]
+        compile = ["cuda"]
+        """,
+        """
+        import jax.numpy as jnp, pytest
+        from library import solve
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(solve, jnp.eye(8) * 2, jnp.ones(8))
+        """,
+    )
+    pytester.makepyfile(library=LIBRARY_WITH_HIDDEN_CALLBACK)
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    cuda = platforms_of(report_of(pytester), "test_solve")["cuda"]
+    assert cuda["compile_error"] is None, cuda["compile_error"]
+    assert cuda["compiled"]["deviceless"] is True
+    assert cuda["compiled"]["libraries"].get("cusolver", 0) >= 1, cuda["compiled"]["libraries"]
+    assert cuda["lowered"]["meta"] == 1
 
 
 @needs_plugin

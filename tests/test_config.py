@@ -163,3 +163,50 @@ def test_must_trace_is_a_flag_in_tables_and_markers() -> None:
     )
     with pytest.raises(ConfigError, match="must_trace: expected true or false, found int 1"):
         parse_marker((), {"must_trace": 1}, "t.py::t")
+
+
+def test_emulate_is_validated_and_resolved_closest_first() -> None:
+    project = parse_project(
+        {"platforms": ["cpu", "cuda", "tpu"], "emulate": ["tpu", "cuda"]}, "pyproject.toml"
+    )
+    assert project.emulate == Setting(value=("tpu", "cuda"), origin="pyproject.toml [tool.jaxport]")
+    assert project.resolve().emulate() == project.emulate
+    # a marker's emulate wins; emulate=[] turns it off for that test
+    marker = parse_marker((), {"emulate": ["cuda"]}, "t.py::t")
+    resolved = project.resolve(merge_marks([("t.py::t", marker)]))
+    assert resolved.emulate() == Setting(value=("cuda",), origin="t.py::t")
+    off = project.resolve(merge_marks([("t.py::t", parse_marker((), {"emulate": []}, "t.py::t"))]))
+    assert off.emulate() is None
+    # a marker narrowing the platforms emulates only those it lowers for
+    narrowed = project.resolve(
+        merge_marks([("t.py::t", parse_marker((), {"platforms": ["cpu", "tpu"]}, "t.py::t"))])
+    )
+    assert narrowed.emulate() == Setting(value=("tpu",), origin="pyproject.toml [tool.jaxport]")
+    assert parse_project({}, "p").resolve().emulate() is None
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"emulate": "tpu"},
+         "pyproject.toml: [tool.jaxport] emulate: expected a list of platforms (from cuda, rocm, "
+         "tpu), found string 'tpu'"),
+        ({"emulate": ["tpu", "tpu"]},
+         "[tool.jaxport] emulate: expected each platform at most once, found array ['tpu', 'tpu']"),
+        ({"emulate": ["gpu"]},
+         "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, found string 'gpu'"),
+        ({"emulate": ["cpu"]}, "found string 'cpu' (cpu is executed, never emulated)"),
+        ({"emulate": ["tpx"]}, "found string 'tpx' (did you mean 'tpu'?)"),
+        ({"platforms": ["cpu", "cuda"], "emulate": ["tpu", "rocm"]},
+         "[tool.jaxport] emulate: expected platforms among the platforms checks lower for (cpu, "
+         "cuda), found 'tpu', 'rocm'; add them to platforms, or leave them out of emulate"),
+    ],
+)  # fmt: skip
+def test_emulate_errors_name_the_file_key_and_what_was_found(
+    table: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_project(table, "pyproject.toml")
+    assert message in str(info.value)
+    with pytest.raises(ConfigError, match="did you mean 'tpu'"):
+        parse_marker((), {"emulate": ["tpx"]}, "t.py::t")

@@ -136,9 +136,12 @@ def test_every_renderer_says_what_a_share_rests_on() -> None:
     row = view.share_row("cuda", estimated)
     assert row.label == share_basis(estimated)  # every format's label
     assert row.short == "estimated ±10"  # the terminal's, spelled out once in a note
-    badge = html_report._badge(row)
-    assert badge.startswith('<span class="badge estimated">estimated (roofline')
-    assert "±10 points on the fidelity corpus" in badge
+    badge = html_report._badge(row)  # a few words, the whole basis as its tooltip
+    assert badge.startswith('<span class="badge estimated" title="estimated (roofline from the')
+    assert badge.endswith(">estimated ±10</span>")
+    table = html_report.share_table([row], "shares")  # and spelled out once under the table
+    assert "<strong>estimated ±10</strong>: estimated (roofline from the compiled program, ±10 " \
+        "points on the fidelity corpus)" in table  # fmt: skip
 
 
 def test_cuda_peak_comes_from_the_gpu_description_and_others_from_their_defaults() -> None:

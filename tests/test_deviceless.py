@@ -250,7 +250,7 @@ def test_capture_on_a_gpu_returns_a_description_that_compiles() -> None:
 def test_prefer_deviceless_makes_the_plugin_usable_without_jax_platforms(h100: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     code = (
-        "from pytest_jaxport import deviceless as d\n"
+        "from pytest_jaxport._jax import deviceless as d\n"
         "assert d.prefer_deviceless()\n"
         "assert d.cuda_plugin_problem() is None\n"
         "import jax\n"

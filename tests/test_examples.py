@@ -504,3 +504,121 @@ def test_the_demo_has_no_format_findings_beyond_the_documented_ones(demo: DemoRu
     readme = (DEMO / "README.md").read_text()
     for _, rule in DOCUMENTED_FINDINGS:
         assert f"`{rule}`" in readme, rule
+
+
+def test_the_pallas_kernel_is_emulated_for_tpu_and_matches(demo: DemoRun) -> None:
+    """The demo's one emulated check: on a CPU only the fallback runs, so the TPU kernel is
+    run in TPU interpret mode (``emulate=["tpu"]`` in its marker) and compared with cpu."""
+    (test,) = (t for t in demo.report["tests"] if t["nodeid"].endswith("::test_fused_bias_gelu"))
+    assert test["outcome"] == "passed"
+    (check,) = test["checks"]
+    tpu = check["platforms"]["tpu"]
+    assert tpu["executed"] is False  # an emulation is never an execution
+    assert tpu["emulated_numerics"]["ok"] is True
+    assert tpu["emulated_numerics"]["platform"] == "tpu (emulated on cpu)"
+    (kernel,) = tpu["emulated"]["kernels"]
+    assert kernel["label"] == "Pallas kernel _bias_gelu_kernel"
+    assert kernel["interpreter"] == "TPU interpret mode"
+    assert re.fullmatch(r"src/demo_models/pallas_kernel\.py:\d+", kernel["location"])
+    emulated = [
+        (t["nodeid"], p)
+        for t in demo.report["tests"]
+        for c in t["checks"]
+        for p, e in c["platforms"].items()
+        if "emulated" in e
+    ]
+    assert emulated == [(test["nodeid"], "tpu")]  # the only emulated check
+    assert demo.report["environment"]["emulated_platforms"] == ["tpu"]
+    (row,) = build_view(demo.report).emulations
+    assert (row.label, row.counts()) == ("tpu (emulated on cpu)", "1 check: 1 match")
+    assert "emulated on cpu (emulate): tpu 1 check: 1 match" in demo.output
+
+
+# -- the docs show the demo's output as it is -------------------------------------------------
+
+ROOT = DEMO.parent.parent
+DOCUMENTED = (ROOT / "README.md", DEMO / "README.md")
+"""Documents whose example outputs come from the demo: each block is marked
+``<!-- demo output: KIND ... -->`` (an HTML comment: invisible on GitHub)."""
+_BLOCK = re.compile(
+    r"<!-- demo output: (?P<kind>report -vv|report|failure)\b[^>]*-->\n"
+    r"(?P<indent> *)```[^\n]*\n(?P<body>.*?)\n(?P=indent)```",
+    re.S,
+)
+_MEASURED = re.compile(r"<?\d+(?:\.\d+)?%|\b\d+(?:\.\d+)? (?:s|ms|µs|ns)\b")
+"""Figures measured in the run (the measured runtime share, times): they differ run to run."""
+
+
+def _normal(line: str) -> str:
+    return " ".join(_MEASURED.sub("#", line).split())
+
+
+def _shows(documented: str, printed: str) -> bool:
+    """Whether a documented line is the printed one: the same but for measured figures; a
+    line that holds measured figures or was cut to its width (``…``, ``+N more``) matches
+    up to the first of them, where the two can part."""
+    doc, out = _normal(documented), _normal(printed)
+    if doc == out:
+        return True
+    stem = re.split(r"#|…|\+\d+ more", doc)[0]
+    return stem != doc and len(stem) >= 8 and out.startswith(stem)
+
+
+def _documented_blocks() -> list[tuple[str, str, list[str]]]:
+    found = []
+    for path in DOCUMENTED:
+        for match in _BLOCK.finditer(path.read_text(encoding="utf-8")):
+            indent = len(match["indent"])
+            lines = [line[indent:] for line in match["body"].splitlines()]
+            found.append((path.relative_to(ROOT).as_posix(), match["kind"], lines))
+    return found
+
+
+def test_the_docs_show_the_demos_output_as_it_is(demo: DemoRun) -> None:
+    """Every marked example output in README.md and the demo's README is what the demo prints
+    now: the failure verbatim, the report's lines in order (``...`` elides lines; measured
+    figures may differ). Change the output, and this fails until the docs show the new one."""
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.text import render_text
+
+    jax_version = tuple(int(x) for x in demo.report["environment"]["jax"].split(".")[:2])
+    if jax_version < (0, 7):
+        pytest.skip(
+            "the docs show the demo as jax 0.7+ counts it: jax 0.6 runs its cuda kernel as a "
+            "Pallas Triton kernel, not Mosaic GPU (docs/compatibility.md)"
+        )
+    view = build_view(demo.report)
+    printed = {
+        "failure": demo.output.splitlines(),
+        "report": render_text(view, DisplayOptions()).splitlines(),
+        "report -vv": render_text(view, DisplayOptions(verbosity=2)).splitlines(),
+    }
+    blocks = _documented_blocks()
+    assert {(doc, kind) for doc, kind, _ in blocks} == {
+        ("README.md", "failure"), ("README.md", "report"),
+        ("examples/demo/README.md", "failure"), ("examples/demo/README.md", "report -vv"),
+    }  # fmt: skip
+    for doc, kind, lines in blocks:
+        output = printed[kind]
+        if kind == "failure":  # verbatim and together, as pytest prints it
+            start = output.index(lines[0]) if lines[0] in output else -1
+            assert output[start : start + len(lines)] == lines, (doc, lines, demo.output)
+            continue
+        at = 0
+        for line in lines:
+            if line.strip() in ("...", ""):
+                continue
+            found = next((i for i in range(at, len(output)) if _shows(line, output[i])), None)
+            assert found is not None, f"{doc}: {line!r} is not printed (in this order):\n" + (
+                "\n".join(output)
+            )
+            at = found + 1
+
+
+def test_the_demo_tests_comment_quotes_its_failure(demo: DemoRun) -> None:
+    source = (DEMO / "tests" / "test_models.py").read_text()
+    quoted = re.search(r"so the test fails with\n((?:#   .*\n)+)", source)
+    assert quoted is not None
+    said = " ".join(line.removeprefix("#").strip() for line in quoted[1].splitlines())
+    pattern = re.escape(said).replace(re.escape("..."), ".*")
+    assert re.search(pattern, demo.output), said

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import callbacks, lowering
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile
 from pytest_jaxport.model.census import OpSite, Program, program_from_dict, program_to_dict
 from pytest_jaxport.model.formats import (
@@ -558,7 +558,7 @@ def _inert(fn: Callable[..., Any], *args: Any, platform: str) -> Program:
     """A library function's program for an absent platform, its host callbacks (equinox's
     runtime checks) made inert as the plugin does."""
     traced = lowering.trace(fn, args, {})
-    quiet = lowering.without_callbacks(traced.traced, args, {})
+    quiet = callbacks.inert(traced.traced)
     return lowering.read_program(lowering.lower(quiet, platform))
 
 

@@ -217,6 +217,158 @@ def test_one_platform_failing_to_lower_keeps_the_others(pytester: pytest.Pyteste
     assert platforms["cpu"]["executed"] is True
 
 
+# -- a user's error: their frames and the real cause, never the plugin's ------------------------
+
+UNRUNNABLE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+
+
+def add_one_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+
+def add_one(x):                      # a Pallas kernel, no interpret mode: it runs on no cpu
+    return pl.pallas_call(add_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+@pytest.mark.portable(must_lower=["cpu", "cuda", "rocm", "tpu"])
+def test_kernel_must_lower_everywhere(jaxport):
+    out = jaxport.check(add_one, jnp.ones((8, 128)))
+    np.testing.assert_allclose(out, 2.0)
+
+
+@pytest.mark.portable(must_lower=["cuda"])
+def test_kernel_needs_only_cuda(jaxport):
+    assert jaxport.check(add_one, jnp.ones((8, 128))) is None
+
+
+@pytest.mark.portable
+def test_fails_inside_numpy(jaxport):
+    out = jaxport.check(jnp.tanh, jnp.ones(3))
+    np.testing.assert_allclose(out, None)     # raises inside numpy's own source
+"""
+
+
+def test_a_check_that_runs_nowhere_fails_at_the_users_line_with_the_cause(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_kernel=UNRUNNABLE)
+    lines = (pytester.path / "test_kernel.py").read_text().splitlines()
+    check_line = lines.index("    out = jaxport.check(add_one, jnp.ones((8, 128)))") + 1
+    numpy_line = next(i for i, line in enumerate(lines, 1) if "assert_allclose(out, None)" in line)
+    result = pytester.runpytest("--jaxport-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2)
+    failure = result.stdout.str().split(" test_kernel_must_lower_everywhere ")[1]
+    assert "NoneType" not in failure.split(" test_fails_inside_numpy ")[0]
+    # The check's own line, then the cause, then what to do.
+    result.stdout.fnmatch_lines([
+        ">       out = jaxport.check(add_one, jnp.ones((8, 128)))",
+        "E       Failed: jaxport.check('add_one'): cpu: fails to lower: *",
+        "E       It ran on no platform present here, so check() has no outputs to return, and "
+        "cpu is in must_lower (set in *test_kernel_must_lower_everywhere). Give the code a "
+        "portable path (jax.lax.platform_dependent(*), run a Pallas kernel with interpret=True*",
+        f"test_kernel.py:{check_line}: Failed",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines(["FAILED *test_kernel_must_lower_everywhere - Failed: jaxport.*"])
+    # Where cpu is not required, check() returns None and says so where it is called.
+    warned = lines.index("    assert jaxport.check(add_one, jnp.ones((8, 128))) is None") + 1
+    result.stdout.fnmatch_lines(
+        [f"*test_kernel.py:{warned}: JaxportWarning: check 'add_one' not executed*"]
+    )
+    report = json.loads((pytester.path / "r.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t for t in report["tests"]}
+    failed = tests["test_kernel_must_lower_everywhere"]
+    assert failed["error"]["where"] == f"test_kernel.py:{check_line}"
+    assert failed["error"]["message"].startswith("Failed: jaxport.check('add_one'): cpu: fails")
+    [check] = failed["checks"]
+    assert check["platforms"]["cuda"]["lowered"]["custom"] == 1  # still counted
+    assert {v["platform"] for v in failed["violations"]} >= {"cpu"}
+    # An error raised inside numpy is recorded at the test's line, never a venv's path.
+    numpy_error = tests["test_fails_inside_numpy"]["error"]
+    assert numpy_error["where"] == f"test_kernel.py:{numpy_line}", numpy_error
+
+
+PLUGIN_FRAMES = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def not_traceable(x):
+    return jnp.zeros(int(x.sum()))
+
+
+def _fused(x):
+    return jax.ffi.ffi_call("my_fused_kernel", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def fused(x):
+    return jax.lax.platform_dependent(x, cuda=_fused, default=jnp.tanh)
+
+
+@pytest.mark.portable
+def test_untraceable(jaxport):
+    jaxport.check(not_traceable, jnp.ones(3))
+
+
+@pytest.mark.portable(transforms=["grad"])
+def test_untraceable_with_a_transform(jaxport):
+    jaxport.check(not_traceable, jnp.ones(3), name="again")
+
+
+@pytest.mark.portable
+def test_untraceable_with_static_arguments(jaxport):
+    jaxport.check(lambda x, n: not_traceable(x) * n, jnp.ones(3), 2)
+
+
+@pytest.mark.portable
+def test_classify_hook_raises(jaxport):
+    jaxport.check(lambda x: jnp.tanh(x) @ x, jnp.ones((4, 4)))
+
+
+@pytest.mark.portable
+def test_priced_by_a_hook_that_raises(jaxport):
+    jaxport.check(fused, jnp.ones(4))
+"""
+
+PLUGIN_FRAMES_CONFTEST = """
+def pytest_jaxport_classify(platform, op, target, level):
+    if op == "stablehlo.dot_general" and platform == "rocm":
+        raise KeyError("my table has no " + op)
+
+
+def pytest_jaxport_rewrite_cost(item, target, model):
+    raise KeyError("no price for " + item.name)
+"""
+
+
+def test_a_users_error_shows_their_frames_never_the_plugins(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_frames=PLUGIN_FRAMES, conftest=PLUGIN_FRAMES_CONFTEST)
+    result = pytester.runpytest("--jaxport-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=4)
+    output = result.stdout.str() + result.stderr.str()
+    assert "pytest_jaxport/" not in output, output
+    # No Python traceback (jax 0.6 names its own "SimplifiedTraceback": that is JAX's).
+    assert "Traceback (most recent call last)" not in output, output
+    source = (pytester.path / "test_frames.py").read_text().splitlines()
+    hooks = (pytester.path / "conftest.py").read_text().splitlines()
+    traced = source.index("    return jnp.zeros(int(x.sum()))") + 1
+    classify = hooks.index('        raise KeyError("my table has no " + op)') + 1
+    priced = hooks.index('    raise KeyError("no price for " + item.name)') + 1
+    result.stdout.fnmatch_lines([f"test_frames.py:{traced}: ConcretizationTypeError"])
+    result.stdout.fnmatch_lines([f"conftest.py:{classify}: KeyError"])
+    # The cost hook runs at the end, for the report: said once, the run fails, no crash.
+    result.stdout.fnmatch_lines([
+        "jaxport: your pytest_jaxport_rewrite_cost hook raised KeyError: 'no price for "
+        f"my_fused_kernel' at conftest.py:{priced}; rewrite days are priced by the cost model"
+    ])  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
 # -- strict runs ----------------------------------------------------------------------------------
 
 SMALL_SUITE = """

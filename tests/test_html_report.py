@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 import shutil
@@ -357,6 +358,75 @@ def test_loads_in_chromium_without_console_errors(report: dict[str, Any], tmp_pa
     assert len(re.findall(r'<rect class="seg ', dom)) > 22
     assert png_size(png) == (1280, 2000)
     assert png.stat().st_size > 30_000  # a rendered page, not a blank one
+
+
+MEASURE = """<script>
+window.addEventListener("load", () => {
+  const tables = [...document.querySelectorAll("table.shares")].map((t) => {
+    const box = t.parentElement;
+    const libs = t.querySelector("td.libs").getBoundingClientRect();
+    const time = t.querySelector("thead th:last-child").getBoundingClientRect();
+    return {caption: t.caption.textContent, boxOverflow: box.scrollWidth - box.clientWidth,
+            boxRight: box.getBoundingClientRect().right, libs: libs.width, timeRight: time.right};
+  });
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({viewport: window.innerWidth,
+                                    page: document.documentElement.scrollWidth, tables});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def measure_in_chromium(page: str, tmp: Path, width: int) -> dict[str, Any]:
+    """Load ``page`` in a ``width``-pixel window and measure its runtime-share tables (the
+    page's own policy forbids scripts: the copy measured here drops it)."""
+    measured = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)
+    path = tmp / f"measure-{width}.html"
+    path.write_text(measured.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    assert CHROMIUM is not None
+    done = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}",
+         f"--window-size={width},1000", "--dump-dom", path.as_uri()],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = re.search(r'<pre id="measured">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stdout[-2000:]
+    data: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return data
+
+
+def long_basis_labels(report: dict[str, Any]) -> dict[str, Any]:
+    """Every share labelled as a real run labels it: the estimate's program and error band,
+    a measured total that left checks out; and more libraries than fit a narrow column."""
+    full = add_three_numbers(report)
+    shares = [*full["summary"]["runtime_share"].values()]
+    shares += [e["runtime_share"] for t in full["tests"] for c in t["checks"]
+               for e in c["platforms"].values()]  # fmt: skip
+    for share in shares:
+        if share["basis"] == "estimated":
+            share.update(estimated_from="lowered", error_points=37.2)
+        else:
+            share.update(checks=3, left_out=1)
+        share["libraries"] = {**share["libraries"], "cusparse": 0.01, "cufft": 0.02, "nccl": 0.03}
+    return full
+
+
+@needs_chromium
+def test_runtime_share_tables_fit_1280_to_1920_pixels(
+    report: dict[str, Any], tmp_path: Path
+) -> None:
+    page = html_report.html(long_basis_labels(report))
+    assert "estimated (roofline from the lowered program, ±37 points" in page  # said once
+    for width in (1280, 1400, 1600, 1920):
+        data = measure_in_chromium(page, tmp_path, width)
+        assert data["page"] <= width, (width, data)  # nothing widens the page
+        assert len(data["tables"]) == 5  # the suite's and each check's
+        for table in data["tables"]:
+            assert table["boxOverflow"] <= 0, (width, table)  # no sideways scrolling
+            assert table["timeRight"] <= table["boxRight"] + 1, (width, table)
+            assert table["libs"] >= 150, (width, table)  # libraries readable, not one letter
 
 
 @needs_chromium

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from hypothesis import strategies as st
 
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.compare import Leaf, Outputs
+from pytest_jaxport.model.cost import CostModel
+from pytest_jaxport.model.emulation import EmulatedKernel, Emulation
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced, census_to_dict
 from pytest_jaxport.report.baseline import (
@@ -32,7 +35,14 @@ from pytest_jaxport.report.merge import (
     tolerance_from_config,
 )
 from pytest_jaxport.report.outputs import save_outputs
-from pytest_jaxport.report.schema import MergeError, build_report, write_json
+from pytest_jaxport.report.schema import (
+    MergeError,
+    build_report,
+    checks_of,
+    suite_numbers,
+    write_json,
+)
+from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import markdown, text
 
 NODEID = "tests/test_models.py::test_mlp"
@@ -95,7 +105,13 @@ def leg_report(
         "machine": "Linux-x86_64",
         "present_platforms": present,
     }
-    return build_report(tests, config=config, environment=env)
+    report = build_report(tests, config=config, environment=env)
+    # The three numbers as a run records them (a merge recomputes them over its legs).
+    report["summary"].update(
+        suite_numbers(checks_of(report["tests"]), migrate_to=("rocm", "tpu"), model=CostModel())
+    )
+    report["summary"]["cost_model"] = dataclasses.asdict(CostModel())
+    return report
 
 
 def result(value: np.ndarray) -> Outputs:
@@ -285,6 +301,86 @@ def leg_with(platform_entry: dict[str, Any], name: str = "mlp") -> dict[str, Any
     return leg_report([make_test(NODEID, probe)], present=["cpu"])
 
 
+def emulating_legs(
+    folder: Path, *, emulated: np.ndarray, cpu_saved: bool = True
+) -> list[tuple[Path, dict[str, Any]]]:
+    """:func:`two_legs`, the CPU leg also emulating cuda (its kernel run as cuda would run
+    it; ``emulated`` its outputs, saved) with an emulation violation and a lowered-level one."""
+    [(_, cpu), (_, gpu)] = two_legs(folder)
+    test = find_test(cpu, NODEID)
+    platforms = platforms_of(cpu, NODEID, "mlp")
+    emulation = Emulation(
+        platform="cuda",
+        dot_format="tf32",
+        kernels=(EmulatedKernel(label="Pallas kernel k", location="src/k.py:3",
+                                interpreter="Mosaic GPU interpret mode"),),
+    )  # fmt: skip
+    cuda = platforms["cuda"]
+    cuda["emulated"] = emulation.to_dict()
+    cuda["emulated_numerics"] = None
+    cuda["emulated_outputs"] = "outputs-cpu/" + save_outputs(
+        folder / "outputs-cpu", NODEID, "mlp", emulation.label, result(emulated)
+    )
+    if not cpu_saved:
+        del platforms["cpu"]["outputs"]
+    test["violations"] = [
+        {"check": "mlp", "platform": "cuda", "key": "emulated_numerics", "limit": "match cpu",
+         "origin": "defaults", "found": 1, "what": "differing leaf", "level": "emulated"},
+        {"check": "mlp", "platform": "cuda", "key": "max_vendor_calls", "limit": 2,
+         "origin": "defaults", "found": 3, "what": "vendor calls", "level": "lowered"},
+    ]  # fmt: skip
+    cpu["config"]["emulate"] = ["cuda"]  # per leg: the GPU leg runs cuda itself
+    return [write(folder, "leg-cpu.json", cpu), write(folder, "leg-gpu.json", gpu)]
+
+
+def test_an_emulation_is_kept_from_its_leg_and_checked_against_the_hardware(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "out").mkdir()
+    merged = merge(emulating_legs(tmp_path, emulated=Y), tolerance_for=defaults,
+                   outputs_root=tmp_path / "out")  # fmt: skip
+    assert merged.ok, merged.text()
+    assert merged.comparisons == 3  # cuda and cpu of the GPU leg, and the emulation vs cuda
+    cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
+    # the executed entry wins; the emulation stays the CPU leg's, never counted as executed
+    assert (cuda["leg"], cuda["executed"], cuda["emulated_leg"]) == (
+        "leg-gpu.json", True, "leg-cpu.json")  # fmt: skip
+    assert cuda["emulated"]["kernels"][0]["label"] == "Pallas kernel k"
+    assert cuda["emulated_outputs"].startswith("../outputs-cpu/")
+    assert (tmp_path / "out" / cuda["emulated_outputs"]).is_file()
+    assert merged.report["config"]["emulate"] == ["cuda"]
+    # the emulation's violation stays with the leg that emulated; the lowered count does not
+    # outlive the GPU leg's executed entry
+    keys = [(v["key"], v["leg"]) for v in find_test(merged.report, NODEID)["violations"]]
+    assert keys == [("emulated_numerics", "leg-cpu.json")]
+
+
+def test_an_emulation_that_disagrees_with_the_hardware_is_a_drift(tmp_path: Path) -> None:
+    merged = merge(emulating_legs(tmp_path, emulated=Y + np.float32(1e-3)),
+                   tolerance_for=defaults, outputs_root=tmp_path)  # fmt: skip
+    [drift] = merged.drifts
+    assert (drift.platform, drift.leg, drift.reference, drift.reference_leg) == (
+        "cuda (emulated on cpu)", "leg-cpu.json", "cuda", "leg-gpu.json")  # fmt: skip
+    assert drift.describe().startswith(
+        f"{NODEID} check 'mlp': the emulation of cuda (leg-cpu.json) disagrees with cuda "
+        "itself (leg-gpu.json)\n  ['y']: 6 of 6 elements differ"
+    )
+    assert "cuda (emulated on cpu)@leg-cpu.json=" in drift.messages[0]
+
+
+def test_an_emulation_is_compared_with_a_reference_another_leg_ran(tmp_path: Path) -> None:
+    legs = emulating_legs(tmp_path, emulated=Y * 2, cpu_saved=False)
+    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    found = {(d.platform, d.reference, d.reference_leg) for d in merged.drifts}
+    assert found == {
+        ("cuda (emulated on cpu)", "cuda", "leg-gpu.json"),
+        ("cuda (emulated on cpu)", "cpu", "leg-gpu.json"),
+    }
+    cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
+    assert cuda["emulated_numerics"]["ok"] is False
+    assert cuda["emulated_numerics"]["reference"] == "cpu@leg-gpu.json"
+
+
 def test_fidelity_order() -> None:
     lowered = Probe.from_dict(check("x", entry("cuda", present=False, vendor=1))).to_dict()
     base = lowered["platforms"]["cuda"]
@@ -432,17 +528,19 @@ def test_wrong_schema_version_is_refused(tmp_path: Path) -> None:
 
 def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: Path) -> None:
     (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
-    assert {"platforms", "compile", "source"} == PER_LEG_CONFIG_KEYS
+    assert {"platforms", "compile", "source", "emulate"} == PER_LEG_CONFIG_KEYS
     gpu["config"] = {
         **gpu["config"],
         "platforms": ["cpu", "cuda", "rocm"],
         "source": "x.toml",
         "compile": ["cuda"],
+        "emulate": ["rocm"],  # a leg without the hardware emulates it; others need not
     }
     merged = merge(
         [(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults, outputs_root=tmp_path
     )
     assert merged.report["config"]["platforms"] == ["cpu", "cuda", "rocm"]
+    assert merged.report["config"]["emulate"] == ["rocm"]
     # target is recorded only by legs that compile cuda: compared where both set it
     gpu["config"]["target"] = "h100"
     merged = merge(
@@ -460,7 +558,36 @@ def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: 
     message = str(info.value)
     assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (tolerance: ")
     assert "\n" not in message
-    assert message.endswith("(only platforms and compile may differ per leg)")
+    assert message.endswith("(only platforms, compile and emulate may differ per leg)")
+
+
+def test_legs_with_different_cost_models_are_refused(tmp_path: Path) -> None:
+    """The merged rewrite days use the legs' cost model: legs that priced differently measured
+    different things."""
+    (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
+    gpu["summary"]["cost_model"] = {**gpu["summary"]["cost_model"], "kernel_rewrite": 20.0}
+    with pytest.raises(MergeError) as info:
+        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+    message = str(info.value)
+    assert message.startswith(f"{gpu_path}: cost model ([tool.jaxport.cost]) ")
+    assert f"differs from {cpu_path}'s" in message
+
+
+def test_a_drift_fails_the_merged_test_and_is_its_problem(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path, gpu_values={"cuda": Y + 1.0})
+    merged = merge(load_legs([p for p, _ in legs]), tolerance_for=defaults, outputs_root=tmp_path)
+    test = find_test(merged.report, NODEID)
+    assert test["outcome"] == "failed"
+    assert [d["platform"] for d in test["drifts"]] == ["cuda"]
+    assert find_test(merged.report, OTHER)["outcome"] == "passed"
+    view = build_view(merged.report)
+    [group] = view.problems
+    assert (group.kind, group.title) == ("drift", "cuda: outputs differ across legs")
+    [problem] = group.problems
+    assert problem.message.startswith("cuda (leg-gpu.json) differs from cpu (leg-cpu.json): ")
+    assert "problems: 1 failed, 0 budget violations, 1 output drift across legs" in text(
+        merged.report
+    )
 
 
 def test_missing_or_unreadable_outputs_are_refused_naming_both_files(tmp_path: Path) -> None:

@@ -282,7 +282,7 @@ def test_what_cannot_lower_together_is_lowered_per_platform() -> None:
 
 def test_callbacks_no_longer_need_the_fallback(pytester: pytest.Pytester) -> None:
     """The plugin lowers a program with a callback for the absent platforms together, with
-    the callback inert (``callbacks.make_inert``): no per-platform failure to report."""
+    the callback inert (``callbacks.inert``): no per-platform failure to report."""
     pytester.makepyfile(
         """
         import jax, jax.numpy as jnp, pytest
@@ -506,3 +506,47 @@ def test_a_shard_map_budget_does_not_depend_on_the_platforms_lowered_with_it(
         [probe] = report["tests"][0]["checks"]
         counts[len(platforms)] = probe["platforms"]["cuda"]["lowered"]["libraries"]
     assert counts[2] == counts[4] == {"cublas": 1, "nccl": 2}
+
+
+ALIKE = {
+    "elementwise": lambda x: jnp.tanh(x * 2 + 1).astype(jnp.float16),
+    "shapes": lambda x: jnp.concatenate([x.T, x[::-1]]).reshape(-1)[3:9],
+    "reductions": lambda x: (x.sum(0), x.max(), jnp.argmax(x, axis=1)),
+    "control flow": lambda x: lax.fori_loop(0, 3, lambda i, c: jnp.sin(c) + i, x),
+    "nested jit": lambda x: jax.jit(lambda y: jnp.where(y > 0, y, -y))(x),
+    "custom_jvp": jax.nn.relu,
+}
+DIFFERENT = {
+    "dot_general (cpu and tpu rules)": lambda x: x @ x,
+    "scatter-add (GPU rules)": lambda x: x.at[0].add(1.0),
+    "platform_dependent (jnp.diag)": jnp.diag,
+    "cholesky (solver per platform)": lambda x: jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(4)),
+    "threefry (a GPU kernel)": lambda x: jax.random.normal(jax.random.key(0), x.shape),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ALIKE))
+def test_a_program_that_lowers_alike_everywhere_is_lowered_once(case: str) -> None:
+    """Programs of ops with one lowering rule for every platform: the cpu lowering's
+    program is each other platform's, op for op (checked against real lowerings)."""
+    traced = lowering.trace(ALIKE[case], (np.ones((4, 4), np.float32),), {})
+    assert lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))
+    cpu = lowering.read_program(lowering.lower(traced, "cpu"))
+    for platform in PLATFORMS:
+        own = lowering.read_program(lowering.lower(traced, platform))
+        # (a cached rule's function carries the stack that lowered it: not the program's)
+        assert _ops(own) == _ops(cpu), platform
+        assert take_census(own, platform) == take_census(cpu, platform), platform
+
+
+def _ops(program: Program) -> dict[str, list[tuple[object, ...]]]:
+    return {
+        name: sorted((s.op, s.target, s.flops, s.bytes, s.count, s.runs) for s in sites)
+        for name, sites in program.functions.items()
+    }
+
+
+@pytest.mark.parametrize("case", sorted(DIFFERENT))
+def test_a_program_with_a_platforms_own_rule_is_lowered_per_platform(case: str) -> None:
+    traced = lowering.trace(DIFFERENT[case], (np.ones((4, 4), np.float32),), {})
+    assert not lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))

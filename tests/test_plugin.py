@@ -493,9 +493,11 @@ def test_report_header_shows_platforms_and_budget_sources(project: pytest.Pytest
     result.stdout.fnmatch_lines(
         [
             "jaxport: platforms cpu, cuda, rocm, tpu (reference cpu); config from pyproject.toml;"
-            " budgets from pyproject.toml [[]tool.jaxport.budget[]]"
+            " budgets from",
+            "  pyproject.toml [[]tool.jaxport.budget[]]",
         ]
     )
+    assert all(len(line) <= 100 for line in result.outlines if line.startswith(("jaxport", "  ")))
 
 
 def test_markers_and_help_document_the_plugin(pytester: pytest.Pytester) -> None:
@@ -629,12 +631,166 @@ def test_bad_cli_values_are_usage_errors(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--jaxport-platforms=cpu,gpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--jaxport-platforms: unknown platform 'gpu'*"])
-    result = pytester.runpytest("--jaxport-report=missing/report.json")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--jaxport-report missing/report.json: folder*does not exist"])
     result = pytester.runpytest("--jaxport-report=report.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*expected a path ending in .json or .md or .html*"])
+
+
+def test_several_report_formats_in_one_run_missing_folders_created(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(
+        test_formats="""
+        import jax.numpy as jnp
+        import pytest
+        from models import three_matmuls
+
+        @pytest.mark.portable
+        def test_formats(jaxport):
+            jaxport.check(three_matmuls, jnp.ones((2, 2)))
+        """
+    )
+    result = project.runpytest(
+        "--jaxport-report=r.json", "--jaxport-report=out/r.md", "--jaxport-report=a/b/r.html"
+    )
+    result.assert_outcomes(passed=1)
+    assert json.loads((project.path / "r.json").read_text())["summary"]["checks"] == 1
+    assert (project.path / "out" / "r.md").read_text().startswith("## pytest-jaxport")
+    assert (project.path / "a" / "b" / "r.html").read_text().startswith("<!DOCTYPE html>")
+    result.stdout.fnmatch_lines(["jaxport: full report written to r.json, out/r.md, a/b/r.html"])
+    assert result.stdout.str().count("jaxport portability report") == 1
+
+
+@pytest.mark.parametrize("taken", ["test_x.py", "test_x.py::test_x", "tests"])
+def test_report_option_taking_a_test_path_says_how_to_write_it(
+    pytester: pytest.Pytester, taken: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    pytester.mkdir("tests")
+    result = pytester.runpytest("--jaxport-report", taken)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"ERROR: jaxport: --jaxport-report took the test path {taken!r} as its report PATH: put "
+        "--jaxport-report after the test paths, or give the PATH with '=' "
+        f"(--jaxport-report=report.json {taken})"
+    ])  # fmt: skip
+    # After the path (or with '='), the option prints the report and the path is collected.
+    result = pytester.runpytest("test_x.py", "--jaxport-report")
+    result.assert_outcomes(passed=1)
+
+
+GPU_HINT = (
+    "unknown platform 'gpu' ('gpu' is JAX's name for either GPU backend: write 'cuda' for "
+    "NVIDIA, 'rocm' for AMD, or both); expected one of cpu, cuda, rocm, tpu"
+)
+
+
+def test_gpu_as_a_platform_says_it_means_cuda_or_rocm(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_gpu="""
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable(must_lower=["gpu"])
+        def test_gpu(jaxport):
+            jaxport.check(jnp.tanh, jnp.ones(3))
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*portable on test_gpu.py::test_gpu: must_lower: {GPU_HINT}"])
+    result = pytester.runpytest("--jaxport-platforms=cpu,gpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: --jaxport-platforms: {GPU_HINT}"])
+    result = pytester.runpytest("--jaxport-report-platform=gpu")
+    result.stderr.fnmatch_lines(["*found 'gpu' ('gpu' is JAX's name for either GPU backend: *"])
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "gpu"]\n')
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: pyproject.toml: {esc('[tool.jaxport]')} "
+                                 f"platforms: {GPU_HINT}"])  # fmt: skip
+    assert "did you mean 'tpu'" not in result.stderr.str()
+
+
+def test_a_misspelt_jaxport_table_is_warned_about_at_its_line(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".toml",
+        pyproject="[tool.pytest.ini_options]\naddopts = []\n\n[tool.jaxprot]\n"
+        'platforms = ["cpu"]\n\n[tool.jaxprot.budget]\nmax_custom_calls = 0\n',
+    )
+    pytester.makepyfile(test_x="def test_x(): pass")
+    said = (
+        "pyproject.toml: [[]tool.jaxprot[]] is not read by pytest-jaxport: did you mean "
+        "[[]tool.jaxport[]]? (its settings are ignored)"
+    )
+    result = pytester.runpytest("-q")
+    result.assert_outcomes(passed=1, warnings=1)  # one table, however many sub-tables
+    result.stdout.fnmatch_lines(
+        [f"*pyproject.toml:4: PytestConfigWarning: {said}", "    [[]tool.jaxprot[]]"]
+    )
+    assert "pytest_jaxport" not in result.stdout.str()
+    result = pytester.runpytest("-W", "error")  # strict runs refuse it, as a usage error
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: jaxport: {said}"])
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu"]\n')
+    pytester.runpytest("-W", "error").assert_outcomes(passed=1)
+
+
+def test_failures_say_what_to_do(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_todo="""
+        import jax.numpy as jnp
+        import pytest
+        from models import my_kernel
+
+        def eig(a):
+            return jnp.linalg.eig(a)[0].real
+
+        def test_kernel(jaxport):  # the project's max_custom_calls = 0
+            jaxport.check(my_kernel, jnp.ones(3))
+
+        @pytest.mark.portable(must_lower=["cpu", "rocm", "tpu"])
+        def test_eig(jaxport):
+            jaxport.check(eig, jnp.eye(3))
+
+        @pytest.mark.portable(max_custum_calls=0)
+        def test_typo(jaxport):
+            jaxport.check(jnp.tanh, jnp.ones(3))
+        """
+    )
+    (project.path / "conftest.py").write_text(
+        "import pytest\n\ndef pytest_collection_modifyitems(items):\n"
+        "    items[0].add_marker(pytest.mark.portable)\n"
+    )
+    result = project.runpytest("--jaxport-report", "-p", "no:randomly")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines([
+        "cpu: 1 custom call > 0 (max_custom_calls, set in pyproject.toml *); check 'my_kernel'*",
+        "*my_kernel*",
+        "to pass: remove the kernels above from the code, or raise max_custom_calls where it was "
+        "set (pyproject.toml *; a marker's @pytest.mark.portable(max_custom_calls=...) "
+        "overrides [[]tool.jaxport.budget[]]), or drop the limit and let a baseline keep the "
+        "count from growing (--jaxport-baseline=FILE --jaxport-baseline-update)",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "tpu: fails to lower (must_lower = [[]cpu, rocm, tpu[]], set in *test_eig); check 'eig'*",
+        "to pass: give the code a path that lowers on tpu (jax.lax.platform_dependent(..., "
+        "default=<plain jnp code>)), or narrow must_lower (set in *test_eig) to the platforms it "
+        "must run on: @pytest.mark.portable(must_lower=[[]'cpu', 'rocm'[]])",
+    ])  # fmt: skip
+    # P, the progress letter of a test its budget failed, is explained.
+    result.stdout.fnmatch_lines([
+        "test_todo.py PPF*",
+        "jaxport: P in the progress line is a test its portability budget failed (2 tests; "
+        "counted as failed)",
+    ])  # fmt: skip
+    # A failure's row keeps what matters: no "Failed:", no second copy of the test id, and a
+    # second line rather than a cut before the suggestion.
+    result = project.runpytest("--jaxport-report", "-k", "typo")
+    result.stdout.fnmatch_lines([
+        "    test_todo.py::test_typo  @pytest.mark.portable: unknown keyword 'max_custum_calls' *",
+        "      *'max_custom_calls'?*",
+    ])  # fmt: skip
 
 
 def test_cli_platforms_override(project: pytest.Pytester) -> None:

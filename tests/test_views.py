@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
+from pytest_jaxport.cli import main
 from pytest_jaxport.model.cost import RuntimeShare
 from pytest_jaxport.model.hotspots import Reach, hotspots
 from pytest_jaxport.model.probe import census_from_dict
@@ -452,6 +453,23 @@ def test_units_and_natural_order() -> None:
     assert sorted(ids, key=natural_key) == ["t[1]", "t[4]", "t[10]", "u[2]"]
 
 
+def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None:
+    """Two sites printed at 3.7 % are ordered by calls, checks and place, not by a difference
+    in the fourth digit that moves between JAX versions (the README's table is one run's)."""
+    from pytest_jaxport.model.hotspots import Hotspot
+    from pytest_jaxport.view.model import hotspots_of
+
+    def site(location: str, share: float, checks: int) -> dict[str, Any]:
+        return Hotspot(platform="cuda", location=location, layer="vendor", name="gemm",
+                       kind="gemm", library="cublas", checks=checks, tests=1, dispatches=2,
+                       seconds=share, share=share, basis="estimated").to_dict()  # fmt: skip
+
+    stored = [site("a.py:1", 0.0372, 1), site("b.py:2", 0.0368, 2), site("c.py:3", 0.093, 1)]
+    order = [h.location for h in hotspots_of({"hotspots": stored}, ())]
+    assert order == ["c.py:3", "b.py:2", "a.py:1"]
+    assert [pct(h["share"]) for h in stored[:2]] == ["3.7%", "3.7%"]
+
+
 def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) -> None:
     tests = run["report"]["tests"]
     reaches = []
@@ -542,6 +560,43 @@ def test_plugin_display_options_and_step_summary(
         failed.stderr.fnmatch_lines([message])
 
 
+def _section(output: str) -> list[str]:
+    """The lines of the terminal's jaxport report section."""
+    after = output.split(" jaxport portability report ")[1].split("\n", 1)[1]
+    return re.split(r"^=+ .* =+$", after, maxsplit=1, flags=re.MULTILINE)[0].strip().splitlines()
+
+
+def test_quiet_reports_are_short(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_suite.write_suite(pytester.path, 12)
+    runs = {
+        args: _section(pytester.runpytest("--jaxport-report", *args).stdout.str())
+        for args in ((), ("-q",), ("-qq",), ("-o", "verbosity_jaxport=-1"))
+    }
+    default, quiet, quieter = runs[()], runs[("-q",)], runs[("-qq",)]
+    assert runs[("-o", "verbosity_jaxport=-1")] == quiet
+    groups = [line for line in quiet if line.startswith("  ") and " — " in line]
+    assert groups  # -q: the problem groups ...
+    assert quiet[0].startswith("problems: ")
+    assert re.match(r"\d+ portable tests, ", quiet[-2])  # ... and the headline, nothing else
+    assert len(quiet) <= len(groups) + 4 < len(default) / 3, quiet
+    for said in ("layers", "runtime share", "kernels to rewrite", "platform  lowered", "note:"):
+        assert not any(said in line for line in quiet), said
+    [line] = quieter  # -qq: one line
+    assert re.fullmatch(
+        r"jaxport: \d+ portable tests, \d+ checks, \d+ failed, \d+ budget violations?; "
+        r"\d+ problems \(-q for the groups\)",
+        line,
+    ), line
+    # jaxport show reads -q the same way.
+    pytester.runpytest("--jaxport-report=r.json")
+    capsys.readouterr()
+    assert main(["show", str(pytester.path / "r.json"), "-q"]) == 0
+    shown = capsys.readouterr().out.strip().splitlines()
+    assert [x for x in shown if " — " in x] == groups
+
+
 def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path) -> None:
     report = run["report"]
     assert report["schema_version"] == 2
@@ -555,3 +610,34 @@ def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path
     path = tmp_path / "again.json"
     write_json(path, report)
     assert json.loads(path.read_text()) == report
+
+
+def test_the_audits_findings_are_one_problem_per_platform_and_reason() -> None:
+    """Pure: the audit section's findings, grouped by platform and reason into problems that
+    say how many computations and which tests, counted per computation."""
+    from pytest_jaxport.view.model import audit_problems, problems_of
+
+    eig = "NotImplementedError: MLIR translation rule for primitive 'eig' not found for tpu"
+    computations = [
+        {"id": f"c{i}", "function": "f", "owner": f"t.py::test_{i % 2}", "source": "t.py:3",
+         "signature": ["x: float32[3]"], "platforms": {"tpu": {"lowered": None}}}
+        for i in range(3)
+    ]  # fmt: skip
+    findings = [{"computation": f"c{i}", "platform": "tpu", "reason": eig} for i in range(3)]
+    findings.append({"computation": "c0", "platform": "rocm", "reason": "ValueError: other"})
+    problems = audit_problems({"findings": findings}, computations)
+    assert [(p.platform, p.message, len(p.computations)) for p in problems] == [
+        ("tpu", eig, 3),
+        ("rocm", "ValueError: other", 1),
+    ]
+    tpu = problems[0]
+    assert tpu.tests == ("t.py::test_0", "t.py::test_1")
+    assert tpu.check == "3 computations"
+    assert tpu.count == 3
+    assert len(tpu.details) == 3
+    assert all("t.py:3" in d for d in tpu.details)
+    groups = problems_of((), problems)
+    assert [(g.title, g.count, g.tests, g.summary().split(" (")[0]) for g in groups] == [
+        ("audit: tpu: does not lower", 3, 2, "3 computations in 2 tests"),
+        ("audit: rocm: does not lower", 1, 1, "1 computation in 1 test"),
+    ]

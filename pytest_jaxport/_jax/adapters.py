@@ -4,7 +4,8 @@ pytest-jaxport supports jax 0.6.2 to 0.12 (``docs/compatibility.md``). Where the
 an API that changed between those releases, or one only JAX's private modules (``jax._src``)
 offer, it goes through a function here that says which releases do what, so a new JAX
 release is supported by changing this module and ``docs/compatibility.md``. (Older private
-uses not yet moved here: ``deviceless``'s backend checks, ``lowering``'s jaxpr replay.)
+uses not yet moved here: ``deviceless``'s backend checks, ``lowering``'s jaxpr replay; the
+emulation's replay keeps its jaxpr walk, its release facts are here.)
 
 JAX is imported inside functions only (importing the plugin never imports JAX).
 
@@ -15,8 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from pytest_jaxport.model.emulation import (
+    GENERIC_INTERPRET,
+    GPU_INTERPRET,
+    TPU_INTERPRET,
+    Interpreter,
+    KernelKind,
+    interpreter_for,
+)
 
 GPU_PLATFORMS = ("cuda", "rocm")
 
@@ -221,3 +231,124 @@ def kernel_label(primitive: str, params: Any) -> str:
             name = source.split(" at ")[0] or "?"
         return f"Pallas kernel {name}"
     return primitive
+
+
+# -- emulation: what each release offers to replay a program as another platform -------------
+
+
+def scan_operands(params: Mapping[str, Any], values: list[Any]) -> tuple[list[Any], ...]:
+    """A scan's operands as ``(consts, carry, xs)``: split by ``num_consts``/``num_carry``
+    up to jax 0.11, by the ``ft_in`` flat tree (its three groups) from 0.12."""
+    if "num_consts" in params:
+        consts, carry = int(params["num_consts"]), int(params["num_carry"])
+        return values[:consts], values[consts : consts + carry], values[consts + carry :]
+    consts_, carry_, xs_ = params["ft_in"].update(list(values)).unpack()
+    return list(consts_), list(carry_), list(xs_)
+
+
+CALL_PRIMITIVES = frozenset({"pjit", "jit", "closed_call", "core_call"})
+"""Nested calls (``jax.jit`` inside the traced function), by the names releases use."""
+
+INLINED_PRIMITIVES = CALL_PRIMITIVES | frozenset(
+    {
+        # custom derivative rules: the program runs their primal (AD already happened at trace)
+        "custom_jvp_call",
+        "custom_vjp_call",
+        "custom_vjp_call_jaxpr",  # jax < 0.7
+        # rematerialization and custom batching do not change what the forward pass computes
+        "checkpoint",
+        "remat2",  # jax 0.6's name for checkpoint
+        "custom_vmap_call",  # plgpu.kernel wraps its kernel in one
+    }
+)
+"""Primitives that run their body once on their operands, by the names the supported
+releases use: an emulation replays their body in place."""
+
+
+_PARAM_KINDS: tuple[tuple[str, KernelKind], ...] = (
+    # module of a compiler-params class (or a jax 0.6 compiler_params dict key) -> kind
+    ("mosaic_gpu", "mosaic_gpu"),
+    ("triton", "triton"),
+    ("mosaic", "mosaic_tpu"),
+)
+
+
+def _kind_named(text: str) -> KernelKind | None:
+    for fragment, kind in _PARAM_KINDS:
+        if fragment in text:
+            return kind
+    return None
+
+
+def kernel_kind(primitive: str, params: Mapping[str, Any], platform: str) -> KernelKind | None:
+    """The kernel kind ``platform``'s lowering selects for a kernel equation (``None`` for
+    an FFI target or an unknown kind).
+
+    ``pallas_call`` picks by its compiler parameters (a ``CompilerParams`` class per
+    backend; jax 0.6: a dict keyed by backend) and without them by platform: Mosaic TPU on
+    tpu, Triton on rocm, on cuda Mosaic GPU where ``jax_pallas_use_mosaic_gpu`` is on (its
+    default in jax 0.7 to 0.11) else Triton. ``core_map``/``mpmd_map`` pick by their mesh.
+    """
+    import jax
+
+    if primitive == "pallas_call":
+        backend = params.get("backend")  # jax 0.6 names it ("mosaic_gpu" for plgpu.kernel)
+        if isinstance(backend, str) and backend:
+            return _kind_named(backend)
+        compiler_params = params.get("compiler_params")
+        if isinstance(compiler_params, Mapping) and compiler_params:
+            kinds = [_kind_named(str(key)) for key in compiler_params]
+            matching = [k for k in kinds if k is not None and interpreter_for(platform, k)]
+            return (matching or kinds)[0]
+        if compiler_params is not None and not isinstance(compiler_params, Mapping):
+            return _kind_named(type(compiler_params).__module__)
+        if platform == "tpu":
+            return "mosaic_tpu"
+        if platform == "cuda" and getattr(jax.config, "jax_pallas_use_mosaic_gpu", False):
+            return "mosaic_gpu"
+        return "triton"
+    if primitive in ("core_map", "mpmd_map"):
+        meshes = params.get("meshes") or (params.get("mesh"),)
+        found = {_kind_named(type(mesh).__module__) for mesh in meshes if mesh is not None}
+        return found.pop() if len(found) == 1 else None
+    return None
+
+
+def interpret_params(interpreter: Interpreter) -> Any:
+    """The ``interpret`` parameter that runs a kernel in ``interpreter`` with this JAX,
+    else ``None`` (its public API is missing: the release predates it)."""
+    if interpreter is GENERIC_INTERPRET:
+        return True
+    try:
+        if interpreter is TPU_INTERPRET:
+            from jax.experimental.pallas import tpu as pltpu
+
+            params = getattr(pltpu, "InterpretParams", None)
+        elif interpreter is GPU_INTERPRET:
+            from jax.experimental.pallas import mosaic_gpu as plgpu
+
+            params = getattr(plgpu, "InterpretGPUParams", None)
+        else:
+            return None
+    except ImportError:  # Mosaic GPU without absl-py (missing_package)
+        return None
+    return None if params is None else params()
+
+
+def reset_interpreters(names: set[str]) -> None:
+    """After a failure inside an interpreted kernel, reset the interpreters' global state
+    (JAX asks for it: the next interpreted kernel would fail otherwise)."""
+    if TPU_INTERPRET.name in names:
+        from jax.experimental.pallas import tpu as pltpu
+
+        reset = getattr(pltpu, "reset_tpu_interpret_mode_state", None)
+        if reset is not None:
+            reset()
+    if GPU_INTERPRET.name in names:
+        try:
+            from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call
+        except ImportError:
+            return
+        reset = getattr(interpret_pallas_call, "reset_gpu_interpret_mode_state", None)
+        if reset is not None:
+            reset()

@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +149,7 @@ def prepare(
     static_kwargs = {k: v for k, v in jit_static.items() if isinstance(k, str)}
 
     def bound(*traced: Any, **traced_kwargs: Any) -> Any:
+        __tracebackhide__ = True  # the function's own error shows the user's frames
         given: dict[str, Any] = {"args": traced, "kwargs": dict(traced_kwargs)}
         if fn_is_tree:
             given["fn"] = given["kwargs"].pop(FN_KEY)
@@ -162,6 +164,12 @@ def prepare(
         return target(*full_args, **whole["kwargs"], **static_kwargs)
 
     bound.__name__ = name
+    if hasattr(original_fn, "__code__"):
+        # JAX names the traced function in its errors ("while tracing the function f at
+        # file:line") by unwrapping it: the user's function, not this wrapper. Its own
+        # signature stays the one JAX binds the traced arguments to.
+        bound.__signature__ = inspect.signature(bound)  # type: ignore[attr-defined]
+        bound.__wrapped__ = original_fn  # type: ignore[attr-defined]
     call_kwargs = dict(masked["kwargs"])
     if fn_is_tree:
         call_kwargs[FN_KEY] = masked["fn"]

@@ -23,6 +23,8 @@ import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pytest_jaxport._jax.adapters import gpu_description, needs_hardware
+from pytest_jaxport._jax.callbacks import inert
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, described_kind, load_target
 
 _CUDA_MAJORS = ("12", "13")
@@ -156,9 +158,6 @@ def deviceless_compile(
     """
     import jax
 
-    from pytest_jaxport._jax.adapters import gpu_description, needs_hardware
-    from pytest_jaxport._jax.lowering import without_callbacks
-
     sharding = jax.sharding.SingleDeviceSharding(_topology_device(target_config))
     abstract_args, abstract_kwargs = jax.tree.map(
         lambda leaf: _abstract(leaf, sharding), (tuple(args), dict(kwargs))
@@ -166,11 +165,9 @@ def deviceless_compile(
 
     def trace() -> Any:
         # A compile-only GPU has no client for a host callback to call back into: each
-        # callback becomes a stand-in that compiles (callbacks.trace_compilable).
+        # callback becomes a stand-in that compiles (callbacks.inert, compilable).
         traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
-        return without_callbacks(
-            traced, abstract_args, abstract_kwargs, compilable=True, sharding=sharding
-        )
+        return inert(traced, compilable=True)
 
     try:
         lowered = trace().lower()

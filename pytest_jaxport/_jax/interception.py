@@ -46,6 +46,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
+from pytest_jaxport._jax.lowering import default_platform
+from pytest_jaxport.model.identity import stable_text
+
 PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._pjit_call_impl_python": "the jit cache-miss path (what is recorded)",
     "jax._src.pjit._resolve_and_lower": "lowering a recorded call for other platforms",
@@ -57,11 +61,6 @@ PATCH_POINTS: Mapping[str, str] = {
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The public monitoring event JAX records for each backend compilation."""
-
-HOST_CALLBACK_PRIMITIVES = frozenset(
-    {"pure_callback", "io_callback", "debug_callback", "debug_print", "callback"}
-)
-"""Primitives that call back into Python on the host: no other backend can lower them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,12 +216,17 @@ class RecordedCall:
         for name in ("in_shardings", "out_shardings", "donated_invars", "ctx_mesh",
                      "keep_unused", "compiler_options_kvs"):  # fmt: skip
             parts.append(f"{name}={p.get(name)!r}")
-        return "\n".join(parts)
+        return stable_text("\n".join(parts))
 
-    def lower(self, *, lowering_platforms: Sequence[str]) -> Any:
+    def lower(
+        self, *, lowering_platforms: Sequence[str] | None, _private_parameters: Any = None
+    ) -> Any:
         """The computation lowered for ``lowering_platforms`` (an object with
-        ``compiler_ir("stablehlo")``), from the recorded jaxpr and arguments' types."""
-        return self._adapter.lower(self, tuple(lowering_platforms))
+        ``compiler_ir("stablehlo")``), from the recorded jaxpr and arguments' types;
+        ``_private_parameters``: JAX's lowering parameters, as ``jax.stages.Traced.lower``
+        takes them (:func:`pytest_jaxport._jax.callbacks.inert`)."""
+        platforms = tuple(lowering_platforms or ())
+        return self._adapter.lower(self, platforms, _private_parameters)
 
     def facts(self) -> CallFacts:
         return self._adapter.facts(self)
@@ -294,15 +298,16 @@ class _Adapter:
         spec = getattr(sharding, "spec", None)
         return f"{type(sharding).__name__}({spec if spec is not None else sharding})"
 
-    def lower(self, call: RecordedCall, platforms: tuple[str, ...]) -> Any:
+    def lower(self, call: RecordedCall, platforms: tuple[str, ...], parameters: Any = None) -> Any:
         from jax._src import pjit
         from jax._src.interpreters import mlir
 
+        here = not platforms or (parameters is None and _runs_here(call, platforms))
         computation = pjit._resolve_and_lower(
             call.arg_types,
             **call.params,
-            lowering_platforms=None if _runs_here(call, platforms) else platforms,
-            lowering_parameters=mlir.LoweringParameters(),
+            lowering_platforms=None if here else platforms,
+            lowering_parameters=mlir.LoweringParameters() if parameters is None else parameters,
             pgle_profiler=None,
         )
         return _Lowering(computation)
@@ -408,7 +413,6 @@ def _runs_here(call: RecordedCall, platforms: tuple[str, ...]) -> bool:
     (then JAX's lowering cache already holds it: it is read, not made again)."""
     if len(platforms) != 1:
         return False
-    from pytest_jaxport._jax.lowering import default_platform
 
     if platforms[0] != default_platform():
         return False
@@ -443,32 +447,20 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 
 
 def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
+    """The static arguments as the report shows them: the same text in every process
+    (:func:`~pytest_jaxport.model.identity.stable_text`: a frozenset of id-hashed tags in order)."""
     if static is None:
         return None
     try:
-        return ", ".join(f"{name}={_REPR.repr(value)}" for name, value in static)
+        return stable_text(", ".join(f"{name}={_REPR.repr(value)}" for name, value in static))
     except Exception:  # a static argument whose repr fails is still a static argument
         return ", ".join(f"{name}=<{type(value).__name__}>" for name, value in static)
 
 
 def host_callbacks(jaxpr: Any) -> tuple[str, ...]:
     """The host-callback primitives anywhere in ``jaxpr`` (sub-programs included)."""
-    from jax._src import core
-
-    found: list[str] = []
-    pending = [getattr(jaxpr, "jaxpr", jaxpr)]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        for eqn in getattr(current, "eqns", ()):
-            name = eqn.primitive.name
-            if name in HOST_CALLBACK_PRIMITIVES and name not in found:
-                found.append(name)
-            pending.extend(getattr(j, "jaxpr", j) for j in core.jaxprs_in_params(eqn.params))
-    return tuple(found)
+    names = (e.primitive.name for e in equations(jaxpr))
+    return tuple(dict.fromkeys(n for n in names if n in HOST_CALLBACK_PRIMITIVES))
 
 
 def _static_arguments(

@@ -1,7 +1,7 @@
-"""Trace once, lower per platform, execute where present: the only module that drives JAX.
+"""Trace once, lower per platform (the StableHLO reader), execute where present, compile.
 
-JAX is imported inside functions, never at module import, so that a pytest run without
-portable tests does not pay for it.
+JAX is imported inside functions: the plugin's side imports this package only when a check or
+the audit needs it, and a pytest run without portable tests never pays for JAX.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -19,21 +19,28 @@ from typing import Any
 import numpy as np
 
 from pytest_jaxport._jax.adapters import (
+    CALL_PRIMITIVES,
     KERNEL_PRIMITIVES,
     bind_params,
     gpu_description,
+    jax_release,
     kernel_label,
     missing_package,
     needs_hardware,
-    user_frames,
 )
 from pytest_jaxport._jax.arguments import FN_KEY
+from pytest_jaxport._jax.callbacks import inert
+from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
+from pytest_jaxport._jax.jaxprs import equations, source_line
+from pytest_jaxport._jax.profile import measure
+from pytest_jaxport.model import partitioner
 from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.cost import FREE_OPS, op_cost
 from pytest_jaxport.model.formats import is_notable
 from pytest_jaxport.model.probe import Untraced
+from pytest_jaxport.model.targets import NOT_RUNNABLE, RULES, classify
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
 _REDUCER_OPS = frozenset(
@@ -172,9 +179,11 @@ def trace(
     when tracing needs what this machine lacks; any other error is the function's own and
     propagates unchanged.
     """
+    __tracebackhide__ = True  # the function's own error shows the user's frames, not ours
     import jax
 
     def again() -> Any:
+        __tracebackhide__ = True
         return jax.jit(fn).trace(*args, **kwargs)
 
     try:
@@ -215,19 +224,31 @@ class Trace:
     def jaxpr(self) -> Any:
         return self.traced.jaxpr
 
-    def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
+    def lower(
+        self, *, lowering_platforms: tuple[str, ...] | None, _private_parameters: Any = None
+    ) -> Any:
+        """Lowered for ``lowering_platforms``; ``_private_parameters``: JAX's lowering
+        parameters, as ``jax.stages.Traced.lower`` takes them (:func:`callbacks.inert`)."""
         try:
-            return self.traced.lower(lowering_platforms=lowering_platforms)
+            return self.traced.lower(
+                lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
+            )
         except Exception as e:
             description = None
-            if len(lowering_platforms) == 1 and needs_hardware(describe_error(e)):
+            if (
+                lowering_platforms is not None
+                and len(lowering_platforms) == 1
+                and needs_hardware(describe_error(e))
+            ):
                 (platform,) = lowering_platforms
                 description = gpu_description(platform, self._gpus.get(platform))
             if description is None:
                 raise
         with description:
             described = self._again()
-        return described.lower(lowering_platforms=lowering_platforms)
+        return described.lower(
+            lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
+        )
 
 
 _LOCATION_FRAMES = 100
@@ -263,9 +284,6 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
     run (:data:`targets.NOT_RUNNABLE`), as the JAX releases that refuse to lower it do."""
     from fnmatch import fnmatchcase
 
-    from pytest_jaxport._jax.adapters import jax_release
-    from pytest_jaxport.model.targets import NOT_RUNNABLE, classify
-
     patterns = NOT_RUNNABLE.get(platform, ())
     if not patterns:
         return
@@ -281,42 +299,51 @@ def refuse_unrunnable(program: Program, platform: str) -> None:
                 )
 
 
-def without_callbacks(
-    traced: Any,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    *,
-    compilable: bool = False,
-    sharding: Any = None,
-) -> Any:
-    """``traced`` with its host callbacks made inert (:func:`callbacks.trace_inert`), to
-    lower for platforms not present here, where JAX cannot lower a callback; ``traced``
-    itself when it has none, or when the rewrite fails (then its own failure stands).
-    ``compilable``: stand-ins that compile instead (:func:`callbacks.trace_compilable`).
+PLATFORM_INDEPENDENT = frozenset(
+    {
+        # elementwise
+        "abs", "acos", "acosh", "add", "and", "asin", "asinh", "atan", "atan2", "atanh",
+        "cbrt", "ceil", "clamp", "complex", "conj", "cos", "cosh", "div", "eq", "exp",
+        "exp2", "expm1", "floor", "ge", "gt", "imag", "integer_pow", "is_finite", "le",
+        "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg", "nextafter",
+        "not", "or", "pow", "real", "rem", "round", "rsqrt", "select_n", "shift_left",
+        "shift_right_arithmetic", "shift_right_logical", "sign", "sin", "sinh", "sqrt",
+        "square", "sub", "tan", "tanh", "xor", "convert_element_type", "bitcast_convert_type",
+        "reduce_precision", "copy", "copy_p",
+        # shapes and data movement
+        "broadcast_in_dim", "concatenate", "dynamic_slice", "dynamic_update_slice",
+        "expand_dims", "gather", "iota", "pad", "reshape", "rev", "scatter", "slice", "split",
+        "squeeze", "transpose",
+        # reductions
+        "argmax", "argmin", "reduce_and", "reduce_max", "reduce_min", "reduce_or",
+        "reduce_prod", "reduce_sum", "reduce_xor",
+        # calls and control flow, whose bodies are checked too
+        "pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+        "custom_vjp_call_jaxpr", "remat", "checkpoint", "cond", "while", "scan",
+    }
+)  # fmt: skip
+"""JAX primitives whose lowering is one rule for every platform, which consults no platform:
+a program of only these lowers to the same StableHLO everywhere. Each is checked against
+JAX's registry of platform-specific rules as well (``dot_general`` has its own rules on cpu
+and tpu, ``scatter-add`` on GPUs: those are lowered per platform, as is anything else)."""
 
-    ``args``/``kwargs`` are what ``traced`` was traced with (their shardings are kept);
-    ``sharding`` places the argument types used where jit did not trace every argument.
-    """
-    from pytest_jaxport._jax import callbacks
+
+def same_on_every_platform(traced: Any, platforms: Sequence[str]) -> bool:
+    """Whether ``traced``'s program lowers to the same module for every one of ``platforms``
+    (only :data:`PLATFORM_INDEPENDENT` primitives, none with a platform's own rule): then one
+    platform's lowering is every platform's, and the others need no lowering of their own."""
+    from jax._src.interpreters import mlir
 
     closed = getattr(traced, "jaxpr", None)
-    if closed is None or not callbacks.has_callbacks(closed):
-        return traced
-    import jax
-
-    flat = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
-    avals = closed.in_avals
-    if len(flat) != len(avals):  # arguments jit does not trace: their types are enough
-        flat = [
-            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding, weak_type=a.weak_type)  # type: ignore[no-untyped-call]
-            for a in avals
-        ]
-    try:
-        if compilable:
-            return callbacks.trace_compilable(closed, flat)
-        return callbacks.trace_inert(closed, flat)
-    except Exception:  # a program the rewrite cannot retrace: lowered as it is
-        return traced
+    registry = getattr(mlir, "_platform_specific_lowerings", None)
+    if closed is None or registry is None:  # (a JAX without that registry: lower each)
+        return False
+    specific = [registry.get(p, {}) for p in platforms]
+    return all(
+        eqn.primitive.name in PLATFORM_INDEPENDENT
+        and not any(eqn.primitive in rules for rules in specific)
+        for eqn in equations(closed)
+    )
 
 
 def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] | None:
@@ -341,7 +368,7 @@ def lowering_settings() -> str:
     return repr(sorted(jax.config.values.items()))
 
 
-def census_key_parts(traced: Any) -> tuple[str, str]:
+def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
     """``(jaxpr text, source lines)``: what the lowered-level cache keys a census by.
 
     The closed jaxpr's text (with its argument types) decides the lowered module's ops; it
@@ -353,16 +380,58 @@ def census_key_parts(traced: Any) -> tuple[str, str]:
     from jax._src import core
 
     closed = traced.jaxpr
-    text = f"{closed.in_avals}\n{closed.out_avals}\n{closed}"
+    text = f"{closed.in_avals}\n{closed.out_avals}\n{_program_text(closed)}"
     lines: list[str] = []
     memo: dict[Any, str] = {}
     pending = [closed.jaxpr]
     while pending:
         jaxpr = pending.pop()
         for eqn in jaxpr.eqns:
-            lines.append(source_line(eqn.source_info, memo))
+            lines.append(source_line(eqn.source_info, memo, own))
             pending.extend(core.jaxprs_in_params(eqn.params))
     return text, "\n".join(lines)
+
+
+def _program_text(closed: Any) -> str:
+    """The closed jaxpr as JAX prints it; as :func:`_plain_text` where JAX's printer fails
+    (it sorts a frozenset parameter's elements, and objects without an order fail)."""
+    try:
+        return str(closed)
+    except Exception:  # the program is still the same program: key it by the plain text
+        return _plain_text(closed)
+
+
+def _plain_text(closed: Any) -> str:
+    """A jaxpr as plain text: per equation its results, primitive, parameters (``repr``;
+    nested jaxprs likewise) and operands, variables numbered in order of appearance."""
+    names: dict[int, str] = {}
+
+    def name(var: Any) -> str:
+        if hasattr(var, "val"):  # a literal
+            return repr(var.val)
+        return names.setdefault(id(var), f"v{len(names)}:{var.aval}")
+
+    def value(item: Any, indent: str) -> str:
+        if hasattr(item, "eqns") or hasattr(getattr(item, "jaxpr", None), "eqns"):
+            return "\n" + text(item, indent + "  ")
+        if isinstance(item, tuple | list) and any(hasattr(i, "eqns") or hasattr(
+                getattr(i, "jaxpr", None), "eqns") for i in item):  # fmt: skip
+            return "(" + ", ".join(value(i, indent) for i in item) + ")"
+        return repr(item)
+
+    def text(jaxpr: Any, indent: str) -> str:
+        inner = getattr(jaxpr, "jaxpr", jaxpr)
+        lines = [f"{indent}in {', '.join(map(name, (*inner.constvars, *inner.invars)))}"]
+        for eqn in inner.eqns:
+            params = ", ".join(f"{k}={value(v, indent)}" for k, v in sorted(eqn.params.items()))
+            lines.append(
+                f"{indent}{', '.join(map(name, eqn.outvars))} = {eqn.primitive.name}[{params}] "
+                f"{', '.join(map(name, eqn.invars))}"
+            )
+        lines.append(f"{indent}out {', '.join(map(name, inner.outvars))}")
+        return "\n".join(lines)
+
+    return text(closed, "")
 
 
 def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
@@ -376,34 +445,6 @@ def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         if sharding is not None and len(sharding.device_set) > 1:
             lines.append(f"{i}: {sharding!r}")
     return "\n".join(lines)
-
-
-def source_line(source_info: Any, memo: dict[Any, str] | None = None) -> str:
-    """The ``file:line`` a census shows for an equation with this ``source_info`` (``""``
-    when JAX kept no traceback); ``memo`` caches it per traceback."""
-    tb = source_info.traceback
-    if tb is None:
-        return ""
-    line = memo.get(tb) if memo is not None else None
-    if line is None:
-        line = _census_frame(user_frames(source_info))
-        if memo is not None:
-            memo[tb] = line
-    return line
-
-
-from pytest_jaxport.model.census import _LIBRARY_PATHS  # noqa: E402  (parse_location's list)
-
-
-def _census_frame(frames: Any) -> str:
-    """``census.parse_location``'s choice among a traceback's user frames, as ``file:line``."""
-    first = None
-    for frame in frames:
-        if first is None:
-            first = frame
-        if not any(part in frame.file_name for part in _LIBRARY_PATHS):
-            return f"{frame.file_name}:{frame.start_line}"
-    return "" if first is None else f"{first.file_name}:{first.start_line}"
 
 
 def read_program(lowered: Any) -> Program:
@@ -805,8 +846,6 @@ def _keeps_location(name: str) -> bool:
     """
     from fnmatch import fnmatchcase
 
-    from pytest_jaxport.model.targets import RULES
-
     if name in ("stablehlo.custom_call", "func.call", "call"):
         return True
     return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
@@ -910,8 +949,6 @@ def _compile_recording(lowered: Any) -> tuple[Any, tuple[OpSite, ...] | None]:
     import tempfile
     from pathlib import Path
 
-    from pytest_jaxport.model import partitioner
-
     with tempfile.TemporaryDirectory(prefix="jaxport-spmd-") as directory:
         compiled = lowered.compile(partitioner.dump_options(Path(directory)))
         try:
@@ -992,7 +1029,6 @@ def instruction_times(execution: Execution, *, runs: int = 3) -> dict[str, float
 
     Raises ``RuntimeError`` when the profiler cannot measure here.
     """
-    from pytest_jaxport._jax.profile import measure
 
     if execution.rerun is None:
         raise RuntimeError("nothing to re-run")
@@ -1047,13 +1083,12 @@ def compile_deviceless(
     again with compilable stand-ins where that module has ``inert_callbacks`` (placeholders
     do not compile); any other is traced again on one described GPU.
     """
-    from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
 
     try:
         if partitions > 1 and lowered is not None:
             if inert_callbacks:
                 traced = trace(fn, args, kwargs)
-                lowered = lower(without_callbacks(traced, args, kwargs, compilable=True), "cuda")
+                lowered = lower(inert(traced, compilable=True), "cuda")
             return deviceless_compile_partitioned(
                 lowered, partitions, target_config=target_config, compiler_options=options
             )
@@ -1091,7 +1126,6 @@ _RULE = {
     "jvp": "JVP (differentiation rule)",
     "vmap": "batching rule",
 }
-_CALL_PRIMITIVES = frozenset({"pjit", "jit", "closed_call", "core_call"})
 
 
 class TransformUsage(Exception):
@@ -1195,6 +1229,7 @@ class Transformed:
             )
 
     def __call__(self, *leaves: Any) -> Any:
+        __tracebackhide__ = True
         return self._build(self.fn)(*leaves)
 
     def for_platform(self, platform: str) -> Callable[..., Any]:
@@ -1210,6 +1245,7 @@ class Transformed:
         treedef, floating, paths = self._treedef, self._floating, self._paths
 
         def call(leaves: Sequence[Any]) -> Any:
+            __tracebackhide__ = True
             args, kwargs = jax.tree_util.tree_unflatten(treedef, list(leaves))
             return fn(*args, **kwargs)
 
@@ -1300,7 +1336,7 @@ class PlatformTraces:
         self.variant = variant
         self.gpus = gpus
 
-    def lower(self, *, lowering_platforms: tuple[str, ...]) -> Any:
+    def lower(self, *, lowering_platforms: tuple[str, ...], _private_parameters: Any = None) -> Any:
         import jax
 
         (platform,) = lowering_platforms
@@ -1314,7 +1350,9 @@ class PlatformTraces:
             traced = again()
         except Exception as e:  # the transformation's failure on this platform: a finding
             raise LoweringFailure(self.variant.explain(e, platform)) from e
-        return Trace(traced, again, self.gpus).lower(lowering_platforms=lowering_platforms)
+        return Trace(traced, again, self.gpus).lower(
+            lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
+        )
 
 
 def trace_variant(variant: Transformed, *, gpus: Mapping[str, str] | None = None) -> Any:
@@ -1401,7 +1439,7 @@ def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: st
             index = min(max(int(np.asarray(values[0])), 0), len(branches) - 1)
             branch = branches[index]
             outs = _replay(branch.jaxpr, branch.consts, values[1:], platform)
-        elif name in _CALL_PRIMITIVES and "jaxpr" in eqn.params:
+        elif name in CALL_PRIMITIVES and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             inner_jaxpr = getattr(inner, "jaxpr", inner)
             inner_consts = getattr(inner, "consts", ())
@@ -1448,29 +1486,6 @@ def custom_kernels(
     import jax
 
     closed = jax.make_jaxpr(fn)(*args, **kwargs)
-    found: list[str] = []
-
-    def walk(jaxpr: Any) -> None:
-        for eqn in jaxpr.eqns:
-            name = eqn.primitive.name
-            if name in KERNEL_PRIMITIVES:
-                label = kernel_label(name, eqn.params)
-                if label not in found:
-                    found.append(label)
-            for sub in _sub_jaxprs(eqn.params):
-                walk(sub)
-
-    walk(closed.jaxpr)
-    return found
-
-
-def _sub_jaxprs(params: Mapping[str, Any]) -> list[Any]:
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            inner = getattr(item, "jaxpr", None)
-            if inner is not None and hasattr(inner, "eqns"):
-                found.append(inner)
-            elif hasattr(item, "eqns"):
-                found.append(item)
-    return found
+    found = (kernel_label(e.primitive.name, e.params) for e in equations(closed)
+             if e.primitive.name in KERNEL_PRIMITIVES)  # fmt: skip
+    return list(dict.fromkeys(found))

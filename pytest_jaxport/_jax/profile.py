@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pytest_jaxport._jax.adapters import profile_data, profiler_session, quiet_type_construction
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
@@ -56,7 +58,6 @@ def measure(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> dic
     ``run`` must execute the compiled program and block until its outputs are ready.
     Raises ``RuntimeError`` when the profiler is unavailable (e.g. another session is active).
     """
-    from pytest_jaxport._jax.adapters import profile_data, profiler_session, quiet_type_construction
 
     for _ in range(warmup):
         run()

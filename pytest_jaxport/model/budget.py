@@ -22,9 +22,16 @@ from typing import Any
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate
+from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import describe
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
+
+NUMERICS_ORIGIN = "[tool.jaxport.tolerance] or the dtype defaults"
+EMULATED_KEYS = ("emulated_numerics", "emulated_run")
+"""Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
+or its run failed (an interpreted kernel's out-of-bounds read). Their ``platform`` is the
+emulated one; every sentence names it by its label, ``tpu (emulated on cpu)``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,8 +55,12 @@ class Violation:
         """The finding first: ``cuda: 3 cudnn calls > 2 (max_library_calls.cudnn, set in
         pyproject.toml [tool.jaxport.budget.cuda]); check 'conv', lowered``."""
         return (
-            f"{self.platform}: {self.finding()} ({self.rule()}); check {self.check!r}, {self.level}"
+            f"{self.where()}: {self.finding()} ({self.rule()}); check {self.check!r}, {self.level}"
         )
+
+    def where(self) -> str:
+        """The platform as the finding names it: ``tpu (emulated on cpu)`` for an emulation's."""
+        return emulated_label(self.platform) if self.key in EMULATED_KEYS else self.platform
 
     def finding(self) -> str:
         """What was found against what was allowed: ``3 cudnn calls > 2``."""
@@ -61,13 +72,15 @@ class Violation:
             return f"uses {self.found}"
         if self.key == "must_trace":
             return "could not be traced here"
-        if self.key == "numerics":
+        if self.key in ("numerics", "emulated_numerics"):
             return f"{self.found} {self.what}, expected to {self.limit}"
+        if self.key == "emulated_run":
+            return f"{self.what} {self.found}"
         return f"{self.found_text()} > {self.limit_text()}"
 
     def found_text(self) -> str:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
-        if self.key in ("must_lower", "must_trace"):
+        if self.key in ("must_lower", "must_trace", "emulated_run"):
             return self.finding()
         return f"{self.found} {self.what}".strip()
 
@@ -86,10 +99,12 @@ class Violation:
             return f"must_lower = {self.limit_text()}, set in {self.origin}"
         if self.key == "must_trace":
             return f"must_trace = true, set in {self.origin}"
-        if self.key == "numerics":
+        if self.key in ("numerics", "emulated_numerics"):
             return f"numerics, tolerance from {self.origin}"
         if self.key == "forbid_formats":
             return f"forbid_formats = {self.limit_text()}, set in {self.origin}"
+        if self.key == "emulated_run":
+            return f"emulate, set in {self.origin}"
         return f"{self.key}, set in {self.origin}"
 
     def long_repr(self) -> str:
@@ -150,6 +165,79 @@ def _rules_at(findings: Sequence[Finding], shown: int = 3) -> str:
     return ", ".join(said) + more
 
 
+def ways_out(violations: Sequence[Violation]) -> list[str]:
+    """What a person can do about ``violations``, one line per kind of limit they broke
+    (said once per test, after the violations): fix the code, raise the limit where it was
+    set, or, for a count, let a baseline ratchet it instead.
+
+    >>> ways_out([Violation(check="c", platform="cuda", key="max_custom_calls", limit=0,
+    ...                     origin="pyproject.toml [tool.jaxport.budget]", found=1,
+    ...                     what="custom call")])[0][:60]
+    'to pass: remove the kernels above from the code, or raise ma'
+    """
+    lines: list[str] = []
+    said: set[str] = set()
+    for v in violations:
+        kind = v.key.partition(".")[0] if v.key.startswith("max_library_calls") else v.key
+        if kind in said:
+            continue
+        said.add(kind)
+        if v.key == "must_lower":
+            failing = [x.platform for x in violations if x.key == "must_lower"]
+            kept = [p for p in v.limit or () if p not in failing]
+            lines.append(
+                f"to pass: give the code a path that lowers on {', '.join(failing)} "
+                "(jax.lax.platform_dependent(..., default=<plain jnp code>)), or narrow "
+                f"must_lower (set in {v.origin}) to the platforms it must run on: "
+                f"@pytest.mark.portable(must_lower={kept!r})"
+            )
+        elif v.key == "must_trace":
+            lines.append(
+                "to pass: run the test where what tracing needs is present, or set "
+                f"must_trace = false (set in {v.origin})"
+            )
+        elif v.key == "numerics":
+            lines.append(
+                f"to pass: if {v.platform}'s difference is expected, loosen "
+                f"[tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's rtol/atol; "
+                "else fix the code"
+            )
+        elif v.key.endswith(("_calls", "_share")) or kind == "max_library_calls":
+            lines.append(
+                f"to pass: remove the kernels above from the code, or raise {v.key} where it "
+                f"was set ({v.origin}; a marker's @pytest.mark.portable({kind}=...) overrides "
+                "[tool.jaxport.budget]), or drop the limit and let a baseline keep the count "
+                "from growing (--jaxport-baseline=FILE --jaxport-baseline-update)"
+            )
+        elif v.key == "emulated_numerics":
+            lines.append(
+                f"to pass: if {emulated_label(v.platform)}'s difference is expected, loosen "
+                f"[tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's rtol/atol; "
+                "else fix the code for that platform's path"
+            )
+        elif v.key == "emulated_run":
+            lines.append(
+                f"to pass: fix what the emulated run hit (above), or take {v.platform} out of "
+                f"emulate (set in {v.origin})"
+            )
+        elif v.key == "forbid_formats":
+            lines.append(
+                "to pass: compute in a format the target has (the findings above say where), "
+                f"or take it out of forbid_formats (set in {v.origin})"
+            )
+        elif v.key == "max_format_findings":
+            lines.append(
+                "to pass: change the code at the findings above, accept a rule with "
+                f'allow_findings = ["<rule>"], or raise max_format_findings (set in '
+                f"{v.origin})"
+            )
+        else:
+            lines.append(
+                f"to pass: change the code, or raise {v.key} where it was set ({v.origin})"
+            )
+    return lines
+
+
 def _plural(n: int, word: str) -> str:
     return f"{word}{'' if n == 1 else 's'}"
 
@@ -164,12 +252,15 @@ def evaluate(
     *,
     migrate_to: Sequence[str] = (),
     model: CostModel | None = None,
+    emulate_origin: str = "emulate",
 ) -> list[Violation]:
     """Every violation of ``probe`` against the budget of each platform it was lowered for.
 
     Counts come from the compiled census where the platform was compiled, else from the
     lowered one; each violation says which (``level``). Rewrite budgets apply per target in
-    ``migrate_to``, priced with ``model``.
+    ``migrate_to``, priced with ``model``. An emulation's outputs must match the reference
+    like a present platform's, and its run must not fail (``emulate_origin``: where
+    ``emulate`` was set).
     """
     violations: list[Violation] = []
     untraced = probe.untraced
@@ -257,7 +348,7 @@ def evaluate(
                     platform=platform,
                     key="numerics",
                     limit=f"match {comparison.reference}",
-                    origin="[tool.jaxport.tolerance] or the dtype defaults",
+                    origin=NUMERICS_ORIGIN,
                     found=len(comparison.mismatches),
                     what=_plural(len(comparison.mismatches), "differing leaf").replace(
                         "leafs", "leaves"
@@ -266,6 +357,7 @@ def evaluate(
                     details=tuple(describe(comparison).splitlines()[1:]),
                 )
             )
+        violations += _emulation_violations(probe.name, result, emulate_origin)
     return violations
 
 
@@ -325,6 +417,44 @@ def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> V
     ops = sum(formats.formats[name] for name in used)
     return replace(base, details=(f"in {ops} {'op' if ops == 1 else 'ops'} (no rule flags them "
                                   "on this device: no line kept)",))  # fmt: skip
+
+
+def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> list[Violation]:
+    """An emulation whose outputs differ from the reference's, or whose run failed; one
+    that could not run here (a kernel this JAX cannot interpret) is a note, not a failure."""
+    emulation = result.emulated
+    if emulation is None:
+        return []
+    comparison = result.emulated_numerics
+    if emulation.error is not None:
+        return [
+            Violation(
+                check=check,
+                platform=result.platform,
+                key="emulated_run",
+                limit=True,
+                origin=origin,
+                found="failed",
+                what="the emulated run",
+                level="emulated",
+                details=(emulation.error, *emulation_lines(emulation)[:-1]),
+            )
+        ]
+    if comparison is None or comparison.ok:
+        return []
+    return [
+        Violation(
+            check=check,
+            platform=result.platform,
+            key="emulated_numerics",
+            limit=f"match {comparison.reference}",
+            origin=NUMERICS_ORIGIN,
+            found=len(comparison.mismatches),
+            what=_plural(len(comparison.mismatches), "differing leaf").replace("leafs", "leaves"),
+            level="emulated",
+            details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
+        )
+    ]
 
 
 def _share_violations(check: str, share: RuntimeShare | None, budget: Budget) -> list[Violation]:

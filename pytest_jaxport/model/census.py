@@ -49,6 +49,25 @@ _LIBRARY_PATHS = (
 )
 """Frames in these are not the user's code: installed packages, the standard library, and
 this plugin itself (even installed editable), whose frames lead to the user's check call."""
+_PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
+
+
+def is_library_file(file: str, own: tuple[str, ...] = ()) -> bool:
+    """Whether frames in ``file`` are a library's internals rather than the user's code: an
+    installed package (unless among the ``own`` packages, whose lines the user reads as
+    theirs), the standard library, or this plugin.
+
+    >>> is_library_file("/venv/lib/python3.11/site-packages/lineax/_solve.py")
+    True
+    >>> is_library_file("/venv/lib/python3.11/site-packages/lineax/_solve.py", own=("lineax",))
+    False
+    """
+    posix = file.replace("\\", "/")
+    if own and any(f"{folder}{package.replace('.', '/')}/" in posix
+                   for folder in _PACKAGE_FOLDERS for package in own):  # fmt: skip
+        return False
+    return any(part in file for part in _LIBRARY_PATHS)
+
 
 Classifier = Callable[[str, str, "str | None"], Classification]
 """``(platform, op, custom-call target or None) -> Classification``."""
@@ -238,29 +257,31 @@ def location_frames(text: str) -> list[tuple[str, str]]:
 
 
 @functools.lru_cache(maxsize=16384)
-def parse_location(text: str | None) -> SourceLocation | None:
-    """The innermost user frame of an MLIR location, preferring files outside installed packages.
+def parse_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocation | None:
+    """The innermost user frame of an MLIR location, preferring files outside installed
+    packages (:func:`is_library_file`; ``own`` packages count as the user's).
 
     >>> parse_location('loc(callsite("f"("/src/m.py":7:8 to :17) at "t"("/src/t.py":12:4)))')
     SourceLocation(file='/src/m.py', line=7)
     """
-    if not text:
-        return None
+    found = user_location(text, own)
+    if found is not None or not text:
+        return found
     frames = _FRAME.findall(text)
     if not frames:
         return None
-    for file, line in frames:
-        if not any(part in file for part in _LIBRARY_PATHS):
-            return SourceLocation(file=file, line=int(line))
     file, line = frames[0]
     return SourceLocation(file=file, line=int(line))
 
 
-def in_library(location: SourceLocation) -> bool:
-    """Whether ``location`` is in an installed package, the standard library or this plugin:
-    what :func:`parse_location` falls back to where a location has no user frame (the ops of
-    a function a library jitted on its own)."""
-    return any(part in location.file for part in _LIBRARY_PATHS)
+@functools.lru_cache(maxsize=16384)
+def user_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocation | None:
+    """The innermost frame of an MLIR location that is the user's code (not a library's
+    internals: :func:`is_library_file`); ``None`` when every frame is a library's."""
+    for file, line in _FRAME.findall(text) if text else ():
+        if not is_library_file(file, own):
+            return SourceLocation(file=file, line=int(line))
+    return None
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
@@ -276,10 +297,12 @@ class _Walk:
     platform: str
     classifier: Classifier
     seconds: Callable[[OpSite, str], float] | None = None
+    own: tuple[str, ...] = ()
     memo: dict[tuple[str, SourceLocation | None], _Counts] = field(default_factory=dict)
     active: set[str] = field(default_factory=set)
 
     def function(self, name: str, inherited: SourceLocation | None) -> _Counts:
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
         key = (name, inherited)
         if key in self.memo:
             return self.memo[key]
@@ -298,7 +321,15 @@ class _Walk:
             map(_SITE_KEY, sites)
         ).items():
             n = count * repeats
-            location = parse_location(location_text) or inherited
+            # The user's frame where the location has one; else the caller's (a function
+            # JAX lowered apart, such as a library's jit or primitive, whose locations stop
+            # inside the library: its call site is the line the user recognizes); else the
+            # library's own line.
+            location = (
+                user_location(location_text, self.own)
+                or inherited
+                or parse_location(location_text, self.own)
+            )
             if op in CALL_OPS and target_name is not None:
                 callee_kernels, callee_ops, callee_timed, callee_collectives = self.function(
                     target_name, location
@@ -345,19 +376,26 @@ def take_census(
     level: Level = "lowered",
     classifier: Classifier | None = None,
     seconds: Callable[[OpSite, str], float] | None = None,
+    own: tuple[str, ...] = (),
 ) -> Census:
     """Classify every op of ``program`` for ``platform``, weighting each by its call count.
 
     With ``seconds`` (an op's estimated run time, given the op and its layer), the census
     also sums estimated time per layer and library, call-weighted like the counts and
-    weighted by the known trip counts of the loops it runs in (``OpSite.runs``).
+    weighted by the known trip counts of the loops it runs in (``OpSite.runs``). Each
+    kernel is at its user's line (``own``: installed packages whose lines are the user's).
     """
+    __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
     def default(platform: str, op: str, target: str | None) -> Classification:
         return _classify_cached(platform, op, target, level)
 
     walk = _Walk(
-        program=program, platform=platform, classifier=classifier or default, seconds=seconds
+        program=program,
+        platform=platform,
+        classifier=classifier or default,
+        seconds=seconds,
+        own=tuple(own),
     )
     counts, xla_kinds, timed, collectives = walk.function(program.entry, None)
     kernels = tuple(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pytest_jaxport.model.cost import COST_KEYS
+from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.formats import (
     DEVICE_NAMES,
     DTYPE_NAMES,
@@ -73,6 +75,7 @@ MARKER_KEYS = (
     "rtol",
     "atol",
     "transforms",
+    "emulate",
 )
 TOP_KEYS = (
     "platforms",
@@ -88,6 +91,8 @@ TOP_KEYS = (
     "transforms",
     "audit",
     "devices",
+    "emulate",
+    "own_packages",
 )
 AUDIT_KEYS = ("enabled", "fail_on")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
@@ -235,6 +240,14 @@ class ProjectConfig:
     devices: Mapping[str, Device] = field(default_factory=dict)
     """``devices``: the device each of rocm and tpu is judged for by the formats-and-layout
     rules (the defaults where absent; cuda's is the ``target``'s)."""
+    emulate: Setting[tuple[str, ...]] | None = None
+    """``emulate``: the absent platforms every check also runs on the CPU as they would
+    compute (``pytest_jaxport._jax.emulate``), and where that was set (``--jaxport-emulate``
+    over ``[tool.jaxport]``)."""
+    own_packages: tuple[str, ...] = ()
+    """``own_packages``: installed packages (import names) whose source lines reports show
+    as the user's own; frames in any other installed package are a library's internals, and
+    a kernel inside one is shown at the line that called into it."""
 
     def audit_budget(self, platform: str) -> Budget:
         """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for
@@ -289,6 +302,18 @@ class Resolved:
         marker = self.overrides.get("transforms")
         return tuple(marker.value) if marker else self.project.transforms
 
+    def emulate(self) -> Setting[tuple[str, ...]] | None:
+        """The platforms this test's checks emulate and where that was set: the closest
+        marker's ``emulate``, else the command line's or ``[tool.jaxport]``'s, the latter
+        only for platforms this test lowers for (a marker's ``platforms`` may narrow them);
+        ``None`` when nothing is emulated."""
+        marker = self.overrides.get("emulate")
+        found = marker if marker is not None else self.project.emulate
+        if found is None:
+            return None
+        kept = tuple(p for p in found.value if p in self.platforms)
+        return Setting(value=kept, origin=found.origin) if kept else None
+
     def budget(self, platform: str) -> Budget:
         """Merge defaults < project budget < platform budget < marker, key by key."""
         layers: list[tuple[Mapping[str, Any], Mapping[str, str]]] = []
@@ -342,7 +367,25 @@ class Resolved:
 # -- validation ---------------------------------------------------------------------------
 
 
+GPU_SPELLINGS: frozenset[str] = frozenset({"gpu", "gpus"})
+"""What JAX calls either GPU backend (``jax.devices("gpu")``): here every platform is one
+vendor's, because what a program dispatches differs between them."""
+
+
+def gpu_hint(word: str) -> str:
+    """Why ``gpu`` is not a platform here, and what to write instead (``""`` for others)."""
+    if word.strip().lower() not in GPU_SPELLINGS:
+        return ""
+    return (
+        f" ({word!r} is JAX's name for either GPU backend: write 'cuda' for NVIDIA, 'rocm' "
+        "for AMD, or both)"
+    )
+
+
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    hint = gpu_hint(word)
+    if hint and any(p in choices for p in ("cuda", "rocm")):
+        return hint
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -408,27 +451,59 @@ def _platforms(where: _Where, key: str, value: object, *, empty_ok: bool) -> tup
     return names
 
 
-def compile_platforms(where: str, value: object) -> tuple[str, ...]:
-    """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
-    choices = ", ".join(COMPILE_PLATFORMS)
+def _platform_choice(
+    where: str, value: object, choices: Sequence[str], why_not: Mapping[str, str]
+) -> tuple[str, ...]:
+    """A list of platforms from ``choices``, each once; ``why_not`` says why a known
+    platform outside them is not a choice."""
+    known = ", ".join(choices)
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: expected a list of platforms (from {choices}), found "
+        raise ConfigError(f"{where}: expected a list of platforms (from {known}), found "
                           f"{_type_name(value)}")  # fmt: skip
     names: list[str] = []
     for item in value:
-        if not isinstance(item, str) or item not in COMPILE_PLATFORMS:
-            hint = _did_you_mean(item, COMPILE_PLATFORMS) if isinstance(item, str) else ""
-            extra = (
-                " (rocm and tpu are counted at the lowered level only)" if item in PLATFORMS else ""
-            )
+        if not isinstance(item, str) or item not in choices:
+            known_why = isinstance(item, str) and item in why_not
+            hint = _did_you_mean(item, choices) if isinstance(item, str) and not known_why else ""
+            extra = f" ({why_not[item]})" if known_why else ""
             raise ConfigError(
-                f"{where}: expected platforms from {choices}, found {_type_name(item)}{hint}{extra}"
+                f"{where}: expected platforms from {known}, found {_type_name(item)}{hint}{extra}"
             )
         if item in names:
             raise ConfigError(f"{where}: expected each platform at most once, found "
                               f"{_type_name(list(value))}")  # fmt: skip
         names.append(item)
     return tuple(names)
+
+
+def compile_platforms(where: str, value: object) -> tuple[str, ...]:
+    """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
+    lowered_only = "rocm and tpu are counted at the lowered level only"
+    return _platform_choice(where, value, COMPILE_PLATFORMS, {p: lowered_only for p in PLATFORMS})
+
+
+def emulate_platforms(where: str, value: object) -> tuple[str, ...]:
+    """Validate an ``emulate`` list: platforms from :data:`EMULATED_PLATFORMS`, each once.
+
+    >>> emulate_platforms("[tool.jaxport] emulate", ["tpu", "cuda"])
+    ('tpu', 'cuda')
+    """
+    return _platform_choice(
+        where, value, EMULATED_PLATFORMS, {"cpu": "cpu is executed, never emulated"}
+    )
+
+
+def emulated_among(where: str, emulate: Sequence[str], platforms: Sequence[str]) -> None:
+    """An emulated platform must be one the checks lower for: its lowering is what the
+    emulation runs."""
+    outside = [p for p in emulate if p not in platforms]
+    if outside:
+        raise ConfigError(
+            f"{where}: expected platforms among the platforms checks lower for "
+            f"({', '.join(platforms)}), found {', '.join(map(repr, outside))}; add "
+            f"{'it' if len(outside) == 1 else 'them'} to platforms, or leave "
+            f"{'it' if len(outside) == 1 else 'them'} out of emulate"
+        )
 
 
 def gpu_target(where: str, value: object, base: Path | None) -> str:
@@ -679,6 +754,12 @@ def parse_project(
     )
     scan, scan_exclude = _scan_table(source, data.get("scan", {}))
     devices = _devices_table(source, data["devices"]) if "devices" in data else {}
+    emulate = None
+    if "emulate" in data:
+        emulated = emulate_platforms(f"{where.prefix} emulate", data["emulate"])
+        emulated_among(f"{where.prefix} emulate", emulated, platforms)
+        emulate = Setting(value=emulated, origin=f"{source} [tool.jaxport]") if emulated else None
+    own_packages = _package_names(where, "own_packages", data.get("own_packages", []))
 
     raw_budget = data.get("budget", {})
     budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
@@ -722,6 +803,8 @@ def parse_project(
         transforms=transforms,
         audit=audit,
         devices=devices,
+        emulate=emulate,
+        own_packages=own_packages,
     )
 
 
@@ -763,6 +846,19 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
                 f"{', '.join(known)}"
             ) from None
     return devices
+
+
+def _package_names(where: _Where, key: str, value: object) -> tuple[str, ...]:
+    """A list of import names (``["lineax", "my_models"]``)."""
+    if not isinstance(value, list):
+        raise where.error(key, 'a list of package import names, e.g. ["lineax"]', value)
+    for name in value:
+        if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+            raise ConfigError(
+                f'{where.prefix} {key}: expected package import names such as "lineax" '
+                f"(the name you import), found {name!r}"
+            )
+    return tuple(value)
 
 
 def _budget_section(
@@ -812,6 +908,65 @@ def _audit_table(source: str, value: object) -> AuditConfig:
     return AuditConfig(enabled=enabled, fail_on=fail_on, platform_fail_on=platform_fail_on)
 
 
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by one insertion, deletion, substitution or swap of two
+    neighbouring letters (``jaxprot``, ``jaxpor``, ``jax-port`` and ``jaxport``), or by case."""
+    if a == b:
+        return False
+    if a.casefold() == b.casefold():
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        if len(diff) == 1:
+            return True
+        i = diff[0]
+        return len(diff) == 2 and diff[1] == i + 1 and a[i] == b[i + 1] and a[i + 1] == b[i]
+    short, long = sorted((a, b), key=len)
+    i = next((i for i, (x, y) in enumerate(zip(short, long, strict=False)) if x != y), len(short))
+    return short[i:] == long[i + 1 :]
+
+
+def misspelt_tables(path: Path | None, *, display: str | None = None) -> list[tuple[str, int]]:
+    """A warning and the line of its table, per table of ``path`` one edit away from
+    ``[tool.jaxport]``, which pytest-jaxport does not read (``[tool.jaxprot]``,
+    ``[tools.jaxport]``)."""
+    if path is None or not path.is_file():
+        return []
+    try:
+        with path.open("rb") as f:
+            document = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+        return []  # load_project says what is wrong with the file
+    found = []
+    for top, tables in document.items():
+        if not isinstance(tables, Mapping) or not (top == "tool" or one_edit_apart(top, "tool")):
+            continue
+        for name in tables:
+            if (top, name) != ("tool", "jaxport") and (
+                one_edit_apart(name, "jaxport") or (top != "tool" and name == "jaxport")
+            ):
+                found.append(f"[{top}.{name}]")
+    source = display or str(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [
+        (
+            f"{source}: {table} is not read by pytest-jaxport: did you mean [tool.jaxport]? "
+            "(its settings are ignored)",
+            _table_line(lines, table),
+        )
+        for table in found
+    ]
+
+
+def _table_line(lines: Sequence[str], table: str) -> int:
+    """The 1-based line where ``[a.b]`` (or a ``[a.b.c]`` under it) is opened; 1 if none."""
+    top, name = table.strip("[]").split(".", 1)
+    header = re.compile(rf"^\s*\[\s*{re.escape(top)}\s*\.\s*{re.escape(name)}\s*[.\]]")
+    return next((i for i, line in enumerate(lines, 1) if header.match(line)), 1)
+
+
 def load_project(path: Path | None, *, display: str | None = None) -> ProjectConfig:
     """Read ``[tool.jaxport]`` from the pyproject.toml at ``path`` (defaults when absent)."""
     if path is None or not path.is_file():
@@ -858,6 +1013,7 @@ def portable(
     rtol: float | None = None,
     atol: float | None = None,
     transforms: Sequence[str] | None = None,
+    emulate: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Portability budget for this test's ``jaxport.check`` calls; keywords override pyproject.
 
@@ -885,6 +1041,7 @@ def portable(
         "rtol": rtol,
         "atol": atol,
         "transforms": transforms,
+        "emulate": emulate,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -914,6 +1071,8 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) ->
             result[key] = _platform(where, key, value)
         elif key == "transforms":
             result[key] = transforms_value(f"{where.prefix} transforms", value)
+        elif key == "emulate":
+            result[key] = emulate_platforms(f"{where.prefix} emulate", value)
         else:
             result[key] = _tolerance_value(where, key, value)
     return result

@@ -48,7 +48,7 @@ from pytest_jaxport.model.census import (
     OpSite,
     Program,
     SourceLocation,
-    in_library,
+    is_library_file,
     parse_location,
 )
 from pytest_jaxport.model.targets import Level, classify
@@ -1486,7 +1486,7 @@ class _Walk:
         for site, repeats in Counter(self.program.functions.get(name, ())).items():
             n = site.count * repeats
             location = parse_location(site.location)
-            if location is None or (inherited is not None and in_library(location)):
+            if location is None or (inherited is not None and is_library_file(location.file)):
                 location = inherited  # the user's line that called into the library
             if site.op in CALL_OPS and site.target is not None:
                 callee, callee_formats, callee_tiled = self.function(site.target, location)

@@ -18,6 +18,7 @@ from pytest_jaxport.model.cost import (
     format_items,
     rewrite_items,
 )
+from pytest_jaxport.model.emulation import Emulation
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
@@ -54,6 +55,12 @@ class PlatformProbe:
     """The formats-and-layout findings of the lowered program, for this platform's device."""
     compiled_formats: FormatCensus | None = None
     """Those of the compiled program: the relayouts XLA inserted around library calls."""
+    emulated: Emulation | None = None
+    """What emulating this absent platform on the CPU did (``emulate = [...]``); never
+    counted as executed: :attr:`executed` and :attr:`numerics` stay the hardware's."""
+    emulated_numerics: Comparison | None = None
+    """The emulation's outputs against the reference's (its ``platform`` is the label,
+    ``tpu (emulated on cpu)``); ``None`` where the emulation did not run."""
 
     @property
     def lowered(self) -> bool:
@@ -261,6 +268,11 @@ def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
         data["what_if_no_vendor"] = census_to_dict(result.what_if_no_vendor)
     if result.needs_hardware is not None:
         data["needs_hardware"] = result.needs_hardware
+    if result.emulated is not None:  # optional keys: reports without emulation are unchanged
+        data["emulated"] = result.emulated.to_dict()
+        data["emulated_numerics"] = (
+            result.emulated_numerics.to_dict() if result.emulated_numerics else None
+        )
     return data
 
 
@@ -270,6 +282,8 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
     what_if = data.get("what_if_no_vendor")
     numerics = data.get("numerics")
     share = data.get("runtime_share")
+    emulated = data.get("emulated")
+    emulated_numerics = data.get("emulated_numerics")
     return PlatformProbe(
         platform=platform,
         present=data.get("present", False),
@@ -287,6 +301,8 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
         runtime_share=RuntimeShare.from_dict(share) if share else None,
         formats=_formats_from_dict(lowered),
         compiled_formats=_formats_from_dict(compiled),
+        emulated=Emulation.from_dict(emulated) if emulated else None,
+        emulated_numerics=Comparison.from_dict(emulated_numerics) if emulated_numerics else None,
     )
 
 
@@ -300,6 +316,32 @@ def numerics_status(probe: Probe, platform: str) -> str:
         reference=platform == probe.reference,
         ok=None if result.numerics is None else result.numerics.ok,
     )
+
+
+def emulated_status(result: PlatformProbe) -> str | None:
+    """How an emulation of ``result``'s platform went: ``match``, ``mismatch``, ``failed``
+    (the emulated run raised), ``not run`` (this JAX cannot run a kernel of it; never a
+    failure); ``None`` where it was not emulated."""
+    emulation = result.emulated
+    if emulation is None:
+        return None
+    return emulated_state(
+        ran=emulation.ran,
+        failed=emulation.error is not None,
+        ok=None if result.emulated_numerics is None else result.emulated_numerics.ok,
+    )
+
+
+def emulated_state(*, ran: bool, failed: bool, ok: bool | None) -> str:
+    """The status of one emulation, from its facts (one rule for the typed probe and for a
+    report's dicts)."""
+    if failed:
+        return "failed"
+    if not ran:
+        return "not run"
+    if ok is None:
+        return "not compared"
+    return "match" if ok else "mismatch"
 
 
 def numerics_state(

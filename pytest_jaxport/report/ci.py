@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_jaxport.model.config import ConfigError, ProjectConfig, Resolved, ToleranceSetting
+from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.baseline import (
     baseline_json,
@@ -56,11 +57,9 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
         outputs_dir = (here / value).resolve()
         if outputs_dir.exists() and not outputs_dir.is_dir():
             raise ConfigError(f"--jaxport-save-outputs {value}: {outputs_dir} is not a folder")
-        report = option("jaxport_report")
-        if report and report != "-" and Path(report).suffix == ".json":
-            outputs_base = (here / report).resolve().parent
-        else:
-            outputs_base = outputs_dir
+        reports = [r for r in option("jaxport_report") or () if r != "-"]
+        report = next((r for r in reports if Path(r).suffix == ".json"), None)
+        outputs_base = outputs_dir if report is None else (here / report).resolve().parent
     update = bool(option("jaxport_baseline_update"))
     name = option("jaxport_baseline")
     if update and not name:
@@ -151,23 +150,36 @@ def tolerance_table(project: ProjectConfig) -> dict[str, Any]:
     return table
 
 
+def emulate_entry(project: ProjectConfig) -> dict[str, Any]:
+    """``{"emulate": ["tpu"]}`` for ``report["config"]`` where the project (or the command
+    line) emulates; ``{}`` otherwise, so reports without emulation are unchanged."""
+    return {"emulate": list(project.emulate.value)} if project.emulate is not None else {}
+
+
 def leg_facts(
     tests: Iterable[Mapping[str, Any]], device_kinds: Mapping[str, str]
 ) -> dict[str, Any]:
     """``environment`` additions: each present platform's device kind (``device_kinds``),
-    what executed here."""
-    executed = {
-        platform
+    what executed here, and (where any) what was emulated on the CPU: never executed."""
+    entries = [
+        (platform, entry)
         for test in tests
         for check in test.get("checks", ())
         for platform, entry in check.get("platforms", {}).items()
-        if entry.get("executed")
-    }
-    return {
+    ]
+    executed = {platform for platform, entry in entries if entry.get("executed")}
+    emulated = {platform for platform, entry in entries if entry.get("emulated")}
+    facts: dict[str, Any] = {
         "device_kinds": dict(device_kinds),
-        "executed_platforms": [p for p in PLATFORMS if p in executed]
-        + sorted(executed - set(PLATFORMS)),
+        "executed_platforms": _in_order(executed),
     }
+    if emulated:  # a key only where something was emulated: other reports are unchanged
+        facts["emulated_platforms"] = _in_order(emulated)
+    return facts
+
+
+def _in_order(platforms: set[str]) -> list[str]:
+    return [p for p in PLATFORMS if p in platforms] + sorted(platforms - set(PLATFORMS))
 
 
 # -- per test -----------------------------------------------------------------------------
@@ -190,31 +202,38 @@ def save_check_outputs(
     nodeid: str,
     checks: Iterable[MutableMapping[str, Any]],
     outputs: Mapping[str, Mapping[str, Any]],
+    emulated: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
-    """Save each check's executed outputs; set ``outputs`` on its platform entries.
+    """Save each check's executed outputs, and each emulation's; set ``outputs`` (and
+    ``emulated_outputs``, never read as executed) on its platform entries.
 
     Returns one message per file that could not be written (the test fails with them).
     """
     if settings.outputs_dir is None or settings.outputs_base is None:
         return []
-    from pytest_jaxport.report.outputs import OutputsError, save_outputs
+    from pytest_jaxport.report.outputs import OutputsError, save_outputs  # numpy: only now
 
     problems = []
     for check in checks:
         name = str(check["name"])
-        for platform, found in outputs.get(name, {}).items():
+        saved = [(p, found, p, "outputs") for p, found in outputs.get(name, {}).items()]
+        saved += [
+            (p, found, emulated_label(p), "emulated_outputs")
+            for p, found in (emulated or {}).get(name, {}).items()
+        ]
+        for platform, found, label, key in saved:
             entry = check["platforms"].get(platform)
             if entry is None:
                 continue
             try:
-                file = save_outputs(settings.outputs_dir, nodeid, name, platform, found)
+                file = save_outputs(settings.outputs_dir, nodeid, name, label, found)
             except (OutputsError, OSError) as e:
                 problems.append(
-                    f"--jaxport-save-outputs: check {name!r} on {platform}: not saved: {e}"
+                    f"--jaxport-save-outputs: check {name!r} on {label}: not saved: {e}"
                 )
                 continue
             relative = os.path.relpath(settings.outputs_dir / file, settings.outputs_base)
-            entry["outputs"] = Path(relative).as_posix()
+            entry[key] = Path(relative).as_posix()
     return problems
 
 

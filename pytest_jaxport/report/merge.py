@@ -4,14 +4,19 @@ Per test, check and platform the entry of the leg that saw the platform at the h
 fidelity wins (:func:`fidelity`: executed > failed to run > compiled on the device >
 deviceless > lowered > failed to lower; ties to the leg given first); each executed
 platform's saved outputs are compared with the reference platform's, whichever leg ran it,
-and every difference is a :class:`Drift`. Legs must share the schema version and the project
-configuration except :data:`PER_LEG_CONFIG_KEYS`. docs/ci.md says what a user sees.
+and every difference is a :class:`Drift`. An emulation (``emulate = [...]``) never counts as
+executed: the merged entry keeps it from the leg that emulated, and its saved outputs are
+compared with the platform's own where a leg ran that platform (how an emulation is
+validated where the hardware exists) and with the reference where another leg ran that.
+Legs must share the schema version and the project configuration except
+:data:`PER_LEG_CONFIG_KEYS`. docs/ci.md says what a user sees.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -19,10 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.model.compare import compare
-from pytest_jaxport.model.config import ConfigError, ProjectConfig, parse_project
+from pytest_jaxport.model.budget import EMULATED_KEYS
+from pytest_jaxport.model.compare import Outputs, compare
+from pytest_jaxport.model.config import (
+    DEFAULT_MIGRATE_TO,
+    ConfigError,
+    ProjectConfig,
+    parse_project,
+)
+from pytest_jaxport.model.cost import COST_KEYS, CostModel
+from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import ordered_platforms
+from pytest_jaxport.model.tooling import Assumption, summarize
 from pytest_jaxport.report.audit import merge_audits
 from pytest_jaxport.report.baseline import counted, md_cell
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
@@ -32,15 +46,18 @@ from pytest_jaxport.report.schema import (
     ReportError,
     build_report,
     check_shape,
+    checks_of,
     load,
+    suite_numbers,
 )
 from pytest_jaxport.version import __version__
 
-PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset({"platforms", "compile", "source"})
+PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset({"platforms", "compile", "source", "emulate"})
 """``config`` keys that may differ between legs; every other key must be equal.
 
-``platforms`` and ``compile`` are what ``--jaxport-platforms`` / ``--jaxport-compile`` set per
-leg; ``source`` only says which file the configuration was read from. Budgets, tolerances,
+``platforms``, ``compile`` and ``emulate`` are what ``--jaxport-platforms`` /
+``--jaxport-compile`` / ``--jaxport-emulate`` set per leg (a CPU leg emulates tpu, the TPU
+leg runs it); ``source`` only says which file the configuration was read from. Budgets, tolerances,
 the reference platform and the GPU target description must agree, or the legs measured
 different things.
 """
@@ -122,6 +139,11 @@ class Drift:
             f"{self.nodeid} check {self.check!r}: {self.platform} ({self.leg}) differs from "
             f"{self.reference} ({self.reference_leg})"
         )
+        if self.platform == emulated_label(self.reference):  # the hardware it stands in for
+            head = (
+                f"{self.nodeid} check {self.check!r}: the emulation of {self.reference} "
+                f"({self.leg}) disagrees with {self.reference} itself ({self.reference_leg})"
+            )
         return "\n".join([head, *(f"  {m}" for m in self.messages)])
 
     def to_dict(self) -> dict[str, Any]:
@@ -266,16 +288,22 @@ def merge(
     cache: dict[Path, Any] = {}
     for nodeid in sorted(by_nodeid):
         merged_test, compared = _merge_test(nodeid, by_nodeid[nodeid], root)
+        drifted: list[Drift] = []
         for check, candidates in compared:
-            found, said, n = _cross_leg_numerics(
-                nodeid, check, candidates, reference, tolerance_for, cache
-            )
-            drifts += found
-            comparisons += n
-            notes += said
+            for across in (_cross_leg_numerics, _cross_leg_emulations):
+                found, said, n = across(nodeid, check, candidates, reference, tolerance_for, cache)
+                drifted += found
+                comparisons += n
+                notes += said
+        if drifted:  # a drift fails the test in the merged report, whatever each leg said
+            merged_test["drifts"] = [d.to_dict() for d in drifted]
+            if _outcome_rank(str(merged_test["outcome"])) < _outcome_rank("failed"):
+                merged_test["outcome"] = "failed"
+        drifts += drifted
         tests.append(merged_test)
 
     report = build_report(tests, config=config, environment=_merged_environment(named))
+    report["summary"].update(_merged_numbers(named, report["tests"], config))
     report["legs"] = _leg_records(named)
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
@@ -290,6 +318,68 @@ def merge(
     return MergeResult(
         report=report, drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
     )
+
+
+def _merged_numbers(
+    legs: Sequence[_Leg], tests: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The three numbers over the union of the legs' merged entries: each platform's runtime
+    share from the leg whose entry won, the rewrite estimate with the legs' cost model
+    (``[tool.jaxport.cost]``, which they must share), and their tooling scans joined.
+    ``pytest_jaxport_rewrite_cost`` hooks are pytest's: ``jaxport merge`` does not run them."""
+    first: tuple[_Leg, Mapping[str, Any]] | None = None
+    for leg in legs:
+        recorded = leg.report.get("summary", {}).get("cost_model")
+        if not isinstance(recorded, Mapping):
+            continue
+        if first is None:
+            first = (leg, recorded)
+        elif dict(recorded) != dict(first[1]):
+            raise MergeError(
+                f"{leg.path}: cost model ([tool.jaxport.cost]) {_short(dict(recorded))} differs "
+                f"from {first[0].path}'s {_short(dict(first[1]))}; legs of one merge must share "
+                "[tool.jaxport]"
+            )
+    values = {}
+    for key in COST_KEYS:
+        value = first[1].get(key) if first is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
+    migrate_to = config.get("migrate_to")
+    model = CostModel(**values)
+    numbers = suite_numbers(
+        checks_of(tests),
+        migrate_to=DEFAULT_MIGRATE_TO if not isinstance(migrate_to, list) else migrate_to,
+        model=model,
+        tooling=_merged_tooling(legs),
+    )
+    numbers["cost_model"] = dataclasses.asdict(model)
+    return numbers
+
+
+def _merged_tooling(legs: Sequence[_Leg]) -> dict[str, Any] | None:
+    """The legs' tooling scans as one: every assumption once (legs scan the same project)."""
+    scans = [
+        t for leg in legs if isinstance(t := leg.report.get("summary", {}).get("tooling"), Mapping)
+    ]
+    if not scans:
+        return None
+    found: dict[tuple[str, int, str], Assumption] = {}
+    for scan in scans:
+        for data in scan.get("assumptions") or ():
+            try:
+                assumption = Assumption.from_dict(data)
+            except ValueError as e:
+                raise MergeError(f"malformed tooling assumption in a leg: {e}") from None
+            found.setdefault((assumption.file, assumption.line, assumption.rule), assumption)
+    assumptions = sorted(found.values())
+    return {
+        "assumptions": [a.to_dict() for a in assumptions],
+        "by_rule": summarize(assumptions),
+        "files_listed": max(int(s.get("files_listed") or 0) for s in scans),
+        "files_read": max(int(s.get("files_read") or 0) for s in scans),
+        "source": next((s["source"] for s in scans if s.get("source")), None),
+    }
 
 
 def _name_legs(legs: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[_Leg]:
@@ -339,7 +429,8 @@ def _check_compatible(legs: Sequence[_Leg]) -> None:
             )
             raise MergeError(
                 f"{leg.path}: project config differs from {first.path} ({detail}); legs of one "
-                "merge must share [tool.jaxport] (only platforms and compile may differ per leg)"
+                "merge must share [tool.jaxport] (only platforms, compile and emulate may "
+                "differ per leg)"
             )
 
 
@@ -351,7 +442,7 @@ def _short(value: object) -> str:
 def _merged_config(legs: Sequence[_Leg]) -> dict[str, Any]:
     configs = [leg.report["config"] for leg in legs]
     config = dict(configs[0])
-    for key in ("platforms", "compile"):
+    for key in ("platforms", "compile", "emulate"):
         if any(key in c for c in configs):
             config[key] = ordered_platforms(p for c in configs for p in c.get(key) or [])
     for key in WHERE_SET_CONFIG_KEYS:
@@ -427,6 +518,7 @@ def _merge_test(
     check_names = list(dict.fromkeys(c["name"] for _, t in seen for c in t.get("checks", [])))
     checks = []
     winners: dict[tuple[str, str], _Leg] = {}
+    emulators: dict[tuple[str, str], _Leg] = {}
     compared: list[_Compared] = []
     for name in check_names:
         per_leg = [(leg, c) for leg, t in seen for c in t.get("checks", []) if c["name"] == name]
@@ -440,35 +532,63 @@ def _merge_test(
         for platform in ordered_platforms(candidates):
             best = max(candidates[platform], key=lambda c: fidelity(c.entry))
             winners[(name, platform)] = best.leg
-            platforms[platform] = _provenance(best, root)
+            # An emulation is never the platform's fidelity: the entry keeps it from the leg
+            # that emulated (the winner's own where it emulated too).
+            emulating = [c for c in candidates[platform] if c.entry.get("emulated")]
+            emulated = best if best in emulating else next(iter(emulating), None)
+            if emulated is not None:
+                emulators[(name, platform)] = emulated.leg
+            platforms[platform] = _provenance(best, root, emulated)
         merged_check = {k: v for k, v in first.items() if k != "platforms"}
         merged_check["platforms"] = platforms
         checks.append(merged_check)
         compared.append((merged_check, candidates))
     merged["checks"] = checks
-    merged["violations"] = _winning_violations(seen, winners)
+    merged["violations"] = _winning_violations(seen, winners, emulators)
     return merged, compared
 
 
-def _provenance(candidate: _Candidate, root: Path) -> dict[str, Any]:
-    entry = dict(candidate.entry)
+EMULATION_ENTRY_KEYS = ("emulated", "emulated_numerics", "emulated_outputs", "emulated_leg")
+"""A platform entry's emulation: kept from the leg that emulated, whichever leg won."""
+
+
+def _provenance(
+    candidate: _Candidate, root: Path, emulated: _Candidate | None = None
+) -> dict[str, Any]:
+    """The winning entry with its leg named, its emulation from ``emulated``'s leg, and
+    saved outputs' paths relative to ``root``."""
+    entry = {k: v for k, v in candidate.entry.items() if k not in EMULATION_ENTRY_KEYS}
     entry["leg"] = entry.get("leg") or candidate.leg.name
     if entry.get("outputs"):
-        absolute = candidate.leg.path.parent / str(entry["outputs"])
-        entry["outputs"] = Path(os.path.relpath(absolute, root)).as_posix()
+        entry["outputs"] = _relative(candidate, "outputs", root)
+    if emulated is not None:
+        entry.update({k: emulated.entry[k] for k in EMULATION_ENTRY_KEYS if k in emulated.entry})
+        entry["emulated_leg"] = emulated.entry.get("emulated_leg") or emulated.leg.name
+        if emulated.entry.get("emulated_outputs"):
+            entry["emulated_outputs"] = _relative(emulated, "emulated_outputs", root)
     return entry
 
 
+def _relative(candidate: _Candidate, key: str, root: Path) -> str:
+    """A saved outputs path of ``candidate``'s leg (relative to its report), from ``root``."""
+    absolute = candidate.leg.path.parent / str(candidate.entry[key])
+    return Path(os.path.relpath(absolute, root)).as_posix()
+
+
 def _winning_violations(
-    seen: Sequence[tuple[_Leg, Mapping[str, Any]]], winners: Mapping[tuple[str, str], _Leg]
+    seen: Sequence[tuple[_Leg, Mapping[str, Any]]],
+    winners: Mapping[tuple[str, str], _Leg],
+    emulators: Mapping[tuple[str, str], _Leg],
 ) -> list[dict[str, Any]]:
-    """Violations of the leg whose entry won; ones about no merged entry, from the first leg."""
+    """Violations of the leg whose entry won (an emulation's: of the leg whose emulation the
+    entry keeps); ones about no merged entry, from the first leg."""
     kept: list[dict[str, Any]] = []
     keys: set[str] = set()
     first = seen[0][0]
     for leg, test in seen:
         for violation in test.get("violations", []):
-            owner = winners.get((str(violation.get("check")), str(violation.get("platform"))))
+            owners = emulators if violation.get("key") in EMULATED_KEYS else winners
+            owner = owners.get((str(violation.get("check")), str(violation.get("platform"))))
             if (owner or first) is not leg:
                 continue
             tagged = {**violation, "leg": violation.get("leg") or leg.name}
@@ -560,10 +680,72 @@ def _cross_leg_numerics(
     return drifts, notes, comparisons
 
 
+def _cross_leg_emulations(
+    nodeid: str,
+    merged_check: dict[str, Any],
+    candidates: Mapping[str, Sequence[_Candidate]],
+    reference: str,
+    tolerance_for: ToleranceFor,
+    cache: dict[Path, Any],
+) -> tuple[list[Drift], list[str], int]:
+    """Each saved emulation against the platform it stands in for, where a leg ran that
+    platform and saved its outputs (the emulation's validation on real hardware), and
+    against the reference where only another leg ran that (its own leg compared in-process)."""
+    check = str(merged_check["name"])
+    executed = {
+        platform: [c for c in found if c.entry.get("executed") and c.entry.get("outputs")]
+        for platform, found in candidates.items()
+    }
+    ref_platform = str(merged_check.get("reference") or reference)
+    references = executed.get(ref_platform, [])
+    drifts: list[Drift] = []
+    comparisons = 0
+    for platform in ordered_platforms(candidates):
+        for emulating in (c for c in candidates[platform] if c.entry.get("emulated_outputs")):
+            leg = emulating.entry.get("emulated_leg") or emulating.leg.name
+            label = emulated_label(platform)
+            emulated = _outputs(nodeid, check, label, emulating, cache, key="emulated_outputs")
+            tolerance = _with_overrides(
+                tolerance_for, platform, merged_check.get("tolerance"),
+                gradient=merged_check.get("transform") in ("grad", "jvp"),
+            )  # fmt: skip
+            against = [(c, platform, True) for c in executed.get(platform, [])]
+            if references and all(c.leg is not emulating.leg for c in references):
+                against.append((references[0], ref_platform, False))
+            for other, other_platform, hardware in against:
+                other_leg = other.entry.get("leg") or other.leg.name
+                comparison = compare(
+                    _outputs(nodeid, check, other_platform, other, cache),
+                    emulated,
+                    reference_platform=f"{other_platform}@{other_leg}",
+                    platform=f"{label}@{leg}",
+                    tolerance=tolerance,
+                )
+                comparisons += 1
+                entry = merged_check["platforms"][platform]
+                if not hardware and entry.get("emulated_leg") == leg:
+                    entry["emulated_numerics"] = comparison.to_dict()
+                if not comparison.ok:
+                    drifts.append(
+                        Drift(
+                            nodeid=nodeid, check=check, platform=label, leg=leg,
+                            reference=other_platform, reference_leg=other_leg,
+                            messages=tuple(m.message for m in comparison.mismatches),
+                        )
+                    )  # fmt: skip
+    return drifts, [], comparisons
+
+
 def _outputs(
-    nodeid: str, check: str, platform: str, candidate: _Candidate, cache: dict[Path, Any]
-) -> Any:
-    path = candidate.leg.path.parent / str(candidate.entry["outputs"])
+    nodeid: str,
+    check: str,
+    platform: str,
+    candidate: _Candidate,
+    cache: dict[Path, Any],
+    *,
+    key: str = "outputs",
+) -> Outputs:
+    path = candidate.leg.path.parent / str(candidate.entry[key])
     if path not in cache:
         try:
             cache[path] = load_outputs(path)
@@ -571,7 +753,8 @@ def _outputs(
             raise MergeError(
                 f"{candidate.leg.path}: outputs of {nodeid} check {check!r} on {platform}: {e}"
             ) from None
-    return cache[path]
+    found: Outputs = cache[path]
+    return found
 
 
 # -- counts: what diff and the baseline ratchet -----------------------------------------------

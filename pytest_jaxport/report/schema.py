@@ -182,21 +182,25 @@ def suite_numbers(
     *,
     migrate_to: Iterable[str],
     model: CostModel,
-    tooling_assumptions: int = 0,
+    tooling: Mapping[str, Any] | None = None,
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
 ) -> dict[str, Any]:
-    """The three numbers over ``probes`` (a run's checks, or an audit's computations):
-    ``runtime_share``, ``kernels_to_rewrite``, ``rewrite_days`` and the ``rewrite``
-    estimates behind them."""
+    """The three numbers over ``probes`` (a run's checks, merged legs' checks, or an audit's
+    computations): ``runtime_share``, ``kernels_to_rewrite``, ``rewrite_days`` and the
+    ``rewrite`` estimates behind them, and the ``tooling`` scan where there is one."""
     probes = list(probes)
+    assumptions = len(tooling.get("assumptions") or ()) if tooling else 0
     estimates = suite_rewrite(probes, migrate_to=migrate_to, model=model,
-                              tooling_assumptions=tooling_assumptions, price=price)  # fmt: skip
-    return {
+                              tooling_assumptions=assumptions, price=price)  # fmt: skip
+    numbers: dict[str, Any] = {
         "runtime_share": suite_shares(probes),
         "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},
         "rewrite_days": {t: e.days for t, e in estimates.items()},
         "rewrite": {t: e.to_dict() for t, e in estimates.items()},
     }
+    if tooling is not None:
+        numbers["tooling"] = dict(tooling)
+    return numbers
 
 
 def build_report(

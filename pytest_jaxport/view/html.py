@@ -209,12 +209,26 @@ def _layer_legend() -> str:
 
 
 def _badge(row: ShareRow) -> str:
-    return f'<span class="badge {row.basis}">{_e(row.label)}</span>'
+    """The basis in a few words (``estimated ±37``); the full wording is its tooltip and is
+    spelled out once under the table: a badge that wraps nothing keeps the table narrow."""
+    short = row.short or row.label
+    title = f' title="{_e(row.label)}"' if row.label != short else ""
+    return f'<span class="badge {row.basis}"{title}>{_e(short)}</span>'
+
+
+def _basis_notes(rows: Sequence[ShareRow]) -> str:
+    """Each abbreviated basis spelled out once (``estimated ±37: estimated (roofline ...)``)."""
+    said = dict.fromkeys((r.short, r.label) for r in rows if r.short and r.short != r.label)
+    if not said:
+        return ""
+    items = "".join(f"<li><strong>{_e(short)}</strong>: {_e(label)}</li>" for short, label in said)
+    return f'<ul class="basis">{items}</ul>'
 
 
 def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) -> str:
     """One row per platform: label, basis badge, the bar (unless ``bars`` is false: a large
-    report's per-check tables), the fractions, libraries, time."""
+    report's per-check tables), the fractions, libraries, time; then each basis in full. In
+    a scrolling box, so it never widens the page (1280 to 1920 pixels: tests/test_html_report)."""
     if not rows:
         return ""
     body = "".join(
@@ -228,12 +242,12 @@ def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) ->
     )
     head = "".join(f'<th scope="col" class="num">{k}</th>' for k in SHARE_LAYERS)
     return (
-        f'<table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
+        f'<div class="scroll"><table class="shares"><caption>{_e(caption)}</caption><thead><tr>'
         '<th scope="col">platform</th><th scope="col">basis</th>'
         + ('<th scope="col">where the time goes</th>' if bars else "")
         + f'{head}<th scope="col">libraries</th>'
         + f'<th scope="col" class="num">time per call</th></tr></thead><tbody>{body}'
-        "</tbody></table>"
+        f"</tbody></table></div>{_basis_notes(rows)}"
     )
 
 
@@ -270,7 +284,7 @@ def _tile(value: str, label: str, href: str | None, cls: str = "") -> str:
 def _header(view: ReportView) -> str:
     head = view.headline
     failed, violations = head.failed_tests, head.violations
-    findings = sum(len(g.problems) for g in view.problems if g.kind != "violation")
+    findings = sum(g.count for g in view.problems if g.kind in ("not-lowered", "numerics"))
     audited = view.audit is not None and view.unit == "computation"
     tiles = [
         _tile(number(head.tests), "portable tests", "#matrix"),
@@ -288,7 +302,8 @@ def _header(view: ReportView) -> str:
             audit_tiles.append(failures)
         tiles = audit_tiles if audited else [*tiles, *audit_tiles]
     if findings:
-        tiles.append(_tile(number(findings), "other problems", "#problems", " warn"))
+        label = "findings that fail no test" if audited else "other problems"
+        tiles.append(_tile(number(findings), label, "#problems", " warn"))
     platform = view.hotspot_platform()
     if platform is not None:
         sites = sum(1 for h in view.hotspots if h.platform == platform)
@@ -310,6 +325,8 @@ def _header(view: ReportView) -> str:
     )
     if audited:
         verdict = "suite audit within its budget"
+        if _not_lowered(view):
+            verdict += f"; {plural(_not_lowered(view), 'computation')} do not lower everywhere"
     if head.audit_failures:
         verdict = (verdict + ", " if not audited else "") + plural(
             head.audit_failures, "suite audit failure")  # fmt: skip
@@ -320,6 +337,14 @@ def _header(view: ReportView) -> str:
         f'<div class="tiles" role="group" aria-label="suite totals">{"".join(tiles)}</div>'
         f'<dl class="facts">{dl}</dl></header>'
     )
+
+
+def _not_lowered(view: ReportView) -> int:
+    """The suite audit's computations that do not lower on some platform."""
+    audit = view.audit
+    if audit is None:
+        return 0
+    return max(0, audit.seen.get("computations", 0) - audit.lowers_everywhere)
 
 
 def _toc(view: ReportView) -> str:
@@ -343,6 +368,10 @@ def _toc(view: ReportView) -> str:
 
 def _problem_row(problem: Any, group: ProblemGroup) -> str:
     test = f'<a href="#{_anchor(problem.test)}"><code>{_e(problem.test)}</code></a>'
+    if len(problem.tests) > 1:  # the suite audit's computations sharing one reason
+        more = plural(len(problem.tests) - 1, "more test")
+        others = _e(", ".join(problem.tests[1:]))
+        test += f' <span class="muted" title="{others}">and {more}</span>'
     if problem.kind == "violation":
         own = f"limit {problem.limit}, set in {problem.origin}"
         setting = "" if group.rule.startswith(own) else f" (limit {problem.limit}, set in " \
@@ -357,11 +386,18 @@ def _problem_row(problem: Any, group: ProblemGroup) -> str:
 
 
 def _problems(view: ReportView) -> str:
+    audited = view.unit == "computation"  # a suite audit without portable tests
     if not view.problems:
+        clear = (
+            "None: every audited computation lowers on every platform, and the suite is within "
+            "its audit budget."
+            if audited
+            else "None: every portable test is within budget and every check lowers on every "
+            "platform."
+        )
         return (
             '<section id="problems" class="problems" aria-labelledby="problems-h">'
-            '<h2 id="problems-h">Problems</h2><p class="allclear">None: every portable test is '
-            "within budget and every check lowers on every platform.</p></section>"
+            f'<h2 id="problems-h">Problems</h2><p class="allclear">{clear}</p></section>'
         )
     groups = []
     for group in view.problems:
@@ -377,14 +413,14 @@ def _problems(view: ReportView) -> str:
                 f'</summary><table class="items">{head}<tbody>{"".join(rows[GROUP_ROWS:])}'
                 "</tbody></table></details>"
             )
-        cls = "group" if group.kind in ("violation", "failure") else "group finding"
+        cls = "group" if group.kind in ("violation", "drift", "failure") else "group finding"
         groups.append(
             f'<div class="{cls}" id="{_group_anchor(group)}"><h3>{_e(group.title)} '
             f'<span class="muted">{_e(group.summary())}</span></h3>{table}</div>'
         )
     overview = "".join(
         f'<tr><th scope="row"><a href="#{_group_anchor(g)}">{_e(g.title)}</a></th>'
-        f'<td class="num">{number(len(g.problems))}</td><td class="num">{number(g.tests)}</td>'
+        f'<td class="num">{number(g.count)}</td><td class="num">{number(g.tests)}</td>'
         f"<td>{_e(g.rule)}</td></tr>"
         for g in view.problems
     )
@@ -393,14 +429,22 @@ def _problems(view: ReportView) -> str:
         '<th scope="col" class="num">problems</th><th scope="col" class="num">tests</th>'
         f'<th scope="col">rule</th></tr></thead><tbody>{overview}</tbody></table>'
     )
+    order = (
+        "suite budget failures ([tool.jaxport.audit] fail_on, --jaxport-baseline), then "
+        "computations that do not lower for a platform, one row per reason (findings that fail "
+        "no test). Hover a row for the computations and where they are defined."
+        if audited
+        else "violations by budget key and platform, outputs that drift across CI legs, then "
+        "checks that do not lower or run (findings that fail no test unless must_lower says "
+        "so), numerics mismatches, and tests that failed for another reason. Hover a row for "
+        "the kernels or the full error."
+    )
     return (
         '<section id="problems" class="problems" aria-labelledby="problems-h">'
         '<h2 id="problems-h">Problems</h2>'
         f'<p class="note">{plural(view.problem_count, "problem")} in '
-        f"{plural(len(view.problems), 'group')}: violations by budget key and platform, then "
-        "checks that do not lower or run (findings that fail no test unless must_lower says "
-        f"so), numerics mismatches, and tests that failed for another reason. Hover a row for "
-        f"the kernels or the full error.</p>{overview}{''.join(groups)}</section>"
+        f"{plural(len(view.problems), 'group')}: {order}</p>{overview}{''.join(groups)}"
+        "</section>"
     )
 
 
@@ -576,15 +620,16 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
     if audit.tests:
         rows = "".join(
             f"<tr><td><code>{_e(t.nodeid)}</code></td>"
-            f"<td>{_e(', '.join(t.owns)) or '—'}</td>"
-            f"<td>{_e(', '.join(f'{name} of {owner}' for name, owner in t.uses)) or '—'}</td>"
+            f"<td>{_e(_listed(t.owns, t.eager_owned))}</td>"
+            f"<td>{_e(_listed([f'{n} of {o}' for n, o in t.uses], t.eager_used))}</td>"
             "</tr>"
             for t in audit.tests
         )
         parts.append(
             '<details class="more"><summary>Per test: the computations it owns (ran first in '
             "collection order) and those it uses that an earlier test owns (JAX served them "
-            f'from its caches)</summary><table class="items"><thead><tr><th scope="col">'
+            "from its caches); eager op-by-op computations (jnp outside jit) are counted"
+            '</summary><table class="items"><thead><tr><th scope="col">'
             'test</th><th scope="col">owns</th><th scope="col">uses</th></tr></thead>'
             f"<tbody>{rows}</tbody></table></details>"
         )
@@ -592,6 +637,13 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
         '<section id="audit" aria-labelledby="audit-h"><h2 id="audit-h">Suite audit '
         f"(<code>--jaxport-audit</code>)</h2>{''.join(parts)}</section>"
     )
+
+
+def _listed(names: Sequence[str], eager: int) -> str:
+    """``mlp [3f2a1b2c], step [9d0e1f2a]; 5 eager ops``; ``—`` for none."""
+    parts = [", ".join(names)] if names else []
+    parts += [plural(eager, "eager op")] if eager else []
+    return "; ".join(parts) or "—"
 
 
 def _totals(view: ReportView, anchor: str = "totals") -> str:
@@ -626,6 +678,19 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         f'<table class="totals"><thead><tr><th scope="col">platform</th>{head}'
         f'<th scope="col">libraries</th></tr></thead><tbody>{rows}</tbody></table>{note}'
         "</section>"
+    )
+
+
+def _emulations(view: ReportView) -> str:
+    """Per emulated platform, how its checks' emulations went (never executed numbers)."""
+    if not view.emulations:
+        return ""
+    items = "".join(f"<li><b>{_e(r.label)}</b>: {_e(r.counts())}</li>" for r in view.emulations)
+    return (
+        '<section id="emulated" aria-labelledby="emulated-h"><h2 id="emulated-h">Emulated on '
+        'cpu</h2><p class="note">Run on cpu as each platform would compute (emulate), '
+        f'compared with the reference; never executed there.</p><ul class="emulations">{items}'
+        "</ul></section>"
     )
 
 
@@ -682,6 +747,12 @@ def _cell(cell: Cell) -> str:
     if cell.numerics != "not present":
         cls = NUMERICS_CLASS.get(cell.numerics, "muted")
         text += f' <span class="numerics {cls}">{_e(cell.numerics)}</span>'
+    if cell.emulated is not None:
+        cls = NUMERICS_CLASS.get(cell.emulated, "bad" if cell.emulated == "failed" else "muted")
+        text += (
+            f' <span class="numerics {cls}" title="{_e(cell.emulated_label)}">emulated: '
+            f"{_e(cell.emulated)}</span>"
+        )
     if cell.compile_failed:
         text += ' <span class="badtext">compile failed</span>'
     if cell.not_compiling:
@@ -695,6 +766,7 @@ def _cell(cell: Cell) -> str:
         + (f", numerics {cell.numerics}" if cell.numerics != "not present" else "")
         + (f", the format rules say it does not compile ({', '.join(cell.not_compiling)})"
            if cell.not_compiling else "")
+        + (f", {cell.emulated_label}: {cell.emulated}" if cell.emulated is not None else "")
         + (", over budget" if cell.violations else "")
     )  # fmt: skip
     title = f' title="{_e(chr(10).join(cell.errors))}"' if cell.errors else ""
@@ -740,9 +812,16 @@ def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
 
 def _matrix(view: ReportView) -> str:
     if not view.tests:
+        said = "No portable tests ran."
+        if view.audit is not None:
+            said = (
+                "No portable tests ran: this run audited the suite as it is "
+                '(<code>--jaxport-audit</code>); what each test ran is under <a href="#audit">'
+                "Suite audit</a>."
+            )
         return (
             '<section id="matrix" aria-labelledby="matrix-h"><h2 id="matrix-h">Platform × test '
-            'matrix</h2><p class="note">No portable tests ran.</p></section>'
+            f'matrix</h2><p class="note">{said}</p></section>'
         )
     reference = view.headline.reference
     present = set(view.headline.present)
@@ -792,7 +871,9 @@ def _matrix(view: ReportView) -> str:
     legend = (
         '<ul class="legend" aria-label="matrix legend">'
         "<li>cells: vendor / custom calls (call-weighted), the level they come from where "
-        "compiled, numerics where the platform ran</li>"
+        "compiled, numerics where the platform ran"
+        + (", its emulation's where emulated on cpu" if view.emulations else "")
+        + "</li>"
         '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
         '<li><span class="swatch cellwarn" aria-hidden="true"></span>hand-written kernels</li>'
         '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '
@@ -868,6 +949,14 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
     ]
     if problems:
         out.append(f'<ul class="problems">{"".join(problems)}</ul>')
+    emulated = [
+        f"<li>{_e(cell.emulated_label)}: {_e(cell.emulated)}"
+        f"<pre>{_e(chr(10).join(cell.emulation))}</pre></li>"
+        for cell in row.cells.values()
+        if cell.emulated is not None
+    ]
+    if emulated:
+        out.append(f'<ul class="emulated">{"".join(emulated)}</ul>')
     out.append(_kernels_table(check))
     out.append(_findings_table(row.formats))
     shares = [
@@ -970,6 +1059,10 @@ tbody th { font-weight: 600; }
 .num { text-align: right; white-space: nowrap; }
 td.barcell { vertical-align: middle; padding: 4px 10px; }
 .libs, .reason { color: var(--muted); max-width: 340px; }
+table.shares td.libs { min-width: 160px; }
+table.shares td.barcell { width: 360px; }
+table.shares svg.bar { width: 100%; min-width: 220px; max-width: 360px; height: auto; }
+ul.basis { list-style: none; padding: 0; margin: 0 0 12px; font-size: 12.5px; color: var(--muted); }
 tr.total th, tr.total td { border-top: 2px solid var(--line); }
 code { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", "DejaVu Sans Mono",
   "Liberation Mono", monospace; overflow-wrap: break-word; }
@@ -1088,6 +1181,13 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
         f"pytest-jaxport portability report: {plural(head.tests, 'test')}, "
         f"{number(head.failed_tests)} failed, {plural(head.violations, 'budget violation')}"
     )
+    if view.audit is not None and view.unit == "computation":  # a suite audit, no checks
+        title = (
+            "pytest-jaxport suite audit: "
+            f"{plural(view.audit.seen.get('computations', 0), 'computation')} "
+            f"({number(_not_lowered(view))} do not lower everywhere), "
+            f"{plural(head.audit_failures, 'suite audit failure')}"
+        )
     upgraded = f" (upgraded from version {_e(head.upgraded_from)})" if head.upgraded_from else ""
     body = "".join(
         [
@@ -1098,6 +1198,7 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
             _numbers(view),
             _hotspots(view, options),
             _totals(view),
+            _emulations(view),
             _layers(view),
             _tooling(view),
             _audit(view, options),

@@ -20,7 +20,7 @@ Where to add something new, once for every format:
 - another source of censuses for the hotspots: :class:`pytest_jaxport.model.hotspots.Reach`.
 
 The suite audit (``--jaxport-audit``, the report's ``audit`` section) is part of the same
-view (:mod:`pytest_jaxport.view.audit` reads it): its failures to re-lower and its suite
+view (:func:`audit_parts` reads it): its failures to re-lower and its suite
 budget failures are problem groups (``audit``), and its three numbers, sites and platform
 totals are the headline's where the run has no checks (``unit`` says what the numbers
 count), else :attr:`AuditView.numbers`, next to the checks'.
@@ -44,9 +44,15 @@ from typing import Any, Literal
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
+from pytest_jaxport.model.emulation import (
+    Emulation,
+    emulated_label,
+    emulation_lines,
+    not_emulated_message,
+)
 from pytest_jaxport.model.formats import FINDING_KINDS, Finding
 from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
-from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_state
+from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_state, numerics_state
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.audit import computation_label, failures
 from pytest_jaxport.report.baseline import Change
@@ -84,6 +90,14 @@ def pct(fraction: float) -> str:
     if value < 10:
         return f"{value:.1f}".removesuffix(".0") + "%"
     return f"{value:.0f}%"
+
+
+def _as_shown(fraction: float | None) -> float:
+    """A share at the precision :func:`pct` prints it: rows that read the same are ordered by
+    what follows (dispatches, checks, place), not by a difference no reader can see and that
+    moves between JAX versions."""
+    value = (fraction or 0.0) * 100
+    return round(value, 1) if value < 10 else float(round(value))
 
 
 def days_text(days: float) -> str:
@@ -188,7 +202,7 @@ class Headline:
         )
 
 
-ProblemKind = Literal["violation", "not-lowered", "numerics", "failure"]
+ProblemKind = Literal["violation", "drift", "not-lowered", "numerics", "failure"]
 FAILURE_TITLES: Mapping[str, str] = {
     "failed": "failed: the test's own error",
     "error": "errored in setup or teardown",
@@ -196,13 +210,22 @@ FAILURE_TITLES: Mapping[str, str] = {
     "baseline": "counts grew since the baseline",
     "outputs": "outputs could not be saved",
 }
-PROBLEM_KINDS: tuple[ProblemKind, ...] = ("violation", "not-lowered", "numerics", "failure")
+PROBLEM_KINDS: tuple[ProblemKind, ...] = (
+    "violation",
+    "drift",
+    "not-lowered",
+    "numerics",
+    "failure",
+)
+DRIFT_KEY = "outputs differ across legs"
+"""A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
+on another (``jaxport merge``); the test fails in the merged report."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Problem:
-    """One thing that needs attention: a violation, a check that does not lower, a numerics
-    mismatch, or a test that failed for another reason (its error)."""
+    """One thing that needs attention: a violation, outputs that drift across CI legs, a check
+    that does not lower, a numerics mismatch, or a test that failed for another reason."""
 
     kind: ProblemKind
     test: str
@@ -218,8 +241,19 @@ class Problem:
     """The whole finding in one line (a violation's headline, an error's first line)."""
     details: tuple[str, ...] = ()
     audit: bool = False
-    """The suite audit's: a computation that failed to re-lower (``test`` its owner, ``check``
-    the computation), or a suite budget failure (``test`` is :data:`AUDITED_SUITE`)."""
+    """The suite audit's: computations that failed to re-lower (``test`` the first one's
+    owner, ``check`` the computation), or a suite budget failure (``test`` is
+    :data:`AUDITED_SUITE`)."""
+    computations: tuple[str, ...] = ()
+    """The suite audit's computations that share this finding: one problem for all that fail
+    to lower for one platform with the same reason, whole in ``message``."""
+    tests: tuple[str, ...] = ()
+    """The tests that own ``computations`` (collection order, each once)."""
+
+    @property
+    def count(self) -> int:
+        """How many findings this problem stands for (the computations sharing it)."""
+        return max(1, len(self.computations))
 
 
 AUDITED_SUITE = "the audited suite"
@@ -249,15 +283,20 @@ class ProblemGroup:
 
     @property
     def tests(self) -> int:
-        return len({p.test for p in self.problems})
+        return len({t for p in self.problems for t in p.tests or (p.test,)})
+
+    @property
+    def count(self) -> int:
+        """Its problems, each of the suite audit's grouped findings counted per computation."""
+        return sum(p.count for p in self.problems)
 
     def summary(self) -> str:
         """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``; the audit's
         ``1 suite violation (...)``, ``3 computations in 2 tests (...)``, ``2 counts``."""
-        nouns = {"violation": "violation", "failure": "test"}
+        nouns = {"violation": "violation", "failure": "test", "drift": "drift"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
-        text = plural(len(self.problems), nouns.get(self.kind, "computation" if self.audit
+        text = plural(self.count, nouns.get(self.kind, "computation" if self.audit
                                                       else "check"))  # fmt: skip
         if self.kind != "failure" and not (self.audit and self.kind == "violation"):
             text += f" in {plural(self.tests, 'test')}"
@@ -440,16 +479,29 @@ class Cell:
     """Rules saying the target's compiler rejects what lowered here (``float64-bitcast-not-
     compiled``): it lowers, but will not compile there."""
 
+    emulated: str | None = None
+    """How emulating this absent platform on the CPU went (``emulate = [...]``): ``match``,
+    ``mismatch``, ``failed``, ``not run``; ``None`` where it was not emulated. Never the
+    platform's own numerics (:attr:`numerics`)."""
+    emulation: tuple[str, ...] = ()
+    """What the emulation did and where (``emulation_lines``), why it did not run, and each
+    mismatch's message."""
+
+    @property
+    def emulated_label(self) -> str:
+        """``tpu (emulated on cpu)``: how every format names the emulation's result."""
+        return emulated_label(self.platform)
+
     @property
     def status(self) -> Literal["good", "warn", "bad"]:
-        """``bad``: does not lower, over budget, numerics differ; ``warn``: custom kernels,
-        lowers but the format rules say it does not compile, or not lowerable here
-        (unknown)."""
+        """``bad``: does not lower, over budget, numerics differ (its own or its
+        emulation's); ``warn``: custom kernels, lowers but the format rules say it does not
+        compile, or not lowerable here (unknown)."""
         if self.needs_hardware and not self.violations:
             return "warn"
         if not self.lowers or self.violations or self.compile_failed:
             return "bad"
-        if self.numerics in ("mismatch", "error"):
+        if self.numerics in ("mismatch", "error") or self.emulated in ("mismatch", "failed"):
             return "bad"
         return "warn" if self.custom or self.not_compiling else "good"
 
@@ -566,15 +618,58 @@ class Note:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EmulationRow:
+    """One emulated platform over the suite: how many checks it emulated, and how each
+    went (``emulate = [...]``)."""
+
+    platform: str
+    checks: int = 0
+    match: int = 0
+    mismatch: int = 0
+    failed: int = 0
+    not_run: int = 0
+
+    @property
+    def label(self) -> str:
+        """``tpu (emulated on cpu)``."""
+        return emulated_label(self.platform)
+
+    def counts(self) -> str:
+        """``12 checks: 11 match, 1 mismatch``; only the outcomes that occur."""
+        parts = [
+            f"{number(n)} {word}"
+            for n, word in ((self.match, "match"), (self.mismatch, "mismatch"),
+                            (self.failed, "failed"), (self.not_run, "not run"))
+            if n
+        ]  # fmt: skip
+        return f"{plural(self.checks, 'check')}: {', '.join(parts) or 'not compared'}"
+
+
+EMULATION_NOTE = (
+    "emulated on cpu: run as the platform would compute (its platform_dependent branch, its "
+    "Pallas kernels in interpret mode, default-precision float32 dots rounded), never "
+    "executed there; it catches kernel logic and precision sensitivity, not vendor-library "
+    "algorithms or accumulation order"
+)
+"""Said once in a report where a platform was emulated (docs/troubleshooting.md has more)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuditTest:
     """One test of an audited suite and the computations it ran."""
 
     nodeid: str
     owns: tuple[str, ...] = ()
-    """The computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
+    """The jitted computations it ran first in collection order (``mlp [3f2a1b2c]``)."""
     uses: tuple[tuple[str, str], ...] = ()
-    """``(computation, owner)``: computations an earlier test ran first. JAX served them
-    from its caches (traced and compiled before); the audit still counts the test a user."""
+    """``(computation, owner)``: jitted computations an earlier test ran first. JAX served
+    them from its caches (traced and compiled before); the audit still counts the test a
+    user."""
+    eager_owned: int = 0
+    """Eager op-by-op computations (a ``jnp`` function or primitive run outside jit) it ran
+    first: counted, not named (their names are JAX's own: ``convert_element_type``)."""
+    eager_used: int = 0
+    """Eager op-by-op computations an earlier test ran first."""
 
     __test__ = False  # not a pytest test class
 
@@ -660,10 +755,12 @@ class ReportView:
     (:func:`collectives_of`)."""
     devices: Mapping[str, str] = field(default_factory=dict)
     """The device each platform's formats-and-layout findings were judged for."""
+    emulations: tuple[EmulationRow, ...] = ()
+    """Per emulated platform, its checks' outcomes (:func:`emulations_of`)."""
 
     @property
     def problem_count(self) -> int:
-        return sum(len(g.problems) for g in self.problems)
+        return sum(g.count for g in self.problems)
 
     def select(self, options: DisplayOptions) -> ReportView:
         """This view narrowed to ``options.platform`` and, for the per-test lists, to failed
@@ -708,6 +805,7 @@ class ReportView:
                 view.totals, rows=tuple(r for r in view.totals.rows if r[0] == platform)
             ),
             shares=tuple(s for s in view.shares if s.platform == platform),
+            emulations=tuple(e for e in view.emulations if e.platform == platform),
             targets=targets,
             tests=tests,
             platforms=tuple(p for p in view.platforms if p == platform),
@@ -792,6 +890,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         transformations=transformations_of(rows),
         collectives=collectives_of(summary),
         devices=devices_of(report),
+        emulations=emulations_of(rows),
     )
     if audit is not None:
         view = dataclasses.replace(
@@ -924,6 +1023,28 @@ def numerics_of(check: Mapping[str, Any], platform: str) -> str:
     )
 
 
+def emulated_of(entry: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """How an emulation went (:func:`pytest_jaxport.model.probe.emulated_status`, read from a
+    platform entry) and its lines: what it did and where, why it did not run, each
+    mismatch's message; ``(None, ())`` where the platform was not emulated."""
+    data = entry.get("emulated")
+    if not isinstance(data, Mapping):
+        return None, ()
+    try:
+        emulation = Emulation.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None, ()
+    numerics = _map(entry.get("emulated_numerics"))
+    found = numerics.get("ok")
+    ok = (found if isinstance(found, bool) else not _list(numerics.get("mismatches"))) if (
+        numerics) else None  # fmt: skip
+    status = emulated_state(ran=emulation.ran, failed=emulation.error is not None, ok=ok)
+    lines = [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
+    if status == "not run":
+        lines.append(not_emulated_message(emulation))
+    return status, (*lines, *emulation_lines(emulation))
+
+
 def counted_census(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str]:
     """The census budgets apply to and its level: compiled where compiled, else lowered."""
     compiled = entry.get("compiled")
@@ -963,6 +1084,7 @@ def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) 
     if status == "mismatch":
         numerics = _map(entry.get("numerics"))
         errors += [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
+    emulated, emulation = emulated_of(entry)
     return Cell(
         platform=platform,
         lowers=isinstance(entry.get("lowered"), Mapping),
@@ -982,6 +1104,8 @@ def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) 
         compile_failed=bool(entry.get("compile_error")),
         needs_hardware=_str(entry.get("needs_hardware")) or None,
         not_compiling=_not_compiling(entry),
+        emulated=emulated,
+        emulation=emulation,
     )
 
 
@@ -1087,7 +1211,7 @@ def problems_of(
     """Every problem of the suite, grouped: violations by budget key and platform; checks
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
     mismatches no violation covers; tests that failed or errored for another reason; and the
-    suite ``audit``'s problems (:func:`pytest_jaxport.view.audit.audit_problems`), apart."""
+    suite ``audit``'s problems (:func:`audit_problems`), apart."""
     found: list[Problem] = list(audit)
     for test in tests:
         record = test.record
@@ -1111,9 +1235,12 @@ def problems_of(
                     details=violation_details(v),
                 )
             )
+        drifts = _drifts(test)  # a merged report's: they say more than the cell's mismatch
+        violated |= {(p.check or "", p.platform or "", "numerics") for p in drifts}
         for row in test.checks:
             for cell in row.cells.values():
                 found += _cell_problems(test.nodeid, row, cell, violated)
+        found += drifts
         found += _failures(test)
     groups: dict[tuple[ProblemKind, str, str | None, bool], list[Problem]] = {}
     for problem in found:
@@ -1121,8 +1248,8 @@ def problems_of(
         groups.setdefault(key, []).append(problem)
     ordered = sorted(
         groups.items(),
-        key=lambda item: (PROBLEM_KINDS.index(item[0][0]), -len(item[1]), item[0][2] or "",
-                          item[0][1], item[0][3]),
+        key=lambda item: (PROBLEM_KINDS.index(item[0][0]), -sum(p.count for p in item[1]),
+                          item[0][2] or "", item[0][1], item[0][3]),
     )  # fmt: skip
     return tuple(
         ProblemGroup(
@@ -1176,13 +1303,45 @@ def _cell_problems(
     return problems
 
 
+def _drifts(test: TestRow) -> list[Problem]:
+    """A merged report's drifts: outputs on one leg that differ from the reference's."""
+    problems = []
+    for data in map(_map, _list(test.record.get("drifts"))):
+        messages = tuple(_str(m) for m in _list(data.get("messages")))
+        platform, leg = _str(data.get("platform"), "?"), _str(data.get("leg"), "?")
+        reference = f"{_str(data.get('reference'), '?')} ({_str(data.get('reference_leg'), '?')})"
+        problems.append(
+            Problem(
+                kind="drift",
+                test=test.nodeid,
+                check=_str(data.get("check"), "?"),
+                platform=platform,
+                key=DRIFT_KEY,
+                found=plural(len(messages), "differing leaf", "differing leaves"),
+                message=f"{platform} ({leg}) differs from {reference}: "
+                + (first_line(messages[0]) if messages else "outputs differ"),
+                details=messages,
+            )
+        )
+    return problems
+
+
+def _without_test(error: str, nodeid: str) -> str:
+    """A test's error as its problem row shows it, next to the test's id: without the id
+    again nor pytest.fail's ``Failed:`` (``@pytest.mark.portable: unknown keyword ...``)."""
+    text = error.removeprefix("Failed: ")
+    if text.startswith(nodeid):
+        return text.removeprefix(nodeid).removeprefix(":").lstrip()
+    return text.replace(f" on {nodeid}:", ":", 1)  # "@pytest.mark.portable on t.py::t: ..."
+
+
 def _failures(test: TestRow) -> list[Problem]:
     """Why a test failed or errored, when it was not (only) a violation."""
     record = test.record
     problems = []
     if test.error is not None:
         key = "crashed" if record.get("crashed") else test.outcome
-        message = test.error.removeprefix(f"{test.nodeid} ")  # the row names the test
+        message = _without_test(test.error, test.nodeid)
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=key, message=message, found=key)
         )
@@ -1199,7 +1358,8 @@ def _failures(test: TestRow) -> list[Problem]:
                     details=tuple(lines),
                 )
             )
-    if not problems and test.outcome in ("failed", "error") and not _list(record.get("violations")):
+    explained = _list(record.get("violations")) or _list(record.get("drifts"))
+    if not problems and test.outcome in ("failed", "error") and not explained:
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=test.outcome, found=test.outcome,
                     message=f"{test.outcome} (no message recorded)")
@@ -1223,6 +1383,8 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         return "not in must_lower: a finding, not a failure"
     if kind == "numerics":
         return "no numerics budget applied"
+    if kind == "drift":
+        return "beyond the project's tolerances: the test fails in the merged report"
     return ""
 
 
@@ -1245,7 +1407,7 @@ def hotspots_of(
             sites = []
     order = {p: i for i, p in enumerate(dict.fromkeys(s.platform for s in sites))}
     sites.sort(
-        key=lambda h: (order[h.platform], -(h.share or 0.0), -h.dispatches, -h.checks,
+        key=lambda h: (order[h.platform], -_as_shown(h.share), -h.dispatches, -h.checks,
                        h.location or "~", h.name)
     )  # fmt: skip
     return tuple(sites)
@@ -1409,6 +1571,9 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
     rewrite = ", ".join(
         f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
     )
+    if not rewrite:
+        cuda = _int(platforms.get(NVIDIA, {}).get("lowered"))
+        rewrite = "not computed in this report" if cuda else f"no {NVIDIA} census"
     tooling = summary.get("tooling")
     values = [
         f"{number(everywhere)} of {plural(counted, view.unit)} "
@@ -1416,7 +1581,7 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
         + (f" ({number(untraced)} could not be traced here)" if untraced else ""),
         "; ".join(x for x in (f"ops: {xla}" if xla else "", shares("xla")) if x),
         "; ".join(x for x in (vendor, shares("vendor")) if x),
-        (rewrite or "no cuda census") + (f"; custom calls: {custom}" if custom else ""),
+        rewrite + (f"; custom calls: {custom}" if custom else ""),
         formats_value(platforms, view.hotspots, view.devices),
         (f"{number(len(view.tooling))} found in {number(_int(_map(tooling).get('files_read')))} "
          "files read" if isinstance(tooling, Mapping) else "not scanned"),
@@ -1505,11 +1670,50 @@ def not_compiling_notes(tests: Sequence[TestRow]) -> list[Note]:
     ]
 
 
+def emulations_of(tests: Sequence[TestRow]) -> tuple[EmulationRow, ...]:
+    """Per emulated platform (in the matrix's order), how its checks' emulations went."""
+    found: dict[str, Counter[str]] = {}
+    for test in tests:
+        for row in test.checks:
+            for cell in row.cells.values():
+                if cell.emulated is not None:
+                    found.setdefault(cell.platform, Counter())[cell.emulated] += 1
+    return tuple(
+        EmulationRow(
+            platform=platform,
+            checks=sum(counts.values()),
+            match=counts["match"],
+            mismatch=counts["mismatch"],
+            failed=counts["failed"],
+            not_run=counts["not run"],
+        )
+        for platform, counts in found.items()
+    )
+
+
 def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note, ...]:
-    """Notes said once: each distinct check note with how many checks it applies to."""
+    """Notes said once: each distinct check note with how many checks it applies to; why
+    an emulation did not run (never a failure), with how many checks it applies to; and
+    for a merged report how its numbers and numerics were obtained."""
     counts: Counter[str] = Counter(c.note for t in tests for c in t.checks if c.note is not None)
     notes = [Note(text=text, checks=n) for text, n in counts.most_common()]
     notes += not_compiling_notes(tests)
+    not_run: Counter[str] = Counter(
+        line
+        for t in tests
+        for c in t.checks
+        for cell in c.cells.values()
+        if cell.emulated == "not run"
+        for line in cell.emulation
+        if line.startswith(f"{cell.emulated_label}: not run:")
+    )
+    notes += [Note(text=text, checks=n) for text, n in not_run.most_common()]
+    if any(cell.emulated for t in tests for c in t.checks for cell in c.cells.values()):
+        notes.append(Note(text=EMULATION_NOTE))
+    legs = _list(report.get("legs"))
+    if legs:
+        notes += merged_notes(report, legs)
+        return tuple(notes)
     present = [str(p) for p in _list(_map(report.get("environment")).get("present_platforms"))]
     if any(c.numerics == "not present" for t in tests for r in t.checks for c in r.cells.values()):
         notes.append(
@@ -1519,6 +1723,36 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
             )
         )
     return tuple(notes)
+
+
+def merged_notes(report: Mapping[str, Any], legs: Sequence[Any]) -> list[Note]:
+    """How a merged report (``jaxport merge``) got its numbers, and what it compared."""
+    names = ", ".join(_str(_map(leg).get("leg"), "?") for leg in legs)
+    notes = [
+        Note(
+            text=f"merged from {plural(len(legs), 'leg')} ({names}) by jaxport merge: each "
+            "platform's entry comes from the leg that saw it best; the three numbers are "
+            "recomputed over the merged entries with the legs' cost model ([tool.jaxport.cost]); "
+            "pytest_jaxport_rewrite_cost hooks run only inside pytest, not in the merge"
+        )
+    ]
+    compared = _int(report.get("comparisons"))
+    if compared:
+        drifted = sum(len(_list(_map(t).get("drifts"))) for t in _list(report.get("tests")))
+        notes.append(
+            Note(
+                text=f"numerics across legs: {plural(compared, 'saved output')} compared with "
+                f"the reference's, {number(drifted)} drifted"
+            )
+        )
+    else:
+        notes.append(
+            Note(
+                text="numerics across legs: nothing compared (no two legs saved outputs of the "
+                "same check: run the legs with --jaxport-save-outputs)"
+            )
+        )
+    return notes
 
 
 def _deviceless(tests: Sequence[Mapping[str, Any]]) -> bool:
@@ -1708,28 +1942,33 @@ def audit_notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
 def tests_of(
     audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
 ) -> tuple[AuditTest, ...]:
-    """Per test that ran anything (collection order), what it owns and what it uses that an
-    earlier test owns (jitted functions before eager op-by-op computations)."""
+    """Per test that ran anything (collection order), the jitted computations it owns and
+    those it uses that an earlier test owns, and how many eager op-by-op ones of each."""
     by_id = {str(c.get("id")): c for c in computations}
 
-    def jitted_first(cids: Any) -> list[str]:  # the jitted functions, then eager ops
-        return sorted(map(str, cids or ()), key=lambda c: by_id.get(c, {}).get("kind") != "jit")
+    def split(cids: Any) -> tuple[list[str], int]:  # the jitted functions; eager ops counted
+        jitted = [str(c) for c in cids or () if by_id.get(str(c), {}).get("kind") != "eager"]
+        return jitted, len(list(cids or ())) - len(jitted)
 
     rows = []
     for nodeid, test in _map(audit.get("tests")).items():
         test = _map(test)
-        owns = jitted_first(test.get("owns"))
-        owned = set(owns)
-        uses = [
-            (computation_label(by_id.get(cid, {"id": cid})), str(by_id.get(cid, {}).get("owner")))
-            for cid in jitted_first(test.get("uses"))
-            if cid not in owned
-        ]
+        owned = {str(c) for c in test.get("owns") or ()}
+        owns, eager_owned = split(test.get("owns"))
+        uses, eager_used = split([c for c in test.get("uses") or () if str(c) not in owned])
         rows.append(
             AuditTest(
                 nodeid=str(nodeid),
                 owns=tuple(computation_label(by_id.get(cid, {"id": cid})) for cid in owns),
-                uses=tuple(uses),
+                uses=tuple(
+                    (
+                        computation_label(by_id.get(cid, {"id": cid})),
+                        str(by_id.get(cid, {}).get("owner")),
+                    )
+                    for cid in uses
+                ),
+                eager_owned=eager_owned,
+                eager_used=eager_used,
             )
         )
     return tuple(rows)
@@ -1742,6 +1981,9 @@ def audit_problems(
     failures, as problems of the view (``audit=True``)."""
     problems = []
     by_id = {str(c.get("id")): c for c in computations}
+    # One problem per platform and reason: the same failure in 150 computations is one row
+    # that says how many and which tests, with the reason whole.
+    shared: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for finding in _maps(audit.get("findings")):
         computation = by_id.get(str(finding.get("computation")), {})
         platform = str(finding.get("platform", "?"))
@@ -1749,23 +1991,31 @@ def audit_problems(
         hardware = entry.get("needs_hardware")
         key = f"not lowerable here: needs a {hardware}" if hardware else "does not lower"
         reason = str(finding.get("reason", ""))
-        name = computation_label(computation or {"function": finding.get("function"),
-                                     "id": finding.get("computation")})  # fmt: skip
-        source = computation.get("source")
-        signature = ", ".join(map(str, computation.get("signature") or ()))
-        details = [f"{name} defined at {source}" if source else name]
-        details += [f"signature: {signature}"] if signature else []
+        shared.setdefault((platform, key, reason), []).append(
+            computation or {"function": finding.get("function"), "id": finding.get("computation")}
+        )
+    for (platform, key, reason), sharing in shared.items():
+        names = tuple(computation_label(c) for c in sharing)
+        owners = tuple(dict.fromkeys(str(c.get("owner") or OUTSIDE_TESTS) for c in sharing))
+        details = []
+        for name, c in zip(names, sharing, strict=True):
+            source = f" defined at {c['source']}" if c.get("source") else ""
+            signature = ", ".join(map(str, c.get("signature") or ()))
+            signature = f" ({signature})" if signature else ""
+            details.append(f"{name}{source}{signature}, owned by {c.get('owner') or OUTSIDE_TESTS}")
         problems.append(
             Problem(
                 kind="not-lowered",
                 audit=True,
-                test=str(computation.get("owner") or OUTSIDE_TESTS),
-                check=name,
+                test=owners[0],
+                check=names[0] if len(names) == 1 else plural(len(names), "computation"),
                 platform=platform,
                 key=key,
                 found=key,
-                message=first_line(reason),
-                details=(*details, reason),
+                message=" ".join(reason.split()),
+                details=tuple(details),
+                computations=names,
+                tests=owners,
             )
         )
     for data in _maps(audit.get("violations")):

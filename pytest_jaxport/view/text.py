@@ -23,7 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_jaxport.model.cost import SHARE_LAYERS
-from pytest_jaxport.model.probe import PlatformProbe, Probe, numerics_status
+from pytest_jaxport.model.emulation import emulation_lines, not_emulated_message
+from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
@@ -65,6 +66,8 @@ REWRITE_ITEMS = 3
 """Kernels to rewrite the terminal lists per target (the files list every one)."""
 AUDIT_NAMES = 3
 """Computations the terminal names per test and kind at ``-v`` (``-vv`` names every one)."""
+QUIET_REASONS = 3
+"""At ``-q``, why the suite audit's computations do not lower: this many reasons per group."""
 
 
 def _libraries(libraries: Mapping[str, int]) -> str:
@@ -127,13 +130,29 @@ def platform_line(probe: Probe, platform: str) -> str:
     return text
 
 
+def emulated_lines(result: PlatformProbe) -> list[str]:
+    """``tpu (emulated on cpu)  numerics: mismatch (1 leaf differs)`` and, under it, what
+    the emulation did and where (why it did not run); ``[]`` where not emulated."""
+    emulation = result.emulated
+    status = emulated_status(result)
+    if emulation is None or status is None:
+        return []
+    head = f"{emulation.label}  numerics: {status}"
+    comparison = result.emulated_numerics
+    if status == "mismatch" and comparison is not None:
+        head += f" ({plural(len(comparison.mismatches), 'leaf differs', 'leaves differ')})"
+    details = [not_emulated_message(emulation)] if status == "not run" else []
+    return [head, *(f"  {line}" for line in (*details, *emulation_lines(emulation)))]
+
+
 def probe_text(
     probe: Probe, indent: str = "", *, note: bool = True, every_finding: bool = False
 ) -> str:
-    """One check: a line per platform, its vendor and custom kernels, what compiling
-    changed, its formats-and-layout findings, and its note (``note=False`` where the report
-    says notes once). Findings: those the rules say do not compile and a count per
-    platform, or each one with ``every_finding`` (``--jaxport-report-details=all``)."""
+    """One check: a line per platform (and per emulated platform, with what it emulated),
+    its vendor and custom kernels, what compiling changed, its formats-and-layout findings,
+    and its note (``note=False`` where the report says notes once). Findings: those the
+    rules say do not compile and a count per platform, or each one with ``every_finding``
+    (``--jaxport-report-details=all``)."""
     lines = [f"{indent}check {probe.name!r}"]
     lines += [f"{indent}  {platform_line(probe, p)}" for p in probe.platforms]
     for platform, result in probe.platforms.items():
@@ -147,6 +166,8 @@ def probe_text(
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
     lines += [f"{indent}    {line}" for line in findings_lines(probe, every=every_finding)]
+    for result in probe.platforms.values():
+        lines += [f"{indent}  {line}" for line in emulated_lines(result)]
     if probe.note and note:
         lines.append(f"{indent}  note: {probe.note}")
     return "\n".join(lines)
@@ -262,6 +283,8 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     """The terminal report section. With ``written_to`` (the report also went to that file)
     only the problems and the headline, unless ``options`` ask for more."""
     view = view.select(options)
+    if options.verbosity < 0:
+        return "\n".join(fit(quiet_lines(view, options)))
     lines: list[str] = []
     level = options.detail_level()
     if level != "none":
@@ -272,6 +295,18 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
         lines += hotspot_lines(view, options)
     lines += headline_lines(view, options)
     return "\n".join(fit(lines))
+
+
+def quiet_lines(view: ReportView, options: DisplayOptions) -> list[str]:
+    """``-q``: the problem groups (their headers) and the headline; ``-qq``: one line."""
+    head = view.headline
+    counts = head.setting() if view.unit == "computation" else f"{head.counts()}; {head.setting()}"
+    if options.verbosity < -1:
+        problems = plural(view.problem_count, "problem") if view.problems else "no problems"
+        if view.unit == "computation":
+            return [f"jaxport audit: {problems} (-q for the groups)"]
+        return [f"jaxport: {head.counts()}; {problems} (-q for the groups)"]
+    return [*problem_lines(view, options), *wrap(counts, hang="  ")]
 
 
 def fit(lines: Iterable[str]) -> list[str]:
@@ -311,31 +346,39 @@ def details_lines(view: ReportView, *, every: bool) -> list[str]:
 
 
 def audit_test_lines(view: ReportView, *, every: bool) -> list[str]:
-    """Per test of an audited suite, the computations it owns and those it uses that an
-    earlier test owns (a few names each; ``every`` name at ``-vv``)."""
+    """Per test of an audited suite, the jitted computations it owns and those it uses that
+    an earlier test owns (a few names each; ``every`` name at ``-vv``), and how many eager
+    op-by-op ones."""
     audit = view.audit
     if audit is None or not audit.tests:
         return []
-    lines = [
+    lines = wrap(
         "suite audit, per test: it owns the computations it ran first in collection order; it "
         "uses the ones an earlier test owns (JAX served them from its caches, traced and "
-        "compiled before: the audit counts each once, the test among its users)"
-    ]
+        "compiled before: the audit counts each once, the test among its users); eager "
+        "op-by-op computations (jnp outside jit) are counted, not named",
+        hang="  ",
+    )
     for test in audit.tests:
         parts = []
-        if test.owns:
-            parts.append(f"owns {_names(test.owns, every)}")
-        if test.uses:
+        if test.owns or test.eager_owned:
+            parts.append(f"owns {_names(test.owns, test.eager_owned, every)}")
+        if test.uses or test.eager_used:
             uses = [f"{name} of {owner}" for name, owner in test.uses]
-            parts.append(f"uses {_names(uses, every)}")
+            parts.append(f"uses {_names(uses, test.eager_used, every)}")
         lines += wrap(f"{test.nodeid}: {'; '.join(parts)}", indent="  ", hang="    ")
     return [*lines, ""]
 
 
-def _names(names: Sequence[str], every: bool) -> str:
+def _names(names: Sequence[str], eager: int, every: bool) -> str:
+    """``2 (mlp [3f2a1b2c], step [9d0e1f2a]) and 5 eager ops``."""
+    ops = plural(eager, "eager op")
+    if not names:
+        return ops
     shown = names if every else names[:AUDIT_NAMES]
     more = f", +{number(len(names) - len(shown))} more (-vv)" if len(shown) < len(names) else ""
-    return f"{number(len(names))} ({', '.join(shown)}{more})"
+    named = f"{number(len(names))} ({', '.join(shown)}{more})"
+    return f"{named} and {ops}" if eager else named
 
 
 def audit_failure_lines(view: ReportView) -> list[str]:
@@ -361,15 +404,18 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     groups = view.problems
     if not groups:
         if view.unit == "computation":
-            return ["problems: none (every audited computation lowers on every platform, "
-                    "the suite within its audit budget)", ""]  # fmt: skip
+            return [*wrap("problems: none (every audited computation lowers on every platform, "
+                          "the suite within its audit budget)", hang="  "), ""]  # fmt: skip
         return ["problems: none (every portable test within budget, every check lowers)", ""]
-    findings = sum(len(g.problems) for g in groups if g.kind in ("not-lowered", "numerics"))
+    findings = sum(g.count for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
         said = []
     if head.audit_failures:
         said.append(f"{plural(head.audit_failures, 'suite audit failure')} (no test's)")
+    drifts = sum(len(g.problems) for g in groups if g.kind == "drift")
+    if drifts:
+        said.append(plural(drifts, "output drift") + " across legs")
     if findings:
         said.append(
             f"{plural(findings, 'finding')} that fail{'s' if findings == 1 else ''} no test"
@@ -377,17 +423,23 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     lines = [f"problems: {', '.join(said)}"]
     limit = options.problem_lines()
     headers = [wrap(f"{g.title} — {g.summary()}", indent="  ", hang="    ") for g in groups]
-    if limit == 0:  # -q: every group's header, no rows
-        quotas, hidden = [0] * len(groups), False
+    if limit == 0:  # -q: every group's header, no rows but why the audit's do not lower
+        quotas = [min(len(g.problems), QUIET_REASONS) if _reasons(g) else 0 for g in groups]
+        hidden = False
+        rows: list[list[list[str]]] = [
+            [_problem_line(p, g.rule) for p in g.problems[:quota]]
+            for g, quota in zip(groups, quotas, strict=True)
+        ]
     else:
-        sizes = [len(g.problems) for g in groups]
-        quotas, hidden = _allot(sizes, [len(h) for h in headers], limit)
-    for group, header, quota in zip(groups, headers, quotas, strict=False):
+        rows = [[_problem_line(p, g.rule) for p in g.problems] for g in groups]
+        costs = [[len(row) for row in group] for group in rows]
+        quotas, hidden = _allot(costs, [len(h) for h in headers], limit)
+    for group, group_rows, header, quota in zip(groups, rows, headers, quotas, strict=False):
         lines += header
-        for problem in group.problems[:quota]:
-            lines += _problem_line(problem, group.rule)
+        for row in group_rows[:quota]:
+            lines += row
         rest = len(group.problems) - quota
-        if rest and limit != 0:
+        if rest and (limit != 0 or quota):
             lines.append(
                 f"    +{number(rest)} more (-v lists them; the report files have them all)"
             )
@@ -400,7 +452,30 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     return [*lines, ""]
 
 
+def _reasons(group: Any) -> bool:
+    """Whether ``group`` (or a problem) is the suite audit's reasons computations do not
+    lower (one row per reason, shown whole)."""
+    return bool(group.audit and group.kind == "not-lowered")
+
+
+def _reason_lines(problem: Any) -> list[str]:
+    """A suite audit finding: which computations (in which tests: the first few; the report
+    files name them all), then the reason, whole."""
+    if len(problem.computations) > 1:
+        tests = listed(problem.tests, WIDTH - 30)
+        where = f"{problem.check} in {plural(len(problem.tests), 'test')} ({tests}):"
+    else:
+        where = f"{problem.test}  {problem.check!r}:"
+    return [*wrap(where, indent="    ", hang="  "), *wrap(problem.message, indent="      ")]
+
+
 def _problem_line(problem: Any, common: str) -> list[str]:
+    """A problem's row: the test, then the finding. A violation's fits one line (its group
+    says the rest); an error or a lowering failure may take a second line, where what to do
+    usually is (``did you mean ...``); the audit's computations that fail for one reason,
+    the reason whole."""
+    if _reasons(problem):
+        return _reason_lines(problem)
     prefix = f"    {problem.test}"
     named = f"{problem.check!r}: " if problem.check is not None else ""
     if problem.kind == "violation":
@@ -415,15 +490,20 @@ def _problem_line(problem: Any, common: str) -> list[str]:
     room = WIDTH - len(prefix) - 2
     if room < 30:  # a very long test id: the finding goes on its own line
         return [prefix, "      " + cut(rest, WIDTH - 6)]
-    return [f"{prefix}  {cut(rest, room)}"]
+    if problem.kind == "violation" or len(rest) <= room:
+        return [f"{prefix}  {cut(rest, room)}"]
+    first, *more = wrap(rest, width=room, hang="")
+    second = " ".join(more)
+    return [f"{prefix}  {first}", "      " + cut(second, WIDTH - 6)]
 
 
 def _allot(
-    sizes: Sequence[int], headers: Sequence[int], budget: int | None
+    rows: Sequence[Sequence[int]], headers: Sequence[int], budget: int | None
 ) -> tuple[list[int], bool]:
-    """Rows per group within ``budget`` lines, each group keeping its header (``headers``
-    lines) and, when cut, a "+N more" line: ``(quotas, whether groups were left out)``.
-    ``None``: every row."""
+    """Rows per group within ``budget`` lines (``rows``: per group, the lines each row
+    takes), each group keeping its header (``headers`` lines) and, when cut, a "+N more"
+    line: ``(quotas, whether groups were left out)``. ``None``: every row."""
+    sizes = [len(r) for r in rows]
     if budget is None:
         return list(sizes), False
     shown = len(sizes)
@@ -434,7 +514,8 @@ def _allot(
 
     def cost() -> int:
         return hidden + sum(
-            h + q + (q < s) for h, q, s in zip(headers, quotas, sizes, strict=False)
+            h + sum(r[:q]) + (q < s)
+            for h, r, q, s in zip(headers, rows, quotas, sizes, strict=False)
         )
 
     grew = True
@@ -504,6 +585,7 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             lines.append(f"  +{number(len(view.tooling) - len(shown))} more (-v lists them)")
     lines += numbers_lines(view, options)
     lines += ["", *totals_lines(view)]
+    lines += emulation_summary(view)
     lines += audit_lines(view, options)
     notes = [f"note: {n.text}" + (f" ({plural(n.checks, 'check')})" if n.checks else "")
              for n in view.notes]  # fmt: skip
@@ -625,6 +707,15 @@ def totals_lines(view: ReportView) -> list[str]:
     return out
 
 
+def emulation_summary(view: ReportView) -> list[str]:
+    """``emulated on cpu: tpu 12 checks: 11 match, 1 mismatch; cuda ...``; ``[]`` without
+    emulation."""
+    if not view.emulations:
+        return []
+    said = "; ".join(f"{row.platform} {row.counts()}" for row in view.emulations)
+    return wrap(f"emulated on cpu (emulate): {said}", hang="  ")
+
+
 TOTALS_NOTE_SHORT = (
     "calls: summed over checks; sites: distinct source lines and kernels, each counted once"
 )
@@ -689,6 +780,7 @@ def render_markdown(
         _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
         _md_numbers(view),
         _md_totals(view),
+        _md_emulations(view),
         _md_hotspots(view, options),
         _md_audit(view, options),
         _md_layers(view),
@@ -732,8 +824,11 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
     used = sum(len(line) + 1 for line in lines) + 300  # and the closing note
     shown = 0
     for p in (p for g in groups for p in g.problems):
+        tests = md_code(p.test)
+        if len(p.tests) > 1:  # the suite audit's computations sharing one reason
+            tests += f" and {plural(len(p.tests) - 1, 'more test')}"
         row = (
-            f"| {md_code(p.test)} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
+            f"| {tests} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
             f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
             f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
         )
@@ -806,6 +901,24 @@ def _md_totals(view: ReportView) -> list[str]:
     return lines
 
 
+def _md_emulations(view: ReportView) -> list[str]:
+    """Per emulated platform, how its checks' emulations went (never executed numbers)."""
+    if not view.emulations:
+        return []
+    lines = [
+        "### Emulated on cpu",
+        "",
+        "| platform | checks | match | mismatch | failed | not run |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {md_cell(r.label)} | {number(r.checks)} | {number(r.match)} | "
+        f"{number(r.mismatch)} | {number(r.failed)} | {number(r.not_run)} |"
+        for r in view.emulations
+    ]
+    return lines
+
+
 def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
     platform = options.platform or view.hotspot_platform()
     if platform is None:
@@ -840,8 +953,9 @@ def _md_audit(view: ReportView, options: DisplayOptions) -> list[str]:
     if said is not None:
         lines.append(f"- not audited: {md_cell(said)}")
     lines += [f"- note: {md_cell(note)}" for note in audit.notes]
-    owners = sum(1 for t in audit.tests if t.owns)
-    users = sum(1 for t in audit.tests if t.uses and not t.owns)
+    owning = {t.nodeid for t in audit.tests if t.owns or t.eager_owned}
+    owners = len(owning)
+    users = sum(1 for t in audit.tests if (t.uses or t.eager_used) and t.nodeid not in owning)
     lines.append(
         f"- per test: {plural(owners, 'test')} own the computations they ran first; "
         f"{plural(users, 'other test')} only ran computations an earlier test owns (JAX "
@@ -895,6 +1009,8 @@ def md_matrix_cell(cell: Any) -> str:
             text += f" ({cell.level})"
     if cell.numerics != "not present":
         text += f" · {cell.numerics}"
+    if cell.emulated is not None:
+        text += f" · emulated: {cell.emulated}"
     if cell.compile_failed:
         text += " · **compile failed**"
     if cell.not_compiling:
@@ -910,9 +1026,10 @@ def _md_matrix(view: ReportView, room: int) -> str:
         return ""
     platforms = view.platforms
     ordered = sorted(view.tests, key=lambda t: not t.problem)
+    emulated = " · emulated on cpu" if view.emulations else ""
     opening = [
         f"<details><summary>All tests: platform × test matrix ({plural(len(view.tests), 'test')}"
-        "; cells: vendor / custom calls · numerics)</summary>",
+        f"; cells: vendor / custom calls · numerics{emulated})</summary>",
         "",
         f"| test | outcome | check | {' | '.join(md_cell(p) for p in platforms)} |",
         f"|---|---|---|{'---|' * len(platforms)}",

@@ -93,9 +93,10 @@ def test_convnet(jaxport):
 # FAILS ON PURPOSE, to show what a budget failure looks like. The conv net has two
 # convolutions, i.e. two cuDNN dispatches on cuda; this marker allows one (it overrides the
 # project's `cudnn = 2` in [tool.jaxport.budget.cuda]), so the test fails with
-#   check 'convnet' on cuda: max_library_calls.cudnn = 1 (set in tests/test_models.py::...),
-#   found 2 cudnn calls (lowered)
-# followed by the two convolutions and the source lines that produced them.
+#   cuda: 2 cudnn calls > 1 (max_library_calls.cudnn, set in tests/test_models.py::...);
+#   check 'convnet', lowered
+# followed by the two convolutions, the source line that produced them, and what to do
+# ("to pass: ..."). (tests/test_examples.py checks this comment against the demo's output.)
 @pytest.mark.portable(max_library_calls={"cudnn": 1})
 def test_convnet_over_cudnn_budget(jaxport):
     params = init_convnet(_key(5))
@@ -173,7 +174,13 @@ def test_lowpass_filter(jaxport):
 # is a Pallas Mosaic GPU kernel on cuda and a Pallas Mosaic TPU kernel on tpu (one custom call
 # each), while cpu and rocm run the portable jnp fallback. Budget exactly that one kernel here,
 # so a second hand-written kernel sneaking into this function still fails.
-@pytest.mark.portable(max_custom_calls=1)
+#
+# On a CPU the fallback is all that runs: a wrong TPU kernel would pass. emulate=["tpu"] also
+# runs the check on the CPU as tpu computes it (its platform_dependent branch, the Mosaic TPU
+# kernel in TPU interpret mode) and compares that with cpu's outputs: the report shows
+# "tpu (emulated on cpu)  numerics: match". (On jax >= 0.11.1, --jaxport-emulate=cuda runs the
+# Mosaic GPU kernel in its interpret mode too.)
+@pytest.mark.portable(max_custom_calls=1, emulate=["tpu"])
 def test_fused_bias_gelu(jaxport):
     x = jax.random.normal(_key(11), (8, 128))
     bias = jax.random.normal(_key(12), (128,))

@@ -29,8 +29,7 @@ from jax.sharding import PartitionSpec as P
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from pytest_jaxport._jax.deviceless import deviceless_compile  # noqa: E402
-from pytest_jaxport.model.gpu import load_target  # noqa: E402
+from pytest_jaxport._jax.deviceless import deviceless_compile, load_target  # noqa: E402
 
 
 def conv(x: Any, w: Any) -> Any:
