@@ -527,7 +527,9 @@ class Examiner:
         every read like classification (the caches keep programs, never findings), their
         files as reports show them; where no finding has a line (see :meth:`relative`), the
         ``caller``'s."""
-        found = take_format_census(program, platform, device=self.device(platform), level=level)
+        found = take_format_census(
+            program, platform, device=self.device(platform), level=level, own=self.own_packages
+        )
         if caller is not None and not any(f.location for f in found.findings):
             return found.relocated(lambda _: caller)
         return found.relocated(lambda at: at if at is None else self.shown_location(at))

@@ -844,7 +844,7 @@ def _installed_library(pytester: pytest.Pytester) -> None:
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text(
         LIBRARY_WITH_HIDDEN_CALLBACK + "\n\n@jax.jit\ndef jitted_solve(a, b):\n"
-        "    return solve(a, b) + 1\n"
+        "    return solve(a, b) @ a + 1\n"
     )
     pytester.syspathinsert(folder.parent)
     pytester.makepyfile(
@@ -873,6 +873,10 @@ def test_kernels_inside_an_installed_library_are_at_the_users_line(
         kernels = solve["platforms"][platform]["lowered"]["kernels"]
         assert len(kernels) >= 3, platform  # the callback, the LU factorisation, the solves
         assert {k["location"] for k in kernels} == {"test_lib.py:5"}, (platform, kernels)
+    # so are its format findings (the float32 dot at the default precision)
+    findings = solve["platforms"]["tpu"]["lowered"]["formats"]["findings"]
+    assert "float32-default-precision" in {f["rule"] for f in findings}
+    assert {f["location"] for f in findings} == {"test_lib.py:5"}
 
 
 def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
@@ -885,6 +889,9 @@ def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
     cuda = solve["platforms"]["cuda"]["lowered"]["kernels"]
     assert {k["location"].rpartition(":")[0] for k in cuda} == {"hiddenlib/__init__.py"}
     assert "cusolver" in {k["library"] for k in cuda}
+    findings = solve["platforms"]["tpu"]["lowered"]["formats"]["findings"]
+    assert "float32-default-precision" in {f["rule"] for f in findings}
+    assert {f["location"].rpartition(":")[0] for f in findings} == {"hiddenlib/__init__.py"}
 
 
 ORDER_DEPENDENT = """

@@ -1449,6 +1449,8 @@ class _Walk:
     platform: str
     device: Device
     large_bytes: int
+    own: tuple[str, ...] = ()
+    """Installed packages whose lines count as the user's (``[tool.jaxport] own_packages``)."""
     tiling: bool = False
     """Whether the device tiles arrays (a ``tile-padding`` rule applies): then every op's
     tiled bytes are summed, the padding share's denominator."""
@@ -1485,8 +1487,10 @@ class _Walk:
         self.active.add(name)
         for site, repeats in Counter(self.program.functions.get(name, ())).items():
             n = site.count * repeats
-            location = parse_location(site.location)
-            if location is None or (inherited is not None and is_library_file(location.file)):
+            location = parse_location(site.location, self.own)
+            if location is None or (
+                inherited is not None and is_library_file(location.file, self.own)
+            ):
                 location = inherited  # the user's line that called into the library
             if site.op in CALL_OPS and site.target is not None:
                 callee, callee_formats, callee_tiled = self.function(site.target, location)
@@ -1549,9 +1553,11 @@ def take_format_census(
     device: Device | None = None,
     level: Level = "lowered",
     large_bytes: int = LARGE_ARRAY_BYTES,
+    own: tuple[str, ...] = (),
 ) -> FormatCensus:
     """The formats-and-layout findings of ``program`` on ``platform`` for ``device`` (the
-    platform's :data:`DEFAULT_DEVICES` entry where ``None``), one per rule and source line.
+    platform's :data:`DEFAULT_DEVICES` entry where ``None``), one per rule and source line;
+    ``own``: installed packages whose lines are the user's, as in a census.
 
     Counts are call-weighted like the census's (a function called three times counts three
     times; a loop body once); padding and relayout bytes and idle matrix-unit work are
@@ -1561,7 +1567,7 @@ def take_format_census(
     judged = device or DEFAULT_DEVICES.get(platform, Device(platform=platform))
     tiling = any(r.name == "tile-padding" for r in rules_for(platform, judged))
     walk = _Walk(program=program, platform=platform, device=judged, large_bytes=large_bytes,
-                 tiling=tiling)  # fmt: skip
+                 own=own, tiling=tiling)  # fmt: skip
     tallies, formats, tiled = walk.function(program.entry, None)
     findings = tuple(
         sorted(
