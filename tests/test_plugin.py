@@ -640,7 +640,7 @@ def test_several_report_formats_in_one_run_missing_folders_created(
     project: pytest.Pytester,
 ) -> None:
     project.makepyfile(
-        test_formats="""
+        test_several_formats="""
         import jax.numpy as jnp
         import pytest
         from models import three_matmuls

@@ -675,8 +675,9 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         f'<section id="{anchor}" aria-labelledby="{anchor}-h"><h2 id="{anchor}-h">Platform '
         "totals</h2>"
         f'<p class="note">{_e(totals_note(view.unit))}</p>'
-        f'<table class="totals"><thead><tr><th scope="col">platform</th>{head}'
-        f'<th scope="col">libraries</th></tr></thead><tbody>{rows}</tbody></table>{note}'
+        f'<div class="scroll"><table class="totals"><thead><tr><th scope="col">platform</th>'
+        f'{head}<th scope="col">libraries</th></tr></thead><tbody>{rows}</tbody></table></div>'
+        f"{note}"
         "</section>"
     )
 
@@ -1057,6 +1058,7 @@ thead th { background: var(--soft); font-size: 12px; text-transform: uppercase;
   letter-spacing: 0.03em; color: var(--muted); border-bottom: 2px solid var(--line); }
 tbody th { font-weight: 600; }
 .num { text-align: right; white-space: nowrap; }
+table.totals thead th { white-space: normal; }
 td.barcell { vertical-align: middle; padding: 4px 10px; }
 .libs, .reason { color: var(--muted); max-width: 340px; }
 table.shares td.libs { min-width: 160px; }
