@@ -943,6 +943,37 @@ def test_tagged():
     assert tagged(jnp.ones(3), tags=TAGS).shape == (3,)
 
 
+class Structure:
+    # A static argument whose repr is long and holds the frozenset deep inside (as a
+    # PyTreeDef of lineax's operators does): the report shortens it, the same in every run.
+    def __init__(self, tags):
+        self.tags = tags
+
+    def __repr__(self):
+        return f"Structure(leaves=[*, *, *, *], node=CustomNode(operator[{self.tags!r}]))"
+
+    def __hash__(self):
+        return 7
+
+    def __eq__(self, other):
+        return isinstance(other, Structure) and other.tags == self.tags
+
+
+MANY = frozenset(Tag(f"tag{i}", (i * 5 + ORDER * 3) % 8) for i in range(8))
+
+
+@jax.jit
+def structured(x, spec, many):
+    return x * 3
+
+
+structured = jax.jit(structured.__wrapped__, static_argnames=("spec", "many"))
+
+
+def test_structured():
+    assert structured(jnp.ones(3), spec=Structure(TAGS), many=MANY).shape == (3,)
+
+
 def test_split():
     # an eager split traced with NumPy integers or Python ints, whichever came first
     first, second = (2, 4), (np.int64(2), np.int64(4))
@@ -965,10 +996,14 @@ def test_a_computations_identity_depends_on_no_address_or_order(
     for order in ("0", "1"):
         monkeypatch.setenv("ORDER", order)
         result, audit = audit_of(pytester, "-p", "no:cacheprovider")
-        result.assert_outcomes(passed=2)
+        result.assert_outcomes(passed=3)
         audits.append(audit)
     (tagged,) = by_function(audits[0], "tagged")
     assert "frozenset({diagonal_tag, symmetric_tag})" in tagged["static_arguments"]
+    structured = [by_function(audit, "structured")[0]["static_arguments"] for audit in audits]
+    assert structured[0] == structured[1]
+    assert "symmetric_tag})]))" in structured[0]  # sorted before it is shortened
+    assert "frozenset({tag0, tag1, tag2, tag3, tag4, tag5, ...})" in structured[0]
     splits = [by_function(audit, "split") for audit in audits]
     assert len(splits[0]) == 1
     assert [c["id"] for c in splits[0]] == [c["id"] for c in splits[1]]

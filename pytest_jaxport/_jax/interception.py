@@ -37,6 +37,7 @@ it needs. ``tests/test_interception.py`` runs on every JAX that CI covers.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import reprlib
@@ -440,19 +441,51 @@ def _is_jax_internal(source: str | None) -> bool:
     return source is not None and any(part in source for part in _JAX_INTERNAL)
 
 
-_REPR = reprlib.Repr()
+class _StableRepr(reprlib.Repr):
+    """A short repr that reads the same in every process: what :func:`stable_text` blanks
+    and sorts is blanked and sorted before the text is shortened (a frozenset deep in a long
+    repr, as in a PyTreeDef of lineax's operators, would otherwise be cut at a different
+    element in each process), and a set shows its first elements in sorted order, not in
+    hash order."""
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        try:
+            text = stable_text(builtins.repr(x))
+        except Exception:
+            return f"<{type(x).__name__}>"
+        if len(text) > self.maxother:
+            i = max(0, (self.maxother - 3) // 2)
+            j = max(0, self.maxother - 3 - i)
+            text = text[:i] + "..." + text[len(text) - j :]
+        return text
+
+    def repr_frozenset(self, x: Any, level: int) -> str:
+        return f"frozenset({{{self._sorted(x, level, self.maxfrozenset)}}})" if x else "frozenset()"
+
+    def repr_set(self, x: Any, level: int) -> str:
+        return f"{{{self._sorted(x, level, self.maxset)}}}" if x else "set()"
+
+    def _sorted(self, x: Any, level: int, most: int) -> str:
+        if level <= 0:
+            return "..."
+        ordered = sorted(x, key=lambda e: stable_text(builtins.repr(e)))
+        shown = [self.repr1(e, level - 1) for e in ordered[:most]]
+        return ", ".join(shown + (["..."] if len(ordered) > most else []))
+
+
+_REPR = _StableRepr()
 _REPR.maxstring = 40
 _REPR.maxother = 40
 _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 
 
 def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
-    """The static arguments as the report shows them: the same text in every process
-    (:func:`~pytest_jaxport.model.identity.stable_text`: a frozenset of id-hashed tags in order)."""
+    """The static arguments as the report shows them, shortened: the same text in every
+    process (:class:`_StableRepr`: a frozenset of id-hashed tags in order, no addresses)."""
     if static is None:
         return None
     try:
-        return stable_text(", ".join(f"{name}={_REPR.repr(value)}" for name, value in static))
+        return ", ".join(f"{name}={_REPR.repr(value)}" for name, value in static)
     except Exception:  # a static argument whose repr fails is still a static argument
         return ", ".join(f"{name}=<{type(value).__name__}>" for name, value in static)
 
