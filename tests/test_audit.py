@@ -1043,3 +1043,36 @@ def test_an_xdist_worker_leaves_no_heap_for_its_last_collections(
     assert len(heaps) == 2
     for heap in heaps:
         assert heap["frozen"] > 10 * heap["tracked"], heap
+
+
+WARNS_AT_TRACE = """
+import warnings
+
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def scaled(x):
+    warnings.warn("complex support is a work in progress", UserWarning)
+    return x * 2
+
+
+def test_shapes():
+    for n in range(1, 6):  # five traces, one warning place
+        assert scaled(jnp.ones(n)).shape == (n,)
+"""
+
+
+def test_the_audit_shows_the_suites_warnings_as_often_as_a_plain_run(
+    pytester: pytest.Pytester,
+) -> None:
+    """A warning the suite's code gives at every trace is shown as often with the audit as
+    without: the audit ignores warnings while it works without resetting Python's "shown
+    once per place" registries (diffrax's complex-dtype warning was shown 10 times, not 2)."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_warns=WARNS_AT_TRACE)
+    plain = pytester.runpytest("-p", "no:cacheprovider").parseoutcomes()
+    audited = pytester.runpytest("-p", "no:cacheprovider", "--jaxport-audit").parseoutcomes()
+    assert plain["passed"] == audited["passed"] == 1
+    assert audited.get("warnings") == plain.get("warnings") == 1

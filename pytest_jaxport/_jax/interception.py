@@ -441,6 +441,24 @@ def _is_jax_internal(source: str | None) -> bool:
     return source is not None and any(part in source for part in _JAX_INTERNAL)
 
 
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """Every warning ignored while the audit works, without touching what the suite sees:
+    ``warnings.catch_warnings`` would reset Python's "shown once per place" registries on
+    exit, and a warning the suite's code gives at every trace (diffrax's complex-dtype
+    warning) would then be shown again after each audited computation."""
+    entry = ("ignore", None, Warning, None, 0)
+    cast(list[Any], warnings.filters).insert(0, entry)
+    try:
+        yield
+    finally:
+        filters = cast(list[Any], warnings.filters)
+        for i, item in enumerate(filters):
+            if item is entry:
+                del filters[i]
+                break
+
+
 class _StableRepr(reprlib.Repr):
     """A short repr that reads the same in every process: what :func:`stable_text` blanks
     and sorts is blanked and sorted before the text is shortened (a frozenset deep in a long
@@ -640,8 +658,7 @@ class Interception:
                     None, None)  # fmt: skip
                 state.busy = True
                 try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
+                    with _silenced():
                         listener(RecordedCall(adapter, jaxpr, params, arg_types, fun, static))
                 except Exception as e:  # the audit must never change what the suite sees
                     compiles.errors.append(f"{type(e).__name__}: {e}"[:300])
