@@ -181,6 +181,9 @@ def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
             "*emulated as tpu would run it:",
             "*platform_dependent at kernels.py:*: took the tpu branch",
             f"*Pallas kernel _double_rows at {kernel_site(project)}: run in TPU interpret mode",
+            "to pass: if tpu (emulated on cpu)'s difference is expected, loosen "
+            "[[]tool.jaxport.tolerance.tpu.<dtype>[]] or the marker's rtol/atol; else fix the "
+            "code for that platform's path",
             "FAILED test_doubled.py::test_doubled - tpu (emulated on cpu)*",
         ]
     )
@@ -228,6 +231,8 @@ def test_a_kernel_that_fails_in_interpret_mode_fails_the_check_with_its_error(
             "test_oob.py::test_oob); check 'reads_past_the_end', emulated",
             "*Out-of-bounds*",
             f"*Pallas kernel _double_rows at {kernel_site(project)}: run in TPU interpret mode",
+            "to pass: fix what the emulated run hit (above), or take tpu out of emulate (set in "
+            "test_oob.py::test_oob)",
         ]
     )
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import esc, run_json
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.budget import Violation, evaluate
+from pytest_jaxport.model.budget import Violation, evaluate, ways_out
 from pytest_jaxport.model.census import Census, SourceLocation
 from pytest_jaxport.model.config import ConfigError, parse_marker, parse_project
 from pytest_jaxport.model.cost import CostModel, FormatItem, estimate, format_items
@@ -187,6 +187,10 @@ def test_format_budgets_count_findings_forbid_formats_and_cap_padding() -> None:
         "[tool.jaxport.budget.tpu]); check 'solve', lowered"
     )
     assert [f.rule for f in count.findings] == ["float64-emulated", "complex128-fft-not-compiled"]
+    assert ways_out([count]) == [
+        "to pass: change the code at the findings above, accept a rule with allow_findings = "
+        '["<rule>"], or raise max_format_findings (set in pyproject.toml [tool.jaxport.budget.tpu])'
+    ]
     assert _violations(TPU, max_format_findings=7) == []
     [forbidden] = _violations(TPU, forbid_formats=["float64", "complex*"])
     assert forbidden.finding() == "uses float64, complex128"
@@ -195,6 +199,10 @@ def test_format_budgets_count_findings_forbid_formats_and_cap_padding() -> None:
     )
     assert {f.rule for f in forbidden.findings} == {"float64-emulated",
                                                     "complex128-fft-not-compiled"}  # fmt: skip
+    assert ways_out([forbidden]) == [
+        "to pass: compute in a format the target has (the findings above say where), or take "
+        "it out of forbid_formats (set in pyproject.toml [tool.jaxport.budget.tpu])"
+    ]
     [unflagged] = _violations(TPU, forbid_formats=["int32"])
     assert unflagged.details == ("in 2 ops (no rule flags them on this device: no line kept)",)
     [padding] = _violations(TPU, max_padding_waste=0.1)

@@ -196,11 +196,13 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 "to pass: run the test where what tracing needs is present, or set "
                 f"must_trace = false (set in {v.origin})"
             )
-        elif v.key == "numerics":
+        elif v.key in ("numerics", "emulated_numerics"):
+            emulated = v.key == "emulated_numerics"
             lines.append(
-                f"to pass: if {v.platform}'s difference is expected, loosen "
-                f"[tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's rtol/atol; "
-                "else fix the code"
+                f"to pass: if {emulated_label(v.platform) if emulated else v.platform}'s "
+                f"difference is expected, loosen [tool.jaxport.tolerance.{v.platform}.<dtype>] "
+                "or the marker's rtol/atol; else fix the code"
+                + (" for that platform's path" if emulated else "")
             )
         elif v.key.endswith(("_calls", "_share")) or kind == "max_library_calls":
             lines.append(
@@ -208,12 +210,6 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 f"was set ({v.origin}; a marker's @pytest.mark.portable({kind}=...) overrides "
                 "[tool.jaxport.budget]), or drop the limit and let a baseline keep the count "
                 "from growing (--jaxport-baseline=FILE --jaxport-baseline-update)"
-            )
-        elif v.key == "emulated_numerics":
-            lines.append(
-                f"to pass: if {emulated_label(v.platform)}'s difference is expected, loosen "
-                f"[tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's rtol/atol; "
-                "else fix the code for that platform's path"
             )
         elif v.key == "emulated_run":
             lines.append(
