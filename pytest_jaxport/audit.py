@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,10 @@ class Recorder:
         rootdir: Path,
         compile_settings: CompileSettings,
         own_packages: tuple[str, ...] = (),
+        judging: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.platforms = tuple(platforms)
+        self._judging = judging
         self._examiner = Examiner(
             classifier=classifier,
             rootdir=rootdir,
@@ -160,25 +162,7 @@ class Recorder:
 
         facts = call.facts()
         present = lowering.present_platforms()
-        # Host callbacks lower for the platforms not present as inert placeholders, counted in
-        # `meta` at their source lines; a platform that still fails says it had callbacks. A
-        # program partitioned over several devices also gets the collectives the SPMD
-        # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
-        # Nothing runs: the runtime share is the roofline estimate.
-        found = self._examiner.examine(call, keyed, self.platforms, present=present)
-        host_callbacks = _host_callbacks(facts.host_callbacks, found.results.values())
-        findings: list[FindingRecord] = []
-        for platform, result in found.results.items():
-            if result.error is None:
-                continue
-            kind = finding_kind(host_callbacks, platform in present)
-            reason = result.error
-            if kind == "host-callback":
-                reason = (
-                    f"host callback ({', '.join(host_callbacks)}): a Python callback "
-                    f"cannot be lowered for {platform} from here ({result.error})"
-                )
-            findings.append({"platform": platform, "kind": kind, "reason": reason})
+        judged = self._judged(call, keyed, facts.host_callbacks, present)
         source = facts.source
         if source is not None:
             file, _, line = source.rpartition(":")
@@ -194,13 +178,63 @@ class Recorder:
             "static_arguments": facts.static_arguments,
             "donated": list(facts.donated),
             "mesh": facts.mesh,
+            "host_callbacks": judged["host_callbacks"],
+            "partitions": judged["partitions"],
+            "platforms": judged["platforms"],
+            "findings": judged["findings"],
+        }
+
+    def _judged(
+        self,
+        call: RecordedCall,
+        keyed: KeyParts,
+        shown_callbacks: Sequence[str],
+        present: Sequence[str],
+    ) -> dict[str, Any]:
+        """The computation's census on every platform, and why a platform did not lower: as an
+        earlier run judged it where nothing that decides it changed (the program, its
+        signature, the platforms and those present, ``cache.judged_by``), else lowered and
+        counted now and kept for the next run."""
+        judging = self._judging()  # None: a classify hook judges, so nothing is kept
+        key = None
+        if judging is not None:
+            scope = "\n\0".join(
+                (judging, call.signature_text(), *self.platforms, "present:", *sorted(present))
+            )
+            key = self._examiner.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
+            known = self._examiner.judged(key, len(self.platforms))
+            if known is not None:
+                return known
+        # Host callbacks lower for the platforms not present as inert placeholders, counted in
+        # `meta` at their source lines; a platform that still fails says it had callbacks. A
+        # program partitioned over several devices also gets the collectives the SPMD
+        # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
+        # Nothing runs: the runtime share is the roofline estimate.
+        found = self._examiner.examine(call, keyed, self.platforms, present=present)
+        host_callbacks = _host_callbacks(shown_callbacks, found.results.values())
+        findings: list[FindingRecord] = []
+        for platform, result in found.results.items():
+            if result.error is None:
+                continue
+            kind = finding_kind(host_callbacks, platform in present)
+            reason = result.error
+            if kind == "host-callback":
+                reason = (
+                    f"host callback ({', '.join(host_callbacks)}): a Python callback "
+                    f"cannot be lowered for {platform} from here ({result.error})"
+                )
+            findings.append({"platform": platform, "kind": kind, "reason": reason})
+        judged = {
             "host_callbacks": list(host_callbacks),
             "partitions": max((p.partitions for p in found.programs.values()), default=1),
             "platforms": Probe(
-                name=facts.function, reference="", platforms=found.results
+                name="", reference="", platforms=found.results
             ).to_dict()["platforms"],
             "findings": findings,
         }
+        if key is not None and self._examiner.keepable(found):
+            self._examiner.keep_judged(key, judged)
+        return judged
 
 
 def _host_callbacks(shown: Sequence[str], results: Iterable[PlatformProbe]) -> tuple[str, ...]:

@@ -27,10 +27,11 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +123,40 @@ def source_fingerprint(program: Program) -> str:
     return json.dumps(lines, sort_keys=True)
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """A digest of this package's own files (its code, rule tables and data): what reads,
+    classifies and judges a program, so that a kept census is never one older code judged."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256(__version__.encode())
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".json", ".toml") and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(root).as_posix().encode())
+            try:
+                digest.update(path.read_bytes())
+            except OSError:
+                digest.update(b"?")
+    return digest.hexdigest()
+
+
+def judged_by(settings: CompileSettings, *, rootdir: Path, own_packages: Sequence[str]) -> str:
+    """A digest of everything besides the program that decides a census as an audit judges
+    it: this package's code (:func:`code_fingerprint`), the GPU a cuda census prices and
+    judges for, each platform's device, the folder files are shown relative to, and the
+    packages whose lines count as the user's. A ``pytest_jaxport_classify`` hook is not
+    covered: with one registered, no judged census may be kept or read."""
+    parts = {
+        "code": code_fingerprint(),
+        "target": settings.target,
+        "target_config": hashlib.sha256(settings.target_config.encode()).hexdigest(),
+        "gpu_kind": settings.gpu_kind,
+        "devices": sorted((p, repr(d)) for p, d in settings.devices.items()),
+        "rootdir": str(rootdir),
+        "own_packages": list(own_packages),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailedLowering:
     """A platform a program did not lower for, and JAX's reason, kept so that a warm run
@@ -161,12 +196,31 @@ class CompiledCache:
 
     def put(self, key: str, program: Program | FailedLowering) -> None:
         """Store atomically; a cache that cannot be written is no cache, never an error."""
-        path = self._path(key)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         if isinstance(program, FailedLowering):
             entry: dict[str, object] = {"format": self.format, "failed": program.error}
         else:
             entry = {"format": self.format, "program": program_to_dict(program)}
+        self._write(key, entry)
+
+    def judged(self, key: str) -> dict[str, object] | None:
+        """What :meth:`put_judged` kept under ``key`` (JSON data), or ``None``."""
+        try:
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+            if data.get("format") != self.format or not isinstance(data.get("judged"), dict):
+                return None
+            return data["judged"]  # type: ignore[no-any-return]
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def put_judged(self, key: str, judged: Mapping[str, object]) -> None:
+        """Keep a census as judged (JSON data) under ``key``: the key must then cover what
+        judged it (the classification and format rules, the devices, ...), not only the
+        program, as :func:`judged_by` does."""
+        self._write(key, {"format": self.format, "judged": dict(judged)})
+
+    def _write(self, key: str, entry: Mapping[str, object]) -> None:
+        path = self._path(key)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(entry), encoding="utf-8")

@@ -337,7 +337,16 @@ class Examiner:
         # inert placeholders (counted in meta), so every other op is still counted. Whether
         # a program has any is known only once lowered (a custom primitive binds its own).
         absent = inert(traced)
-        together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
+        # A platform present here whose lowering is not needed (nothing runs or compiles it)
+        # is read from the same lowering, unless that holds host callbacks (inert there):
+        # then from JAX's own lowering, where they are the real ones.
+        joined = [p for p in keys if p in present and p not in read and p not in known]
+        joined = joined if missing else []
+        together = (
+            lowering.lower_together(absent, (*missing, *joined))
+            if len(missing) + len(joined) > 1
+            else None
+        )
         for platform in platforms:
             if platform in known:
                 failures[platform] = failed_to_lower(platform, present, known[platform])
@@ -346,6 +355,8 @@ class Examiner:
                 program = read.get(platform) or shared.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
+                    if platform in present and program is not None and holds_inert(program):
+                        program = None
                 if program is None:
                     lowered = lowering.lower(traced if platform in present else absent, platform)
                     program = lowering.read_program(lowered)
@@ -455,6 +466,36 @@ class Examiner:
             versions=lowering.versions(),
             settings=settings,
         )
+
+    def judged_key(self, keyed: KeyParts, judging: str) -> str | None:
+        """The key of a census as judged (:meth:`judged`): the program's (its jaxpr, source
+        lines, versions and JAX's settings) and ``judging``'s, which must cover everything
+        else that decides it (``cache.judged_by``, the platforms, the call's signature)."""
+        return self._key(keyed, f"judged:{judging}")
+
+    def judged(self, key: str | None, lookups: int) -> dict[str, Any] | None:
+        """The census an earlier run judged and kept under ``key`` (JSON data), counted as the
+        ``lookups`` lowered-cache hits it replaces; ``None`` when there is none."""
+        cache = self._compile.lowered_cache
+        found = cache.judged(key) if key is not None and cache is not None else None
+        if found is not None:
+            self.stats.hits += lookups
+        return found
+
+    def keep_judged(self, key: str | None, judged: Mapping[str, Any]) -> None:
+        cache = self._compile.lowered_cache
+        if key is not None and cache is not None:
+            cache.put_judged(key, judged)
+
+    @staticmethod
+    def keepable(examined: Examined) -> bool:
+        """Whether a census means the same wherever these versions run: not where a platform
+        failed for want of this machine's hardware or packages, nor a partitioned program
+        (its collectives depend on whether it compiled here)."""
+        return all(
+            r.needs_hardware is None and (r.error is None or missing_package(r.error) is None)
+            for r in examined.results.values()
+        ) and all(p.partitions <= 1 for p in examined.programs.values())
 
     def _cache_failure(self, key: str | None, probe: PlatformProbe, error: str) -> None:
         """Keep a failure to lower that this program meets wherever it is lowered with these
@@ -719,6 +760,16 @@ class Examiner:
         return measured_share(times, sites, classify_op)
 
     # -- the compiled level -------------------------------------------------------------------
+
+
+def holds_inert(program: Program) -> bool:
+    """Whether ``program`` holds a host callback lowered as an inert placeholder."""
+    prefix = f"{INERT_TARGET}."
+    return any(
+        site.target is not None and site.target.startswith(prefix)
+        for sites in program.functions.values()
+        for site in sites
+    )
 
 
 def failed_to_lower(platform: str, present: Collection[str], error: str) -> PlatformProbe:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.cache import CompileSettings, judged_by
 from pytest_jaxport.model.budget import evaluate, ways_out
 from pytest_jaxport.model.config import (
     ConfigError,
@@ -112,6 +112,7 @@ class JaxportSession:
         self._written: list[str] = []
         """The report files written this session, as given (for the terminal's one line)."""
         self._classifiers: dict[str, Any] = {}
+        self._judging: str | None = None
         self._budget_failed: set[str] = set()
         """Tests shown as ``P`` in the progress line (failed by their budget alone)."""
         self.hook_errors: dict[str, str] = {}
@@ -133,8 +134,23 @@ class JaxportSession:
             rootdir=self.config.rootpath,
             compile_settings=self.compile_settings,
             own_packages=self.project.own_packages,
+            judging=self.judging,
         )
         self._interception = self.recorder.start().to_dict()
+
+    def judging(self) -> str | None:
+        """What, besides its program, decides an audited computation's census
+        (:func:`~pytest_jaxport.cache.judged_by`); ``None`` while a ``pytest_jaxport_classify``
+        hook is registered (a conftest's code is not covered: nothing judged is kept or read)."""
+        if self.config.hook.pytest_jaxport_classify.get_hookimpls():
+            return None
+        if self._judging is None:
+            self._judging = judged_by(
+                self.compile_settings,
+                rootdir=self.config.rootpath,
+                own_packages=self.project.own_packages,
+            )
+        return self._judging
 
     def stop(self) -> None:
         if self.recorder is not None:

@@ -318,9 +318,59 @@ def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
     _, cold = audit_of(suite)
     _, warm = audit_of(suite)
     assert without_timings(warm) == without_timings(cold)
-    entries = list((suite.path / ".pytest_cache" / "d" / "jaxport-lowered").glob("*.json"))
-    # one entry per platform per computation (the host callback's too: it lowers inert)
-    assert len(entries) == 4 * cold["seen"]["computations"]
+    entries = [json.loads(p.read_text()) for p in
+               (suite.path / ".pytest_cache" / "d" / "jaxport-lowered").glob("*.json")]  # fmt: skip
+    # one program per platform per computation (the host callback's too: it lowers inert),
+    # and each computation's census as judged: what the warm run read
+    programs = [e for e in entries if "program" in e]
+    judged = [e for e in entries if "judged" in e]
+    assert len(programs) == 4 * cold["seen"]["computations"]
+    assert len(judged) == cold["seen"]["computations"]
+    assert len(entries) == len(programs) + len(judged)
+
+
+def test_a_warm_run_reads_each_census_as_judged_until_what_judges_it_changes(
+    suite: pytest.Pytester,
+) -> None:
+    """A warm run reads each computation's census as judged (nothing lowered, classified or
+    priced again); a classify hook, another GPU target or a cleared cache judges anew, and
+    what it finds is what a cold run finds."""
+    _, cold = audit_of(suite)
+    folder = suite.path / ".pytest_cache" / "d" / "jaxport-lowered"
+    for path in folder.glob("*.json"):  # keep the censuses as judged, drop the programs
+        if "judged" not in json.loads(path.read_text()):
+            path.unlink()
+    _, warm = audit_of(suite)
+    assert without_timings(warm) == without_timings(cold)
+    assert all("judged" in json.loads(p.read_text()) for p in folder.glob("*.json"))
+
+    def cuda_devices(audit: dict[str, Any]) -> set[str]:
+        return {c["platforms"]["cuda"]["lowered"]["formats"]["device"]["name"]
+                for c in audit["computations"]}  # fmt: skip
+
+    # another GPU: cuda's formats are judged for it, read from no earlier run
+    assert cuda_devices(cold) == {"NVIDIA H100 80GB HBM3"}
+    suite.makefile(".toml", pyproject=PLATFORMS + 'target = "a100"\n')
+    _, a100 = audit_of(suite)
+    assert cuda_devices(a100) == {"NVIDIA A100-SXM4-80GB"}
+    _, a100_cold = audit_of(suite, "--jaxport-cache-clear")
+    assert without_timings(a100) == without_timings(a100_cold)
+
+    # a classify hook judges every op itself: nothing judged is kept or read while it is there
+    suite.makeconftest(
+        """
+        from pytest_jaxport import Classification
+
+        def pytest_jaxport_classify(platform, op, target, level):
+            if platform == "cuda" and op == "stablehlo.dot_general":
+                return Classification(layer="custom", kind="in-house")
+        """
+    )
+    _, hooked = audit_of(suite)
+    mlps = [c["platforms"]["cuda"]["lowered"] for c in by_function(hooked, "mlp")]
+    assert mlps and all(m["custom"] == 2 for m in mlps), mlps  # x @ w and its @ w.T
+    _, hooked_again = audit_of(suite)
+    assert without_timings(hooked_again) == without_timings(hooked)
 
 
 def test_checks_inside_an_audited_suite_are_not_recorded_twice(pytester: pytest.Pytester) -> None:

@@ -550,3 +550,38 @@ def _ops(program: Program) -> dict[str, list[tuple[object, ...]]]:
 def test_a_program_with_a_platforms_own_rule_is_lowered_per_platform(case: str) -> None:
     traced = lowering.trace(DIFFERENT[case], (np.ones((4, 4), np.float32),), {})
     assert not lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))
+
+
+def test_lowerings_share_an_mlir_context_and_nested_lowerings_get_their_own() -> None:
+    """Loading every dialect into a fresh MLIR context is a fifth of a small lowering: the
+    modules this package lowers share contexts (a limited number of lowerings each), while a
+    program a lowering rule lowers and compiles on the way gets a context of its own (it
+    must not be built at the outer module's insertion point), and JAX's own lowerings
+    outside ours get fresh contexts as always."""
+    from jax._src.interpreters import mlir
+
+    original = mlir.make_ir_context
+
+    def context_of(lowered: object) -> object:
+        return lowered.compiler_ir("stablehlo").context  # type: ignore[attr-defined]
+
+    def nested(x: jax.Array) -> jax.Array:
+        # an eager op executed while the outer module is being built (lowered and compiled
+        # in the middle of `mlp`'s lowering, as equinox's error_if does)
+        return x * 2
+
+    def rule(ctx, x):  # type: ignore[no-untyped-def]
+        jnp.ones(3).block_until_ready()  # compiles a program of its own, mid-lowering
+        return mlir.lower_fun(nested, multiple_results=False)(ctx, x)
+
+    doubled = jax.extend.core.Primitive("jaxport_test_doubled")
+    doubled.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(doubled, rule)
+
+    first = lowering.lower(jax.jit(mlp).trace(jnp.ones((4, 8))), "cuda")
+    second = lowering.lower(jax.jit(lambda x: doubled.bind(x) + 1).trace(jnp.ones(3)), "tpu")
+    assert context_of(first) is context_of(second)
+    assert mlir.make_ir_context is original  # restored once lowering is done
+    own = jax.jit(lambda x: x - 1).trace(jnp.ones(2)).lower(lowering_platforms=("cuda",))
+    assert context_of(own) is not context_of(first)
+    assert "stablehlo.multiply" in str(second.compiler_ir("stablehlo"))
