@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import sys
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pytest_jaxport._jax import lowering
@@ -33,7 +35,7 @@ from pytest_jaxport._jax.callbacks import INERT_TARGET
 from pytest_jaxport._jax.interception import Interception, RecordedCall, Support
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, shown_file
-from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.census import Classifier, SourceLocation, is_library_file
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.audit import (
     AuditTestRecord,
@@ -162,7 +164,15 @@ class Recorder:
 
         facts = call.facts()
         present = lowering.present_platforms()
-        judged = self._judged(call, keyed, facts.host_callbacks, present)
+        # An op executed eagerly, or a library's jitted function, is placed where the suite
+        # called it, not at the lines of a program JAX may have traced earlier at another call
+        # and reused: the same in every process, whatever it ran before.
+        caller = None
+        file = (facts.source or "").rpartition(":")[0]
+        if facts.kind == "eager" or (file and is_library_file(file)):
+            caller = _calling_line(self._examiner.own_packages)
+            caller = caller if caller is None else self._examiner.shown_location(caller)
+        judged = self._judged(call, keyed, facts.host_callbacks, present, caller)
         source = facts.source
         if source is not None:
             file, _, line = source.rpartition(":")
@@ -190,16 +200,18 @@ class Recorder:
         keyed: KeyParts,
         shown_callbacks: Sequence[str],
         present: Sequence[str],
+        caller: SourceLocation | None,
     ) -> dict[str, Any]:
         """The computation's census on every platform, and why a platform did not lower: as an
         earlier run judged it where nothing that decides it changed (the program, its
-        signature, the platforms and those present, ``cache.judged_by``), else lowered and
-        counted now and kept for the next run."""
+        signature, the platforms and those present, ``cache.judged_by``, the line every site
+        is placed at), else lowered and counted now and kept for the next run."""
         judging = self._judging()  # None: a classify hook judges, so nothing is kept
         key = None
         if judging is not None:
             scope = "\n\0".join(
-                (judging, call.signature_text(), *self.platforms, "present:", *sorted(present))
+                (judging, call.signature_text(), *self.platforms, "present:", *sorted(present),
+                 f"at: {caller}")  # fmt: skip
             )
             key = self._examiner.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
             known = self._examiner.judged(key, len(self.platforms))
@@ -210,7 +222,9 @@ class Recorder:
         # program partitioned over several devices also gets the collectives the SPMD
         # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
         # Nothing runs: the runtime share is the roofline estimate.
-        found = self._examiner.examine(call, keyed, self.platforms, present=present)
+        found = self._examiner.examine(
+            call, keyed, self.platforms, present=present, caller=caller, at_caller=True
+        )
         host_callbacks = _host_callbacks(shown_callbacks, found.results.values())
         findings: list[FindingRecord] = []
         for platform, result in found.results.items():
@@ -235,6 +249,18 @@ class Recorder:
         if key is not None and self._examiner.keepable(found):
             self._examiner.keep_judged(key, judged)
         return judged
+
+
+def _calling_line(own: tuple[str, ...]) -> SourceLocation | None:
+    """The innermost frame of the running call that is the user's code (not JAX's, an
+    installed library's, the standard library's or this plugin's: ``is_library_file``)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not file.startswith("<") and not is_library_file(file, own):
+            return SourceLocation(file=file, line=frame.f_lineno)
+        frame = frame.f_back
+    return None
 
 
 def _host_callbacks(shown: Sequence[str], results: Iterable[PlatformProbe]) -> tuple[str, ...]:

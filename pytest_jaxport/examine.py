@@ -29,9 +29,11 @@ from pytest_jaxport.cache import (
 from pytest_jaxport.model.census import (
     Census,
     Classifier,
+    Kernel,
     OpSite,
     Program,
     SourceLocation,
+    is_library_file,
     take_census,
 )
 from pytest_jaxport.model.cost import (
@@ -225,6 +227,7 @@ class Examiner:
         *,
         present: Collection[str],
         caller: SourceLocation | None = None,
+        at_caller: bool = False,
         run: Runner | None = None,
         fn: Callable[..., Any] | None = None,
         args: Sequence[Any] = (),
@@ -235,6 +238,7 @@ class Examiner:
         partitioner inserts into a partitioned program (recorded by an earlier run, by ``run``
         on the default platform, or compiled here once), its compiled census where
         ``compile`` covers the platform and ``fn`` is given (a check), and its runtime share.
+        ``at_caller``: every site at ``caller`` (an eager op: see :meth:`relative`).
 
         ``run`` (a check's): run the lowerings on the platforms present, between lowering and
         census. Without it (the audit) every platform's program may come from the lowered
@@ -262,7 +266,9 @@ class Examiner:
                 inserted = self.partition(traced, found.lowered)
             if inserted is not None:
                 self.record_partition(keyed, inserted)
-        censuses = self.census(found, present=present, caller=caller, inserted=inserted)
+        censuses = self.census(
+            found, present=present, caller=caller, inserted=inserted, at_caller=at_caller
+        )
         for platform, counted in censuses.items():
             if counted.census is not None:
                 results[platform] = replace(
@@ -384,6 +390,7 @@ class Examiner:
         present: Collection[str],
         caller: SourceLocation | None = None,
         inserted: Sequence[OpSite] | None = None,
+        at_caller: bool = False,
     ) -> dict[str, PlatformProbe]:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
@@ -405,12 +412,13 @@ class Examiner:
                     own=self.own_packages,
                 ),
                 caller,
+                at_caller=at_caller,
             )
             results[platform] = PlatformProbe(
                 platform=platform,
                 present=platform in present,
                 census=census,
-                formats=self.formats(program, platform, caller=caller),
+                formats=self.formats(program, platform, caller=caller, at_caller=at_caller),
             )
         return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
 
@@ -535,21 +543,36 @@ class Examiner:
 
         return seconds
 
-    def relative(self, census: Census, caller: SourceLocation | None = None) -> Census:
+    def relative(
+        self, census: Census, caller: SourceLocation | None = None, *, at_caller: bool = False
+    ) -> Census:
         """``census`` with its kernels' files as reports show them (:func:`shown_file`).
         Where no kernel has a location at all (jax 0.9 lowers a jitted library function
         checked directly, such as ``jnp.linalg.solve``, with name-only locations), they are
-        the ``caller``'s: the check call, as other releases' tracebacks say."""
-        if caller is not None and not any(k.location for k in census.kernels):
-            return replace(
-                census,
-                kernels=tuple(replace(k, location=caller) for k in census.kernels),
-            )
-        kernels = tuple(
-            k if k.location is None else replace(k, location=self.shown_location(k.location))
-            for k in census.kernels
-        )
-        return replace(census, kernels=kernels)
+        the ``caller``'s: the check call, as other releases' tracebacks say. With
+        ``at_caller``, every kernel is the ``caller``'s: an op executed eagerly belongs to
+        the call that ran it, whereas the lines of its program can be those of an earlier
+        trace JAX reused (jax 0.12 reuses a jaxpr traced inside a jit for the same op called
+        eagerly later), which would depend on what the process ran before; so does a library's
+        jitted function, whose every line of the user's code is a line that called it. Only
+        a kernel inside an installed package (one of ``own_packages``) keeps its line."""
+        if caller is not None and not at_caller and not any(k.location for k in census.kernels):
+            at_caller = True
+        placed = caller if at_caller else None
+        counts: dict[Kernel, int] = {}  # kernels placed at one line add up
+        for k in census.kernels:
+            key = replace(k, location=self._placed(k.location, placed), count=0)
+            counts[key] = counts.get(key, 0) + k.count
+        return replace(census, kernels=tuple(replace(k, count=n) for k, n in counts.items()))
+
+    def _placed(
+        self, location: SourceLocation | None, caller: SourceLocation | None
+    ) -> SourceLocation | None:
+        """``location`` as reports show it; with a ``caller``, the caller's unless it is inside
+        an installed package (see :meth:`relative`)."""
+        if caller is not None and (location is None or not is_library_file(location.file)):
+            return caller
+        return location if location is None else self.shown_location(location)
 
     def device(self, platform: str) -> Device:
         """The device ``platform``'s formats-and-layout findings are judged for."""
@@ -563,17 +586,23 @@ class Examiner:
         *,
         level: Literal["lowered", "compiled"] = "lowered",
         caller: SourceLocation | None = None,
+        at_caller: bool = False,
     ) -> FormatCensus:
         """The formats-and-layout findings of ``program`` on ``platform``'s device, judged on
         every read like classification (the caches keep programs, never findings), their
-        files as reports show them; where no finding has a line (see :meth:`relative`), the
-        ``caller``'s."""
+        files as reports show them; where no finding has a line, or with ``at_caller`` (see
+        :meth:`relative`), the ``caller``'s."""
         found = take_format_census(
             program, platform, device=self.device(platform), level=level, own=self.own_packages
         )
-        if caller is not None and not any(f.location for f in found.findings):
-            return found.relocated(lambda _: caller)
-        return found.relocated(lambda at: at if at is None else self.shown_location(at))
+        if caller is not None and not at_caller and not any(f.location for f in found.findings):
+            at_caller = True
+        placed = caller if at_caller else None
+        relocated = found.relocated(lambda at: self._placed(at, placed))
+        lines = [(f.kind, f.rule, f.level, f.location) for f in relocated.findings]
+        if len(set(lines)) < len(lines):  # findings placed at one line add up
+            relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0)
+        return relocated
 
     def shown_location(self, location: SourceLocation) -> SourceLocation:
         """``location`` with its file as reports show it."""

@@ -944,6 +944,44 @@ def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
     assert {f["location"].rpartition(":")[0] for f in findings} == {"hiddenlib/__init__.py"}
 
 
+def test_a_librarys_jit_is_at_the_line_that_called_it_whatever_traced_it_first(
+    pytester: pytest.Pytester,
+) -> None:
+    """JAX reuses the program it traced for a jitted function with the same argument types,
+    source lines included: here the library's ``jitted_solve`` is traced inside the test's
+    own jit first, and its direct call later runs that trace. Its sites are still at the
+    line that called it directly, as they are in a process (another xdist worker) that never
+    ran the other test."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    _installed_library(pytester)
+    (pytester.path / "test_lib.py").unlink()
+    pytester.makepyfile(
+        test_reuse="""
+        import jax
+        import jax.numpy as jnp
+        from hiddenlib import jitted_solve
+
+        @jax.jit
+        def doubled(a, b):
+            return jitted_solve(a, b) * 2
+
+        def test_inside_a_jit():
+            assert doubled(jnp.eye(3) * 2, jnp.ones(3)).shape == (3,)
+
+        def test_direct():
+            assert jitted_solve(jnp.eye(3) * 2, jnp.ones(3)).shape == (3,)
+        """
+    )
+    _, audit = audit_of(pytester)
+    (solve,) = by_function(audit, "jitted_solve")
+    for platform in ("cpu", "cuda", "rocm"):
+        kernels = solve["platforms"][platform]["lowered"]["kernels"]
+        assert {k["location"] for k in kernels} == {"test_reuse.py:13"}, (platform, kernels)
+    (doubled,) = by_function(audit, "doubled")  # the test's own jit keeps its own line
+    kernels = doubled["platforms"]["cuda"]["lowered"]["kernels"]
+    assert {k["location"] for k in kernels} == {"test_reuse.py:7"}, kernels
+
+
 ORDER_DEPENDENT = """
 import os
 
@@ -1126,3 +1164,45 @@ def test_the_audit_shows_the_suites_warnings_as_often_as_a_plain_run(
     audited = pytester.runpytest("-p", "no:cacheprovider", "--jaxport-audit").parseoutcomes()
     assert plain["passed"] == audited["passed"] == 1
     assert audited.get("warnings") == plain.get("warnings") == 1
+
+
+def test_an_eager_op_is_placed_where_the_suite_called_it(pytester: pytest.Pytester) -> None:
+    """The sites of an op executed eagerly are at the line that called it, whatever program
+    JAX reused for it: jax 0.12 runs an eager ``multiply`` with the jaxpr it traced for the
+    same op inside a jit earlier in the process, source lines included, so a run in which
+    the jit ran first (serially) and one in which it did not (another xdist worker) would
+    otherwise place the same computation's float64 finding on different lines."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_eager="""
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+
+
+        @jax.jit
+        def scaled(x, y):
+            return jnp.multiply(x, y) + 1.0
+
+
+        def test_jit_first():
+            assert scaled(jnp.ones(3), jnp.ones(3))[0] == 2.0
+
+
+        def test_eager():
+            assert jnp.multiply(jnp.ones(3), jnp.ones(3))[0] == 1.0
+        """
+    )
+    x64 = jax.config.jax_enable_x64
+    try:
+        result, audit = audit_of(pytester)
+    finally:  # the suite runs in this process: its x64 must not outlive it
+        jax.config.update("jax_enable_x64", x64)
+    result.assert_outcomes(passed=2)
+    eager = [c for c in audit["computations"] if c["kind"] == "eager"
+             and c["function"] == "multiply"]  # fmt: skip
+    assert len(eager) == 1, [(c["function"], c["kind"]) for c in audit["computations"]]
+    findings = eager[0]["platforms"]["tpu"]["lowered"]["formats"]["findings"]
+    assert findings, eager[0]["platforms"]["tpu"]["lowered"]["formats"]
+    assert {f["location"] for f in findings} == {"test_eager.py:17"}
