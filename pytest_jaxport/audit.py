@@ -164,12 +164,12 @@ class Recorder:
 
         facts = call.facts()
         present = lowering.present_platforms()
-        # An op executed eagerly, or a library's jitted function, is placed where the suite
-        # called it, not at the lines of a program JAX may have traced earlier at another call
-        # and reused: the same in every process, whatever it ran before.
+        # An op executed eagerly is placed where the suite called it, not at the lines of a
+        # program JAX may have traced earlier at another call and reused: the same in every
+        # process, whatever it ran before. (Not a library's jitted function: the user's code
+        # it calls, a vector field, keeps its own lines.)
         caller = None
-        file = (facts.source or "").rpartition(":")[0]
-        if facts.kind == "eager" or (file and is_library_file(file)):
+        if facts.kind == "eager":
             caller = _calling_line(self._examiner.own_packages)
             caller = caller if caller is None else self._examiner.shown_location(caller)
         judged = self._judged(call, keyed, facts.host_callbacks, present, caller)
@@ -209,10 +209,8 @@ class Recorder:
         judging = self._judging()  # None: a classify hook judges, so nothing is kept
         key = None
         if judging is not None:
-            scope = "\n\0".join(
-                (judging, call.signature_text(), *self.platforms, "present:", *sorted(present),
-                 f"at: {caller}")  # fmt: skip
-            )
+            where = (*self.platforms, "present:", *sorted(present), f"at: {caller}")
+            scope = "\n\0".join((judging, call.signature_text(), *where))
             key = self._examiner.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
             known = self._examiner.judged(key, len(self.platforms))
             if known is not None:
@@ -241,9 +239,9 @@ class Recorder:
         judged = {
             "host_callbacks": list(host_callbacks),
             "partitions": max((p.partitions for p in found.programs.values()), default=1),
-            "platforms": Probe(
-                name="", reference="", platforms=found.results
-            ).to_dict()["platforms"],
+            "platforms": Probe(name="", reference="", platforms=found.results).to_dict()[
+                "platforms"
+            ],
             "findings": findings,
         }
         if key is not None and self._examiner.keepable(found):

@@ -553,9 +553,8 @@ class Examiner:
         ``at_caller``, every kernel is the ``caller``'s: an op executed eagerly belongs to
         the call that ran it, whereas the lines of its program can be those of an earlier
         trace JAX reused (jax 0.12 reuses a jaxpr traced inside a jit for the same op called
-        eagerly later), which would depend on what the process ran before; so does a library's
-        jitted function, whose every line of the user's code is a line that called it. Only
-        a kernel inside an installed package (one of ``own_packages``) keeps its line."""
+        eagerly later), which would depend on what the process ran before. Only a kernel
+        inside an installed package (one of ``own_packages``) keeps its line."""
         if caller is not None and not at_caller and not any(k.location for k in census.kernels):
             at_caller = True
         placed = caller if at_caller else None

@@ -318,8 +318,8 @@ def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
     _, cold = audit_of(suite)
     _, warm = audit_of(suite)
     assert without_timings(warm) == without_timings(cold)
-    entries = [json.loads(p.read_text()) for p in
-               (suite.path / ".pytest_cache" / "d" / "jaxport-lowered").glob("*.json")]  # fmt: skip
+    folder = suite.path / ".pytest_cache" / "d" / "jaxport-lowered"
+    entries = [json.loads(p.read_text()) for p in folder.glob("*.json")]
     # one program per platform per computation (the host callback's too: it lowers inert),
     # and each computation's census as judged: what the warm run read
     programs = [e for e in entries if "program" in e]
@@ -368,7 +368,8 @@ def test_a_warm_run_reads_each_census_as_judged_until_what_judges_it_changes(
     )
     _, hooked = audit_of(suite)
     mlps = [c["platforms"]["cuda"]["lowered"] for c in by_function(hooked, "mlp")]
-    assert mlps and all(m["custom"] == 2 for m in mlps), mlps  # x @ w and its @ w.T
+    assert mlps
+    assert all(m["custom"] == 2 for m in mlps), mlps  # x @ w and its @ w.T
     _, hooked_again = audit_of(suite)
     assert without_timings(hooked_again) == without_timings(hooked)
 
@@ -944,42 +945,40 @@ def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
     assert {f["location"].rpartition(":")[0] for f in findings} == {"hiddenlib/__init__.py"}
 
 
-def test_a_librarys_jit_is_at_the_line_that_called_it_whatever_traced_it_first(
-    pytester: pytest.Pytester,
-) -> None:
-    """JAX reuses the program it traced for a jitted function with the same argument types,
-    source lines included: here the library's ``jitted_solve`` is traced inside the test's
-    own jit first, and its direct call later runs that trace. Its sites are still at the
-    line that called it directly, as they are in a process (another xdist worker) that never
-    ran the other test."""
+def test_the_users_code_a_library_calls_keeps_its_own_line(pytester: pytest.Pytester) -> None:
+    """A library's jitted function that calls the user's code (a vector field, a loss): the
+    kernels of the library's own ops are at the line that called the library, those of the
+    user's function at the user's function's own line."""
     pytester.makefile(".toml", pyproject=PLATFORMS)
-    _installed_library(pytester)
-    (pytester.path / "test_lib.py").unlink()
+    folder = pytester.path / "venv" / "site-packages" / "fieldlib"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(
+        "import functools\n\nimport jax\nimport jax.numpy as jnp\n\n\n"
+        "@functools.partial(jax.jit, static_argnums=0)\n"
+        "def integrate(field, x):\n"
+        "    return jnp.linalg.cholesky(field(x) @ field(x).T + jnp.eye(3))\n"
+    )
+    pytester.syspathinsert(folder.parent)
     pytester.makepyfile(
-        test_reuse="""
-        import jax
+        test_field="""
         import jax.numpy as jnp
-        from hiddenlib import jitted_solve
+        from fieldlib import integrate
 
-        @jax.jit
-        def doubled(a, b):
-            return jitted_solve(a, b) * 2
+        def field(x):
+            return jnp.linalg.qr(x)[0]
 
-        def test_inside_a_jit():
-            assert doubled(jnp.eye(3) * 2, jnp.ones(3)).shape == (3,)
-
-        def test_direct():
-            assert jitted_solve(jnp.eye(3) * 2, jnp.ones(3)).shape == (3,)
+        def test_integrate():
+            assert integrate(field, jnp.eye(3) * 2).shape == (3, 3)
         """
     )
     _, audit = audit_of(pytester)
-    (solve,) = by_function(audit, "jitted_solve")
-    for platform in ("cpu", "cuda", "rocm"):
-        kernels = solve["platforms"][platform]["lowered"]["kernels"]
-        assert {k["location"] for k in kernels} == {"test_reuse.py:13"}, (platform, kernels)
-    (doubled,) = by_function(audit, "doubled")  # the test's own jit keeps its own line
-    kernels = doubled["platforms"]["cuda"]["lowered"]["kernels"]
-    assert {k["location"] for k in kernels} == {"test_reuse.py:7"}, kernels
+    (solve,) = by_function(audit, "integrate")
+    kernels = solve["platforms"]["cuda"]["lowered"]["kernels"]
+    lines = {k["kind"]: k["location"] for k in kernels}
+    assert {k["location"] for k in kernels} == {"test_field.py:5", "test_field.py:8"}, kernels
+    assert all(k["location"] == "test_field.py:8" for k in kernels if "potrf" in k["name"]), (
+        lines
+    )  # the library's Cholesky: at the call into the library
 
 
 ORDER_DEPENDENT = """

@@ -195,8 +195,8 @@ def test_sharded_programs_are_recorded_with_their_shardings(
     warm["seen"].pop("calls")
     audit["seen"].pop("calls")
     assert without_timings(warm) == without_timings(audit)
-    entries = [json.loads(p.read_text()) for p in
-               (pytester.path / ".pytest_cache" / "d" / "jaxport-lowered").glob("*.json")]  # fmt: skip
+    folder = pytester.path / ".pytest_cache" / "d" / "jaxport-lowered"
+    entries = [json.loads(p.read_text()) for p in folder.glob("*.json")]
     partitioned = sum(c["partitions"] > 1 for c in audit["computations"])
     assert partitioned >= 3  # data_parallel, gradient, the shard_map program
     # per computation a program per platform; per partitioned one the partitioner's record;

@@ -263,8 +263,9 @@ def _locations_reach_user_code() -> Iterator[None]:
     from jax._src import config
 
     limit = config.traceback_in_locations_limit
-    with _SHARED_IR_CONTEXTS, (
-        contextlib.nullcontext() if limit.value >= _LOCATION_FRAMES else limit(_LOCATION_FRAMES)
+    with (
+        _SHARED_IR_CONTEXTS,
+        contextlib.nullcontext() if limit.value >= _LOCATION_FRAMES else limit(_LOCATION_FRAMES),
     ):
         yield
 
@@ -300,8 +301,8 @@ class _SharedIrContexts:
 
         with self._lock:
             self._depth += 1
-            if self._depth > 1:
-                return
+            if self._depth > 1 or hasattr(mlir, "_thread_local_context"):
+                return  # (jax 0.12+ reuses each context ten times itself)
             original = mlir.make_ir_context
             self._original, self._owner = original, threading.get_ident()
             self._first = True
@@ -647,6 +648,7 @@ class _Reader:
         self.types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each one once
         self.costs: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.locations: dict[Any, str] = {}
+        self.free: dict[tuple[str, frozenset[int]], bool] = {}  # see index_free_call
 
     def read(self, name: str, index_arguments: Sequence[int]) -> None:
         """Read function ``name`` (once), knowing which arguments hold the platform index.
@@ -698,7 +700,9 @@ class _Reader:
                     if index is not None:
                         self.resolve_case(operation, index, items, known)
                         continue
-                    if self.platforms > 1 and _per_platform(operation.operands[0], known):
+                    if self.platforms > 1 and _per_platform(
+                        operation.operands[0], known, self.index_free_call
+                    ):
                         raise ValueError(
                             "a case on a value computed from the platform index in a way the "
                             "census cannot resolve; lower for each platform instead"
@@ -738,6 +742,51 @@ class _Reader:
                         _forward_known(operation, known)
                     for nested in operation.regions:
                         self.collect(nested, items, known)
+
+    def index_free_call(self, operation: Any, handed: Sequence[int]) -> bool:
+        """Whether ``operation`` is a call of a function whose results cannot depend on the
+        values it is handed at positions ``handed`` (the platform index: the functions JAX
+        lowers from jaxprs all receive it, most only to hand it on). They must be used by
+        nothing but calls that hand them on to such functions in turn (a case on one,
+        arithmetic on it or returning it makes the function depend on it)."""
+        if operation.name not in CALL_OPS:
+            return False
+        try:
+            callee = _symbol(operation.attributes["callee"])
+            return self._index_free(callee, frozenset(handed), set())
+        except Exception:  # bindings without use lists: assume it depends on the index
+            return False
+
+    def _index_free(self, name: str, handed: frozenset[int], visiting: set[str]) -> bool:
+        found = self.free.get((name, handed))
+        if found is not None:
+            return found
+        func = self.funcs.get(name)
+        if func is None or name in visiting or not func.regions or not func.regions[0].blocks:
+            return False
+        visiting.add(name)
+        arguments = func.regions[0].blocks[0].arguments
+        attrs = list(func.attributes["arg_attrs"]) if "arg_attrs" in func.attributes else []
+        marked = {i for i, a in enumerate(attrs) if _PLATFORM_INDEX in str(a)}
+        free = True
+        for i in sorted(handed | marked):
+            if i >= len(arguments):
+                continue
+            for use in arguments[i].uses:
+                owner = use.owner
+                owner = getattr(owner, "operation", owner)
+                if owner.name not in CALL_OPS or not self._index_free(
+                    _symbol(owner.attributes["callee"]),
+                    frozenset({use.operand_number}),
+                    visiting,
+                ):
+                    free = False
+                    break
+            if not free:
+                break
+        visiting.discard(name)
+        self.free[(name, handed)] = free
+        return free
 
     def location_text(self, location: Any) -> str:
         """``str(location)``, once per distinct location: a location is a uniqued attribute
@@ -858,12 +907,18 @@ def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
                 known[argument] = value
 
 
-def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int = 8) -> bool:
+def _per_platform(
+    value: Any,
+    known: Mapping[Any, tuple[int, ...]],
+    index_free_call: Callable[[Any, Sequence[int]], bool] = lambda *_: False,
+    depth: int = 8,
+) -> bool:
     """Whether ``value`` is computed (within ``depth`` ops, through integer scalars) from a
     value that differs per platform: a case on it would take a different branch per platform,
     so counting all its branches for every platform would be wrong. The walk stops at array
     or floating-point values: a user's ``cond`` on data computed by a function that receives
-    the platform index is not an index computation."""
+    the platform index is not an index computation; nor does it go into the operands a call
+    of an index-free function (``index_free_call``) hands on unused."""
     pending = [(value, 0)]
     seen: set[Any] = set()
     while pending:
@@ -875,9 +930,17 @@ def _per_platform(value: Any, known: Mapping[Any, tuple[int, ...]], depth: int =
             continue
         seen.add(current)
         owner = current.owner
-        operands = getattr(getattr(owner, "operation", owner), "operands", None)
+        operation = getattr(owner, "operation", owner)
+        operands = getattr(operation, "operands", None)
         if operands is not None:  # an op's result
-            pending.extend((operand, steps + 1) for operand in operands)
+            handed = [i for i, operand in enumerate(operands)
+                      if len(set(known.get(operand, ()))) > 1]  # fmt: skip
+            free = bool(handed) and index_free_call(operation, handed)
+            pending.extend(
+                (operand, steps + 1)
+                for i, operand in enumerate(operands)
+                if not (free and i in handed)
+            )
             continue
         fed = _feeding_operand(current, owner)
         if fed is not None:  # a region's argument, fed by the operand of its op
