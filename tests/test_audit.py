@@ -1205,3 +1205,32 @@ def test_an_eager_op_is_placed_where_the_suite_called_it(pytester: pytest.Pytest
     findings = eager[0]["platforms"]["tpu"]["lowered"]["formats"]["findings"]
     assert findings, eager[0]["platforms"]["tpu"]["lowered"]["formats"]
     assert {f["location"] for f in findings} == {"test_eager.py:17"}
+
+
+def test_a_tests_computations_are_listed_in_one_order_whatever_order_they_missed_in(
+    suite: pytest.Pytester,
+) -> None:
+    """The order in which a test's calls miss JAX's caches depends on what else the process
+    ran (a warm xdist worker misses in another order than a cold serial run): each test's
+    ``uses`` and ``owns`` follow the computations' order instead."""
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.report.audit import AuditLedger
+
+    _, audit = audit_of(suite)
+    computations = [
+        {k: v for k, v in c.items() if k not in ("users", "owner", "outside_tests")}
+        for c in audit["computations"]
+    ]
+    ids = [c["id"] for c in computations]
+    sections = []
+    for used in (ids, ids[::-1]):
+        ledger = AuditLedger()
+        ledger.add({"nodeid": "t.py::test", "index": 0, "uses": used, "outside": [],
+                    "computations": computations, "calls": len(used),
+                    "compiled_outside": 0, "errors": []})  # fmt: skip
+        sections.append(
+            ledger.section(interception={}, platforms=["cpu"], migrate_to=[], model=CostModel())
+        )
+    forward, backward = (s["tests"]["t.py::test"] for s in sections)
+    assert forward == backward
+    assert forward["uses"] == [c["id"] for c in sections[0]["computations"]]

@@ -190,11 +190,15 @@ def assemble(
         key=lambda c: (index.get(c["owner"], -1) if c["owner"] else -1, c["function"], c["id"])
     )
     owner = {c["id"]: c["owner"] for c in computations}
+    # in the computations' order, not the order the test's calls missed JAX's caches: that
+    # depends on what else the process ran (a cache another test's lowering filled)
+    order = {c["id"]: i for i, c in enumerate(computations)}
     ran: dict[str, dict[str, list[str]]] = {}
     for nodeid, used in uses.items():
         if used:
-            ran[nodeid] = {"owns": [cid for cid in used if owner.get(cid) == nodeid],
-                           "uses": list(used)}  # fmt: skip
+            ordered = sorted(used, key=lambda cid: (order.get(cid, len(order)), cid))
+            ran[nodeid] = {"owns": [cid for cid in ordered if owner.get(cid) == nodeid],
+                           "uses": ordered}  # fmt: skip
     seen = {
         "computations": len(computations),
         "jit": sum(c["kind"] == "jit" for c in computations),
