@@ -257,6 +257,44 @@ def test_a_callback_inside_a_librarys_primitive_is_no_failure_to_lower(
     assert all(t["failed_to_lower"] == 0 for t in audit["summary"]["platforms"].values())
 
 
+def test_a_lowering_rule_written_in_python_is_traced_once_per_call(
+    pytester: pytest.Pytester,
+) -> None:
+    """A primitive whose lowering rule is a Python function (``mlir.lower_fun``: equinox's
+    primitives, lineax's solve, TPU's SVD) is traced when JAX lowers the call to run it; the
+    audit lowering the same call for the other platforms reuses that trace instead of tracing
+    it again (it was a fifth of the audit's cost on lineax), and each platform still gets its
+    own kernels from it."""
+    library = LIBRARY_WITH_HIDDEN_CALLBACK.replace(
+        "def _checked_solve(a, b):\n",
+        "TRACES = []\n\n\ndef _checked_solve(a, b):\n    TRACES.append(a.shape)\n",
+    )
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(library=library)
+    pytester.makepyfile(
+        test_solve="""
+        import jax, jax.numpy as jnp
+        from library import TRACES, solve
+
+        def test_solve():
+            jax.jit(solve)(jnp.eye(3) * 2, jnp.ones(3))
+            jax.jit(solve)(jnp.eye(4) * 2, jnp.ones(4))
+            assert TRACES == [(3, 3), (4, 4)]  # as many as without the audit
+        """
+    )
+    pytester.syspathinsert()
+    assert pytester.runpytest_subprocess("-p", "no:jaxport").ret == pytest.ExitCode.OK
+    result, audit = audit_of(pytester)
+    result.assert_outcomes(passed=1)
+    solves = by_function(audit, "solve")
+    assert len(solves) == 2
+    solvers = {"cpu": "lapack", "cuda": "cusolver", "rocm": "hipsolver"}
+    for solve in solves:
+        for platform, library_name in solvers.items():
+            lowered = solve["platforms"][platform]["lowered"]
+            assert lowered["libraries"].get(library_name, 0) >= 1, (platform, solve)
+
+
 def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
     pytester: pytest.Pytester,
 ) -> None:

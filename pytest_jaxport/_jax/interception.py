@@ -57,6 +57,12 @@ PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._cpp_pjit_cache_fun_only": "the C++ dispatch cache of plain jits",
     "jax._src.pjit._cpp_pjit_cache_explicit_attributes": "the C++ dispatch cache of other jits",
     "jax._src.pjit._infer_params": "the static arguments of a call",
+    "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
+        "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
+    ),
+    "jax._src.interpreters.partial_eval.trace_to_jaxpr": (
+        "a lowering rule's trace, made once for a recorded call (jax >= 0.12)"
+    ),
 }
 """Every private JAX name the audit uses, with what it is used for."""
 
@@ -120,6 +126,7 @@ class _State(threading.local):
         self.busy = False
         self.hooked = 0
         self.static: tuple[Any, Any, tuple[tuple[str, Any], ...]] | None = None
+        self.rule_traces: dict[Any, tuple[Any, Any]] = {}
 
 
 _STATE = _State()
@@ -567,7 +574,7 @@ class Interception:
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._adapter: _Adapter | None = None
-        self._originals: dict[str, Any] = {}
+        self._originals: dict[tuple[Any, str], Any] = {}
         self._event_listener: Callable[..., None] | None = None
         self.compiles = CompileCounts()
         self.support: Support | None = None
@@ -589,6 +596,11 @@ class Interception:
             if hasattr(pjit, "_infer_params"):
                 self._patch(pjit, "_infer_params", _stash_static(pjit._infer_params))
                 static = True
+            from jax._src.interpreters import partial_eval
+
+            for name in ("trace_to_jaxpr_dynamic", "trace_to_jaxpr"):
+                if hasattr(partial_eval, name):
+                    self._patch(partial_eval, name, _RuleTraces(getattr(partial_eval, name)))
         events = self._listen()
         tested = adapter is None or version[:2] <= adapter.newest_tested[:2]
         self.support = Support(
@@ -604,10 +616,8 @@ class Interception:
 
     def uninstall(self) -> None:
         """Undo every patch (the in-process pytester runs of the plugin's own tests need it)."""
-        from jax._src import pjit
-
-        for name, original in self._originals.items():
-            setattr(pjit, name, original)
+        for (module, name), original in self._originals.items():
+            setattr(module, name, original)
         self._originals.clear()
         if self._event_listener is not None:
             _unlisten(self._event_listener)
@@ -625,7 +635,7 @@ class Interception:
         pjit._cpp_pjit_cache_explicit_attributes.clear()
 
     def _patch(self, module: Any, name: str, replacement: Any) -> None:
-        self._originals[name] = getattr(module, name)
+        self._originals[(module, name)] = getattr(module, name)
         setattr(module, name, replacement)
 
     def _hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -648,6 +658,9 @@ class Interception:
             state.hooked += 1
             try:
                 out = original(*args, **params)
+            except BaseException:
+                state.rule_traces.clear()
+                raise
             finally:
                 state.hooked -= 1
             # After JAX ran the call: its own lowering is cached (read, not made again), and
@@ -664,6 +677,7 @@ class Interception:
                     compiles.errors.append(f"{type(e).__name__}: {e}"[:300])
                 finally:
                     state.busy = False
+            state.rule_traces.clear()
             return out
 
         return pjit_call_impl_python
@@ -706,6 +720,89 @@ def _stash_static(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return infer_params
+
+
+class _RuleTraces:
+    """``partial_eval.trace_to_jaxpr_dynamic`` (``trace_to_jaxpr`` from jax 0.12) that keeps
+    the traces of lowering rules written as Python functions (``mlir.lower_fun``: equinox's
+    primitives, TPU's SVD, PRNG bits, ...) while JAX lowers a recorded call to run it, and
+    hands them back when the audit lowers the same call for the other platforms: each such
+    rule is traced once per recorded call instead of twice (the trace does not depend on the
+    platform; the rule and its parameters are the same objects, its argument types equal).
+
+    Only inside a hooked call (kept) and the audit's own work on it (read); cleared when the
+    hooked call returns. Anything else passes through untouched, as does a trace whose
+    function cannot be identified (then it is traced again).
+    """
+
+    __slots__ = ("_original",)
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self._original = original
+
+    def __getattr__(self, name: str) -> Any:  # jax 0.12's is a cache: its methods stay reachable
+        return getattr(self._original, name)
+
+    def __call__(self, fun: Any, *args: Any, **kwargs: Any) -> Any:
+        state = _STATE
+        if not (state.busy or state.hooked):
+            return self._original(fun, *args, **kwargs)
+        key = _rule_trace_key(fun, args, kwargs)
+        if key is None:
+            return self._original(fun, *args, **kwargs)
+        if state.busy:
+            kept = state.rule_traces.get(key)
+            return kept[1] if kept is not None else self._original(fun, *args, **kwargs)
+        traced = self._original(fun, *args, **kwargs)
+        state.rule_traces[key] = (fun, traced)  # (fun: its parts' ids stay theirs)
+        return traced
+
+
+def _rule_trace_key(fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a lowering rule's trace depends on (the function, by the identity of its code and
+    of what it closes over and is given, and the argument types), or ``None`` for any other
+    trace or a function that cannot be identified so."""
+    try:
+        debug = getattr(fun, "debug_info", None) or kwargs.get("debug_info")
+        if debug is None:
+            debug = next((a for a in args if hasattr(a, "traced_for")), None)
+        if getattr(debug, "traced_for", None) != "lower_fun":
+            return None
+        identity = _callable_identity(fun)
+        if identity is None:
+            return None
+        rest = tuple(tuple(a) if isinstance(a, list) else a for a in args if a is not debug)
+        options = tuple(sorted((k, v) for k, v in kwargs.items() if v is not debug))
+        key = (identity, rest, options)
+        hash(key)
+        return key
+    except Exception:  # never in the way: the rule is traced again
+        return None
+
+
+def _callable_identity(fun: Any) -> Any:
+    """``fun`` (a ``lu.WrappedFun``, a ``functools.partial`` or a Python function) as a
+    hashable value made of its code and the identities of what it closes over and is bound
+    to; ``None`` for anything else."""
+    if isinstance(fun, functools.partial):
+        inner = _callable_identity(fun.func)
+        if inner is None:
+            return None
+        bound = tuple(sorted((k, id(v)) for k, v in fun.keywords.items()))
+        return ("partial", inner, tuple(id(a) for a in fun.args), bound)
+    if hasattr(fun, "f") and hasattr(fun, "params") and hasattr(fun, "transforms"):
+        inner = _callable_identity(fun.f)
+        if inner is None:
+            return None
+        transforms = tuple(  # (jax < 0.7 adds one that records result paths)
+            (id(transform), tuple(id(a) for a in args)) for transform, args in fun.transforms
+        )
+        return ("wrapped", inner, tuple((k, id(v)) for k, v in fun.params), transforms)
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        return None
+    cells = tuple(id(cell.cell_contents) for cell in fun.__closure__ or ())
+    return ("function", code, cells, id(fun.__defaults__), id(fun.__kwdefaults__))
 
 
 def _unlisten(listener: Callable[..., None]) -> None:
