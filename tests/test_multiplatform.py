@@ -624,10 +624,12 @@ def test_lowerings_share_an_mlir_context_and_nested_lowerings_get_their_own() ->
 
     first = lowering.lower(jax.jit(mlp).trace(jnp.ones((4, 8))), "cuda")
     second = lowering.lower(jax.jit(lambda x: doubled.bind(x) + 1).trace(jnp.ones(3)), "tpu")
-    assert context_of(first) is context_of(second)
     assert mlir.make_ir_context is original  # restored once lowering is done
     assert "stablehlo.multiply" in str(second.compiler_ir("stablehlo"))
     if hasattr(mlir, "_thread_local_context"):
-        return  # jax 0.12+ reuses contexts itself: left to it
+        # jax 0.12+ reuses contexts itself, each up to 10 times per thread: left to it (whether
+        # these two share one depends on how many lowerings the thread made before)
+        return
+    assert context_of(first) is context_of(second)
     own = jax.jit(lambda x: x - 1).trace(jnp.ones(2)).lower(lowering_platforms=("cuda",))
     assert context_of(own) is not context_of(first)
