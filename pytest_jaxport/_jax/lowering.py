@@ -665,12 +665,7 @@ class _Reader:
         known: dict[Any, tuple[int, ...]] = {}
         if func.regions and func.regions[0].blocks:
             arguments = func.regions[0].blocks[0].arguments
-            marked = set(index_arguments)
-            if "arg_attrs" in func.attributes:
-                for i, attrs in enumerate(func.attributes["arg_attrs"]):
-                    if _PLATFORM_INDEX in str(attrs):
-                        marked.add(i)
-            for i in marked:
+            for i in {*index_arguments, *_marked_index_arguments(func)}:
                 if i < len(arguments):
                     known[arguments[i]] = self.index
         for region in func.regions:
@@ -766,10 +761,8 @@ class _Reader:
             return False
         visiting.add(name)
         arguments = func.regions[0].blocks[0].arguments
-        attrs = list(func.attributes["arg_attrs"]) if "arg_attrs" in func.attributes else []
-        marked = {i for i, a in enumerate(attrs) if _PLATFORM_INDEX in str(a)}
         free = True
-        for i in sorted(handed | marked):
+        for i in sorted(handed | _marked_index_arguments(func)):
             if i >= len(arguments):
                 continue
             for use in arguments[i].uses:
@@ -905,6 +898,14 @@ def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
             value = known.get(operand)
             if value is not None and (unchanged is None or i in unchanged):
                 known[argument] = value
+
+
+def _marked_index_arguments(func: Any) -> set[int]:
+    """The positions of ``func``'s arguments marked as the platform index (functions lowered
+    from a jaxpr mark it ``jax.global_constant``)."""
+    if "arg_attrs" not in func.attributes:
+        return set()
+    return {i for i, a in enumerate(func.attributes["arg_attrs"]) if _PLATFORM_INDEX in str(a)}
 
 
 def _per_platform(
