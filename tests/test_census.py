@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 
 import jax
@@ -17,6 +18,7 @@ from pytest_jaxport.model.census import (
     Program,
     SourceLocation,
     is_library_file,
+    location_frames,
     parse_location,
     take_census,
     user_location,
@@ -253,6 +255,44 @@ def test_a_kernel_with_only_library_frames_is_at_the_line_that_called_into_the_l
     assert is_library_file(file)
     assert not is_library_file(file, own=("lib",))
     assert not is_library_file("/src/test_a.py")
+
+
+def test_a_read_location_stops_at_the_first_user_frame(tmp_path) -> None:
+    """An op's location is read as its call stack up to the first frame that is the user's
+    code: the library frames inside it (where ``own_packages`` may place the op) and that
+    frame, not the callers beyond it (pytest's), which no census looks at and which made each
+    location's text several KB under a deep library stack."""
+    folder = tmp_path / "venv" / "site-packages" / "stacklib"
+    folder.mkdir(parents=True)
+    source = folder / "__init__.py"
+    source.write_text(
+        "import jax.numpy as jnp\n"
+        "def inner(x):\n"
+        "    return jnp.dot(x, x)\n"
+        "def outer(x):\n"
+        "    return inner(x) + 1\n"
+    )
+    spec = importlib.util.spec_from_file_location("stacklib", source)
+    stacklib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stacklib)
+
+    def model(x):
+        return stacklib.outer(x)  # the first user frame
+
+    traced = lowering.trace(model, (jnp.ones((3, 3)),), {})
+    for platform in ("cpu", "cuda"):
+        program = lowering.read_program(lowering.lower(traced, platform))
+        (dot,) = [s for s in program.functions[program.entry] if s.op == "stablehlo.dot_general"]
+        frames = location_frames(dot.location)
+        line = model.__code__.co_firstlineno + 1
+        assert frames == [(str(source), "3"), (str(source), "5"), (__file__, str(line))]
+    # On cuda the dot is cuBLAS's: at the user's line, or inside the library it owns
+    kernels = take_census(program, "cuda").kernels
+    assert [(k.library, str(k.location)) for k in kernels] == [("cublas", f"{__file__}:{line}")]
+    kernels = take_census(program, "cuda", own=("stacklib",)).kernels
+    assert [str(k.location) for k in kernels] == [f"{source}:3"]
+    with jax.default_device(jax.devices("cpu")[0]):  # and the program still runs here
+        assert float(jax.jit(model)(jnp.ones((3, 3)))[0, 0]) == 4.0
 
 
 def test_read_program_groups_identical_ops_and_leaves_out_uncounted_ones() -> None:

@@ -13,7 +13,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,15 @@ from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compil
 from pytest_jaxport._jax.jaxprs import equations, source_line
 from pytest_jaxport._jax.profile import measure
 from pytest_jaxport.model import partitioner
-from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS, OpSite, Program
+from pytest_jaxport.model.census import (
+    CALL_OPS,
+    UNCOUNTED_OPS,
+    OpSite,
+    Program,
+    StackFrame,
+    is_library_file,
+    location_text,
+)
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.cost import FREE_OPS, op_cost
@@ -648,6 +656,8 @@ class _Reader:
         self.types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each one once
         self.costs: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.locations: dict[Any, str] = {}
+        self.stacks: dict[Any, tuple[StackFrame, ...] | None] = {}  # see location_text
+        self.user_files: dict[str, bool] = {}
         self.free: dict[tuple[str, frozenset[int]], bool] = {}  # see index_free_call
 
     def read(self, name: str, index_arguments: Sequence[int]) -> None:
@@ -782,17 +792,53 @@ class _Reader:
         return free
 
     def location_text(self, location: Any) -> str:
-        """``str(location)``, once per distinct location: a location is a uniqued attribute
-        (the ops of one equation share it), and its text, a callsite chain of up to
-        :data:`_LOCATION_FRAMES` frames, is slow to build (~20 us)."""
+        """The text of an op's location, once per distinct location (a uniqued attribute: the
+        ops of one equation share it): its call stack, innermost frame first, up to the first
+        frame that is the user's code (``census.is_library_file``; no census looks further,
+        whatever ``own_packages`` says). ``str(location)`` would print every frame (a
+        callsite chain of up to :data:`_LOCATION_FRAMES`, ~6 KB under a diffrax solve: slow
+        to build, large to keep); it remains for locations this reader does not take apart.
+        """
         try:
             attribute = location.attr
             text = self.locations.get(attribute)
         except (AttributeError, TypeError):  # bindings without it: as text every time
             return str(location)
         if text is None:
-            text = self.locations[attribute] = str(location)
+            frames = self.stack(location)
+            text = str(location) if frames is None else location_text(frames)
+            self.locations[attribute] = text
         return text
+
+    def stack(self, location: Any) -> tuple[StackFrame, ...] | None:
+        """``location``'s frames, innermost first, up to the first that is the user's code
+        (each callsite's read once: the callers many locations share); ``None`` for a location
+        of a kind other than callsite, name and file, or bindings without their parts."""
+        if hasattr(location, "callee"):  # a callsite: the callee's frames, then the caller's
+            key = location.attr
+            if key in self.stacks:
+                return self.stacks[key]
+            frames = self.stack(location.callee)
+            if frames is not None and not (frames and self.is_user(frames[-1].file)):
+                rest = self.stack(location.caller)
+                frames = None if rest is None else frames + rest
+            self.stacks[key] = frames
+            return frames
+        if hasattr(location, "child_loc"):  # a name: JAX names each frame by its function
+            frames = self.stack(location.child_loc)
+            if frames is not None and len(frames) == 1 and not frames[0].function:
+                return (replace(frames[0], function=location.name_str),)
+            return frames
+        if hasattr(location, "start_line"):
+            return (StackFrame(file=location.filename, function="", line=location.start_line,
+                               column=location.start_col),)  # fmt: skip
+        return None
+
+    def is_user(self, file: str) -> bool:
+        found = self.user_files.get(file)
+        if found is None:
+            found = self.user_files[file] = not is_library_file(file)
+        return found
 
     def cost(self, operation: Any, target: str | None) -> _Typed:
         """``cost.op_cost`` of an op (computed once per distinct op, types and attributes),

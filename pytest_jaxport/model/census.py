@@ -26,7 +26,7 @@ import operator
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -245,6 +245,35 @@ class Census:
             estimated_seconds=(),
             collectives=tuple(sorted(collectives.values())),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackFrame:
+    """One frame of an op's call stack, as a location records it."""
+
+    file: str
+    function: str
+    line: int
+    column: int
+
+
+def location_text(frames: Sequence[StackFrame]) -> str:
+    """MLIR location text for a call stack, innermost frame first (``loc(unknown)`` for none).
+
+    >>> location_text([StackFrame(file="/src/m.py", function="f", line=7, column=8),
+    ...                StackFrame(file="/src/t.py", function="t", line=12, column=4)])
+    'loc(callsite("f"("/src/m.py":7:8) at "t"("/src/t.py":12:4)))'
+    """
+    text = ""
+    for frame in reversed(frames):
+        here = f"{quoted(frame.function)}({quoted(frame.file)}:{frame.line}:{frame.column})"
+        text = here if not text else f"callsite({here} at {text})"
+    return f"loc({text or 'unknown'})"
+
+
+def quoted(value: str) -> str:
+    """``value`` as an MLIR string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def location_frames(text: str) -> list[tuple[str, str]]:

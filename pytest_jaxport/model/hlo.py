@@ -39,8 +39,8 @@ Example::
     ...   %a = c64[8]{0} parameter(0)
     ...   ROOT %f = c64[8]{0} fft(%a), fft_type=FFT, metadata={source_file="m.py" source_line=3}
     ... }''')
-    >>> program.functions[program.entry]
-    (OpSite(op='hlo.fft', target=None, location='loc("m.py":3:0)'),)
+    >>> [(site.op, site.location, site.flops) for site in program.functions[program.entry]]
+    [('hlo.fft', 'loc("m.py":3:0)', 120.0)]
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -53,7 +53,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from pytest_jaxport.model.census import OpSite, Program
+from pytest_jaxport.model.census import OpSite, Program, StackFrame, location_text, quoted
 from pytest_jaxport.model.cost import (
     convolution_flops,
     dot_flops,
@@ -100,14 +100,6 @@ _OPENERS = {"(": ")", "{": "}", "[": "]"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Frame:
-    file: str
-    function: str
-    line: int
-    column: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _Instruction:
     name: str
     opcode: str
@@ -122,7 +114,7 @@ class _Instruction:
 class _Module:
     entry: str
     computations: Mapping[str, tuple[_Instruction, ...]]
-    frames: Mapping[int, tuple[_Frame, ...]]
+    frames: Mapping[int, tuple[StackFrame, ...]]
     opcodes: dict[str, frozenset[str]] = field(default_factory=dict, compare=False)
     """Per computation, the opcodes it holds (filled as asked, by :func:`_called_opcodes`)."""
 
@@ -442,30 +434,21 @@ def _location(module: _Module, raw_metadata: str | None) -> str | None:
     if frame_id is not None and frame_id.isdigit():
         frames = module.frames.get(int(frame_id))
         if frames:
-            return _render(frames)
+            return location_text(frames)
     source_file = fields.get("source_file")
     source_line = fields.get("source_line", "")
     if source_file and source_line.isdigit():
-        return f"loc({_quote(_unquote(source_file))}:{int(source_line)}:0)"
+        return f"loc({quoted(_unquote(source_file))}:{int(source_line)}:0)"
     return None
 
 
-def _render(frames: tuple[_Frame, ...]) -> str:
-    """MLIR location text for a call stack, innermost frame first."""
-    text = ""
-    for frame in reversed(frames):
-        here = f"{_quote(frame.function)}({_quote(frame.file)}:{frame.line}:{frame.column})"
-        text = here if not text else f"callsite({here} at {text})"
-    return f"loc({text})"
-
-
-def _stack_frames(tables: Mapping[str, Mapping[int, str]]) -> dict[int, tuple[_Frame, ...]]:
+def _stack_frames(tables: Mapping[str, Mapping[int, str]]) -> dict[int, tuple[StackFrame, ...]]:
     files = {k: _unquote(v) for k, v in tables.get("FileNames", {}).items()}
     functions = {k: _unquote(v) for k, v in tables.get("FunctionNames", {}).items()}
-    locations: dict[int, _Frame] = {}
+    locations: dict[int, StackFrame] = {}
     for key, raw in tables.get("FileLocations", {}).items():
         fields = _int_fields(raw)
-        locations[key] = _Frame(
+        locations[key] = StackFrame(
             file=files.get(fields.get("file_name_id", 0), "?"),
             function=functions.get(fields.get("function_name_id", 0), "?"),
             line=fields.get("line", 0),
@@ -475,9 +458,9 @@ def _stack_frames(tables: Mapping[str, Mapping[int, str]]) -> dict[int, tuple[_F
     # The text printer writes parent ids one higher than the frame ids it lists (the root
     # frame reads as its own parent); a table with a 0 parent uses the ids as listed.
     offset = 0 if any(f.get("parent_frame_id") == 0 for f in stack.values()) else 1
-    resolved: dict[int, tuple[_Frame, ...]] = {}
+    resolved: dict[int, tuple[StackFrame, ...]] = {}
     for key in stack:
-        chain: list[_Frame] = []
+        chain: list[StackFrame] = []
         seen: set[int] = set()
         current = key
         while current in stack and current not in seen:
@@ -792,7 +775,3 @@ def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]
     return _ESCAPE.sub(lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), value)
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
