@@ -24,12 +24,14 @@ from pytest_jaxport.model.cost import (
     estimate,
     estimated_share,
     kernel_seconds,
+    op_cost,
     peak_for,
     peak_from_target,
     read_estimate_errors,
     rewrite_items,
     share_basis,
     share_of,
+    tensor_shape,
 )
 
 TARGETS = Path(__file__).parents[1] / "pytest_jaxport" / "gpu_targets"
@@ -313,3 +315,16 @@ def test_a_kernel_site_has_one_status_per_target() -> None:
         assert result.breakdown["kernel_rewrite"] == model.kernel_rewrite
         assert result.breakdown["fallback_validation"] == 0.0
         assert result.days == model.kernel_rewrite + model.vendor_gap + model.fixed
+
+
+def test_a_complex_element_moves_both_of_its_parts() -> None:
+    """A real FFT's lowered types: ``complex<f32>`` is 8 bytes an element, ``complex<f64>`` 16
+    (the type's own ``x`` once cut it to its last part, 4 bytes: half the FFT's traffic)."""
+    lowered = jax.jit(jnp.fft.fft).trace(jnp.ones(64, jnp.complex64)).lower().as_text()
+    (types,) = re.findall(r"stablehlo\.fft.*: \((tensor<[^)]*>)\) -> (tensor<\S*>)", lowered)
+    assert types == ("tensor<64xcomplex<f32>>", "tensor<64xcomplex<f32>>")
+    flops, moved = op_cost("stablehlo.fft", None, [types[0]], [types[1]], {})
+    assert (flops, moved) == (5 * 64 * 6, 64 * 8 * 2)  # 5 n log2 n; in and out once
+    assert tensor_shape("tensor<2x3xcomplex<f64>>") == ((2, 3), 128)
+    assert tensor_shape("tensor<?x4xbf16>") == ((1, 4), 16)
+    assert tensor_shape("tensor<f32>") == ((), 32)

@@ -607,15 +607,18 @@ def tensor_shape(type_text: str) -> tuple[tuple[int, ...], int] | None:
 
     >>> tensor_shape("tensor<2x3xcomplex<f32>>")
     ((2, 3), 64)
+    >>> tensor_shape("tensor<complex<f64>>"), tensor_shape("tensor<?x4xbf16>")
+    (((), 128), ((1, 4), 16))
     """
     m = _TENSOR.search(type_text)
     if m is None:
         return None
-    *dims, element = m.group(1).split("x") if "x" in m.group(1) else ["", m.group(1)]
-    if dims == [""]:
-        dims = []
-    sizes = tuple(1 if d in ("?", "") else int(d) for d in dims if d.isdigit() or d == "?")
-    return sizes, _element_bits(element)
+    parts = m.group(1).split("x")  # (the element type may hold an x: complex<f32>)
+    dims = 0
+    while dims < len(parts) - 1 and (parts[dims].isdigit() or parts[dims] == "?"):
+        dims += 1
+    sizes = tuple(1 if d == "?" else int(d) for d in parts[:dims])
+    return sizes, _element_bits("x".join(parts[dims:]))
 
 
 def _elements(shape: tuple[int, ...]) -> int:
