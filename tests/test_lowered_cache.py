@@ -171,3 +171,29 @@ def test_old_three_field_entries_still_read() -> None:
             )
     six = program_from_dict({"entry": "main", "functions": {"main": [["a", None, None, 1, 2, 4]]}})
     assert six.functions["main"] == (OpSite(op="a", flops=1.0, bytes=2.0, count=4),)
+
+
+def test_key_parts_are_made_once_per_jaxpr_and_settings_follow_every_change() -> None:
+    """The identity key's parts are made once per jaxpr while it lives (an audit asks again
+    for each signature JAX runs it with) and JAX's settings' text again when one changed."""
+    import jax
+    import jax.numpy as jnp
+
+    def f(a: Any) -> Any:
+        return jnp.sin(a) * 2.0
+
+    traced = lowering.trace(f, (jnp.ones(3),), {})
+    parts = lowering.census_key_parts(traced)
+    assert lowering.census_key_parts(traced) is parts  # the same jaxpr: made once
+    assert lowering.census_key_parts(traced, ("mine",)) is not parts  # another own: again
+    other = lowering.trace(f, (jnp.ones(4),), {})
+    assert lowering.census_key_parts(other)[0] != parts[0]  # another jaxpr: its own text
+    assert lowering.census_key_parts(other)[0].replace("[4]", "[3]") == parts[0]
+
+    before = lowering.lowering_settings()
+    assert lowering.lowering_settings() is before
+    with jax.default_matmul_precision("highest"):
+        changed = lowering.lowering_settings()
+        assert changed != before
+        assert "'highest'" in changed
+    assert lowering.lowering_settings() == before

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -434,14 +435,30 @@ def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] 
 
 
 def lowering_settings() -> str:
-    """JAX's configuration as text (flags such as the partitioner change what is lowered)."""
+    """JAX's configuration as text (flags such as the partitioner change what is lowered),
+    made again only when a value changed (the text of ~130 settings costs ~0.15 ms; it is
+    asked for every computation an audit identifies)."""
     import jax
 
-    return repr(sorted(jax.config.values.items()))
+    values = jax.config.values
+    last = _SETTINGS[0]
+    try:
+        if last is not None and last[0] == values:
+            return last[1]
+    except Exception:  # a value that cannot be compared: make the text
+        pass
+    text = repr(sorted(values.items()))
+    _SETTINGS[0] = (values, text)
+    return text
+
+
+_SETTINGS: list[tuple[dict[str, Any], str] | None] = [None]
 
 
 def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
-    """``(jaxpr text, source lines)``: what the lowered-level cache keys a census by.
+    """``(jaxpr text, source lines)``: what the lowered-level cache keys a census by, made
+    once per jaxpr while it lives (a program JAX traced once is often called with
+    arguments that differ only in what the jaxpr does not show, weak types or placement).
 
     The closed jaxpr's text (with its argument types) decides the lowered module's ops; it
     has no source locations, so the second part lists, for every equation (sub-jaxprs
@@ -449,9 +466,26 @@ def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
     frame outside installed packages (else its innermost user frame), as JAX's own filter
     of internal frames finds them. An edit that moves any of those lines changes the key.
     """
+    closed = traced.jaxpr
+    key = (id(closed), own)
+    found = _KEY_PARTS.get(key)
+    if found is not None and found[0]() is closed:
+        return found[1]
+    parts = _key_parts(closed, own)
+    try:
+        alive = weakref.ref(closed, lambda _: _KEY_PARTS.pop(key, None))
+    except TypeError:  # a jaxpr that cannot be referred to weakly: made every time
+        return parts
+    _KEY_PARTS[key] = (alive, parts)
+    return parts
+
+
+_KEY_PARTS: dict[tuple[int, tuple[str, ...]], tuple[weakref.ref[Any], tuple[str, str]]] = {}
+
+
+def _key_parts(closed: Any, own: tuple[str, ...]) -> tuple[str, str]:
     from jax._src import core
 
-    closed = traced.jaxpr
     text = f"{closed.in_avals}\n{closed.out_avals}\n{_program_text(closed)}"
     lines: list[str] = []
     memo: dict[Any, str] = {}
@@ -814,7 +848,8 @@ class _Reader:
         """``location``'s frames, innermost first, up to the first that is the user's code
         (each callsite's read once: the callers many locations share); ``None`` for a location
         of a kind other than callsite, name and file, or bindings without their parts."""
-        if hasattr(location, "callee"):  # a callsite: the callee's frames, then the caller's
+        kind = _location_kind(location)
+        if kind == "callsite":  # the callee's frames, then the caller's
             key = location.attr
             if key in self.stacks:
                 return self.stacks[key]
@@ -824,12 +859,12 @@ class _Reader:
                 frames = None if rest is None else frames + rest
             self.stacks[key] = frames
             return frames
-        if hasattr(location, "child_loc"):  # a name: JAX names each frame by its function
+        if kind == "name":  # JAX names each frame by its function
             frames = self.stack(location.child_loc)
             if frames is not None and len(frames) == 1 and not frames[0].function:
                 return (replace(frames[0], function=location.name_str),)
             return frames
-        if hasattr(location, "start_line"):
+        if kind == "file":
             return (StackFrame(file=location.filename, function="", line=location.start_line,
                                column=location.start_col),)  # fmt: skip
         return None
@@ -908,6 +943,26 @@ class _Reader:
             items.extend(branches[taken[0]])
         else:
             items.append(_Switch(branches=tuple(branches), taken=taken))
+
+
+_LOCATION_KINDS = {"CallSiteLoc": "callsite", "NameLoc": "name", "FileLineColLoc": "file"}
+
+
+def _location_kind(location: Any) -> str | None:
+    """``"callsite"``, ``"name"``, ``"file"`` or ``None`` (another kind, or bindings that do
+    not say). Up to jaxlib 0.9 one ``Location`` class answers ``is_a_callsite()`` and the
+    like, and reading a part another kind has (``callee`` of a name) crashes the process;
+    from 0.10 each kind is a class of its own."""
+    try:
+        if hasattr(location, "is_a_callsite"):
+            if location.is_a_callsite():
+                return "callsite"
+            if location.is_a_name():
+                return "name"
+            return "file" if location.is_a_file() else None
+        return _LOCATION_KINDS.get(type(location).__name__)
+    except Exception:  # bindings without the predicates: the location's whole text instead
+        return None
 
 
 def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
