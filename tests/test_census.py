@@ -280,11 +280,11 @@ def test_a_read_location_stops_at_the_first_user_frame(tmp_path) -> None:
         return stacklib.outer(x)  # the first user frame
 
     traced = lowering.trace(model, (jnp.ones((3, 3)),), {})
+    line = model.__code__.co_firstlineno + 1
     for platform in ("cpu", "cuda"):
         program = lowering.read_program(lowering.lower(traced, platform))
         (dot,) = [s for s in program.functions[program.entry] if s.op == "stablehlo.dot_general"]
         frames = location_frames(dot.location)
-        line = model.__code__.co_firstlineno + 1
         assert frames == [(str(source), "3"), (str(source), "5"), (__file__, str(line))]
     # On cuda the dot is cuBLAS's: at the user's line, or inside the library it owns
     kernels = take_census(program, "cuda").kernels

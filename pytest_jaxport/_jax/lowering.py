@@ -691,7 +691,6 @@ class _Reader:
         self.costs: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.locations: dict[Any, str] = {}
         self.stacks: dict[Any, tuple[StackFrame, ...] | None] = {}  # see location_text
-        self.user_files: dict[str, bool] = {}
         self.free: dict[tuple[str, frozenset[int]], bool] = {}  # see index_free_call
 
     def read(self, name: str, index_arguments: Sequence[int]) -> None:
@@ -854,7 +853,7 @@ class _Reader:
             if key in self.stacks:
                 return self.stacks[key]
             frames = self.stack(location.callee)
-            if frames is not None and not (frames and self.is_user(frames[-1].file)):
+            if frames is not None and (not frames or is_library_file(frames[-1].file)):
                 rest = self.stack(location.caller)
                 frames = None if rest is None else frames + rest
             self.stacks[key] = frames
@@ -868,12 +867,6 @@ class _Reader:
             return (StackFrame(file=location.filename, function="", line=location.start_line,
                                column=location.start_col),)  # fmt: skip
         return None
-
-    def is_user(self, file: str) -> bool:
-        found = self.user_files.get(file)
-        if found is None:
-            found = self.user_files[file] = not is_library_file(file)
-        return found
 
     def cost(self, operation: Any, target: str | None) -> _Typed:
         """``cost.op_cost`` of an op (computed once per distinct op, types and attributes),

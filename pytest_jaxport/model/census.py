@@ -52,6 +52,7 @@ this plugin itself (even installed editable), whose frames lead to the user's ch
 _PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
 
 
+@functools.lru_cache(maxsize=16384)
 def is_library_file(file: str, own: tuple[str, ...] = ()) -> bool:
     """Whether frames in ``file`` are a library's internals rather than the user's code: an
     installed package (unless among the ``own`` packages, whose lines the user reads as
