@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import replace
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
+from jax._src import source_info_util
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import interception, jaxprs, lowering
 from pytest_jaxport.model.census import (
     Census,
     OpSite,
@@ -224,6 +226,25 @@ def test_parse_location_prefers_user_frames() -> None:
     assert parse_location(None) is None
     only_library = 'loc("f"("/x/site-packages/a.py":5:1))'
     assert parse_location(only_library) == SourceLocation(file="/x/site-packages/a.py", line=5)
+
+
+def test_the_plugins_own_frames_are_never_a_location() -> None:
+    """The audit's hooks wrap JAX's tracing: a lowering rule JAX implements in Python (traced
+    inside a hook) can have the hook as its innermost frame that is not JAX's, and no frame of
+    the user's within JAX's location limit. Its line is then the innermost library frame after
+    the plugin's (or none), never the plugin's: jax 0.6 placed lineax's eager float64 findings
+    at ``pytest_jaxport/_jax/interception.py``."""
+    hook = str(Path(interception.__file__))
+    library = "/venv/lib/python3.11/site-packages/lineax/_solve.py"
+    text = f'loc(callsite("r"("{hook}":749:8) at "s"("{library}":20:4)))'
+    assert parse_location(text) == SourceLocation(file=library, line=20)
+    assert parse_location(f'loc("r"("{hook}":749:8))') is None
+    frame = source_info_util.Frame(hook, "__call__", 749, 8, 749, 40)
+    below = source_info_util.Frame(library, "linear_solve", 20, 4, 20, 30)
+    assert jaxprs._census_frame([frame, below]) == f"{library}:20"
+    assert jaxprs._census_frame([frame]) == ""
+    user = "/home/u/test_solve.py"
+    assert jaxprs._census_frame([frame, below, frame._replace(file_name=user)]) == f"{user}:749"
 
 
 def test_a_kernel_with_only_library_frames_is_at_the_line_that_called_into_the_library() -> None:

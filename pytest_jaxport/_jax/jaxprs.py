@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pytest_jaxport._jax.adapters import user_frames
-from pytest_jaxport.model.census import is_library_file
+from pytest_jaxport.model.census import is_library_file, is_plugin_file
 
 HOST_CALLBACK_PRIMITIVES = frozenset(
     {"pure_callback", "io_callback", "debug_callback", "debug_print", "callback"}
@@ -86,7 +86,7 @@ def _census_frame(frames: Any, own: tuple[str, ...] = ()) -> str:
     """``census.parse_location``'s choice among a traceback's user frames, as ``file:line``."""
     first = None
     for frame in frames:
-        if first is None:
+        if first is None and not is_plugin_file(frame.file_name):
             first = frame
         if not is_library_file(frame.file_name, own):
             return f"{frame.file_name}:{frame.start_line}"

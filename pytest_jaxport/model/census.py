@@ -41,12 +41,8 @@ from pytest_jaxport.model.targets import (
 
 CALL_OPS = frozenset({"func.call", "call"})
 _FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
-_LIBRARY_PATHS = (
-    "/site-packages/",
-    "/dist-packages/",
-    "/lib/python3",
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
-)
+_PLUGIN_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+_LIBRARY_PATHS = ("/site-packages/", "/dist-packages/", "/lib/python3", _PLUGIN_PATH)
 """Frames in these are not the user's code: installed packages, the standard library, and
 this plugin itself (even installed editable), whose frames lead to the user's check call."""
 _PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
@@ -68,6 +64,13 @@ def is_library_file(file: str, own: tuple[str, ...] = ()) -> bool:
                    for folder in _PACKAGE_FOLDERS for package in own):  # fmt: skip
         return False
     return any(part in file for part in _LIBRARY_PATHS)
+
+
+def is_plugin_file(file: str) -> bool:
+    """Whether ``file`` is this plugin's own: a frame no report shows, not even as a library's
+    line (the audit's hooks wrap JAX's tracing, so a rule JAX traces inside them can have no
+    frame nearer than the hook's)."""
+    return _PLUGIN_PATH in file
 
 
 Classifier = Callable[[str, str, "str | None"], Classification]
@@ -289,7 +292,8 @@ def location_frames(text: str) -> list[tuple[str, str]]:
 @functools.lru_cache(maxsize=16384)
 def parse_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocation | None:
     """The innermost user frame of an MLIR location, preferring files outside installed
-    packages (:func:`is_library_file`; ``own`` packages count as the user's).
+    packages (:func:`is_library_file`; ``own`` packages count as the user's); else the
+    innermost library frame; never this plugin's (:func:`is_plugin_file`).
 
     >>> parse_location('loc(callsite("f"("/src/m.py":7:8 to :17) at "t"("/src/t.py":12:4)))')
     SourceLocation(file='/src/m.py', line=7)
@@ -297,11 +301,10 @@ def parse_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocatio
     found = user_location(text, own)
     if found is not None or not text:
         return found
-    frames = _FRAME.findall(text)
-    if not frames:
-        return None
-    file, line = frames[0]
-    return SourceLocation(file=file, line=int(line))
+    for file, line in _FRAME.findall(text):
+        if not is_plugin_file(file):
+            return SourceLocation(file=file, line=int(line))
+    return None
 
 
 @functools.lru_cache(maxsize=16384)
