@@ -21,7 +21,7 @@ from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation, evaluate, ways_out
 from pytest_jaxport.model.census import Census, SourceLocation
 from pytest_jaxport.model.config import ConfigError, parse_marker, parse_project
-from pytest_jaxport.model.cost import CostModel, FormatItem, estimate, format_items
+from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem, estimate, format_items
 from pytest_jaxport.model.counts import FormatCounts, PlatformCounts
 from pytest_jaxport.model.formats import (
     DEFAULT_DEVICES,
@@ -269,6 +269,26 @@ def test_format_items_are_priced_once_per_site_with_the_documented_defaults() ->
     assert priced.breakdown["requantize"] == 1.5  # one re-quantization per format and target
     assert (fp8.name, fp8.kind, fp8.status) == ("float8-variant", "requantize", "requantize")
     assert "format_rewrite" not in estimate("rocm", [], model=CostModel()).breakdown
+
+
+def test_a_site_found_with_and_without_a_line_is_priced_and_sorted() -> None:
+    """One rule found at a line in one computation and with no line in another (optax's
+    suite had both): ``None`` and text do not compare, and the report of the whole audit was
+    lost at the session's end. Items without a line sort first; kernels the same."""
+    lined, unlined = (
+        FormatItem(target="tpu", cost="format_rewrite", rule="float64-emulated",
+                   effect="emulated", formats=("f64",), location=where)
+        for where in ("t.py:3", None)
+    )  # fmt: skip
+    both = estimate("tpu", [], model=CostModel(format_rewrite=3.0), format_items=[lined, unlined])
+    assert both.breakdown["format_rewrite"] == 6.0  # two sites: a line, and no line
+    assert sorted([lined, unlined]) == [unlined, lined]
+    kernels = [
+        RewriteItem(target="rocm", status="rewrite", name="triton", kind="custom", location=where)
+        for where in ("k.py:7", None)
+    ]
+    assert estimate("rocm", kernels, model=CostModel(kernel_rewrite=5.0)).kernels_to_rewrite == 2
+    assert sorted(kernels) == kernels[::-1]
 
 
 def _report(formats: dict[str, Any] | None) -> dict[str, Any]:

@@ -56,8 +56,8 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
 
 from pytest_jaxport.model.census import Census, Kernel, OpSite
 from pytest_jaxport.model.formats import Effect, FormatCensus
@@ -699,9 +699,20 @@ def op_cost(
 # -- kernels to rewrite and days ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+def _in_order(item: RewriteItem | FormatItem) -> tuple[tuple[bool, Any], ...]:
+    """What ``item`` sorts by: its fields in order, ``None`` (no source line) before any value
+    (``None`` and text do not compare: a suite with one site found both with and without a
+    line failed to report)."""
+    return tuple(
+        (value is not None, value)
+        for value in (getattr(item, f.name) for f in fields(item))
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RewriteItem:
-    """One NVIDIA-bound kernel or dispatch, as seen from one target."""
+    """One NVIDIA-bound kernel or dispatch, as seen from one target. Items sort by their fields
+    in order, one without a line before those with one (:func:`_in_order`)."""
 
     target: str
     status: Status
@@ -710,6 +721,9 @@ class RewriteItem:
     location: str | None = None
     check: str = ""
     reason: str = ""
+
+    def __lt__(self, other: RewriteItem) -> bool:
+        return _in_order(self) < _in_order(other)
 
     def describe(self) -> str:
         where = f" at {self.location}" if self.location else ""
@@ -813,10 +827,10 @@ LAYOUT_WORK_FRACTION = 0.1
 noise next to the other costs of a move)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FormatItem:
     """One formats-and-layout finding a move to ``target`` has to deal with, priced by the
-    cost model's ``cost`` key."""
+    cost model's ``cost`` key. Items sort as :class:`RewriteItem` does."""
 
     target: str
     cost: FormatCost
@@ -825,6 +839,9 @@ class FormatItem:
     location: str | None = None
     formats: tuple[str, ...] = ()
     check: str = ""
+
+    def __lt__(self, other: FormatItem) -> bool:
+        return _in_order(self) < _in_order(other)
 
     @property
     def name(self) -> str:
@@ -850,6 +867,9 @@ class FormatItem:
         if self.cost == "requantize":
             return (self.cost, *self.formats)
         return (self.cost, self.location or "")
+
+    def __lt__(self, other: RewriteItem) -> bool:
+        return _in_order(self) < _in_order(other)
 
     def describe(self) -> str:
         where = f" at {self.location}" if self.location else ""
