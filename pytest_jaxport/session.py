@@ -111,6 +111,9 @@ class JaxportSession:
         self._view: tuple[dict[str, Any], ReportView] | None = None
         self._written: list[str] = []
         """The report files written this session, as given (for the terminal's one line)."""
+        self._broken: str | None = None
+        """The traceback of a failure of this plugin's own at the session's end (a bug here):
+        said once in the terminal summary instead of the report, never in pytest's way."""
         self._classifiers: dict[str, Any] = {}
         self._judging: str | None = None
         self._budget_failed: set[str] = set()
@@ -698,6 +701,15 @@ class JaxportSession:
             if self.recorder is not None:
                 self._settle_worker()
             return
+        try:
+            self._finish(session)
+        except Exception:  # a bug of this plugin's: pytest still reports the tests
+            self._broken = traceback.format_exc()
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _finish(self, session: pytest.Session) -> None:
+        """The controller's end of the session: the audit's gate, the baseline, the problems
+        and the report files."""
         failed = self.audited and failures(self.build()["audit"]) > 0
         failed = self._update_baseline() or failed
         if self.report_target is not None:
@@ -769,6 +781,16 @@ class JaxportSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
+            return
+        if self._broken is not None:
+            terminalreporter.write_sep("=", "jaxport: internal error", red=True)
+            terminalreporter.write_line(
+                "jaxport: the report could not be built: a bug in pytest-jaxport, not in "
+                "this suite (the tests' outcomes above are theirs). Please report it with "
+                "this traceback:",
+                red=True,
+            )
+            terminalreporter.write_line(self._broken.rstrip())
             return
         for line in (self.lowered_summary(), self.compile_summary()):
             if line is not None:

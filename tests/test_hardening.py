@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_jaxport import session as session_module
 from pytest_jaxport.model.census import Census, Kernel, SourceLocation
 from pytest_jaxport.model.config import ConfigError, parse_marker, parse_project
 from pytest_jaxport.model.probe import PlatformProbe, Probe
@@ -425,6 +426,32 @@ def test_unwritable_report_folder_fails_the_run_with_a_message(
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["jaxport: could not write the report */out/r.json: *"])
+
+
+def test_a_bug_building_the_report_keeps_pytests_summary_and_fails_the_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure of the plugin's own at the session's end (optax's audit once hit one) is said
+    once, with its traceback, after pytest's own report of every test; exit status 3, never 0
+    and never a bare traceback that hides the outcomes."""
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
+
+    monkeypatch.setattr(session_module, "build_report", broken)
+    pytester.makepyfile(test_small=SMALL_SUITE)
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result.stdout.fnmatch_lines([
+        "*= jaxport: internal error =*",
+        "jaxport: the report could not be built: a bug in pytest-jaxport, not in this suite*",
+        "Traceback (most recent call last):",
+        "TypeError: '<' not supported between instances of 'str' and 'NoneType'",
+        "*1 passed*",
+    ])  # fmt: skip
+    assert not (pytester.path / "r.json").exists()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
 def test_killed_while_writing_leaves_previous_report(pytester: pytest.Pytester) -> None:
