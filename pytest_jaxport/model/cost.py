@@ -704,8 +704,7 @@ def _in_order(item: RewriteItem | FormatItem) -> tuple[tuple[bool, Any], ...]:
     (``None`` and text do not compare: a suite with one site found both with and without a
     line failed to report)."""
     return tuple(
-        (value is not None, value)
-        for value in (getattr(item, f.name) for f in fields(item))
+        (value is not None, value) for value in (getattr(item, f.name) for f in fields(item))
     )
 
 
@@ -867,9 +866,6 @@ class FormatItem:
         if self.cost == "requantize":
             return (self.cost, *self.formats)
         return (self.cost, self.location or "")
-
-    def __lt__(self, other: RewriteItem) -> bool:
-        return _in_order(self) < _in_order(other)
 
     def describe(self) -> str:
         where = f" at {self.location}" if self.location else ""
