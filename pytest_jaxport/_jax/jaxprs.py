@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pytest_jaxport._jax.adapters import user_frames
-from pytest_jaxport.model.census import is_library_file, is_plugin_file
+from pytest_jaxport.model.census import shown_frame
 
 HOST_CALLBACK_PRIMITIVES = frozenset(
     {"pure_callback", "io_callback", "debug_callback", "debug_print", "callback"}
@@ -83,11 +83,6 @@ def source_line(
 
 
 def _census_frame(frames: Any, own: tuple[str, ...] = ()) -> str:
-    """``census.parse_location``'s choice among a traceback's user frames, as ``file:line``."""
-    first = None
-    for frame in frames:
-        if first is None and not is_plugin_file(frame.file_name):
-            first = frame
-        if not is_library_file(frame.file_name, own):
-            return f"{frame.file_name}:{frame.start_line}"
-    return "" if first is None else f"{first.file_name}:{first.start_line}"
+    """``census.shown_frame`` of a traceback's user frames, as ``file:line`` (``""``: none)."""
+    found = shown_frame(((f.file_name, f.start_line) for f in frames), own)
+    return "" if found is None else f"{found[0]}:{found[1]}"

@@ -26,9 +26,9 @@ import operator
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_jaxport.model.targets import (
     INSERTED_PREFIX,
@@ -40,6 +40,7 @@ from pytest_jaxport.model.targets import (
 )
 
 CALL_OPS = frozenset({"func.call", "call"})
+_Line = TypeVar("_Line", str, int)
 _FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
 _PLUGIN_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 _LIBRARY_PATHS = ("/site-packages/", "/dist-packages/", "/lib/python3", _PLUGIN_PATH)
@@ -289,22 +290,38 @@ def location_frames(text: str) -> list[tuple[str, str]]:
     return _FRAME.findall(text)
 
 
+def shown_frame(
+    frames: Iterable[tuple[str, _Line]], own: tuple[str, ...] = ()
+) -> tuple[str, _Line] | None:
+    """The ``(file, line)`` a census shows among a call stack's frames, innermost first: the
+    first that is the user's code (:func:`is_library_file`; ``own`` packages count as the
+    user's); else the innermost library frame; never this plugin's (:func:`is_plugin_file`:
+    the audit's hooks wrap JAX's tracing, so a rule JAX traces inside them can have no frame
+    nearer than the hook's). One choice for MLIR locations and jaxpr tracebacks alike.
+
+    >>> shown_frame([("/p/site-packages/a.py", 5), ("/src/m.py", 7)])
+    ('/src/m.py', 7)
+    >>> shown_frame([("/p/site-packages/a.py", 5)])
+    ('/p/site-packages/a.py', 5)
+    """
+    fallback = None
+    for frame in frames:
+        if not is_library_file(frame[0], own):
+            return frame
+        if fallback is None and not is_plugin_file(frame[0]):
+            fallback = frame
+    return fallback
+
+
 @functools.lru_cache(maxsize=16384)
 def parse_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocation | None:
-    """The innermost user frame of an MLIR location, preferring files outside installed
-    packages (:func:`is_library_file`; ``own`` packages count as the user's); else the
-    innermost library frame; never this plugin's (:func:`is_plugin_file`).
+    """The line an MLIR location shows (:func:`shown_frame`), or ``None``.
 
     >>> parse_location('loc(callsite("f"("/src/m.py":7:8 to :17) at "t"("/src/t.py":12:4)))')
     SourceLocation(file='/src/m.py', line=7)
     """
-    found = user_location(text, own)
-    if found is not None or not text:
-        return found
-    for file, line in _FRAME.findall(text):
-        if not is_plugin_file(file):
-            return SourceLocation(file=file, line=int(line))
-    return None
+    found = shown_frame(_FRAME.findall(text), own) if text else None
+    return None if found is None else SourceLocation(file=found[0], line=int(found[1]))
 
 
 @functools.lru_cache(maxsize=16384)
