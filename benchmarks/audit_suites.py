@@ -37,6 +37,15 @@ found, lowering success per platform, the census and the sites. Wall and CPU tim
 the pytest process and its children, the steadier number on a shared machine) per run; ratios
 are medians of audit over plain.
 
+Each serial run also records its **main thread's** CPU (a probe plugin, loaded in every run,
+reads ``time.thread_time()`` at exit). The audit's own work runs there; XLA's compile and
+execution threads are most of a suite's CPU and carry most of its run-to-run noise (optax:
+217.9 s and 257.7 s in two plain runs that compiled the same programs). ``own_cpu`` ratios
+are ``(plain CPU + median audit main-thread CPU - median plain main-thread CPU) / plain CPU``:
+the audit's cost with the other threads' noise left out (they do the same work in both).
+``--no-n2`` leaves out the ``-n 2`` runs (outcomes and numbers serial against ``-n 2``), for
+repetitions that only measure the overhead.
+
 Usage (the interpreter that has pytest-jaxport and the libraries installed)::
 
     python benchmarks/audit_suites.py --suites optax,chex,haiku --reps 2 \\
@@ -204,29 +213,56 @@ def outcomes(junit: Path) -> dict[str, str]:
     return found
 
 
+PROBE = "jaxport_bench_main_thread"
+PROBE_SOURCE = """\
+import atexit, os, time
+
+@atexit.register
+def _main_thread_cpu():  # after pytest's session and the plugin's report
+    with open(os.environ["JAXPORT_BENCH_MAIN_CPU"], "w") as out:
+        out.write(repr(time.thread_time()))
+"""
+"""The probe plugin every run loads (``-p``): the main thread's CPU seconds at exit."""
+
+
 def run(folder: Path, select: list[str], args: list[str], label: str, out: Path) -> dict[str, Any]:
     junit = out / f"{label}.xml"
+    probe = out / "probe"
+    probe.mkdir(exist_ok=True)
+    (probe / f"{PROBE}.py").write_text(PROBE_SOURCE)
+    main_cpu = out / f"{label}.main-cpu"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")])),
+        "JAXPORT_BENCH_MAIN_CPU": str(main_cpu),
+    }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *COMMON, f"--junitxml={junit}", *args, *select],
+        [sys.executable, "-m", "pytest", *COMMON, "-p", PROBE, f"--junitxml={junit}", *args,
+         *select],
         cwd=folder,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
-    )
+    )  # fmt: skip
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    main = float(main_cpu.read_text()) if main_cpu.exists() else None
     lines = proc.stdout.strip().splitlines()
     print(
-        f"  {label}: {wall:.1f} s wall, {cpu:.1f} s cpu: {lines[-1] if lines else ''}", flush=True
+        f"  {label}: {wall:.1f} s wall, {cpu:.1f} s cpu ({main or 0:.1f} s main thread): "
+        f"{lines[-1] if lines else ''}",
+        flush=True,
     )
     return {
         "label": label,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
+        "main_thread_cpu_s": round(main, 3) if main is not None else None,
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
         "exit": proc.returncode,
@@ -306,7 +342,9 @@ def _reasons(findings: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:10])
 
 
-def measure(name: str, reps: int, out: Path, source: Path | None = None) -> dict[str, Any]:
+def measure(
+    name: str, reps: int, out: Path, source: Path | None = None, *, n2: bool = True
+) -> dict[str, Any]:
     spec = SUITES[name]
     if "folder" in spec:
         if source is None:
@@ -335,17 +373,18 @@ def measure(name: str, reps: int, out: Path, source: Path | None = None) -> dict
             )
         )
         runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out))
-    runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
     n2_report = out / f"{name}-audit-n2.json"
-    runs.append(
-        run(
-            folder,
-            select,
-            ["-n", "2", "--jaxport-audit", f"--jaxport-report={n2_report}"],
-            f"{name}-audit-n2",
-            out,
+    if n2:
+        runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
+        runs.append(
+            run(
+                folder,
+                select,
+                ["-n", "2", "--jaxport-audit", f"--jaxport-report={n2_report}"],
+                f"{name}-audit-n2",
+                out,
+            )
         )
-    )
 
     reference = runs[0]["outcomes"]
     same = {r["label"]: r["outcomes"] == reference for r in runs}
@@ -369,6 +408,10 @@ def measure(name: str, reps: int, out: Path, source: Path | None = None) -> dict
         for kind in ("audit-cold", "audit-warm")
         for key in ("wall_s", "cpu_s")
     }
+    if all(r["main_thread_cpu_s"] is not None for r in runs if "n2" not in r["label"]):
+        for kind in ("audit-cold", "audit-warm"):
+            own = median(kind, "main_thread_cpu_s") - median("plain", "main_thread_cpu_s")
+            ratios[f"{kind}_own_cpu"] = round(1 + own / median("plain", "cpu_s"), 3)
     totals: dict[str, int] = {}
     for outcome in reference.values():
         totals[outcome] = totals.get(outcome, 0) + 1
@@ -385,7 +428,7 @@ def measure(name: str, reps: int, out: Path, source: Path | None = None) -> dict
         "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs],
         "unraisable_warnings": sum(r["unraisable"] for r in runs),
         "audit": audit_numbers(report),
-        "serial_vs_n2": same_audit(report, n2_report),
+        "serial_vs_n2": same_audit(report, n2_report) if n2 else None,
     }
 
 
@@ -489,6 +532,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "audit-suites-2cpu.json"))
     parser.add_argument("--hot-path", action="store_true", help="only the hot-path loop")
     parser.add_argument(
+        "--no-n2", action="store_true", help="no -n 2 runs (repetitions for the overhead only)"
+    )
+    parser.add_argument(
         "--from",
         dest="sources",
         action="append",
@@ -521,7 +567,9 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
         for name in options.suites.split(","):
-            result["suites"].append(measure(name, options.reps, Path(tmp), sources.get(name)))
+            result["suites"].append(
+                measure(name, options.reps, Path(tmp), sources.get(name), n2=not options.no_n2)
+            )
             result["load_end"] = os.getloadavg()[0]
             result["seconds"] = round(time.time() - started, 1)
             Path(options.out).write_text(json.dumps(result, indent=2) + "\n")

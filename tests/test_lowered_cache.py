@@ -197,3 +197,45 @@ def test_key_parts_are_made_once_per_jaxpr_and_settings_follow_every_change() ->
         assert changed != before
         assert "'highest'" in changed
     assert lowering.lowering_settings() == before
+
+
+def test_key_text_is_the_same_whether_jax_shares_a_nested_program_or_not() -> None:
+    """The key's text writes a nested jaxpr wherever it is used: JAX shares one traced
+    object between two calls of a jitted function in one process and not in another (it
+    caches traces), and the key must not tell them apart. Scalar literals are their exact
+    values (0.1 and 0.10000001 are other programs)."""
+    import jax
+    import jax.numpy as jnp
+
+    inner = jax.jit(lambda a: jnp.sin(a) * 0.1)
+
+    def f(a: Any) -> Any:
+        return inner(a) + inner(a + 1.0)
+
+    closed = jax.make_jaxpr(f)(jnp.ones(3))
+    body = getattr(closed, "jaxpr", closed)
+    calls = [e for e in body.eqns if "jaxpr" in e.params]
+    assert len(calls) == 2
+    assert calls[0].params["jaxpr"] is calls[1].params["jaxpr"]
+    shared = lowering._program_text(closed)
+
+    nested = calls[1].params["jaxpr"]
+    if hasattr(nested, "jaxpr"):  # a ClosedJaxpr (jax < 0.11)
+        copy = type(nested)(nested.jaxpr.replace(eqns=list(nested.jaxpr.eqns)), nested.consts)
+    else:  # jax >= 0.11: one Jaxpr type
+        copy = nested.replace(eqns=list(nested.eqns))
+    eqns = [
+        e.replace(params={**e.params, "jaxpr": copy}) if e is calls[1] else e for e in body.eqns
+    ]
+    if hasattr(closed, "jaxpr"):
+        unshared = type(closed)(closed.jaxpr.replace(eqns=eqns), closed.consts)
+    else:
+        unshared = closed.replace(eqns=eqns)
+    assert sum(e.params.get("jaxpr") is nested for e in eqns) == 1
+    assert lowering._program_text(unshared) == shared
+    assert shared.count("= sin[") == 2  # written at both calls
+
+    other = jax.make_jaxpr(lambda a: jnp.sin(a) * 0.10000001)(jnp.ones(3))
+    same = jax.make_jaxpr(lambda a: jnp.sin(a) * 0.1)(jnp.ones(3))
+    assert lowering._program_text(other) != lowering._program_text(same)
+    assert "0.1" in lowering._program_text(same).partition("= mul[")[2]

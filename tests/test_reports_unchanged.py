@@ -10,6 +10,11 @@ by ``python tests/test_reports_unchanged.py --record``:
   arithmetic and layout at scale);
 - **audit**: three of optax's own test modules, unchanged, under ``--jaxport-audit``.
 
+The demo's and the audit's reports were recorded again when the identity key's jaxpr text
+became the key's own (computations' ids changed): before recording, the new runs were
+checked equal to the recorded reports with every id mapped to its new value, except where
+a finding names one of several computations at one line (the first by id).
+
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is
 rendered again by this checkout (terminal text at -q, default and -v; Markdown; HTML) and

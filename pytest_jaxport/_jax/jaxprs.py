@@ -45,7 +45,8 @@ def _jaxpr_types() -> tuple[Any, Any]:
     return getattr(core, "ClosedJaxpr", None), core.Jaxpr
 
 
-def _is_jaxpr(value: Any) -> bool:
+def is_jaxpr(value: Any) -> bool:
+    """Whether ``value`` is a jaxpr (closed or not), on every jax this supports."""
     closed_type, jaxpr_type = _jaxpr_types()
     return isinstance(value, jaxpr_type) or (
         closed_type is not None and isinstance(value, closed_type)
@@ -56,7 +57,7 @@ def _nested(params: Any) -> list[Any]:
     found = []
     for value in params.values():
         for item in value if isinstance(value, (tuple, list)) else (value,):
-            if _is_jaxpr(item):
+            if is_jaxpr(item):
                 found.append(item)
     return found
 

@@ -32,7 +32,7 @@ from pytest_jaxport._jax.adapters import (
 from pytest_jaxport._jax.arguments import FN_KEY
 from pytest_jaxport._jax.callbacks import inert
 from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
-from pytest_jaxport._jax.jaxprs import equations, source_line
+from pytest_jaxport._jax.jaxprs import equations, is_jaxpr, source_line
 from pytest_jaxport._jax.profile import measure
 from pytest_jaxport.model import partitioner
 from pytest_jaxport.model.census import (
@@ -499,45 +499,67 @@ def _key_parts(closed: Any, own: tuple[str, ...]) -> tuple[str, str]:
 
 
 def _program_text(closed: Any) -> str:
-    """The closed jaxpr as JAX prints it; as :func:`_plain_text` where JAX's printer fails
-    (it sorts a frozenset parameter's elements, and objects without an order fail)."""
-    try:
-        return str(closed)
-    except Exception:  # the program is still the same program: key it by the plain text
-        return _plain_text(closed)
+    """The closed jaxpr as text of the key's own: per jaxpr its inputs, then per equation its
+    results, primitive, every parameter (``repr``; a nested jaxpr as its own text, inline)
+    and operands, then its outputs. Variables are numbered per jaxpr in order of appearance
+    and shown with their types (weak types included); a scalar literal is its exact value
+    and dtype.
 
+    Not JAX's printer: that formats every literal through NumPy's array printing (about 3x
+    the time of this on a diffrax solve, where an audit keys every computation it meets), and
+    fails on a ``frozenset`` parameter of objects without an order. A nested jaxpr is made
+    once per object but written wherever it is used, so whether JAX shares one object
+    between two equations (it caches traces) does not change the text."""
+    from jax._src import core
 
-def _plain_text(closed: Any) -> str:
-    """A jaxpr as plain text: per equation its results, primitive, parameters (``repr``;
-    nested jaxprs likewise) and operands, variables numbered in order of appearance."""
-    names: dict[int, str] = {}
+    types: dict[Any, str] = {}
+    texts: dict[int, str] = {}
 
-    def name(var: Any) -> str:
-        if hasattr(var, "val"):  # a literal
-            return repr(var.val)
-        return names.setdefault(id(var), f"v{len(names)}:{var.aval}")
+    def literal(value: Any) -> str:
+        try:
+            if getattr(value, "ndim", None) == 0:
+                return f"{value.item()!r}:{value.dtype}"
+        except Exception:  # a scalar without a plain value: as it prints
+            pass
+        return repr(value)
 
-    def value(item: Any, indent: str) -> str:
-        if hasattr(item, "eqns") or hasattr(getattr(item, "jaxpr", None), "eqns"):
-            return "\n" + text(item, indent + "  ")
-        if isinstance(item, tuple | list) and any(hasattr(i, "eqns") or hasattr(
-                getattr(i, "jaxpr", None), "eqns") for i in item):  # fmt: skip
-            return "(" + ", ".join(value(i, indent) for i in item) + ")"
+    def value(item: Any) -> str:
+        if is_jaxpr(item):
+            return "{" + text(item) + "}"
+        if type(item) in (tuple, list) and any(is_jaxpr(i) for i in item):
+            return "(" + ", ".join(value(i) for i in item) + ")"
         return repr(item)
 
-    def text(jaxpr: Any, indent: str) -> str:
+    def text(jaxpr: Any) -> str:
+        done = texts.get(id(jaxpr))
+        if done is not None:
+            return done
         inner = getattr(jaxpr, "jaxpr", jaxpr)
-        lines = [f"{indent}in {', '.join(map(name, (*inner.constvars, *inner.invars)))}"]
+        names: dict[Any, str] = {}
+
+        def name(var: Any) -> str:
+            if isinstance(var, core.Literal):
+                return literal(var.val)
+            found = names.get(var)
+            if found is None:
+                shown = types.get(var.aval)
+                if shown is None:
+                    shown = types[var.aval] = str(var.aval)
+                found = names[var] = f"v{len(names)}:{shown}"
+            return found
+
+        lines = [f"in {', '.join(map(name, (*inner.constvars, *inner.invars)))}"]
         for eqn in inner.eqns:
-            params = ", ".join(f"{k}={value(v, indent)}" for k, v in sorted(eqn.params.items()))
+            params = ", ".join(f"{k}={value(v)}" for k, v in sorted(eqn.params.items()))
             lines.append(
-                f"{indent}{', '.join(map(name, eqn.outvars))} = {eqn.primitive.name}[{params}] "
+                f"{', '.join(map(name, eqn.outvars))} = {eqn.primitive.name}[{params}] "
                 f"{', '.join(map(name, eqn.invars))}"
             )
-        lines.append(f"{indent}out {', '.join(map(name, inner.outvars))}")
-        return "\n".join(lines)
+        lines.append(f"out {', '.join(map(name, inner.outvars))}")
+        done = texts[id(jaxpr)] = "\n".join(lines)
+        return done
 
-    return text(closed, "")
+    return text(closed)
 
 
 def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
