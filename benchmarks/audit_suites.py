@@ -43,7 +43,12 @@ execution threads are most of a suite's CPU and carry most of its run-to-run noi
 217.9 s and 257.7 s in two plain runs that compiled the same programs). ``own_cpu`` ratios
 are ``(plain CPU + median audit main-thread CPU - median plain main-thread CPU) / plain CPU``:
 the audit's cost with the other threads' noise left out (they do the same work in both).
-``--no-n2`` leaves out the ``-n 2`` runs (outcomes and numbers serial against ``-n 2``), for
+``recording_cpu`` ratios are ``(plain CPU + median audit recording CPU) / plain CPU``, where
+the recording CPU is the main thread's CPU inside the audit's listener (``Recorder.record``:
+identifying each computation JAX traced, its census and judgment, from the caches when
+warm), timed by the probe: the audit's per-computation work alone, without any noise of a
+second run (it leaves out the hooks' few microseconds per traced call and the report at the
+end). ``--no-n2`` leaves out the ``-n 2`` runs (outcomes and numbers serial against ``-n 2``), for
 repetitions that only measure the overhead.
 
 Usage (the interpreter that has pytest-jaxport and the libraries installed)::
@@ -58,6 +63,7 @@ Usage (the interpreter that has pytest-jaxport and the libraries installed)::
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -217,12 +223,31 @@ PROBE = "jaxport_bench_main_thread"
 PROBE_SOURCE = """\
 import atexit, os, time
 
+_RECORDING = [0.0]
+try:  # the audit's per-computation work (identify, census, judge), timed on its thread
+    from pytest_jaxport.audit import Recorder
+
+    _record = Recorder.record
+
+    def _timed_record(self, call):
+        started = time.thread_time()
+        try:
+            return _record(self, call)
+        finally:
+            _RECORDING[0] += time.thread_time() - started
+
+    Recorder.record = _timed_record
+except Exception:  # another version of the plugin: the main thread's CPU alone
+    _RECORDING[0] = None
+
 @atexit.register
 def _main_thread_cpu():  # after pytest's session and the plugin's report
     with open(os.environ["JAXPORT_BENCH_MAIN_CPU"], "w") as out:
-        out.write(repr(time.thread_time()))
+        out.write(repr((time.thread_time(), _RECORDING[0])))
 """
-"""The probe plugin every run loads (``-p``): the main thread's CPU seconds at exit."""
+"""The probe plugin every run loads (``-p``): the main thread's CPU seconds at exit, and the
+CPU seconds the audit spent recording computations (``Recorder.record``, the listener JAX's
+cache-miss hook calls; ``0`` where the audit is off)."""
 
 
 def run(folder: Path, select: list[str], args: list[str], label: str, out: Path) -> dict[str, Any]:
@@ -251,10 +276,11 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    main = float(main_cpu.read_text()) if main_cpu.exists() else None
+    main, recording = ast.literal_eval(main_cpu.read_text()) if main_cpu.exists() else (None, None)
     lines = proc.stdout.strip().splitlines()
     print(
-        f"  {label}: {wall:.1f} s wall, {cpu:.1f} s cpu ({main or 0:.1f} s main thread): "
+        f"  {label}: {wall:.1f} s wall, {cpu:.1f} s cpu ({main or 0:.1f} s main thread, "
+        f"{recording or 0:.1f} s recording): "
         f"{lines[-1] if lines else ''}",
         flush=True,
     )
@@ -263,6 +289,7 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "main_thread_cpu_s": round(main, 3) if main is not None else None,
+        "recording_cpu_s": round(recording, 3) if recording is not None else None,
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
         "exit": proc.returncode,
@@ -412,6 +439,10 @@ def measure(
         for kind in ("audit-cold", "audit-warm"):
             own = median(kind, "main_thread_cpu_s") - median("plain", "main_thread_cpu_s")
             ratios[f"{kind}_own_cpu"] = round(1 + own / median("plain", "cpu_s"), 3)
+    if all(r.get("recording_cpu_s") is not None for r in runs if "n2" not in r["label"]):
+        for kind in ("audit-cold", "audit-warm"):
+            recording = median(kind, "recording_cpu_s") / median("plain", "cpu_s")
+            ratios[f"{kind}_recording_cpu"] = round(1 + recording, 3)
     totals: dict[str, int] = {}
     for outcome in reference.values():
         totals[outcome] = totals.get(outcome, 0) + 1
