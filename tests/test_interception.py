@@ -252,6 +252,21 @@ def test_uninstall_restores_jax() -> None:
     assert pjit._infer_params is infer
 
 
+def test_a_hook_installed_again_after_uninstall_records_again() -> None:
+    """install, uninstall, install: the second install patches JAX again (it was idempotent
+    by remembering its first install, and then recorded nothing)."""
+    seen: list[RecordedCall] = []
+    hook = Interception(seen.append)
+    hook.install()
+    hook.uninstall()
+    hook.install()
+    try:
+        jax.jit(lambda x: x * 3 + 1)(jnp.ones(5))
+    finally:
+        hook.uninstall()
+    assert len(seen) == 1
+
+
 def test_a_listener_that_raises_never_reaches_the_suite() -> None:
     def broken(call: RecordedCall) -> None:
         raise RuntimeError("audit bug")

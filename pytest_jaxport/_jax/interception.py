@@ -615,7 +615,8 @@ class Interception:
         return self.support
 
     def uninstall(self) -> None:
-        """Undo every patch (the in-process pytester runs of the plugin's own tests need it)."""
+        """Undo every patch (the in-process pytester runs of the plugin's own tests need it);
+        a later :meth:`install` patches again."""
         for (module, name), original in self._originals.items():
             setattr(module, name, original)
         self._originals.clear()
@@ -623,6 +624,7 @@ class Interception:
             _unlisten(self._event_listener)
             self._event_listener = None
         self._adapter = None
+        self.support = None
 
     def clear_dispatch_caches(self) -> None:
         """Empty JAX's C++ dispatch caches only: the next call of every jitted function takes
