@@ -530,6 +530,105 @@ def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
     }
 
 
+def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, Any]:
+    """What the audit's per-test re-dispatch costs: ``3 * per_kind`` small computations (two
+    eager ops and a jit per shape) called once per "test", ``tests`` tests, three ways
+    interleaved: plain (JAX's C++ dispatch after the first call), JAX's dispatch caches
+    emptied before each test (JAX's own Python path once per computation and test), and the
+    audit (``begin_test`` empties them; the hook records each call), with the CPU inside
+    ``Recorder.record`` timed. Medians of ``reps``; CPU time of this thread."""
+    from pathlib import Path as _Path
+
+    import jax
+    import jax.numpy as jnp
+    from jax._src import pjit
+
+    from pytest_jaxport.audit import Recorder
+    from pytest_jaxport.cache import CompileSettings
+    from pytest_jaxport.model.targets import classify
+
+    xs = [jnp.ones((i + 1, 3)) for i in range(per_kind)]
+    jits = [jax.jit(lambda a, i=i: jnp.tanh(a * i).sum()) for i in range(per_kind)]
+
+    def body() -> None:
+        for x in xs:
+            jnp.sin(x + 1.0)
+        for f, x in zip(jits, xs, strict=True):
+            f(x).block_until_ready()
+
+    recording = [0.0]
+    record = Recorder.record
+
+    def timed(self: Recorder, call: Any) -> None:
+        started = time.thread_time()
+        try:
+            record(self, call)
+        finally:
+            recording[0] += time.thread_time() - started
+
+    def recorder() -> Recorder:
+        return Recorder(
+            platforms=("cpu", "cuda", "rocm", "tpu"),
+            classifier=lambda p, op, t: classify(p, op, t),
+            rootdir=_Path.cwd(),
+            compile_settings=CompileSettings(),
+        )
+
+    def clear() -> None:
+        pjit._cpp_pjit_cache_fun_only.clear()
+        pjit._cpp_pjit_cache_explicit_attributes.clear()
+
+    Recorder.record = timed  # type: ignore[method-assign]
+    try:
+        body()
+        first = recorder()  # every computation known to the audit before timing
+        first.start()
+        first.begin_test()
+        body()
+        first.end_test("warm-up", 0)
+        first.stop()
+        times: dict[str, list[float]] = {"plain": [], "emptied": [], "audit": []}
+        recorded = []
+        for _ in range(reps):
+            started = time.thread_time()
+            for _ in range(tests):
+                body()
+            times["plain"].append((time.thread_time() - started) / tests)
+            started = time.thread_time()
+            for _ in range(tests):
+                clear()
+                body()
+            times["emptied"].append((time.thread_time() - started) / tests)
+            audit = recorder()
+            audit.start()
+            recording[0] = 0.0
+            started = time.thread_time()
+            for i in range(tests):
+                audit.begin_test()
+                body()
+                audit.end_test(f"t{i}", i)
+            times["audit"].append((time.thread_time() - started) / tests)
+            recorded.append(recording[0] / tests)
+            audit.stop()
+    finally:
+        Recorder.record = record  # type: ignore[method-assign]
+    per_test = {k: statistics.median(v) for k, v in times.items()}
+    computations = 3 * per_kind
+    return {
+        "computations_per_test": computations,
+        "tests": tests,
+        "reps": reps,
+        "ms_per_test": {k: round(v * 1e3, 3) for k, v in per_test.items()},
+        "us_per_redispatch_jax": round(
+            (per_test["emptied"] - per_test["plain"]) / computations * 1e6, 1
+        ),
+        "us_per_redispatch_audit": round(
+            (per_test["audit"] - per_test["plain"]) / computations * 1e6, 1
+        ),
+        "us_per_redispatch_recording": round(statistics.median(recorded) / computations * 1e6, 1),
+    }
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -563,6 +662,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "audit-suites-2cpu.json"))
     parser.add_argument("--hot-path", action="store_true", help="only the hot-path loop")
     parser.add_argument(
+        "--redispatch", action="store_true", help="only the per-test re-dispatch measurement"
+    )
+    parser.add_argument(
         "--no-n2", action="store_true", help="no -n 2 runs (repetitions for the overhead only)"
     )
     parser.add_argument(
@@ -583,6 +685,9 @@ def main() -> None:
         sources[name] = Path(path).resolve()
     if options.hot_path:
         print(json.dumps(hot_path(), indent=2))
+        return
+    if options.redispatch:
+        print(json.dumps(redispatch(), indent=2))
         return
     started = time.time()
     result: dict[str, Any] = {
