@@ -566,14 +566,6 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
         finally:
             recording[0] += time.thread_time() - started
 
-    def recorder() -> Recorder:
-        return Recorder(
-            platforms=("cpu", "cuda", "rocm", "tpu"),
-            classifier=lambda p, op, t: classify(p, op, t),
-            rootdir=_Path.cwd(),
-            compile_settings=CompileSettings(),
-        )
-
     def clear() -> None:
         pjit._cpp_pjit_cache_fun_only.clear()
         pjit._cpp_pjit_cache_explicit_attributes.clear()
@@ -581,12 +573,17 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
     Recorder.record = timed  # type: ignore[method-assign]
     try:
         body()
-        first = recorder()  # every computation known to the audit before timing
-        first.start()
-        first.begin_test()
+        audit = Recorder(  # one recorder: every computation known to it before timing
+            platforms=("cpu", "cuda", "rocm", "tpu"),
+            classifier=lambda p, op, t: classify(p, op, t),
+            rootdir=_Path.cwd(),
+            compile_settings=CompileSettings(),
+        )
+        audit.start()
+        audit.begin_test()
         body()
-        first.end_test("warm-up", 0)
-        first.stop()
+        audit.end_test("warm-up", 0)
+        audit.stop()
         times: dict[str, list[float]] = {"plain": [], "emptied": [], "audit": []}
         recorded = []
         for _ in range(reps):
@@ -599,7 +596,6 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
                 clear()
                 body()
             times["emptied"].append((time.thread_time() - started) / tests)
-            audit = recorder()
             audit.start()
             recording[0] = 0.0
             started = time.thread_time()
