@@ -44,7 +44,7 @@ execution threads are most of a suite's CPU and carry most of its run-to-run noi
 are ``(plain CPU + median audit main-thread CPU - median plain main-thread CPU) / plain CPU``:
 the audit's cost with the other threads' noise left out (they do the same work in both).
 ``recording_cpu`` ratios are ``(plain CPU + median audit recording CPU) / plain CPU``, where
-the recording CPU is the main thread's CPU inside the audit's listener (``Recorder.record``:
+the recording CPU is the CPU of the thread in the audit's listener (``Recorder.record``:
 identifying each computation JAX traced, its census and judgment, from the caches when
 warm), timed by the probe: the audit's per-computation work alone, without any noise of a
 second run (it leaves out the hooks' few microseconds per traced call and the report at the
@@ -566,7 +566,7 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
         finally:
             recording[0] += time.thread_time() - started
 
-    def clear() -> None:
+    def clear() -> None:  # (Interception.clear_dispatch_caches does nothing uninstalled)
         pjit._cpp_pjit_cache_fun_only.clear()
         pjit._cpp_pjit_cache_explicit_attributes.clear()
 
