@@ -221,40 +221,89 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 PROBE = "jaxport_bench_main_thread"
 PROBE_SOURCE = """\
-import atexit, os, time
+import atexit, gc, os, time
 
-_RECORDING = [0.0]
+_CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
+_INSIDE = [False]
 try:  # the audit's per-computation work (identify, census, judge), timed on its thread
     from pytest_jaxport.audit import Recorder
 
     _record = Recorder.record
+    _CPU["recording"] = 0.0
 
     def _timed_record(self, call):
         started = time.thread_time()
+        _INSIDE[0] = True
         try:
             return _record(self, call)
         finally:
-            _RECORDING[0] += time.thread_time() - started
+            _INSIDE[0] = False
+            _CPU["recording"] += time.thread_time() - started
 
     Recorder.record = _timed_record
 except Exception:  # another version of the plugin: the main thread's CPU alone
-    _RECORDING[0] = None
+    pass
+
+def pytest_configure(config):  # JAX's compiles of the suite's own programs (not the audit's)
+    try:
+        from jax._src import compiler
+    except Exception:
+        return
+    name = next((n for n in ("backend_compile_and_load", "backend_compile")
+                 if hasattr(compiler, n)), None)
+    if name is None:
+        return
+    original = getattr(compiler, name)
+
+    def timed(*args, **kwargs):
+        if _INSIDE[0]:
+            return original(*args, **kwargs)
+        started = time.thread_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _CPU["compile"] += time.thread_time() - started
+            _CPU["compiles"] += 1
+
+    setattr(compiler, name, timed)
+
+_GC = [0.0]
+
+def _collecting(phase, info):  # the thread that triggers a collection runs it
+    if phase == "start":
+        _GC[0] = time.thread_time()
+    else:
+        _CPU["gc"] += time.thread_time() - _GC[0]
+        _CPU["full_collections"] += info["generation"] == 2
+
+gc.callbacks.append(_collecting)
 
 @atexit.register
 def _main_thread_cpu():  # after pytest's session and the plugin's report
     with open(os.environ["JAXPORT_BENCH_MAIN_CPU"], "w") as out:
-        out.write(repr((time.thread_time(), _RECORDING[0])))
+        out.write(repr({"main": time.thread_time(), **_CPU}))
 """
-"""The probe plugin every run loads (``-p``): the main thread's CPU seconds at exit, and the
+"""The probe plugin every run loads (``-p``), read at exit: the main thread's CPU seconds; the
 CPU seconds the audit spent recording computations (``Recorder.record``, the listener JAX's
-cache-miss hook calls; ``0`` where the audit is off)."""
+cache-miss hook calls; ``0`` where the audit is off); JAX's compiles of the suite's programs
+(their count and the CPU of the thread that asked for them, outside the audit's listener);
+and garbage collection (its CPU and the number of full collections).
+
+Its code is compiled under a file name in angle brackets, as the interpreter names code that
+has no file: the audit places an eager op at the innermost frame that is the user's code, and
+a wrapper of ``Recorder.record`` in a plain file would be that frame (every eager op placed
+at the probe's line, and judged under another key than without the probe)."""
+
+PROBE_LOADER = f"exec(compile({PROBE_SOURCE!r}, '<jaxport-bench-probe>', 'exec'))\n"
+"""The probe module's text: :data:`PROBE_SOURCE`, compiled under a file name no audit takes for
+the user's code."""
 
 
 def run(folder: Path, select: list[str], args: list[str], label: str, out: Path) -> dict[str, Any]:
     junit = out / f"{label}.xml"
     probe = out / "probe"
     probe.mkdir(exist_ok=True)
-    (probe / f"{PROBE}.py").write_text(PROBE_SOURCE)
+    (probe / f"{PROBE}.py").write_text(PROBE_LOADER)
     main_cpu = out / f"{label}.main-cpu"
     env = {
         **os.environ,
@@ -276,11 +325,13 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    main, recording = ast.literal_eval(main_cpu.read_text()) if main_cpu.exists() else (None, None)
+    probed: dict[str, Any] = ast.literal_eval(main_cpu.read_text()) if main_cpu.exists() else {}
+    main, recording = probed.get("main"), probed.get("recording")
     lines = proc.stdout.strip().splitlines()
     print(
         f"  {label}: {wall:.1f} s wall, {cpu:.1f} s cpu ({main or 0:.1f} s main thread, "
-        f"{recording or 0:.1f} s recording): "
+        f"{recording or 0:.1f} s recording, {probed.get('compile', 0):.1f} s in "
+        f"{probed.get('compiles', 0)} compiles, {probed.get('gc', 0):.1f} s gc): "
         f"{lines[-1] if lines else ''}",
         flush=True,
     )
@@ -290,6 +341,10 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "cpu_s": round(cpu, 3),
         "main_thread_cpu_s": round(main, 3) if main is not None else None,
         "recording_cpu_s": round(recording, 3) if recording is not None else None,
+        "compile_cpu_s": round(probed["compile"], 3) if probed else None,
+        "compiles": probed.get("compiles"),
+        "gc_cpu_s": round(probed["gc"], 3) if probed else None,
+        "full_collections": probed.get("full_collections"),
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
         "exit": proc.returncode,
@@ -370,7 +425,13 @@ def _reasons(findings: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def measure(
-    name: str, reps: int, out: Path, source: Path | None = None, *, n2: bool = True
+    name: str,
+    reps: int,
+    out: Path,
+    source: Path | None = None,
+    *,
+    n2: bool = True,
+    pairs: int = 0,
 ) -> dict[str, Any]:
     spec = SUITES[name]
     if "folder" in spec:
@@ -386,19 +447,18 @@ def measure(
     cache = folder / ".pytest_cache"
     report = out / f"{name}-audit.json"
     print(f"{name}: {folder} {' '.join(select)}", flush=True)
-    for rep in range(reps):
+    plain_cache = ["-o", f"cache_dir={out / 'plain-cache'}"]
+    cold = ["--jaxport-audit", f"--jaxport-report={report}"]
+    if pairs:  # one cold run, then plain and warm alternating
         shutil.rmtree(cache, ignore_errors=True)
-        plain_cache = ["-o", f"cache_dir={out / 'plain-cache'}"]
+        runs.append(run(folder, select, cold, f"{name}-audit-cold-0", out))
+        for pair in range(pairs):
+            runs.append(run(folder, select, plain_cache, f"{name}-plain-{pair}", out))
+            runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{pair}", out))
+    for rep in range(0 if pairs else reps):
+        shutil.rmtree(cache, ignore_errors=True)
         runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
-        runs.append(
-            run(
-                folder,
-                select,
-                ["--jaxport-audit", f"--jaxport-report={report}"],
-                f"{name}-audit-cold-{rep}",
-                out,
-            )
-        )
+        runs.append(run(folder, select, cold, f"{name}-audit-cold-{rep}", out))
         runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out))
     n2_report = out / f"{name}-audit-n2.json"
     if n2:
@@ -443,6 +503,26 @@ def measure(
         for kind in ("audit-cold", "audit-warm"):
             recording = median(kind, "recording_cpu_s") / median("plain", "cpu_s")
             ratios[f"{kind}_recording_cpu"] = round(1 + recording, 3)
+    serial = [r for r in runs if "n2" not in r["label"]]
+    if all(r.get("compile_cpu_s") is not None for r in serial):
+        # The main thread less JAX's compiles of the suite's programs (the audit compiles
+        # nothing there): what is left of the difference is the audit's, with the compiles'
+        # run-to-run noise out (the runs' compile counts say whether they compiled the same).
+        for r in serial:
+            r["main_outside_compiles_cpu_s"] = round(r["main_thread_cpu_s"] - r["compile_cpu_s"], 3)
+        for kind in ("audit-cold", "audit-warm"):
+            own = median(kind, "main_outside_compiles_cpu_s") - median(
+                "plain", "main_outside_compiles_cpu_s"
+            )
+            ratios[f"{kind}_own_cpu_outside_compiles"] = round(
+                1 + own / median("plain", "cpu_s"), 3
+            )
+    plain_runs = {r["label"].rpartition("-")[2]: r for r in serial if "-plain-" in r["label"]}
+    ratios["audit-warm_cpu_pairs"] = [
+        round(r["cpu_s"] / plain_runs[r["label"].rpartition("-")[2]]["cpu_s"], 3)
+        for r in serial
+        if "-audit-warm-" in r["label"] and r["label"].rpartition("-")[2] in plain_runs
+    ]
     totals: dict[str, int] = {}
     for outcome in reference.values():
         totals[outcome] = totals.get(outcome, 0) + 1
@@ -661,6 +741,13 @@ def main() -> None:
         "--redispatch", action="store_true", help="only the per-test re-dispatch measurement"
     )
     parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="one cold audit, then N pairs of plain and warm audit runs, alternating "
+        "(instead of --reps; the warm overhead alone)",
+    )
+    parser.add_argument(
         "--no-n2", action="store_true", help="no -n 2 runs (repetitions for the overhead only)"
     )
     parser.add_argument(
@@ -700,7 +787,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
         for name in options.suites.split(","):
             result["suites"].append(
-                measure(name, options.reps, Path(tmp), sources.get(name), n2=not options.no_n2)
+                measure(
+                    name,
+                    options.reps,
+                    Path(tmp),
+                    sources.get(name),
+                    n2=not options.no_n2,
+                    pairs=options.pairs,
+                )
             )
             result["load_end"] = os.getloadavg()[0]
             result["seconds"] = round(time.time() - started, 1)
