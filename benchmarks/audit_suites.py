@@ -221,10 +221,11 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 PROBE = "jaxport_bench_main_thread"
 PROBE_SOURCE = """\
-import atexit, gc, os, time
+import atexit, gc, os, threading, time
 
 _CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
 _INSIDE = [False]
+_PID = os.getpid()
 try:  # the audit's per-computation work (identify, census, judge), timed on its thread
     from pytest_jaxport.audit import Recorder
 
@@ -280,14 +281,19 @@ gc.callbacks.append(_collecting)
 
 @atexit.register
 def _main_thread_cpu():  # after pytest's session and the plugin's report
+    if os.getpid() != _PID:  # a process a test forked exits: not pytest's
+        return
     with open(os.environ["JAXPORT_BENCH_MAIN_CPU"], "w") as out:
-        out.write(repr({"main": time.thread_time(), **_CPU}))
+        out.write(repr({"main": time.thread_time(), "process": time.process_time(),
+                        "thread": threading.current_thread().name, **_CPU}))
 """
 """The probe plugin every run loads (``-p``), read at exit: the main thread's CPU seconds; the
 CPU seconds the audit spent recording computations (``Recorder.record``, the listener JAX's
 cache-miss hook calls; ``0`` where the audit is off); JAX's compiles of the suite's programs
 (their count and the CPU of the thread that asked for them, outside the audit's listener);
-and garbage collection (its CPU and the number of full collections).
+and garbage collection (its CPU and the number of full collections). Also the process's CPU
+(``time.process_time``, every thread) and the name of the thread the exit handler ran on; a
+process forked by a test inherits the exit handler and writes nothing.
 
 Its code is compiled under a file name in angle brackets, as the interpreter names code that
 has no file: the audit places an eager op at the innermost frame that is the user's code, and
@@ -344,6 +350,8 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "compile_cpu_s": round(probed["compile"], 3) if probed else None,
         "compiles": probed.get("compiles"),
         "gc_cpu_s": round(probed["gc"], 3) if probed else None,
+        "process_cpu_s": round(probed["process"], 3) if "process" in probed else None,
+        "exit_thread": probed.get("thread"),
         "full_collections": probed.get("full_collections"),
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
