@@ -38,7 +38,7 @@ the pytest process and its children, the steadier number on a shared machine) pe
 are medians of audit over plain.
 
 Each serial run also records its **main thread's** CPU (a probe plugin, loaded in every run,
-reads ``time.thread_time()`` at exit). The audit's own work runs there; XLA's compile and
+reads ``time.thread_time()`` when pytest unconfigures). The audit's own work runs there; XLA's compile and
 execution threads are most of a suite's CPU and carry most of its run-to-run noise (optax:
 217.9 s and 257.7 s in two plain runs that compiled the same programs). ``own_cpu`` ratios
 are ``(plain CPU + median audit main-thread CPU - median plain main-thread CPU) / plain CPU``:
@@ -221,7 +221,7 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 PROBE = "jaxport_bench_main_thread"
 PROBE_SOURCE = """\
-import atexit, gc, os, threading, time
+import gc, os, threading, time
 
 _CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
 _INSIDE = [False]
@@ -279,21 +279,21 @@ def _collecting(phase, info):  # the thread that triggers a collection runs it
 
 gc.callbacks.append(_collecting)
 
-@atexit.register
-def _main_thread_cpu():  # after pytest's session and the plugin's report
-    if os.getpid() != _PID:  # a process a test forked exits: not pytest's
+def pytest_unconfigure(config):  # after pytest's session and the plugin's report
+    if os.getpid() != _PID:  # a process a test forked: not pytest's
         return
     with open(os.environ["JAXPORT_BENCH_MAIN_CPU"], "w") as out:
         out.write(repr({"main": time.thread_time(), "process": time.process_time(),
                         "thread": threading.current_thread().name, **_CPU}))
 """
-"""The probe plugin every run loads (``-p``), read at exit: the main thread's CPU seconds; the
+"""The probe plugin every run loads (``-p``), read when pytest unconfigures (after the session
+and the plugin's report; not at interpreter exit: chex's tests run the ``atexit`` handlers
+themselves, early, so an exit handler read chex's first 4 s): the main thread's CPU seconds; the
 CPU seconds the audit spent recording computations (``Recorder.record``, the listener JAX's
 cache-miss hook calls; ``0`` where the audit is off); JAX's compiles of the suite's programs
 (their count and the CPU of the thread that asked for them, outside the audit's listener);
 and garbage collection (its CPU and the number of full collections). Also the process's CPU
-(``time.process_time``, every thread) and the name of the thread the exit handler ran on; a
-process forked by a test inherits the exit handler and writes nothing.
+(``time.process_time``, every thread) and the name of the thread that read them.
 
 Its code is compiled under a file name in angle brackets, as the interpreter names code that
 has no file: the audit places an eager op at the innermost frame that is the user's code, and
@@ -351,7 +351,7 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "compiles": probed.get("compiles"),
         "gc_cpu_s": round(probed["gc"], 3) if probed else None,
         "process_cpu_s": round(probed["process"], 3) if "process" in probed else None,
-        "exit_thread": probed.get("thread"),
+        "probe_thread": probed.get("thread"),
         "full_collections": probed.get("full_collections"),
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
@@ -498,17 +498,20 @@ def measure(
             r[key] for r in runs if f"-{kind}-" in r["label"] and "n2" not in r["label"]
         )
 
+    # With --pairs the one cold run comes first, on a fresh copy of the suite: not a measure
+    # of the cold audit against plain (that is --reps), so only the warm ratios are given.
+    kinds = ("audit-warm",) if pairs else ("audit-cold", "audit-warm")
     ratios = {
         f"{kind}_{key}": round(median(kind, key) / median("plain", key), 3)
-        for kind in ("audit-cold", "audit-warm")
+        for kind in kinds
         for key in ("wall_s", "cpu_s")
     }
     if all(r["main_thread_cpu_s"] is not None for r in runs if "n2" not in r["label"]):
-        for kind in ("audit-cold", "audit-warm"):
+        for kind in kinds:
             own = median(kind, "main_thread_cpu_s") - median("plain", "main_thread_cpu_s")
             ratios[f"{kind}_own_cpu"] = round(1 + own / median("plain", "cpu_s"), 3)
     if all(r.get("recording_cpu_s") is not None for r in runs if "n2" not in r["label"]):
-        for kind in ("audit-cold", "audit-warm"):
+        for kind in kinds:
             recording = median(kind, "recording_cpu_s") / median("plain", "cpu_s")
             ratios[f"{kind}_recording_cpu"] = round(1 + recording, 3)
     serial = [r for r in runs if "n2" not in r["label"]]
@@ -518,7 +521,7 @@ def measure(
         # run-to-run noise out (the runs' compile counts say whether they compiled the same).
         for r in serial:
             r["main_outside_compiles_cpu_s"] = round(r["main_thread_cpu_s"] - r["compile_cpu_s"], 3)
-        for kind in ("audit-cold", "audit-warm"):
+        for kind in kinds:
             own = median(kind, "main_outside_compiles_cpu_s") - median(
                 "plain", "main_outside_compiles_cpu_s"
             )
