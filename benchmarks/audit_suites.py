@@ -38,18 +38,21 @@ the pytest process and its children, the steadier number on a shared machine) pe
 are medians of audit over plain.
 
 Each serial run also records its **main thread's** CPU (a probe plugin, loaded in every run,
-reads ``time.thread_time()`` when pytest unconfigures). The audit's own work runs there; XLA's compile and
-execution threads are most of a suite's CPU and carry most of its run-to-run noise (optax:
-217.9 s and 257.7 s in two plain runs that compiled the same programs). ``own_cpu`` ratios
-are ``(plain CPU + median audit main-thread CPU - median plain main-thread CPU) / plain CPU``:
-the audit's cost with the other threads' noise left out (they do the same work in both).
-``recording_cpu`` ratios are ``(plain CPU + median audit recording CPU) / plain CPU``, where
-the recording CPU is the CPU of the thread in the audit's listener (``Recorder.record``:
-identifying each computation JAX traced, its census and judgment, from the caches when
-warm), timed by the probe: the audit's per-computation work alone, without any noise of a
-second run (it leaves out the hooks' few microseconds per traced call and the report at the
-end). ``--no-n2`` leaves out the ``-n 2`` runs (outcomes and numbers serial against ``-n 2``), for
-repetitions that only measure the overhead.
+reads ``time.thread_time()`` when pytest unconfigures). The audit's own work runs there;
+XLA's compile and execution threads are most of a suite's CPU and carry most of its run-to-run
+noise (optax: 217.9 s and 257.7 s in two plain runs that compiled the same programs).
+``own_cpu`` ratios are ``(plain CPU + median audit main-thread CPU - median plain main-thread
+CPU) / plain CPU``: the audit's cost with the other threads' noise left out (they do the same
+work in both). ``recording_cpu`` ratios are ``(plain CPU + median audit recording CPU) / plain
+CPU``, where the recording CPU is the CPU of the thread in the audit's listener
+(``Recorder.record``: identifying each computation JAX traced, its census and judgment, from
+the caches when warm), timed by the probe: the audit's per-computation work alone, without any
+noise of a second run (it leaves out the hooks' few microseconds per traced call and the report
+at the end). ``--no-n2`` leaves out the ``-n 2`` runs (outcomes and numbers serial against
+``-n 2``), for repetitions that only measure the overhead. ``--pairs N`` runs, per suite, one cold
+audit (to fill the cache; first, on a fresh copy, so not a cold measurement), then ``N`` pairs
+of plain and warm alternating: the warm overhead, each pair's ratio in
+``audit-warm_cpu_pairs``.
 
 Usage (the interpreter that has pytest-jaxport and the libraries installed)::
 
