@@ -224,11 +224,10 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 PROBE = "jaxport_bench_main_thread"
 PROBE_SOURCE = """\
-import gc, os, threading, time
+import gc, os, time
 
 _CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
 _INSIDE = [False]
-_PID = os.getpid()
 try:  # the audit's per-computation work (identify, census, judge), timed on its thread
     from pytest_jaxport.audit import Recorder
 
@@ -283,11 +282,8 @@ def _collecting(phase, info):  # the thread that triggers a collection runs it
 gc.callbacks.append(_collecting)
 
 def pytest_unconfigure(config):  # after pytest's session and the plugin's report
-    if os.getpid() != _PID:  # a process a test forked: not pytest's
-        return
     with open(os.environ["JAXPORT_BENCH_MAIN_CPU"], "w") as out:
-        out.write(repr({"main": time.thread_time(), "process": time.process_time(),
-                        "thread": threading.current_thread().name, **_CPU}))
+        out.write(repr({"main": time.thread_time(), "process": time.process_time(), **_CPU}))
 """
 """The probe plugin every run loads (``-p``), read when pytest unconfigures (after the session
 and the plugin's report; not at interpreter exit: chex's tests run the ``atexit`` handlers
@@ -296,7 +292,7 @@ CPU seconds the audit spent recording computations (``Recorder.record``, the lis
 cache-miss hook calls; ``0`` where the audit is off); JAX's compiles of the suite's programs
 (their count and the CPU of the thread that asked for them, outside the audit's listener);
 and garbage collection (its CPU and the number of full collections). Also the process's CPU
-(``time.process_time``, every thread) and the name of the thread that read them.
+(``time.process_time``, every thread).
 
 Its code is compiled under a file name in angle brackets, as the interpreter names code that
 has no file: the audit places an eager op at the innermost frame that is the user's code, and
@@ -354,7 +350,6 @@ def run(folder: Path, select: list[str], args: list[str], label: str, out: Path)
         "compiles": probed.get("compiles"),
         "gc_cpu_s": round(probed["gc"], 3) if probed else None,
         "process_cpu_s": round(probed["process"], 3) if "process" in probed else None,
-        "probe_thread": probed.get("thread"),
         "full_collections": probed.get("full_collections"),
         "load_start": round(load, 2),
         "load_end": round(os.getloadavg()[0], 2),
@@ -509,28 +504,15 @@ def measure(
         for kind in kinds
         for key in ("wall_s", "cpu_s")
     }
-    if all(r["main_thread_cpu_s"] is not None for r in runs if "n2" not in r["label"]):
+    serial = [r for r in runs if "n2" not in r["label"]]
+    if all(r["main_thread_cpu_s"] is not None for r in serial):
         for kind in kinds:
             own = median(kind, "main_thread_cpu_s") - median("plain", "main_thread_cpu_s")
             ratios[f"{kind}_own_cpu"] = round(1 + own / median("plain", "cpu_s"), 3)
-    if all(r.get("recording_cpu_s") is not None for r in runs if "n2" not in r["label"]):
+    if all(r.get("recording_cpu_s") is not None for r in serial):
         for kind in kinds:
             recording = median(kind, "recording_cpu_s") / median("plain", "cpu_s")
             ratios[f"{kind}_recording_cpu"] = round(1 + recording, 3)
-    serial = [r for r in runs if "n2" not in r["label"]]
-    if all(r.get("compile_cpu_s") is not None for r in serial):
-        # The main thread less JAX's compiles of the suite's programs (the audit compiles
-        # nothing there): what is left of the difference is the audit's, with the compiles'
-        # run-to-run noise out (the runs' compile counts say whether they compiled the same).
-        for r in serial:
-            r["main_outside_compiles_cpu_s"] = round(r["main_thread_cpu_s"] - r["compile_cpu_s"], 3)
-        for kind in kinds:
-            own = median(kind, "main_outside_compiles_cpu_s") - median(
-                "plain", "main_outside_compiles_cpu_s"
-            )
-            ratios[f"{kind}_own_cpu_outside_compiles"] = round(
-                1 + own / median("plain", "cpu_s"), 3
-            )
     plain_runs = {r["label"].rpartition("-")[2]: r for r in serial if "-plain-" in r["label"]}
     ratios["audit-warm_cpu_pairs"] = [
         round(r["cpu_s"] / plain_runs[r["label"].rpartition("-")[2]]["cpu_s"], 3)
