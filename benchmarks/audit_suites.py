@@ -52,7 +52,11 @@ at the end). ``--no-n2`` leaves out the ``-n 2`` runs (outcomes and numbers seri
 ``-n 2``), for repetitions that only measure the overhead. ``--pairs N`` runs, per suite, one cold
 audit (to fill the cache; first, on a fresh copy, so not a cold measurement), then ``N`` pairs
 of plain and warm alternating: the warm overhead, each pair's ratio in
-``audit-warm_cpu_pairs``.
+``audit-warm_cpu_pairs``. ``--eager-all`` adds a third run to each pair, warm with
+``[tool.jaxport.audit] eager_users = "all"`` (its configuration from a file of its own, ``-c``;
+the same lowered cache): what counting every test that runs an eager op costs
+(``audit-warmall_cpu_pairs``), and, from one more run with a report, what it changes in the
+audit's numbers (``audit_eager_users_all``).
 
 Usage (the interpreter that has pytest-jaxport and the libraries installed)::
 
@@ -438,6 +442,7 @@ def measure(
     *,
     n2: bool = True,
     pairs: int = 0,
+    eager_all: bool = False,
 ) -> dict[str, Any]:
     spec = SUITES[name]
     if "folder" in spec:
@@ -455,17 +460,28 @@ def measure(
     print(f"{name}: {folder} {' '.join(select)}", flush=True)
     plain_cache = ["-o", f"cache_dir={out / 'plain-cache'}"]
     cold = ["--jaxport-audit", f"--jaxport-report={report}"]
+    # eager_users = "all": the same suite and cache, its configuration from another file
+    every_config = out / f"{name}-eager-all" / "pyproject.toml"
+    every_config.parent.mkdir(exist_ok=True)
+    every_config.write_text('[tool.jaxport.audit]\nenabled = false\neager_users = "all"\n')
+    every = ["-c", str(every_config), f"--rootdir={folder}", "--jaxport-audit"]
+    every_report = out / f"{name}-audit-all.json"
     if pairs:  # one cold run, then plain and warm alternating
         shutil.rmtree(cache, ignore_errors=True)
         runs.append(run(folder, select, cold, f"{name}-audit-cold-0", out))
         for pair in range(pairs):
             runs.append(run(folder, select, plain_cache, f"{name}-plain-{pair}", out))
             runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{pair}", out))
+            if eager_all:
+                runs.append(run(folder, select, every, f"{name}-audit-warmall-{pair}", out))
     for rep in range(0 if pairs else reps):
         shutil.rmtree(cache, ignore_errors=True)
         runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
         runs.append(run(folder, select, cold, f"{name}-audit-cold-{rep}", out))
         runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out))
+    if eager_all:  # what counting every test's eager ops changes in the report (untimed)
+        runs.append(run(folder, select, [*every, f"--jaxport-report={every_report}"],
+                        f"{name}-audit-all-report", out))  # fmt: skip
     n2_report = out / f"{name}-audit-n2.json"
     if n2:
         runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
@@ -498,7 +514,9 @@ def measure(
 
     # With --pairs the one cold run comes first, on a fresh copy of the suite: not a measure
     # of the cold audit against plain (that is --reps), so only the warm ratios are given.
-    kinds = ("audit-warm",) if pairs else ("audit-cold", "audit-warm")
+    kinds: tuple[str, ...] = ("audit-warm",) if pairs else ("audit-cold", "audit-warm")
+    if pairs and eager_all:
+        kinds += ("audit-warmall",)
     ratios = {
         f"{kind}_{key}": round(median(kind, key) / median("plain", key), 3)
         for kind in kinds
@@ -514,11 +532,12 @@ def measure(
             recording = median(kind, "recording_cpu_s") / median("plain", "cpu_s")
             ratios[f"{kind}_recording_cpu"] = round(1 + recording, 3)
     plain_runs = {r["label"].rpartition("-")[2]: r for r in serial if "-plain-" in r["label"]}
-    ratios["audit-warm_cpu_pairs"] = [
-        round(r["cpu_s"] / plain_runs[r["label"].rpartition("-")[2]]["cpu_s"], 3)
-        for r in serial
-        if "-audit-warm-" in r["label"] and r["label"].rpartition("-")[2] in plain_runs
-    ]
+    for kind in kinds[-2:] if pairs else ("audit-warm",):
+        ratios[f"{kind}_cpu_pairs"] = [
+            round(r["cpu_s"] / plain_runs[r["label"].rpartition("-")[2]]["cpu_s"], 3)
+            for r in serial
+            if f"-{kind}-" in r["label"] and r["label"].rpartition("-")[2] in plain_runs
+        ]
     totals: dict[str, int] = {}
     for outcome in reference.values():
         totals[outcome] = totals.get(outcome, 0) + 1
@@ -535,6 +554,7 @@ def measure(
         "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs],
         "unraisable_warnings": sum(r["unraisable"] for r in runs),
         "audit": audit_numbers(report),
+        "audit_eager_users_all": audit_numbers(every_report) if eager_all else None,
         "serial_vs_n2": same_audit(report, n2_report) if n2 else None,
     }
 
@@ -608,10 +628,11 @@ def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
 
 def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, Any]:
     """What the audit's per-test re-dispatch costs: ``3 * per_kind`` small computations (two
-    eager ops and a jit per shape) called once per "test", ``tests`` tests, three ways
+    eager ops and a jit per shape) called once per "test", ``tests`` tests, four ways
     interleaved: plain (JAX's C++ dispatch after the first call), JAX's dispatch caches
-    emptied before each test (JAX's own Python path once per computation and test), and the
-    audit (``begin_test`` empties them; the hook records each call), with the CPU inside
+    emptied before each test (JAX's own Python path once per computation and test), the
+    audit (``begin_test`` empties the jits' caches; the hook records each call) and the audit
+    with ``eager_users = "all"`` (every cache emptied: the eager ops' too), with the CPU inside
     ``Recorder.record`` timed. Medians of ``reps``; CPU time of this thread."""
     from pathlib import Path as _Path
 
@@ -649,19 +670,24 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
     Recorder.record = timed  # type: ignore[method-assign]
     try:
         body()
-        audit = Recorder(  # one recorder: every computation known to it before timing
-            platforms=("cpu", "cuda", "rocm", "tpu"),
-            classifier=lambda p, op, t: classify(p, op, t),
-            rootdir=_Path.cwd(),
-            compile_settings=CompileSettings(),
-        )
-        audit.start()
-        audit.begin_test()
-        body()
-        audit.end_test("warm-up", 0)
-        audit.stop()
-        times: dict[str, list[float]] = {"plain": [], "emptied": [], "audit": []}
-        recorded = []
+        audits = {  # a recorder each: every computation known to it before timing
+            kind: Recorder(
+                platforms=("cpu", "cuda", "rocm", "tpu"),
+                classifier=lambda p, op, t: classify(p, op, t),
+                rootdir=_Path.cwd(),
+                compile_settings=CompileSettings(),
+                eager_users=users,
+            )
+            for kind, users in (("audit", "owner"), ("audit_all", "all"))
+        }
+        for audit in audits.values():
+            audit.start()
+            audit.begin_test()
+            body()
+            audit.end_test("warm-up", 0)
+            audit.stop()
+        times: dict[str, list[float]] = {"plain": [], "emptied": [], "audit": [], "audit_all": []}
+        recorded: dict[str, list[float]] = {"audit": [], "audit_all": []}
         for _ in range(reps):
             started = time.thread_time()
             for _ in range(tests):
@@ -672,16 +698,17 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
                 clear()
                 body()
             times["emptied"].append((time.thread_time() - started) / tests)
-            audit.start()
-            recording[0] = 0.0
-            started = time.thread_time()
-            for i in range(tests):
-                audit.begin_test()
-                body()
-                audit.end_test(f"t{i}", i)
-            times["audit"].append((time.thread_time() - started) / tests)
-            recorded.append(recording[0] / tests)
-            audit.stop()
+            for kind, audit in audits.items():
+                audit.start()
+                recording[0] = 0.0
+                started = time.thread_time()
+                for i in range(tests):
+                    audit.begin_test()
+                    body()
+                    audit.end_test(f"t{i}", i)
+                times[kind].append((time.thread_time() - started) / tests)
+                recorded[kind].append(recording[0] / tests)
+                audit.stop()
     finally:
         Recorder.record = record  # type: ignore[method-assign]
     per_test = {k: statistics.median(v) for k, v in times.items()}
@@ -694,10 +721,18 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
         "us_per_redispatch_jax": round(
             (per_test["emptied"] - per_test["plain"]) / computations * 1e6, 1
         ),
+        # with eager_users = "owner" only the jits (a third) pass the hook again
         "us_per_redispatch_audit": round(
-            (per_test["audit"] - per_test["plain"]) / computations * 1e6, 1
+            (per_test["audit"] - per_test["plain"]) / per_kind * 1e6, 1
         ),
-        "us_per_redispatch_recording": round(statistics.median(recorded) / computations * 1e6, 1),
+        "us_per_redispatch_audit_all": round(
+            (per_test["audit_all"] - per_test["plain"]) / computations * 1e6, 1
+        ),
+        "us_per_redispatch_recording": {
+            kind: round(statistics.median(v) / calls * 1e6, 1)
+            for kind, v in recorded.items()
+            for calls in [per_kind if kind == "audit" else computations]
+        },
     }
 
 
@@ -742,6 +777,12 @@ def main() -> None:
         default=0,
         help="one cold audit, then N pairs of plain and warm audit runs, alternating "
         "(instead of --reps; the warm overhead alone)",
+    )
+    parser.add_argument(
+        "--eager-all",
+        action="store_true",
+        help='with --pairs, a third warm run in each: [tool.jaxport.audit] eager_users = "all" '
+        "(every test's first call of each eager op re-dispatched)",
     )
     parser.add_argument(
         "--no-n2", action="store_true", help="no -n 2 runs (repetitions for the overhead only)"
@@ -790,6 +831,7 @@ def main() -> None:
                     sources.get(name),
                     n2=not options.no_n2,
                     pairs=options.pairs,
+                    eager_all=options.eager_all,
                 )
             )
             result["load_end"] = os.getloadavg()[0]

@@ -57,8 +57,10 @@ class Recorder:
         compile_settings: CompileSettings,
         own_packages: tuple[str, ...] = (),
         judging: Callable[[], str | None] = lambda: None,
+        eager_users: str = "owner",
     ) -> None:
         self.platforms = tuple(platforms)
+        self._eager_users = eager_users
         self._judging = judging
         self._examiner = Examiner(
             classifier=classifier,
@@ -90,10 +92,13 @@ class Recorder:
         self.interception.uninstall()
 
     def begin_test(self) -> None:
-        """A test starts: its first call of each computation passes the hook again."""
+        """A test starts: its first call of each of the suite's jitted functions passes the
+        hook again, and of each eager op too with ``eager_users = "all"`` (else an eager op
+        passes it in the first test that runs it only: :func:`report.audit.assemble` counts it
+        there alone)."""
         self._in_test = True
         self._uses = {}
-        self.interception.clear_dispatch_caches()
+        self.interception.clear_dispatch_caches(jax_own=self._eager_users == "all")
 
     def end_test(self, nodeid: str, index: int) -> AuditTestRecord:
         """What the test ran (and what this process saw first since the last record)."""

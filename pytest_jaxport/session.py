@@ -138,6 +138,7 @@ class JaxportSession:
             compile_settings=self.compile_settings,
             own_packages=self.project.own_packages,
             judging=self.judging,
+            eager_users=self.project.audit.eager_users,
         )
         self._interception = self.recorder.start().to_dict()
 
@@ -609,6 +610,7 @@ class JaxportSession:
             platforms=self.project.platforms,
             migrate_to=self.project.migrate_to,
             model=model,
+            eager_users=self.project.audit.eager_users,
             price=self.price,
         )
         base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None

@@ -350,6 +350,58 @@ def test_serial_and_xdist_give_the_same_audit(suite: pytest.Pytester) -> None:
     assert audits[2] == audits[0]
 
 
+EAGER_SUITE = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(x):
+    return x @ x
+
+
+def test_first():
+    assert step(jnp.cos(jnp.ones((4, 4)))).shape == (4, 4)
+
+
+def test_second():
+    assert step(jnp.cos(jnp.ones((4, 4)))).shape == (4, 4)
+"""
+
+
+@pytest.mark.parametrize("eager_users", [None, "all"])
+def test_an_eager_op_counts_in_the_first_test_that_ran_it_unless_all_are_asked_for(
+    pytester: pytest.Pytester, eager_users: str | None
+) -> None:
+    """By default an eager op is counted in its owner only (JAX's fast path serves it in
+    every later test); ``eager_users = "all"`` counts every test that runs it. A jitted
+    function of the suite counts in every test either way."""
+    table = "" if eager_users is None else f'[tool.jaxport.audit]\neager_users = "{eager_users}"\n'
+    pytester.makefile(".toml", pyproject=PLATFORMS + table)
+    pytester.makepyfile(test_eager=EAGER_SUITE)
+    result, audit = audit_of(pytester)
+    result.assert_outcomes(passed=2)
+    both = ["test_eager.py::test_first", "test_eager.py::test_second"]
+    (step,) = by_function(audit, "step")
+    (cos,) = by_function(audit, "cos")
+    assert cos["kind"] == "eager"
+    assert step["users"] == both
+    assert audit["eager_users"] == (eager_users or "owner")
+    second = audit["tests"]["test_eager.py::test_second"]["uses"]
+    if eager_users == "all":
+        assert cos["users"] == both
+        assert cos["id"] in second
+        assert "in the first test that ran it" not in result.stdout.str()
+    else:
+        assert cos["users"] == ["test_eager.py::test_first"]
+        assert second == [step["id"]]
+        words = " ".join(result.stdout.str().split())  # the terminal wraps at 100 columns
+        assert "run by more than one test (an eager op: in the first test that ran it);" in words
+    shared = {c["function"] for c in audit["computations"] if len(c["users"]) > 1}
+    assert audit["seen"]["shared"] == len(shared)
+    assert ("cos" in shared) == (eager_users == "all")
+
+
 def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
     suite: pytest.Pytester,
 ) -> None:
@@ -598,6 +650,10 @@ def test_a_baseline_without_audit_counts_says_so(pytester: pytest.Pytester) -> N
             "[tool.jaxport.audit] enabled: expected a boolean (true or false), found int 1",
         ),
         (
+            '[tool.jaxport.audit]\neager_users = "every"',
+            '[tool.jaxport.audit] eager_users: expected "owner" or "all", found string \'every\'',
+        ),
+        (
             'own_packages = "lineax"',
             "[tool.jaxport] own_packages: expected a list of package import names",
         ),
@@ -802,6 +858,11 @@ def test_eigh():
         "test_gate.py::test_owner", "test_gate.py::test_user", "test_gate.py::test_eigh"
     ]  # fmt: skip
     assert merged["legs"] == ["first.json", "second.json"]
+    # jnp.eye(2) * 2 ran eagerly in both legs: one user, the first leg's (its owner)
+    assert merged["eager_users"] == "owner"
+    (mul,) = [c for c in merged["computations"] if c["function"] == "multiply"
+              and c["signature"][0] == "x: float32[2,2]"]  # fmt: skip
+    assert mul["users"] == ["test_gate.py::test_owner"]
     assert "### Suite audit" in (pytester.path / "merged.md").read_text()
     # diff: the first leg against the union grew by eigh's solver, at its line
     assert main(["diff", str(pytester.path / "first.json"), out]) == 1

@@ -137,6 +137,65 @@ def test_clearing_dispatch_caches_passes_the_hook_again_without_retracing(
     assert names(calls) == ["traced_once"]
 
 
+def test_clearing_the_suites_caches_leaves_jaxs_own_functions_on_the_fast_path(
+    recorded: tuple[list[RecordedCall], Interception],
+) -> None:
+    """``jax_own=False`` (``eager_users = "owner"``): a jit of the suite's passes the hook
+    again, an op run eagerly (a ``jnp`` function, a primitive) does not; ``jax_own=True``
+    empties every cache."""
+    calls, hook = recorded
+
+    @jax.jit
+    def suites_own(x: jax.Array) -> jax.Array:
+        return x * 3
+
+    def run(x: jax.Array) -> None:
+        suites_own(jnp.cos(x))
+        jax.lax.neg(x)
+
+    x = jnp.arange(4.0)
+    calls.clear()
+    run(x)
+    assert names(calls) == ["cos", "suites_own", "neg"]
+    calls.clear()
+    run(x)
+    assert names(calls) == []
+    hook.clear_dispatch_caches(jax_own=False)
+    run(x)
+    assert names(calls) == ["suites_own"]
+    calls.clear()
+    hook.clear_dispatch_caches(jax_own=True)
+    run(x)
+    assert names(calls) == ["cos", "suites_own", "neg"]
+
+
+def test_what_ran_before_the_install_passes_the_hook_at_its_next_call() -> None:
+    """A module-level ``@jax.jit`` that a ``conftest.py`` imported before the plugin
+    configured, and an op it ran eagerly, are in JAX's caches: the install empties them all,
+    and the jit, found among the interpreter's objects, is the suite's (cleared per test)."""
+
+    @jax.jit
+    def made_before(x: jax.Array) -> jax.Array:
+        return x - 1
+
+    x = jnp.arange(3.0)
+    made_before(jnp.cos(x))
+    calls: list[RecordedCall] = []
+    hook = Interception(calls.append)
+    hook.install()
+    try:
+        made_before(jnp.cos(x))
+        assert names(calls) == ["cos", "made_before"]
+        calls.clear()
+        made_before(jnp.cos(x))
+        assert names(calls) == []  # JAX's fast path
+        hook.clear_dispatch_caches(jax_own=False)
+        made_before(jnp.cos(x))
+        assert names(calls) == ["made_before"]
+    finally:
+        hook.uninstall()
+
+
 def test_a_recorded_call_lowers_for_every_platform_without_running_again() -> None:
     runs = []
 
@@ -259,9 +318,10 @@ def test_a_hook_installed_again_after_uninstall_records_again() -> None:
     hook = Interception(seen.append)
     hook.install()
     hook.uninstall()
+    x = jnp.ones(5)
     hook.install()
     try:
-        jax.jit(lambda x: x * 3 + 1)(jnp.ones(5))
+        jax.jit(lambda x: x * 3 + 1)(x)
     finally:
         hook.uninstall()
     assert len(seen) == 1

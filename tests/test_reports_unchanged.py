@@ -13,7 +13,11 @@ by ``python tests/test_reports_unchanged.py --record``:
 The demo's and the audit's reports were recorded again when the identity key's jaxpr text
 became the key's own (computations' ids changed): before recording, the new runs were
 checked equal to the recorded reports with every id mapped to its new value, except where
-a finding names one of several computations at one line (the first by id).
+a finding names one of several computations at one line (the first by id). They were
+recorded again when an eager op came to count in its owner only (``eager_users``): before
+recording, the new runs were checked equal to the recorded reports but for each eager op's
+users (the recorded ones' first), each test's uses and the counts made of them (``seen``'s
+``tests_using`` and ``shared``, each site's ``tests``).
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

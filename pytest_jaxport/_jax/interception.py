@@ -25,9 +25,11 @@ it), the listener is all the audit has, and :class:`Support` says so.
 
 The hooked path keeps JAX's fast path untouched: a jitted function called again with the same
 argument types never leaves C++, so the hook costs nothing after the first call per
-signature. :meth:`Interception.clear_dispatch_caches` empties only the C++ dispatch caches
-(not the tracing or lowering caches) so that each test's first call of a computation passes
-the hook again, cheaply, and the test is counted among its users.
+signature. :meth:`Interception.clear_dispatch_caches` empties only C++ dispatch caches (not
+the tracing or lowering caches) so that each test's first call of a computation passes the
+hook again, cheaply, and the test is counted among its users: those of the suite's jitted
+functions (every jit function that is not JAX's own, whenever it was created), or all of
+them, JAX's own included (its ``jnp`` functions and the primitives it runs op by op).
 
 Adapters, newest first; each names the JAX releases it was written for and the patch points
 it needs. ``tests/test_interception.py`` runs on every JAX that CI covers.
@@ -43,6 +45,7 @@ import functools
 import reprlib
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -57,6 +60,7 @@ PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._cpp_pjit_cache_fun_only": "the C++ dispatch cache of plain jits",
     "jax._src.pjit._cpp_pjit_cache_explicit_attributes": "the C++ dispatch cache of other jits",
     "jax._src.pjit._infer_params": "the static arguments of a call",
+    "jax._src.pjit._cpp_pjit": "the jit functions the suite creates (their caches are cleared)",
     "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
         "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
     ),
@@ -576,6 +580,7 @@ class Interception:
         self._adapter: _Adapter | None = None
         self._originals: dict[tuple[Any, str], Any] = {}
         self._event_listener: Callable[..., None] | None = None
+        self._suite_jits: weakref.WeakSet[Any] | None = None
         self.compiles = CompileCounts()
         self.support: Support | None = None
 
@@ -593,6 +598,9 @@ class Interception:
         if adapter is not None and not missing:
             self._adapter = adapter
             self._patch(pjit, "_pjit_call_impl_python", self._hook(pjit._pjit_call_impl_python))
+            if hasattr(pjit, "_cpp_pjit"):
+                self._suite_jits = _existing_suite_jits(jax)
+                self._patch(pjit, "_cpp_pjit", _registered(pjit._cpp_pjit, self._suite_jits))
             if hasattr(pjit, "_infer_params"):
                 self._patch(pjit, "_infer_params", _stash_static(pjit._infer_params))
                 static = True
@@ -601,6 +609,9 @@ class Interception:
             for name in ("trace_to_jaxpr_dynamic", "trace_to_jaxpr"):
                 if hasattr(partial_eval, name):
                     self._patch(partial_eval, name, _RuleTraces(getattr(partial_eval, name)))
+            # What JAX ran before (an earlier session in this process, a conftest.py) is in
+            # its caches: its next call passes the hook, an eager op's included.
+            self.clear_dispatch_caches(jax_own=True)
         events = self._listen()
         tested = adapter is None or version[:2] <= adapter.newest_tested[:2]
         self.support = Support(
@@ -620,21 +631,30 @@ class Interception:
         for (module, name), original in self._originals.items():
             setattr(module, name, original)
         self._originals.clear()
+        self._suite_jits = None
         if self._event_listener is not None:
             _unlisten(self._event_listener)
             self._event_listener = None
         self._adapter = None
         self.support = None
 
-    def clear_dispatch_caches(self) -> None:
-        """Empty JAX's C++ dispatch caches only: the next call of every jitted function takes
-        the Python path through the hook again, reusing its cached trace and executable."""
+    def clear_dispatch_caches(self, *, jax_own: bool = True) -> None:
+        """Empty C++ dispatch caches only: the next call of each jitted function cleared takes
+        the Python path through the hook again, reusing its cached trace and executable.
+        Those of the suite's jit functions, and with ``jax_own`` JAX's own too (its ``jnp``
+        functions and the primitives it runs op by op: all of JAX's caches emptied, as where
+        this JAX does not let the audit tell them apart)."""
         if self._adapter is None:
             return
-        from jax._src import pjit
+        # A function's own clearing takes it out of JAX's shared caches: emptying those does
+        # not reach it again, so each of the suite's is cleared itself every time.
+        for jitted in list(self._suite_jits or ()):
+            jitted._clear_cache()
+        if jax_own or self._suite_jits is None:
+            from jax._src import pjit
 
-        pjit._cpp_pjit_cache_fun_only.clear()
-        pjit._cpp_pjit_cache_explicit_attributes.clear()
+            pjit._cpp_pjit_cache_fun_only.clear()
+            pjit._cpp_pjit_cache_explicit_attributes.clear()
 
     def _patch(self, module: Any, name: str, replacement: Any) -> None:
         self._originals[(module, name)] = getattr(module, name)
@@ -703,6 +723,49 @@ class Interception:
         jax.monitoring.register_event_duration_secs_listener(cast(Any, on_event))
         self._event_listener = on_event
         return True
+
+
+def _is_jax_own(fun: Any) -> bool:
+    """Whether a function JAX jits is JAX's own (a ``jnp`` function, the one-primitive
+    function of an op run eagerly), as :meth:`_Adapter.facts` tells a recorded call's kind:
+    defined inside JAX and not one of its wrappers of the user's program (``pmap``)."""
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        return False
+    file = code.co_filename.replace("\\", "/")
+    return _is_jax_internal(file) and not any(f in file for f in _PROGRAM_WRAPPERS)
+
+
+def _existing_suite_jits(jax: Any) -> weakref.WeakSet[Any]:
+    """The suite's jit functions created before the audit was installed (a ``conftest.py``
+    that imported a library, a module-level ``@jax.jit`` there): found once among the
+    interpreter's objects, each a JAX ``PjitFunction`` whose function is not JAX's own."""
+    import gc
+
+    kind = type(jax.jit(_is_jax_own))
+    found: weakref.WeakSet[Any] = weakref.WeakSet()
+    for obj in gc.get_objects():
+        if type(obj) is kind and not _is_jax_own(getattr(obj, "_fun", None)):
+            found.add(obj)
+    return found
+
+
+def _registered(original: Callable[..., Any], found: weakref.WeakSet[Any]) -> Callable[..., Any]:
+    """``pjit._cpp_pjit`` (called once for each jit function JAX creates) that keeps the
+    suite's jit functions (not JAX's own: :func:`_is_jax_own`) for
+    :meth:`Interception.clear_dispatch_caches`; weakly, a jit made in a test goes with it."""
+
+    @functools.wraps(original)
+    def cpp_pjit(fun: Any, jit_info: Any) -> Any:
+        jitted = original(fun, jit_info)
+        if not _is_jax_own(fun):
+            with contextlib.suppress(TypeError):  # not weakly referable: never cleared
+                found.add(jitted)
+        return jitted
+
+    return cpp_pjit
 
 
 def _stash_static(original: Callable[..., Any]) -> Callable[..., Any]:

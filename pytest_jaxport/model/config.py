@@ -94,7 +94,9 @@ TOP_KEYS = (
     "emulate",
     "own_packages",
 )
-AUDIT_KEYS = ("enabled", "fail_on")
+AUDIT_KEYS = ("enabled", "eager_users", "fail_on")
+EAGER_USERS = ("owner", "all")
+"""``[tool.jaxport.audit] eager_users``: which tests an op run eagerly is counted in."""
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
 DEFAULT_MIGRATE_TO: tuple[str, ...] = ("rocm", "tpu")
@@ -199,6 +201,10 @@ class AuditConfig:
     and the suite-level budget ``fail_on`` that gates it."""
 
     enabled: bool = False
+    eager_users: str = "owner"
+    """``owner``: an op run eagerly (a ``jnp`` function, a primitive) is counted in the first
+    test that runs it only; ``all``: in every test that runs it (each test's first call of
+    each such op passes the audit's hook again: more CPU on a suite of eager tests)."""
     fail_on: BudgetTable = field(
         default_factory=lambda: BudgetTable(origin="[tool.jaxport.audit.fail_on]")
     )
@@ -888,7 +894,8 @@ def _budget_section(
 
 
 def _audit_table(source: str, value: object) -> AuditConfig:
-    """``audit = true`` or ``[tool.jaxport.audit]`` (``enabled``, ``fail_on``)."""
+    """``audit = true`` or ``[tool.jaxport.audit]`` (``enabled``, ``eager_users``,
+    ``fail_on``)."""
     if isinstance(value, bool):
         return AuditConfig(enabled=value)
     if not isinstance(value, Mapping):
@@ -902,10 +909,18 @@ def _audit_table(source: str, value: object) -> AuditConfig:
     enabled = value.get("enabled", True)
     if not isinstance(enabled, bool):
         raise where.error("enabled", "a boolean (true or false)", enabled)
+    eager_users = value.get("eager_users", "owner")
+    if eager_users not in EAGER_USERS:
+        raise where.error("eager_users", '"owner" or "all"', eager_users)
     fail_on, platform_fail_on = _budget_section(
         source, "tool.jaxport.audit.fail_on", value.get("fail_on", {})
     )
-    return AuditConfig(enabled=enabled, fail_on=fail_on, platform_fail_on=platform_fail_on)
+    return AuditConfig(
+        enabled=enabled,
+        eager_users=eager_users,
+        fail_on=fail_on,
+        platform_fail_on=platform_fail_on,
+    )
 
 
 def one_edit_apart(a: str, b: str) -> bool:

@@ -140,6 +140,7 @@ class AuditLedger:
         platforms: Sequence[str],
         migrate_to: Sequence[str],
         model: CostModel,
+        eager_users: str = "owner",
         price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
     ) -> dict[str, Any]:
         """The report's ``audit`` section (see the module docstring)."""
@@ -162,6 +163,7 @@ class AuditLedger:
             platforms=platforms,
             migrate_to=migrate_to,
             model=model,
+            eager_users=eager_users,
             price=price,
         )
 
@@ -178,13 +180,21 @@ def assemble(
     platforms: Sequence[str],
     migrate_to: Sequence[str],
     model: CostModel,
+    eager_users: str = "owner",
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
 ) -> dict[str, Any]:
     """The ``audit`` section of distinct ``computations`` (each with its ``users`` in
     collection order) and the computations each test ran (``uses``, tests in collection
     order; ``index`` their positions): owners, the ``seen`` counts, the suite's numbers and
-    sites, each computation counted once. What a run's ledger and ``jaxport merge`` build."""
+    sites, each computation counted once. What a run's ledger and ``jaxport merge`` build.
+
+    ``eager_users="owner"`` (``[tool.jaxport.audit] eager_users``): an eager op's only user
+    is its owner. Each process records it in the first test that ran it there (JAX serves
+    later calls from its caches): the owner, and under pytest-xdist each other worker's
+    first too, which a serial run never sees."""
     for c in computations:
+        if eager_users == "owner" and c["kind"] == "eager":
+            c["users"] = c["users"][:1]
         c["owner"] = c["users"][0] if c["users"] else None
     computations.sort(
         key=lambda c: (index.get(c["owner"], -1) if c["owner"] else -1, c["function"], c["id"])
@@ -194,7 +204,10 @@ def assemble(
     # depends on what else the process ran (a cache another test's lowering filled)
     order = {c["id"]: i for i, c in enumerate(computations)}
     ran: dict[str, dict[str, list[str]]] = {}
+    eager = {c["id"] for c in computations if c["kind"] == "eager"}
     for nodeid, used in uses.items():
+        if eager_users == "owner":
+            used = [cid for cid in used if cid not in eager or owner.get(cid) == nodeid]
         if used:
             ordered = sorted(used, key=lambda cid: (order.get(cid, len(order)), cid))
             ran[nodeid] = {"owns": [cid for cid in ordered if owner.get(cid) == nodeid],
@@ -217,6 +230,7 @@ def assemble(
     section: dict[str, Any] = {
         "interception": dict(interception or {}),
         "platforms": list(platforms),
+        "eager_users": eager_users,
         "seen": seen,
         "summary": audit_summary(
             computations, found, migrate_to=migrate_to, model=model, price=price
@@ -245,7 +259,9 @@ def merge_audits(
     it ran), and the suite's numbers, sites and ``seen`` counts recomputed over the union
     with the first leg's cost model (``cost``). Events (calls, compilations outside jit
     dispatch, the audit's errors) are summed; the suite budget failures are each leg's own
-    judgement, kept with the leg's name (merging does not re-read ``fail_on``)."""
+    judgement, kept with the leg's name (merging does not re-read ``fail_on``). Eager ops
+    count in their owner only where one leg counted them so (``eager_users``; a report from
+    before that key counted them in every test)."""
     computations: dict[str, dict[str, Any]] = {}
     users: dict[str, dict[str, None]] = {}
     uses: dict[str, dict[str, None]] = {}
@@ -256,7 +272,10 @@ def merge_audits(
     growth: list[dict[str, Any]] = []
     interceptions: list[Mapping[str, Any]] = []
     idle = 0  # tests that ran nothing jitted, per leg (not listed by name)
+    eager_users = "all"
     for leg, section in sections:
+        if section.get("eager_users", "all") != "all":
+            eager_users = "owner"
         interceptions.append(section.get("interception") or {})
         platforms.update(dict.fromkeys(section.get("platforms") or ()))
         for c in section.get("computations") or ():
@@ -292,6 +311,7 @@ def merge_audits(
         platforms=list(platforms),
         migrate_to=migrate_to,
         model=model,
+        eager_users=eager_users,
     )
     merged["violations"] = violations
     merged["baseline_growth"] = growth

@@ -629,7 +629,8 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
             '<details class="more"><summary>Per test: the computations it owns (ran first in '
             "collection order) and those it uses that an earlier test owns (JAX served them "
             "from its caches); eager op-by-op computations (jnp outside jit) are counted"
-            '</summary><table class="items"><thead><tr><th scope="col">'
+            + (" (each in the first test that ran it)" if audit.eager_users == "owner" else "")
+            + '</summary><table class="items"><thead><tr><th scope="col">'
             'test</th><th scope="col">owns</th><th scope="col">uses</th></tr></thead>'
             f"<tbody>{rows}</tbody></table></details>"
         )

@@ -691,6 +691,9 @@ class AuditView:
     both); ``None`` where they are the headline's."""
     tests: tuple[AuditTest, ...] = ()
     failures: int = 0
+    eager_users: str = "all"
+    """``owner``: each eager op is counted in the first test that ran it only
+    (``[tool.jaxport.audit] eager_users``)."""
 
     def seen_line(self) -> str:
         """``34 distinct computations (5 jit, 29 eager op-by-op) in 7 of 9 tests; 8 run by
@@ -703,6 +706,8 @@ class AuditView:
             f"{plural(seen.get('tests', 0), 'test')}; {number(seen.get('shared', 0))} run by "
             "more than one test"
         )
+        if self.eager_users == "owner" and seen.get("eager"):
+            text += " (an eager op: in the first test that ran it)"
         if seen.get("partitioned"):
             text += (
                 f"; {number(seen['partitioned'])} partitioned over several devices (with the "
@@ -1913,6 +1918,7 @@ def audit_parts(report: Mapping[str, Any]) -> AuditParts | None:
         lowers_everywhere=everywhere,
         tests=tests_of(audit, computations),
         failures=failures(audit),
+        eager_users=str(audit.get("eager_users") or "all"),
     )
     return AuditParts(
         view=view, numbers=numbers, summary=summary, problems=audit_problems(audit, computations)
