@@ -78,6 +78,7 @@ class Recorder:
         self._uses: dict[str, None] = {}
         self._outside: dict[str, None] = {}
         self._in_test = False
+        self._tests_begun = False
         self._calls = 0
         self._local = itertools.count()
 
@@ -93,12 +94,14 @@ class Recorder:
 
     def begin_test(self) -> None:
         """A test starts: its first call of each of the suite's jitted functions passes the
-        hook again, and of each eager op too with ``eager_users = "all"`` (else an eager op
-        passes it in the first test that runs it only: :func:`report.audit.assemble` counts it
-        there alone)."""
-        self._in_test = True
+        hook again, and of each eager op too with ``eager_users = "all"``. Else an eager op
+        passes it in the first test that runs it only (:func:`report.audit.assemble` counts it
+        there alone), one run while importing or collecting included: the first test empties
+        every cache once."""
+        every = self._eager_users == "all" or not self._tests_begun
+        self._in_test = self._tests_begun = True
         self._uses = {}
-        self.interception.clear_dispatch_caches(jax_own=self._eager_users == "all")
+        self.interception.clear_dispatch_caches(jax_own=every)
 
     def end_test(self, nodeid: str, index: int) -> AuditTestRecord:
         """What the test ran (and what this process saw first since the last record)."""

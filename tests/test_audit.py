@@ -354,6 +354,7 @@ EAGER_SUITE = """
 import jax
 import jax.numpy as jnp
 
+IMPORTED = jnp.cos(jnp.ones((4, 4)))  # run while collecting: counts in the first test too
 
 @jax.jit
 def step(x):
@@ -385,6 +386,7 @@ def test_an_eager_op_counts_in_the_first_test_that_ran_it_unless_all_are_asked_f
     (step,) = by_function(audit, "step")
     (cos,) = by_function(audit, "cos")
     assert cos["kind"] == "eager"
+    assert cos["outside_tests"]
     assert step["users"] == both
     assert audit["eager_users"] == (eager_users or "owner")
     second = audit["tests"]["test_eager.py::test_second"]["uses"]
