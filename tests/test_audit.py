@@ -361,12 +361,21 @@ def step(x):
     return x @ x
 
 
+def row_sums(r):
+    return r.sum()
+
+
+batched = jax.jit(jax.vmap(row_sums))  # JAX's wrapper of the suite's function: a jit of its
+
+
 def test_first():
     assert step(jnp.cos(jnp.ones((4, 4)))).shape == (4, 4)
+    assert batched(jnp.ones((4, 4))).shape == (4,)
 
 
 def test_second():
     assert step(jnp.cos(jnp.ones((4, 4)))).shape == (4, 4)
+    assert batched(jnp.ones((4, 4))).shape == (4,)
 """
 
 
@@ -384,6 +393,9 @@ def test_an_eager_op_counts_in_the_first_test_that_ran_it_unless_all_are_asked_f
     result.assert_outcomes(passed=2)
     both = ["test_eager.py::test_first", "test_eager.py::test_second"]
     (step,) = by_function(audit, "step")
+    (batched,) = by_function(audit, "row_sums")
+    assert batched["kind"] == "jit"
+    assert batched["users"] == both
     (cos,) = by_function(audit, "cos")
     assert cos["kind"] == "eager"
     assert cos["outside_tests"]
@@ -396,7 +408,7 @@ def test_an_eager_op_counts_in_the_first_test_that_ran_it_unless_all_are_asked_f
         assert "in the first test that ran it" not in result.stdout.str()
     else:
         assert cos["users"] == ["test_eager.py::test_first"]
-        assert second == [step["id"]]
+        assert sorted(second) == sorted([step["id"], batched["id"]])
         words = " ".join(result.stdout.str().split())  # the terminal wraps at 100 columns
         assert "run by more than one test (an eager op: in the first test that ran it);" in words
     shared = {c["function"] for c in audit["computations"] if len(c["users"]) > 1}

@@ -149,24 +149,31 @@ def test_clearing_the_suites_caches_leaves_jaxs_own_functions_on_the_fast_path(
     def suites_own(x: jax.Array) -> jax.Array:
         return x * 3
 
+    def doubled(v: jax.Array) -> jax.Array:
+        return v * 2
+
+    vmapped = jax.jit(jax.vmap(doubled))  # JAX's wrapper of the suite's function: the suite's
+
     def run(x: jax.Array) -> None:
         suites_own(jnp.cos(x))
+        vmapped(x)
         jax.lax.neg(x)
 
     x = jnp.arange(4.0)
     calls.clear()
     run(x)
-    assert names(calls) == ["cos", "suites_own", "neg"]
+    assert names(calls) == ["cos", "suites_own", "doubled", "neg"]
     calls.clear()
     run(x)
     assert names(calls) == []
     hook.clear_dispatch_caches(jax_own=False)
     run(x)
-    assert names(calls) == ["suites_own"]
+    assert names(calls) == ["suites_own", "doubled"]
+    assert [c.facts().kind for c in calls] == ["jit", "jit"]
     calls.clear()
     hook.clear_dispatch_caches(jax_own=True)
     run(x)
-    assert names(calls) == ["cos", "suites_own", "neg"]
+    assert names(calls) == ["cos", "suites_own", "doubled", "neg"]
 
 
 def test_what_ran_before_the_install_passes_the_hook_at_its_next_call() -> None:

@@ -727,10 +727,18 @@ class Interception:
 
 def _is_jax_own(fun: Any) -> bool:
     """Whether a function JAX jits is JAX's own (a ``jnp`` function, the one-primitive
-    function of an op run eagerly), as :meth:`_Adapter.facts` tells a recorded call's kind:
-    defined inside JAX and not one of its wrappers of the user's program (``pmap``)."""
+    function of an op run eagerly), as :meth:`_Adapter.facts` tells a recorded call's kind
+    from the source JAX gives it (``api_util.fun_sourceinfo``: partials and ``__wrapped__``
+    unwrapped, so ``jax.jit(jax.vmap(f))`` is ``f``'s): defined inside JAX and not one of its
+    wrappers of the user's program (``pmap``)."""
+    import inspect
+
     while isinstance(fun, functools.partial):
         fun = fun.func
+    try:
+        fun = inspect.unwrap(fun)
+    except ValueError:  # a cycle of __wrapped__: JAX would fail to name it too
+        return False
     code = getattr(fun, "__code__", None)
     if code is None:
         return False
