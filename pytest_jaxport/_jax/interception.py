@@ -61,6 +61,7 @@ PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._cpp_pjit_cache_explicit_attributes": "the C++ dispatch cache of other jits",
     "jax._src.pjit._infer_params": "the static arguments of a call",
     "jax._src.pjit._cpp_pjit": "the jit functions the suite creates (their caches are cleared)",
+    "jax._src.api_util.fun_sourceinfo": "whether a jit function is JAX's own (as JAX names it)",
     "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
         "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
     ),
@@ -329,10 +330,7 @@ class _Adapter:
         info = getattr(jaxpr, "debug_info", None) or getattr(
             getattr(jaxpr, "jaxpr", None), "debug_info", None
         )
-        source = None
-        where = getattr(info, "func_src_info", None) or ""
-        if " at " in where:
-            source = where.rsplit(" at ", 1)[1]
+        source = _source(getattr(info, "func_src_info", None))
         names = list(getattr(info, "arg_names", None) or ())
         types = [self.type_text(t) for t in call.arg_types]
         if len(names) == len(types):
@@ -347,7 +345,7 @@ class _Adapter:
         return CallFacts(
             function=wrapper or call.name,
             source=source,
-            kind="eager" if wrapper is None and _is_jax_internal(source) else "jit",
+            kind="eager" if _is_jax_own(source) else "jit",
             signature=signature,
             shardings=shardings if any(s != "-" for s in shardings) else (),
             static_arguments=_static_text(call.static),
@@ -450,6 +448,21 @@ _PROGRAM_WRAPPERS = {"/jax/_src/pmap.py": "pmap"}
 
 def _is_jax_internal(source: str | None) -> bool:
     return source is not None and any(part in source for part in _JAX_INTERNAL)
+
+
+def _source(where: str | None) -> str | None:
+    """``file:line`` of JAX's name of a traced function (``api_util.fun_sourceinfo``:
+    ``name at file:line``); ``None`` where it has no file."""
+    return where.rsplit(" at ", 1)[1] if where and " at " in where else None
+
+
+def _is_jax_own(source: str | None) -> bool:
+    """Whether a jitted function at ``source`` is JAX's own (a ``jnp`` function, the
+    one-primitive function of an op run eagerly: a computation of kind ``eager``): inside
+    JAX and not one of its wrappers of the user's program (``pmap``)."""
+    if source is None or not _is_jax_internal(source):
+        return False
+    return not any(f in source for f in _PROGRAM_WRAPPERS)
 
 
 @contextlib.contextmanager
@@ -598,7 +611,9 @@ class Interception:
         if adapter is not None and not missing:
             self._adapter = adapter
             self._patch(pjit, "_pjit_call_impl_python", self._hook(pjit._pjit_call_impl_python))
-            if hasattr(pjit, "_cpp_pjit"):
+            from jax._src import api_util
+
+            if hasattr(pjit, "_cpp_pjit") and hasattr(api_util, "fun_sourceinfo"):
                 self._suite_jits = _existing_suite_jits(jax)
                 self._patch(pjit, "_cpp_pjit", _registered(pjit._cpp_pjit, self._suite_jits))
             if hasattr(pjit, "_infer_params"):
@@ -725,25 +740,17 @@ class Interception:
         return True
 
 
-def _is_jax_own(fun: Any) -> bool:
-    """Whether a function JAX jits is JAX's own (a ``jnp`` function, the one-primitive
-    function of an op run eagerly), as :meth:`_Adapter.facts` tells a recorded call's kind
-    from the source JAX gives it (``api_util.fun_sourceinfo``: partials and ``__wrapped__``
-    unwrapped, so ``jax.jit(jax.vmap(f))`` is ``f``'s): defined inside JAX and not one of its
-    wrappers of the user's program (``pmap``)."""
-    import inspect
+def _is_jax_function(fun: Any) -> bool:
+    """Whether a function JAX jits is JAX's own, named as JAX names it when it traces it
+    (``api_util.fun_sourceinfo``: ``jax.jit(jax.vmap(f))`` is ``f``'s), so that a computation
+    of kind ``eager`` (:meth:`_Adapter.facts`) is exactly one whose function this says is
+    JAX's."""
+    from jax._src.api_util import fun_sourceinfo
 
-    while isinstance(fun, functools.partial):
-        fun = fun.func
     try:
-        fun = inspect.unwrap(fun)
-    except ValueError:  # a cycle of __wrapped__: JAX would fail to name it too
+        return _is_jax_own(_source(fun_sourceinfo(fun)))
+    except Exception:  # (a cycle of __wrapped__): the suite's, never in its way
         return False
-    code = getattr(fun, "__code__", None)
-    if code is None:
-        return False
-    file = code.co_filename.replace("\\", "/")
-    return _is_jax_internal(file) and not any(f in file for f in _PROGRAM_WRAPPERS)
 
 
 def _existing_suite_jits(jax: Any) -> weakref.WeakSet[Any]:
@@ -752,23 +759,23 @@ def _existing_suite_jits(jax: Any) -> weakref.WeakSet[Any]:
     interpreter's objects, each a JAX ``PjitFunction`` whose function is not JAX's own."""
     import gc
 
-    kind = type(jax.jit(_is_jax_own))
+    kind = type(jax.jit(_is_jax_function))
     found: weakref.WeakSet[Any] = weakref.WeakSet()
     for obj in gc.get_objects():
-        if type(obj) is kind and not _is_jax_own(getattr(obj, "_fun", None)):
+        if type(obj) is kind and not _is_jax_function(getattr(obj, "_fun", None)):
             found.add(obj)
     return found
 
 
 def _registered(original: Callable[..., Any], found: weakref.WeakSet[Any]) -> Callable[..., Any]:
     """``pjit._cpp_pjit`` (called once for each jit function JAX creates) that keeps the
-    suite's jit functions (not JAX's own: :func:`_is_jax_own`) for
+    suite's jit functions (not JAX's own: :func:`_is_jax_function`) for
     :meth:`Interception.clear_dispatch_caches`; weakly, a jit made in a test goes with it."""
 
     @functools.wraps(original)
     def cpp_pjit(fun: Any, jit_info: Any) -> Any:
         jitted = original(fun, jit_info)
-        if not _is_jax_own(fun):
+        if not _is_jax_function(fun):
             with contextlib.suppress(TypeError):  # not weakly referable: never cleared
                 found.add(jitted)
         return jitted
