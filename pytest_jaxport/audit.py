@@ -229,7 +229,13 @@ class Recorder:
         # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
         # Nothing runs: the runtime share is the roofline estimate.
         found = self._examiner.examine(
-            call, keyed, self.platforms, present=present, caller=caller, at_caller=True
+            call,
+            keyed,
+            self.platforms,
+            present=present,
+            caller=caller,
+            at_caller=True,
+            keep_programs=key is None,  # what it judged is kept instead, where it can be
         )
         host_callbacks = _host_callbacks(shown_callbacks, found.results.values())
         findings: list[FindingRecord] = []
@@ -254,6 +260,8 @@ class Recorder:
         }
         if key is not None and self._examiner.keepable(found):
             self._examiner.keep_judged(key, judged)
+        else:
+            self._examiner.keep_programs(found)
         return judged
 
 

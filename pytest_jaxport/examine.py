@@ -150,6 +150,9 @@ class Examined:
     """Per platform that ran, its outputs (a check compares them)."""
     programs: Mapping[str, Program]
     """Per platform that lowered, its program as the census read it."""
+    unkept: Mapping[str, Program] = field(default_factory=dict)
+    """The programs lowered now that ``keep_programs=False`` left out of the lowered cache,
+    by key: :meth:`Examiner.keep_programs` keeps them."""
 
 
 class KeyParts:
@@ -232,6 +235,7 @@ class Examiner:
         fn: Callable[..., Any] | None = None,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
+        keep_programs: bool = True,
     ) -> Examined:
         """Each of ``platforms``' census of ``traced`` (``jax.stages.Traced`` or anything with
         its ``.jaxpr`` and ``.lower(lowering_platforms=...)``), with the collectives the SPMD
@@ -243,6 +247,11 @@ class Examiner:
         ``run`` (a check's): run the lowerings on the platforms present, between lowering and
         census. Without it (the audit) every platform's program may come from the lowered
         cache and nothing runs. ``caller``: see :meth:`relative`.
+
+        ``keep_programs``: whether the programs lowered now go to the lowered cache at once;
+        the audit keeps what it judged of them instead, one entry in place of one a platform
+        (a new file costs about 0.6 ms on ext4: a fifth of a cold audit's census), and keeps
+        them (:meth:`keep_programs`) only where it cannot keep that.
         """
         __tracebackhide__ = True  # a user's error (a classify hook's) shows their code
         compiles = self._compile.platforms if fn is not None else ()
@@ -266,8 +275,14 @@ class Examiner:
                 inserted = self.partition(traced, found.lowered)
             if inserted is not None:
                 self.record_partition(keyed, inserted)
+        unkept: dict[str, Program] = {}
         censuses = self.census(
-            found, present=present, caller=caller, inserted=inserted, at_caller=at_caller
+            found,
+            present=present,
+            caller=caller,
+            inserted=inserted,
+            at_caller=at_caller,
+            unkept=None if keep_programs else unkept,
         )
         for platform, counted in censuses.items():
             if counted.census is not None:
@@ -288,7 +303,9 @@ class Examiner:
             share = self.runtime_share(result, ran.executions.get(platform))
             if share is not None:
                 results[platform] = replace(result, runtime_share=share)
-        return Examined(results=results, executions=ran.executions, programs=programs)
+        return Examined(
+            results=results, executions=ran.executions, programs=programs, unkept=unkept
+        )
 
     def lower(
         self,
@@ -343,16 +360,10 @@ class Examiner:
         # inert placeholders (counted in meta), so every other op is still counted. Whether
         # a program has any is known only once lowered (a custom primitive binds its own).
         absent = inert(traced)
-        # A platform present here whose lowering is not needed (nothing runs or compiles it)
-        # is read from the same lowering, unless that holds host callbacks (inert there):
-        # then from JAX's own lowering, where they are the real ones.
-        joined = [p for p in keys if p in present and p not in read and p not in known]
-        joined = joined if missing else []
-        together = (
-            lowering.lower_together(absent, (*missing, *joined))
-            if len(missing) + len(joined) > 1
-            else None
-        )
+        # A platform present here is read from JAX's own lowering, with the real callbacks:
+        # where it just ran the call (the audit) that lowering is in JAX's cache; joining it
+        # to the others' would lower it again (a PRNG op: 52 ms for four, 28 for three).
+        together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
         for platform in platforms:
             if platform in known:
                 failures[platform] = failed_to_lower(platform, present, known[platform])
@@ -361,8 +372,6 @@ class Examiner:
                 program = read.get(platform) or shared.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
-                    if platform in present and program is not None and holds_inert(program):
-                        program = None
                 if program is None:
                     lowered = lowering.lower(traced if platform in present else absent, platform)
                     program = lowering.read_program(lowered)
@@ -391,18 +400,23 @@ class Examiner:
         caller: SourceLocation | None = None,
         inserted: Sequence[OpSite] | None = None,
         at_caller: bool = False,
+        unkept: dict[str, Program] | None = None,
     ) -> dict[str, PlatformProbe]:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
-        lowered now go to the cache. ``caller``: see :meth:`relative`."""
+        lowered now go to the cache, or into ``unkept`` (by key) where it is given.
+        ``caller``: see :meth:`relative`."""
         __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():
             if found.partitioned:
                 program = with_inserted(program, inserted or ())
-            if platform in found.fresh:
-                self._cache_program(found.keys.get(platform), program)
+            key = found.keys.get(platform)
+            if platform in found.fresh and unkept is not None and key is not None:
+                unkept[key] = program
+            elif platform in found.fresh:
+                self._cache_program(key, program)
             census = self.relative(
                 take_census(
                     program,
@@ -511,6 +525,11 @@ class Examiner:
         missing), which may lower elsewhere or after an install."""
         if probe.needs_hardware is None and missing_package(error) is None:
             self._cache_program(key, FailedLowering(error=error))
+
+    def keep_programs(self, examined: Examined) -> None:
+        """Keep the programs ``examine(keep_programs=False)`` lowered and left out."""
+        for key, program in examined.unkept.items():
+            self._cache_program(key, program)
 
     def _cache_program(self, key: str | None, program: Program | FailedLowering | None) -> None:
         if key is not None and program is not None and self._compile.lowered_cache is not None:
@@ -788,16 +807,6 @@ class Examiner:
         return measured_share(times, sites, classify_op)
 
     # -- the compiled level -------------------------------------------------------------------
-
-
-def holds_inert(program: Program) -> bool:
-    """Whether ``program`` holds a host callback lowered as an inert placeholder."""
-    prefix = f"{INERT_TARGET}."
-    return any(
-        site.target is not None and site.target.startswith(prefix)
-        for sites in program.functions.values()
-        for site in sites
-    )
 
 
 def failed_to_lower(platform: str, present: Collection[str], error: str) -> PlatformProbe:
