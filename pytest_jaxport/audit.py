@@ -267,11 +267,12 @@ class Recorder:
 
 def _calling_line(own: tuple[str, ...]) -> SourceLocation | None:
     """The innermost frame of the running call that is the user's code (not JAX's, an
-    installed library's, the standard library's or this plugin's: ``is_library_file``)."""
+    installed library's, the standard library's, this plugin's, nor code with no file:
+    ``is_library_file``)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
-        if not file.startswith("<") and not is_library_file(file, own):
+        if not is_library_file(file, own):
             return SourceLocation(file=file, line=frame.f_lineno)
         frame = frame.f_back
     return None

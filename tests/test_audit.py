@@ -1094,6 +1094,45 @@ def test_the_users_code_a_library_calls_keeps_its_own_line(pytester: pytest.Pyte
     )  # the library's Cholesky: at the call into the library
 
 
+def test_code_with_no_file_is_not_the_users_line(pytester: pytest.Pytester) -> None:
+    """Code compiled under a name in angle brackets (``exec``, generated ``__init__``s) has no
+    line a report could point at: a kernel traced through it, and an eager op it runs, land on
+    the nearest frame that is the user's file."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_nofile="""
+        import jax
+        import jax.numpy as jnp
+
+        namespace = {"jnp": jnp}
+        exec(compile("def helper(a, b):\\n    return a @ b\\n", "<generated>", "exec"), namespace)
+        helper = namespace["helper"]
+
+        @jax.jit
+        def step(a, b):
+            return helper(a, b) + 1.0
+
+        def test_step():
+            assert step(jnp.ones((4, 4)), jnp.ones((4, 4))).shape == (4, 4)
+            assert helper(jnp.ones((3, 3)), jnp.ones((3, 3))).shape == (3, 3)
+        """
+    )
+    _, audit = audit_of(pytester)
+    (step,) = by_function(audit, "step")
+    cuda = step["platforms"]["cuda"]["lowered"]["kernels"]
+    assert "cublas" in {k["library"] for k in cuda}, cuda
+    assert {k["location"] for k in cuda if k["library"] == "cublas"} == {"test_nofile.py:10"}
+    eager_cuda = [
+        k
+        for c in audit["computations"]
+        if c["kind"] == "eager"
+        for k in c["platforms"]["cuda"]["lowered"]["kernels"]
+        if k["library"] == "cublas"
+    ]
+    assert eager_cuda, audit["computations"]  # the eager matmul helper ran in the test
+    assert {k["location"] for k in eager_cuda} == {"test_nofile.py:14"}, eager_cuda
+
+
 ORDER_DEPENDENT = """
 import os
 

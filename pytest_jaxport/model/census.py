@@ -53,13 +53,19 @@ _PACKAGE_FOLDERS = ("/site-packages/", "/dist-packages/")
 def is_library_file(file: str, own: tuple[str, ...] = ()) -> bool:
     """Whether frames in ``file`` are a library's internals rather than the user's code: an
     installed package (unless among the ``own`` packages, whose lines the user reads as
-    theirs), the standard library, or this plugin.
+    theirs), the standard library, this plugin, or code with no file to open (a name in
+    angle brackets, as the interpreter names what ``exec``, ``dataclasses`` or ``attrs``
+    compiled: a report cannot point at its line).
 
     >>> is_library_file("/venv/lib/python3.11/site-packages/lineax/_solve.py")
     True
     >>> is_library_file("/venv/lib/python3.11/site-packages/lineax/_solve.py", own=("lineax",))
     False
+    >>> is_library_file("<string>")
+    True
     """
+    if file.startswith("<"):
+        return True
     posix = file.replace("\\", "/")
     if own and any(f"{folder}{package.replace('.', '/')}/" in posix
                    for folder in _PACKAGE_FOLDERS for package in own):  # fmt: skip
