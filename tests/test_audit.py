@@ -433,6 +433,39 @@ def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
     assert len(entries) == len(judged)
 
 
+def test_a_failure_to_lower_is_kept_and_not_lowered_again(pytester: pytest.Pytester) -> None:
+    """A computation that does not lower for a platform (an eigendecomposition on tpu) is kept
+    with its failure: a warm run reads the failure instead of lowering it again to fail the
+    same way. (The kept reason is marked here, and the warm run reports the mark.)"""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_eig="""
+        import jax
+        import jax.numpy as jnp
+
+        @jax.jit
+        def eigenvalues(a):
+            return jnp.linalg.eig(a)[0].real
+
+        def test_eig():
+            assert eigenvalues(jnp.eye(3)).shape == (3,)
+        """
+    )
+    _, cold = audit_of(pytester)
+    (failure,) = cold["findings"]
+    assert failure["platform"] == "tpu", failure
+    assert "eig" in failure["reason"], failure
+    folder = pytester.path / ".pytest_cache" / "d" / "jaxport-lowered"
+    (path,) = [p for p in folder.glob("*.json")
+               if json.loads(p.read_text()).get("judged", {}).get("findings")]  # fmt: skip
+    entry = json.loads(path.read_text())
+    (kept,) = entry["judged"]["findings"]
+    kept["reason"] = f"kept by the cold run: {kept['reason']}"
+    path.write_text(json.dumps(entry))
+    _, warm = audit_of(pytester)
+    assert [f["reason"] for f in warm["findings"]] == [kept["reason"]]
+
+
 def test_a_warm_run_reads_each_census_as_judged_until_what_judges_it_changes(
     suite: pytest.Pytester,
 ) -> None:
