@@ -174,13 +174,13 @@ class Recorder:
         present = lowering.present_platforms()
         # An op executed eagerly is placed where the suite called it, not at the lines of a
         # program JAX may have traced earlier at another call and reused: the same in every
-        # process, whatever it ran before. (Not a library's jitted function: the user's code
-        # it calls, a vector field, keeps its own lines.)
-        caller = None
-        if facts.kind == "eager":
-            caller = _calling_line(self._examiner.own_packages)
-            caller = caller if caller is None else self._examiner.shown_location(caller)
-        judged = self._judged(call, keyed, facts.host_callbacks, present, caller)
+        # process, whatever it ran before. A jitted function keeps its lines (the user's code
+        # a library's jit calls, a vector field, keeps its own), but where an op's location
+        # holds only a library's lines, it is where the suite called the function too.
+        caller = _calling_line(self._examiner.own_packages)
+        caller = caller if caller is None else self._examiner.shown_location(caller)
+        at_caller = facts.kind == "eager"
+        judged = self._judged(call, keyed, facts.host_callbacks, present, caller, at_caller)
         source = facts.source
         if source is not None:
             file, _, line = source.rpartition(":")
@@ -209,15 +209,16 @@ class Recorder:
         shown_callbacks: Sequence[str],
         present: Sequence[str],
         caller: SourceLocation | None,
+        at_caller: bool,
     ) -> dict[str, Any]:
         """The computation's census on every platform, and why a platform did not lower: as an
         earlier run judged it where nothing that decides it changed (the program, its
-        signature, the platforms and those present, ``cache.judged_by``, the line every site
-        is placed at), else lowered and counted now and kept for the next run."""
+        signature, the platforms and those present, ``cache.judged_by``, the line sites are
+        placed at), else lowered and counted now and kept for the next run."""
         judging = self._judging()  # None: a classify hook judges, so nothing is kept
         key = None
         if judging is not None:
-            where = (*self.platforms, "present:", *sorted(present), f"at: {caller}")
+            where = (*self.platforms, "present:", *sorted(present), f"at: {caller} {at_caller}")
             scope = "\n\0".join((judging, call.signature_text(), *where))
             key = self._examiner.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
             known = self._examiner.judged(key, len(self.platforms))
@@ -234,7 +235,7 @@ class Recorder:
             self.platforms,
             present=present,
             caller=caller,
-            at_caller=True,
+            at_caller=at_caller,
             keep_programs=key is None,  # what it judged is kept instead, where it can be
         )
         host_callbacks = _host_callbacks(shown_callbacks, found.results.values())

@@ -573,24 +573,31 @@ class Examiner:
         the call that ran it, whereas the lines of its program can be those of an earlier
         trace JAX reused (jax 0.12 reuses a jaxpr traced inside a jit for the same op called
         eagerly later), which would depend on what the process ran before. Only a kernel
-        inside an installed package (one of ``own_packages``) keeps its line."""
+        inside an installed package (one of ``own_packages``) keeps its line. Without it, a
+        kernel whose location holds no frame of the user's code (only a library's lines) is
+        the ``caller``'s too."""
         if caller is not None and not at_caller and not any(k.location for k in census.kernels):
             at_caller = True
-        placed = caller if at_caller else None
         counts: dict[Kernel, int] = {}  # kernels placed at one line add up
         for k in census.kernels:
-            key = replace(k, location=self._placed(k.location, placed), count=0)
+            key = replace(k, location=self._placed(k.location, caller, at_caller), count=0)
             counts[key] = counts.get(key, 0) + k.count
         return replace(census, kernels=tuple(replace(k, count=n) for k, n in counts.items()))
 
     def _placed(
-        self, location: SourceLocation | None, caller: SourceLocation | None
+        self, location: SourceLocation | None, caller: SourceLocation | None, at_caller: bool
     ) -> SourceLocation | None:
-        """``location`` as reports show it; with a ``caller``, the caller's unless it is inside
-        an installed package (see :meth:`relative`)."""
-        if caller is not None and (location is None or not is_library_file(location.file)):
+        """``location`` as reports show it, or the ``caller``'s (see :meth:`relative`): where
+        it is a library's line rather than the user's or an own package's, and with
+        ``at_caller`` wherever it is not inside an own package."""
+        if location is None:
+            return caller if at_caller else None
+        if caller is not None and (
+            is_library_file(location.file, self.own_packages)
+            or (at_caller and not is_library_file(location.file))
+        ):
             return caller
-        return location if location is None else self.shown_location(location)
+        return self.shown_location(location)
 
     def device(self, platform: str) -> Device:
         """The device ``platform``'s formats-and-layout findings are judged for."""
@@ -615,8 +622,7 @@ class Examiner:
         )
         if caller is not None and not at_caller and not any(f.location for f in found.findings):
             at_caller = True
-        placed = caller if at_caller else None
-        relocated = found.relocated(lambda at: self._placed(at, placed))
+        relocated = found.relocated(lambda at: self._placed(at, caller, at_caller))
         lines = [(f.kind, f.rule, f.level, f.location) for f in relocated.findings]
         if len(set(lines)) < len(lines):  # findings placed at one line add up
             relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0)

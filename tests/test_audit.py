@@ -1127,6 +1127,47 @@ def test_the_users_code_a_library_calls_keeps_its_own_line(pytester: pytest.Pyte
     )  # the library's Cholesky: at the call into the library
 
 
+def test_a_kernel_whose_location_holds_only_a_librarys_lines_is_at_the_users_line(
+    pytester: pytest.Pytester,
+) -> None:
+    """A kernel whose location holds no frame of the user's code (only an installed
+    library's: lineax's solves inside equinox's primitives; here JAX keeps one frame a
+    location) is at the line that called into the library, like every kernel of the
+    computation; an own package keeps its line."""
+    folder = pytester.path / "venv" / "site-packages" / "deeplib"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(
+        "import jax\n\n\ndef _inner(a):\n    return a @ a\n\n\n"
+        "@jax.jit\ndef step(a):\n    return _inner(a) + 1.0\n"
+    )
+    pytester.syspathinsert(folder.parent)
+    pytester.makepyfile(
+        test_deep="""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+        from deeplib import step
+
+        @pytest.fixture(autouse=True)
+        def one_frame_a_location():
+            before = jax.config.jax_include_full_tracebacks_in_locations
+            jax.config.update("jax_include_full_tracebacks_in_locations", False)
+            yield
+            jax.config.update("jax_include_full_tracebacks_in_locations", before)
+
+        def test_step():
+            assert step(jnp.ones((4, 4))).shape == (4, 4)
+        """
+    )
+    for own, expected in (("", "test_deep.py:14"), ('own_packages = ["deeplib"]\n', None)):
+        pytester.makefile(".toml", pyproject=PLATFORMS + own)
+        _, audit = audit_of(pytester, "--jaxport-cache-clear")
+        (computation,) = by_function(audit, "step")
+        cuda = computation["platforms"]["cuda"]["lowered"]["kernels"]
+        lines = {k["location"] for k in cuda if k["library"] == "cublas"}
+        assert lines == {expected or "deeplib/__init__.py:5"}, (own, cuda)
+
+
 def test_code_with_no_file_is_not_the_users_line(pytester: pytest.Pytester) -> None:
     """Code compiled under a name in angle brackets (``exec``, generated ``__init__``s) has no
     line a report could point at: a kernel traced through it, and an eager op it runs, land on
