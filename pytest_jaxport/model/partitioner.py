@@ -16,7 +16,8 @@ the metadata of the op that needed it, so each points at that op's source line. 
 before stack frames in HLO metadata (jax 0.6) record only that op's innermost frame outside
 JAX (a layer inside flax, say); :func:`with_inserted` then takes the whole call stack from the
 lowered program's ops at that frame when one call stack reaches it, so the site is shown where
-the user's code called it, and otherwise keeps the frame (shown inside the library).
+the user's code called it, and otherwise keeps the frame (a library's line, which reports
+show at the line that called the computation).
 :func:`with_inserted` adds them to a lowered :class:`~census.Program` as ``spmd.<op>`` sites,
 which the classification table counts like the program's own collectives (nccl on cuda,
 rccl on rocm, ICI on tpu).
