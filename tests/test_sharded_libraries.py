@@ -170,19 +170,23 @@ def test_library_training_steps_over_a_mesh(pytester: pytest.Pytester) -> None:
     sys.modules.pop("models", None)
     models = importlib.import_module("models")
     source = (pytester.path / "models.py").read_text().splitlines()
+    steps = (pytester.path / "test_steps.py").read_text().splitlines()
+    check_line = _line(steps, "jaxport.check(", "test_steps.py")
     checks = {c["name"]: c for t in report["tests"] for c in t["checks"]}
     for case in available:
         if case in DATA_PARALLEL:
-            _check_data_parallel(case, checks[case], models, source)
+            _check_data_parallel(case, checks[case], models, source, check_line)
         else:
             _check_shard_map(checks[case], models)
 
 
-def _line(source: list[str], marker: str) -> str:
-    return f"models.py:{next(i for i, text in enumerate(source, 1) if marker in text)}"
+def _line(source: list[str], marker: str, file: str = "models.py") -> str:
+    return f"{file}:{next(i for i, text in enumerate(source, 1) if marker in text)}"
 
 
-def _check_data_parallel(case: str, check: dict, models: object, source: list[str]) -> None:
+def _check_data_parallel(
+    case: str, check: dict, models: object, source: list[str], check_line: str
+) -> None:
     *_, params = getattr(models, case)()
     leaves = len(jax.tree.leaves(params))
     cuda = check["platforms"]["cuda"]["lowered"]
@@ -198,8 +202,10 @@ def _check_data_parallel(case: str, check: dict, models: object, source: list[st
         # location of its own (a bias add) has only its frame inside the library, so it is
         # shown at the line that called the computation (the check's).
         assert lines, case
-        shown = ("models.py:", "test_steps.py:")
-        assert all(line.startswith(shown) for line in lines), (case, lines)
+        assert all(line.startswith("models.py:") or line == check_line for line in lines), (
+            case,
+            lines,
+        )
         return
     assert all(line.startswith("models.py:") for line in lines), (case, lines)
     if case == "linen_adam":  # each Dense's and the LayerNorm's parameters, at their layer
