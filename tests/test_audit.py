@@ -116,6 +116,15 @@ def audit_of(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, d
     return result, report["audit"]
 
 
+def install_library(pytester: pytest.Pytester, name: str, source: str) -> None:
+    """Package ``name`` (an ``__init__.py`` of ``source``) importable from a ``site-packages``
+    folder, as an installed library is: its lines are a library's, not the user's."""
+    folder = pytester.path / "venv" / "site-packages" / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(source)
+    pytester.syspathinsert(folder.parent)
+
+
 def by_function(audit: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [c for c in audit["computations"] if c["function"] == name]
 
@@ -1037,13 +1046,12 @@ def test_per_test_lists_name_jitted_computations_and_count_eager_ops(
 def _installed_library(pytester: pytest.Pytester) -> None:
     """``hiddenlib`` as an installed package (under a ``site-packages`` folder): a jitted
     function around its own primitive, whose ops JAX traces only when lowering it."""
-    folder = pytester.path / "venv" / "site-packages" / "hiddenlib"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(
+    install_library(
+        pytester,
+        "hiddenlib",
         LIBRARY_WITH_HIDDEN_CALLBACK + "\n\n@jax.jit\ndef jitted_solve(a, b):\n"
-        "    return solve(a, b) @ a + 1\n"
+        "    return solve(a, b) @ a + 1\n",
     )
-    pytester.syspathinsert(folder.parent)
     pytester.makepyfile(
         test_lib="""
         import jax.numpy as jnp
@@ -1096,15 +1104,14 @@ def test_the_users_code_a_library_calls_keeps_its_own_line(pytester: pytest.Pyte
     kernels of the library's own ops are at the line that called the library, those of the
     user's function at the user's function's own line."""
     pytester.makefile(".toml", pyproject=PLATFORMS)
-    folder = pytester.path / "venv" / "site-packages" / "fieldlib"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(
+    install_library(
+        pytester,
+        "fieldlib",
         "import functools\n\nimport jax\nimport jax.numpy as jnp\n\n\n"
         "@functools.partial(jax.jit, static_argnums=0)\n"
         "def integrate(field, x):\n"
-        "    return jnp.linalg.cholesky(field(x) @ field(x).T + jnp.eye(3))\n"
+        "    return jnp.linalg.cholesky(field(x) @ field(x).T + jnp.eye(3))\n",
     )
-    pytester.syspathinsert(folder.parent)
     pytester.makepyfile(
         test_field="""
         import jax.numpy as jnp
@@ -1134,13 +1141,12 @@ def test_a_kernel_whose_location_holds_only_a_librarys_lines_is_at_the_users_lin
     library's: lineax's solves inside equinox's primitives; here JAX keeps one frame a
     location) is at the line that called into the library, like every kernel of the
     computation; an own package keeps its line."""
-    folder = pytester.path / "venv" / "site-packages" / "deeplib"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(
+    install_library(
+        pytester,
+        "deeplib",
         "import jax\n\n\ndef _inner(a):\n    return a @ a\n\n\n"
-        "@jax.jit\ndef step(a):\n    return _inner(a) + 1.0\n"
+        "@jax.jit\ndef step(a):\n    return _inner(a) + 1.0\n",
     )
-    pytester.syspathinsert(folder.parent)
     pytester.makepyfile(
         test_deep="""
         import jax
@@ -1166,6 +1172,44 @@ def test_a_kernel_whose_location_holds_only_a_librarys_lines_is_at_the_users_lin
         cuda = computation["platforms"]["cuda"]["lowered"]["kernels"]
         lines = {k["location"] for k in cuda if k["library"] == "cublas"}
         assert lines == {expected or "deeplib/__init__.py:5"}, (own, cuda)
+
+
+def test_a_nested_jit_traced_earlier_is_at_this_calls_line(pytester: pytest.Pytester) -> None:
+    """A library's inner jit traced once (in ``test_first``) and reused inside another
+    computation (``test_second``'s, other types outside, the same inside): jax 0.6 keeps in
+    the reused jaxpr the stack of the call that traced it, so the second computation's solver
+    kernels were at ``test_first``'s line when both ran in one process and at
+    ``test_second``'s when it ran alone (lineax's suite, serial against ``-n 2``). They are at
+    the line of the call that ran them, whatever ran before."""
+    install_library(
+        pytester,
+        "nestedlib",
+        "import jax\nimport jax.numpy as jnp\n\n\n@jax.jit\ndef _inner(a):\n"
+        "    return jnp.linalg.solve(a, a)\n\n\n@jax.jit\ndef outer(a, b):\n"
+        "    return _inner(a) + b\n",
+    )
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(
+        test_nested="""
+        import jax.numpy as jnp
+        from nestedlib import outer
+
+        A = jnp.eye(3) * 2.0
+
+        def test_first():
+            assert outer(A, jnp.ones((3, 3))).shape == (3, 3)
+
+        def test_second():
+            assert outer(A, jnp.ones((3,))).shape == (3, 3)
+        """
+    )
+    for selection in ("test_nested.py", "test_nested.py::test_second"):
+        _, audit = audit_of(pytester, "--jaxport-cache-clear", selection)
+        (second,) = [c for c in by_function(audit, "outer") if "float32[3]" in str(c["signature"])]
+        for platform, library in (("cpu", "lapack"), ("cuda", "cusolver")):
+            kernels = second["platforms"][platform]["lowered"]["kernels"]
+            found = {k["location"] for k in kernels if k["library"] == library}
+            assert found == {"test_nested.py:10"}, (selection, platform, kernels)
 
 
 def test_code_with_no_file_is_not_the_users_line(pytester: pytest.Pytester) -> None:

@@ -22,8 +22,8 @@ from pytest_jaxport.model.census import (
     is_library_file,
     location_frames,
     parse_location,
+    placed_location,
     take_census,
-    user_location,
 )
 
 
@@ -271,8 +271,10 @@ def test_a_kernel_with_only_library_frames_is_at_the_line_that_called_into_the_l
     assert locations == ["/src/mine.py:5", "/src/test_a.py:8", "/src/test_a.py:9"]
     own = sorted(str(k.location) for k in take_census(program, "cuda", own=("lib",)).kernels)
     assert own == sorted(["/src/test_a.py:8", f"{file}:40", f"{file}:41"])  # the innermost
-    assert user_location(f'loc("{file}":40:2)') is None
-    assert user_location(f'loc("{file}":40:2)', ("lib",)) == SourceLocation(file=file, line=40)
+    inside, caller = f'loc("{file}":40:2)', SourceLocation(file="/src/test_a.py", line=9)
+    assert placed_location(inside, caller) == caller
+    assert placed_location(inside, None) == SourceLocation(file=file, line=40)  # nothing called
+    assert placed_location(inside, caller, own=("lib",)) == SourceLocation(file=file, line=40)
     assert is_library_file(file)
     assert not is_library_file(file, own=("lib",))
     assert not is_library_file("/src/test_a.py")

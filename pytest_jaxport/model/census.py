@@ -330,14 +330,53 @@ def parse_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocatio
     return None if found is None else SourceLocation(file=found[0], line=int(found[1]))
 
 
+_Frame = tuple[str, str]
+"""A frame of an MLIR location's text: ``(file, line)``."""
+
+
 @functools.lru_cache(maxsize=16384)
-def user_location(text: str | None, own: tuple[str, ...] = ()) -> SourceLocation | None:
-    """The innermost frame of an MLIR location that is the user's code (not a library's
-    internals: :func:`is_library_file`); ``None`` when every frame is a library's."""
-    for file, line in _FRAME.findall(text) if text else ():
-        if not is_library_file(file, own):
-            return SourceLocation(file=file, line=int(line))
-    return None
+def innermost_frame(text: str | None) -> _Frame | None:
+    """The innermost frame of an MLIR location's text (where a call op called its callee)."""
+    found = _FRAME.search(text) if text else None
+    return None if found is None else (found.group(1), found.group(2))
+
+
+@functools.lru_cache(maxsize=16384)
+def placed_location(
+    text: str | None,
+    inherited: SourceLocation | None,
+    entry: _Frame | None = None,
+    own: tuple[str, ...] = (),
+) -> SourceLocation | None:
+    """The line an op of a function shows where a call at ``inherited`` (the line shown for
+    the call op) reached the function, the call op's own location entering it at ``entry``
+    (its innermost frame): the op's innermost frame of the user's code (``own`` packages
+    count as the user's) among those inside the function; else ``inherited`` (a library's
+    jit or primitive, whose ops' frames stop inside the library: the call site is the line
+    the user recognizes); else the library's own innermost line (:func:`shown_frame`).
+
+    Inside the function means the op's frames before ``entry``: the frames from ``entry``
+    on are the call's. jax up to 0.6 keeps in a nested jaxpr JAX traced once and reused
+    (a library's inner jit called with the same types) the whole stack of the call that
+    traced it first, an earlier test's line; the same op then showed that line or this
+    call's depending on what the process had run before. Later releases give an op of a
+    callee only its own frames and this call's, for which the cut changes nothing.
+
+    >>> call = SourceLocation(file="/src/t.py", line=11)
+    >>> lib, first = '"/p/site-packages/l.py"', '"/src/t.py"'
+    >>> stale = f'loc(callsite({lib}:7:0 at callsite({lib}:12:0 at {first}:8:0)))'
+    >>> placed_location(stale, call, ("/p/site-packages/l.py", "12"))
+    SourceLocation(file='/src/t.py', line=11)
+    >>> placed_location(stale, None)
+    SourceLocation(file='/src/t.py', line=8)
+    """
+    frames = _FRAME.findall(text) if text else []
+    if entry is not None and entry in frames:
+        frames = frames[: frames.index(entry)]
+    found = shown_frame(frames, own)
+    if found is not None and (inherited is None or not is_library_file(found[0], own)):
+        return SourceLocation(file=found[0], line=int(found[1]))
+    return inherited
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
@@ -354,12 +393,18 @@ class _Walk:
     classifier: Classifier
     seconds: Callable[[OpSite, str], float] | None = None
     own: tuple[str, ...] = ()
-    memo: dict[tuple[str, SourceLocation | None], _Counts] = field(default_factory=dict)
+    memo: dict[tuple[str, SourceLocation | None, _Frame | None], _Counts] = field(
+        default_factory=dict
+    )
     active: set[str] = field(default_factory=set)
 
-    def function(self, name: str, inherited: SourceLocation | None) -> _Counts:
+    def function(
+        self, name: str, inherited: SourceLocation | None, entry: _Frame | None = None
+    ) -> _Counts:
+        """Function ``name``'s counts, called at ``inherited`` through a call op entering it
+        at ``entry`` (see :func:`placed_location`)."""
         __tracebackhide__ = True  # a classify hook's error shows the user's conftest
-        key = (name, inherited)
+        key = (name, inherited, entry)
         if key in self.memo:
             return self.memo[key]
         if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
@@ -377,18 +422,10 @@ class _Walk:
             map(_SITE_KEY, sites)
         ).items():
             n = count * repeats
-            # The user's frame where the location has one; else the caller's (a function
-            # JAX lowered apart, such as a library's jit or primitive, whose locations stop
-            # inside the library: its call site is the line the user recognizes); else the
-            # library's own line.
-            location = (
-                user_location(location_text, self.own)
-                or inherited
-                or parse_location(location_text, self.own)
-            )
+            location = placed_location(location_text, inherited, entry, self.own)
             if op in CALL_OPS and target_name is not None:
                 callee_kernels, callee_ops, callee_timed, callee_collectives = self.function(
-                    target_name, location
+                    target_name, location, innermost_frame(location_text)
                 )
                 kernels.update({k: v * n for k, v in callee_kernels.items()})
                 xla_ops.update({k: v * n for k, v in callee_ops.items()})

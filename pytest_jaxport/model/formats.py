@@ -48,8 +48,8 @@ from pytest_jaxport.model.census import (
     OpSite,
     Program,
     SourceLocation,
-    is_library_file,
-    parse_location,
+    innermost_frame,
+    placed_location,
 )
 from pytest_jaxport.model.targets import Level, classify
 
@@ -1454,7 +1454,9 @@ class _Walk:
     tiling: bool = False
     """Whether the device tiles arrays (a ``tile-padding`` rule applies): then every op's
     tiled bytes are summed, the padding share's denominator."""
-    memo: dict[tuple[str, SourceLocation | None], _Result] = field(default_factory=dict)
+    memo: dict[tuple[str, SourceLocation | None, tuple[str, str] | None], _Result] = field(
+        default_factory=dict
+    )
     tiles: dict[OpSite, int] = field(default_factory=dict)
     hits: dict[OpSite, tuple[_Hit, ...]] = field(default_factory=dict)
     active: set[str] = field(default_factory=set)
@@ -1475,8 +1477,12 @@ class _Walk:
             found = self.tiles[key] = _tiled_bytes(key, self.large_bytes)
         return found
 
-    def function(self, name: str, inherited: SourceLocation | None) -> _Result:
-        key = (name, inherited)
+    def function(
+        self, name: str, inherited: SourceLocation | None, entry: tuple[str, str] | None = None
+    ) -> _Result:
+        """Function ``name``'s findings, called at ``inherited`` through a call op entering
+        it at ``entry``: each at the line the census shows (``census.placed_location``)."""
+        key = (name, inherited, entry)
         if key in self.memo:
             return self.memo[key]
         tallies: dict[_Line, _Tally] = {}
@@ -1487,13 +1493,11 @@ class _Walk:
         self.active.add(name)
         for site, repeats in Counter(self.program.functions.get(name, ())).items():
             n = site.count * repeats
-            location = parse_location(site.location, self.own)
-            if location is None or (
-                inherited is not None and is_library_file(location.file, self.own)
-            ):
-                location = inherited  # the user's line that called into the library
+            location = placed_location(site.location, inherited, entry, self.own)
             if site.op in CALL_OPS and site.target is not None:
-                callee, callee_formats, callee_tiled = self.function(site.target, location)
+                callee, callee_formats, callee_tiled = self.function(
+                    site.target, location, innermost_frame(site.location)
+                )
                 for line, tally in callee.items():
                     _merge(tallies, line, tally, n, n * site.runs)
                 formats.update({k: v * n for k, v in callee_formats.items()})
