@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_jaxport.model.config import gpu_hint
+from pytest_jaxport.model.config import platform_hint
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS
 from pytest_jaxport.report.baseline import baseline_json, diff, load_counts
 from pytest_jaxport.report.schema import MergeError, ReportError, load, write_text
@@ -42,7 +42,7 @@ def _show(args: argparse.Namespace) -> int:
         return _fail(
             "show",
             f"--platform {options.platform}: {args.report} has no such platform "
-            f"(it has {', '.join(view.platforms) or 'none'}){gpu_hint(options.platform)}",
+            f"(it has {', '.join(view.platforms) or 'none'}){platform_hint(options.platform)}",
         )
     renderers: dict[str, Callable[[ReportView, DisplayOptions], str]] = {
         "text": render_text,

@@ -31,10 +31,10 @@ from pytest_jaxport.model.config import (
     compile_platforms,
     emulate_platforms,
     emulated_among,
-    gpu_hint,
     load_project,
     misspelt_tables,
     parse_project,
+    platform_hint,
     portable,
 )
 from pytest_jaxport.model.config import ConfigError as _ConfigError
@@ -318,7 +318,7 @@ def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
     if platform is not None and platform not in project.platforms:
         raise ConfigError(
             f"--jaxport-report-platform {platform}: expected one of the platforms "
-            f"{', '.join(project.platforms)}, found {platform!r}{gpu_hint(platform)}"
+            f"{', '.join(project.platforms)}, found {platform!r}{platform_hint(platform)}"
         )
 
 

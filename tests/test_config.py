@@ -14,6 +14,14 @@ from pytest_jaxport.model.config import (
     merge_marks,
     parse_marker,
     parse_project,
+    platform_hint,
+    platforms_meant,
+)
+from pytest_jaxport.model.targets import (
+    PLATFORM_ALIASES,
+    PLATFORM_VENDORS,
+    PLATFORMS,
+    all_libraries,
 )
 
 
@@ -210,3 +218,139 @@ def test_emulate_errors_name_the_file_key_and_what_was_found(
     assert message in str(info.value)
     with pytest.raises(ConfigError, match="did you mean 'tpu'"):
         parse_marker((), {"emulate": ["tpx"]}, "t.py::t")
+
+
+# -- hints: a library named in a budget key, a vendor named for a platform (issue 39) --------
+
+
+@pytest.mark.parametrize("library", sorted(all_libraries()))
+def test_a_budget_key_naming_a_library_points_at_max_library_calls(library: str) -> None:
+    key = f"max_{library}_calls"
+    hint = f"unknown key {key!r} (did you mean max_library_calls = {{ {library} = 2 }}?)"
+    for table, where in (
+        ({"budget": {key: 2}}, "[tool.jaxport.budget]"),
+        ({"budget": {"cuda": {key: 2}}}, "[tool.jaxport.budget.cuda]"),
+        ({"audit": {"fail_on": {key: 2}}}, "[tool.jaxport.audit.fail_on]"),
+        ({"audit": {"fail_on": {"tpu": {key: 2}}}}, "[tool.jaxport.audit.fail_on.tpu]"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_project(table, "pyproject.toml")
+        assert str(info.value).startswith(f"pyproject.toml: {where}: {hint}; known: ")
+    with pytest.raises(ConfigError) as info:
+        parse_marker((), {key: 2}, "t.py::t")
+    assert str(info.value).startswith(
+        f"@pytest.mark.portable on t.py::t: unknown keyword {key!r} (did you mean "
+        f'max_library_calls={{"{library}": 2}}?); known: '
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "hint"),
+    [
+        ("max_cuDNN_calls", 0, "(did you mean max_library_calls = { cudnn = 0 }?)"),
+        ("max_cublaslt_calls", 3.0, "(did you mean max_library_calls = { cublas = 3 }?)"),
+        ("nccl", "four", "(did you mean max_library_calls = { nccl = N }?)"),
+        ("max_cudnn_share", 0.1, "(did you mean 'max_custom_share'?)"),  # shares are per layer
+        ("max_custum_calls", 0, "(did you mean 'max_custom_calls'?)"),
+    ],
+)
+def test_library_hint_spellings(key: str, value: object, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_project({"budget": {key: value}}, "pyproject.toml")
+    assert f"unknown key {key!r} {hint}; known: " in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("word", "platform", "vendor"),
+    [
+        ("nvidia", "cuda", "NVIDIA"),
+        ("NVIDIA", "cuda", "NVIDIA"),
+        ("cuda12", "cuda", "NVIDIA"),
+        ("nvidia-gpu", "cuda", "NVIDIA"),
+        ("amd", "rocm", "AMD"),
+        ("hip", "rocm", "AMD"),
+        ("amd_gpu", "rocm", "AMD"),
+        ("google", "tpu", "Google"),
+        ("tpus", "tpu", "Google"),
+        ("host", "cpu", "the host"),
+        ("x86_64", "cpu", "the host"),
+    ],
+)
+def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
+    word: str, platform: str, vendor: str
+) -> None:
+    hint = f"{word!r} (did you mean {platform!r}, {vendor}'s platform?)"
+    named = [
+        ({"platforms": ["cpu", word]}, f"[tool.jaxport] platforms: unknown platform {hint}"),
+        ({"budget": {"must_lower": [word]}},
+         f"[tool.jaxport.budget] must_lower: unknown platform {hint}"),
+        ({"budget": {word: {"max_vendor_calls": 1}}},
+         f"[tool.jaxport.budget]: unknown key or platform {hint}"),
+        ({"audit": {"fail_on": {word: {"max_vendor_calls": 1}}}},
+         f"[tool.jaxport.audit.fail_on]: unknown key or platform {hint}"),
+        ({"tolerance": {word: {"float32": {"rtol": 1e-3}}}},
+         f"[tool.jaxport.tolerance]: unknown dtype or platform {hint}"),
+    ]  # fmt: skip
+    if platform != "cuda":  # migrate_to prices moving off cuda; cuda's device is `target`
+        named += [
+            ({"migrate_to": [word]}, f"[tool.jaxport] migrate_to: unknown platform {hint}"),
+        ]
+    if platform in ("rocm", "tpu"):
+        named.append(
+            ({"devices": {word: "v5e"}}, f"[tool.jaxport] devices: unknown platform {hint}")
+        )
+    if platform != "cpu":
+        named.append(({"emulate": [word]}, f"[tool.jaxport] emulate: expected platforms from "
+                      f"cuda, rocm, tpu, found string {hint}"))  # fmt: skip
+    for table, message in named:
+        with pytest.raises(ConfigError) as info:
+            parse_project(table, "pyproject.toml")
+        assert str(info.value).startswith(f"pyproject.toml: {message}"), str(info.value)
+    for keyword in ("platforms", "must_lower", "reference"):
+        value = word if keyword == "reference" else [word]
+        with pytest.raises(ConfigError) as info:
+            parse_marker((), {keyword: value}, "t.py::t")
+        assert str(info.value).startswith(
+            f"@pytest.mark.portable on t.py::t: {keyword}: unknown platform {hint}; "
+            "expected one of cpu, cuda, rocm, tpu"
+        )
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"migrate_to": ["rocm", "nvidia"]},
+         "[tool.jaxport] migrate_to: expected non-NVIDIA targets (rocm, tpu, cpu): the cost "
+         "model prices moving off cuda, found 'nvidia'"),
+        ({"devices": {"nvidia": "h100"}},
+         "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),
+        ({"compile": ["amd"]},
+         "[tool.jaxport] compile: expected platforms from cpu, cuda, found string 'amd' (AMD's "
+         "platform is rocm: rocm and tpu are counted at the lowered level only)"),
+        ({"compile": ["gpu"]},
+         "[tool.jaxport] compile: expected platforms from cpu, cuda, found string 'gpu' (did you "
+         "mean 'cuda', NVIDIA's platform?)"),
+        ({"emulate": ["host"]},
+         "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, found string 'host' "
+         "(the host's platform is cpu: cpu is executed, never emulated)"),
+        ({"budget": {"gpus": {"max_vendor_calls": 1}}},
+         "[tool.jaxport.budget]: unknown key or platform 'gpus' ('gpus' is JAX's name for either "
+         "GPU backend: write 'cuda' for NVIDIA, 'rocm' for AMD, or both)"),
+    ],
+)  # fmt: skip
+def test_a_vendor_name_where_its_platform_is_not_a_choice(
+    table: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_project(table, "pyproject.toml")
+    assert str(info.value).startswith(f"pyproject.toml: {message}")
+
+
+def test_platform_hints_are_derived_from_the_platform_declarations() -> None:
+    assert set(PLATFORM_ALIASES) == set(PLATFORMS) == set(PLATFORM_VENDORS)
+    for platform, words in PLATFORM_ALIASES.items():
+        for word in words:
+            assert platform in platforms_meant(word)
+            assert platform_hint(word, (platform,)).startswith(f" (did you mean {platform!r}, ")
+    assert platforms_meant("float32") == platforms_meant("max_vendor_calls") == ()
+    assert platform_hint("nvidia", ("cpu", "tpu")) == ""  # no platform it means is a choice

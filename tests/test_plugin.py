@@ -712,6 +712,60 @@ def test_gpu_as_a_platform_says_it_means_cuda_or_rocm(pytester: pytest.Pytester)
     assert "did you mean 'tpu'" not in result.stderr.str()
 
 
+def test_a_library_or_vendor_name_is_pointed_at_the_key_or_platform_meant(
+    pytester: pytest.Pytester,
+) -> None:
+    """``max_cudnn_calls`` is ``max_library_calls``; ``nvidia`` is ``cuda``: in the marker, in
+    pyproject.toml and on the command line (issue 39, a new user's first budget)."""
+    pytester.makepyfile(
+        test_lib="""
+        import pytest
+
+        @pytest.mark.portable(max_cudnn_calls=2)
+        def test_lib(jaxport):
+            pass
+
+        @pytest.mark.portable(must_lower=["nvidia"])
+        def test_vendor(jaxport):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*@pytest.mark.portable on test_lib.py::test_lib: unknown keyword 'max_cudnn_calls' "
+        "(did you mean max_library_calls={\"cudnn\": 2}?); known: *",
+        "*@pytest.mark.portable on test_lib.py::test_vendor: must_lower: unknown platform "
+        "'nvidia' (did you mean 'cuda', NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu",
+    ])  # fmt: skip
+    assert "max_custom_calls'?" not in result.stdout.str()
+    result = pytester.runpytest("--jaxport-platforms=cpu,nvidia")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: jaxport: --jaxport-platforms: unknown platform 'nvidia' (did you mean 'cuda', "
+        "NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu"
+    ])  # fmt: skip
+    result = pytester.runpytest("--jaxport-report-platform=google")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*found 'google' (did you mean 'tpu', Google's platform?)"])
+    for toml, said in (
+        ("[tool.jaxport.budget]\nmax_cudnn_calls = 2\n",
+         "[tool.jaxport.budget]: unknown key 'max_cudnn_calls' (did you mean "
+         "max_library_calls = { cudnn = 2 }?); known: "),
+        ("[tool.jaxport.budget.nvidia]\nmax_vendor_calls = 2\n",
+         "[tool.jaxport.budget]: unknown key or platform 'nvidia' (did you mean 'cuda', "
+         "NVIDIA's platform?); known: "),
+        ("[tool.jaxport.audit.fail_on]\nmax_nccl_calls = 0\n",
+         "[tool.jaxport.audit.fail_on]: unknown key 'max_nccl_calls' (did you mean "
+         "max_library_calls = { nccl = 0 }?); known: "),
+    ):  # fmt: skip
+        pytester.makefile(".toml", pyproject=toml)
+        result = pytester.runpytest()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: jaxport: pyproject.toml: {esc(said)}*"])
+        result.stderr.no_fnmatch_line("*INTERNALERROR*")
+
+
 def test_a_misspelt_jaxport_table_is_warned_about_at_its_line(pytester: pytest.Pytester) -> None:
     pytester.makefile(
         ".toml",

@@ -34,7 +34,13 @@ from pytest_jaxport.model.formats import (
 )
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
-from pytest_jaxport.model.targets import PLATFORMS, all_libraries
+from pytest_jaxport.model.targets import (
+    NVIDIA_PLATFORM,
+    PLATFORM_ALIASES,
+    PLATFORM_VENDORS,
+    PLATFORMS,
+    all_libraries,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -373,25 +379,119 @@ class Resolved:
 # -- validation ---------------------------------------------------------------------------
 
 
-GPU_SPELLINGS: frozenset[str] = frozenset({"gpu", "gpus"})
-"""What JAX calls either GPU backend (``jax.devices("gpu")``): here every platform is one
-vendor's, because what a program dispatches differs between them."""
+def _platform_words() -> dict[str, frozenset[str]]:
+    words: dict[str, set[str]] = {}
+    for platform in PLATFORMS:
+        for word in (platform, *PLATFORM_ALIASES.get(platform, ())):
+            words.setdefault(word, set()).add(platform)
+    return {word: frozenset(platforms) for word, platforms in words.items()}
 
 
-def gpu_hint(word: str) -> str:
-    """Why ``gpu`` is not a platform here, and what to write instead (``""`` for others)."""
-    if word.strip().lower() not in GPU_SPELLINGS:
+_PLATFORM_WORDS: Mapping[str, frozenset[str]] = _platform_words()
+"""Each platform's name and :data:`~pytest_jaxport.model.targets.PLATFORM_ALIASES`, to the
+platforms each means (``gpu``: cuda and rocm)."""
+
+
+def _word_means(word: str) -> frozenset[str] | None:
+    """The platforms one lower-case word means, also with a version or a plural ending
+    (``cuda12``, ``gpus``); ``None`` for a word that names none."""
+    for form in (word, word.rstrip("0123456789"), word.removesuffix("s")):
+        if form in _PLATFORM_WORDS:
+            return _PLATFORM_WORDS[form]
+    return None
+
+
+def platforms_meant(word: str) -> tuple[str, ...]:
+    """The platforms a user's word for one means, in :data:`PLATFORMS` order: ``nvidia``,
+    ``CUDA12`` and ``nvidia-gpu`` mean cuda, ``gpu`` means cuda and rocm; ``()`` for a word
+    that names none.
+
+    >>> platforms_meant("nvidia_gpu"), platforms_meant("GPUs"), platforms_meant("float32")
+    (('cuda',), ('cuda', 'rocm'), ())
+    """
+    text = word.strip().casefold()
+    whole = _word_means(text)
+    found = [whole] if whole is not None else [
+        meant for part in re.split(r"[^0-9a-z]+", text) if (meant := _word_means(part))
+    ]  # fmt: skip
+    if not found:
+        return ()
+    common = frozenset.intersection(*found)
+    return tuple(p for p in PLATFORMS if p in common)
+
+
+def platform_hint(word: str, choices: Sequence[str] = PLATFORMS) -> str:
+    """What to write instead of ``word`` where a platform from ``choices`` is expected, when
+    it is another name for one (``nvidia``, ``amd``, ``google``, JAX's ``gpu``); ``""`` for
+    any other word.
+
+    >>> platform_hint("nvidia")
+    " (did you mean 'cuda', NVIDIA's platform?)"
+    """
+    meant = [p for p in platforms_meant(word) if p in choices]
+    if not meant:
         return ""
-    return (
-        f" ({word!r} is JAX's name for either GPU backend: write 'cuda' for NVIDIA, 'rocm' "
-        "for AMD, or both)"
+    if len(meant) == 1:
+        return f" (did you mean {meant[0]!r}, {PLATFORM_VENDORS[meant[0]]}'s platform?)"
+    what = (
+        "is JAX's name for either GPU backend"  # jax.devices("gpu")
+        if set(meant) == _PLATFORM_WORDS["gpu"]
+        else "could mean several platforms"
     )
+    each = ", ".join(f"{p!r} for {PLATFORM_VENDORS[p]}" for p in meant)
+    return f" ({word!r} {what}: write {each}, or {'both' if len(meant) == 2 else 'several'})"
 
 
-def _did_you_mean(word: str, choices: Sequence[str]) -> str:
-    hint = gpu_hint(word)
-    if hint and any(p in choices for p in ("cuda", "rocm")):
+LIBRARY_LIMIT_KEY = "max_library_calls"
+"""The budget key that limits one library's calls: ``max_cudnn_calls`` is written
+``max_library_calls = { cudnn = 2 }``."""
+
+
+def library_key_hint(key: str, value: object = None, *, marker: bool = False) -> str:
+    """Where a budget key names a vendor library (``max_cudnn_calls``, ``cublas``), how its
+    limit is written: ``max_library_calls = { cudnn = 2 }`` in pyproject.toml, or the
+    marker's ``max_library_calls={"cudnn": 2}``; ``""`` for any other key. The library
+    names are the classification table's (:func:`~pytest_jaxport.model.targets.all_libraries`).
+
+    >>> library_key_hint("max_cudnn_calls", 2)
+    ' (did you mean max_library_calls = { cudnn = 2 }?)'
+    """
+    parts = [p for p in re.split(r"[^0-9a-z]+", key.casefold()) if p]
+    if "share" in parts:  # a share is per layer (max_vendor_share), never per library
+        return ""
+    known = sorted(all_libraries())
+    library = next((p for p in parts if p in known), None)
+    if library is None:
+        library = next(
+            (c[0] for p in parts if (c := difflib.get_close_matches(p, known, 1, 0.8))), None
+        )
+    if library is None:
+        return ""
+    limit = "N"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        limit = str(value)
+    elif isinstance(value, float) and value.is_integer() and value >= 0:
+        limit = str(int(value))
+    if marker:
+        return f' (did you mean {LIBRARY_LIMIT_KEY}={{"{library}": {limit}}}?)'
+    return f" (did you mean {LIBRARY_LIMIT_KEY} = {{ {library} = {limit} }}?)"
+
+
+def _did_you_mean(
+    word: str, choices: Sequence[str], *, value: object = None, marker: bool = False
+) -> str:
+    """A hint for ``word`` where one of ``choices`` is expected: the platform another name
+    means, the library limit a budget key names (where ``max_library_calls`` is a choice;
+    ``value`` is the limit written, ``marker`` the marker's syntax), else the closest
+    choice."""
+    hint = platform_hint(word, choices)
+    if not hint and LIBRARY_LIMIT_KEY in choices:
+        hint = library_key_hint(word, value, marker=marker)
+    if hint:
         return hint
+    folded = {c.casefold(): c for c in choices}
+    if word.casefold() in folded:
+        return f" (did you mean {folded[word.casefold()]!r}?)"
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -420,9 +520,12 @@ class _Where:
         where = f"{self.prefix} {key}" if key else self.prefix
         return ConfigError(f"{where}: expected {expected}, found {_type_name(found)}")
 
-    def unknown(self, key: str, known: Sequence[str], what: str = "key") -> ConfigError:
+    def unknown(
+        self, key: str, known: Sequence[str], what: str = "key", value: object = None
+    ) -> ConfigError:
+        """``key`` is none of ``known``; ``value`` (what it was set to) shapes a hint."""
         return ConfigError(
-            f"{self.prefix}: unknown {what} {key!r}{_did_you_mean(key, known)}; "
+            f"{self.prefix}: unknown {what} {key!r}{_did_you_mean(key, known, value=value)}; "
             f"known: {', '.join(known)}"
         )
 
@@ -435,23 +538,25 @@ def _limit(where: _Where, key: str, value: object) -> int:
     return value
 
 
-def _platform(where: _Where, key: str, value: object) -> str:
+def _platform(where: _Where, key: str, value: object, choices: Sequence[str] = PLATFORMS) -> str:
     if not isinstance(value, str):
-        raise where.error(key, f"a platform name (one of {', '.join(PLATFORMS)})", value)
-    if value not in PLATFORMS:
+        raise where.error(key, f"a platform name (one of {', '.join(choices)})", value)
+    if value not in choices:
         raise ConfigError(
-            f"{where.prefix} {key}: unknown platform {value!r}{_did_you_mean(value, PLATFORMS)}; "
-            f"expected one of {', '.join(PLATFORMS)}"
+            f"{where.prefix} {key}: unknown platform {value!r}{_did_you_mean(value, choices)}; "
+            f"expected one of {', '.join(choices)}"
         )
     return value
 
 
-def _platforms(where: _Where, key: str, value: object, *, empty_ok: bool) -> tuple[str, ...]:
+def _platforms(
+    where: _Where, key: str, value: object, *, empty_ok: bool, choices: Sequence[str] = PLATFORMS
+) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise where.error(key, f"a list of platforms (from {', '.join(PLATFORMS)})", value)
+        raise where.error(key, f"a list of platforms (from {', '.join(choices)})", value)
     if not value and not empty_ok:
         raise where.error(key, "a non-empty list of platforms", value)
-    names = tuple(_platform(where, key, v) for v in value)
+    names = tuple(_platform(where, key, v, choices) for v in value)
     if len(set(names)) != len(names):
         raise where.error(key, "each platform at most once", value)
     return names
@@ -472,6 +577,11 @@ def _platform_choice(
             known_why = isinstance(item, str) and item in why_not
             hint = _did_you_mean(item, choices) if isinstance(item, str) and not known_why else ""
             extra = f" ({why_not[item]})" if known_why else ""
+            meant = platforms_meant(item) if isinstance(item, str) and not hint else ()
+            if not extra and len(meant) == 1 and meant[0] in why_not:  # amd: rocm's reason
+                extra = (
+                    f" ({PLATFORM_VENDORS[meant[0]]}'s platform is {meant[0]}: {why_not[meant[0]]})"
+                )
             raise ConfigError(
                 f"{where}: expected platforms from {known}, found {_type_name(item)}{hint}{extra}"
             )
@@ -647,7 +757,7 @@ def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTab
     values = {}
     for key, value in table.items():
         if key not in BUDGET_KEYS:
-            raise where.unknown(key, BUDGET_KEYS)
+            raise where.unknown(key, BUDGET_KEYS, value=value)
         if key in PROJECT_ONLY_KEYS and name != "tool.jaxport.budget":
             raise ConfigError(
                 f"{where.prefix} {key}: expected only in [tool.jaxport.budget] (the scan covers "
@@ -746,12 +856,17 @@ def parse_project(
         raise where.error("what_if_no_vendor", "a boolean (true or false)", what_if)
     migrate_to = DEFAULT_MIGRATE_TO
     if "migrate_to" in data:
-        migrate_to = _platforms(where, "migrate_to", data["migrate_to"], empty_ok=True)
-        if "cuda" in migrate_to:
+        raw = data["migrate_to"]
+        nvidia = [
+            v for v in raw if isinstance(v, str) and platforms_meant(v) == (NVIDIA_PLATFORM,)
+        ] if isinstance(raw, list) else []  # fmt: skip
+        if nvidia:  # cuda, or another name for it (nvidia)
             raise ConfigError(
                 f"{where.prefix} migrate_to: expected non-NVIDIA targets (rocm, tpu, cpu): "
-                "the cost model prices moving off cuda, found 'cuda'"
+                f"the cost model prices moving off cuda, found {nvidia[0]!r}"
             )
+        targets = tuple(p for p in PLATFORMS if p != NVIDIA_PLATFORM)
+        migrate_to = _platforms(where, "migrate_to", raw, empty_ok=True, choices=targets)
     cost = _cost_table(source, data.get("cost", {}))
     transforms = (
         transforms_value(f"{where.prefix} transforms", data["transforms"])
@@ -824,11 +939,12 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
     where = _Where(f"{source}: [tool.jaxport] devices.")
     devices = {}
     for platform, name in table.items():
-        if platform == "cuda":
+        if platforms_meant(platform) == (NVIDIA_PLATFORM,):  # cuda, or nvidia
+            named = "" if platform == NVIDIA_PLATFORM else f"{platform!r} is cuda here, and "
             raise ConfigError(
-                f"{source}: [tool.jaxport] devices.cuda: cuda's device is `target` (a GPU "
-                "description: h100, a100, h200 or a file), so one GPU is described once; set "
-                "[tool.jaxport] target instead"
+                f"{source}: [tool.jaxport] devices.{platform}: {named}cuda's device is `target` "
+                "(a GPU description: h100, a100, h200 or a file), so one GPU is described "
+                "once; set [tool.jaxport] target instead"
             )
         if platform not in DEVICE_PLATFORMS:
             raise _Where(f"{source}: [tool.jaxport] devices").unknown(
@@ -885,7 +1001,9 @@ def _budget_section(
                 raise budget_where.error(key, f"a table ([{name}.{key}])", value)
             platform_budgets[key] = _budget_table(source, f"{name}.{key}", value)
         elif isinstance(value, Mapping) and key != "max_library_calls":
-            raise budget_where.unknown(key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform")
+            raise budget_where.unknown(
+                key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform", value=value
+            )
         else:
             common[key] = value
     if common:
@@ -1072,7 +1190,8 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) ->
     for key in kwargs:
         if key not in MARKER_KEYS:
             raise ConfigError(
-                f"{where.prefix} unknown keyword {key!r}{_did_you_mean(key, MARKER_KEYS)}; "
+                f"{where.prefix} unknown keyword {key!r}"
+                f"{_did_you_mean(key, MARKER_KEYS, value=kwargs[key], marker=True)}; "
                 f"known: {', '.join(MARKER_KEYS)}"
             )
     values = portable(**kwargs)

@@ -36,6 +36,24 @@ LAYERS: tuple[Layer, ...] = get_args(Layer)
 PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu")
 """Platforms JAX can lower for without the hardware being present."""
 
+PLATFORM_VENDORS: Mapping[str, str] = {
+    "cpu": "the host",
+    "cuda": "NVIDIA",
+    "rocm": "AMD",
+    "tpu": "Google",
+}
+"""Whose hardware each platform runs on, as messages name it (``write 'cuda' for NVIDIA``)."""
+
+PLATFORM_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "cpu": ("host", "x86", "x86_64", "amd64", "arm", "arm64", "aarch64"),
+    "cuda": ("gpu", "nvidia", "nv", "nvptx"),
+    "rocm": ("gpu", "amd", "amdgpu", "hip", "radeon", "instinct"),
+    "tpu": ("google", "gcp"),
+}
+"""Words users write for a platform instead of its name (its vendor, its hardware, JAX's
+``gpu`` for either GPU backend): wherever a platform is named, one of these gets a hint
+naming the platform meant (:func:`pytest_jaxport.model.config.platform_hint`)."""
+
 NVIDIA_PLATFORM = "cuda"
 
 CUSTOM_CALL = "stablehlo.custom_call"
