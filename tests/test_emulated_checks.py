@@ -401,6 +401,77 @@ def test_emulate_from_pyproject_the_command_line_and_the_marker(pytester: pytest
     narrowed.stdout.no_fnmatch_line("jaxport: emulating*")
 
 
+TOLERANCE_TEST = f"""
+import numpy as np
+import pytest
+from kernels import project
+
+LHS = np.array({LHS!r}, np.float32)
+RHS = np.ones((4, 1), np.float32)
+
+@pytest.mark.portable
+def test_project(jaxport):
+    jaxport.check(project, LHS, RHS)
+
+@pytest.mark.portable
+def test_project_again(jaxport):
+    jaxport.check(project, LHS, RHS)
+
+@pytest.mark.portable(rtol=1e-4, atol=1e-4)
+def test_marker(jaxport):
+    jaxport.check(project, LHS, RHS)
+"""
+
+
+def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pytester) -> None:
+    """The failure, the problems line and the JSON name the table, the marker or the default
+    whose rtol/atol the emulation missed (issue 39: not "[tool.jaxport.tolerance] or the
+    dtype defaults" whatever was set)."""
+    pytester.makepyfile(kernels=KERNELS, test_tolerance=TOLERANCE_TEST)
+    pytester.syspathinsert()
+    config = """
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        emulate = ["tpu"]
+
+        [tool.jaxport.tolerance.{table}]
+        rtol = 1e-7
+        atol = 1e-7
+        """
+    marker = "@pytest.mark.portable on test_tolerance.py::test_marker"
+    for table in ("float32", "tpu.float32"):
+        pytester.makepyprojecttoml(config.format(table=table))
+        origin = f"pyproject.toml [tool.jaxport.tolerance.{table}]"
+
+        result, report = run_json(pytester, "--jaxport-report")
+
+        result.assert_outcomes(failed=3)
+        result.stdout.fnmatch_lines(
+            [
+                esc(f"tpu (emulated on cpu): 1 differing leaf, expected to match cpu (numerics, "
+                    f"tolerance from {origin}); check 'project', emulated"),
+                "*<root>: 2 of 2 elements differ beyond rtol=1e-07, atol=1e-07 (float32)*",
+                esc(f"tpu (emulated on cpu): 1 differing leaf, expected to match cpu (numerics, "
+                    f"tolerance from {marker}); check 'project', emulated"),
+                "*<root>: 2 of 2 elements differ beyond rtol=0.0001, atol=0.0001 (float32)*",
+            ]
+        )  # fmt: skip
+        problems = " ".join(line.strip() for line in result.stdout.lines)  # wrapped at 100
+        assert (
+            "tpu: emulated_numerics — 3 violations in 3 tests (limit match cpu, set in "
+            f"{origin}; 1 other setting)" in problems
+        )
+        origins = {t["nodeid"]: [v["origin"] for v in t["violations"]] for t in report["tests"]}
+        assert origins == {
+            "test_tolerance.py::test_marker": [marker],
+            "test_tolerance.py::test_project": [origin],
+            "test_tolerance.py::test_project_again": [origin],
+        }
+        (mismatch,) = entry(report, "test_project", "tpu")["emulated_numerics"]["mismatches"]
+        assert mismatch["tolerance"] == {"rtol": 1e-7, "atol": 1e-7, "origin": origin}
+        assert f"set in {origin}" in markdown(report)
+
+
 # -- every format -------------------------------------------------------------------------------
 
 

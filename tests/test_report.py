@@ -6,13 +6,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.budget import evaluate
+from pytest_jaxport.model.budget import Violation, evaluate
 from pytest_jaxport.model.census import Census, Kernel, SourceLocation
+from pytest_jaxport.model.compare import Leaf, Outputs, compare
 from pytest_jaxport.model.config import merge_marks, parse_marker, parse_project
+from pytest_jaxport.model.numerics import EXACT_ORIGIN
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.schema import SCHEMA_VERSION, ReportError, build_report, load, write_json
 
@@ -68,6 +72,75 @@ def test_evaluate_names_key_origin_count_and_kernels() -> None:
     )
     assert violations[1].headline().startswith("cuda: 1 cublas call > 0 (max_library_calls.")
     assert violations[1].origin == "t::x"
+
+
+def numerics_violation(
+    tolerance: dict[str, Any], marker: dict[str, Any], cuda: list[Any], dtype: str = "float32"
+) -> Violation:
+    """The numerics violation of cuda's outputs ``cuda`` against cpu's ``[1, 2]`` (both
+    ``dtype``), under ``[tool.jaxport.tolerance]`` ``tolerance`` and the test's marker
+    keywords ``marker``, through the report's JSON."""
+    project = parse_project({"tolerance": tolerance}, "pyproject.toml")
+    resolved = project.resolve(merge_marks([("t.py::test_f", parse_marker((), marker, "t"))]))
+
+    def outputs(values: list[Any]) -> Outputs:
+        return Outputs(
+            structure="PyTreeDef(*)", leaves=(Leaf(path="", array=np.array(values, dtype)),)
+        )
+
+    comparison = compare(
+        outputs([1, 2]), outputs(cuda), reference_platform="cpu", platform="cuda",
+        tolerance=lambda name: resolved.tolerance_for("cuda", name),
+    )  # fmt: skip
+    found = Probe(
+        name="f",
+        reference="cpu",
+        platforms={
+            "cpu": PlatformProbe(platform="cpu", present=True, executed=True,
+                                 census=Census(platform="cpu")),
+            "cuda": PlatformProbe(platform="cuda", present=True, executed=True,
+                                  census=Census(platform="cuda"), numerics=comparison),
+        },
+    )  # fmt: skip
+    [violation] = evaluate(
+        Probe.from_dict(json.loads(json.dumps(found.to_dict()))), resolved.budget
+    )
+    return Violation.from_dict(json.loads(json.dumps(violation.to_dict())))
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "marker", "cuda", "origin"),
+    [
+        ({"float32": {"rtol": 1e-4, "atol": 1e-4}}, {}, [1, 2.1],
+         "pyproject.toml [tool.jaxport.tolerance.float32]"),
+        ({"float32": {"rtol": 1e-4, "atol": 1e-4}, "cuda": {"float32": {"rtol": 1e-5, "atol": 0}}},
+         {}, [1, 2.1], "pyproject.toml [tool.jaxport.tolerance.cuda.float32]"),
+        ({"float32": {"atol": 1e-4}, "cuda": {"float32": {"rtol": 1e-5}}}, {}, [1, 2.1],
+         "pyproject.toml [tool.jaxport.tolerance.cuda.float32] (rtol) and pyproject.toml "
+         "[tool.jaxport.tolerance.float32] (atol)"),
+        ({"float32": {"rtol": 1e-4, "atol": 1e-4}}, {"rtol": 1e-3}, [1, 2.1],
+         "@pytest.mark.portable on t.py::test_f (rtol) and pyproject.toml "
+         "[tool.jaxport.tolerance.float32] (atol)"),
+        ({}, {"rtol": 1e-3, "atol": 1e-3}, [1, 2.1], "@pytest.mark.portable on t.py::test_f"),
+        ({"float32": {"rtol": 1e-4}}, {}, [1, 2.1],
+         "pyproject.toml [tool.jaxport.tolerance.float32] (rtol) and JAX's float32 default (atol)"),
+        ({"float32": {"rtol": 1e-4}}, {}, [1, 2, 3], EXACT_ORIGIN),  # a shape: no tolerance
+    ],
+)  # fmt: skip
+def test_a_numerics_failure_names_the_tolerance_that_applied(
+    tolerance: dict[str, Any], marker: dict[str, Any], cuda: list[Any], origin: str
+) -> None:
+    violation = numerics_violation(tolerance, marker, cuda)
+    assert violation.origin == origin
+    assert violation.headline() == (
+        f"cuda: 1 differing leaf, expected to match cpu (numerics, tolerance from {origin}); "
+        "check 'f', executed"
+    )
+
+
+def test_an_unconfigured_dtype_names_jaxs_default() -> None:
+    violation = numerics_violation({"float32": {"rtol": 1e-9}}, {}, [1, 3], dtype="int32")
+    assert violation.rule() == "numerics, tolerance from JAX's int32 default"
 
 
 def test_allow_targets_exempts_matching_kernels() -> None:

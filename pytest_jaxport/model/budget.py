@@ -24,14 +24,17 @@ from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
-from pytest_jaxport.model.numerics import describe
+from pytest_jaxport.model.numerics import describe, tolerance_origin
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
 
-NUMERICS_ORIGIN = "[tool.jaxport.tolerance] or the dtype defaults"
 EMULATED_KEYS = ("emulated_numerics", "emulated_run")
 """Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
 or its run failed (an interpreted kernel's out-of-bounds read). Their ``platform`` is the
 emulated one; every sentence names it by its label, ``tpu (emulated on cpu)``."""
+BASELINE_KEY = "baseline"
+"""A count that grew since the committed baseline (``--jaxport-baseline``): ``limit`` and
+``found`` the counts there and here, ``what`` the finding (``vendor calls grew 3 -> 5``, made
+by :meth:`pytest_jaxport.report.baseline.Change.finding`), ``origin`` the baseline's file."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,11 +79,13 @@ class Violation:
             return f"{self.found} {self.what}, expected to {self.limit}"
         if self.key == "emulated_run":
             return f"{self.what} {self.found}"
+        if self.key == BASELINE_KEY:
+            return self.what
         return f"{self.found_text()} > {self.limit_text()}"
 
     def found_text(self) -> str:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
-        if self.key in ("must_lower", "must_trace", "emulated_run"):
+        if self.key in ("must_lower", "must_trace", "emulated_run", BASELINE_KEY):
             return self.finding()
         return f"{self.found} {self.what}".strip()
 
@@ -105,6 +110,8 @@ class Violation:
             return f"forbid_formats = {self.limit_text()}, set in {self.origin}"
         if self.key == "emulated_run":
             return f"emulate, set in {self.origin}"
+        if self.key == BASELINE_KEY:
+            return f"since the baseline {self.origin}"
         return f"{self.key}, set in {self.origin}"
 
     def long_repr(self) -> str:
@@ -221,6 +228,12 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 "to pass: compute in a format the target has (the findings above say where), "
                 f"or take it out of forbid_formats (set in {v.origin})"
             )
+        elif v.key == BASELINE_KEY:
+            lines.append(
+                "to pass: take out of the code what grew (the sites above say where), or, if "
+                f"the growth is intended, record it: pytest --jaxport-baseline={v.origin} "
+                "--jaxport-baseline-update (from a full run), and commit the file"
+            )
         elif v.key == "max_format_findings":
             lines.append(
                 "to pass: change the code at the findings above, accept a rule with "
@@ -232,6 +245,21 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 f"to pass: change the code, or raise {v.key} where it was set ({v.origin})"
             )
     return lines
+
+
+def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
+    """A test's failure for its budget violations and the counts that grew since the
+    baseline, said one way: each finding first (the first line is what pytest's one-line
+    short summary shows), what it names under it, how many when several, then what to do
+    (:func:`ways_out`)."""
+    lines = [v.long_repr() for v in violations]
+    if len(violations) > 1:
+        grown = sum(v.key == BASELINE_KEY for v in violations)
+        broken = len(violations) - grown
+        said = [f"{broken} portability budget {_plural(broken, 'violation')}"] if broken else []
+        said += [f"{grown} {_plural(grown, 'count')} grown since the baseline"] if grown else []
+        lines.append(f"({' and '.join(said)} in {nodeid})")
+    return "\n".join(lines + ways_out(violations))
 
 
 def _plural(n: int, word: str) -> str:
@@ -344,7 +372,7 @@ def evaluate(
                     platform=platform,
                     key="numerics",
                     limit=f"match {comparison.reference}",
-                    origin=NUMERICS_ORIGIN,
+                    origin=tolerance_origin(comparison),
                     found=len(comparison.mismatches),
                     what=_plural(len(comparison.mismatches), "differing leaf").replace(
                         "leafs", "leaves"
@@ -444,7 +472,7 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
             platform=result.platform,
             key="emulated_numerics",
             limit=f"match {comparison.reference}",
-            origin=NUMERICS_ORIGIN,
+            origin=tolerance_origin(comparison),
             found=len(comparison.mismatches),
             what=_plural(len(comparison.mismatches), "differing leaf").replace("leafs", "leaves"),
             level="emulated",

@@ -185,10 +185,12 @@ class BudgetTable:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToleranceSetting:
     """Configured ``rtol``/``atol`` for one dtype; ``None`` fields fall through to the next
-    level, and last to the dtype's default (:meth:`Resolved.tolerance_for`)."""
+    level, and last to the dtype's default (:meth:`Resolved.tolerance_for`). ``origin`` is the
+    table that set them (``pyproject.toml [tool.jaxport.tolerance.tpu.float32]``)."""
 
     rtol: float | None = None
     atol: float | None = None
+    origin: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,13 +302,19 @@ class Resolved:
 
     def lowering_platforms(self) -> tuple[str, ...]:
         """Configured platforms plus any ``must_lower`` platform not among them, in order."""
-        wanted = list(self.platforms)
+        return (*self.platforms, *self.added_by_must_lower())
+
+    def added_by_must_lower(self) -> dict[str, str]:
+        """The platforms checks lower for beyond ``platforms`` because a ``must_lower`` names
+        them (a gate ``--jaxport-platforms`` does not loosen), each with where that
+        ``must_lower`` was set, in order."""
+        added: dict[str, str] = {}
         for platform in PLATFORMS:
             must = self.budget(platform).must_lower
             for name in must.value if must else ():
-                if name not in wanted:
-                    wanted.append(name)
-        return tuple(wanted)
+                if name not in self.platforms:
+                    added.setdefault(name, must.origin)  # type: ignore[union-attr]
+        return added
 
     def transforms(self) -> tuple[str, ...]:
         """The transformations this test's checks also check: the closest marker's
@@ -349,31 +357,49 @@ class Resolved:
 
     def tolerance(self, platform: str, dtype: str) -> ToleranceSetting:
         """The configured tolerance for ``dtype`` on ``platform``; unset fields are ``None``."""
-        rtol: float | None = None
-        atol: float | None = None
+        rtol, atol = self._tolerance_settings(platform, dtype)
+        return ToleranceSetting(
+            rtol=rtol.value if rtol else None, atol=atol.value if atol else None
+        )
+
+    def _tolerance_settings(
+        self, platform: str, dtype: str
+    ) -> tuple[Setting[float] | None, Setting[float] | None]:
+        """``rtol`` and ``atol`` as configured, each with where it was set (``None`` where
+        nothing sets it): ``[tool.jaxport.tolerance.<dtype>]`` <
+        ``[tool.jaxport.tolerance.<platform>.<dtype>]`` < the closest marker's keywords."""
+        found: dict[str, Setting[float] | None] = dict.fromkeys(TOLERANCE_KEYS)
         for table in (
             self.project.tolerances.get(dtype),
             self.project.platform_tolerances.get(platform, {}).get(dtype),
         ):
-            if table is not None:
-                rtol = table.rtol if table.rtol is not None else rtol
-                atol = table.atol if table.atol is not None else atol
-        marker_rtol, marker_atol = self.overrides.get("rtol"), self.overrides.get("atol")
-        return ToleranceSetting(
-            rtol=marker_rtol.value if marker_rtol else rtol,
-            atol=marker_atol.value if marker_atol else atol,
-        )
+            for key in TOLERANCE_KEYS:
+                value = None if table is None else getattr(table, key)
+                if table is not None and value is not None:
+                    found[key] = Setting(value=value, origin=table.origin)
+        for key in TOLERANCE_KEYS:
+            marker = self.overrides.get(key)
+            if marker is not None:
+                found[key] = Setting(
+                    value=marker.value, origin=f"@pytest.mark.portable on {marker.origin}"
+                )
+        return found["rtol"], found["atol"]
 
     def tolerance_for(self, platform: str, dtype: str, *, gradient: bool = False) -> Tolerance:
         """The tolerance comparing ``platform``'s ``dtype`` outputs with the reference's: the
         configured fields over the dtype's default (JAX's gradient tolerances for a
-        derivative's check, ``gradient``)."""
-        configured = self.tolerance(platform, dtype)
+        derivative's check, ``gradient``), with where each was set (``origin``: one place,
+        or ``<rtol's> (rtol) and <atol's> (atol)`` when they differ)."""
+        rtol, atol = self._tolerance_settings(platform, dtype)
         default = gradient_tolerance(dtype) if gradient else default_tolerance(dtype)
-        return Tolerance(
-            rtol=default.rtol if configured.rtol is None else configured.rtol,
-            atol=default.atol if configured.atol is None else configured.atol,
+        rtol = rtol or Setting(value=default.rtol, origin=default.origin)
+        atol = atol or Setting(value=default.atol, origin=default.origin)
+        origin = (
+            rtol.origin
+            if rtol.origin == atol.origin
+            else f"{rtol.origin} (rtol) and {atol.origin} (atol)"
         )
+        return Tolerance(rtol=rtol.value, atol=atol.value, origin=origin)
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -779,6 +805,7 @@ def _tolerance_table(source: str, name: str, table: object) -> ToleranceSetting:
     return ToleranceSetting(
         rtol=_tolerance_value(where, "rtol", table["rtol"]) if "rtol" in table else None,
         atol=_tolerance_value(where, "atol", table["atol"]) if "atol" in table else None,
+        origin=f"{source} [{name}]",
     )
 
 

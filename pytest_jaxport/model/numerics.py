@@ -16,7 +16,7 @@ import math
 import numbers
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
@@ -31,10 +31,18 @@ ROOT_PATH = ""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tolerance:
-    """Elementwise bound ``|candidate - reference| <= atol + rtol * |reference|``."""
+    """Elementwise bound ``|candidate - reference| <= atol + rtol * |reference|``.
+
+    ``origin`` says where the bound was set, as a failure names it
+    (``pyproject.toml [tool.jaxport.tolerance.float32]``, ``JAX's float32 default``): made
+    where the tolerance is resolved (:meth:`pytest_jaxport.model.config.Resolved.tolerance_for`),
+    carried with every mismatch. It is not part of the bound: two tolerances with the same
+    ``rtol`` and ``atol`` are equal wherever they were set.
+    """
 
     rtol: float
     atol: float
+    origin: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("rtol", "atol"):
@@ -53,20 +61,34 @@ class Tolerance:
         return f"rtol={self.rtol:g}, atol={self.atol:g}"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"rtol": ..., "atol": ...}``, infinities as the string ``"inf"``."""
-        return {"rtol": _float_to_json(self.rtol), "atol": _float_to_json(self.atol)}
+        """``{"rtol": ..., "atol": ...}``, infinities as the string ``"inf"``; ``"origin"``
+        where known."""
+        bound: dict[str, Any] = {
+            "rtol": _float_to_json(self.rtol),
+            "atol": _float_to_json(self.atol),
+        }
+        return {**bound, "origin": self.origin} if self.origin else bound
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Tolerance:
         """Inverse of :meth:`to_dict`."""
-        return cls(rtol=_float_from_json(data["rtol"]), atol=_float_from_json(data["atol"]))
+        return cls(
+            rtol=_float_from_json(data["rtol"]),
+            atol=_float_from_json(data["atol"]),
+            origin=str(data.get("origin") or ""),
+        )
 
 
 def _same(value: float) -> Tolerance:
     return Tolerance(rtol=value, atol=value)
 
 
-_EXACT = _same(0.0)
+EXACT_ORIGIN = (
+    "pytest-jaxport (pytree structure, shapes, dtypes, key data and non-numeric data match exactly)"
+)
+"""The origin of a bound no setting changes, and what a numerics failure names when no
+tolerance applied to any of its mismatches."""
+_EXACT = Tolerance(rtol=0.0, atol=0.0, origin=EXACT_ORIGIN)
 _INTEGER_NAMES = (
     "bool",
     *(f"{sign}int{bits}" for sign in ("", "u") for bits in (1, 2, 4, 8, 16, 32, 64)),
@@ -100,6 +122,17 @@ DEFAULT_TOLERANCES: Mapping[str, Tolerance] = MappingProxyType(
 _SIZED_FLOAT = re.compile(r"^(?:b?float|complex)(\d+)")
 
 
+def default_origin(dtype_name: str, *, gradient: bool = False) -> str:
+    """Where an unconfigured tolerance comes from, as a failure names it.
+
+    >>> default_origin("float32")
+    "JAX's float32 default"
+    >>> default_origin("float32", gradient=True)
+    "JAX's float32 gradient default"
+    """
+    return f"JAX's {dtype_name} {'gradient ' if gradient else ''}default"
+
+
 def default_tolerance(dtype_name: str) -> Tolerance:
     """The default tolerance for a dtype name, including dtypes newer than this table.
 
@@ -114,6 +147,10 @@ def default_tolerance(dtype_name: str) -> Tolerance:
     >>> default_tolerance("uint4")
     Tolerance(rtol=0.0, atol=0.0)
     """
+    return replace(_default_bound(dtype_name), origin=default_origin(dtype_name))
+
+
+def _default_bound(dtype_name: str) -> Tolerance:
     known = DEFAULT_TOLERANCES.get(dtype_name)
     if known is not None:
         return known
@@ -159,7 +196,9 @@ def gradient_tolerance(dtype_name: str) -> Tolerance:
     Tolerance(rtol=0.002, atol=0.002)
     """
     known = GRADIENT_TOLERANCES.get(dtype_name)
-    return known if known is not None else default_tolerance(dtype_name)
+    if known is None:
+        return default_tolerance(dtype_name)
+    return replace(known, origin=default_origin(dtype_name, gradient=True))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,6 +294,16 @@ class Comparison:
             max_abs_err=_float_from_json(data["max_abs_err"]),
             max_rel_err=_float_from_json(data["max_rel_err"]),
         )
+
+
+def tolerance_origin(comparison: Comparison) -> str:
+    """Where the tolerances behind ``comparison``'s mismatches were set, each once, in the
+    order of the mismatches (``pyproject.toml [tool.jaxport.tolerance.float32]``), or
+    :data:`EXACT_ORIGIN` when none of them was a matter of tolerance."""
+    origins = dict.fromkeys(
+        m.tolerance.origin for m in comparison.mismatches if m.tolerance and m.tolerance.origin
+    )
+    return "; ".join(origins) or EXACT_ORIGIN
 
 
 def describe(comparison: Comparison) -> str:
