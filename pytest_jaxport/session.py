@@ -307,9 +307,19 @@ class JaxportSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         sources = self.project.budget_sources()
+        # must_lower is a gate: --jaxport-platforms narrows `platforms`, never the gate, so
+        # the platforms it adds are said where the platforms are.
+        added: dict[str, list[str]] = {}
+        for platform, origin in self.project.resolve().added_by_must_lower().items():
+            added.setdefault(origin, []).append(platform)
+        must = "".join(
+            f"; {', '.join(names)}: from must_lower ({origin}), checks lower for "
+            f"{'it' if len(names) == 1 else 'them'} too"
+            for origin, names in added.items()
+        )
         lines = [
             f"jaxport: platforms {', '.join(self.project.platforms)} "
-            f"(reference {self.project.reference}); config from {self.project.source}; "
+            f"(reference {self.project.reference}){must}; config from {self.project.source}; "
             f"budgets from {', '.join(sources) if sources else 'nowhere (no limits set)'}"
         ]
         if self.project.compile:
@@ -327,7 +337,7 @@ class JaxportSession:
             lines.append(f"jaxport: compiled level for {where}{gpu}; {cache}")
         judged = [
             f"{p} {self.compile_settings.devices[p]}"
-            for p in self.project.platforms
+            for p in self.project.resolve().lowering_platforms()
             if p != "cpu" and p in self.compile_settings.devices
         ]
         if judged:

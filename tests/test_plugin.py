@@ -865,6 +865,58 @@ def test_cli_platforms_override(project: pytest.Pytester) -> None:
     assert report["config"]["platforms"] == ["cpu", "tpu"]
 
 
+def test_cli_platforms_leave_must_lower_platforms_and_say_so(pytester: pytest.Pytester) -> None:
+    """``--jaxport-platforms`` narrows ``platforms``, not the ``must_lower`` gate: cuda and rocm
+    are still lowered for every check, and the header and the report say why (issue 39)."""
+    pytester.makefile(
+        ".toml",
+        pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n\n'
+        '[tool.jaxport.budget]\nmust_lower = ["cpu", "cuda", "rocm", "tpu"]\n',
+    )
+    pytester.makepyfile(
+        test_narrow="""
+        import jax.numpy as jnp
+        import pytest
+
+        def matmul(x):
+            return x @ x
+
+        @pytest.mark.portable
+        def test_narrow(jaxport):
+            jaxport.check(matmul, jnp.ones((4, 4)))
+        """
+    )
+    result, report = run_json(
+        pytester, "--jaxport-platforms=cpu,tpu", "--jaxport-report", "--jaxport-report-details=all"
+    )
+    result.assert_outcomes(passed=1)
+    said = " ".join(result.stdout.str().split())
+    assert (
+        "jaxport: platforms cpu, tpu (reference cpu); cuda, rocm: from must_lower "
+        "(pyproject.toml [tool.jaxport.budget]), checks lower for them too; config from "
+        "pyproject.toml; budgets from pyproject.toml [tool.jaxport.budget]"
+    ) in said
+    assert "formats judged for: tpu TPU v5e (v5e), cuda NVIDIA H100 80GB HBM3 (sm90)" in said
+    result.stdout.fnmatch_lines([
+        "test_narrow.py::test_narrow [[]passed[]]",
+        "  check 'matmul'",
+        "    cpu   vendor   0  custom   0  [[]lowered[]]  numerics: reference",
+        "    tpu   vendor   0  custom   0  [[]lowered[]]",
+        "    cuda  vendor   1  custom   0  (cublas 1)  [[]lowered[]]",
+        "    rocm  vendor   1  custom   0  (hipblas 1)  [[]lowered[]]",
+    ])  # fmt: skip
+    assert (
+        "1 portable test, 1 check, 0 failed, 0 budget violations; platforms: cpu, tpu "
+        "(reference cpu); cuda, rocm: from must_lower; present here: cpu;"
+    ) in said
+    assert report["config"]["platforms"] == ["cpu", "tpu"]
+    assert list(report["tests"][0]["checks"][0]["platforms"]) == ["cpu", "tpu", "cuda", "rocm"]
+    # Where platforms name every must_lower platform, nothing is added and nothing said.
+    result = pytester.runpytest("--jaxport-platforms=cpu,cuda,rocm,tpu", "--jaxport-report")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*from must_lower*")
+
+
 def test_markdown_report(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_md="""

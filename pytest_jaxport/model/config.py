@@ -309,11 +309,11 @@ class Resolved:
         them (a gate ``--jaxport-platforms`` does not loosen), each with where that
         ``must_lower`` was set, in order."""
         added: dict[str, str] = {}
-        for platform in PLATFORMS:
-            must = self.budget(platform).must_lower
-            for name in must.value if must else ():
+        musts = (self.budget(platform).must_lower for platform in PLATFORMS)
+        for must in (m for m in musts if m is not None):
+            for name in must.value:
                 if name not in self.platforms:
-                    added.setdefault(name, must.origin)  # type: ignore[union-attr]
+                    added.setdefault(name, must.origin)
         return added
 
     def transforms(self) -> tuple[str, ...]:

@@ -185,6 +185,9 @@ class Headline:
     audit_failures: int = 0
     """The suite audit's budget failures (``fail_on``, the baseline): each fails the session,
     no test."""
+    also_lowered: str = ""
+    """The platforms checks lowered for beyond ``platforms`` and why (``cuda, rocm: from
+    must_lower``; a marker's ``platforms`` can add one too); empty where there are none."""
 
     def counts(self) -> str:
         """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
@@ -195,9 +198,10 @@ class Headline:
 
     def setting(self) -> str:
         """``platforms: cpu, cuda (reference cpu); present here: cpu; level: lowered (...)``."""
+        also = f"{self.also_lowered}; " if self.also_lowered else ""
         return (
             f"platforms: {', '.join(self.platforms) or 'none'} "
-            f"(reference {self.reference or '-'}); "
+            f"(reference {self.reference or '-'}); {also}"
             f"present here: {', '.join(self.present) or 'none'}; {self.level}"
         )
 
@@ -976,6 +980,9 @@ def headline_of(report: Mapping[str, Any]) -> Headline:
         ("platforms", ", ".join(str(p) for p in _list(config.get("platforms"))) or "—"),
         ("reference", _str(config.get("reference"), "—")),
     ]
+    also = also_lowered_of(report)
+    if also:
+        facts.append(("also lowered", also))
     compiled = [str(p) for p in _list(config.get("compile"))]
     if compiled:
         target = f" (target {config['target']})" if config.get("target") else ""
@@ -1001,7 +1008,26 @@ def headline_of(report: Mapping[str, Any]) -> Headline:
         schema_version=_str(report.get("schema_version")),
         upgraded_from=_str(report.get("upgraded_from")),
         facts=tuple(facts),
+        also_lowered=also,
     )
+
+
+def also_lowered_of(report: Mapping[str, Any]) -> str:
+    """``cuda, rocm: from must_lower``: the platforms the report's checks lowered for that its
+    ``platforms`` leave out (a ``must_lower`` adds them, ``--jaxport-platforms`` does not take
+    them away), or a marker's ``platforms`` where no ``must_lower`` of the configuration
+    names them; ``""`` where there are none."""
+    config = _map(report.get("config"))
+    configured = {str(p) for p in _list(config.get("platforms"))}
+    tests = [_map(t) for t in _list(report.get("tests"))]
+    extra = [p for p in _platforms(report, tests) if p not in configured]
+    if not configured or not extra:
+        return ""
+    budget = _map(config.get("budget"))
+    tables = [budget, *(_map(t) for t in budget.values() if isinstance(t, Mapping))]
+    named = {str(p) for table in tables for p in _list(table.get("must_lower"))}
+    why = "must_lower" if set(extra) <= named else "must_lower or a marker's platforms"
+    return f"{', '.join(extra)}: from {why}"
 
 
 def _probe(check: Mapping[str, Any]) -> Probe | None:
