@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +26,7 @@ from pytest_jaxport.model.census import (
     placed_location,
     take_census,
 )
+from pytest_jaxport.model.hotspots import Reach, hotspots
 
 
 def census_of(fn, *args, platform: str) -> Census:
@@ -82,6 +84,43 @@ def test_eigh_per_platform() -> None:
     assert tpu.vendor == 0
     assert tpu.custom == 0
     assert tpu.xla_ops > 0
+
+
+def test_each_solver_routine_at_one_line_is_its_own_site_with_its_own_label() -> None:
+    """An LU solve at one line is two LAPACK routines on cpu (getrf, trsm) and a jaxlib kernel
+    beside cuSOLVER's on cuda and rocm; eigh, qr, cholesky and svd are one routine each. Every
+    site reads apart (issue 39: "lapack solver" twice, "jaxlib jaxlib-kernel")."""
+    a = jnp.eye(4) * 3.0 + 0.1
+
+    def solve(a, b):
+        return jnp.linalg.solve(a, b)
+
+    def factorizations(a):
+        return jnp.linalg.eigh(a), jnp.linalg.qr(a), jnp.linalg.cholesky(a), jnp.linalg.svd(a)
+
+    def labels(fn: Any, *args: Any, platform: str) -> list[str]:
+        reach = Reach(test="t", source="s", census=census_of(fn, *args, platform=platform))
+        return sorted(site.what for site in hotspots([reach]))
+
+    assert labels(solve, a, jnp.ones(4), platform="cpu") == ["lapack getrf", "lapack trsm"]
+    for platform, solver, blas in (
+        ("cuda", "cusolver", "cublas"),
+        ("rocm", "hipsolver", "hipblas"),
+    ):
+        assert labels(solve, a, jnp.ones(4), platform=platform) == [
+            f"{blas} triangular-solve",
+            f"{solver} getrf",
+            "jaxlib lu_pivots",
+        ]
+    # jax 0.6 and 0.7 lower cholesky on a GPU to stablehlo.cholesky, an op without a routine
+    cholesky = "potrf" if jax.__version_info__ >= (0, 8) else "solver"
+    expected = {
+        "cpu": ["lapack geqrf", "lapack gesdd", "lapack orgqr", "lapack potrf", "lapack syevd"],
+        "cuda": sorted(f"cusolver {r}" for r in ("geqrf", "gesvdj", "orgqr", cholesky, "syevd")),
+        "rocm": sorted(f"hipsolver {r}" for r in ("geqrf", "gesvdj", "orgqr", cholesky, "syevd")),
+    }
+    for platform, found in expected.items():
+        assert labels(factorizations, a, platform=platform) == found, platform
 
 
 def test_conv_fft_and_solve_on_gpu_platforms() -> None:

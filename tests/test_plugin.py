@@ -936,6 +936,52 @@ def test_markdown_report(project: pytest.Pytester) -> None:
     assert "| `test_md.py::test_md` | passed | eigvals | 1 / 0 · reference | 1 / 0 |" in text
 
 
+def test_two_routines_of_one_library_at_one_line_read_apart_in_every_format(
+    project: pytest.Pytester,
+) -> None:
+    """An LU solve is two LAPACK routines at one line on cpu and a jaxlib kernel beside
+    cuSOLVER on cuda: each site names its routine (issue 39: ``lapack solver`` twice, and
+    ``jaxlib jaxlib-kernel``), in the terminal, Markdown and HTML alike."""
+    project.makepyfile(
+        test_solve="""
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(jnp.linalg.solve, jnp.eye(4) * 3.0 + 0.1, jnp.ones(4))
+        """
+    )
+    at = "test_solve.py:6"
+    cuda = [f"  {at}  cublas triangular-solve * 2 *", f"  {at}  jaxlib lu_pivots * 1 *",
+            f"  {at}  cusolver getrf * 1 *"]  # fmt: skip
+    result = project.runpytest(
+        "--jaxport-report=r.md", "--jaxport-report=r.html", "--jaxport-report", "-v"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["where the lock-in lives on cuda: 3 distinct sites*", "*", *cuda])
+    result.stdout.no_fnmatch_line("*jaxlib-kernel*")
+    markdown = (project.path / "r.md").read_text()
+    for label in ("cublas triangular-solve", "jaxlib lu_pivots", "cusolver getrf"):
+        assert f"| `{at}` | {label} |" in markdown
+    page = (project.path / "r.html").read_text()
+    for label in ("lapack getrf", "lapack trsm", "cusolver getrf", "jaxlib lu_pivots",
+                  "hipsolver getrf"):  # fmt: skip
+        assert f'<span class="pill vendor">vendor</span> {label}</td>' in page, label
+    assert "lapack solver" not in page
+    cpu = project.runpytest("--jaxport-report", "--jaxport-report-platform=cpu", "-v")
+    cpu.stdout.fnmatch_lines(
+        ["where the lock-in lives on cpu: 2 distinct sites*", "*",
+         f"  {at}  lapack trsm * 2 *", f"  {at}  lapack getrf * 1 *"]
+    )  # fmt: skip
+    rocm = project.runpytest("--jaxport-report", "--jaxport-report-platform=rocm", "-v")
+    rocm.stdout.fnmatch_lines(
+        ["where the lock-in lives on rocm: 3 distinct sites*", "*",
+         f"  {at}  hipblas triangular-solve * 2 *", f"  {at}  jaxlib lu_pivots * 1 *",
+         f"  {at}  hipsolver getrf * 1 *"]
+    )  # fmt: skip
+
+
 def test_xdist_reports_equal_serial(project: pytest.Pytester, measured_basis: str) -> None:
     project.makepyfile(
         test_par="""

@@ -17,7 +17,10 @@ a finding names one of several computations at one line (the first by id). They 
 recorded again when an eager op came to count in its owner only (``eager_users``): before
 recording, the new runs were checked equal to the recorded reports but for each eager op's
 users (the recorded ones' first), each test's uses and the counts made of them (``seen``'s
-``tests_using`` and ``shared``, each site's ``tests``).
+``tests_using`` and ``shared``, each site's ``tests``). Their renderings were recorded
+again when a vendor site came to name its library routine (issue 39: ``cusolver getrf`` and
+``jaxlib lu_pivots``, not ``cusolver solver`` and ``jaxlib jaxlib-kernel``): nothing else in
+them changed.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

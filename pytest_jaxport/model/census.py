@@ -37,6 +37,7 @@ from pytest_jaxport.model.targets import (
     Level,
     classify,
     collective_kind,
+    routine,
 )
 
 CALL_OPS = frozenset({"func.call", "call"})
@@ -144,6 +145,24 @@ class Program:
     functions: Mapping[str, tuple[OpSite, ...]]
     partitions: int = 1
     """How many devices the module is partitioned over (``mhlo.num_partitions``)."""
+
+
+def kernel_label(*, layer: str, name: str, kind: str, library: str | None) -> str:
+    """What a dispatch is, as every table of sites names it: ``cublas gemm`` (its library and
+    kind) for a vendor dispatch, with the routine in place of the kind where the target names
+    one (``lapack getrf`` and ``lapack trsm``, not ``lapack solver`` twice;
+    ``jaxlib lu_pivots``: :func:`~pytest_jaxport.model.targets.routine`); ``my_kernel (ffi)``
+    for any other.
+
+    >>> kernel_label(layer="vendor", name="lapack_strsm_ffi", kind="solver", library="lapack")
+    'lapack trsm'
+    >>> kernel_label(layer="custom", name="tpu_custom_call", kind="pallas-mosaic-tpu",
+    ...              library=None)
+    'tpu_custom_call (pallas-mosaic-tpu)'
+    """
+    if layer == "vendor":
+        return f"{library or 'vendor'} {routine(name) or kind}"
+    return f"{name} ({kind})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)

@@ -35,7 +35,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.census import Census, Kernel, kernel_label
 from pytest_jaxport.model.cost import RuntimeShare
 from pytest_jaxport.model.formats import FINDING_KINDS, Finding, FormatCensus
 from pytest_jaxport.model.probe import census_from_dict
@@ -95,11 +95,10 @@ class Hotspot:
 
     @property
     def what(self) -> str:
-        """``cublas gemm`` for a vendor dispatch, ``my_kernel (ffi)`` for a custom one,
-        ``float64-emulated (emulated)`` for a formats-and-layout finding."""
-        if self.layer == "vendor":
-            return f"{self.library or 'vendor'} {self.kind}"
-        return f"{self.name} ({self.kind})"
+        """``cublas gemm`` or ``lapack getrf`` for a vendor dispatch, ``my_kernel (ffi)`` for a
+        custom one (:func:`~pytest_jaxport.model.census.kernel_label`), ``float64-emulated
+        (emulated)`` for a formats-and-layout finding."""
+        return kernel_label(layer=self.layer, name=self.name, kind=self.kind, library=self.library)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -24,6 +24,7 @@ StableHLO op names (``stablehlo.dot_general``), the compiled level sees optimize
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -463,6 +464,30 @@ UNKNOWN_CUSTOM_CALL = Classification(layer="custom", kind="ffi")
 """Any custom call nobody recognises is a hand-written kernel: a rewrite per backend."""
 
 XLA_OP = Classification(layer="xla", kind="xla")
+
+
+_ROUTINE = re.compile(
+    r"^(?:lapack_[sdcz]|(?:cu|hip)(?:solver|sparse|hybrid)?_)(?P<routine>[a-z][a-z0-9_]*?)"
+    r"(?:_to_[a-z0-9_]+)?(?:_ffi)?$"
+)
+"""jaxlib's custom-call targets of one library routine each: LAPACK's (its type letter
+dropped), cuSOLVER's, hipSOLVER's, cuSPARSE's, hipSPARSE's and the kernels jaxlib ships per
+GPU backend (``cu_``/``hip_``, ``cuhybrid_``/``hiphybrid_``)."""
+
+
+def routine(target: str) -> str | None:
+    """The library routine a vendor custom call runs, where its name says (jaxlib's targets):
+    what tells apart two dispatches of one library and kind at one line (an LU solve's
+    ``getrf`` and ``trsm``). A conversion is named by what it converts; ``None`` for an op or
+    any other name.
+
+    >>> routine("lapack_sgetrf_ffi"), routine("lapack_strsm_ffi"), routine("cusolver_syevd_ffi")
+    ('getrf', 'trsm', 'syevd')
+    >>> routine("cu_lu_pivots_to_permutation"), routine("stablehlo.dot_general")
+    ('lu_pivots', None)
+    """
+    found = _ROUTINE.match(target)
+    return found.group("routine") if found else None
 
 
 def classify(
