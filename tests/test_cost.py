@@ -13,12 +13,14 @@ import pytest
 from pytest_jaxport._jax.profile import Event, measure, self_times
 from pytest_jaxport.model.census import Census, Kernel, OpSite, SourceLocation
 from pytest_jaxport.model.cost import (
+    COST_KEYS,
     DEFAULT_PEAKS,
     ESTIMATE_ERROR,
     EVERY_PLATFORM,
     Calibration,
     CostModel,
     Peak,
+    Ranking,
     RuntimeShare,
     combine,
     estimate,
@@ -27,6 +29,7 @@ from pytest_jaxport.model.cost import (
     op_cost,
     peak_for,
     peak_from_target,
+    ranking_of,
     read_estimate_errors,
     rewrite_items,
     share_basis,
@@ -144,6 +147,46 @@ def test_every_renderer_says_what_a_share_rests_on() -> None:
     table = html_report.share_table([row], "shares")  # and spelled out once under the table
     assert "<strong>estimated ±10</strong>: estimated (roofline from the compiled program, ±10 " \
         "points on the fidelity corpus)" in table  # fmt: skip
+
+
+def test_a_share_whose_band_reaches_zero_is_a_ranking() -> None:
+    """The one rule: an estimate is a ranking, not a share, where its band is at least as
+    wide as the smaller of its two largest layers' shares."""
+
+    def share(xla: float, vendor: float, custom: float = 0.0, **more: object) -> dict[str, object]:
+        return {"basis": "estimated", "error_points": 37.0, "xla": xla, "vendor": vendor,
+                "custom": custom, **more}  # fmt: skip
+
+    assert ranking_of(share(0.7, 0.3)) == Ranking(band=37.0, layer="vendor", fraction=0.3)
+    assert ranking_of(share(0.63, 0.37)) is not None  # as wide as the share: it could be none
+    assert ranking_of(share(0.6, 0.4)) is None  # both layers take real time
+    assert ranking_of(share(0.52, 0.03, 0.45)) is None  # the two largest split it
+    assert ranking_of(share(0.97, 0.0, 0.03)) == Ranking(band=37.0, layer="custom", fraction=0.03)
+    assert ranking_of(share(0.26, 0.71, 0.03)) == Ranking(band=37.0, layer="xla", fraction=0.26)
+    assert ranking_of(share(0.74, 0.25, 0.01, error_points=10)) is None  # the compiled band
+    assert ranking_of(share(0.98, 0.02, error_points=10)) is not None
+    assert ranking_of(share(1.0, 0.0)) is None  # all in one layer: no split to rank
+    assert ranking_of(share(0.35, 0.15)) is not None  # fractions of the time shown: 70/30
+    assert ranking_of(share(0.7, 0.3, basis="measured")) is None  # no band
+    assert ranking_of(share(0.7, 0.3, error_points=None)) is None  # an older report
+    assert ranking_of(share(0.7, 0.3, error_points=float("nan"))) is None
+    assert ranking_of(share(0.7, "0.3")) is None  # malformed: one layer with time
+
+
+def test_the_reference_gives_every_cost_default_and_what_it_rests_on() -> None:
+    """docs/reference.md's ``[tool.jaxport.cost]`` table: every key of the cost model, its
+    default as the model has it, and a basis that says it is an assumption (none is
+    measured)."""
+    text = (Path(__file__).parents[1] / "docs" / "reference.md").read_text(encoding="utf-8")
+    section = text[text.index("### `[tool.jaxport.cost]`") :]
+    section = section[: section.index("\n### ")]
+    rows = re.findall(r"^\| `(\w+)` \| ([\d.]+) \| [^|]+ \| ([^|]+) \|$", section, re.M)
+    model = CostModel()
+    assert [key for key, _, _ in rows] == list(COST_KEYS)
+    for key, default, basis in rows:
+        assert float(default) == getattr(model, key), key
+        assert basis.startswith("an assumption: set your own."), key
+    assert "No default is measured." in section
 
 
 def test_cuda_peak_comes_from_the_gpu_description_and_others_from_their_defaults() -> None:

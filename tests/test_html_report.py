@@ -195,9 +195,53 @@ def test_problems_first_then_the_numbers_and_labels(report: dict[str, Any]) -> N
         assert label in page
     assert "my_fused_kernel" in page
     assert "rocm runs generic code here" in page
-    assert 'aria-label="to rocm: 9 engineering days (fallback validation 3 d' in page
+    assert (
+        'aria-label="to rocm: 9 engineering days = 4 from the project (fallback validation 3, '
+        'tooling assumptions 1) + 5 fixed per target"' in page
+    )
     # per-check bars: 4 platforms x 4 checks, plus the suite's 4, plus 2 days bars
     assert _bars(page) == 16 + 4 + 2
+
+
+def _bar_of(page: str, platform: str) -> str:
+    """The suite table's bar of ``platform`` (the first one labelled so)."""
+    at = page.index(f'aria-label="{platform} runtime share')
+    return page[page.rindex("<svg", 0, at) : page.index("</svg>", at)]
+
+
+def test_estimates_draw_their_band_and_say_when_it_is_a_ranking(report: dict[str, Any]) -> None:
+    full = add_three_numbers(report)
+    full["summary"]["runtime_share"] = {
+        "cpu": SHARES["cpu"],
+        "cuda": {**_share("estimated", 4e-5, 0.7, 0.3, 0.0, {"cublas": 0.3}),
+                 "estimated_from": "lowered", "error_points": 37.0},
+        "rocm": {**_share("estimated", 3e-5, 0.5, 0.3, 0.2, {"hipblas": 0.3}),
+                 "estimated_from": "compiled", "error_points": 10.0},
+    }  # fmt: skip
+    page = html_report.html(full)
+    # measured: no band; estimated: each boundary ± the band, hatched, cut to the bar
+    assert '<g class="band">' not in _bar_of(page, "cpu")
+    cuda = _bar_of(page, "cuda")
+    assert cuda.count('<g class="band"><title>error band ±37 points') == 1
+    assert '<rect x="118.80" y="0" width="241.20" height="20" fill="#ffffff"' in cuda  # 70% ± 37
+    assert '<path d="M118.80 0V20" stroke="#1f2328"' in cuda  # a tick where the band starts
+    assert "; a ranking, not a share: within ±37 points, vendor&#x27;s 30% could be 0%" in cuda
+    rocm = _bar_of(page, "rocm")  # 50% ± 10 and 80% ± 10: two spans, four ticks
+    assert re.findall(r'<rect x="([\d.]+)" y="0" width="([\d.]+)" height="20" fill="#ffffff"',
+                      rocm) == [("144.00", "72.00"), ("252.00", "72.00")]  # fmt: skip
+    assert len(re.findall(r'<path d="M[\d.]+ 0V20"', rocm)) == 4
+    assert "a ranking" not in rocm
+    # the words: a badge beside the basis, the reason under the table, the legend
+    numbers = page[page.index('<section id="numbers"') :]
+    numbers = numbers[: numbers.index("</section>")]
+    badge = '<span class="badge ranking" title="a ranking, not a share: within ±37 points, '
+    assert numbers.count(badge) == 1
+    assert "<li><strong>cuda</strong>: a ranking, not a share: within ±37 points" in numbers
+    assert "<li><strong>rocm</strong>:" not in numbers
+    assert "error band: where a boundary between layers may lie" in numbers
+    assert '<span class="badge ranking">a ranking, not a share</span> the band is at least' in (
+        numbers
+    )
 
 
 def test_matrix_cells_say_what_the_report_says(report: dict[str, Any]) -> None:

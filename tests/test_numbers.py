@@ -3,6 +3,7 @@ engineering days, their budgets, the tooling scan and the layer table in every f
 
 from __future__ import annotations
 
+import html
 import json
 import textwrap
 
@@ -76,9 +77,59 @@ def test_cuda_only_ffi_kernel_behind_platform_dependent(
             "     rocm fallback: my_cuda_gelu (ffi) at test_block.py:*",
             "     tpu fallback: my_cuda_gelu (ffi) at test_block.py:*",
             "3. engineering days for a backend switch*",
-            "   rocm: * days (fallback validation 3, fixed per target 5)",
+            "   rocm: 8 days = 3 from the project (fallback validation 3) + 5 fixed per target",
         ]
     )
+
+
+def test_the_numbers_say_what_they_can_bear(pytester: pytest.Pytester) -> None:
+    """An estimate whose ±band is as wide as the smaller of its two largest shares is called
+    a ranking, not a share, under its row in every format; the HTML draws the band on its
+    bar; the days show the fixed part apart from what the project costs."""
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.html import render_html
+    from pytest_jaxport.view.text import render_markdown
+
+    pytester.makepyfile(test_block=FFI_SUITE)
+    result, report = run(pytester)
+    result.assert_outcomes(passed=1)
+    shares = report["summary"]["runtime_share"]
+    # rocm: the dot is hipBLAS, the rest XLA's, estimated from the lowered program (±37)
+    assert shares["rocm"]["error_points"] == 37
+    assert 0 < shares["rocm"]["xla"] <= 0.37 < shares["rocm"]["vendor"]
+    assert shares["tpu"]["xla"] == 1.0  # all in one layer: nothing to rank
+    result.stdout.fnmatch_lines(
+        [
+            "   rocm  xla  *%  vendor  *%  custom   0%  [[]ESTIMATED ±37[]]  hipblas *%",
+            "         a ranking, not a share: within ±37 points, xla's *% could be 0%",
+            "   tpu   xla 100%  vendor   0%  custom   0%  [[]ESTIMATED ±37[]]",
+            "   [[]ESTIMATED ±37[]]: estimated (roofline from the lowered program, ±37 points *",
+        ],
+        consecutive=True,
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "   rocm: 8 days = 3 from the project (fallback validation 3) + 5 fixed per target",
+            "   tpu: 8.25 days = 3.25 from the project (fallback validation 3, precision reviews "
+            "0.25) + 5 fixed",
+            "       per target",
+        ],
+        consecutive=True,
+    )
+    view = build_view(report)
+    xla = view.shares[[s.platform for s in view.shares].index("rocm")].layers["xla"]
+    said = f"within ±37 points, xla's {round(xla * 100)}% could be 0%"
+    md = render_markdown(view, DisplayOptions())
+    assert f"; **a ranking, not a share**: {said} |" in md
+    assert "| rocm | 1 | 8 | 3: fallback validation 3 | 5 |" in md
+    assert "| tpu | 1 | 8.25 | 3.25: fallback validation 3, precision reviews 0.25 | 5 |" in md
+    page = render_html(view, DisplayOptions())
+    said = html.escape(said)
+    assert f'<span class="badge ranking" title="a ranking, not a share: {said}">' in page
+    assert f"<li><strong>rocm</strong>: a ranking, not a share: {said}</li>" in page
+    parts = '<span class="parts">= 3 from the project + 5 fixed per target</span>'
+    assert f'<span class="label">engineering days</span>{parts}' in page
+    assert '<tr class="subtotal"><th scope="row">from the project</th>' in page
 
 
 def test_kernel_that_does_not_lower_is_a_rewrite(pytester: pytest.Pytester) -> None:

@@ -20,7 +20,9 @@ users (the recorded ones' first), each test's uses and the counts made of them (
 ``tests_using`` and ``shared``, each site's ``tests``). Their renderings were recorded
 again when a vendor site came to name its library routine (issue 39: ``cusolver getrf`` and
 ``jaxlib lu_pivots``, not ``cusolver solver`` and ``jaxlib jaxlib-kernel``): nothing else in
-them changed.
+them changed. And again when an estimate whose band swallows its split came to be called a
+ranking, not a share, and the engineering days to show their fixed part apart (issue 39):
+the renderings only, the reports are the same.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

@@ -23,7 +23,7 @@ import pytest
 from helpers import exclusive
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.model.cost import RuntimeShare, ranking_of
 from pytest_jaxport.model.hotspots import Reach, hotspots
 from pytest_jaxport.model.probe import census_from_dict
 from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
@@ -192,6 +192,8 @@ def expected_numbers(report: dict[str, Any]) -> dict[str, Any]:
                    for p, s in summary["runtime_share"].items()},
         "rewrite": {t: number(n) for t, n in summary["kernels_to_rewrite"].items()},
         "days": {t: f"{d:g}" for t, d in summary["rewrite_days"].items()},
+        "fixed": {t: f"{e['breakdown']['fixed']:g}" for t, e in summary["rewrite"].items()},
+        "rankings": sorted(p for p, s in summary["runtime_share"].items() if ranking_of(s)),
         "sites": [(h["location"], number(h["checks"]), number(h["tests"]),
                    number(h["dispatches"]), pct(h["share"]) if h["share"] is not None else "—")
                   for h in sites],  # a format or layout site has no time of its own
@@ -223,14 +225,20 @@ def text_numbers(text: str) -> dict[str, Any]:
         totals[platform] = dict(zip(TOTAL_KEYS, cells[:6], strict=True))
     shares = {}
     at = lines.index("1. runtime share (suite, time-weighted):")
+    rankings = []
     for line in lines[at + 1 :]:
         if not line.startswith("   ") or line.startswith("   ["):  # the basis notes follow
             break
+        if line.startswith("         a ranking, not a share: "):  # under its platform's row
+            rankings.append(platform)
+            continue
         platform = line.split()[0]
         shares[platform] = dict(re.findall(r"(xla|vendor|custom) +([<\d.]+%)", line))
     rewrite_line = next(x for x in lines if x.startswith("2. kernels to rewrite"))
     rewrite = dict(re.findall(r"(\w+) (\d(?:[\d,]*\d)?)", rewrite_line.split(": ", 1)[1]))
     days = dict(re.findall(r"^   (\w+): ([\d.]+) days", text, re.M))
+    fixed = dict(re.findall(r"^   (\w+): [\d.]+ days = [\d.]+ from the project[^+]*\+ ([\d.]+)"
+                            r"\s+fixed\s+per\s+target", text, re.M))  # fmt: skip
     title = next(i for i, line in enumerate(lines) if line.startswith("where the lock-in lives"))
     title += next(i for i, line in enumerate(lines[title:]) if line.startswith("  site "))
     sites = []
@@ -244,7 +252,8 @@ def text_numbers(text: str) -> dict[str, Any]:
         for m in re.finditer(r"^  (\w+: [\w.]+) — ([\d,]+) violations?", text, re.M)
     }
     return {"counts": counts, "totals": totals, "shares": shares, "rewrite": rewrite,
-            "days": days, "sites": sites, "groups": groups}  # fmt: skip
+            "days": days, "fixed": fixed, "rankings": sorted(rankings), "sites": sites,
+            "groups": groups}  # fmt: skip
 
 
 def markdown_numbers(text: str) -> dict[str, Any]:
@@ -259,10 +268,9 @@ def markdown_numbers(text: str) -> dict[str, Any]:
         row[0]: {k: row[headers.index(h)] for k, h in zip(TOTAL_KEYS, TOTAL_HEADERS, strict=True)}
         for row in totals_rows[1:]
     }
-    shares = {
-        row[0]: {"xla": row[1], "vendor": row[2], "custom": row[3]}
-        for row in md_table(text, "| platform | xla |")[1:]
-    }
+    share_rows = md_table(text, "| platform | xla |")[1:]
+    shares = {row[0]: {"xla": row[1], "vendor": row[2], "custom": row[3]} for row in share_rows}
+    rankings = sorted(row[0] for row in share_rows if "**a ranking, not a share**: " in row[4])
     numbers = md_table(text, "| target | kernels to rewrite")[1:]
     sites = [(r[0].strip("`"), *r[2:6]) for r in md_table(text, "| site | kernel |")[1:]]
     groups = {
@@ -272,6 +280,7 @@ def markdown_numbers(text: str) -> dict[str, Any]:
     }
     return {"counts": (tests, checks, failed, violations), "totals": totals, "shares": shares,
             "rewrite": {r[0]: r[1] for r in numbers}, "days": {r[0]: r[2] for r in numbers},
+            "fixed": {r[0]: r[4] for r in numbers}, "rankings": rankings,
             "sites": sites, "groups": groups}  # fmt: skip
 
 
@@ -294,8 +303,11 @@ def html_numbers(page: str) -> dict[str, Any]:
     }
     share_rows = tables.find("numbers", "platform")
     shares = {row[0]: {"xla": row[3], "vendor": row[4], "custom": row[5]} for row in share_rows[1:]}
+    rankings = sorted(row[0] for row in share_rows[1:] if "a ranking, not a share" in row[1])
     breakdown = tables.find("numbers", "item")
     days = dict(zip(breakdown[0][1:], breakdown[-1][1:], strict=True))
+    fixed_row = next(row for row in breakdown if row[0] == "fixed per target")
+    fixed = dict(zip(breakdown[0][1:], fixed_row[1:], strict=True))
     rewrite = dict(
         re.findall(
             r'<h4>to (\w+)</h4><div class="pair"><div class="tile[^"]*"><span class="value">'
@@ -310,8 +322,8 @@ def html_numbers(page: str) -> dict[str, Any]:
         if ": " in r[0] and r[3].startswith("limit")
     }
     return {"counts": counts, "totals": totals, "shares": shares,
-            "rewrite": rewrite, "days": days, "sites": sites,
-            "groups": groups}  # fmt: skip
+            "rewrite": rewrite, "days": days, "fixed": fixed, "rankings": rankings,
+            "sites": sites, "groups": groups}  # fmt: skip
 
 
 # -- the tests ------------------------------------------------------------------------------------
@@ -353,6 +365,8 @@ def test_four_formats_agree_on_every_number_at_2000_tests(big: dict[str, Any]) -
         assert found["shares"] == expected["shares"], fmt
         assert found["rewrite"] == expected["rewrite"], fmt
         assert found["days"] == expected["days"], fmt
+        assert found["fixed"] == expected["fixed"], fmt
+        assert found["rankings"] == expected["rankings"], fmt
         shown = found["sites"]
         assert len(shown) >= 5, fmt
         if fmt == "terminal":  # the site column keeps a long path's end
@@ -367,8 +381,10 @@ def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
     view = build_view(big)
     text = render_text(view, DisplayOptions())
     lines = text.splitlines()
-    # 62 before the layer table's formats-and-layout row and the sites' title said them
-    assert len(lines) <= 64, text
+    # 62 before the layer table's formats-and-layout row and the sites' title said them; 67
+    # with cuda's and rocm's estimates called a ranking under their rows and tpu's days
+    # wrapping to say the fixed part apart
+    assert len(lines) <= 67, text
     assert all(len(line) <= WIDTH for line in lines), [x for x in lines if len(x) > WIDTH]
     counts = next(i for i, x in enumerate(lines) if x.startswith(f"{number(SCALE)} portable tests"))
     assert counts >= len(lines) - 2  # the headline ends it
@@ -451,6 +467,46 @@ def test_units_and_natural_order() -> None:
     assert seconds_text(3.2) == "3.2 s"
     ids = ["t[10]", "t[4]", "t[1]", "u[2]"]
     assert sorted(ids, key=natural_key) == ["t[1]", "t[4]", "t[10]", "u[2]"]
+
+
+def test_the_view_says_what_an_estimate_and_the_days_can_bear() -> None:
+    """The ranking's words, the band's spans on the bar, and the days with the fixed part
+    apart, as every format reads them from the view model."""
+    from pytest_jaxport.view.model import band_spans, share_row, targets_of
+
+    row = share_row("cuda", {"basis": "estimated", "error_points": 37, "xla": 0.26,
+                             "vendor": 0.71, "custom": 0.03})  # fmt: skip
+    assert row.ranking == "a ranking, not a share: within ±37 points, xla's 26% could be 0%"
+    assert row.band_points == 37
+    assert row.band == ((0.0, 1.0),)  # 26% ± 37 and 97% ± 37, joined, cut to the bar
+    assert band_spans({"xla": 0.5, "vendor": 0.3, "custom": 0.2}, 10) == ((0.4, 0.6), (0.7, 0.9))
+    assert band_spans({"xla": 0.5, "vendor": 0.0, "custom": 0.5}, 10) == ((0.4, 0.6),)
+    assert band_spans({"xla": 1.0, "vendor": 0.0, "custom": 0.0}, 37) == ()
+    measured = share_row("cpu", {"basis": "measured", "error_points": 37, "xla": 0.7,
+                                 "vendor": 0.3})  # fmt: skip
+    assert (measured.ranking, measured.band, measured.band_points) == ("", (), None)
+
+    def target(days: float, **breakdown: float) -> Any:
+        summary = {"rewrite_days": {"rocm": days}, "rewrite": {"rocm": {"breakdown": breakdown}}}
+        [row] = targets_of(summary)
+        return row
+
+    rocm = target(13.5, fallback_validation=3, tooling_assumption=3, requantize=2,
+                  layout_work=0.5, fixed=5)  # fmt: skip
+    assert (rocm.from_project, rocm.fixed) == (8.5, 5.0)
+    assert rocm.days_split() == (
+        "13.5 days = 8.5 from the project (fallback validation 3, tooling assumptions 3, "
+        "re-quantization 2, layout work 0.5) + 5 fixed per target"
+    )
+    assert rocm.parts() == "8.5 from the project + 5 fixed per target"
+    assert target(5, kernel_rewrite=0, fixed=5).days_split() == (
+        "5 days = 0 from the project + 5 fixed per target"  # nothing found: the fixed cost
+    )
+    assert target(3, fallback_validation=3, fixed=0).days_split() == (
+        "3 days (fallback validation 3)"  # [tool.jaxport.cost] fixed = 0
+    )
+    assert target(7).days_split() == "7 days"  # no breakdown: the total
+    assert targets_of({"rewrite": {"rocm": {"breakdown": {"fixed": 5}}}})[0].days_split() == "-"
 
 
 def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None:

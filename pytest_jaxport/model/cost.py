@@ -40,12 +40,14 @@ item                      what it means                                         
                           pad the features
 ========================  ====================================================  ========
 
-The defaults are deliberately round: a Pallas/Triton kernel port is commonly quoted at one to
-three engineer-weeks including tuning; validating a fallback is a few days of benchmarking;
-a tooling change is hours. Format and layout items are priced per distinct line (a
-re-quantization per format and target): a format rewrite is a few days of moving a code path
+The defaults are assumptions, deliberately round, not measurements (no public study prices
+these items in days; docs/reference.md says what each rests on): a kernel rewrite two
+engineer-weeks including tuning; validating a fallback a few days of benchmarking; a
+tooling change hours. Format and layout items are priced per distinct line (a
+re-quantization per format and target): a format rewrite a few days of moving a code path
 off float64 and re-validating it, a precision review an afternoon. Every number is
-configurable in ``[tool.jaxport.cost]``.
+configurable in ``[tool.jaxport.cost]``; ``fixed`` is the same for every target whatever the
+code does, so the reports show it apart from what the project's findings cost.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -199,6 +201,56 @@ def share_basis_short(share: Mapping[str, object]) -> str:
         return "measured"
     error = share.get("error_points")
     return "estimated" + (f" ±{error:.0f}" if isinstance(error, (int, float)) else "")
+
+
+RANKING = "a ranking, not a share"
+"""What an estimate whose band swallows its split is, in every format's words."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ranking:
+    """Why an estimated share reads as a ranking, not a share: within its band (``band``,
+    percentage points) the smaller of its two largest layers (``layer``, at ``fraction``)
+    could take no time at all, so the estimate says which layer takes more, not how much."""
+
+    band: float
+    layer: str
+    fraction: float
+
+
+def ranking_of(share: Mapping[str, object]) -> Ranking | None:
+    """The one rule for when a share (a ``RuntimeShare.to_dict()``) is :data:`RANKING`: an
+    estimate whose error band is at least as wide as the smaller of its two largest layers'
+    shares. The split it qualifies is those two layers; ``None`` where the numbers can be read
+    as amounts: a measured share (it has no band), an estimate without a band, or one whose
+    time is all in one layer (a layer with no kernels has no time, estimated or not).
+
+    The band is the estimate's mean error on the fidelity corpus (its worst layer's, in
+    points), so a ranking is the estimate's likeliest reading, not a bound.
+
+    >>> ranking_of({"basis": "estimated", "error_points": 37, "xla": 0.7, "vendor": 0.3})
+    Ranking(band=37, layer='vendor', fraction=0.3)
+    >>> ranking_of({"basis": "estimated", "error_points": 10, "xla": 0.7, "vendor": 0.3}) is None
+    True
+    """
+    if share.get("basis") == "measured":
+        return None
+    band = share.get("error_points")
+    if not isinstance(band, (int, float)) or not math.isfinite(band) or band <= 0:
+        return None
+    layers = []
+    for layer in SHARE_LAYERS:
+        value = share.get(layer)
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            layers.append((float(value), layer))
+    if len(layers) < 2:
+        return None
+    total = sum(value for value, _ in layers)
+    fraction, layer = sorted(layers, key=lambda v: (-v[0], SHARE_LAYERS.index(v[1])))[1]
+    fraction /= total  # as the shares are shown: fractions of the time in the three layers
+    if band < fraction * 100:
+        return None
+    return Ranking(band=band, layer=layer, fraction=fraction)
 
 
 def share_of(timed: Iterable[tuple[str, str | None, float]], basis: Basis) -> RuntimeShare:

@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_jaxport.model.cost import SHARE_LAYERS
+from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
+    FIXED,
     NO_AUTOTUNE_NOTE,
     Cell,
     CheckRow,
@@ -129,6 +130,10 @@ def share_bar(row: ShareRow) -> str:
     ]
     x = 0.0
     if total > 0:
+        labels = []
+        # A label over the band keeps a halo of its layer's colour, so the hatching never
+        # runs through its digits.
+        halo = ' stroke-width="3" paint-order="stroke" stroke="{}"' if row.band else ""
         for layer in SHARE_LAYERS:
             width = fractions[layer] / total * BAR_WIDTH
             if width <= 0:
@@ -139,12 +144,14 @@ def share_bar(row: ShareRow) -> str:
                 f"<title>{_e(LAYER_NAMES[layer])}: {pct(fractions[layer])}</title></rect>"
             )
             if width >= 40:
-                parts.append(
+                labels.append(
                     f'<text x="{x + width / 2:.2f}" y="{BAR_HEIGHT / 2 + 4:.1f}" '
-                    f'text-anchor="middle" fill="{LAYER_TEXT[layer]}">'
-                    f"{_e(pct(fractions[layer]))}</text>"
+                    f'text-anchor="middle" fill="{LAYER_TEXT[layer]}"'
+                    f"{halo.format(LAYER_COLOURS[layer])}>{_e(pct(fractions[layer]))}</text>"
                 )
             x += width
+        parts.append(band_marks(row))
+        parts += labels
     else:
         parts.append(
             f'<text x="8" y="{BAR_HEIGHT / 2 + 4:.1f}" fill="#57606a">no time recorded</text>'
@@ -158,13 +165,56 @@ def share_bar(row: ShareRow) -> str:
     return "".join(parts)
 
 
+BAND_STEP = 6
+"""Pixels between the band's hatch lines."""
+
+
+def band_marks(row: ShareRow) -> str:
+    """An estimate's error band on its bar: each span where a boundary between layers may
+    lie (:attr:`ShareRow.band`) faded and hatched, with a tick at each end; nothing for a
+    measured share."""
+    if not row.band:
+        return ""
+    points = f" ±{row.band_points:.0f} points" if row.band_points is not None else ""
+    said = (
+        f"error band{points} (the estimate's mean error on the fidelity corpus): each boundary "
+        "between layers may lie anywhere in the hatched region"
+        + (f"; {row.ranking}" if row.ranking else "")
+    )
+    return f'<g class="band"><title>{_e(said)}</title>{_hatch(row.band)}</g>'
+
+
+def _hatch(spans: Sequence[tuple[float, float]], width: int = BAR_WIDTH,
+           height: int = BAR_HEIGHT) -> str:  # fmt: skip
+    """``spans`` (fractions of ``width``) faded and hatched, a dark tick at each inner end.
+    Plain shapes, no pattern: the page's policy allows no ``url(...)``."""
+    marks = []
+    for low, high in spans:
+        x0, x1 = low * width, high * width
+        if x1 <= x0:
+            continue
+        strokes = []
+        start = int((x0 - height) // BAND_STEP) * BAND_STEP  # one grid: spans line up
+        for x in range(start, int(x1) + 1, BAND_STEP):
+            a, b = max(0.0, x0 - x), min(float(height), x1 - x)
+            if a < b:
+                strokes.append(f"M{x + a:.2f} {height - a:.2f}L{x + b:.2f} {height - b:.2f}")
+        marks.append(
+            f'<rect x="{x0:.2f}" y="0" width="{x1 - x0:.2f}" height="{height}" fill="#ffffff" '
+            f'fill-opacity="0.35"/><path d="{"".join(strokes)}" stroke="#ffffff" '
+            'stroke-width="1.5" fill="none"/>'
+        )
+        marks += [
+            f'<path d="M{end:.2f} 0V{height}" stroke="#1f2328" stroke-width="1.5"/>'
+            for end in (x0, x1)
+            if 0.5 < end < width - 0.5
+        ]
+    return "".join(marks)
+
+
 def days_bar(target: TargetRow, scale: float) -> str:
     """A horizontal stacked bar of one target's days by cost item, scaled to ``scale`` days."""
-    total = sum(d for *_, d in target.breakdown)
-    summary = ", ".join(f"{label} {days_text(d)} d" for _, label, d in target.breakdown if d)
-    aria = f"to {target.target}: {days_text(total)} engineering days" + (
-        f" ({summary})" if summary else ""
-    )
+    aria = f"to {target.target}: {target.days_split().replace(' days', ' engineering days', 1)}"
     parts = [
         f'<svg class="bar days" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" '
         f'viewBox="0 0 {BAR_WIDTH} {BAR_HEIGHT}" role="img" aria-label="{_e(aria)}">',
@@ -204,7 +254,20 @@ def _layer_legend() -> str:
         f'<ul class="legend" aria-label="runtime share legend">{items}'
         '<li><span class="badge measured">measured</span> profiled on this machine</li>'
         '<li><span class="badge estimated">estimated</span> roofline model, dashed outline</li>'
-        "</ul>"
+        f"<li>{_band_swatch()} error band: where a boundary between layers may lie, ± the "
+        "estimate's measured error; measured shares have none</li>"
+        f'<li><span class="badge ranking">{RANKING}</span> the band is at least as wide as '
+        "the smaller of the two largest shares: read which layer takes more time, not how "
+        "much</li></ul>"
+    )
+
+
+def _band_swatch() -> str:
+    """The band as the bars draw it, on a swatch of the vendor layer's colour."""
+    return (
+        '<svg class="bandswatch" width="28" height="14" viewBox="0 0 28 14" aria-hidden="true">'
+        f'<rect width="28" height="14" fill="{LAYER_COLOURS["vendor"]}"/>'
+        f"{_hatch([(0.0, 1.0)], width=28, height=14)}</svg>"
     )
 
 
@@ -213,16 +276,20 @@ def _badge(row: ShareRow) -> str:
     spelled out once under the table: a badge that wraps nothing keeps the table narrow."""
     short = row.short or row.label
     title = f' title="{_e(row.label)}"' if row.label != short else ""
-    return f'<span class="badge {row.basis}"{title}>{_e(short)}</span>'
+    badge = f'<span class="badge {row.basis}"{title}>{_e(short)}</span>'
+    if row.ranking:  # said once more under the table, with the reason
+        badge += f'<span class="badge ranking" title="{_e(row.ranking)}">{_e(RANKING)}</span>'
+    return badge
 
 
 def _basis_notes(rows: Sequence[ShareRow]) -> str:
     """Each abbreviated basis spelled out once (``estimated ±37: estimated (roofline ...)``)."""
     said = dict.fromkeys((r.short, r.label) for r in rows if r.short and r.short != r.label)
-    if not said:
-        return ""
     items = "".join(f"<li><strong>{_e(short)}</strong>: {_e(label)}</li>" for short, label in said)
-    return f'<ul class="basis">{items}</ul>'
+    items += "".join(
+        f"<li><strong>{_e(r.platform)}</strong>: {_e(r.ranking)}</li>" for r in rows if r.ranking
+    )
+    return f'<ul class="basis">{items}</ul>' if items else ""
 
 
 def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) -> str:
@@ -479,7 +546,9 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
         f'{number(t.kernels) if t.kernels is not None else "—"}</span><span class="label">'
         "kernels to rewrite (distinct sites)</span></div>"
         f'<div class="tile"><span class="value">{days_text(t.days) if t.days is not None else "—"}'
-        '</span><span class="label">engineering days</span></div></div></div>'
+        '</span><span class="label">engineering days</span>'
+        + (f'<span class="parts">= {_e(t.parts())}</span>' if t.parts() else "")
+        + "</div></div></div>"
         for t in targets
     )
     out = [
@@ -488,11 +557,18 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
     ]
     priced = [t for t in targets if t.breakdown]
     if priced:
-        scale = max(sum(d for *_, d in t.breakdown) for t in priced)
+        scale = max(t.days or 0.0 for t in priced)
         labels = list(dict.fromkeys((key, label) for t in priced for key, label, _ in t.breakdown))
         head = "".join(f'<th scope="col" class="num">{_e(t.target)}</th>' for t in priced)
         rows = []
         for key, label in labels:
+            if key == FIXED and any(t.fixed for t in priced):  # the project's part above it
+                cells = "".join(
+                    f'<td class="num">{days_text(t.from_project or 0.0)}</td>' for t in priced
+                )
+                rows.append(
+                    f'<tr class="subtotal"><th scope="row">from the project</th>{cells}</tr>'
+                )
             cells = "".join(
                 f'<td class="num">{days_text(next((d for k, _, d in t.breakdown if k == key), 0))}'
                 "</td>"
@@ -1045,6 +1121,7 @@ h4 { font-size: 14px; margin: 16px 0 6px; }
 .tile .value { font-size: 24px; font-weight: 650; line-height: 1.1;
   font-variant-numeric: tabular-nums; }
 .tile .label { color: var(--muted); font-size: 12px; }
+.tile .parts { color: var(--muted); font-size: 12px; margin-top: 2px; }
 .tile.good .value { color: var(--good); } .tile.bad { background: var(--badbg);
   border-color: #ffcecb; } .tile.bad .value { color: var(--bad); }
 .tile.warn { background: var(--warnbg); border-color: #eed888; }
@@ -1067,6 +1144,7 @@ table.shares td.barcell { width: 360px; }
 table.shares svg.bar { width: 100%; min-width: 220px; max-width: 360px; height: auto; }
 ul.basis { list-style: none; padding: 0; margin: 0 0 12px; font-size: 12.5px; color: var(--muted); }
 tr.total th, tr.total td { border-top: 2px solid var(--line); }
+tr.subtotal th, tr.subtotal td { border-top: 1px solid var(--line); font-style: italic; }
 code { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", "DejaVu Sans Mono",
   "Liberation Mono", monospace; overflow-wrap: break-word; }
 pre { font: 12.5px/1.45 ui-monospace, "DejaVu Sans Mono", "Liberation Mono", monospace;
@@ -1088,6 +1166,8 @@ pre.violation { background: var(--badbg); border-color: #ffcecb; color: #5d0011;
   font-weight: 600; white-space: nowrap; }
 .badge.measured { background: var(--goodbg); color: var(--good); border: 1px solid #aceebb; }
 .badge.estimated { background: #fff; color: var(--warn); border: 1px dashed #bf8700; }
+.badge.ranking { display: block; width: fit-content; margin-top: 3px; background: var(--warnbg);
+  color: var(--warn); border: 1px solid #d4a72c; }
 .pill { display: inline-block; padding: 0 7px; border-radius: 10px; font-size: 12px;
   font-weight: 600; background: var(--soft); color: var(--muted); border: 1px solid var(--line);
   white-space: nowrap; }

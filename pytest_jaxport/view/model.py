@@ -43,7 +43,13 @@ from typing import Any, Literal
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
-from pytest_jaxport.model.cost import SHARE_LAYERS, share_basis, share_basis_short
+from pytest_jaxport.model.cost import (
+    RANKING,
+    SHARE_LAYERS,
+    ranking_of,
+    share_basis,
+    share_basis_short,
+)
 from pytest_jaxport.model.emulation import (
     Emulation,
     emulated_label,
@@ -415,6 +421,16 @@ class ShareRow:
     seconds: float | None = None
     short: str = ""
     """``label`` in a few words (``estimated ±37``), where a line has no room for it."""
+    ranking: str = ""
+    """Why this estimate is :data:`~pytest_jaxport.model.cost.RANKING` (``within ±37 points,
+    xla's 26% could be 0%``), empty where its numbers read as amounts
+    (:func:`ranking_text`)."""
+    band_points: float | None = None
+    """The estimate's error band, ± percentage points (``None`` for a measured share)."""
+    band: tuple[tuple[float, float], ...] = ()
+    """Where the boundaries between its layers may lie: each boundary ± the estimate's error
+    band, as ``(from, to)`` fractions of the bar, overlapping ones joined; none for a
+    measured share (:func:`band_spans`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -440,6 +456,9 @@ COST_ITEMS: tuple[tuple[str, str], ...] = (
     ("layout_work", "layout work"),
     ("fixed", "fixed per target"),
 )
+FIXED = "fixed"
+"""The cost model's key of the days every target costs whatever the code does."""
+FIXED_LABEL = dict(COST_ITEMS)[FIXED]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -452,6 +471,41 @@ class TargetRow:
     breakdown: tuple[tuple[str, str, float], ...] = ()
     """``(cost-model key, label, days)``."""
     items: tuple[RewriteRow, ...] = ()
+    fixed: float = 0.0
+    """The cost model's ``fixed`` days, the same for every target whatever the code does."""
+    from_project: float | None = None
+    """``days`` less ``fixed``: what the project's findings cost (``None`` without days)."""
+
+    @property
+    def project_breakdown(self) -> tuple[tuple[str, str, float], ...]:
+        """:attr:`breakdown` without the fixed part: the items the project's findings cost."""
+        return tuple(row for row in self.breakdown if row[0] != FIXED)
+
+    def project_items(self) -> str:
+        """``fallback validation 3, tooling assumptions 3`` (the items that cost days)."""
+        return ", ".join(f"{label} {days_text(d)}" for _, label, d in self.project_breakdown if d)
+
+    def days_split(self) -> str:
+        """``13.5 days = 8.5 from the project (fallback validation 3, ...) + 5 fixed per
+        target``: the fixed part apart from what the project's findings cost (``8.5 days
+        (...)`` where the cost model has no fixed part; ``-`` without days)."""
+        if self.days is None or self.from_project is None:
+            return "-"
+        items = self.project_items()
+        detail = f" ({items})" if items else ""
+        if self.fixed <= 0:
+            return f"{days_text(self.days)} days{detail}"
+        return f"{days_text(self.days)} days = {self.parts(detail)}"
+
+    def parts(self, detail: str = "") -> str:
+        """``8.5 from the project + 5 fixed per target`` (``detail`` after the project's
+        part); ``""`` without days or without a fixed part."""
+        if self.from_project is None or self.fixed <= 0:
+            return ""
+        return (
+            f"{days_text(self.from_project)} from the project{detail} + "
+            f"{days_text(self.fixed)} {FIXED_LABEL}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1505,13 +1559,53 @@ def share_label(share: Mapping[str, Any]) -> str:
     return share_basis(share)
 
 
+def ranking_text(share: Mapping[str, Any]) -> str:
+    """``a ranking, not a share: within ±37 points, xla's 26% could be 0%``, the words every
+    format says of an estimate :func:`pytest_jaxport.model.cost.ranking_of` finds its band
+    swallows; ``""`` where its numbers read as amounts."""
+    ranking = ranking_of(share)
+    if ranking is None:
+        return ""
+    return (
+        f"{RANKING}: within ±{ranking.band:.0f} points, {ranking.layer}'s "
+        f"{pct(ranking.fraction)} could be 0%"
+    )
+
+
+def band_spans(layers: Mapping[str, float], band: float | None) -> tuple[tuple[float, float], ...]:
+    """Where the boundaries between a share's layers may lie, as fractions of its bar: each
+    boundary (between two layers with time, in :data:`SHARE_LAYERS` order) ± ``band``
+    (percentage points), cut to the bar, overlapping spans joined.
+
+    >>> band_spans({"xla": 0.7, "vendor": 0.3, "custom": 0.0}, 37)
+    ((0.33, 1.0),)
+    """
+    total = sum(v for v in layers.values() if v > 0)
+    if band is None or band <= 0 or total <= 0:
+        return ()
+    shown = [layers[layer] / total for layer in SHARE_LAYERS if layers.get(layer, 0.0) > 0]
+    boundaries = [sum(shown[: i + 1]) for i in range(len(shown) - 1)]
+    spans: list[tuple[float, float]] = []
+    for at in boundaries:
+        low, high = max(0.0, at - band / 100), min(1.0, at + band / 100)
+        if spans and low <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], high))
+        else:
+            spans.append((low, high))
+    return tuple((round(a, 6), round(b, 6)) for a, b in spans)
+
+
 def share_row(platform: str, share: Mapping[str, Any]) -> ShareRow:
     layers = {layer: max(0.0, _num(share.get(layer)) or 0.0) for layer in SHARE_LAYERS}
+    measured = share.get("basis") == "measured"
     return ShareRow(
         platform=platform,
-        basis="measured" if share.get("basis") == "measured" else "estimated",
+        basis="measured" if measured else "estimated",
         label=share_label(share),
         short=share_basis_short(share),
+        ranking=ranking_text(share),
+        band_points=None if measured else _num(share.get("error_points")),
+        band=() if measured else band_spans(layers, _num(share.get("error_points"))),
         layers=layers,
         libraries=tuple(
             (str(lib), _num(f) or 0.0)
@@ -1536,11 +1630,15 @@ def targets_of(summary: Mapping[str, Any]) -> tuple[TargetRow, ...]:
         kernels = to_rewrite.get(target, estimate.get("kernels_to_rewrite"))
         total = days.get(target, estimate.get("days"))
         breakdown = _map(estimate.get("breakdown"))
+        fixed = max(0.0, _num(breakdown.get(FIXED)) or 0.0)
+        priced = _num(total)
         rows.append(
             TargetRow(
                 target=target,
                 kernels=_int(kernels) if _num(kernels) is not None else None,
-                days=_num(total),
+                days=priced,
+                fixed=fixed,
+                from_project=None if priced is None else max(0.0, priced - fixed),
                 breakdown=tuple(
                     (key, label, max(0.0, _num(breakdown.get(key)) or 0.0))
                     for key, label in COST_ITEMS

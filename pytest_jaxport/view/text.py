@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_jaxport.model.cost import SHARE_LAYERS
+from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.emulation import emulation_lines, not_emulated_message
 from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
@@ -609,7 +609,10 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     if view.shares:
         basis = "suite audit, each distinct computation once" if audited else "suite, time-weighted"
         lines += ["", f"1. runtime share ({basis}):"]
-        lines += [f"   {share_line(row)}" for row in view.shares]
+        for row in view.shares:
+            lines.append(f"   {share_line(row)}")
+            if row.ranking:  # under its row: the numbers above it are not amounts
+                lines += wrap(row.ranking, indent=" " * 9, hang="  ")
         labels = dict.fromkeys(
             (r.short, r.label) for r in view.shares if r.short and r.short != r.label
         )
@@ -634,11 +637,7 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         whose = ", suite audit" if audited else ""
         lines += ["", f"3. engineering days for a backend switch ([tool.jaxport.cost]{whose}):"]
         for target in view.targets:
-            parts = ", ".join(f"{label} {days_text(d)}" for _, label, d in target.breakdown if d)
-            days = days_text(target.days) if target.days is not None else "-"
-            lines += wrap(
-                f"{target.target}: {days} days" + (f" ({parts})" if parts else ""), indent="   "
-            )
+            lines += wrap(f"{target.target}: {target.days_split()}", indent="   ")
     return lines
 
 
@@ -855,12 +854,19 @@ def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> lis
         lines += [
             heading,
             "",
-            "| target | kernels to rewrite (distinct sites) | engineering days |",
-            "|---|---:|---:|",
+            "| target | kernels to rewrite (distinct sites) | engineering days | from the project "
+            "| fixed per target |",
+            "|---|---:|---:|---|---:|",
         ]
         lines += [
             f"| {md_cell(t.target)} | {number(t.kernels) if t.kernels is not None else '—'} | "
-            f"{days_text(t.days) if t.days is not None else '—'} |"
+            f"{days_text(t.days) if t.days is not None else '—'} | "
+            + (
+                "—"
+                if t.from_project is None
+                else md_cell(f"{days_text(t.from_project)}: {t.project_items() or 'nothing found'}")
+            )
+            + f" | {days_text(t.fixed)} |"
             for t in view.targets
         ]
         lines.append("")
@@ -871,7 +877,9 @@ def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> lis
                   "|---|---:|---:|---:|---|---|"]  # fmt: skip
         lines += [
             f"| {md_cell(s.platform)} | {pct(s.layers['xla'])} | {pct(s.layers['vendor'])} | "
-            f"{pct(s.layers['custom'])} | {md_cell(s.label)} | "
+            f"{pct(s.layers['custom'])} | {md_cell(s.label)}"
+            + (f"; **{RANKING}**{md_cell(s.ranking.removeprefix(RANKING))}" if s.ranking else "")
+            + " | "
             f"{md_cell(', '.join(f'{lib} {pct(f)}' for lib, f in s.libraries)) or '—'} |"
             for s in view.shares
         ]
