@@ -624,6 +624,7 @@ class JaxportSession:
             price=self.price,
         )
         base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None
+        section.update(ci.fail_on_entry(self.project))  # what it was judged against
         return judge(
             section,
             budget_for=self.project.audit_budget,

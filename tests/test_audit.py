@@ -7,6 +7,7 @@ ordinary test suites do, and nothing in it knows about pytest-jaxport.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc, run_json
 
 from pytest_jaxport.cli import main
+from pytest_jaxport.report.audit import merge_audits
 from pytest_jaxport.report.schema import without_timings
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
@@ -318,7 +320,8 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
         [
             "jaxport: audit on: recording every jitted computation*",
             "*= jaxport audit =*",
-            "problems: none (every audited computation lowers on every platform, the suite *",
+            "problems: none (every audited computation lowers on every platform; no suite budget:",
+            "  [[]tool.jaxport.audit[]] fail_on sets none)",
             "",
             # the float32 dot at test_suite.py:15 is a format site too (TF32 on an H100)
             "where the lock-in lives on cuda: 6 distinct sites (5 vendor, 0 custom, 1 "
@@ -1021,10 +1024,64 @@ def test_an_audit_only_html_report_speaks_of_the_audit(pytester: pytest.Pytester
     pytester.makepyfile(test_eig=NO_TPU_EIG)
     pytester.runpytest("--jaxport-audit", "--jaxport-report=eig.html", "test_eig.py")
     found = (pytester.path / "eig.html").read_text()
-    assert "suite audit within its budget; 6 computations do not lower everywhere" in found
+    assert (
+        "no suite audit budget: [tool.jaxport.audit] fail_on sets none; 6 computations do not "
+        "lower everywhere"
+    ) in found
     assert "computations that do not lower for a platform, one row per reason" in found
     assert "checks that do not lower or run" not in found
     assert '<span class="label">findings that fail no test</span>' in found
+
+
+def test_quiet_audit_keeps_its_numbers_and_claims_no_budget_nobody_set(
+    pytester: pytest.Pytester,
+) -> None:
+    """``-q --jaxport-audit`` keeps one line of what the audit counted, per platform, and says
+    the suite is within its audit budget only where ``[tool.jaxport.audit] fail_on`` set one
+    (issue 39: a new user read "problems: none (... within its audit budget)" with none set)."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-q", "--jaxport-audit", "-k", "mlp")
+    result.assert_outcomes(passed=2)
+    said = " ".join(result.stdout.str().split())
+    assert (
+        "problems: none (every audited computation lowers on every platform; no suite budget: "
+        "[tool.jaxport.audit] fail_on sets none)"
+    ) in said
+    assert "within its audit budget" not in said
+    numbers = re.search(r"suite audit: (\d+) distinct computations \(1 jit, \d+ eager op-by-op\); "
+                        r"lowered: cpu \1, cuda \1, rocm \1, tpu \1; vendor calls: cpu 0, cuda 2, "
+                        r"rocm 2, tpu 0; custom calls: cpu 0, cuda 0, rocm 0, tpu 0; kernels to "
+                        r"rewrite off cuda: rocm 0, tpu 0 platforms: ", said)  # fmt: skip
+    assert numbers, said
+    result = pytester.runpytest("-qq", "--jaxport-audit", "-k", "mlp")
+    result.stdout.fnmatch_lines([
+        f"jaxport audit: {numbers[1]} distinct computations (1 jit, * eager op-by-op); no problems "
+        "(-q for the groups)"
+    ])  # fmt: skip
+    # A suite budget set: the report records it, and only then is the suite within it.
+    pytester.makefile(
+        ".toml", pyproject=PLATFORMS + "\n[tool.jaxport.audit.fail_on]\nmax_custom_calls = 0\n"
+    )
+    result, report = run_json(pytester, "-q", "--jaxport-audit", "-k", "mlp")
+    assert report["audit"]["fail_on"] == {"max_custom_calls": 0}
+    unset = {k: v for k, v in report["audit"].items() if k != "fail_on"}  # a leg without one
+    merged = merge_audits([("a.json", unset), ("b.json", report["audit"])], migrate_to=["tpu"])
+    assert merged["fail_on"] == {"max_custom_calls": 0}
+    assert (
+        "problems: none (every audited computation lowers on every platform, the suite within "
+        "its audit budget)"
+    ) in " ".join(result.stdout.str().split())
+    # What does not lower is counted too.
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_eig=NO_TPU_EIG)
+    result, report = run_json(pytester, "-q", "--jaxport-audit", "test_eig.py")
+    assert "fail_on" not in report["audit"]
+    computations = report["audit"]["seen"]["computations"]
+    assert (
+        f"lowered: cpu {computations}, cuda {computations}, rocm {computations}, tpu "
+        f"{computations - 6} (6 failed); vendor calls: "
+    ) in " ".join(result.stdout.str().split())
 
 
 def test_per_test_lists_name_jitted_computations_and_count_eager_ops(

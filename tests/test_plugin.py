@@ -917,6 +917,59 @@ def test_cli_platforms_leave_must_lower_platforms_and_say_so(pytester: pytest.Py
     result.stdout.no_fnmatch_line("*from must_lower*")
 
 
+def test_quiet_report_keeps_its_numbers_and_claims_no_budget_nobody_set(
+    pytester: pytest.Pytester,
+) -> None:
+    """``-q --jaxport-report`` keeps one line of what the checks counted, per platform, and
+    says every test is within budget only where ``[tool.jaxport.budget]`` sets one; every
+    format says the same (issue 39)."""
+    pytester.makefile(
+        ".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
+    )
+    pytester.makepyfile(
+        test_quiet="""
+        import jax.numpy as jnp
+        import pytest
+
+        def matmul(x):
+            return x @ x
+
+        @pytest.mark.portable
+        def test_quiet(jaxport):
+            jaxport.check(matmul, jnp.ones((4, 4)))
+        """
+    )
+    result = pytester.runpytest(
+        "-q", "--jaxport-report", "--jaxport-report=r.md", "--jaxport-report=r.html"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "problems: none (every check lowers, no limit broken; [[]tool.jaxport.budget[]] sets none)",
+        "",
+        "1 check; lowered: cpu 1, cuda 1, rocm 1, tpu 1; vendor calls: cpu 0, cuda 1, rocm 1, "
+        "tpu 0;",
+        "  custom calls: cpu 0, cuda 0, rocm 0, tpu 0; kernels to rewrite off cuda: rocm 0, tpu 0",
+        "1 portable test, 1 check, 0 failed, 0 budget violations; platforms: *",
+    ])  # fmt: skip
+    assert "every portable test within budget" not in result.stdout.str()
+    markdown = (pytester.path / "r.md").read_text()
+    assert "None: every check lowers, no limit broken; [tool.jaxport.budget] sets none." in markdown
+    html = (pytester.path / "r.html").read_text()
+    assert "None: every check lowers, no limit broken; [tool.jaxport.budget] sets none." in html
+    assert "no limit broken; [tool.jaxport.budget] sets none</span>" in html
+    assert "every portable test within budget" not in markdown + html
+    # A budget set: then every portable test is within it.
+    pytester.makefile(
+        ".toml",
+        pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n\n'
+        "[tool.jaxport.budget]\nmax_custom_calls = 0\n",
+    )
+    result = pytester.runpytest("-q", "--jaxport-report")
+    result.stdout.fnmatch_lines(
+        ["problems: none (every portable test within budget, every check lowers)", "", "1 check; *"]
+    )
+
+
 def test_markdown_report(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_md="""

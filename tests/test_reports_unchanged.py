@@ -22,7 +22,9 @@ again when a vendor site came to name its library routine (issue 39: ``cusolver 
 ``jaxlib lu_pivots``, not ``cusolver solver`` and ``jaxlib jaxlib-kernel``): nothing else in
 them changed. And again when an estimate whose band swallows its split came to be called a
 ranking, not a share, and the engineering days to show their fixed part apart (issue 39):
-the renderings only, the reports are the same.
+the renderings only, the reports are the same. And again when ``-q`` came to keep a line of
+numbers and a report to claim no budget nobody set (issue 39: the audit's "no suite budget:
+[tool.jaxport.audit] fail_on sets none"): the renderings only.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

@@ -316,6 +316,9 @@ def merge_audits(
     merged["violations"] = violations
     merged["baseline_growth"] = growth
     merged["legs"] = [leg for leg, _ in sections]
+    fail_on = next((s["fail_on"] for _, s in sections if s.get("fail_on")), None)
+    if fail_on:  # the first leg's that had one; each leg's violations stay its own judgement
+        merged["fail_on"] = fail_on
     return merged
 
 

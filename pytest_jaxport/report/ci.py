@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.model.config import ConfigError, ProjectConfig, Resolved, ToleranceSetting
+from pytest_jaxport.model.config import (
+    BudgetTable,
+    ConfigError,
+    ProjectConfig,
+    Resolved,
+    ToleranceSetting,
+)
 from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.baseline import (
@@ -125,8 +131,20 @@ def _jsonable(value: Any) -> Any:
 
 def budget_table(project: ProjectConfig) -> dict[str, Any]:
     """The project's budgets shaped like ``[tool.jaxport.budget]``, for ``report["config"]``."""
-    table: dict[str, Any] = _jsonable(project.budget.values)
-    for platform, platform_table in sorted(project.platform_budgets.items()):
+    return _shaped(project.budget, project.platform_budgets)
+
+
+def fail_on_entry(project: ProjectConfig) -> dict[str, Any]:
+    """``{"fail_on": {...}}``, ``[tool.jaxport.audit] fail_on`` shaped like its table, for the
+    report's ``audit`` section where it sets a limit (a view says the suite is "within its
+    audit budget" only then); ``{}`` otherwise, so reports without one are unchanged."""
+    audit = project.audit
+    return {"fail_on": _shaped(audit.fail_on, audit.platform_fail_on)} if audit.gated else {}
+
+
+def _shaped(common: BudgetTable, platforms: Mapping[str, BudgetTable]) -> dict[str, Any]:
+    table: dict[str, Any] = _jsonable(common.values)
+    for platform, platform_table in sorted(platforms.items()):
         table[platform] = _jsonable(platform_table.values)
     return table
 

@@ -388,10 +388,10 @@ def _header(view: ReportView) -> str:
         f"{number(failed)} of {plural(head.tests, 'portable test')} failed, "
         f"{plural(violations, 'budget violation')}"
         if failed or violations
-        else "every portable test within budget"
+        else _e(view.within_budget())
     )
     if audited:
-        verdict = "suite audit within its budget"
+        verdict = _e(view.within_budget())
         if _not_lowered(view):
             verdict += f"; {plural(_not_lowered(view), 'computation')} do not lower everywhere"
     if head.audit_failures:
@@ -455,13 +455,7 @@ def _problem_row(problem: Any, group: ProblemGroup) -> str:
 def _problems(view: ReportView) -> str:
     audited = view.unit == "computation"  # a suite audit without portable tests
     if not view.problems:
-        clear = (
-            "None: every audited computation lowers on every platform, and the suite is within "
-            "its audit budget."
-            if audited
-            else "None: every portable test is within budget and every check lowers on every "
-            "platform."
-        )
+        clear = f"None: {_e(view.all_clear())}."
         return (
             '<section id="problems" class="problems" aria-labelledby="problems-h">'
             f'<h2 id="problems-h">Problems</h2><p class="allclear">{clear}</p></section>'

@@ -191,6 +191,9 @@ class Headline:
     audit_failures: int = 0
     """The suite audit's budget failures (``fail_on``, the baseline): each fails the session,
     no test."""
+    budgeted: bool | None = None
+    """Whether ``[tool.jaxport.budget]`` (or one of its platform tables) sets a limit; ``None``
+    where the report does not say. A marker's limits are its test's own, not recorded."""
     also_lowered: str = ""
     """The platforms checks lowered for beyond ``platforms`` and why (``cuda, rocm: from
     must_lower``; a marker's ``platforms`` can add one too); empty where there are none."""
@@ -752,6 +755,17 @@ class AuditView:
     eager_users: str = "all"
     """``owner``: each eager op is counted in the first test that ran it only
     (``[tool.jaxport.audit] eager_users``)."""
+    budgeted: bool = False
+    """Whether ``[tool.jaxport.audit] fail_on`` set a limit (the section's ``fail_on``) or
+    the suite broke one: only then is the suite "within its audit budget"."""
+
+    def counted(self) -> str:
+        """``17 distinct computations (3 jit, 14 eager op-by-op)``."""
+        seen = self.seen
+        return (
+            f"{plural(seen.get('computations', 0), 'distinct computation')} "
+            f"({number(seen.get('jit', 0))} jit, {number(seen.get('eager', 0))} eager op-by-op)"
+        )
 
     def seen_line(self) -> str:
         """``34 distinct computations (5 jit, 29 eager op-by-op) in 7 of 9 tests; 8 run by
@@ -824,6 +838,61 @@ class ReportView:
     @property
     def problem_count(self) -> int:
         return sum(g.count for g in self.problems)
+
+    def all_clear(self) -> str:
+        """What a report without problems says, claiming no budget that was never set:
+        ``every audited computation lowers on every platform; no suite budget:
+        [tool.jaxport.audit] fail_on sets none``."""
+        if self.unit == "computation":  # an audit of an unchanged suite: no portable test
+            lowers = "every audited computation lowers on every platform"
+            if self.audit is not None and self.audit.budgeted:
+                return f"{lowers}, the suite within its audit budget"
+            return f"{lowers}; no suite budget: [tool.jaxport.audit] fail_on sets none"
+        if self.headline.budgeted is False:
+            return "every check lowers, no limit broken; [tool.jaxport.budget] sets none"
+        return "every portable test within budget, every check lowers"
+
+    def within_budget(self) -> str:
+        """The verdict on budgets where none was broken, claiming none that was never set:
+        ``every portable test within budget``, ``suite audit within its budget``, or that
+        nothing set one."""
+        if self.unit == "computation":
+            if self.audit is not None and self.audit.budgeted:
+                return "suite audit within its budget"
+            return "no suite audit budget: [tool.jaxport.audit] fail_on sets none"
+        if self.headline.budgeted is False:
+            return "no limit broken; [tool.jaxport.budget] sets none"
+        return "every portable test within budget"
+
+    def numbers_line(self) -> str:
+        """What was counted, in one line (``-q``): per platform what lowered (and how many
+        failed to), the vendor and custom calls, then the kernels to rewrite per target:
+        ``lowered: cpu 3, tpu 2 (1 failed); vendor calls: cpu 3, tpu 0; custom calls: cpu 0,
+        tpu 1; kernels to rewrite off cuda: tpu 0`` (of the checks, or of a suite audit's
+        distinct computations: :attr:`unit`); ``""`` where nothing was counted."""
+        totals = self.totals
+        column = {header: i for i, header in enumerate(totals.headers)}
+        if "lowered" not in column:
+            return ""
+
+        def cell(cells: Sequence[str], header: str) -> str:
+            return cells[column[header]] if header in column else "0"
+
+        lowered = [
+            f"{platform} {cell(cells, 'lowered')}"
+            + (f" ({failed} failed)" if (failed := cell(cells, "failed to lower")) != "0" else "")
+            for platform, cells, _ in totals.rows
+        ]
+        parts = ["lowered: " + ", ".join(lowered)]
+        for header in ("vendor calls", "custom calls"):
+            counts = [f"{platform} {cell(cells, header)}" for platform, cells, _ in totals.rows]
+            parts.append(f"{header}: " + ", ".join(counts))
+        if self.targets:
+            parts.append("kernels to rewrite off cuda: " + ", ".join(
+                f"{t.target} {'-' if t.kernels is None else number(t.kernels)}"
+                for t in self.targets
+            ))  # fmt: skip
+        return "; ".join(parts)
 
     def select(self, options: DisplayOptions) -> ReportView:
         """This view narrowed to ``options.platform`` and, for the per-test lists, to failed
@@ -1063,7 +1132,18 @@ def headline_of(report: Mapping[str, Any]) -> Headline:
         upgraded_from=_str(report.get("upgraded_from")),
         facts=tuple(facts),
         also_lowered=also,
+        budgeted=_sets_limit(config["budget"]) if "budget" in config else None,
     )
+
+
+def _sets_limit(value: Any) -> bool:
+    """Whether a budget table as the report records it sets any limit (an empty list or
+    table sets none: ``allow_targets = []``)."""
+    if isinstance(value, Mapping):
+        return any(_sets_limit(v) for v in value.values())
+    if isinstance(value, list):
+        return bool(value)
+    return value is not None
 
 
 def also_lowered_of(report: Mapping[str, Any]) -> str:
@@ -2043,6 +2123,7 @@ def audit_parts(report: Mapping[str, Any]) -> AuditParts | None:
         tests=tests_of(audit, computations),
         failures=failures(audit),
         eager_users=str(audit.get("eager_users") or "all"),
+        budgeted=bool(_map(audit.get("fail_on")) or audit.get("violations")),
     )
     return AuditParts(
         view=view, numbers=numbers, summary=summary, problems=audit_problems(audit, computations)

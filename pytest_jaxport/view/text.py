@@ -298,15 +298,32 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
 
 
 def quiet_lines(view: ReportView, options: DisplayOptions) -> list[str]:
-    """``-q``: the problem groups (their headers) and the headline; ``-qq``: one line."""
+    """``-q``: the problem groups (their headers), one line of numbers (the checks', the
+    suite audit's) and the headline; ``-qq``: one line."""
     head = view.headline
+    audit = view.audit
     counts = head.setting() if view.unit == "computation" else f"{head.counts()}; {head.setting()}"
     if options.verbosity < -1:
         problems = plural(view.problem_count, "problem") if view.problems else "no problems"
         if view.unit == "computation":
-            return [f"jaxport audit: {problems} (-q for the groups)"]
+            seen = f"{audit.counted()}; " if audit is not None else ""
+            return [f"jaxport audit: {seen}{problems} (-q for the groups)"]
         return [f"jaxport: {head.counts()}; {problems} (-q for the groups)"]
-    return [*problem_lines(view, options), *wrap(counts, hang="  ")]
+    counted = [(plural(head.checks, "check"), view.numbers_line())]
+    if audit is not None and view.unit == "computation":
+        counted = [(f"suite audit: {audit.counted()}", view.numbers_line())]
+    elif audit is not None and audit.numbers is not None:
+        counted.append((f"suite audit: {audit.counted()}", audit.numbers.numbers_line()))
+    lines = [line for what, numbers in counted if numbers
+             for line in wrap_items(f"{what}; {numbers}", hang="  ")]  # fmt: skip
+    return [*problem_lines(view, options), *lines, *wrap(counts, hang="  ")]
+
+
+def wrap_items(text: str, hang: str = "    ") -> list[str]:
+    """``text`` wrapped only after a comma or a semicolon, so that an item (``cuda 6``,
+    ``vendor calls: cpu 3``) is never split across lines."""
+    glued = text.replace(" ", "\xa0").replace(",\xa0", ", ").replace(";\xa0", "; ")
+    return [line.replace("\xa0", " ") for line in wrap(glued, hang=hang)]
 
 
 def fit(lines: Iterable[str]) -> list[str]:
@@ -403,10 +420,7 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     head = view.headline
     groups = view.problems
     if not groups:
-        if view.unit == "computation":
-            return [*wrap("problems: none (every audited computation lowers on every platform, "
-                          "the suite within its audit budget)", hang="  "), ""]  # fmt: skip
-        return ["problems: none (every portable test within budget, every check lowers)", ""]
+        return [*wrap(f"problems: none ({view.all_clear()})", hang="  "), ""]
     findings = sum(g.count for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
@@ -804,11 +818,8 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
     """The problem groups, then up to :data:`MARKDOWN_PROBLEMS` rows within ``room``
     characters (violations first), saying how many were left out."""
     groups = view.problems
-    if not groups and view.unit == "computation":
-        return ["### Problems", "", "None: every audited computation lowers on every platform, "
-                "the suite within its audit budget."]  # fmt: skip
     if not groups:
-        return ["### Problems", "", "None: every portable test within budget, every check lowers."]
+        return ["### Problems", "", f"None: {view.all_clear()}."]
     total = sum(len(g.problems) for g in groups)
     lines = [
         "### Problems",
