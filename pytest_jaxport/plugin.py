@@ -134,6 +134,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write this run's counts to the --jaxport-baseline FILE (atomically, sorted) "
         "instead of comparing with it.",
     )
+    group.addoption(
+        "--jaxport-baseline-strict",
+        action="store_true",
+        default=False,
+        help="with --jaxport-baseline: fail the run (after every test is reported) when the "
+        "baseline matches no test, has entries no test matched any more in the test files "
+        "that ran, or lacks a test or check that ran.",
+    )
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

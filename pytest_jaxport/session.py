@@ -12,14 +12,14 @@ import gc
 import os
 import time
 import traceback
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from pytest_jaxport.cache import CompileSettings, judged_by
-from pytest_jaxport.model.budget import evaluate, ways_out
+from pytest_jaxport.model.budget import Violation, evaluate, failure_text
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
@@ -36,6 +36,7 @@ from pytest_jaxport.model.targets import Classification, Level, classify
 from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.audit import AuditRecord, failures, judge
+from pytest_jaxport.report.baseline import BaselineMatch, match_baseline
 from pytest_jaxport.report.ledger import Ledger, TestError, TestRecord
 from pytest_jaxport.report.schema import (
     build_report,
@@ -47,7 +48,14 @@ from pytest_jaxport.report.schema import (
 )
 from pytest_jaxport.view.display import DisplayOptions, display_options
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import ReportView, build_view, plural
+from pytest_jaxport.view.model import (
+    ReportView,
+    baseline_line,
+    baseline_verdict,
+    build_view,
+    plural,
+    stale_text,
+)
 from pytest_jaxport.view.text import (
     audit_failure_lines,
     probe_text,
@@ -64,6 +72,8 @@ VERBOSITY = "jaxport"
 """``config.get_verbosity(VERBOSITY)``: the ``verbosity_jaxport`` ini value, else ``-v``/``-q``."""
 JAXPORT = pytest.StashKey["Any"]()
 RESOLVED = pytest.StashKey["Resolved | ConfigError"]()
+BASELINE_SHOWN = 3
+"""Stale baseline entries the terminal names after the run (the report files name all)."""
 
 
 def _mark_origin(node: object, item: pytest.Item) -> str:
@@ -118,6 +128,13 @@ class JaxportSession:
         self._judging: str | None = None
         self._budget_failed: set[str] = set()
         """Tests shown as ``P`` in the progress line (failed by their budget alone)."""
+        self._outcomes: dict[str, str] = {}
+        """With a baseline to compare: every test's outcome, portable or not (which of the
+        baseline's entries this run could have matched)."""
+        self._deselected: set[str] = set()
+        """With a baseline to compare: the tests collected but not selected (from every
+        pytest-xdist worker)."""
+        self._match: BaselineMatch | None = None
         self.hook_errors: dict[str, str] = {}
         """Per jaxport hook a user's implementation of which raised at the end of the run,
         what it raised and where (said once; the report is built without it)."""
@@ -359,6 +376,24 @@ class JaxportSession:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._index = {item.nodeid: i for i, item in enumerate(session.items)}
 
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        """Tests ``-k``, ``-m``, ``--deselect`` or ``--lf`` left out: the baseline's entries
+        of theirs are not run, never stale. A pytest-xdist worker sends them to the
+        controller with its output (:meth:`pytest_testnodedown`)."""
+        if self.ci.baseline is None:
+            return
+        ids = [item.nodeid for item in items]
+        self._deselected.update(ids)
+        if self.is_worker:
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            output.setdefault("jaxport_deselected", []).extend(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """pytest-xdist's controller: a worker finished; the tests it deselected."""
+        output = getattr(node, "workeroutput", None) or {}
+        self._deselected.update(output.get("jaxport_deselected", ()))
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if self.recorder is not None:
@@ -459,19 +494,7 @@ class JaxportSession:
                     item.user_properties.append((f"{prefix}.{key}", value))
                     report.user_properties.append((f"{prefix}.{key}", value))
         report.sections.append(("jaxport", "\n\n".join(probe_text(p) for p in probes)))
-        said = None
-        if violations:
-            # The first line is what pytest's short summary shows: the first headline itself.
-            said = "\n".join(v.long_repr() for v in violations)
-            if len(violations) > 1:
-                said += f"\n({len(violations)} portability budget violations in {item.nodeid})"
-            said += "".join(f"\n{line}" for line in ways_out(violations))
-            if report.passed:
-                report.outcome = "failed"
-                report.longrepr = said
-            else:
-                report.sections.append(("jaxport violations", said))
-        self._judge_ci(item, report, record, jaxport, resolved, said)
+        self._judge_ci(item, report, record, jaxport, resolved, violations)
         return record
 
     def _judge_ci(
@@ -481,32 +504,34 @@ class JaxportSession:
         record: TestRecord,
         jaxport: Any,
         resolved: Resolved,
-        message: str | None,
+        violations: list[Violation],
     ) -> None:
-        """Saved outputs and the baseline ratchet: see :mod:`pytest_jaxport.report.ci`."""
+        """Saved outputs and the baseline ratchet (:mod:`pytest_jaxport.report.ci`), then the
+        test's failure: its budget violations and the counts that grew since the baseline,
+        said one way (:func:`~pytest_jaxport.model.budget.failure_text`), and the outputs
+        that could not be saved."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(
             self.ci, item.nodeid, record.checks, getattr(jaxport, "outputs", {}),
             getattr(jaxport, "emulated_outputs", {}),
         )  # fmt: skip
-        grew, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
+        record.outputs_errors = list(problems)
+        grown, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
             record.baseline_news = news
-        record.outputs_errors = list(problems)
-        problems += grew
-        if not problems:
+        if grown:
+            record.baseline_growth = [v.headline() for v in grown]
+        found = [*violations, *grown]
+        if not (found or problems):
             return
-        record.baseline_growth = grew
-        found = "\n".join(
-            ([f"{item.nodeid}: {len(grew)} count(s) grew since the baseline "
-              f"{self.ci.baseline_path}"] if grew else [])
-            + problems
-        )  # fmt: skip
+        # The first line is what pytest's short summary shows: the first finding itself.
+        said = "\n".join(([failure_text(found, item.nodeid)] if found else []) + problems)
         if report.passed:
             report.outcome = "failed"
-            report.longrepr = f"{message}\n{found}" if message else found
-        report.sections.append(("jaxport baseline" if grew else "jaxport outputs", found))
+            report.longrepr = said
+        else:
+            report.sections.append(("jaxport violations" if found else "jaxport outputs", said))
 
     def _error(self, report: pytest.TestReport) -> TestError:
         """Why a test failed, for the report: the exception's line and where it was raised."""
@@ -541,6 +566,8 @@ class JaxportSession:
         return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.ci.baseline is not None:
+            self._ran(report)
         data = getattr(report, "jaxport", None)
         if isinstance(data, dict):
             record = TestRecord.from_dict(data)
@@ -553,6 +580,14 @@ class JaxportSession:
         known = report.nodeid in self.ledger.tests
         if report.failed and (known or MARKER in getattr(report, "keywords", {})):
             self.ledger.crashed(report.nodeid, str(report.longrepr), report.when)
+
+    def _ran(self, report: pytest.TestReport) -> None:
+        """Every test's outcome (its call's; ``skipped`` or ``error`` from its setup, or from
+        a crashed worker), for the baseline's match."""
+        if report.when == "call":
+            self._outcomes[report.nodeid] = report.outcome
+        elif not report.passed and (report.when == "setup" or report.nodeid not in self._outcomes):
+            self._outcomes[report.nodeid] = "skipped" if report.skipped else "error"
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
@@ -607,9 +642,29 @@ class JaxportSession:
         )
         report["config"]["migrate_to"] = list(self.project.migrate_to)
         report["summary"].update(self.numbers(report["tests"]))
+        if self.ci.baseline is not None:
+            self._match = self.baseline_match(report["tests"])
+            report["baseline"] = self._match.to_dict()
         if self.audited:
             report["audit"] = self.audit_section()
         return report
+
+    def baseline_match(self, tests: Sequence[Mapping[str, Any]]) -> BaselineMatch:
+        """How the baseline's entries met this run's tests (:func:`match_baseline`): the
+        files asked for in part (``t.py::test_a``) are where an entry not run is not stale."""
+        assert self.ci.baseline is not None
+        root, here = self.config.rootpath, Path(self.config.invocation_params.dir)
+        partial = set()
+        for arg in self.config.args:
+            path, within, _ = arg.partition("::")
+            full = (here / path).resolve()
+            if within and full.is_relative_to(root):
+                partial.add(full.relative_to(root).as_posix())
+        return match_baseline(
+            self.ci.baseline, tests, file=self.ci.baseline_name, outcomes=self._outcomes,
+            deselected=self._deselected, partial_files=partial,
+            exists=lambda file: (root / file).exists(), strict=self.ci.baseline_strict,
+        )  # fmt: skip
 
     def audit_section(self) -> dict[str, Any]:
         """The report's ``audit`` section, judged against ``[tool.jaxport.audit] fail_on``
@@ -725,6 +780,9 @@ class JaxportSession:
         and the report files."""
         failed = self.audited and failures(self.build()["audit"]) > 0
         failed = self._update_baseline() or failed
+        if self.ci.baseline is not None:
+            self.build()
+            failed = failed or (self._match is not None and self._match.fails)
         if self.report_target is not None:
             self.build()  # runs the user's cost and tooling hooks, once
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -808,6 +866,7 @@ class JaxportSession:
         for line in (self.lowered_summary(), self.compile_summary()):
             if line is not None:
                 terminalreporter.write_line(line)
+        self._baseline_summary(terminalreporter)
         if self._budget_failed:  # the letter is ours: say what it means
             terminalreporter.write_line(
                 f"jaxport: P in the progress line is a test its portability budget failed "
@@ -840,6 +899,28 @@ class JaxportSession:
             terminalreporter.write_line(lines[0], red=True, bold=True)
             for line in lines[1:]:
                 terminalreporter.write_line(line, red=True)
+
+    def _baseline_summary(self, terminal: Any) -> None:
+        """How the baseline met the run, after every run that compared one; a baseline
+        that matched no test is a warning, under ``--jaxport-baseline-strict`` a failure."""
+        match = self._match
+        if match is None:
+            return
+        terminal.write_line(f"jaxport: {baseline_line(match)}")
+        stale = [f"{e.nodeid}{f' check {e.check!r}' if e.check else ''} ({stale_text(e)})"
+                 for e in match.stale]  # fmt: skip
+        if stale:
+            shown = stale[:BASELINE_SHOWN]
+            more = len(stale) - len(shown)
+            terminal.write_line(
+                "jaxport: baseline entries no longer matched: " + "; ".join(shown)
+                + (f"; +{more} more (--jaxport-report lists them)" if more else ""),
+                yellow=not match.fails,
+            )  # fmt: skip
+        verdict = baseline_verdict(match)
+        if verdict is not None:
+            terminal.write_line(f"jaxport: {verdict}", red=match.fails, bold=match.fails,
+                                yellow=not match.fails)  # fmt: skip
 
     def compile_summary(self) -> str | None:
         """``jaxport: compiled cache 3 hits, 0 misses (...)``, when anything was compiled."""

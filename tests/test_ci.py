@@ -348,7 +348,7 @@ def test_new(jaxport):
 
 
 def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
-    leg_project.mkdir(".jaxport")
+    # The update creates the baseline's folder, as --jaxport-report creates its own.
     update = leg_project.runpytest(
         "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-baseline-update",
         "--jaxport-report=base.json",
@@ -372,21 +372,32 @@ def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
         "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-report=head.json", "-rA"
     )
     grown.assert_outcomes(passed=2, failed=1)
+    # Said like a broken budget: the finding first, where it is, what to do.
+    since = "(since the baseline .jaxport/baseline.json); check 'mlp', lowered"
     grown.stdout.fnmatch_lines(
         [
-            "*test_suite.py::test_mlp: 6 count(s) grew since the baseline*",
-            "check 'mlp' on cuda: cublas calls grew 1 -> 2 (+1) since the baseline",
-            "check 'mlp' on cuda: format findings grew 1 -> 2 (+1) since the baseline",
-            "check 'mlp' on cuda: vendor calls grew 1 -> 2 (+1) since the baseline",
+            f"cuda: vendor calls grew 1 -> 2 {since}",
+            "    stablehlo.dot_general (cublas) x2 at test_suite.py:6",
+            f"cuda: cublas calls grew 1 -> 2 {since}",
+            "    stablehlo.dot_general (cublas) x2 at test_suite.py:6",
+            f"cuda: format findings grew 1 -> 2 {since}",
+            "    float32-default-precision (reduced-precision) x2 at test_suite.py:6: *",
+            "(6 counts grown since the baseline in test_suite.py::test_mlp)",
+            "to pass: take out of the code what grew (the sites above say where), or, if the "
+            "growth is intended, record it: pytest --jaxport-baseline=.jaxport/baseline.json "
+            "--jaxport-baseline-update (from a full run), and commit the file",
             "*- jaxport baseline -*",
             "*test_suite.py::test_new is not in the baseline (new test)*",
-            "FAILED test_suite.py::test_mlp - *",
+            "jaxport: baseline .jaxport/baseline.json: 2 tests compared, 1 test not in it (new); "
+            "of its 2 tests, 2 matched",
         ]
     )
+    # pytest's one-line summary shows the finding, not the test's id again.
+    grown.stdout.fnmatch_lines(["FAILED test_suite.py::test_mlp - cuda: vendor calls grew 1 -> 2*"])
     head = json.loads((leg_project.path / "head.json").read_text())
     [mlp] = [t for t in head["tests"] if t["nodeid"] == "test_suite.py::test_mlp"]
     assert mlp["outcome"] == "failed"
-    assert any("vendor calls grew 1 -> 2 (+1)" in line for line in mlp["baseline_growth"])
+    assert f"cuda: vendor calls grew 1 -> 2 {since}" in mlp["baseline_growth"]
     assert "error" not in mlp  # the test itself passed: the baseline failed it
 
     code = main(["diff", str(leg_project.path / ".jaxport" / "baseline.json"),
@@ -404,6 +415,142 @@ def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
     leg_project.runpytest("--jaxport-baseline=.jaxport/baseline.json").assert_outcomes(passed=3)
 
 
+ANOTHER_PROJECT = {  # a baseline `jaxport baseline` wrote for another project
+    "kind": "baseline", "schema_version": 1, "tool": {"name": "pytest-jaxport"},
+    "tests": {"tests/test_model.py::test_forward": {
+        "forward": {"cpu": {"lowered": {"custom": 0, "vendor": 0}}}}},
+}  # fmt: skip
+
+
+def test_a_baseline_that_matches_no_test_is_said_and_strict_fails_the_run(
+    leg_project: pytest.Pytester,
+) -> None:
+    (leg_project.path / "good.json").write_text(json.dumps(ANOTHER_PROJECT))
+    result = leg_project.runpytest("test_suite.py", "--jaxport-baseline=good.json")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK  # a warning, not a failure
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport: baseline good.json: 0 tests compared, 2 tests not in it (new); of its 1 "
+            "test, 0 matched, 1 no longer matched (stale)",
+            "jaxport: baseline entries no longer matched: tests/test_model.py::test_forward "
+            "(its file tests/test_model.py is gone)",
+            "jaxport: warning: the baseline good.json matched none of the 2 tests that checked: "
+            "nothing was compared (a baseline of another project, or tests renamed?); "
+            "--jaxport-baseline-update writes this suite's",
+        ]
+    )
+
+    strict = leg_project.runpytest(
+        "test_suite.py", "--jaxport-baseline=good.json", "--jaxport-baseline-strict"
+    )
+    strict.assert_outcomes(passed=2)  # every test reported as it was; the run fails
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED
+    strict.stdout.fnmatch_lines(
+        [
+            "jaxport: FAILED: --jaxport-baseline-strict: the baseline good.json does not match "
+            "this run (matched none of the 2 tests that checked; 1 entry no longer matched); no "
+            "test failed for it. --jaxport-baseline-update records the suite as it is",
+            "*= 2 passed in *",
+        ]
+    )
+
+    usage = leg_project.runpytest("--jaxport-baseline-strict")
+    assert usage.ret == pytest.ExitCode.USAGE_ERROR
+    usage.stderr.fnmatch_lines(
+        ["ERROR: jaxport: --jaxport-baseline-strict: say which baseline to hold the run to with "
+         "--jaxport-baseline=FILE"]
+    )  # fmt: skip
+
+
+OTHER_FILE = """
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.mark.portable
+def test_other(jaxport):
+    jaxport.check(jnp.sin, jnp.ones(3))
+"""
+
+EXTRA = """
+
+@pytest.mark.portable
+def test_extra(jaxport):
+    jaxport.check(jnp.sin, jnp.ones(3))
+"""
+
+
+def _subset_run(pytester: pytest.Pytester, *, xdist: bool = False) -> dict[str, Any]:
+    """Run test_suite.py without test_extra against the whole suite's baseline; the report's
+    ``baseline`` section, after checking what the terminal and every format say."""
+    run = pytester.runpytest_subprocess if xdist else pytester.runpytest
+    result = run("test_suite.py", "-k", "not extra", *(["-n", "2"] if xdist else []),
+                 "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-report=r.json",
+                 "--jaxport-report=r.md", "--jaxport-report=r.html")  # fmt: skip
+    result.assert_outcomes(passed=2, deselected=0 if xdist else 1)  # (-n: deselected by workers)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "jaxport: baseline .jaxport/baseline.json: 1 test compared, 1 test not in it (new); "
+            "of its 4 tests, 1 matched, 1 no longer matched (stale), 2 not run this time",
+            "jaxport: baseline entries no longer matched: test_suite.py::test_solve (no test of "
+            "that name in test_suite.py, which ran: renamed or removed?)",
+            "*= jaxport portability report =*",
+            "problems: 0 failed, 0 budget violations, 2 baseline mismatches that fail nothing",
+            "  baseline entries no longer matched — 1 test (a finding; --jaxport-baseline-strict "
+            "fails the run on",
+            "      it; --jaxport-baseline-update drops them)",
+            "    test_suite.py::test_solve  no test of that name in test_suite.py, which ran: "
+            "renamed or removed?",
+            "  not in the baseline — 1 test (*",
+            "*",
+            "    test_suite.py::test_solve_renamed  new test: its counts are not compared",
+        ]
+    )
+    markdown = (pytester.path / "r.md").read_text()
+    assert (
+        "| `test_suite.py::test_solve` |  |  | baseline entries no longer matched | no test of "
+        "that name in test_suite.py, which ran: renamed or removed? |"
+    ) in markdown
+    assert "- baseline .jaxport/baseline.json: 1 test compared, 1 test not in it" in markdown
+    page = (pytester.path / "r.html").read_text()
+    assert "baseline entries no longer matched" in page
+    assert "<code>test_suite.py::test_solve_renamed</code>" in page
+    return dict(json.loads((pytester.path / "r.json").read_text())["baseline"])
+
+
+def test_a_subset_run_against_a_whole_suite_baseline_says_what_matched(
+    leg_project: pytest.Pytester,
+) -> None:
+    leg_project.makepyfile(test_suite=SUITE + EXTRA, test_other=OTHER_FILE)
+    leg_project.runpytest(
+        "--jaxport-baseline=.jaxport/baseline.json", "--jaxport-baseline-update"
+    ).assert_outcomes(passed=4)
+    # test_solve renamed, test_extra deselected, test_other.py not run this time.
+    renamed = SUITE.replace("def test_solve", "def test_solve_renamed") + EXTRA
+    leg_project.makepyfile(test_suite=renamed)
+    serial = _subset_run(leg_project)
+    assert serial == {
+        "file": ".jaxport/baseline.json", "entries": 4, "compared": 1,
+        "new": ["test_suite.py::test_solve_renamed"], "new_checks": [],
+        "stale": [{"nodeid": "test_suite.py::test_solve", "check": None, "why": "removed"}],
+        "not_run": 2, "strict": False,
+    }  # fmt: skip
+    assert _subset_run(leg_project, xdist=True) == serial
+    # Asked for one test of the file: its other entries may exist unseen, not stale.
+    one = leg_project.runpytest(
+        "test_suite.py::test_mlp", "--jaxport-baseline=.jaxport/baseline.json",
+        "--jaxport-baseline-strict",
+    )  # fmt: skip
+    one.assert_outcomes(passed=1)
+    assert one.ret == pytest.ExitCode.OK
+    one.stdout.fnmatch_lines(
+        ["jaxport: baseline .jaxport/baseline.json: 1 test compared; of its 4 tests, 1 matched, "
+         "3 not run this time"]
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("content", "update", "expected"),
     [
@@ -414,6 +561,10 @@ def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
          False, "*b.json: baseline schema_version 9 is not supported*"),
         ('{"tool": {"name": "pytest-jaxport"}, "schema_version": 1, "tests": []}', True,
          "*b.json exists and is not a pytest-jaxport baseline*"),
+        ('{"tool": {"name": "pytest-jaxport"}, "kind": "baseline", "schema_version": 1, '
+         '"tests": {"t.py::a": {"c": 1}}}', False, "ERROR: jaxport: --jaxport-baseline b.json: "
+         "*b.json: malformed pytest-jaxport baseline: test t.py::a check 'c': expected a table "
+         "of platforms, found int 1"),
     ],
 )  # fmt: skip
 def test_unusable_baseline_is_a_usage_error_naming_the_file(
@@ -593,7 +744,10 @@ def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
     "content",
     ["", "{", "[]", '{"tool": "x"}', '{"tool": {"name": "pytest-jaxport"}, "schema_version": 1}',
      '{"tool": {"name": "pytest-jaxport"}, "schema_version": 1, "config": {}, '
-     '"environment": {}, "tests": [{"nodeid": 3}]}', "\udcff"],
+     '"environment": {}, "tests": [{"nodeid": 3}]}', "\udcff",
+     '{"tool": {"name": "pytest-jaxport"}, "schema_version": 2, "config": {}, "environment": '
+     '{}, "tests": [{"nodeid": "t.py::a", "checks": [{"name": "c", "platforms": {"cpu": '
+     '{"lowered": 3}}}]}]}'],
 )  # fmt: skip
 def test_commands_refuse_bad_input_naming_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
@@ -612,6 +766,55 @@ def test_commands_refuse_bad_input_naming_the_file(
         code = main(argv)
         err = capsys.readouterr().err
         _refused(code, err, "bad.json")
+
+
+def test_a_baseline_where_a_report_belongs_is_said_plainly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(ANOTHER_PROJECT))
+    good, out = _leg(tmp_path), str(tmp_path / "m.json")
+    for argv in (["show", str(baseline)], ["merge", str(good), str(baseline), "-o", out],
+                 ["merge", str(baseline), "-o", out]):  # fmt: skip
+        code = main(argv)
+        err = capsys.readouterr().err
+        _refused(code, err, "baseline.json")
+        assert (
+            f"{baseline}: a baseline, not a report: it holds only counts (for "
+            "--jaxport-baseline and jaxport diff); give a report written by pytest "
+            "--jaxport-report=PATH.json or by jaxport merge -o"
+        ) in err, err
+    # diff and baseline read baselines as they are
+    assert main(["diff", str(baseline), str(baseline)]) == 0
+    assert main(["baseline", str(baseline), "-o", str(tmp_path / "again.json")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("tests", "said"),
+    [
+        ([], "'tests': expected a table of tests, found list []"),
+        ({"t.py::a": ["c"]}, 'test t.py::a: expected a table of checks, found list ["c"]'),
+        ({"t.py::a": {"c": 1}},
+         "test t.py::a check 'c': expected a table of platforms, found int 1"),
+        ({"t.py::a": {"c": {"cpu": 1}}},
+         "test t.py::a check 'c' on cpu: expected a table of levels, found int 1"),
+        ({"t.py::a": {"c": {"cpu": {"lowered": {"vendor": "3"}}}}},
+         "test t.py::a check 'c' on cpu lowered: expected counts, found str \"3\""),
+    ],
+)  # fmt: skip
+def test_a_malformed_baseline_is_refused_saying_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tests: Any, said: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**ANOTHER_PROJECT, "tests": tests}))
+    good = _leg(tmp_path)
+    for argv in (["diff", str(bad), str(good)], ["diff", str(good), str(bad)],
+                 ["baseline", str(bad), "-o", str(tmp_path / "b.json")]):  # fmt: skip
+        code = main(argv)
+        err = capsys.readouterr().err
+        _refused(code, err, "bad.json")
+        assert f"{bad}: malformed pytest-jaxport baseline: {said}" in err, err
+    assert "AttributeError" not in err
 
 
 def test_commands_refuse_missing_files_and_unwritable_outputs(

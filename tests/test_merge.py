@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_jaxport.model.budget import failure_text
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.cost import CostModel
@@ -25,7 +26,9 @@ from pytest_jaxport.report.baseline import (
     baseline_of,
     compare_to_baseline,
     diff,
+    growth_violation,
     load_counts,
+    match_baseline,
 )
 from pytest_jaxport.report.merge import (
     PER_LEG_CONFIG_KEYS,
@@ -654,9 +657,9 @@ def test_diff_reports_growth_shrinkage_new_and_removed() -> None:
     result = diff(base, head)
     assert result.grew
     grew = [c.describe() for c in result.growth]
-    assert grew == [
-        "check 'mlp' on cuda: cublas calls grew 3 -> 5 (+2)",
+    assert grew == [  # vendor, custom, per library, then formats: what a failure leads with
         "check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)",
+        "check 'mlp' on cuda: cublas calls grew 3 -> 5 (+2)",
         "check 'mlp' on rocm: lowered before, fails to lower now",
     ]
     assert [c.describe() for c in result.shrinkage] == [
@@ -692,8 +695,8 @@ def test_diff_compares_like_levels_only() -> None:
     assert not diff(base, head).grew
     grown = diff(simple({NODEID: {"cuda": (3, 0)}}, compiled=4), head)
     assert [c.describe() for c in grown.growth] == [
-        "check 'mlp' on cuda: cublas calls grew 4 -> 7 (+3) (compiled)",
         "check 'mlp' on cuda: vendor calls grew 4 -> 7 (+3) (compiled)",
+        "check 'mlp' on cuda: cublas calls grew 4 -> 7 (+3) (compiled)",
     ]
 
 
@@ -729,10 +732,33 @@ def test_compare_to_baseline_messages() -> None:
     now = simple({NODEID: {"cuda": (5, 0), "rocm": None}})["tests"][0]["checks"]
     found = compare_to_baseline(baseline, NODEID, now)
     assert [(g.fails, g.message) for g in found] == [
-        (True, "check 'mlp' on cuda: cublas calls grew 3 -> 5 (+2) since the baseline"),
         (True, "check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2) since the baseline"),
+        (True, "check 'mlp' on cuda: cublas calls grew 3 -> 5 (+2) since the baseline"),
         (True, "check 'mlp' on rocm: lowered at the baseline, fails to lower now"),
     ]
+    # As a test's failure says them, the way a broken budget is said: finding, sites, to pass.
+    grown = [growth_violation(g.change, ".jaxport/b.json", now[0]) for g in found if g.change]
+    assert failure_text(grown, NODEID).splitlines() == [
+        "cuda: vendor calls grew 3 -> 5 (since the baseline .jaxport/b.json); check 'mlp', lowered",
+        "    stablehlo.dot_general (cublas) x5",
+        "cuda: cublas calls grew 3 -> 5 (since the baseline .jaxport/b.json); check 'mlp', lowered",
+        "    stablehlo.dot_general (cublas) x5",
+        "rocm: stopped lowering (since the baseline .jaxport/b.json); check 'mlp', lowered",
+        "    no",
+        f"(3 counts grown since the baseline in {NODEID})",
+        "to pass: take out of the code what grew (the sites above say where), or, if the growth "
+        "is intended, record it: pytest --jaxport-baseline=.jaxport/b.json "
+        "--jaxport-baseline-update (from a full run), and commit the file",
+    ]
+    [stopped] = grown[2:]
+    assert (
+        failure_text([stopped], NODEID)
+        .splitlines()[-1]
+        .startswith(
+            "to pass: make the code lower there again (the error above), or, if the change is "
+            "intended, record it: "
+        )
+    )
     shrunk = simple({NODEID: {"cuda": (1, 0)}})["tests"][0]["checks"]
     assert compare_to_baseline(baseline, NODEID, shrunk) == []
     [new] = compare_to_baseline(baseline, OTHER, shrunk)
@@ -743,6 +769,40 @@ def test_compare_to_baseline_messages() -> None:
     assert [(g.fails, g.message) for g in compare_to_baseline(baseline, NODEID, extra)] == [
         (False, "check 'extra' is not in the baseline (new check): not compared")
     ]
+
+
+def test_match_baseline_tells_compared_new_stale_and_not_run() -> None:
+    """Each of the baseline's entries is matched, stale (only where a test of this run could
+    have matched it) or not run; the tests and checks it lacks are new."""
+    names = ("t.py::a", "t.py::b", "t.py::c", "t.py::d", "t.py::e", "u.py::f", "gone.py::g",
+             "part.py::h", "t.py::i")  # fmt: skip
+    baseline = baseline_of(simple({name: {"cpu": (0, 0)} for name in names}))
+    baseline["tests"]["t.py::a"]["old"] = baseline["tests"]["t.py::a"]["mlp"]
+    now = simple({"t.py::a": {"cpu": (0, 0)}, "t.py::new": {"cpu": (0, 0)}})
+    now["tests"][0]["checks"].append(check("extra", entry("cpu", present=False)))
+    found = match_baseline(
+        baseline, now["tests"], file="b.json",
+        outcomes={"t.py::a": "passed", "t.py::new": "passed", "t.py::c": "passed",
+                  "t.py::d": "skipped", "t.py::i": "failed"},
+        deselected=["t.py::e"], partial_files=["part.py"],
+        exists=lambda file: file != "gone.py",
+    )  # fmt: skip
+    assert (found.entries, found.compared, found.not_run) == (9, 1, 5)  # d, e, f, h, i
+    assert found.new == ("t.py::new",)
+    assert found.new_checks == (("t.py::a", "extra"),)
+    assert [(e.nodeid, e.check, e.why) for e in found.stale] == [
+        ("gone.py::g", None, "file-gone"),
+        ("t.py::a", "old", "check-gone"),
+        ("t.py::b", None, "removed"),  # t.py ran, and no test b was collected
+        ("t.py::c", None, "checks-nothing"),
+    ]
+    assert not found.matched_nothing
+    assert not found.fails  # without --jaxport-baseline-strict
+    assert dataclasses.replace(found, strict=True).fails
+    assert found == type(found).from_dict(json.loads(json.dumps(found.to_dict())))
+    another = simple({"other.py::z": {"cpu": (0, 0)}})["tests"]  # another project's suite
+    elsewhere = match_baseline(baseline, another, file="b.json", outcomes={"other.py::z": "passed"})
+    assert elsewhere.matched_nothing
 
 
 def test_load_counts_reads_reports_and_baselines(tmp_path: Path) -> None:

@@ -229,10 +229,13 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 f"or take it out of forbid_formats (set in {v.origin})"
             )
         elif v.key == BASELINE_KEY:
+            grown = [x for x in violations if x.key == BASELINE_KEY and x.found is not None]
+            undo = ("take out of the code what grew (the sites above say where)" if grown
+                    else "make the code lower there again (the error above)")  # fmt: skip
             lines.append(
-                "to pass: take out of the code what grew (the sites above say where), or, if "
-                f"the growth is intended, record it: pytest --jaxport-baseline={v.origin} "
-                "--jaxport-baseline-update (from a full run), and commit the file"
+                f"to pass: {undo}, or, if the {'growth' if grown else 'change'} is intended, "
+                f"record it: pytest --jaxport-baseline={v.origin} --jaxport-baseline-update "
+                "(from a full run), and commit the file"
             )
         elif v.key == "max_format_findings":
             lines.append(

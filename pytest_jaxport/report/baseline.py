@@ -11,11 +11,14 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from pytest_jaxport.model.budget import BASELINE_KEY, Violation
+from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.counts import FormatCounts
-from pytest_jaxport.model.formats import FormatCensus
-from pytest_jaxport.model.targets import LEVELS, ordered_platforms
+from pytest_jaxport.model.formats import Finding, FormatCensus
+from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.targets import LEVELS, Layer, ordered_platforms
 from pytest_jaxport.report.schema import (
     BASELINE_KIND,
     BASELINE_VERSION,
@@ -177,11 +180,65 @@ def load_counts(path: Path) -> dict[str, Any]:
             f"(this pytest-jaxport {__version__} reads version {BASELINE_VERSION}); "
             "regenerate it with --jaxport-baseline-update"
         )
-    if not isinstance(data.get("tests"), dict) or not all(
-        isinstance(t, dict) for t in data["tests"].values()
-    ):
-        raise MergeError(f"{path}: malformed pytest-jaxport baseline: no 'tests' table")
+    problem = _malformed_baseline(data)
+    if problem is not None:
+        raise MergeError(f"{path}: malformed pytest-jaxport baseline: {problem}")
     return data
+
+
+def _malformed_baseline(data: Mapping[str, Any]) -> str | None:
+    """What is wrong with a baseline's shape (where, what was expected, what was found), or
+    ``None``: ``tests`` maps a test to its checks, a check to its platforms, a platform to its
+    levels, a level to its counts (``null`` where it did not lower); ``audit``, where there
+    is one, maps ``platforms`` and ``sites`` per platform to counts."""
+
+    def found(value: object) -> str:
+        return f"found {type(value).__name__} {json.dumps(value)[:40]}"
+
+    tests = data.get("tests")
+    if not isinstance(tests, Mapping):
+        return f"'tests': expected a table of tests, {found(tests)}"
+    for nodeid, checks in tests.items():
+        if not isinstance(checks, Mapping):
+            return f"test {nodeid}: expected a table of checks, {found(checks)}"
+        for check, platforms in checks.items():
+            where = f"test {nodeid} check {check!r}"
+            if not isinstance(platforms, Mapping):
+                return f"{where}: expected a table of platforms, {found(platforms)}"
+            for platform, levels in platforms.items():
+                if not isinstance(levels, Mapping):
+                    return f"{where} on {platform}: expected a table of levels, {found(levels)}"
+                for level, counts in levels.items():
+                    if counts is None and level == "lowered":
+                        continue  # it did not lower
+                    bad = _not_counts(counts)
+                    if bad:
+                        return f"{where} on {platform} {level}: expected counts, {found(bad[0])}"
+    audit = data.get("audit")
+    if audit is None:
+        return None
+    if not isinstance(audit, Mapping):
+        return f"'audit': expected a table, {found(audit)}"
+    for key in ("platforms", "sites"):
+        tables = audit.get(key, {})
+        if not isinstance(tables, Mapping):
+            return f"audit {key!r}: expected a table of platforms, {found(tables)}"
+        for platform, counts in tables.items():
+            bad = _not_counts(counts)
+            if bad:
+                return f"audit {key} of {platform}: expected counts, {found(bad[0])}"
+    return None
+
+
+def _not_counts(value: object) -> tuple[object] | None:
+    """``(what is not a number,)`` in a table of counts (``value`` itself where it is no
+    table); ``None`` where every value is a number."""
+    if not isinstance(value, Mapping):
+        return (value,)
+    for n in value.values():
+        if isinstance(n, bool) or not isinstance(n, int | float):
+            return (n,)
+    return None
 
 
 ChangeKind = Literal["grew", "shrank", "stopped_lowering", "now_lowers"]
@@ -214,6 +271,20 @@ class Change:
         """Growth, or a platform that no longer lowers (its counts became unknown)."""
         return self.kind in ("grew", "stopped_lowering")
 
+    def finding(self) -> str:
+        """The change itself, as a failure leads with it: ``vendor calls grew 3 -> 5``,
+        ``padding waste grew 10.9% -> 55.5%``, ``stopped lowering``."""
+        if self.kind == "stopped_lowering":
+            return "stopped lowering"
+        if self.kind == "now_lowers":
+            return "lowers again"
+        assert self.metric is not None
+        assert self.before is not None
+        assert self.after is not None
+        shown = functools.partial(_value, self.metric)
+        grew = f"{self.kind} {shown(self.before)} -> {shown(self.after)}"
+        return f"{metric_label(self.metric)} {grew}"
+
     def describe(self, since: str = "") -> str:
         """``check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)`` (+ ``since``); the audited
         suite's: ``cuda: cusolver calls grew 0 -> 1 (+1)``."""
@@ -223,15 +294,13 @@ class Change:
             return f"{where}: lowered {then}, fails to lower now"
         if self.kind == "now_lowers":
             return f"{where}: failed to lower {then}, lowers now"
-        assert self.metric is not None
         assert self.before is not None
         assert self.after is not None
         delta = self.after - self.before
         level = "" if self.level == "lowered" else f" ({self.level})"
         shown = functools.partial(_value, self.metric)
         return (
-            f"{where}: {metric_label(self.metric)} {self.kind} {shown(self.before)} -> "
-            f"{shown(self.after)} ({'+' if delta > 0 else '-'}{shown(abs(delta))}){level}"
+            f"{where}: {self.finding()} ({'+' if delta > 0 else '-'}{shown(abs(delta))}){level}"
             f"{' ' + since if since else ''}"
         )
 
@@ -259,6 +328,14 @@ class Change:
                 for c in data.get("sites") or ()
             ),
         )
+
+
+def _metric_order(metric: str) -> tuple[int, str]:
+    """Calls first (vendor, custom, then per library), then the formats-and-layout numbers:
+    the order a failure and a diff list what changed."""
+    if metric in ("vendor", "custom"):
+        return (0, "0" if metric == "vendor" else "1")
+    return (1 if metric.startswith("library.") else 2, metric)
 
 
 def _num(value: float) -> str:
@@ -296,7 +373,7 @@ def _diff_test(nodeid: str, base: Mapping[str, Any], head: Mapping[str, Any]) ->
                 old, new = before.get(level), after.get(level)
                 if not old or not new:
                     continue
-                for metric in sorted(old.keys() | new.keys()):
+                for metric in sorted(old.keys() | new.keys(), key=_metric_order):
                     a, b = old.get(metric, 0), new.get(metric, 0)
                     if a != b and compared(metric, old, new):
                         kind: ChangeKind = "grew" if b > a else "shrank"
@@ -535,6 +612,221 @@ def compare_to_baseline(
         if c.fails
     ]
     return found
+
+
+def growth_violation(change: Change, origin: str, check: Mapping[str, Any]) -> Violation:
+    """A count of ``check`` (as in a report) that grew since the baseline at ``origin`` (or a
+    platform that stopped lowering), as a failure says it, the way it says a broken budget:
+    the finding first, then the sites behind the count at its level (every site of it: the
+    baseline keeps counts, not sites), or why it no longer lowers."""
+    kernels: tuple[Kernel, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    details: tuple[str, ...] = ()
+    try:
+        result: PlatformProbe | None = Probe.from_dict(check).platforms.get(change.platform)
+    except (AttributeError, KeyError, TypeError, ValueError):  # a record this run made
+        result = None
+    if result is not None and change.metric is not None:
+        kernels, findings = _sites_of(result, change.level, change.metric)
+    elif result is not None and result.error:
+        details = (result.error,)
+    return Violation(
+        check=change.check or "?", platform=change.platform, key=BASELINE_KEY,
+        limit=change.before, origin=origin, found=change.after, what=change.finding(),
+        level=change.level, kernels=kernels, findings=findings, details=details,
+    )  # fmt: skip
+
+
+_FINDINGS_OF: Mapping[str, Callable[[Finding], bool]] = {
+    "format_findings": lambda f: f.kind == "format",
+    "layout_findings": lambda f: f.kind == "layout",
+    "not_compiling": lambda f: not f.compiles,
+    "padding_waste": lambda f: f.rule == "tile-padding",
+    "relayouts": lambda f: f.rule == "inserted-relayout",
+    "relayout_bytes": lambda f: f.rule == "inserted-relayout",
+}
+"""Which findings move a formats-and-layout metric of a check (:data:`_FINDING_SITES` says
+the same of the suite audit's site labels)."""
+
+
+_LAYER_METRICS: Mapping[str, Layer] = {"vendor": "vendor", "custom": "custom"}
+"""The metrics that count a layer's kernels (:func:`_layer_counts`)."""
+
+
+def _sites_of(
+    result: PlatformProbe, level: str, metric: str
+) -> tuple[tuple[Kernel, ...], tuple[Finding, ...]]:
+    """The kernels or findings of ``result`` at ``level`` that ``metric`` counts."""
+    census = result.compiled if level == "compiled" else result.census
+    formats = result.compiled_formats if level == "compiled" else result.formats
+    layer = _LAYER_METRICS.get(metric)
+    if layer is not None:
+        return (census.in_layer(layer) if census is not None else ()), ()
+    if metric.startswith("library."):
+        library = metric.removeprefix("library.")
+        vendor = census.in_layer("vendor") if census is not None else ()
+        return tuple(k for k in vendor if k.library == library), ()
+    picks = _FINDINGS_OF.get(metric)
+    if formats is None or picks is None:
+        return (), ()
+    return (), tuple(f for f in formats.findings if picks(f))
+
+
+StaleWhy = Literal["removed", "file-gone", "checks-nothing", "check-gone"]
+"""Why a baseline entry is no longer matched: no test of that name in its file, which ran
+(renamed or removed); its file is gone; its test ran and passed but checks nothing now; its
+test ran and passed but no longer makes that check."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaleEntry:
+    """A baseline entry no test of this run matched any more (like an unused snapshot)."""
+
+    nodeid: str
+    check: str | None = None
+    """The check, where the test still matched but no longer makes it."""
+    why: StaleWhy = "removed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodeid": self.nodeid, "check": self.check, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StaleEntry:
+        why = str(data.get("why", "removed"))
+        return cls(
+            nodeid=str(data["nodeid"]),
+            check=None if data.get("check") is None else str(data["check"]),
+            why=why if why in get_args(StaleWhy) else "removed",  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BaselineMatch:
+    """How the baseline's entries met the tests of a run (``--jaxport-baseline``): the tests
+    it matched, the tests and checks it does not have (new), its entries no test matched any
+    more (stale: only of test files that ran whole this time, or whose file is gone) and
+    those of tests not run this time (another file, deselected, skipped, failed before
+    checking). A baseline that matched no test although tests checked is a wrong file (or
+    renamed tests): nothing was compared. ``--jaxport-baseline-strict`` (``strict``) fails
+    the run on that, on stale entries and on new tests or checks."""
+
+    file: str
+    """The baseline's FILE as given."""
+    entries: int = 0
+    """Tests the baseline has."""
+    compared: int = 0
+    """Tests that checked this run and that the baseline has: their counts were compared."""
+    new: tuple[str, ...] = ()
+    """Tests that checked this run and that the baseline does not have (not compared)."""
+    new_checks: tuple[tuple[str, str], ...] = ()
+    """``(test, check)``: checks a compared test made that its baseline entry does not have."""
+    stale: tuple[StaleEntry, ...] = ()
+    not_run: int = 0
+    """The baseline's tests neither compared nor stale: not run this time."""
+    strict: bool = False
+
+    @property
+    def matched_nothing(self) -> bool:
+        """Tests checked, and the baseline matched none of them."""
+        return not self.compared and bool(self.new)
+
+    @property
+    def unmatched(self) -> int:
+        """The baseline's tests that no test of this run matched (stale or not run)."""
+        return self.entries - self.compared
+
+    @property
+    def fails(self) -> bool:
+        """Whether ``--jaxport-baseline-strict`` fails the run: the baseline matched nothing,
+        has stale entries, or lacks tests or checks that ran."""
+        return self.strict and bool(
+            self.matched_nothing or self.stale or self.new or self.new_checks
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "entries": self.entries,
+            "compared": self.compared,
+            "new": list(self.new),
+            "new_checks": [{"nodeid": n, "check": c} for n, c in self.new_checks],
+            "stale": [e.to_dict() for e in self.stale],
+            "not_run": self.not_run,
+            "strict": self.strict,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BaselineMatch:
+        return cls(
+            file=str(data.get("file", "?")),
+            entries=int(data.get("entries", 0)),
+            compared=int(data.get("compared", 0)),
+            new=tuple(str(n) for n in data.get("new") or ()),
+            new_checks=tuple(
+                (str(c["nodeid"]), str(c["check"])) for c in data.get("new_checks") or ()
+            ),
+            stale=tuple(StaleEntry.from_dict(e) for e in data.get("stale") or ()),
+            not_run=int(data.get("not_run", 0)),
+            strict=bool(data.get("strict", False)),
+        )
+
+
+def file_of(nodeid: str) -> str:
+    """``tests/test_m.py`` of ``tests/test_m.py::TestC::test_f[1]``."""
+    return nodeid.split("::", 1)[0]
+
+
+def match_baseline(
+    baseline: Mapping[str, Any],
+    tests: Iterable[Mapping[str, Any]],
+    *,
+    file: str,
+    outcomes: Mapping[str, str],
+    deselected: Iterable[str] = (),
+    partial_files: Iterable[str] = (),
+    exists: Callable[[str], bool] = lambda file: True,
+    strict: bool = False,
+) -> BaselineMatch:
+    """Match the baseline's entries with a run's ``tests`` (the report's entries).
+
+    ``outcomes``: every test that ran, portable or not (``passed``, ``failed``, ``skipped``,
+    ``error``); ``deselected``: the tests collected but not selected (``-k``, ``-m``,
+    ``--deselect``, ``--lf``); ``partial_files``: test files only part of which was asked
+    for (``t.py::test_a``): another test of theirs may exist unseen, so their entries that
+    did not run are "not run", never stale; ``exists(file)``: whether a test file is still
+    there.
+    """
+    entries: Mapping[str, Mapping[str, Any]] = baseline.get("tests", {})
+    checked = {str(t["nodeid"]): t for t in tests if t.get("checks")}
+    new = tuple(sorted(n for n in checked if n not in entries))
+    skipped = set(deselected)
+    ran = {file_of(n) for n in (*outcomes, *skipped)} - set(partial_files)
+    compared, not_run = 0, 0
+    new_checks: list[tuple[str, str]] = []
+    stale: list[StaleEntry] = []
+    for nodeid, checks in sorted(entries.items()):
+        test = checked.get(nodeid)
+        if test is not None:
+            compared += 1
+            names = {str(c.get("name")) for c in test["checks"]}
+            new_checks += [(nodeid, name) for name in sorted(names - checks.keys())]
+            if test.get("outcome") == "passed":  # a test that stopped early made fewer
+                stale += [StaleEntry(nodeid=nodeid, check=c, why="check-gone")
+                          for c in sorted(checks.keys() - names)]  # fmt: skip
+        elif outcomes.get(nodeid) == "passed":
+            stale.append(StaleEntry(nodeid=nodeid, why="checks-nothing"))
+        elif nodeid in outcomes or nodeid in skipped:
+            not_run += 1
+        elif file_of(nodeid) in ran:
+            stale.append(StaleEntry(nodeid=nodeid, why="removed"))
+        elif not exists(file_of(nodeid)):
+            stale.append(StaleEntry(nodeid=nodeid, why="file-gone"))
+        else:
+            not_run += 1
+    return BaselineMatch(
+        file=file, entries=len(entries), compared=compared, new=new,
+        new_checks=tuple(new_checks), stale=tuple(stale), not_run=not_run, strict=strict,
+    )  # fmt: skip
 
 
 def audit_counts(section: Mapping[str, Any]) -> dict[str, Any]:

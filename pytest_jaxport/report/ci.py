@@ -17,11 +17,12 @@ check records ``"outputs": PATH``, relative to the folder of the JSON report
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.config import (
     BudgetTable,
     ConfigError,
@@ -35,6 +36,7 @@ from pytest_jaxport.report.baseline import (
     baseline_json,
     baseline_of,
     compare_to_baseline,
+    growth_violation,
     load_counts,
 )
 from pytest_jaxport.report.schema import MergeError, write_text
@@ -49,9 +51,13 @@ class CISettings:
     outputs_base: Path | None = None
     """The folder ``outputs`` paths in the report are relative to."""
     baseline_path: Path | None = None
+    baseline_name: str = ""
+    """``--jaxport-baseline``'s FILE as given (what messages name, and what to run again)."""
     baseline: Mapping[str, Any] | None = None
     """The baseline's counts (``merge.baseline_of`` form); ``None`` when not comparing."""
     baseline_update: bool = False
+    baseline_strict: bool = False
+    """``--jaxport-baseline-strict``: a baseline that does not match the run fails it."""
 
 
 def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
@@ -72,6 +78,12 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
         raise ConfigError(
             "--jaxport-baseline-update: say which file to write with --jaxport-baseline=FILE"
         )
+    strict = bool(option("jaxport_baseline_strict"))
+    if strict and not name:
+        raise ConfigError(
+            "--jaxport-baseline-strict: say which baseline to hold the run to with "
+            "--jaxport-baseline=FILE"
+        )
     if not name:
         return CISettings(outputs_dir=outputs_dir, outputs_base=outputs_base)
     path = (here / name).resolve()
@@ -82,8 +94,10 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
         outputs_dir=outputs_dir,
         outputs_base=outputs_base,
         baseline_path=path,
+        baseline_name=name,
         baseline=baseline,
         baseline_update=update,
+        baseline_strict=strict,
     )
 
 
@@ -97,11 +111,14 @@ def _read_baseline(name: str, path: Path) -> Mapping[str, Any]:
 
 
 def _check_update_target(name: str, path: Path) -> None:
-    """A missing file is fine; an existing one must be a baseline (any version), not a report."""
+    """A missing file is fine (its missing folders are created when it is written, as
+    ``--jaxport-report`` creates its own); an existing one must be a baseline (any version),
+    not a report."""
     import json
 
-    if not path.parent.is_dir():
-        raise ConfigError(f"--jaxport-baseline {name}: folder {path.parent} does not exist")
+    folder = next(p for p in path.parents if p.exists())
+    if not folder.is_dir():
+        raise ConfigError(f"--jaxport-baseline {name}: {folder} is a file, not a folder")
     if not path.exists():
         return
     try:
@@ -256,14 +273,21 @@ def save_check_outputs(
 
 
 def baseline_findings(
-    settings: CISettings, nodeid: str, checks: Iterable[Mapping[str, Any]]
-) -> tuple[list[str], list[str]]:
-    """``(growth, news)`` messages of one test against the baseline; growth fails it."""
+    settings: CISettings, nodeid: str, checks: Sequence[Mapping[str, Any]]
+) -> tuple[list[Violation], list[str]]:
+    """One test against the baseline: each count that grew (it fails the test, said like a
+    broken budget), and the messages for what is new there."""
     if settings.baseline is None:
         return [], []
 
-    found = compare_to_baseline(settings.baseline, nodeid, list(checks))
-    return [g.message for g in found if g.fails], [g.message for g in found if not g.fails]
+    found = compare_to_baseline(settings.baseline, nodeid, checks)
+    by_name = {str(check["name"]): check for check in checks}
+    grown = [
+        growth_violation(g.change, settings.baseline_name, by_name.get(g.change.check or "", {}))
+        for g in found
+        if g.fails and g.change is not None
+    ]
+    return grown, [g.message for g in found if not g.fails]
 
 
 def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | None:
@@ -271,6 +295,7 @@ def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | No
     if not settings.baseline_update or settings.baseline_path is None:
         return None
 
+    settings.baseline_path.parent.mkdir(parents=True, exist_ok=True)
     write_text(settings.baseline_path, baseline_json(baseline_of(report)))
     return settings.baseline_path
 

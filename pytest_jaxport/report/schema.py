@@ -37,7 +37,7 @@ from pytest_jaxport.model.hotspots import (
     site_order,
 )
 from pytest_jaxport.model.probe import Probe
-from pytest_jaxport.model.targets import NVIDIA_PLATFORM
+from pytest_jaxport.model.targets import LEVELS, NVIDIA_PLATFORM
 from pytest_jaxport.version import __version__
 
 SCHEMA_VERSION = 2
@@ -58,6 +58,15 @@ class MergeError(ValueError):
     """Legs cannot be merged, or a file cannot be used; one line naming the file."""
 
 
+def baseline_given(path: Path) -> str:
+    """What a command that reads reports says of a baseline given in a report's place."""
+    return (
+        f"{path}: a baseline, not a report: it holds only counts (for --jaxport-baseline and "
+        "jaxport diff); give a report written by pytest --jaxport-report=PATH.json or by "
+        "jaxport merge -o"
+    )
+
+
 def check_shape(path: Path, data: Any) -> None:
     """Refuse what is not a usable report (a :class:`MergeError` naming ``path``)."""
 
@@ -70,7 +79,7 @@ def check_shape(path: Path, data: Any) -> None:
     if not isinstance(tool, Mapping) or tool.get("name") != TOOL_NAME:
         raise MergeError(f"{path}: not a pytest-jaxport report")
     if data.get("kind") == BASELINE_KIND:
-        raise MergeError(f"{path}: a baseline, not a report: merge the legs' reports")
+        raise MergeError(baseline_given(path))
     for key in ("config", "environment"):
         if not isinstance(data.get(key), Mapping):
             raise _malformed(f"no {key!r} section")
@@ -89,6 +98,13 @@ def check_shape(path: Path, data: Any) -> None:
                 or not all(isinstance(e, Mapping) for e in check["platforms"].values())
             ):
                 raise _malformed(f"{test['nodeid']}: a check without a name or platforms")
+            for platform, entry in check["platforms"].items():
+                for level in LEVELS:  # what counts read: a census, or null (not lowered)
+                    if not isinstance(entry.get(level), Mapping | None):
+                        raise _malformed(
+                            f"{test['nodeid']} check {check['name']!r} on {platform}: "
+                            f"{level!r} is not a census (found {type(entry[level]).__name__})"
+                        )
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -296,6 +312,8 @@ def load(path: Path) -> dict[str, Any]:
     tool = data.get("tool") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
         raise ReportError(f"{path}: not a pytest-jaxport report")
+    if data.get("kind") == BASELINE_KIND:  # its schema_version counts baselines, not reports
+        raise ReportError(baseline_given(path))
     version = data.get("schema_version")
     if version not in READABLE_VERSIONS:
         readable = ", ".join(map(str, READABLE_VERSIONS))

@@ -61,7 +61,7 @@ from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
 from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_state, numerics_state
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.audit import computation_label, failures
-from pytest_jaxport.report.baseline import Change
+from pytest_jaxport.report.baseline import BaselineMatch, Change, StaleEntry, file_of
 from pytest_jaxport.view.display import DisplayOptions
 
 NO_AUTOTUNE_NOTE = (
@@ -215,7 +215,7 @@ class Headline:
         )
 
 
-ProblemKind = Literal["violation", "drift", "not-lowered", "numerics", "failure"]
+ProblemKind = Literal["violation", "drift", "not-lowered", "numerics", "failure", "baseline"]
 FAILURE_TITLES: Mapping[str, str] = {
     "failed": "failed: the test's own error",
     "error": "errored in setup or teardown",
@@ -229,6 +229,7 @@ PROBLEM_KINDS: tuple[ProblemKind, ...] = (
     "not-lowered",
     "numerics",
     "failure",
+    "baseline",
 )
 DRIFT_KEY = "outputs differ across legs"
 """A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
@@ -306,6 +307,13 @@ class ProblemGroup:
     def summary(self) -> str:
         """``40 violations in 38 tests (limit 2, set in pyproject.toml ...)``; the audit's
         ``1 suite violation (...)``, ``3 computations in 2 tests (...)``, ``2 counts``."""
+        if self.kind == "baseline":  # how the baseline met the run (BaselineMatch)
+            checks = sum(p.check is not None for p in self.problems)
+            counted = [plural(n, noun) for n, noun in ((self.count - checks, "test"),
+                                                       (checks, "check")) if n]  # fmt: skip
+            if self.key == BASELINE_NONE:
+                counted = []
+            return ", ".join(counted) + (f" ({self.rule})" if counted else self.rule)
         nouns = {"violation": "violation", "failure": "test", "drift": "drift"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
@@ -834,6 +842,8 @@ class ReportView:
     """The device each platform's formats-and-layout findings were judged for."""
     emulations: tuple[EmulationRow, ...] = ()
     """Per emulated platform, its checks' outcomes (:func:`emulations_of`)."""
+    baseline: BaselineMatch | None = None
+    """How the baseline (``--jaxport-baseline``) met the run, where one was compared."""
 
     @property
     def problem_count(self) -> int:
@@ -1001,9 +1011,11 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
     rows = tuple(test_row(t, platforms) for t in sorted(tests, key=_test_key))
     headline = headline_of(report)
     audit = audit_parts(report)
+    baseline = baseline_match_of(report)
     view = ReportView(
         headline=headline,
-        problems=problems_of(rows, audit.problems if audit is not None else ()),
+        problems=problems_of(rows, audit.problems if audit is not None else ())
+        + baseline_groups(baseline),
         hotspots=hotspots_of(summary, tests),
         totals=totals_of(summary),
         shares=shares_of(summary.get("runtime_share")),
@@ -1014,7 +1026,8 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
             for a in _list(_map(summary.get("tooling")).get("assumptions"))
             if isinstance(a, Mapping)
         ),
-        notes=notes_of(rows, report),
+        notes=notes_of(rows, report)
+        + ((Note(text=baseline_line(baseline)),) if baseline is not None else ()),
         tests=rows,
         platforms=tuple(platforms),
         deviceless=_deviceless(tests),
@@ -1023,6 +1036,7 @@ def build_view(report: Mapping[str, Any]) -> ReportView:
         collectives=collectives_of(summary),
         devices=devices_of(report),
         emulations=emulations_of(rows),
+        baseline=baseline,
     )
     if audit is not None:
         view = dataclasses.replace(
@@ -1551,6 +1565,125 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
     if kind == "drift":
         return "beyond the project's tolerances: the test fails in the merged report"
     return ""
+
+
+BASELINE_NONE = "baseline matches no test"
+BASELINE_STALE = "baseline entries no longer matched"
+BASELINE_NEW = "not in the baseline"
+"""The baseline's problem groups (``--jaxport-baseline``): what each is titled."""
+_STALE_WHY: Mapping[str, str] = {
+    "removed": "no test of that name in {file}, which ran: renamed or removed?",
+    "file-gone": "its file {file} is gone",
+    "checks-nothing": "the test ran and passed, checking nothing",
+    "check-gone": "the test no longer makes this check",
+}
+
+
+def baseline_match_of(report: Mapping[str, Any]) -> BaselineMatch | None:
+    """The report's ``baseline`` section (:class:`BaselineMatch`), where it has one."""
+    data = report.get("baseline")
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return BaselineMatch.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def stale_text(entry: StaleEntry) -> str:
+    """Why a baseline entry is no longer matched: ``no such test in t.py, which ran
+    (renamed or removed?)``."""
+    return _STALE_WHY[entry.why].format(file=file_of(entry.nodeid))
+
+
+def baseline_line(match: BaselineMatch) -> str:
+    """``baseline b.json: 3 tests compared, 1 test not in it (new); of its 5 tests, 3
+    matched, 1 no longer matched (stale), 1 not run this time``: said after every run
+    compared with a baseline, and among the report's notes."""
+    ran = [f"{plural(match.compared, 'test')} compared"]
+    ran += [f"{plural(len(match.new), 'test')} not in it (new)"] if match.new else []
+    if match.new_checks:
+        ran.append(f"{plural(len(match.new_checks), 'check')} of compared tests not in it (new)")
+    stale = sum(e.check is None for e in match.stale)
+    has = [f"{number(match.compared)} matched"]
+    has += [f"{number(stale)} no longer matched (stale)"] if stale else []
+    has += [f"{number(match.not_run)} not run this time"] if match.not_run else []
+    text = (
+        f"baseline {match.file}: {', '.join(ran)}; of its {plural(match.entries, 'test')}, "
+        f"{', '.join(has)}"
+    )
+    if len(match.stale) > stale:
+        text += f"; {plural(len(match.stale) - stale, 'check')} no longer made (stale)"
+    return text
+
+
+def baseline_verdict(match: BaselineMatch) -> str | None:
+    """What a baseline that does not match the run means: the warning for one that matched
+    no test (``None`` for one that matches), the failure under ``--jaxport-baseline-strict``."""
+    said = []
+    if match.matched_nothing:
+        said.append(f"matched none of the {plural(len(match.new), 'test')} that checked")
+    stale = sum(e.check is None for e in match.stale)
+    said += [f"{plural(stale, 'entry', 'entries')} no longer matched"] if stale else []
+    if len(match.stale) > stale:
+        said.append(f"{plural(len(match.stale) - stale, 'check')} no longer made")
+    if match.strict and not match.matched_nothing:
+        said += [f"{plural(len(match.new), 'test')} not in it"] if match.new else []
+        said += [f"{plural(len(match.new_checks), 'check')} not in it"] if match.new_checks else []
+    if match.fails:
+        return (
+            f"FAILED: --jaxport-baseline-strict: the baseline {match.file} does not match this "
+            f"run ({'; '.join(said)}); no test failed for it. --jaxport-baseline-update "
+            "records the suite as it is"
+        )
+    if match.matched_nothing:
+        return (
+            f"warning: the baseline {match.file} {said[0]}: nothing was compared (a baseline "
+            "of another project, or tests renamed?); --jaxport-baseline-update writes this "
+            "suite's"
+        )
+    return None
+
+
+def baseline_groups(match: BaselineMatch | None) -> tuple[ProblemGroup, ...]:
+    """The baseline's problems: a baseline that matched no test, its entries no test matched
+    any more, the tests and checks it does not have; failures under ``--jaxport-baseline-strict``,
+    findings that fail nothing otherwise."""
+    if match is None:
+        return ()
+    fails = "fails the run: --jaxport-baseline-strict" if match.strict else (
+        "a finding; --jaxport-baseline-strict fails the run on it")  # fmt: skip
+    groups = []
+    if match.matched_nothing:
+        row = Problem(
+            kind="baseline", test=match.file, key=BASELINE_NONE, found=BASELINE_NONE,
+            message=f"matched none of the {plural(len(match.new), 'test')} that checked: "
+            "nothing was compared (a baseline of another project, or tests renamed?)",
+        )  # fmt: skip
+        groups.append((BASELINE_NONE, f"{fails}; --jaxport-baseline-update writes this "
+                       "suite's", [row]))  # fmt: skip
+    stale = [
+        Problem(kind="baseline", test=e.nodeid, check=e.check, key=BASELINE_STALE,
+                found=BASELINE_STALE, message=stale_text(e))
+        for e in match.stale
+    ]  # fmt: skip
+    if stale:
+        groups.append((BASELINE_STALE, f"{fails}; --jaxport-baseline-update drops them", stale))
+    new = [
+        Problem(kind="baseline", test=n, key=BASELINE_NEW, found=BASELINE_NEW,
+                message="new test: its counts are not compared")
+        for n in match.new
+    ] + [
+        Problem(kind="baseline", test=n, check=c, key=BASELINE_NEW, found=BASELINE_NEW,
+                message="new check: its counts are not compared")
+        for n, c in match.new_checks
+    ]  # fmt: skip
+    if new:
+        groups.append((BASELINE_NEW, f"{fails}; --jaxport-baseline-update records them", new))
+    return tuple(
+        ProblemGroup(kind="baseline", key=key, platform=None, rule=rule, problems=tuple(rows))
+        for key, rule, rows in groups
+    )
 
 
 def hotspots_of(

@@ -430,6 +430,11 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     drifts = sum(len(g.problems) for g in groups if g.kind == "drift")
     if drifts:
         said.append(plural(drifts, "output drift") + " across legs")
+    mismatches = sum(g.count for g in groups if g.kind == "baseline")
+    if mismatches:
+        fails = view.baseline is not None and view.baseline.fails
+        how = " (--jaxport-baseline-strict)" if fails else " that fail nothing"
+        said.append(plural(mismatches, "baseline mismatch", "baseline mismatches") + how)
     if findings:
         said.append(
             f"{plural(findings, 'finding')} that fail{'s' if findings == 1 else ''} no test"
