@@ -16,12 +16,12 @@ from pathlib import Path
 
 from pytest_jaxport.model.config import platform_hint
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS
-from pytest_jaxport.report.baseline import baseline_json, diff, load_counts
+from pytest_jaxport.report.baseline import baseline_json, counted, diff, load_counts
 from pytest_jaxport.report.schema import MergeError, ReportError, load, write_text
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.html import html, render_html
-from pytest_jaxport.view.model import ReportView, build_view
+from pytest_jaxport.view.model import ReportView, build_view, versions_note
 from pytest_jaxport.view.text import markdown, render_markdown, render_text
 
 EXIT_OK = 0
@@ -147,15 +147,24 @@ def _merge(args: argparse.Namespace) -> int:
     said = result.text()
     if said:
         print(said)
+    mixed = result.report.get("mixed_versions")
+    if mixed:
+        print(f"note: {versions_note(mixed)}")
     tests = len(result.report["tests"])
-    verdict = f"{len(result.drifts)} output drift(s)" if result.drifts else "consistent"
+    failed = result.failures()  # the drifts among them
+    verdict = [f"FAILED: {', '.join(failed)}"] if failed else []
     if not result.comparisons:
-        verdict = "nothing compared (no leg saved outputs: run them with --jaxport-save-outputs)"
+        verdict.append(
+            "nothing compared (no leg saved outputs: run them with --jaxport-save-outputs)"
+        )
+    elif result.ok:
+        verdict.append("outputs consistent" if failed else "consistent")
     print(
-        f"jaxport merge: {len(paths)} leg(s), {tests} test(s), "
-        f"{result.comparisons} output comparison(s): {verdict}; wrote {output}"
+        f"jaxport merge: {counted(len(paths), 'leg')}, {counted(tests, 'test')}, "
+        f"{counted(result.comparisons, 'output comparison')}: {'; '.join(verdict)}; "
+        f"wrote {output}"
     )
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def _diff(args: argparse.Namespace) -> int:

@@ -755,7 +755,7 @@ def test_show_merge_and_diff_read_audit_reports(
         assert expected in out
         assert "test_suite.py" in out
     merged = str(suite.path / "merged.json")
-    assert main(["merge", report, report, "-o", merged]) == 0
+    assert main(["merge", report, "-o", merged]) == 0  # (the same leg twice is refused)
     assert json.loads((suite.path / "merged.json").read_text())["audit"]["seen"]["computations"]
     assert main(["diff", report, report]) == 0
     capsys.readouterr()

@@ -723,9 +723,100 @@ def test_a_merge_without_saved_outputs_does_not_say_consistent(
     assert main(["merge", "leg-a.json", "leg-b.json", "-o", "m.json"]) == 0
     out = capsys.readouterr().out
     assert "consistent" not in out
-    assert "0 output comparison(s): nothing compared (no leg saved outputs" in out
+    assert "2 legs, 2 tests, 0 output comparisons: nothing compared (no leg saved outputs" in out
     assert main(["show", "m.json"]) == 0
     assert "numerics across legs: nothing compared" in capsys.readouterr().out
+
+
+OVER_BUDGET = """
+[tool.jaxport]
+platforms = ["cpu", "cuda", "rocm", "tpu"]
+reference = "cpu"
+
+[tool.jaxport.budget.cuda]
+max_vendor_calls = 0
+"""
+
+
+def test_a_merge_of_legs_whose_tests_failed_is_not_green(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    pytester.makefile(".toml", pyproject=OVER_BUDGET)
+    pytester.makepyfile(test_suite=SUITE)  # a matmul and an inverse: cuBLAS, cuSOLVER on cuda
+    for leg, platforms in (("a", "cpu,cuda"), ("b", "cpu,cuda,tpu")):
+        pytester.runpytest(
+            f"--jaxport-report=leg-{leg}.json", f"--jaxport-save-outputs=outputs-{leg}",
+            f"--jaxport-platforms={platforms}",
+        ).assert_outcomes(failed=2)  # fmt: skip
+    monkeypatch.chdir(pytester.path)
+    capsys.readouterr()
+    code = main(["merge", "leg-a.json", "leg-b.json", "-o", "merged.json"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert out.splitlines()[-1] == (
+        "jaxport merge: 2 legs, 2 tests, 3 output comparisons: FAILED: 2 failed tests (failed "
+        "on leg-a.json: 2, leg-b.json: 2), 2 budget violations; outputs consistent; wrote "
+        "merged.json"
+    )
+    assert main(["show", "merged.json", "-q"]) == 0
+    assert "problems: 2 failed, 2 budget violations" in capsys.readouterr().out
+
+
+def test_merge_refuses_a_leg_twice_and_says_legs_of_mixed_versions(
+    leg_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from pytest_jaxport.version import __version__
+
+    for leg, platforms in (("a", "cpu,cuda"), ("b", "cpu,tpu")):
+        leg_project.runpytest(
+            f"--jaxport-report=leg-{leg}.json", f"--jaxport-platforms={platforms}"
+        ).assert_outcomes(passed=2)
+    monkeypatch.chdir(leg_project.path)
+    capsys.readouterr()
+    code = main(["merge", "leg-a.json", "leg-b.json", "leg-a.json", "-o", "m.json"])
+    _refused(code, err := capsys.readouterr().err, "leg-a.json")
+    assert err == "jaxport merge: leg-a.json: given twice; give each leg once\n"
+    (leg_project.path / "copy").mkdir()
+    (leg_project.path / "copy" / "leg-a.json").write_text(
+        (leg_project.path / "leg-a.json").read_text()
+    )
+    code = main(["merge", "leg-a.json", "copy/leg-a.json", "-o", "m.json"])
+    _refused(code, err := capsys.readouterr().err, "copy/leg-a.json")
+    assert "copy/leg-a.json: the same leg as leg-a.json (an identical report); give each " in err
+
+    # Leg b from another release of jax and of pytest-jaxport: merged, and said everywhere.
+    leg_b = json.loads((leg_project.path / "leg-b.json").read_text())
+    leg_b["environment"].update(jax="0.12.0", jaxlib="0.12.0")
+    leg_b["tool"]["version"] = "9.9.9"
+    (leg_project.path / "leg-b.json").write_text(json.dumps(leg_b))
+    ours = json.loads((leg_project.path / "leg-a.json").read_text())["environment"]
+    jax, python = ours["jax"], ours["python"]
+    code = main(["merge", "leg-a.json", "leg-b.json", "-o", "m.json", "--md", "m.md",
+                 "--html", "m.html"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    said = (
+        f"legs differ in versions: pytest-jaxport {__version__} (leg-a.json), 9.9.9 (leg-b.json); "
+        f"jax {jax} (leg-a.json), 0.12.0 (leg-b.json); jaxlib {ours['jaxlib']} (leg-a.json), "
+        "0.12.0 (leg-b.json); counts and numerics can differ between releases for reasons "
+        "other than the code: merge legs of one release"
+    )
+    assert f"note: {said}" in out.splitlines()
+    merged = json.loads((leg_project.path / "m.json").read_text())
+    assert merged["mixed_versions"]["jax"] == {"leg-a.json": jax, "leg-b.json": "0.12.0"}
+    assert [leg["tool_version"] for leg in merged["legs"]] == [__version__, "9.9.9"]
+    assert f"- {said}" in (leg_project.path / "m.md").read_text()
+    page = (leg_project.path / "m.html").read_text()
+    assert (
+        f"<dt>legs</dt><dd>leg-a.json: jax {jax} · jaxlib {ours['jaxlib']} · python {python} · "
+        f"pytest-jaxport {__version__}; leg-b.json: jax 0.12.0 · jaxlib 0.12.0 · python "
+        f"{python} · pytest-jaxport 9.9.9</dd>"
+    ) in page
+    assert "<dt>versions differ</dt><dd>pytest-jaxport, jax, jaxlib</dd>" in page
+    assert main(["show", "m.json"]) == 0
+    assert "note: legs differ in versions: pytest-jaxport" in capsys.readouterr().out
 
 
 # -- the commands on bad input ----------------------------------------------------------------
@@ -736,7 +827,8 @@ def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
 
     path = tmp_path / name
     write_json(path, build_report([], config={"platforms": ["cpu"], "reference": "cpu"},
-                                  environment={"present_platforms": ["cpu"]}))  # fmt: skip
+                                  environment={"present_platforms": ["cpu"],
+                                               "machine": f"runner of {name}"}))  # fmt: skip
     return path
 
 
@@ -838,7 +930,7 @@ def test_merge_writes_json_markdown_and_html(
     code = main(["merge", str(a), str(b), "-o", str(tmp_path / "m.json"),
                  "--md", str(tmp_path / "m.md"), "--html", str(tmp_path / "m.html")])  # fmt: skip
     assert code == 0
-    assert "2 leg(s), 0 test(s)" in capsys.readouterr().out
+    assert "2 legs, 0 tests, 0 output comparisons: nothing compared" in capsys.readouterr().out
     merged = json.loads((tmp_path / "m.json").read_text())
     assert [leg["leg"] for leg in merged["legs"]] == ["leg-a.json", "leg-b.json"]
     assert "### Legs" in (tmp_path / "m.md").read_text()

@@ -490,8 +490,9 @@ def test_legs_with_the_same_file_name_are_told_apart(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     cpu = leg_report([make_test(NODEID, check("mlp", entry("cpu", present=True)))], present=[])
+    other = {**cpu, "environment": {**cpu["environment"], "machine": "another machine"}}
     merged = merge(
-        [write(tmp_path / "a", "report.json", cpu), write(tmp_path / "b", "report.json", cpu)],
+        [write(tmp_path / "a", "report.json", cpu), write(tmp_path / "b", "report.json", other)],
         tolerance_for=defaults,
     )
     names = [leg["leg"] for leg in merged.report["legs"]]
@@ -887,8 +888,10 @@ def test_merging_a_report_with_itself_is_consistent_and_idempotent(
             {p: np.full(3, value, np.float32) for p in ("cpu", "cuda", "rocm", "tpu")},
         )
         once = merge([(folder / "leg-a.json", report)], tolerance_for=defaults, outputs_root=folder)
+        # A twin leg: the same results from another machine (the same report twice is refused)
+        twin = {**report, "environment": {**report["environment"], "machine": "twin"}}
         twice = merge(
-            [(folder / "leg-a.json", report), (folder / "leg-b.json", report)],
+            [(folder / "leg-a.json", report), (folder / "leg-b.json", twin)],
             tolerance_for=defaults,
             outputs_root=folder,
         )

@@ -312,7 +312,11 @@ def test_show_merge_and_diff_read_a_version_1_report(
         assert main(["show", str(V1), "--format", fmt]) == 0
         assert "test_convnet_tight_budget[0]" in capsys.readouterr().out
     merged = tmp_path / "merged.json"
-    assert main(["merge", str(V1), "-o", str(merged), "--md", str(tmp_path / "m.md")]) == 0
+    # merged and written; exit 1: its tests failed (a merged report that is not green)
+    assert main(["merge", str(V1), "-o", str(merged), "--md", str(tmp_path / "m.md")]) == 1
+    assert "FAILED: 4 failed tests (failed on report-v1.json: 4), 2 budget violations" in (
+        capsys.readouterr().out
+    )
     assert json.loads(merged.read_text())["schema_version"] == SCHEMA_VERSION
     assert "max_library_calls.cudnn" in (tmp_path / "m.md").read_text()
     capsys.readouterr()

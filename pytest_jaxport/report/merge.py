@@ -37,11 +37,12 @@ from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.targets import ordered_platforms
 from pytest_jaxport.model.tooling import Assumption, summarize
-from pytest_jaxport.report.audit import merge_audits
+from pytest_jaxport.report.audit import failures, merge_audits
 from pytest_jaxport.report.baseline import counted, md_cell
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
+    TOOL_NAME,
     MergeError,
     ReportError,
     build_report,
@@ -173,6 +174,38 @@ class MergeResult:
         """Whether every compared output matched."""
         return not self.drifts
 
+    def failures(self) -> list[str]:
+        """What keeps the merged report from green, for its one-line summary: the legs'
+        failed tests (and on which leg), budget violations, output drifts, suite audit
+        failures; ``[]`` when it is green (``jaxport merge`` exits 1 otherwise)."""
+        summary = self.report.get("summary", {})
+        said = []
+        failed = int(summary.get("failed_tests", 0))
+        if failed:
+            by_leg: dict[str, int] = {}
+            for test in self.report.get("tests", []):
+                for leg, outcome in (test.get("legs") or {}).items():
+                    if outcome in ("failed", "error"):
+                        by_leg[leg] = by_leg.get(leg, 0) + 1
+            where = []
+            if by_leg:
+                where.append(f"failed on {', '.join(f'{leg}: {n}' for leg, n in by_leg.items())}")
+            drifted = sum(1 for t in self.report.get("tests", []) if t.get("drifts"))
+            if drifted:
+                where.append(f"{drifted} by output drift")
+            shown = f" ({'; '.join(where)})" if where else ""
+            said.append(counted(failed, "failed test") + shown)
+        violations = int(summary.get("violations", 0))
+        if violations:
+            said.append(counted(violations, "budget violation"))
+        if self.drifts:
+            said.append(f"{counted(len(self.drifts), 'output drift')} across legs")
+        audit = self.report.get("audit")
+        suite = failures(audit) if isinstance(audit, Mapping) else 0
+        if suite:
+            said.append(counted(suite, "suite audit failure"))
+        return said
+
     def text(self) -> str:
         """The drifts and notes, for the terminal (empty when there is nothing to say)."""
         lines: list[str] = []
@@ -269,6 +302,7 @@ def merge(
     if not legs:
         raise MergeError("nothing to merge: no leg reports given")
     named = _name_legs(legs)
+    _check_distinct(named)
     for leg in named:
         check_shape(leg.path, leg.report)
     _check_compatible(named)
@@ -305,6 +339,9 @@ def merge(
     report = build_report(tests, config=config, environment=_merged_environment(named))
     report["summary"].update(_merged_numbers(named, report["tests"], config))
     report["legs"] = _leg_records(named)
+    mixed = mixed_versions(report["legs"])
+    if mixed:  # a key only where the legs differ: other merged reports are unchanged
+        report["mixed_versions"] = mixed
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
     report["comparisons"] = comparisons
@@ -389,6 +426,21 @@ def _name_legs(legs: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[_Leg]:
         _Leg(name=path.as_posix() if path.name in clash else path.name, path=path, report=data)
         for path, data in legs
     ]
+
+
+def _check_distinct(legs: Sequence[_Leg]) -> None:
+    """Refuse a leg given twice: the same file, or an identical report (a copy): it would
+    count its tests and its numbers twice."""
+    seen: dict[object, _Leg] = {}
+    for leg in legs:
+        text = json.dumps(leg.report, sort_keys=True)
+        for key, how in ((leg.path.resolve(), "the same file"), (text, "an identical report")):
+            other = seen.setdefault(key, leg)
+            if other is leg:
+                continue
+            given = "given twice" if str(other.path) == str(leg.path) else (
+                f"the same leg as {other.path} ({how})")  # fmt: skip
+            raise MergeError(f"{leg.path}: {given}; give each leg once")
 
 
 def _config_conflicts(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
@@ -478,9 +530,31 @@ def _leg_records(legs: Sequence[_Leg]) -> list[dict[str, Any]]:
                 "platforms": list(leg.report["config"].get("platforms", [])),
                 "present_platforms": list(env.get("present_platforms", [])),
                 "environment": dict(env),
+                "tool_version": leg.report.get("tool", {}).get("version"),
             },
         )
     return list(records.values())
+
+
+VERSION_KEYS = (TOOL_NAME, "jax", "jaxlib", "python")
+"""What a leg ran with, which legs of one merge should share: counts and numerics from
+different releases can differ for reasons other than the code."""
+
+
+def mixed_versions(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{"jax": {"leg-a.json": "0.10.2", "leg-b.json": "0.12.0"}}``: each of
+    :data:`VERSION_KEYS` the legs (``report["legs"]`` records) do not share, per leg."""
+    mixed = {}
+    for key in VERSION_KEYS:
+        found = {
+            str(r.get("leg")): str(v)
+            for r in records
+            if (v := r.get("tool_version") if key == TOOL_NAME
+                else r.get("environment", {}).get(key)) is not None
+        }  # fmt: skip
+        if len(set(found.values())) > 1:
+            mixed[key] = found
+    return mixed
 
 
 _OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}

@@ -62,6 +62,7 @@ from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_state, num
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.audit import computation_label, failures
 from pytest_jaxport.report.baseline import BaselineMatch, Change, StaleEntry, file_of
+from pytest_jaxport.report.schema import TOOL_NAME
 from pytest_jaxport.view.display import DisplayOptions
 
 NO_AUTOTUNE_NOTE = (
@@ -1129,6 +1130,7 @@ def headline_of(report: Mapping[str, Any]) -> Headline:
     versions = " · ".join(f"{k} {env[k]}" for k in ("jax", "jaxlib", "python") if env.get(k))
     machine = _str(env.get("machine"))
     facts.append(("environment", " · ".join(x for x in (versions, machine) if x) or "—"))
+    facts += leg_facts(report)
     facts.append(
         ("present here", ", ".join(str(p) for p in _list(env.get("present_platforms"))) or "none")
     )
@@ -2067,6 +2069,44 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
     return tuple(notes)
 
 
+def leg_facts(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A merged report's legs, each with its jax and Python (and pytest-jaxport where the legs
+    differ in it), and which versions differ between them (``mixed_versions``)."""
+    legs = [_map(leg) for leg in _list(report.get("legs"))]
+    if not legs:
+        return []
+    mixed = _map(report.get("mixed_versions"))
+    keys = ["jax", *(["jaxlib"] if "jaxlib" in mixed else []), "python"]
+    said = []
+    for leg in legs:
+        env = _map(leg.get("environment"))
+        versions = [f"{k} {env[k]}" for k in keys if env.get(k)]
+        if TOOL_NAME in mixed and leg.get("tool_version"):
+            versions.append(f"{TOOL_NAME} {leg['tool_version']}")
+        said.append(f"{_str(leg.get('leg'), '?')}: {' · '.join(versions) or '—'}")
+    facts = [("legs", "; ".join(said))]
+    if mixed:
+        facts.append(("versions differ", ", ".join(str(k) for k in mixed)))
+    return facts
+
+
+def versions_note(mixed: Mapping[str, Any]) -> str:
+    """``legs differ in versions: jax 0.10.2 (leg-a.json), 0.12.0 (leg-b.json); ...``: what a
+    merged report says of legs that ran different releases (``mixed_versions``)."""
+    parts = []
+    for key, by_leg in mixed.items():
+        legs_of: dict[str, list[str]] = {}
+        for leg, version in _map(by_leg).items():
+            legs_of.setdefault(str(version), []).append(str(leg))
+        parts.append(
+            f"{key} " + ", ".join(f"{v} ({', '.join(legs)})" for v, legs in legs_of.items())
+        )
+    return (
+        f"legs differ in versions: {'; '.join(parts)}; counts and numerics can differ between "
+        "releases for reasons other than the code: merge legs of one release"
+    )
+
+
 def merged_notes(report: Mapping[str, Any], legs: Sequence[Any]) -> list[Note]:
     """How a merged report (``jaxport merge``) got its numbers, and what it compared."""
     names = ", ".join(_str(_map(leg).get("leg"), "?") for leg in legs)
@@ -2078,6 +2118,9 @@ def merged_notes(report: Mapping[str, Any], legs: Sequence[Any]) -> list[Note]:
             "pytest_jaxport_rewrite_cost hooks run only inside pytest, not in the merge"
         )
     ]
+    mixed = _map(report.get("mixed_versions"))
+    if mixed:
+        notes.append(Note(text=versions_note(mixed)))
     compared = _int(report.get("comparisons"))
     if compared:
         drifted = sum(len(_list(_map(t).get("drifts"))) for t in _list(report.get("tests")))
