@@ -49,11 +49,12 @@ calls carry the relayouts around them)."""
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
-LOWERED_FORMAT = 5
+LOWERED_FORMAT = 6
 """Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
 module (which ops keep their location, how costs are estimated, which cases resolve, the
 collectives the partitioner inserts, how host callbacks lower), changes (4: failures to
-lower kept; 5: sites carry their types and the attributes format findings read)."""
+lower kept; 5: sites carry their types and the attributes format findings read; 6: what JAX
+warned while lowering for a platform not present)."""
 
 
 def cache_key(
@@ -163,6 +164,8 @@ class FailedLowering:
     does not lower it again to fail the same way."""
 
     error: str
+    warnings: tuple[str, ...] = ()
+    """What JAX warned while failing (``Program.warnings``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,7 +192,8 @@ class CompiledCache:
             if data.get("format") != self.format:
                 return None
             if "failed" in data:
-                return FailedLowering(error=str(data["failed"]))
+                warned = tuple(str(w) for w in data.get("warnings", ()))
+                return FailedLowering(error=str(data["failed"]), warnings=warned)
             return program_from_dict(data["program"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -198,6 +202,8 @@ class CompiledCache:
         """Store atomically; a cache that cannot be written is no cache, never an error."""
         if isinstance(program, FailedLowering):
             entry: dict[str, object] = {"format": self.format, "failed": program.error}
+            if program.warnings:
+                entry["warnings"] = list(program.warnings)
         else:
             entry = {"format": self.format, "program": program_to_dict(program)}
         self._write(key, entry)

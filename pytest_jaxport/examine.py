@@ -287,7 +287,10 @@ class Examiner:
         for platform, counted in censuses.items():
             if counted.census is not None:
                 results[platform] = replace(
-                    results[platform], census=counted.census, formats=counted.formats
+                    results[platform],
+                    census=counted.census,
+                    formats=counted.formats,
+                    lowering_warnings=counted.lowering_warnings,
                 )
         programs = {  # what the compiled level keys on: with the partitioner's collectives
             p: with_inserted(program, inserted or ()) if found.partitioned else program
@@ -327,13 +330,13 @@ class Examiner:
         programs: dict[str, Program] = {}
         keys: dict[str, str | None] = {}
         read: dict[str, Program] = {}
-        known: dict[str, str] = {}  # platforms an earlier run failed to lower, and why
+        known: dict[str, FailedLowering] = {}  # platforms an earlier run failed to lower
         for platform in platforms:
             if platform in cached:
                 keys[platform] = self._key(keyed, platform)
                 entry = self._cached_entry(keys[platform])
                 if isinstance(entry, FailedLowering):
-                    known[platform] = entry.error
+                    known[platform] = entry
                 elif entry is not None:
                     read[platform] = entry
         missing = [p for p in keys if p not in read and p not in known and p not in present]
@@ -363,22 +366,37 @@ class Examiner:
         # A platform present here is read from JAX's own lowering, with the real callbacks:
         # where it just ran the call (the audit) that lowering is in JAX's cache; joining it
         # to the others' would lower it again (a PRNG op: 52 ms for four, 28 for three).
-        together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
+        # What JAX warns while lowering for the absent ones (together, or each alone where
+        # that fails) is kept with each of their programs (lowering.warnings_kept): the
+        # lowering is ours, not the test's, and a warm run reads it from the cache as well.
+        heard: list[str] = []
+        with lowering.warnings_kept(heard):
+            together = lowering.lower_together(absent, missing) if len(missing) > 1 else None
         for platform in platforms:
             if platform in known:
-                failures[platform] = failed_to_lower(platform, present, known[platform])
+                failures[platform] = failed_to_lower(
+                    platform, present, known[platform].error, known[platform].warnings
+                )
                 continue
+            warned = list(heard) if platform in missing else []
             try:
                 program = read.get(platform) or shared.get(platform)
                 if program is None and together is not None:
                     program = together.get(platform)
-                if program is None:
-                    lowered = lowering.lower(traced if platform in present else absent, platform)
+                if program is None and platform in present:
+                    lowered = lowering.lower(traced, platform)
                     program = lowering.read_program(lowered)
                     lowered_for[platform] = lowered
+                elif program is None:
+                    with lowering.warnings_kept(warned):
+                        lowered = lowering.lower(absent, platform)
+                    program = lowering.read_program(lowered)
+                    lowered_for[platform] = lowered
+                if warned:
+                    program = replace(program, warnings=tuple(warned))
                 lowering.refuse_unrunnable(program, platform)
             except lowering.LoweringFailure as e:
-                failures[platform] = failed_to_lower(platform, present, str(e))
+                failures[platform] = failed_to_lower(platform, present, str(e), tuple(warned))
                 lowered_for.pop(platform, None)
                 if platform not in read:
                     self._cache_failure(keys.get(platform), failures[platform], str(e))
@@ -433,6 +451,7 @@ class Examiner:
                 present=platform in present,
                 census=census,
                 formats=self.formats(program, platform, caller=caller, at_caller=at_caller),
+                lowering_warnings=program.warnings,
             )
         return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
 
@@ -524,7 +543,7 @@ class Examiner:
         versions; not one that depends on this machine (JAX asked for a GPU, a package is
         missing), which may lower elsewhere or after an install."""
         if probe.needs_hardware is None and missing_package(error) is None:
-            self._cache_program(key, FailedLowering(error=error))
+            self._cache_program(key, FailedLowering(error=error, warnings=probe.lowering_warnings))
 
     def keep_programs(self, examined: Examined) -> None:
         """Keep the programs ``examine(keep_programs=False)`` lowered and left out."""
@@ -815,9 +834,12 @@ class Examiner:
     # -- the compiled level -------------------------------------------------------------------
 
 
-def failed_to_lower(platform: str, present: Collection[str], error: str) -> PlatformProbe:
+def failed_to_lower(
+    platform: str, present: Collection[str], error: str, warnings: tuple[str, ...] = ()
+) -> PlatformProbe:
     """A platform JAX did not lower for: a finding about the code, or, where JAX asked for
-    hardware this machine lacks, "not lowerable here" (``needs_hardware``)."""
+    hardware this machine lacks, "not lowerable here" (``needs_hardware``); with what JAX
+    warned while trying (``warnings``)."""
 
     hardware = needs_hardware(error) if platform not in present else None
     if hardware is not None:
@@ -827,6 +849,7 @@ def failed_to_lower(platform: str, present: Collection[str], error: str) -> Plat
         present=platform in present,
         error=error,
         needs_hardware=hardware,
+        lowering_warnings=warnings,
     )
 
 

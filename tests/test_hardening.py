@@ -401,6 +401,122 @@ def test_strict_runs_stay_clean(pytester: pytest.Pytester, args: list[str]) -> N
     assert json.loads((pytester.path / "r.json").read_text())["summary"]["checks"] == 1
 
 
+ABSENT_KERNELS = """
+import jax
+from jax.experimental import pallas as pl
+
+
+def _double(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def _kernel(x):
+    return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def tpu_doubled(x):  # a kernel on the tpu branch only: the user wrote no GPU code
+    return jax.lax.platform_dependent(x, tpu=_kernel, default=lambda x: x * 2.0)
+
+
+def cuda_doubled(x):  # a kernel on the cuda branch, which must lower
+    return jax.lax.platform_dependent(x, cuda=_kernel, default=lambda x: x * 2.0)
+"""
+
+ABSENT_TESTS = """
+import jax
+import jax.numpy as jnp
+import pytest
+from absent_kernels import cuda_doubled, tpu_doubled
+
+
+@pytest.mark.portable
+def test_tpu_kernel(jaxport):
+    jaxport.check(tpu_doubled, jnp.ones((8, 128)))
+
+
+@pytest.mark.portable(must_lower=["cpu", "cuda"])
+def test_cuda_kernel(jaxport):
+    jaxport.check(cuda_doubled, jnp.ones((8, 128)))
+
+
+def test_audited():
+    assert (jax.jit(tpu_doubled)(jnp.ones((8, 128))) == 2.0).all()
+"""
+
+ABSENT = ("cuda", "rocm", "tpu")
+
+
+def jax_warns_lowering(pytester: pytest.Pytester, name: str) -> set[str]:
+    """What JAX itself warns lowering ``absent_kernels.<name>`` for the absent platforms,
+    together and each alone (as pytest-jaxport does where together fails), found here with
+    JAX's public API, independently of the plugin: ``Category: message`` each."""
+    import contextlib
+    import importlib
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    pytester.syspathinsert()
+    traced = jax.jit(getattr(importlib.import_module("absent_kernels"), name)).trace(
+        jnp.ones((8, 128))
+    )
+    said: set[str] = set()
+    for platforms in (ABSENT, *((p,) for p in ABSENT)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # a platform that does not lower here: what it warned still counts
+            with contextlib.suppress(Exception):
+                traced.lower(lowering_platforms=platforms)
+        said |= {f"{w.category.__name__}: {w.message}" for w in caught}
+    return said
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "W-error"])
+def test_jaxs_warnings_while_lowering_for_absent_platforms_are_recorded_not_shown(
+    pytester: pytest.Pytester, strict: bool
+) -> None:
+    """A Pallas kernel that is only on the tpu branch makes JAX warn (jax 0.10: "pl.pallas_call
+    for Mosaic GPU kernels is deprecated", 0.12: "Pallas Triton backend is deprecated") when
+    pytest-jaxport lowers for the GPUs: not the test's doing, so it is in each check's record
+    and the report, not in pytest's warnings summary, and ``-W error`` fails nothing (it
+    failed must_lower = cuda). The audit, the same; a warm run (the lowered cache) says the
+    same as the cold one."""
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n')
+    pytester.makepyfile(absent_kernels=ABSENT_KERNELS, test_absent=ABSENT_TESTS)
+    expected = {
+        name: jax_warns_lowering(pytester, name) for name in ("tpu_doubled", "cuda_doubled")
+    }
+    args = ["--jaxport-report=r.json", "--jaxport-report", "--jaxport-audit", "-vv"]
+    for run in ("cold", "warm"):
+        result = pytester.runpytest_subprocess(*args, *(["-W", "error"] if strict else []))
+        result.assert_outcomes(passed=3)
+        result.stdout.no_fnmatch_line("*= warnings summary =*")
+        report = json.loads((pytester.path / "r.json").read_text())
+        for test in report["tests"]:
+            for check in test["checks"]:
+                heard = {p: set(e.get("lowering_warnings") or ())
+                         for p, e in check["platforms"].items()}  # fmt: skip
+                assert heard["cpu"] == set(), run  # present here: the test's own lowering
+                assert set().union(*heard.values()) == expected[check["name"]], (run, heard)
+        (audited,) = [c for c in report["audit"]["computations"] if c["function"] == "tpu_doubled"]
+        heard = {p: set(e.get("lowering_warnings") or ()) for p, e in audited["platforms"].items()}
+        assert heard == {"cpu": set(), **dict.fromkeys(ABSENT, expected["tpu_doubled"])}, run
+        said = " ".join(line.strip() for line in result.stdout.lines)  # wrapped at 100
+        for warning in expected["tpu_doubled"]:
+            assert (
+                "JAX warned while pytest-jaxport lowered for cuda, rocm, tpu (not present here; "
+                f"not in pytest's warnings summary): {warning}" in said
+            ), run
+            assert (
+                "note: JAX warned while pytest-jaxport lowered for platforms not present here (not "
+                "in pytest's warnings summary; the details at -vv and lowering_warnings in the "
+                f"JSON say for which): {warning}" in said
+            ), run
+        if run == "warm":  # read from the lowered cache: nothing lowered, the same said
+            result.stdout.fnmatch_lines(["jaxport: lowered cache * hits, 0 misses*"])
+
+
 def test_devmode_run_is_clean(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONDEVMODE", "1")
     pytester.makepyfile(test_small=SMALL_SUITE)

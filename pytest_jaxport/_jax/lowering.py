@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -339,6 +340,40 @@ class _SharedIrContexts:
 
 
 _SHARED_IR_CONTEXTS = _SharedIrContexts()
+
+
+@contextlib.contextmanager
+def warnings_kept(kept: list[str]) -> Iterator[None]:
+    """Every warning raised inside (JAX's, while pytest-jaxport lowers for a platform not
+    present here) appended to ``kept`` as ``Category: message``, each once, instead of shown.
+
+    That lowering is pytest-jaxport's doing, not the test's (a Pallas kernel on the tpu
+    branch of a ``platform_dependent`` is lowered for cuda too, and JAX says its GPU backend
+    is deprecated), so the warning belongs in the check's record, not in pytest's warnings
+    summary, and never fails a run with ``-W error``: an ``always`` filter goes first while
+    inside, and ``warnings.showwarning`` keeps what would be shown. Like the audit's
+    ``interception._silenced``, it leaves ``warnings.catch_warnings`` alone, which would
+    reset Python's "shown once per place" registries and show a warning the test's own code
+    gives at every trace again after each check."""
+    entry = ("always", None, Warning, None, 0)
+    filters = cast(list[Any], warnings.filters)
+    shown = warnings.showwarning
+
+    def keep(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        said = f"{category.__name__}: {message}"
+        if said not in kept:
+            kept.append(said)
+
+    filters.insert(0, entry)
+    warnings.showwarning = keep
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        for i, item in enumerate(filters):
+            if item is entry:
+                del filters[i]
+                break
 
 
 def lower(traced: Any, platform: str) -> Any:

@@ -145,6 +145,10 @@ class Program:
     functions: Mapping[str, tuple[OpSite, ...]]
     partitions: int = 1
     """How many devices the module is partitioned over (``mhlo.num_partitions``)."""
+    warnings: tuple[str, ...] = ()
+    """What JAX warned while pytest-jaxport lowered it for a platform not present here
+    (``DeprecationWarning: ...``, each once): kept with the program, so a run that reads it
+    from the lowered cache says what the run that lowered it heard."""
 
 
 def kernel_label(*, layer: str, name: str, kind: str, library: str | None) -> str:
@@ -557,6 +561,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
     return {
         "entry": program.entry,
         **({"partitions": program.partitions} if program.partitions != 1 else {}),
+        **({"warnings": list(program.warnings)} if program.warnings else {}),
         "functions": {
             name: [[s.op, s.target, s.location, s.flops, s.bytes, *_multiplicity(s)] for s in sites]
             for name, sites in program.functions.items()
@@ -588,7 +593,15 @@ def program_from_dict(data: Mapping[str, Any]) -> Program:
     partitions = data.get("partitions", 1)
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise ValueError(f"not a partition count: {partitions!r:.80}")
-    return Program(entry=str(data["entry"]), functions=functions, partitions=partitions)
+    warnings = data.get("warnings", [])
+    if not isinstance(warnings, list):
+        raise ValueError(f"not a list of warnings: {warnings!r:.80}")
+    return Program(
+        entry=str(data["entry"]),
+        functions=functions,
+        partitions=partitions,
+        warnings=tuple(str(w) for w in warnings),
+    )
 
 
 def _site_from_list(site: Any) -> OpSite:

@@ -61,6 +61,11 @@ class PlatformProbe:
     emulated_numerics: Comparison | None = None
     """The emulation's outputs against the reference's (its ``platform`` is the label,
     ``tpu (emulated on cpu)``); ``None`` where the emulation did not run."""
+    lowering_warnings: tuple[str, ...] = ()
+    """What JAX warned while pytest-jaxport lowered for this platform, not present here
+    (``DeprecationWarning: ...``): pytest-jaxport's doing, not the user's run, so kept here
+    instead of in pytest's warnings summary (and never an error under ``-W error``). A
+    warning of a lowering for several platforms at once is each of theirs."""
 
     @property
     def lowered(self) -> bool:
@@ -253,7 +258,7 @@ def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
             "deviceless": result.deviceless,
             "target": result.target,
         }
-    data = {
+    data: dict[str, Any] = {
         "present": result.present,
         "lowered": _level_to_dict(result.census, result.formats) if result.census else None,
         "error": result.error,
@@ -268,6 +273,8 @@ def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
         data["what_if_no_vendor"] = census_to_dict(result.what_if_no_vendor)
     if result.needs_hardware is not None:
         data["needs_hardware"] = result.needs_hardware
+    if result.lowering_warnings:
+        data["lowering_warnings"] = list(result.lowering_warnings)
     if result.emulated is not None:  # optional keys: reports without emulation are unchanged
         data["emulated"] = result.emulated.to_dict()
         data["emulated_numerics"] = (
@@ -303,6 +310,7 @@ def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe
         compiled_formats=_formats_from_dict(compiled),
         emulated=Emulation.from_dict(emulated) if emulated else None,
         emulated_numerics=Comparison.from_dict(emulated_numerics) if emulated_numerics else None,
+        lowering_warnings=tuple(str(w) for w in data.get("lowering_warnings") or ()),
     )
 
 

@@ -715,6 +715,54 @@ class EmulationRow:
         return f"{plural(self.checks, 'check')}: {', '.join(parts) or 'not compared'}"
 
 
+LOWERING_WARNED = "JAX warned while pytest-jaxport lowered for {platforms}"
+"""How every format introduces a warning JAX gave while pytest-jaxport lowered a check or an
+audited computation for platforms not present here (``PlatformProbe.lowering_warnings``):
+pytest-jaxport's lowering, not the test's run, so it is said here, never in pytest's warnings
+summary (and never an error under ``-W error``)."""
+
+
+def heard_while_lowering(platforms: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each warning of ``PlatformProbe.lowering_warnings`` once, with the platforms it was
+    heard for, from a check's (or an audited computation's) platform entries: probes or their
+    JSON."""
+    heard: dict[str, list[str]] = {}
+    for platform, entry in platforms.items():
+        said = (
+            entry.lowering_warnings
+            if isinstance(entry, PlatformProbe)
+            else _list(_map(entry).get("lowering_warnings"))
+        )
+        for warning in said:
+            heard.setdefault(str(warning), []).append(str(platform))
+    return heard
+
+
+def lowering_warning_lines(probe: Probe) -> list[str]:
+    """A check's details: each warning JAX gave while pytest-jaxport lowered it for platforms
+    not present here, with those platforms."""
+    return [
+        f"{LOWERING_WARNED.format(platforms=', '.join(platforms))} (not present here; not in "
+        f"pytest's warnings summary): {warning}"
+        for warning, platforms in heard_while_lowering(probe.platforms).items()
+    ]
+
+
+def lowering_warning_notes(heard: Sequence[Mapping[str, list[str]]]) -> list[tuple[str, int]]:
+    """Said once for a report: each warning, and how many of the checks (or computations)
+    whose ``heard`` it is (:func:`heard_while_lowering`) JAX gave it for."""
+    counts: Counter[str] = Counter(w for found in heard for w in found)
+    platforms = "platforms not present here"
+    return [
+        (
+            f"{LOWERING_WARNED.format(platforms=platforms)} (not in pytest's warnings summary; "
+            f"the details at -vv and lowering_warnings in the JSON say for which): {warning}",
+            n,
+        )
+        for warning, n in counts.most_common()
+    ]
+
+
 EMULATION_NOTE = (
     "emulated on cpu: run as the platform would compute (its platform_dependent branch, its "
     "Pallas kernels in interpret mode, default-precision float32 dots rounded), never "
@@ -2052,6 +2100,9 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
         if line.startswith(f"{cell.emulated_label}: not run:")
     )
     notes += [Note(text=text, checks=n) for text, n in not_run.most_common()]
+    heard = [heard_while_lowering(p.platforms) for t in tests for c in t.checks
+             if (p := c.probe) is not None]  # fmt: skip
+    notes += [Note(text=text, checks=n) for text, n in lowering_warning_notes(heard)]
     if any(cell.emulated for t in tests for c in t.checks for cell in c.cells.values()):
         notes.append(Note(text=EMULATION_NOTE))
     legs = _list(report.get("legs"))
@@ -2317,6 +2368,10 @@ def audit_notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
     """What the audit could not see here (its interception's notes) and its own errors."""
     interception = _map(audit.get("interception"))
     notes = [str(n) for n in interception.get("notes") or () if n]
+    heard = [
+        heard_while_lowering(_map(c.get("platforms"))) for c in _maps(audit.get("computations"))
+    ]
+    notes += [f"{text} ({plural(n, 'computation')})" for text, n in lowering_warning_notes(heard)]
     errors = _int(_map(audit.get("seen")).get("audit_errors"))
     if errors:
         notes.append(

@@ -39,6 +39,7 @@ from pytest_jaxport.view.model import (
     hotspot_headers,
     hotspot_title,
     level_text,
+    lowering_warning_lines,
     number,
     pct,
     plural,
@@ -166,6 +167,7 @@ def probe_text(
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
     lines += [f"{indent}    {line}" for line in findings_lines(probe, every=every_finding)]
+    lines += [f"{indent}    {line}" for line in lowering_warning_lines(probe)]
     for result in probe.platforms.values():
         lines += [f"{indent}  {line}" for line in emulated_lines(result)]
     if probe.note and note:
