@@ -44,14 +44,13 @@ import contextlib
 import functools
 import reprlib
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
-from pytest_jaxport._jax.lowering import default_platform
+from pytest_jaxport._jax.lowering import default_platform, warnings_filtered
 from pytest_jaxport.model.identity import stable_text
 
 PATCH_POINTS: Mapping[str, str] = {
@@ -465,22 +464,11 @@ def _is_jax_own(source: str | None) -> bool:
     return not any(f in source for f in _PROGRAM_WRAPPERS)
 
 
-@contextlib.contextmanager
-def _silenced() -> Iterator[None]:
-    """Every warning ignored while the audit works, without touching what the suite sees:
-    ``warnings.catch_warnings`` would reset Python's "shown once per place" registries on
-    exit, and a warning the suite's code gives at every trace (diffrax's complex-dtype
-    warning) would then be shown again after each audited computation."""
-    entry = ("ignore", None, Warning, None, 0)
-    cast(list[Any], warnings.filters).insert(0, entry)
-    try:
-        yield
-    finally:
-        filters = cast(list[Any], warnings.filters)
-        for i, item in enumerate(filters):
-            if item is entry:
-                del filters[i]
-                break
+def _silenced() -> contextlib.AbstractContextManager[None]:
+    """Every warning ignored while the audit works, without touching what the suite sees
+    (what the audit's own lowering for absent platforms warns is kept inside it, by
+    ``lowering.warnings_kept``, for the computation's record)."""
+    return warnings_filtered("ignore")
 
 
 class _StableRepr(reprlib.Repr):

@@ -343,29 +343,19 @@ _SHARED_IR_CONTEXTS = _SharedIrContexts()
 
 
 @contextlib.contextmanager
-def warnings_kept(kept: list[str]) -> Iterator[None]:
-    """Every warning raised inside (JAX's, while pytest-jaxport lowers for a platform not
-    present here) appended to ``kept`` as ``Category: message``, each once, instead of shown.
-
-    That lowering is pytest-jaxport's doing, not the test's (a Pallas kernel on the tpu
-    branch of a ``platform_dependent`` is lowered for cuda too, and JAX says its GPU backend
-    is deprecated), so the warning belongs in the check's record, not in pytest's warnings
-    summary, and never fails a run with ``-W error``: an ``always`` filter goes first while
-    inside, and ``warnings.showwarning`` keeps what would be shown. Like the audit's
-    ``interception._silenced``, it leaves ``warnings.catch_warnings`` alone, which would
-    reset Python's "shown once per place" registries and show a warning the test's own code
-    gives at every trace again after each check."""
-    entry = ("always", None, Warning, None, 0)
+def warnings_filtered(action: str, show: Callable[..., None] | None = None) -> Iterator[None]:
+    """Every warning raised inside handled by ``action`` (``"ignore"``, or ``"always"`` with
+    ``show`` in place of ``warnings.showwarning``), ahead of every filter the suite set
+    (``-W error`` included), without touching what the suite sees after:
+    ``warnings.catch_warnings`` would reset Python's "shown once per place" registries on
+    exit, and a warning the suite's code gives at every trace (diffrax's complex-dtype
+    warning) would then be shown again after each check or audited computation."""
+    entry = (action, None, Warning, None, 0)
     filters = cast(list[Any], warnings.filters)
     shown = warnings.showwarning
-
-    def keep(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-        said = f"{category.__name__}: {message}"
-        if said not in kept:
-            kept.append(said)
-
     filters.insert(0, entry)
-    warnings.showwarning = keep
+    if show is not None:
+        warnings.showwarning = show
     try:
         yield
     finally:
@@ -374,6 +364,23 @@ def warnings_kept(kept: list[str]) -> Iterator[None]:
             if item is entry:
                 del filters[i]
                 break
+
+
+def warnings_kept(kept: list[str]) -> contextlib.AbstractContextManager[None]:
+    """Every warning raised inside (JAX's, while pytest-jaxport lowers for a platform not
+    present here) appended to ``kept`` as ``Category: message``, each once, instead of shown.
+
+    That lowering is pytest-jaxport's doing, not the test's (a Pallas kernel on the tpu
+    branch of a ``platform_dependent`` is lowered for cuda too, and JAX says its GPU backend
+    is deprecated), so the warning belongs in the check's record, not in pytest's warnings
+    summary, and never fails a run with ``-W error``."""
+
+    def keep(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        said = f"{category.__name__}: {message}"
+        if said not in kept:
+            kept.append(said)
+
+    return warnings_filtered("always", keep)
 
 
 def lower(traced: Any, platform: str) -> Any:
