@@ -25,11 +25,12 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
+from pytest_jaxport.view.display import HOTSPOT_ROWS
 from pytest_jaxport.view.model import build_view
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-FAILING = "tests/test_models.py::test_convnet_over_cudnn_budget"
+FAILING = "tests/test_models.py::test_cudnn_over_budget"
 VARIANTS = {"convnet[grad]": "convnet", "fused_bias_gelu[grad]": "fused_bias_gelu"}
 """The demo's transformation checks (``transforms=["grad"]``) and the function of each."""
 GRAD_FINDING_PLATFORMS = ("cuda", "tpu")
@@ -50,13 +51,15 @@ def _copy_demo(target: Path) -> Path:
 
 
 def _environment() -> dict[str, str]:
-    # A user's plain run: none of the outer run's PYTEST_* settings (options, plugins, xdist
-    # worker ids), and no writes to the CI job summary.
+    # A user's plain run in an 80-column terminal: none of the outer run's PYTEST_* settings
+    # (options, plugins, xdist worker ids), no writes to the CI job summary, and not "on CI"
+    # (where pytest's short summary would not cut its lines to the terminal's width).
+    outside = {"GITHUB_STEP_SUMMARY", "CI", "BUILD_NUMBER", "COLUMNS", "LINES"}
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith("PYTEST_") and name != "GITHUB_STEP_SUMMARY"
-    }
+        if not name.startswith("PYTEST_") and name not in outside
+    } | {"COLUMNS": "80"}
 
 
 class DemoRun:
@@ -104,7 +107,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         if folder.exists():
             shutil.rmtree(folder)
         _copy_demo(folder)
-        return DemoRun.run(folder, "--jaxport-report=out.json")  # prints the report, writes JSON
+        # Prints the report as the README's `pytest --jaxport-report` does (with a report file
+        # alone the terminal keeps to the problems and the headline: the sites need a top) and
+        # writes the JSON the tests read.
+        return DemoRun.run(
+            folder, "--jaxport-report=out.json", f"--jaxport-report-top={HOTSPOT_ROWS}"
+        )
 
 
 # -- independent counts -----------------------------------------------------------------------
@@ -290,8 +298,8 @@ def test_demo_prints_the_report_section(demo: DemoRun) -> None:
     assert f"{len(tests)} portable tests, {checks} checks, 1 failed, 1 budget violation" in (
         demo.output
     )
-    # The report went to a file: the terminal keeps the problems and the headline, and says
-    # where the rest is; the failing test is named under its violation's group.
+    # The report also went to a file, and the terminal says where; the failing test is named
+    # under its violation's group.
     section = demo.output.split(" jaxport portability report ")[1]
     assert "cuda: max_library_calls.cudnn — 1 violation in 1 test" in section
     assert f"    {FAILING}  'convnet': 2 cudnn calls" in section
@@ -541,11 +549,11 @@ DOCUMENTED = (ROOT / "README.md", DEMO / "README.md")
 """Documents whose example outputs come from the demo: each block is marked
 ``<!-- demo output: KIND ... -->`` (an HTML comment: invisible on GitHub)."""
 _BLOCK = re.compile(
-    r"<!-- demo output: (?P<kind>report -vv|report|failure)\b[^>]*-->\n"
+    r"<!-- demo output: (?P<kind>report -vv|report|failure|run)\b[^>]*-->\n"
     r"(?P<indent> *)```[^\n]*\n(?P<body>.*?)\n(?P=indent)```",
     re.S,
 )
-_MEASURED = re.compile(r"<?\d+(?:\.\d+)?%|\b\d+(?:\.\d+)? (?:s|ms|µs|ns)\b")
+_MEASURED = re.compile(r"<?\d+(?:\.\d+)?%|\b\d+(?:\.\d+)? ?(?:s|ms|µs|ns)\b")
 """Figures measured in the run (the measured runtime share, times): they differ run to run."""
 
 
@@ -560,6 +568,9 @@ def _shows(documented: str, printed: str) -> bool:
     doc, out = _normal(documented), _normal(printed)
     if doc == out:
         return True
+    if doc.startswith("…"):  # a path that differs by machine, elided: the rest is in the line
+        stem = re.split(r"#|…|\+\d+ more", doc[1:])[0]
+        return len(stem) >= 8 and stem in out
     stem = re.split(r"#|…|\+\d+ more", doc)[0]
     return stem != doc and len(stem) >= 8 and out.startswith(stem)
 
@@ -577,7 +588,9 @@ def _documented_blocks() -> list[tuple[str, str, list[str]]]:
 def test_the_docs_show_the_demos_output_as_it_is(demo: DemoRun) -> None:
     """Every marked example output in README.md and the demo's README is what the demo prints
     now: the failure verbatim, the report's lines in order (``...`` elides lines; measured
-    figures may differ). Change the output, and this fails until the docs show the new one."""
+    figures may differ; ``run`` is the terminal's output at 80 columns, the warnings summary
+    and the short summary included, and a line that starts with ``…`` elides a path that
+    differs by machine). Change the output, and this fails until the docs show the new one."""
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.text import render_text
 
@@ -592,10 +605,11 @@ def test_the_docs_show_the_demos_output_as_it_is(demo: DemoRun) -> None:
         "failure": demo.output.splitlines(),
         "report": render_text(view, DisplayOptions()).splitlines(),
         "report -vv": render_text(view, DisplayOptions(verbosity=2)).splitlines(),
+        "run": demo.output.splitlines(),
     }
     blocks = _documented_blocks()
     assert {(doc, kind) for doc, kind, _ in blocks} == {
-        ("README.md", "failure"), ("README.md", "report"),
+        ("README.md", "failure"), ("README.md", "run"),
         ("examples/demo/README.md", "failure"), ("examples/demo/README.md", "report -vv"),
     }  # fmt: skip
     for doc, kind, lines in blocks:

@@ -98,7 +98,7 @@ def test_convnet(jaxport):
 # followed by the two convolutions, the source line that produced them, and what to do
 # ("to pass: ..."). (tests/test_examples.py checks this comment against the demo's output.)
 @pytest.mark.portable(max_library_calls={"cudnn": 1})
-def test_convnet_over_cudnn_budget(jaxport):
+def test_cudnn_over_budget(jaxport):
     params = init_convnet(_key(5))
     images = jax.random.normal(_key(6), (4, 16, 16, 3))
 
