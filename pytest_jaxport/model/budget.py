@@ -1,5 +1,12 @@
 """Census and numerics against the budget: which limits a check broke, and why (pure).
 
+Every budget key is declared once, in :data:`KEYS` (:class:`BudgetKey`): its name, the kind
+of value it takes, what it limits, whether the marker takes it, and how a check is judged
+against it. The configuration's keys and their validation, the marker's signature and its
+did-you-mean (:mod:`pytest_jaxport.model.config`), :class:`Budget`'s fields and
+:func:`evaluate`'s checks are read from that table; adding a key is one entry there (and
+its judge, below it) plus its test.
+
 A message leads with the finding, so pytest's one-line short summary shows it::
 
     cuda: 1 custom call > 0 (max_custom_calls, set in pyproject.toml [tool.jaxport.budget]);
@@ -15,17 +22,19 @@ A message leads with the finding, so pytest's one-line short summary shows it::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
-from pytest_jaxport.model.config import Budget
-from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate
+from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import describe, tolerance_origin
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
+from pytest_jaxport.model.targets import Layer
+
+T = TypeVar("T")
 
 EMULATED_KEYS = ("emulated_numerics", "emulated_run")
 """Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
@@ -35,6 +44,46 @@ BASELINE_KEY = "baseline"
 """A count that grew since the committed baseline (``--jaxport-baseline``): ``limit`` and
 ``found`` the counts there and here, ``what`` the finding (``vendor calls grew 3 -> 5``, made
 by :meth:`pytest_jaxport.report.baseline.Change.finding`), ``origin`` the baseline's file."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting(Generic[T]):
+    """A configured value and where it was set (``pyproject.toml [tool.jaxport.budget]``)."""
+
+    value: T
+    origin: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """The limits that apply to one check on one platform; ``None`` means no limit.
+
+    One field per key of :data:`KEYS`, in its order (what each limits is said there; a test
+    holds the two equal): resolved by :meth:`pytest_jaxport.model.config.Resolved.budget`.
+    """
+
+    platform: str
+    max_custom_calls: Setting[int] | None = None
+    max_vendor_calls: Setting[int] | None = None
+    max_library_calls: Mapping[str, Setting[int]] = field(default_factory=dict)
+    must_lower: Setting[tuple[str, ...]] | None = None
+    must_trace: Setting[bool] | None = None
+    allow_targets: Setting[tuple[str, ...]] | None = None
+    max_vendor_share: Setting[float] | None = None
+    max_custom_share: Setting[float] | None = None
+    max_kernels_to_rewrite: Setting[int] | None = None
+    max_rewrite_days: Setting[float] | None = None
+    max_tooling_assumptions: Setting[int] | None = None
+    max_format_findings: Setting[int] | None = None
+    forbid_formats: Setting[tuple[str, ...]] | None = None
+    max_padding_waste: Setting[float] | None = None
+    max_relayouts: Setting[int] | None = None
+    allow_findings: Setting[tuple[str, ...]] | None = None
+
+    def is_set(self, key: str) -> bool:
+        """Whether the declared key ``key`` sets a limit here (a library limit for
+        ``max_library_calls``)."""
+        return bool(getattr(self, key))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,8 +207,8 @@ class Violation:
 
 
 def _fractional(key: str) -> bool:
-    """Keys whose limit is a fraction, shown as a percentage."""
-    return key.endswith("_share") or key == "max_padding_waste"
+    """Keys whose limit is a fraction, shown as a percentage (the kind ``fraction``)."""
+    return key in _FRACTIONS
 
 
 def _rules_at(findings: Sequence[Finding], shown: int = 3) -> str:
@@ -273,6 +322,400 @@ def _allowed(kernel: Kernel, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(kernel.name, p) for p in patterns)
 
 
+# -- the declaration's types ----------------------------------------------------------------
+
+Kind = Literal["count", "fraction", "days", "flag", "platforms", "globs", "formats", "rules",
+               "libraries"]  # fmt: skip
+"""What a budget key's value is; :mod:`pytest_jaxport.model.config` holds one validator and
+one marker annotation per kind: ``count`` a non-negative integer, ``fraction`` a number from
+0 to 1, ``days`` a non-negative number of days, ``flag`` true or false, ``platforms`` a list
+of platforms, ``globs`` a list of glob patterns, ``formats`` and ``rules`` lists of format
+and rule names (globs), ``libraries`` a table of library = count."""
+
+PlatformJudge = Callable[[str, PlatformProbe, Budget], list[Violation]]
+"""``(check's name, its result on one platform, that platform's budget) -> violations``."""
+CheckJudge = Callable[[Probe, Callable[[str], Budget]], list[Violation]]
+"""``(the check, the budget of each platform) -> violations``."""
+TargetJudge = Callable[[str, Budget, "Rewrite"], list[Violation]]
+"""``(check's name, the target's budget, the estimate of moving there) -> violations``."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnPlatform:
+    """Judged per check, per platform it lowered for, by ``judge``; where ``needs_census``,
+    only where the platform has a census (lowered, or compiled)."""
+
+    judge: PlatformJudge
+    needs_census: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OnCheck:
+    """Judged once per check, by ``judge``, whatever it lowered for."""
+
+    judge: CheckJudge
+
+
+@dataclass(frozen=True, slots=True)
+class OnTarget:
+    """Judged per target of ``migrate_to``, on the estimate of moving there from cuda (per
+    check by :func:`evaluate`, for the suite by :func:`rewrite_violations`)."""
+
+    judge: TargetJudge
+
+
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """Not judged by :func:`evaluate`: ``where`` says what reads the key instead."""
+
+    where: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetKey:
+    """One budget key, declared once: everything else reads it from here.
+
+    >>> [k.name for k in KEYS if k.kind == "fraction"]
+    ['max_vendor_share', 'max_custom_share', 'max_padding_waste']
+    """
+
+    name: str
+    kind: Kind
+    doc: str
+    """What it limits, as the reference says it."""
+    judged: OnPlatform | OnCheck | OnTarget | Elsewhere
+    project_only: str | None = None
+    """Why the key is set in ``[tool.jaxport.budget]`` only (not per platform, not in the
+    marker, not in the audit's ``fail_on``); ``None`` where it is set anywhere."""
+
+    @property
+    def marker(self) -> bool:
+        """Whether ``@pytest.mark.portable(...)`` takes it."""
+        return self.project_only is None
+
+
+# -- the judges: how a check is held to each key --------------------------------------------
+
+
+def _calls(
+    check: str, platform: str, key: str, setting: Setting[int] | None,
+    kernels: tuple[Kernel, ...], noun: str, level: str,
+) -> list[Violation]:  # fmt: skip
+    """``found > limit`` for a count of kernel calls."""
+    if setting is None:
+        return []
+    found = sum(k.count for k in kernels)
+    if found <= setting.value:
+        return []
+    return [Violation(check=check, platform=platform, key=key, limit=setting.value,
+                      origin=setting.origin, found=found, what=_plural(found, noun),
+                      level=level, kernels=kernels)]  # fmt: skip
+
+
+def _layer_calls(layer: Layer, key: str) -> PlatformJudge:
+    """The judge of ``max_<layer>_calls``: the calls of ``layer``'s kernels (custom calls
+    less those ``allow_targets`` allows)."""
+
+    def judge(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+        census = result.budgeted
+        if census is None:
+            return []
+        kernels = census.in_layer(layer)
+        if layer == "custom" and budget.allow_targets is not None:
+            kernels = tuple(k for k in kernels if not _allowed(k, budget.allow_targets.value))
+        setting: Setting[int] | None = getattr(budget, key)
+        return _calls(check, budget.platform, key, setting, kernels, f"{layer} call",
+                      census.level)  # fmt: skip
+
+    return judge
+
+
+def _library_calls(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``max_library_calls``: each library's calls against its own limit."""
+    census = result.budgeted
+    if census is None:
+        return []
+    found: list[Violation] = []
+    for library, setting in budget.max_library_calls.items():
+        kernels = tuple(k for k in census.in_layer("vendor") if k.library == library)
+        found += _calls(check, budget.platform, f"max_library_calls.{library}", setting,
+                        kernels, f"{library} call", census.level)  # fmt: skip
+    return found
+
+
+def _must_lower(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``must_lower``: a platform it names failed to lower, compile or run, or lowers but
+    the format rules know its compiler rejects the program."""
+    must = budget.must_lower
+    if must is None or budget.platform not in must.value:
+        return []
+    failure = result.error or result.execution_error
+    if result.needs_hardware and result.census is None:
+        failure = None  # unknown here, not a failure: the check warned (see fixture)
+    if failure is not None:
+        stage = "lower" if result.error else "compile or run"
+        return [Violation(check=check, platform=budget.platform, key="must_lower",
+                          limit=must.value, origin=must.origin, found=f"fails to {stage}",
+                          what=stage, details=(failure,))]  # fmt: skip
+    if (
+        result.formats is not None
+        and result.formats.not_compiling
+        and result.compiled is None  # a compile that succeeded here knows better
+    ):  # it lowers, but the rules know the target's compiler rejects it
+        return [Violation(check=check, platform=budget.platform, key="must_lower",
+                          limit=must.value, origin=must.origin,
+                          found="lowers but does not compile", what="compile",
+                          level="lowered (format rules)",
+                          findings=result.formats.not_compiling)]  # fmt: skip
+    return []
+
+
+def _must_trace(probe: Probe, budget_for: Callable[[str], Budget]) -> list[Violation]:
+    """``must_trace``: the check could not be traced here, on the platform that needed it."""
+    untraced = probe.untraced
+    if untraced is None:
+        return []
+    must_trace = budget_for(untraced.platform).must_trace
+    if must_trace is None or not must_trace.value:
+        return []
+    return [Violation(check=probe.name, platform=untraced.platform, key="must_trace",
+                      limit=True, origin=must_trace.origin, found="could not be traced here",
+                      what="trace", level=f"needs {untraced.needs}",
+                      details=(untraced.error,))]  # fmt: skip
+
+
+def _runtime_share(layer: Layer, key: str) -> PlatformJudge:
+    """The judge of ``max_<layer>_share``: the share of the run time in ``layer``'s kernels."""
+
+    def judge(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+        share = result.runtime_share
+        setting: Setting[float] | None = getattr(budget, key)
+        if share is None or setting is None:
+            return []
+        value = share.layers.get(layer, 0.0)
+        if value <= setting.value:
+            return []
+        libraries = ", ".join(f"{lib} {f:.0%}" for lib, f in share.libraries.items())
+        return [Violation(check=check, platform=budget.platform, key=key, limit=setting.value,
+                          origin=setting.origin, found=f"{value:.1%}",
+                          what=f"of the run time in {layer} kernels",
+                          level=f"{share.basis} runtime share",
+                          details=(f"libraries: {libraries}",)
+                          if libraries and layer == "vendor" else ())]  # fmt: skip
+
+    return judge
+
+
+def _format_findings(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``max_format_findings``: call-weighted findings of kind ``format`` (lowered), less
+    those ``allow_findings`` matches."""
+    formats, limit = result.formats, budget.max_format_findings
+    if formats is None or limit is None:
+        return []
+    allowed = budget.allow_findings.value if budget.allow_findings is not None else ()
+    counted = tuple(f for f in formats.findings if f.kind == "format"
+                    and not any(fnmatchcase(f.rule, p) for p in allowed))  # fmt: skip
+    n = sum(f.count for f in counted)
+    if n <= limit.value:
+        return []
+    return [Violation(check=check, platform=result.platform, key="max_format_findings",
+                      limit=limit.value, origin=limit.origin, found=n,
+                      what=_plural(n, "format finding"), findings=counted)]  # fmt: skip
+
+
+def _forbid_formats(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``forbid_formats``: an op of the lowered program uses a forbidden format."""
+    formats, forbidden = result.formats, budget.forbid_formats
+    if formats is None or forbidden is None:
+        return []
+    used = [name for name in formats.formats if any(fnmatchcase(name, p) for p in forbidden.value)]
+    if not used:
+        return []
+    base = Violation(check=check, platform=result.platform, key="forbid_formats",
+                     limit=forbidden.value, origin=forbidden.origin, found=", ".join(used),
+                     what="")  # fmt: skip
+    return [_forbidden(formats, used, base)]
+
+
+def _padding_waste(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``max_padding_waste``: the share of bytes moved that is tile padding (lowered)."""
+    formats, ceiling = result.formats, budget.max_padding_waste
+    if formats is None or ceiling is None or formats.padding_waste <= ceiling.value:
+        return []
+    padded = sorted(formats.by_rule("tile-padding"), key=lambda f: -f.amount)
+    return [Violation(check=check, platform=result.platform, key="max_padding_waste",
+                      limit=ceiling.value, origin=ceiling.origin,
+                      found=f"{formats.padding_waste:.1%}", what="of bytes moved are padding",
+                      findings=tuple(padded))]  # fmt: skip
+
+
+def _relayouts(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``max_relayouts``: transposes and copies XLA inserted around library calls
+    (compiled)."""
+    compiled, most = result.compiled_formats, budget.max_relayouts
+    if compiled is None or most is None or compiled.relayouts <= most.value:
+        return []
+    level = f"compiled (deviceless {result.target})" if result.deviceless else "compiled"
+    return [Violation(check=check, platform=result.platform, key="max_relayouts",
+                      limit=most.value, origin=most.origin, found=compiled.relayouts,
+                      what=_plural(compiled.relayouts, "relayout"), level=level,
+                      findings=compiled.by_rule("inserted-relayout"))]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rewrite:
+    """The estimate of moving off cuda to one target that the rewrite keys judge: per check
+    (its kernels' own days) or for the suite (the audit's)."""
+
+    kernels: int
+    days: float
+    details: tuple[str, ...]
+    """The estimate's items, one line each."""
+
+
+def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
+    """``max_kernels_to_rewrite``: the kernels a move to the target rewrites."""
+    limit = budget.max_kernels_to_rewrite
+    if limit is None or rewrite.kernels <= limit.value:
+        return []
+    return [Violation(check=check, platform=budget.platform, key="max_kernels_to_rewrite",
+                      limit=limit.value, origin=limit.origin, found=rewrite.kernels,
+                      what=f"{_plural(rewrite.kernels, 'kernel')} to rewrite moving off cuda",
+                      level="from the cuda census", details=rewrite.details)]  # fmt: skip
+
+
+def _rewrite_days(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
+    """``max_rewrite_days``: the engineering days a move to the target costs."""
+    most = budget.max_rewrite_days
+    if most is None or rewrite.days <= most.value:
+        return []
+    return [Violation(check=check, platform=budget.platform, key="max_rewrite_days",
+                      limit=most.value, origin=most.origin, found=f"{rewrite.days:g}",
+                      what="engineering days to move off cuda", level="cost model",
+                      details=rewrite.details)]  # fmt: skip
+
+
+# -- the declaration ------------------------------------------------------------------------
+
+KEYS: tuple[BudgetKey, ...] = (
+    BudgetKey(
+        name="max_custom_calls",
+        kind="count",
+        judged=OnPlatform(_layer_calls("custom", "max_custom_calls")),
+        doc="Custom calls (Pallas, Triton, Mosaic, a handwritten kernel), less allow_targets.",
+    ),
+    BudgetKey(
+        name="max_vendor_calls",
+        kind="count",
+        judged=OnPlatform(_layer_calls("vendor", "max_vendor_calls")),
+        doc="Calls into vendor libraries (cuDNN, cuBLAS, NCCL, ...).",
+    ),
+    BudgetKey(
+        name="max_library_calls",
+        kind="libraries",
+        judged=OnPlatform(_library_calls),
+        doc="Calls into each vendor library named ({ cudnn = 2 }), each against its limit.",
+    ),
+    BudgetKey(
+        name="must_lower",
+        kind="platforms",
+        judged=OnPlatform(_must_lower, needs_census=False),
+        doc="Platforms the code must lower (and, where present, compile and run) for.",
+    ),
+    BudgetKey(
+        name="must_trace",
+        kind="flag",
+        judged=OnCheck(_must_trace),
+        doc="Fail a check JAX cannot trace here because this machine lacks what it needs "
+        '(cuDNN for implementation="cudnn" attention), on the platform that needs it; by '
+        "default such a check is reported as not traced and fails nothing.",
+    ),
+    BudgetKey(
+        name="allow_targets",
+        kind="globs",
+        judged=Elsewhere("max_custom_calls leaves them out"),
+        doc="Custom-call targets (globs) max_custom_calls leaves out.",
+    ),
+    BudgetKey(
+        name="max_vendor_share",
+        kind="fraction",
+        judged=OnPlatform(_runtime_share("vendor", "max_vendor_share")),
+        doc="The share of the run time in vendor kernels.",
+    ),
+    BudgetKey(
+        name="max_custom_share",
+        kind="fraction",
+        judged=OnPlatform(_runtime_share("custom", "max_custom_share")),
+        doc="The share of the run time in custom kernels.",
+    ),
+    BudgetKey(
+        name="max_kernels_to_rewrite",
+        kind="count",
+        judged=OnTarget(_kernels_to_rewrite),
+        doc="For the target this budget's platform is: kernels to rewrite moving off cuda.",
+    ),
+    BudgetKey(
+        name="max_rewrite_days",
+        kind="days",
+        judged=OnTarget(_rewrite_days),
+        doc="For the target this budget's platform is: engineering days moving off cuda.",
+    ),
+    BudgetKey(
+        name="max_tooling_assumptions",
+        kind="count",
+        judged=Elsewhere("the session, once per run, on the project scan's findings"),
+        project_only="the scan covers the whole project",
+        doc="NVIDIA-bound tooling assumptions the project scan finds.",
+    ),
+    BudgetKey(
+        name="max_format_findings",
+        kind="count",
+        judged=OnPlatform(_format_findings),
+        doc="Call-weighted findings of kind format not matched by allow_findings.",
+    ),
+    BudgetKey(
+        name="forbid_formats",
+        kind="formats",
+        judged=OnPlatform(_forbid_formats),
+        doc="Formats (JAX names) no op may use on this platform, flagged by a rule or not.",
+    ),
+    BudgetKey(
+        name="max_padding_waste",
+        kind="fraction",
+        judged=OnPlatform(_padding_waste),
+        doc="The share of bytes moved that is tile padding (tpu).",
+    ),
+    BudgetKey(
+        name="max_relayouts",
+        kind="count",
+        judged=OnPlatform(_relayouts),
+        doc="Transposes and copies XLA inserted around library calls (compiled level).",
+    ),
+    BudgetKey(
+        name="allow_findings",
+        kind="rules",
+        judged=Elsewhere("max_format_findings leaves them out"),
+        doc="Rule names (globs) left out of max_format_findings.",
+    ),
+)
+"""Every budget key, once, in the order checks are judged against them (and the marker's
+signature lists them): :mod:`~pytest_jaxport.model.config` reads the names, kinds and
+``project_only`` from here, :func:`evaluate` the judges."""
+
+DECLARED: Mapping[str, BudgetKey] = {k.name: k for k in KEYS}
+"""Each key of :data:`KEYS` by its name."""
+_PER_CHECK = tuple(k.judged for k in KEYS if isinstance(k.judged, OnCheck))
+_PER_TARGET = tuple(k.judged for k in KEYS if isinstance(k.judged, OnTarget))
+_TARGET_KEYS = tuple(k.name for k in KEYS if isinstance(k.judged, OnTarget))
+_PER_PLATFORM_ANY = tuple(
+    k.judged for k in KEYS if isinstance(k.judged, OnPlatform) and not k.judged.needs_census
+)
+_PER_PLATFORM_COUNTED = tuple(
+    k.judged for k in KEYS if isinstance(k.judged, OnPlatform) and k.judged.needs_census
+)
+_FRACTIONS = frozenset(k.name for k in KEYS if k.kind == "fraction")
+
+
 def evaluate(
     probe: Probe,
     budget_for: Callable[[str], Budget],
@@ -287,86 +730,22 @@ def evaluate(
     lowered one; each violation says which (``level``). Rewrite budgets apply per target in
     ``migrate_to``, priced with ``model``. An emulation's outputs must match the reference
     like a present platform's, and its run must not fail (``emulate_origin``: where
-    ``emulate`` was set).
+    ``emulate`` was set). Each key is judged by its judge, in :data:`KEYS`' order (on a
+    platform, those judged whether or not it lowered first).
     """
     violations: list[Violation] = []
-    untraced = probe.untraced
-    if untraced is not None:
-        must_trace = budget_for(untraced.platform).must_trace
-        if must_trace is not None and must_trace.value:
-            violations.append(
-                Violation(
-                    check=probe.name,
-                    platform=untraced.platform,
-                    key="must_trace",
-                    limit=True,
-                    origin=must_trace.origin,
-                    found="could not be traced here",
-                    what="trace",
-                    level=f"needs {untraced.needs}",
-                    details=(untraced.error,),
-                )
-            )
+    for on_check in _PER_CHECK:
+        violations += on_check.judge(probe, budget_for)
     for target in migrate_to:
         violations += _rewrite_violations(probe, budget_for(target), model or CostModel())
     for platform, result in probe.platforms.items():
         budget = budget_for(platform)
-        must = budget.must_lower
-        if must is not None and platform in must.value:
-            failure = result.error or result.execution_error
-            if result.needs_hardware and result.census is None:
-                failure = None  # unknown here, not a failure: the check warned (see fixture)
-            failed: dict[str, Any] | None = None
-            if failure is not None:
-                stage = "lower" if result.error else "compile or run"
-                failed = {"found": f"fails to {stage}", "what": stage, "details": (failure,)}
-            elif (
-                result.formats is not None
-                and result.formats.not_compiling
-                and result.compiled is None  # a compile that succeeded here knows better
-            ):  # it lowers, but the rules know the target's compiler rejects it
-                failed = {"found": "lowers but does not compile", "what": "compile",
-                          "level": "lowered (format rules)",
-                          "findings": result.formats.not_compiling}  # fmt: skip
-            if failed is not None:
-                violations.append(
-                    Violation(check=probe.name, platform=platform, key="must_lower",
-                              limit=must.value, origin=must.origin, **failed)
-                )  # fmt: skip
-        census = result.budgeted  # the highest level available: compiled, else lowered
-        if census is None:
+        for on_platform in _PER_PLATFORM_ANY:
+            violations += on_platform.judge(probe.name, result, budget)
+        if result.budgeted is None:  # no census (compiled, else lowered) to count in
             continue
-        custom = census.in_layer("custom")
-        if budget.allow_targets is not None:
-            custom = tuple(k for k in custom if not _allowed(k, budget.allow_targets.value))
-        counted: list[tuple[str, Any, tuple[Kernel, ...], str]] = [
-            ("max_custom_calls", budget.max_custom_calls, custom, "custom call"),
-            ("max_vendor_calls", budget.max_vendor_calls, census.in_layer("vendor"),
-             "vendor call"),
-        ]  # fmt: skip
-        for library, setting in budget.max_library_calls.items():
-            kernels = tuple(k for k in census.in_layer("vendor") if k.library == library)
-            counted.append((f"max_library_calls.{library}", setting, kernels, f"{library} call"))
-        for key, setting, kernels, noun in counted:
-            if setting is None:
-                continue
-            found = sum(k.count for k in kernels)
-            if found > setting.value:
-                violations.append(
-                    Violation(
-                        check=probe.name,
-                        platform=platform,
-                        key=key,
-                        limit=setting.value,
-                        origin=setting.origin,
-                        found=found,
-                        what=_plural(found, noun),
-                        level=census.level,
-                        kernels=kernels,
-                    )
-                )
-        violations += _share_violations(probe.name, result.runtime_share, budget)
-        violations += format_violations(probe.name, result, budget)
+        for on_platform in _PER_PLATFORM_COUNTED:
+            violations += on_platform.judge(probe.name, result, budget)
         if result.numerics is not None and not result.numerics.ok:
             comparison = result.numerics
             violations.append(
@@ -386,53 +765,6 @@ def evaluate(
             )
         violations += _emulation_violations(probe.name, result, emulate_origin)
     return violations
-
-
-def format_violations(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
-    """The formats-and-layout limits of ``budget`` that ``result``'s findings break:
-    ``max_format_findings`` (less ``allow_findings``), ``forbid_formats`` and
-    ``max_padding_waste`` at the lowered level, ``max_relayouts`` at the compiled one."""
-    found: list[Violation] = []
-    formats = result.formats
-
-    def violation(setting: Any, key: str, count: Any, what: str, **extra: Any) -> Violation:
-        return Violation(check=check, platform=result.platform, key=key, limit=setting.value,
-                         origin=setting.origin, found=count, what=what, **extra)  # fmt: skip
-
-    if formats is not None:
-        limit = budget.max_format_findings
-        if limit is not None:
-            allowed = budget.allow_findings.value if budget.allow_findings is not None else ()
-            counted = tuple(f for f in formats.findings if f.kind == "format"
-                            and not any(fnmatchcase(f.rule, p) for p in allowed))  # fmt: skip
-            n = sum(f.count for f in counted)
-            if n > limit.value:
-                what = _plural(n, "format finding")
-                found.append(violation(limit, "max_format_findings", n, what, findings=counted))
-        forbidden = budget.forbid_formats
-        if forbidden is not None:
-            used = [name for name in formats.formats
-                    if any(fnmatchcase(name, p) for p in forbidden.value)]  # fmt: skip
-            if used:
-                found.append(_forbidden(formats, used, violation(forbidden, "forbid_formats",
-                                                                 ", ".join(used), "")))  # fmt: skip
-        ceiling = budget.max_padding_waste
-        if ceiling is not None and formats.padding_waste > ceiling.value:
-            padded = sorted(formats.by_rule("tile-padding"), key=lambda f: -f.amount)
-            found.append(
-                violation(ceiling, "max_padding_waste", f"{formats.padding_waste:.1%}",
-                          "of bytes moved are padding", findings=tuple(padded))
-            )  # fmt: skip
-    compiled = result.compiled_formats
-    most = budget.max_relayouts
-    if compiled is not None and most is not None and compiled.relayouts > most.value:
-        level = f"compiled (deviceless {result.target})" if result.deviceless else "compiled"
-        found.append(
-            violation(most, "max_relayouts", compiled.relayouts,
-                      _plural(compiled.relayouts, "relayout"), level=level,
-                      findings=compiled.by_rule("inserted-relayout"))
-        )  # fmt: skip
-    return found
 
 
 def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> Violation:
@@ -484,33 +816,8 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
     ]
 
 
-def _share_violations(check: str, share: RuntimeShare | None, budget: Budget) -> list[Violation]:
-    if share is None:
-        return []
-    found = []
-    for key, layer in (("max_vendor_share", "vendor"), ("max_custom_share", "custom")):
-        setting = getattr(budget, key)
-        value = share.layers.get(layer, 0.0)
-        if setting is not None and value > setting.value:
-            libraries = ", ".join(f"{lib} {f:.0%}" for lib, f in share.libraries.items())
-            found.append(
-                Violation(
-                    check=check,
-                    platform=budget.platform,
-                    key=key,
-                    limit=setting.value,
-                    origin=setting.origin,
-                    found=f"{value:.1%}",
-                    what=f"of the run time in {layer} kernels",
-                    level=f"{share.basis} runtime share",
-                    details=(f"libraries: {libraries}",) if libraries and layer == "vendor" else (),
-                )
-            )
-    return found
-
-
 def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[Violation]:
-    if budget.max_kernels_to_rewrite is None and budget.max_rewrite_days is None:
+    if not any(budget.is_set(key) for key in _TARGET_KEYS):
         return []
     items = probe.rewrite_items(budget.platform)
     formats = probe.format_items(budget.platform)
@@ -533,38 +840,8 @@ def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[
 def rewrite_violations(
     check: str, budget: Budget, *, kernels: int, days: float, details: tuple[str, ...]
 ) -> list[Violation]:
-    """``max_kernels_to_rewrite`` and ``max_rewrite_days`` of ``budget`` (its platform is the
-    target) against an estimate of ``kernels`` and ``days``; ``details`` lists the items."""
-    target = budget.platform
-    found: list[Violation] = []
-    limit = budget.max_kernels_to_rewrite
-    if limit is not None and kernels > limit.value:
-        found.append(
-            Violation(
-                check=check,
-                platform=target,
-                key="max_kernels_to_rewrite",
-                limit=limit.value,
-                origin=limit.origin,
-                found=kernels,
-                what=f"{_plural(kernels, 'kernel')} to rewrite moving off cuda",
-                level="from the cuda census",
-                details=details,
-            )
-        )
-    most = budget.max_rewrite_days
-    if most is not None and days > most.value:
-        found.append(
-            Violation(
-                check=check,
-                platform=target,
-                key="max_rewrite_days",
-                limit=most.value,
-                origin=most.origin,
-                found=f"{days:g}",
-                what="engineering days to move off cuda",
-                level="cost model",
-                details=details,
-            )
-        )
-    return found
+    """The rewrite keys (``max_kernels_to_rewrite``, ``max_rewrite_days``) of ``budget`` (its
+    platform is the target) against an estimate of ``kernels`` and ``days``; ``details``
+    lists the items."""
+    rewrite = Rewrite(kernels=kernels, days=days, details=details)
+    return [v for on_target in _PER_TARGET for v in on_target.judge(check, budget, rewrite)]

@@ -13,15 +13,19 @@ Precedence, lowest first: defaults < ``[tool.jaxport.budget]`` <
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, get_args
 
+from pytest_jaxport.model.budget import DECLARED, KEYS, Kind
+from pytest_jaxport.model.budget import Budget as Budget  # re-exported: importers read it here
+from pytest_jaxport.model.budget import Setting as Setting
 from pytest_jaxport.model.cost import COST_KEYS
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.formats import (
@@ -47,41 +51,25 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-T = TypeVar("T")
-
 DEFAULT_PLATFORMS: tuple[str, ...] = PLATFORMS
 DEFAULT_REFERENCE = "cpu"
 
-COUNT_KEYS = (
-    "max_vendor_calls",
-    "max_custom_calls",
-    "max_kernels_to_rewrite",
-    "max_format_findings",
-    "max_relayouts",
+BUDGET_KEYS: tuple[str, ...] = tuple(k.name for k in KEYS)
+"""Every budget key, as :data:`pytest_jaxport.model.budget.KEYS` declares them."""
+PROJECT_ONLY_KEYS: tuple[str, ...] = tuple(k.name for k in KEYS if k.project_only)
+"""Budget keys set in ``[tool.jaxport.budget]`` only: not per platform, not by a marker."""
+MARKER_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("platforms", "Sequence[str] | None"),
+    ("reference", "str | None"),
+    ("rtol", "float | None"),
+    ("atol", "float | None"),
+    ("transforms", "Sequence[str] | None"),
+    ("emulate", "Sequence[str] | None"),
 )
-SHARE_KEYS = ("max_vendor_share", "max_custom_share")
-BUDGET_KEYS = (
-    *COUNT_KEYS,
-    "max_library_calls",
-    "must_lower",
-    "must_trace",
-    "allow_targets",
-    *SHARE_KEYS,
-    "max_rewrite_days",
-    "max_tooling_assumptions",
-    "forbid_formats",
-    "max_padding_waste",
-    "allow_findings",
-)
-PROJECT_ONLY_KEYS = ("max_tooling_assumptions",)
-MARKER_KEYS = (
-    *(k for k in BUDGET_KEYS if k not in PROJECT_ONLY_KEYS),
-    "platforms",
-    "reference",
-    "rtol",
-    "atol",
-    "transforms",
-    "emulate",
+"""The marker's keywords besides the budget keys, each with its type as ``--markers`` says it."""
+MARKER_KEYS: tuple[str, ...] = (
+    *(k.name for k in KEYS if k.marker),
+    *(name for name, _ in MARKER_OPTIONS),
 )
 TOP_KEYS = (
     "platforms",
@@ -129,49 +117,12 @@ DTYPES: tuple[str, ...] = (
 )  # fmt: skip
 
 
+BudgetValue = int | float | bool | tuple[str, ...] | dict[str, int]
+"""A budget key's validated value (its kind's: a count, a fraction, a list, a table)."""
+
+
 class ConfigError(ValueError):
     """A user's configuration is wrong; the message says where and how."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Setting(Generic[T]):
-    """A configured value and where it was set (``pyproject.toml [tool.jaxport.budget]``)."""
-
-    value: T
-    origin: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Budget:
-    """The limits that apply to one check on one platform; ``None`` means no limit."""
-
-    platform: str
-    max_vendor_calls: Setting[int] | None = None
-    max_custom_calls: Setting[int] | None = None
-    max_library_calls: Mapping[str, Setting[int]] = field(default_factory=dict)
-    must_lower: Setting[tuple[str, ...]] | None = None
-    must_trace: Setting[bool] | None = None
-    """Fail a check JAX cannot trace here because this machine lacks what it needs (cuDNN
-    for ``implementation="cudnn"`` attention), on the platform that needs it; by default
-    such a check is reported as not traced and fails nothing."""
-    allow_targets: Setting[tuple[str, ...]] | None = None
-    max_vendor_share: Setting[float] | None = None
-    max_custom_share: Setting[float] | None = None
-    max_kernels_to_rewrite: Setting[int] | None = None
-    """For the target this budget's platform is, when migrating from cuda."""
-    max_rewrite_days: Setting[float] | None = None
-    max_tooling_assumptions: Setting[int] | None = None
-    """Project-wide: checked once per session, from ``[tool.jaxport.budget]``."""
-    max_format_findings: Setting[int] | None = None
-    """Call-weighted findings of kind ``format`` not matched by ``allow_findings``."""
-    forbid_formats: Setting[tuple[str, ...]] | None = None
-    """Formats (JAX names) no op may use on this platform, whether or not a rule flags them."""
-    max_padding_waste: Setting[float] | None = None
-    """The share of bytes moved that is tile padding (tpu)."""
-    max_relayouts: Setting[int] | None = None
-    """Transposes and copies XLA inserted around library calls (compiled level)."""
-    allow_findings: Setting[tuple[str, ...]] | None = None
-    """Rule names (globs) left out of ``max_format_findings``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,7 +130,7 @@ class BudgetTable:
     """One table of budget keys as written, with its origin."""
 
     origin: str
-    values: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, BudgetValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,7 +287,7 @@ class Resolved:
 
     def budget(self, platform: str) -> Budget:
         """Merge defaults < project budget < platform budget < marker, key by key."""
-        layers: list[tuple[Mapping[str, Any], Mapping[str, str]]] = []
+        layers: list[tuple[Mapping[str, BudgetValue], Mapping[str, str]]] = []
         for table in (self.project.budget, self.project.platform_budgets.get(platform)):
             if table is not None:
                 layers.append((table.values, dict.fromkeys(table.values, table.origin)))
@@ -344,16 +295,17 @@ class Resolved:
         layers.append(
             ({k: s.value for k, s in marker.items()}, {k: s.origin for k, s in marker.items()})
         )
-        settings: dict[str, Any] = {}
-        libraries: dict[str, Setting[int]] = {}
+        settings: dict[str, Setting[BudgetValue]] = {}
+        tables: dict[str, dict[str, Setting[int]]] = {}  # max_library_calls: entry by entry
         for values, origins in layers:
             for key, value in values.items():
-                if key == "max_library_calls":
-                    for library, limit in value.items():
-                        libraries[library] = Setting(value=limit, origin=origins[key])
+                if isinstance(value, Mapping):
+                    entries = tables.setdefault(key, {})
+                    for name, limit in value.items():
+                        entries[name] = Setting(value=limit, origin=origins[key])
                 else:
                     settings[key] = Setting(value=value, origin=origins[key])
-        return Budget(platform=platform, max_library_calls=libraries, **settings)
+        return Budget(platform=platform, **tables, **settings)  # type: ignore[arg-type]
 
     def tolerance(self, platform: str, dtype: str) -> ToleranceSetting:
         """The configured tolerance for ``dtype`` on ``platform``; unset fields are ``None``."""
@@ -468,7 +420,7 @@ def platform_hint(word: str, choices: Sequence[str] = PLATFORMS) -> str:
     return f" ({word!r} {what}: write {each}, or {'both' if len(meant) == 2 else 'several'})"
 
 
-LIBRARY_LIMIT_KEY = "max_library_calls"
+LIBRARY_LIMIT_KEY = next(k.name for k in KEYS if k.kind == "libraries")
 """The budget key that limits one library's calls: ``max_cudnn_calls`` is written
 ``max_library_calls = { cudnn = 2 }``."""
 
@@ -754,28 +706,48 @@ def _names(
     return tuple(value)
 
 
-def _budget_value(where: _Where, key: str, value: object) -> Any:
-    if key in COUNT_KEYS or key == "max_tooling_assumptions":
-        return _limit(where, key, value)
-    if key in SHARE_KEYS or key == "max_padding_waste":
-        return _fraction(where, key, value)
-    if key == "forbid_formats":
-        return _names(where, key, value, FORMAT_NAMES, "format")
-    if key == "allow_findings":
-        return _names(where, key, value, RULE_NAMES, "rule")
-    if key == "max_rewrite_days":
-        return _days(where, key, value)
-    if key == "max_library_calls":
-        return _library_limits(where, key, value)
-    if key == "must_lower":
-        return _platforms(where, key, value, empty_ok=True)
-    if key == "allow_targets":
-        return _globs(where, key, value)
-    if key == "must_trace":
-        if not isinstance(value, bool):
-            raise where.error(key, "true or false", value)
-        return value
-    raise AssertionError(key)  # pragma: no cover - callers check the key first
+def _must_be_flag(where: _Where, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise where.error(key, "true or false", value)
+    return value
+
+
+_VALIDATORS: Mapping[Kind, Callable[[_Where, str, object], BudgetValue]] = {
+    "count": _limit,
+    "fraction": _fraction,
+    "days": _days,
+    "flag": _must_be_flag,
+    "platforms": lambda where, key, value: _platforms(where, key, value, empty_ok=True),
+    "globs": _globs,
+    "formats": lambda where, key, value: _names(where, key, value, FORMAT_NAMES, "format"),
+    "rules": lambda where, key, value: _names(where, key, value, RULE_NAMES, "rule"),
+    "libraries": _library_limits,
+}
+"""How a budget key's value is validated, per its declared kind (the errors name the key)."""
+_ANNOTATIONS: Mapping[Kind, str] = {
+    "count": "int | None",
+    "fraction": "float | None",
+    "days": "float | None",
+    "flag": "bool | None",
+    "platforms": "Sequence[str] | None",
+    "globs": "Sequence[str] | None",
+    "formats": "Sequence[str] | None",
+    "rules": "Sequence[str] | None",
+    "libraries": "Mapping[str, int] | None",
+}
+"""A budget key's type in the marker's signature (``--markers``), per its declared kind."""
+assert set(_VALIDATORS) == set(_ANNOTATIONS) == set(get_args(Kind)), "a kind without a validator"
+
+
+def _budget_value(where: _Where, key: str, value: object) -> BudgetValue:
+    """``value`` of the declared budget key ``key``, validated as its kind says."""
+    return _VALIDATORS[DECLARED[key].kind](where, key, value)
+
+
+def _takes_table(key: str) -> bool:
+    """Whether the budget key ``key`` takes a table (``max_library_calls``), so a table under
+    that name is its value, not a misspelt platform's."""
+    return key in DECLARED and DECLARED[key].kind == "libraries"
 
 
 def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTable:
@@ -784,10 +756,11 @@ def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTab
     for key, value in table.items():
         if key not in BUDGET_KEYS:
             raise where.unknown(key, BUDGET_KEYS, value=value)
-        if key in PROJECT_ONLY_KEYS and name != "tool.jaxport.budget":
+        only_why = DECLARED[key].project_only
+        if only_why is not None and name != "tool.jaxport.budget":
             raise ConfigError(
-                f"{where.prefix} {key}: expected only in [tool.jaxport.budget] (the scan covers "
-                "the whole project), found it here"
+                f"{where.prefix} {key}: expected only in [tool.jaxport.budget] ({only_why}), "
+                "found it here"
             )
         values[key] = _budget_value(where, key, value)
     return BudgetTable(origin=f"{source} [{name}]", values=values)
@@ -1027,7 +1000,7 @@ def _budget_section(
             if not isinstance(value, Mapping):
                 raise budget_where.error(key, f"a table ([{name}.{key}])", value)
             platform_budgets[key] = _budget_table(source, f"{name}.{key}", value)
-        elif isinstance(value, Mapping) and key != "max_library_calls":
+        elif isinstance(value, Mapping) and not _takes_table(key):
             raise budget_where.unknown(
                 key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform", value=value
             )
@@ -1151,59 +1124,30 @@ def load_project(path: Path | None, *, display: str | None = None) -> ProjectCon
 # -- the marker ---------------------------------------------------------------------------
 
 
-def portable(
-    *,
-    max_vendor_calls: int | None = None,
-    max_custom_calls: int | None = None,
-    max_library_calls: Mapping[str, int] | None = None,
-    must_lower: Sequence[str] | None = None,
-    must_trace: bool | None = None,
-    allow_targets: Sequence[str] | None = None,
-    max_vendor_share: float | None = None,
-    max_custom_share: float | None = None,
-    max_kernels_to_rewrite: int | None = None,
-    max_rewrite_days: float | None = None,
-    max_format_findings: int | None = None,
-    forbid_formats: Sequence[str] | None = None,
-    max_padding_waste: float | None = None,
-    max_relayouts: int | None = None,
-    allow_findings: Sequence[str] | None = None,
-    platforms: Sequence[str] | None = None,
-    reference: str | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    transforms: Sequence[str] | None = None,
-    emulate: Sequence[str] | None = None,
-) -> dict[str, Any]:
+_MARKER_SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in (
+            *((k.name, _ANNOTATIONS[k.kind]) for k in KEYS if k.marker),
+            *MARKER_OPTIONS,
+        )
+    ],
+    return_annotation="dict[str, object]",
+)
+
+
+def portable(**keywords: object) -> dict[str, object]:
     """Portability budget for this test's ``jaxport.check`` calls; keywords override pyproject.
 
-    Its signature is the marker's: pytest's ``--markers`` help is generated from it, and the
-    marker's keywords are validated by calling it.
+    Its signature is the marker's, made from the declared budget keys and
+    :data:`MARKER_OPTIONS`: pytest's ``--markers`` help is generated from it, and the
+    marker's keywords are validated by calling it (an unknown one is a ``TypeError``).
     """
-    given = {
-        "max_vendor_calls": max_vendor_calls,
-        "max_custom_calls": max_custom_calls,
-        "max_library_calls": max_library_calls,
-        "must_lower": must_lower,
-        "must_trace": must_trace,
-        "allow_targets": allow_targets,
-        "max_vendor_share": max_vendor_share,
-        "max_custom_share": max_custom_share,
-        "max_kernels_to_rewrite": max_kernels_to_rewrite,
-        "max_rewrite_days": max_rewrite_days,
-        "max_format_findings": max_format_findings,
-        "forbid_formats": forbid_formats,
-        "max_padding_waste": max_padding_waste,
-        "max_relayouts": max_relayouts,
-        "allow_findings": allow_findings,
-        "platforms": platforms,
-        "reference": reference,
-        "rtol": rtol,
-        "atol": atol,
-        "transforms": transforms,
-        "emulate": emulate,
-    }
+    given = _MARKER_SIGNATURE.bind(**keywords).arguments
     return {k: v for k, v in given.items() if v is not None}
+
+
+portable.__signature__ = _MARKER_SIGNATURE  # type: ignore[attr-defined]
 
 
 def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) -> dict[str, Any]:
