@@ -750,7 +750,7 @@ def _takes_table(key: str) -> bool:
     return key in DECLARED and DECLARED[key].kind == "libraries"
 
 
-def _budget_table(source: str, name: str, table: Mapping[str, Any]) -> BudgetTable:
+def _budget_table(source: str, name: str, table: Mapping[str, object]) -> BudgetTable:
     where = _Where(f"{source}: [{name}]")
     values = {}
     for key, value in table.items():
@@ -782,7 +782,9 @@ def _tolerance_table(source: str, name: str, table: object) -> ToleranceSetting:
     )
 
 
-def _dtype_tables(source: str, name: str, table: Mapping[str, Any]) -> dict[str, ToleranceSetting]:
+def _dtype_tables(
+    source: str, name: str, table: Mapping[str, object]
+) -> dict[str, ToleranceSetting]:
     where = _Where(f"{source}: [{name}]")
     result = {}
     for dtype, entry in table.items():
@@ -821,7 +823,7 @@ def _scan_table(source: str, table: object) -> tuple[bool, tuple[str, ...]]:
 
 
 def parse_project(
-    data: Mapping[str, Any], source: str, *, base: Path | None = None
+    data: Mapping[str, object], source: str, *, base: Path | None = None
 ) -> ProjectConfig:
     """Validate the ``[tool.jaxport]`` table read from ``source`` (in folder ``base``)."""
     where = _Where(f"{source}: [tool.jaxport]")
@@ -1150,7 +1152,9 @@ def portable(**keywords: object) -> dict[str, object]:
 portable.__signature__ = _MARKER_SIGNATURE  # type: ignore[attr-defined]
 
 
-def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) -> dict[str, Any]:
+def parse_marker(
+    args: Sequence[object], kwargs: Mapping[str, object], origin: str
+) -> dict[str, object]:
     """Validate one ``portable`` mark's arguments; raise ConfigError naming the culprit."""
     where = _Where(f"@pytest.mark.portable on {origin}:")
     if args:
@@ -1166,7 +1170,7 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) ->
                 f"known: {', '.join(MARKER_KEYS)}"
             )
     values = portable(**kwargs)
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     for key, value in values.items():
         if key in BUDGET_KEYS:
             result[key] = _budget_value(where, key, value)
@@ -1183,7 +1187,7 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any], origin: str) ->
     return result
 
 
-def merge_marks(marks: Sequence[tuple[str, Mapping[str, Any]]]) -> Overrides:
+def merge_marks(marks: Sequence[tuple[str, Mapping[str, object]]]) -> Overrides:
     """Closest mark first: for each key the closest mark that sets it wins."""
     values: dict[str, Setting[Any]] = {}
     for origin, parsed in marks:
