@@ -234,24 +234,13 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
     lines: list[str] = []
     said: set[str] = set()
     for v in violations:
-        kind = v.key.partition(".")[0] if v.key.startswith("max_library_calls") else v.key
+        kind = v.key.partition(".")[0]  # max_library_calls.cudnn: max_library_calls
         if kind in said:
             continue
         said.add(kind)
-        if v.key == "must_lower":
-            failing = [x.platform for x in violations if x.key == "must_lower"]
-            kept = [p for p in v.limit or () if p not in failing]
-            lines.append(
-                f"to pass: give the code a path that lowers on {', '.join(failing)} "
-                "(jax.lax.platform_dependent(..., default=<plain jnp code>)), or narrow "
-                f"must_lower (set in {v.origin}) to the platforms it must run on: "
-                f"@pytest.mark.portable(must_lower={kept!r})"
-            )
-        elif v.key == "must_trace":
-            lines.append(
-                "to pass: run the test where what tracing needs is present, or set "
-                f"must_trace = false (set in {v.origin})"
-            )
+        declared = DECLARED.get(kind)
+        if declared is not None:
+            lines.append((declared.way_out or _change_or_raise)(v, violations))
         elif v.key in ("numerics", "emulated_numerics"):
             emulated = v.key == "emulated_numerics"
             lines.append(
@@ -260,22 +249,10 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 "or the marker's rtol/atol; else fix the code"
                 + (" for that platform's path" if emulated else "")
             )
-        elif v.key.endswith(("_calls", "_share")) or kind == "max_library_calls":
-            lines.append(
-                f"to pass: remove the kernels above from the code, or raise {v.key} where it "
-                f"was set ({v.origin}; a marker's @pytest.mark.portable({kind}=...) overrides "
-                "[tool.jaxport.budget]), or drop the limit and let a baseline keep the count "
-                "from growing (--jaxport-baseline=FILE --jaxport-baseline-update)"
-            )
         elif v.key == "emulated_run":
             lines.append(
                 f"to pass: fix what the emulated run hit (above), or take {v.platform} out of "
                 f"emulate (set in {v.origin})"
-            )
-        elif v.key == "forbid_formats":
-            lines.append(
-                "to pass: compute in a format the target has (the findings above say where), "
-                f"or take it out of forbid_formats (set in {v.origin})"
             )
         elif v.key == BASELINE_KEY:
             grown = [x for x in violations if x.key == BASELINE_KEY and x.found is not None]
@@ -286,16 +263,8 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
                 f"record it: pytest --jaxport-baseline={v.origin} --jaxport-baseline-update "
                 "(from a full run), and commit the file"
             )
-        elif v.key == "max_format_findings":
-            lines.append(
-                "to pass: change the code at the findings above, accept a rule with "
-                f'allow_findings = ["<rule>"], or raise max_format_findings (set in '
-                f"{v.origin})"
-            )
         else:
-            lines.append(
-                f"to pass: change the code, or raise {v.key} where it was set ({v.origin})"
-            )
+            lines.append(_change_or_raise(v, violations))
     return lines
 
 
@@ -338,6 +307,8 @@ CheckJudge = Callable[[Probe, Callable[[str], Budget]], list[Violation]]
 """``(the check, the budget of each platform) -> violations``."""
 TargetJudge = Callable[[str, Budget, "Rewrite"], list[Violation]]
 """``(check's name, the target's budget, the estimate of moving there) -> violations``."""
+WayOut = Callable[[Violation, Sequence[Violation]], str]
+"""``(the violation, every violation of the test) -> "to pass: ..."``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +355,9 @@ class BudgetKey:
     doc: str
     """What it limits, as the reference says it."""
     judged: OnPlatform | OnCheck | OnTarget | Elsewhere
+    way_out: WayOut | None = None
+    """What a person can do about a violation of it (``to pass: ...``); where ``None``:
+    change the code, or raise the limit where it was set."""
     project_only: str | None = None
     """Why the key is set in ``[tool.jaxport.budget]`` only (not per platform, not in the
     marker, not in the audit's ``fail_on``); ``None`` where it is set anywhere."""
@@ -392,6 +366,56 @@ class BudgetKey:
     def marker(self) -> bool:
         """Whether ``@pytest.mark.portable(...)`` takes it."""
         return self.project_only is None
+
+
+# -- the ways out: what a person can do about a broken key (said once per key and test) ---
+
+
+def _change_or_raise(v: Violation, violations: Sequence[Violation]) -> str:
+    return f"to pass: change the code, or raise {v.key} where it was set ({v.origin})"
+
+
+def _lower_there(v: Violation, violations: Sequence[Violation]) -> str:
+    failing = [x.platform for x in violations if x.key == "must_lower"]
+    kept = [p for p in v.limit or () if p not in failing]
+    return (
+        f"to pass: give the code a path that lowers on {', '.join(failing)} "
+        "(jax.lax.platform_dependent(..., default=<plain jnp code>)), or narrow "
+        f"must_lower (set in {v.origin}) to the platforms it must run on: "
+        f"@pytest.mark.portable(must_lower={kept!r})"
+    )
+
+
+def _trace_where_present(v: Violation, violations: Sequence[Violation]) -> str:
+    return (
+        "to pass: run the test where what tracing needs is present, or set "
+        f"must_trace = false (set in {v.origin})"
+    )
+
+
+def _fewer_kernels(v: Violation, violations: Sequence[Violation]) -> str:
+    key = v.key.partition(".")[0]
+    return (
+        f"to pass: remove the kernels above from the code, or raise {v.key} where it "
+        f"was set ({v.origin}; a marker's @pytest.mark.portable({key}=...) overrides "
+        "[tool.jaxport.budget]), or drop the limit and let a baseline keep the count "
+        "from growing (--jaxport-baseline=FILE --jaxport-baseline-update)"
+    )
+
+
+def _another_format(v: Violation, violations: Sequence[Violation]) -> str:
+    return (
+        "to pass: compute in a format the target has (the findings above say where), "
+        f"or take it out of forbid_formats (set in {v.origin})"
+    )
+
+
+def _fewer_findings(v: Violation, violations: Sequence[Violation]) -> str:
+    return (
+        "to pass: change the code at the findings above, accept a rule with "
+        f'allow_findings = ["<rule>"], or raise max_format_findings (set in '
+        f"{v.origin})"
+    )
 
 
 # -- the judges: how a check is held to each key --------------------------------------------
@@ -603,24 +627,28 @@ KEYS: tuple[BudgetKey, ...] = (
         kind="count",
         judged=OnPlatform(_layer_calls("custom", "max_custom_calls")),
         doc="Custom calls (Pallas, Triton, Mosaic, a handwritten kernel), less allow_targets.",
+        way_out=_fewer_kernels,
     ),
     BudgetKey(
         name="max_vendor_calls",
         kind="count",
         judged=OnPlatform(_layer_calls("vendor", "max_vendor_calls")),
         doc="Calls into vendor libraries (cuDNN, cuBLAS, NCCL, ...).",
+        way_out=_fewer_kernels,
     ),
     BudgetKey(
         name="max_library_calls",
         kind="libraries",
         judged=OnPlatform(_library_calls),
         doc="Calls into each vendor library named ({ cudnn = 2 }), each against its limit.",
+        way_out=_fewer_kernels,
     ),
     BudgetKey(
         name="must_lower",
         kind="platforms",
         judged=OnPlatform(_must_lower, needs_census=False),
         doc="Platforms the code must lower (and, where present, compile and run) for.",
+        way_out=_lower_there,
     ),
     BudgetKey(
         name="must_trace",
@@ -629,6 +657,7 @@ KEYS: tuple[BudgetKey, ...] = (
         doc="Fail a check JAX cannot trace here because this machine lacks what it needs "
         '(cuDNN for implementation="cudnn" attention), on the platform that needs it; by '
         "default such a check is reported as not traced and fails nothing.",
+        way_out=_trace_where_present,
     ),
     BudgetKey(
         name="allow_targets",
@@ -641,12 +670,14 @@ KEYS: tuple[BudgetKey, ...] = (
         kind="fraction",
         judged=OnPlatform(_runtime_share("vendor", "max_vendor_share")),
         doc="The share of the run time in vendor kernels.",
+        way_out=_fewer_kernels,
     ),
     BudgetKey(
         name="max_custom_share",
         kind="fraction",
         judged=OnPlatform(_runtime_share("custom", "max_custom_share")),
         doc="The share of the run time in custom kernels.",
+        way_out=_fewer_kernels,
     ),
     BudgetKey(
         name="max_kernels_to_rewrite",
@@ -672,12 +703,14 @@ KEYS: tuple[BudgetKey, ...] = (
         kind="count",
         judged=OnPlatform(_format_findings),
         doc="Call-weighted findings of kind format not matched by allow_findings.",
+        way_out=_fewer_findings,
     ),
     BudgetKey(
         name="forbid_formats",
         kind="formats",
         judged=OnPlatform(_forbid_formats),
         doc="Formats (JAX names) no op may use on this platform, flagged by a rule or not.",
+        way_out=_another_format,
     ),
     BudgetKey(
         name="max_padding_waste",
