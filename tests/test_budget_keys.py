@@ -9,6 +9,7 @@ this machine can produce it, a line of :data:`_CODE` that breaks it.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -209,11 +210,24 @@ def test_a_real_run_breaks_each_key_a_check_is_judged_against(pytester: pytest.P
     pytester.makefile(".toml", pyproject=_PYPROJECT)
     pytester.makepyfile(test_all=_CODE)
     pytester.syspathinsert(DEMO_SRC)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--jaxport-baseline=b.json", "--jaxport-baseline-update"
+    )
     result.assert_outcomes(failed=1)
     said = set(re.findall(r"\((\w+)(?:\.\w+)?(?:, set in| = )", result.stdout.str()))
     judged = {k.name for k in KEYS if not isinstance(k.judged, Elsewhere)}
     assert said == judged - JUDGED_HERE_ONLY_ON_PLAIN_DATA
+    # each key's ratchet is a number the baseline keeps (relayouts: cpu's compiled level)
+    baseline = json.loads((pytester.path / "b.json").read_text())
+    kept = {
+        metric.partition(".")[0] + ("." if "." in metric else "")
+        for check in baseline["tests"]["test_all.py::test_all"].values()
+        for levels in check.values()
+        for counts in levels.values()
+        for metric in counts or {}
+    }
+    ratchets = {k.ratchet for k in KEYS if k.ratchet is not None}
+    assert ratchets <= kept, ratchets - kept
 
 
 def test_the_keys_no_run_here_breaks_are_judged_on_plain_data() -> None:

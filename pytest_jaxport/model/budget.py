@@ -355,6 +355,10 @@ class BudgetKey:
     doc: str
     """What it limits, as the reference says it."""
     judged: OnPlatform | OnCheck | OnTarget | Elsewhere
+    ratchet: str | None = None
+    """The metric a baseline (``--jaxport-baseline``, ``report/baseline.py``'s ``COUNTERS``)
+    keeps the same number in, so it cannot grow where no limit is set (``library.`` for
+    ``max_library_calls``: one metric per library); ``None`` where no baseline counts it."""
     way_out: WayOut | None = None
     """What a person can do about a violation of it (``to pass: ...``); where ``None``:
     change the code, or raise the limit where it was set."""
@@ -628,6 +632,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnPlatform(_layer_calls("custom", "max_custom_calls")),
         doc="Custom calls (Pallas, Triton, Mosaic, a handwritten kernel), less allow_targets.",
         way_out=_fewer_kernels,
+        ratchet="custom",
     ),
     BudgetKey(
         name="max_vendor_calls",
@@ -635,6 +640,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnPlatform(_layer_calls("vendor", "max_vendor_calls")),
         doc="Calls into vendor libraries (cuDNN, cuBLAS, NCCL, ...).",
         way_out=_fewer_kernels,
+        ratchet="vendor",
     ),
     BudgetKey(
         name="max_library_calls",
@@ -642,6 +648,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnPlatform(_library_calls),
         doc="Calls into each vendor library named ({ cudnn = 2 }), each against its limit.",
         way_out=_fewer_kernels,
+        ratchet="library.",
     ),
     BudgetKey(
         name="must_lower",
@@ -704,6 +711,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnPlatform(_format_findings),
         doc="Call-weighted findings of kind format not matched by allow_findings.",
         way_out=_fewer_findings,
+        ratchet="format_findings",
     ),
     BudgetKey(
         name="forbid_formats",
@@ -717,12 +725,14 @@ KEYS: tuple[BudgetKey, ...] = (
         kind="fraction",
         judged=OnPlatform(_padding_waste),
         doc="The share of bytes moved that is tile padding (tpu).",
+        ratchet="padding_waste",
     ),
     BudgetKey(
         name="max_relayouts",
         kind="count",
         judged=OnPlatform(_relayouts),
         doc="Transposes and copies XLA inserted around library calls (compiled level).",
+        ratchet="relayouts",
     ),
     BudgetKey(
         name="allow_findings",
