@@ -8,7 +8,7 @@ donation) costs two dictionary lookups. A new one gets a content key (the normal
 text, the argument types and shardings, donation, mesh: the same computation re-traced, traced
 at another call site, or recorded by another pytest-xdist worker, gets the same key) and, when
 the key is new too, is lowered for every configured platform exactly as ``jaxport.check`` does
-(:class:`~pytest_jaxport.examine.LoweredLevel`: the lowered cache, the absent platforms
+(:meth:`~pytest_jaxport.examine.Examiner.audit`: the lowered cache, the absent platforms
 lowered together, the same census and source lines) from the recorded jaxpr and argument
 types, without tracing or running anything again. For the platform it ran on, JAX's own
 cached lowering is read.
@@ -220,8 +220,9 @@ class Recorder:
         if judging is not None:
             where = (*self.platforms, "present:", *sorted(present), f"at: {caller} {at_caller}")
             scope = "\n\0".join((judging, call.signature_text(), *where))
-            key = self._examiner.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
-            known = self._examiner.judged(key, len(self.platforms))
+            lowered = self._examiner.lowered
+            key = lowered.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
+            known = lowered.judged(key, len(self.platforms))
             if known is not None:
                 return known
         # Host callbacks lower for the platforms not present as inert placeholders, counted in
@@ -229,7 +230,7 @@ class Recorder:
         # program partitioned over several devices also gets the collectives the SPMD
         # partitioner inserts (compiled here once, not run; recorded in the lowered cache).
         # Nothing runs: the runtime share is the roofline estimate.
-        found = self._examiner.examine(
+        found = self._examiner.audit(
             call,
             keyed,
             self.platforms,
@@ -259,10 +260,10 @@ class Recorder:
             ],
             "findings": findings,
         }
-        if key is not None and self._examiner.keepable(found):
-            self._examiner.keep_judged(key, judged)
+        if key is not None and found.keepable:
+            self._examiner.lowered.keep_judged(key, judged)
         else:
-            self._examiner.keep_programs(found)
+            self._examiner.lowered.keep_programs(found.unkept)
         return judged
 
 

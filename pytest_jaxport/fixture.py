@@ -28,7 +28,8 @@ from pytest_jaxport._jax.arguments import ArgumentError, prepare
 from pytest_jaxport._jax.interception import paused
 from pytest_jaxport._jax.lowering import present_platforms
 from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.examine import Examiner, KeyParts, LoweredPrograms, Run
+from pytest_jaxport.examine import Examiner, KeyParts, LoweredPrograms, Run, stages
+from pytest_jaxport.examine.stages import Stages
 from pytest_jaxport.model.census import (
     Classifier,
     SourceLocation,
@@ -65,7 +66,10 @@ def warn(warning: Warning) -> None:
 
 
 class Jaxport:
-    """Probes functions for portability; one instance per test."""
+    """Probes functions for portability; one instance per test.
+
+    ``stages``: the examiner's instrumentation hook (:mod:`pytest_jaxport.examine.stages`),
+    entered around each stage of every check, tracing and comparing included."""
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class Jaxport:
         compile_settings: CompileSettings | None = None,
         profile: bool = False,
         cuda_capability: tuple[int, int] | None = None,
+        stages: Stages | None = None,
     ) -> None:
         self._config = config
         self._compile = compile_settings or CompileSettings()
@@ -95,6 +100,7 @@ class Jaxport:
             compile_settings=self._compile,
             profile=profile,
             own_packages=config.project.own_packages,
+            stages=stages,
         )
         self.lowered_stats = self._examiner.stats
         self.compile_stats = self._examiner.compile_stats
@@ -167,7 +173,8 @@ class Jaxport:
         wanted = self._transforms(check_name, transforms)
         gpus = {"cuda": self._compile.gpu_kind} if self._compile.gpu_kind else None
         try:
-            traced = lowering.trace(fn, args, kwargs, gpus=gpus)
+            with self._examiner.stage(stages.TRACE):
+                traced = lowering.trace(fn, args, kwargs, gpus=gpus)
         except lowering.Untraceable as e:
             self._untraced(check_name, e.untraced, wanted)
             return None
@@ -184,9 +191,11 @@ class Jaxport:
         value = self._probe(check_name, fn, args, kwargs, traced)
         unrunnable = self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
+            with self._examiner.stage(stages.TRACE):
+                variant_traced = lowering.trace_variant(variant, gpus=gpus)
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
-                variant, variant.args, {}, lowering.trace_variant(variant, gpus=gpus),
+                variant, variant.args, {}, variant_traced,
                 variant_of=check_name, transform=variant.transform,
             )  # fmt: skip
         if unrunnable is not None:  # the probes are recorded: the report still has the counts
@@ -281,10 +290,11 @@ class Jaxport:
                 if platform not in present or platform not in found.lowered:
                     continue
                 try:
-                    executions[platform] = lowering.execute(
-                        fn, traced, found.lowered[platform], platform, args, kwargs,
-                        partitioned=record_partition,
-                    )  # fmt: skip
+                    with self._examiner.stage(stages.execute(platform)):
+                        executions[platform] = lowering.execute(
+                            fn, traced, found.lowered[platform], platform, args, kwargs,
+                            partitioned=record_partition,
+                        )  # fmt: skip
                 except lowering.LoweringFailure as e:
                     errors[platform] = str(e)
                     built[platform] = e.compiled if e.stage == "run" else e
@@ -292,16 +302,17 @@ class Jaxport:
                 built[platform] = executions[platform].compiled
             return Run(executions=executions, errors=errors, built=built)
 
-        examined = self._examiner.examine(
+        examined = self._examiner.check(
             traced, KeyParts(traced, args, kwargs, own=self._examiner.own_packages),
-            self.platforms, present=present,
-            caller=caller, run=run, fn=fn, args=args, kwargs=kwargs,
+            self.platforms, present=present, run=run, fn=fn, args=args, kwargs=kwargs,
+            caller=caller,
         )  # fmt: skip
         emulated = self._emulate(traced, args, kwargs, examined.results, present)
-        probe, value = self._compare(
-            check_name, dict(examined.results), examined.executions, transform=transform,
-            emulated=emulated,
-        )  # fmt: skip
+        with self._examiner.stage(stages.COMPARE):
+            probe, value = self._compare(
+                check_name, dict(examined.results), examined.executions, transform=transform,
+                emulated=emulated,
+            )  # fmt: skip
         if transform is not None:
             probe = replace(probe, variant_of=variant_of, transform=transform)
             self._warn_findings(probe)
@@ -337,10 +348,11 @@ class Jaxport:
             program = traced
             if isinstance(traced, lowering.PlatformTraces):  # a variant traced per platform
                 program = traced.variant.for_platform(platform)
-            emulated = run_as(
-                program, args, kwargs, platform=platform, cuda_capability=self._cuda_capability,
-                own=self._examiner.own_packages,
-            )  # fmt: skip
+            with self._examiner.stage(stages.emulate(platform)):
+                emulated = run_as(
+                    program, args, kwargs, platform=platform,
+                    cuda_capability=self._cuda_capability, own=self._examiner.own_packages,
+                )  # fmt: skip
             shown = with_locations(emulated.emulation, self._shown_location)
             found[platform] = replace(emulated, emulation=shown)
         return found

@@ -1,0 +1,327 @@
+"""One path for every computation: lower it per platform, add the collectives the SPMD
+partitioner inserts, take each census, compile it where asked, estimate or measure where its
+time goes (:class:`Examiner`). A checked function (:meth:`Examiner.check`, from
+:mod:`pytest_jaxport.fixture`) and an audited computation (:meth:`Examiner.audit`, from
+:mod:`pytest_jaxport.audit`) both go down it; a check also runs the program on the platforms
+present, between lowering and census (``run``), and compiles where ``compile`` asks.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax.adapters import missing_package
+from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.examine import stages as stage
+from pytest_jaxport.examine.compiled import CompiledLevel, CompileStats, roofline
+from pytest_jaxport.examine.lowered import KeyParts, LoweredLevel, LoweredPrograms, LoweredStats
+from pytest_jaxport.examine.placement import Placement
+from pytest_jaxport.examine.share import runtime_share
+from pytest_jaxport.examine.stages import Stages, unobserved
+from pytest_jaxport.model.census import (
+    Classifier,
+    OpSite,
+    Program,
+    SourceLocation,
+    take_census,
+)
+from pytest_jaxport.model.partitioner import with_inserted
+from pytest_jaxport.model.probe import PlatformProbe
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """What running a check's lowerings on the platforms present did."""
+
+    executions: Mapping[str, lowering.Execution] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """Per platform that failed to compile or run, why."""
+    built: Mapping[str, Any] = field(default_factory=dict)
+    """Per platform, the executable numerics built, or the failure that says compiling failed
+    (so the compiled level does not try a second time)."""
+
+
+Runner = Callable[[LoweredPrograms, bool], Run]
+"""``run(found, record_partition)``: run ``found``'s lowerings on the platforms present,
+recording the partitioner's collectives when asked (a check's side of :meth:`Examiner.check`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Examined:
+    """What :meth:`Examiner.check` or :meth:`Examiner.audit` found for one computation."""
+
+    results: Mapping[str, PlatformProbe]
+    """Per platform: its census, compiled census and runtime share, or why it failed."""
+    executions: Mapping[str, lowering.Execution]
+    """Per platform that ran, its outputs (a check compares them)."""
+    programs: Mapping[str, Program]
+    """Per platform that lowered, its program as the census read it."""
+    unkept: Mapping[str, Program] = field(default_factory=dict)
+    """The programs lowered now that ``audit(keep_programs=False)`` left out of the lowered
+    cache, by key: ``LoweredLevel.keep_programs`` keeps them."""
+
+    @property
+    def keepable(self) -> bool:
+        """Whether its census means the same wherever these versions run: not where a platform
+        failed for want of this machine's hardware or packages, nor a partitioned program
+        (its collectives depend on whether it compiled here)."""
+        return all(
+            r.needs_hardware is None and (r.error is None or missing_package(r.error) is None)
+            for r in self.results.values()
+        ) and all(p.partitions <= 1 for p in self.programs.values())
+
+
+class Examiner:
+    """Lowers traced computations per platform and takes their census, through the caches.
+
+    Two entry points over one path: :meth:`check` (a checked function: run, compiled where
+    asked, measured where profiled) and :meth:`audit` (an audited computation: nothing runs).
+    ``stages``: the instrumentation hook, entered around each stage
+    (:mod:`pytest_jaxport.examine.stages` names them)."""
+
+    def __init__(
+        self,
+        *,
+        classifier: Classifier,
+        rootdir: Path,
+        compile_settings: CompileSettings,
+        compiled_classifier: Classifier | None = None,
+        profile: bool = False,
+        stats: LoweredStats | None = None,
+        own_packages: tuple[str, ...] = (),
+        stages: Stages | None = None,
+    ) -> None:
+        self._classifier = classifier
+        self._compiled_classifier = compiled_classifier
+        self._compile = compile_settings
+        self._profile = profile
+        self.stage: Stages = stages if stages is not None else unobserved
+        """The instrumentation hook: ``with examiner.stage("compare"): ...``."""
+        self.placement = Placement(
+            rootdir=rootdir, own_packages=own_packages, devices=compile_settings.devices
+        )
+        self.lowered = LoweredLevel(compile_settings, stats=stats, stages=self.stage)
+        self.compiled = CompiledLevel(
+            compile_settings, placement=self.placement, classifier=compiled_classifier
+        )
+
+    @property
+    def own_packages(self) -> tuple[str, ...]:
+        """Installed packages whose lines count as the user's (``[tool.jaxport]
+        own_packages``)."""
+        return self.placement.own_packages
+
+    @property
+    def stats(self) -> LoweredStats:
+        """Lowered-level cache hits and misses."""
+        return self.lowered.stats
+
+    @property
+    def compile_stats(self) -> CompileStats:
+        """Compiled-level cache hits and misses, and what each miss cost."""
+        return self.compiled.stats
+
+    def shown_location(self, location: SourceLocation) -> SourceLocation:
+        """``location`` with its file as reports show it."""
+        return self.placement.shown_location(location)
+
+    def check(
+        self,
+        traced: Any,
+        keyed: KeyParts,
+        platforms: Sequence[str],
+        *,
+        present: Collection[str],
+        run: Runner,
+        fn: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        caller: SourceLocation | None = None,
+    ) -> Examined:
+        """A checked function's census on each of ``platforms``: ``traced``
+        (``jax.stages.Traced`` or anything with its ``.jaxpr`` and
+        ``.lower(lowering_platforms=...)``) lowered per platform, ``run`` on the platforms
+        present between lowering and census, with the collectives the SPMD partitioner
+        inserts into a partitioned program, its compiled census where ``compile`` covers the
+        platform (``fn(*args, **kwargs)`` compiled), and its runtime share (measured where it
+        ran and profiling is on). The platforms it runs or compiles are lowered anew, the
+        others may come from the lowered cache. ``caller``: the check call, where kernels
+        without a line of the user's go (:meth:`Placement.relative`)."""
+        __tracebackhide__ = True  # a user's error (a classify hook's) shows their code
+        return self._examine(
+            traced, keyed, platforms, present=present, caller=caller, at_caller=False,
+            run=run, fn=fn, args=args, kwargs=kwargs, keep_programs=True,
+        )  # fmt: skip
+
+    def audit(
+        self,
+        computation: Any,
+        keyed: KeyParts,
+        platforms: Sequence[str],
+        *,
+        present: Collection[str],
+        caller: SourceLocation | None = None,
+        at_caller: bool = False,
+        keep_programs: bool = True,
+    ) -> Examined:
+        """An audited computation's census on each of ``platforms`` (a recorded call: its
+        ``.jaxpr`` and ``.lower(lowering_platforms=...)``): nothing runs, every platform may
+        come from the lowered cache, the runtime share is the estimate. ``at_caller``: every
+        site at ``caller`` (an eager op: see :meth:`Placement.relative`).
+
+        ``keep_programs``: whether the programs lowered now go to the lowered cache at once;
+        the audit keeps what it judged of them instead, one entry in place of one a platform
+        (a new file costs about 0.6 ms on ext4: a fifth of a cold audit's census), and keeps
+        them (``LoweredLevel.keep_programs``) only where it cannot keep that."""
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
+        return self._examine(
+            computation, keyed, platforms, present=present, caller=caller,
+            at_caller=at_caller, run=None, fn=None, keep_programs=keep_programs,
+        )  # fmt: skip
+
+    def _examine(
+        self,
+        traced: Any,
+        keyed: KeyParts,
+        platforms: Sequence[str],
+        *,
+        present: Collection[str],
+        caller: SourceLocation | None,
+        at_caller: bool,
+        run: Runner | None,
+        fn: Callable[..., Any] | None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        keep_programs: bool,
+    ) -> Examined:
+        """The shared path: lower, run (a check), partitioner's collectives, census, compiled
+        level (a check), runtime share."""
+        __tracebackhide__ = True
+        compiles = self._compile.platforms if fn is not None else ()
+        cached = [p for p in platforms
+                  if not (run is not None and p in present) and p not in compiles]  # fmt: skip
+        found = self.lowered.lower(traced, keyed, platforms, present=present, cached=cached)
+        results: dict[str, PlatformProbe] = {
+            p: found.failures.get(p) or PlatformProbe(platform=p, present=p in present)
+            for p in (*found.programs, *found.failures)
+        }
+        inserted = self.lowered.recorded_partition(keyed) if found.partitioned else None
+        ran = run(found, found.partitioned and inserted is None) if run is not None else Run()
+        for platform in ran.executions:
+            results[platform] = replace(results[platform], executed=True)
+        for platform, error in ran.errors.items():
+            results[platform] = replace(results[platform], execution_error=error)
+        if found.partitioned and inserted is None:
+            execution = ran.executions.get(lowering.default_platform())
+            inserted = execution.inserted if execution is not None else None
+            if inserted is None:
+                inserted = self.lowered.partition(traced, found.lowered)
+            if inserted is not None:
+                self.lowered.record_partition(keyed, inserted)
+        unkept: dict[str, Program] = {}
+        censuses = self._census(
+            found,
+            present=present,
+            caller=caller,
+            inserted=inserted,
+            at_caller=at_caller,
+            unkept=None if keep_programs else unkept,
+        )
+        for platform, counted in censuses.items():
+            if counted.census is not None:
+                results[platform] = replace(
+                    results[platform],
+                    census=counted.census,
+                    formats=counted.formats,
+                    lowering_warnings=counted.lowering_warnings,
+                )
+        programs = {  # what the compiled level keys on: with the partitioner's collectives
+            p: with_inserted(program, inserted or ()) if found.partitioned else program
+            for p, program in found.programs.items()
+        }
+        for platform in compiles:
+            if fn is not None and platform in found.lowered:
+                with self.stage(stage.compiled(platform)):
+                    results[platform] = self.compiled.compiled(
+                        results[platform], fn, found.lowered[platform], programs[platform],
+                        tuple(args), kwargs or {}, ran.built.get(platform), tuple(present), keyed,
+                    )  # fmt: skip
+        for platform, result in results.items():
+            with self.stage(stage.share(platform)):
+                share = runtime_share(
+                    result, ran.executions.get(platform), profile=self._profile,
+                    classifier=self._compiled_classifier,
+                )  # fmt: skip
+            if share is not None:
+                results[platform] = replace(result, runtime_share=share)
+        return Examined(
+            results=results, executions=ran.executions, programs=programs, unkept=unkept
+        )
+
+    def _census(
+        self,
+        found: LoweredPrograms,
+        *,
+        present: Collection[str],
+        caller: SourceLocation | None = None,
+        inserted: Sequence[OpSite] | None = None,
+        at_caller: bool = False,
+        unkept: dict[str, Program] | None = None,
+    ) -> dict[str, PlatformProbe]:
+        """Per platform of ``found``, its census (with the collectives the SPMD partitioner
+        ``inserted`` into a partitioned program), or why it did not lower; the programs
+        lowered now go to the cache, or into ``unkept`` (by key) where it is given.
+        ``caller``: see :meth:`Placement.relative`."""
+        __tracebackhide__ = True  # a classify hook's error shows the user's conftest
+
+        results: dict[str, PlatformProbe] = dict(found.failures)
+        for platform, program in found.programs.items():
+            with self.stage(stage.census(platform)):
+                results[platform] = self._census_of(
+                    found, platform, program, present, caller, inserted, at_caller, unkept
+                )
+        return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
+
+    def _census_of(
+        self,
+        found: LoweredPrograms,
+        platform: str,
+        program: Program,
+        present: Collection[str],
+        caller: SourceLocation | None,
+        inserted: Sequence[OpSite] | None,
+        at_caller: bool,
+        unkept: dict[str, Program] | None,
+    ) -> PlatformProbe:
+        __tracebackhide__ = True
+        if found.partitioned:
+            program = with_inserted(program, inserted or ())
+        key = found.keys.get(platform)
+        if platform in found.fresh and unkept is not None and key is not None:
+            unkept[key] = program
+        elif platform in found.fresh:
+            self.lowered.keep(key, program)
+        census = self.placement.relative(
+            take_census(
+                program,
+                platform,
+                classifier=self._classifier,
+                seconds=roofline(platform, self._compile),
+                own=self.own_packages,
+            ),
+            caller,
+            at_caller=at_caller,
+        )
+        return PlatformProbe(
+            platform=platform,
+            present=platform in present,
+            census=census,
+            formats=self.placement.formats(program, platform, caller=caller, at_caller=at_caller),
+            lowering_warnings=program.warnings,
+        )
