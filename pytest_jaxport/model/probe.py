@@ -145,7 +145,7 @@ class Probe:
             "note": self.note,
             "variant_of": self.variant_of,
             "transform": self.transform,
-            "platforms": {p: _platform_to_dict(r) for p, r in self.platforms.items()},
+            "platforms": {p: platform_to_dict(r) for p, r in self.platforms.items()},
             **({"untraced": self.untraced.to_dict()} if self.untraced else {}),
         }
 
@@ -158,7 +158,7 @@ class Probe:
             note=data.get("note"),
             variant_of=data.get("variant_of"),
             transform=data.get("transform"),
-            platforms={p: _platform_from_dict(p, r) for p, r in data["platforms"].items()},
+            platforms={p: platform_from_dict(p, r) for p, r in data["platforms"].items()},
             untraced=Untraced.from_dict(untraced) if untraced else None,
         )
 
@@ -250,7 +250,7 @@ def _formats_from_dict(level: Mapping[str, Any] | None) -> FormatCensus | None:
     return FormatCensus.from_dict(found) if found else None
 
 
-def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
+def platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
     compiled = None
     if result.compiled is not None:
         compiled = {
@@ -283,7 +283,7 @@ def _platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
     return data
 
 
-def _platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe:
+def platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe:
     lowered = data.get("lowered")
     compiled = data.get("compiled")
     what_if = data.get("what_if_no_vendor")

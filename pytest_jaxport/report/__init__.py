@@ -1,5 +1,12 @@
 """The report as data, pure: test records and their schema, the ledger, the suite audit's
 section, merging CI legs, baselines and diffs, saved outputs (docs/architecture.md).
 
+:func:`load` reads a report file as a typed :class:`Report`, checked once, there.
+
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
+
+from pytest_jaxport.report.document import Report, ReportError
+from pytest_jaxport.report.schema import load
+
+__all__ = ["Report", "ReportError", "load"]

@@ -16,32 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_jaxport.report.audit import AuditLedger, AuditRecord
+from pytest_jaxport.report.document import ERROR_LIMIT, TestError
 
-ERROR_LIMIT = 500
-"""Characters of a failed test's error kept in the report."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TestError:
-    """Why a test failed or errored other than by its budget."""
-
-    __test__ = False  # a record, not a test class for pytest to collect
-
-    message: str
-    where: str | None = None
-    """``path:line`` of the exception, relative to the rootdir where it is inside it."""
-    when: str = "call"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"message": self.message[:ERROR_LIMIT], "where": self.where, "when": self.when}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TestError:
-        return cls(
-            message=str(data.get("message", "")),
-            where=data.get("where"),
-            when=str(data.get("when", "call")),
-        )
+__all__ = ["ERROR_LIMIT", "Ledger", "TestError", "TestRecord"]
 
 
 @dataclass(slots=True, kw_only=True)

@@ -261,7 +261,7 @@ def load_legs(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
     legs = []
     for path in paths:
         try:
-            legs.append((path, load(path)))
+            legs.append((path, load(path).to_dict()))
         except ReportError as e:
             raise MergeError(str(e)) from None
     return legs

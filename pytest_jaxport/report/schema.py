@@ -38,20 +38,18 @@ from pytest_jaxport.model.hotspots import (
 )
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.targets import LEVELS, NVIDIA_PLATFORM
+from pytest_jaxport.report.document import SCHEMA_VERSION as SCHEMA_VERSION
+from pytest_jaxport.report.document import TOOL_NAME as TOOL_NAME
+from pytest_jaxport.report.document import Report, read_report
+from pytest_jaxport.report.document import ReportError as ReportError
 from pytest_jaxport.version import __version__
 
-SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 """Versions :func:`load` reads; older ones are upgraded to :data:`SCHEMA_VERSION`."""
-TOOL_NAME = "pytest-jaxport"
 
 
 BASELINE_KIND = "baseline"
 BASELINE_VERSION = 1
-
-
-class ReportError(ValueError):
-    """A report file cannot be used; the message names the file and what is wrong."""
 
 
 class MergeError(ValueError):
@@ -296,9 +294,11 @@ def write_text(path: Path, text: str) -> None:
             tmp.unlink()
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Read a report of any version in :data:`READABLE_VERSIONS`, upgraded to this one;
-    refuse anything else with a :class:`ReportError` naming the file."""
+def load(path: Path) -> Report:
+    """Read a report of any version in :data:`READABLE_VERSIONS`, upgraded to this one and
+    checked field by field (:func:`~pytest_jaxport.report.document.read_report`); refuse
+    anything else with a :class:`ReportError` naming the file (and the place, for a field
+    of the wrong type or a missing one)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -309,6 +309,11 @@ def load(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON (truncated?): {e}") from None
+    return from_json(data, path)
+
+
+def from_json(data: object, path: Path) -> Report:
+    """A report's decoded JSON (any readable version) as a checked :class:`Report`."""
     tool = data.get("tool") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
         raise ReportError(f"{path}: not a pytest-jaxport report")
@@ -321,12 +326,14 @@ def load(path: Path) -> dict[str, Any]:
             f"{path}: schema_version {version!r} is not supported "
             f"(this pytest-jaxport {__version__} reads versions {readable})"
         )
-    try:
-        return upgrade(data)
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise ReportError(
-            f"{path}: malformed version {version} report ({type(e).__name__}: {e})"
-        ) from None
+    if version != SCHEMA_VERSION:
+        try:
+            data = upgrade(data)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise ReportError(
+                f"{path}: malformed version {version} report ({type(e).__name__}: {e})"
+            ) from None
+    return read_report(data, file=str(path))
 
 
 def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,6 +62,7 @@ from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_state, num
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.audit import computation_label, failures
 from pytest_jaxport.report.baseline import BaselineMatch, Change, StaleEntry, file_of
+from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import TOOL_NAME
 from pytest_jaxport.view.display import DisplayOptions
 
@@ -1052,8 +1053,10 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
 # -- building it --------------------------------------------------------------------------------
 
 
-def build_view(report: Mapping[str, Any]) -> ReportView:
+def build_view(report: Report | Mapping[str, Any]) -> ReportView:
     """The view of a report (schema version 2); never raises on a malformed one."""
+    if isinstance(report, Report):  # until the view reads the typed report's attributes
+        report = report.to_dict()
     summary = _map(report.get("summary"))
     tests = [_map(t) for t in _list(report.get("tests")) if isinstance(t, Mapping)]
     platforms = _platforms(report, tests)
