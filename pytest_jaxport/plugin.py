@@ -385,21 +385,21 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     """
     from pytest_jaxport.fixture import Jaxport  # JAX: only when a test asks for the fixture
 
-    session = request.config.stash[SESSION]
+    judge = request.config.stash[SESSION].judge
     item = request.node
     try:
-        resolved = session.resolve(item)
+        resolved = judge.resolve(item)
     except _ConfigError:
-        resolved = session.project.resolve()  # the test fails with the message before it runs
+        resolved = judge.project.resolve()  # the test fails with the message before it runs
     emulate = resolved.emulate()
     instance = Jaxport(
         config=resolved,
-        cuda_capability=session.cuda_capability if emulate and "cuda" in emulate.value else None,
-        classifier=session.classifier("lowered"),
-        compiled_classifier=session.classifier("compiled"),
-        compile_settings=session.compile_settings,
+        cuda_capability=judge.cuda_capability if emulate and "cuda" in emulate.value else None,
+        classifier=judge.classifier("lowered"),
+        compiled_classifier=judge.classifier("compiled"),
+        compile_settings=judge.compile_settings,
         rootdir=request.config.rootpath,
-        profile=session.wants_measured_share(resolved),
+        profile=judge.wants_measured_share(resolved),
     )
     item.stash[JAXPORT] = instance
     return instance

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_jaxport import session as session_module
 from pytest_jaxport.model.census import Census, Kernel, SourceLocation
 from pytest_jaxport.model.config import ConfigError, parse_marker, parse_project
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.session import writer as writer_module
 
 # -- property tests ---------------------------------------------------------------------------
 
@@ -554,7 +554,7 @@ def test_a_bug_building_the_report_keeps_pytests_summary_and_fails_the_run(
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
 
-    monkeypatch.setattr(session_module, "build_report", broken)
+    monkeypatch.setattr(writer_module, "build_report", broken)
     pytester.makepyfile(test_small=SMALL_SUITE)
     result = pytester.runpytest("--jaxport-report=r.json")
     result.assert_outcomes(passed=1)

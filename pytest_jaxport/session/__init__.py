@@ -1,0 +1,138 @@
+"""The plugin object pytest registers, thin: each hook is handed to the part whose work it
+is, as pytest-cov's plugin hands its hooks to its controller or worker (docs/architecture.md):
+
+- :class:`~pytest_jaxport.session.judge.Judge`: each test's configuration, its checks against
+  the budget, its failure text and record;
+- :class:`~pytest_jaxport.session.audit.AuditRecording`: the audit recorder's session side;
+- :class:`~pytest_jaxport.session.roles.Controller` (joins the records, says the end) or
+  :class:`~pytest_jaxport.session.roles.Worker` (a pytest-xdist worker);
+- :class:`~pytest_jaxport.session.writer.ReportWriter` (the controller's): the report, its
+  files, the baseline and the exit status.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import pytest
+
+from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.model.config import ProjectConfig
+from pytest_jaxport.model.cost import CostModel
+from pytest_jaxport.report import ci
+from pytest_jaxport.report.ledger import TestRecord
+from pytest_jaxport.session.audit import AuditRecording
+from pytest_jaxport.session.judge import JAXPORT, MARKER, Judge
+from pytest_jaxport.session.roles import Controller, Worker
+from pytest_jaxport.session.writer import ReportTargets
+from pytest_jaxport.view.text import wrap
+
+__all__ = ["JAXPORT", "MARKER", "JaxportSession"]
+
+
+class JaxportSession:
+    """The hooks of one pytest session, each delegated to its part."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        project: ProjectConfig,
+        report: str | Sequence[str] | None,
+        compile_settings: CompileSettings | None = None,
+        ci_settings: ci.CISettings | None = None,
+        audit: bool = False,
+    ) -> None:
+        self.config = config
+        self.project = project
+        self.compile_settings = compile_settings or CompileSettings()
+        self.ci = ci_settings or ci.CISettings()
+        cost_model = CostModel(**project.cost)
+        targets = ReportTargets.of(report)
+        self.judge = Judge(
+            config, project, compile_settings=self.compile_settings, ci_settings=self.ci,
+            cost_model=cost_model, reports=targets.target is not None,
+        )  # fmt: skip
+        self.audit = AuditRecording(
+            config, project, compile_settings=self.compile_settings, audited=audit
+        )
+        self.is_worker = hasattr(config, "workerinput")
+        self.role: Controller | Worker
+        if self.is_worker:
+            self.role = Worker(config, ci_settings=self.ci, audit=self.audit)
+        else:
+            self.role = Controller(
+                config, project, targets=targets, compile_settings=self.compile_settings,
+                ci_settings=self.ci, cost_model=cost_model, audit=self.audit,
+            )  # fmt: skip
+
+    def start(self) -> None:
+        """Install the audit's hook where tests run (not on a pytest-xdist controller)."""
+        runs_tests = self.is_worker or self.config.getoption("dist", "no") == "no"
+        self.audit.start(runs_tests=runs_tests, classifier=self.judge.classifier("lowered"))
+
+    def stop(self) -> None:
+        self.audit.stop()
+
+    # -- pytest hooks ---------------------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        lines = [*self.judge.header_lines(), *self.audit.header_lines()]
+        return [part for line in lines for part in wrap(line, hang="  ")]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.audit.collected(session.items)
+
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        """Tests ``-k``, ``-m``, ``--deselect`` or ``--lf`` left out: the baseline's entries
+        of theirs are not run, never stale. A pytest-xdist worker sends them to the
+        controller with its output (:meth:`pytest_testnodedown`)."""
+        self.role.deselected(items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """pytest-xdist's controller: a worker finished; the tests it deselected."""
+        self.role.node_down(node)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self.audit.begin_test()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        self.judge.check_marker(item)
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        record = self.judge.record(item, call, report)
+        if call.when == "teardown":
+            audit = self.audit.end_test(item)
+            if audit is not None:
+                record = record or TestRecord(nodeid=item.nodeid)
+                record.audit = audit
+        if record is not None:
+            report.jaxport = record.to_dict()  # type: ignore[attr-defined]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.role.logreport(report)
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test failed by its portability budget (not by its own error) shows as ``P`` in
+        the progress line; it still counts, and is summarised, as ``FAILED``."""
+        return self.judge.teststatus(report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.role.session_finished(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self.role.terminal_summary(terminalreporter, budget_failed=len(self.judge.budget_failed))

@@ -1,0 +1,382 @@
+"""The writer: the session's report, built once from the ledger, its files, the baseline, and
+the run's exit status.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.model.config import ProjectConfig
+from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
+from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
+from pytest_jaxport.report import ci
+from pytest_jaxport.report.audit import failures, judge
+from pytest_jaxport.report.baseline import BaselineMatch, match_baseline
+from pytest_jaxport.report.ledger import Ledger
+from pytest_jaxport.report.schema import (
+    build_report,
+    checks_of,
+    environment,
+    suite_numbers,
+    write_json,
+    write_text,
+)
+from pytest_jaxport.session.audit import AuditRecording
+from pytest_jaxport.view.display import DisplayOptions, display_options
+from pytest_jaxport.view.html import render_html
+from pytest_jaxport.view.model import ReportView, build_view
+from pytest_jaxport.view.text import render_markdown
+
+VERBOSITY = "jaxport"
+"""``config.get_verbosity(VERBOSITY)``: the ``verbosity_jaxport`` ini value, else ``-v``/``-q``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReportTargets:
+    """Where ``--jaxport-report`` sends the report."""
+
+    files: tuple[str, ...] = ()
+    """Every ``--jaxport-report=PATH`` given, as given: each is written, by its suffix."""
+    target: str | None = None
+    """``None`` without ``--jaxport-report``; ``-`` for the terminal only; else the first
+    file (all of them: :attr:`files`)."""
+
+    @classmethod
+    def of(cls, report: str | Sequence[str] | None) -> ReportTargets:
+        """From the option's value (one PATH, each PATH given, or ``None``)."""
+        targets = [report] if isinstance(report, str) else list(report or ())
+        files = tuple(t for t in targets if t != "-")
+        return cls(files=files, target=(files or ("-",))[0] if targets else None)
+
+
+class ReportWriter:
+    """The controller's report: built from the ledger (with the user's cost and tooling
+    hooks), judged (the audit's gate, the baseline, suite-level problems), written to each
+    file and the step summary; it decides whether the session fails."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        project: ProjectConfig,
+        *,
+        targets: ReportTargets,
+        compile_settings: CompileSettings,
+        ci_settings: ci.CISettings,
+        cost_model: CostModel,
+        ledger: Ledger,
+        audit: AuditRecording,
+        outcomes: Mapping[str, str],
+        deselected: set[str],
+    ) -> None:
+        self.config = config
+        self.project = project
+        self.targets = targets
+        self.compile_settings = compile_settings
+        self.ci = ci_settings
+        self.cost_model = cost_model
+        self.ledger = ledger
+        self.audit = audit
+        self.audited = audit.audited
+        self.outcomes = outcomes
+        """With a baseline to compare: every test's outcome, portable or not (which of the
+        baseline's entries this run could have matched)."""
+        self.deselected = deselected
+        """With a baseline to compare: the tests collected but not selected (from every
+        pytest-xdist worker)."""
+        self._tooling: dict[str, Any] | None = None
+        self._built: tuple[int, dict[str, Any]] | None = None
+        self._view: tuple[dict[str, Any], ReportView] | None = None
+        self.written: list[str] = []
+        """The report files written this session, as given (for the terminal's one line)."""
+        self.match: BaselineMatch | None = None
+        """How the baseline met the run, once the report is built with one."""
+        self.hook_errors: dict[str, str] = {}
+        """Per jaxport hook a user's implementation of which raised at the end of the run,
+        what it raised and where (said once; the report is built without it)."""
+
+    # -- the user's hooks -------------------------------------------------------------------
+
+    def price(self, item: RewriteItem | FormatItem) -> float | None:
+        """A ``pytest_jaxport_rewrite_cost`` hook's days for ``item`` (a kernel or a
+        formats-and-layout finding); ``None`` without one (or once the user's hook raised:
+        said at the end, never a crash)."""
+        hook = self.config.hook.pytest_jaxport_rewrite_cost
+        if not hook.get_hookimpls() or "pytest_jaxport_rewrite_cost" in self.hook_errors:
+            return None
+        try:
+            days = hook(item=item, target=item.target, model=self.cost_model)
+        except Exception as e:
+            self._hook_raised("pytest_jaxport_rewrite_cost", e)
+            return None
+        return None if days is None else float(days)
+
+    def _hook_raised(self, name: str, error: Exception) -> None:
+        """Record that the user's implementation of hook ``name`` raised ``error``: its
+        type, message and the line that raised it (the user's, not the plugin's)."""
+        frames = traceback.extract_tb(error.__traceback__)
+        where = ""
+        if frames:
+            path = Path(frames[-1].filename)
+            if path.is_relative_to(self.config.rootpath):
+                path = path.relative_to(self.config.rootpath)
+            where = f" at {path.as_posix()}:{frames[-1].lineno}"
+        message = str(error).splitlines()[0] if str(error) else ""
+        self.hook_errors.setdefault(
+            name, f"{type(error).__name__}{': ' + message if message else ''}{where}"
+        )
+
+    def hook_problems(self) -> list[str]:
+        """One line per jaxport hook of the user's that raised, and what was done instead."""
+        instead = {
+            "pytest_jaxport_rewrite_cost": "rewrite days are priced by the cost model",
+            "pytest_jaxport_tooling_rules": "the tooling scan used the built-in rules only",
+        }
+        return [
+            f"jaxport: your {name} hook raised {said}; {instead.get(name, 'it was ignored')}"
+            for name, said in self.hook_errors.items()
+        ]
+
+    # -- the report ---------------------------------------------------------------------------
+
+    def build(self) -> dict[str, Any]:
+        """The session's report (built once for the terminal, the files and the baseline)."""
+        if self._built is None or self._built[0] != self.ledger.revision:
+            self._built = (self.ledger.revision, self._build())
+        return self._built[1]
+
+    def _build(self) -> dict[str, Any]:
+        tests = self.ledger.tests.values()
+        jax_loaded = self.audited or any(t["checks"] for t in tests)
+        present: tuple[str, ...] = ()
+        versions: dict[str, str] = {}
+        kinds: dict[str, str] = {}
+        if jax_loaded:
+            from pytest_jaxport._jax import lowering  # JAX is loaded already: checks ran
+
+            present, versions = lowering.present_platforms(), lowering.versions()
+            kinds = {p: lowering.device_kind(p) for p in present}
+        report = build_report(
+            tests,
+            config={
+                "source": self.project.source,
+                "platforms": list(self.project.platforms),
+                "reference": self.project.reference,
+                "compile": list(self.project.compile),
+                "target": self.project.target if "cuda" in self.project.compile else None,
+                "devices": {
+                    p: {"generation": d.generation, "name": d.name}
+                    for p, d in sorted(self.compile_settings.devices.items())
+                    if p != "cpu"  # every leg of a merge judges the same devices
+                },
+                "budget": ci.budget_table(self.project),
+                "tolerance": ci.tolerance_table(self.project),
+                **ci.emulate_entry(self.project),
+            },
+            environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
+        )
+        report["config"]["migrate_to"] = list(self.project.migrate_to)
+        report["summary"].update(self.numbers(report["tests"]))
+        if self.ci.baseline is not None:
+            self.match = self.baseline_match(report["tests"])
+            report["baseline"] = self.match.to_dict()
+        if self.audited:
+            report["audit"] = self.audit_section()
+        return report
+
+    def baseline_match(self, tests: Sequence[Mapping[str, Any]]) -> BaselineMatch:
+        """How the baseline's entries met this run's tests (:func:`match_baseline`): the
+        files asked for in part (``t.py::test_a``) are where an entry not run is not stale."""
+        assert self.ci.baseline is not None
+        root, here = self.config.rootpath, Path(self.config.invocation_params.dir)
+        partial = set()
+        for arg in self.config.args:
+            path, within, _ = arg.partition("::")
+            full = (here / path).resolve()
+            if within and full.is_relative_to(root):
+                partial.add(full.relative_to(root).as_posix())
+        return match_baseline(
+            self.ci.baseline, tests, file=self.ci.baseline_name, outcomes=self.outcomes,
+            deselected=self.deselected, partial_files=partial,
+            exists=lambda file: (root / file).exists(), strict=self.ci.baseline_strict,
+        )  # fmt: skip
+
+    def audit_section(self) -> dict[str, Any]:
+        """The report's ``audit`` section, judged against ``[tool.jaxport.audit] fail_on``
+        and the baseline."""
+        section = self.ledger.audit.section(
+            interception=self.audit.interception or self.ledger.interception,
+            platforms=self.project.platforms,
+            migrate_to=self.project.migrate_to,
+            model=self.cost_model,
+            eager_users=self.project.audit.eager_users,
+            price=self.price,
+        )
+        base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None
+        section.update(ci.fail_on_entry(self.project))  # what it was judged against
+        return judge(
+            section,
+            budget_for=self.project.audit_budget,
+            migrate_to=self.project.migrate_to,
+            model=self.cost_model,
+            baseline=base if isinstance(base, dict) and not self.ci.baseline_update else None,
+        )
+
+    def tooling_scan(self) -> dict[str, Any] | None:
+        """The NVIDIA-bound tooling scan of the project, once per session (controller)."""
+        if not self.project.scan:
+            return None
+        if self._tooling is None:
+            try:
+                extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
+                    config=self.config) for r in rules]  # fmt: skip
+            except Exception as e:  # the user's hook: said at the end, never a crash
+                self._hook_raised("pytest_jaxport_tooling_rules", e)
+                extra = []
+            started = time.perf_counter()
+            found = scan_tree(
+                self.config.rootpath, exclude=self.project.scan_exclude, rules=(*RULES, *extra)
+            )
+            self._tooling = {
+                "assumptions": [a.to_dict() for a in found.assumptions],
+                "by_rule": summarize(found.assumptions),
+                "files_listed": found.files_listed,
+                "files_read": found.files_read,
+                "source": found.source,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+        return self._tooling
+
+    def numbers(self, tests: list[dict[str, Any]]) -> dict[str, Any]:
+        """The three numbers for the summary."""
+        numbers = suite_numbers(
+            checks_of(tests),
+            migrate_to=self.project.migrate_to,
+            model=self.cost_model,
+            tooling=self.tooling_scan(),
+            price=self.price,
+        )
+        numbers["cost_model"] = dataclasses.asdict(self.cost_model)
+        if "tooling" in numbers:  # after the cost model, as reports always had it
+            numbers["tooling"] = numbers.pop("tooling")
+        return numbers
+
+    def view(self) -> ReportView:
+        """The report's view, built once for the terminal, the files and the step summary."""
+        report = self.build()
+        if self._view is None or self._view[0] is not report:
+            self._view = (report, build_view(report))
+        return self._view[1]
+
+    def display(self) -> DisplayOptions:
+        """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
+        get_verbosity = getattr(self.config, "get_verbosity", None)
+        verbosity = (
+            get_verbosity(VERBOSITY) if get_verbosity is not None else self.config.option.verbose
+        )
+        return display_options(
+            self.config.getoption, dest_prefix="jaxport_report_", verbosity=int(verbosity)
+        )
+
+    # -- the end of the session: the gate, the files ----------------------------------------
+
+    def problems(self) -> list[str]:
+        """Suite-level failures (not any test's): each makes the session fail."""
+        found = []
+        setting = self.project.resolve().budget("cpu").max_tooling_assumptions
+        tooling = self.tooling_scan() if setting is not None else None
+        count = len(tooling["assumptions"]) if tooling else 0
+        if setting is not None and count > setting.value:
+            lines = [
+                f"jaxport: {count} NVIDIA-bound tooling assumptions > {setting.value} "
+                f"(max_tooling_assumptions, set in {setting.origin})"
+            ]
+            for a in (tooling or {}).get("assumptions", []):
+                lines.append(f"    {a['file']}:{a['line']}: {a['rule']}: {a['reason']}")
+            found.append("\n".join(lines))
+        return found
+
+    def finish(self, session: pytest.Session) -> None:
+        """The controller's end of the session: the audit's gate, the baseline, the problems
+        and the report files; the session fails where one of them does."""
+        failed = self.audited and failures(self.build()["audit"]) > 0
+        failed = self._update_baseline() or failed
+        if self.ci.baseline is not None:
+            self.build()
+            failed = failed or (self.match is not None and self.match.fails)
+        if self.targets.target is not None:
+            self.build()  # runs the user's cost and tooling hooks, once
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        for problem in (*self.hook_problems(), *self.problems()):
+            failed = True
+            if terminal is not None:
+                terminal.write_line(problem, red=True)
+        failed = self._write_reports() or failed
+        if failed:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _update_baseline(self) -> bool:
+        """``--jaxport-baseline-update``: write it; whether that failed."""
+        if not self.ci.baseline_update:
+            return False
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        try:
+            written = ci.write_baseline(self.ci, self.build())
+        except OSError as e:
+            if terminal is not None:
+                terminal.write_line(f"jaxport: could not write the baseline: {e}", red=True)
+            return True
+        if terminal is not None and written is not None:
+            terminal.ensure_newline()
+            terminal.write_line(f"jaxport: baseline written to {written}")
+        return False
+
+    def _write_reports(self) -> bool:
+        """Each ``--jaxport-report=PATH`` in the format its suffix names, its folder created
+        as pytest does for ``--junitxml`` (and the step summary); whether one failed."""
+        failed = False
+        for target in self.targets.files:
+            path = Path(self.config.invocation_params.dir) / target
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.suffix == ".md":
+                    write_text(path, render_markdown(self.view(), self.display()))
+                elif path.suffix == ".html":
+                    write_text(path, render_html(self.view(), self.display()))
+                else:
+                    write_json(path, self.build())
+            except OSError as e:
+                terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+                if terminal is not None:
+                    terminal.write_line(
+                        f"jaxport: could not write the report {path}: {e}", red=True
+                    )
+                failed = True
+                continue
+            self.written.append(target)
+        if self.written:
+            self._step_summary()
+        return failed
+
+    def _step_summary(self) -> None:
+        """Append the Markdown report to ``$GITHUB_STEP_SUMMARY``, within its size limit."""
+        target = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not target:
+            return
+        view, options = self.view(), self.display()
+        said = ci.append_step_summary(
+            Path(target), lambda budget: render_markdown(view, options, budget=budget)
+        )
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if said is not None and terminal is not None:
+            terminal.write_line(said, yellow=True)
