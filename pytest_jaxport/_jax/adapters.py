@@ -4,8 +4,7 @@ pytest-jaxport supports jax 0.6.2 to 0.12 (``docs/compatibility.md``). Where the
 an API that changed between those releases, or one only JAX's private modules (``jax._src``)
 offer, it goes through a function here that says which releases do what, so a new JAX
 release is supported by changing this module and ``docs/compatibility.md``. (Older private
-uses not yet moved here: ``deviceless``'s backend checks, ``lowering``'s jaxpr replay; the
-emulation's replay keeps its jaxpr walk, its release facts are here.)
+uses not yet moved here: ``deviceless``'s backend checks, ``jaxprs``' interpreter.)
 
 JAX is imported inside functions only (importing the plugin never imports JAX).
 

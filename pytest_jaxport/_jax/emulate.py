@@ -29,15 +29,15 @@ JAX is imported inside functions (importing the plugin never imports JAX).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from pytest_jaxport._jax.adapters import (
     INLINED_PRIMITIVES,
     KERNEL_PRIMITIVES,
-    bind_params,
     interpret_params,
     jax_release,
     kernel_kind,
@@ -45,13 +45,19 @@ from pytest_jaxport._jax.adapters import (
     reset_interpreters,
     scan_operands,
 )
-from pytest_jaxport._jax.jaxprs import source_line
-from pytest_jaxport._jax.lowering import (
-    _eqn_context,
-    _platform_index,
-    describe_error,
-    to_outputs,
+from pytest_jaxport._jax.jaxprs import (
+    Evaluator,
+    bind,
+    consts_of,
+    derived,
+    equation_context,
+    equations,
+    nested,
+    opened,
+    platform_branch,
+    source_line,
 )
+from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
     EMULATED_PLATFORMS,
@@ -67,6 +73,12 @@ from pytest_jaxport.model.emulation import (
     needs_release,
 )
 
+if TYPE_CHECKING:
+    import jax
+    from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn
+    from jax.stages import Traced
+    from jax.tree_util import PyTreeDef
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Emulated:
@@ -75,14 +87,14 @@ class Emulated:
     run: :attr:`Emulation.ran`)."""
 
     emulation: Emulation
-    value: Any = None
+    value: object = None
     outputs: Outputs | None = None
 
 
 def emulate(
-    fn: Any,
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
+    fn: Callable[..., object] | Traced | Trace,
+    args: Sequence[object] = (),
+    kwargs: Mapping[str, object] | None = None,
     *,
     platform: str,
     cuda_capability: tuple[int, int] | None = None,
@@ -113,7 +125,7 @@ def emulate(
     dot_format = default_dot_format(platform, cuda_capability=cuda_capability)
     replay = _Replay(platform, dot_format, all_pinned=_matmul_precision_pinned(), own=own)
 
-    def emulated(*leaves: Any) -> list[Any]:
+    def emulated(*leaves: object) -> list[object]:
         return replay.run(closed.jaxpr, closed.consts, leaves)
 
     flat = _on_host(flat)
@@ -158,7 +170,11 @@ def _run_error(error: BaseException) -> str:
     return describe_error(error)
 
 
-def _program(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, Any, list[Any]]:
+def _program(
+    fn: Callable[..., object] | Traced | Trace,
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+) -> tuple[ClosedJaxpr, PyTreeDef, list[object]]:
     """``(closed jaxpr, output treedef, flat arguments)`` of a function or a trace."""
     import jax
 
@@ -173,11 +189,12 @@ def _program(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[A
                 f"{len(flat)}: pass the arguments it was traced with"
             )
         return closed, jax.tree_util.tree_structure(out_info), flat
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
+    function = cast("Callable[..., object]", fn)  # neither a Traced nor a Trace: a function
+    closed, out_shape = jax.make_jaxpr(function, return_shape=True)(*args, **kwargs)
     return closed, jax.tree_util.tree_structure(out_shape), flat
 
 
-class _Replay:
+class _Replay(Evaluator):
     """Evaluates a jaxpr under the current trace with the emulated platform's choices,
     recording each choice and where the user's code made it."""
 
@@ -200,7 +217,7 @@ class _Replay:
         self.pinned = 0
         self.unemulated: list[Unemulated] = []
         self.interpreters: set[str] = set()
-        self._lines: dict[Any, str] = {}
+        self._lines: dict[object, str] = {}
         self._outer: list[str] = []  # the lines of the equations being replayed inside
         self._touches: dict[int, bool] = {}
 
@@ -216,7 +233,7 @@ class _Replay:
             error=error,
         )
 
-    def line(self, eqn: Any) -> str:
+    def line(self, eqn: JaxprEqn) -> str:
         """The user's line of ``eqn``, else that of the nearest enclosing equation (JAX keeps
         no user frame for what a library binds while tracing later, ``plgpu.kernel``'s)."""
         found = source_line(eqn.source_info, self._lines, self.own)
@@ -224,73 +241,48 @@ class _Replay:
 
     # -- what needs replaying -----------------------------------------------------------------
 
-    def touches(self, jaxpr: Any) -> bool:
+    def touches(self, jaxpr: Jaxpr) -> bool:
         """Whether ``jaxpr`` (or a jaxpr inside it) holds something the emulation changes."""
         key = id(jaxpr)
         found = self._touches.get(key)
         if found is None:
-            found = self._touches[key] = any(self._changes(eqn) for eqn in jaxpr.eqns)
+            found = self._touches[key] = any(map(self._changes, equations(jaxpr)))
         return found
 
-    def _changes(self, eqn: Any) -> bool:
+    def _changes(self, eqn: JaxprEqn) -> bool:
         name = eqn.primitive.name
         if name == "platform_index" or name in KERNEL_PRIMITIVES:
             return True
-        if self.dot_format is not None and _dot_precision(eqn) is not None:
-            return True
-        return any(self.touches(sub) for sub in _sub_jaxprs(eqn.params))
+        return self.dot_format is not None and _dot_precision(eqn) is not None
 
     # -- evaluation -------------------------------------------------------------------------------
 
-    def run(self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-        """The outputs of ``jaxpr`` on ``args``, bound under the current trace."""
+    def equation(
+        self, eqn: JaxprEqn, values: list[object], known: tuple[bool, ...]
+    ) -> tuple[Sequence[object], bool]:
+        """Bound under the current trace with the emulated platform's choices (the
+        :class:`~pytest_jaxport._jax.jaxprs.Evaluator`'s override)."""
         import jax
-        from jax._src import core as jcore  # Literal and DropVar, under the same names since 0.4
 
-        env: dict[Any, Any] = {}
-        static: set[Any] = set()  # values computed from the platform index alone
+        if eqn.primitive.name == "platform_index":
+            return [self.platform_index(eqn)], True
+        if derived(eqn, known):  # arithmetic on the platform index: keep it a constant
+            with jax.ensure_compile_time_eval(), equation_context(eqn):
+                return bind(eqn, values), True
+        with equation_context(eqn):
+            return self.evaluate(eqn, values, static_index=bool(known) and known[0]), False
 
-        def read(var: Any) -> Any:
-            return var.val if isinstance(var, jcore.Literal) else env[var]
-
-        for var, value in zip(jaxpr.constvars, consts, strict=True):
-            env[var] = value
-        for var, value in zip(jaxpr.invars, args, strict=True):
-            env[var] = value
-        for eqn in jaxpr.eqns:
-            values = [read(v) for v in eqn.invars]
-            nonliteral = [v for v in eqn.invars if not isinstance(v, jcore.Literal)]
-            resolved = bool(nonliteral) and all(v in static for v in nonliteral)
-            if eqn.primitive.name == "platform_index":
-                outs: list[Any] = [self.platform_index(eqn)]
-                resolved = True
-            elif resolved:  # arithmetic on the platform index: keep it a constant
-                with jax.ensure_compile_time_eval(), _eqn_context(eqn):
-                    outs = self.bind(eqn, values)
-            else:
-                head = eqn.invars[0] if eqn.invars else None
-                known = isinstance(head, jcore.Literal) or head in static
-                with _eqn_context(eqn):
-                    outs = self.evaluate(eqn, values, static_index=known)
-            for var, value in zip(eqn.outvars, outs, strict=True):
-                if isinstance(var, jcore.DropVar):
-                    continue
-                env[var] = value
-                if resolved:
-                    static.add(var)
-        return [read(v) for v in jaxpr.outvars]
-
-    def platform_index(self, eqn: Any) -> Any:
+    def platform_index(self, eqn: JaxprEqn) -> object:
         import numpy as np
 
         platforms = eqn.params["platforms"]
-        index = _platform_index(platforms, self.platform)
+        index = platform_branch(platforms, self.platform)
         names = platforms[index]
         branch = "default" if names is None else "/".join(names)
         self.branches.append(ChosenBranch(location=self.line(eqn), branch=branch))
         return np.int32(index)
 
-    def evaluate(self, eqn: Any, values: list[Any], *, static_index: bool) -> list[Any]:
+    def evaluate(self, eqn: JaxprEqn, values: list[object], *, static_index: bool) -> list[object]:
         name = eqn.primitive.name
         if name in KERNEL_PRIMITIVES:
             return self.kernel(eqn, values)
@@ -300,9 +292,9 @@ class _Replay:
                 return self.rounded_dot(eqn, values)
             if precision is not None:
                 self.pinned += 1
-        subs = _sub_jaxprs(eqn.params)
+        subs = nested(eqn.params)
         if not subs or not any(self.touches(sub) for sub in subs):
-            return self.bind(eqn, values)
+            return bind(eqn, values)
         self._outer.append(self.line(eqn))
         try:
             return self.replay_inside(eqn, values, subs, static_index=static_index)
@@ -310,8 +302,8 @@ class _Replay:
             self._outer.pop()
 
     def replay_inside(
-        self, eqn: Any, values: list[Any], subs: list[Any], *, static_index: bool
-    ) -> list[Any]:
+        self, eqn: JaxprEqn, values: list[object], subs: list[Jaxpr], *, static_index: bool
+    ) -> list[object]:
         """Evaluate a higher-order primitive whose bodies the emulation changes."""
         name = eqn.primitive.name
         if name == "cond":
@@ -325,24 +317,18 @@ class _Replay:
             jaxpr, consts = inner
             return self.run(jaxpr, consts, values)
         self.not_replayed(eqn, subs)
-        return self.bind(eqn, values)
-
-    def bind(self, eqn: Any, values: list[Any], **changed: Any) -> list[Any]:
-        subfuns, params = bind_params(eqn)
-        params.update(changed)
-        outs = eqn.primitive.bind(*subfuns, *values, **params)
-        return list(outs) if eqn.primitive.multiple_results else [outs]
+        return bind(eqn, values)
 
     # -- the three changes --------------------------------------------------------------------
 
-    def rounded_dot(self, eqn: Any, values: list[Any]) -> list[Any]:
+    def rounded_dot(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
         fmt = self.dot_format
         assert fmt is not None
-        lhs, rhs, *rest = values
+        lhs, rhs, *rest = cast("list[jax.Array]", values)  # a dot's operands, traced
         self.rounded.append((eqn.primitive.name, self.line(eqn), fmt.name))
-        return self.bind(eqn, [_rounded(lhs, fmt), _rounded(rhs, fmt), *rest])
+        return bind(eqn, [_rounded(lhs, fmt), _rounded(rhs, fmt), *rest])
 
-    def kernel(self, eqn: Any, values: list[Any]) -> list[Any]:
+    def kernel(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
         label = kernel_label(eqn.primitive.name, eqn.params)
         location = self.line(eqn)
         interpreter, interpret, obstacle = self.interpretation(eqn)
@@ -350,15 +336,15 @@ class _Replay:
             self.unemulated.append(
                 Unemulated(what=label, location=location, reason=obstacle, blocks=True)
             )
-            return self.bind(eqn, values)  # traced on, to find every reason there is
+            return bind(eqn, values)  # traced on, to find every reason there is
         assert interpreter is not None
         self.kernels.append(
             EmulatedKernel(label=label, location=location, interpreter=interpreter.name)
         )
         self.interpreters.add(interpreter.name)
-        return self.bind(eqn, values, interpret=interpret)
+        return bind(eqn, values, interpret=interpret)
 
-    def interpretation(self, eqn: Any) -> tuple[Interpreter | None, Any, str | None]:
+    def interpretation(self, eqn: JaxprEqn) -> tuple[Interpreter | None, object, str | None]:
         """``(interpreter, interpret parameter, None)`` for a kernel equation the emulated
         platform runs and this JAX can interpret, else ``(.., .., why not)``."""
         name = eqn.primitive.name
@@ -382,36 +368,29 @@ class _Replay:
             return interpreter, None, needs_release(interpreter, jax_release())
         return interpreter, interpret, None
 
-    def not_replayed(self, eqn: Any, subs: list[Any]) -> None:
+    def not_replayed(self, eqn: JaxprEqn, subs: list[Jaxpr]) -> None:
         """Say what inside ``eqn`` (a primitive whose bodies are bound as they are) is not
         emulated: its kernels stop the emulation, its dots stay at full float32."""
-        primitive = eqn.primitive.name
-        pending = list(subs)
-        while pending:
-            jaxpr = pending.pop()
-            for inner in jaxpr.eqns:
-                name = inner.primitive.name
-                reason = f"inside {primitive}, which the emulation cannot replay"
-                if name in KERNEL_PRIMITIVES:
-                    obstacle = self.interpretation(inner)[2]
-                    self.unemulated.append(Unemulated(
-                        what=kernel_label(name, inner.params), location=self.line(inner),
-                        reason=obstacle or reason, blocks=True))  # fmt: skip
-                    continue
-                if name == "platform_index":
-                    self.unemulated.append(Unemulated(
-                        what="platform_dependent", location=self.line(inner),
-                        reason=reason + " (its default branch runs)", blocks=False))  # fmt: skip
-                elif self.dot_format is not None and _dot_precision(inner) == "default":
-                    self.unemulated.append(
-                        Unemulated(what=name, location=self.line(inner), reason=reason,
-                                   blocks=False)
-                    )  # fmt: skip
-                pending.extend(_sub_jaxprs(inner.params))
+        reason = f"inside {eqn.primitive.name}, which the emulation cannot replay"
+        for inner in equations(*subs, into=_not_a_kernel):
+            name = inner.primitive.name
+            if name in KERNEL_PRIMITIVES:
+                obstacle = self.interpretation(inner)[2]
+                self.unemulated.append(Unemulated(
+                    what=kernel_label(name, inner.params), location=self.line(inner),
+                    reason=obstacle or reason, blocks=True))  # fmt: skip
+            elif name == "platform_index":
+                self.unemulated.append(Unemulated(
+                    what="platform_dependent", location=self.line(inner),
+                    reason=reason + " (its default branch runs)", blocks=False))  # fmt: skip
+            elif self.dot_format is not None and _dot_precision(inner) == "default":
+                self.unemulated.append(
+                    Unemulated(what=name, location=self.line(inner), reason=reason, blocks=False)
+                )
 
     # -- control flow, rebuilt with JAX's public constructors -----------------------------------
 
-    def cond(self, eqn: Any, values: list[Any], *, static_index: bool) -> list[Any]:
+    def cond(self, eqn: JaxprEqn, values: list[object], *, static_index: bool) -> list[object]:
         import numpy as np
         from jax import lax
 
@@ -421,21 +400,21 @@ class _Replay:
             taken = branches[min(max(int(np.asarray(index)), 0), len(branches) - 1)]
             return self.run(taken.jaxpr, taken.consts, operands)
 
-        def branch(closed: Any) -> Callable[..., list[Any]]:
+        def branch(closed: ClosedJaxpr) -> Callable[..., list[object]]:
             return lambda *ops: self.run(closed.jaxpr, closed.consts, ops)
 
         return list(lax.switch(index, [branch(b) for b in branches], *operands))
 
-    def scan(self, eqn: Any, values: list[Any]) -> list[Any]:
+    def scan(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
         from jax import lax
 
         params = eqn.params
         consts, init, xs = scan_operands(params, values)
         num_carry = len(init)
         body = params["jaxpr"]
-        jaxpr, body_consts = getattr(body, "jaxpr", body), getattr(body, "consts", ())
+        jaxpr, body_consts = opened(body), consts_of(body)
 
-        def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
+        def step(carry: list[object], x: list[object]) -> tuple[list[object], list[object]]:
             outs = self.run(jaxpr, body_consts, [*consts, *carry, *x])
             return outs[:num_carry], outs[num_carry:]
 
@@ -445,7 +424,7 @@ class _Replay:
         )  # fmt: skip
         return [*carry, *ys]
 
-    def while_loop(self, eqn: Any, values: list[Any]) -> list[Any]:
+    def while_loop(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
         from jax import lax
 
         params = eqn.params
@@ -453,11 +432,11 @@ class _Replay:
         nc, nb = params["cond_nconsts"], params["body_nconsts"]
         cond_consts, body_consts, init = values[:nc], values[nc : nc + nb], values[nc + nb :]
 
-        def keep_going(carry: Iterable[Any]) -> Any:
+        def keep_going(carry: Iterable[object]) -> object:
             (flag,) = self.run(cond.jaxpr, cond.consts, [*cond_consts, *carry])
             return flag
 
-        def step(carry: Iterable[Any]) -> list[Any]:
+        def step(carry: Iterable[object]) -> list[object]:
             return self.run(body.jaxpr, body.consts, [*body_consts, *carry])
 
         return list(lax.while_loop(keep_going, step, list(init)))
@@ -468,26 +447,24 @@ class _Replay:
 _INLINED_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr", "call")
 
 
-def _inlined_jaxpr(eqn: Any) -> tuple[Any, Sequence[Any]] | None:
+def _inlined_jaxpr(eqn: JaxprEqn) -> tuple[Jaxpr, Sequence[object]] | None:
     """``(jaxpr, consts)`` of a primitive that runs its body once on its operands."""
     if eqn.primitive.name not in INLINED_PRIMITIVES:
         return None
     for key in _INLINED_PARAMS:
         inner = eqn.params.get(key)
-        if inner is not None and hasattr(getattr(inner, "jaxpr", inner), "eqns"):
-            return getattr(inner, "jaxpr", inner), getattr(inner, "consts", ())
+        if inner is not None and hasattr(opened(inner), "eqns"):
+            return opened(inner), consts_of(inner)
     return None
 
 
-def _sub_jaxprs(params: Mapping[str, Any]) -> list[Any]:
-    """The open jaxprs in an equation's parameters (not a kernel's body: it is
-    interpreted, not replayed)."""
-    from jax._src import core as jcore
-
-    return [getattr(j, "jaxpr", j) for j in jcore.jaxprs_in_params(params)]
+def _not_a_kernel(eqn: JaxprEqn) -> bool:
+    """Whether to look inside ``eqn``: not into a kernel's body (it is interpreted, not
+    replayed)."""
+    return eqn.primitive.name not in KERNEL_PRIMITIVES
 
 
-def _dot_precision(eqn: Any) -> str | None:
+def _dot_precision(eqn: JaxprEqn) -> str | None:
     """``"default"`` for a float32 (complex64) dot or convolution at the default precision,
     ``"pinned"`` for one whose precision the user chose, ``None`` for anything else."""
     if eqn.primitive.name not in ("dot_general", "conv_general_dilated"):
@@ -502,7 +479,7 @@ def _dot_precision(eqn: Any) -> str | None:
     return "default" if _is_default(eqn.params.get("precision")) else "pinned"
 
 
-def _is_default(precision: Any) -> bool:
+def _is_default(precision: object) -> bool:
     """Whether a dot's ``precision`` is the default: ``None``, ``Precision.DEFAULT`` for
     each operand, or the ``DotAlgorithmPreset.DEFAULT`` preset."""
     if precision is None:
@@ -521,10 +498,10 @@ def _matmul_precision_pinned() -> bool:
     return value is not None and str(value).lower() not in ("default", "fastest")
 
 
-def _rounded(x: Any, fmt: NumberFormat) -> Any:
+def _rounded(x: jax.Array, fmt: NumberFormat) -> jax.Array:
     from jax import lax
 
-    def narrow(part: Any) -> Any:
+    def narrow(part: jax.Array) -> jax.Array:
         return lax.reduce_precision(
             part, exponent_bits=fmt.exponent_bits, mantissa_bits=fmt.mantissa_bits
         )
@@ -534,19 +511,18 @@ def _rounded(x: Any, fmt: NumberFormat) -> Any:
     return narrow(x)
 
 
-def _cpu_default() -> Any:
+def _cpu_default() -> contextlib.AbstractContextManager[object]:
     """A context in which jit compiles and runs on the CPU, the emulation's host, also on a
     machine whose default backend is a GPU or TPU."""
-    import contextlib
-
     import jax
 
     if _default_is_cpu():
         return contextlib.nullcontext()
-    return jax.default_device(jax.devices("cpu")[0])
+    on_cpu: contextlib.AbstractContextManager[object] = jax.default_device(jax.devices("cpu")[0])
+    return on_cpu
 
 
-def _on_host(flat: list[Any]) -> list[Any]:
+def _on_host(flat: list[object]) -> list[object]:
     """The arguments on the CPU (where they are elsewhere, the emulation copies them)."""
     import jax
 

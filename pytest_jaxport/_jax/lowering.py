@@ -16,14 +16,13 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from pytest_jaxport._jax.adapters import (
     CALL_PRIMITIVES,
     KERNEL_PRIMITIVES,
-    bind_params,
     gpu_description,
     jax_release,
     kernel_label,
@@ -33,7 +32,18 @@ from pytest_jaxport._jax.adapters import (
 from pytest_jaxport._jax.arguments import FN_KEY
 from pytest_jaxport._jax.callbacks import inert
 from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
-from pytest_jaxport._jax.jaxprs import equations, is_jaxpr, source_line
+from pytest_jaxport._jax.jaxprs import (
+    Evaluator,
+    bind,
+    consts_of,
+    derived,
+    equation_context,
+    equations,
+    is_jaxpr,
+    opened,
+    platform_branch,
+    source_line,
+)
 from pytest_jaxport._jax.profile import measure
 from pytest_jaxport.model import partitioner
 from pytest_jaxport.model.census import (
@@ -51,6 +61,9 @@ from pytest_jaxport.model.cost import FREE_OPS, op_cost
 from pytest_jaxport.model.formats import is_notable
 from pytest_jaxport.model.probe import Untraced
 from pytest_jaxport.model.targets import NOT_RUNNABLE, RULES, classify
+
+if TYPE_CHECKING:
+    from jax.extend.core import JaxprEqn
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
 _REDUCER_OPS = frozenset(
@@ -526,17 +539,9 @@ _KEY_PARTS: dict[tuple[int, tuple[str, ...]], tuple[weakref.ref[Any], tuple[str,
 
 
 def _key_parts(closed: Any, own: tuple[str, ...]) -> tuple[str, str]:
-    from jax._src import core
-
     text = f"{closed.in_avals}\n{closed.out_avals}\n{_program_text(closed)}"
-    lines: list[str] = []
-    memo: dict[Any, str] = {}
-    pending = [closed.jaxpr]
-    while pending:
-        jaxpr = pending.pop()
-        for eqn in jaxpr.eqns:
-            lines.append(source_line(eqn.source_info, memo, own))
-            pending.extend(core.jaxprs_in_params(eqn.params))
+    memo: dict[object, str] = {}
+    lines = [source_line(e.source_info, memo, own) for e in equations(closed, repeats=True)]
     return text, "\n".join(lines)
 
 
@@ -1677,18 +1682,6 @@ def _for_platform(fn: Callable[..., Any], platform: str) -> Callable[..., Any]:
     return fn
 
 
-def _platform_index(platforms: Any, platform: str) -> int:
-    default = None
-    for i, names in enumerate(platforms):
-        if names is None:
-            default = i
-        elif platform in names:
-            return i
-    if default is None:
-        raise ValueError(f"platform_dependent has no branch for {platform} and no default")
-    return default
-
-
 def specialize(
     fn: Callable[..., Any], arguments: tuple[tuple[Any, ...], dict[str, Any]], platform: str
 ) -> Callable[..., Any]:
@@ -1699,83 +1692,47 @@ def specialize(
     args, kwargs = arguments
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
     out_tree = jax.tree_util.tree_structure(out_shape)
+    replay = _Specializer(platform)
 
     def specialized(*args: Any, **kwargs: Any) -> Any:
         flat = jax.tree_util.tree_leaves((args, kwargs))
-        outs = _replay(closed.jaxpr, closed.consts, flat, platform)
+        outs = replay.run(closed.jaxpr, closed.consts, flat)
         return jax.tree_util.tree_unflatten(out_tree, outs)
 
     specialized.__name__ = getattr(fn, "__name__", "fn")
     return specialized
 
 
-def _replay(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], platform: str) -> list[Any]:
-    import jax
-    from jax._src import core as jcore  # Literal and DropVar, under the same names since 0.4
+class _Specializer(Evaluator):
+    """Re-binds a jaxpr with each ``platform_index`` a constant for ``platform``: a
+    conditional on it takes that branch only, nested jits are inlined (to reach the
+    ``platform_index`` inside), and arithmetic on it stays a constant."""
 
-    env: dict[Any, Any] = {}
-    static: set[Any] = set()
+    def __init__(self, platform: str) -> None:
+        self.platform = platform
 
-    def read(var: Any) -> Any:
-        return var.val if isinstance(var, jcore.Literal) else env[var]
+    def equation(
+        self, eqn: JaxprEqn, values: list[object], known: tuple[bool, ...]
+    ) -> tuple[Sequence[object], bool]:
+        import jax
 
-    def is_static(var: Any) -> bool:
-        return isinstance(var, jcore.Literal) or var in static
-
-    for var, value in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        values = [read(v) for v in eqn.invars]
-        resolved = False
         if name == "platform_index":
-            outs: Any = [np.int32(_platform_index(eqn.params["platforms"], platform))]
-            resolved = True
-        elif name == "cond" and eqn.invars and is_static(eqn.invars[0]):
+            return [np.int32(platform_branch(eqn.params["platforms"], self.platform))], True
+        if name == "cond" and eqn.invars and known[0]:
             branches = eqn.params["branches"]
             index = min(max(int(np.asarray(values[0])), 0), len(branches) - 1)
             branch = branches[index]
-            outs = _replay(branch.jaxpr, branch.consts, values[1:], platform)
-        elif name in CALL_PRIMITIVES and "jaxpr" in eqn.params:
+            return self.run(branch.jaxpr, branch.consts, values[1:]), False
+        if name in CALL_PRIMITIVES and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
-            inner_jaxpr = getattr(inner, "jaxpr", inner)
-            inner_consts = getattr(inner, "consts", ())
-            outs = _replay(inner_jaxpr, inner_consts, values, platform)
-        else:
-            nonliteral = [v for v in eqn.invars if not isinstance(v, jcore.Literal)]
-            resolved = bool(nonliteral) and all(v in static for v in nonliteral)
-            subfuns, params = bind_params(eqn)
-            with _eqn_context(eqn):
-                if resolved:  # arithmetic on the platform index: keep it a constant
-                    with jax.ensure_compile_time_eval():
-                        outs = eqn.primitive.bind(*subfuns, *values, **params)
-                else:
-                    outs = eqn.primitive.bind(*subfuns, *values, **params)
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
-        for var, value in zip(eqn.outvars, outs, strict=True):
-            if isinstance(var, jcore.DropVar):
-                continue
-            env[var] = value
-            if resolved:
-                static.add(var)
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _eqn_context(eqn: Any) -> Any:
-    """Re-play ``eqn`` under its source location (so the census still names user lines)."""
-    import contextlib
-
-    from jax._src import source_info_util
-
-    stack = contextlib.ExitStack()
-    info = eqn.source_info
-    name_stack = source_info_util.current_name_stack() + info.name_stack
-    stack.enter_context(source_info_util.user_context(info.traceback, name_stack=name_stack))
-    stack.enter_context(eqn.ctx.manager)
-    return stack
+            return self.run(opened(inner), consts_of(inner), values), False
+        resolved = derived(eqn, known)
+        with equation_context(eqn):
+            if resolved:  # arithmetic on the platform index: keep it a constant
+                with jax.ensure_compile_time_eval():
+                    return bind(eqn, values), True
+            return bind(eqn, values), False
 
 
 def custom_kernels(
