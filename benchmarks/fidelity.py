@@ -24,9 +24,9 @@ tables as Markdown next to it (``--md``; ``benchmarks/README.md`` shows them).
 
 Other modes:
 
-- ``--fit``: refit the estimate's calibration (``cost.CALIBRATION`` and cpu's
-  ``DEFAULT_PEAKS`` entry) on the measured corpus and report its error with each program
-  left out of the fit; prints the constants to paste into ``cost.py``.
+- ``--training FILE``: also write the measured programs the calibration fits on
+  (``calibration/calibrate.py fit FILE`` refits ``pytest_jaxport/calibration.json``; the
+  fit is calibration, not measurement, and lives there).
 - ``--agreement-check FILE``: counts only (no timing, no execution needed beyond what the
   check does): exit 1 when lowered-vs-compiled agreement on the corpus is lower than the
   baseline ``FILE`` records (``--update-baseline`` writes it). Timing never fails it.
@@ -49,7 +49,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -314,7 +313,7 @@ class Harness:
         """The last accelerator measurement's share per profiler plane."""
         self.training: list[dict[str, Any]] = []
         """Per measured program and platform: its flattened programs and measured layers,
-        for ``--fit``."""
+        for the calibration (``--training``)."""
 
     def check(self, fn: Callable[..., Any], args: tuple[Any, ...], gradient: bool) -> list[Any]:
         """The plugin's own check: probes for ``fn`` (and its gradient)."""
@@ -653,113 +652,30 @@ def capture_target(folder: Path) -> dict[str, Any]:
     return out
 
 
-# -- the fit -----------------------------------------------------------------------------------
+# -- the calibration's training set ----------------------------------------------------------
 
 
-def nelder_mead(
-    f: Callable[[list[float]], float],
-    x0: Sequence[float],
-    *,
-    step: float = 1.0,
-    iterations: int = 400,
-) -> tuple[list[float], float]:
-    """Minimise ``f`` (a handful of parameters; no gradients, no SciPy)."""
-    n = len(x0)
-    points = [list(x0)] + [
-        [x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)
-    ]
-    values = [f(p) for p in points]
-    for _ in range(iterations):
-        order = sorted(range(n + 1), key=values.__getitem__)
-        points, values = [points[i] for i in order], [values[i] for i in order]
-        if values[-1] - values[0] < 1e-4:
-            break
-        centre = [sum(p[i] for p in points[:-1]) / n for i in range(n)]
+def training_data(training: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The measured programs as the calibration fits on them (``calibration/calibrate.py
+    fit``): per program and platform, its measured layers and each level's flattened sites
+    (an op's ``op``, ``target``, ``flops`` and ``bytes``, its layer, library and weight)."""
 
-        def towards(t: float) -> list[float]:
-            return [c + t * (w - c) for c, w in zip(centre, points[-1], strict=True)]
+    def sites(flat: Sequence[tuple[Any, str, str | None, float]]) -> list[list[Any]]:
+        return [
+            [{"op": s.op, "target": s.target, "flops": s.flops, "bytes": s.bytes}, layer, lib, w]
+            for s, layer, lib, w in flat
+        ]
 
-        reflected = towards(-1.0)
-        fr = f(reflected)
-        if fr < values[0]:
-            expanded = towards(-2.0)
-            fe = f(expanded)
-            points[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            points[-1], values[-1] = reflected, fr
-        else:
-            contracted = towards(0.5)
-            fc = f(contracted)
-            if fc < values[-1]:
-                points[-1], values[-1] = contracted, fc
-            else:
-                best = points[0]
-                points = [best] + [
-                    [b + 0.5 * (x - b) for b, x in zip(best, p, strict=True)] for p in points[1:]
-                ]
-                values = [values[0]] + [f(p) for p in points[1:]]
-    i = min(range(n + 1), key=values.__getitem__)
-    return points[i], values[i]
-
-
-def _model(x: Sequence[float]) -> tuple[Any, Any]:
-    from pytest_jaxport.model.cost import DEFAULT_PEAKS, Calibration
-
-    bandwidth, launch, library_call, solver, fft = (10.0**v for v in x)
-    peak = replace(
-        DEFAULT_PEAKS["cpu"], bandwidth=bandwidth, launch=launch, library_call=library_call
-    )
-    return peak, Calibration(solver=min(solver, 1.0), fft=min(fft, 1.0), source="fit")
-
-
-def _errors(x: Sequence[float], rows: Sequence[Mapping[str, Any]], level: str) -> list[float]:
-    peak, calibration = _model(x)
     return [
-        worst_layer_points(estimate_layers(r[level], peak, calibration), r["measured"])
-        for r in rows
+        {
+            "key": row["key"],
+            "platform": row["platform"],
+            "measured": row["measured"],
+            "compiled": sites(row["compiled"]),
+            "lowered": sites(row["lowered"]),
+        }
+        for row in training
     ]
-
-
-def fit(training: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Fit cpu's bandwidth, launch and library costs and the solver/FFT efficiencies to the
-    measured cpu shares (compiled-program estimates), then the same with each program left
-    out in turn: the error on programs the fit did not see."""
-    from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS
-
-    rows = [r for r in training if r["platform"] == "cpu"]
-    if not rows:
-        return {"error": "nothing measured on cpu"}
-    cpu = DEFAULT_PEAKS["cpu"]
-    x0 = [
-        math.log10(v)
-        for v in (cpu.bandwidth, cpu.launch, cpu.library_call, CALIBRATION.solver, CALIBRATION.fft)
-    ]
-
-    def objective(rows: Sequence[Mapping[str, Any]]) -> Callable[[list[float]], float]:
-        return lambda x: statistics.fmean(_errors(x, rows, "compiled"))
-
-    best, _ = nelder_mead(objective(rows), x0)
-    held_out: list[float] = []
-    programs = sorted({r["key"].split("/")[0] for r in rows})
-    for name in programs:
-        train = [r for r in rows if r["key"].split("/")[0] != name]
-        test = [r for r in rows if r["key"].split("/")[0] == name]
-        x, _ = nelder_mead(objective(train), best, step=0.5, iterations=200)
-        held_out += _errors(x, test, "compiled")
-    peak, calibration = _model(best)
-    return {
-        "fitted": {
-            "cpu_bandwidth": peak.bandwidth,
-            "cpu_launch": peak.launch,
-            "cpu_library_call": peak.library_call,
-            "solver": calibration.solver,
-            "fft": calibration.fft,
-        },
-        "in_sample_points": summary(_errors(best, rows, "compiled")),
-        "leave_one_program_out_points": summary(held_out),
-        "lowered_in_sample_points": summary(_errors(best, rows, "lowered")),
-        "programs_left_out": programs,
-    }
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -1168,7 +1084,7 @@ def markdown(results: Mapping[str, Any]) -> str:
                         f"{s['median']} | {s['p90']} | {s['max']} |"
                     )
             lines.append("")
-        fitted = results.get("fit")
+        fitted = results.get("fit")  # results recorded before the fit moved to calibration/
         if fitted and "leave_one_program_out_points" in fitted:
             lo = fitted["leave_one_program_out_points"]
             lines += [
@@ -1253,7 +1169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "platform present; a GPU run measures cuda only, cpu's is recorded already)",
     )
     parser.add_argument("--no-timing", action="store_true", help="counts and numerics only")
-    parser.add_argument("--fit", action="store_true", help="refit the estimate's calibration")
+    parser.add_argument(
+        "--training",
+        type=Path,
+        metavar="FILE",
+        help="also write the measured programs calibration/calibrate.py fits on",
+    )
     parser.add_argument("--out", type=Path, help="results JSON (Markdown next to it as .md)")
     parser.add_argument(
         "--agreement-check",
@@ -1276,8 +1197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not sizes or any(s not in corpus.SIZES for s in sizes):
         parser.error(f"--sizes: expected small and/or large, found {args.sizes!r}")
     counts_only = bool(args.agreement_check or args.update_baseline)
-    if args.fit and (args.no_timing or counts_only):
-        parser.error("--fit needs the timing (drop --no-timing / the agreement options)")
+    if args.training and (args.no_timing or counts_only):
+        parser.error("--training needs the timing (drop --no-timing / the agreement options)")
 
     from pytest_jaxport._jax.deviceless import prefer_deviceless
 
@@ -1348,10 +1269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.out.parent if args.out else HERE / "results"
         )
     results["aggregate"] = aggregate(results["rows"])
-    if args.fit:
-        log("fitting the calibration")
-        results["fit"] = fit(harness.training)
-        print(json.dumps(results["fit"], indent=1))
+    if args.training:
+        args.training.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"rows": training_data(harness.training)}) + "\n"
+        tmp = args.training.with_name(f"{args.training.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, args.training)
+        log(f"wrote the calibration's training set to {args.training}")
     results["environment"]["loadavg_end"] = list(os.getloadavg())
     results["complete"] = True
     if args.out:

@@ -3,7 +3,9 @@
     python3 benchmarks/gpu_validation.py [--wheelhouse DIR] [--out-dir DIR] [--budget 480]
     python3 benchmarks/gpu_validation.py --dry-run [--out-dir DIR]          # CPU machine, CI
     python3 benchmarks/gpu_validation.py --prepare-wheelhouse DIR [...]     # beforehand, online
-    python3 benchmarks/gpu_validation.py --adopt RESULTS.json               # GPU numbers in use
+
+Putting a GPU run's numbers in use is calibration, not measurement:
+``python calibration/calibrate.py adopt RESULTS.json`` (``calibration/README.md``).
 
 Made for a GPU machine that is lent rarely and briefly (minutes, one device, no internet), so
 everything is prepared: one command installs what is missing from a wheelhouse made
@@ -19,7 +21,7 @@ so a part that fails or runs out of time leaves what the others measured:
 3. **fidelity**: ``benchmarks/fidelity.py`` on the corpus: the census the GPU compiles
    against the deviceless one (agreement per library), and the measured cuda share against
    the estimates from the lowered and the compiled program: the error band a report should
-   print for cuda (``--adopt`` puts it in use);
+   print for cuda (``calibration/calibrate.py adopt`` puts it in use);
 4. **overhead**: the generated suite under the plugin against plain ``jax.jit``, and a plain
    suite with ``--jaxport-audit`` against without, cold and warm, on the GPU.
 
@@ -1064,67 +1066,6 @@ def _overhead_lines(overhead: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-# -- putting GPU numbers in use --------------------------------------------------------------------
-
-
-def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
-    """Make a GPU run's numbers the ones in use: cuda's error band (``estimate_error.json``,
-    naming the device) and the fidelity baseline's entry for the device."""
-    results = read_json(results_path)
-    if not isinstance(results, Mapping) or "mode" not in results:
-        raise Unusable(f"{results_path}: not a gpu_validation results file (no 'mode')")
-    if results["mode"] != "gpu":
-        raise Unusable(
-            f"{results_path}: a {results['mode']} run has no GPU numbers (its GPU columns say "
-            f"{NOT_MEASURED!r}); adopt the results of a run on an NVIDIA GPU"
-        )
-    band = results.get("cuda_error_band")
-    if not isinstance(band, Mapping):
-        raise Unusable(f"{results_path}: no cuda error band ({band})")
-    levels = {k: v for k, v in band.items() if k in ("lowered", "compiled")}
-    thin = {k: v["programs"] for k, v in levels.items() if v["programs"] < MIN_BAND_PROGRAMS}
-    if not levels or thin:
-        raise Unusable(
-            f"{results_path}: the cuda band rests on too few programs ({thin or 'none'}; at "
-            f"least {MIN_BAND_PROGRAMS} per level): run the fidelity part longer"
-        )
-    source = _relative(results_path)
-    table = read_json(estimate_errors)
-    if not isinstance(table, dict) or "default" not in table:
-        raise Unusable(f"{estimate_errors}: not an estimate_error.json (no 'default' table)")
-    table.setdefault("platforms", {})["cuda"] = {
-        level: {
-            "points": float(round(entry["points"])),
-            "programs": entry["programs"],
-            "device": band["device"],
-            "jaxlib": band["jaxlib"],
-            "how": f"the shipped constants' error against the measured cuda share, the estimate "
-            f"from the {'deviceless compiled' if level == 'compiled' else 'lowered'} program",
-            "source": source,
-        }
-        for level, entry in levels.items()
-    }
-    write_atomic(estimate_errors, json.dumps(table, indent=1) + "\n")
-    log(f"cuda error band from {band['device']}: " + ", ".join(
-        f"{level} ±{round(e['points'])}" for level, e in levels.items()) + f" -> {estimate_errors}")  # fmt: skip
-    fidelity_file = results["parts"]["fidelity"].get("results")
-    fidelity_results = read_json(results_path.parent / fidelity_file) if fidelity_file else None
-    if fidelity_results is None:
-        raise Unusable(f"{results_path}: its fidelity results ({fidelity_file}) cannot be read")
-    import fidelity
-
-    fidelity.update_baseline(
-        fidelity_results, baseline, source=_relative(results_path.parent / fidelity_file)
-    )
-    log(f"fidelity baseline for {band['device']}, jaxlib {band['jaxlib']} -> {baseline}")
-    return 0
-
-
-def _relative(path: Path) -> str:
-    resolved = path.resolve()
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
-
-
 # -- the command line ----------------------------------------------------------------------------
 
 
@@ -1167,11 +1108,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--with-cuda-libraries", action="store_true",
                         help="--prepare-wheelhouse: also the nvidia-* wheels (a machine without "
                         "a CUDA toolkit of its own; about 3 GB)")  # fmt: skip
-    parser.add_argument("--adopt", type=Path, metavar="RESULTS",
-                        help="put a GPU run's cuda error band and fidelity baseline in use")  # fmt: skip
-    parser.add_argument("--estimate-errors", type=Path, default=ESTIMATE_ERRORS,
-                        help=argparse.SUPPRESS)  # fmt: skip
-    parser.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
     # A part run as its own process (by the run itself, under its limit).
     parser.add_argument("--part", choices=("environment", "overhead"), help=argparse.SUPPRESS)
     parser.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
@@ -1199,8 +1135,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 platforms=("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
                            "manylinux_2_17_x86_64", "manylinux2014_x86_64"),
             )  # fmt: skip
-        if args.adopt:
-            return adopt(args.adopt, estimate_errors=args.estimate_errors, baseline=args.baseline)
         unknown = set(args.parts.split(",")) - set(PARTS)
         if unknown:
             raise Unusable(f"--parts: unknown {sorted(unknown)}; choose from {', '.join(PARTS)}")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+CALIBRATE = BENCHMARKS.parent / "calibration" / "calibrate.py"
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -105,7 +106,7 @@ def test_report_scale_benchmark_runs_and_records_sizes(tmp_path: Path) -> None:
 
 GPU_FIXTURE = Path(__file__).resolve().parent / "data" / "gpu_validation"
 """A GPU run's files, constructed by tests/data/gpu_validation/make_fixture.py from invented
-numbers (no GPU has run it): what --adopt must turn into the bands in use."""
+numbers (no GPU has run it): what calibration/calibrate.py adopt must turn into the bands in use."""
 FIXTURE_DEVICE = "Fixture GPU (test data, not a measurement)"
 
 
@@ -199,7 +200,7 @@ def _adopted(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
     baseline = tmp_path / "fidelity_baseline.json"
     shutil.copy(BENCHMARKS.parent / "pytest_jaxport" / "estimate_error.json", bands)
     shutil.copy(BENCHMARKS / "fidelity_baseline.json", baseline)
-    done = _run(str(BENCHMARKS / "gpu_validation.py"), "--adopt",
+    done = _run(str(CALIBRATE), "adopt",
                 str(tmp_path / "gpu-validation-fixture.json"), "--estimate-errors", str(bands),
                 "--baseline", str(baseline), *extra)  # fmt: skip
     return done, bands, baseline
@@ -283,18 +284,60 @@ def test_adopting_refuses_a_dry_run_and_a_band_on_too_few_programs(tmp_path: Pat
     assert done.returncode == 0
     data = json.loads(results.read_text())
     results.write_text(json.dumps(dict(data, mode="dry-run")))
-    dry = _run(str(BENCHMARKS / "gpu_validation.py"), "--adopt", str(results),
+    dry = _run(str(CALIBRATE), "adopt", str(results),
                "--estimate-errors", str(tmp_path / "estimate_error.json"),
                "--baseline", str(tmp_path / "fidelity_baseline.json"))  # fmt: skip
     assert dry.returncode == 2
     assert "a dry-run run has no GPU numbers" in dry.stderr
     data["cuda_error_band"]["lowered"]["programs"] = 3
     results.write_text(json.dumps(data))
-    thin = _run(str(BENCHMARKS / "gpu_validation.py"), "--adopt", str(results),
+    thin = _run(str(CALIBRATE), "adopt", str(results),
                 "--estimate-errors", str(tmp_path / "estimate_error.json"),
                 "--baseline", str(tmp_path / "fidelity_baseline.json"))  # fmt: skip
     assert thin.returncode == 2
     assert "rests on too few programs ({'lowered': 3}" in thin.stderr
+
+
+def _training_row(key: str, dot_flops: float, measured: dict[str, float]) -> dict[str, object]:
+    sites = [
+        [{"op": "stablehlo.dot_general", "target": None, "flops": dot_flops, "bytes": 4e4},
+         "library", "eigen", 1.0],
+        [{"op": "stablehlo.add", "target": None, "flops": 1e3, "bytes": 8e4}, "xla", None, 3.0],
+        [{"op": "stablehlo.custom_call", "target": "lapack_sgetrf_ffi", "flops": 1e5,
+          "bytes": 4e3}, "library", "lapack", 1.0],
+    ]  # fmt: skip
+    return {"key": key, "platform": "cpu", "measured": measured, "compiled": sites,
+            "lowered": sites}  # fmt: skip
+
+
+def test_a_calibration_fit_writes_the_shipped_calibration_file(tmp_path: Path) -> None:
+    """``calibration/calibrate.py fit --write`` on a tiny training set (the form
+    ``fidelity.py --training`` writes) writes the file the package reads at import."""
+    from pytest_jaxport.model.cost import CALIBRATION_FILE, read_calibration
+
+    training = tmp_path / "training.json"
+    rows = [
+        _training_row(f"p{i}/small/fwd", 10.0 ** (4 + i), {"library": 0.2 + 0.1 * i,
+                      "xla": 0.8 - 0.1 * i})
+        for i in range(3)
+    ]  # fmt: skip
+    training.write_text(json.dumps({"rows": rows}))
+    written = tmp_path / CALIBRATION_FILE
+    shutil.copy(BENCHMARKS.parent / "pytest_jaxport" / CALIBRATION_FILE, written)
+    shipped = written.read_text()
+
+    done = _run(str(CALIBRATE), "fit", str(training), "--write", "--measured-on", "a test",
+                "--calibration", str(written))  # fmt: skip
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["programs_left_out"] == ["p0", "p1", "p2"]
+    assert written.read_text() != shipped
+    calibration, cpu = read_calibration(written.read_text())
+    assert calibration.source == "fitted on the fidelity corpus on cpu (a test)"
+    assert calibration.solver == float(f"{report['fitted']['solver']:.3g}")
+    assert cpu["bandwidth"] == float(f"{report['fitted']['cpu_bandwidth']:.3g}")
+    assert json.loads(written.read_text())["about"] == json.loads(shipped)["about"]
 
 
 def test_a_captured_description_is_diffed_field_by_field_against_the_shipped_one() -> None:

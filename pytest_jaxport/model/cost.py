@@ -55,6 +55,7 @@ code does, so the reports show it apart from what the project's findings cost.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -375,9 +376,9 @@ class Peak:
 class Calibration:
     """The fractions of peak arithmetic that kernels other than dense ones reach.
 
-    Fitted on the fidelity corpus (``benchmarks/fidelity.py --fit``) and applied to every
-    platform: a solver's n³ or an FFT's 5·n·log₂n flops run at ``solver`` or ``fft`` times
-    the platform's peak rate.
+    Fitted on the fidelity corpus (``calibration/calibrate.py fit``, shipped in
+    ``pytest_jaxport/calibration.json``) and applied to every platform: a solver's n³ or an
+    FFT's 5·n·log₂n flops run at ``solver`` or ``fft`` times the platform's peak rate.
     """
 
     solver: float
@@ -385,11 +386,36 @@ class Calibration:
     source: str
 
 
-CALIBRATION = Calibration(
-    solver=0.00109,
-    fft=0.0614,
-    source="fitted on the fidelity corpus on cpu (2-core x86-64, jaxlib 0.10.2)",
-)
+CALIBRATION_FILE = "calibration.json"
+"""The fitted constants, shipped inside the package (``pytest_jaxport/calibration.json``):
+``calibration/calibrate.py fit --write`` writes it, nothing else does."""
+
+
+def read_calibration(text: str) -> tuple[Calibration, Mapping[str, Any]]:
+    """The calibration and cpu's fitted rates (``bandwidth``, ``launch``, ``library_call``,
+    ``source``) of a ``calibration.json`` text.
+
+    >>> calibration, cpu = read_calibration(
+    ...     '{"solver": 0.5, "fft": 0.25, "source": "s", "cpu": {"bandwidth": 1e10}}'
+    ... )
+    >>> calibration.solver, cpu["bandwidth"]
+    (0.5, 10000000000.0)
+    """
+    data = json.loads(text)
+    calibration = Calibration(
+        solver=float(data["solver"]), fft=float(data["fft"]), source=str(data["source"])
+    )
+    return calibration, data["cpu"]
+
+
+def _shipped_calibration() -> tuple[Calibration, Mapping[str, Any]]:
+    import importlib.resources
+
+    resource = importlib.resources.files("pytest_jaxport") / CALIBRATION_FILE
+    return read_calibration(resource.read_text(encoding="utf-8"))
+
+
+CALIBRATION, _CPU_FITTED = _shipped_calibration()
 
 _GPU_LAUNCH = "launch and library costs assumed (typical small-kernel device times), not measured"
 DEFAULT_PEAKS: Mapping[str, Peak] = {
@@ -403,9 +429,12 @@ DEFAULT_PEAKS: Mapping[str, Peak] = {
     "tpu": Peak(flops=459e12, bandwidth=2.765e12, launch=1e-6,
                 source=f"Google Cloud TPU v5p (bf16); {_GPU_LAUNCH}"),
     # Shares are ratios, so only the cpu's proportions matter: bandwidth, launch and library
-    # costs relative to a nominal 100 GFLOP/s, fitted with CALIBRATION on the fidelity corpus.
-    "cpu": Peak(flops=1e11, bandwidth=8.28e9, launch=2.35e-7, library_call=8.34e-7,
-                source="fitted on the fidelity corpus (2-core x86-64, jaxlib 0.10.2)"),
+    # costs relative to a nominal 100 GFLOP/s, fitted with CALIBRATION on the fidelity corpus
+    # (pytest_jaxport/calibration.json).
+    "cpu": Peak(flops=1e11, bandwidth=float(_CPU_FITTED["bandwidth"]),
+                launch=float(_CPU_FITTED["launch"]),
+                library_call=float(_CPU_FITTED["library_call"]),
+                source=str(_CPU_FITTED["source"])),
 }  # fmt: skip
 
 
@@ -462,8 +491,8 @@ class EstimateError:
 
 ESTIMATE_ERRORS_FILE = "estimate_error.json"
 """The band data, shipped inside the package (``pytest_jaxport/estimate_error.json``): per
-platform and census level; ``benchmarks/gpu_validation.py --adopt`` writes cuda's from a
-run on a GPU."""
+platform and census level; ``calibration/calibrate.py adopt`` writes cuda's from a run on a
+GPU (``benchmarks/gpu_validation.py``)."""
 
 EVERY_PLATFORM = "*"
 """The key of :func:`read_estimate_errors`'s table that applies to every platform without

@@ -3,7 +3,7 @@
 NOT A MEASUREMENT. These are the files ``benchmarks/gpu_validation.py`` writes after a run on
 an NVIDIA GPU, built from invented numbers by the script's own summarising code, for a device
 named "Fixture GPU (test data, not a measurement)". They exist so that the step that puts GPU
-numbers in use (``--adopt``) is tested before any GPU has run it.
+numbers in use (``calibration/calibrate.py adopt``) is tested before any GPU has run it.
 
     python tests/data/gpu_validation/make_fixture.py     # after a change to the format
 """

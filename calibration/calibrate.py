@@ -1,0 +1,301 @@
+"""Calibration: the shipped data the runtime-share estimate is fitted to and the error bands
+it prints, written from measurements (``benchmarks/``) and never by them.
+
+    python calibration/calibrate.py fit TRAINING.json [--write]   # cost.CALIBRATION, cpu's rates
+    python calibration/calibrate.py adopt RESULTS.json            # a GPU run's cuda error band
+
+``fit`` fits cpu's bandwidth, launch and library-call costs and the solver/FFT efficiencies
+to the measured cpu shares of the fidelity corpus (``benchmarks/fidelity.py --training
+TRAINING.json`` measures them), then the same with each program left out in turn, and prints
+both errors; with ``--write`` it writes the fitted constants to
+``pytest_jaxport/calibration.json``, which ``pytest_jaxport.model.cost`` reads at import.
+
+``adopt`` makes a GPU run's numbers the ones in use (``benchmarks/gpu_validation.py`` on an
+NVIDIA GPU): cuda's error band in ``pytest_jaxport/estimate_error.json``, naming the device,
+and the device's agreement in ``benchmarks/fidelity_baseline.json``.
+
+``calibration/README.md`` says when to run each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+BENCHMARKS = REPO / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from fidelity import estimate_layers, summary, worst_layer_points  # noqa: E402
+from gpu_validation import (  # noqa: E402
+    MIN_BAND_PROGRAMS,
+    NOT_MEASURED,
+    Unusable,
+    read_json,
+    write_atomic,
+)
+
+CALIBRATION = REPO / "pytest_jaxport" / "calibration.json"
+ESTIMATE_ERRORS = REPO / "pytest_jaxport" / "estimate_error.json"
+BASELINE = BENCHMARKS / "fidelity_baseline.json"
+
+
+def log(message: str) -> None:
+    """Progress on stderr: stdout holds the fit's numbers (JSON)."""
+    print(f"calibrate: {message}", file=sys.stderr, flush=True)
+
+
+# -- the fit -------------------------------------------------------------------------------------
+
+
+def read_training(path: Path) -> list[dict[str, Any]]:
+    """The rows ``fidelity.py --training`` wrote, each level's sites as ``OpSite`` again."""
+    from pytest_jaxport.model.census import OpSite
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+
+    def sites(flat: Sequence[Sequence[Any]]) -> list[tuple[Any, str, str | None, float]]:
+        return [(OpSite(**site), layer, lib, float(w)) for site, layer, lib, w in flat]
+
+    return [
+        {**row, "compiled": sites(row["compiled"]), "lowered": sites(row["lowered"])}
+        for row in data["rows"]
+    ]
+
+
+def nelder_mead(
+    f: Callable[[list[float]], float],
+    x0: Sequence[float],
+    *,
+    step: float = 1.0,
+    iterations: int = 400,
+) -> tuple[list[float], float]:
+    """Minimise ``f`` (a handful of parameters; no gradients, no SciPy)."""
+    n = len(x0)
+    points = [list(x0)] + [
+        [x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)
+    ]
+    values = [f(p) for p in points]
+    for _ in range(iterations):
+        order = sorted(range(n + 1), key=values.__getitem__)
+        points, values = [points[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < 1e-4:
+            break
+        centre = [sum(p[i] for p in points[:-1]) / n for i in range(n)]
+
+        def towards(t: float) -> list[float]:
+            return [c + t * (w - c) for c, w in zip(centre, points[-1], strict=True)]  # noqa: B023
+
+        reflected = towards(-1.0)
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = towards(-2.0)
+            fe = f(expanded)
+            points[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            points[-1], values[-1] = reflected, fr
+        else:
+            contracted = towards(0.5)
+            fc = f(contracted)
+            if fc < values[-1]:
+                points[-1], values[-1] = contracted, fc
+            else:
+                best = points[0]
+                points = [best] + [
+                    [b + 0.5 * (x - b) for b, x in zip(best, p, strict=True)] for p in points[1:]
+                ]
+                values = [values[0]] + [f(p) for p in points[1:]]
+    i = min(range(n + 1), key=values.__getitem__)
+    return points[i], values[i]
+
+
+def _model(x: Sequence[float]) -> tuple[Any, Any]:
+    from pytest_jaxport.model.cost import DEFAULT_PEAKS, Calibration
+
+    bandwidth, launch, library_call, solver, fft = (10.0**v for v in x)
+    peak = replace(
+        DEFAULT_PEAKS["cpu"], bandwidth=bandwidth, launch=launch, library_call=library_call
+    )
+    return peak, Calibration(solver=min(solver, 1.0), fft=min(fft, 1.0), source="fit")
+
+
+def _errors(x: Sequence[float], rows: Sequence[Mapping[str, Any]], level: str) -> list[float]:
+    peak, calibration = _model(x)
+    return [
+        worst_layer_points(estimate_layers(r[level], peak, calibration), r["measured"])
+        for r in rows
+    ]
+
+
+def fit(training: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Fit cpu's bandwidth, launch and library costs and the solver/FFT efficiencies to the
+    measured cpu shares (compiled-program estimates), then the same with each program left
+    out in turn: the error on programs the fit did not see."""
+    from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS
+
+    rows = [r for r in training if r["platform"] == "cpu"]
+    if not rows:
+        return {"error": "nothing measured on cpu"}
+    cpu = DEFAULT_PEAKS["cpu"]
+    x0 = [
+        math.log10(v)
+        for v in (cpu.bandwidth, cpu.launch, cpu.library_call, CALIBRATION.solver, CALIBRATION.fft)
+    ]
+
+    def objective(rows: Sequence[Mapping[str, Any]]) -> Callable[[list[float]], float]:
+        return lambda x: statistics.fmean(_errors(x, rows, "compiled"))
+
+    best, _ = nelder_mead(objective(rows), x0)
+    held_out: list[float] = []
+    programs = sorted({r["key"].split("/")[0] for r in rows})
+    for name in programs:
+        train = [r for r in rows if r["key"].split("/")[0] != name]
+        test = [r for r in rows if r["key"].split("/")[0] == name]
+        x, _ = nelder_mead(objective(train), best, step=0.5, iterations=200)
+        held_out += _errors(x, test, "compiled")
+    peak, calibration = _model(best)
+    return {
+        "fitted": {
+            "cpu_bandwidth": peak.bandwidth,
+            "cpu_launch": peak.launch,
+            "cpu_library_call": peak.library_call,
+            "solver": calibration.solver,
+            "fft": calibration.fft,
+        },
+        "in_sample_points": summary(_errors(best, rows, "compiled")),
+        "leave_one_program_out_points": summary(held_out),
+        "lowered_in_sample_points": summary(_errors(best, rows, "lowered")),
+        "programs_left_out": programs,
+    }
+
+
+def write_calibration(fitted: Mapping[str, Any], *, path: Path, measured_on: str) -> None:
+    """Write the fitted constants where the package reads them (``calibration.json``)."""
+    current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    source = f"fitted on the fidelity corpus ({measured_on})"
+    data = {
+        "about": current.get("about", "The runtime-share estimate's calibration."),
+        "cpu": {
+            "bandwidth": float(f"{fitted['cpu_bandwidth']:.3g}"),
+            "launch": float(f"{fitted['cpu_launch']:.3g}"),
+            "library_call": float(f"{fitted['cpu_library_call']:.3g}"),
+            "source": source,
+        },
+        "solver": float(f"{fitted['solver']:.3g}"),
+        "fft": float(f"{fitted['fft']:.3g}"),
+        "source": f"fitted on the fidelity corpus on cpu ({measured_on})",
+    }
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+# -- putting GPU numbers in use --------------------------------------------------------------------
+
+
+def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
+    """Make a GPU run's numbers the ones in use: cuda's error band (``estimate_error.json``,
+    naming the device) and the fidelity baseline's entry for the device."""
+    results = read_json(results_path)
+    if not isinstance(results, Mapping) or "mode" not in results:
+        raise Unusable(f"{results_path}: not a gpu_validation results file (no 'mode')")
+    if results["mode"] != "gpu":
+        raise Unusable(
+            f"{results_path}: a {results['mode']} run has no GPU numbers (its GPU columns say "
+            f"{NOT_MEASURED!r}); adopt the results of a run on an NVIDIA GPU"
+        )
+    band = results.get("cuda_error_band")
+    if not isinstance(band, Mapping):
+        raise Unusable(f"{results_path}: no cuda error band ({band})")
+    levels = {k: v for k, v in band.items() if k in ("lowered", "compiled")}
+    thin = {k: v["programs"] for k, v in levels.items() if v["programs"] < MIN_BAND_PROGRAMS}
+    if not levels or thin:
+        raise Unusable(
+            f"{results_path}: the cuda band rests on too few programs ({thin or 'none'}; at "
+            f"least {MIN_BAND_PROGRAMS} per level): run the fidelity part longer"
+        )
+    source = _relative(results_path)
+    table = read_json(estimate_errors)
+    if not isinstance(table, dict) or "default" not in table:
+        raise Unusable(f"{estimate_errors}: not an estimate_error.json (no 'default' table)")
+    table.setdefault("platforms", {})["cuda"] = {
+        level: {
+            "points": float(round(entry["points"])),
+            "programs": entry["programs"],
+            "device": band["device"],
+            "jaxlib": band["jaxlib"],
+            "how": f"the shipped constants' error against the measured cuda share, the estimate "
+            f"from the {'deviceless compiled' if level == 'compiled' else 'lowered'} program",
+            "source": source,
+        }
+        for level, entry in levels.items()
+    }
+    write_atomic(estimate_errors, json.dumps(table, indent=1) + "\n")
+    bands = ", ".join(f"{level} ±{round(e['points'])}" for level, e in levels.items())
+    log(f"cuda error band from {band['device']}: {bands} -> {estimate_errors}")
+    fidelity_file = results["parts"]["fidelity"].get("results")
+    fidelity_results = read_json(results_path.parent / fidelity_file) if fidelity_file else None
+    if fidelity_results is None:
+        raise Unusable(f"{results_path}: its fidelity results ({fidelity_file}) cannot be read")
+    import fidelity
+
+    fidelity.update_baseline(
+        fidelity_results, baseline, source=_relative(results_path.parent / fidelity_file)
+    )
+    log(f"fidelity baseline for {band['device']}, jaxlib {band['jaxlib']} -> {baseline}")
+    return 0
+
+
+def _relative(path: Path) -> str:
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    fitting = commands.add_parser("fit", help="fit the estimate's calibration on a training set")
+    fitting.add_argument("training", type=Path, help="fidelity.py --training's file")
+    fitting.add_argument(
+        "--write",
+        action="store_true",
+        help="write the fitted constants to pytest_jaxport/calibration.json",
+    )
+    fitting.add_argument("--measured-on", default="",
+                         help="the machine in words, as the shipped data names it")  # fmt: skip
+    fitting.add_argument("--calibration", type=Path, default=CALIBRATION, help=argparse.SUPPRESS)
+    adopting = commands.add_parser("adopt", help="put a GPU run's cuda error band in use")
+    adopting.add_argument("results", type=Path, help="gpu_validation.py's results on a GPU")
+    adopting.add_argument("--estimate-errors", type=Path, default=ESTIMATE_ERRORS,
+                          help=argparse.SUPPRESS)  # fmt: skip
+    adopting.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "adopt":
+            return adopt(args.results, estimate_errors=args.estimate_errors, baseline=args.baseline)
+        found = fit(read_training(args.training))
+        print(json.dumps(found, indent=1))
+        if "error" in found:
+            raise Unusable(f"{args.training}: {found['error']}")
+        if args.write:
+            measured_on = args.measured_on or f"{os.cpu_count()}-core machine"
+            write_calibration(found["fitted"], path=args.calibration, measured_on=measured_on)
+            log(f"wrote the fitted constants to {args.calibration}")
+        return 0
+    except (Unusable, OSError, ValueError, KeyError) as e:
+        print(f"calibrate: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
