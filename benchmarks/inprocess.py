@@ -1,10 +1,11 @@
 """In-process measurements: per-check breakdown, scale and profile.
 
-Everything here calls pytest-jaxport's own functions the way ``fixture.Jaxport.check`` does
-(``lowering.trace`` once, then per platform ``lowering.lower`` + ``lowering.read_program`` +
-``census.take_census``, then compile + execute on the present platform, then
-``numerics.compare``). JAX's in-memory caches are cleared before every measured check
-(``jax.clear_caches()``), as each test of a real suite checks a function not seen before.
+The breakdown times ``fixture.Jaxport.check`` itself, stage by stage, through the examiner's
+instrumentation hook (``Jaxport(stages=StageTimer())``, :mod:`pytest_jaxport.examine.stages`):
+no copy of the pipeline to drift from it. Scale times the lowering and the census on their own
+(``lowering.lower``, ``lowering.read_program``, ``census.take_census``) against program size.
+JAX's in-memory caches are cleared before every measured check (``jax.clear_caches()``), as
+each test of a real suite checks a function not seen before.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import io
 import math
 import pstats
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,9 +27,9 @@ import jax
 import models
 
 from pytest_jaxport._jax import lowering
-from pytest_jaxport._jax import profile as profiler
+from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, CompileSettings
+from pytest_jaxport.examine.stages import StageTimer
 from pytest_jaxport.model import census as census_mod
-from pytest_jaxport.model import compare as numerics
 from pytest_jaxport.model import targets
 from pytest_jaxport.model.config import ProjectConfig
 
@@ -91,104 +93,70 @@ def _fresh() -> None:
     gc.collect()
 
 
-def _jaxport_instance(rootdir: Path) -> Any:
-    import inspect
-
+def _jaxport_instance(
+    rootdir: Path, *, stages: StageTimer | None = None, profile: bool = False
+) -> Any:
+    """A fixture as the plugin makes it for one test, with a cold lowered cache (an empty
+    folder: the absent platforms are keyed, lowered together and written once)."""
     from pytest_jaxport.fixture import Jaxport
 
-    # The constructor's keywords have changed while the plugin is developed: pass only the
-    # ones this version of the fixture takes.
-    offered = {
-        "config": ProjectConfig().resolve(),
-        "classifier": session_classifier(),
-        "rootdir": rootdir,
-        "nodeid": "benchmarks::check",
-    }
-    accepted = inspect.signature(Jaxport).parameters
-    return Jaxport(**{k: v for k, v in offered.items() if k in accepted})
+    lowered = Path(tempfile.mkdtemp(prefix="jaxport-lowered-"))
+    return Jaxport(
+        config=ProjectConfig().resolve(),
+        classifier=session_classifier(),
+        rootdir=rootdir,
+        compile_settings=CompileSettings(
+            lowered_cache=CompiledCache(directory=lowered, format=LOWERED_FORMAT)
+        ),
+        profile=profile,
+        stages=stages,
+    )
 
 
 # -- 2. per-check breakdown --------------------------------------------------------------------
 
+PROFILED = "measured runtime share (only with a report or a share budget)"
 
-def _staged_check(fn: Any, args: tuple[Any, ...], clock: Clock, key: str) -> None:
-    """fixture.check, stage by stage, timing each (default config: 4 platforms, cpu present,
-    a cold lowered cache: the absent platforms are keyed, lowered together and read once)."""
-    classifier = session_classifier()
-    t, traced = _timed(lambda: lowering.trace(fn, args, {}))
-    clock.add(key, "trace", t)
-    t, lowered_cpu = _timed(lambda: lowering.lower(traced, "cpu"))
-    clock.add(key, "lower:cpu", t)
-    t, program = _timed(lambda: lowering.read_program(lowered_cpu))
-    clock.add(key, "read_program:cpu", t)
-    t, _ = _timed(lambda: census_mod.take_census(program, "cpu", classifier=classifier))
-    clock.add(key, "census:cpu", t)
-    absent = PLATFORMS[1:]
-    t, _ = _timed(lambda: lowering.census_key_parts(traced))
-    clock.add(key, "cache key", t)
-    t, together = _timed(lambda: traced.lower(lowering_platforms=absent))
-    clock.add(key, "lower:together", t)
-    t, programs = _timed(lambda: lowering.read_programs(together, len(absent)))
-    clock.add(key, "read_program:together", t)
-    for platform, read in zip(absent, programs, strict=True):
-        t, _ = _timed(
-            lambda pr=read, p=platform: census_mod.take_census(pr, p, classifier=classifier)
-        )
-        clock.add(key, f"census:{platform}", t)
-    # lowering.execute on the default platform: lowered.compile()(*args), block, to_outputs.
-    t, compiled = _timed(lambda: lowered_cpu.compile())
-    clock.add(key, "compile:cpu", t)
-    t, value = _timed(lambda: jax.block_until_ready(compiled(*args)))
-    clock.add(key, "execute:cpu", t)
-    t, outputs = _timed(lambda: lowering.to_outputs(value))
-    clock.add(key, "to_outputs", t)
-    # With --jaxport-report (or a share budget) check() also measures the runtime share of
-    # the platforms it ran on: a profiler session around 3 more runs, then the compiled
-    # module's instructions classified (fixture.Jaxport._measured).
-    try:
-        t, times = _timed(
-            lambda: profiler.measure(
-                lambda: jax.block_until_ready(compiled(*args)), runs=3, warmup=0
-            )
-        )
-    except RuntimeError:  # jaxlib < 0.8.3: no measured share (reports fall back to the estimate)
-        PROFILER_MISSING[0] = True
-        t, times = 0.0, {}
-    clock.add(key, "profile: 3 runs under the profiler", t)
-    t, _ = _timed(lambda: _measured_share(compiled, times, classifier))
-    clock.add(key, "profile: compiled text, sites, share", t)
-    # Only cpu is present here, so check() compares nothing; time what one comparison with a
-    # second backend would cost (cpu outputs against themselves).
-    t, _ = _timed(
-        lambda: numerics.compare(outputs, outputs, reference_platform="cpu", platform="cuda")
-    )
-    clock.add(key, "compare (one pair)", t)
+
+def _checked(fn: Any, args: tuple[Any, ...], clock: Clock, key: str, rootdir: Path) -> None:
+    """``Jaxport.check`` end to end, each of its stages timed by the examiner's hook
+    (``pytest_jaxport.examine.stages``): default config (4 platforms, cpu present), a cold
+    lowered cache. What the hook does not cover (arguments, the caller's line, the probe) is
+    the end-to-end time less the stages'."""
+    timer = StageTimer()
+    jaxport = _jaxport_instance(rootdir, stages=timer)
+    t, _ = _timed(lambda: jaxport.check(fn, *args))
+    clock.add(key, "jaxport.check (end to end)", t)
+    for stage, seconds in timer.wall.items():
+        LAST_CPU[0] = sum(timer.cpu[stage])
+        clock.add(key, stage, sum(seconds))
+    LAST_CPU[0] = 0.0
+    clock.add(key, "not in a stage", max(t - sum(timer.totals().values()), 0.0))
+    for stage, seconds in _report_side(jaxport.probes[-1]).items():
+        LAST_CPU[0] = seconds
+        clock.add(key, stage, seconds)
+
+
+def _profiled(fn: Any, args: tuple[Any, ...], clock: Clock, key: str, rootdir: Path) -> None:
+    """The same check with profiling on (``--jaxport-report`` or a share budget): its
+    ``share:cpu`` stage is the measured runtime share (3 runs under the profiler, then the
+    compiled module's instructions classified)."""
+    timer = StageTimer()
+    jaxport = _jaxport_instance(rootdir, stages=timer, profile=True)
+    jaxport.check(fn, *args)
+    measured = jaxport.probes[-1].platforms["cpu"].runtime_share
+    if measured is None or measured.basis != "measured":
+        PROFILER_MISSING[0] = True  # jaxlib < 0.8.3: reports fall back to the estimate
+    LAST_CPU[0] = sum(timer.cpu.get("share:cpu", [0.0]))
+    clock.add(key, PROFILED, sum(timer.wall.get("share:cpu", [0.0])))
 
 
 PROFILER_MISSING = [False]
-"""Set when this jaxlib's profiler cannot measure (the breakdown then records 0 for it)."""
-
-
-def _measured_share(compiled: Any, times: dict[str, float], classifier: Any) -> Any:
-    """What fixture.Jaxport._measured does with the profiler's times."""
-    from pytest_jaxport.model.cost import share_of
-    from pytest_jaxport.model.hlo import instruction_sites
-
-    sites = instruction_sites(lowering.compiled_text(compiled))
-    timed = []
-    for name, seconds in times.items():
-        site = sites.get(name)
-        if site is None:
-            timed.append(("xla", None, seconds))
-            continue
-        target = site.target if site.op.endswith("custom_call") else None
-        found = targets.classify("cpu", site.op, target, level="compiled")
-        timed.append((found.layer, found.library, seconds))
-    return share_of(timed, "measured")
+"""Set when this jaxlib's profiler cannot measure (the breakdown then says so)."""
 
 
 def _report_side(probe: Any) -> dict[str, float]:
-    """What session._judge does per probe after the test: budget, to_dict, probe_text."""
+    """What the session does per probe after the test: budget, to_dict, probe_text."""
     from pytest_jaxport.model.budget import evaluate
     from pytest_jaxport.view.text import probe_text
 
@@ -199,6 +167,30 @@ def _report_side(probe: Any) -> dict[str, float]:
     return {"budget.evaluate": t_budget, "probe.to_dict": t_dict, "render.probe_text": t_text}
 
 
+ABSENT = "+".join(PLATFORMS[1:])
+GROUPS: dict[str, Callable[[str], bool]] = {
+    "trace": lambda s: s == "trace",
+    "lower cpu": lambda s: s == "lower:cpu",
+    "lowered cache (keys: jaxpr text, source lines; reads)": lambda s: s == "lowered cache",
+    "lower cuda+rocm+tpu (together)": lambda s: s == f"lower:{ABSENT}",
+    "lower an absent platform alone (where together failed)": lambda s: (
+        s.startswith("lower:") and s not in ("lower:cpu", f"lower:{ABSENT}")
+    ),
+    "execute cpu (compile, run, outputs)": lambda s: s == "execute:cpu",
+    "census (4 platforms)": lambda s: s.startswith("census:"),
+    "runtime share estimate (4 platforms)": lambda s: s.startswith("share:"),
+    "compare": lambda s: s == "compare",
+    "not in a stage (arguments, the caller's line, the probe)": lambda s: s == "not in a stage",
+    "report side (budget, to_dict, probe_text)": lambda s: (
+        s in ("budget.evaluate", "probe.to_dict", "render.probe_text")
+    ),
+}
+"""The breakdown's rows: each a test of the stage names the hook reported."""
+
+PLAIN_EQUIVALENT = ("trace", "lower cpu", "execute cpu (compile, run, outputs)")
+"""The rows a plain ``jax.jit(fn)(*args)`` does too."""
+
+
 def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
     built = {name: models.CASES[name]() for name in cases}
     clock = Clock()
@@ -206,77 +198,40 @@ def breakdown(cases: list[str], reps: int, rootdir: Path) -> dict[str, Any]:
         order = cases if rep % 2 == 0 else list(reversed(cases))
         for name in order:
             fn, args = built[name]
-            variants = ["plain", "staged", "check"]
+            variants = ["plain", "check", "profiled"]
             variants = variants[rep % 3 :] + variants[: rep % 3]
             for variant in variants:
                 _fresh()
                 if variant == "plain":
                     t, _ = _timed(lambda: jax.block_until_ready(jax.jit(fn)(*args)))
                     clock.add(name, "plain jit+run", t)
-                elif variant == "staged":
-                    _staged_check(fn, args, clock, name)
+                elif variant == "check":
+                    _checked(fn, args, clock, name, rootdir)
                 else:
-                    jaxport = _jaxport_instance(rootdir)
-                    t, _ = _timed(lambda: jaxport.check(fn, *args))
-                    clock.add(name, "jaxport.check (end to end)", t)
-                    for stage, seconds in _report_side(jaxport.probes[-1]).items():
-                        LAST_CPU[0] = seconds
-                        clock.add(name, stage, seconds)
+                    _profiled(fn, args, clock, name, rootdir)
     per_case = clock.medians()
-    stage_names = [
-        "trace",
-        "lower:cpu",
-        "read_program:cpu",
-        "cache key",
-        "lower:together",
-        "read_program:together",
-        *(f"census:{p}" for p in PLATFORMS),
-        "compile:cpu",
-        "execute:cpu",
-        "to_outputs",
-        "compare (one pair)",
-        "profile: 3 runs under the profiler",
-        "profile: compiled text, sites, share",
-        "budget.evaluate",
-        "probe.to_dict",
-        "render.probe_text",
-    ]
-    totals = {s: sum(per_case[c][s] for c in cases) for s in stage_names}
+    ends = ("plain jit+run", "jaxport.check (end to end)", PROFILED)
+    stage_names = sorted({s for c in cases for s in per_case[c] if s not in ends})
+    totals = {s: sum(per_case[c].get(s, 0.0) for c in cases) for s in stage_names}
+    grouped = {
+        row: sum(v for s, v in totals.items() if belongs(s)) for row, belongs in GROUPS.items()
+    }
+    staged_sum = sum(grouped.values())
     # The default config does not profile: the measured runtime share is extra, reported as
     # its own row (share relative to the default check).
-    staged_sum = sum(v for k, v in totals.items() if not k.startswith("profile:"))
-    grouped = {
-        "trace": totals["trace"],
-        "lower cpu": totals["lower:cpu"],
-        "lowered-cache key (jaxpr text, source lines)": totals["cache key"],
-        "lower cuda+rocm+tpu (together)": totals["lower:together"],
-        "read_program (cpu, and cuda+rocm+tpu once)": totals["read_program:cpu"]
-        + totals["read_program:together"],
-        "census (4 platforms)": sum(totals[f"census:{p}"] for p in PLATFORMS),
-        "compile cpu": totals["compile:cpu"],
-        "execute cpu": totals["execute:cpu"],
-        "to_outputs": totals["to_outputs"],
-        "compare (one pair, not run on a cpu-only machine)": totals["compare (one pair)"],
-        "measured runtime share (only with a report or a share budget)": totals[
-            "profile: 3 runs under the profiler"
-        ]
-        + totals["profile: compiled text, sites, share"],
-        "report side (budget, to_dict, probe_text)": totals["budget.evaluate"]
-        + totals["probe.to_dict"]
-        + totals["render.probe_text"],
-    }
+    grouped[PROFILED] = sum(per_case[c][PROFILED] for c in cases)
+    totals[PROFILED] = grouped[PROFILED]
     plain = sum(per_case[c]["plain jit+run"] for c in cases)
     check = sum(per_case[c]["jaxport.check (end to end)"] for c in cases)
     cpu = clock.cpu_medians()
     plain_cpu = sum(cpu[c]["plain jit+run"] for c in cases)
     check_cpu = sum(cpu[c]["jaxport.check (end to end)"] for c in cases)
     # What check() adds on top of what a plain jit also does (trace, one lowering, compile, run).
-    plain_equivalent = (
-        grouped["trace"] + grouped["lower cpu"] + grouped["compile cpu"] + grouped["execute cpu"]
-    )
+    plain_equivalent = sum(grouped[row] for row in PLAIN_EQUIVALENT)
     return {
         "cases": cases,
         "reps": reps,
+        "timed_by": "the examiner's stage hook (pytest_jaxport.examine.stages.StageTimer)",
         "per_case_median_s": per_case,
         "stage_total_s": totals,
         "grouped_total_s": grouped,
