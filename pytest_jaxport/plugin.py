@@ -45,12 +45,14 @@ from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
 from pytest_jaxport.view.display import add_display_options
+from pytest_jaxport.view.reporters import REPORTERS
 
 if TYPE_CHECKING:
     from pytest_jaxport.fixture import Jaxport
 
 SESSION = pytest.StashKey[JaxportSession]()
-REPORT_SUFFIXES = (".json", ".md", ".html")
+REPORT_SUFFIXES = tuple(REPORTERS)
+"""The suffixes ``--jaxport-report=PATH`` accepts: those a reporter is declared for."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,8 +65,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
-        "(.json, .md or .html, by suffix; give the option once per file). Put it after the "
-        "test paths, or write --jaxport-report=PATH.",
+        f"({', '.join(REPORT_SUFFIXES[:-1])} or {REPORT_SUFFIXES[-1]}, by suffix; give the "
+        "option once per file). Put it after the test paths, or write --jaxport-report=PATH.",
     )
     add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
     parser.addini(

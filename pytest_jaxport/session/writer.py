@@ -29,13 +29,11 @@ from pytest_jaxport.report.schema import (
     checks_of,
     environment,
     suite_numbers,
-    write_json,
-    write_text,
 )
 from pytest_jaxport.session.audit import AuditRecording
 from pytest_jaxport.view.display import DisplayOptions, display_options
-from pytest_jaxport.view.html import render_html
 from pytest_jaxport.view.model import ReportView, build_view
+from pytest_jaxport.view.reporters import reporter_for
 from pytest_jaxport.view.text import render_markdown
 
 VERBOSITY = "jaxport"
@@ -342,19 +340,15 @@ class ReportWriter:
         return False
 
     def _write_reports(self) -> bool:
-        """Each ``--jaxport-report=PATH`` in the format its suffix names, its folder created
+        """Each ``--jaxport-report=PATH`` in the format its suffix names
+        (:data:`~pytest_jaxport.view.reporters.REPORTERS`), its folder created
         as pytest does for ``--junitxml`` (and the step summary); whether one failed."""
         failed = False
         for target in self.targets.files:
             path = Path(self.config.invocation_params.dir) / target
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                if path.suffix == ".md":
-                    write_text(path, render_markdown(self.view(), self.display()))
-                elif path.suffix == ".html":
-                    write_text(path, render_html(self.view(), self.display()))
-                else:
-                    write_json(path, self.build())
+                reporter_for(path)(path, self)
             except OSError as e:
                 terminal = self.config.pluginmanager.get_plugin("terminalreporter")
                 if terminal is not None:
