@@ -83,3 +83,21 @@ def test_check_and_audit_are_the_two_entry_points() -> None:
     assert {"at_caller", "keep_programs"} <= set(audit)
     assert not {"run", "fn", "args", "kwargs"} & set(audit)
     assert not hasattr(Examiner, "examine")
+
+
+def test_no_class_of_the_one_path_is_over_450_lines() -> None:
+    """The examiner is split by responsibility: no class of ``pytest_jaxport/examine`` grows
+    back into the one it was."""
+    import ast
+
+    import pytest_jaxport.examine as package
+
+    folder = Path(package.__file__).parent
+    sizes = {
+        f"{path.name}:{node.name}": (node.end_lineno or node.lineno) - node.lineno + 1
+        for path in sorted(folder.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert "examiner.py:Examiner" in sizes
+    assert {name: n for name, n in sizes.items() if n > 450} == {}
