@@ -22,7 +22,15 @@ from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.html import html, render_html
 from pytest_jaxport.view.model import ReportView, build_view, versions_note
-from pytest_jaxport.view.text import markdown, render_markdown, render_text
+from pytest_jaxport.view.text import (
+    diff_markdown,
+    diff_text,
+    markdown,
+    merge_markdown,
+    merge_text,
+    render_markdown,
+    render_text,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -134,7 +142,7 @@ def _merge(args: argparse.Namespace) -> int:
     try:
         texts = [(output, json.dumps(result.report, indent=2) + "\n")]
         if args.md:
-            texts.append((Path(args.md), markdown(result.report) + "\n" + result.markdown()))
+            texts.append((Path(args.md), markdown(result.report) + "\n" + merge_markdown(result)))
         if args.html:
             texts.append((Path(args.html), html(result.report)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -144,7 +152,7 @@ def _merge(args: argparse.Namespace) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE
-    said = result.text()
+    said = merge_text(result)
     if said:
         print(said)
     mixed = result.report.get("mixed_versions")
@@ -180,11 +188,11 @@ def _diff(args: argparse.Namespace) -> int:
             "diff", f"malformed input {args.base} or {args.head} ({type(e).__name__}: {e})"
         )
     if args.md:
-        problem = _write("diff", Path(args.md), found.markdown())
+        problem = _write("diff", Path(args.md), diff_markdown(found))
         if problem is not None:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE
-    print(found.text())
+    print(diff_text(found))
     return EXIT_FAILED if found.grew else EXIT_OK
 
 

@@ -830,7 +830,8 @@ def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
     from pytest_jaxport.report.schema import build_report, write_json
 
     path = tmp_path / name
-    write_json(path, build_report([], config={"platforms": ["cpu"], "reference": "cpu"},
+    write_json(path, build_report([], config={"source": "pyproject.toml", "platforms": ["cpu"],
+                                              "reference": "cpu"},
                                   environment={"present_platforms": ["cpu"],
                                                "machine": f"runner of {name}"}))  # fmt: skip
     return path

@@ -46,7 +46,15 @@ from pytest_jaxport.report.schema import (
     write_json,
 )
 from pytest_jaxport.view.model import build_view
-from pytest_jaxport.view.text import markdown, text
+from pytest_jaxport.view.text import (
+    diff_markdown,
+    diff_text,
+    drift_text,
+    markdown,
+    merge_markdown,
+    merge_text,
+    text,
+)
 
 NODEID = "tests/test_models.py::test_mlp"
 OTHER = "tests/test_models.py::test_attention"
@@ -200,7 +208,7 @@ def platforms_of(report: Mapping[str, Any], nodeid: str, name: str) -> dict[str,
 def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
     legs = load_legs([p for p, _ in two_legs(tmp_path)])
     merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
-    assert merged.ok, merged.text()
+    assert merged.ok, merge_text(merged)
     assert merged.drifts == ()
     report = merged.report
     mlp = platforms_of(report, NODEID, "mlp")
@@ -231,7 +239,7 @@ def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
     )
     assert merged.notes == ()  # test_attention ran on one leg only: nothing to compare
     assert merged.comparisons == 2  # cuda and the GPU machine's cpu, against the CPU leg
-    assert "All 2 compared outputs match." in merged.markdown()
+    assert "All 2 compared outputs match." in merge_markdown(merged)
     json.dumps(report)  # JSON-able
 
 
@@ -249,14 +257,14 @@ def test_perturbed_outputs_drift_naming_test_check_leaf_and_legs(tmp_path: Path)
     assert (drift.reference, drift.reference_leg) == ("cpu", "leg-cpu.json")
     [message] = drift.messages
     assert message.startswith("['y']: 6 of 6 elements differ beyond rtol=1e-06, atol=1e-06")
-    described = drift.describe()
+    described = drift_text(drift)
     assert described.startswith(
         f"{NODEID} check 'mlp': cuda (leg-gpu.json) differs from cpu (leg-cpu.json)\n  ['y']: "
     )
-    assert NODEID in merged.text()
+    assert NODEID in merge_text(merged)
     assert platforms_of(merged.report, NODEID, "mlp")["cuda"]["numerics"]["ok"] is False
     assert merged.report["drifts"] == [drift.to_dict()]
-    assert "['y']" in merged.markdown()
+    assert "['y']" in merge_markdown(merged)
 
 
 def test_same_platform_on_two_legs_is_compared_too(tmp_path: Path) -> None:
@@ -342,7 +350,7 @@ def test_an_emulation_is_kept_from_its_leg_and_checked_against_the_hardware(
     (tmp_path / "out").mkdir()
     merged = merge(emulating_legs(tmp_path, emulated=Y), tolerance_for=defaults,
                    outputs_root=tmp_path / "out")  # fmt: skip
-    assert merged.ok, merged.text()
+    assert merged.ok, merge_text(merged)
     assert merged.comparisons == 3  # cuda and cpu of the GPU leg, and the emulation vs cuda
     cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
     # the executed entry wins; the emulation stays the CPU leg's, never counted as executed
@@ -364,7 +372,7 @@ def test_an_emulation_that_disagrees_with_the_hardware_is_a_drift(tmp_path: Path
     [drift] = merged.drifts
     assert (drift.platform, drift.leg, drift.reference, drift.reference_leg) == (
         "cuda (emulated on cpu)", "leg-cpu.json", "cuda", "leg-gpu.json")  # fmt: skip
-    assert drift.describe().startswith(
+    assert drift_text(drift).startswith(
         f"{NODEID} check 'mlp': the emulation of cuda (leg-cpu.json) disagrees with cuda "
         "itself (leg-gpu.json)\n  ['y']: 6 of 6 elements differ"
     )
@@ -668,12 +676,12 @@ def test_diff_reports_growth_shrinkage_new_and_removed() -> None:
     ]
     assert result.new_tests == ("tests/test_new.py::test_new",)
     assert result.removed_tests == (OTHER,)
-    rendered = result.text()
+    rendered = diff_text(result)
     assert rendered.splitlines()[0] == (
         "jaxport diff: 3 grew, 1 shrank, 1 new test, 1 removed test (1 test compared)"
     )
     assert f"  {NODEID} check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)" in rendered
-    md = result.markdown()
+    md = diff_markdown(result)
     assert f"| :red_circle: | `{NODEID}` | mlp | cuda | vendor calls | 3 | 5 | +2 |" in md
     assert f"| :green_circle: | `{NODEID}` | mlp | tpu | custom calls | 1 | 0 | -1 |" in md
     assert "**New tests:** `tests/test_new.py::test_new`" in md
@@ -685,7 +693,7 @@ def test_diff_only_shrinking_does_not_grow() -> None:
     assert len(result.shrinkage) == 3
     same = diff(simple({NODEID: {"cuda": (3, 1)}}), simple({NODEID: {"cuda": (3, 1)}}))
     assert same.changes == ()
-    assert same.text() == (
+    assert diff_text(same) == (
         "jaxport diff: 0 grew, 0 shrank, 0 new tests, 0 removed tests (1 test compared)"
     )
 

@@ -278,7 +278,7 @@ class Change:
         assert self.metric is not None
         assert self.before is not None
         assert self.after is not None
-        shown = functools.partial(_value, self.metric)
+        shown = functools.partial(value_text, self.metric)
         grew = f"{self.kind} {shown(self.before)} -> {shown(self.after)}"
         return f"{metric_label(self.metric)} {grew}"
 
@@ -295,7 +295,7 @@ class Change:
         assert self.after is not None
         delta = self.after - self.before
         level = "" if self.level == "lowered" else f" ({self.level})"
-        shown = functools.partial(_value, self.metric)
+        shown = functools.partial(value_text, self.metric)
         return (
             f"{where}: {self.finding()} ({'+' if delta > 0 else '-'}{shown(abs(delta))}){level}"
             f"{' ' + since if since else ''}"
@@ -339,7 +339,7 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def _value(metric: str | None, value: float) -> str:
+def value_text(metric: str | None, value: float) -> str:
     """A metric's value as a person reads it: ``3``, ``1.5``, ``10.9%`` for a share."""
     return f"{value:.1%}" if metric in FRACTIONS else _num(value)
 
@@ -427,91 +427,6 @@ class ReportDiff:
                 f"{counted(len(self.removed_sites), 'removed site')}"
             )
         return text
-
-    def audit_lines(self) -> list[str]:
-        """The suite audit's changed counts (with the sites that moved them) and its new and
-        removed sites, for the terminal."""
-        lines = []
-        for title, grew in (("suite audit grew", True), ("suite audit shrank", False)):
-            changes = [c for c in self.audit if c.grew == grew]
-            if changes:
-                lines.append(f"{title}:")
-                for change in changes:
-                    lines.append(f"  {change.describe()}")
-                    lines += [f"    {site.describe()}" for site in change.sites]
-        for title, pairs in (("suite audit, new sites", self.new_sites),
-                             ("suite audit, removed sites", self.removed_sites)):  # fmt: skip
-            if pairs:
-                lines.append(f"{title}:")
-                lines += [f"  {platform}: {site}" for platform, site in pairs]
-        return lines
-
-    def text(self) -> str:
-        """For the terminal: a headline, then each change, test and check added or removed."""
-        lines = [f"jaxport diff: {self.headline()}"]
-        for title, changes in (("grew", self.growth), ("shrank", self.shrinkage)):
-            if changes:
-                lines.append(f"{title}:")
-                lines += [f"  {c.nodeid} {c.describe()}" for c in changes]
-        for title, names in (("new tests", self.new_tests), ("removed tests", self.removed_tests)):
-            if names:
-                lines.append(f"{title}:")
-                lines += [f"  {n}" for n in names]
-        for title, pairs in (("new checks", self.new_checks),
-                             ("removed checks", self.removed_checks)):  # fmt: skip
-            if pairs:
-                lines.append(f"{title}:")
-                lines += [f"  {n} check {c!r}" for n, c in pairs]
-        return "\n".join(lines + self.audit_lines())
-
-    def markdown(self) -> str:
-        """For a pull-request comment."""
-        lines = ["### pytest-jaxport: counts against the base", "", self.headline() + ".", ""]
-        if self.changes:
-            lines += ["| | test | check | platform | count | base | head | change |",
-                      "|---|---|---|---|---|---:|---:|---:|"]  # fmt: skip
-            for c in (*self.growth, *self.shrinkage):
-                mark = ":red_circle:" if c.fails else ":green_circle:"
-                if c.metric is None:
-                    what = "lowers" if c.kind == "now_lowers" else "fails to lower"
-                    lines.append(
-                        f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | {what} | | | |"
-                    )
-                    continue
-                assert c.before is not None
-                assert c.after is not None
-                level = "" if c.level == "lowered" else f" ({c.level})"
-                delta = c.after - c.before
-                shown = functools.partial(_value, c.metric)
-                lines.append(
-                    f"| {mark} | `{c.nodeid}` | {c.check} | {c.platform} | "
-                    f"{metric_label(c.metric)}{level} | {shown(c.before)} | {shown(c.after)} | "
-                    f"{'+' if delta > 0 else '-'}{shown(abs(delta))} |"
-                )
-            lines.append("")
-        for title, names in (("New tests", self.new_tests), ("Removed tests", self.removed_tests)):
-            if names:
-                lines += [f"**{title}:** " + ", ".join(f"`{n}`" for n in names), ""]
-        if self.audit:
-            lines += ["#### Suite audit", "", "| | platform | count | base | head | change |",
-                      "|---|---|---|---:|---:|---:|"]  # fmt: skip
-            for a in self.audit:
-                mark = ":red_circle:" if a.grew else ":green_circle:"
-                before, after = a.before or 0, a.after or 0
-                shown = functools.partial(_value, a.metric)
-                sign = "+" if after >= before else "-"
-                lines.append(
-                    f"| {mark} | {a.platform} | {md_cell(metric_label(a.metric or ''))} | "
-                    f"{shown(before)} | {shown(after)} | {sign}{shown(abs(after - before))} |"
-                )
-            lines.append("")
-        for title, pairs in (("Suite audit, new sites", self.new_sites),
-                             ("Suite audit, removed sites", self.removed_sites)):  # fmt: skip
-            if pairs:
-                lines += [f"**{title}:**", ""]
-                lines += [f"- {p}: `{md_cell(site)}`" for p, site in pairs]
-                lines.append("")
-        return "\n".join(lines)
 
 
 def counted(n: int, noun: str) -> str:
@@ -934,7 +849,3 @@ def _site_counts_for(label: str, metric: str) -> bool:
         wanted, part = _FINDING_SITES[metric]
         return layer == wanted and part in label
     return layer == metric
-
-
-def md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")

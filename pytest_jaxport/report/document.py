@@ -636,9 +636,10 @@ class Config:
     """What the run was configured with (``[tool.jaxport]``); ``budget`` and ``tolerance``
     are the project's tables as written, so ``jaxport merge`` can refuse legs that differ."""
 
-    source: str
     platforms: tuple[str, ...]
     reference: str
+    source: str | None = None
+    """The configuration file (``pyproject.toml``)."""
     compile: tuple[str, ...] | None = None
     target: str | None = None
     devices: Mapping[str, Device] | None = None
@@ -652,7 +653,7 @@ class Config:
         budget = r.opt_table("budget")
         tolerance = r.opt_table("tolerance")
         return cls(
-            source=r.text("source"),
+            source=r.opt_text("source"),
             platforms=r.texts("platforms"),
             reference=r.text("reference"),
             compile=r.texts("compile") if r.has("compile") else None,
@@ -661,7 +662,7 @@ class Config:
                 p: Device(generation=d.text("generation"), name=d.text("name"))
                 for p, d in r.tables("devices").items()
             }
-            if r.has("devices")
+            if r.opt_table("devices") is not None
             else None,
             budget=dict(cast("Mapping[str, Json]", budget.data)) if budget else None,
             tolerance=dict(cast("Mapping[str, Json]", tolerance.data)) if tolerance else None,
@@ -670,11 +671,10 @@ class Config:
         )
 
     def to_dict(self) -> dict[str, Json]:
-        data: dict[str, Json] = {
-            "source": self.source,
-            "platforms": list(self.platforms),
-            "reference": self.reference,
-        }
+        data: dict[str, Json] = {}
+        _put(data, "source", self.source)
+        data["platforms"] = list(self.platforms)
+        data["reference"] = self.reference
         if self.compile is not None:  # the session writes both, target null unless cuda
             data["compile"] = list(self.compile)
             data["target"] = self.target

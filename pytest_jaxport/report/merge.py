@@ -38,7 +38,8 @@ from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient
 from pytest_jaxport.model.targets import ordered_platforms
 from pytest_jaxport.model.tooling import Assumption, summarize
 from pytest_jaxport.report.audit import failures, merge_audits
-from pytest_jaxport.report.baseline import counted, md_cell
+from pytest_jaxport.report.baseline import counted
+from pytest_jaxport.report.document import Drift
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
@@ -124,42 +125,6 @@ def _with_overrides(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Drift:
-    """A check whose outputs on one leg's platform differ from the reference's."""
-
-    nodeid: str
-    check: str
-    platform: str
-    leg: str
-    reference: str
-    reference_leg: str
-    messages: tuple[str, ...]
-
-    def describe(self) -> str:
-        head = (
-            f"{self.nodeid} check {self.check!r}: {self.platform} ({self.leg}) differs from "
-            f"{self.reference} ({self.reference_leg})"
-        )
-        if self.platform == emulated_label(self.reference):  # the hardware it stands in for
-            head = (
-                f"{self.nodeid} check {self.check!r}: the emulation of {self.reference} "
-                f"({self.leg}) disagrees with {self.reference} itself ({self.reference_leg})"
-            )
-        return "\n".join([head, *(f"  {m}" for m in self.messages)])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodeid": self.nodeid,
-            "check": self.check,
-            "platform": self.platform,
-            "leg": self.leg,
-            "reference": self.reference,
-            "reference_leg": self.reference_leg,
-            "messages": list(self.messages),
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class MergeResult:
     """The merged report, every cross-leg drift, and notes on what could not be compared."""
 
@@ -205,42 +170,6 @@ class MergeResult:
         if suite:
             said.append(counted(suite, "suite audit failure"))
         return said
-
-    def text(self) -> str:
-        """The drifts and notes, for the terminal (empty when there is nothing to say)."""
-        lines: list[str] = []
-        if self.drifts:
-            lines.append(f"{len(self.drifts)} output drift(s) across legs:")
-            lines += [d.describe() for d in self.drifts]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def markdown(self) -> str:
-        """A section to append to the merged report's Markdown."""
-        legs = self.report.get("legs", [])
-        lines = ["### Legs", "", "| leg | platforms | present |", "|---|---|---|"]
-        lines += [
-            f"| `{leg['leg']}` | {', '.join(leg.get('platforms', []))} | "
-            f"{', '.join(leg.get('present_platforms', [])) or '-'} |"
-            for leg in legs
-        ]
-        lines += ["", "### Numerics across legs", ""]
-        if not self.comparisons:
-            lines.append("No saved outputs to compare (run the legs with --jaxport-save-outputs).")
-        elif not self.drifts:
-            lines.append(f"All {counted(self.comparisons, 'compared output')} match.")
-        else:
-            lines += ["| test | check | platform (leg) | vs reference (leg) | leaves |",
-                      "|---|---|---|---|---|"]  # fmt: skip
-            for d in self.drifts:
-                leaves = "<br>".join(md_cell(m) for m in d.messages)
-                lines.append(
-                    f"| `{d.nodeid}` | {d.check} | {d.platform} (`{d.leg}`) | "
-                    f"{d.reference} (`{d.reference_leg}`) | {leaves} |"
-                )
-        if self.notes:
-            lines += ["", *(f"- {md_cell(n)}" for n in self.notes)]
-        return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

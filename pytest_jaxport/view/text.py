@@ -20,12 +20,14 @@ Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
-from pytest_jaxport.model.emulation import emulation_lines, not_emulated_message
+from pytest_jaxport.model.emulation import emulated_label, emulation_lines, not_emulated_message
 from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
+from pytest_jaxport.report.baseline import ReportDiff, metric_label, value_text
+from pytest_jaxport.report.document import Drift
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
     HOTSPOT_NUMERIC,
@@ -49,6 +51,9 @@ from pytest_jaxport.view.model import (
     variant_lines,
     what_if_line,
 )
+
+if TYPE_CHECKING:  # report.merge imports numpy: a renderer of its result never needs it
+    from pytest_jaxport.report.merge import MergeResult
 
 WIDTH = 100
 """Terminal columns every report line fits (a test id longer than that is never cut)."""
@@ -1104,3 +1109,149 @@ def _md_test_rows(test: TestRow, platforms: Sequence[str]) -> list[str]:
         )
         rows.append(f"| {first} | {outcome} | {md_cell(check.name)} | {cells} |")
     return rows
+
+
+# -- jaxport diff and jaxport merge -----------------------------------------------------------
+
+
+def drift_text(drift: Drift) -> str:
+    """A drift across legs, headline and differing leaves, for the terminal."""
+    head = (
+        f"{drift.nodeid} check {drift.check!r}: {drift.platform} ({drift.leg}) differs from "
+        f"{drift.reference} ({drift.reference_leg})"
+    )
+    if drift.platform == emulated_label(drift.reference):  # the hardware it stands in for
+        head = (
+            f"{drift.nodeid} check {drift.check!r}: the emulation of {drift.reference} "
+            f"({drift.leg}) disagrees with {drift.reference} itself ({drift.reference_leg})"
+        )
+    return "\n".join([head, *(f"  {m}" for m in drift.messages)])
+
+
+def merge_text(result: MergeResult) -> str:
+    """The drifts and notes of ``jaxport merge``, for the terminal (empty when there is
+    nothing to say)."""
+    lines: list[str] = []
+    if result.drifts:
+        lines.append(f"{len(result.drifts)} output drift(s) across legs:")
+        lines += [drift_text(d) for d in result.drifts]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines)
+
+
+def merge_markdown(result: MergeResult) -> str:
+    """The section ``jaxport merge --md`` appends to the merged report's Markdown."""
+    legs = result.report.get("legs", [])
+    lines = ["### Legs", "", "| leg | platforms | present |", "|---|---|---|"]
+    lines += [
+        f"| `{leg['leg']}` | {', '.join(leg.get('platforms', []))} | "
+        f"{', '.join(leg.get('present_platforms', [])) or '-'} |"
+        for leg in legs
+    ]
+    lines += ["", "### Numerics across legs", ""]
+    if not result.comparisons:
+        lines.append("No saved outputs to compare (run the legs with --jaxport-save-outputs).")
+    elif not result.drifts:
+        lines.append(f"All {plural(result.comparisons, 'compared output')} match.")
+    else:
+        lines += ["| test | check | platform (leg) | vs reference (leg) | leaves |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for d in result.drifts:
+            leaves = "<br>".join(md_cell(m) for m in d.messages)
+            lines.append(
+                f"| `{d.nodeid}` | {d.check} | {d.platform} (`{d.leg}`) | "
+                f"{d.reference} (`{d.reference_leg}`) | {leaves} |"
+            )
+    if result.notes:
+        lines += ["", *(f"- {md_cell(n)}" for n in result.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _diff_audit_lines(found: ReportDiff) -> list[str]:
+    """The suite audit's changed counts (with the sites that moved them) and its new and
+    removed sites, for the terminal."""
+    lines = []
+    for title, grew in (("suite audit grew", True), ("suite audit shrank", False)):
+        changes = [c for c in found.audit if c.grew == grew]
+        if changes:
+            lines.append(f"{title}:")
+            for change in changes:
+                lines.append(f"  {change.describe()}")
+                lines += [f"    {site.describe()}" for site in change.sites]
+    for title, pairs in (("suite audit, new sites", found.new_sites),
+                         ("suite audit, removed sites", found.removed_sites)):  # fmt: skip
+        if pairs:
+            lines.append(f"{title}:")
+            lines += [f"  {platform}: {site}" for platform, site in pairs]
+    return lines
+
+
+def diff_text(found: ReportDiff) -> str:
+    """``jaxport diff`` for the terminal: a headline, then each change, test and check added
+    or removed."""
+    lines = [f"jaxport diff: {found.headline()}"]
+    for title, changes in (("grew", found.growth), ("shrank", found.shrinkage)):
+        if changes:
+            lines.append(f"{title}:")
+            lines += [f"  {c.nodeid} {c.describe()}" for c in changes]
+    for title, names in (("new tests", found.new_tests), ("removed tests", found.removed_tests)):
+        if names:
+            lines.append(f"{title}:")
+            lines += [f"  {n}" for n in names]
+    for title, pairs in (("new checks", found.new_checks),
+                         ("removed checks", found.removed_checks)):  # fmt: skip
+        if pairs:
+            lines.append(f"{title}:")
+            lines += [f"  {n} check {c!r}" for n, c in pairs]
+    return "\n".join(lines + _diff_audit_lines(found))
+
+
+def diff_markdown(found: ReportDiff) -> str:
+    """``jaxport diff --md``: a pull-request comment."""
+    lines = ["### pytest-jaxport: counts against the base", "", found.headline() + ".", ""]
+    if found.changes:
+        lines += ["| | test | check | platform | count | base | head | change |",
+                  "|---|---|---|---|---|---:|---:|---:|"]  # fmt: skip
+        for c in (*found.growth, *found.shrinkage):
+            mark = ":red_circle:" if c.fails else ":green_circle:"
+            if c.metric is None:
+                what = "lowers" if c.kind == "now_lowers" else "fails to lower"
+                lines.append(
+                    f"| {mark} | {md_code(c.nodeid)} | {md_cell(c.check)} | {c.platform} | "
+                    f"{what} | | | |"
+                )
+                continue
+            assert c.before is not None
+            assert c.after is not None
+            level = "" if c.level == "lowered" else f" ({c.level})"
+            delta = c.after - c.before
+            lines.append(
+                f"| {mark} | {md_code(c.nodeid)} | {md_cell(c.check)} | {c.platform} | "
+                f"{metric_label(c.metric)}{level} | {value_text(c.metric, c.before)} | "
+                f"{value_text(c.metric, c.after)} | "
+                f"{'+' if delta > 0 else '-'}{value_text(c.metric, abs(delta))} |"
+            )
+        lines.append("")
+    for title, names in (("New tests", found.new_tests), ("Removed tests", found.removed_tests)):
+        if names:
+            lines += [f"**{title}:** " + ", ".join(md_code(n) for n in names), ""]
+    if found.audit:
+        lines += ["#### Suite audit", "", "| | platform | count | base | head | change |",
+                  "|---|---|---|---:|---:|---:|"]  # fmt: skip
+        for a in found.audit:
+            mark = ":red_circle:" if a.grew else ":green_circle:"
+            before, after = a.before or 0, a.after or 0
+            sign = "+" if after >= before else "-"
+            lines.append(
+                f"| {mark} | {a.platform} | {md_cell(metric_label(a.metric or ''))} | "
+                f"{value_text(a.metric, before)} | {value_text(a.metric, after)} | "
+                f"{sign}{value_text(a.metric, abs(after - before))} |"
+            )
+        lines.append("")
+    for title, pairs in (("Suite audit, new sites", found.new_sites),
+                         ("Suite audit, removed sites", found.removed_sites)):  # fmt: skip
+        if pairs:
+            lines += [f"**{title}:**", ""]
+            lines += [f"- {p}: {md_code(site)}" for p, site in pairs]
+            lines.append("")
+    return "\n".join(lines)
