@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_jaxport.model.emulation import (
     GENERIC_INTERPRET,
@@ -26,6 +26,10 @@ from pytest_jaxport.model.emulation import (
     KernelKind,
     interpreter_for,
 )
+
+if TYPE_CHECKING:
+    from jax._src.source_info_util import Frame, SourceInfo
+    from jax.extend.core import JaxprEqn
 
 GPU_PLATFORMS = ("cuda", "rocm")
 
@@ -183,7 +187,7 @@ def profile_data(xspace: bytes) -> Any:
 # -- jaxprs -----------------------------------------------------------------------------------
 
 
-def user_frames(source_info: Any) -> Any:
+def user_frames(source_info: SourceInfo) -> Iterator[Frame]:
     """The user frames of an equation's ``source_info`` (JAX's filter of its own frames):
     jax 0.7+ takes the traceback, 0.6 the ``SourceInfo``."""
     from jax._src import source_info_util
@@ -194,10 +198,14 @@ def user_frames(source_info: Any) -> Any:
         return source_info_util.user_frames(source_info)
 
 
-def bind_params(eqn: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def bind_params(eqn: JaxprEqn) -> tuple[tuple[object, ...], dict[str, object]]:
     """``(subfuns, params)`` to re-bind ``eqn``'s primitive with: jax 0.6 returns both from
     ``get_bind_params``, later releases the params alone."""
-    bound = eqn.primitive.get_bind_params(eqn.params)
+    get_bind_params: Callable[
+        [dict[str, object]],
+        tuple[Sequence[object], Mapping[str, object]] | Mapping[str, object],
+    ] = eqn.primitive.get_bind_params  # untyped in JAX
+    bound = get_bind_params(eqn.params)
     if isinstance(bound, tuple):
         subfuns, params = bound
         return tuple(subfuns), dict(params)
@@ -218,7 +226,7 @@ KERNEL_PRIMITIVES = frozenset(
 """Primitives that carry a hand-written kernel, by the names the supported releases use."""
 
 
-def kernel_label(primitive: str, params: Any) -> str:
+def kernel_label(primitive: str, params: Mapping[str, object]) -> str:
     """A kernel primitive's name for messages (``Pallas kernel matmul``, ``FFI target x``)."""
     if primitive == "ffi_call":
         return f"FFI target {params.get('target_name', '?')}"
@@ -235,7 +243,9 @@ def kernel_label(primitive: str, params: Any) -> str:
 # -- emulation: what each release offers to replay a program as another platform -------------
 
 
-def scan_operands(params: Mapping[str, Any], values: list[Any]) -> tuple[list[Any], ...]:
+def scan_operands(
+    params: Mapping[str, Any], values: list[object]
+) -> tuple[list[object], list[object], list[object]]:
     """A scan's operands as ``(consts, carry, xs)``: split by ``num_consts``/``num_carry``
     up to jax 0.11, by the ``ft_in`` flat tree (its three groups) from 0.12."""
     if "num_consts" in params:
@@ -313,7 +323,7 @@ def kernel_kind(primitive: str, params: Mapping[str, Any], platform: str) -> Ker
     return None
 
 
-def interpret_params(interpreter: Interpreter) -> Any:
+def interpret_params(interpreter: Interpreter) -> object:
     """The ``interpret`` parameter that runs a kernel in ``interpreter`` with this JAX,
     else ``None`` (its public API is missing: the release predates it)."""
     if interpreter is GENERIC_INTERPRET:

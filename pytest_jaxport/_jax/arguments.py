@@ -72,7 +72,7 @@ def _register_held() -> None:
     jax.tree_util.register_pytree_node(_Held, lambda _: ((), None), lambda _, __: _HELD)
 
 
-def jit_static_arguments(fn: Callable[..., Any]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def jit_static_arguments(fn: Callable[..., object]) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """The ``static_argnums`` and ``static_argnames`` of a ``jax.jit``-wrapped ``fn`` (both
     filled in from the signature by ``jax.jit``); ``((), ())`` for any other callable.
 
@@ -89,7 +89,7 @@ def jit_static_arguments(fn: Callable[..., Any]) -> tuple[tuple[int, ...], tuple
 
 
 def prepare(
-    fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *, name: str
+    fn: Callable[..., object], args: Sequence[object], kwargs: Mapping[str, object], *, name: str
 ) -> Call:
     """The call to trace for ``check(fn, *args, **kwargs)``: static parts bound into the
     function, traced parts left as arguments (their paths unchanged). ``fn``, ``args`` and
@@ -176,11 +176,11 @@ def prepare(
     return Call(fn=bound, args=masked["args"], kwargs=call_kwargs)
 
 
-def _is_held(value: Any) -> bool:
+def _is_held(value: object) -> bool:
     return isinstance(value, _Held)
 
 
-def _traced(leaf: Any) -> bool:
+def _traced(leaf: object) -> bool:
     """Arrays (JAX's and numpy's, scalars included), as ``eqx.is_array`` says."""
     import jax
     import numpy as np
@@ -188,7 +188,7 @@ def _traced(leaf: Any) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
 
 
-def _hashable(value: Any) -> bool:
+def _hashable(value: object) -> bool:
     try:
         hash(value)
     except TypeError:

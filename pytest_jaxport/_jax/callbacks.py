@@ -49,11 +49,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations, source_line
+
+if TYPE_CHECKING:
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+    from jax.stages import Traced
 
 INERT_TARGET = "inert_host_callback"
 """The custom-call target of a placeholder is ``inert_host_callback.<primitive>``."""
@@ -74,13 +78,13 @@ class HostCallback:
     count: int = 1
 
 
-def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
+def find_callbacks(closed: Jaxpr | ClosedJaxpr) -> tuple[HostCallback, ...]:
     """The host callbacks in ``closed`` (a ``ClosedJaxpr``) and its nested jaxprs, sorted.
 
     Only those the jaxpr shows: a callback a custom primitive binds when it is lowered is
     seen in the lowered program (:func:`inert` makes it a placeholder there all the same)."""
     found: Counter[tuple[str, str]] = Counter()
-    memo: dict[Any, str] = {}
+    memo: dict[object, str] = {}
     for eqn in equations(closed):
         if eqn.primitive.name in HOST_CALLBACK_PRIMITIVES:
             found[(source_line(eqn.source_info, memo), eqn.primitive.name)] += 1
@@ -90,7 +94,7 @@ def find_callbacks(closed: Any) -> tuple[HostCallback, ...]:
     )
 
 
-def has_callbacks(closed: Any) -> bool:
+def has_callbacks(closed: Jaxpr | ClosedJaxpr) -> bool:
     """Whether ``closed`` or any jaxpr nested in it shows a callback into Python."""
     return any(eqn.primitive.name in HOST_CALLBACK_PRIMITIVES for eqn in equations(closed))
 
@@ -129,7 +133,7 @@ class InertCallbacks:
         )
 
 
-def trace_inert(closed: Any, args: Sequence[Any]) -> InertCallbacks:
+def trace_inert(closed: ClosedJaxpr, args: Sequence[object]) -> InertCallbacks:
     """``jax.jit`` of the program ``closed`` (a ``ClosedJaxpr``), traced with ``args`` and
     made inert (:func:`inert`): for code that holds a jaxpr rather than a traced function.
 
@@ -140,7 +144,7 @@ def trace_inert(closed: Any, args: Sequence[Any]) -> InertCallbacks:
     return inert(_trace(closed, args))
 
 
-def trace_compilable(closed: Any, args: Sequence[Any]) -> InertCallbacks:
+def trace_compilable(closed: ClosedJaxpr, args: Sequence[object]) -> InertCallbacks:
     """Like :func:`trace_inert`, but each callback is a stand-in that compiles (results of
     zeros, effects kept): for compiling without the hardware a callback needs (a deviceless
     CUDA compile). Never run it: the stand-in does not call back.
@@ -148,7 +152,7 @@ def trace_compilable(closed: Any, args: Sequence[Any]) -> InertCallbacks:
     return inert(_trace(closed, args), compilable=True)
 
 
-def _trace(closed: Any, args: Sequence[Any]) -> Any:
+def _trace(closed: ClosedJaxpr, args: Sequence[object]) -> Traced:
     import jax
     from jax._src import core
 
@@ -230,7 +234,7 @@ def _ir_type_takes_context() -> bool:
     return len(inspect.signature(mlir.aval_to_ir_type).parameters) == 2
 
 
-def _stand_in(results: Sequence[Any]) -> Any:
+def _stand_in(results: Sequence[Any]) -> Callable[..., list[Any]]:
     """A callback's compilable stand-in: zeros of the ``results`` types, computed from every
     operand (their sum, times zero, behind an optimization barrier) so that XLA neither
     folds the results as constants nor drops what computes the operands, as it would not

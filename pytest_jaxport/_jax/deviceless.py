@@ -141,9 +141,9 @@ def _abstract(leaf: Any, sharding: Any) -> Any:
 
 
 def deviceless_compile(
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
     *,
     target_config: str,
     compiler_options: Mapping[str, object] | None = None,

@@ -45,13 +45,19 @@ import functools
 import reprlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
 from pytest_jaxport._jax.lowering import default_platform, warnings_filtered
 from pytest_jaxport.model.identity import stable_text
+
+if TYPE_CHECKING:
+    from jax._src.interpreters.pxla import MeshComputation, MeshExecutable
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+    from jax.sharding import Sharding
+    from jaxlib.mlir import ir
 
 PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._pjit_call_impl_python": "the jit cache-miss path (what is recorded)",
@@ -129,7 +135,7 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.busy = False
         self.hooked = 0
-        self.static: tuple[Any, Any, tuple[tuple[str, Any], ...]] | None = None
+        self.static: tuple[Any, Any, tuple[tuple[str, object], ...]] | None = None
         self.rule_traces: dict[Any, tuple[Any, Any]] = {}
 
 
@@ -186,11 +192,11 @@ class RecordedCall:
     def __init__(
         self,
         adapter: _Adapter,
-        jaxpr: Any,
+        jaxpr: ClosedJaxpr,
         params: Mapping[str, Any],
-        arg_types: tuple[Any, ...],
-        fun: Any,
-        static: tuple[tuple[str, Any], ...] | None,
+        arg_types: tuple[object, ...],
+        fun: Callable[..., object] | None,
+        static: tuple[tuple[str, object], ...] | None,
     ) -> None:
         self._adapter = adapter
         self.jaxpr = jaxpr
@@ -203,7 +209,7 @@ class RecordedCall:
     def name(self) -> str:
         return str(self.params.get("name", "?"))
 
-    def signature(self) -> tuple[Any, ...]:
+    def signature(self) -> tuple[object, ...]:
         """Hashable: what, besides the jaxpr object, decides this call's lowering."""
         p = self.params
         return (
@@ -231,8 +237,8 @@ class RecordedCall:
         return stable_text("\n".join(parts))
 
     def lower(
-        self, *, lowering_platforms: Sequence[str] | None, _private_parameters: Any = None
-    ) -> Any:
+        self, *, lowering_platforms: Sequence[str] | None, _private_parameters: object = None
+    ) -> _Lowering:
         """The computation lowered for ``lowering_platforms`` (an object with
         ``compiler_ir("stablehlo")``), from the recorded jaxpr and arguments' types;
         ``_private_parameters``: JAX's lowering parameters, as ``jax.stages.Traced.lower``
@@ -282,14 +288,14 @@ class _Adapter:
         return tuple(n for n in self.needs if not hasattr(pjit, n.rsplit(".", 1)[1]))
 
     # Arguments: what the lowering is given for them, and how they read as text.
-    def argument_types(self, args: Sequence[Any]) -> tuple[Any, ...]:
+    def argument_types(self, args: Sequence[object]) -> tuple[object, ...]:
         raise NotImplementedError
 
-    def type_key(self, arg_type: Any) -> Any:
+    def type_key(self, arg_type: object) -> object:
         """Hashable: what of one argument decides the lowering."""
         return arg_type
 
-    def type_text(self, arg_type: Any) -> str:
+    def type_text(self, arg_type: object) -> str:
         aval = getattr(arg_type, "aval", None)
         if aval is None:
             from jax._src import core
@@ -300,7 +306,7 @@ class _Adapter:
             text += " weak"
         return text
 
-    def sharding_text(self, arg_type: Any) -> str:
+    def sharding_text(self, arg_type: object) -> str:
         sharding = getattr(arg_type, "sharding", None)
         if sharding is None:
             return "-"
@@ -310,7 +316,9 @@ class _Adapter:
         spec = getattr(sharding, "spec", None)
         return f"{type(sharding).__name__}({spec if spec is not None else sharding})"
 
-    def lower(self, call: RecordedCall, platforms: tuple[str, ...], parameters: Any = None) -> Any:
+    def lower(
+        self, call: RecordedCall, platforms: tuple[str, ...], parameters: object = None
+    ) -> _Lowering:
         from jax._src import pjit
         from jax._src.interpreters import mlir
 
@@ -362,7 +370,7 @@ class _ArgumentTypes(_Adapter):
     oldest = (0, 8, 0)
     needs = (*_Adapter.needs, "jax._src.pjit.convert_to_metaty")
 
-    def argument_types(self, args: Sequence[Any]) -> tuple[Any, ...]:
+    def argument_types(self, args: Sequence[object]) -> tuple[object, ...]:
         from jax._src import pjit
 
         return tuple(map(pjit.convert_to_metaty, args))
@@ -378,10 +386,10 @@ class _LiveArguments(_Adapter):
     def applies(self, version: tuple[int, ...]) -> bool:
         return (0, 6, 2) <= version < (0, 8, 0)
 
-    def argument_types(self, args: Sequence[Any]) -> tuple[Any, ...]:
+    def argument_types(self, args: Sequence[object]) -> tuple[object, ...]:
         return tuple(args)
 
-    def type_key(self, arg_type: Any) -> Any:
+    def type_key(self, arg_type: object) -> object:
         from jax._src import core
 
         return (
@@ -401,16 +409,16 @@ class _Lowering:
 
     __slots__ = ("_computation",)
 
-    def __init__(self, computation: Any) -> None:
+    def __init__(self, computation: MeshComputation) -> None:
         self._computation = computation
 
-    def compiler_ir(self, dialect: str = "stablehlo") -> Any:
+    def compiler_ir(self, dialect: str = "stablehlo") -> ir.Module:
         return self._computation.stablehlo()
 
     def as_text(self) -> str:
         return str(self._computation.stablehlo())
 
-    def compile(self, compiler_options: Mapping[str, Any] | None = None) -> Any:
+    def compile(self, compiler_options: Mapping[str, object] | None = None) -> MeshExecutable:
         """Compiled (not run) for the platform it was lowered for; with ``compiler_options``
         (the partitioner's record) JAX compiles it anew and keeps the executable it runs."""
         return self._computation.compile(None if compiler_options is None else dict(
@@ -429,7 +437,7 @@ def _runs_here(call: RecordedCall, platforms: tuple[str, ...]) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _on_default_backend(sharding: Any) -> bool:
+def _on_default_backend(sharding: Sharding | None) -> bool:
     if sharding is None:
         return True
     import jax
@@ -478,7 +486,7 @@ class _StableRepr(reprlib.Repr):
     element in each process), and a set shows its first elements in sorted order, not in
     hash order."""
 
-    def repr_instance(self, x: Any, level: int) -> str:
+    def repr_instance(self, x: object, level: int) -> str:
         try:
             text = stable_text(builtins.repr(x))
         except Exception:
@@ -489,13 +497,13 @@ class _StableRepr(reprlib.Repr):
             text = text[:i] + "..." + text[len(text) - j :]
         return text
 
-    def repr_frozenset(self, x: Any, level: int) -> str:
+    def repr_frozenset(self, x: frozenset[object], level: int) -> str:
         return f"frozenset({{{self._sorted(x, level, self.maxfrozenset)}}})" if x else "frozenset()"
 
-    def repr_set(self, x: Any, level: int) -> str:
+    def repr_set(self, x: set[object], level: int) -> str:
         return f"{{{self._sorted(x, level, self.maxset)}}}" if x else "set()"
 
-    def _sorted(self, x: Any, level: int, most: int) -> str:
+    def _sorted(self, x: Iterable[object], level: int, most: int) -> str:
         if level <= 0:
             return "..."
         ordered = sorted(x, key=lambda e: stable_text(builtins.repr(e)))
@@ -509,7 +517,7 @@ _REPR.maxother = 40
 _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 
 
-def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
+def _static_text(static: tuple[tuple[str, object], ...] | None) -> str | None:
     """The static arguments as the report shows them, shortened: the same text in every
     process (:class:`_StableRepr`: a frozenset of id-hashed tags in order, no addresses)."""
     if static is None:
@@ -520,21 +528,21 @@ def _static_text(static: tuple[tuple[str, Any], ...] | None) -> str | None:
         return ", ".join(f"{name}=<{type(value).__name__}>" for name, value in static)
 
 
-def host_callbacks(jaxpr: Any) -> tuple[str, ...]:
+def host_callbacks(jaxpr: Jaxpr | ClosedJaxpr) -> tuple[str, ...]:
     """The host-callback primitives anywhere in ``jaxpr`` (sub-programs included)."""
     names = (e.primitive.name for e in equations(jaxpr))
     return tuple(dict.fromkeys(n for n in names if n in HOST_CALLBACK_PRIMITIVES))
 
 
 def _static_arguments(
-    fun: Any, info: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> tuple[tuple[str, Any], ...]:
+    fun: Callable[..., object], info: object, args: Sequence[object], kwargs: Mapping[str, object]
+) -> tuple[tuple[str, object], ...]:
     """The static arguments of a jit call, by name (``arg2`` where no name is known)."""
     numbers = tuple(getattr(info, "static_argnums", ()) or ())
     names = tuple(getattr(info, "static_argnames", ()) or ())
     if not numbers and not (names and kwargs):
         return ()
-    found: list[tuple[str, Any]] = []
+    found: list[tuple[str, object]] = []
     if numbers:
         parameters = _parameter_names(fun)
         for i in numbers:
@@ -546,7 +554,7 @@ def _static_arguments(
     return tuple(found)
 
 
-def _parameter_names(fun: Any) -> tuple[str, ...]:
+def _parameter_names(fun: Callable[..., object]) -> tuple[str, ...]:
     import inspect
 
     try:
@@ -691,7 +699,7 @@ class Interception:
             # After JAX ran the call: its own lowering is cached (read, not made again), and
             # whatever the audit does cannot come before the suite's own work or warnings.
             if arg_types is not None:
-                jaxpr = params.get("jaxpr")
+                jaxpr = cast("ClosedJaxpr", params.get("jaxpr"))  # pjit's, always there
                 fun, static = (pending[1], pending[2]) if pending and pending[0] is jaxpr else (
                     None, None)  # fmt: skip
                 state.busy = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 from pytest_jaxport._jax.adapters import bind_params, user_frames
 from pytest_jaxport.model.census import shown_frame
@@ -90,7 +90,7 @@ def _jaxpr_types() -> tuple[type[ClosedJaxpr] | None, type[Jaxpr]]:
     return getattr(core, "ClosedJaxpr", None), core.Jaxpr
 
 
-def is_jaxpr(value: object) -> bool:
+def is_jaxpr(value: object) -> TypeGuard[Jaxpr | ClosedJaxpr]:
     """Whether ``value`` is a jaxpr (closed or not), on every jax this supports."""
     closed_type, jaxpr_type = _jaxpr_types()
     return isinstance(value, jaxpr_type) or (

@@ -14,9 +14,9 @@ import re
 import warnings
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -63,7 +63,10 @@ from pytest_jaxport.model.probe import Untraced
 from pytest_jaxport.model.targets import NOT_RUNNABLE, RULES, classify
 
 if TYPE_CHECKING:
-    from jax.extend.core import JaxprEqn
+    from jax._src.interpreters.mlir import LoweringParameters
+    from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+    from jax.stages import Lowered, Traced
+    from jaxlib.mlir import ir
 
 # Ops whose regions are reducer computations applied per element, not kernels of their own.
 _REDUCER_OPS = frozenset(
@@ -189,9 +192,9 @@ _TRACE_NEEDS: tuple[tuple[re.Pattern[str], str, str], ...] = (
 
 
 def trace(
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
     *,
     gpus: Mapping[str, str] | None = None,
 ) -> Trace:
@@ -205,7 +208,7 @@ def trace(
     __tracebackhide__ = True  # the function's own error shows the user's frames, not ours
     import jax
 
-    def again() -> Any:
+    def again() -> Traced:
         __tracebackhide__ = True
         return jax.jit(fn).trace(*args, **kwargs)
 
@@ -237,25 +240,31 @@ class Trace:
     __slots__ = ("_again", "_gpus", "traced")
 
     def __init__(
-        self, traced: Any, again: Callable[[], Any], gpus: Mapping[str, str] | None = None
+        self, traced: Traced, again: Callable[[], Traced], gpus: Mapping[str, str] | None = None
     ) -> None:
         self.traced = traced
         self._again = again
         self._gpus = gpus or {}
 
     @property
-    def jaxpr(self) -> Any:
-        return self.traced.jaxpr
+    def jaxpr(self) -> ClosedJaxpr:
+        closed: ClosedJaxpr = self.traced.jaxpr  # untyped in JAX
+        return closed
 
     def lower(
-        self, *, lowering_platforms: tuple[str, ...] | None, _private_parameters: Any = None
-    ) -> Any:
+        self,
+        *,
+        lowering_platforms: tuple[str, ...] | None,
+        _private_parameters: LoweringParameters | None = None,
+    ) -> Lowered:
         """Lowered for ``lowering_platforms``; ``_private_parameters``: JAX's lowering
         parameters, as ``jax.stages.Traced.lower`` takes them (:func:`callbacks.inert`)."""
+        lowered: Lowered
         try:
-            return self.traced.lower(
+            lowered = self.traced.lower(
                 lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
             )
+            return lowered
         except Exception as e:
             description = None
             if (
@@ -269,9 +278,10 @@ class Trace:
                 raise
         with description:
             described = self._again()
-        return described.lower(
+        lowered = described.lower(
             lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
         )
+        return lowered
 
 
 _LOCATION_FRAMES = 100
@@ -388,7 +398,7 @@ def warnings_kept(kept: list[str]) -> contextlib.AbstractContextManager[None]:
     is deprecated), so the warning belongs in the check's record, not in pytest's warnings
     summary, and never fails a run with ``-W error``."""
 
-    def keep(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    def keep(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
         said = f"{category.__name__}: {message}"
         if said not in kept:
             kept.append(said)
@@ -456,7 +466,7 @@ JAX's registry of platform-specific rules as well (``dot_general`` has its own r
 and tpu, ``scatter-add`` on GPUs: those are lowered per platform, as is anything else)."""
 
 
-def same_on_every_platform(traced: Any, platforms: Sequence[str]) -> bool:
+def same_on_every_platform(traced: object, platforms: Sequence[str]) -> bool:
     """Whether ``traced``'s program lowers to the same module for every one of ``platforms``
     (only :data:`PLATFORM_INDEPENDENT` primitives, none with a platform's own rule): then one
     platform's lowering is every platform's, and the others need no lowering of their own."""
@@ -535,17 +545,17 @@ def census_key_parts(traced: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
     return parts
 
 
-_KEY_PARTS: dict[tuple[int, tuple[str, ...]], tuple[weakref.ref[Any], tuple[str, str]]] = {}
+_KEY_PARTS: dict[tuple[int, tuple[str, ...]], tuple[weakref.ref[ClosedJaxpr], tuple[str, str]]] = {}
 
 
-def _key_parts(closed: Any, own: tuple[str, ...]) -> tuple[str, str]:
+def _key_parts(closed: ClosedJaxpr, own: tuple[str, ...]) -> tuple[str, str]:
     text = f"{closed.in_avals}\n{closed.out_avals}\n{_program_text(closed)}"
     memo: dict[object, str] = {}
     lines = [source_line(e.source_info, memo, own) for e in equations(closed, repeats=True)]
     return text, "\n".join(lines)
 
 
-def _program_text(closed: Any) -> str:
+def _program_text(closed: ClosedJaxpr) -> str:
     """The closed jaxpr as text of the key's own: per jaxpr its inputs, then per equation its
     results, primitive, every parameter (``repr``; a nested jaxpr as its own text, inline)
     and operands, then its outputs. Variables are numbered per jaxpr in order of appearance
@@ -559,7 +569,7 @@ def _program_text(closed: Any) -> str:
     between two equations (it caches traces) does not change the text."""
     from jax._src import core
 
-    types: dict[Any, str] = {}
+    types: dict[object, str] = {}
     texts: dict[int, str] = {}
 
     def literal(value: Any) -> str:
@@ -570,21 +580,23 @@ def _program_text(closed: Any) -> str:
             pass
         return repr(value)
 
-    def value(item: Any) -> str:
+    def value(item: object) -> str:
         if is_jaxpr(item):
             return "{" + text(item) + "}"
-        if type(item) in (tuple, list) and any(is_jaxpr(i) for i in item):
-            return "(" + ", ".join(value(i) for i in item) + ")"
+        if type(item) in (tuple, list):
+            items = cast("Sequence[object]", item)
+            if any(is_jaxpr(i) for i in items):
+                return "(" + ", ".join(value(i) for i in items) + ")"
         return repr(item)
 
-    def text(jaxpr: Any) -> str:
+    def text(jaxpr: Jaxpr | ClosedJaxpr) -> str:
         done = texts.get(id(jaxpr))
         if done is not None:
             return done
         inner = getattr(jaxpr, "jaxpr", jaxpr)
-        names: dict[Any, str] = {}
+        names: dict[Var, str] = {}
 
-        def name(var: Any) -> str:
+        def name(var: Var | Literal) -> str:
             if isinstance(var, core.Literal):
                 return literal(var.val)
             found = names.get(var)
@@ -609,7 +621,7 @@ def _program_text(closed: Any) -> str:
     return text(closed)
 
 
-def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+def sharding_text(args: Sequence[object], kwargs: Mapping[str, object]) -> str:
     """The shardings of the arguments placed on more than one device, as text (``""`` for
     an unsharded call): part of what decides a partitioned program's collectives."""
     import jax
@@ -622,13 +634,13 @@ def sharding_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def read_program(lowered: Any) -> Program:
+def read_program(lowered: Lowered) -> Program:
     """The ops of every function of the lowered StableHLO module, for the census."""
     (program,) = read_programs(lowered, 1)
     return program
 
 
-def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
+def read_programs(lowered: Lowered, platforms: int) -> tuple[Program, ...]:
     """One :class:`Program` per platform of a lowering for ``platforms`` platforms at once.
 
     A multi-platform lowering (``traced.lower(lowering_platforms=(p0, p1, ...))``, the form
@@ -643,8 +655,8 @@ def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
     A single-platform lowering (``platforms=1``) gets the same treatment: there the index
     arrives as a constant (``lax.platform_dependent``), so both forms give the same program.
     """
-    module = lowered.compiler_ir("stablehlo")
-    funcs: dict[str, Any] = {}
+    module = cast("ir.Module", lowered.compiler_ir("stablehlo"))
+    funcs: dict[str, ir.OpView] = {}
     public: list[str] = []
     for func in module.body.operations:
         name = _symbol(func.attributes["sym_name"])
@@ -664,7 +676,7 @@ def read_programs(lowered: Any, platforms: int) -> tuple[Program, ...]:
     )
 
 
-def _partition_count(module: Any) -> int:
+def _partition_count(module: ir.Module) -> int:
     """``mhlo.num_partitions`` of a module (1 when it has none)."""
     attributes = module.operation.attributes
     if "mhlo.num_partitions" not in attributes:
@@ -711,6 +723,9 @@ _Site = tuple[
 """An op as read: ``(op, target, location, flops, bytes, operand types, result types,
 attributes)``, an :class:`OpSite` to be."""
 _Item = _Site | _Switch
+_Known = dict["ir.Value[ir.Type]", tuple[int, ...]]
+"""What the reader knows of a value: the ``i32`` it holds, per platform."""
+_CostKey = tuple[str, "str | None", tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
 
 
 def _project(items: list[_Item], platforms: int) -> list[tuple[OpSite, ...]]:
@@ -750,16 +765,16 @@ def _grouped(sites: list[_Site]) -> tuple[OpSite, ...]:
 class _Reader:
     """Reads op sites off MLIR regions, resolving cases on known (per-platform) indices."""
 
-    def __init__(self, platforms: int, funcs: Mapping[str, Any]) -> None:
+    def __init__(self, platforms: int, funcs: Mapping[str, ir.OpView]) -> None:
         self.platforms = platforms
         self.funcs = funcs
         self.index = tuple(range(platforms))
         """What the platform-index argument holds, per platform."""
         self.items: dict[str, list[_Item]] = {}
-        self.types: dict[Any, str] = {}  # MLIR types are uniqued: stringify each one once
-        self.costs: dict[tuple[Any, ...], tuple[float, float]] = {}
-        self.locations: dict[Any, str] = {}
-        self.stacks: dict[Any, tuple[StackFrame, ...] | None] = {}  # see location_text
+        self.types: dict[ir.Type, str] = {}  # MLIR types are uniqued: stringify each one once
+        self.costs: dict[_CostKey, tuple[float, float]] = {}
+        self.locations: dict[ir.Attribute, str] = {}
+        self.stacks: dict[ir.Attribute, tuple[StackFrame, ...] | None] = {}  # see location_text
         self.free: dict[tuple[str, frozenset[int]], bool] = {}  # see index_free_call
 
     def read(self, name: str, index_arguments: Sequence[int]) -> None:
@@ -774,7 +789,7 @@ class _Reader:
         items: list[_Item] = []
         self.items[name] = items  # before reading: StableHLO forbids recursion, but never loop
         func = self.funcs[name]
-        known: dict[Any, tuple[int, ...]] = {}
+        known: _Known = {}
         if func.regions and func.regions[0].blocks:
             arguments = func.regions[0].blocks[0].arguments
             for i in {*index_arguments, *_marked_index_arguments(func)}:
@@ -783,7 +798,7 @@ class _Reader:
         for region in func.regions:
             self.collect(region, items, known)
 
-    def type_texts(self, values: Any) -> list[str]:
+    def type_texts(self, values: Iterable[ir.Value[ir.Type]]) -> list[str]:
         types = self.types
         texts = []
         for value in values:
@@ -794,7 +809,7 @@ class _Reader:
             texts.append(text)
         return texts
 
-    def collect(self, region: Any, items: list[_Item], known: dict[Any, tuple[int, ...]]) -> None:
+    def collect(self, region: ir.Region, items: list[_Item], known: _Known) -> None:
         """Append the sites of ``region`` to ``items``; ``known`` maps values whose content
         is a known ``i32`` per platform to those values (updated as constants are read)."""
         append = items.append
@@ -850,7 +865,7 @@ class _Reader:
                     for nested in operation.regions:
                         self.collect(nested, items, known)
 
-    def index_free_call(self, operation: Any, handed: Sequence[int]) -> bool:
+    def index_free_call(self, operation: ir.Operation, handed: Sequence[int]) -> bool:
         """Whether ``operation`` is a call of a function whose results cannot depend on the
         values it is handed at positions ``handed`` (the platform index: the functions JAX
         lowers from jaxprs all receive it, most only to hand it on). They must be used by
@@ -893,7 +908,7 @@ class _Reader:
         self.free[(name, handed)] = free
         return free
 
-    def location_text(self, location: Any) -> str:
+    def location_text(self, location: ir.Location) -> str:
         """The text of an op's location, once per distinct location (a uniqued attribute: the
         ops of one equation share it): its call stack, innermost frame first, up to the first
         frame that is the user's code (``census.is_library_file``; no census looks further,
@@ -912,32 +927,35 @@ class _Reader:
             self.locations[attribute] = text
         return text
 
-    def stack(self, location: Any) -> tuple[StackFrame, ...] | None:
+    def stack(self, location: ir.Location) -> tuple[StackFrame, ...] | None:
         """``location``'s frames, innermost first, up to the first that is the user's code
         (each callsite's read once: the callers many locations share); ``None`` for a location
         of a kind other than callsite, name and file, or bindings without their parts."""
         kind = _location_kind(location)
         if kind == "callsite":  # the callee's frames, then the caller's
+            callsite = cast("ir.CallSiteLoc", location)  # jaxlib < 0.10: one Location class
             key = location.attr
             if key in self.stacks:
                 return self.stacks[key]
-            frames = self.stack(location.callee)
+            frames = self.stack(callsite.callee)
             if frames is not None and (not frames or is_library_file(frames[-1].file)):
-                rest = self.stack(location.caller)
+                rest = self.stack(callsite.caller)
                 frames = None if rest is None else frames + rest
             self.stacks[key] = frames
             return frames
         if kind == "name":  # JAX names each frame by its function
-            frames = self.stack(location.child_loc)
+            named = cast("ir.NameLoc", location)
+            frames = self.stack(named.child_loc)
             if frames is not None and len(frames) == 1 and not frames[0].function:
-                return (replace(frames[0], function=location.name_str),)
+                return (replace(frames[0], function=named.name_str),)
             return frames
         if kind == "file":
-            return (StackFrame(file=location.filename, function="", line=location.start_line,
-                               column=location.start_col),)  # fmt: skip
+            at = cast("ir.FileLineColLoc", location)
+            return (StackFrame(file=at.filename, function="", line=at.start_line,
+                               column=at.start_col),)  # fmt: skip
         return None
 
-    def cost(self, operation: Any, target: str | None) -> _Typed:
+    def cost(self, operation: ir.Operation, target: str | None) -> _Typed:
         """``cost.op_cost`` of an op (computed once per distinct op, types and attributes),
         with its operand and result types and the attributes formats read."""
         name = operation.name
@@ -952,7 +970,7 @@ class _Reader:
             )
         return (*found, operand_types, result_types, attributes)
 
-    def constant(self, operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
+    def constant(self, operation: ir.Operation, known: _Known) -> None:
         """Remember the value of a scalar ``i32`` constant (a case index, maybe)."""
         [result] = operation.results
         if self.type_texts([result]) != [_SCALAR_INDEX]:
@@ -963,10 +981,10 @@ class _Reader:
 
     def resolve_case(
         self,
-        operation: Any,
+        operation: ir.Operation,
         index: tuple[int, ...],
         items: list[_Item],
-        known: dict[Any, tuple[int, ...]],
+        known: _Known,
     ) -> None:
         """A case whose index is known: only the branch each platform takes, without its
         ``stablehlo.return`` (the ops run inline); its results are known where every taken
@@ -1010,24 +1028,33 @@ class _Reader:
 _LOCATION_KINDS = {"CallSiteLoc": "callsite", "NameLoc": "name", "FileLineColLoc": "file"}
 
 
-def _location_kind(location: Any) -> str | None:
+class _OneLocationClass(Protocol):
+    """jaxlib 0.9's ``Location``: one class for every kind, which says its own."""
+
+    def is_a_callsite(self) -> bool: ...
+    def is_a_name(self) -> bool: ...
+    def is_a_file(self) -> bool: ...
+
+
+def _location_kind(location: ir.Location) -> str | None:
     """``"callsite"``, ``"name"``, ``"file"`` or ``None`` (another kind, or bindings that do
     not say). Up to jaxlib 0.9 one ``Location`` class answers ``is_a_callsite()`` and the
     like, and reading a part another kind has (``callee`` of a name) crashes the process;
     from 0.10 each kind is a class of its own."""
     try:
         if hasattr(location, "is_a_callsite"):
-            if location.is_a_callsite():
+            old = cast("_OneLocationClass", location)
+            if old.is_a_callsite():
                 return "callsite"
-            if location.is_a_name():
+            if old.is_a_name():
                 return "name"
-            return "file" if location.is_a_file() else None
+            return "file" if old.is_a_file() else None
         return _LOCATION_KINDS.get(type(location).__name__)
     except Exception:  # bindings without the predicates: the location's whole text instead
         return None
 
 
-def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
+def _forward_known(operation: ir.Operation, known: _Known) -> None:
     """Make the known operands of a region-carrying op known inside its regions too.
 
     ``sdy.manual_computation`` (a ``shard_map`` body under Shardy) and
@@ -1044,7 +1071,9 @@ def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
     unchanged: set[int] | None = None
     if operation.name == "stablehlo.while" and len(regions) == 2:
         body = regions[1]
-        arguments = list(body.blocks[0].arguments) if body.blocks else []
+        arguments: Sequence[ir.Value[ir.Type]] = (
+            list(body.blocks[0].arguments) if body.blocks else []
+        )
         terminator = _terminator(body)
         returned = list(terminator.operands) if terminator is not None else []
         unchanged = {
@@ -1063,18 +1092,19 @@ def _forward_known(operation: Any, known: dict[Any, tuple[int, ...]]) -> None:
                 known[argument] = value
 
 
-def _marked_index_arguments(func: Any) -> set[int]:
+def _marked_index_arguments(func: ir.OpView) -> set[int]:
     """The positions of ``func``'s arguments marked as the platform index (functions lowered
     from a jaxpr mark it ``jax.global_constant``)."""
     if "arg_attrs" not in func.attributes:
         return set()
-    return {i for i, a in enumerate(func.attributes["arg_attrs"]) if _PLATFORM_INDEX in str(a)}
+    attributes = cast("Iterable[ir.Attribute]", func.attributes["arg_attrs"])  # an ArrayAttr
+    return {i for i, a in enumerate(attributes) if _PLATFORM_INDEX in str(a)}
 
 
 def _per_platform(
-    value: Any,
-    known: Mapping[Any, tuple[int, ...]],
-    index_free_call: Callable[[Any, Sequence[int]], bool] = lambda *_: False,
+    value: ir.Value[ir.Type],
+    known: Mapping[ir.Value[ir.Type], tuple[int, ...]],
+    index_free_call: Callable[[ir.Operation, Sequence[int]], bool] = lambda *_: False,
     depth: int = 8,
 ) -> bool:
     """Whether ``value`` is computed (within ``depth`` ops, through integer scalars) from a
@@ -1084,7 +1114,7 @@ def _per_platform(
     the platform index is not an index computation; nor does it go into the operands a call
     of an index-free function (``index_free_call``) hands on unused."""
     pending = [(value, 0)]
-    seen: set[Any] = set()
+    seen: set[ir.Value[ir.Type]] = set()
     while pending:
         current, steps = pending.pop()
         found = known.get(current)
@@ -1099,33 +1129,33 @@ def _per_platform(
         if operands is not None:  # an op's result
             handed = [i for i, operand in enumerate(operands)
                       if len(set(known.get(operand, ()))) > 1]  # fmt: skip
-            free = bool(handed) and index_free_call(operation, handed)
+            free = bool(handed) and index_free_call(cast("ir.Operation", operation), handed)
             pending.extend(
                 (operand, steps + 1)
                 for i, operand in enumerate(operands)
                 if not (free and i in handed)
             )
             continue
-        fed = _feeding_operand(current, owner)
+        fed = _feeding_operand(current, cast("ir.Block", owner))  # an op's result has operands
         if fed is not None:  # a region's argument, fed by the operand of its op
             pending.append((fed, steps + 1))
     return False
 
 
-def _feeding_operand(argument: Any, block: Any) -> Any:
+def _feeding_operand(argument: ir.Value[ir.Type], block: ir.Block) -> ir.Value[ir.Type] | None:
     """The operand of the op around ``block`` that its argument ``argument`` receives (as in
     ``sdy.manual_computation`` or ``stablehlo.while``), else ``None``."""
-    parent = getattr(getattr(block, "owner", None), "operation", None)
+    parent: ir.Operation | None = getattr(getattr(block, "owner", None), "operation", None)
     if parent is None or parent.name == "func.func":
         return None
     operands = list(parent.operands)
-    arguments = list(block.arguments)
+    arguments: list[ir.Value[ir.Type]] = list(block.arguments)
     if len(operands) != len(arguments) or argument not in arguments:
         return None
     return operands[arguments.index(argument)]
 
 
-def _terminator(region: Any) -> Any:
+def _terminator(region: ir.Region) -> ir.Operation | None:
     for block in region.blocks:
         operations = list(block.operations)
         if operations:
@@ -1133,7 +1163,7 @@ def _terminator(region: Any) -> Any:
     return None
 
 
-def _symbol(attribute: Any) -> str:
+def _symbol(attribute: object) -> str:
     return str(attribute).strip('"').lstrip("@").strip('"')
 
 
@@ -1171,12 +1201,12 @@ _Typed = tuple[float, float, tuple[str, ...], tuple[str, ...], tuple[tuple[str, 
 _UNTYPED: _Typed = (0.0, 0.0, (), (), ())
 
 
-def _site_attributes(name: str, attributes: Any) -> tuple[tuple[str, str], ...]:
+def _site_attributes(name: str, attributes: ir.OpAttributeMap) -> tuple[tuple[str, str], ...]:
     """The :data:`_ATTRIBUTES` of a ``name`` op, as hashable pairs."""
     return tuple((key, str(attributes[key])) for key in _ATTRIBUTES[name] if key in attributes)
 
 
-def to_outputs(value: Any) -> Outputs:
+def to_outputs(value: object) -> Outputs:
     """Flatten a pytree of arrays into host arrays keyed by their path."""
     import jax
 
@@ -1185,17 +1215,19 @@ def to_outputs(value: Any) -> Outputs:
     return Outputs(structure=str(treedef), leaves=leaves)
 
 
-def _host_leaf(path: str, value: Any) -> Leaf:
+def _host_leaf(path: str, value: object) -> Leaf:
     """One output leaf on the host; a typed PRNG key as its data and implementation."""
     impl = key_impl(value)
     if impl is None:
         return Leaf(path=path, array=np.asarray(value))
     import jax
 
-    return Leaf(path=path, array=np.asarray(jax.random.key_data(value)), key_impl=impl)
+    return Leaf(
+        path=path, array=np.asarray(jax.random.key_data(cast("jax.Array", value))), key_impl=impl
+    )
 
 
-def key_impl(value: Any) -> str | None:
+def key_impl(value: object) -> str | None:
     """The implementation of a typed PRNG key array (``threefry2x32``), else ``None``."""
     dtype = getattr(value, "dtype", None)
     if dtype is None or isinstance(dtype, np.dtype):  # numpy's (and ml_dtypes'): not keys
@@ -1205,15 +1237,15 @@ def key_impl(value: Any) -> str | None:
 
     if not jnp.issubdtype(dtype, jax.dtypes.prng_key):
         return None
-    return str(jax.random.key_impl(value))
+    return str(jax.random.key_impl(cast("jax.Array", value)))  # a key array: its dtype says
 
 
 def _compile_on(
-    fn: Callable[..., Any],
+    fn: Callable[..., object],
     lowered: Any,
     platform: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
     *,
     partitioned: bool = False,
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any], tuple[OpSite, ...] | None]:
@@ -1283,12 +1315,12 @@ def _persistent_cache_off() -> Iterator[None]:
 
 
 def execute(
-    fn: Callable[..., Any],
+    fn: Callable[..., object],
     traced: Any,
     lowered: Any,
     platform: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
     *,
     partitioned: bool = False,
 ) -> Execution:
@@ -1339,7 +1371,7 @@ def instruction_times(execution: Execution, *, runs: int = 3) -> dict[str, float
     return measure(execution.rerun, runs=runs, warmup=0)
 
 
-def module_text(lowered: Any) -> str:
+def module_text(lowered: Lowered) -> str:
     """The lowered module's text without locations (part of the compiled-level cache key)."""
     text: str = lowered.as_text()
     return text
@@ -1355,11 +1387,11 @@ def compiled_text(compiled: Any) -> str:
 
 
 def compile_present(
-    fn: Callable[..., Any],
+    fn: Callable[..., object],
     lowered: Any,
     platform: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
 ) -> str:
     """Compile (without running) for ``platform``, present here; the optimized HLO text."""
     try:
@@ -1370,9 +1402,9 @@ def compile_present(
 
 
 def compile_deviceless(
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
     *,
     target_config: str,
     options: Mapping[str, object],
@@ -1407,7 +1439,7 @@ def compile_deviceless(
         raise LoweringFailure(describe_error(e), stage="compile") from e
 
 
-def argument_leaves(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def argument_leaves(args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[str, Any]]:
     """Every leaf of the arguments with a readable path (``args[1]['w']``, ``kwargs['x']``)."""
     import jax
 
@@ -1436,7 +1468,7 @@ class TransformUsage(Exception):
     """A transformation cannot be asked of these arguments or outputs (a usage error)."""
 
 
-def is_floating(value: Any) -> bool:
+def is_floating(value: object) -> bool:
     """Whether an argument or output leaf is inexact (real or complex floating point)."""
     dtype = getattr(value, "dtype", None)
     if dtype is None:
@@ -1446,7 +1478,7 @@ def is_floating(value: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
-def _dtype_name(value: Any) -> str:
+def _dtype_name(value: object) -> str:
     dtype = getattr(value, "dtype", None)
     return str(dtype) if dtype is not None else type(value).__name__
 
@@ -1462,10 +1494,10 @@ class Transformed:
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., object],
         transform: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
+        args: Sequence[object],
+        kwargs: Mapping[str, object],
     ) -> None:
         import jax
 
@@ -1478,7 +1510,7 @@ class Transformed:
         self._leaves = leaves
         self.args: tuple[Any, ...] = self._arguments(leaves)
         self.__name__ = f"{getattr(fn, '__name__', 'fn')}[{transform}]"
-        self._specialized: dict[str, Callable[..., Any]] = {}
+        self._specialized: dict[str, Callable[..., object]] = {}
         self.per_platform = False
         """Whether the whole transformation failed to trace, so each platform traces
         :meth:`for_platform` (set by :func:`trace_variant`)."""
@@ -1536,13 +1568,13 @@ class Transformed:
         __tracebackhide__ = True
         return self._build(self.fn)(*leaves)
 
-    def for_platform(self, platform: str) -> Callable[..., Any]:
+    def for_platform(self, platform: str) -> Callable[..., object]:
         """The transformation of ``fn`` with its ``platform_dependent`` branches resolved."""
         if platform not in self._specialized:
             self._specialized[platform] = self._build(specialize(self.fn, self._args, platform))
         return self._specialized[platform]
 
-    def _build(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _build(self, fn: Callable[..., object]) -> Callable[..., object]:
         import jax
         import jax.numpy as jnp
 
@@ -1622,7 +1654,7 @@ def _split_keys(keys: Any) -> Any:
 
 
 def transformed(
-    fn: Callable[..., Any], transform: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    fn: Callable[..., object], transform: str, args: Sequence[object], kwargs: Mapping[str, object]
 ) -> Transformed:
     """``fn`` under ``transform``; raises :class:`TransformUsage` for unusable arguments."""
     if transform not in TRANSFORMS:
@@ -1675,7 +1707,7 @@ def trace_variant(variant: Transformed, *, gpus: Mapping[str, str] | None = None
         return PlatformTraces(variant, gpus)
 
 
-def _for_platform(fn: Callable[..., Any], platform: str) -> Callable[..., Any]:
+def _for_platform(fn: Callable[..., object], platform: str) -> Callable[..., object]:
     """A transformed check's function resolved for ``platform``; other functions as they are."""
     if isinstance(fn, Transformed) and fn.per_platform:
         return fn.for_platform(platform)
@@ -1683,8 +1715,8 @@ def _for_platform(fn: Callable[..., Any], platform: str) -> Callable[..., Any]:
 
 
 def specialize(
-    fn: Callable[..., Any], arguments: tuple[tuple[Any, ...], dict[str, Any]], platform: str
-) -> Callable[..., Any]:
+    fn: Callable[..., object], arguments: tuple[tuple[Any, ...], dict[str, Any]], platform: str
+) -> Callable[..., object]:
     """``fn`` with each ``lax.platform_dependent`` (outside custom rules and loops) resolved
     for ``platform``: the jaxpr is re-played, taking only that platform's branch."""
     import jax
@@ -1736,7 +1768,7 @@ class _Specializer(Evaluator):
 
 
 def custom_kernels(
-    fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    fn: Callable[..., object], args: Sequence[object], kwargs: Mapping[str, object]
 ) -> list[str]:
     """The custom kernels (FFI calls, Pallas kernels) in ``fn``'s jaxpr, by name."""
     import jax
