@@ -9,7 +9,7 @@ test calls ``jaxport.check``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from argparse import ArgumentTypeError
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,74 @@ REPORT_SUFFIXES = tuple(REPORTERS)
 """The suffixes ``--jaxport-report=PATH`` accepts: those a reporter is declared for."""
 
 
+# -- command-line values, validated where the options declare them (``type=``): a bad one
+# is pytest's usage error naming the option (exit code 4) ------------------------------------
+
+
+def _names(value: str) -> list[str]:
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def platforms_option(value: str) -> tuple[str, ...] | None:
+    """``--jaxport-platforms=LIST``: platforms from :data:`PLATFORMS`, each once (an empty
+    value: not given). Whether the reference is among them is checked with the project.
+
+    >>> platforms_option("cpu, tpu")
+    ('cpu', 'tpu')
+    """
+    if not value:
+        return None
+    names = _names(value)
+    try:  # parse_project's platforms rule, said of the option (its prefix dropped)
+        checked = parse_project({"platforms": names, "reference": (names or ["cpu"])[0]}, "-")
+    except ConfigError as e:
+        raise ArgumentTypeError(str(e).removeprefix("-: [tool.jaxport] platforms: ")) from None
+    return checked.platforms
+
+
+def compile_option(value: str) -> tuple[str, ...]:
+    """``--jaxport-compile=LIST``: platforms from :data:`COMPILE_PLATFORMS`, each once;
+    ``none`` (or nothing) for none."""
+    names = _names(value)
+    if names in (["none"], []):
+        return ()
+    try:
+        return compile_platforms("--jaxport-compile", names)
+    except ConfigError as e:
+        raise ArgumentTypeError(str(e).removeprefix("--jaxport-compile: ")) from None
+
+
+def emulate_option(value: str) -> tuple[str, ...]:
+    """``--jaxport-emulate=LIST``: platforms from :data:`EMULATED_PLATFORMS`, each once;
+    ``none`` (or nothing) for none. Whether the checks lower for them is checked with the
+    project."""
+    names = _names(value)
+    if names in (["none"], []):
+        return ()
+    try:
+        return emulate_platforms("--jaxport-emulate", names)
+    except ConfigError as e:
+        raise ArgumentTypeError(str(e).removeprefix("--jaxport-emulate: ")) from None
+
+
+def report_path(target: str) -> str:
+    """``--jaxport-report=PATH``: a path ending in a report suffix (:data:`REPORT_SUFFIXES`);
+    a test path the option took as its PATH (``--jaxport-report tests/test_x.py``) is refused
+    saying how to write it."""
+    path = Path(target)
+    if target == "-" or path.suffix in REPORT_SUFFIXES:
+        return target
+    if "::" in target or path.suffix == ".py" or Path(target.partition("::")[0]).exists():
+        raise ArgumentTypeError(
+            f"took the test path {target!r} as its report PATH: put --jaxport-report after "
+            f"the test paths, or give the PATH with '=' (--jaxport-report=report.json {target})"
+        )
+    raise ArgumentTypeError(
+        f"{target}: expected a path ending in {' or '.join(REPORT_SUFFIXES)}, found suffix "
+        f"{path.suffix or '(none)'!r}"
+    )
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
     group.addoption(
@@ -63,6 +131,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         nargs="?",
         const="-",
         default=None,
+        type=report_path,
         metavar="PATH",
         help="print the portability report at the end; with PATH also write it "
         f"({', '.join(REPORT_SUFFIXES[:-1])} or {REPORT_SUFFIXES[-1]}, by suffix; give the "
@@ -79,6 +148,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--jaxport-platforms",
         default=None,
+        type=platforms_option,
         metavar="LIST",
         help="comma-separated platforms to lower for, overriding [tool.jaxport] platforms "
         f"(from {', '.join(PLATFORMS)}).",
@@ -86,6 +156,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--jaxport-compile",
         default=None,
+        type=compile_option,
         metavar="LIST",
         help="comma-separated platforms to also compile and count at the compiled level "
         f"(from {', '.join(COMPILE_PLATFORMS)}; 'none' for none), overriding "
@@ -94,6 +165,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--jaxport-emulate",
         default=None,
+        type=emulate_option,
         metavar="LIST",
         help="comma-separated absent platforms to also run on the CPU as they would compute "
         f"(from {', '.join(EMULATED_PLATFORMS)}; 'none' for none), overriding [tool.jaxport] "
@@ -183,47 +255,38 @@ def _display(path: Path, config: pytest.Config) -> str:
         return str(path)
 
 
-def _apply_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
-    if not value:
+def _apply_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> ProjectConfig:
+    """``--jaxport-platforms`` (validated: :func:`platforms_option`) over ``platforms``."""
+    if platforms is None:
         return project
     from dataclasses import replace
 
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    try:
-        checked = parse_project({"platforms": names, "reference": project.reference}, "x")
-    except ConfigError as e:
-        message = str(e).replace("x: [tool.jaxport] platforms", "--jaxport-platforms")
-        message = message.replace("x: [tool.jaxport] reference", "--jaxport-platforms")
-        raise ConfigError(message) from None
     # A leg that narrows the platforms emulates only those of its platforms pyproject names.
     emulate = project.emulate
     if emulate is not None:
-        kept = tuple(p for p in emulate.value if p in checked.platforms)
+        kept = tuple(p for p in emulate.value if p in platforms)
         emulate = replace(emulate, value=kept) if kept else None
-    return replace(project, platforms=checked.platforms, emulate=emulate)
+    return replace(project, platforms=platforms, emulate=emulate)
 
 
-def _apply_compile_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
-    if value is None:
+def _apply_compile_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> ProjectConfig:
+    """``--jaxport-compile`` (validated: :func:`compile_option`) over ``compile``."""
+    if platforms is None:
         return project
     from dataclasses import replace
 
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    if names in (["none"], []):
-        return replace(project, compile=())
-    return replace(project, compile=compile_platforms("--jaxport-compile", names))
+    return replace(project, compile=platforms)
 
 
-def _apply_emulate_cli(project: ProjectConfig, value: str | None) -> ProjectConfig:
-    """``--jaxport-emulate=LIST`` (``none``: nothing) over ``[tool.jaxport] emulate``."""
-    if value is None:
+def _apply_emulate_cli(project: ProjectConfig, emulated: tuple[str, ...] | None) -> ProjectConfig:
+    """``--jaxport-emulate=LIST`` (``none``: nothing; validated: :func:`emulate_option`) over
+    ``[tool.jaxport] emulate``; each must be among the platforms checks lower for."""
+    if emulated is None:
         return project
     from dataclasses import replace
 
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    if names in (["none"], []):
+    if not emulated:
         return replace(project, emulate=None)
-    emulated = emulate_platforms("--jaxport-emulate", names)
     emulated_among("--jaxport-emulate", emulated, project.platforms)
     return replace(project, emulate=Setting(value=emulated, origin="--jaxport-emulate"))
 
@@ -292,32 +355,6 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
     return {**DEFAULT_DEVICES, **project.devices, "cuda": cuda}
 
 
-def _check_report_targets(targets: Sequence[str] | None, config: pytest.Config) -> None:
-    """Each ``--jaxport-report`` PATH ends in a report suffix; a test path the option took as
-    its PATH (``--jaxport-report tests/test_x.py``) is refused saying how to write it."""
-    for target in targets or ():
-        if target == "-":
-            continue
-        path = Path(target)
-        if path.suffix in REPORT_SUFFIXES:
-            continue
-        node_path = target.partition("::")[0]
-        if (
-            "::" in target
-            or path.suffix == ".py"
-            or (config.invocation_params.dir / node_path).exists()
-        ):
-            raise ConfigError(
-                f"--jaxport-report took the test path {target!r} as its report PATH: put "
-                "--jaxport-report after the test paths, or give the PATH with '=' "
-                f"(--jaxport-report=report.json {target})"
-            )
-        raise ConfigError(
-            f"--jaxport-report {target}: expected a path ending in "
-            f"{' or '.join(REPORT_SUFFIXES)}, found suffix {path.suffix or '(none)'!r}"
-        )
-
-
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
     verbosity = str(config.getini("verbosity_jaxport")).strip()
     if verbosity != "auto" and not verbosity.lstrip("-").isdigit():
@@ -350,7 +387,6 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
         project = _apply_emulate_cli(project, config.getoption("jaxport_emulate"))
-        _check_report_targets(config.getoption("jaxport_report"), config)
         _check_display(config, project)
         settings = _compile_settings(config, project)
         ci = ci_settings(config.getoption, Path(config.invocation_params.dir))

@@ -670,8 +670,8 @@ def test_report_option_taking_a_test_path_says_how_to_write_it(
     result = pytester.runpytest("--jaxport-report", taken)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        f"ERROR: jaxport: --jaxport-report took the test path {taken!r} as its report PATH: put "
-        "--jaxport-report after the test paths, or give the PATH with '=' "
+        f"*: error: argument --jaxport-report: took the test path {taken!r} as its report "
+        "PATH: put --jaxport-report after the test paths, or give the PATH with '=' "
         f"(--jaxport-report=report.json {taken})"
     ])  # fmt: skip
     # After the path (or with '='), the option prints the report and the path is collected.
@@ -701,7 +701,7 @@ def test_gpu_as_a_platform_says_it_means_cuda_or_rocm(pytester: pytest.Pytester)
     result.stdout.fnmatch_lines([f"*portable on test_gpu.py::test_gpu: must_lower: {GPU_HINT}"])
     result = pytester.runpytest("--jaxport-platforms=cpu,gpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: jaxport: --jaxport-platforms: {GPU_HINT}"])
+    result.stderr.fnmatch_lines([f"*: error: argument --jaxport-platforms: {GPU_HINT}"])
     result = pytester.runpytest("--jaxport-report-platform=gpu")
     result.stderr.fnmatch_lines(["*found 'gpu' ('gpu' is JAX's name for either GPU backend: *"])
     pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "gpu"]\n')
@@ -742,7 +742,7 @@ def test_a_library_or_vendor_name_is_pointed_at_the_key_or_platform_meant(
     result = pytester.runpytest("--jaxport-platforms=cpu,nvidia")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "ERROR: jaxport: --jaxport-platforms: unknown platform 'nvidia' (did you mean 'cuda', "
+        "*: error: argument --jaxport-platforms: unknown platform 'nvidia' (did you mean 'cuda', "
         "NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu"
     ])  # fmt: skip
     result = pytester.runpytest("--jaxport-report-platform=google")

@@ -1,0 +1,93 @@
+"""Command-line values are validated where the options declare them (``addoption(type=...)``):
+a bad value is pytest's usage error (exit code 4) naming the option, with the words that
+say how to fix it, before any test is collected."""
+
+from __future__ import annotations
+
+from argparse import ArgumentTypeError
+
+import pytest
+
+from pytest_jaxport.plugin import compile_option, emulate_option, platforms_option, report_path
+
+
+def test_good_values_are_parsed_at_the_option() -> None:
+    assert platforms_option(" cpu, tpu ") == ("cpu", "tpu")
+    assert platforms_option("") is None
+    assert compile_option("cpu,cuda") == ("cpu", "cuda")
+    assert compile_option("none") == compile_option("") == ()
+    assert emulate_option("tpu") == ("tpu",)
+    assert emulate_option("none") == ()
+    assert report_path("out/r.html") == "out/r.html"
+    assert report_path("-") == "-"
+
+
+@pytest.mark.parametrize(
+    ("parse", "value", "said"),
+    [
+        (platforms_option, "cpu,nvidia", "unknown platform 'nvidia' (did you mean 'cuda', "
+         "NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu"),
+        (platforms_option, "cpu,cpu", "expected each platform at most once, found array "
+         "['cpu', 'cpu']"),
+        (platforms_option, ",", "expected a non-empty list of platforms, found array []"),
+        (compile_option, "tpu", "expected platforms from cpu, cuda, found string 'tpu' (rocm and "
+         "tpu are counted at the lowered level only)"),
+        (emulate_option, "cpu", "expected platforms from cuda, rocm, tpu, found string 'cpu' "
+         "(cpu is executed, never emulated)"),
+        (report_path, "report.txt", "report.txt: expected a path ending in .json or .md or "
+         ".html, found suffix '.txt'"),
+        (report_path, "test_x.py", "took the test path 'test_x.py' as its report PATH: put "
+         "--jaxport-report after the test paths, or give the PATH with '=' "
+         "(--jaxport-report=report.json test_x.py)"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_is_refused_in_words_without_the_options_name(
+    parse: object, value: str, said: str
+) -> None:
+    with pytest.raises(ArgumentTypeError) as raised:
+        parse(value)  # type: ignore[operator]
+    assert str(raised.value) == said  # argparse puts "argument --jaxport-...: " before it
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ("--jaxport-platforms=cpu,gpu", "argument --jaxport-platforms: unknown platform 'gpu' "
+         "('gpu' is JAX's name for either GPU backend: *"),
+        ("--jaxport-compile=rocm", "argument --jaxport-compile: expected platforms from cpu, "
+         "cuda, found string 'rocm' (rocm and tpu are counted at the lowered level only)"),
+        ("--jaxport-emulate=tpx", "argument --jaxport-emulate: expected platforms from cuda, "
+         "rocm, tpu, found string 'tpx' (did you mean 'tpu'?)"),
+        ("--jaxport-report=r.txt", "argument --jaxport-report: r.txt: expected a path ending "
+         "in .json or .md or .html, found suffix '.txt'"),
+    ],
+)  # fmt: skip
+def test_a_bad_option_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester, option: str, said: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest(option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*: error: {said}"])
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output
+    assert "INTERNALERROR" not in output
+    assert "collected" not in result.stdout.str()
+
+
+def test_what_needs_the_project_is_still_checked_with_it(pytester: pytest.Pytester) -> None:
+    """The reference and the emulated platforms are judged against the project's platforms,
+    after the options are parsed: still a usage error naming the option."""
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest("--jaxport-platforms=tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: jaxport: --jaxport-platforms: the reference platform 'cpu' must be among the "
+        "platforms, found tpu"
+    ])  # fmt: skip
+    result = pytester.runpytest("--jaxport-platforms=cpu", "--jaxport-emulate=tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: jaxport: --jaxport-emulate: expected platforms among the platforms checks "
+        "lower for (cpu), found 'tpu'*"
+    ])  # fmt: skip
