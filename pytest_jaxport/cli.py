@@ -126,10 +126,7 @@ def _merge(args: argparse.Namespace) -> int:
     try:
         legs = load_legs(paths)
         first_path, first = legs[0]
-        config = first.get("config")
-        tolerance_for = tolerance_from_config(
-            config if isinstance(config, dict) else {}, source=str(first_path)
-        )
+        tolerance_for = tolerance_from_config(first.config.to_dict(), source=str(first_path))
         result = merge(legs, tolerance_for=tolerance_for, outputs_root=output.resolve().parent)
     except MergeError as e:
         return _fail("merge", e)

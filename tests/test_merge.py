@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from pytest_jaxport.report.baseline import (
     load_counts,
     match_baseline,
 )
+from pytest_jaxport.report.document import Report, ReportError
 from pytest_jaxport.report.merge import (
     PER_LEG_CONFIG_KEYS,
     fidelity,
@@ -42,6 +43,7 @@ from pytest_jaxport.report.schema import (
     MergeError,
     build_report,
     checks_of,
+    from_json,
     suite_numbers,
     write_json,
 )
@@ -148,6 +150,11 @@ def save(folder: Path, leg_dir: str, report: dict[str, Any], values: Mapping[str
                     e["outputs"] = f"{leg_dir}/{name}"
 
 
+def reports(legs: Sequence[tuple[Path, Any]]) -> list[tuple[Path, Report]]:
+    """Legs as :func:`merge` takes them: each a report checked as ``load`` checks it."""
+    return [(p, r if isinstance(r, Report) else from_json(r, p)) for p, r in legs]
+
+
 def write(folder: Path, name: str, report: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     path = folder / name
     write_json(path, report)
@@ -207,7 +214,7 @@ def platforms_of(report: Mapping[str, Any], nodeid: str, name: str) -> dict[str,
 
 def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
     legs = load_legs([p for p, _ in two_legs(tmp_path)])
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     assert merged.ok, merge_text(merged)
     assert merged.drifts == ()
     report = merged.report
@@ -245,7 +252,7 @@ def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
 
 def test_perturbed_outputs_drift_naming_test_check_leaf_and_legs(tmp_path: Path) -> None:
     legs = two_legs(tmp_path, gpu_values={"cuda": Y + np.float32(1e-3)})
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     assert not merged.ok
     [drift] = merged.drifts
     assert (drift.nodeid, drift.check, drift.platform, drift.leg) == (
@@ -269,7 +276,7 @@ def test_perturbed_outputs_drift_naming_test_check_leaf_and_legs(tmp_path: Path)
 
 def test_same_platform_on_two_legs_is_compared_too(tmp_path: Path) -> None:
     legs = two_legs(tmp_path, gpu_values={"cpu": Y * 2})
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     drifts = {(d.platform, d.leg) for d in merged.drifts}
     # the GPU machine's cpu run differs from the CPU leg's; its cuda run matches the reference
     assert drifts == {("cpu", "leg-gpu.json")}
@@ -279,15 +286,15 @@ def test_same_platform_on_two_legs_is_compared_too(tmp_path: Path) -> None:
 def test_tolerances_come_from_the_project(tmp_path: Path) -> None:
     legs = two_legs(tmp_path, gpu_values={"cuda": Y + np.float32(1e-3)})
     loose = tolerance_from_config({"tolerance": {"cuda": {"float32": {"atol": 1e-2}}}})
-    assert merge(legs, tolerance_for=loose, outputs_root=tmp_path).ok
+    assert merge(reports(legs), tolerance_for=loose, outputs_root=tmp_path).ok
     tight_elsewhere = tolerance_from_config({"tolerance": {"rocm": {"float32": {"atol": 1}}}})
-    assert not merge(legs, tolerance_for=tight_elsewhere, outputs_root=tmp_path).ok
+    assert not merge(reports(legs), tolerance_for=tight_elsewhere, outputs_root=tmp_path).ok
     # A check's own rtol/atol (the portable marker's, recorded on the check) wins.
     for _, report in legs:
         for test in report["tests"]:
             for chk in test["checks"]:
                 chk["tolerance"] = {"atol": 1e-2}
-    assert merge(legs, tolerance_for=defaults, outputs_root=tmp_path).ok
+    assert merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path).ok
     with pytest.raises(MergeError, match=r"report config: \[tool.jaxport.tolerance\]"):
         tolerance_from_config({"tolerance": {"float33": {"atol": 1}}})
 
@@ -296,12 +303,14 @@ def test_outputs_paths_are_rewritten_relative_to_the_merged_report(tmp_path: Pat
     legs = two_legs(tmp_path)
     out = tmp_path / "merged"
     out.mkdir()
-    merged = merge(legs, tolerance_for=defaults, outputs_root=out)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=out)
     path = platforms_of(merged.report, NODEID, "mlp")["cuda"]["outputs"]
     assert path.startswith("../outputs-gpu/")
     assert (out / path).is_file()
     # merging the merged report again (written there) finds the same files
-    again = merge([(out / "m.json", merged.report)], tolerance_for=defaults, outputs_root=out)
+    again = merge(
+        reports([(out / "m.json", merged.report)]), tolerance_for=defaults, outputs_root=out
+    )
     assert again.ok
     assert platforms_of(again.report, NODEID, "mlp")["cuda"]["outputs"] == path
 
@@ -348,7 +357,7 @@ def test_an_emulation_is_kept_from_its_leg_and_checked_against_the_hardware(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "out").mkdir()
-    merged = merge(emulating_legs(tmp_path, emulated=Y), tolerance_for=defaults,
+    merged = merge(reports(emulating_legs(tmp_path, emulated=Y)), tolerance_for=defaults,
                    outputs_root=tmp_path / "out")  # fmt: skip
     assert merged.ok, merge_text(merged)
     assert merged.comparisons == 3  # cuda and cpu of the GPU leg, and the emulation vs cuda
@@ -367,7 +376,7 @@ def test_an_emulation_is_kept_from_its_leg_and_checked_against_the_hardware(
 
 
 def test_an_emulation_that_disagrees_with_the_hardware_is_a_drift(tmp_path: Path) -> None:
-    merged = merge(emulating_legs(tmp_path, emulated=Y + np.float32(1e-3)),
+    merged = merge(reports(emulating_legs(tmp_path, emulated=Y + np.float32(1e-3))),
                    tolerance_for=defaults, outputs_root=tmp_path)  # fmt: skip
     [drift] = merged.drifts
     assert (drift.platform, drift.leg, drift.reference, drift.reference_leg) == (
@@ -381,7 +390,7 @@ def test_an_emulation_that_disagrees_with_the_hardware_is_a_drift(tmp_path: Path
 
 def test_an_emulation_is_compared_with_a_reference_another_leg_ran(tmp_path: Path) -> None:
     legs = emulating_legs(tmp_path, emulated=Y * 2, cpu_saved=False)
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     found = {(d.platform, d.reference, d.reference_leg) for d in merged.drifts}
     assert found == {
         ("cuda (emulated on cpu)", "cuda", "leg-gpu.json"),
@@ -417,7 +426,7 @@ def test_compiled_census_wins_over_lowered(tmp_path: Path) -> None:
     compiled = {**lowered, "compiled": census_to_dict(census("cuda", vendor=5, level="compiled"))}
     a = write(tmp_path, "leg-lowered.json", leg_with(lowered))
     b = write(tmp_path, "leg-deviceless.json", leg_with(compiled))
-    merged = merge([a, b], tolerance_for=defaults)
+    merged = merge(reports([a, b]), tolerance_for=defaults)
     cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
     assert cuda["leg"] == "leg-deviceless.json"
     assert cuda["compiled"]["vendor"] == 5
@@ -438,13 +447,13 @@ def test_a_leg_that_traced_a_check_wins_over_one_that_could_not(tmp_path: Path) 
             write(tmp_path, f"leg-{i}.json", leg_report([make_test(NODEID, c)], present=["cpu"]))
             for i, c in enumerate(order)
         ]
-        merged = merge(legs, tolerance_for=defaults)
+        merged = merge(reports(legs), tolerance_for=defaults)
         (merged_check,) = find_test(merged.report, NODEID)["checks"]
         assert "untraced" not in merged_check
         assert merged_check["note"] is None
         assert merged_check["platforms"]["cuda"]["lowered"]["vendor"] == 1
-    alone = merge([write(tmp_path, "only.json", leg_report([make_test(NODEID, untraced)],
-                                                            present=["cpu"]))],
+    alone = merge(reports([write(tmp_path, "only.json", leg_report([make_test(NODEID, untraced)],
+                                                            present=["cpu"]))]),
                   tolerance_for=defaults)  # fmt: skip
     (merged_check,) = find_test(alone.report, NODEID)["checks"]
     assert merged_check["untraced"]["needs"] == "cuDNN"
@@ -458,19 +467,20 @@ def test_violations_and_outcome(tmp_path: Path) -> None:
         "limit": 2,
         "origin": "pyproject.toml [tool.jaxport.budget]",
         "found": 3,
+        "what": "vendor calls",
         "level": "lowered",
-        "message": "check 'mlp' on cuda: ...",
+        "details": ["check 'mlp' on cuda: ..."],
     }
     legs = two_legs(tmp_path)
     cpu, gpu = legs[0][1], legs[1][1]
     find_test(cpu, NODEID)["violations"] = [violation]
     find_test(cpu, NODEID)["outcome"] = "failed"
-    find_test(gpu, NODEID)["violations"] = [{**violation, "message": "from the gpu leg"}]
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    find_test(gpu, NODEID)["violations"] = [{**violation, "details": ["from the gpu leg"]}]
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     test = next(t for t in merged.report["tests"] if t["nodeid"] == NODEID)
     # cuda's entry came from the GPU leg, so its violation is the one kept
-    assert [(v["leg"], v["message"]) for v in test["violations"]] == [
-        ("leg-gpu.json", "from the gpu leg")
+    assert [(v["leg"], v["details"]) for v in test["violations"]] == [
+        ("leg-gpu.json", ["from the gpu leg"])
     ]
     assert test["outcome"] == "failed"
     assert test["legs"] == {"leg-cpu.json": "failed", "leg-gpu.json": "passed"}
@@ -479,17 +489,18 @@ def test_violations_and_outcome(tmp_path: Path) -> None:
 
 def test_a_crashed_workers_test_stays_in_the_merge(tmp_path: Path) -> None:
     legs = two_legs(tmp_path)
-    legs[1][1]["tests"].append(make_test("tests/test_x.py::test_crash", outcome="crashed"))
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    crash = {**make_test("tests/test_x.py::test_crash", outcome="error"), "crashed": True}
+    legs[1][1]["tests"].append(crash)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     crashed = next(t for t in merged.report["tests"] if t["nodeid"].endswith("test_crash"))
-    assert crashed["outcome"] == "crashed"
-    assert crashed["legs"] == {"leg-gpu.json": "crashed"}
+    assert (crashed["outcome"], crashed["crashed"]) == ("error", True)
+    assert crashed["legs"] == {"leg-gpu.json": "error"}
 
 
 def test_unsaved_outputs_are_noted_not_failed(tmp_path: Path) -> None:
     legs = two_legs(tmp_path)
     platforms_of(legs[1][1], NODEID, "mlp")["cuda"].pop("outputs")
-    merged = merge(legs, tolerance_for=defaults, outputs_root=tmp_path)
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     assert merged.ok
     assert any("cuda ran on leg-gpu.json but its outputs were not saved" in n for n in merged.notes)
 
@@ -500,7 +511,9 @@ def test_legs_with_the_same_file_name_are_told_apart(tmp_path: Path) -> None:
     cpu = leg_report([make_test(NODEID, check("mlp", entry("cpu", present=True)))], present=[])
     other = {**cpu, "environment": {**cpu["environment"], "machine": "another machine"}}
     merged = merge(
-        [write(tmp_path / "a", "report.json", cpu), write(tmp_path / "b", "report.json", other)],
+        reports(
+            [write(tmp_path / "a", "report.json", cpu), write(tmp_path / "b", "report.json", other)]
+        ),
         tolerance_for=defaults,
     )
     names = [leg["leg"] for leg in merged.report["legs"]]
@@ -522,17 +535,15 @@ def test_truncated_and_foreign_json_are_refused_naming_the_file(tmp_path: Path) 
         load_legs([good, foreign])
     with pytest.raises(MergeError, match=rf"^{tmp_path / 'nope.json'}: no such file$"):
         load_legs([tmp_path / "nope.json"])
-    with pytest.raises(MergeError, match=rf"^{foreign}: not a pytest-jaxport report$"):
-        merge([(foreign, {"name": "left-pad"})], tolerance_for=defaults)
+    with pytest.raises(ReportError, match=rf"^{foreign}: not a pytest-jaxport report$"):
+        merge(reports([(foreign, {"name": "left-pad"})]), tolerance_for=defaults)
     with pytest.raises(MergeError, match=r"^nothing to merge"):
         merge([], tolerance_for=defaults)
 
 
 def test_wrong_schema_version_is_refused(tmp_path: Path) -> None:
-    (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
+    (cpu_path, _), (gpu_path, gpu) = two_legs(tmp_path)
     gpu["schema_version"] = 3
-    with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 3 differs from "):
-        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
     write_json(gpu_path, gpu)
     with pytest.raises(MergeError, match=rf"^{gpu_path}: schema_version 3 is not supported"):
         load_legs([cpu_path, gpu_path])
@@ -549,24 +560,24 @@ def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: 
         "emulate": ["rocm"],  # a leg without the hardware emulates it; others need not
     }
     merged = merge(
-        [(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults, outputs_root=tmp_path
+        reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults, outputs_root=tmp_path
     )
     assert merged.report["config"]["platforms"] == ["cpu", "cuda", "rocm"]
     assert merged.report["config"]["emulate"] == ["rocm"]
     # target is recorded only by legs that compile cuda: compared where both set it
     gpu["config"]["target"] = "h100"
     merged = merge(
-        [(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults, outputs_root=tmp_path
+        reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults, outputs_root=tmp_path
     )
     assert merged.report["config"]["target"] == "h100"
     assert merged.report["config"]["compile"] == ["cuda"]
     cpu["config"]["target"] = "a100"
     with pytest.raises(MergeError, match=r'\(target: "h100" here, "a100" in '):
-        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+        merge(reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults)
     cpu["config"]["target"] = None
     gpu["config"]["tolerance"] = {"float32": {"rtol": 1e-4}}
     with pytest.raises(MergeError) as info:
-        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+        merge(reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults)
     message = str(info.value)
     assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (tolerance: ")
     assert "\n" not in message
@@ -579,7 +590,7 @@ def test_legs_with_different_cost_models_are_refused(tmp_path: Path) -> None:
     (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
     gpu["summary"]["cost_model"] = {**gpu["summary"]["cost_model"], "kernel_rewrite": 20.0}
     with pytest.raises(MergeError) as info:
-        merge([(cpu_path, cpu), (gpu_path, gpu)], tolerance_for=defaults)
+        merge(reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults)
     message = str(info.value)
     assert message.startswith(f"{gpu_path}: cost model ([tool.jaxport.cost]) ")
     assert f"differs from {cpu_path}'s" in message
@@ -587,7 +598,9 @@ def test_legs_with_different_cost_models_are_refused(tmp_path: Path) -> None:
 
 def test_a_drift_fails_the_merged_test_and_is_its_problem(tmp_path: Path) -> None:
     legs = two_legs(tmp_path, gpu_values={"cuda": Y + 1.0})
-    merged = merge(load_legs([p for p, _ in legs]), tolerance_for=defaults, outputs_root=tmp_path)
+    merged = merge(
+        reports(load_legs([p for p, _ in legs])), tolerance_for=defaults, outputs_root=tmp_path
+    )
     test = find_test(merged.report, NODEID)
     assert test["outcome"] == "failed"
     assert [d["platform"] for d in test["drifts"]] == ["cuda"]
@@ -608,25 +621,28 @@ def test_missing_or_unreadable_outputs_are_refused_naming_both_files(tmp_path: P
     npz = tmp_path / cuda["outputs"]
     npz.unlink()
     with pytest.raises(MergeError) as info:
-        merge(legs, tolerance_for=defaults)
+        merge(reports(legs), tolerance_for=defaults)
     assert str(info.value).startswith(
         f"{legs[1][0]}: outputs of {NODEID} check 'mlp' on cuda: {npz}: no such outputs file"
     )
     npz.write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(MergeError, match=r"cannot be read|unusable"):
-        merge(legs, tolerance_for=defaults)
+        merge(reports(legs), tolerance_for=defaults)
 
 
 def test_malformed_report_is_refused_naming_the_file(tmp_path: Path) -> None:
     (path, report), _ = two_legs(tmp_path)
-    with pytest.raises(MergeError, match=rf"^{path}: a baseline, not a report"):
-        merge([(path, baseline_of(report))], tolerance_for=defaults)
+    with pytest.raises(ReportError, match=rf"^{path}: a baseline, not a report"):
+        merge(reports([(path, baseline_of(report))]), tolerance_for=defaults)
     find_test(report, NODEID)["checks"][0]["platforms"] = ["cpu"]
-    with pytest.raises(MergeError, match=rf"^{path}: malformed pytest-jaxport report: "):
-        merge([(path, report)], tolerance_for=defaults)
+    with pytest.raises(
+        ReportError,
+        match=rf"^{path}: tests\[\d+\].checks\[0\].platforms: expected a table, found \[",
+    ):
+        merge(reports([(path, report)]), tolerance_for=defaults)
     report["tests"] = [{"outcome": "passed"}]
-    with pytest.raises(MergeError, match=rf"^{path}: malformed .*: a test without a node id"):
-        merge([(path, report)], tolerance_for=defaults)
+    with pytest.raises(ReportError, match=rf"^{path}: tests\[0\].nodeid: missing"):
+        merge(reports([(path, report)]), tolerance_for=defaults)
 
 
 # -- diff -------------------------------------------------------------------------------------
@@ -895,16 +911,20 @@ def test_merging_a_report_with_itself_is_consistent_and_idempotent(
             report,
             {p: np.full(3, value, np.float32) for p in ("cpu", "cuda", "rocm", "tpu")},
         )
-        once = merge([(folder / "leg-a.json", report)], tolerance_for=defaults, outputs_root=folder)
+        once = merge(
+            reports([(folder / "leg-a.json", report)]), tolerance_for=defaults, outputs_root=folder
+        )
         # A twin leg: the same results from another machine (the same report twice is refused)
         twin = {**report, "environment": {**report["environment"], "machine": "twin"}}
         twice = merge(
-            [(folder / "leg-a.json", report), (folder / "leg-b.json", twin)],
+            reports([(folder / "leg-a.json", report), (folder / "leg-b.json", twin)]),
             tolerance_for=defaults,
             outputs_root=folder,
         )
         again = merge(
-            [(folder / "merged.json", once.report)], tolerance_for=defaults, outputs_root=folder
+            reports([(folder / "merged.json", once.report)]),
+            tolerance_for=defaults,
+            outputs_root=folder,
         )
         assert once.ok
         assert twice.ok

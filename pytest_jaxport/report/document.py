@@ -529,6 +529,10 @@ class TestEntry:
     baseline_news: tuple[str, ...] = ()
     crashed: bool = False
     drifts: tuple[Drift, ...] = ()
+    legs: Mapping[str, str] | None = None
+    """In a merged report: each leg's outcome of the test."""
+    violation_legs: tuple[str | None, ...] = ()
+    """In a merged report: the leg each of :attr:`violations` came from."""
 
     @classmethod
     def read(cls, r: _Reader) -> TestEntry:
@@ -554,15 +558,22 @@ class TestEntry:
             baseline_news=r.texts("baseline_news", ()),
             crashed=r.flag("crashed", False),
             drifts=tuple(Drift.read(d) for d in r.items("drifts", ())),
+            legs=r.strings("legs") if r.has("legs") else None,
+            violation_legs=tuple(v.opt_text("leg") for v in r.items("violations", ())),
         )
 
     def to_dict(self) -> dict[str, Json]:
-        data: dict[str, Json] = {
-            "nodeid": self.nodeid,
-            "outcome": self.outcome,
-            "checks": [c.to_dict() for c in self.checks],
-            "violations": [_json(v.to_dict()) for v in self.violations],
-        }
+        data: dict[str, Json] = {"nodeid": self.nodeid, "outcome": self.outcome}
+        if self.legs is not None:
+            data["legs"] = dict(self.legs)
+        violations = []
+        for i, violation in enumerate(self.violations):
+            said = cast("dict[str, Json]", violation.to_dict())
+            if i < len(self.violation_legs):
+                _put(said, "leg", self.violation_legs[i])
+            violations.append(said)
+        data["checks"] = [c.to_dict() for c in self.checks]
+        data["violations"] = cast(Json, violations)
         if self.error is not None:
             data["error"] = _json(self.error.to_dict())
         for key in ("outputs_errors", "baseline_growth", "baseline_news"):

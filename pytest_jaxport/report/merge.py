@@ -39,7 +39,7 @@ from pytest_jaxport.model.targets import ordered_platforms
 from pytest_jaxport.model.tooling import Assumption, summarize
 from pytest_jaxport.report.audit import failures, merge_audits
 from pytest_jaxport.report.baseline import counted
-from pytest_jaxport.report.document import Drift
+from pytest_jaxport.report.document import Drift, Report
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
@@ -47,7 +47,6 @@ from pytest_jaxport.report.schema import (
     MergeError,
     ReportError,
     build_report,
-    check_shape,
     checks_of,
     load,
     suite_numbers,
@@ -185,12 +184,12 @@ class _Candidate:
     entry: Mapping[str, Any]
 
 
-def load_legs(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
+def load_legs(paths: Sequence[Path]) -> list[tuple[Path, Report]]:
     """Read each leg's report (:func:`report.load`), as :class:`MergeError` on failure."""
     legs = []
     for path in paths:
         try:
-            legs.append((path, load(path).to_dict()))
+            legs.append((path, load(path)))
         except ReportError as e:
             raise MergeError(str(e)) from None
     return legs
@@ -217,7 +216,7 @@ def fidelity(entry: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def merge(
-    legs: Sequence[tuple[Path, Mapping[str, Any]]],
+    legs: Sequence[tuple[Path, Report]],
     *,
     tolerance_for: ToleranceFor,
     outputs_root: Path | None = None,
@@ -226,14 +225,13 @@ def merge(
 
     ``outputs_root`` is the folder the merged report will be written to (default: the
     current directory): the ``outputs`` paths of merged entries are rewritten relative to it.
-    Raises :class:`MergeError` for incompatible legs or unreadable outputs.
+    Raises :class:`MergeError` for incompatible legs or unreadable outputs. The legs were
+    checked when read (:func:`load_legs`).
     """
     if not legs:
         raise MergeError("nothing to merge: no leg reports given")
-    named = _name_legs(legs)
+    named = _name_legs([(path, report.to_dict()) for path, report in legs])
     _check_distinct(named)
-    for leg in named:
-        check_shape(leg.path, leg.report)
     _check_compatible(named)
     root = Path.cwd() if outputs_root is None else outputs_root
     config = _merged_config(named)

@@ -37,7 +37,7 @@ from pytest_jaxport.model.hotspots import (
     site_order,
 )
 from pytest_jaxport.model.probe import Probe
-from pytest_jaxport.model.targets import LEVELS, NVIDIA_PLATFORM
+from pytest_jaxport.model.targets import NVIDIA_PLATFORM
 from pytest_jaxport.report.document import SCHEMA_VERSION as SCHEMA_VERSION
 from pytest_jaxport.report.document import TOOL_NAME as TOOL_NAME
 from pytest_jaxport.report.document import Report, read_report
@@ -63,46 +63,6 @@ def baseline_given(path: Path) -> str:
         "jaxport diff); give a report written by pytest --jaxport-report=PATH.json or by "
         "jaxport merge -o"
     )
-
-
-def check_shape(path: Path, data: Any) -> None:
-    """Refuse what is not a usable report (a :class:`MergeError` naming ``path``)."""
-
-    def _malformed(what: str) -> MergeError:
-        return MergeError(f"{path}: malformed pytest-jaxport report: {what}")
-
-    if not isinstance(data, Mapping):
-        raise MergeError(f"{path}: not a pytest-jaxport report")
-    tool = data.get("tool")
-    if not isinstance(tool, Mapping) or tool.get("name") != TOOL_NAME:
-        raise MergeError(f"{path}: not a pytest-jaxport report")
-    if data.get("kind") == BASELINE_KIND:
-        raise MergeError(baseline_given(path))
-    for key in ("config", "environment"):
-        if not isinstance(data.get(key), Mapping):
-            raise _malformed(f"no {key!r} section")
-    if not isinstance(data.get("tests"), list):
-        raise _malformed("no 'tests' list")
-    for test in data["tests"]:
-        if not isinstance(test, Mapping) or not isinstance(test.get("nodeid"), str):
-            raise _malformed(f"a test without a node id: {str(test)[:80]}")
-        if not isinstance(test.get("checks", []), list):
-            raise _malformed(f"{test['nodeid']}: 'checks' is not a list")
-        for check in test.get("checks", []):
-            if (
-                not isinstance(check, Mapping)
-                or not isinstance(check.get("name"), str)
-                or not isinstance(check.get("platforms"), Mapping)
-                or not all(isinstance(e, Mapping) for e in check["platforms"].values())
-            ):
-                raise _malformed(f"{test['nodeid']}: a check without a name or platforms")
-            for platform, entry in check["platforms"].items():
-                for level in LEVELS:  # what counts read: a census, or null (not lowered)
-                    if not isinstance(entry.get(level), Mapping | None):
-                        raise _malformed(
-                            f"{test['nodeid']} check {check['name']!r} on {platform}: "
-                            f"{level!r} is not a census (found {type(entry[level]).__name__})"
-                        )
 
 
 # -- the report ---------------------------------------------------------------------------
