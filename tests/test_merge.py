@@ -936,3 +936,11 @@ def test_merging_a_report_with_itself_is_consistent_and_idempotent(
         assert twice.report["summary"] == once.report["summary"] == report["summary"]
         assert baseline_of(twice.report) == baseline_of(once.report) == baseline_of(report)
         assert not diff(report, twice.report).changes
+
+
+def test_a_merged_report_reads_back_as_the_json_it_is(tmp_path: Path) -> None:
+    legs = two_legs(tmp_path, gpu_values={"cuda": Y + 1.0})  # with a drift
+    merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
+    path = tmp_path / "merged.json"
+    write_json(path, merged.report)
+    assert from_json(json.loads(path.read_text()), path).to_dict() == json.loads(path.read_text())

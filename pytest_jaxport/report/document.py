@@ -148,6 +148,10 @@ class _Reader:
         """Any JSON value (what the report keeps as written: a configuration table)."""
         return cast(Json, self._typed(key, "a value", lambda _: True, default))
 
+    def present(self, key: str) -> bool:
+        """Whether ``key`` is there and not ``null``."""
+        return self.data.get(key) is not None
+
     def table(self, key: str) -> _Reader:
         return _Reader(self._get(key, "a table"), file=self.file, place=self.at(key))
 
@@ -386,6 +390,8 @@ class Check:
     probe: Probe
     tolerance: Mapping[str, float] | None = None
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
+    reference_leg: str | None = None
+    """In a merged report: the leg whose reference outputs the others were compared with."""
 
     @property
     def name(self) -> str:
@@ -418,6 +424,7 @@ class Check:
             ),
             tolerance=tolerance,
             provenance={p: v for p, v in provenance.items() if not v.empty},
+            reference_leg=r.opt_text("reference_leg"),
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -428,6 +435,7 @@ class Check:
                 _put(entry, key, getattr(provenance, key))
         if self.tolerance is not None:
             data["tolerance"] = dict(self.tolerance)
+        _put(data, "reference_leg", self.reference_leg)
         return data
 
 
@@ -658,6 +666,12 @@ class Config:
     tolerance: Mapping[str, Json] | None = None
     emulate: tuple[str, ...] | None = None
     migrate_to: tuple[str, ...] | None = None
+    written_null: frozenset[str] = frozenset()
+    """The optional keys the report holds as ``null`` (``jaxport merge`` writes ``target``
+    and ``devices`` so where no leg set them), kept so it reads back as written."""
+
+    OPTIONAL = ("source", "compile", "target", "devices", "budget", "tolerance", "emulate",
+                "migrate_to")  # fmt: skip
 
     @classmethod
     def read(cls, r: _Reader) -> Config:
@@ -667,7 +681,7 @@ class Config:
             source=r.opt_text("source"),
             platforms=r.texts("platforms"),
             reference=r.text("reference"),
-            compile=r.texts("compile") if r.has("compile") else None,
+            compile=r.texts("compile") if r.present("compile") else None,
             target=r.opt_text("target"),
             devices={
                 p: Device(generation=d.text("generation"), name=d.text("name"))
@@ -677,8 +691,9 @@ class Config:
             else None,
             budget=dict(cast("Mapping[str, Json]", budget.data)) if budget else None,
             tolerance=dict(cast("Mapping[str, Json]", tolerance.data)) if tolerance else None,
-            emulate=r.texts("emulate") if r.has("emulate") else None,
-            migrate_to=r.texts("migrate_to") if r.has("migrate_to") else None,
+            emulate=r.texts("emulate") if r.present("emulate") else None,
+            migrate_to=r.texts("migrate_to") if r.present("migrate_to") else None,
+            written_null=frozenset(k for k in cls.OPTIONAL if r.has(k) and r.data[k] is None),
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -703,6 +718,9 @@ class Config:
             value = getattr(self, key)
             if value is not None:
                 data[key] = list(value)
+        for key in self.OPTIONAL:
+            if key in self.written_null and data.get(key) is None:
+                data[key] = None
         return data
 
 
