@@ -94,18 +94,19 @@ def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, 
     from pytest_jaxport.view.model import build_view
     from pytest_jaxport.view.text import render_markdown, render_text
 
-    report = load(report_path)
+    loaded = load(report_path)  # a typed Report; the steps below read its JSON form
+    report = loaded.to_dict()
     tests = report["tests"]
     config = report["config"]
     model = CostModel(**report["summary"].get("cost_model", {}))
-    view = build_view(report)
+    view = build_view(loaded)
     options = DisplayOptions()
     steps: dict[str, Callable[[], Any]] = {
         "summary (counts, hotspots)": lambda: summarize(tests),
         "three numbers (share, rewrite, days)": lambda: suite_numbers(
             checks_of(tests), migrate_to=config.get("migrate_to", []), model=model
         ),
-        "view": lambda: build_view(report),
+        "view": lambda: build_view(loaded),
         "terminal text": lambda: render_text(view, options, written_to="report.json"),
         "markdown": lambda: render_markdown(view, options),
         "html": lambda: render_html(view, options),
