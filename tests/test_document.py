@@ -84,6 +84,8 @@ CORRUPTED = [  # (section, where in the demo's report, the value put there, the 
     ("audit computation", ["audit", "computations", 0, "platforms", "cpu", "lowered", "meta"],
      1.5, "audit.computations[0].platforms.cpu.lowered.meta: expected an integer, found 1.5"),
     ("merge", ["legs"], [LEG], "legs[0].leg: expected a string, found 5"),
+    ("baseline", ["baseline"], {"file": "b.json", "stale": [{"nodeid": 1}]},
+     "baseline.stale[0].nodeid: expected a string, found 1"),
     ("missing", ["tests", 3], {"outcome": "passed"},
      "tests[3].nodeid: missing (expected a string)"),
 ]  # fmt: skip

@@ -1333,6 +1333,24 @@ class Report:
         return (check for test in self.tests for check in test.checks)
 
 
+def _read_baseline_match(r: _Reader) -> Mapping[str, Json]:
+    """The report's ``baseline`` (how the baseline met the run), checked; kept as written
+    (:class:`~pytest_jaxport.report.baseline.BaselineMatch` is its value)."""
+    r.text("file")
+    for key in ("entries", "compared", "not_run"):
+        r.integer(key, 0)
+    r.texts("new", ())
+    for pair in r.items("new_checks", ()):
+        pair.text("nodeid")
+        pair.text("check")
+    for entry in r.items("stale", ()):
+        entry.text("nodeid")
+        entry.opt_text("check")
+        entry.text("why", "removed")
+    r.flag("strict", False)
+    return dict(cast("Mapping[str, Json]", r.data))
+
+
 def read_report(data: Mapping[str, object], *, file: str) -> Report:
     """A report's JSON (this schema version) as a :class:`Report`, every field checked: a
     :class:`ReportError` naming ``file`` and the place of the first that is wrong."""
@@ -1348,7 +1366,7 @@ def read_report(data: Mapping[str, object], *, file: str) -> Report:
         summary=Summary.read(r.table("summary")),
         tests=tuple(TestEntry.read(t) for t in r.items("tests")),
         upgraded_from=r.opt_integer("upgraded_from"),
-        baseline=dict(cast("Mapping[str, Json]", baseline.data)) if baseline else None,
+        baseline=_read_baseline_match(baseline) if baseline else None,
         merged=Merged.read(r),
         audit=AuditSection.read(audit) if audit is not None else None,
     )
