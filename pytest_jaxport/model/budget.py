@@ -148,15 +148,15 @@ class Violation:
         return f"{limit:g}" if isinstance(limit, float) else str(limit)
 
     def rule(self) -> str:
-        """The budget key and where it was set: ``max_custom_calls, set in pyproject.toml``."""
-        if self.key == "must_lower":
-            return f"must_lower = {self.limit_text()}, set in {self.origin}"
-        if self.key == "must_trace":
-            return f"must_trace = true, set in {self.origin}"
+        """The budget key and where it was set: ``max_custom_calls, set in pyproject.toml``;
+        with its value where that is no number (``must_lower = [cuda], set in ...``)."""
+        declared = DECLARED.get(self.key)
+        if declared is not None and declared.kind == "flag":
+            return f"{self.key} = {str(self.limit).lower()}, set in {self.origin}"
+        if declared is not None and declared.kind in _LISTS:
+            return f"{self.key} = {self.limit_text()}, set in {self.origin}"
         if self.key in ("numerics", "emulated_numerics"):
             return f"numerics, tolerance from {self.origin}"
-        if self.key == "forbid_formats":
-            return f"forbid_formats = {self.limit_text()}, set in {self.origin}"
         if self.key == "emulated_run":
             return f"emulate, set in {self.origin}"
         if self.key == BASELINE_KEY:
@@ -757,6 +757,8 @@ _PER_PLATFORM_COUNTED = tuple(
     k.judged for k in KEYS if isinstance(k.judged, OnPlatform) and k.judged.needs_census
 )
 _FRACTIONS = frozenset(k.name for k in KEYS if k.kind == "fraction")
+_LISTS: frozenset[Kind] = frozenset({"platforms", "globs", "formats", "rules"})
+"""The kinds whose value is a list, which a violation's rule says (``forbid_formats = [...]``)."""
 
 
 def evaluate(
