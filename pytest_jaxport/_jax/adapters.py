@@ -49,7 +49,9 @@ def jax_release() -> str:
 # -- tracing for a GPU that is not here ------------------------------------------------------
 
 
-def gpu_description(platform: str, device_kind: str | None = None) -> Any | None:
+def gpu_description(
+    platform: str, device_kind: str | None = None
+) -> contextlib.AbstractContextManager[object] | None:
     """A context manager in which JAX traces for one abstract ``platform`` GPU of
     ``device_kind`` (default :data:`DESCRIBED_GPUS`), or ``None`` where this JAX has no way
     to say it, or needs none.
@@ -79,7 +81,8 @@ def gpu_description(platform: str, device_kind: str | None = None) -> Any | None
     )
     abstract_mesh: Any = jax.sharding.AbstractMesh  # typed without abstract_device before 0.7
     mesh = abstract_mesh((1,), ("jaxport",), abstract_device=device)
-    return use_abstract_mesh(mesh)
+    described: contextlib.AbstractContextManager[object] = use_abstract_mesh(mesh)
+    return described
 
 
 # -- failures that say the hardware is missing, not that the code is not portable ---------------

@@ -46,9 +46,9 @@ class ArgumentError(Exception):
 class Call:
     """``fn(*args, **kwargs)`` with every static part bound into ``fn``: what is traced."""
 
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
 
 
 class _Held:
@@ -104,7 +104,9 @@ def prepare(
     args, kwargs = tuple(args), dict(kwargs)
     numbers, names = jit_static_arguments(fn)
     positions = {n if n >= 0 else n + len(args) for n in numbers}
-    jit_static: dict[int | str, Any] = {i: args[i] for i in sorted(positions) if 0 <= i < len(args)}
+    jit_static: dict[int | str, object] = {
+        i: args[i] for i in sorted(positions) if 0 <= i < len(args)
+    }
     jit_static.update({k: kwargs[k] for k in names if k in kwargs})
     for where, value in jit_static.items():
         if not _hashable(value):
@@ -119,12 +121,12 @@ def prepare(
 
     fn_leaves, _ = jax.tree_util.tree_flatten(fn)
     fn_is_tree = not (len(fn_leaves) == 1 and fn_leaves[0] is fn)
-    tree: dict[str, Any] = {"args": traced_args, "kwargs": traced_kwargs}
+    tree: dict[str, object] = {"args": traced_args, "kwargs": traced_kwargs}
     if fn_is_tree:
         tree["fn"] = fn
     flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
     # Per leaf, in flattening order: _TRACED, or the value held static.
-    places: list[Any] = []
+    places: list[object] = []
     for path, leaf in flat:
         if _traced(leaf):
             places.append(_TRACED)
@@ -148,7 +150,7 @@ def prepare(
     arg_count = len(args)
     static_kwargs = {k: v for k, v in jit_static.items() if isinstance(k, str)}
 
-    def bound(*traced: Any, **traced_kwargs: Any) -> Any:
+    def bound(*traced: object, **traced_kwargs: object) -> object:
         __tracebackhide__ = True  # the function's own error shows the user's frames
         given: dict[str, Any] = {"args": traced, "kwargs": dict(traced_kwargs)}
         if fn_is_tree:

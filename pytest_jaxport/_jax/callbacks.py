@@ -56,8 +56,12 @@ from typing import TYPE_CHECKING, Any
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations, source_line
 
 if TYPE_CHECKING:
-    from jax.extend.core import ClosedJaxpr, Jaxpr
+    import jax
+    from jax._src.interpreters.mlir import LoweringParameters, LoweringRuleContext
+    from jax.core import ShapedArray
+    from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive
     from jax.stages import Traced
+    from jaxlib.mlir import ir
 
 INERT_TARGET = "inert_host_callback"
 """The custom-call target of a placeholder is ``inert_host_callback.<primitive>``."""
@@ -166,7 +170,7 @@ _CALLBACK_HOMES: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Where JAX defines its host-callback primitives (``debug_print_p`` from jax 0.8 on)."""
 
 
-def callback_primitives() -> tuple[Any, ...]:
+def callback_primitives() -> tuple[Primitive, ...]:
     """This JAX's host-callback primitive objects (whichever of
     :data:`~pytest_jaxport._jax.jaxprs.HOST_CALLBACK_PRIMITIVES`
     it defines)."""
@@ -183,7 +187,7 @@ def callback_primitives() -> tuple[Any, ...]:
 
 
 @functools.cache
-def inert_parameters(compilable: bool = False) -> Any:
+def inert_parameters(compilable: bool = False) -> LoweringParameters:
     """JAX's lowering parameters with every host-callback primitive's rule overridden by the
     placeholder's (``compilable``: the stand-in's). Made once: equal parameters share JAX's
     lowering cache entries."""
@@ -197,16 +201,21 @@ def inert_parameters(compilable: bool = False) -> Any:
     )
 
 
-def _placeholder_rule(kind: str, compilable: bool) -> Any:
+def _placeholder_rule(kind: str, compilable: bool) -> Callable[..., Sequence[ir.Value[ir.Type]]]:
     """The lowering rule of a ``kind`` callback's placeholder: a side-effecting custom call
     with the callback's operands and result types (``compilable``: zeros of the result types
     computed from the operands). Ordered effects' tokens pass through, as the callback's do;
     the callback's own parameters (its Python function, sharding) are not needed."""
     from jax._src.interpreters import mlir
 
-    def rule(ctx: Any, *operands: Any, **params: Any) -> Any:
+    def rule(
+        ctx: LoweringRuleContext, *operands: ir.Value[ir.Type], **params: object
+    ) -> Sequence[ir.Value[ir.Type]]:
         if compilable:  # (lower_fun passes ordered effects' tokens through)
-            return mlir.lower_fun(_stand_in(ctx.avals_out), multiple_results=True)(ctx, *operands)
+            lowered: Sequence[ir.Value[ir.Type]] = mlir.lower_fun(
+                _stand_in(ctx.avals_out), multiple_results=True
+            )(ctx, *operands)
+            return lowered
         op = mlir.custom_call(
             f"{INERT_TARGET}.{kind}",
             result_types=[_ir_type(ctx, aval) for aval in ctx.avals_out],
@@ -219,12 +228,12 @@ def _placeholder_rule(kind: str, compilable: bool) -> Any:
     return rule
 
 
-def _ir_type(ctx: Any, aval: Any) -> Any:
+def _ir_type(ctx: LoweringRuleContext, aval: ShapedArray) -> ir.Type:
     from jax._src.interpreters import mlir
 
     if _ir_type_takes_context():  # jax 0.7+: (ctx, aval)
         return mlir.aval_to_ir_type(ctx.module_context, aval)
-    return mlir.aval_to_ir_type(aval)  # type: ignore[call-arg]
+    return mlir.aval_to_ir_type(aval)  # type: ignore[call-arg,arg-type]
 
 
 @functools.cache
@@ -234,7 +243,7 @@ def _ir_type_takes_context() -> bool:
     return len(inspect.signature(mlir.aval_to_ir_type).parameters) == 2
 
 
-def _stand_in(results: Sequence[Any]) -> Callable[..., list[Any]]:
+def _stand_in(results: Sequence[ShapedArray]) -> Callable[..., list[jax.Array]]:
     """A callback's compilable stand-in: zeros of the ``results`` types, computed from every
     operand (their sum, times zero, behind an optimization barrier) so that XLA neither
     folds the results as constants nor drops what computes the operands, as it would not
@@ -242,7 +251,7 @@ def _stand_in(results: Sequence[Any]) -> Callable[..., list[Any]]:
     import jax.numpy as jnp
     from jax import lax
 
-    def stand_in(*operands: Any) -> list[Any]:
+    def stand_in(*operands: jax.Array) -> list[jax.Array]:
         total = jnp.zeros((), jnp.float32)
         for operand in operands:
             total = total + jnp.sum(jnp.real(operand).astype(jnp.float32))

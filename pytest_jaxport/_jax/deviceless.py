@@ -21,11 +21,14 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_jaxport._jax.adapters import gpu_description, needs_hardware
-from pytest_jaxport._jax.callbacks import inert
+from pytest_jaxport._jax.callbacks import InertCallbacks, inert
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, described_kind, load_target
+
+if TYPE_CHECKING:
+    import jax
 
 _CUDA_MAJORS = ("12", "13")
 
@@ -113,17 +116,18 @@ def prefer_deviceless() -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _topology_device(target_config: str) -> Any:
+def _topology_device(target_config: str) -> jax.Device:
     """A compile-only CUDA device for ``target_config``, built once per description."""
     from jax.experimental import topologies
 
     topology = topologies.get_topology_desc(
         platform="cuda", target_config=target_config, topology="1x1x1"
     )
-    return topology.devices[0]
+    device: jax.Device = topology.devices[0]
+    return device
 
 
-def _abstract(leaf: Any, sharding: Any) -> Any:
+def _abstract(leaf: Any, sharding: jax.sharding.Sharding) -> object:
     import jax
     import numpy as np
 
@@ -163,7 +167,7 @@ def deviceless_compile(
         lambda leaf: _abstract(leaf, sharding), (tuple(args), dict(kwargs))
     )
 
-    def trace() -> Any:
+    def trace() -> InertCallbacks:
         # A compile-only GPU has no client for a host callback to call back into: each
         # callback becomes a stand-in that compiles (callbacks.inert, compilable).
         traced = jax.jit(fn).trace(*abstract_args, **abstract_kwargs)
@@ -224,7 +228,7 @@ def deviceless_compile_partitioned(
 
 
 @functools.lru_cache(maxsize=16)
-def _topology_devices(target_config: str, count: int) -> tuple[Any, ...]:
+def _topology_devices(target_config: str, count: int) -> tuple[jax.Device, ...]:
     """``count`` compile-only CUDA devices of one host, for ``target_config``, by id."""
     from jax.experimental import topologies
 

@@ -45,8 +45,9 @@ import functools
 import reprlib
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
@@ -135,8 +136,10 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.busy = False
         self.hooked = 0
-        self.static: tuple[Any, Any, tuple[tuple[str, object], ...]] | None = None
-        self.rule_traces: dict[Any, tuple[Any, Any]] = {}
+        self.static: (
+            tuple[ClosedJaxpr, Callable[..., object], tuple[tuple[str, object], ...]] | None
+        ) = None
+        self.rule_traces: dict[Hashable, tuple[object, object]] = {}
 
 
 _STATE = _State()
@@ -587,7 +590,7 @@ class Interception:
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._adapter: _Adapter | None = None
-        self._originals: dict[tuple[Any, str], Any] = {}
+        self._originals: dict[tuple[ModuleType, str], object] = {}
         self._event_listener: Callable[..., None] | None = None
         self._suite_jits: weakref.WeakSet[Any] | None = None
         self.compiles = CompileCounts()
@@ -667,7 +670,7 @@ class Interception:
             pjit._cpp_pjit_cache_fun_only.clear()
             pjit._cpp_pjit_cache_explicit_attributes.clear()
 
-    def _patch(self, module: Any, name: str, replacement: Any) -> None:
+    def _patch(self, module: ModuleType, name: str, replacement: object) -> None:
         self._originals[(module, name)] = getattr(module, name)
         setattr(module, name, replacement)
 
@@ -736,7 +739,7 @@ class Interception:
         return True
 
 
-def _is_jax_function(fun: Any) -> bool:
+def _is_jax_function(fun: object) -> bool:
     """Whether a function JAX jits is JAX's own, named as JAX names it when it traces it
     (``api_util.fun_sourceinfo``: ``jax.jit(jax.vmap(f))`` is ``f``'s), so that a computation
     of kind ``eager`` (:meth:`_Adapter.facts`) is exactly one whose function this says is
@@ -744,7 +747,7 @@ def _is_jax_function(fun: Any) -> bool:
     from jax._src.api_util import fun_sourceinfo
 
     try:
-        return _is_jax_own(_source(fun_sourceinfo(fun)))
+        return _is_jax_own(_source(fun_sourceinfo(cast("Callable[..., object]", fun))))
     except Exception:  # (a cycle of __wrapped__): the suite's, never in its way
         return False
 
@@ -834,7 +837,9 @@ class _RuleTraces:
         return traced
 
 
-def _rule_trace_key(fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _rule_trace_key(
+    fun: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> Hashable | None:
     """What a lowering rule's trace depends on (the function, by the identity of its code and
     of what it closes over and is given, and the argument types), or ``None`` for any other
     trace or a function that cannot be identified so."""

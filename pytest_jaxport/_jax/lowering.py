@@ -63,6 +63,7 @@ from pytest_jaxport.model.probe import Untraced
 from pytest_jaxport.model.targets import NOT_RUNNABLE, RULES, classify
 
 if TYPE_CHECKING:
+    import jax
     from jax._src.interpreters.mlir import LoweringParameters
     from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
     from jax.stages import Lowered, Traced
@@ -100,11 +101,11 @@ class Execution:
     """The outputs of one run: as JAX returned them, and as host arrays for comparison."""
 
     platform: str
-    value: Any
+    value: object
     outputs: Outputs
     compiled: Any = None
     """The executable that produced ``value`` (a ``jax.stages.Compiled``)."""
-    rerun: Callable[[], Any] | None = None
+    rerun: Callable[[], object] | None = None
     """Runs the executable again on the same arguments and waits (for profiling)."""
     inserted: tuple[OpSite, ...] | None = None
     """The collectives the SPMD partitioner inserted when this executable was compiled
@@ -1347,7 +1348,7 @@ def execute(
     except Exception as e:  # so is a failure to run; the executable is still good to read
         raise LoweringFailure(describe_error(e), stage="run", compiled=compiled) from e
 
-    def rerun() -> Any:
+    def rerun() -> object:
         return jax.block_until_ready(compiled(*call_args, **call_kwargs))  # type: ignore[no-untyped-call]
 
     return Execution(
@@ -1439,7 +1440,9 @@ def compile_deviceless(
         raise LoweringFailure(describe_error(e), stage="compile") from e
 
 
-def argument_leaves(args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[str, Any]]:
+def argument_leaves(
+    args: Sequence[object], kwargs: Mapping[str, object]
+) -> list[tuple[str, object]]:
     """Every leaf of the arguments with a readable path (``args[1]['w']``, ``kwargs['x']``)."""
     import jax
 
@@ -1508,7 +1511,7 @@ class Transformed:
         self._paths = [path for path, _ in argument_leaves(args, kwargs)]
         self._floating = [is_floating(leaf) for leaf in leaves]
         self._leaves = leaves
-        self.args: tuple[Any, ...] = self._arguments(leaves)
+        self.args: tuple[object, ...] = self._arguments(leaves)
         self.__name__ = f"{getattr(fn, '__name__', 'fn')}[{transform}]"
         self._specialized: dict[str, Callable[..., object]] = {}
         self.per_platform = False
@@ -1516,7 +1519,7 @@ class Transformed:
         :meth:`for_platform` (set by :func:`trace_variant`)."""
 
     # what the transformed function is called with
-    def _arguments(self, leaves: list[Any]) -> tuple[Any, ...]:
+    def _arguments(self, leaves: list[Any]) -> tuple[object, ...]:
         import jax.numpy as jnp
 
         if self.transform != "vmap":
@@ -1564,7 +1567,7 @@ class Transformed:
                 f"for this check"
             )
 
-    def __call__(self, *leaves: Any) -> Any:
+    def __call__(self, *leaves: object) -> object:
         __tracebackhide__ = True
         return self._build(self.fn)(*leaves)
 
@@ -1580,29 +1583,29 @@ class Transformed:
 
         treedef, floating, paths = self._treedef, self._floating, self._paths
 
-        def call(leaves: Sequence[Any]) -> Any:
+        def call(leaves: Sequence[object]) -> object:
             __tracebackhide__ = True
             args, kwargs = jax.tree_util.tree_unflatten(treedef, list(leaves))
             return fn(*args, **kwargs)
 
-        def merge(diff: Sequence[Any], fixed: Sequence[Any]) -> list[Any]:
+        def merge(diff: Sequence[object], fixed: Sequence[object]) -> list[object]:
             di, fi = iter(diff), iter(fixed)
             return [next(di) if f else next(fi) for f in floating]
 
-        def split(leaves: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        def split(leaves: Sequence[object]) -> tuple[list[object], list[object]]:
             diff = [x for x, f in zip(leaves, floating, strict=True) if f]
             fixed = [x for x, f in zip(leaves, floating, strict=True) if not f]
             return diff, fixed
 
-        def floating_outputs(out: Any) -> list[Any]:
+        def floating_outputs(out: object) -> list[jax.Array]:
             return [leaf for leaf in jax.tree_util.tree_leaves(out) if is_floating(leaf)]
 
         if self.transform == "grad":
 
-            def grad(*leaves: Any) -> Any:
+            def grad(*leaves: object) -> dict[str, object]:
                 diff, fixed = split(leaves)
 
-                def loss(diff: list[Any]) -> Any:
+                def loss(diff: list[object]) -> object:
                     outs = floating_outputs(call(merge(diff, fixed)))
                     return sum(jnp.sum(jnp.real(o)) for o in outs)
 
@@ -1613,9 +1616,9 @@ class Transformed:
             return grad
         if self.transform == "jvp":
 
-            def jvp(*leaves: Any) -> Any:
+            def jvp(*leaves: object) -> list[jax.Array]:
                 diff, fixed = split(leaves)
-                tangents = [jnp.ones_like(x) for x in diff]
+                tangents = [jnp.ones_like(cast("jax.Array", x)) for x in diff]  # floating
                 _, out = jax.jvp(lambda *d: call(merge(d, fixed)), tuple(diff), tuple(tangents))
                 return floating_outputs(out)
 
@@ -1643,7 +1646,7 @@ class Transformed:
         return f"{self.transform} cannot be taken{where} ({cause})"
 
 
-def _split_keys(keys: Any) -> Any:
+def _split_keys(keys: jax.Array) -> jax.Array:
     """A batch of two for a typed key array: each key split in two the way
     ``jax.random.split`` splits it (keys are not numbers: no arithmetic makes a second)."""
     import jax
@@ -1672,14 +1675,19 @@ class PlatformTraces:
         self.variant = variant
         self.gpus = gpus
 
-    def lower(self, *, lowering_platforms: tuple[str, ...], _private_parameters: Any = None) -> Any:
+    def lower(
+        self,
+        *,
+        lowering_platforms: tuple[str, ...],
+        _private_parameters: LoweringParameters | None = None,
+    ) -> Lowered:
         import jax
 
         (platform,) = lowering_platforms
         specialized = self.variant.for_platform(platform)
         args = self.variant.args
 
-        def again() -> Any:
+        def again() -> Traced:
             return jax.jit(specialized).trace(*args)
 
         try:
@@ -1691,13 +1699,15 @@ class PlatformTraces:
         )
 
 
-def trace_variant(variant: Transformed, *, gpus: Mapping[str, str] | None = None) -> Any:
+def trace_variant(
+    variant: Transformed, *, gpus: Mapping[str, str] | None = None
+) -> Trace | PlatformTraces:
     """Trace the transformed function once; where that fails (a kernel without a rule on
     some branch), a :class:`PlatformTraces` that traces per platform. ``gpus`` as for
     :func:`trace`."""
     import jax
 
-    def again() -> Any:
+    def again() -> Traced:
         return jax.jit(variant).trace(*variant.args)
 
     try:
@@ -1715,7 +1725,9 @@ def _for_platform(fn: Callable[..., object], platform: str) -> Callable[..., obj
 
 
 def specialize(
-    fn: Callable[..., object], arguments: tuple[tuple[Any, ...], dict[str, Any]], platform: str
+    fn: Callable[..., object],
+    arguments: tuple[tuple[object, ...], dict[str, object]],
+    platform: str,
 ) -> Callable[..., object]:
     """``fn`` with each ``lax.platform_dependent`` (outside custom rules and loops) resolved
     for ``platform``: the jaxpr is re-played, taking only that platform's branch."""
@@ -1726,7 +1738,7 @@ def specialize(
     out_tree = jax.tree_util.tree_structure(out_shape)
     replay = _Specializer(platform)
 
-    def specialized(*args: Any, **kwargs: Any) -> Any:
+    def specialized(*args: object, **kwargs: object) -> object:
         flat = jax.tree_util.tree_leaves((args, kwargs))
         outs = replay.run(closed.jaxpr, closed.consts, flat)
         return jax.tree_util.tree_unflatten(out_tree, outs)
