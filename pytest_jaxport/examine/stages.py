@@ -23,6 +23,8 @@ on) enters ``timer(name)`` around every stage it runs, with these names:
 ...     pass
 >>> list(timer.wall)
 ['trace']
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
 from __future__ import annotations
