@@ -116,6 +116,23 @@ class Hotspot:
             "basis": self.basis,
         }
 
+    def to_audit_dict(self) -> dict[str, Any]:
+        """The audit section's site: its calls as ``count``, its checks as ``computations``."""
+        return {
+            "location": self.location,
+            "platform": self.platform,
+            "layer": self.layer,
+            "name": self.name,
+            "kind": self.kind,
+            "library": self.library,
+            "count": self.dispatches,
+            "computations": self.checks,
+            "tests": self.tests,
+            "seconds": self.seconds,
+            "share": self.share,
+            "basis": self.basis,
+        }
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hotspot:
         return cls(

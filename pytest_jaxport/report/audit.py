@@ -376,23 +376,7 @@ def sites(found: Iterable[Hotspot]) -> list[dict[str, Any]]:
     """Vendor and custom dispatches by source line and platform: each distinct site once,
     with its call-weighted count over the computations, how many computations and tests
     reach it, and its share of the suite's estimated time on that platform."""
-    return [
-        {
-            "location": h.location,
-            "platform": h.platform,
-            "layer": h.layer,
-            "name": h.name,
-            "kind": h.kind,
-            "library": h.library,
-            "count": h.dispatches,
-            "computations": h.checks,
-            "tests": h.tests,
-            "seconds": h.seconds,
-            "share": h.share,
-            "basis": h.basis,
-        }
-        for h in sorted(found, key=site_order)
-    ]
+    return [h.to_audit_dict() for h in sorted(found, key=site_order)]
 
 
 # -- budgets: [tool.jaxport.audit] fail_on -------------------------------------------------

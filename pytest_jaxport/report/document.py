@@ -1178,7 +1178,7 @@ class AuditSection:
             "eager_users": self.eager_users,
             "seen": dict(self.seen),
             "summary": summary,
-            "sites": [_site_dict(h) for h in self.sites],
+            "sites": [h.to_audit_dict() for h in self.sites],
             "findings": [f.to_dict() for f in self.findings],
             "computations": [c.to_dict() for c in self.computations],
             "tests": {
@@ -1198,23 +1198,6 @@ class AuditSection:
         if self.legs is not None:
             data["legs"] = list(self.legs)
         return data
-
-
-def _site_dict(h: Hotspot) -> dict[str, Json]:
-    return {
-        "location": h.location,
-        "platform": h.platform,
-        "layer": h.layer,
-        "name": h.name,
-        "kind": h.kind,
-        "library": h.library,
-        "count": h.dispatches,
-        "computations": h.checks,
-        "tests": h.tests,
-        "seconds": h.seconds,
-        "share": h.share,
-        "basis": h.basis,
-    }
 
 
 # -- the merge --------------------------------------------------------------------------------
