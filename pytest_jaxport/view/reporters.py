@@ -9,21 +9,28 @@ is a row here.
 
 from __future__ import annotations
 
+import json
+import site
+import sysconfig
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_jaxport.report.schema import write_json, write_text
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.schema import from_json, write_json, write_text
+from pytest_jaxport.view.codequality import code_quality
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
 from pytest_jaxport.view.model import ReportView
+from pytest_jaxport.view.sarif import alerts, sarif_log
 from pytest_jaxport.view.text import render_markdown
 
 
 class ReportSource(Protocol):
     """What a reporter reads, each built once and only when a format asks for it."""
 
-    def build(self) -> Mapping[str, Any]:
+    def build(self) -> Mapping[str, Any] | Report:
         """The report as the plugin writes it."""
         ...
 
@@ -55,19 +62,57 @@ def write_html_report(path: Path, source: ReportSource) -> None:
     write_text(path, render_html(source.view(), source.display()))
 
 
+def typed(built: Mapping[str, Any] | Report, path: Path) -> Report:
+    """The report as a typed :class:`Report` (the plugin builds its JSON form)."""
+    if isinstance(built, Report):
+        return built
+    return from_json(json.loads(json.dumps(built)), path)
+
+
+@lru_cache(maxsize=4096)
+def installed_file(file: str) -> bool:
+    """Whether ``file``, as a report shows it, is a file of an installed package (a site in
+    a library shows relative to its ``site-packages``): not a line of the repository."""
+    folders = {*site.getsitepackages(), site.getusersitepackages()}
+    folders |= {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    return any((Path(folder) / file).is_file() for folder in folders)
+
+
+def write_sarif_report(path: Path, source: ReportSource) -> None:
+    """The findings as a SARIF 2.1.0 log, for code scanning (view/sarif.py)."""
+    log = sarif_log(typed(source.build(), path), outside=installed_file)
+    write_text(path, json.dumps(log, indent=2) + "\n")
+
+
+def write_code_quality_report(path: Path, source: ReportSource) -> None:
+    """The findings as a GitLab Code Quality report (view/codequality.py)."""
+    found = alerts(typed(source.build(), path), outside=installed_file)
+    write_text(path, json.dumps(code_quality(found), indent=2) + "\n")
+
+
 REPORTERS: Mapping[str, Reporter] = {
     ".json": write_json_report,
     ".md": write_markdown_report,
     ".html": write_html_report,
+    ".sarif": write_sarif_report,
+    ".codequality.json": write_code_quality_report,
 }
-"""Each report file format by its suffix, in the order the option's help names them."""
+"""Each report file format by its suffix, in the order the option's help names them. A
+two-part suffix (``.codequality.json``) is matched before its last part (``.json``)."""
+
+
+def report_suffix(path: Path) -> str:
+    """The suffix of :data:`REPORTERS` that ``path`` ends in, the longest first; else its
+    last suffix (``''`` for none)."""
+    matches = [s for s in REPORTERS if path.name.endswith(s) and path.name != s]
+    return max(matches, key=len) if matches else path.suffix
 
 
 def reporter_for(path: Path) -> Reporter:
     """The reporter ``path``'s suffix names; ``KeyError`` naming the suffix and the known
     ones for any other."""
     try:
-        return REPORTERS[path.suffix]
+        return REPORTERS[report_suffix(path)]
     except KeyError:
         raise KeyError(
             f"{path}: no report format for suffix {path.suffix or '(none)'!r}, expected "
