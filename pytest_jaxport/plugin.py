@@ -44,6 +44,7 @@ from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
+from pytest_jaxport.view.annotations import MODES as ANNOTATION_MODES
 from pytest_jaxport.view.display import add_display_options
 from pytest_jaxport.view.reporters import REPORTERS
 
@@ -138,6 +139,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "option once per file). Put it after the test paths, or write --jaxport-report=PATH.",
     )
     add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
+    group.addoption(
+        "--jaxport-annotations",
+        default=None,
+        choices=ANNOTATION_MODES,
+        help="GitHub Actions annotations at the end of the run: 'errors' prints each budget "
+        "violation, numerics failure and must_lower failure as ::error at its source line, "
+        "'all' also the findings that fail nothing as ::warning (10 of each per step), 'off' "
+        "none. Default: all where GITHUB_ACTIONS=true, else off.",
+    )
     parser.addini(
         "verbosity_jaxport",
         "how much the portability report shows: -2 one line, -1 the problem groups and the "
