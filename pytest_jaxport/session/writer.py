@@ -33,7 +33,9 @@ from pytest_jaxport.report.schema import (
 from pytest_jaxport.session.audit import AuditRecording
 from pytest_jaxport.view.display import DisplayOptions, display_options
 from pytest_jaxport.view.model import ReportView, build_view
-from pytest_jaxport.view.reporters import reporter_for
+from pytest_jaxport.view.annotations import annotation_lines, default_mode
+from pytest_jaxport.view.reporters import installed_file, reporter_for, typed
+from pytest_jaxport.view.sarif import alerts
 from pytest_jaxport.view.text import render_markdown
 
 VERBOSITY = "jaxport"
@@ -320,6 +322,7 @@ class ReportWriter:
             if terminal is not None:
                 terminal.write_line(problem, red=True)
         failed = self._write_reports() or failed
+        self._annotate()
         if failed:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -374,3 +377,17 @@ class ReportWriter:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if said is not None and terminal is not None:
             terminal.write_line(said, yellow=True)
+
+    def _annotate(self) -> None:
+        """The findings as GitHub Actions annotations (``--jaxport-annotations``; all where
+        ``GITHUB_ACTIONS=true``), printed once, by the controller (view/annotations.py)."""
+        mode = self.config.getoption("jaxport_annotations") or default_mode(os.environ)
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if mode == "off" or terminal is None or not (self.ledger.tests or self.audited):
+            return
+        report = typed(self.build(), self.config.rootpath / "report.json")
+        lines = annotation_lines(alerts(report, outside=installed_file), mode=mode)
+        if lines:
+            terminal.ensure_newline()
+        for line in lines:
+            terminal.write_line(line)
