@@ -387,7 +387,7 @@ class ReportWriter:
             return
         report = typed(self.build(), self.config.rootpath / "report.json")
         lines = annotation_lines(alerts(report, outside=installed_file), mode=mode)
-        if lines:
-            terminal.ensure_newline()
+        if lines:  # each at the start of its own line (after pytest's progress line)
+            terminal.write_line("")
         for line in lines:
             terminal.write_line(line)
