@@ -22,6 +22,7 @@ from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.html import html, render_html
 from pytest_jaxport.view.model import ReportView, build_view, versions_note
+from pytest_jaxport.view.reporters import sarif_text
 from pytest_jaxport.view.text import (
     diff_markdown,
     diff_text,
@@ -45,6 +46,9 @@ def _show(args: argparse.Namespace) -> int:
     except ReportError as e:
         print(f"jaxport show: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
+    if args.format == "sarif":  # the findings at their lines, for code scanning
+        print(sarif_text(report, Path(args.report)), end="")
+        return EXIT_OK
     view = build_view(report)
     if options.platform is not None and options.platform not in view.platforms:
         return _fail(
@@ -149,6 +153,11 @@ def _merge(args: argparse.Namespace) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE
+    if args.sarif:
+        problem = _write("merge", Path(args.sarif), sarif_text(result.report, output))
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return EXIT_UNUSABLE
     said = merge_text(result)
     if said:
         print(said)
@@ -217,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     show = commands.add_parser("show", help="render a saved JSON report")
     show.add_argument("report", metavar="REPORT.json")
-    show.add_argument("--format", choices=("text", "md", "html"), default="text")
+    show.add_argument("--format", choices=("text", "md", "html", "sarif"), default="text")
     show.add_argument("-v", "--verbose", action="count", default=0,
                       help="show more: every problem, more sites; -vv every test")  # fmt: skip
     show.add_argument("-q", "--quiet", action="count", default=0,
@@ -243,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("-o", "--output", required=True, metavar="MERGED.json")
     merge.add_argument("--md", metavar="PATH", default=None, help="also write Markdown")
     merge.add_argument("--html", metavar="PATH", default=None, help="also write HTML")
+    merge.add_argument(
+        "--sarif", metavar="PATH", default=None, help="also write SARIF 2.1.0 (code scanning)"
+    )
     merge.set_defaults(run=_merge)
     diff = commands.add_parser(
         "diff",

@@ -78,10 +78,16 @@ def installed_file(file: str) -> bool:
     return any((Path(folder) / file).is_file() for folder in folders)
 
 
+def sarif_text(built: Mapping[str, Any] | Report, path: Path) -> str:
+    """The report's findings as a SARIF 2.1.0 log's text (view/sarif.py); ``path`` names
+    the report in what its check refuses."""
+    log = sarif_log(typed(built, path), outside=installed_file)
+    return json.dumps(log, indent=2) + "\n"
+
+
 def write_sarif_report(path: Path, source: ReportSource) -> None:
-    """The findings as a SARIF 2.1.0 log, for code scanning (view/sarif.py)."""
-    log = sarif_log(typed(source.build(), path), outside=installed_file)
-    write_text(path, json.dumps(log, indent=2) + "\n")
+    """The findings as a SARIF 2.1.0 log, for code scanning."""
+    write_text(path, sarif_text(source.build(), path))
 
 
 def write_code_quality_report(path: Path, source: ReportSource) -> None:
