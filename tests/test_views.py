@@ -23,10 +23,11 @@ import pytest
 from helpers import exclusive
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.cost import RuntimeShare, ranking_of
+from pytest_jaxport.model.cost import RewriteEstimate, RuntimeShare, ranking_of
 from pytest_jaxport.model.hotspots import Reach, hotspots
-from pytest_jaxport.model.probe import census_from_dict
+from pytest_jaxport.model.probe import PlatformProbe, census_from_dict
 from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
+from pytest_jaxport.report.document import AuditFinding, AuditSection, Computation, Numbers
 from pytest_jaxport.report.schema import write_json
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
@@ -476,21 +477,36 @@ def test_the_view_says_what_an_estimate_and_the_days_can_bear() -> None:
     apart, as every format reads them from the view model."""
     from pytest_jaxport.view.model import band_spans, share_row, targets_of
 
-    row = share_row("cuda", {"basis": "estimated", "error_points": 37, "xla": 0.26,
-                             "vendor": 0.71, "custom": 0.03})  # fmt: skip
+    row = share_row(
+        "cuda",
+        RuntimeShare(
+            basis="estimated",
+            seconds=1.0,
+            error_points=37,
+            layers={"xla": 0.26, "vendor": 0.71, "custom": 0.03},
+        ),
+    )
     assert row.ranking == "a ranking, not a share: within ±37 points, xla's 26% could be 0%"
     assert row.band_points == 37
     assert row.band == ((0.0, 1.0),)  # 26% ± 37 and 97% ± 37, joined, cut to the bar
     assert band_spans({"xla": 0.5, "vendor": 0.3, "custom": 0.2}, 10) == ((0.4, 0.6), (0.7, 0.9))
     assert band_spans({"xla": 0.5, "vendor": 0.0, "custom": 0.5}, 10) == ((0.4, 0.6),)
     assert band_spans({"xla": 1.0, "vendor": 0.0, "custom": 0.0}, 37) == ()
-    measured = share_row("cpu", {"basis": "measured", "error_points": 37, "xla": 0.7,
-                                 "vendor": 0.3})  # fmt: skip
+    measured = share_row(
+        "cpu",
+        RuntimeShare(
+            basis="measured", seconds=1.0, error_points=37, layers={"xla": 0.7, "vendor": 0.3}
+        ),
+    )
     assert (measured.ranking, measured.band, measured.band_points) == ("", (), None)
 
+    def estimate(days: float, breakdown: dict[str, float]) -> RewriteEstimate:
+        return RewriteEstimate(target="rocm", items=(), tooling_assumptions=0, days=days,
+                               breakdown=breakdown)  # fmt: skip
+
     def target(days: float, **breakdown: float) -> Any:
-        summary = {"rewrite_days": {"rocm": days}, "rewrite": {"rocm": {"breakdown": breakdown}}}
-        [row] = targets_of(summary)
+        numbers = Numbers(rewrite_days={"rocm": days}, rewrite={"rocm": estimate(0, breakdown)})
+        [row] = targets_of(numbers)
         return row
 
     rocm = target(13.5, fallback_validation=3, tooling_assumption=3, requantize=2,
@@ -508,7 +524,8 @@ def test_the_view_says_what_an_estimate_and_the_days_can_bear() -> None:
         "3 days (fallback validation 3)"  # [tool.jaxport.cost] fixed = 0
     )
     assert target(7).days_split() == "7 days"  # no breakdown: the total
-    assert targets_of({"rewrite": {"rocm": {"breakdown": {"fixed": 5}}}})[0].days_split() == "-"
+    assert targets_of(Numbers(rewrite={"rocm": estimate(7, {"fixed": 5})}))[0].days == 7
+    assert targets_of(Numbers(kernels_to_rewrite={"rocm": 0}))[0].days_split() == "-"
 
 
 def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None:
@@ -517,15 +534,15 @@ def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None
     from pytest_jaxport.model.hotspots import Hotspot
     from pytest_jaxport.view.model import hotspots_of
 
-    def site(location: str, share: float, checks: int) -> dict[str, Any]:
+    def site(location: str, share: float, checks: int) -> Hotspot:
         return Hotspot(platform="cuda", location=location, layer="vendor", name="gemm",
                        kind="gemm", library="cublas", checks=checks, tests=1, dispatches=2,
-                       seconds=share, share=share, basis="estimated").to_dict()  # fmt: skip
+                       seconds=share, share=share, basis="estimated")  # fmt: skip
 
     stored = [site("a.py:1", 0.0372, 1), site("b.py:2", 0.0368, 2), site("c.py:3", 0.093, 1)]
-    order = [h.location for h in hotspots_of({"hotspots": stored}, ())]
+    order = [h.location for h in hotspots_of(stored)]
     assert order == ["c.py:3", "b.py:2", "a.py:1"]
-    assert [pct(h["share"]) for h in stored[:2]] == ["3.7%", "3.7%"]
+    assert [pct(h.share or 0.0) for h in stored[:2]] == ["3.7%", "3.7%"]
 
 
 def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) -> None:
@@ -686,14 +703,25 @@ def test_the_audits_findings_are_one_problem_per_platform_and_reason() -> None:
     from pytest_jaxport.view.model import audit_problems, problems_of
 
     eig = "NotImplementedError: MLIR translation rule for primitive 'eig' not found for tpu"
-    computations = [
-        {"id": f"c{i}", "function": "f", "owner": f"t.py::test_{i % 2}", "source": "t.py:3",
-         "signature": ["x: float32[3]"], "platforms": {"tpu": {"lowered": None}}}
+    computations = tuple(
+        Computation(id=f"c{i}", function="f", owner=f"t.py::test_{i % 2}", source="t.py:3",
+                    kind="jit", signature=("x: float32[3]",),
+                    platforms={"tpu": PlatformProbe(platform="tpu", present=False)})
+        for i in range(3)
+    )  # fmt: skip
+    findings = [
+        AuditFinding(computation=f"c{i}", function="f", platform="tpu", kind="lowering",
+                     reason=eig)
         for i in range(3)
     ]  # fmt: skip
-    findings = [{"computation": f"c{i}", "platform": "tpu", "reason": eig} for i in range(3)]
-    findings.append({"computation": "c0", "platform": "rocm", "reason": "ValueError: other"})
-    problems = audit_problems({"findings": findings}, computations)
+    findings.append(AuditFinding(computation="c0", function="f", platform="rocm",
+                                 kind="lowering", reason="ValueError: other"))  # fmt: skip
+    section = AuditSection(
+        interception={}, platforms=("cpu", "rocm", "tpu"), eager_users="owner", seen={},
+        totals={}, numbers=None, sites=(), findings=tuple(findings), computations=computations,
+        tests={},
+    )  # fmt: skip
+    problems = audit_problems(section)
     assert [(p.platform, p.message, len(p.computations)) for p in problems] == [
         ("tpu", eig, 3),
         ("rocm", "ValueError: other", 1),

@@ -27,10 +27,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any
 
 from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.probe import Probe
+from pytest_jaxport.report.document import Report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
     FIXED,
@@ -38,13 +39,13 @@ from pytest_jaxport.view.model import (
     Cell,
     CheckRow,
     FormatRow,
+    Problem,
     ProblemGroup,
     ReportView,
     ShareRow,
     TargetRow,
     TestRow,
     build_view,
-    counted_census,
     days_text,
     hotspot_cells,
     hotspot_headers,
@@ -104,7 +105,7 @@ BAR_WIDTH = 360
 BAR_HEIGHT = 20
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     """Escape anything for element content and quoted attribute values."""
     return escape("" if value is None else str(value), quote=True)
 
@@ -361,7 +362,7 @@ def _header(view: ReportView) -> str:
               " bad" if violations else " good"),
     ]  # fmt: skip
     if view.audit is not None:
-        seen = view.audit.seen.get("computations", 0)
+        seen = view.audit.seen["computations"]
         audit_tiles = [_tile(number(seen), "audited computations", "#audit")]
         if head.audit_failures or audited:
             cls = " bad" if head.audit_failures else " good"
@@ -411,7 +412,7 @@ def _not_lowered(view: ReportView) -> int:
     audit = view.audit
     if audit is None:
         return 0
-    return max(0, audit.seen.get("computations", 0) - audit.lowers_everywhere)
+    return max(0, audit.seen["computations"] - audit.lowers_everywhere)
 
 
 def _toc(view: ReportView) -> str:
@@ -433,7 +434,7 @@ def _toc(view: ReportView) -> str:
     )
 
 
-def _problem_row(problem: Any, group: ProblemGroup) -> str:
+def _problem_row(problem: Problem, group: ProblemGroup) -> str:
     test = f'<a href="#{_anchor(problem.test)}"><code>{_e(problem.test)}</code></a>'
     if len(problem.tests) > 1:  # the suite audit's computations sharing one reason
         more = plural(len(problem.tests) - 1, "more test")
@@ -791,9 +792,9 @@ def _layers(view: ReportView) -> str:
 
 def _tooling(view: ReportView) -> str:
     rows = [
-        f'<tr><td class="nowrap"><code>{_e(a.get("file"))}:{_e(a.get("line"))}</code></td>'
-        f'<td class="nowrap">{_e(a.get("rule"))}</td><td>{_e(a.get("reason"))}</td>'
-        f"<td><code>{_e(a.get('text'))}</code></td></tr>"
+        f'<tr><td class="nowrap"><code>{_e(a.file)}:{_e(a.line)}</code></td>'
+        f'<td class="nowrap">{_e(a.rule)}</td><td>{_e(a.reason)}</td>'
+        f"<td><code>{_e(a.text)}</code></td></tr>"
         for a in view.tooling
     ]
     if not rows:
@@ -957,22 +958,23 @@ def _matrix(view: ReportView) -> str:
     )
 
 
-def _kernels_table(check: Mapping[str, Any]) -> str:
+def _kernels_table(probe: Probe) -> str:
     rows = []
-    for platform, entry in (check.get("platforms") or {}).items():
-        census, level = counted_census(entry if isinstance(entry, Mapping) else {})
+    for platform, result in probe.platforms.items():
+        census = result.budgeted
         if census is None:
             continue
-        for k in census.get("kernels") or ():
-            if not isinstance(k, Mapping) or k.get("layer") not in ("vendor", "custom"):
+        level = "compiled" if result.compiled is not None else "lowered"
+        for k in census.kernels:
+            if k.layer not in ("vendor", "custom"):
                 continue
-            layer = str(k["layer"])
-            where = f"<code>{_e(k['location'])}</code>" if k.get("location") else "—"
+            layer = k.layer
+            where = f"<code>{_e(k.location)}</code>" if k.location else "—"
             rows.append(
                 f'<tr class="{layer}"><td>{_e(platform)}</td>'
                 f'<td><span class="pill {layer}">{_e(layer)}</span></td>'
-                f"<td><code>{_e(k.get('name'))}</code></td><td>{_e(k.get('library') or '—')}</td>"
-                f'<td>{_e(k.get("kind"))}</td><td class="num">{_e(k.get("count") or 1)}</td>'
+                f"<td><code>{_e(k.name)}</code></td><td>{_e(k.library or '—')}</td>"
+                f'<td>{_e(k.kind)}</td><td class="num">{_e(k.count or 1)}</td>'
                 f"<td>{where}</td><td>{level}</td></tr>"
             )
     if not rows:
@@ -1011,7 +1013,7 @@ def _findings_table(rows: Sequence[FormatRow]) -> str:
     )
 
 
-def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> str:
+def _check_details(row: CheckRow, *, bars: bool) -> str:
 
     out = [f"<h4>check <code>{_e(row.name)}</code></h4>"]
     problems = [
@@ -1029,12 +1031,12 @@ def _check_details(check: Mapping[str, Any], row: CheckRow, *, bars: bool) -> st
     ]
     if emulated:
         out.append(f'<ul class="emulated">{"".join(emulated)}</ul>')
-    out.append(_kernels_table(check))
+    out.append(_kernels_table(row.probe))
     out.append(_findings_table(row.formats))
     shares = [
-        share_row(str(p), e["runtime_share"])
-        for p, e in (check.get("platforms") or {}).items()
-        if isinstance(e, Mapping) and isinstance(e.get("runtime_share"), Mapping)
+        share_row(p, r.runtime_share)
+        for p, r in row.probe.platforms.items()
+        if r.runtime_share is not None
     ]
     if shares:
         out.append(share_table(shares, f"Runtime share of {row.name}", bars=bars))
@@ -1060,7 +1062,7 @@ def _test_details(view: ReportView) -> str:
             )
         if test.error:
             body.append(f'<pre class="violation">{_e(test.error)}</pre>')
-        body += [_check_details(r.record, r, bars=every) for r in test.checks]
+        body += [_check_details(r, bars=every) for r in test.checks]
         if not test.checks and not test.error:
             body.append('<p class="note">No checks recorded.</p>')
         bits = plural(len(test.checks), "check")
@@ -1245,7 +1247,7 @@ footer { max-width: 1240px; margin: 32px auto 24px; padding: 8px 24px 0; color: 
 """
 
 
-def html(report: Mapping[str, Any], options: DisplayOptions | None = None) -> str:
+def html(report: Report, options: DisplayOptions | None = None) -> str:
     """The whole report as one self-contained HTML document (see :func:`render_html`)."""
     return render_html(build_view(report), options or DisplayOptions())
 
@@ -1261,7 +1263,7 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
     if view.audit is not None and view.unit == "computation":  # a suite audit, no checks
         title = (
             "pytest-jaxport suite audit: "
-            f"{plural(view.audit.seen.get('computations', 0), 'computation')} "
+            f"{plural(view.audit.seen['computations'], 'computation')} "
             f"({number(_not_lowered(view))} do not lower everywhere), "
             f"{plural(head.audit_failures, 'suite audit failure')}"
         )

@@ -25,8 +25,10 @@ budget failures are problem groups (``audit``), and its three numbers, sites and
 totals are the headline's where the run has no checks (``unit`` says what the numbers
 count), else :attr:`AuditView.numbers`, next to the checks'.
 
-Every key may be missing or malformed: a view of a broken report is empty where the report
-is, never an exception.
+The view reads a :class:`~pytest_jaxport.report.document.Report`'s attributes: the report
+was checked once, where it was read (:func:`pytest_jaxport.report.load`), so nothing here
+guesses at a missing or malformed field. Platforms are the report's (its configuration,
+its totals, its checks), never a list of this module's.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -39,37 +41,52 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import (
     RANKING,
     SHARE_LAYERS,
+    RuntimeShare,
     ranking_of,
     share_basis,
     share_basis_short,
 )
 from pytest_jaxport.model.emulation import (
-    Emulation,
+    HOST,
     emulated_label,
     emulation_lines,
     not_emulated_message,
 )
 from pytest_jaxport.model.formats import FINDING_KINDS, Finding
-from pytest_jaxport.model.hotspots import Hotspot, hotspots, reaches_of_tests
-from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_state, numerics_state
-from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
-from pytest_jaxport.report.audit import computation_label, failures
+from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
+from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
+from pytest_jaxport.model.tooling import Assumption
+from pytest_jaxport.report.audit import computation_label
 from pytest_jaxport.report.baseline import BaselineMatch, Change, StaleEntry, file_of
-from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import TOOL_NAME
+from pytest_jaxport.report.document import (
+    TOOL_NAME,
+    AuditSection,
+    Check,
+    Computation,
+    Config,
+    Environment,
+    Merged,
+    Numbers,
+    PlatformTotals,
+    Report,
+    TestEntry,
+    Tooling,
+    read_report,
+)
 from pytest_jaxport.view.display import DisplayOptions
 
 NO_AUTOTUNE_NOTE = (
     "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"
 )
-NVIDIA = "cuda"
+NVIDIA = NVIDIA_PLATFORM
 MARKER_ORIGIN = "the test's own marker"
 """Where a limit was set when a test's own ``portable`` mark set it (one phrase for all)."""
 
@@ -142,32 +159,6 @@ def first_line(text: str, limit: int = 200) -> str:
     """The first non-empty line of ``text``, cut at ``limit`` characters."""
     line = next((x.strip() for x in str(text).splitlines() if x.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-# -- forgiving accessors ------------------------------------------------------------------------
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int:
-    found = _num(value)
-    return int(found) if found is not None else 0
-
-
-def _str(value: Any, default: str = "") -> str:
-    return default if value is None else str(value)
 
 
 # -- the view -----------------------------------------------------------------------------------
@@ -328,32 +319,33 @@ class ProblemGroup:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Column:
-    """One column of the platform totals: a header, how to read it from
-    ``summary["platforms"][p]``, and whether it only shows when some platform has the key."""
+    """One column of the platform totals: a header, how to read it from a platform's
+    :class:`~pytest_jaxport.report.document.PlatformTotals`, and whether it only shows when
+    some platform has the figure."""
 
     header: str
-    read: Callable[[Mapping[str, Any]], str]
+    read: Callable[[PlatformTotals], str]
     key: str | None = None
-    """Shown only when some platform's totals carry this key (``None``: always)."""
+    """Shown only when some platform's totals have this figure (an attribute that is not
+    ``None``; ``None``: always)."""
     numeric: bool = True
     terminal: bool = True
     """Whether the terminal's table has room for it (the layer table's row says the same
     there); Markdown and HTML show every column."""
 
 
-def _count_of(key: str) -> Callable[[Mapping[str, Any]], str]:
-    return lambda totals: number(_int(totals.get(key)))
+def _count_of(key: str) -> Callable[[PlatformTotals], str]:
+    return lambda totals: number(getattr(totals, key) or 0)
 
 
-def _totals_level(totals: Mapping[str, Any]) -> str:
-    compiled = _int(totals.get("compiled"))
-    if not compiled:
+def _totals_level(totals: PlatformTotals) -> str:
+    if not totals.compiled:
         return "lowered"
-    return "compiled" if compiled == _int(totals.get("lowered")) else "mixed"
+    return "compiled" if totals.compiled == totals.lowered else "mixed"
 
 
-def _collective_calls(totals: Mapping[str, Any]) -> str:
-    return number(sum(_int(_map(c).get("count")) for c in _map(totals.get("collectives")).values()))
+def _collective_calls(totals: PlatformTotals) -> str:
+    return number(sum(count for count, _ in (totals.collectives or {}).values()))
 
 
 TOTALS_COLUMNS: tuple[Column, ...] = (
@@ -380,7 +372,7 @@ TOTALS_COLUMNS: tuple[Column, ...] = (
     ),
     Column(
         header="padding",
-        read=lambda t: pct(_num(t.get("padding_waste")) or 0.0),
+        read=lambda t: pct(t.padding_waste or 0.0),
         key="padding_waste",
         terminal=False,
     ),
@@ -637,29 +629,19 @@ class CheckRow:
     name: str
     variant_of: str | None
     cells: Mapping[str, Cell]
-    record: Mapping[str, Any] = field(default_factory=dict)
-    """The check as the report stores it."""
+    check: Check
+    """The check as the report has it (its probe, tolerance, saved outputs)."""
     note: str | None = None
 
     @property
-    def probe(self) -> Probe | None:
-        """The check as a :class:`Probe` (for per-test details, read when shown: a large
-        report's view stays cheap); ``None`` when the record is malformed."""
-        return _probe(self.record)
+    def probe(self) -> Probe:
+        """The check's :class:`Probe` (for per-test details)."""
+        return self.check.probe
 
     @property
     def formats(self) -> tuple[FormatRow, ...]:
-        """Its formats-and-layout findings, lowered then compiled per platform (read when
-        shown, like :attr:`probe`, from the record's findings alone)."""
-        rows = []
-        for platform, entry in _map(self.record.get("platforms")).items():
-            for level in ("lowered", "compiled"):
-                found = _map(_map(_map(entry).get(level)).get("formats"))
-                for data in _list(found.get("findings")):
-                    finding = _finding(_map(data))
-                    if finding is not None:
-                        rows.append(format_row(str(platform), finding))
-        return tuple(rows)
+        """Its formats-and-layout findings, lowered then compiled per platform."""
+        return format_rows(self.check.probe)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -670,15 +652,15 @@ class TestRow:
     error: str | None = None
     problem: bool = False
     """Whether the test failed or has a finding (a red or amber row)."""
-    record: Mapping[str, Any] = field(default_factory=dict)
+    entry: TestEntry
+    """The test as the report has it."""
 
     __test__ = False  # not a pytest test class
 
     @property
     def violations(self) -> tuple[Violation, ...]:
-        """The test's broken limits (read when shown: a large report's view stays cheap)."""
-        found = (_violation(_map(data)) for data in _list(self.record.get("violations")))
-        return tuple(v for v in found if v is not None)
+        """The test's broken limits."""
+        return self.entry.violations
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -723,19 +705,13 @@ pytest-jaxport's lowering, not the test's run, so it is said here, never in pyte
 summary (and never an error under ``-W error``)."""
 
 
-def heard_while_lowering(platforms: Mapping[str, Any]) -> dict[str, list[str]]:
+def heard_while_lowering(platforms: Mapping[str, PlatformProbe]) -> dict[str, list[str]]:
     """Each warning of ``PlatformProbe.lowering_warnings`` once, with the platforms it was
-    heard for, from a check's (or an audited computation's) platform entries: probes or their
-    JSON."""
+    heard for, from a check's (or an audited computation's) platform entries."""
     heard: dict[str, list[str]] = {}
     for platform, entry in platforms.items():
-        said = (
-            entry.lowering_warnings
-            if isinstance(entry, PlatformProbe)
-            else _list(_map(entry).get("lowering_warnings"))
-        )
-        for warning in said:
-            heard.setdefault(str(warning), []).append(str(platform))
+        for warning in entry.lowering_warnings:
+            heard.setdefault(warning, []).append(platform)
     return heard
 
 
@@ -797,8 +773,9 @@ class AuditTest:
 class AuditView:
     """The suite audit (``--jaxport-audit``): what it saw and how; per test what it ran."""
 
-    seen: Mapping[str, int]
-    """The report's ``seen`` counts (``computations``, ``jit``, ``eager``, ``tests``...)."""
+    seen: Counter[str]
+    """The report's ``seen`` counts (``computations``, ``jit``, ``eager``, ``tests``...); a
+    count it does not have is 0."""
     hook: str
     """How computations were recorded: ``jax 0.10.2, jit cache-miss hook (...)``."""
     notes: tuple[str, ...] = ()
@@ -821,8 +798,8 @@ class AuditView:
         """``17 distinct computations (3 jit, 14 eager op-by-op)``."""
         seen = self.seen
         return (
-            f"{plural(seen.get('computations', 0), 'distinct computation')} "
-            f"({number(seen.get('jit', 0))} jit, {number(seen.get('eager', 0))} eager op-by-op)"
+            f"{plural(seen['computations'], 'distinct computation')} "
+            f"({number(seen['jit'])} jit, {number(seen['eager'])} eager op-by-op)"
         )
 
     def seen_line(self) -> str:
@@ -830,15 +807,15 @@ class AuditView:
         more than one test``."""
         seen = self.seen
         text = (
-            f"{plural(seen.get('computations', 0), 'distinct computation')} "
-            f"({number(seen.get('jit', 0))} jit, {number(seen.get('eager', 0))} eager "
-            f"op-by-op) in {number(seen.get('tests_using', 0))} of "
-            f"{plural(seen.get('tests', 0), 'test')}; {number(seen.get('shared', 0))} run by "
+            f"{plural(seen['computations'], 'distinct computation')} "
+            f"({number(seen['jit'])} jit, {number(seen['eager'])} eager "
+            f"op-by-op) in {number(seen['tests_using'])} of "
+            f"{plural(seen['tests'], 'test')}; {number(seen['shared'])} run by "
             "more than one test"
         )
-        if self.eager_users == "owner" and seen.get("eager"):
+        if self.eager_users == "owner" and seen["eager"]:
             text += " (an eager op: in the first test that ran it)"
-        if seen.get("partitioned"):
+        if seen["partitioned"]:
             text += (
                 f"; {number(seen['partitioned'])} partitioned over several devices (with the "
                 "collectives XLA's SPMD partitioner inserts)"
@@ -847,7 +824,7 @@ class AuditView:
 
     def not_audited(self) -> str | None:
         """``4 compilations outside jit dispatch ...``; ``None`` when there were none."""
-        n = self.seen.get("compiled_outside", 0)
+        n = self.seen["compiled_outside"]
         if not n:
             return None
         return (
@@ -867,7 +844,7 @@ class ReportView:
     shares: tuple[ShareRow, ...] = ()
     targets: tuple[TargetRow, ...] = ()
     layers: tuple[LayerRow, ...] = ()
-    tooling: tuple[Mapping[str, Any], ...] = ()
+    tooling: tuple[Assumption, ...] = ()
     notes: tuple[Note, ...] = ()
     tests: tuple[TestRow, ...] = ()
     platforms: tuple[str, ...] = ()
@@ -1053,43 +1030,43 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
 # -- building it --------------------------------------------------------------------------------
 
 
-def build_view(report: Report | Mapping[str, Any]) -> ReportView:
-    """The view of a report (schema version 2); never raises on a malformed one."""
-    if isinstance(report, Report):  # until the view reads the typed report's attributes
-        report = report.to_dict()
-    summary = _map(report.get("summary"))
-    tests = [_map(t) for t in _list(report.get("tests")) if isinstance(t, Mapping)]
-    platforms = _platforms(report, tests)
-    rows = tuple(test_row(t, platforms) for t in sorted(tests, key=_test_key))
+def build_view(report: Report | Mapping[str, object]) -> ReportView:
+    """The view of a report (:class:`~pytest_jaxport.report.document.Report`, checked where
+    it was read)."""
+    if not isinstance(report, Report):  # until build_report returns a Report (issue 40)
+        report = read_report(report, file="<in memory>")
+    summary = report.summary
+    numbers = summary.numbers or Numbers()
+    platforms = _platforms(report)
+    rows = tuple(
+        test_row(t, platforms) for t in sorted(report.tests, key=lambda t: natural_key(t.nodeid))
+    )
     headline = headline_of(report)
-    audit = audit_parts(report)
+    audit = audit_parts(report.audit) if report.audit is not None else None
     baseline = baseline_match_of(report)
     view = ReportView(
         headline=headline,
         problems=problems_of(rows, audit.problems if audit is not None else ())
         + baseline_groups(baseline),
-        hotspots=hotspots_of(summary, tests),
-        totals=totals_of(summary),
-        shares=shares_of(summary.get("runtime_share")),
-        targets=targets_of(summary),
+        hotspots=hotspots_of(summary.hotspots),
+        totals=totals_of(summary.platforms),
+        shares=shares_of(numbers.runtime_share),
+        targets=targets_of(numbers),
         layers=(),
-        tooling=tuple(
-            _map(a)
-            for a in _list(_map(summary.get("tooling")).get("assumptions"))
-            if isinstance(a, Mapping)
-        ),
+        tooling=numbers.tooling.assumptions if numbers.tooling is not None else (),
         notes=notes_of(rows, report)
         + ((Note(text=baseline_line(baseline)),) if baseline is not None else ()),
         tests=rows,
         platforms=tuple(platforms),
-        deviceless=_deviceless(tests),
+        deviceless=_deviceless(report),
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
-        collectives=collectives_of(summary),
-        devices=devices_of(report),
+        collectives=collectives_of(summary.platforms),
+        devices=devices_of(report.config),
         emulations=emulations_of(rows),
         baseline=baseline,
     )
+    totals = summary.platforms
     if audit is not None:
         view = dataclasses.replace(
             view, headline=dataclasses.replace(headline, audit_failures=audit.view.failures)
@@ -1099,26 +1076,25 @@ def build_view(report: Report | Mapping[str, Any]) -> ReportView:
                 view, audit=dataclasses.replace(audit.view, numbers=audit.numbers)
             )
         else:  # an audit of an unchanged suite: its numbers are the headline's
-            numbers = audit.numbers
-            summary = {**summary, "platforms": audit.summary.get("platforms")}
+            totals = audit.totals
+            found = audit.numbers
             view = dataclasses.replace(
-                view, audit=audit.view, unit=numbers.unit, hotspots=numbers.hotspots,
-                totals=numbers.totals, shares=numbers.shares, targets=numbers.targets,
-                collectives=numbers.collectives,
+                view, audit=audit.view, unit=found.unit, hotspots=found.hotspots,
+                totals=found.totals, shares=found.shares, targets=found.targets,
+                collectives=found.collectives,
             )  # fmt: skip
-    return dataclasses.replace(view, layers=layers_of(view, summary))
+    return dataclasses.replace(view, layers=layers_of(view, totals, numbers.tooling))
 
 
 def compiled_gaps_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str, str], ...]:
     """Where compiling changed what lowering predicted, per test and check (only checks
-    compiled somewhere are read as probes)."""
+    compiled somewhere are looked at)."""
     found = []
     for row in rows:
         for check in row.checks:
             if all(c.level == "lowered" for c in check.cells.values()):
                 continue
-            probe = check.probe
-            for result in probe.platforms.values() if probe is not None else ():
+            for result in check.probe.platforms.values():
                 for line in (prediction_gap(result), what_if_line(result)):
                     if line is not None:
                         found.append((row.nodeid, check.name, line))
@@ -1130,80 +1106,76 @@ def transformations_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str], ...]:
     found = []
     for row in rows:
         if any(c.variant_of is not None for c in row.checks):
-            probes = [c.probe for c in row.checks]
-            found += [(row.nodeid, line) for line in variant_lines([p for p in probes if p])]
+            found += [(row.nodeid, line) for line in variant_lines([c.probe for c in row.checks])]
     return tuple(found)
 
 
-def _test_key(test: Mapping[str, Any]) -> tuple[tuple[int, int | str], ...]:
-    return natural_key(_str(test.get("nodeid"), "?"))
-
-
-def _platforms(report: Mapping[str, Any], tests: Sequence[Mapping[str, Any]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for p in _list(_map(report.get("config")).get("platforms")):
-        seen[str(p)] = None
-    for p in _map(_map(report.get("summary")).get("platforms")):
-        seen[str(p)] = None
-    for test in tests:
-        for check in _list(test.get("checks")):
-            for p in _map(_map(check).get("platforms")):
-                seen[str(p)] = None
+def _platforms(report: Report) -> list[str]:
+    """The matrix's platforms: the configured ones, then any other the report's totals or
+    checks have, in the order the report has them."""
+    seen: dict[str, None] = dict.fromkeys(report.config.platforms)
+    seen.update(dict.fromkeys(report.summary.platforms))
+    for check in report.checks():
+        seen.update(dict.fromkeys(check.probe.platforms))
     return list(seen)
 
 
-def _levels(config: Mapping[str, Any]) -> str:
-    compiled = [str(p) for p in _list(config.get("compile"))]
-    if not compiled:
+def _levels(config: Config) -> str:
+    if not config.compile:
         return "level: lowered (StableHLO, no hardware needed)"
-    target = config.get("target")
-    gpu = f" (cuda deviceless against {target} where no GPU)" if target else ""
-    return f"levels: compiled for {', '.join(compiled)}{gpu}; lowered elsewhere"
+    gpu = f" ({NVIDIA} deviceless against {config.target} where no GPU)" if config.target else ""
+    return f"levels: compiled for {', '.join(config.compile)}{gpu}; lowered elsewhere"
 
 
-def headline_of(report: Mapping[str, Any]) -> Headline:
-    summary = _map(report.get("summary"))
-    config = _map(report.get("config"))
-    env = _map(report.get("environment"))
+def _version(env: Environment, name: str) -> str | None:
+    """A version the run recorded: ``python``, or a library's (``jax``, ``jaxlib``)."""
+    return env.python if name == "python" else env.versions.get(name)
+
+
+def headline_of(report: Report) -> Headline:
+    summary, config, env = report.summary, report.config, report.environment
     facts = [
-        ("platforms", ", ".join(str(p) for p in _list(config.get("platforms"))) or "—"),
-        ("reference", _str(config.get("reference"), "—")),
+        ("platforms", ", ".join(config.platforms) or "—"),
+        ("reference", config.reference or "—"),
     ]
     also = also_lowered_of(report)
     if also:
         facts.append(("also lowered", also))
-    compiled = [str(p) for p in _list(config.get("compile"))]
-    if compiled:
-        target = f" (target {config['target']})" if config.get("target") else ""
-        facts.append(("compiled for", ", ".join(compiled) + target))
-    if config.get("source"):
-        facts.append(("configuration", str(config["source"])))
-    versions = " · ".join(f"{k} {env[k]}" for k in ("jax", "jaxlib", "python") if env.get(k))
-    machine = _str(env.get("machine"))
-    facts.append(("environment", " · ".join(x for x in (versions, machine) if x) or "—"))
-    facts += leg_facts(report)
-    facts.append(
-        ("present here", ", ".join(str(p) for p in _list(env.get("present_platforms"))) or "none")
+    if config.compile:
+        target = f" (target {config.target})" if config.target else ""
+        facts.append(("compiled for", ", ".join(config.compile) + target))
+    if config.source:
+        facts.append(("configuration", config.source))
+    versions = " · ".join(
+        f"{k} {v}" for k in ("jax", "jaxlib", "python") if (v := _version(env, k))
     )
+    facts.append(("environment", " · ".join(x for x in (versions, env.machine) if x) or "—"))
+    facts += leg_facts(report)
+    facts.append(("present here", ", ".join(env.present_platforms) or "none"))
+    budgeted = None
+    if config.budget is not None:
+        budgeted = _sets_limit(config.budget)
+    elif "budget" in config.written_null:
+        budgeted = False
     return Headline(
-        tests=_int(summary.get("tests")),
-        checks=_int(summary.get("checks")),
-        failed_tests=_int(summary.get("failed_tests")),
-        violations=_int(summary.get("violations")),
-        platforms=tuple(str(p) for p in _list(config.get("platforms"))),
-        reference=_str(config.get("reference")),
-        present=tuple(str(p) for p in _list(env.get("present_platforms"))),
+        tests=summary.tests,
+        checks=summary.checks,
+        failed_tests=summary.failed_tests,
+        violations=summary.violations,
+        platforms=config.platforms,
+        reference=config.reference,
+        present=env.present_platforms,
         level=_levels(config),
-        tool_version=_str(_map(report.get("tool")).get("version")),
-        schema_version=_str(report.get("schema_version")),
-        upgraded_from=_str(report.get("upgraded_from")),
+        tool_version=report.tool_version or "",
+        schema_version=str(report.schema_version),
+        upgraded_from="" if report.upgraded_from is None else str(report.upgraded_from),
         facts=tuple(facts),
         also_lowered=also,
-        budgeted=_sets_limit(config["budget"]) if "budget" in config else None,
+        budgeted=budgeted,
     )
 
 
-def _sets_limit(value: Any) -> bool:
+def _sets_limit(value: object) -> bool:
     """Whether a budget table as the report records it sets any limit (an empty list or
     table sets none: ``allow_targets = []``)."""
     if isinstance(value, Mapping):
@@ -1213,79 +1185,40 @@ def _sets_limit(value: Any) -> bool:
     return value is not None
 
 
-def also_lowered_of(report: Mapping[str, Any]) -> str:
+def also_lowered_of(report: Report) -> str:
     """``cuda, rocm: from must_lower``: the platforms the report's checks lowered for that its
     ``platforms`` leave out (a ``must_lower`` adds them, ``--jaxport-platforms`` does not take
     them away), or a marker's ``platforms`` where no ``must_lower`` of the configuration
     names them; ``""`` where there are none."""
-    config = _map(report.get("config"))
-    configured = {str(p) for p in _list(config.get("platforms"))}
-    tests = [_map(t) for t in _list(report.get("tests"))]
-    extra = [p for p in _platforms(report, tests) if p not in configured]
+    configured = set(report.config.platforms)
+    extra = [p for p in _platforms(report) if p not in configured]
     if not configured or not extra:
         return ""
-    budget = _map(config.get("budget"))
-    tables = [budget, *(_map(t) for t in budget.values() if isinstance(t, Mapping))]
-    named = {str(p) for table in tables for p in _list(table.get("must_lower"))}
+    budget = report.config.budget or {}
+    tables = [budget, *(t for t in budget.values() if isinstance(t, Mapping))]
+    named = {
+        str(p)
+        for table in tables
+        if isinstance(must := table.get("must_lower"), list)
+        for p in must
+    }
     why = "must_lower" if set(extra) <= named else "must_lower or a marker's platforms"
     return f"{', '.join(extra)}: from {why}"
 
 
-def _probe(check: Mapping[str, Any]) -> Probe | None:
-    try:
-        return Probe.from_dict(check)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-
-
-def numerics_of(check: Mapping[str, Any], platform: str) -> str:
-    """:func:`pytest_jaxport.model.probe.numerics_status`, read from a check's dict."""
-    entry = _map(_map(check.get("platforms")).get(platform))
-    numerics = entry.get("numerics")
-    ok: bool | None = None
-    if isinstance(numerics, Mapping):
-        found = numerics.get("ok")
-        ok = found if isinstance(found, bool) else not _list(numerics.get("mismatches"))
-    return numerics_state(
-        present=bool(entry.get("present")),
-        executed=bool(entry.get("executed")),
-        failed=bool(entry.get("execution_error")),
-        reference=platform == check.get("reference"),
-        ok=ok,
-    )
-
-
-def emulated_of(entry: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
-    """How an emulation went (:func:`pytest_jaxport.model.probe.emulated_status`, read from a
-    platform entry) and its lines: what it did and where, why it did not run, each
-    mismatch's message; ``(None, ())`` where the platform was not emulated."""
-    data = entry.get("emulated")
-    if not isinstance(data, Mapping):
+def emulated_of(result: PlatformProbe) -> tuple[str | None, tuple[str, ...]]:
+    """How an emulation went (:func:`pytest_jaxport.model.probe.emulated_status`) and its
+    lines: each mismatch's message, why it did not run, what it did and where;
+    ``(None, ())`` where the platform was not emulated."""
+    emulation = result.emulated
+    status = emulated_status(result)
+    if emulation is None or status is None:
         return None, ()
-    try:
-        emulation = Emulation.from_dict(data)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None, ()
-    numerics = _map(entry.get("emulated_numerics"))
-    found = numerics.get("ok")
-    ok = (found if isinstance(found, bool) else not _list(numerics.get("mismatches"))) if (
-        numerics) else None  # fmt: skip
-    status = emulated_state(ran=emulation.ran, failed=emulation.error is not None, ok=ok)
-    lines = [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
+    numerics = result.emulated_numerics
+    lines = [m.message for m in numerics.mismatches] if numerics is not None else []
     if status == "not run":
         lines.append(not_emulated_message(emulation))
     return status, (*lines, *emulation_lines(emulation))
-
-
-def counted_census(entry: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str]:
-    """The census budgets apply to and its level: compiled where compiled, else lowered."""
-    compiled = entry.get("compiled")
-    if isinstance(compiled, Mapping):
-        return compiled, "compiled"
-    lowered = entry.get("lowered")
-    if isinstance(lowered, Mapping):
-        return lowered, "lowered"
-    return None, "lowered"
 
 
 def level_text(platform: str, *, compiled: bool, deviceless: bool, target: str | None) -> str:
@@ -1294,123 +1227,110 @@ def level_text(platform: str, *, compiled: bool, deviceless: bool, target: str |
         return "lowered"
     if deviceless:
         return f"compiled deviceless {target}"
-    if target and platform != "cpu":
+    if target and platform != HOST:
         return f"compiled on {target}"
     return "compiled"
 
 
-def cell_of(check: Mapping[str, Any], platform: str, violations: Sequence[str]) -> Cell:
+def cell_of(probe: Probe, platform: str, violations: Sequence[str]) -> Cell:
     """One matrix cell: lowers, counts and their level, numerics, violations, errors."""
-    entry = _map(_map(check.get("platforms")).get(platform))
-    census, level = counted_census(entry)
-    status = numerics_of(check, platform)
+    result = probe.platforms[platform]
+    census = result.budgeted
+    compiled = result.compiled is not None
+    status = numerics_status(probe, platform)
     errors = [
-        f"{what}: {entry[key]}"
-        for key, what in (
-            ("error", "does not lower"),
-            ("compile_error", "compile"),
-            ("execution_error", "run"),
+        f"{what}: {found}"
+        for found, what in (
+            (result.error if census is None else None, "does not lower"),
+            (result.compile_error, "compile"),
+            (result.execution_error, "run"),
         )
-        if entry.get(key) and (key != "error" or census is None)
+        if found
     ]
-    if status == "mismatch":
-        numerics = _map(entry.get("numerics"))
-        errors += [_str(_map(m).get("message")) for m in _list(numerics.get("mismatches"))]
-    emulated, emulation = emulated_of(entry)
+    if status == "mismatch" and result.numerics is not None:
+        errors += [m.message for m in result.numerics.mismatches]
+    emulated, emulation = emulated_of(result)
     return Cell(
         platform=platform,
-        lowers=isinstance(entry.get("lowered"), Mapping),
-        vendor=_int(census.get("vendor")) if census is not None else None,
-        custom=_int(census.get("custom")) if census is not None else None,
+        lowers=result.lowered,
+        vendor=census.vendor if census is not None else None,
+        custom=census.custom if census is not None else None,
         level=level_text(
             platform,
-            compiled=level == "compiled",
-            deviceless=bool(census.get("deviceless")) if census is not None else False,
-            target=None
-            if census is None or census.get("target") is None
-            else str(census["target"]),
+            compiled=compiled,
+            deviceless=result.deviceless and compiled,
+            target=result.target if compiled else None,
         ),
         numerics=status,
         violations=tuple(violations),
         errors=tuple(errors),
-        compile_failed=bool(entry.get("compile_error")),
-        needs_hardware=_str(entry.get("needs_hardware")) or None,
-        not_compiling=_not_compiling(entry),
+        compile_failed=bool(result.compile_error),
+        needs_hardware=result.needs_hardware or None,
+        not_compiling=_not_compiling(result),
         emulated=emulated,
         emulation=emulation,
     )
 
 
-def _not_compiling(entry: Mapping[str, Any]) -> tuple[str, ...]:
+def _not_compiling(result: PlatformProbe) -> tuple[str, ...]:
     """The rules (distinct, in order) that say a platform's compiler rejects what lowered."""
-    findings = _map(_map(entry.get("lowered")).get("formats")).get("findings")
-    return tuple(dict.fromkeys(
-        _str(f.get("rule")) for f in map(_map, _list(findings)) if f.get("compiles") is False
-    ))  # fmt: skip
+    findings = result.formats.findings if result.formats is not None else ()
+    return tuple(dict.fromkeys(f.rule for f in findings if not f.compiles))
 
 
-def _error_text(test: Mapping[str, Any]) -> str | None:
-    error = test.get("error")
-    if isinstance(error, Mapping):
-        message = first_line(_str(error.get("message")), 300)
-        where = error.get("where")
-        when = error.get("when")
-        suffix = ", ".join(str(x) for x in (where, f"during {when}" if when else None) if x)
-        return message + (f" ({suffix})" if suffix else "")
-    if isinstance(error, str):
-        return first_line(error, 300)
-    return None
+def _error_text(test: TestEntry) -> str | None:
+    error = test.error
+    if error is None:
+        return None
+    message = first_line(error.message, 300)
+    said = (error.where, f"during {error.when}" if error.when else None)
+    suffix = ", ".join(x for x in said if x)
+    return message + (f" ({suffix})" if suffix else "")
 
 
-def test_row(test: Mapping[str, Any], platforms: Sequence[str]) -> TestRow:
+def test_row(test: TestEntry, platforms: Sequence[str]) -> TestRow:
     """One row of the matrix: the test's checks (each function's transformations after it)."""
     by_cell: dict[tuple[str, str], list[str]] = {}
-    for v in _list(test.get("violations")):
-        v = _map(v)
-        by_cell.setdefault((_str(v.get("check")), _str(v.get("platform"))), []).append(
-            _str(v.get("key"), "budget")
-        )
-    checks = [_map(c) for c in _list(test.get("checks")) if isinstance(c, Mapping)]
+    for v in test.violations:
+        by_cell.setdefault((v.check, v.platform), []).append(v.key)
     rows = []
-    for check in grouped_checks(checks):
-        name = _str(check.get("name"), "?")
-        entries = _map(check.get("platforms"))
+    for check in grouped_checks(test.checks):
+        probe = check.probe
         rows.append(
             CheckRow(
-                name=name,
-                variant_of=None if check.get("variant_of") is None else str(check["variant_of"]),
+                name=probe.name,
+                variant_of=probe.variant_of,
                 cells={
-                    p: cell_of(check, p, by_cell.get((name, p), ()))
+                    p: cell_of(probe, p, by_cell.get((probe.name, p), ()))
                     for p in platforms
-                    if p in entries
+                    if p in probe.platforms
                 },
-                record=check,
-                note=None if check.get("note") is None else str(check["note"]),
+                check=check,
+                note=probe.note,
             )
         )
-    outcome = _str(test.get("outcome"), "passed")
-    problem = outcome in ("failed", "error") or any(
+    problem = test.outcome in ("failed", "error") or any(
         c.status == "bad" for r in rows for c in r.cells.values()
     )
     return TestRow(
-        nodeid=_str(test.get("nodeid"), "?"),
-        outcome=outcome,
+        nodeid=test.nodeid,
+        outcome=test.outcome,
         checks=tuple(rows),
         error=_error_text(test),
         problem=problem,
-        record=test,
+        entry=test,
     )
 
 
-def grouped_checks(checks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def grouped_checks(checks: Sequence[Check]) -> list[Check]:
     """Each function's check followed by its transformations' (``conv``, ``conv[grad]``)."""
-    names = {c.get("name") for c in checks}
-    ordered: list[Mapping[str, Any]] = []
+    names = {c.name for c in checks}
+    ordered: list[Check] = []
     for check in checks:
-        if check.get("variant_of") in names:
+        if check.probe.variant_of in names:
             continue
         ordered.append(check)
-        ordered += [c for c in checks if c.get("variant_of") == check.get("name")]
+        ordered += [c for c in checks if c.probe.variant_of == check.name]
     return ordered
 
 
@@ -1423,20 +1343,6 @@ def violation_details(violation: Violation) -> tuple[str, ...]:
     )
 
 
-def _finding(data: Mapping[str, Any]) -> Finding | None:
-    try:
-        return Finding.from_dict(data)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-
-
-def _violation(data: Mapping[str, Any]) -> Violation | None:
-    try:
-        return Violation.from_dict(data)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-
-
 def problems_of(
     tests: Iterable[TestRow], audit: Iterable[Problem] = ()
 ) -> tuple[ProblemGroup, ...]:
@@ -1446,12 +1352,8 @@ def problems_of(
     suite ``audit``'s problems (:func:`audit_problems`), apart."""
     found: list[Problem] = list(audit)
     for test in tests:
-        record = test.record
         violated: set[tuple[str, str, str]] = set()
-        for data in _list(record.get("violations")):
-            v = _violation(_map(data))
-            if v is None:
-                continue
+        for v in test.violations:
             violated.add((v.check, v.platform, v.key))
             found.append(
                 Problem(
@@ -1538,19 +1440,18 @@ def _cell_problems(
 def _drifts(test: TestRow) -> list[Problem]:
     """A merged report's drifts: outputs on one leg that differ from the reference's."""
     problems = []
-    for data in map(_map, _list(test.record.get("drifts"))):
-        messages = tuple(_str(m) for m in _list(data.get("messages")))
-        platform, leg = _str(data.get("platform"), "?"), _str(data.get("leg"), "?")
-        reference = f"{_str(data.get('reference'), '?')} ({_str(data.get('reference_leg'), '?')})"
+    for drift in test.entry.drifts:
+        messages = drift.messages
+        reference = f"{drift.reference} ({drift.reference_leg})"
         problems.append(
             Problem(
                 kind="drift",
                 test=test.nodeid,
-                check=_str(data.get("check"), "?"),
-                platform=platform,
+                check=drift.check,
+                platform=drift.platform,
                 key=DRIFT_KEY,
                 found=plural(len(messages), "differing leaf", "differing leaves"),
-                message=f"{platform} ({leg}) differs from {reference}: "
+                message=f"{drift.platform} ({drift.leg}) differs from {reference}: "
                 + (first_line(messages[0]) if messages else "outputs differ"),
                 details=messages,
             )
@@ -1569,16 +1470,15 @@ def _without_test(error: str, nodeid: str) -> str:
 
 def _failures(test: TestRow) -> list[Problem]:
     """Why a test failed or errored, when it was not (only) a violation."""
-    record = test.record
+    entry = test.entry
     problems = []
     if test.error is not None:
-        key = "crashed" if record.get("crashed") else test.outcome
+        key = "crashed" if entry.crashed else test.outcome
         message = _without_test(test.error, test.nodeid)
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=key, message=message, found=key)
         )
-    for key, name in (("baseline_growth", "baseline"), ("outputs_errors", "outputs")):
-        lines = [str(x) for x in _list(record.get(key))]
+    for lines, name in ((entry.baseline_growth, "baseline"), (entry.outputs_errors, "outputs")):
         if lines:
             problems.append(
                 Problem(
@@ -1587,10 +1487,10 @@ def _failures(test: TestRow) -> list[Problem]:
                     key=name,
                     found=name,
                     message=first_line(lines[0]),
-                    details=tuple(lines),
+                    details=lines,
                 )
             )
-    explained = _list(record.get("violations")) or _list(record.get("drifts"))
+    explained = entry.violations or entry.drifts
     if not problems and test.outcome in ("failed", "error") and not explained:
         problems.append(
             Problem(kind="failure", test=test.nodeid, key=test.outcome, found=test.outcome,
@@ -1632,15 +1532,9 @@ _STALE_WHY: Mapping[str, str] = {
 }
 
 
-def baseline_match_of(report: Mapping[str, Any]) -> BaselineMatch | None:
+def baseline_match_of(report: Report) -> BaselineMatch | None:
     """The report's ``baseline`` section (:class:`BaselineMatch`), where it has one."""
-    data = report.get("baseline")
-    if not isinstance(data, Mapping):
-        return None
-    try:
-        return BaselineMatch.from_dict(data)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
+    return BaselineMatch.from_dict(report.baseline) if report.baseline is not None else None
 
 
 def stale_text(entry: StaleEntry) -> str:
@@ -1739,45 +1633,29 @@ def baseline_groups(match: BaselineMatch | None) -> tuple[ProblemGroup, ...]:
     )
 
 
-def hotspots_of(
-    summary: Mapping[str, Any], tests: Sequence[Mapping[str, Any]]
-) -> tuple[Hotspot, ...]:
+def hotspots_of(sites: Iterable[Hotspot]) -> tuple[Hotspot, ...]:
     """The report's sites, heaviest first (time share where known, then dispatches)."""
-    stored = summary.get("hotspots")
-    if isinstance(stored, list):
-        sites = []
-        for data in stored:
-            try:
-                sites.append(Hotspot.from_dict(_map(data)))
-            except (KeyError, TypeError, ValueError):
-                continue
-    else:  # a report built without them (a hand-made one): count them now
-        try:
-            sites = list(hotspots(reaches_of_tests(tests)))
-        except (AttributeError, KeyError, TypeError, ValueError):
-            sites = []
-    order = {p: i for i, p in enumerate(dict.fromkeys(s.platform for s in sites))}
-    sites.sort(
+    found = list(sites)
+    order = {p: i for i, p in enumerate(dict.fromkeys(s.platform for s in found))}
+    found.sort(
         key=lambda h: (order[h.platform], -_as_shown(h.share), -h.dispatches, -h.checks,
                        h.location or "~", h.name)
     )  # fmt: skip
-    return tuple(sites)
+    return tuple(found)
 
 
-def totals_of(summary: Mapping[str, Any]) -> TotalsTable:
-    platforms = {str(p): _map(t) for p, t in _map(summary.get("platforms")).items()}
+def totals_of(platforms: Mapping[str, PlatformTotals]) -> TotalsTable:
+    """The platform totals table of ``platforms`` (the summary's, or the audit's)."""
     columns = [
-        c for c in TOTALS_COLUMNS if c.key is None or any(c.key in t for t in platforms.values())
+        c
+        for c in TOTALS_COLUMNS
+        if c.key is None or any(getattr(t, c.key) is not None for t in platforms.values())
     ]
     rows = tuple(
         (
             platform,
             tuple(c.read(totals) for c in columns),
-            tuple(
-                (str(lib), _int(n))
-                for lib, n in _map(totals.get("libraries")).items()
-                if _num(n) is not None
-            ),
+            tuple(totals.libraries.items()),
         )
         for platform, totals in platforms.items()
     )
@@ -1789,7 +1667,7 @@ def totals_of(summary: Mapping[str, Any]) -> TotalsTable:
     )
 
 
-def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def collectives_of(platforms: Mapping[str, PlatformTotals]) -> tuple[tuple[str, str], ...]:
     """The checks' collectives by kind, platforms with the same counts on one row
     (partitioning does not depend on the backend), then what runs them on each platform:
     ``("cpu, cuda, rocm, tpu", "all-reduce 12 (6 inserted by the SPMD partitioner)")``,
@@ -1797,20 +1675,19 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
     grouped: dict[str, list[str]] = {}
     every: list[str] = []
-    for platform, totals in _map(summary.get("platforms")).items():
-        kinds = _map(_map(totals).get("collectives"))
+    for platform, totals in platforms.items():
+        kinds = totals.collectives
         if not kinds:
             continue
         parts = []
-        for kind, found in sorted(kinds.items()):
-            count, inserted = _int(_map(found).get("count")), _int(_map(found).get("inserted"))
+        for kind, (count, inserted) in sorted(kinds.items()):
             extra = f" ({number(inserted)} inserted by the SPMD partitioner)" if inserted else ""
             parts.append(f"{kind} {number(count)}{extra}")
         # A compiled program's collectives are the backend's (XLA's GPU pipeline combines
         # small all-reduces), not the partitioner's: say so where the counts come from there.
-        label = f"{platform} (compiled)" if _int(_map(totals).get("compiled")) else str(platform)
+        label = f"{platform} (compiled)" if totals.compiled else platform
         grouped.setdefault(", ".join(parts), []).append(label)
-        every.append(str(platform))
+        every.append(platform)
     if not grouped:
         return ()
     rows = [(", ".join(platforms), kinds) for kinds, platforms in grouped.items()]
@@ -1818,18 +1695,18 @@ def collectives_of(summary: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return (*rows, ("run by", runs))
 
 
-def share_label(share: Mapping[str, Any]) -> str:
+def share_label(share: RuntimeShare) -> str:
     """How a runtime share's numbers were obtained, as every format labels them: measured
     (over how many checks, and what was left out) or estimated (from which program, with
     the estimate's measured error band): :func:`pytest_jaxport.model.cost.share_basis`."""
-    return share_basis(share)
+    return share_basis(share.to_dict())
 
 
-def ranking_text(share: Mapping[str, Any]) -> str:
+def ranking_text(share: RuntimeShare) -> str:
     """``a ranking, not a share: within ±37 points, xla's 26% could be 0%``, the words every
     format says of an estimate :func:`pytest_jaxport.model.cost.ranking_of` finds its band
     swallows; ``""`` where its numbers read as amounts."""
-    ranking = ranking_of(share)
+    ranking = ranking_of(share.to_dict())
     if ranking is None:
         return ""
     return (
@@ -1861,65 +1738,65 @@ def band_spans(layers: Mapping[str, float], band: float | None) -> tuple[tuple[f
     return tuple((round(a, 6), round(b, 6)) for a, b in spans)
 
 
-def share_row(platform: str, share: Mapping[str, Any]) -> ShareRow:
-    layers = {layer: max(0.0, _num(share.get(layer)) or 0.0) for layer in SHARE_LAYERS}
-    measured = share.get("basis") == "measured"
+def share_row(platform: str, share: RuntimeShare) -> ShareRow:
+    said = share.to_dict()  # the words are model.cost's, over a share's JSON form
+    layers = {layer: max(0.0, share.layers.get(layer, 0.0)) for layer in SHARE_LAYERS}
+    measured = share.basis == "measured"
     return ShareRow(
         platform=platform,
         basis="measured" if measured else "estimated",
-        label=share_label(share),
-        short=share_basis_short(share),
+        label=share_basis(said),
+        short=share_basis_short(said),
         ranking=ranking_text(share),
-        band_points=None if measured else _num(share.get("error_points")),
-        band=() if measured else band_spans(layers, _num(share.get("error_points"))),
+        band_points=None if measured else share.error_points,
+        band=() if measured else band_spans(layers, share.error_points),
         layers=layers,
-        libraries=tuple(
-            (str(lib), _num(f) or 0.0)
-            for lib, f in _map(share.get("libraries")).items()
-            if _num(f) is not None
-        ),
-        seconds=_num(share.get("seconds")),
+        libraries=tuple(share.libraries.items()),
+        seconds=share.seconds,
     )
 
 
-def shares_of(shares: Any) -> tuple[ShareRow, ...]:
-    return tuple(share_row(str(p), s) for p, s in _map(shares).items() if isinstance(s, Mapping))
+def shares_of(shares: Mapping[str, RuntimeShare]) -> tuple[ShareRow, ...]:
+    return tuple(share_row(p, s) for p, s in shares.items())
 
 
-def targets_of(summary: Mapping[str, Any]) -> tuple[TargetRow, ...]:
-    rewrite = {str(t): _map(v) for t, v in _map(summary.get("rewrite")).items()}
-    to_rewrite = _map(summary.get("kernels_to_rewrite"))
-    days = _map(summary.get("rewrite_days"))
+def targets_of(numbers: Numbers | None) -> tuple[TargetRow, ...]:
+    """Per ``migrate_to`` target, the kernels to rewrite and the days, with their breakdown
+    and items (:class:`~pytest_jaxport.report.document.Numbers`)."""
+    if numbers is None:
+        return ()
     rows = []
-    for target in dict.fromkeys([*map(str, to_rewrite), *map(str, days), *rewrite]):
-        estimate = rewrite.get(target, {})
-        kernels = to_rewrite.get(target, estimate.get("kernels_to_rewrite"))
-        total = days.get(target, estimate.get("days"))
-        breakdown = _map(estimate.get("breakdown"))
-        fixed = max(0.0, _num(breakdown.get(FIXED)) or 0.0)
-        priced = _num(total)
+    targets = [*numbers.kernels_to_rewrite, *numbers.rewrite_days, *numbers.rewrite]
+    for target in dict.fromkeys(targets):
+        estimate = numbers.rewrite.get(target)
+        kernels = numbers.kernels_to_rewrite.get(
+            target, estimate.kernels_to_rewrite if estimate is not None else None
+        )
+        priced = numbers.rewrite_days.get(target, estimate.days if estimate is not None else None)
+        breakdown = estimate.breakdown if estimate is not None else {}
+        fixed = max(0.0, breakdown.get(FIXED, 0.0))
         rows.append(
             TargetRow(
                 target=target,
-                kernels=_int(kernels) if _num(kernels) is not None else None,
+                kernels=kernels,
                 days=priced,
                 fixed=fixed,
                 from_project=None if priced is None else max(0.0, priced - fixed),
                 breakdown=tuple(
-                    (key, label, max(0.0, _num(breakdown.get(key)) or 0.0))
+                    (key, label, max(0.0, breakdown[key]))
                     for key, label in COST_ITEMS
                     if key in breakdown
                 ),
                 items=tuple(
                     RewriteRow(
-                        status=_str(i.get("status"), "?"),
-                        name=_str(i.get("name"), "?"),
-                        kind=_str(i.get("kind")),
-                        location=None if i.get("location") is None else str(i["location"]),
-                        check=_str(i.get("check")),
-                        reason=_str(i.get("reason")),
+                        status=i.status,
+                        name=i.name,
+                        kind=i.kind,
+                        location=i.location,
+                        check=i.check,
+                        reason=i.reason,
                     )
-                    for i in map(_map, _list(estimate.get("items")))
+                    for i in (estimate.items if estimate is not None else ())
                 ),
             )
         )
@@ -1941,35 +1818,34 @@ LAYER_ROWS = (
 )  # fmt: skip
 
 
-def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, ...]:
+def layers_of(
+    view: ReportView, platforms: Mapping[str, PlatformTotals], tooling: Tooling | None
+) -> tuple[LayerRow, ...]:
     """The suite's portability, layer by layer: the table a team shows when asked how
     locked in it is."""
     checks = [c for t in view.tests for c in t.checks]
     everywhere = sum(1 for c in checks if c.cells and all(x.lowers for x in c.cells.values()))
-    untraced = sum(1 for c in checks if c.record.get("untraced"))
+    untraced = sum(1 for c in checks if c.probe.untraced is not None)
     counted = len(checks)
     if view.audit is not None and view.unit == "computation":
         everywhere = view.audit.lowers_everywhere
-        counted = view.audit.seen.get("computations", 0)
-    platforms = {str(p): _map(t) for p, t in _map(summary.get("platforms")).items()}
+        counted = view.audit.seen["computations"]
 
     def shares(layer: str) -> str:
         return ", ".join(f"{s.platform} {pct(s.layers[layer])} ({s.basis})" for s in view.shares)
 
-    xla = ", ".join(f"{p} {number(_int(t.get('xla')))}" for p, t in platforms.items())
+    xla = ", ".join(f"{p} {number(t.xla or 0)}" for p, t in platforms.items())
     vendor = "; ".join(
-        f"{p} {number(_int(t.get('vendor')))} calls at "
-        f"{plural(_int(t.get('vendor_sites')), 'site')}"
+        f"{p} {number(t.vendor)} calls at {plural(t.vendor_sites or 0, 'site')}"
         for p, t in platforms.items()
     )
-    custom = ", ".join(f"{p} {number(_int(t.get('custom')))}" for p, t in platforms.items())
+    custom = ", ".join(f"{p} {number(t.custom)}" for p, t in platforms.items())
     rewrite = ", ".join(
         f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
     )
     if not rewrite:
-        cuda = _int(platforms.get(NVIDIA, {}).get("lowered"))
-        rewrite = "not computed in this report" if cuda else f"no {NVIDIA} census"
-    tooling = summary.get("tooling")
+        nvidia = platforms[NVIDIA].lowered if NVIDIA in platforms else 0
+        rewrite = "not computed in this report" if nvidia else f"no {NVIDIA} census"
     values = [
         f"{number(everywhere)} of {plural(counted, view.unit)} "
         f"lower{'s' if everywhere == 1 else ''} on every configured platform"
@@ -1978,8 +1854,8 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
         "; ".join(x for x in (vendor, shares("vendor")) if x),
         rewrite + (f"; custom calls: {custom}" if custom else ""),
         formats_value(platforms, view.hotspots, view.devices),
-        (f"{number(len(view.tooling))} found in {number(_int(_map(tooling).get('files_read')))} "
-         "files read" if isinstance(tooling, Mapping) else "not scanned"),
+        (f"{number(len(view.tooling))} found in {number(tooling.files_read)} files read"
+         if tooling is not None else "not scanned"),
     ]  # fmt: skip
     return tuple(
         LayerRow(layer=layer, portable=portable, counted=counted, value=value)
@@ -1988,7 +1864,7 @@ def layers_of(view: ReportView, summary: Mapping[str, Any]) -> tuple[LayerRow, .
 
 
 def formats_value(
-    platforms: Mapping[str, Mapping[str, Any]],
+    platforms: Mapping[str, PlatformTotals],
     sites: Sequence[Hotspot],
     devices: Mapping[str, str],
 ) -> str:
@@ -1999,7 +1875,7 @@ def formats_value(
     parts = []
     clean = []
     for platform, totals in platforms.items():
-        if "format_findings" not in totals:
+        if totals.format_findings is None:
             continue
         said = []
         for kind in FINDING_KINDS:
@@ -2010,18 +1886,17 @@ def formats_value(
                     found[site.name] += site.dispatches
                     if site.kind == "not-compiled":
                         stuck.add(site.name)
-            total = _int(totals.get(f"{kind}_findings"))
+            total = getattr(totals, f"{kind}_findings") or 0
             if total:
                 rules = ", ".join(
                     f"{rule} {number(n)}" + (" does not compile" if rule in stuck else "")
                     for rule, n in found.most_common()
                 )
                 said.append(plural(total, f"{kind} finding") + (f" ({rules})" if rules else ""))
-        waste = _num(totals.get("padding_waste")) or 0.0
-        if waste:
-            said.append(f"padding {pct(waste)} of bytes moved")
-        if _int(totals.get("relayouts")):
-            said.append(f"{plural(_int(totals.get('relayouts')), 'relayout')} (compiled)")
+        if totals.padding_waste:
+            said.append(f"padding {pct(totals.padding_waste)} of bytes moved")
+        if totals.relayouts:
+            said.append(f"{plural(totals.relayouts, 'relayout')} (compiled)")
         device = f" ({devices[platform]})" if devices.get(platform) else ""
         if said:
             parts.append(f"{platform}{device}: {', '.join(said)}")
@@ -2032,15 +1907,13 @@ def formats_value(
     return "; ".join(parts) or "not judged (a report without format and layout findings)"
 
 
-def devices_of(report: Mapping[str, Any]) -> dict[str, str]:
+def devices_of(config: Config) -> dict[str, str]:
     """The device each platform's findings were judged for, as the layer table names it:
     ``H100 80GB HBM3``, ``MI300X``, ``TPU v5e`` (its generation where it has no name)."""
-    found = {}
-    for platform, device in _map(_map(report.get("config")).get("devices")).items():
-        device = _map(device)
-        name = _str(device.get("name")).removeprefix("NVIDIA ").removeprefix("AMD ")
-        found[str(platform)] = name or _str(device.get("generation"))
-    return found
+    return {
+        platform: device.name.removeprefix("NVIDIA ").removeprefix("AMD ") or device.generation
+        for platform, device in (config.devices or {}).items()
+    }
 
 
 def not_compiling_notes(tests: Sequence[TestRow]) -> list[Note]:
@@ -2086,7 +1959,7 @@ def emulations_of(tests: Sequence[TestRow]) -> tuple[EmulationRow, ...]:
     )
 
 
-def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note, ...]:
+def notes_of(tests: Sequence[TestRow], report: Report) -> tuple[Note, ...]:
     """Notes said once: each distinct check note with how many checks it applies to; why
     an emulation did not run (never a failure), with how many checks it applies to; and
     for a merged report how its numbers and numerics were obtained."""
@@ -2103,16 +1976,14 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
         if line.startswith(f"{cell.emulated_label}: not run:")
     )
     notes += [Note(text=text, checks=n) for text, n in not_run.most_common()]
-    heard = [heard_while_lowering(p.platforms) for t in tests for c in t.checks
-             if (p := c.probe) is not None]  # fmt: skip
+    heard = [heard_while_lowering(c.probe.platforms) for t in tests for c in t.checks]
     notes += [Note(text=text, checks=n) for text, n in lowering_warning_notes(heard)]
     if any(cell.emulated for t in tests for c in t.checks for cell in c.cells.values()):
         notes.append(Note(text=EMULATION_NOTE))
-    legs = _list(report.get("legs"))
-    if legs:
-        notes += merged_notes(report, legs)
+    if report.merged is not None and report.merged.legs:
+        notes += merged_notes(report, report.merged)
         return tuple(notes)
-    present = [str(p) for p in _list(_map(report.get("environment")).get("present_platforms"))]
+    present = report.environment.present_platforms
     if any(c.numerics == "not present" for t in tests for r in t.checks for c in r.cells.values()):
         notes.append(
             Note(
@@ -2123,35 +1994,34 @@ def notes_of(tests: Sequence[TestRow], report: Mapping[str, Any]) -> tuple[Note,
     return tuple(notes)
 
 
-def leg_facts(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+def leg_facts(report: Report) -> list[tuple[str, str]]:
     """A merged report's legs, each with its jax and Python (and pytest-jaxport where the legs
     differ in it), and which versions differ between them (``mixed_versions``)."""
-    legs = [_map(leg) for leg in _list(report.get("legs"))]
-    if not legs:
+    merged = report.merged
+    if merged is None or not merged.legs:
         return []
-    mixed = _map(report.get("mixed_versions"))
+    mixed = merged.mixed_versions or {}
     keys = ["jax", *(["jaxlib"] if "jaxlib" in mixed else []), "python"]
     said = []
-    for leg in legs:
-        env = _map(leg.get("environment"))
-        versions = [f"{k} {env[k]}" for k in keys if env.get(k)]
-        if TOOL_NAME in mixed and leg.get("tool_version"):
-            versions.append(f"{TOOL_NAME} {leg['tool_version']}")
-        said.append(f"{_str(leg.get('leg'), '?')}: {' · '.join(versions) or '—'}")
+    for leg in merged.legs:
+        versions = [f"{k} {v}" for k in keys if (v := _version(leg.environment, k))]
+        if TOOL_NAME in mixed and leg.tool_version:
+            versions.append(f"{TOOL_NAME} {leg.tool_version}")
+        said.append(f"{leg.leg}: {' · '.join(versions) or '—'}")
     facts = [("legs", "; ".join(said))]
     if mixed:
-        facts.append(("versions differ", ", ".join(str(k) for k in mixed)))
+        facts.append(("versions differ", ", ".join(mixed)))
     return facts
 
 
-def versions_note(mixed: Mapping[str, Any]) -> str:
+def versions_note(mixed: Mapping[str, Mapping[str, str]]) -> str:
     """``legs differ in versions: jax 0.10.2 (leg-a.json), 0.12.0 (leg-b.json); ...``: what a
     merged report says of legs that ran different releases (``mixed_versions``)."""
     parts = []
     for key, by_leg in mixed.items():
         legs_of: dict[str, list[str]] = {}
-        for leg, version in _map(by_leg).items():
-            legs_of.setdefault(str(version), []).append(str(leg))
+        for leg, version in by_leg.items():
+            legs_of.setdefault(version, []).append(leg)
         parts.append(
             f"{key} " + ", ".join(f"{v} ({', '.join(legs)})" for v, legs in legs_of.items())
         )
@@ -2161,27 +2031,25 @@ def versions_note(mixed: Mapping[str, Any]) -> str:
     )
 
 
-def merged_notes(report: Mapping[str, Any], legs: Sequence[Any]) -> list[Note]:
+def merged_notes(report: Report, merged: Merged) -> list[Note]:
     """How a merged report (``jaxport merge``) got its numbers, and what it compared."""
-    names = ", ".join(_str(_map(leg).get("leg"), "?") for leg in legs)
+    names = ", ".join(leg.leg for leg in merged.legs)
     notes = [
         Note(
-            text=f"merged from {plural(len(legs), 'leg')} ({names}) by jaxport merge: each "
-            "platform's entry comes from the leg that saw it best; the three numbers are "
+            text=f"merged from {plural(len(merged.legs), 'leg')} ({names}) by jaxport merge: "
+            "each platform's entry comes from the leg that saw it best; the three numbers are "
             "recomputed over the merged entries with the legs' cost model ([tool.jaxport.cost]); "
             "pytest_jaxport_rewrite_cost hooks run only inside pytest, not in the merge"
         )
     ]
-    mixed = _map(report.get("mixed_versions"))
-    if mixed:
-        notes.append(Note(text=versions_note(mixed)))
-    compared = _int(report.get("comparisons"))
-    if compared:
-        drifted = sum(len(_list(_map(t).get("drifts"))) for t in _list(report.get("tests")))
+    if merged.mixed_versions:
+        notes.append(Note(text=versions_note(merged.mixed_versions)))
+    if merged.comparisons:
+        drifted = sum(len(t.drifts) for t in report.tests)
         notes.append(
             Note(
-                text=f"numerics across legs: {plural(compared, 'saved output')} compared with "
-                f"the reference's, {number(drifted)} drifted"
+                text=f"numerics across legs: {plural(merged.comparisons, 'saved output')} "
+                f"compared with the reference's, {number(drifted)} drifted"
             )
         )
     else:
@@ -2194,12 +2062,9 @@ def merged_notes(report: Mapping[str, Any], legs: Sequence[Any]) -> list[Note]:
     return notes
 
 
-def _deviceless(tests: Sequence[Mapping[str, Any]]) -> bool:
+def _deviceless(report: Report) -> bool:
     return any(
-        _map(_map(entry).get("compiled")).get("deviceless")
-        for test in tests
-        for check in _list(test.get("checks"))
-        for entry in _map(_map(check).get("platforms")).values()
+        result.deviceless for check in report.checks() for result in check.probe.platforms.values()
     )
 
 
@@ -2310,72 +2175,61 @@ class AuditParts:
     view: AuditView
     numbers: ReportView
     """Its three numbers, sites and totals (``unit="computation"``; no tests, no problems)."""
-    summary: Mapping[str, Any]
-    """Its ``summary`` (per platform totals), for the layer table where it is the headline."""
+    totals: Mapping[str, PlatformTotals]
+    """Its per-platform totals, for the layer table where they are the headline's."""
     problems: tuple[Problem, ...] = ()
 
 
-def _maps(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+def _label(computation: Computation) -> str:
+    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit.computation_label`)."""
+    return computation_label({"function": computation.function, "id": computation.id})
 
 
-def audit_parts(report: Mapping[str, Any]) -> AuditParts | None:
-    """The audit's part of the view of ``report``; ``None`` without an ``audit`` section."""
-    audit = _map(report.get("audit"))
-    if not audit:
-        return None
-    computations = _maps(audit.get("computations"))
-    summary = _map(audit.get("summary"))
-    sites = [
-        {**site, "checks": site.get("computations"), "dispatches": site.get("count")}
-        for site in _maps(audit.get("sites"))
-    ]
-    numbers = ReportView(
+def audit_parts(audit: AuditSection) -> AuditParts:
+    """The audit's part of the view of a report with an ``audit`` section."""
+    numbers = audit.numbers or Numbers()
+    found = ReportView(
         headline=Headline(),
-        hotspots=hotspots_of({"hotspots": sites}, ()),
-        totals=totals_of(summary),
-        shares=shares_of(summary.get("runtime_share")),
-        targets=targets_of(summary),
-        collectives=collectives_of(summary),
+        hotspots=hotspots_of(audit.sites),
+        totals=totals_of(audit.totals),
+        shares=shares_of(numbers.runtime_share),
+        targets=targets_of(numbers),
+        collectives=collectives_of(audit.totals),
         unit="computation",
     )
     everywhere = sum(
         1
-        for c in computations
-        if _map(c.get("platforms"))
-        and all(_map(e).get("lowered") is not None for e in _map(c.get("platforms")).values())
+        for c in audit.computations
+        if c.platforms and all(e.lowered for e in c.platforms.values())
     )
     view = AuditView(
-        seen={str(k): _int(v) for k, v in _map(audit.get("seen")).items()},
-        hook=hook_text(_map(audit.get("interception"))),
+        seen=Counter(audit.seen),
+        hook=hook_text(audit.interception),
         notes=audit_notes_of(audit),
         lowers_everywhere=everywhere,
-        tests=tests_of(audit, computations),
-        failures=failures(audit),
-        eager_users=str(audit.get("eager_users") or "all"),
-        budgeted=bool(_map(audit.get("fail_on")) or audit.get("violations")),
+        tests=tests_of(audit),
+        failures=len(audit.violations or ()) + len(audit.baseline_growth or ()),
+        eager_users=audit.eager_users or "all",
+        budgeted=bool(audit.fail_on or audit.violations),
     )
-    return AuditParts(
-        view=view, numbers=numbers, summary=summary, problems=audit_problems(audit, computations)
-    )
+    return AuditParts(view=view, numbers=found, totals=audit.totals, problems=audit_problems(audit))
 
 
-def hook_text(interception: Mapping[str, Any]) -> str:
+def hook_text(interception: Mapping[str, object]) -> str:
     """``jax 0.10.2, jit cache-miss hook (argument types, jax>=0.8)``; ``compile events
-    only`` where JAX's patch points were missing."""
+    only`` where JAX's patch points were missing (the section's ``interception``, a table
+    whose keys are the interception's own)."""
     jax = f"jax {interception['jax']}, " if interception.get("jax") else ""
     return jax + str(interception.get("adapter") or "compile events only")
 
 
-def audit_notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
+def audit_notes_of(audit: AuditSection) -> tuple[str, ...]:
     """What the audit could not see here (its interception's notes) and its own errors."""
-    interception = _map(audit.get("interception"))
-    notes = [str(n) for n in interception.get("notes") or () if n]
-    heard = [
-        heard_while_lowering(_map(c.get("platforms"))) for c in _maps(audit.get("computations"))
-    ]
+    said = audit.interception.get("notes")
+    notes = [str(n) for n in said if n] if isinstance(said, list) else []
+    heard = [heard_while_lowering(c.platforms) for c in audit.computations]
     notes += [f"{text} ({plural(n, 'computation')})" for text, n in lowering_warning_notes(heard)]
-    errors = _int(_map(audit.get("seen")).get("audit_errors"))
+    errors = audit.seen.get("audit_errors", 0)
     if errors:
         notes.append(
             f"the audit recorded {plural(errors, 'error')} of its own instead of raising them "
@@ -2384,33 +2238,28 @@ def audit_notes_of(audit: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def tests_of(
-    audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
-) -> tuple[AuditTest, ...]:
+def tests_of(audit: AuditSection) -> tuple[AuditTest, ...]:
     """Per test that ran anything (collection order), the jitted computations it owns and
     those it uses that an earlier test owns, and how many eager op-by-op ones of each."""
-    by_id = {str(c.get("id")): c for c in computations}
+    by_id = {c.id: c for c in audit.computations}
 
-    def split(cids: Any) -> tuple[list[str], int]:  # the jitted functions; eager ops counted
-        jitted = [str(c) for c in cids or () if by_id.get(str(c), {}).get("kind") != "eager"]
-        return jitted, len(list(cids or ())) - len(jitted)
+    def label(cid: str) -> str:
+        return _label(by_id[cid]) if cid in by_id else computation_label({"id": cid})
+
+    def split(cids: Sequence[str]) -> tuple[list[str], int]:  # the jitted; eager ops counted
+        jitted = [c for c in cids if c not in by_id or by_id[c].kind != "eager"]
+        return jitted, len(cids) - len(jitted)
 
     rows = []
-    for nodeid, test in _map(audit.get("tests")).items():
-        test = _map(test)
-        owned = {str(c) for c in test.get("owns") or ()}
-        owns, eager_owned = split(test.get("owns"))
-        uses, eager_used = split([c for c in test.get("uses") or () if str(c) not in owned])
+    for nodeid, test in audit.tests.items():
+        owns, eager_owned = split(test.owns)
+        uses, eager_used = split([c for c in test.uses if c not in set(test.owns)])
         rows.append(
             AuditTest(
-                nodeid=str(nodeid),
-                owns=tuple(computation_label(by_id.get(cid, {"id": cid})) for cid in owns),
+                nodeid=nodeid,
+                owns=tuple(label(cid) for cid in owns),
                 uses=tuple(
-                    (
-                        computation_label(by_id.get(cid, {"id": cid})),
-                        str(by_id.get(cid, {}).get("owner")),
-                    )
-                    for cid in uses
+                    (label(cid), str(by_id[cid].owner if cid in by_id else None)) for cid in uses
                 ),
                 eager_owned=eager_owned,
                 eager_used=eager_used,
@@ -2419,35 +2268,31 @@ def tests_of(
     return tuple(rows)
 
 
-def audit_problems(
-    audit: Mapping[str, Any], computations: Sequence[Mapping[str, Any]]
-) -> tuple[Problem, ...]:
+def audit_problems(audit: AuditSection) -> tuple[Problem, ...]:
     """The audit's findings (computations that failed to re-lower) and its suite budget
     failures, as problems of the view (``audit=True``)."""
     problems = []
-    by_id = {str(c.get("id")): c for c in computations}
+    by_id = {c.id: c for c in audit.computations}
     # One problem per platform and reason: the same failure in 150 computations is one row
     # that says how many and which tests, with the reason whole.
-    shared: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
-    for finding in _maps(audit.get("findings")):
-        computation = by_id.get(str(finding.get("computation")), {})
-        platform = str(finding.get("platform", "?"))
-        entry = _map(_map(computation.get("platforms")).get(platform))
-        hardware = entry.get("needs_hardware")
+    shared: dict[tuple[str, str, str], list[Computation]] = {}
+    for finding in audit.findings:
+        computation = by_id.get(finding.computation) or Computation(
+            id=finding.computation, function=finding.function, source=None, kind="jit",
+            signature=(),
+        )  # fmt: skip
+        entry = computation.platforms.get(finding.platform)
+        hardware = entry.needs_hardware if entry is not None else None
         key = f"not lowerable here: needs a {hardware}" if hardware else "does not lower"
-        reason = str(finding.get("reason", ""))
-        shared.setdefault((platform, key, reason), []).append(
-            computation or {"function": finding.get("function"), "id": finding.get("computation")}
-        )
+        shared.setdefault((finding.platform, key, finding.reason), []).append(computation)
     for (platform, key, reason), sharing in shared.items():
-        names = tuple(computation_label(c) for c in sharing)
-        owners = tuple(dict.fromkeys(str(c.get("owner") or OUTSIDE_TESTS) for c in sharing))
+        names = tuple(_label(c) for c in sharing)
+        owners = tuple(dict.fromkeys(c.owner or OUTSIDE_TESTS for c in sharing))
         details = []
         for name, c in zip(names, sharing, strict=True):
-            source = f" defined at {c['source']}" if c.get("source") else ""
-            signature = ", ".join(map(str, c.get("signature") or ()))
-            signature = f" ({signature})" if signature else ""
-            details.append(f"{name}{source}{signature}, owned by {c.get('owner') or OUTSIDE_TESTS}")
+            source = f" defined at {c.source}" if c.source else ""
+            signature = f" ({', '.join(c.signature)})" if c.signature else ""
+            details.append(f"{name}{source}{signature}, owned by {c.owner or OUTSIDE_TESTS}")
         problems.append(
             Problem(
                 kind="not-lowered",
@@ -2463,11 +2308,7 @@ def audit_problems(
                 tests=owners,
             )
         )
-    for data in _maps(audit.get("violations")):
-        try:
-            v = Violation.from_dict(data)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            continue
+    for v in audit.violations or ():
         problems.append(
             Problem(
                 kind="violation",
@@ -2482,11 +2323,8 @@ def audit_problems(
                 details=violation_details(v),
             )
         )
-    for data in _maps(audit.get("baseline_growth")):
-        try:
-            change = Change.from_dict(data)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            continue
+    for data in audit.baseline_growth or ():
+        change = Change.from_dict(data)
         problems.append(
             Problem(
                 kind="failure",

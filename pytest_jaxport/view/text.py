@@ -20,19 +20,23 @@ Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.emulation import emulated_label, emulation_lines, not_emulated_message
 from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
 from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.baseline import ReportDiff, metric_label, value_text
-from pytest_jaxport.report.document import Drift
+from pytest_jaxport.report.document import Drift, Report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
     HOTSPOT_NUMERIC,
     NO_AUTOTUNE_NOTE,
+    Cell,
+    Problem,
+    ProblemGroup,
     ReportView,
+    ShareRow,
     TestRow,
     build_view,
     days_text,
@@ -281,8 +285,8 @@ def _halves(header: str) -> tuple[str, str]:
 # -- the terminal report ---------------------------------------------------------------------
 
 
-def text(report: Mapping[str, Any], options: DisplayOptions | None = None) -> str:
-    """The terminal report of a report dict (see :func:`render_text`)."""
+def text(report: Report, options: DisplayOptions | None = None) -> str:
+    """The terminal report of a report (see :func:`render_text`)."""
     return render_text(build_view(report), options or DisplayOptions())
 
 
@@ -478,13 +482,13 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     return [*lines, ""]
 
 
-def _reasons(group: Any) -> bool:
+def _reasons(group: ProblemGroup | Problem) -> bool:
     """Whether ``group`` (or a problem) is the suite audit's reasons computations do not
     lower (one row per reason, shown whole)."""
     return bool(group.audit and group.kind == "not-lowered")
 
 
-def _reason_lines(problem: Any) -> list[str]:
+def _reason_lines(problem: Problem) -> list[str]:
     """A suite audit finding: which computations (in which tests: the first few; the report
     files name them all), then the reason, whole."""
     if len(problem.computations) > 1:
@@ -495,7 +499,7 @@ def _reason_lines(problem: Any) -> list[str]:
     return [*wrap(where, indent="    ", hang="  "), *wrap(problem.message, indent="      ")]
 
 
-def _problem_line(problem: Any, common: str) -> list[str]:
+def _problem_line(problem: Problem, common: str) -> list[str]:
     """A problem's row: the test, then the finding. A violation's fits one line (its group
     says the rest); an error or a lowering failure may take a second line, where what to do
     usually is (``did you mean ...``); the audit's computations that fail for one reason,
@@ -578,7 +582,7 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     return [*lines, ""]
 
 
-def share_line(row: Any) -> str:
+def share_line(row: ShareRow) -> str:
     """``cuda  xla  74%  vendor  25%  custom   1%  [ESTIMATED ±37]  cublas 6%, ...``."""
     layers = "  ".join(f"{layer} {pct(row.layers[layer]):>4}" for layer in SHARE_LAYERS)
     label = (row.short or row.label).replace("estimated", "ESTIMATED", 1)  # it must stand out
@@ -603,10 +607,7 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     if view.tooling:
         shown = view.tooling if options.verbosity > 0 else view.tooling[:TOOLING_LINES]
         lines += ["", f"NVIDIA-bound tooling and CI assumptions ({number(len(view.tooling))}):"]
-        lines += [
-            cut(f"  {a.get('file')}:{a.get('line')}: {a.get('rule')}: {a.get('reason')}", WIDTH)
-            for a in shown
-        ]
+        lines += [cut(f"  {a.file}:{a.line}: {a.rule}: {a.reason}", WIDTH) for a in shown]
         if len(shown) < len(view.tooling):
             lines.append(f"  +{number(len(view.tooling) - len(shown))} more (-v lists them)")
     lines += numbers_lines(view, options)
@@ -776,12 +777,12 @@ def md_code(value: object) -> str:
 
 
 def markdown(
-    report: Mapping[str, Any],
+    report: Report,
     options: DisplayOptions | None = None,
     *,
     budget: int = MARKDOWN_BUDGET,
 ) -> str:
-    """The Markdown report of a report dict (see :func:`render_markdown`)."""
+    """The Markdown report of a report (see :func:`render_markdown`)."""
     return render_markdown(build_view(report), options or DisplayOptions(), budget=budget)
 
 
@@ -1015,8 +1016,7 @@ def _md_layers(view: ReportView) -> list[str]:
     if view.tooling:
         lines += ["", "| file | line | assumption | why |", "|---|---:|---|---|"]
         lines += [
-            f"| {md_code(a.get('file'))} | {md_cell(a.get('line'))} | {md_cell(a.get('rule'))} | "
-            f"{md_cell(a.get('reason'))} |"
+            f"| {md_code(a.file)} | {md_cell(a.line)} | {md_cell(a.rule)} | {md_cell(a.reason)} |"
             for a in view.tooling
         ]
     return lines
@@ -1030,7 +1030,7 @@ def _md_notes(view: ReportView) -> list[str]:
     return ["Notes:", "", *notes] if notes else []
 
 
-def md_matrix_cell(cell: Any) -> str:
+def md_matrix_cell(cell: Cell) -> str:
     """``3 / 0 · match``: vendor / custom calls, numerics where it ran, what went wrong."""
     if not cell.lowers and cell.vendor is None:
         text = "**does not lower**"
