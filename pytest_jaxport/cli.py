@@ -16,7 +16,13 @@ from pathlib import Path
 
 from pytest_jaxport.model.config import platform_hint
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS
-from pytest_jaxport.report.baseline import baseline_json, counted, diff, load_counts
+from pytest_jaxport.report.baseline import (
+    baseline_json,
+    baseline_of,
+    counted,
+    diff,
+    load_compared,
+)
 from pytest_jaxport.report.schema import MergeError, ReportError, load, write_text
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
@@ -141,11 +147,12 @@ def _merge(args: argparse.Namespace) -> int:
             f"({type(e).__name__}: {e})",
         )
     try:
-        texts = [(output, json.dumps(result.report, indent=2) + "\n")]
+        merged = result.document
+        texts = [(output, json.dumps(merged.to_dict(), indent=2) + "\n")]
         if args.md:
-            texts.append((Path(args.md), markdown(result.report) + "\n" + merge_markdown(result)))
+            texts.append((Path(args.md), markdown(merged) + "\n" + merge_markdown(result)))
         if args.html:
-            texts.append((Path(args.html), html(result.report)))
+            texts.append((Path(args.html), html(merged)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return _fail("merge", f"cannot render the merged report ({type(e).__name__}: {e})")
     for path, text in texts:
@@ -161,10 +168,10 @@ def _merge(args: argparse.Namespace) -> int:
     said = merge_text(result)
     if said:
         print(said)
-    mixed = result.report.get("mixed_versions")
+    mixed = result.document.merged.mixed_versions if result.document.merged else None
     if mixed:
         print(f"note: {versions_note(mixed)}")
-    tests = len(result.report["tests"])
+    tests = len(result.document.tests)
     failed = result.failures()  # the drifts among them
     verdict = [f"FAILED: {', '.join(failed)}"] if failed else []
     if not result.comparisons:
@@ -184,8 +191,8 @@ def _merge(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
 
     try:
-        base = load_counts(Path(args.base))
-        head = load_counts(Path(args.head))
+        base = load_compared(Path(args.base))
+        head = load_compared(Path(args.head))
         found = diff(base, head)
     except MergeError as e:
         return _fail("diff", e)
@@ -205,7 +212,7 @@ def _diff(args: argparse.Namespace) -> int:
 def _baseline(args: argparse.Namespace) -> int:
 
     try:
-        text = baseline_json(load_counts(Path(args.report)))
+        text = baseline_json(baseline_of(load_compared(Path(args.report))))
     except MergeError as e:
         return _fail("baseline", e)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -23,6 +23,7 @@ from pytest_jaxport.cli import main
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.report.baseline import baseline_json, baseline_of
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
+from pytest_jaxport.report.schema import load
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
@@ -356,7 +357,7 @@ def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
     update.assert_outcomes(passed=2)
     update.stdout.fnmatch_lines(["jaxport: baseline written to *baseline.json"])
     written = (leg_project.path / ".jaxport" / "baseline.json").read_text()
-    base = json.loads((leg_project.path / "base.json").read_text())
+    base = load(leg_project.path / "base.json")
     assert written == baseline_json(baseline_of(base))  # sorted, stable
     assert json.loads(written)["tests"]["test_suite.py::test_mlp"]["mlp"]["cuda"]["lowered"] == {
         "custom": 0, "library.cublas": 1, "vendor": 1,

@@ -32,6 +32,8 @@ from pytest_jaxport.model.formats import (
 )
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import md_matrix_cell
 
@@ -291,13 +293,19 @@ def test_a_site_found_with_and_without_a_line_is_priced_and_sorted() -> None:
     assert sorted(kernels) == kernels[::-1]
 
 
-def _report(formats: dict[str, Any] | None) -> dict[str, Any]:
-    lowered = {"level": "lowered", "vendor": 1, "custom": 0, "meta": 0, "libraries": {}}
+def _check(formats: dict[str, Any] | None) -> dict[str, Any]:
+    lowered: dict[str, Any] = {"level": "lowered", "vendor": 1, "custom": 0, "meta": 0,
+                               "xla": 0, "libraries": {}, "kernels": []}  # fmt: skip
     if formats is not None:
         lowered["formats"] = formats
-    check = {"name": "mlp", "reference": "cpu", "platforms": {"tpu": {"lowered": lowered}}}
-    return {"schema_version": 2, "tool": {"name": "pytest-jaxport"},
-            "tests": [{"nodeid": "t.py::test_mlp", "checks": [check]}]}  # fmt: skip
+    tpu = {"present": False, "lowered": lowered}
+    return {"name": "mlp", "reference": "cpu", "platforms": {"tpu": tpu}}
+
+
+def _report(formats: dict[str, Any] | None) -> Report:
+    test = {"nodeid": "t.py::test_mlp", "outcome": "passed", "checks": [_check(formats)]}
+    return build_report([test], config={"platforms": ["tpu"], "reference": "cpu"},
+                        environment={})  # fmt: skip
 
 
 def test_a_grown_finding_or_padding_share_is_growth_an_unjudged_baseline_is_not() -> None:
@@ -316,7 +324,7 @@ def test_a_grown_finding_or_padding_share_is_growth_an_unjudged_baseline_is_not(
         "check 'mlp' on tpu: padding waste grew 10.9% -> 55.5% (+44.5%)",
     ]
     # A baseline recorded before the layer has no such counts: not growth from zero.
-    checks = _report(grown.to_dict())["tests"][0]["checks"]
+    checks = [Probe.from_dict(_check(grown.to_dict()))]
     old = diff(_report(None), _report(None))
     assert not old.grew
     from pytest_jaxport.report.baseline import baseline_of

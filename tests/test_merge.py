@@ -41,9 +41,9 @@ from pytest_jaxport.report.merge import (
 from pytest_jaxport.report.outputs import save_outputs
 from pytest_jaxport.report.schema import (
     MergeError,
-    build_report,
     checks_of,
     from_json,
+    report_data,
     suite_numbers,
     write_json,
 )
@@ -118,7 +118,7 @@ def leg_report(
         "machine": "Linux-x86_64",
         "present_platforms": present,
     }
-    report = build_report(tests, config=config, environment=env)
+    report = report_data(tests, config=config, environment=env)
     # The three numbers as a run records them (a merge recomputes them over its legs).
     report["summary"].update(
         suite_numbers(checks_of(report["tests"]), migrate_to=("rocm", "tpu"), model=CostModel())
@@ -148,6 +148,16 @@ def save(folder: Path, leg_dir: str, report: dict[str, Any], values: Mapping[str
                         result(values.get(platform, Y)),
                     )
                     e["outputs"] = f"{leg_dir}/{name}"
+
+
+def typed(report: Mapping[str, Any]) -> Report:
+    """A report's JSON as :func:`~pytest_jaxport.report.schema.load` reads it."""
+    return from_json(json.loads(json.dumps(report)), Path("r.json"))
+
+
+def probes(checks: Sequence[Mapping[str, Any]]) -> list[Probe]:
+    """A test's checks as the judge has them."""
+    return [Probe.from_dict(c) for c in checks]
 
 
 def reports(legs: Sequence[tuple[Path, Any]]) -> list[tuple[Path, Report]]:
@@ -633,7 +643,7 @@ def test_missing_or_unreadable_outputs_are_refused_naming_both_files(tmp_path: P
 def test_malformed_report_is_refused_naming_the_file(tmp_path: Path) -> None:
     (path, report), _ = two_legs(tmp_path)
     with pytest.raises(ReportError, match=rf"^{path}: a baseline, not a report"):
-        merge(reports([(path, baseline_of(report))]), tolerance_for=defaults)
+        merge(reports([(path, baseline_of(typed(report)))]), tolerance_for=defaults)
     find_test(report, NODEID)["checks"][0]["platforms"] = ["cpu"]
     with pytest.raises(
         ReportError,
@@ -679,7 +689,7 @@ def test_diff_reports_growth_shrinkage_new_and_removed() -> None:
             "tests/test_new.py::test_new": {"cuda": (9, 9)},
         }
     )
-    result = diff(base, head)
+    result = diff(typed(base), typed(head))
     assert result.grew
     grew = [c.describe() for c in result.growth]
     assert grew == [  # vendor, custom, per library, then formats: what a failure leads with
@@ -704,10 +714,14 @@ def test_diff_reports_growth_shrinkage_new_and_removed() -> None:
 
 
 def test_diff_only_shrinking_does_not_grow() -> None:
-    result = diff(simple({NODEID: {"cuda": (3, 1)}}), simple({NODEID: {"cuda": (2, 0)}}))
+    result = diff(
+        typed(simple({NODEID: {"cuda": (3, 1)}})), typed(simple({NODEID: {"cuda": (2, 0)}}))
+    )
     assert not result.grew
     assert len(result.shrinkage) == 3
-    same = diff(simple({NODEID: {"cuda": (3, 1)}}), simple({NODEID: {"cuda": (3, 1)}}))
+    same = diff(
+        typed(simple({NODEID: {"cuda": (3, 1)}})), typed(simple({NODEID: {"cuda": (3, 1)}}))
+    )
     assert same.changes == ()
     assert diff_text(same) == (
         "jaxport diff: 0 grew, 0 shrank, 0 new tests, 0 removed tests (1 test compared)"
@@ -715,10 +729,10 @@ def test_diff_only_shrinking_does_not_grow() -> None:
 
 
 def test_diff_compares_like_levels_only() -> None:
-    base = simple({NODEID: {"cuda": (3, 0)}})
-    head = simple({NODEID: {"cuda": (3, 0)}}, compiled=7)  # compiled shows more; not growth
+    base = typed(simple({NODEID: {"cuda": (3, 0)}}))
+    head = typed(simple({NODEID: {"cuda": (3, 0)}}, compiled=7))  # compiled shows more
     assert not diff(base, head).grew
-    grown = diff(simple({NODEID: {"cuda": (3, 0)}}, compiled=4), head)
+    grown = diff(typed(simple({NODEID: {"cuda": (3, 0)}}, compiled=4)), head)
     assert [c.describe() for c in grown.growth] == [
         "check 'mlp' on cuda: vendor calls grew 4 -> 7 (+3) (compiled)",
         "check 'mlp' on cuda: cublas calls grew 4 -> 7 (+3) (compiled)",
@@ -729,10 +743,10 @@ def test_diff_new_and_removed_checks() -> None:
     base = simple({NODEID: {"cuda": (1, 0)}})
     head = simple({NODEID: {"cuda": (1, 0)}})
     head["tests"][0]["checks"].append(check("extra", entry("cuda", present=False, vendor=4)))
-    result = diff(base, head)
+    result = diff(typed(base), typed(head))
     assert not result.grew
     assert result.new_checks == ((NODEID, "extra"),)
-    assert diff(head, base).removed_checks == ((NODEID, "extra"),)
+    assert diff(typed(head), typed(base)).removed_checks == ((NODEID, "extra"),)
 
 
 # -- baselines --------------------------------------------------------------------------------
@@ -741,8 +755,8 @@ def test_diff_new_and_removed_checks() -> None:
 def test_baseline_is_small_sorted_and_stable() -> None:
     report = simple({OTHER: {"tpu": (0, 1), "cuda": (1, 0)}, NODEID: {"cuda": (3, 0)}})
     shuffled = dict(report, tests=list(reversed(report["tests"])))
-    assert baseline_json(baseline_of(report)) == baseline_json(baseline_of(shuffled))
-    baseline = baseline_of(report)
+    assert baseline_json(baseline_of(typed(report))) == baseline_json(baseline_of(typed(shuffled)))
+    baseline = baseline_of(typed(report))
     assert list(baseline["tests"]) == sorted([OTHER, NODEID])
     assert baseline["tests"][NODEID] == {
         "mlp": {"cuda": {"lowered": {"custom": 0, "library.cublas": 3, "vendor": 3}}}
@@ -753,8 +767,8 @@ def test_baseline_is_small_sorted_and_stable() -> None:
 
 
 def test_compare_to_baseline_messages() -> None:
-    baseline = baseline_of(simple({NODEID: {"cuda": (3, 0), "rocm": (3, 0)}}))
-    now = simple({NODEID: {"cuda": (5, 0), "rocm": None}})["tests"][0]["checks"]
+    baseline = baseline_of(typed(simple({NODEID: {"cuda": (3, 0), "rocm": (3, 0)}})))
+    now = probes(simple({NODEID: {"cuda": (5, 0), "rocm": None}})["tests"][0]["checks"])
     found = compare_to_baseline(baseline, NODEID, now)
     assert [(g.fails, g.message) for g in found] == [
         (True, "check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2) since the baseline"),
@@ -784,13 +798,13 @@ def test_compare_to_baseline_messages() -> None:
             "intended, record it: "
         )
     )
-    shrunk = simple({NODEID: {"cuda": (1, 0)}})["tests"][0]["checks"]
+    shrunk = probes(simple({NODEID: {"cuda": (1, 0)}})["tests"][0]["checks"])
     assert compare_to_baseline(baseline, NODEID, shrunk) == []
     [new] = compare_to_baseline(baseline, OTHER, shrunk)
     assert not new.fails
     assert new.message.startswith(f"{OTHER} is not in the baseline (new test)")
     assert compare_to_baseline(baseline, OTHER, []) == []
-    extra = [*shrunk, check("extra", entry("cuda", present=False, vendor=1))]
+    extra = [*shrunk, *probes([check("extra", entry("cuda", present=False, vendor=1))])]
     assert [(g.fails, g.message) for g in compare_to_baseline(baseline, NODEID, extra)] == [
         (False, "check 'extra' is not in the baseline (new check): not compared")
     ]
@@ -801,12 +815,12 @@ def test_match_baseline_tells_compared_new_stale_and_not_run() -> None:
     have matched it) or not run; the tests and checks it lacks are new."""
     names = ("t.py::a", "t.py::b", "t.py::c", "t.py::d", "t.py::e", "u.py::f", "gone.py::g",
              "part.py::h", "t.py::i")  # fmt: skip
-    baseline = baseline_of(simple({name: {"cpu": (0, 0)} for name in names}))
+    baseline = baseline_of(typed(simple({name: {"cpu": (0, 0)} for name in names})))
     baseline["tests"]["t.py::a"]["old"] = baseline["tests"]["t.py::a"]["mlp"]
     now = simple({"t.py::a": {"cpu": (0, 0)}, "t.py::new": {"cpu": (0, 0)}})
     now["tests"][0]["checks"].append(check("extra", entry("cpu", present=False)))
     found = match_baseline(
-        baseline, now["tests"], file="b.json",
+        baseline, typed(now).tests, file="b.json",
         outcomes={"t.py::a": "passed", "t.py::new": "passed", "t.py::c": "passed",
                   "t.py::d": "skipped", "t.py::i": "failed"},
         deselected=["t.py::e"], partial_files=["part.py"],
@@ -825,7 +839,7 @@ def test_match_baseline_tells_compared_new_stale_and_not_run() -> None:
     assert not found.fails  # without --jaxport-baseline-strict
     assert dataclasses.replace(found, strict=True).fails
     assert found == type(found).from_dict(json.loads(json.dumps(found.to_dict())))
-    another = simple({"other.py::z": {"cpu": (0, 0)}})["tests"]  # another project's suite
+    another = typed(simple({"other.py::z": {"cpu": (0, 0)}})).tests  # another project's suite
     elsewhere = match_baseline(baseline, another, file="b.json", outcomes={"other.py::z": "passed"})
     assert elsewhere.matched_nothing
 
@@ -833,13 +847,13 @@ def test_match_baseline_tells_compared_new_stale_and_not_run() -> None:
 def test_load_counts_reads_reports_and_baselines(tmp_path: Path) -> None:
     report = simple({NODEID: {"cuda": (3, 0)}})
     write_json(tmp_path / "r.json", report)
-    (tmp_path / "b.json").write_text(baseline_json(baseline_of(report)))
+    (tmp_path / "b.json").write_text(baseline_json(baseline_of(typed(report))))
     assert load_counts(tmp_path / "r.json") == load_counts(tmp_path / "b.json")
     bad = tmp_path / "bad.json"
-    bad.write_text(baseline_json(baseline_of(report))[:50])
+    bad.write_text(baseline_json(baseline_of(typed(report)))[:50])
     with pytest.raises(MergeError, match=rf"^{bad}: not valid JSON \(truncated\?\)"):
         load_counts(bad)
-    bad.write_text(json.dumps({**baseline_of(report), "schema_version": 7}))
+    bad.write_text(json.dumps({**baseline_of(typed(report)), "schema_version": 7}))
     with pytest.raises(MergeError, match=rf"^{bad}: baseline schema_version 7 is not supported"):
         load_counts(bad)
     bad.write_text("[1, 2]")
@@ -934,13 +948,15 @@ def test_merging_a_report_with_itself_is_consistent_and_idempotent(
         assert strip_provenance(twice.report) == strip_provenance(once.report)
         assert again.report["tests"] == once.report["tests"]
         assert twice.report["summary"] == once.report["summary"] == report["summary"]
-        assert baseline_of(twice.report) == baseline_of(once.report) == baseline_of(report)
-        assert not diff(report, twice.report).changes
+        assert baseline_of(twice.document) == baseline_of(once.document)
+        assert baseline_of(once.document) == baseline_of(typed(report))
+        assert not diff(typed(report), twice.document).changes
 
 
 def test_a_merged_report_reads_back_as_the_json_it_is(tmp_path: Path) -> None:
     legs = two_legs(tmp_path, gpu_values={"cuda": Y + 1.0})  # with a drift
     merged = merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path)
     path = tmp_path / "merged.json"
-    write_json(path, merged.report)
+    write_json(path, merged.document)
     assert from_json(json.loads(path.read_text()), path).to_dict() == json.loads(path.read_text())
+    assert json.loads(path.read_text()) == merged.report  # the typed report is its JSON

@@ -159,11 +159,12 @@ def test_must_lower_failure_is_a_violation() -> None:
 
 def test_build_report_sorts_tests_and_sums() -> None:
     tests = [
-        {"nodeid": "b", "outcome": "failed", "checks": [probe().to_dict()], "violations": [{}]},
+        {"nodeid": "b", "outcome": "failed", "checks": [probe().to_dict()], "violations": []},
         {"nodeid": "a", "outcome": "passed", "checks": [probe().to_dict()], "violations": []},
     ]
-    report = build_report(tests, config={"platforms": []}, environment={})
-    assert [t["nodeid"] for t in report["tests"]] == ["a", "b"]
+    built = build_report(tests, config={"platforms": [], "reference": "cpu"}, environment={})
+    assert [t.nodeid for t in built.tests] == ["a", "b"]
+    report = built.to_dict()
     summary = report["summary"]
     assert summary["checks"] == 2
     assert summary["failed_tests"] == 1
@@ -186,7 +187,7 @@ def test_write_is_atomic_and_load_round_trips(tmp_path: Path) -> None:
     config = {"source": "pyproject.toml", "platforms": ["cpu"], "reference": "cpu"}
     report = build_report([], config=config, environment={"present_platforms": ["cpu"]})
     write_json(path, report)
-    assert load(path).to_dict() == report
+    assert load(path) == report
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 

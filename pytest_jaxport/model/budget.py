@@ -114,15 +114,24 @@ class Violation:
         """The platform as the finding names it: ``tpu (emulated on cpu)`` for an emulation's."""
         return emulated_label(self.platform) if self.key in EMULATED_KEYS else self.platform
 
+    @property
+    def kind(self) -> Kind | None:
+        """The declared kind of its budget key (:data:`KEYS`); ``None`` for what is no
+        budget key (numerics, the emulation, the baseline)."""
+        declared = DECLARED.get(self.key.partition(".")[0])
+        return None if declared is None else declared.kind
+
     def finding(self) -> str:
-        """What was found against what was allowed: ``3 cudnn calls > 2``."""
-        if self.key == "must_lower" and self.findings:
+        """What was found against what was allowed: ``3 cudnn calls > 2``; a list key
+        broken says what fails (``fails to lower``) or what is used, a flag what happened."""
+        kind = self.kind
+        if kind == "platforms" and self.findings:  # must_lower
             return f"fails to {self.what} (the format rules: {_rules_at(self.findings)})"
-        if self.key == "must_lower":
+        if kind == "platforms":
             return f"fails to {self.what}"
-        if self.key == "forbid_formats":
+        if kind == "formats":  # forbid_formats
             return f"uses {self.found}"
-        if self.key == "must_trace":
+        if kind == "flag":  # must_trace
             return "could not be traced here"
         if self.key in ("numerics", "emulated_numerics"):
             return f"{self.found} {self.what}, expected to {self.limit}"
@@ -134,7 +143,7 @@ class Violation:
 
     def found_text(self) -> str:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
-        if self.key in ("must_lower", "must_trace", "emulated_run", BASELINE_KEY):
+        if self.kind in ("platforms", "flag") or self.key in ("emulated_run", BASELINE_KEY):
             return self.finding()
         return f"{self.found} {self.what}".strip()
 
@@ -359,6 +368,9 @@ class BudgetKey:
     """The metric a baseline (``--jaxport-baseline``, ``report/baseline.py``'s ``COUNTERS``)
     keeps the same number in, so it cannot grow where no limit is set (``library.`` for
     ``max_library_calls``: one metric per library); ``None`` where no baseline counts it."""
+    ratchet_also: tuple[str, ...] = ()
+    """The numbers a baseline keeps beside :attr:`ratchet`, counted from the same findings
+    (``layout_findings`` beside ``format_findings``): their growth fails like the key's."""
     way_out: WayOut | None = None
     """What a person can do about a violation of it (``to pass: ...``); where ``None``:
     change the code, or raise the limit where it was set."""
@@ -712,6 +724,7 @@ KEYS: tuple[BudgetKey, ...] = (
         doc="Call-weighted findings of kind format not matched by allow_findings.",
         way_out=_fewer_findings,
         ratchet="format_findings",
+        ratchet_also=("layout_findings", "not_compiling"),
     ),
     BudgetKey(
         name="forbid_formats",
@@ -733,6 +746,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnPlatform(_relayouts),
         doc="Transposes and copies XLA inserted around library calls (compiled level).",
         ratchet="relayouts",
+        ratchet_also=("relayout_bytes",),
     ),
     BudgetKey(
         name="allow_findings",
@@ -757,6 +771,15 @@ _PER_PLATFORM_COUNTED = tuple(
     k.judged for k in KEYS if isinstance(k.judged, OnPlatform) and k.judged.needs_census
 )
 _FRACTIONS = frozenset(k.name for k in KEYS if k.kind == "fraction")
+RATCHETED: tuple[str, ...] = tuple(
+    metric for k in KEYS if k.ratchet is not None for metric in (k.ratchet, *k.ratchet_also)
+)
+"""Every metric a baseline keeps (``library.`` stands for one per library), from the keys'
+:attr:`~BudgetKey.ratchet` and :attr:`~BudgetKey.ratchet_also`, in the keys' order."""
+RATCHETED_SHARES: frozenset[str] = frozenset(
+    k.ratchet for k in KEYS if k.ratchet is not None and k.kind == "fraction"
+)
+"""The ratcheted metrics that are shares (a fraction key's ratchet): shown as percentages."""
 _LISTS: frozenset[Kind] = frozenset({"platforms", "globs", "formats", "rules"})
 """The kinds whose value is a list, which a violation's rule says (``forbid_formats = [...]``)."""
 

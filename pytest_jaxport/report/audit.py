@@ -30,6 +30,7 @@ from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.report.baseline import audit_changes, audit_counts
+from pytest_jaxport.report.document import AuditSection, built_audit
 from pytest_jaxport.report.schema import suite_numbers, with_sites
 
 SUITE = "the audited suite"
@@ -471,11 +472,16 @@ def judge(
     since ``baseline``'s audit counts, when given)."""
     violations = fail_on_violations(section, budget_for, migrate_to=migrate_to, model=model)
     section["violations"] = [v.to_dict() for v in violations]
-    grown = audit_changes(baseline, audit_counts(section)) if baseline is not None else []
+    grown = []
+    if baseline is not None:
+        grown = audit_changes(baseline, audit_counts(built_audit(section)))
     section["baseline_growth"] = [c.to_dict() for c in grown if c.grew]
     return section
 
 
-def failures(section: Mapping[str, Any]) -> int:
-    """How many suite-level budget failures ``section`` records (each fails the session)."""
+def failures(section: AuditSection | Mapping[str, Any]) -> int:
+    """How many suite-level budget failures ``section`` records (each fails the session);
+    its JSON form too, for the view's readers not yet typed."""
+    if isinstance(section, AuditSection):
+        return len(section.violations or ()) + len(section.baseline_growth or ())
     return len(section.get("violations") or ()) + len(section.get("baseline_growth") or ())

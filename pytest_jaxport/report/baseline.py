@@ -11,14 +11,16 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
-from pytest_jaxport.model.budget import BASELINE_KEY, Violation
-from pytest_jaxport.model.census import Kernel
+from pytest_jaxport.model.budget import BASELINE_KEY, RATCHETED, RATCHETED_SHARES, Violation
+from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.counts import FormatCounts
 from pytest_jaxport.model.formats import Finding, FormatCensus
+from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.targets import LEVELS, Layer, ordered_platforms
+from pytest_jaxport.report.document import AuditSection, Report, TestEntry
 from pytest_jaxport.report.schema import (
     BASELINE_KIND,
     BASELINE_VERSION,
@@ -29,39 +31,56 @@ from pytest_jaxport.report.schema import (
 )
 from pytest_jaxport.version import __version__
 
-Counter = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, float]]
-"""``(platform entry, census dict of one level) -> {metric: value}``."""
+Counted = Mapping[str, float]
+"""One level's numbers of one platform entry: ``{metric: value}``."""
 
+Counts = dict[str, Any]
+"""The committed-baseline form (:func:`baseline_of`): JSON, checked where read
+(:func:`load_counts`)."""
 
-def _layer_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
-    return {"vendor": census.get("vendor", 0), "custom": census.get("custom", 0)}
+METRICS: tuple[str, ...] = RATCHETED
+"""Every metric a baseline keeps: the budget keys' ratchets
+(:attr:`~pytest_jaxport.model.budget.BudgetKey.ratchet`), declared there once;
+``library.`` stands for one metric per library."""
 
+FRACTIONS: frozenset[str] = RATCHETED_SHARES
+"""Metrics that are shares (shown as percentages; a grown share fails like a grown count)."""
 
-def _library_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
-    return {f"library.{name}": n for name, n in (census.get("libraries") or {}).items()}
-
-
-LOWERED_FORMAT_METRICS = ("format_findings", "layout_findings", "not_compiling", "padding_waste")
 COMPILED_FORMAT_METRICS = ("relayouts", "relayout_bytes")
+"""The formats-and-layout metrics the compiled program is counted in (the others: the
+lowered program's)."""
 
 
-def _format_counts(entry: Mapping[str, Any], census: Mapping[str, Any]) -> dict[str, float]:
+def ratcheted(metric: str) -> bool:
+    """Whether a baseline keeps ``metric`` (:data:`METRICS`)."""
+    return metric in METRICS or any(m.endswith(".") and metric.startswith(m) for m in METRICS)
+
+
+def _calls(census: Census) -> dict[str, float]:
+    """A level's calls: per layer and per vendor library."""
+    counts: dict[str, float] = {"vendor": census.vendor, "custom": census.custom}
+    counts.update({f"library.{name}": n for name, n in census.libraries().items()})
+    return counts
+
+
+def _format_counts(formats: FormatCensus | None) -> dict[str, float]:
     """The formats-and-layout numbers of one level: findings, "does not compile", padding
     waste (lowered); relayouts and their bytes (compiled). Absent where not judged."""
-    found = census.get("formats")
-    if not found:
+    if formats is None:
         return {}
-    formats = FormatCensus.from_dict(found)
     if formats.level == "compiled":
         counts = FormatCounts.of(None, formats).to_dict()
-        return {metric: counts[metric] for metric in COMPILED_FORMAT_METRICS}
+        return {m: counts[m] for m in COMPILED_FORMAT_METRICS}
     counts = FormatCounts.of(formats, None).to_dict()
     counts["padding_waste"] = round(counts["padding_waste"], 6)
-    return {metric: counts[metric] for metric in LOWERED_FORMAT_METRICS}
+    return {m: counts[m] for m in counts if m not in COMPILED_FORMAT_METRICS}
 
 
-COUNTERS: tuple[Counter, ...] = (_layer_counts, _library_counts, _format_counts)
-"""Every ratcheted number. Rewrite days join here as one more counter (``rewrite_days``)."""
+def _level_counts(census: Census, formats: FormatCensus | None) -> dict[str, float]:
+    """The numbers a baseline keeps of one level: those of :data:`METRICS`, sorted."""
+    values = {**_calls(census), **_format_counts(formats)}
+    return {m: v for m, v in sorted(values.items()) if ratcheted(m)}
+
 
 _LABELS = {
     "vendor": "vendor calls",
@@ -74,8 +93,6 @@ _LABELS = {
     "relayouts": "relayouts",
     "relayout_bytes": "relayout bytes",
 }
-FRACTIONS = frozenset({"padding_waste"})
-"""Metrics that are shares (shown as percentages; a grown share fails like a grown count)."""
 
 
 def metric_label(metric: str) -> str:
@@ -92,53 +109,54 @@ def compared(metric: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> boo
     return metric.startswith("library.") or (metric in old and metric in new)
 
 
-def _counts(entry: Mapping[str, Any]) -> dict[str, Any]:
+def _counts(result: PlatformProbe) -> dict[str, Counted | None]:
     """Per level the counts of one platform entry; ``lowered: null`` when lowering failed."""
-    levels: dict[str, Any] = {}
-    for level in LEVELS:
-        census = entry.get(level)
-        if census is None:
-            if level == "lowered":
-                levels[level] = None
-            continue
-        values: dict[str, float] = {}
-        for counter in COUNTERS:
-            values.update(counter(entry, census))
-        levels[level] = dict(sorted(values.items()))
-    return levels
+    levels: dict[str, Counted | None] = {}
+    for level, census, formats in (
+        ("lowered", result.census, result.formats),
+        ("compiled", result.compiled, result.compiled_formats),
+        ("what_if_no_vendor", result.what_if_no_vendor, None),
+    ):
+        if census is not None:
+            levels[level] = _level_counts(census, formats)
+        elif level == "lowered":
+            levels[level] = None
+    return {level: levels[level] for level in LEVELS if level in levels}
 
 
-def _test_counts(checks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def _test_counts(checks: Iterable[Probe]) -> dict[str, dict[str, dict[str, Counted | None]]]:
     return {
-        str(check["name"]): {
-            platform: _counts(entry)
-            for platform, entry in sorted(check.get("platforms", {}).items())
+        check.name: {
+            platform: _counts(result) for platform, result in sorted(check.platforms.items())
         }
-        for check in sorted(checks, key=lambda c: str(c["name"]))
+        for check in sorted(checks, key=lambda c: c.name)
     }
 
 
-def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The committed-baseline form of a report: counts per test, check, platform and level.
+def baseline_of(report: Report | Counts) -> Counts:
+    """The committed-baseline form of a report: counts per test, check, platform and level
+    (a baseline: itself).
 
     Small and stably ordered (sorted keys), so a baseline update reviews as a short diff.
     Tests without checks (skipped, or checking nothing) are left out.
     """
-    if report.get("kind") == BASELINE_KIND:
+    if not isinstance(report, Report):
+        if report.get("kind") != BASELINE_KIND:  # a report's JSON: load it first
+            raise TypeError("baseline_of takes a Report or a baseline, not a report's JSON")
         return dict(report)
     tests = {
-        str(test["nodeid"]): _test_counts(test["checks"])
-        for test in report.get("tests", [])
-        if test.get("checks")
+        test.nodeid: _test_counts(c.probe for c in test.checks)
+        for test in report.tests
+        if test.checks
     }
-    baseline: dict[str, Any] = {
+    baseline: Counts = {
         "schema_version": BASELINE_VERSION,
         "tool": {"name": TOOL_NAME},
         "kind": BASELINE_KIND,
         "tests": dict(sorted(tests.items())),
     }
-    if isinstance(report.get("audit"), Mapping):  # --jaxport-audit: the suite's counts
-        baseline["audit"] = audit_counts(report["audit"])
+    if report.audit is not None:  # --jaxport-audit: the suite's counts
+        baseline["audit"] = audit_counts(report.audit)
     return baseline
 
 
@@ -147,11 +165,18 @@ def baseline_json(baseline: Mapping[str, Any]) -> str:
     return json.dumps(baseline, indent=2, sort_keys=True) + "\n"
 
 
-def load_counts(path: Path) -> dict[str, Any]:
-    """Read a report or a baseline, for ``jaxport diff`` and ``--jaxport-baseline``.
+def load_counts(path: Path) -> Counts:
+    """Read a report or a baseline, for ``--jaxport-baseline``: the baseline form
+    (:func:`baseline_of`)."""
+    return baseline_of(load_compared(path))
 
-    Returns the baseline form (:func:`baseline_of`). Raises :class:`MergeError` naming the
-    file when it is missing, truncated, foreign or of another schema version.
+
+def load_compared(path: Path) -> Report | Counts:
+    """Read a report (:func:`~pytest_jaxport.report.schema.load`) or a baseline, for
+    ``jaxport diff`` and ``jaxport baseline``.
+
+    Raises :class:`MergeError` naming the file when it is missing, truncated, foreign or of
+    another schema version.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -163,11 +188,9 @@ def load_counts(path: Path) -> dict[str, Any]:
         raise MergeError(f"{path}: not valid JSON (truncated?): {e}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
         try:
-            return baseline_of(load(path).to_dict())
+            return load(path)
         except ReportError as e:
             raise MergeError(str(e)) from None
-        except (AttributeError, KeyError, TypeError) as e:
-            raise MergeError(f"{path}: malformed pytest-jaxport report: {e!r}") from None
     tool = data.get("tool")
     if not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
         raise MergeError(f"{path}: not a pytest-jaxport baseline")
@@ -180,7 +203,7 @@ def load_counts(path: Path) -> dict[str, Any]:
     problem = _malformed_baseline(data)
     if problem is not None:
         raise MergeError(f"{path}: malformed pytest-jaxport baseline: {problem}")
-    return data
+    return cast(Counts, data)
 
 
 def _malformed_baseline(data: Mapping[str, Any]) -> str | None:
@@ -434,7 +457,7 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def diff(base: Mapping[str, Any], head: Mapping[str, Any]) -> ReportDiff:
+def diff(base: Report | Counts, head: Report | Counts) -> ReportDiff:
     """What grew and shrank from ``base`` to ``head`` (reports or baselines, in any mix).
 
     Counts are compared per test, check, platform and level, at each level both sides have
@@ -487,10 +510,8 @@ class Growth:
     change: Change | None = None
 
 
-def compare_to_baseline(
-    baseline: Mapping[str, Any], nodeid: str, checks: Sequence[Mapping[str, Any]]
-) -> list[Growth]:
-    """Compare one test's checks (as in a report) with the baseline's counts.
+def compare_to_baseline(baseline: Counts, nodeid: str, checks: Sequence[Probe]) -> list[Growth]:
+    """Compare one test's checks with the baseline's counts.
 
     ``[]`` when nothing grew and nothing is new. A test or check missing from the baseline
     gives one ``fails=False`` entry; every grown count, and every platform that no longer
@@ -526,18 +547,15 @@ def compare_to_baseline(
     return found
 
 
-def growth_violation(change: Change, origin: str, check: Mapping[str, Any]) -> Violation:
-    """A count of ``check`` (as in a report) that grew since the baseline at ``origin`` (or a
+def growth_violation(change: Change, origin: str, check: Probe | None) -> Violation:
+    """A count of ``check`` that grew since the baseline at ``origin`` (or a
     platform that stopped lowering), as a failure says it, the way it says a broken budget:
     the finding first, then the sites behind the count at its level (every site of it: the
     baseline keeps counts, not sites), or why it no longer lowers."""
     kernels: tuple[Kernel, ...] = ()
     findings: tuple[Finding, ...] = ()
     details: tuple[str, ...] = ()
-    try:
-        result: PlatformProbe | None = Probe.from_dict(check).platforms.get(change.platform)
-    except (AttributeError, KeyError, TypeError, ValueError):  # a record this run made
-        result = None
+    result = check.platforms.get(change.platform) if check is not None else None
     if result is not None and change.metric is not None:
         kernels, findings = _sites_of(result, change.level, change.metric)
     elif result is not None and result.error:
@@ -562,7 +580,7 @@ the same of the suite audit's site labels)."""
 
 
 _LAYER_METRICS: Mapping[str, Layer] = {"vendor": "vendor", "custom": "custom"}
-"""The metrics that count a layer's kernels (:func:`_layer_counts`)."""
+"""The metrics that count a layer's kernels (:func:`_calls`)."""
 
 
 def _sites_of(
@@ -689,8 +707,8 @@ def file_of(nodeid: str) -> str:
 
 
 def match_baseline(
-    baseline: Mapping[str, Any],
-    tests: Iterable[Mapping[str, Any]],
+    baseline: Counts,
+    tests: Iterable[TestEntry],
     *,
     file: str,
     outcomes: Mapping[str, str],
@@ -709,7 +727,7 @@ def match_baseline(
     there.
     """
     entries: Mapping[str, Mapping[str, Any]] = baseline.get("tests", {})
-    checked = {str(t["nodeid"]): t for t in tests if t.get("checks")}
+    checked = {t.nodeid: t for t in tests if t.checks}
     new = tuple(sorted(n for n in checked if n not in entries))
     skipped = set(deselected)
     ran = {file_of(n) for n in (*outcomes, *skipped)} - set(partial_files)
@@ -720,9 +738,9 @@ def match_baseline(
         test = checked.get(nodeid)
         if test is not None:
             compared += 1
-            names = {str(c.get("name")) for c in test["checks"]}
+            names = {c.name for c in test.checks}
             new_checks += [(nodeid, name) for name in sorted(names - checks.keys())]
-            if test.get("outcome") == "passed":  # a test that stopped early made fewer
+            if test.outcome == "passed":  # a test that stopped early made fewer
                 stale += [StaleEntry(nodeid=nodeid, check=c, why="check-gone")
                           for c in sorted(checks.keys() - names)]  # fmt: skip
         elif outcomes.get(nodeid) == "passed":
@@ -741,33 +759,34 @@ def match_baseline(
     )  # fmt: skip
 
 
-def audit_counts(section: Mapping[str, Any]) -> dict[str, Any]:
+def audit_counts(section: AuditSection) -> Counts:
     """What ``--jaxport-baseline`` keeps of an audit: per platform the vendor, custom and
-    per-library counts, and the sites behind them (``layer name at file:line``)."""
+    per-library counts and the formats-and-layout numbers (:data:`METRICS`), and the sites
+    behind them (``layer name at file:line``)."""
     counts: dict[str, dict[str, float]] = {}
-    for platform, totals in section["summary"]["platforms"].items():
-        metrics: dict[str, float] = {"vendor": int(totals["vendor"]),
-                                     "custom": int(totals["custom"])}  # fmt: skip
-        metrics.update({f"library.{k}": int(n) for k, n in totals.get("libraries", {}).items()})
-        for metric in (*LOWERED_FORMAT_METRICS, *COMPILED_FORMAT_METRICS):
-            if metric in totals:
-                metrics[metric] = _number(round(totals[metric], 6))
-        counts[platform] = dict(sorted(metrics.items()))
+    for platform, totals in section.totals.items():
+        metrics: dict[str, float] = {"vendor": totals.vendor, "custom": totals.custom}
+        metrics.update({f"library.{k}": n for k, n in totals.libraries.items()})
+        for metric in METRICS:
+            value = getattr(totals, metric, None)
+            if metric not in metrics and isinstance(value, int | float):
+                metrics[metric] = _number(round(value, 6))
+        counts[platform] = {m: v for m, v in sorted(metrics.items()) if ratcheted(m)}
     found: dict[str, dict[str, int]] = {}
-    for site in section["sites"]:
+    for site in section.sites:
         label = _site_label(site)
-        platform_sites = found.setdefault(site["platform"], {})
-        platform_sites[label] = platform_sites.get(label, 0) + int(site["count"])
+        platform_sites = found.setdefault(site.platform, {})
+        platform_sites[label] = platform_sites.get(label, 0) + site.dispatches
     return {
         "platforms": dict(sorted(counts.items())),
         "sites": {p: dict(sorted(s.items())) for p, s in sorted(found.items())},
     }
 
 
-def _site_label(site: Mapping[str, Any]) -> str:
-    what = site["library"] or site["kind"]
-    where = f" at {site['location']}" if site.get("location") else ""
-    return f"{site['layer']} {site['name']} ({what}){where}"
+def _site_label(site: Hotspot) -> str:
+    what = site.library or site.kind
+    where = f" at {site.location}" if site.location else ""
+    return f"{site.layer} {site.name} ({what}){where}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

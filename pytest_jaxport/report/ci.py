@@ -31,14 +31,17 @@ from pytest_jaxport.model.config import (
     ToleranceSetting,
 )
 from pytest_jaxport.model.emulation import emulated_label
+from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.baseline import (
+    Counts,
     baseline_json,
     baseline_of,
     compare_to_baseline,
     growth_violation,
     load_counts,
 )
+from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import MergeError, write_text
 
 
@@ -53,7 +56,7 @@ class CISettings:
     baseline_path: Path | None = None
     baseline_name: str = ""
     """``--jaxport-baseline``'s FILE as given (what messages name, and what to run again)."""
-    baseline: Mapping[str, Any] | None = None
+    baseline: Counts | None = None
     """The baseline's counts (``merge.baseline_of`` form); ``None`` when not comparing."""
     baseline_update: bool = False
     baseline_strict: bool = False
@@ -101,7 +104,7 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
     )
 
 
-def _read_baseline(name: str, path: Path) -> Mapping[str, Any]:
+def _read_baseline(name: str, path: Path) -> Counts:
 
     try:
         return load_counts(path)
@@ -280,17 +283,18 @@ def baseline_findings(
     if settings.baseline is None:
         return [], []
 
-    found = compare_to_baseline(settings.baseline, nodeid, checks)
-    by_name = {str(check["name"]): check for check in checks}
+    probes = [Probe.from_dict(check) for check in checks]
+    found = compare_to_baseline(settings.baseline, nodeid, probes)
+    by_name = {probe.name: probe for probe in probes}
     grown = [
-        growth_violation(g.change, settings.baseline_name, by_name.get(g.change.check or "", {}))
+        growth_violation(g.change, settings.baseline_name, by_name.get(g.change.check or ""))
         for g in found
         if g.fails and g.change is not None
     ]
     return grown, [g.message for g in found if not g.fails]
 
 
-def write_baseline(settings: CISettings, report: Mapping[str, Any]) -> Path | None:
+def write_baseline(settings: CISettings, report: Report) -> Path | None:
     """``--jaxport-baseline-update``: write the run's counts atomically; the path written."""
     if not settings.baseline_update or settings.baseline_path is None:
         return None

@@ -39,16 +39,16 @@ from pytest_jaxport.model.targets import ordered_platforms
 from pytest_jaxport.model.tooling import Assumption, summarize
 from pytest_jaxport.report.audit import failures, merge_audits
 from pytest_jaxport.report.baseline import counted
-from pytest_jaxport.report.document import Drift, Report
+from pytest_jaxport.report.document import Drift, Report, built
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
     TOOL_NAME,
     MergeError,
     ReportError,
-    build_report,
     checks_of,
     load,
+    report_data,
     suite_numbers,
 )
 from pytest_jaxport.version import __version__
@@ -127,7 +127,11 @@ def _with_overrides(
 class MergeResult:
     """The merged report, every cross-leg drift, and notes on what could not be compared."""
 
+    document: Report
+    """The merged report."""
     report: dict[str, Any]
+    """Its JSON (:meth:`Report.to_dict`), which ``view.text.merge_markdown`` still reads the
+    legs from."""
     drifts: tuple[Drift, ...] = ()
     notes: tuple[str, ...] = ()
     comparisons: int = 0
@@ -142,30 +146,29 @@ class MergeResult:
         """What keeps the merged report from green, for its one-line summary: the legs'
         failed tests (and on which leg), budget violations, output drifts, suite audit
         failures; ``[]`` when it is green (``jaxport merge`` exits 1 otherwise)."""
-        summary = self.report.get("summary", {})
+        summary = self.document.summary
         said = []
-        failed = int(summary.get("failed_tests", 0))
+        failed = summary.failed_tests
         if failed:
             by_leg: dict[str, int] = {}
-            for test in self.report.get("tests", []):
-                for leg, outcome in (test.get("legs") or {}).items():
+            for test in self.document.tests:
+                for leg, outcome in (test.legs or {}).items():
                     if outcome in ("failed", "error"):
                         by_leg[leg] = by_leg.get(leg, 0) + 1
             where = []
             if by_leg:
                 where.append(f"failed on {', '.join(f'{leg}: {n}' for leg, n in by_leg.items())}")
-            drifted = sum(1 for t in self.report.get("tests", []) if t.get("drifts"))
+            drifted = sum(1 for t in self.document.tests if t.drifts)
             if drifted:
                 where.append(f"{drifted} by output drift")
             shown = f" ({'; '.join(where)})" if where else ""
             said.append(counted(failed, "failed test") + shown)
-        violations = int(summary.get("violations", 0))
-        if violations:
-            said.append(counted(violations, "budget violation"))
+        if summary.violations:
+            said.append(counted(summary.violations, "budget violation"))
         if self.drifts:
             said.append(f"{counted(len(self.drifts), 'output drift')} across legs")
-        audit = self.report.get("audit")
-        suite = failures(audit) if isinstance(audit, Mapping) else 0
+        audit = self.document.audit
+        suite = failures(audit) if audit is not None else 0
         if suite:
             said.append(counted(suite, "suite audit failure"))
         return said
@@ -263,7 +266,7 @@ def merge(
         drifts += drifted
         tests.append(merged_test)
 
-    report = build_report(tests, config=config, environment=_merged_environment(named))
+    report = report_data(tests, config=config, environment=_merged_environment(named))
     report["summary"].update(_merged_numbers(named, report["tests"], config))
     report["legs"] = _leg_records(named)
     mixed = mixed_versions(report["legs"])
@@ -280,7 +283,11 @@ def merge(
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise MergeError(f"malformed audit section in a leg: {e!r}") from None
     return MergeResult(
-        report=report, drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
+        document=built(report),
+        report=report,
+        drifts=tuple(drifts),
+        notes=tuple(notes),
+        comparisons=comparisons,
     )
 
 

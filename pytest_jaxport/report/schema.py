@@ -40,7 +40,7 @@ from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.targets import NVIDIA_PLATFORM
 from pytest_jaxport.report.document import SCHEMA_VERSION as SCHEMA_VERSION
 from pytest_jaxport.report.document import TOOL_NAME as TOOL_NAME
-from pytest_jaxport.report.document import Report, read_report
+from pytest_jaxport.report.document import Report, built, read_report
 from pytest_jaxport.report.document import ReportError as ReportError
 from pytest_jaxport.version import __version__
 
@@ -182,8 +182,24 @@ def build_report(
     *,
     config: Mapping[str, Any],
     environment: Mapping[str, Any],
+    numbers: Callable[[list[dict[str, Any]]], Mapping[str, Any]] | None = None,
+) -> Report:
+    """The whole report, typed (:func:`report_data` read as :func:`built`): ``numbers``
+    gives the summary's three numbers from the sorted tests, where there are some."""
+    data = report_data(tests, config=config, environment=environment)
+    if numbers is not None:
+        data["summary"].update(numbers(data["tests"]))
+    return built(data)
+
+
+def report_data(
+    tests: Iterable[Mapping[str, Any]],
+    *,
+    config: Mapping[str, Any],
+    environment: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The whole report; tests sorted by node id so runs with and without xdist agree."""
+    """The report's JSON from the tests' entries (the ledger's, a merge's): tests sorted by
+    node id so runs with and without xdist agree, counted and summarized."""
     ordered = sorted((dict(t) for t in tests), key=lambda t: t["nodeid"])
     return {
         "schema_version": SCHEMA_VERSION,
@@ -233,11 +249,12 @@ def without_timings(data: Any) -> Any:
     return data
 
 
-def write_json(path: Path, report: Mapping[str, Any]) -> None:
+def write_json(path: Path, report: Report | Mapping[str, Any]) -> None:
     """Write atomically: a temporary file in the same folder, then ``os.replace``. Compact
     (no indentation): a 2,000-test report is half the size and written five times faster;
     ``jaxport show`` is the way to read one."""
-    write_text(path, json.dumps(report) + "\n")
+    data = report.to_dict() if isinstance(report, Report) else report
+    write_text(path, json.dumps(data) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:

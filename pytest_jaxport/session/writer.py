@@ -23,6 +23,7 @@ from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.audit import failures, judge
 from pytest_jaxport.report.baseline import BaselineMatch, match_baseline
+from pytest_jaxport.report.document import Report, TestEntry, built_audit
 from pytest_jaxport.report.ledger import Ledger
 from pytest_jaxport.report.schema import (
     build_report,
@@ -31,9 +32,9 @@ from pytest_jaxport.report.schema import (
     suite_numbers,
 )
 from pytest_jaxport.session.audit import AuditRecording
+from pytest_jaxport.view.annotations import annotation_lines, default_mode
 from pytest_jaxport.view.display import DisplayOptions, display_options
 from pytest_jaxport.view.model import ReportView, build_view
-from pytest_jaxport.view.annotations import annotation_lines, default_mode
 from pytest_jaxport.view.reporters import installed_file, reporter_for, typed
 from pytest_jaxport.view.sarif import alerts
 from pytest_jaxport.view.text import render_markdown
@@ -95,8 +96,8 @@ class ReportWriter:
         """With a baseline to compare: the tests collected but not selected (from every
         pytest-xdist worker)."""
         self._tooling: dict[str, Any] | None = None
-        self._built: tuple[int, dict[str, Any]] | None = None
-        self._view: tuple[dict[str, Any], ReportView] | None = None
+        self._built: tuple[int, Report] | None = None
+        self._view: tuple[Report, ReportView] | None = None
         self.written: list[str] = []
         """The report files written this session, as given (for the terminal's one line)."""
         self.match: BaselineMatch | None = None
@@ -149,13 +150,13 @@ class ReportWriter:
 
     # -- the report ---------------------------------------------------------------------------
 
-    def build(self) -> dict[str, Any]:
+    def build(self) -> Report:
         """The session's report (built once for the terminal, the files and the baseline)."""
         if self._built is None or self._built[0] != self.ledger.revision:
             self._built = (self.ledger.revision, self._build())
         return self._built[1]
 
-    def _build(self) -> dict[str, Any]:
+    def _build(self) -> Report:
         tests = self.ledger.tests.values()
         jax_loaded = self.audited or any(t["checks"] for t in tests)
         present: tuple[str, ...] = ()
@@ -182,19 +183,20 @@ class ReportWriter:
                 "budget": ci.budget_table(self.project),
                 "tolerance": ci.tolerance_table(self.project),
                 **ci.emulate_entry(self.project),
+                "migrate_to": list(self.project.migrate_to),
             },
             environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
+            numbers=self.numbers,
         )
-        report["config"]["migrate_to"] = list(self.project.migrate_to)
-        report["summary"].update(self.numbers(report["tests"]))
         if self.ci.baseline is not None:
-            self.match = self.baseline_match(report["tests"])
-            report["baseline"] = self.match.to_dict()
-        if self.audited:
-            report["audit"] = self.audit_section()
-        return report
+            self.match = self.baseline_match(report.tests)
+        return dataclasses.replace(
+            report,
+            baseline=self.match.to_dict() if self.match is not None else None,
+            audit=built_audit(self.audit_section()) if self.audited else None,
+        )
 
-    def baseline_match(self, tests: Sequence[Mapping[str, Any]]) -> BaselineMatch:
+    def baseline_match(self, tests: Sequence[TestEntry]) -> BaselineMatch:
         """How the baseline's entries met this run's tests (:func:`match_baseline`): the
         files asked for in part (``t.py::test_a``) are where an entry not run is not stale."""
         assert self.ci.baseline is not None
@@ -257,7 +259,7 @@ class ReportWriter:
             }
         return self._tooling
 
-    def numbers(self, tests: list[dict[str, Any]]) -> dict[str, Any]:
+    def numbers(self, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The three numbers for the summary."""
         numbers = suite_numbers(
             checks_of(tests),
@@ -309,7 +311,8 @@ class ReportWriter:
     def finish(self, session: pytest.Session) -> None:
         """The controller's end of the session: the audit's gate, the baseline, the problems
         and the report files; the session fails where one of them does."""
-        failed = self.audited and failures(self.build()["audit"]) > 0
+        audit = self.build().audit
+        failed = audit is not None and failures(audit) > 0
         failed = self._update_baseline() or failed
         if self.ci.baseline is not None:
             self.build()
