@@ -220,7 +220,7 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
     proportions of :data:`MIX`: each test function's tests cloned round-robin and renumbered,
     then the suite counted again (summary, runtime share, kernels to rewrite, days)."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import build_report, checks_of, suite_numbers
+    from pytest_jaxport.report.schema import checks_of, report_data, suite_numbers
 
     by_function: dict[str, list[dict[str, Any]]] = {}
     for test in report["tests"]:
@@ -241,7 +241,7 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
                 test["error"]["message"] = test["error"]["message"].replace(old, new)
             grown.append(test)
     config = dict(report["config"])
-    built = build_report(grown, config=config, environment=report["environment"])
+    built = report_data(grown, config=config, environment=report["environment"])
     summary = built["summary"]
     model = CostModel(**report["summary"].get("cost_model", {}))
     tooling = report["summary"].get("tooling")
