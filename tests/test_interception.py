@@ -380,6 +380,7 @@ def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
 def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     from pytest_jaxport.model.cost import CostModel
     from pytest_jaxport.report.audit import AuditLedger
+    from pytest_jaxport.report.document import read_report
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.model import build_view
     from pytest_jaxport.view.text import render_text
@@ -411,7 +412,15 @@ def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     section = ledger.section(
         interception=support.to_dict(), platforms=["cpu"], migrate_to=[], model=CostModel()
     )
-    view = build_view({"schema_version": 2, "audit": section})
+    empty = {"tests": 0, "checks": 0, "failed_tests": 0, "violations": 0, "outcomes": {},
+             "platforms": {}, "hotspots": []}  # fmt: skip
+    report = read_report(
+        {"schema_version": 2, "tool": {"name": "pytest-jaxport"}, "environment": {},
+         "config": {"platforms": ["cpu"], "reference": "cpu"}, "summary": empty, "tests": [],
+         "audit": section},
+        file="r.json",
+    )  # fmt: skip
+    view = build_view(report)
     assert view.audit is not None
     assert view.audit.not_audited() is not None
     assert view.audit.not_audited().startswith("3 compilations")  # type: ignore[union-attr]
