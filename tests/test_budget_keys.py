@@ -61,7 +61,7 @@ WRONG: dict[str, tuple[object, str]] = {
     "fraction": (1.5, "expected a fraction between 0 and 1, found float 1.5"),
     "days": ("two", "expected a non-negative number of days, found string 'two'"),
     "flag": (1, "expected true or false, found int 1"),
-    "platforms": ("cuda", "expected a list of platforms (from cpu, cuda, rocm, tpu), found "
+    "platforms": ("cuda", "expected a list of platforms (from cpu, cuda, rocm, tpu, oneapi), found "
                           "string 'cuda'"),
     "globs": ("k_*", 'expected a list of glob patterns (e.g. ["my_kernel_*"]), found string '
                      "'k_*'"),

@@ -589,7 +589,7 @@ def test_compile_cuda_without_the_plugin_is_one_usage_error(
         ('compile = "cpu"', (), "*compile: expected a list of platforms (from cpu, cuda), found "
          "string 'cpu'"),
         ('compile = ["rocm"]', (), "*compile: expected platforms from cpu, cuda, found string "
-         "'rocm' (rocm and tpu are counted at the lowered level only)"),
+         "'rocm' (rocm, tpu and oneapi are counted at the lowered level only)"),
         ('compile = ["cpu", "cpu"]', (), "*compile: expected each platform at most once*"),
         ('compile = ["cdua"]', (), "*found string 'cdua' (did you mean 'cuda'?)"),
         ("target = 3", (), "*target: expected a shipped GPU description*found int 3"),

@@ -198,11 +198,12 @@ def test_emulate_is_validated_and_resolved_closest_first() -> None:
     [
         ({"emulate": "tpu"},
          "pyproject.toml: [tool.jaxport] emulate: expected a list of platforms (from cuda, rocm, "
-         "tpu), found string 'tpu'"),
+         "tpu, oneapi), found string 'tpu'"),
         ({"emulate": ["tpu", "tpu"]},
          "[tool.jaxport] emulate: expected each platform at most once, found array ['tpu', 'tpu']"),
         ({"emulate": ["gpu"]},
-         "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, found string 'gpu'"),
+         "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, oneapi, found string "
+         "'gpu'"),
         ({"emulate": ["cpu"]}, "found string 'cpu' (cpu is executed, never emulated)"),
         ({"emulate": ["tpx"]}, "found string 'tpx' (did you mean 'tpu'?)"),
         ({"platforms": ["cpu", "cuda"], "emulate": ["tpu", "rocm"]},
@@ -301,7 +302,7 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
         )
     if platform != "cpu":
         named.append(({"emulate": [word]}, f"[tool.jaxport] emulate: expected platforms from "
-                      f"cuda, rocm, tpu, found string {hint}"))  # fmt: skip
+                      f"cuda, rocm, tpu, oneapi, found string {hint}"))  # fmt: skip
     for table, message in named:
         with pytest.raises(ConfigError) as info:
             parse_project(table, "pyproject.toml")
@@ -312,7 +313,7 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
             parse_marker((), {keyword: value}, "t.py::t")
         assert str(info.value).startswith(
             f"@pytest.mark.portable on t.py::t: {keyword}: unknown platform {hint}; "
-            "expected one of cpu, cuda, rocm, tpu"
+            "expected one of cpu, cuda, rocm, tpu, oneapi"
         )
 
 
@@ -320,22 +321,22 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
     ("table", "message"),
     [
         ({"migrate_to": ["rocm", "nvidia"]},
-         "[tool.jaxport] migrate_to: expected non-NVIDIA targets (rocm, tpu, cpu): the cost "
-         "model prices moving off cuda, found 'nvidia'"),
+         "[tool.jaxport] migrate_to: expected non-NVIDIA targets (rocm, tpu, oneapi, cpu): the "
+         "cost model prices moving off cuda, found 'nvidia'"),
         ({"devices": {"nvidia": "h100"}},
          "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),
         ({"compile": ["amd"]},
          "[tool.jaxport] compile: expected platforms from cpu, cuda, found string 'amd' (AMD's "
-         "platform is rocm: rocm and tpu are counted at the lowered level only)"),
+         "platform is rocm: rocm, tpu and oneapi are counted at the lowered level only)"),
         ({"compile": ["gpu"]},
          "[tool.jaxport] compile: expected platforms from cpu, cuda, found string 'gpu' (did you "
          "mean 'cuda', NVIDIA's platform?)"),
         ({"emulate": ["host"]},
-         "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, found string 'host' "
-         "(the host's platform is cpu: cpu is executed, never emulated)"),
+         "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, oneapi, found string "
+         "'host' (the host's platform is cpu: cpu is executed, never emulated)"),
         ({"budget": {"gpus": {"max_vendor_calls": 1}}},
-         "[tool.jaxport.budget]: unknown key or platform 'gpus' ('gpus' is JAX's name for either "
-         "GPU backend: write 'cuda' for NVIDIA, 'rocm' for AMD, or both)"),
+         "[tool.jaxport.budget]: unknown key or platform 'gpus' ('gpus' is JAX's name for any "
+         "GPU backend: write 'cuda' for NVIDIA, 'rocm' for AMD, 'oneapi' for Intel, or several)"),
     ],
 )  # fmt: skip
 def test_a_vendor_name_where_its_platform_is_not_a_choice(

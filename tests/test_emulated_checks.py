@@ -504,10 +504,10 @@ def test_every_format_labels_the_emulation(project: pytest.Pytester, tmp_path: P
     ("option", "said"),
     [
         ("--jaxport-emulate=tpx",
-         "*--jaxport-emulate: expected platforms from cuda, rocm, tpu, found string 'tpx' "
+         "*--jaxport-emulate: expected platforms from cuda, rocm, tpu, oneapi, found string 'tpx' "
          "(did you mean 'tpu'?)"),
         ("--jaxport-emulate=cpu",
-         "*--jaxport-emulate: expected platforms from cuda, rocm, tpu, found string 'cpu' "
+         "*--jaxport-emulate: expected platforms from cuda, rocm, tpu, oneapi, found string 'cpu' "
          "(cpu is executed, never emulated)"),
         ("--jaxport-emulate=rocm",
          "*--jaxport-emulate: expected platforms among the platforms checks lower for (cpu, "
@@ -564,7 +564,7 @@ def test_a_wrong_emulate_in_a_marker_fails_that_test(project: pytest.Pytester) -
     result.stdout.fnmatch_lines(
         [
             "*@pytest.mark.portable on test_marks.py::test_typo: emulate: expected platforms "
-            "from cuda, rocm, tpu, found string 'tpx' (did you mean 'tpu'?)",
+            "from cuda, rocm, tpu, oneapi, found string 'tpx' (did you mean 'tpu'?)",
             "*@pytest.mark.portable on test_marks.py::test_not_lowered: emulate: expected "
             "platforms among the platforms checks lower for (cpu, cuda), found 'tpu'*",
         ]

@@ -439,7 +439,9 @@ def test_a_trace_emulates_like_its_function() -> None:
 
 
 def test_the_cpu_is_not_emulated() -> None:
-    with pytest.raises(ValueError, match="cannot emulate 'cpu': expected one of cuda, rocm, tpu"):
+    with pytest.raises(
+        ValueError, match="cannot emulate 'cpu': expected one of cuda, rocm, tpu, oneapi"
+    ):
         emulate(project, (LHS, RHS), platform="cpu")
 
 

@@ -146,7 +146,7 @@ def test_a_rocm_description_names_its_isa() -> None:
 
 def test_every_rule_cites_a_public_source_and_says_whether_it_compiles() -> None:
     generations = {"cpu": (), "cuda": CUDA_GENERATIONS, "rocm": ROCM_GENERATIONS,
-                   "tpu": TPU_GENERATIONS}  # fmt: skip
+                   "tpu": TPU_GENERATIONS, "oneapi": ("bmg", "pvc")}  # fmt: skip
     for rule in RULES:
         assert rule.summary, rule.name
         assert rule.compiles == (rule.effect != "not-compiled"), rule.name

@@ -560,7 +560,7 @@ def test_plugin_modules_skip_assertion_rewriting() -> None:
         ),
         (
             "[tool.jaxport]\nplatforms = ['cpu', 'gpu']\n",
-            "*platforms: unknown platform 'gpu'*expected one of cpu, cuda, rocm, tpu",
+            "*platforms: unknown platform 'gpu'*expected one of cpu, cuda, rocm, tpu, oneapi",
         ),
         ("[tool.jaxport]\nplatforms = 'cpu'\n", "*platforms: expected a list of platforms*"),
         (
@@ -680,8 +680,9 @@ def test_report_option_taking_a_test_path_says_how_to_write_it(
 
 
 GPU_HINT = (
-    "unknown platform 'gpu' ('gpu' is JAX's name for either GPU backend: write 'cuda' for "
-    "NVIDIA, 'rocm' for AMD, or both); expected one of cpu, cuda, rocm, tpu"
+    "unknown platform 'gpu' ('gpu' is JAX's name for any GPU backend: write 'cuda' for "
+    "NVIDIA, 'rocm' for AMD, 'oneapi' for Intel, or several); expected one of cpu, cuda, rocm, "
+    "tpu, oneapi"
 )
 
 
@@ -703,7 +704,7 @@ def test_gpu_as_a_platform_says_it_means_cuda_or_rocm(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*: error: argument --jaxport-platforms: {GPU_HINT}"])
     result = pytester.runpytest("--jaxport-report-platform=gpu")
-    result.stderr.fnmatch_lines(["*found 'gpu' ('gpu' is JAX's name for either GPU backend: *"])
+    result.stderr.fnmatch_lines(["*found 'gpu' ('gpu' is JAX's name for any GPU backend: *"])
     pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "gpu"]\n')
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -736,14 +737,15 @@ def test_a_library_or_vendor_name_is_pointed_at_the_key_or_platform_meant(
         "*@pytest.mark.portable on test_lib.py::test_lib: unknown keyword 'max_cudnn_calls' "
         "(did you mean max_library_calls={\"cudnn\": 2}?); known: *",
         "*@pytest.mark.portable on test_lib.py::test_vendor: must_lower: unknown platform "
-        "'nvidia' (did you mean 'cuda', NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu",
+        "'nvidia' (did you mean 'cuda', NVIDIA's platform?); expected one of cpu, cuda, rocm, "
+        "tpu, oneapi",
     ])  # fmt: skip
     assert "max_custom_calls'?" not in result.stdout.str()
     result = pytester.runpytest("--jaxport-platforms=cpu,nvidia")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "*: error: argument --jaxport-platforms: unknown platform 'nvidia' (did you mean 'cuda', "
-        "NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu"
+        "NVIDIA's platform?); expected one of cpu, cuda, rocm, tpu, oneapi"
     ])  # fmt: skip
     result = pytester.runpytest("--jaxport-report-platform=google")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -59,8 +59,9 @@ from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.cost import FREE_OPS, op_cost
 from pytest_jaxport.model.formats import is_notable
+from pytest_jaxport.model.platforms import JAX_GPU
 from pytest_jaxport.model.probe import Untraced
-from pytest_jaxport.model.targets import NOT_RUNNABLE, RULES, classify
+from pytest_jaxport.model.targets import NOT_RUNNABLE, PLATFORMS, RULES, classify
 
 if TYPE_CHECKING:
     import jax
@@ -129,7 +130,7 @@ def present_platforms() -> tuple[str, ...]:
     import jax
 
     found: list[str] = []
-    for platform in ("cpu", "cuda", "rocm", "tpu"):
+    for platform in PLATFORMS:
         try:
             if jax.devices(platform):
                 found.append(platform)
@@ -145,7 +146,7 @@ def default_platform() -> str:
     import jax
 
     device = jax.devices()[0]
-    for platform in ("cuda", "rocm"):
+    for platform in JAX_GPU:  # JAX's "gpu": cuda, rocm or oneapi
         try:
             if device in jax.devices(platform):
                 return platform

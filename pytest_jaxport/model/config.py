@@ -13,6 +13,8 @@ Precedence, lowest first: defaults < ``[tool.jaxport.budget]`` <
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib.metadata
 import inspect
 import math
 import re
@@ -38,12 +40,14 @@ from pytest_jaxport.model.formats import (
 )
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
+from pytest_jaxport.model.platforms import DEFAULTS, DESCRIPTIONS, JAX_GPU, needs_newer_jax
 from pytest_jaxport.model.targets import (
     NVIDIA_PLATFORM,
     PLATFORM_ALIASES,
     PLATFORM_VENDORS,
     PLATFORMS,
     all_libraries,
+    ordered_platforms,
 )
 
 if sys.version_info >= (3, 11):
@@ -51,7 +55,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-DEFAULT_PLATFORMS: tuple[str, ...] = PLATFORMS
+DEFAULT_PLATFORMS: tuple[str, ...] = DEFAULTS
+"""Lowered for where ``platforms`` is not configured: every described platform but those a
+project opts into (oneapi)."""
 DEFAULT_REFERENCE = "cpu"
 
 BUDGET_KEYS: tuple[str, ...] = tuple(k.name for k in KEYS)
@@ -93,13 +99,22 @@ EAGER_USERS = ("owner", "all")
 """``[tool.jaxport.audit] eager_users``: which tests an op run eagerly is counted in."""
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
-DEFAULT_MIGRATE_TO: tuple[str, ...] = ("rocm", "tpu")
+DEFAULT_MIGRATE_TO: tuple[str, ...] = tuple(p for p in DEFAULTS if p not in ("cpu", "cuda"))
+"""Priced where ``migrate_to`` is not configured (rocm, tpu), with every opted-in platform
+``platforms`` names (:func:`default_migrate_to`)."""
+MIGRATE_TARGETS: tuple[str, ...] = (
+    *(p for p in PLATFORMS if p not in ("cpu", "cuda")),
+    "cpu",
+)
+"""What ``migrate_to`` may name: every platform but cuda (the home)."""
 SCAN_KEYS = ("enabled", "exclude")
-COMPILE_PLATFORMS: tuple[str, ...] = ("cpu", "cuda")
+COMPILE_PLATFORMS: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.compiled)
 """Platforms the compiled level supports here: cpu always, cuda on a GPU or deviceless."""
 DEFAULT_TARGET = "h100"
 TOLERANCE_KEYS = ("rtol", "atol")
-DEVICE_PLATFORMS: tuple[str, ...] = ("rocm", "tpu")
+DEVICE_PLATFORMS: tuple[str, ...] = tuple(
+    p.name for p in DESCRIPTIONS.values() if p.devices and p.name != "cuda"
+)
 """The platforms ``devices`` names a device for (cuda's is ``target``, cpu has none)."""
 FORMAT_NAMES: tuple[str, ...] = tuple(sorted(set(DTYPE_NAMES.values())))
 """What ``forbid_formats`` accepts: every format by its JAX name."""
@@ -367,7 +382,7 @@ def _platform_words() -> dict[str, frozenset[str]]:
 
 _PLATFORM_WORDS: Mapping[str, frozenset[str]] = _platform_words()
 """Each platform's name and :data:`~pytest_jaxport.model.targets.PLATFORM_ALIASES`, to the
-platforms each means (``gpu``: cuda and rocm)."""
+platforms each means (``gpu``: cuda, rocm and oneapi)."""
 
 
 def _word_means(word: str) -> frozenset[str] | None:
@@ -381,11 +396,11 @@ def _word_means(word: str) -> frozenset[str] | None:
 
 def platforms_meant(word: str) -> tuple[str, ...]:
     """The platforms a user's word for one means, in :data:`PLATFORMS` order: ``nvidia``,
-    ``CUDA12`` and ``nvidia-gpu`` mean cuda, ``gpu`` means cuda and rocm; ``()`` for a word
-    that names none.
+    ``CUDA12`` and ``nvidia-gpu`` mean cuda, ``gpu`` means cuda, rocm and oneapi; ``()`` for a
+    word that names none.
 
     >>> platforms_meant("nvidia_gpu"), platforms_meant("GPUs"), platforms_meant("float32")
-    (('cuda',), ('cuda', 'rocm'), ())
+    (('cuda',), ('cuda', 'rocm', 'oneapi'), ())
     """
     text = word.strip().casefold()
     whole = _word_means(text)
@@ -412,8 +427,8 @@ def platform_hint(word: str, choices: Sequence[str] = PLATFORMS) -> str:
     if len(meant) == 1:
         return f" (did you mean {meant[0]!r}, {PLATFORM_VENDORS[meant[0]]}'s platform?)"
     what = (
-        "is JAX's name for either GPU backend"  # jax.devices("gpu")
-        if set(meant) == _PLATFORM_WORDS["gpu"]
+        "is JAX's name for any GPU backend"  # jax.devices("gpu")
+        if set(meant) == set(JAX_GPU)
         else "could mean several platforms"
     )
     each = ", ".join(f"{p!r} for {PLATFORM_VENDORS[p]}" for p in meant)
@@ -516,15 +531,51 @@ def _limit(where: _Where, key: str, value: object) -> int:
     return value
 
 
+def _at(where: _Where, key: str) -> str:
+    return f"{where.prefix} {key}" if key else where.prefix
+
+
+@functools.cache
+def installed_jax() -> str:
+    """The installed jax's version (``""`` where none is installed), read from its package
+    metadata: JAX itself is not imported."""
+    try:
+        return importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def _platform(where: _Where, key: str, value: object, choices: Sequence[str] = PLATFORMS) -> str:
     if not isinstance(value, str):
         raise where.error(key, f"a platform name (one of {', '.join(choices)})", value)
     if value not in choices:
         raise ConfigError(
-            f"{where.prefix} {key}: unknown platform {value!r}{_did_you_mean(value, choices)}; "
+            f"{_at(where, key)}: unknown platform {value!r}{_did_you_mean(value, choices)}; "
             f"expected one of {', '.join(choices)}"
         )
+    too_old = needs_newer_jax(value, installed_jax())
+    if too_old is not None:  # never counts that are silently wrong
+        needed = DESCRIPTIONS[value].requires_jax
+        raise ConfigError(
+            f"{_at(where, key)}: {too_old}; upgrade jax (pip install 'jax>={needed}') "
+            f"or leave {value} out"
+        )
     return value
+
+
+def platform_list(where: str, value: object, *, empty_ok: bool = False) -> tuple[str, ...]:
+    """Validate a list of platforms (``platforms``, ``--jaxport-platforms``): known
+    platforms, each once, each one this JAX lowers for right; ``where`` starts the error.
+
+    >>> platform_list("--jaxport-platforms", ["cpu", "tpu"])
+    ('cpu', 'tpu')
+    >>> try:
+    ...     platform_list("--jaxport-platforms", ["cpu", "tpx"])
+    ... except ConfigError as e:
+    ...     print(str(e)[:68])
+    --jaxport-platforms: unknown platform 'tpx' (did you mean 'tpu'?); e
+    """
+    return _platforms(_Where(where), "", value, empty_ok=empty_ok)
 
 
 def _platforms(
@@ -572,7 +623,10 @@ def _platform_choice(
 
 def compile_platforms(where: str, value: object) -> tuple[str, ...]:
     """Validate a ``compile`` list: platforms from :data:`COMPILE_PLATFORMS`, each once."""
-    lowered_only = "rocm and tpu are counted at the lowered level only"
+    lowered = [p for p in PLATFORMS if p not in COMPILE_PLATFORMS]
+    lowered_only = (
+        f"{', '.join(lowered[:-1])} and {lowered[-1]} are counted at the lowered level only"
+    )
     return _platform_choice(where, value, COMPILE_PLATFORMS, {p: lowered_only for p in PLATFORMS})
 
 
@@ -822,6 +876,17 @@ def _scan_table(source: str, table: object) -> tuple[bool, tuple[str, ...]]:
     return enabled, _globs(where, "exclude", exclude) if exclude else ()
 
 
+def default_migrate_to(platforms: Sequence[str]) -> tuple[str, ...]:
+    """What is priced where ``migrate_to`` is not set: :data:`DEFAULT_MIGRATE_TO` and every
+    platform ``platforms`` opts into (``oneapi``).
+
+    >>> default_migrate_to(("cpu", "cuda", "oneapi"))
+    ('rocm', 'tpu', 'oneapi')
+    """
+    opted = (p for p in platforms if p in DESCRIPTIONS and not DESCRIPTIONS[p].default)
+    return (*DEFAULT_MIGRATE_TO, *opted)
+
+
 def parse_project(
     data: Mapping[str, object], source: str, *, base: Path | None = None
 ) -> ProjectConfig:
@@ -856,7 +921,7 @@ def parse_project(
     what_if = data.get("what_if_no_vendor", False)
     if not isinstance(what_if, bool):
         raise where.error("what_if_no_vendor", "a boolean (true or false)", what_if)
-    migrate_to = DEFAULT_MIGRATE_TO
+    migrate_to = default_migrate_to(platforms)
     if "migrate_to" in data:
         raw = data["migrate_to"]
         nvidia = [
@@ -864,11 +929,13 @@ def parse_project(
         ] if isinstance(raw, list) else []  # fmt: skip
         if nvidia:  # cuda, or another name for it (nvidia)
             raise ConfigError(
-                f"{where.prefix} migrate_to: expected non-NVIDIA targets (rocm, tpu, cpu): "
+                f"{where.prefix} migrate_to: expected non-NVIDIA targets "
+                f"({', '.join(MIGRATE_TARGETS)}): "
                 f"the cost model prices moving off cuda, found {nvidia[0]!r}"
             )
-        targets = tuple(p for p in PLATFORMS if p != NVIDIA_PLATFORM)
-        migrate_to = _platforms(where, "migrate_to", raw, empty_ok=True, choices=targets)
+        migrate_to = _platforms(
+            where, "migrate_to", raw, empty_ok=True, choices=ordered_platforms(MIGRATE_TARGETS)
+        )
     cost = _cost_table(source, data.get("cost", {}))
     transforms = (
         transforms_value(f"{where.prefix} transforms", data["transforms"])
@@ -955,7 +1022,7 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(
                 f"{where.prefix}{platform}: expected a device name (e.g. "
-                f"{'mi300' if platform == 'rocm' else 'v5e'}), found {_type_name(name)}"
+                f"{DESCRIPTIONS[platform].device_example}), found {_type_name(name)}"
             )
         try:
             devices[platform] = device_for(platform, name)

@@ -64,6 +64,7 @@ from typing import Any, Literal
 
 from pytest_jaxport.model.census import Census, Kernel, OpSite
 from pytest_jaxport.model.formats import Effect, FormatCensus
+from pytest_jaxport.model.platforms import DESCRIPTIONS, GPU_LAUNCH
 from pytest_jaxport.model.targets import Classification
 
 Basis = Literal["measured", "estimated"]
@@ -417,17 +418,18 @@ def _shipped_calibration() -> tuple[Calibration, Mapping[str, Any]]:
 
 CALIBRATION, _CPU_FITTED = _shipped_calibration()
 
-_GPU_LAUNCH = "launch and library costs assumed (typical small-kernel device times), not measured"
+_GPU_LAUNCH = GPU_LAUNCH
 DEFAULT_PEAKS: Mapping[str, Peak] = {
-    # Public datasheet figures; FP32 vector rate for GPUs (the conservative choice), bf16 MXU
-    # rate for TPU since that is what JAX programs use there. No GPU or TPU was available to
-    # measure launch costs: they are typical minimum device times of a kernel.
-    "cuda": Peak(flops=67e12, bandwidth=3.35e12, launch=2e-6, library_call=3e-6,
-                 source=f"NVIDIA H100 SXM datasheet (FP32); {_GPU_LAUNCH}"),
-    "rocm": Peak(flops=163.4e12, bandwidth=5.3e12, launch=2e-6, library_call=3e-6,
-                 source=f"AMD MI300X datasheet (FP32); {_GPU_LAUNCH}"),
-    "tpu": Peak(flops=459e12, bandwidth=2.765e12, launch=1e-6,
-                source=f"Google Cloud TPU v5p (bf16); {_GPU_LAUNCH}"),
+    # Each platform's datasheet rates, from its description (model/platforms.py): FP32
+    # vector rate for GPUs (the conservative choice), bf16 MXU rate for TPU since that is
+    # what JAX programs use there. No GPU or TPU was available to measure launch costs: they
+    # are typical minimum device times of a kernel.
+    **{
+        p.name: Peak(flops=p.peak.flops, bandwidth=p.peak.bandwidth, launch=p.peak.launch,
+                     library_call=p.peak.library_call, source=p.peak.source)
+        for p in DESCRIPTIONS.values()
+        if p.peak is not None
+    },
     # Shares are ratios, so only the cpu's proportions matter: bandwidth, launch and library
     # costs relative to a nominal 100 GFLOP/s, fitted with CALIBRATION on the fidelity corpus
     # (pytest_jaxport/calibration.json).

@@ -24,11 +24,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from pytest_jaxport.model.platforms import DESCRIPTIONS
+
 HOST = "cpu"
 """Where an emulation runs."""
 
-EMULATED_PLATFORMS: tuple[str, ...] = ("cuda", "rocm", "tpu")
-"""Platforms an emulation can stand in for (the CPU is executed, never emulated)."""
+EMULATED_PLATFORMS: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.emulated)
+"""Platforms an emulation can stand in for (the CPU is executed, never emulated), as their
+descriptions say (:mod:`pytest_jaxport.model.platforms`)."""
 
 
 def emulated_label(platform: str) -> str:
@@ -109,6 +112,15 @@ PRECISION_RULES: tuple[DotPrecisionRule, ...] = (
         hardware="AMD Instinct",
         format=None,
         source="JAX's Precision docs name a reduced default for TPU and NVIDIA GPUs only",
+    ),
+    DotPrecisionRule(
+        platform="oneapi",
+        hardware="Intel GPUs (Data Center GPU Max, Arc)",
+        format=None,
+        source="oneDNN's default floating-point math mode is strict (dnnl::fpmath_mode::"
+        "strict: float32 computed in float32; tf32 or bf16 only where asked, oneDNN docs, "
+        "'Primitive Attributes: floating-point math mode'); JAX's Precision docs name a "
+        "reduced default for TPU and NVIDIA GPUs only",
     ),
     DotPrecisionRule(
         platform="cpu", hardware="any CPU", format=None, source="jax.lax.Precision docstring "

@@ -51,6 +51,7 @@ from pytest_jaxport.model.census import (
     innermost_frame,
     placed_location,
 )
+from pytest_jaxport.model.platforms import DESCRIPTIONS
 from pytest_jaxport.model.targets import Level, classify
 
 FindingKind = Literal["format", "layout"]
@@ -186,20 +187,17 @@ def is_notable(type_text: str) -> bool:
 
 # -- target devices -------------------------------------------------------------------------
 
-CUDA_GENERATIONS = ("sm60", "sm70", "sm75", "sm80", "sm86", "sm87", "sm89", "sm90", "sm100",
-                    "sm103", "sm120", "sm121")  # fmt: skip
+CUDA_GENERATIONS = DESCRIPTIONS["cuda"].generations
 """NVIDIA compute capabilities, oldest first (``sm90``: Hopper, H100/H200)."""
-ROCM_GENERATIONS = ("gfx908", "gfx90a", "gfx942", "gfx950")
+ROCM_GENERATIONS = DESCRIPTIONS["rocm"].generations
 """AMD Instinct ISAs, oldest first: MI100, MI200 (CDNA2), MI300 (CDNA3), MI350 (CDNA4)."""
-TPU_GENERATIONS = ("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i")
+TPU_GENERATIONS = DESCRIPTIONS["tpu"].generations
 """TPU chip versions as JAX names them (``jax.experimental.pallas.tpu.ChipVersion``)."""
 
-GENERATIONS: Mapping[str, tuple[str, ...]] = {
-    "cpu": (),
-    "cuda": CUDA_GENERATIONS,
-    "rocm": ROCM_GENERATIONS,
-    "tpu": TPU_GENERATIONS,
-}
+GENERATIONS: Mapping[str, tuple[str, ...]] = {p.name: p.generations for p in DESCRIPTIONS.values()}
+"""Each platform's device generations, from its description
+(:mod:`pytest_jaxport.model.platforms`); oneapi's: ``bmg`` (Arc B-series, Xe2) and ``pvc``
+(Data Center GPU Max, Xe-HPC)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
@@ -219,48 +217,37 @@ class Device:
 
 
 DEFAULT_DEVICES: Mapping[str, Device] = {
-    "cpu": Device(platform="cpu"),
-    "cuda": Device(platform="cuda", generation="sm90", name="NVIDIA H100"),
-    "rocm": Device(platform="rocm", generation="gfx942", name="AMD MI300X"),
-    "tpu": Device(platform="tpu", generation="v5e", name="TPU v5e"),
+    p.name: Device(platform=p.name, generation=p.default_device[0], name=p.default_device[1])
+    if p.default_device is not None
+    else Device(platform=p.name)
+    for p in DESCRIPTIONS.values()
 }
 """Judged for when no target is configured: the project's default GPU description (h100),
-the GPU JAX describes where it lowers for rocm (gfx942), and TPU v5e (a 128x128 MXU and no
-FP8 matrix units, as every TPU before v6e)."""
+the GPU JAX describes where it lowers for rocm (gfx942), TPU v5e (a 128x128 MXU and no
+FP8 matrix units, as every TPU before v6e), Intel's Data Center GPU Max 1550 (pvc)."""
+
+
+def default_devices(platforms: Sequence[str] = ()) -> dict[str, Device]:
+    """:data:`DEFAULT_DEVICES` of the platforms lowered by default and of ``platforms`` (an
+    opted-in platform's device is judged, and recorded, only where a project names it).
+
+    >>> sorted(default_devices()), "oneapi" in default_devices(["cpu", "oneapi"])
+    (['cpu', 'cuda', 'rocm', 'tpu'], True)
+    """
+    return {
+        name: device
+        for name, device in DEFAULT_DEVICES.items()
+        if DESCRIPTIONS[name].default or name in platforms
+    }
+
 
 DEVICE_NAMES: Mapping[str, Device] = {
-    name: Device(platform=platform, generation=generation, name=label)
-    for name, platform, generation, label in (
-        ("p100", "cuda", "sm60", "NVIDIA P100"),
-        ("v100", "cuda", "sm70", "NVIDIA V100"),
-        ("t4", "cuda", "sm75", "NVIDIA T4"),
-        ("a100", "cuda", "sm80", "NVIDIA A100"),
-        ("a10", "cuda", "sm86", "NVIDIA A10"),
-        ("a6000", "cuda", "sm86", "NVIDIA RTX A6000"),
-        ("l4", "cuda", "sm89", "NVIDIA L4"),
-        ("l40s", "cuda", "sm89", "NVIDIA L40S"),
-        ("h100", "cuda", "sm90", "NVIDIA H100"),
-        ("h200", "cuda", "sm90", "NVIDIA H200"),
-        ("b200", "cuda", "sm100", "NVIDIA B200"),
-        ("gb200", "cuda", "sm100", "NVIDIA GB200"),
-        ("b300", "cuda", "sm103", "NVIDIA B300"),
-        ("rtx6000pro", "cuda", "sm120", "NVIDIA RTX PRO 6000"),
-        ("mi100", "rocm", "gfx908", "AMD MI100"),
-        ("mi200", "rocm", "gfx90a", "AMD MI200"),
-        ("mi250", "rocm", "gfx90a", "AMD MI250"),
-        ("mi250x", "rocm", "gfx90a", "AMD MI250X"),
-        ("mi300", "rocm", "gfx942", "AMD MI300X"),
-        ("mi300x", "rocm", "gfx942", "AMD MI300X"),
-        ("mi325x", "rocm", "gfx942", "AMD MI325X"),
-        ("mi350", "rocm", "gfx950", "AMD MI350X"),
-        ("mi350x", "rocm", "gfx950", "AMD MI350X"),
-        ("mi355x", "rocm", "gfx950", "AMD MI355X"),
-        *((g, "tpu", g, f"TPU {g}") for g in TPU_GENERATIONS),
-        ("ironwood", "tpu", "7x", "TPU7x (Ironwood)"),
-        ("trillium", "tpu", "v6e", "TPU v6e (Trillium)"),
-    )
+    name: Device(platform=p.name, generation=generation, name=label)
+    for p in DESCRIPTIONS.values()
+    for name, generation, label in p.devices
 }
-"""Devices by the short names a configuration may use (``h100``, ``mi300``, ``v5e``)."""
+"""Devices by the short names a configuration may use (``h100``, ``mi300``, ``v5e``,
+``max1550``)."""
 
 
 def device_for(platform: str, name: str | None = None) -> Device:
@@ -384,6 +371,8 @@ _TENSOR_CORE_DEVICES: Mapping[str, tuple[str, ...]] = {
     **{element: _CUDA_SM89_ON for element in FLOAT8},
 }
 """Where NVIDIA tensor cores take each element type (what tensor-core alignment is about)."""
+_XMX_ELEMENTS = frozenset({"f16", "bf16", "i8", "ui8"})
+"""What Intel XMX takes at the default precision (sycl_ext_oneapi_matrix)."""
 
 _SRC_X64 = (
     "JAX docs, Default dtypes and the X64 flag "
@@ -445,6 +434,22 @@ def _float8_variant(
         elements=FLOAT8 - native, ops=MATMUL_OPS, effect="requantize", summary=summary,
         source=source,
     )  # fmt: skip
+
+
+_SRC_INTEL_XMX = (
+    "sycl_ext_oneapi_matrix extension, supported combinations on Intel XMX: "
+    "intel_gpu_pvc and the Xe2 GPUs (bmg) take M up to 8, N 16 and K 16 for fp16 and bf16, "
+    "K 32 for int8 (32 bytes deep); no float8 type (https://github.com/intel/llvm/blob/"
+    "sycl/sycl/doc/extensions/experimental/sycl_ext_matrix/sycl_ext_oneapi_matrix.asciidoc)"
+)
+_SRC_INTEL_FP64 = (
+    "Intel oneAPI GPU Optimization Guide, double-precision emulation: Arc GPUs have no "
+    "64-bit floating-point hardware; the graphics compiler emulates it only where "
+    "OverrideDefaultFP64Settings=1 and IGC_EnableDPEmulation=1 are set "
+    "(https://www.intel.com/content/www/us/en/docs/oneapi/optimization-guide-gpu/); "
+    "Data Center GPU Max has FP64 vector and matrix hardware (Intel Data Center GPU Max "
+    "Series product brief)"
+)
 
 
 # fmt: off
@@ -576,6 +581,22 @@ RULES: tuple[Rule, ...] = (
         "weights quantized for MI300 need re-quantizing",
         _SRC_HIPBLASLT,
     ),
+    # -- oneapi: formats (Intel GPUs) --------------------------------------------------
+    Rule(
+        name="float64-emulated", kind="format", platform="oneapi", devices=("bmg",),
+        elements=frozenset({"f64", "complex<f64>"}),
+        effect="emulated",
+        summary="Arc GPUs (Battlemage) have no 64-bit floating-point hardware: float64 and "
+        "complex128 run only where the driver's software emulation is switched on, and slowly",
+        source=_SRC_INTEL_FP64,
+    ),
+    Rule(
+        name="float8-matmul", kind="format", platform="oneapi",
+        elements=FLOAT8, ops=MATMUL_OPS, effect="converted",
+        summary="Intel XMX (Data Center GPU Max, Arc B-series) has no float8 matrix type: "
+        "float8 operands are converted",
+        source=_SRC_INTEL_XMX,
+    ),
     # -- layout ------------------------------------------------------------------------
     Rule(
         name="tile-padding", kind="layout", platform="tpu", effect="padded",
@@ -603,6 +624,13 @@ RULES: tuple[Rule, ...] = (
         summary="tensor cores run best on dimensions that are multiples of 16 bytes (8 "
         "16-bit, 16 8-bit or 4 TF32 elements); others are padded or take slower kernels",
         source=_SRC_NVIDIA_ALIGN,
+    ),
+    Rule(
+        name="matrix-unit-misaligned", kind="layout", platform="oneapi",
+        ops=MATMUL_OPS, effect="misaligned", unit=32,
+        summary="XMX (DPAS) tiles are 32 bytes deep (16 float16/bfloat16 or 32 int8 "
+        "elements) and 16 wide: other dimensions are padded or take slower kernels",
+        source=_SRC_INTEL_XMX,
     ),
     Rule(
         name="convolution-relayout", kind="layout", platform="tpu",
@@ -1349,6 +1377,13 @@ def _alignment_hit(
         k_unit = n_unit = rule.unit
         m_unit = 1  # rows stream through the systolic array
         unit_text = f"a {rule.unit}x{rule.unit} MXU"
+    elif rule.platform == "oneapi":
+        if element not in _XMX_ELEMENTS:
+            return None  # float32 stays off XMX at oneDNN's default (strict) math mode
+        k_unit = max(rule.unit * 8 // bits, 1)
+        n_unit = 16  # XMX tiles are 16 wide (N) and up to 8 deep in rows (M)
+        m_unit = 8
+        unit_text = f"XMX tiles ({m_unit}x{k_unit}x{n_unit})"
     else:
         if (
             element not in _TENSOR_CORE_DEVICES

@@ -30,29 +30,30 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal, get_args
 
-Layer = Literal["xla", "vendor", "custom", "meta"]
-LAYERS: tuple[Layer, ...] = get_args(Layer)
-"""Every op or kernel lands in exactly one layer; ``meta`` never counts against budgets."""
+from pytest_jaxport.model.platforms import (
+    DESCRIPTIONS,
+    LAYERS,
+    META,
+    NAMES,
+    Classification,
+    Layer,
+    OpLibraries,
+    Platform,
+    vendor,
+)
 
-PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu")
-"""Platforms JAX can lower for without the hardware being present."""
+__all__ = ["LAYERS", "Classification", "Layer"]
 
-PLATFORM_VENDORS: Mapping[str, str] = {
-    "cpu": "the host",
-    "cuda": "NVIDIA",
-    "rocm": "AMD",
-    "tpu": "Google",
-}
+PLATFORMS: tuple[str, ...] = NAMES
+"""Platforms JAX can lower for without the hardware being present (each described once in
+:mod:`pytest_jaxport.model.platforms`)."""
+
+PLATFORM_VENDORS: Mapping[str, str] = {p.name: p.vendor for p in DESCRIPTIONS.values()}
 """Whose hardware each platform runs on, as messages name it (``write 'cuda' for NVIDIA``)."""
 
-PLATFORM_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "cpu": ("host", "x86", "x86_64", "amd64", "arm", "arm64", "aarch64"),
-    "cuda": ("gpu", "nvidia", "nv", "nvptx"),
-    "rocm": ("gpu", "amd", "amdgpu", "hip", "radeon", "instinct"),
-    "tpu": ("google", "gcp"),
-}
+PLATFORM_ALIASES: Mapping[str, tuple[str, ...]] = {p.name: p.aliases for p in DESCRIPTIONS.values()}
 """Words users write for a platform instead of its name (its vendor, its hardware, JAX's
-``gpu`` for either GPU backend): wherever a platform is named, one of these gets a hint
+``gpu`` for any GPU backend): wherever a platform is named, one of these gets a hint
 naming the platform meant (:func:`pytest_jaxport.model.config.platform_hint`)."""
 
 NVIDIA_PLATFORM = "cuda"
@@ -62,20 +63,6 @@ CUSTOM_CALL = "stablehlo.custom_call"
 Level = Literal["lowered", "compiled"]
 LEVELS: tuple[Level, ...] = get_args(Level)
 """Fidelity levels, lowest first."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Classification:
-    """What one op or custom call is, on one platform.
-
-    ``library`` names the vendor library for the ``vendor`` layer (``cublas``, ``cudnn``,
-    ``lapack``...); ``kind`` says what the dispatch does (``gemm``, ``solver``,
-    ``pallas-triton``, ``ffi``...).
-    """
-
-    layer: Layer
-    kind: str
-    library: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,8 +89,7 @@ class Rule:
         )
 
 
-def _vendor(library: str, kind: str) -> Classification:
-    return Classification(layer="vendor", library=library, kind=kind)
+_vendor = vendor
 
 
 def _ops(
@@ -152,14 +138,9 @@ COLLECTIVE_KINDS: Mapping[str, str] = {
 }
 """Collective ops (after ``stablehlo.``, ``spmd.`` or ``hlo.``) by the kind reports show."""
 
-COLLECTIVE_LIBRARIES: Mapping[str, str] = {
-    "cuda": "nccl",
-    "rocm": "rccl",
-    "tpu": "ici",
-    "cpu": "xla-cpu",
-}
-"""What runs a collective on each platform: NCCL, RCCL, the TPU's inter-chip interconnect
-(XLA's own collectives), XLA:CPU's (in-process between host devices)."""
+COLLECTIVE_LIBRARIES: Mapping[str, str] = {p.name: p.collectives for p in DESCRIPTIONS.values()}
+"""What runs a collective on each platform: NCCL, RCCL, oneCCL, the TPU's inter-chip
+interconnect (XLA's own collectives), XLA:CPU's (in-process between host devices)."""
 
 
 def collective_kind(op: str) -> str | None:
@@ -171,18 +152,16 @@ def collective_kind(op: str) -> str | None:
     return COLLECTIVE_KINDS.get(name)
 
 
-def _gpu_ops(
-    blas: str, dnn: str, fft: str, solver: str, collectives: str
-) -> dict[str, Classification]:
+def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classification]:
     table = {
-        "stablehlo.dot_general": _vendor(blas, "gemm"),
-        "stablehlo.dot": _vendor(blas, "gemm"),
-        "stablehlo.convolution": _vendor(dnn, "convolution"),
-        "stablehlo.fft": _vendor(fft, "fft"),
-        "stablehlo.triangular_solve": _vendor(blas, "triangular-solve"),
+        "stablehlo.dot_general": _vendor(libraries.blas, "gemm"),
+        "stablehlo.dot": _vendor(libraries.blas, "gemm"),
+        "stablehlo.convolution": _vendor(libraries.dnn, "convolution"),
+        "stablehlo.fft": _vendor(libraries.fft, "fft"),
+        "stablehlo.triangular_solve": _vendor(libraries.blas, "triangular-solve"),
         # jax 0.6/0.7 lower Cholesky to the op (0.8+ to cusolver_potrf_ffi/hipsolver_potrf_ffi);
         # XLA's GPU compiler runs it on cuSOLVER/hipSOLVER (__cusolver$cholesky).
-        "stablehlo.cholesky": _vendor(solver, "solver"),
+        "stablehlo.cholesky": _vendor(libraries.solver, "solver"),
     }
     for op in _COLLECTIVES:
         table[f"stablehlo.{op}"] = _vendor(collectives, "collective")
@@ -341,9 +320,26 @@ answer). They come first in :data:`RULES`: the first matching rule wins."""
 
 # -- every level -----------------------------------------------------------------------------
 
-_META = Classification(layer="meta", kind="annotation")
+_META = META
 _CALLBACK = Classification(layer="meta", kind="host-callback")
-_XLA_LINALG = Classification(layer="xla", kind="compiler-linalg")
+
+
+def _platform_rules(described: Platform) -> list[Rule]:
+    """One platform's rows at the lowered level (custom calls at every level): its custom
+    calls, then its library ops (a GPU's), its ICI collectives (TPU's) or its own ops."""
+    rows = _targets({described.name}, dict(described.custom_calls))
+    if described.op_libraries is not None:
+        rows += _ops(
+            {described.name},
+            _gpu_ops(described.op_libraries, described.collectives),
+            level="lowered",
+        )
+    if described.ici_collectives:
+        rows += _ops({described.name}, _ici_ops(), level="lowered")
+    if described.ops:
+        rows += _ops({described.name}, dict(described.ops), level="lowered")
+    return rows
+
 
 RULES: tuple[Rule, ...] = tuple(
     [
@@ -380,81 +376,14 @@ RULES: tuple[Rule, ...] = tuple(
                 "__gpu$xla.gpu.ptx": Classification(layer="custom", kind="ptx"),
             },
         ),
-        # cuda: vendor libraries and the kernels jaxlib ships for CUDA.
-        *_targets(
-            {"cuda"},
-            {
-                "cusolver_*": _vendor("cusolver", "solver"),
-                "__cusolver$*": _vendor("cusolver", "solver"),
-                "cusparse_*": _vendor("cusparse", "sparse"),
-                "__cudnn$conv*": _vendor("cudnn", "convolution"),
-                "__cudnn$fmha*": _vendor("cudnn", "attention"),
-                "__cudnn$*": _vendor("cudnn", "dnn"),
-                "cudnn_*": _vendor("cudnn", "dnn"),
-                "__cublas$triangularSolve": _vendor("cublas", "triangular-solve"),
-                "__cublas$*": _vendor("cublas", "gemm"),
-                "__cub$*": _vendor("cub", "sort"),
-                "cu_*": _vendor("jaxlib", "jaxlib-kernel"),
-                "cuhybrid_*": _vendor("jaxlib", "jaxlib-kernel"),
-                "__gpu$TopK": Classification(layer="xla", kind="topk"),
-            },
-        ),
-        # rocm: the same families under their ROCm names.
-        *_targets(
-            {"rocm"},
-            {
-                "hipsolver_*": _vendor("hipsolver", "solver"),
-                "__cusolver$*": _vendor("hipsolver", "solver"),
-                "hipsparse_*": _vendor("hipsparse", "sparse"),
-                "__cudnn$conv*": _vendor("miopen", "convolution"),
-                "__cudnn$*": _vendor("miopen", "dnn"),
-                "miopen_*": _vendor("miopen", "dnn"),
-                "__cublas$triangularSolve": _vendor("hipblas", "triangular-solve"),
-                "__cublas$lt$*": _vendor("hipblaslt", "gemm"),
-                "__cublas$*": _vendor("hipblas", "gemm"),
-                "hip_*": _vendor("jaxlib", "jaxlib-kernel"),
-                "hiphybrid_*": _vendor("jaxlib", "jaxlib-kernel"),
-                "__gpu$TopK": Classification(layer="xla", kind="topk"),
-            },
-        ),
-        # tpu: the TPU compiler's own linear algebra; no vendor libraries.
-        *_targets(
-            {"tpu"},
-            {
-                "Eigh": _XLA_LINALG,
-                "Qr": _XLA_LINALG,
-                "LuDecomposition": _XLA_LINALG,
-                "ProductOfElementaryHouseholderReflectors": _XLA_LINALG,
-                "ApproxTopK": Classification(layer="xla", kind="topk"),
-                "TopK": Classification(layer="xla", kind="topk"),
-                "X64Combine": _META,
-                "X64SplitLow": _META,
-                "X64SplitHigh": _META,
-            },
-        ),
-        # cpu: LAPACK and DUCC from jaxlib; the compiled level adds YNNPACK and oneDNN.
-        *_targets(
-            {"cpu"},
-            {
-                "lapack_*": _vendor("lapack", "solver"),
-                "ducc_*": _vendor("ducc", "fft"),
-                "__ynn_fusion": _vendor("ynnpack", "gemm"),
-                "__onednn$*": _vendor("onednn", "gemm"),
-                "TopK": Classification(layer="xla", kind="topk"),
-            },
-        ),
-        *_ops({"cuda"}, _gpu_ops("cublas", "cudnn", "cufft", "cusolver", "nccl"), level="lowered"),
-        *_ops(
-            {"rocm"}, _gpu_ops("hipblas", "miopen", "hipfft", "hipsolver", "rccl"), level="lowered"
-        ),
-        *_ops({"tpu"}, _ici_ops(), level="lowered"),
-        # XLA:CPU always runs FFTs through DUCC; dot and conv are XLA's own choice at compile
-        # time (its emitters, Eigen, YNNPACK or oneDNN), so they count as xla until compiled.
-        *_ops({"cpu"}, {"stablehlo.fft": _vendor("ducc", "fft")}, level="lowered"),
+        # each platform's own rows, from its description (model/platforms.py)
+        *(rule for described in DESCRIPTIONS.values() for rule in _platform_rules(described)),
     ]
 )
 
-NOT_RUNNABLE: dict[str, tuple[str, ...]] = {"rocm": ("mosaic_gpu*",)}
+NOT_RUNNABLE: dict[str, tuple[str, ...]] = {
+    p.name: p.not_runnable for p in DESCRIPTIONS.values() if p.not_runnable
+}
 """Custom-call targets (globs) a platform cannot run although some JAX releases lower them
 for it: jax 0.6 to 0.8 emit Mosaic GPU kernels for rocm, which Mosaic GPU does not support
 (0.9+ refuse: "Mosaic GPU does not yet support AMD ROCm devices"). A program holding one

@@ -1,0 +1,426 @@
+"""Every platform pytest-jaxport lowers for, described once: who makes it, which words mean
+it, which libraries and kernels its dispatches belong to, its devices, its peak rates, what
+may be configured for it and the JAX release it needs.
+
+The tables other modules read are derived from :data:`DESCRIPTIONS`:
+:data:`pytest_jaxport.model.targets.PLATFORMS`, ``PLATFORM_VENDORS``, ``PLATFORM_ALIASES``,
+``COLLECTIVE_LIBRARIES`` and the lowered level's classification rows; the configuration's
+default platforms, default migration targets, compiled and emulated platforms and device
+platforms (:mod:`pytest_jaxport.model.config`); the devices and generations of
+:mod:`pytest_jaxport.model.formats`; the estimate's peak rates of
+:mod:`pytest_jaxport.model.cost`; the platforms :mod:`pytest_jaxport._jax` asks JAX about.
+Adding a platform is one :class:`Platform` here, its format rules (keyed by platform in
+``formats.RULES``) and tests.
+
+>>> DESCRIPTIONS["oneapi"].vendor, DESCRIPTIONS["oneapi"].requires_jax
+('Intel', '0.12.0')
+>>> [p.name for p in DESCRIPTIONS.values() if p.default]
+['cpu', 'cuda', 'rocm', 'tpu']
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+Layer = Literal["xla", "vendor", "custom", "meta"]
+LAYERS: tuple[Layer, ...] = get_args(Layer)
+"""Every op or kernel lands in exactly one layer; ``meta`` never counts against budgets."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Classification:
+    """What one op or custom call is, on one platform.
+
+    ``library`` names the vendor library for the ``vendor`` layer (``cublas``, ``cudnn``,
+    ``lapack``...); ``kind`` says what the dispatch does (``gemm``, ``solver``,
+    ``pallas-triton``, ``ffi``...).
+    """
+
+    layer: Layer
+    kind: str
+    library: str | None = None
+
+
+def vendor(library: str, kind: str) -> Classification:
+    """A vendor-library dispatch: ``library``'s ``kind``."""
+    return Classification(layer="vendor", library=library, kind=kind)
+
+
+XLA_LINALG = Classification(layer="xla", kind="compiler-linalg")
+TOPK = Classification(layer="xla", kind="topk")
+META = Classification(layer="meta", kind="annotation")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpLibraries:
+    """The libraries a GPU-like platform's compiler hands StableHLO's library ops to (at the
+    lowered level): matrix products and triangular solves (``blas``), convolutions
+    (``dnn``), FFTs (``fft``), Cholesky (``solver``)."""
+
+    blas: str
+    dnn: str
+    fft: str
+    solver: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeakRates:
+    """The rates the runtime-share estimate uses where a platform is not present (public
+    datasheet figures; launch costs assumed), as :class:`pytest_jaxport.model.cost.Peak`."""
+
+    flops: float
+    bandwidth: float
+    launch: float
+    library_call: float = 0.0
+    source: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Platform:
+    """One platform, described once (see the module's docstring for what is derived)."""
+
+    name: str
+    """JAX's name for it (``lowering_platforms=(name,)``)."""
+    vendor: str
+    """Whose hardware it is, as messages name it (``write 'cuda' for NVIDIA``)."""
+    aliases: tuple[str, ...] = ()
+    """Words users write instead of its name (its vendor, its hardware; JAX's ``gpu``)."""
+    default: bool = True
+    """Lowered for when ``platforms`` is not configured, and a default migration target
+    (unless it is the home); ``False`` for a platform a project opts into."""
+    compiled: bool = False
+    """``compile`` accepts it (the compiled level: cpu here, cuda deviceless)."""
+    emulated: bool = True
+    """``emulate`` accepts it (the CPU is executed, never emulated)."""
+    jax_gpu: bool = False
+    """One of the platforms JAX's ``gpu`` means (``jax.devices("gpu")``)."""
+    collectives: str
+    """What runs its collectives (the partitioner's too)."""
+    op_libraries: OpLibraries | None = None
+    """Its compiler's library ops at the lowered level (``None``: rows of its own)."""
+    custom_calls: Mapping[str, Classification] = field(default_factory=dict)
+    """Custom-call targets (fnmatch globs, first match wins) on this platform."""
+    ops: Mapping[str, Classification] = field(default_factory=dict)
+    """Further lowered-level op rows (``stablehlo.fft`` on cpu)."""
+    ici_collectives: bool = False
+    """Collectives are the compiler's own (``xla``), not a vendor library's (TPU's ICI)."""
+    not_runnable: tuple[str, ...] = ()
+    """Custom-call targets (globs) some JAX releases lower for it although it cannot run
+    them: a program holding one does not lower for it."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Each library's public source: why a dispatch is attributed to it."""
+    generations: tuple[str, ...] = ()
+    """Its device generations, oldest first (format rules are scoped by generation)."""
+    default_device: tuple[str, str] | None = None
+    """``(generation, name)`` judged for where no device is configured."""
+    devices: tuple[tuple[str, str, str], ...] = ()
+    """``(short name, generation, label)``: the names ``devices = {...}`` accepts."""
+    device_example: str = ""
+    """A short device name messages give as an example."""
+    peak: PeakRates | None = None
+    """The estimate's rates where it is absent (``None``: cpu's fitted rates)."""
+    requires_jax: str | None = None
+    """The first JAX release whose lowering for it gives right counts (``None``: the floor)."""
+    requires_why: str = ""
+    """What an older JAX does wrong, said in the configuration error."""
+
+
+GPU_LAUNCH = "launch and library costs assumed (typical small-kernel device times), not measured"
+
+_ONEAPI_OPENXLA = "https://github.com/intel/intel-extension-for-openxla"
+
+CPU = Platform(
+    name="cpu",
+    vendor="the host",
+    aliases=("host", "x86", "x86_64", "amd64", "arm", "arm64", "aarch64"),
+    compiled=True,
+    emulated=False,
+    collectives="xla-cpu",
+    custom_calls={
+        "lapack_*": vendor("lapack", "solver"),
+        "ducc_*": vendor("ducc", "fft"),
+        "__ynn_fusion": vendor("ynnpack", "gemm"),
+        "__onednn$*": vendor("onednn", "gemm"),
+        "TopK": TOPK,
+    },
+    # XLA:CPU always runs FFTs through DUCC; dot and conv are XLA's own choice at compile
+    # time (its emitters, Eigen, YNNPACK or oneDNN), so they count as xla until compiled.
+    ops={"stablehlo.fft": vendor("ducc", "fft")},
+)
+
+CUDA = Platform(
+    name="cuda",
+    vendor="NVIDIA",
+    aliases=("gpu", "nvidia", "nv", "nvptx"),
+    compiled=True,
+    jax_gpu=True,
+    collectives="nccl",
+    op_libraries=OpLibraries(blas="cublas", dnn="cudnn", fft="cufft", solver="cusolver"),
+    custom_calls={
+        "cusolver_*": vendor("cusolver", "solver"),
+        "__cusolver$*": vendor("cusolver", "solver"),
+        "cusparse_*": vendor("cusparse", "sparse"),
+        "__cudnn$conv*": vendor("cudnn", "convolution"),
+        "__cudnn$fmha*": vendor("cudnn", "attention"),
+        "__cudnn$*": vendor("cudnn", "dnn"),
+        "cudnn_*": vendor("cudnn", "dnn"),
+        "__cublas$triangularSolve": vendor("cublas", "triangular-solve"),
+        "__cublas$*": vendor("cublas", "gemm"),
+        "__cub$*": vendor("cub", "sort"),
+        "cu_*": vendor("jaxlib", "jaxlib-kernel"),
+        "cuhybrid_*": vendor("jaxlib", "jaxlib-kernel"),
+        "__gpu$TopK": TOPK,
+    },
+    generations=(
+        "sm60",
+        "sm70",
+        "sm75",
+        "sm80",
+        "sm86",
+        "sm87",
+        "sm89",
+        "sm90",
+        "sm100",
+        "sm103",
+        "sm120",
+        "sm121",
+    ),
+    default_device=("sm90", "NVIDIA H100"),
+    devices=(
+        ("p100", "sm60", "NVIDIA P100"),
+        ("v100", "sm70", "NVIDIA V100"),
+        ("t4", "sm75", "NVIDIA T4"),
+        ("a100", "sm80", "NVIDIA A100"),
+        ("a10", "sm86", "NVIDIA A10"),
+        ("a6000", "sm86", "NVIDIA RTX A6000"),
+        ("l4", "sm89", "NVIDIA L4"),
+        ("l40s", "sm89", "NVIDIA L40S"),
+        ("h100", "sm90", "NVIDIA H100"),
+        ("h200", "sm90", "NVIDIA H200"),
+        ("b200", "sm100", "NVIDIA B200"),
+        ("gb200", "sm100", "NVIDIA GB200"),
+        ("b300", "sm103", "NVIDIA B300"),
+        ("rtx6000pro", "sm120", "NVIDIA RTX PRO 6000"),
+    ),
+    device_example="h100",
+    # Public datasheet figures; FP32 vector rate for GPUs (the conservative choice).
+    peak=PeakRates(
+        flops=67e12,
+        bandwidth=3.35e12,
+        launch=2e-6,
+        library_call=3e-6,
+        source=f"NVIDIA H100 SXM datasheet (FP32); {GPU_LAUNCH}",
+    ),
+)
+
+ROCM = Platform(
+    name="rocm",
+    vendor="AMD",
+    aliases=("gpu", "amd", "amdgpu", "hip", "radeon", "instinct"),
+    jax_gpu=True,
+    collectives="rccl",
+    op_libraries=OpLibraries(blas="hipblas", dnn="miopen", fft="hipfft", solver="hipsolver"),
+    # XLA's ROCm compiler reuses __cudnn$conv* for MIOpen and __cublas$lt$matmul for
+    # hipBLASLt.
+    custom_calls={
+        "hipsolver_*": vendor("hipsolver", "solver"),
+        "__cusolver$*": vendor("hipsolver", "solver"),
+        "hipsparse_*": vendor("hipsparse", "sparse"),
+        "__cudnn$conv*": vendor("miopen", "convolution"),
+        "__cudnn$*": vendor("miopen", "dnn"),
+        "miopen_*": vendor("miopen", "dnn"),
+        "__cublas$triangularSolve": vendor("hipblas", "triangular-solve"),
+        "__cublas$lt$*": vendor("hipblaslt", "gemm"),
+        "__cublas$*": vendor("hipblas", "gemm"),
+        "hip_*": vendor("jaxlib", "jaxlib-kernel"),
+        "hiphybrid_*": vendor("jaxlib", "jaxlib-kernel"),
+        "__gpu$TopK": TOPK,
+    },
+    not_runnable=("mosaic_gpu*",),
+    # AMD Instinct ISAs, oldest first: MI100, MI200 (CDNA2), MI300 (CDNA3), MI350 (CDNA4).
+    generations=("gfx908", "gfx90a", "gfx942", "gfx950"),
+    default_device=("gfx942", "AMD MI300X"),
+    devices=(
+        ("mi100", "gfx908", "AMD MI100"),
+        ("mi200", "gfx90a", "AMD MI200"),
+        ("mi250", "gfx90a", "AMD MI250"),
+        ("mi250x", "gfx90a", "AMD MI250X"),
+        ("mi300", "gfx942", "AMD MI300X"),
+        ("mi300x", "gfx942", "AMD MI300X"),
+        ("mi325x", "gfx942", "AMD MI325X"),
+        ("mi350", "gfx950", "AMD MI350X"),
+        ("mi350x", "gfx950", "AMD MI350X"),
+        ("mi355x", "gfx950", "AMD MI355X"),
+    ),
+    device_example="mi300",
+    peak=PeakRates(
+        flops=163.4e12,
+        bandwidth=5.3e12,
+        launch=2e-6,
+        library_call=3e-6,
+        source=f"AMD MI300X datasheet (FP32); {GPU_LAUNCH}",
+    ),
+)
+
+_TPU_GENERATIONS = ("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i")
+
+TPU = Platform(
+    name="tpu",
+    vendor="Google",
+    aliases=("google", "gcp"),
+    collectives="ici",
+    ici_collectives=True,
+    # The TPU compiler's own linear algebra; no vendor libraries.
+    custom_calls={
+        "Eigh": XLA_LINALG,
+        "Qr": XLA_LINALG,
+        "LuDecomposition": XLA_LINALG,
+        "ProductOfElementaryHouseholderReflectors": XLA_LINALG,
+        "ApproxTopK": TOPK,
+        "TopK": TOPK,
+        "X64Combine": META,
+        "X64SplitLow": META,
+        "X64SplitHigh": META,
+    },
+    # TPU chip versions as JAX names them (jax.experimental.pallas.tpu.ChipVersion).
+    generations=_TPU_GENERATIONS,
+    default_device=("v5e", "TPU v5e"),
+    devices=(
+        *((g, g, f"TPU {g}") for g in _TPU_GENERATIONS),
+        ("ironwood", "7x", "TPU7x (Ironwood)"),
+        ("trillium", "v6e", "TPU v6e (Trillium)"),
+    ),
+    device_example="v5e",
+    # bf16 MXU rate for TPU since that is what JAX programs use there.
+    peak=PeakRates(
+        flops=459e12,
+        bandwidth=2.765e12,
+        launch=1e-6,
+        source=f"Google Cloud TPU v5p (bf16); {GPU_LAUNCH}",
+    ),
+)
+
+ONEAPI = Platform(
+    name="oneapi",
+    vendor="Intel",
+    aliases=("gpu", "intel", "sycl", "xpu", "level-zero", "levelzero", "arc", "pvc"),
+    default=False,
+    jax_gpu=True,
+    collectives="oneccl",
+    # Intel's XLA backend (intel-extension-for-openxla, XLA's SYCL backend) hands gemms to
+    # oneDNN (or XeTLA) and convolutions to oneDNN, FFTs to oneMKL's DFT, Cholesky and
+    # triangular solves to oneMKL (sources below).
+    op_libraries=OpLibraries(blas="onednn", dnn="onednn", fft="onemkl", solver="onemkl"),
+    custom_calls={
+        # jaxlib's oneapi solver targets run oneMKL LAPACK (getrf, geqrf, orgqr, syevd,
+        # gesvd, potrf); jaxlib's own kernels (oneapi_lu_pivots_to_permutation).
+        "oneapisolver_*": vendor("onemkl", "solver"),
+        "__cusolver$*": vendor("onemkl", "solver"),
+        "oneapisparse_*": vendor("onemkl", "sparse"),
+        "__cudnn$conv*": vendor("onednn", "convolution"),
+        "__cudnn$*": vendor("onednn", "dnn"),
+        "__onednn$*": vendor("onednn", "dnn"),
+        "__cublas$triangularSolve": vendor("onemkl", "triangular-solve"),
+        "__cublas$*": vendor("onednn", "gemm"),
+        "oneapi_*": vendor("jaxlib", "jaxlib-kernel"),
+        "oneapihybrid_*": vendor("jaxlib", "jaxlib-kernel"),
+        "__gpu$TopK": TOPK,
+    },
+    # jax 0.12 has no pallas_call rule for oneapi: a Pallas kernel (Triton, Mosaic GPU or
+    # Mosaic TPU) does not lower there, a kernel to rewrite.
+    sources={
+        "onemkl": "oneMKL LAPACK and DFT: jax/_src/lax/linalg.py registers the oneapi "
+        "lowerings (register_cpu_gpu_lowering(..., ('oneapi',))) to jaxlib's oneapisolver_* "
+        f"targets; {_ONEAPI_OPENXLA} xla/service/gpu/fft_thunk.cc (oneapi::mkl::dft) and "
+        "cholesky_thunk.cc",
+        "onednn": f"oneDNN: {_ONEAPI_OPENXLA} xla/service/gpu/gemm_impl_picker.cc "
+        "(se::blas::kOneDnnGemm, or XeTLA where XETLA_GEMM is set) and sycl_onednn.h "
+        "(convolutions)",
+        "oneccl": f"oneCCL: {_ONEAPI_OPENXLA} xla/service/gpu/ccl_*_thunk.cc (all-reduce, "
+        "all-gather, all-to-all, collective-permute, broadcast)",
+        "jaxlib": "jaxlib's own GPU kernels, prefixed oneapi_ (lu_pivots_to_permutation)",
+    },
+    # Intel Data Center GPU Max (Ponte Vecchio, Xe-HPC) and Arc B-series (Battlemage, Xe2):
+    # XLA ships target specs for both (xla/backends/gpu/target_config/specs: pvc, bmg).
+    generations=("bmg", "pvc"),
+    default_device=("pvc", "Intel Data Center GPU Max 1550"),
+    devices=(
+        ("max1100", "pvc", "Intel Data Center GPU Max 1100"),
+        ("max1550", "pvc", "Intel Data Center GPU Max 1550"),
+        ("pvc", "pvc", "Intel Data Center GPU Max 1550"),
+        ("b580", "bmg", "Intel Arc B580"),
+        ("b570", "bmg", "Intel Arc B570"),
+        ("bmg", "bmg", "Intel Arc B580"),
+    ),
+    device_example="max1550",
+    # Intel Data Center GPU Max 1550 product brief: 52 TFLOP/s FP32 vector (also FP64),
+    # 3.2 TB/s HBM2e. Nothing was measured on Intel hardware.
+    peak=PeakRates(
+        flops=52.4e12,
+        bandwidth=3.2e12,
+        launch=2e-6,
+        library_call=3e-6,
+        source="Intel Data Center GPU Max 1550 product brief (FP32); "
+        f"{GPU_LAUNCH}; nothing measured on Intel hardware",
+    ),
+    requires_jax="0.12.0",
+    requires_why=(
+        "older releases lower for oneapi without its solver calls (0.10: an LU solve "
+        "with no library call at all, eigh not at all; 0.11.2: no oneapi rule for eig, "
+        "tridiagonal solves, symmetric products, Cholesky updates), so its counts would "
+        "be silently wrong"
+    ),
+)
+
+DESCRIPTIONS: Mapping[str, Platform] = {p.name: p for p in (CPU, CUDA, ROCM, TPU, ONEAPI)}
+"""Every described platform, in the order reports list them."""
+
+NAMES: tuple[str, ...] = tuple(DESCRIPTIONS)
+DEFAULTS: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.default)
+JAX_GPU: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.jax_gpu)
+"""What JAX's ``gpu`` means: cuda, rocm or oneapi (``jax.devices("gpu")``)."""
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A JAX version string as numbers, for comparing (``0.12.0.1`` -> ``(0, 12, 0, 1)``;
+    a suffix such as ``.dev20260101`` or ``rc1`` ends it).
+
+    >>> release("0.12.0.1") > release("0.12.0") > release("0.11.2")
+    True
+    >>> release("0.13.0.dev20260101")
+    (0, 13, 0)
+    """
+    numbers: list[int] = []
+    for part in version.split("."):
+        found = re.match(r"\d+", part)
+        if found is None:
+            break
+        numbers.append(int(found.group()))
+        if found.group() != part:
+            break
+    return tuple(numbers)
+
+
+def needs_newer_jax(platform: str, installed: str) -> str | None:
+    """Why ``platform`` cannot be counted with jax ``installed``; ``None`` where it can
+    (or where the platform is not described).
+
+    >>> needs_newer_jax("oneapi", "0.12.0.1") is None
+    True
+    >>> needs_newer_jax("oneapi", "0.10.2")[:40]
+    'oneapi needs jax 0.12.0 or newer, found '
+    """
+    described = DESCRIPTIONS.get(platform)
+    if described is None or described.requires_jax is None or not installed:
+        return None
+    if release(installed) >= release(described.requires_jax):
+        return None
+    return (
+        f"{platform} needs jax {described.requires_jax} or newer, found jax {installed}: "
+        f"{described.requires_why}"
+    )
