@@ -33,13 +33,13 @@ from pytest_jaxport.model.config import (
     emulated_among,
     load_project,
     misspelt_tables,
-    parse_project,
     platform_hint,
+    platform_list,
     portable,
 )
 from pytest_jaxport.model.config import ConfigError as _ConfigError
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
-from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device, device_from_target_config
+from pytest_jaxport.model.formats import Device, default_devices, device_from_target_config
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
@@ -73,12 +73,10 @@ def platforms_option(value: str) -> tuple[str, ...] | None:
     """
     if not value:
         return None
-    names = _names(value)
-    try:  # parse_project's platforms rule, said of the option (its prefix dropped)
-        checked = parse_project({"platforms": names, "reference": (names or ["cpu"])[0]}, "-")
+    try:  # the platforms rule, said of the option (its prefix dropped)
+        return platform_list("--jaxport-platforms", _names(value))
     except ConfigError as e:
-        raise ArgumentTypeError(str(e).removeprefix("-: [tool.jaxport] platforms: ")) from None
-    return checked.platforms
+        raise ArgumentTypeError(str(e).removeprefix("--jaxport-platforms: ")) from None
 
 
 def compile_option(value: str) -> tuple[str, ...]:
@@ -362,7 +360,7 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
             f"the description names a {cuda.platform} GPU ({cuda}), not a CUDA one: cuda's "
             "target must be an NVIDIA GPU"
         )
-    return {**DEFAULT_DEVICES, **project.devices, "cuda": cuda}
+    return {**default_devices(project.platforms), **project.devices, "cuda": cuda}
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
