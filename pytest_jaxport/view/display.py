@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, get_args
 
 Details = Literal["auto", "none", "problems", "all"]
-DETAILS: tuple[str, ...] = ("auto", "none", "problems", "all")
+DETAILS: tuple[Details, ...] = get_args(Details)
 PROBLEM_LINES = 18
 """Lines the default terminal problem list takes at most: group headers, rows, "+N more"
 (every group keeps its header)."""
@@ -72,7 +72,7 @@ def _non_negative(value: str) -> int:
 
 _non_negative.__name__ = "non-negative integer"  # argparse names the type in its error
 
-DISPLAY_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+DISPLAY_OPTIONS: tuple[tuple[str, dict[str, object]], ...] = (
     ("details", {
         "choices": DETAILS, "default": "auto",
         "help": "per-test details: none, problems (tests with a finding) or all; auto follows "
@@ -95,7 +95,7 @@ DISPLAY_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 ``jaxport show``."""
 
 
-def add_display_options(add: Callable[..., Any], *, prefix: str, dest_prefix: str = "") -> None:
+def add_display_options(add: Callable[..., object], *, prefix: str, dest_prefix: str = "") -> None:
     """Declare the display options with ``add`` (pytest's ``group.addoption`` or argparse's
     ``add_argument``), each as ``<prefix><name>`` stored in ``<dest_prefix><name>``."""
     for name, kwargs in DISPLAY_OPTIONS:
@@ -103,17 +103,21 @@ def add_display_options(add: Callable[..., Any], *, prefix: str, dest_prefix: st
 
 
 def display_options(
-    get: Callable[[str], Any], *, dest_prefix: str = "", verbosity: int = 0
+    get: Callable[[str], object], *, dest_prefix: str = "", verbosity: int = 0
 ) -> DisplayOptions:
-    """The options as parsed (``get(dest)`` reads one), with pytest's or the CLI's verbosity."""
+    """The options as parsed (``get(dest)`` reads one; their parser checked each against its
+    declaration), with pytest's or the CLI's verbosity."""
 
-    def value(name: str) -> Any:
+    def value(name: str) -> object:
         return get(dest_prefix + name.replace("-", "_"))
 
+    auto: Details = "auto"
+    details = next((d for d in DETAILS if d == value("details")), auto)
+    platform, top = value("platform"), value("top")
     return DisplayOptions(
         verbosity=verbosity,
-        details=value("details") or "auto",
+        details=details,
         failed_only=bool(value("failed-only")),
-        platform=value("platform") or None,
-        top=value("top"),
+        platform=str(platform) if platform else None,
+        top=top if isinstance(top, int) else None,
     )

@@ -89,7 +89,27 @@ NUMERICS_CLASS: Mapping[str, str] = {
     "match": "good",
     "mismatch": "bad",
     "error": "bad",
+    "failed": "bad",  # an emulation's run that raised
 }
+"""The class of a numerics (or emulation) state; any other is ``muted``."""
+STATUS_CLASS: Mapping[str, str] = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}
+"""The class of a rewrite item's status (:data:`STATUS_NOTES` says what it means)."""
+OUTCOME_CLASS: Mapping[str, str] = {"passed": "good", "failed": "bad", "error": "bad"}
+"""The class of a test's outcome; any other (skipped) is ``muted``."""
+
+
+def _numerics_class(state: str) -> str:
+    return NUMERICS_CLASS.get(state, "muted")
+
+
+def _outcome_class(outcome: str) -> str:
+    return OUTCOME_CLASS.get(outcome, "muted")
+
+
+def _cost_colour(key: str) -> str:
+    return COST_COLOURS.get(key, "#bbbbbb")
+
+
 ALL_DETAILS_UP_TO = 200
 """Up to this many tests every test gets its details; beyond, the tests with problems."""
 GROUP_ROWS = 10
@@ -229,7 +249,7 @@ def days_bar(target: TargetRow, scale: float) -> str:
         width = value / scale * BAR_WIDTH
         parts.append(
             f'<rect class="seg {key}" x="{x:.2f}" y="0" width="{width:.2f}" '
-            f'height="{BAR_HEIGHT}" fill="{COST_COLOURS.get(key, "#bbbbbb")}"><title>'
+            f'height="{BAR_HEIGHT}" fill="{_cost_colour(key)}"><title>'
             f"{_e(label)}: {days_text(value)} days</title></rect>"
         )
         if width >= 32:
@@ -571,7 +591,7 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
             )
             rows.append(
                 f'<tr><th scope="row"><span class="swatch" style="background:'
-                f'{COST_COLOURS.get(key, "#bbbbbb")}" aria-hidden="true"></span>{_e(label)}</th>'
+                f'{_cost_colour(key)}" aria-hidden="true"></span>{_e(label)}</th>'
                 f"{cells}</tr>"
             )
         total = "".join(
@@ -596,11 +616,11 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
     if items:
         rows = []
         for target, item in items:
-            cls = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}.get(item.status, "")
+            cls = STATUS_CLASS[item.status]
             where = f"<code>{_e(item.location)}</code>" if item.location else "—"
             rows.append(
                 f'<tr><td>{_e(target)}</td><td><span class="pill {cls}">{_e(item.status)}</span>'
-                f'<span class="statusnote">{_e(STATUS_NOTES.get(item.status, ""))}</span></td>'
+                f'<span class="statusnote">{_e(STATUS_NOTES[item.status])}</span></td>'
                 f"<td><code>{_e(item.name)}</code></td>"
                 f'<td class="nowrap">{_e(item.kind)}</td>'
                 f"<td>{where}</td><td>{_e(item.check)}</td>"
@@ -818,10 +838,10 @@ def _cell(cell: Cell) -> str:
         if cell.level != "lowered":
             text += f' <span class="level compiled">{_e(cell.level)}</span>'
     if cell.numerics != "not present":
-        cls = NUMERICS_CLASS.get(cell.numerics, "muted")
+        cls = _numerics_class(cell.numerics)
         text += f' <span class="numerics {cls}">{_e(cell.numerics)}</span>'
     if cell.emulated is not None:
-        cls = NUMERICS_CLASS.get(cell.emulated, "bad" if cell.emulated == "failed" else "muted")
+        cls = _numerics_class(cell.emulated)
         text += (
             f' <span class="numerics {cls}" title="{_e(cell.emulated_label)}">emulated: '
             f"{_e(cell.emulated)}</span>"
@@ -849,7 +869,7 @@ def _cell(cell: Cell) -> str:
 
 
 def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
-    ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(test.outcome, "muted")
+    ocls = _outcome_class(test.outcome)
     checks: Sequence[CheckRow | None] = test.checks or [None]
     span = f' rowspan="{len(checks)}"' if len(checks) > 1 else ""
     name = _nodeid_html(test.nodeid)
@@ -1051,7 +1071,7 @@ def _test_details(view: ReportView) -> str:
         return ""
     out = []
     for test in shown:
-        ocls = {"passed": "good", "failed": "bad", "error": "bad"}.get(test.outcome, "muted")
+        ocls = _outcome_class(test.outcome)
         body = []
         violations = test.violations
         if violations:

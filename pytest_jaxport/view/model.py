@@ -1,7 +1,8 @@
-"""What every report format shows, built once from a report (pure: a report dict in, values out).
+"""What every report format shows, built once from a report (pure: a typed report in, values out).
 
-:func:`build_view` reads a report (schema version 2; :func:`pytest_jaxport.report.schema.load`
-upgrades older ones) into a :class:`ReportView`: the headline counts, the problems grouped by
+:func:`build_view` reads a :class:`~pytest_jaxport.report.document.Report` (as
+:func:`pytest_jaxport.report.load` reads a file, older schema versions upgraded, or as the
+plugin builds it) into a :class:`ReportView`: the headline counts, the problems grouped by
 budget key and platform, where the lock-in lives (hotspots by source site), the platform
 totals, the three numbers, the layer table, environment notes said once, and the per-test
 matrix. :mod:`pytest_jaxport.view.text` (terminal text, Markdown) and
@@ -11,8 +12,9 @@ plugin and ``jaxport show``) say how much of it to show.
 
 Where to add something new, once for every format:
 
-- a per-platform figure (a new key of ``summary["platforms"][p]``, e.g. collectives by
-  kind): one :class:`Column` in :data:`TOTALS_COLUMNS`;
+- a per-platform figure (a new field of
+  :class:`~pytest_jaxport.report.document.PlatformTotals`, e.g. collectives by kind): one
+  :class:`Column` in :data:`TOTALS_COLUMNS`;
 - a per-check, per-platform fact in the matrix: :func:`cell_of`;
 - how a runtime share's basis is labelled (an error band, what was left out):
   :func:`share_label`;
@@ -38,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -1290,9 +1292,9 @@ def _error_text(test: TestEntry) -> str | None:
 
 def test_row(test: TestEntry, platforms: Sequence[str]) -> TestRow:
     """One row of the matrix: the test's checks (each function's transformations after it)."""
-    by_cell: dict[tuple[str, str], list[str]] = {}
+    by_cell: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
     for v in test.violations:
-        by_cell.setdefault((v.check, v.platform), []).append(v.key)
+        by_cell[v.check, v.platform].append(v.key)
     rows = []
     for check in grouped_checks(test.checks):
         probe = check.probe
@@ -1301,7 +1303,7 @@ def test_row(test: TestEntry, platforms: Sequence[str]) -> TestRow:
                 name=probe.name,
                 variant_of=probe.variant_of,
                 cells={
-                    p: cell_of(probe, p, by_cell.get((probe.name, p), ()))
+                    p: cell_of(probe, p, by_cell[probe.name, p])
                     for p in platforms
                     if p in probe.platforms
                 },
@@ -1691,8 +1693,14 @@ def collectives_of(platforms: Mapping[str, PlatformTotals]) -> tuple[tuple[str, 
     if not grouped:
         return ()
     rows = [(", ".join(platforms), kinds) for kinds, platforms in grouped.items()]
-    runs = ", ".join(f"{COLLECTIVE_LIBRARIES.get(p, 'xla')} on {p}" for p in every)
+    runs = ", ".join(f"{collective_library(p)} on {p}" for p in every)
     return (*rows, ("run by", runs))
+
+
+def collective_library(platform: str) -> str:
+    """What runs collectives on ``platform`` (``nccl`` on cuda), ``xla`` where the model
+    names nothing (:data:`~pytest_jaxport.model.targets.COLLECTIVE_LIBRARIES`)."""
+    return COLLECTIVE_LIBRARIES.get(platform, "xla")
 
 
 def share_label(share: RuntimeShare) -> str:
@@ -1726,7 +1734,7 @@ def band_spans(layers: Mapping[str, float], band: float | None) -> tuple[tuple[f
     total = sum(v for v in layers.values() if v > 0)
     if band is None or band <= 0 or total <= 0:
         return ()
-    shown = [layers[layer] / total for layer in SHARE_LAYERS if layers.get(layer, 0.0) > 0]
+    shown = [layers[layer] / total for layer in SHARE_LAYERS if layers[layer] > 0]
     boundaries = [sum(shown[: i + 1]) for i in range(len(shown) - 1)]
     spans: list[tuple[float, float]] = []
     for at in boundaries:
@@ -1919,22 +1927,23 @@ def devices_of(config: Config) -> dict[str, str]:
 def not_compiling_notes(tests: Sequence[TestRow]) -> list[Note]:
     """Checks that lower for a platform outside ``must_lower`` although the format rules say
     its compiler rejects them: a note per platform, said once, never silent."""
-    by_platform: dict[str, tuple[int, dict[str, None]]] = {}
+    checks: Counter[str] = Counter()
+    rules: defaultdict[str, dict[str, None]] = defaultdict(dict)
     for test in tests:
         for row in test.checks:
             for cell in row.cells.values():
                 if cell.not_compiling and "must_lower" not in cell.violations:
-                    n, rules = by_platform.get(cell.platform, (0, {}))
-                    by_platform[cell.platform] = (n + 1, {**rules, **dict.fromkeys(
-                        cell.not_compiling)})  # fmt: skip
+                    checks[cell.platform] += 1
+                    rules[cell.platform].update(dict.fromkeys(cell.not_compiling))
     return [
         Note(
             text=f"{plural(n, 'check')} lower{'s' if n == 1 else ''} for {platform} but the "
             "format rules say "
-            f"{'it does' if n == 1 else 'they do'} not compile there: {', '.join(rules)} "
+            f"{'it does' if n == 1 else 'they do'} not compile there: "
+            f"{', '.join(rules[platform])} "
             f'(must_lower = ["{platform}"] makes that a failure)',
         )
-        for platform, (n, rules) in sorted(by_platform.items())
+        for platform, n in sorted(checks.items())
     ]
 
 

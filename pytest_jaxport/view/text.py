@@ -19,13 +19,13 @@ Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.emulation import emulated_label, emulation_lines, not_emulated_message
 from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
-from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.baseline import ReportDiff, metric_label, value_text
 from pytest_jaxport.report.document import Drift, Report
 from pytest_jaxport.view.display import DisplayOptions
@@ -39,6 +39,7 @@ from pytest_jaxport.view.model import (
     ShareRow,
     TestRow,
     build_view,
+    collective_library,
     days_text,
     format_rows,
     hotspot_cells,
@@ -105,7 +106,7 @@ def collectives_line(result: PlatformProbe) -> str | None:
         + (f" ({c.inserted} inserted by the SPMD partitioner)" if c.inserted else "")
         for c in census.collectives
     ]
-    library = COLLECTIVE_LIBRARIES.get(result.platform, "xla")
+    library = collective_library(result.platform)
     text = f"{result.platform}: collectives ({library}): {', '.join(parts)}"
     compiled = result.compiled
     if compiled is not None:
@@ -191,10 +192,10 @@ def findings_lines(probe: Probe, *, every: bool) -> list[str]:
     shown = [r for r in rows if every or not r.compiles]
     lines = [r.text() for r in shown]
     if not every:
-        hidden: dict[str, int] = {}
+        hidden: Counter[str] = Counter()
         for row in rows:
             if row.compiles:
-                hidden[row.platform] = hidden.get(row.platform, 0) + row.count
+                hidden[row.platform] += row.count
         if hidden:
             counts = ", ".join(f"{p} {number(n)}" for p, n in hidden.items())
             lines.append(
@@ -1141,11 +1142,10 @@ def merge_text(result: MergeResult) -> str:
 
 def merge_markdown(result: MergeResult) -> str:
     """The section ``jaxport merge --md`` appends to the merged report's Markdown."""
-    legs = result.report.get("legs", [])
     lines = ["### Legs", "", "| leg | platforms | present |", "|---|---|---|"]
+    legs = result.document.merged.legs if result.document.merged is not None else ()
     lines += [
-        f"| `{leg['leg']}` | {', '.join(leg.get('platforms', []))} | "
-        f"{', '.join(leg.get('present_platforms', [])) or '-'} |"
+        f"| `{leg.leg}` | {', '.join(leg.platforms)} | {', '.join(leg.present_platforms) or '-'} |"
         for leg in legs
     ]
     lines += ["", "### Numerics across legs", ""]
