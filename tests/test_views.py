@@ -28,10 +28,17 @@ from pytest_jaxport.model.hotspots import Reach, hotspots
 from pytest_jaxport.model.probe import PlatformProbe, census_from_dict
 from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
 from pytest_jaxport.report.document import AuditFinding, AuditSection, Computation, Numbers
-from pytest_jaxport.report.schema import write_json
+from pytest_jaxport.report.schema import from_json, write_json
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import build_view, natural_key, number, pct, seconds_text
+from pytest_jaxport.view.model import (
+    ReportView,
+    build_view,
+    natural_key,
+    number,
+    pct,
+    seconds_text,
+)
 from pytest_jaxport.view.text import (
     MARKDOWN_BUDGET,
     MARKDOWN_PROBLEMS,
@@ -92,6 +99,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def big(run: dict[str, Any]) -> dict[str, Any]:
     return report_suite.replicate(run["report"], SCALE)
+
+
+def view_of(report: dict[str, Any]) -> ReportView:
+    """The view of a report's JSON, read as ``jaxport show`` reads a file (report.load)."""
+    return build_view(from_json(report, Path("r.json")))
 
 
 # -- reading the numbers back out of each format --------------------------------------------------
@@ -352,7 +364,7 @@ def test_the_real_run_is_the_mix_it_claims(run: dict[str, Any]) -> None:
 
 def test_four_formats_agree_on_every_number_at_2000_tests(big: dict[str, Any]) -> None:
     assert big["summary"]["tests"] == SCALE
-    view = build_view(big)
+    view = view_of(big)
     options = DisplayOptions()
     text = render_text(view, options)
     expected = expected_numbers(big)
@@ -379,7 +391,7 @@ def test_four_formats_agree_on_every_number_at_2000_tests(big: dict[str, Any]) -
 def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
     big: dict[str, Any],
 ) -> None:
-    view = build_view(big)
+    view = view_of(big)
     text = render_text(view, DisplayOptions())
     lines = text.splitlines()
     # 62 before the layer table's formats-and-layout row and the sites' title said them; 65
@@ -416,7 +428,7 @@ def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
 def test_markdown_at_2000_tests_fits_a_pull_request_and_names_every_violation(
     big: dict[str, Any],
 ) -> None:
-    md = render_markdown(build_view(big), DisplayOptions())
+    md = render_markdown(view_of(big), DisplayOptions())
     assert len(md) < MARKDOWN_BUDGET
     violations = [(t["nodeid"], v) for t in big["tests"] for v in t["violations"]]
     assert len(violations) <= MARKDOWN_PROBLEMS  # the stated cap
@@ -424,7 +436,7 @@ def test_markdown_at_2000_tests_fits_a_pull_request_and_names_every_violation(
         assert f"| {md_code(nodeid)} | {violation['check']} | {violation['platform']} |" in md
     assert md.index("### Problems") < md.index("### The three numbers") < md.index("<details>")
     assert "Matrix cut to fit" in md
-    smaller = render_markdown(build_view(big), DisplayOptions(), budget=20_000)
+    smaller = render_markdown(view_of(big), DisplayOptions(), budget=20_000)
     assert len(smaller) < 20_000
     assert "### Problems" in smaller
 
@@ -432,7 +444,7 @@ def test_markdown_at_2000_tests_fits_a_pull_request_and_names_every_violation(
 def test_html_at_2000_tests_is_small_and_opens_on_the_problems(
     big: dict[str, Any], tmp_path: Path
 ) -> None:
-    page = render_html(build_view(big), DisplayOptions())
+    page = render_html(view_of(big), DisplayOptions())
     assert len(page.encode()) < 2_500_000
     main = page[page.index("<main>") :]
     assert main.index('<section id="problems"') == len("<main>")
@@ -586,7 +598,7 @@ def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) ->
 
 
 def test_step_summary_append_stays_under_githubs_limit(big: dict[str, Any], tmp_path: Path) -> None:
-    view = build_view(big)
+    view = view_of(big)
 
     def render(budget: int) -> str:
         return render_markdown(view, DisplayOptions(), budget=budget)
