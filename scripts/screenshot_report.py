@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="jaxport-html-") as tmp:
         html_path = args.html or Path(tmp) / "report.html"
-        html_path.write_text(html(report.to_dict()), encoding="utf-8")
+        html_path.write_text(html(report), encoding="utf-8")
         try:
             problems = screenshot(
                 html_path, args.png, width=args.width, max_height=args.max_height, at=args.at
