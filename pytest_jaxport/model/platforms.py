@@ -81,6 +81,19 @@ class PeakRates:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolingPattern:
+    """A vendor-bound assumption in a project's files (a tool, an environment variable), as
+    :class:`pytest_jaxport.model.tooling.ToolingRule` makes it: ``files`` names a group of
+    files (``everywhere``, ``not-python``: scripts, containers, CI, configuration)."""
+
+    id: str
+    pattern: str
+    files: Literal["everywhere", "not-python"]
+    needles: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Platform:
     """One platform, described once (see the module's docstring for what is derived)."""
 
@@ -124,6 +137,8 @@ class Platform:
     """A short device name messages give as an example."""
     peak: PeakRates | None = None
     """The estimate's rates where it is absent (``None``: cpu's fitted rates)."""
+    tooling: tuple[ToolingPattern, ...] = ()
+    """Its own tools and environment variables: assumptions bound to this platform."""
     requires_jax: str | None = None
     """The first JAX release whose lowering for it gives right counts (``None``: the floor)."""
     requires_why: str = ""
@@ -367,6 +382,26 @@ ONEAPI = Platform(
         library_call=3e-6,
         source="Intel Data Center GPU Max 1550 product brief (FP32); "
         f"{GPU_LAUNCH}; nothing measured on Intel hardware",
+    ),
+    tooling=(
+        ToolingPattern(
+            id="oneapi-device-selection",
+            pattern=r"\bONEAPI_DEVICE_SELECTOR\b|\bSYCL_[A-Z0-9_]+\b|\bZE_[A-Z0-9_]+\b"
+            r"|\bJAX_ONEAPI_VISIBLE_DEVICES\b|\bjax_oneapi_visible_devices\b",
+            files="everywhere",
+            needles=("oneapi", "sycl_", "ze_"),
+            reason="Intel GPU selection and runtime settings (oneAPI, SYCL, Level Zero): "
+            "no other backend reads them",
+        ),
+        ToolingPattern(
+            id="intel-tool",
+            pattern=r"(?<![\w.-])(?:xpu-smi|sycl-ls|unitrace|vtune|intel_gpu_top|icpx|"
+            r"setvars\.sh)(?![\w-])",
+            files="not-python",
+            needles=("xpu-smi", "sycl-ls", "unitrace", "vtune", "intel_gpu", "icpx", "setvars"),
+            reason="Intel-only tool (xpu-smi, sycl-ls, VTune, oneAPI's setvars.sh): the "
+            "workflow needs a counterpart",
+        ),
     ),
     requires_jax="0.12.0",
     requires_why=(

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pytest_jaxport.model.platforms import DESCRIPTIONS
+
 MAX_FILE_BYTES = 1 << 20
 """Files larger than this are skipped: generated or data files, not hand-written config."""
 
@@ -474,6 +476,22 @@ RULES: tuple[ToolingRule, ...] = (
     ),
 )
 """The default rules. Extend with the ``pytest_jaxport_tooling_rules`` hook or ``rules=``."""
+
+_FILE_GROUPS: dict[str, tuple[str, ...]] = {"everywhere": _EVERYWHERE, "not-python": _NOT_PYTHON}
+
+RULES += tuple(
+    ToolingRule(
+        id=found.id,
+        pattern=found.pattern,
+        files=_FILE_GROUPS[found.files],
+        needles=found.needles,
+        reason=found.reason,
+    )
+    for described in DESCRIPTIONS.values()
+    for found in described.tooling
+)
+# ...and each platform's own tools and environment variables, from its description
+# (model/platforms.py): Intel's oneAPI, SYCL and Level Zero.
 
 
 def rule_ids(rules: Iterable[ToolingRule] = RULES) -> tuple[str, ...]:
