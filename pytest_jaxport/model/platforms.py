@@ -66,6 +66,8 @@ class OpLibraries:
     dnn: str
     fft: str
     solver: str
+    triangular_solve: str = ""
+    """Where triangular solves go where not to ``blas`` (oneapi: oneMKL's trsm)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,7 +332,9 @@ ONEAPI = Platform(
     # Intel's XLA backend (intel-extension-for-openxla, XLA's SYCL backend) hands gemms to
     # oneDNN (or XeTLA) and convolutions to oneDNN, FFTs to oneMKL's DFT, Cholesky and
     # triangular solves to oneMKL (sources below).
-    op_libraries=OpLibraries(blas="onednn", dnn="onednn", fft="onemkl", solver="onemkl"),
+    op_libraries=OpLibraries(
+        blas="onednn", dnn="onednn", fft="onemkl", solver="onemkl", triangular_solve="onemkl"
+    ),
     custom_calls={
         # jaxlib's oneapi solver targets run oneMKL LAPACK (getrf, geqrf, orgqr, syevd,
         # gesvd, potrf); jaxlib's own kernels (oneapi_lu_pivots_to_permutation).

@@ -158,7 +158,9 @@ def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classificati
         "stablehlo.dot": _vendor(libraries.blas, "gemm"),
         "stablehlo.convolution": _vendor(libraries.dnn, "convolution"),
         "stablehlo.fft": _vendor(libraries.fft, "fft"),
-        "stablehlo.triangular_solve": _vendor(libraries.blas, "triangular-solve"),
+        "stablehlo.triangular_solve": _vendor(
+            libraries.triangular_solve or libraries.blas, "triangular-solve"
+        ),
         # jax 0.6/0.7 lower Cholesky to the op (0.8+ to cusolver_potrf_ffi/hipsolver_potrf_ffi);
         # XLA's GPU compiler runs it on cuSOLVER/hipSOLVER (__cusolver$cholesky).
         "stablehlo.cholesky": _vendor(libraries.solver, "solver"),
