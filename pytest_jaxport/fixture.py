@@ -88,7 +88,7 @@ class Jaxport:
         self._cuda_capability = cuda_capability
         """The configured GPU's generation, for a cuda emulation's dot precision."""
         self.probes: list[Probe] = []
-        self.outputs: dict[str, dict[str, Any]] = {}
+        self.outputs: dict[str, dict[str, Outputs]] = {}
         """Per check name, per executed platform, its ``numerics.Outputs`` (host arrays), for
         ``--jaxport-save-outputs``; never put into the report."""
         self.emulated_outputs: dict[str, dict[str, Outputs]] = {}
@@ -146,13 +146,13 @@ class Jaxport:
 
     def _check(
         self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        fn: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
         *,
         name: str | None,
         transforms: Sequence[str] | None,
-    ) -> Any:
+    ) -> object:
         __tracebackhide__ = True
 
         if not callable(fn):
@@ -266,14 +266,14 @@ class Jaxport:
     def _probe(
         self,
         check_name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        traced: Any,
+        fn: Callable[..., object],
+        args: Sequence[object],
+        kwargs: Mapping[str, object],
+        traced: lowering.Trace | lowering.PlatformTraces,
         *,
         variant_of: str | None = None,
         transform: str | None = None,
-    ) -> Any:
+    ) -> object:
         """One check: lower ``traced`` per platform, run, census, compare; record the probe."""
         __tracebackhide__ = True
         present = lowering.present_platforms()
@@ -285,7 +285,7 @@ class Jaxport:
         def run(found: LoweredPrograms, record_partition: bool) -> Run:
             executions: dict[str, lowering.Execution] = {}
             errors: dict[str, str] = {}
-            built: dict[str, Any] = {}
+            built: dict[str, object] = {}
             for platform in self._config.platforms:
                 if platform not in present or platform not in found.lowered:
                     continue
@@ -326,9 +326,9 @@ class Jaxport:
 
     def _emulate(
         self,
-        traced: Any,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
+        traced: lowering.Trace | lowering.PlatformTraces,
+        args: Sequence[object],
+        kwargs: Mapping[str, object],
         results: Mapping[str, PlatformProbe],
         present: Sequence[str],
     ) -> dict[str, Emulated]:
@@ -345,9 +345,11 @@ class Jaxport:
             result = results.get(platform)
             if platform in present or result is None or result.error is not None:
                 continue  # present: it ran for real; not lowered: nothing to emulate
-            program = traced
-            if isinstance(traced, lowering.PlatformTraces):  # a variant traced per platform
-                program = traced.variant.for_platform(platform)
+            program: lowering.Trace | Callable[..., object] = (
+                traced.variant.for_platform(platform)  # a variant traced per platform
+                if isinstance(traced, lowering.PlatformTraces)
+                else traced
+            )
             with self._examiner.stage(stages.emulate(platform)):
                 emulated = run_as(
                     program, args, kwargs, platform=platform,
@@ -368,11 +370,11 @@ class Jaxport:
         self,
         check_name: str,
         results: dict[str, PlatformProbe],
-        executions: Mapping[str, Any],
+        executions: Mapping[str, lowering.Execution],
         *,
         transform: str | None = None,
         emulated: Mapping[str, Emulated] | None = None,
-    ) -> tuple[Probe, Any]:
+    ) -> tuple[Probe, object]:
 
         # Derivatives are compared with JAX's gradient tolerances unless configured.
         gradient = transform in ("grad", "jvp")
@@ -478,7 +480,7 @@ def lowering_present() -> tuple[str, ...]:
     return present_platforms()
 
 
-def _name_of(fn: Callable[..., Any]) -> str:
+def _name_of(fn: Callable[..., object]) -> str:
     name = getattr(fn, "__name__", None)
     if isinstance(name, str) and name != "<lambda>":
         return name

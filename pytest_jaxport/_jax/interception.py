@@ -48,7 +48,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
 from pytest_jaxport._jax.lowering import default_platform, warnings_filtered
@@ -115,7 +115,7 @@ class Support:
             notes.append(f"jax {self.jax} is newer than the releases the audit was tested on")
         return notes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "jax": self.jax,
             "adapter": self.adapter,
@@ -126,6 +126,12 @@ class Support:
             "tested": self.tested,
             "notes": self.notes(),
         }
+
+
+class _PjitFunction(Protocol):
+    """A function ``jax.jit`` made (JAX's ``PjitFunction``): what the audit calls of it."""
+
+    def _clear_cache(self) -> None: ...
 
 
 class _State(threading.local):
@@ -256,7 +262,7 @@ class RecordedCall:
 # -- adapters ------------------------------------------------------------------------------------
 
 
-def _abstractify(core: Any, value: Any) -> Any:
+def _abstractify(core: ModuleType, value: object) -> object:
     """The abstract value (shape, dtype, weak type) of an argument."""
     return core.shaped_abstractify(value)
 
@@ -592,7 +598,7 @@ class Interception:
         self._adapter: _Adapter | None = None
         self._originals: dict[tuple[ModuleType, str], object] = {}
         self._event_listener: Callable[..., None] | None = None
-        self._suite_jits: weakref.WeakSet[Any] | None = None
+        self._suite_jits: weakref.WeakSet[_PjitFunction] | None = None
         self.compiles = CompileCounts()
         self.support: Support | None = None
 
@@ -674,7 +680,7 @@ class Interception:
         self._originals[(module, name)] = getattr(module, name)
         setattr(module, name, replacement)
 
-    def _hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _hook(self, original: Callable[..., object]) -> Callable[..., object]:
         adapter = self._adapter
         assert adapter is not None
         listener = self._listener
@@ -682,12 +688,12 @@ class Interception:
         state = _STATE
 
         @functools.wraps(original)
-        def pjit_call_impl_python(*args: Any, **params: Any) -> Any:
+        def pjit_call_impl_python(*args: object, **params: object) -> object:
             if state.busy:
                 return original(*args, **params)
             pending, state.static = state.static, None
             try:  # before the call: a donated argument is gone after it
-                arg_types: tuple[Any, ...] | None = adapter.argument_types(args)
+                arg_types: tuple[object, ...] | None = adapter.argument_types(args)
             except Exception as e:  # never in the suite's way: this call is not audited
                 compiles.errors.append(f"{type(e).__name__}: {e}"[:300])
                 arg_types = None
@@ -726,7 +732,7 @@ class Interception:
         compiles = self.compiles
         state = _STATE
 
-        def on_event(event: str, duration: float, **kwargs: Any) -> None:
+        def on_event(event: str, duration: float, **kwargs: object) -> None:
             if event != COMPILE_EVENT or state.busy:
                 return
             if state.hooked:
@@ -752,43 +758,48 @@ def _is_jax_function(fun: object) -> bool:
         return False
 
 
-def _existing_suite_jits(jax: Any) -> weakref.WeakSet[Any]:
+def _existing_suite_jits(jax: ModuleType) -> weakref.WeakSet[_PjitFunction]:
     """The suite's jit functions created before the audit was installed (a ``conftest.py``
     that imported a library, a module-level ``@jax.jit`` there): found once among the
     interpreter's objects, each a JAX ``PjitFunction`` whose function is not JAX's own."""
     import gc
 
     kind = type(jax.jit(_is_jax_function))
-    found: weakref.WeakSet[Any] = weakref.WeakSet()
+    found: weakref.WeakSet[_PjitFunction] = weakref.WeakSet()
     for obj in gc.get_objects():
         if type(obj) is kind and not _is_jax_function(getattr(obj, "_fun", None)):
-            found.add(obj)
+            found.add(cast("_PjitFunction", obj))
     return found
 
 
-def _registered(original: Callable[..., Any], found: weakref.WeakSet[Any]) -> Callable[..., Any]:
+def _registered(
+    original: Callable[..., object], found: weakref.WeakSet[_PjitFunction]
+) -> Callable[..., object]:
     """``pjit._cpp_pjit`` (called once for each jit function JAX creates) that keeps the
     suite's jit functions (not JAX's own: :func:`_is_jax_function`) for
     :meth:`Interception.clear_dispatch_caches`; weakly, a jit made in a test goes with it."""
 
     @functools.wraps(original)
-    def cpp_pjit(fun: Any, jit_info: Any) -> Any:
+    def cpp_pjit(fun: object, jit_info: object) -> object:
         jitted = original(fun, jit_info)
         if not _is_jax_function(fun):
             with contextlib.suppress(TypeError):  # not weakly referable: never cleared
-                found.add(jitted)
+                found.add(cast("_PjitFunction", jitted))
         return jitted
 
     return cpp_pjit
 
 
-def _stash_static(original: Callable[..., Any]) -> Callable[..., Any]:
+def _stash_static(original: Callable[..., Any]) -> Callable[..., object]:
     """``pjit._infer_params`` that remembers the static arguments of the call it traces, for
     the cache-miss hook that follows (matched by the jaxpr it returns)."""
     state = _STATE
 
     @functools.wraps(original)
-    def infer_params(fun: Any, info: Any, args: Any, kwargs: Any) -> Any:
+    def infer_params(
+        fun: Callable[..., object], info: object, args: Sequence[object],
+        kwargs: Mapping[str, object],
+    ) -> object:  # fmt: skip
         result = original(fun, info, args, kwargs)
         if not state.busy:
             try:
@@ -816,13 +827,13 @@ class _RuleTraces:
 
     __slots__ = ("_original",)
 
-    def __init__(self, original: Callable[..., Any]) -> None:
+    def __init__(self, original: Callable[..., object]) -> None:
         self._original = original
 
-    def __getattr__(self, name: str) -> Any:  # jax 0.12's is a cache: its methods stay reachable
-        return getattr(self._original, name)
+    def __getattr__(self, name: str) -> object:  # jax 0.12's is a cache: its methods stay
+        return getattr(self._original, name)  # reachable
 
-    def __call__(self, fun: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, fun: object, *args: object, **kwargs: object) -> object:
         state = _STATE
         if not (state.busy or state.hooked):
             return self._original(fun, *args, **kwargs)

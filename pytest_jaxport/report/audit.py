@@ -91,7 +91,7 @@ class AuditRecord(AuditTestRecord, total=False):
     """A test's record as it travels: the first from each process also says what the audit's
     hook could see there."""
 
-    interception: dict[str, Any] | None
+    interception: dict[str, object] | None
 
 
 def finding_kind(host_callbacks: Sequence[str], present: bool) -> str:
@@ -137,7 +137,7 @@ class AuditLedger:
     def section(
         self,
         *,
-        interception: Mapping[str, Any] | None,
+        interception: Mapping[str, object] | None,
         platforms: Sequence[str],
         migrate_to: Sequence[str],
         model: CostModel,
@@ -177,7 +177,7 @@ def assemble(
     tests: int,
     events: Mapping[str, int],
     errors: Sequence[str],
-    interception: Mapping[str, Any] | None,
+    interception: Mapping[str, object] | None,
     platforms: Sequence[str],
     migrate_to: Sequence[str],
     model: CostModel,

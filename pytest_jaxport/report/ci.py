@@ -276,14 +276,13 @@ def save_check_outputs(
 
 
 def baseline_findings(
-    settings: CISettings, nodeid: str, checks: Sequence[Mapping[str, Any]]
+    settings: CISettings, nodeid: str, probes: Sequence[Probe]
 ) -> tuple[list[Violation], list[str]]:
     """One test against the baseline: each count that grew (it fails the test, said like a
     broken budget), and the messages for what is new there."""
     if settings.baseline is None:
         return [], []
 
-    probes = [Probe.from_dict(check) for check in checks]
     found = compare_to_baseline(settings.baseline, nodeid, probes)
     by_name = {probe.name: probe for probe in probes}
     grown = [

@@ -92,7 +92,7 @@ class Ledger:
         self.audit = AuditLedger()
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
         self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
-        self.interception: dict[str, Any] | None = None
+        self.interception: dict[str, object] | None = None
         """What the audit's hook could see, as the first audited process said."""
         self.revision = 0
         """Bumped whenever a record arrives: a report built before is stale."""

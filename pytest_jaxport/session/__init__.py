@@ -15,7 +15,6 @@ is, as pytest-cov's plugin hands its hooks to its controller or worker (docs/arc
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
 
 import pytest
 
@@ -92,7 +91,7 @@ class JaxportSession:
         self.role.deselected(items)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: object) -> None:
+    def pytest_testnodedown(self, node: object, error: object) -> None:
         """pytest-xdist's controller: a worker finished; the tests it deselected."""
         self.role.node_down(node)
 
@@ -134,5 +133,5 @@ class JaxportSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.role.session_finished(session)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         self.role.terminal_summary(terminalreporter, budget_failed=len(self.judge.budget_failed))

@@ -7,12 +7,13 @@ and ends, settled before a pytest-xdist worker exits (the recorder: :mod:`pytest
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from pytest_jaxport.cache import CompileSettings, judged_by
+from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.config import ProjectConfig
 from pytest_jaxport.report.audit import AuditRecord
 
@@ -37,14 +38,14 @@ class AuditRecording:
         self.audited = audited
         """Whether ``--jaxport-audit`` records every computation the tests run."""
         self.recorder: Recorder | None = None
-        self.interception: dict[str, Any] | None = None
+        self.interception: dict[str, object] | None = None
         """What the recorder hooked (JAX's version, the adapter), where it runs; the
         controller of pytest-xdist has it from the first record of each worker."""
         self._sent_interception = False
         self._index: dict[str, int] = {}
         self._judging: str | None = None
 
-    def start(self, *, runs_tests: bool, classifier: Callable[..., Any]) -> None:
+    def start(self, *, runs_tests: bool, classifier: Classifier) -> None:
         """Install the audit's hook where tests run (not on a pytest-xdist controller)."""
         if not self.audited or not runs_tests:
             return

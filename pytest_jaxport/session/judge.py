@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.budget import Violation, evaluate, failure_text
+from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
@@ -30,8 +31,11 @@ from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestError, TestRecord
 from pytest_jaxport.view.text import probe_text
 
+if TYPE_CHECKING:
+    from pytest_jaxport.fixture import Jaxport  # imports JAX: only where a check runs
+
 MARKER = "portable"
-JAXPORT = pytest.StashKey["Any"]()
+JAXPORT = pytest.StashKey["Jaxport"]()
 """The test's ``jaxport`` fixture (:class:`~pytest_jaxport.fixture.Jaxport`), set by the
 fixture: its probes are what the judge evaluates."""
 RESOLVED = pytest.StashKey["Resolved | ConfigError"]()
@@ -68,7 +72,7 @@ class Judge:
         self.cost_model = cost_model
         self.reports = reports
         """Whether ``--jaxport-report`` asks for a report (which wants measured shares)."""
-        self._classifiers: dict[str, Any] = {}
+        self._classifiers: dict[str, Classifier] = {}
         self.budget_failed: set[str] = set()
         """Tests shown as ``P`` in the progress line (failed by their budget alone)."""
 
@@ -104,7 +108,7 @@ class Judge:
             raise cached
         return cached
 
-    def classifier(self, level: Level = "lowered") -> Any:
+    def classifier(self, level: Level = "lowered") -> Classifier:
         """``(platform, op, target) -> Classification`` at ``level``: the hook, then the table.
 
         One per session and level, so each distinct op is classified once per run, not once
@@ -233,7 +237,7 @@ class Judge:
         return None
 
     def _judge(
-        self, item: pytest.Item, report: pytest.TestReport, jaxport: Any, *, marked: bool
+        self, item: pytest.Item, report: pytest.TestReport, jaxport: Jaxport | None, *, marked: bool
     ) -> TestRecord:
         probes = list(jaxport.probes) if jaxport is not None else []
         record = TestRecord(nodeid=item.nodeid, checks=[p.to_dict() for p in probes])
@@ -298,7 +302,7 @@ class Judge:
         item: pytest.Item,
         report: pytest.TestReport,
         record: TestRecord,
-        jaxport: Any,
+        jaxport: Jaxport | None,
         resolved: Resolved,
         violations: list[Violation],
     ) -> None:
@@ -312,7 +316,8 @@ class Judge:
             getattr(jaxport, "emulated_outputs", {}),
         )  # fmt: skip
         record.outputs_errors = list(problems)
-        grown, news = ci.baseline_findings(self.ci, item.nodeid, record.checks)
+        probes = jaxport.probes if jaxport is not None else []
+        grown, news = ci.baseline_findings(self.ci, item.nodeid, probes)
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
             record.baseline_news = news

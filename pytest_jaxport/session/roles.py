@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
@@ -72,7 +71,7 @@ class Controller:
         if self.ci.baseline is not None:
             self._deselected.update(item.nodeid for item in items)
 
-    def node_down(self, node: Any) -> None:
+    def node_down(self, node: object) -> None:
         """pytest-xdist's controller: a worker finished; the tests it deselected."""
         output = getattr(node, "workeroutput", None) or {}
         self._deselected.update(output.get("jaxport_deselected", ()))
@@ -113,7 +112,9 @@ class Controller:
             self._broken = traceback.format_exc()
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
-    def terminal_summary(self, terminalreporter: Any, *, budget_failed: int) -> None:
+    def terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, *, budget_failed: int
+    ) -> None:
         """After pytest's own summary: the caches, the baseline, what ``P`` means (for the
         ``budget_failed`` tests shown so), the report and the audit's failures."""
         if self._broken is not None:
@@ -164,7 +165,7 @@ class Controller:
             for line in lines[1:]:
                 terminalreporter.write_line(line, red=True)
 
-    def _baseline_summary(self, terminal: Any) -> None:
+    def _baseline_summary(self, terminal: pytest.TerminalReporter) -> None:
         """How the baseline met the run, after every run that compared one; a baseline
         that matched no test is a warning, under ``--jaxport-baseline-strict`` a failure."""
         match = self.writer.match
@@ -227,7 +228,7 @@ class Worker:
         output = self.config.workeroutput  # type: ignore[attr-defined]
         output.setdefault("jaxport_deselected", []).extend(item.nodeid for item in items)
 
-    def node_down(self, node: Any) -> None:
+    def node_down(self, node: object) -> None:
         """Only a controller hears of workers."""
 
     def logreport(self, report: pytest.TestReport) -> None:
@@ -237,5 +238,7 @@ class Worker:
         """The last test ran: settle the audit's recorder before the worker exits."""
         self.audit.settle()
 
-    def terminal_summary(self, terminalreporter: Any, *, budget_failed: int) -> None:
+    def terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, *, budget_failed: int
+    ) -> None:
         """The controller's terminal says the end."""
