@@ -285,3 +285,45 @@ def test_dot(jaxport):
     assert report["config"]["platforms"] == ["cpu", "cuda", "rocm", "tpu"]
     assert "oneapi" not in report["summary"]["platforms"]
     assert "oneapi" not in json.dumps(report["config"])
+
+
+LIBRARY_TEST = """
+import equinox as eqx, jax, jax.numpy as jnp, pytest
+from flax import linen as nn
+
+class ConvNet(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(8, (3, 3))(x))
+        return nn.Dense(4)(x.reshape(x.shape[0], -1))
+
+@pytest.mark.portable
+def test_flax_linen(jaxport):
+    model = ConvNet()
+    x = jnp.ones((2, 8, 8, 3))
+    params = model.init(jax.random.key(0), x)
+    jaxport.check(model.apply, params, x, name="linen")
+
+@pytest.mark.portable
+def test_equinox(jaxport):
+    mlp = eqx.nn.MLP(8, 4, 16, 2, key=jax.random.key(1))
+    jaxport.check(lambda m, x: jax.vmap(m)(x), mlp, jnp.ones((5, 8)), name="equinox")
+"""
+
+
+@needs_oneapi_jax
+def test_real_library_code_is_checked_on_oneapi(pytester: pytest.Pytester) -> None:
+    """A flax linen conv net and an equinox MLP, as users write them: both lower for
+    oneapi, their convolutions and matrix products counted as oneDNN's."""
+    pytest.importorskip("equinox", reason="equinox is not installed")
+    pytest.importorskip("flax.linen", reason="flax is not installed")
+    pytester.makepyprojecttoml(ONEAPI_PROJECT)
+    pytester.makepyfile(test_libs=LIBRARY_TEST)
+    result, report = run_json(pytester)
+    result.assert_outcomes(passed=2)
+    checks = {c["name"]: c for t in report["tests"] for c in t["checks"]}
+    linen = checks["linen"]["platforms"]["oneapi"]["lowered"]
+    assert linen["libraries"] == {"onednn": 2}  # the convolution and the dense layer
+    kinds = {k["kind"] for k in linen["kernels"]}
+    assert kinds == {"convolution", "gemm"}
+    assert checks["equinox"]["platforms"]["oneapi"]["lowered"]["libraries"] == {"onednn": 3}
