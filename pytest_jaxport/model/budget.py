@@ -365,9 +365,10 @@ class BudgetKey:
     """What it limits, as the reference says it."""
     judged: OnPlatform | OnCheck | OnTarget | Elsewhere
     ratchet: str | None = None
-    """The metric a baseline (``--jaxport-baseline``, ``report/baseline.py``'s ``COUNTERS``)
-    keeps the same number in, so it cannot grow where no limit is set (``library.`` for
-    ``max_library_calls``: one metric per library); ``None`` where no baseline counts it."""
+    """The metric a baseline (``--jaxport-baseline``; ``report/baseline.py``'s ``METRICS``
+    are these, read from here) keeps the same number in, so it cannot grow where no limit
+    is set (``library.`` for ``max_library_calls``: one metric per library); ``None`` where
+    no baseline counts it."""
     ratchet_also: tuple[str, ...] = ()
     """The numbers a baseline keeps beside :attr:`ratchet`, counted from the same findings
     (``layout_findings`` beside ``format_findings``): their growth fails like the key's."""
