@@ -138,9 +138,19 @@ COLLECTIVE_KINDS: Mapping[str, str] = {
 }
 """Collective ops (after ``stablehlo.``, ``spmd.`` or ``hlo.``) by the kind reports show."""
 
-COLLECTIVE_LIBRARIES: Mapping[str, str] = {p.name: p.collectives for p in DESCRIPTIONS.values()}
+COLLECTIVE_LIBRARIES: Mapping[str, str] = {
+    p.name: p.collectives
+    for p in sorted(DESCRIPTIONS.values(), key=lambda p: p.name == "cpu")  # the host's last
+}
 """What runs a collective on each platform: NCCL, RCCL, oneCCL, the TPU's inter-chip
 interconnect (XLA's own collectives), XLA:CPU's (in-process between host devices)."""
+
+
+COUNTERPART_LIBRARIES: Mapping[str, str] = {
+    name: library for name, library in COLLECTIVE_LIBRARIES.items() if DESCRIPTIONS[name].default
+}
+"""What runs a collective on each platform lowered by default: the counterparts a census's
+collectives name (an opted-in platform's, oneapi's oneCCL, only on its own census)."""
 
 
 def collective_kind(op: str) -> str | None:
