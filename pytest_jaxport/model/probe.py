@@ -21,7 +21,11 @@ from pytest_jaxport.model.cost import (
 from pytest_jaxport.model.emulation import Emulation
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.numerics import Comparison
-from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
+from pytest_jaxport.model.targets import (
+    COLLECTIVE_LIBRARIES,
+    COUNTERPART_LIBRARIES,
+    NVIDIA_PLATFORM,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,7 +189,7 @@ def collectives_to_dict(census: Census) -> dict[str, dict[str, Any]]:
     on this platform and on the others. ``inserted`` (how many the SPMD partitioner added)
     is known at the lowered level only."""
     library = COLLECTIVE_LIBRARIES.get(census.platform)
-    counterparts = {p: lib for p, lib in COLLECTIVE_LIBRARIES.items() if p != census.platform}
+    counterparts = {p: lib for p, lib in COUNTERPART_LIBRARIES.items() if p != census.platform}
     return {
         c.kind: {
             "count": c.count,
