@@ -161,7 +161,7 @@ def _merge(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE
     if args.sarif:
-        problem = _write("merge", Path(args.sarif), sarif_text(result.report, output))
+        problem = _write("merge", Path(args.sarif), sarif_text(result.document, output))
         if problem is not None:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE

@@ -130,8 +130,7 @@ class MergeResult:
     document: Report
     """The merged report."""
     report: dict[str, Any]
-    """Its JSON (:meth:`Report.to_dict`), which ``view.text.merge_markdown`` still reads the
-    legs from."""
+    """Its JSON (:meth:`Report.to_dict`), as ``jaxport merge -o`` writes it."""
     drifts: tuple[Drift, ...] = ()
     notes: tuple[str, ...] = ()
     comparisons: int = 0
