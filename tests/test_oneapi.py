@@ -119,7 +119,7 @@ def test_a_oneapi_census_counts_onemkl_onednn_oneccl_and_jaxlib(
     (inserted by the partitioner) oneCCL collectives; the report says so per check and in
     the suite totals."""
     pytester.makepyprojecttoml(ONEAPI_PROJECT)
-    pytester.makepyfile(test_census=CENSUS_TEST)
+    pytester.makepyfile(test_intel_census=CENSUS_TEST)
     result, report = run_json(pytester)
     result.assert_outcomes(passed=9)
     checks = {c["name"]: c for t in report["tests"] for c in t["checks"]}
