@@ -327,3 +327,30 @@ def test_real_library_code_is_checked_on_oneapi(pytester: pytest.Pytester) -> No
     kinds = {k["kind"] for k in linen["kernels"]}
     assert kinds == {"convolution", "gemm"}
     assert checks["equinox"]["platforms"]["oneapi"]["lowered"]["libraries"] == {"onednn": 3}
+
+
+EMULATED_TEST = """
+import jax.numpy as jnp, pytest
+from jax import lax
+
+def f(x):
+    return lax.platform_dependent(x, oneapi=lambda y: y * 2.0, default=lambda y: y + 1.0)
+
+@pytest.mark.portable
+def test_branch(jaxport):
+    jaxport.check(f, jnp.arange(4.0))
+"""
+
+
+@needs_oneapi_jax
+def test_emulating_oneapi_takes_its_platform_dependent_branch(pytester: pytest.Pytester) -> None:
+    """``emulate = ["oneapi"]`` runs the check on the CPU as oneapi computes it: its
+    ``platform_dependent`` branch (``y * 2``, where the CPU takes ``y + 1``), and the report
+    says which branch ran where and that its numerics are the emulation's."""
+    pytester.makepyprojecttoml(ONEAPI_PROJECT + 'emulate = ["oneapi"]\n')
+    pytester.makepyfile(test_branch=EMULATED_TEST)
+    _, report = run_json(pytester)
+    oneapi = report["tests"][0]["checks"][0]["platforms"]["oneapi"]
+    assert oneapi["emulated"]["branches"] == [{"location": "test_branch.py:5", "branch": "oneapi"}]
+    assert oneapi["emulated"]["dot_format"] is None  # full float32: oneDNN's strict mode
+    assert oneapi["emulated_numerics"]["platform"] == "oneapi (emulated on cpu)"
