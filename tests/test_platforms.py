@@ -1,0 +1,78 @@
+"""Targets as data (issue 41): each platform is described once in
+``pytest_jaxport/model/platforms.py``, and every table that names platforms is derived from
+those descriptions, so adding a platform is one description plus tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_jaxport.model import config, cost, emulation, formats, targets, tooling
+from pytest_jaxport.model.platforms import DESCRIPTIONS, needs_newer_jax, release
+
+
+def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> None:
+    names = tuple(DESCRIPTIONS)
+    assert names == targets.PLATFORMS
+    assert tuple(n for n in names if DESCRIPTIONS[n].default) == config.DEFAULT_PLATFORMS
+    assert tuple(n for n in names if DESCRIPTIONS[n].compiled) == config.COMPILE_PLATFORMS
+    assert tuple(n for n in names if DESCRIPTIONS[n].emulated) == emulation.EMULATED_PLATFORMS
+    for name, described in DESCRIPTIONS.items():
+        assert targets.PLATFORM_VENDORS[name] == described.vendor
+        assert targets.PLATFORM_ALIASES[name] == described.aliases
+        assert targets.COLLECTIVE_LIBRARIES[name] == described.collectives
+        assert formats.GENERATIONS[name] == described.generations
+        if described.default_device is not None:
+            device = formats.DEFAULT_DEVICES[name]
+            assert (device.generation, device.name) == described.default_device
+        for short, generation, label in described.devices:
+            assert formats.DEVICE_NAMES[short] == formats.Device(
+                platform=name, generation=generation, name=label
+            )
+        if described.peak is not None:
+            assert cost.DEFAULT_PEAKS[name].flops == described.peak.flops
+            assert cost.DEFAULT_PEAKS[name].source == described.peak.source
+        for pattern, result in described.custom_calls.items():
+            # the first row of the platform's own that matches its glob is the description's
+            # (a literal name stands for itself; a glob for a name it matches)
+            name_ = pattern.replace("*", "x")
+            assert targets.classify(name, "stablehlo.custom_call", name_) in (
+                result,
+                *described.custom_calls.values(),
+            )
+        for pattern in described.tooling:
+            assert pattern.id in tooling.rule_ids()
+
+
+def test_oneapi_is_opted_into_and_its_libraries_are_intels() -> None:
+    oneapi = DESCRIPTIONS["oneapi"]
+    assert "oneapi" not in config.DEFAULT_PLATFORMS
+    assert config.default_migrate_to(("cpu", "cuda", "oneapi")) == ("rocm", "tpu", "oneapi")
+    assert config.default_migrate_to(("cpu", "cuda")) == config.DEFAULT_MIGRATE_TO
+    assert targets.libraries("oneapi") >= {"onemkl", "onednn", "oneccl", "jaxlib"}
+    assert set(oneapi.sources) >= {"onemkl", "onednn", "oneccl", "jaxlib"}
+    assert targets.classify("oneapi", "stablehlo.custom_call", "oneapisolver_syevd_ffi") == (
+        targets.Classification(layer="vendor", kind="solver", library="onemkl")
+    )
+    assert targets.classify("oneapi", "stablehlo.all_reduce").library == "oneccl"
+    assert targets.classify("oneapi", "stablehlo.triangular_solve").library == "onemkl"
+    assert "oneapi" not in targets.COUNTERPART_LIBRARIES
+    assert "gpu" in oneapi.aliases
+    assert config.platforms_meant("gpu") == ("cuda", "rocm", "oneapi")
+
+
+@pytest.mark.parametrize(
+    ("installed", "refused"),
+    [("0.6.2", True), ("0.10.2", True), ("0.11.2", True), ("0.12.0", False),
+     ("0.12.0.1", False), ("0.13.0.dev20270101", False), ("", False)],
+)  # fmt: skip
+def test_oneapi_needs_the_release_its_description_names(installed: str, refused: bool) -> None:
+    said = needs_newer_jax("oneapi", installed)
+    assert (said is not None) == refused
+    if said is not None:
+        assert said.startswith(f"oneapi needs jax 0.12.0 or newer, found jax {installed}: ")
+    assert needs_newer_jax("cuda", installed) is None
+
+
+def test_releases_compare_as_numbers() -> None:
+    assert release("0.10.2") < release("0.12.0") <= release("0.12.0.1") < release("1.0")
+    assert release("0.12.0rc1") == (0, 12, 0)
