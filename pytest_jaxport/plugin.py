@@ -117,7 +117,8 @@ def report_path(target: str) -> str:
             f"the test paths, or give the PATH with '=' (--jaxport-report=report.json {target})"
         )
     raise ArgumentTypeError(
-        f"{target}: expected a path ending in {' or '.join(REPORT_SUFFIXES)}, found suffix "
+        f"{target}: expected a path ending in {', '.join(REPORT_SUFFIXES[:-1])} or "
+        f"{REPORT_SUFFIXES[-1]}, found suffix "
         f"{path.suffix or '(none)'!r}"
     )
 

@@ -34,8 +34,8 @@ def test_good_values_are_parsed_at_the_option() -> None:
          "tpu and oneapi are counted at the lowered level only)"),
         (emulate_option, "cpu", "expected platforms from cuda, rocm, tpu, oneapi, found string "
          "'cpu' (cpu is executed, never emulated)"),
-        (report_path, "report.txt", "report.txt: expected a path ending in .json or .md or "
-         ".html, found suffix '.txt'"),
+        (report_path, "report.txt", "report.txt: expected a path ending in .json, .md, .html, "
+         ".sarif or .codequality.json, found suffix '.txt'"),
         (report_path, "test_x.py", "took the test path 'test_x.py' as its report PATH: put "
          "--jaxport-report after the test paths, or give the PATH with '=' "
          "(--jaxport-report=report.json test_x.py)"),
@@ -59,7 +59,7 @@ def test_a_bad_value_is_refused_in_words_without_the_options_name(
         ("--jaxport-emulate=tpx", "argument --jaxport-emulate: expected platforms from cuda, "
          "rocm, tpu, oneapi, found string 'tpx' (did you mean 'tpu'?)"),
         ("--jaxport-report=r.txt", "argument --jaxport-report: r.txt: expected a path ending "
-         "in .json or .md or .html, found suffix '.txt'"),
+         "in .json, .md, .html, .sarif or .codequality.json, found suffix '.txt'"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_a_usage_error_naming_it(
