@@ -81,7 +81,6 @@ from pytest_jaxport.report.document import (
     Report,
     TestEntry,
     Tooling,
-    read_report,
 )
 from pytest_jaxport.view.display import DisplayOptions
 
@@ -1032,11 +1031,9 @@ def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
 # -- building it --------------------------------------------------------------------------------
 
 
-def build_view(report: Report | Mapping[str, object]) -> ReportView:
+def build_view(report: Report) -> ReportView:
     """The view of a report (:class:`~pytest_jaxport.report.document.Report`, checked where
     it was read)."""
-    if not isinstance(report, Report):  # until build_report returns a Report (issue 40)
-        report = read_report(report, file="<in memory>")
     summary = report.summary
     numbers = summary.numbers or Numbers()
     platforms = _platforms(report)
