@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
@@ -545,3 +546,70 @@ def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:
     assert tpu["ran"]
     assert tpu["rounded_dots"] == 2
     assert "| mlp_small |" in done.stdout
+
+
+def _plus_one_on_tpu(x: jax.Array) -> jax.Array:
+    return lax.platform_dependent(x, tpu=lambda y: y + 1.0, default=lambda y: y)
+
+
+def test_a_platform_dependent_branch_without_kernels_or_dots_computes_the_platforms_value() -> None:
+    """Issue 41's suspected bug, confirmed: a branch holding nothing else the emulation
+    changes (no kernel, no dot) was bound as it was, and JAX's cond (``branches_platforms``,
+    jax 0.7+) lowered for the CPU runs the CPU's branch whatever the index: the record said
+    "took the tpu branch" and the value was the CPU's."""
+    x = jnp.arange(4.0)
+    emulated = emulate(_plus_one_on_tpu, (x,), platform="tpu")
+    assert [c.branch for c in emulated.emulation.branches] == ["tpu"]
+    np.testing.assert_array_equal(np.asarray(emulated.value), np.arange(4.0) + 1.0)
+    # the other way round: rocm has no branch of its own, the default one runs
+    np.testing.assert_array_equal(
+        np.asarray(emulate(_plus_one_on_tpu, (x,), platform="rocm").value), np.arange(4.0)
+    )
+
+    # and inside a jit, a scan and a cond on a traced index
+    def nested(x: jax.Array, flag: jax.Array) -> jax.Array:
+        def body(c: jax.Array, _: None) -> tuple[jax.Array, None]:
+            return jax.jit(_plus_one_on_tpu)(c), None
+
+        stepped, _ = lax.scan(body, x, None, length=3)
+        return lax.cond(flag, lambda y: _plus_one_on_tpu(y) * 2.0, lambda y: y, stepped)
+
+    got = emulate(nested, (x, jnp.bool_(True)), platform="tpu").value
+    np.testing.assert_array_equal(np.asarray(got), (np.arange(4.0) + 4.0) * 2.0)
+
+
+BRANCH_TEST = """
+import jax.numpy as jnp, pytest
+from jax import lax
+
+def f(x):
+    return lax.platform_dependent(x, tpu=lambda y: y + 1.0, default=lambda y: y)
+
+@pytest.mark.portable
+def test_branch(jaxport):
+    jaxport.check(f, jnp.arange(4.0))
+"""
+
+
+def test_emulated_numerics_show_a_tpu_branch_that_differs_from_the_cpus(
+    pytester: pytest.Pytester,
+) -> None:
+    """``emulate = ["tpu"]`` with a tpu branch computing ``x + 1`` where the CPU computes
+    ``x``: the emulated numerics differ by 1 and the check fails, never "ok" with zero
+    error."""
+    pytester.makepyprojecttoml(
+        '[tool.jaxport]\nplatforms = ["cpu", "cuda", "tpu"]\nemulate = ["tpu"]\n'
+    )
+    pytester.makepyfile(test_branch=BRANCH_TEST)
+    result = pytester.runpytest("--jaxport-report=report.json")
+    result.assert_outcomes(failed=1)
+    report = json.loads((pytester.path / "report.json").read_text())
+    tpu = report["tests"][0]["checks"][0]["platforms"]["tpu"]
+    assert tpu["emulated"]["branches"] == [{"location": "test_branch.py:5", "branch": "tpu"}]
+    numerics = tpu["emulated_numerics"]
+    assert numerics["ok"] is False
+    assert numerics["max_abs_err"] == 1.0
+    result.stdout.fnmatch_lines(
+        ["*tpu (emulated on cpu): 1 differing leaf*", "*took the tpu branch*"]
+    )
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")

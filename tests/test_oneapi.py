@@ -354,3 +354,6 @@ def test_emulating_oneapi_takes_its_platform_dependent_branch(pytester: pytest.P
     assert oneapi["emulated"]["branches"] == [{"location": "test_branch.py:5", "branch": "oneapi"}]
     assert oneapi["emulated"]["dot_format"] is None  # full float32: oneDNN's strict mode
     assert oneapi["emulated_numerics"]["platform"] == "oneapi (emulated on cpu)"
+    # its branch's value, not the CPU's: at x = 3, 3 * 2 against 3 + 1
+    assert oneapi["emulated_numerics"]["ok"] is False
+    assert oneapi["emulated_numerics"]["max_abs_err"] == 2.0

@@ -292,6 +292,12 @@ class _Replay(Evaluator):
                 return self.rounded_dot(eqn, values)
             if precision is not None:
                 self.pinned += 1
+        if name == "cond" and (static_index or eqn.params.get("branches_platforms")):
+            # platform_dependent's cond: from jax 0.7 it carries ``branches_platforms`` and
+            # its lowering picks the branch by the platform it lowers for (the CPU here),
+            # ignoring the index. Bound as it is, the CPU's branch would run whatever the
+            # index says: the emulated platform's branch is run in its place.
+            return self.cond(eqn, values, static_index=static_index)
         subs = nested(eqn.params)
         if not subs or not any(self.touches(sub) for sub in subs):
             return bind(eqn, values)
