@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.schema import from_json
+
 
 def esc(text: str) -> str:
     """Escape fnmatch's character classes: ``[tool.jaxport]`` and ``f[grad]`` match themselves."""
@@ -72,3 +75,9 @@ def solve(a, b):
 """A library module whose own primitive calls back into Python only inside its lowering (the
 jaxpr shows ``checked_solve``, no callback): what lineax's ``linear_solve`` with equinox's
 ``error_if`` is, in twenty lines."""
+
+
+def typed(data: Any, file: str = "report.json") -> Report:
+    """A report's JSON as the typed :class:`Report` the view renders, checked as ``jaxport
+    show`` checks a file (a test that edits the JSON renders what a reader would read)."""
+    return from_json(data, Path(file))

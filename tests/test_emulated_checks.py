@@ -17,7 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import esc, run_json
+from helpers import esc, run_json, typed
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.emulation import Emulation, Unemulated
@@ -469,7 +469,7 @@ def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pyteste
         }
         (mismatch,) = entry(report, "test_project", "tpu")["emulated_numerics"]["mismatches"]
         assert mismatch["tolerance"] == {"rtol": 1e-7, "atol": 1e-7, "origin": origin}
-        assert f"set in {origin}" in markdown(report)
+        assert f"set in {origin}" in markdown(typed(report))
 
 
 # -- every format -------------------------------------------------------------------------------
@@ -486,10 +486,10 @@ def test_every_format_labels_the_emulation(project: pytest.Pytester, tmp_path: P
     )
     xml = (project.path / "out.xml").read_text()
     assert '<property name="jaxport.doubled.tpu.emulated" value="mismatch"' in xml
-    md = markdown(report)
+    md = markdown(typed(report))
     assert "| tpu (emulated on cpu) | 1 | 0 | 1 | 0 | 0 |" in md
     assert "emulated: mismatch" in md
-    page = html(report)
+    page = html(typed(report))
     assert "emulated: mismatch" in page
     assert "tpu (emulated on cpu)" in page
     path = tmp_path / "r.json"

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
+from pytest_jaxport.report.schema import load
 from pytest_jaxport.view.display import HOTSPOT_ROWS
 from pytest_jaxport.view.model import build_view
 
@@ -72,6 +73,7 @@ class DemoRun:
         written = folder / "out.json"
         assert written.is_file(), f"no JSON report written:\n{output}"
         self.report = json.loads(written.read_text())
+        self.document = load(written)  # the typed Report, read as `jaxport show` reads it
 
     @classmethod
     def run(cls, folder: Path, *args: str) -> DemoRun:
@@ -404,7 +406,7 @@ def test_convnet_gradient_counts_the_backward_convolutions(
         f"'convnet': forward: 0 custom, {forward['vendor']} vendor; "
         f"grad: 0 custom, {backward['vendor']} vendor"
     )
-    assert (test["nodeid"], grouped) in build_view(demo.report).transformations
+    assert (test["nodeid"], grouped) in build_view(demo.document).transformations
 
 
 def test_pallas_gradient_is_a_finding_where_the_kernel_runs(demo: DemoRun) -> None:
@@ -417,7 +419,7 @@ def test_pallas_gradient_is_a_finding_where_the_kernel_runs(demo: DemoRun) -> No
     assert failed == sorted(GRAD_FINDING_PLATFORMS)
     for platform in failed:
         assert "Pallas kernel _bias_gelu_kernel" in grad["platforms"][platform]["error"]
-    [(_, line)] = [t for t in build_view(demo.report).transformations if "fused" in t[1]]
+    [(_, line)] = [t for t in build_view(demo.document).transformations if "fused" in t[1]]
     assert line.endswith(
         "grad: 0 custom, 0 vendor (no VJP (reverse-mode differentiation rule) for Pallas kernel "
         "_bias_gelu_kernel on cuda, tpu)"
@@ -537,7 +539,7 @@ def test_the_pallas_kernel_is_emulated_for_tpu_and_matches(demo: DemoRun) -> Non
     ]
     assert emulated == [(test["nodeid"], "tpu")]  # the only emulated check
     assert demo.report["environment"]["emulated_platforms"] == ["tpu"]
-    (row,) = build_view(demo.report).emulations
+    (row,) = build_view(demo.document).emulations
     assert (row.label, row.counts()) == ("tpu (emulated on cpu)", "1 check: 1 match")
     assert "emulated on cpu (emulate): tpu 1 check: 1 match" in demo.output
 
@@ -600,7 +602,7 @@ def test_the_docs_show_the_demos_output_as_it_is(demo: DemoRun) -> None:
             "the docs show the demo as jax 0.7+ counts it: jax 0.6 runs its cuda kernel as a "
             "Pallas Triton kernel, not Mosaic GPU (docs/compatibility.md)"
         )
-    view = build_view(demo.report)
+    view = build_view(demo.document)
     printed = {
         "failure": demo.output.splitlines(),
         "report": render_text(view, DisplayOptions()).splitlines(),

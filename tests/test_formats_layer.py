@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import esc, run_json
+from helpers import esc, run_json, typed
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation, evaluate, ways_out
@@ -414,7 +414,7 @@ def test_x64_on_tpu_is_a_finding_and_a_complex128_fft_fails_must_lower(
         '      complex128-fft-not-compiled (must_lower = [[]"tpu"[]] makes that a failure)',
     ])  # fmt: skip
     assert report["summary"]["platforms"]["tpu"]["not_compiling"] == 2
-    view = build_view(report)
+    view = build_view(typed(report))
     [elsewhere] = [t for t in view.tests if t.nodeid.endswith("::test_fft_elsewhere")]
     cell = elsewhere.checks[0].cells["tpu"]
     assert (cell.status, cell.not_compiling) == ("warn", ("complex128-fft-not-compiled",))
@@ -678,7 +678,7 @@ def test_every_format_shows_the_layer_and_its_sites(
         "(matrix-unit-misaligned 1, tile-padding 1), padding 5.4% of bytes moved"
     )
     report = json.loads((pytester.path / "r.json").read_text())
-    [layer] = [r for r in build_view(report).layers if r.layer == row]
+    [layer] = [r for r in build_view(typed(report)).layers if r.layer == row]
     assert value in layer.value
     assert layer.value.endswith("; none on cpu, rocm (MI300X)")
     said = " ".join(line.strip() for line in result.stdout.lines)  # -v: the row in full, wrapped

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import typed
 
 from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate, rewrite_items
 from pytest_jaxport.model.probe import Probe, census_from_dict, numerics_status
@@ -164,7 +165,7 @@ def _bars(page: str) -> int:
 
 def test_problems_first_then_the_numbers_and_labels(report: dict[str, Any]) -> None:
     full = add_three_numbers(report)
-    page = html_report.html(full)
+    page = html_report.html(typed(full))
     assert page.startswith("<!DOCTYPE html>")
     assert "<title>pytest-jaxport portability report: 4 tests, 1 failed" in page
     # Problems open the page; the numbers, sites, totals and layers follow; then the matrix.
@@ -220,7 +221,7 @@ def test_estimates_draw_their_band_and_say_when_it_is_a_ranking(report: dict[str
         "rocm": {**_share("estimated", 3e-5, 0.5, 0.3, 0.2, {"hipblas": 0.3}),
                  "estimated_from": "compiled", "error_points": 10.0},
     }  # fmt: skip
-    page = html_report.html(full)
+    page = html_report.html(typed(full))
     # measured: no band; estimated: each boundary ± the band, hatched, cut to the bar
     assert '<g class="band">' not in _bar_of(page, "cpu")
     cuda = _bar_of(page, "cuda")
@@ -247,7 +248,7 @@ def test_estimates_draw_their_band_and_say_when_it_is_a_ranking(report: dict[str
 
 
 def test_matrix_cells_say_what_the_report_says(report: dict[str, Any]) -> None:
-    page = html_report.html(report)
+    page = html_report.html(typed(report))
     statuses = []
     for test in report["tests"]:
         for check in test["checks"]:
@@ -290,7 +291,7 @@ def test_plain_report_renders_without_optional_keys(report: dict[str, Any]) -> N
         for check in test["checks"]:
             for entry in check["platforms"].values():
                 entry.pop("runtime_share", None)
-    page = html_report.html(report)
+    page = html_report.html(typed(report))
     assert "3 of 4 checks lower on every configured platform" in page
     body = page.split("<body>")[1]
     assert 'id="numbers"' not in body
@@ -312,7 +313,7 @@ def test_compiled_level_counts_where_compiled(report: dict[str, Any]) -> None:
     cuda["compiled"] = {**cuda["lowered"], "level": "compiled", "vendor": 7, "custom": 2,
                         "libraries": {"cublas": 7}, "kernels": kernels, "deviceless": True,
                         "target": "h100"}  # fmt: skip
-    page = html_report.html(report)
+    page = html_report.html(typed(report))
     assert re.search(r'aria-label="cuda: lowers, vendor 7, custom 2 \(compiled deviceless h100\)',
                      page)  # fmt: skip
     assert '<span class="level compiled">compiled deviceless h100</span>' in page
@@ -328,7 +329,7 @@ def test_escapes_everything_from_the_report(report: dict[str, Any]) -> None:
     full["summary"]["rewrite"]["rocm"]["items"][0]["name"] = EVIL
     full["summary"]["hotspots"][0]["location"] = EVIL
     full["config"]["platforms"].append("<svg onload=alert(1)>")
-    page = html_report.html(full)
+    page = html_report.html(typed(full))
     assert EVIL in json.dumps(report)  # the parametrize id is in the node id
     assert "<script" not in page.lower()
     assert "onerror=alert" not in page.replace("onerror=alert(1)&gt;", "")
@@ -342,7 +343,7 @@ def test_escapes_everything_from_the_report(report: dict[str, Any]) -> None:
 
 
 def test_self_contained_no_network(report: dict[str, Any]) -> None:
-    page = html_report.html(add_three_numbers(report))
+    page = html_report.html(typed(add_three_numbers(report)))
     assert "http://" not in page
     assert "https://" not in page
     for needle in ("<link", "<script", "@import", "url(", " src=", "<iframe", "<object"):
@@ -354,7 +355,7 @@ def test_self_contained_no_network(report: dict[str, Any]) -> None:
 def test_deterministic_and_a_broken_report_is_refused_where_it_is_read(
     report: dict[str, Any],
 ) -> None:
-    assert html_report.html(report) == html_report.html(copy.deepcopy(report))
+    assert html_report.html(typed(report)) == html_report.html(typed(copy.deepcopy(report)))
     for broken in (
         {},
         {"summary": None, "tests": None, "config": 3},
@@ -407,7 +408,7 @@ def png_size(path: Path) -> tuple[int, int]:
 @needs_chromium
 def test_loads_in_chromium_without_console_errors(report: dict[str, Any], tmp_path: Path) -> None:
     page = tmp_path / "report.html"
-    page.write_text(html_report.html(add_three_numbers(report)), encoding="utf-8")
+    page.write_text(html_report.html(typed(add_three_numbers(report))), encoding="utf-8")
     dom, console, png = load_in_chromium(page, tmp_path)
     assert console == []
     assert "<title>pytest-jaxport portability report" in dom
@@ -474,7 +475,7 @@ def long_basis_labels(report: dict[str, Any]) -> dict[str, Any]:
 def test_runtime_share_tables_fit_1280_to_1920_pixels(
     report: dict[str, Any], tmp_path: Path
 ) -> None:
-    page = html_report.html(long_basis_labels(report))
+    page = html_report.html(typed(long_basis_labels(report)))
     assert "estimated (roofline from the lowered program, ±37 points" in page  # said once
     for width in (1280, 1400, 1600, 1920):
         data = measure_in_chromium(page, tmp_path, width)

@@ -249,10 +249,10 @@ def test_two_legs_merge_cleanly(tmp_path: Path) -> None:
     test = next(t for t in report["tests"] if t["nodeid"] == NODEID)
     assert test["legs"] == {"leg-cpu.json": "passed", "leg-gpu.json": "passed"}
     # The merged report renders like any other (``jaxport show`` works on it).
-    assert "leg" not in text(report).split("\n")[0]
+    assert "leg" not in text(merged.document).split("\n")[0]
     assert (
         "| `tests/test_models.py::test_mlp` | passed | mlp | 0 / 0 · reference | 3 / 0 · match |"
-        in (markdown(report))
+        in (markdown(merged.document))
     )
     assert merged.notes == ()  # test_attention ran on one leg only: nothing to compare
     assert merged.comparisons == 2  # cuda and the GPU machine's cpu, against the CPU leg
@@ -615,13 +615,13 @@ def test_a_drift_fails_the_merged_test_and_is_its_problem(tmp_path: Path) -> Non
     assert test["outcome"] == "failed"
     assert [d["platform"] for d in test["drifts"]] == ["cuda"]
     assert find_test(merged.report, OTHER)["outcome"] == "passed"
-    view = build_view(merged.report)
+    view = build_view(merged.document)
     [group] = view.problems
     assert (group.kind, group.title) == ("drift", "cuda: outputs differ across legs")
     [problem] = group.problems
     assert problem.message.startswith("cuda (leg-gpu.json) differs from cpu (leg-cpu.json): ")
     assert "problems: 1 failed, 0 budget violations, 1 output drift across legs" in text(
-        merged.report
+        merged.document
     )
 
 

@@ -8,6 +8,7 @@ import json
 import textwrap
 
 import pytest
+from helpers import typed
 
 from pytest_jaxport.view.model import build_view
 
@@ -116,7 +117,7 @@ def test_the_numbers_say_what_they_can_bear(pytester: pytest.Pytester) -> None:
         ],
         consecutive=True,
     )
-    view = build_view(report)
+    view = build_view(typed(report))
     xla = view.shares[[s.platform for s in view.shares].index("rocm")].layers["xla"]
     said = f"within ±37 points, xla's {round(xla * 100)}% could be 0%"
     md = render_markdown(view, DisplayOptions())
@@ -302,7 +303,7 @@ def test_tooling_scan_feeds_report_cost_and_budget(pytester: pytest.Pytester) ->
             "    Dockerfile:1: cuda-image: *",
         ]
     )
-    layers = build_view(report).layers  # the view builds the layer table; the JSON has data
+    layers = build_view(typed(report)).layers  # the view builds the layer table; the JSON has data
     assert [row.layer for row in layers] == [
         "JAX Python code (jit, grad, vmap)",
         "XLA-generated kernels",
@@ -336,7 +337,7 @@ def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
     result, report = run(pytester)
     result.assert_outcomes(passed=1)
     assert "tooling" not in report["summary"]
-    assert build_view(report).layers[5].value == "not scanned"
+    assert build_view(typed(report)).layers[5].value == "not scanned"
 
 
 def test_layer_table_is_in_every_format_after_the_problems(pytester: pytest.Pytester) -> None:

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import typed
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "reports"
@@ -189,7 +190,7 @@ def renderings(report: dict[str, Any]) -> dict[str, str]:
     from pytest_jaxport.view.model import build_view
     from pytest_jaxport.view.text import render_markdown, render_text
 
-    view = build_view(report)
+    view = build_view(typed(report))
     shown: dict[str, str] = {}
     for verbosity in (-1, 0, 1):
         options = display_options(lambda name: None, verbosity=verbosity)

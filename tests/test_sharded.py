@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import run_json
+from helpers import run_json, typed
 from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -270,8 +270,8 @@ def test_collectives_by_kind_are_in_the_suite_totals_of_every_format(
     result.stdout.fnmatch_lines(
         ["collectives by kind*", f"  cpu, cuda, rocm, tpu: {kinds}", f"  run by: {runs}"]
     )
-    assert f"**cpu, cuda, rocm, tpu**: {kinds}" in render.markdown(report)
-    assert f"<b>run by</b>: {runs}" in html_report.html(report)
+    assert f"**cpu, cuda, rocm, tpu**: {kinds}" in render.markdown(typed(report))
+    assert f"<b>run by</b>: {runs}" in html_report.html(typed(report))
     result.stdout.fnmatch_lines(
         ["platform * collective", "* calls  libraries", "cuda * 6  *nccl 6"]
     )

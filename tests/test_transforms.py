@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import esc, run_json
+from helpers import esc, run_json, typed
 
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.view.model import build_view
@@ -107,7 +107,7 @@ def test_conv_gradient_counts_more_cudnn_dispatches_than_forward(project: pytest
         assert check["variant_of"] == (None if name == "conv" else "conv")
         assert check["transform"] == (None if name == "conv" else name[5:-1])
         assert check["platforms"]["cpu"]["executed"]
-    [(_, line)] = build_view(report).transformations
+    [(_, line)] = build_view(typed(report)).transformations
     assert fnmatch(
         line,
         f"'conv': forward: 0 custom, {forward['cuda']} vendor; grad: 0 custom, "
@@ -169,7 +169,7 @@ def test_grad_of_a_custom_call_without_vjp_is_a_finding(project: pytest.Pytester
         "test_ffi.py::test_must_lower",
         "'my_kernel': forward: 1 custom, 0 vendor; grad: nothing lowered (no VJP (reverse-mode "
         "differentiation rule) for FFI target my_kernel on cpu, cuda, rocm, tpu)",
-    ) in build_view(report).transformations
+    ) in build_view(typed(report)).transformations
     assert "Traceback" not in result.stdout.str()
 
 
@@ -232,7 +232,7 @@ def test_finding_is_per_platform_for_a_platform_dependent_kernel(
         assert platforms["cpu"]["executed"]
         assert platforms["rocm"]["lowered"]["custom"] == 0
     result.stdout.fnmatch_lines(["  transformations of 'kernel_on_cuda': forward: 1 custom, *"])
-    [(_, line)] = build_view(report).transformations
+    [(_, line)] = build_view(typed(report)).transformations
     assert line == (
         "'kernel_on_cuda': forward: 1 custom, 0 vendor; grad: 0 custom, 0 vendor (no VJP "
         "(reverse-mode differentiation rule) for FFI target my_kernel on cuda); vmap: 0 custom, "
