@@ -18,7 +18,7 @@ def pytest_jaxport_classify(
 ) -> Classification | None:
     """Classify an op or custom call that pytest-jaxport's own table gets wrong or lacks.
 
-    :param platform: ``cpu``, ``cuda``, ``rocm`` or ``tpu``.
+    :param platform: ``cpu``, ``cuda``, ``rocm``, ``tpu`` or ``oneapi``.
     :param op: the op name, e.g. ``stablehlo.custom_call`` or ``stablehlo.dot_general``; at
         the compiled level ``hlo.<opcode>`` (``hlo.custom_call``, ``hlo.fft``) or
         ``hlo.fusion:<kind>`` for a fusion (``hlo.fusion:__triton_nested_gemm_fusion``).
@@ -53,7 +53,8 @@ def pytest_jaxport_rewrite_cost(
         ``precision_review`` or ``layout_work``; ``item.rule``, ``item.formats`` and
         ``item.location`` say which (``item.name``, ``item.kind`` and ``item.status`` are its
         rule, effect and cost key, so a hook written for kernels keeps working).
-    :param target: ``rocm``, ``tpu`` or ``cpu``.
+    :param target: the platform moved to (``rocm``, ``tpu``, ``oneapi`` or ``cpu``; any
+        platform but the home).
     :param model: the configured cost model (``[tool.jaxport.cost]``).
 
     Return the days, or ``None`` to use the cost model. Example, in ``conftest.py``::
