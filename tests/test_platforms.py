@@ -76,3 +76,18 @@ def test_oneapi_needs_the_release_its_description_names(installed: str, refused:
 def test_releases_compare_as_numbers() -> None:
     assert release("0.10.2") < release("0.12.0") <= release("0.12.0.1") < release("1.0")
     assert release("0.12.0rc1") == (0, 12, 0)
+
+
+def test_the_gpus_jax_is_told_about_are_derived_from_the_descriptions() -> None:
+    """``_jax``'s GPU platforms and the device kind a trace describes for each (issue 41:
+    cuda and rocm were written out there, and oneapi had none)."""
+    from pytest_jaxport._jax import adapters
+
+    gpus = tuple(n for n, d in DESCRIPTIONS.items() if d.jax_gpu)
+    assert gpus == adapters.GPU_PLATFORMS
+    assert "oneapi" in gpus
+    assert set(adapters.DESCRIBED_GPUS) == set(gpus)
+    for name in gpus:
+        assert adapters.DESCRIBED_GPUS[name] == DESCRIPTIONS[name].jax_device_kind != ""
+    assert adapters.DESCRIBED_GPUS["cuda"] == "NVIDIA H100"  # a Pallas GpuVersion name
+    assert adapters.DESCRIBED_GPUS["rocm"] == "gfx942"  # a gfx architecture

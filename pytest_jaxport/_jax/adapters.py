@@ -26,17 +26,20 @@ from pytest_jaxport.model.emulation import (
     KernelKind,
     interpreter_for,
 )
+from pytest_jaxport.model.platforms import JAX_DEVICE_KINDS, JAX_GPU
 
 if TYPE_CHECKING:
     from jax._src.source_info_util import Frame, SourceInfo
     from jax.extend.core import JaxprEqn
 
-GPU_PLATFORMS = ("cuda", "rocm")
+GPU_PLATFORMS: tuple[str, ...] = JAX_GPU
+"""The platforms JAX's ``gpu`` means (cuda, rocm, oneapi), from their descriptions."""
 
-DESCRIBED_GPUS: dict[str, str] = {"cuda": "NVIDIA H100", "rocm": "gfx942"}
+DESCRIBED_GPUS: Mapping[str, str] = JAX_DEVICE_KINDS
 """The GPU a trace describes, per platform, where a lowering rule asks which GPU it lowers
-for and none is present: an H100 for cuda, an MI300 (``gfx942``) for rocm. JAX accepts only
-device kinds it knows (its Pallas ``GpuVersion`` names, or a ``gfx`` architecture)."""
+for and none is present (each description's ``jax_device_kind``): an H100 for cuda, an
+MI300 (``gfx942``) for rocm, a Data Center GPU Max 1550 for oneapi. JAX accepts only device
+kinds it knows (its Pallas ``GpuVersion`` names, or a ``gfx`` architecture)."""
 
 
 def jax_release() -> str:

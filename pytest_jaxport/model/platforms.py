@@ -137,6 +137,11 @@ class Platform:
     """``(short name, generation, label)``: the names ``devices = {...}`` accepts."""
     device_example: str = ""
     """A short device name messages give as an example."""
+    jax_device_kind: str = ""
+    """For a platform JAX's ``gpu`` means: the device kind a trace describes where a lowering
+    rule asks which GPU it lowers for and none is present (``jax.sharding.AbstractDevice``'s
+    ``device_kind``; JAX accepts only kinds it knows: its Pallas ``GpuVersion`` names, a
+    ``gfx`` architecture)."""
     peak: PeakRates | None = None
     """The estimate's rates where it is absent (``None``: cpu's fitted rates)."""
     tooling: tuple[ToolingPattern, ...] = ()
@@ -225,6 +230,7 @@ CUDA = Platform(
         ("rtx6000pro", "sm120", "NVIDIA RTX PRO 6000"),
     ),
     device_example="h100",
+    jax_device_kind="NVIDIA H100",
     # Public datasheet figures; FP32 vector rate for GPUs (the conservative choice).
     peak=PeakRates(
         flops=67e12,
@@ -275,6 +281,7 @@ ROCM = Platform(
         ("mi355x", "gfx950", "AMD MI355X"),
     ),
     device_example="mi300",
+    jax_device_kind="gfx942",
     peak=PeakRates(
         flops=163.4e12,
         bandwidth=5.3e12,
@@ -377,6 +384,9 @@ ONEAPI = Platform(
         ("bmg", "bmg", "Intel Arc B580"),
     ),
     device_example="max1550",
+    # The name Intel's PJRT plugin (intel-extension-for-openxla) reports, the SYCL device's;
+    # jax 0.12 has no lowering rule for oneapi that asks.
+    jax_device_kind="Intel(R) Data Center GPU Max 1550",
     # Intel Data Center GPU Max 1550 product brief: 52 TFLOP/s FP32 vector (also FP64),
     # 3.2 TB/s HBM2e. Nothing was measured on Intel hardware.
     peak=PeakRates(
@@ -423,6 +433,11 @@ NAMES: tuple[str, ...] = tuple(DESCRIPTIONS)
 DEFAULTS: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.default)
 JAX_GPU: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.jax_gpu)
 """What JAX's ``gpu`` means: cuda, rocm or oneapi (``jax.devices("gpu")``)."""
+JAX_DEVICE_KINDS: Mapping[str, str] = {
+    p.name: p.jax_device_kind for p in DESCRIPTIONS.values() if p.jax_gpu
+}
+"""Per GPU platform, the device kind a trace describes where JAX asks which GPU it lowers
+for and none is present (:attr:`Platform.jax_device_kind`)."""
 
 
 def release(version: str) -> tuple[int, ...]:
