@@ -322,7 +322,8 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
     [
         ({"migrate_to": ["rocm", "nvidia"]},
          "[tool.jaxport] migrate_to: expected non-NVIDIA targets (rocm, tpu, oneapi, cpu): the "
-         "cost model prices moving off cuda, found 'nvidia'"),
+         "cost model prices moving off cuda, the home platform ([tool.jaxport] home), found "
+         "'nvidia'"),
         ({"devices": {"nvidia": "h100"}},
          "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),
         ({"compile": ["amd"]},

@@ -27,12 +27,12 @@ from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
-from pytest_jaxport.model.cost import CostModel, estimate
+from pytest_jaxport.model.cost import CostModel, RewriteItem, estimate, rewrite_items
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import describe, tolerance_origin
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
-from pytest_jaxport.model.targets import Layer
+from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
 
 T = TypeVar("T")
 
@@ -338,8 +338,8 @@ class OnCheck:
 
 @dataclass(frozen=True, slots=True)
 class OnTarget:
-    """Judged per target of ``migrate_to``, on the estimate of moving there from cuda (per
-    check by :func:`evaluate`, for the suite by :func:`rewrite_violations`)."""
+    """Judged per target of ``migrate_to``, on the estimate of moving there from the home
+    platform (per check by :func:`evaluate`, for the suite by :func:`rewrite_violations`)."""
 
     judge: TargetJudge
 
@@ -605,13 +605,15 @@ def _relayouts(check: str, result: PlatformProbe, budget: Budget) -> list[Violat
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rewrite:
-    """The estimate of moving off cuda to one target that the rewrite keys judge: per check
-    (its kernels' own days) or for the suite (the audit's)."""
+    """The estimate of moving off the home platform to one target that the rewrite keys
+    judge: per check (its kernels' own days) or for the suite (the audit's)."""
 
     kernels: int
     days: float
     details: tuple[str, ...]
     """The estimate's items, one line each."""
+    home: str = DEFAULT_HOME
+    """The platform moved off (``[tool.jaxport] home``)."""
 
 
 def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
@@ -621,8 +623,9 @@ def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Vi
         return []
     return [Violation(check=check, platform=budget.platform, key="max_kernels_to_rewrite",
                       limit=limit.value, origin=limit.origin, found=rewrite.kernels,
-                      what=f"{_plural(rewrite.kernels, 'kernel')} to rewrite moving off cuda",
-                      level="from the cuda census", details=rewrite.details)]  # fmt: skip
+                      what=f"{_plural(rewrite.kernels, 'kernel')} to rewrite moving off "
+                      f"{rewrite.home}", level=f"from the {rewrite.home} census",
+                      details=rewrite.details)]  # fmt: skip
 
 
 def _rewrite_days(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
@@ -632,7 +635,7 @@ def _rewrite_days(check: str, budget: Budget, rewrite: Rewrite) -> list[Violatio
         return []
     return [Violation(check=check, platform=budget.platform, key="max_rewrite_days",
                       limit=most.value, origin=most.origin, found=f"{rewrite.days:g}",
-                      what="engineering days to move off cuda", level="cost model",
+                      what=f"engineering days to move off {rewrite.home}", level="cost model",
                       details=rewrite.details)]  # fmt: skip
 
 
@@ -703,13 +706,15 @@ KEYS: tuple[BudgetKey, ...] = (
         name="max_kernels_to_rewrite",
         kind="count",
         judged=OnTarget(_kernels_to_rewrite),
-        doc="For the target this budget's platform is: kernels to rewrite moving off cuda.",
+        doc="For the target this budget's platform is: kernels to rewrite moving off the home "
+        "platform.",
     ),
     BudgetKey(
         name="max_rewrite_days",
         kind="days",
         judged=OnTarget(_rewrite_days),
-        doc="For the target this budget's platform is: engineering days moving off cuda.",
+        doc="For the target this budget's platform is: engineering days moving off the home "
+        "platform.",
     ),
     BudgetKey(
         name="max_tooling_assumptions",
@@ -792,21 +797,22 @@ def evaluate(
     migrate_to: Sequence[str] = (),
     model: CostModel | None = None,
     emulate_origin: str = "emulate",
+    home: str = DEFAULT_HOME,
 ) -> list[Violation]:
     """Every violation of ``probe`` against the budget of each platform it was lowered for.
 
     Counts come from the compiled census where the platform was compiled, else from the
     lowered one; each violation says which (``level``). Rewrite budgets apply per target in
-    ``migrate_to``, priced with ``model``. An emulation's outputs must match the reference
-    like a present platform's, and its run must not fail (``emulate_origin``: where
-    ``emulate`` was set). Each key is judged by its judge, in :data:`KEYS`' order (on a
-    platform, those judged whether or not it lowered first).
+    ``migrate_to``, moving off ``home``, priced with ``model``. An emulation's outputs must
+    match the reference like a present platform's, and its run must not fail
+    (``emulate_origin``: where ``emulate`` was set). Each key is judged by its judge, in
+    :data:`KEYS`' order (on a platform, those judged whether or not it lowered first).
     """
     violations: list[Violation] = []
     for on_check in _PER_CHECK:
         violations += on_check.judge(probe, budget_for)
     for target in migrate_to:
-        violations += _rewrite_violations(probe, budget_for(target), model or CostModel())
+        violations += _rewrite_violations(probe, budget_for(target), model or CostModel(), home)
     for platform, result in probe.platforms.items():
         budget = budget_for(platform)
         for on_platform in _PER_PLATFORM_ANY:
@@ -885,10 +891,31 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
     ]
 
 
-def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[Violation]:
-    if not any(budget.is_set(key) for key in _TARGET_KEYS):
+def moving_items(probe: Probe, target: str, *, home: str) -> list[RewriteItem] | None:
+    """What moving ``probe``'s check from ``home`` to ``target`` needs, kernel by kernel
+    (:func:`~pytest_jaxport.model.cost.rewrite_items`); ``None`` when the check was not
+    lowered for ``target`` (nothing is known), ``[]`` when it has no ``home`` census."""
+    origin = probe.platforms.get(home)
+    on_target = probe.platforms.get(target)
+    if origin is None or origin.budgeted is None:
         return []
-    items = probe.rewrite_items(budget.platform)
+    if on_target is None:
+        return None
+    return rewrite_items(
+        check=probe.name,
+        target=target,
+        nvidia=origin.budgeted,
+        on_target=on_target.budgeted,
+        target_error=on_target.error,
+    )
+
+
+def _rewrite_violations(
+    probe: Probe, budget: Budget, model: CostModel, home: str
+) -> list[Violation]:
+    if not any(budget.is_set(key) for key in _TARGET_KEYS) or budget.platform == home:
+        return []
+    items = moving_items(probe, budget.platform, home=home)
     formats = probe.format_items(budget.platform)
     if not items and not formats:
         return []
@@ -903,14 +930,21 @@ def _rewrite_violations(probe: Probe, budget: Budget, model: CostModel) -> list[
         days=result.days,
         details=tuple(i.describe() for i in result.items)
         + tuple(i.describe() for i in result.format_items),
+        home=home,
     )
 
 
 def rewrite_violations(
-    check: str, budget: Budget, *, kernels: int, days: float, details: tuple[str, ...]
+    check: str,
+    budget: Budget,
+    *,
+    kernels: int,
+    days: float,
+    details: tuple[str, ...],
+    home: str = DEFAULT_HOME,
 ) -> list[Violation]:
     """The rewrite keys (``max_kernels_to_rewrite``, ``max_rewrite_days``) of ``budget`` (its
-    platform is the target) against an estimate of ``kernels`` and ``days``; ``details``
-    lists the items."""
-    rewrite = Rewrite(kernels=kernels, days=days, details=details)
+    platform is the target) against an estimate of ``kernels`` and ``days`` moving off
+    ``home``; ``details`` lists the items."""
+    rewrite = Rewrite(kernels=kernels, days=days, details=details, home=home)
     return [v for on_target in _PER_TARGET for v in on_target.judge(check, budget, rewrite)]

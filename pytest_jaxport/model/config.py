@@ -42,6 +42,7 @@ from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.platforms import DEFAULTS, DESCRIPTIONS, JAX_GPU, needs_newer_jax
 from pytest_jaxport.model.targets import (
+    DEFAULT_HOME,
     NVIDIA_PLATFORM,
     PLATFORM_ALIASES,
     PLATFORM_VENDORS,
@@ -84,6 +85,7 @@ TOP_KEYS = (
     "target",
     "what_if_no_vendor",
     "migrate_to",
+    "home",
     "budget",
     "tolerance",
     "cost",
@@ -99,14 +101,22 @@ EAGER_USERS = ("owner", "all")
 """``[tool.jaxport.audit] eager_users``: which tests an op run eagerly is counted in."""
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
-DEFAULT_MIGRATE_TO: tuple[str, ...] = tuple(p for p in DEFAULTS if p not in ("cpu", "cuda"))
-"""Priced where ``migrate_to`` is not configured (rocm, tpu), with every opted-in platform
-``platforms`` names (:func:`default_migrate_to`)."""
-MIGRATE_TARGETS: tuple[str, ...] = (
-    *(p for p in PLATFORMS if p not in ("cpu", "cuda")),
-    "cpu",
-)
-"""What ``migrate_to`` may name: every platform but cuda (the home)."""
+DEFAULT_MIGRATE_TO: tuple[str, ...] = tuple(p for p in DEFAULTS if p not in ("cpu", DEFAULT_HOME))
+"""Priced where neither ``migrate_to`` nor ``home`` is configured (rocm, tpu), with every
+opted-in platform ``platforms`` names (:func:`default_migrate_to`)."""
+
+
+def migrate_targets(home: str = DEFAULT_HOME) -> tuple[str, ...]:
+    """What ``migrate_to`` may name: every platform but ``home``, the host's last.
+
+    >>> migrate_targets("tpu")
+    ('cuda', 'rocm', 'oneapi', 'cpu')
+    """
+    return (*(p for p in PLATFORMS if p not in ("cpu", home)), *(("cpu",) if home != "cpu" else ()))
+
+
+MIGRATE_TARGETS: tuple[str, ...] = migrate_targets()
+"""What ``migrate_to`` may name where ``home`` is not set: every platform but cuda."""
 SCAN_KEYS = ("enabled", "exclude")
 COMPILE_PLATFORMS: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.compiled)
 """Platforms the compiled level supports here: cpu always, cuda on a GPU or deviceless."""
@@ -203,7 +213,10 @@ class ProjectConfig:
     ``GpuTargetConfigProto``: what cuda compiles against where no GPU is present."""
     what_if_no_vendor: bool = False
     migrate_to: tuple[str, ...] = DEFAULT_MIGRATE_TO
-    """The non-NVIDIA targets the cost model prices a move to."""
+    """The targets the cost model prices a move to, off :attr:`home`."""
+    home: str = DEFAULT_HOME
+    """``home``: the platform moving is measured from (cuda unless set): its hand-written
+    kernels and vendor gaps are what each of :attr:`migrate_to` rewrites."""
     cost: Mapping[str, float] = field(default_factory=dict)
     """``[tool.jaxport.cost]``: days per item, overriding the cost model's defaults."""
     scan: bool = True
@@ -876,15 +889,44 @@ def _scan_table(source: str, table: object) -> tuple[bool, tuple[str, ...]]:
     return enabled, _globs(where, "exclude", exclude) if exclude else ()
 
 
-def default_migrate_to(platforms: Sequence[str]) -> tuple[str, ...]:
-    """What is priced where ``migrate_to`` is not set: :data:`DEFAULT_MIGRATE_TO` and every
-    platform ``platforms`` opts into (``oneapi``).
+def default_migrate_to(platforms: Sequence[str], home: str = DEFAULT_HOME) -> tuple[str, ...]:
+    """What is priced where ``migrate_to`` is not set: every platform lowered by default but
+    the host and ``home`` (:data:`DEFAULT_MIGRATE_TO` off cuda), and every platform
+    ``platforms`` opts into (``oneapi``) but ``home``.
 
     >>> default_migrate_to(("cpu", "cuda", "oneapi"))
     ('rocm', 'tpu', 'oneapi')
+    >>> default_migrate_to(("cpu", "cuda", "tpu", "oneapi"), home="tpu")
+    ('cuda', 'rocm', 'oneapi')
     """
-    opted = (p for p in platforms if p in DESCRIPTIONS and not DESCRIPTIONS[p].default)
-    return (*DEFAULT_MIGRATE_TO, *opted)
+    lowered = (p for p in DEFAULTS if p not in ("cpu", home))
+    opted = (
+        p for p in platforms if p in DESCRIPTIONS and not DESCRIPTIONS[p].default and p != home
+    )
+    return (*lowered, *opted)
+
+
+def home_platform(where: str, value: object, platforms: Sequence[str]) -> str:
+    """``[tool.jaxport] home``: a known platform among the configured ``platforms`` (the
+    platform moving is measured from needs its census); ``where`` starts the error.
+
+    >>> home_platform("pyproject.toml: [tool.jaxport]", "tpu", ("cpu", "cuda", "tpu"))
+    'tpu'
+    >>> try:
+    ...     home_platform("pyproject.toml: [tool.jaxport]", "tpu", ("cpu", "cuda"))
+    ... except ConfigError as e:
+    ...     print(e)  # doctest: +NORMALIZE_WHITESPACE
+    pyproject.toml: [tool.jaxport] home: expected one of the configured platforms (cpu,
+    cuda), found 'tpu': moving is measured from home's census, so add 'tpu' to platforms
+    """
+    home = _platform(_Where(where), "home", value)
+    if home not in platforms:
+        raise ConfigError(
+            f"{where} home: expected one of the configured platforms ({', '.join(platforms)}), "
+            f"found {home!r}: moving is measured from home's census, so add {home!r} to "
+            "platforms"
+        )
+    return home
 
 
 def parse_project(
@@ -921,20 +963,23 @@ def parse_project(
     what_if = data.get("what_if_no_vendor", False)
     if not isinstance(what_if, bool):
         raise where.error("what_if_no_vendor", "a boolean (true or false)", what_if)
-    migrate_to = default_migrate_to(platforms)
+    home = home_platform(where.prefix, data["home"], platforms) if "home" in data else DEFAULT_HOME
+    migrate_to = default_migrate_to(platforms, home)
     if "migrate_to" in data:
         raw = data["migrate_to"]
-        nvidia = [
-            v for v in raw if isinstance(v, str) and platforms_meant(v) == (NVIDIA_PLATFORM,)
+        targets = migrate_targets(home)
+        homes = [
+            v for v in raw if isinstance(v, str) and platforms_meant(v) == (home,)
         ] if isinstance(raw, list) else []  # fmt: skip
-        if nvidia:  # cuda, or another name for it (nvidia)
+        if homes:  # the home, or another name for it (nvidia for cuda)
+            vendor = PLATFORM_VENDORS[home].removeprefix("the ")
             raise ConfigError(
-                f"{where.prefix} migrate_to: expected non-NVIDIA targets "
-                f"({', '.join(MIGRATE_TARGETS)}): "
-                f"the cost model prices moving off cuda, found {nvidia[0]!r}"
+                f"{where.prefix} migrate_to: expected non-{vendor} targets "
+                f"({', '.join(targets)}): the cost model prices moving off {home}, the home "
+                f"platform ([tool.jaxport] home), found {homes[0]!r}"
             )
         migrate_to = _platforms(
-            where, "migrate_to", raw, empty_ok=True, choices=ordered_platforms(MIGRATE_TARGETS)
+            where, "migrate_to", raw, empty_ok=True, choices=ordered_platforms(targets)
         )
     cost = _cost_table(source, data.get("cost", {}))
     transforms = (
@@ -983,6 +1028,7 @@ def parse_project(
         target=target,
         what_if_no_vendor=what_if,
         migrate_to=migrate_to,
+        home=home,
         cost=cost,
         scan=scan,
         scan_exclude=scan_exclude,

@@ -3,8 +3,9 @@
 - :class:`RuntimeShare`: the fraction of time in ``xla``, ``vendor`` and ``custom`` kernels,
   ``measured`` (profiled where the platform ran) or ``estimated`` (a roofline model from op
   shapes against the platform's peak numbers). ``meta`` time is not part of the denominator.
-- :func:`rewrite_items`: the NVIDIA (cuda) kernels a move to another target would have to
-  rewrite, and the vendor dispatches with no counterpart there.
+- :func:`rewrite_items`: the home platform's kernels (cuda's unless ``[tool.jaxport] home``
+  names another) a move to another target would have to rewrite, and the vendor dispatches
+  with no counterpart there.
 - :class:`CostModel` and :func:`estimate`: days per target, with the breakdown.
 
 The cost model is tiered the way porting tools tier API migrations (SYCLomatic and HIPIFY
@@ -793,8 +794,8 @@ def _in_order(item: RewriteItem | FormatItem) -> tuple[tuple[bool, Any], ...]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RewriteItem:
-    """One NVIDIA-bound kernel or dispatch, as seen from one target. Items sort by their fields
-    in order, one without a line before those with one (:func:`_in_order`)."""
+    """One kernel or dispatch bound to the home platform, as seen from one target. Items sort
+    by their fields in order, one without a line before those with one (:func:`_in_order`)."""
 
     target: str
     status: Status
@@ -848,9 +849,11 @@ def rewrite_items(
     on_target: Census | None,
     target_error: str | None = None,
 ) -> list[RewriteItem]:
-    """What moving ``check`` from cuda to ``target`` needs, kernel by kernel.
+    """What moving ``check`` from the home platform to ``target`` needs, kernel by kernel:
+    ``nvidia`` is the home platform's census (cuda's unless ``[tool.jaxport] home`` names
+    another; the keyword predates ``home``).
 
-    Every distinct custom kernel of the cuda census without a target-specific variant counts
+    Every distinct custom kernel of the home census without a target-specific variant counts
     as one to rewrite: ``rewrite`` when the function does not lower on the target at all,
     ``fallback`` when the target runs generic code there instead (performance not
     guaranteed). Vendor dispatches of kinds with no counterpart elsewhere (e.g. cuDNN fused

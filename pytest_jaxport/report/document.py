@@ -39,6 +39,7 @@ from pytest_jaxport.model.formats import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.probe import PlatformProbe, Probe, platform_from_dict, platform_to_dict
+from pytest_jaxport.model.targets import DEFAULT_HOME
 from pytest_jaxport.model.tooling import Assumption
 
 SCHEMA_VERSION = 2
@@ -685,12 +686,21 @@ class Config:
     tolerance: Mapping[str, Json] | None = None
     emulate: tuple[str, ...] | None = None
     migrate_to: tuple[str, ...] | None = None
+    home: str | None = None
+    """``[tool.jaxport] home`` as the run used it; ``None`` in a report written before
+    reports stated it (then moving was measured off cuda: :attr:`home_platform`)."""
     written_null: frozenset[str] = frozenset()
     """The optional keys the report holds as ``null`` (``jaxport merge`` writes ``target``
     and ``devices`` so where no leg set them), kept so it reads back as written."""
 
     OPTIONAL = ("source", "compile", "target", "devices", "budget", "tolerance", "emulate",
-                "migrate_to")  # fmt: skip
+                "migrate_to", "home")  # fmt: skip
+
+    @property
+    def home_platform(self) -> str:
+        """The platform moving was measured from: :attr:`home`, cuda where the report does
+        not say."""
+        return self.home if self.home is not None else DEFAULT_HOME
 
     @classmethod
     def read(cls, r: _Reader) -> Config:
@@ -712,6 +722,7 @@ class Config:
             tolerance=dict(cast("Mapping[str, Json]", tolerance.data)) if tolerance else None,
             emulate=r.texts("emulate") if r.present("emulate") else None,
             migrate_to=r.texts("migrate_to") if r.present("migrate_to") else None,
+            home=r.opt_text("home"),
             written_null=frozenset(k for k in cls.OPTIONAL if r.has(k) and r.data[k] is None),
         )
 
@@ -737,6 +748,7 @@ class Config:
             value = getattr(self, key)
             if value is not None:
                 data[key] = list(value)
+        _put(data, "home", self.home)
         for key in self.OPTIONAL:
             if key in self.written_null and data.get(key) is None:
                 data[key] = None

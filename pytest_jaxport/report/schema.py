@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_jaxport.model.budget import moving_items
 from pytest_jaxport.model.cost import (
     CostModel,
     FormatItem,
@@ -37,7 +38,7 @@ from pytest_jaxport.model.hotspots import (
     site_order,
 )
 from pytest_jaxport.model.probe import Probe
-from pytest_jaxport.model.targets import NVIDIA_PLATFORM
+from pytest_jaxport.model.targets import DEFAULT_HOME, NVIDIA_PLATFORM
 from pytest_jaxport.report.document import SCHEMA_VERSION as SCHEMA_VERSION
 from pytest_jaxport.report.document import TOOL_NAME as TOOL_NAME
 from pytest_jaxport.report.document import Report, built, read_report
@@ -124,18 +125,19 @@ def suite_rewrite(
     model: CostModel,
     tooling_assumptions: int = 0,
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
+    home: str = DEFAULT_HOME,
 ) -> dict[str, RewriteEstimate]:
-    """Per target, the distinct kernels to rewrite over the suite and the days to do it,
-    with the formats-and-layout work there."""
+    """Per target, the distinct kernels to rewrite moving off ``home`` over the suite and the
+    days to do it, with the formats-and-layout work there."""
     checks = list(probes)
     estimates = {}
     for target in migrate_to:
         items: list[RewriteItem] = []
         formats: list[FormatItem] = []
         for check in checks:  # read only the two platforms each target compares
-            wanted = {p: e for p, e in check["platforms"].items() if p in (NVIDIA_PLATFORM, target)}
+            wanted = {p: e for p, e in check["platforms"].items() if p in (home, target)}
             probe = Probe.from_dict({**check, "platforms": wanted})
-            items += probe.rewrite_items(target) or ()
+            items += moving_items(probe, target, home=home) or ()
             formats += probe.format_items(target)
         priced: dict[RewriteItem | FormatItem, float] = {}
         if price is not None:
@@ -158,14 +160,17 @@ def suite_numbers(
     model: CostModel,
     tooling: Mapping[str, Any] | None = None,
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
+    home: str = DEFAULT_HOME,
 ) -> dict[str, Any]:
     """The three numbers over ``probes`` (a run's checks, merged legs' checks, or an audit's
-    computations): ``runtime_share``, ``kernels_to_rewrite``, ``rewrite_days`` and the
-    ``rewrite`` estimates behind them, and the ``tooling`` scan where there is one."""
+    computations) moving off ``home``: ``runtime_share``, ``kernels_to_rewrite``,
+    ``rewrite_days`` and the ``rewrite`` estimates behind them, and the ``tooling`` scan
+    where there is one (its assumptions are NVIDIA-bound: priced moving off cuda only)."""
     probes = list(probes)
     assumptions = len(tooling.get("assumptions") or ()) if tooling else 0
-    estimates = suite_rewrite(probes, migrate_to=migrate_to, model=model,
-                              tooling_assumptions=assumptions, price=price)  # fmt: skip
+    estimates = suite_rewrite(probes, migrate_to=migrate_to, model=model, home=home,
+                              tooling_assumptions=assumptions if home == NVIDIA_PLATFORM else 0,
+                              price=price)  # fmt: skip
     numbers: dict[str, Any] = {
         "runtime_share": suite_shares(probes),
         "kernels_to_rewrite": {t: e.kernels_to_rewrite for t, e in estimates.items()},

@@ -26,7 +26,7 @@ from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import HOST, compute_capability, default_dot_format
 from pytest_jaxport.model.gpu import load_target
 from pytest_jaxport.model.probe import emulated_status
-from pytest_jaxport.model.targets import Classification, Level, classify
+from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestError, TestRecord
 from pytest_jaxport.view.text import probe_text
@@ -183,6 +183,11 @@ class Judge:
             f"(reference {self.project.reference}){must}; config from {self.project.source}; "
             f"budgets from {', '.join(sources) if sources else 'nowhere (no limits set)'}"
         ]
+        if self.project.home != DEFAULT_HOME:  # said where it is not what reports assumed
+            lines.append(
+                f"jaxport: home {self.project.home} ([tool.jaxport] home): kernels to rewrite "
+                f"and days priced moving off it, to {', '.join(self.project.migrate_to) or 'none'}"
+            )
         if self.project.compile:
             where = ", ".join(self.project.compile)
             gpu = (
@@ -270,6 +275,7 @@ class Judge:
             for v in evaluate(
                 p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model,
                 emulate_origin=emulate.origin if emulate is not None else "emulate",
+                home=self.project.home,
             )
         ]  # fmt: skip
         record.violations = [v.to_dict() for v in violations]

@@ -184,6 +184,7 @@ class ReportWriter:
                 "tolerance": ci.tolerance_table(self.project),
                 **ci.emulate_entry(self.project),
                 "migrate_to": list(self.project.migrate_to),
+                "home": self.project.home,
             },
             environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
             numbers=self.numbers,
@@ -267,6 +268,7 @@ class ReportWriter:
             model=self.cost_model,
             tooling=self.tooling_scan(),
             price=self.price,
+            home=self.project.home,
         )
         numbers["cost_model"] = dataclasses.asdict(self.cost_model)
         if "tooling" in numbers:  # after the cost model, as reports always had it

@@ -544,7 +544,7 @@ def _numbers(view: ReportView, anchor: str = "numbers") -> str:
             + share_table(view.shares, f"Runtime share per platform, suite total ({basis})")
         )
     if view.targets:
-        parts.append(_rewrite(view.targets))
+        parts.append(_rewrite(view.targets, home=view.headline.home))
     if not parts:
         return ""
     whose = " (suite audit)" if view.unit == "computation" else ""
@@ -554,7 +554,7 @@ def _numbers(view: ReportView, anchor: str = "numbers") -> str:
     )
 
 
-def _rewrite(targets: Sequence[TargetRow]) -> str:
+def _rewrite(targets: Sequence[TargetRow], *, home: str) -> str:
     tiles = "".join(
         f'<div class="target"><h4>to {_e(t.target)}</h4><div class="pair">'
         f'<div class="tile{" warn" if t.kernels else ""}"><span class="value">'
@@ -567,7 +567,7 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
         for t in targets
     )
     out = [
-        "<h3>Kernels to rewrite and engineering days</h3>",
+        f"<h3>Kernels to rewrite and engineering days moving off {_e(home)}</h3>",
         f'<div class="targets">{tiles}</div>',
     ]
     priced = [t for t in targets if t.breakdown]
@@ -627,8 +627,8 @@ def _rewrite(targets: Sequence[TargetRow]) -> str:
                 f'<td class="reason">{_e(item.reason)}</td></tr>'
             )
         out.append(
-            '<table class="items"><caption>What the estimate counts: each NVIDIA-bound kernel '
-            'or dispatch, per target</caption><thead><tr><th scope="col">target</th>'
+            '<table class="items"><caption>What the estimate counts: each kernel or dispatch '
+            f'bound to {_e(home)}, per target</caption><thead><tr><th scope="col">target</th>'
             '<th scope="col">status</th><th scope="col">kernel</th><th scope="col">kind</th>'
             '<th scope="col">source</th><th scope="col">check</th><th scope="col">why</th>'
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -64,7 +64,12 @@ from pytest_jaxport.model.emulation import (
 from pytest_jaxport.model.formats import FINDING_KINDS, Finding
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
-from pytest_jaxport.model.targets import COLLECTIVE_LIBRARIES, NVIDIA_PLATFORM
+from pytest_jaxport.model.targets import (
+    COLLECTIVE_LIBRARIES,
+    DEFAULT_HOME,
+    NVIDIA_PLATFORM,
+    PLATFORM_VENDORS,
+)
 from pytest_jaxport.model.tooling import Assumption
 from pytest_jaxport.report.audit import computation_label
 from pytest_jaxport.report.baseline import BaselineMatch, Change, StaleEntry, file_of
@@ -191,6 +196,9 @@ class Headline:
     also_lowered: str = ""
     """The platforms checks lowered for beyond ``platforms`` and why (``cuda, rocm: from
     must_lower``; a marker's ``platforms`` can add one too); empty where there are none."""
+    home: str = DEFAULT_HOME
+    """The platform moving was measured from (``[tool.jaxport] home``; cuda where the
+    report does not say): kernels to rewrite, days and the sites listed first are its."""
 
     def counts(self) -> str:
         """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
@@ -200,12 +208,15 @@ class Headline:
         )
 
     def setting(self) -> str:
-        """``platforms: cpu, cuda (reference cpu); present here: cpu; level: lowered (...)``."""
+        """``platforms: cpu, tpu (reference cpu); present here: cpu; level: lowered (...);
+        home tpu (moves priced off it)``: the home said where it is not cuda (the numbers'
+        "moving off cuda" says that one)."""
         also = f"{self.also_lowered}; " if self.also_lowered else ""
+        home = f"; home {self.home} (moves priced off it)" if self.home != DEFAULT_HOME else ""
         return (
             f"platforms: {', '.join(self.platforms) or 'none'} "
             f"(reference {self.reference or '-'}); {also}"
-            f"present here: {', '.join(self.present) or 'none'}; {self.level}"
+            f"present here: {', '.join(self.present) or 'none'}; {self.level}{home}"
         )
 
 
@@ -906,8 +917,9 @@ class ReportView:
         """What was counted, in one line (``-q``): per platform what lowered (and how many
         failed to), the vendor and custom calls, then the kernels to rewrite per target:
         ``lowered: cpu 3, tpu 2 (1 failed); vendor calls: cpu 3, tpu 0; custom calls: cpu 0,
-        tpu 1; kernels to rewrite off cuda: tpu 0`` (of the checks, or of a suite audit's
-        distinct computations: :attr:`unit`); ``""`` where nothing was counted."""
+        tpu 1; kernels to rewrite off cuda: tpu 0`` (off the home platform; of the checks, or
+        of a suite audit's distinct computations: :attr:`unit`); ``""`` where nothing was
+        counted."""
         totals = self.totals
         column = {header: i for i, header in enumerate(totals.headers)}
         if "lowered" not in column:
@@ -926,7 +938,7 @@ class ReportView:
             counts = [f"{platform} {cell(cells, header)}" for platform, cells, _ in totals.rows]
             parts.append(f"{header}: " + ", ".join(counts))
         if self.targets:
-            parts.append("kernels to rewrite off cuda: " + ", ".join(
+            parts.append(f"kernels to rewrite off {self.headline.home}: " + ", ".join(
                 f"{t.target} {'-' if t.kernels is None else number(t.kernels)}"
                 for t in self.targets
             ))  # fmt: skip
@@ -982,12 +994,14 @@ class ReportView:
         )
 
     def hotspot_platform(self) -> str | None:
-        """The platform whose sites the short reports list: cuda (where the lock-in is)
-        when it has any, else the first platform with sites."""
+        """The platform whose sites the short reports list: the home platform (where the
+        lock-in is, cuda unless ``[tool.jaxport] home`` says) when it has any, else the first
+        platform with sites."""
         platforms = [h.platform for h in self.hotspots]
         if not platforms:
             return None
-        return NVIDIA if NVIDIA in platforms else platforms[0]
+        home = self.headline.home
+        return home if home in platforms else platforms[0]
 
 
 HOTSPOT_HEADERS = ("site", "kernel", "checks", "tests", "calls", "time")
@@ -1041,7 +1055,7 @@ def build_view(report: Report) -> ReportView:
         test_row(t, platforms) for t in sorted(report.tests, key=lambda t: natural_key(t.nodeid))
     )
     headline = headline_of(report)
-    audit = audit_parts(report.audit) if report.audit is not None else None
+    audit = audit_parts(report.audit, home=headline.home) if report.audit is not None else None
     baseline = baseline_match_of(report)
     view = ReportView(
         headline=headline,
@@ -1136,6 +1150,7 @@ def headline_of(report: Report) -> Headline:
     facts = [
         ("platforms", ", ".join(config.platforms) or "—"),
         ("reference", config.reference or "—"),
+        ("home", config.home_platform),
     ]
     also = also_lowered_of(report)
     if also:
@@ -1171,6 +1186,7 @@ def headline_of(report: Report) -> Headline:
         facts=tuple(facts),
         also_lowered=also,
         budgeted=budgeted,
+        home=config.home_platform,
     )
 
 
@@ -1812,9 +1828,9 @@ LAYER_ROWS = (
     ("JAX Python code (jit, grad, vmap)", "in principle", "checks that lower on every target"),
     ("XLA-generated kernels", "regenerated per backend, performance not guaranteed",
      "xla share and counts"),
-    ("vendor-library calls", "NVIDIA-bound, counterpart usually exists",
+    ("vendor-library calls", "{home}-bound, counterpart usually exists",
      "vendor share and counts by library"),
-    ("hand-written kernels and custom calls", "NVIDIA-bound, each a rewrite",
+    ("hand-written kernels and custom calls", "{home}-bound, each a rewrite",
      "kernels to rewrite per target"),
     ("numeric formats and memory layout", "lowers everywhere, computes or costs differently",
      "format and layout findings per platform and device"),
@@ -1835,6 +1851,8 @@ def layers_of(
     if view.audit is not None and view.unit == "computation":
         everywhere = view.audit.lowers_everywhere
         counted = view.audit.seen["computations"]
+    home = view.headline.home
+    bound = PLATFORM_VENDORS.get(home, home).removeprefix("the ")  # NVIDIA for cuda
 
     def shares(layer: str) -> str:
         return ", ".join(f"{s.platform} {pct(s.layers[layer])} ({s.basis})" for s in view.shares)
@@ -1849,8 +1867,8 @@ def layers_of(
         f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
     )
     if not rewrite:
-        nvidia = platforms[NVIDIA].lowered if NVIDIA in platforms else 0
-        rewrite = "not computed in this report" if nvidia else f"no {NVIDIA} census"
+        lowered = platforms[home].lowered if home in platforms else 0
+        rewrite = "not computed in this report" if lowered else f"no {home} census"
     values = [
         f"{number(everywhere)} of {plural(counted, view.unit)} "
         f"lower{'s' if everywhere == 1 else ''} on every configured platform"
@@ -1863,7 +1881,7 @@ def layers_of(
          if tooling is not None else "not scanned"),
     ]  # fmt: skip
     return tuple(
-        LayerRow(layer=layer, portable=portable, counted=counted, value=value)
+        LayerRow(layer=layer, portable=portable.format(home=bound), counted=counted, value=value)
         for (layer, portable, counted), value in zip(LAYER_ROWS, values, strict=True)
     )
 
@@ -2191,11 +2209,12 @@ def _label(computation: Computation) -> str:
     return computation_label({"function": computation.function, "id": computation.id})
 
 
-def audit_parts(audit: AuditSection) -> AuditParts:
-    """The audit's part of the view of a report with an ``audit`` section."""
+def audit_parts(audit: AuditSection, *, home: str = DEFAULT_HOME) -> AuditParts:
+    """The audit's part of the view of a report with an ``audit`` section (moving off
+    ``home``)."""
     numbers = audit.numbers or Numbers()
     found = ReportView(
-        headline=Headline(),
+        headline=Headline(home=home),
         hotspots=hotspots_of(audit.sites),
         totals=totals_of(audit.totals),
         shares=shares_of(numbers.runtime_share),

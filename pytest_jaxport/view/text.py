@@ -653,7 +653,8 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             for t in view.targets
         )
         whose = "; suite audit" if audited else ""
-        lines += ["", f"2. kernels to rewrite moving off cuda (distinct sites{whose}): {counts}"]
+        home = view.headline.home
+        lines += ["", f"2. kernels to rewrite moving off {home} (distinct sites{whose}): {counts}"]
         items = [(t.target, i) for t in view.targets for i in t.items]
         listed_items = items if options.verbosity > 0 else items[:REWRITE_ITEMS]
         for name, item in listed_items:
@@ -879,8 +880,8 @@ def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> lis
         lines += [
             heading,
             "",
-            "| target | kernels to rewrite (distinct sites) | engineering days | from the project "
-            "| fixed per target |",
+            f"| target | kernels to rewrite moving off {md_cell(view.headline.home)} (distinct "
+            "sites) | engineering days | from the project | fixed per target |",
             "|---|---:|---:|---|---:|",
         ]
         lines += [
