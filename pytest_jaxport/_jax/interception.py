@@ -599,6 +599,7 @@ class Interception:
         self._originals: dict[tuple[ModuleType, str], object] = {}
         self._event_listener: Callable[..., None] | None = None
         self._suite_jits: weakref.WeakSet[_PjitFunction] | None = None
+        self._cleared: set[int] = set()
         self.compiles = CompileCounts()
         self.support: Support | None = None
 
@@ -620,7 +621,9 @@ class Interception:
 
             if hasattr(pjit, "_cpp_pjit") and hasattr(api_util, "fun_sourceinfo"):
                 self._suite_jits = _existing_suite_jits(jax)
-                self._patch(pjit, "_cpp_pjit", _registered(pjit._cpp_pjit, self._suite_jits))
+                self._patch(
+                    pjit, "_cpp_pjit", _registered(pjit._cpp_pjit, self._suite_jits, self._cleared)
+                )
             if hasattr(pjit, "_infer_params"):
                 self._patch(pjit, "_infer_params", _stash_static(pjit._infer_params))
                 static = True
@@ -652,6 +655,7 @@ class Interception:
             setattr(module, name, original)
         self._originals.clear()
         self._suite_jits = None
+        self._cleared.clear()
         if self._event_listener is not None:
             _unlisten(self._event_listener)
             self._event_listener = None
@@ -670,6 +674,7 @@ class Interception:
         # not reach it again, so each of the suite's is cleared itself every time.
         for jitted in list(self._suite_jits or ()):
             jitted._clear_cache()
+        self._cleared.clear()
         if jax_own or self._suite_jits is None:
             from jax._src import pjit
 
@@ -773,11 +778,18 @@ def _existing_suite_jits(jax: ModuleType) -> weakref.WeakSet[_PjitFunction]:
 
 
 def _registered(
-    original: Callable[..., object], found: weakref.WeakSet[_PjitFunction]
+    original: Callable[..., object], found: weakref.WeakSet[_PjitFunction], cleared: set[int]
 ) -> Callable[..., object]:
     """``pjit._cpp_pjit`` (called once for each jit function JAX creates) that keeps the
     suite's jit functions (not JAX's own: :func:`_is_jax_function`) for
-    :meth:`Interception.clear_dispatch_caches`; weakly, a jit made in a test goes with it."""
+    :meth:`Interception.clear_dispatch_caches`; weakly, a jit made in a test goes with it.
+
+    Every jit of one function shares one C++ dispatch cache entry: a test that makes a new
+    ``jax.jit(f)`` of an ``f`` an earlier test jitted (that jit gone, so not cleared at this
+    test's start) would find the earlier test's executable there and never pass the hook. So
+    the new jit's cache is emptied when it is made, once per function in a test (``cleared``:
+    the ids of those emptied since the test began; a jit made again in a loop keeps its fast
+    path after the first)."""
 
     @functools.wraps(original)
     def cpp_pjit(fun: object, jit_info: object) -> object:
@@ -785,6 +797,10 @@ def _registered(
         if not _is_jax_function(fun):
             with contextlib.suppress(TypeError):  # not weakly referable: never cleared
                 found.add(cast("_PjitFunction", jitted))
+            if id(fun) not in cleared:
+                cleared.add(id(fun))
+                with contextlib.suppress(Exception):  # never in the suite's way
+                    cast("_PjitFunction", jitted)._clear_cache()
         return jitted
 
     return cpp_pjit
