@@ -24,7 +24,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,8 @@ from pytest_jaxport.model.numerics import (
 
 _Float64 = npt.NDArray[np.float64]
 _Bool = npt.NDArray[np.bool_]
+Array = npt.NDArray[np.generic]
+"""An output leaf's array: any shape, any dtype (ml_dtypes' included)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +52,7 @@ class Leaf:
     """One output array and its pytree key path as text (``"['x']"``, ``"[0].weight"``)."""
 
     path: str
-    array: np.ndarray[Any, Any]
+    array: Array
     key_impl: str | None = None
     """For a typed PRNG key (``jax.random.key``), its implementation (``threefry2x32``);
     ``array`` then holds the key's data (``jax.random.key_data``), compared exactly."""
@@ -154,7 +156,7 @@ def _structure_mismatch(
 _FloatKind = Literal["float", "complex", "integer", "other"]
 
 
-def _kind(dtype: np.dtype[Any]) -> _FloatKind:
+def _kind(dtype: np.dtype[np.generic]) -> _FloatKind:
     if dtype.kind == "c":
         return "complex"
     if dtype.kind == "f":
@@ -183,8 +185,8 @@ class _Errors:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _LeafComparison:
     path: str
-    ref: np.ndarray[Any, Any]
-    cand: np.ndarray[Any, Any]
+    ref: Array
+    cand: Array
     ref_platform: str
     platform: str
     ref_dtype: str
@@ -334,7 +336,7 @@ class _LeafComparison:
         return _Errors(abs_err=abs_err, magnitude=magnitude, finite=finite, placement=placement)
 
 
-def _integer_errors(ref: np.ndarray[Any, Any], cand: np.ndarray[Any, Any]) -> _Errors:
+def _integer_errors(ref: Array, cand: Array) -> _Errors:
     # Exact |a - b| for every integer width up to 64 bits: subtract in uint64, where
     # wraparound makes larger-minus-smaller exact even when the signed difference overflows.
     wide = np.uint64 if ref.dtype.kind == "u" else np.int64

@@ -18,7 +18,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Literal
+
+from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_list, as_table
 
 Reason = Literal["structure", "shape", "dtype", "nonfinite", "tolerance"]
 """Why a leaf (or the whole pytree, for ``"structure"``) failed to match."""
@@ -60,17 +62,17 @@ class Tolerance:
     def __str__(self) -> str:
         return f"rtol={self.rtol:g}, atol={self.atol:g}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """``{"rtol": ..., "atol": ...}``, infinities as the string ``"inf"``; ``"origin"``
         where known."""
-        bound: dict[str, Any] = {
+        bound: JsonObject = {
             "rtol": _float_to_json(self.rtol),
             "atol": _float_to_json(self.atol),
         }
         return {**bound, "origin": self.origin} if self.origin else bound
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Tolerance:
+    def from_dict(cls, data: JsonMapping) -> Tolerance:
         """Inverse of :meth:`to_dict`."""
         return cls(
             rtol=_float_from_json(data["rtol"]),
@@ -217,7 +219,7 @@ class LeafMismatch:
     rel_err: float | None = None
     tolerance: Tolerance | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain JSON-able dict; tuples become lists, ``inf``/``nan`` become strings."""
         return {
             "path": self.path,
@@ -230,7 +232,7 @@ class LeafMismatch:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LeafMismatch:
+    def from_dict(cls, data: JsonMapping) -> LeafMismatch:
         """Inverse of :meth:`to_dict`."""
         reason = data["reason"]
         if reason not in REASONS:
@@ -241,12 +243,14 @@ class LeafMismatch:
         tolerance = data.get("tolerance")
         return cls(
             path=str(data["path"]),
-            reason=cast(Reason, reason),
+            reason=reason,
             message=str(data["message"]),
-            index=None if index is None else tuple(int(i) for i in index),
+            index=None if index is None else tuple(_index(i) for i in as_list(index, "index")),
             abs_err=None if abs_err is None else _float_from_json(abs_err),
             rel_err=None if rel_err is None else _float_from_json(rel_err),
-            tolerance=None if tolerance is None else Tolerance.from_dict(tolerance),
+            tolerance=None
+            if tolerance is None
+            else Tolerance.from_dict(as_table(tolerance, "tolerance")),
         )
 
 
@@ -271,7 +275,7 @@ class Comparison:
         """Whether the outputs match in structure, shapes, dtypes and values."""
         return not self.mismatches
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain JSON-able dict (``ok`` included for readers; :meth:`from_dict` ignores it)."""
         return {
             "platform": self.platform,
@@ -284,13 +288,16 @@ class Comparison:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+    def from_dict(cls, data: JsonMapping) -> Comparison:
         """Inverse of :meth:`to_dict`."""
         return cls(
             platform=str(data["platform"]),
             reference=str(data["reference"]),
-            leaves=int(data["leaves"]),
-            mismatches=tuple(LeafMismatch.from_dict(m) for m in data["mismatches"]),
+            leaves=_index(data["leaves"]),
+            mismatches=tuple(
+                LeafMismatch.from_dict(as_table(m, "mismatches[]"))
+                for m in as_list(data["mismatches"], "mismatches")
+            ),
             max_abs_err=_float_from_json(data["max_abs_err"]),
             max_rel_err=_float_from_json(data["max_rel_err"]),
         )
@@ -352,6 +359,14 @@ def _float_to_json(value: float) -> float | str:
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return float(value)
+
+
+def _index(value: object) -> int:
+    """An integer of a record (``int()`` of what is one: a JSON number or a string of
+    digits)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return int(value)
 
 
 def _float_from_json(value: object) -> float:

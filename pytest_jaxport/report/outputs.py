@@ -45,11 +45,11 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from pytest_jaxport.model.compare import Leaf, Outputs
+from pytest_jaxport.model.compare import Array, Leaf, Outputs
+from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_list, as_table, text
 
 FORMAT = 1
 INDEX_KEY = "__jaxport__"
@@ -79,19 +79,19 @@ def outputs_name(nodeid: str, check: str, platform: str) -> str:
     return f"{readable}-{digest}.npz"
 
 
-def _is_ml_dtype(dtype: np.dtype[Any]) -> bool:
+def _is_ml_dtype(dtype: np.dtype[np.generic]) -> bool:
     """A user-defined dtype (ml_dtypes'): ``.npz`` cannot name it (some say kind ``f``)."""
     return dtype.isbuiltin == 2  # numpy's code for "user-defined"
 
 
-def _encode(index: int, leaf: Leaf) -> tuple[dict[str, Any], np.ndarray[Any, Any]]:
+def _encode(index: int, leaf: Leaf) -> tuple[JsonObject, Array]:
     array = np.asarray(leaf.array)
     if array.dtype.hasobject:
         raise OutputsError(
             f"leaf {leaf.path or '<root>'} has dtype {array.dtype}, which needs pickle; "
             "only numeric, bool, string and ml_dtypes arrays can be saved"
         )
-    entry: dict[str, Any] = {
+    entry: JsonObject = {
         "key": _LEAF_KEY.format(index),
         "path": leaf.path,
         "dtype": array.dtype.name,
@@ -115,12 +115,12 @@ def save_outputs(folder: Path, nodeid: str, check: str, platform: str, outputs: 
     """
     folder.mkdir(parents=True, exist_ok=True)
     name = outputs_name(nodeid, check, platform)
-    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    arrays: dict[str, Array] = {}
     leaves = []
     for i, leaf in enumerate(outputs.leaves):
         entry, array = _encode(i, leaf)
         leaves.append(entry)
-        arrays[entry["key"]] = array
+        arrays[_LEAF_KEY.format(i)] = array
     index = {
         "format": FORMAT,
         "nodeid": nodeid,
@@ -159,7 +159,7 @@ def load_outputs(path: Path) -> Outputs:
             if INDEX_KEY not in npz.files:
                 raise OutputsError(f"{path}: not a pytest-jaxport outputs file (no index)")
             index = _read_index(path, npz[INDEX_KEY])
-            leaves = tuple(_decode(path, npz, entry) for entry in index["leaves"])
+            leaves = tuple(_decode(path, npz, entry) for entry in as_list(index["leaves"]))
     except OutputsError:
         raise
     except FileNotFoundError:
@@ -168,10 +168,10 @@ def load_outputs(path: Path) -> Outputs:
         raise OutputsError(f"{path}: cannot be read (truncated?): {e}") from None
     except ValueError as e:  # numpy's refusal of pickled data, bad headers
         raise OutputsError(f"{path}: unusable outputs file: {e}") from None
-    return Outputs(structure=index["structure"], leaves=leaves)
+    return Outputs(structure=text(index, "structure"), leaves=leaves)
 
 
-def _read_index(path: Path, raw: np.ndarray[Any, Any]) -> dict[str, Any]:
+def _read_index(path: Path, raw: Array) -> JsonMapping:
     if raw.dtype != np.uint8 or raw.ndim != 1:
         raise OutputsError(f"{path}: malformed index ({raw.dtype}, shape {raw.shape})")
     try:
@@ -188,12 +188,13 @@ def _read_index(path: Path, raw: np.ndarray[Any, Any]) -> dict[str, Any]:
     return index
 
 
-def _decode(path: Path, npz: Any, entry: Any) -> Leaf:
+def _decode(path: Path, npz: np.lib.npyio.NpzFile, entry: object) -> Leaf:
     try:
-        key, leaf_path, dtype_name = entry["key"], entry["path"], entry["dtype"]
-        shape = tuple(int(n) for n in entry["shape"])
-        encoding = entry["encoding"]
-        key_impl = entry.get("key_impl")
+        found = as_table(entry, "entry")
+        key, leaf_path, dtype_name = text(found, "key"), found["path"], text(found, "dtype")
+        shape = tuple(_dimension(n) for n in as_list(found["shape"], "shape"))
+        encoding = found["encoding"]
+        key_impl = found.get("key_impl")
     except (TypeError, KeyError, ValueError, AttributeError) as e:
         raise OutputsError(f"{path}: malformed index entry {entry!r}: {e}") from None
     if key_impl is not None and not isinstance(key_impl, str):
@@ -215,9 +216,13 @@ def _decode(path: Path, npz: Any, entry: Any) -> Leaf:
     return Leaf(path=str(leaf_path), array=array, key_impl=key_impl)
 
 
-def _rebuild(
-    path: Path, stored: np.ndarray[Any, Any], dtype_name: str, shape: tuple[int, ...]
-) -> np.ndarray[Any, Any]:
+def _dimension(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"dimension {value!r} is not a number")
+    return int(value)
+
+
+def _rebuild(path: Path, stored: Array, dtype_name: str, shape: tuple[int, ...]) -> Array:
     import ml_dtypes  # ships with jaxlib; needed only for its extended dtypes
 
     scalar = getattr(ml_dtypes, dtype_name, None)
@@ -228,5 +233,5 @@ def _rebuild(
     dtype = np.dtype(scalar)
     if stored.dtype != np.uint8 or stored.size != dtype.itemsize * int(np.prod(shape)):
         raise OutputsError(f"{path}: {dtype_name} leaf has {stored.size} bytes for shape {shape}")
-    rebuilt: np.ndarray[Any, Any] = stored.view(dtype).reshape(shape)
+    rebuilt: Array = stored.view(dtype).reshape(shape)
     return rebuilt
