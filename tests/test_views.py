@@ -749,3 +749,36 @@ def test_the_audits_findings_are_one_problem_per_platform_and_reason() -> None:
         ("audit: tpu: does not lower", 3, 2, "3 computations in 2 tests"),
         ("audit: rocm: does not lower", 1, 1, "1 computation in 1 test"),
     ]
+
+
+def test_platform_columns_line_up_with_oneapi_among_them() -> None:
+    """A check's lines and the runtime-share lines pad platform names to the longest shown,
+    so oneapi's columns line up with cuda's (and a report without it keeps its layout)."""
+    from pytest_jaxport.model.census import Census
+    from pytest_jaxport.model.probe import Probe
+    from pytest_jaxport.view.model import Headline, ReportView, ShareRow
+    from pytest_jaxport.view.text import numbers_lines, platform_line, share_line
+
+    def probe(names: tuple[str, ...]) -> Probe:
+        return Probe(name="f", reference="cpu", platforms={
+            p: PlatformProbe(platform=p, present=False, census=Census(platform=p)) for p in names
+        })  # fmt: skip
+
+    with_oneapi = probe(("cpu", "cuda", "oneapi"))
+    lines = [platform_line(with_oneapi, p) for p in with_oneapi.platforms]
+    assert {line.index("vendor") for line in lines} == {len("oneapi") + 1}
+    default = probe(("cpu", "cuda"))
+    assert platform_line(default, "cuda").startswith("cuda  vendor")  # as reports always had
+    rows = tuple(
+        ShareRow(platform=p, basis="estimated", label="estimated",
+                 layers={"xla": 1.0, "vendor": 0.0, "custom": 0.0})
+        for p in ("cuda", "oneapi")
+    )  # fmt: skip
+    shown = [
+        line
+        for line in numbers_lines(ReportView(headline=Headline(), shares=rows), DisplayOptions())
+        if line
+    ]
+    assert [line.split()[0] for line in shown[1:]] == ["cuda", "oneapi"]
+    assert {line.index("xla") for line in shown[1:]} == {len("   oneapi ")}
+    assert share_line(rows[0]).startswith("cuda  xla")  # alone: as reports always had

@@ -62,6 +62,10 @@ if TYPE_CHECKING:  # report.merge imports numpy: a renderer of its result never 
 
 WIDTH = 100
 """Terminal columns every report line fits (a test id longer than that is never cut)."""
+PLATFORM_WIDTH = 5
+"""The narrowest a column of platform names is padded to, as reports always had it (the
+default platforms' names are four letters at most); wider where a longer name (``oneapi``)
+is shown, so that the columns after it line up."""
 MARKDOWN_BUDGET = 60_000
 """Characters a Markdown report stays within: under GitHub's 65,536 for a comment."""
 MARKDOWN_PROBLEMS = 150
@@ -115,17 +119,28 @@ def collectives_line(result: PlatformProbe) -> str | None:
     return text
 
 
+def platform_width(platforms: Iterable[str]) -> int:
+    """The width platform names are padded to in a column of lines, one per platform: the
+    longest shown (``oneapi``), at least :data:`PLATFORM_WIDTH`.
+
+    >>> platform_width(["cpu", "cuda"]), platform_width(["cpu", "oneapi"])
+    (5, 6)
+    """
+    return max((PLATFORM_WIDTH, *(len(p) for p in platforms)))
+
+
 def platform_line(probe: Probe, platform: str) -> str:
     """``cpu   vendor 0  custom 0  [lowered]  numerics: reference``; a platform not present
-    here says nothing about numerics."""
+    here says nothing about numerics. Names are padded to the longest of the check's."""
     result = probe.platforms[platform]
+    name = platform.ljust(platform_width(probe.platforms))
     if result.census is None:
         if result.needs_hardware:  # the error says "not lowerable here on jax X: needs a GPU"
-            return f"{platform:<5} {result.error}"
-        return f"{platform:<5} failed to lower: {result.error}"
+            return f"{name} {result.error}"
+        return f"{name} failed to lower: {result.error}"
     census = result.budgeted or result.census
     libraries = census.libraries()
-    text = f"{platform:<5} vendor {census.vendor:>3}  custom {census.custom:>3}"
+    text = f"{name} vendor {census.vendor:>3}  custom {census.custom:>3}"
     if libraries:
         text += f"  ({_libraries(libraries)})"
     text += f"  [{level_tag(result)}]"
@@ -583,11 +598,13 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     return [*lines, ""]
 
 
-def share_line(row: ShareRow) -> str:
-    """``cuda  xla  74%  vendor  25%  custom   1%  [ESTIMATED ±37]  cublas 6%, ...``."""
+def share_line(row: ShareRow, width: int = 0) -> str:
+    """``cuda  xla  74%  vendor  25%  custom   1%  [ESTIMATED ±37]  cublas 6%, ...``, the
+    platform padded to ``width`` (:func:`platform_width` of the rows shown)."""
     layers = "  ".join(f"{layer} {pct(row.layers[layer]):>4}" for layer in SHARE_LAYERS)
     label = (row.short or row.label).replace("estimated", "ESTIMATED", 1)  # it must stand out
-    text = f"{row.platform:<5} {layers}  [{label}]"
+    name = row.platform.ljust(max(width, platform_width([row.platform])))
+    text = f"{name} {layers}  [{label}]"
     libraries = [f"{lib} {pct(f)}" for lib, f in row.libraries]
     if libraries:
         text += "  " + listed(libraries, max(WIDTH - 3 - len(text) - 2, 20))
@@ -638,7 +655,7 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         basis = "suite audit, each distinct computation once" if audited else "suite, time-weighted"
         lines += ["", f"1. runtime share ({basis}):"]
         for row in view.shares:
-            lines.append(f"   {share_line(row)}")
+            lines.append(f"   {share_line(row, platform_width(s.platform for s in view.shares))}")
             if row.ranking:  # under its row: the numbers above it are not amounts
                 lines += wrap(row.ranking, indent=" " * 9, hang="  ")
         labels = dict.fromkeys(
