@@ -1,6 +1,6 @@
 """The fidelity corpus: fixed programs whose predicted counts and runtime share are measured.
 
-Sixteen programs, each at two sizes: ``small`` (launch-bound: a handful of microseconds per
+Seventeen programs, each at two sizes: ``small`` (launch-bound: a handful of microseconds per
 kernel, so fixed per-kernel costs dominate) and ``large`` (compute- or bandwidth-bound). Each
 builder returns ``(fn, args)`` with arguments built from NumPy (building them compiles
 nothing). ``gradient`` says whether the program's gradient is measured too (as
@@ -10,7 +10,8 @@ floating outputs with respect to every floating argument).
 The programs cover what the issue lists: an MLP, a conv net in NHWC and NCHW, attention, layer
 norm, embedding + softmax cross-entropy, a GRU as ``lax.scan``, an FFT filter, solve,
 Cholesky, eigh and SVD, sort and top-k, a Pallas kernel (Triton on cuda, Mosaic on tpu, plain
-``jax.numpy`` elsewhere) and a data-parallel training step over a two-device mesh (on cpu
+``jax.numpy`` elsewhere), a rotation about a constant centre (a dot XLA folds beside one it
+keeps) and a data-parallel training step over a two-device mesh (on cpu
 that needs ``--xla_force_host_platform_device_count=2`` in ``XLA_FLAGS`` before JAX starts;
 :func:`ensure_host_devices` sets it).
 """
@@ -309,6 +310,24 @@ def _pallas(size: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return pallas_bias_gelu, (_normal(1, rows, d), _normal(2, d))
 
 
+def rotate(points: Any, angle: float, basis: Any, skew: Any, center: Any) -> Any:
+    """Points rotated by a bound angle about a constant centre: ``center @ matrix`` is a
+    dot on constants only (XLA folds it while compiling: no library runs it), ``points @
+    matrix`` one on the argument (issue 43)."""
+    import jax.numpy as jnp
+
+    matrix = basis * jnp.cos(angle) + skew * jnp.sin(angle)
+    return points @ matrix + (center - center @ matrix)
+
+
+def _rotation(size: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    rows, d = (64, 128) if size == "small" else (4096, 512)
+    bound = functools.partial(
+        rotate, angle=0.3, basis=_normal(5, d, d), skew=_normal(6, d, d), center=_normal(7, d)
+    )
+    return bound, (_normal(1, rows, d),)
+
+
 def dp_step(w: Any, x: Any, y: Any) -> Any:
     """One SGD step of a two-layer model; the batch is sharded over the mesh, so XLA's
     partitioner inserts the gradient all-reduce."""
@@ -371,6 +390,8 @@ CORPUS: tuple[Program, ...] = (
     Program(name="top_k", build=_top_k, what="lax.top_k + softmax"),
     Program(name="pallas", build=_pallas, gradient=False,
             what="Pallas bias+GELU (cuda Triton, tpu Mosaic, jnp elsewhere)"),
+    Program(name="rotation", build=_rotation,
+            what="rotation about a constant centre (one dot folded, one kept)"),
     Program(name="dp_step", build=_dp_step, gradient=False,
             what="data-parallel SGD step, batch sharded over 2 devices"),
 )  # fmt: skip

@@ -49,12 +49,13 @@ calls carry the relayouts around them)."""
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
-LOWERED_FORMAT = 6
+LOWERED_FORMAT = 7
 """Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
 module (which ops keep their location, how costs are estimated, which cases resolve, the
 collectives the partitioner inserts, how host callbacks lower), changes (4: failures to
 lower kept; 5: sites carry their types and the attributes format findings read; 6: what JAX
-warned while lowering for a platform not present)."""
+warned while lowering for a platform not present; 7: ops XLA folds into constants are not
+read)."""
 
 
 def cache_key(

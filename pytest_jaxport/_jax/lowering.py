@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 import warnings
 import weakref
@@ -778,6 +779,7 @@ class _Reader:
         self.locations: dict[ir.Attribute, str] = {}
         self.stacks: dict[ir.Attribute, tuple[StackFrame, ...] | None] = {}  # see location_text
         self.free: dict[tuple[str, frozenset[int]], bool] = {}  # see index_free_call
+        self.folded: set[ir.Value[ir.Type]] = set()  # see folds
 
     def read(self, name: str, index_arguments: Sequence[int]) -> None:
         """Read function ``name`` (once), knowing which arguments hold the platform index.
@@ -850,7 +852,10 @@ class _Reader:
                 if name in UNCOUNTED_OPS:  # no census counts them: not even a site
                     if name == "stablehlo.constant":
                         self.constant(operation, known)
+                        self.folded.update(operation.results)
                     continue
+                if self.folded and self.folds(operation):
+                    continue  # XLA computes it while compiling: no kernel runs it
                 if name in FREE_OPS and name not in _TYPED_FREE_OPS:
                     flops, moved, operand_types, result_types, attributes = _UNTYPED
                 else:
@@ -866,6 +871,27 @@ class _Reader:
                         _forward_known(operation, known)
                     for nested in operation.regions:
                         self.collect(nested, items, known)
+
+    def folds(self, operation: ir.Operation) -> bool:
+        """Whether XLA folds ``operation`` into a constant while compiling (its results are
+        then folded too): every operand derives from constants only, through ops XLA's
+        constant folding evaluates (not a custom call, a call, control flow, a collective,
+        random bits or anything with effects; not a result over XLA's size limit). An
+        ``iota`` is not a constant to XLA (``jnp.eye(n) @ c`` is not folded); a broadcast of a
+        constant is (``jnp.full((n, n), c) @ d`` is; checked on the compiled CPU program).
+        A dot of a rotation matrix built from a bound angle with a constant centre never
+        reaches cuBLAS: counting it would be a gemm and a format finding no kernel has."""
+        name = operation.name
+        if name in _NOT_FOLDED or not name.startswith("stablehlo."):
+            return False
+        operands = operation.operands
+        folded = self.folded
+        if not operands or not all(operand in folded for operand in operands):
+            return False
+        if any(_elements(t) > _FOLDED_ELEMENTS for t in self.type_texts(operation.results)):
+            return False
+        folded.update(operation.results)
+        return True
 
     def index_free_call(self, operation: ir.Operation, handed: Sequence[int]) -> bool:
         """Whether ``operation`` is a call of a function whose results cannot depend on the
@@ -1197,6 +1223,37 @@ findings (precision, dot algorithm, convolution layout) read."""
 _TYPED_FREE_OPS = frozenset({"stablehlo.bitcast_convert"})
 """Ops that cost nothing but whose types a format rule reads (a float64 bitcast does not
 compile for TPU)."""
+
+_NOT_FOLDED = frozenset(
+    {
+        "stablehlo.custom_call", "stablehlo.case", "stablehlo.if", "stablehlo.while",
+        "stablehlo.iota", "stablehlo.rng", "stablehlo.rng_bit_generator",
+        "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.all_to_all",
+        "stablehlo.reduce_scatter", "stablehlo.collective_permute",
+        "stablehlo.collective_broadcast", "stablehlo.infeed", "stablehlo.outfeed",
+        "stablehlo.send", "stablehlo.recv", "stablehlo.after_all", "stablehlo.create_token",
+        "stablehlo.partition_id", "stablehlo.replica_id", "stablehlo.optimization_barrier",
+        "stablehlo.composite",
+    }
+)  # fmt: skip
+"""StableHLO ops XLA's constant folding leaves alone, whatever their operands
+(``HloConstantFolding``: side effects, random bits, custom calls, control flow; an iota has
+no operand, and XLA does not fold what an iota feeds)."""
+
+_FOLDED_ELEMENTS = 45_000_000
+"""XLA folds no result (nor operands) larger than this many elements
+(``HloConstantFolding``'s ``kMaximumConstantSizeElements``)."""
+
+_SHAPE = re.compile(r"tensor<((?:\d+x)*)")
+
+
+def _elements(type_text: str) -> int:
+    """How many elements a ``tensor<2x3xf32>`` holds (1 for a scalar or another type)."""
+    found = _SHAPE.match(type_text)
+    if found is None or not found.group(1):
+        return 1
+    return math.prod(int(d) for d in found.group(1).split("x") if d)
+
 
 _Typed = tuple[float, float, tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
 """``(flops, bytes, operand types, result types, attributes)`` of one op."""
