@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.jsontypes import (
+    JsonMapping,
+    JsonObject,
+    as_table,
+    counts,
+    integer,
+    opt_table,
+    table,
+)
 
 LAYER_COUNTS = ("vendor", "custom", "meta")
 """The layers counted as calls (``xla`` counts generated ops, every one)."""
@@ -67,8 +75,8 @@ class FormatCounts:
             relayout_bytes=self.relayout_bytes + other.relayout_bytes,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_dict(self) -> JsonObject:
+        data: JsonObject = {
             "format_findings": self.format_findings,
             "layout_findings": self.layout_findings,
             "not_compiling": self.not_compiling,
@@ -106,20 +114,20 @@ class PlatformCounts:
     written before the layer existed)."""
 
     @classmethod
-    def of(cls, entry: Mapping[str, Any]) -> PlatformCounts:
+    def of(cls, entry: JsonMapping) -> PlatformCounts:
         """One probe's platform entry (the report's form)."""
-        lowered = entry.get("lowered")
-        if lowered is None:
+        if entry.get("lowered") is None:
             if entry.get("needs_hardware"):
                 return cls(needs_hardware=1)
             return cls(failed_to_lower=1)
-        compiled = entry.get("compiled")
+        lowered = table(entry, "lowered")
+        compiled = table(entry, "compiled") if entry.get("compiled") is not None else None
         asked = compiled is not None or bool(entry.get("compile_error"))
         counted = compiled if compiled is not None else lowered
-        judged = lowered.get("formats")
+        judged = opt_table(lowered, "formats")
         formats = None
         if judged:
-            found = (compiled or {}).get("formats")
+            found = opt_table(compiled or {}, "formats")
             formats = FormatCounts.of(
                 FormatCensus.from_dict(judged), FormatCensus.from_dict(found) if found else None
             )
@@ -127,14 +135,14 @@ class PlatformCounts:
             lowered=1,
             compiled=(1 if compiled is not None else 0) if asked else None,
             failed_to_compile=int(asked and compiled is None),
-            vendor=counted["vendor"],
-            custom=counted["custom"],
-            meta=counted["meta"],
-            xla=counted.get("xla", 0),
-            libraries=dict(counted["libraries"]),
+            vendor=integer(counted, "vendor"),
+            custom=integer(counted, "custom"),
+            meta=integer(counted, "meta"),
+            xla=integer(counted, "xla", 0),
+            libraries=counts(counted, "libraries"),
             collectives={
-                kind: (found.get("count", 0), found.get("inserted", 0))
-                for kind, found in (counted.get("collectives") or {}).items()
+                str(kind): _collective(as_table(found, str(kind)))
+                for kind, found in table(counted, "collectives", None).items()
             },
             formats=formats,
         )
@@ -164,9 +172,9 @@ class PlatformCounts:
             else self.formats,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The report's ``summary.platforms.<platform>`` (keys present where they apply)."""
-        data: dict[str, Any] = {
+        data: JsonObject = {
             "vendor": self.vendor,
             "custom": self.custom,
             "meta": self.meta,
@@ -191,16 +199,21 @@ class PlatformCounts:
         return data
 
 
+def _collective(found: JsonMapping) -> tuple[int, int]:
+    """A collective kind's ``(count, inserted)``."""
+    return integer(found, "count", 0), integer(found, "inserted", 0)
+
+
 def _add(a: int | None, b: int | None) -> int | None:
     return None if a is None and b is None else (a or 0) + (b or 0)
 
 
-def platform_counts(probes: Iterable[Mapping[str, Any]]) -> dict[str, PlatformCounts]:
+def platform_counts(probes: Iterable[JsonMapping]) -> dict[str, PlatformCounts]:
     """Per platform, the sum over ``probes`` (each a probe's dict: its ``platforms``)."""
     totals: dict[str, PlatformCounts] = {}
     for probe in probes:
-        for platform, entry in probe["platforms"].items():
-            counted = PlatformCounts.of(entry)
+        for platform, entry in table(probe, "platforms").items():
+            counted = PlatformCounts.of(as_table(entry, platform))
             had = totals.get(platform)
             totals[platform] = counted if had is None else had + counted
     return dict(sorted(totals.items()))

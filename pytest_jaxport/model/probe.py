@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
 from pytest_jaxport.model.cost import (
@@ -20,11 +19,27 @@ from pytest_jaxport.model.cost import (
 )
 from pytest_jaxport.model.emulation import Emulation
 from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.jsontypes import (
+    JsonMapping,
+    JsonObject,
+    as_table,
+    counts,
+    flag,
+    integer,
+    opt_table,
+    opt_text,
+    table,
+    tables,
+    text,
+    texts,
+)
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.targets import (
     COLLECTIVE_LIBRARIES,
     COUNTERPART_LIBRARIES,
+    LAYERS,
     NVIDIA_PLATFORM,
+    Layer,
 )
 
 
@@ -94,7 +109,7 @@ class Untraced:
         return {"platform": self.platform, "needs": self.needs, "error": self.error}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Untraced:
+    def from_dict(cls, data: JsonMapping) -> Untraced:
         return cls(
             platform=str(data["platform"]), needs=str(data["needs"]), error=str(data["error"])
         )
@@ -142,7 +157,7 @@ class Probe:
         formats = on_target.formats if on_target is not None else None
         return format_items(check=self.name, target=target, formats=formats)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "reference": self.reference,
@@ -154,21 +169,24 @@ class Probe:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Probe:
-        untraced = data.get("untraced")
+    def from_dict(cls, data: JsonMapping) -> Probe:
+        untraced = opt_table(data, "untraced")
         return cls(
-            name=data["name"],
-            reference=data["reference"],
-            note=data.get("note"),
-            variant_of=data.get("variant_of"),
-            transform=data.get("transform"),
-            platforms={p: platform_from_dict(p, r) for p, r in data["platforms"].items()},
+            name=text(data, "name"),
+            reference=text(data, "reference"),
+            note=opt_text(data, "note"),
+            variant_of=opt_text(data, "variant_of"),
+            transform=opt_text(data, "transform"),
+            platforms={
+                p: platform_from_dict(p, as_table(r, p))
+                for p, r in table(data, "platforms").items()
+            },
             untraced=Untraced.from_dict(untraced) if untraced else None,
         )
 
 
-def census_to_dict(census: Census) -> dict[str, Any]:
-    data: dict[str, Any] = {
+def census_to_dict(census: Census) -> JsonObject:
+    data: JsonObject = {
         "level": census.level,
         "vendor": census.vendor,
         "custom": census.custom,
@@ -183,7 +201,7 @@ def census_to_dict(census: Census) -> dict[str, Any]:
     return data
 
 
-def collectives_to_dict(census: Census) -> dict[str, dict[str, Any]]:
+def collectives_to_dict(census: Census) -> dict[str, JsonObject]:
     """``{"all-reduce": {"count": 7, "inserted": 6, "library": "nccl", "counterparts":
     {"rocm": "rccl", "tpu": "ici", "cpu": "xla-cpu"}}}``: collectives by kind, what runs them
     on this platform and on the others. ``inserted`` (how many the SPMD partitioner added)
@@ -201,21 +219,27 @@ def collectives_to_dict(census: Census) -> dict[str, dict[str, Any]]:
     }
 
 
-def census_from_dict(platform: str, data: Mapping[str, Any]) -> Census:
+def census_from_dict(platform: str, data: JsonMapping) -> Census:
     return Census(
         platform=platform,
-        level=data.get("level", "lowered"),
-        xla_ops=data.get("xla", 0),
-        xla_kinds=dict(data.get("xla_kinds") or {}),
-        kernels=tuple(kernel_from_dict(k) for k in data.get("kernels", ())),
+        level="compiled" if text(data, "level", "lowered") == "compiled" else "lowered",
+        xla_ops=integer(data, "xla", 0),
+        xla_kinds=counts(data, "xla_kinds", None),
+        kernels=tuple(kernel_from_dict(k) for k in tables(data, "kernels", ())),
         collectives=tuple(
-            CollectiveCount(kind=kind, count=found["count"], inserted=found.get("inserted", 0))
-            for kind, found in sorted((data.get("collectives") or {}).items())
+            _collective(kind, as_table(found, kind))
+            for kind, found in sorted(table(data, "collectives", None).items())
         ),
     )
 
 
-def kernel_to_dict(kernel: Kernel) -> dict[str, Any]:
+def _collective(kind: str, found: JsonMapping) -> CollectiveCount:
+    return CollectiveCount(
+        kind=kind, count=integer(found, "count"), inserted=integer(found, "inserted", 0)
+    )
+
+
+def kernel_to_dict(kernel: Kernel) -> JsonObject:
     return {
         "name": kernel.name,
         "layer": kernel.layer,
@@ -226,22 +250,28 @@ def kernel_to_dict(kernel: Kernel) -> dict[str, Any]:
     }
 
 
-def kernel_from_dict(data: Mapping[str, Any]) -> Kernel:
+def kernel_from_dict(data: JsonMapping) -> Kernel:
     location = None
     if data.get("location"):
-        file, _, line = str(data["location"]).rpartition(":")
+        file, _, line = text(data, "location").rpartition(":")
         location = SourceLocation(file=file, line=int(line))
     return Kernel(
-        layer=data["layer"],
-        name=data["name"],
-        kind=data["kind"],
-        library=data.get("library"),
+        layer=_layer(text(data, "layer")),
+        name=text(data, "name"),
+        kind=text(data, "kind"),
+        library=opt_text(data, "library"),
         location=location,
-        count=data.get("count", 1),
+        count=integer(data, "count", 1),
     )
 
 
-def _level_to_dict(census: Census, formats: FormatCensus | None) -> dict[str, Any]:
+def _layer(name: str) -> Layer:
+    if name not in LAYERS:
+        raise ValueError(f"layer: expected one of {', '.join(LAYERS)}, found {name!r}")
+    return name
+
+
+def _level_to_dict(census: Census, formats: FormatCensus | None) -> JsonObject:
     """One level's census with its formats-and-layout findings, where they were judged."""
     data = census_to_dict(census)
     if formats is not None:
@@ -249,20 +279,20 @@ def _level_to_dict(census: Census, formats: FormatCensus | None) -> dict[str, An
     return data
 
 
-def _formats_from_dict(level: Mapping[str, Any] | None) -> FormatCensus | None:
-    found = level.get("formats") if level else None
+def _formats_from_dict(level: JsonMapping | None) -> FormatCensus | None:
+    found = opt_table(level, "formats") if level else None
     return FormatCensus.from_dict(found) if found else None
 
 
-def platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
-    compiled = None
+def platform_to_dict(result: PlatformProbe) -> JsonObject:
+    compiled: JsonObject | None = None
     if result.compiled is not None:
         compiled = {
             **_level_to_dict(result.compiled, result.compiled_formats),
             "deviceless": result.deviceless,
             "target": result.target,
         }
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "present": result.present,
         "lowered": _level_to_dict(result.census, result.formats) if result.census else None,
         "error": result.error,
@@ -287,34 +317,34 @@ def platform_to_dict(result: PlatformProbe) -> dict[str, Any]:
     return data
 
 
-def platform_from_dict(platform: str, data: Mapping[str, Any]) -> PlatformProbe:
-    lowered = data.get("lowered")
-    compiled = data.get("compiled")
-    what_if = data.get("what_if_no_vendor")
-    numerics = data.get("numerics")
-    share = data.get("runtime_share")
-    emulated = data.get("emulated")
-    emulated_numerics = data.get("emulated_numerics")
+def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
+    lowered = opt_table(data, "lowered")
+    compiled = opt_table(data, "compiled")
+    what_if = opt_table(data, "what_if_no_vendor")
+    numerics = opt_table(data, "numerics")
+    share = opt_table(data, "runtime_share")
+    emulated = opt_table(data, "emulated")
+    emulated_numerics = opt_table(data, "emulated_numerics")
     return PlatformProbe(
         platform=platform,
-        present=data.get("present", False),
+        present=flag(data, "present", False),
         census=census_from_dict(platform, lowered) if lowered else None,
-        error=data.get("error"),
-        needs_hardware=data.get("needs_hardware"),
-        executed=data.get("executed", False),
-        execution_error=data.get("execution_error"),
+        error=opt_text(data, "error"),
+        needs_hardware=opt_text(data, "needs_hardware"),
+        executed=flag(data, "executed", False),
+        execution_error=opt_text(data, "execution_error"),
         numerics=Comparison.from_dict(numerics) if numerics else None,
         compiled=census_from_dict(platform, compiled) if compiled else None,
-        compile_error=data.get("compile_error"),
-        deviceless=bool(compiled.get("deviceless", False)) if compiled else False,
-        target=compiled.get("target") if compiled else None,
+        compile_error=opt_text(data, "compile_error"),
+        deviceless=flag(compiled, "deviceless", False) if compiled else False,
+        target=opt_text(compiled, "target") if compiled else None,
         what_if_no_vendor=census_from_dict(platform, what_if) if what_if else None,
         runtime_share=RuntimeShare.from_dict(share) if share else None,
         formats=_formats_from_dict(lowered),
         compiled_formats=_formats_from_dict(compiled),
         emulated=Emulation.from_dict(emulated) if emulated else None,
         emulated_numerics=Comparison.from_dict(emulated_numerics) if emulated_numerics else None,
-        lowering_warnings=tuple(str(w) for w in data.get("lowering_warnings") or ()),
+        lowering_warnings=texts(data, "lowering_warnings", None),
     )
 
 

@@ -69,11 +69,16 @@ def _format_counts(formats: FormatCensus | None) -> dict[str, float]:
     if formats is None:
         return {}
     if formats.level == "compiled":
-        counts = FormatCounts.of(None, formats).to_dict()
+        counts = _numbers(FormatCounts.of(None, formats))
         return {m: counts[m] for m in COMPILED_FORMAT_METRICS}
-    counts = FormatCounts.of(formats, None).to_dict()
+    counts = _numbers(FormatCounts.of(formats, None))
     counts["padding_waste"] = round(counts["padding_waste"], 6)
     return {m: counts[m] for m in counts if m not in COMPILED_FORMAT_METRICS}
+
+
+def _numbers(counts: FormatCounts) -> dict[str, float]:
+    """The numbers of :meth:`FormatCounts.to_dict` (every value of it is one)."""
+    return {k: v for k, v in counts.to_dict().items() if isinstance(v, int | float)}
 
 
 def _level_counts(census: Census, formats: FormatCensus | None) -> dict[str, float]:
