@@ -180,7 +180,10 @@ class Recorder:
         caller = _calling_line(self._examiner.own_packages)
         caller = caller if caller is None else self._examiner.shown_location(caller)
         at_caller = facts.kind == "eager"
-        judged = self._judged(call, keyed, facts.host_callbacks, present, caller, at_caller)
+        defined = _source_location(facts.source)
+        judged = self._judged(
+            call, keyed, facts.host_callbacks, present, caller, at_caller, defined
+        )
         source = facts.source
         if source is not None:
             file, _, line = source.rpartition(":")
@@ -210,15 +213,20 @@ class Recorder:
         present: Sequence[str],
         caller: SourceLocation | None,
         at_caller: bool,
+        defined: SourceLocation | None = None,
     ) -> dict[str, Any]:
         """The computation's census on every platform, and why a platform did not lower: as an
         earlier run judged it where nothing that decides it changed (the program, its
-        signature, the platforms and those present, ``cache.judged_by``, the line sites are
-        placed at), else lowered and counted now and kept for the next run."""
+        signature, the platforms and those present, ``cache.judged_by``, the lines sites are
+        placed at: the caller's and the computation's own, ``defined``), else lowered and
+        counted now and kept for the next run."""
         judging = self._judging()  # None: a classify hook judges, so nothing is kept
         key = None
         if judging is not None:
-            where = (*self.platforms, "present:", *sorted(present), f"at: {caller} {at_caller}")
+            where = (
+                *self.platforms, "present:", *sorted(present),
+                f"at: {caller} {at_caller} {defined}",
+            )  # fmt: skip
             scope = "\n\0".join((judging, call.signature_text(), *where))
             lowered = self._examiner.lowered
             key = lowered.judged_key(keyed, hashlib.sha256(scope.encode()).hexdigest())
@@ -237,6 +245,7 @@ class Recorder:
             present=present,
             caller=caller,
             at_caller=at_caller,
+            source=defined,
             keep_programs=key is None,  # what it judged is kept instead, where it can be
         )
         host_callbacks = _host_callbacks(shown_callbacks, found.results.values())
@@ -278,6 +287,14 @@ def _calling_line(own: tuple[str, ...]) -> SourceLocation | None:
             return SourceLocation(file=file, line=frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def _source_location(source: str | None) -> SourceLocation | None:
+    """A function's definition, ``file:line`` as JAX records it, as a location."""
+    if source is None:
+        return None
+    file, _, line = source.rpartition(":")
+    return SourceLocation(file=file, line=int(line)) if file and line.isdigit() else None
 
 
 def _host_callbacks(shown: Sequence[str], results: Iterable[PlatformProbe]) -> tuple[str, ...]:

@@ -168,12 +168,14 @@ class Examiner:
         present: Collection[str],
         caller: SourceLocation | None = None,
         at_caller: bool = False,
+        source: SourceLocation | None = None,
         keep_programs: bool = True,
     ) -> Examined:
         """An audited computation's census on each of ``platforms`` (a recorded call: its
         ``.jaxpr`` and ``.lower(lowering_platforms=...)``): nothing runs, every platform may
         come from the lowered cache, the runtime share is the estimate. ``at_caller``: every
-        site at ``caller`` (an eager op: see :meth:`Placement.relative`).
+        site at ``caller`` (an eager op: see :meth:`Placement.relative`); ``source``: the
+        computation's own line, where a site without a line is placed.
 
         ``keep_programs``: whether the programs lowered now go to the lowered cache at once;
         the audit keeps what it judged of them instead, one entry in place of one a platform
@@ -182,7 +184,7 @@ class Examiner:
         __tracebackhide__ = True  # a classify hook's error shows the user's conftest
         return self._examine(
             computation, keyed, platforms, present=present, caller=caller,
-            at_caller=at_caller, run=None, fn=None, keep_programs=keep_programs,
+            at_caller=at_caller, run=None, fn=None, keep_programs=keep_programs, source=source,
         )  # fmt: skip
 
     def _examine(
@@ -199,6 +201,7 @@ class Examiner:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         keep_programs: bool,
+        source: SourceLocation | None = None,
     ) -> Examined:
         """The shared path: lower, run (a check), partitioner's collectives, census, compiled
         level (a check), runtime share."""
@@ -232,6 +235,7 @@ class Examiner:
             inserted=inserted,
             at_caller=at_caller,
             unkept=None if keep_programs else unkept,
+            source=source,
         )
         for platform, counted in censuses.items():
             if counted.census is not None:
@@ -273,6 +277,7 @@ class Examiner:
         inserted: Sequence[OpSite] | None = None,
         at_caller: bool = False,
         unkept: dict[str, Program] | None = None,
+        source: SourceLocation | None = None,
     ) -> dict[str, PlatformProbe]:
         """Per platform of ``found``, its census (with the collectives the SPMD partitioner
         ``inserted`` into a partitioned program), or why it did not lower; the programs
@@ -284,8 +289,9 @@ class Examiner:
         for platform, program in found.programs.items():
             with self.stage(stage.census(platform)):
                 results[platform] = self._census_of(
-                    found, platform, program, present, caller, inserted, at_caller, unkept
-                )
+                    found, platform, program, present, caller, inserted, at_caller, unkept,
+                    source,
+                )  # fmt: skip
         return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
 
     def _census_of(
@@ -298,6 +304,7 @@ class Examiner:
         inserted: Sequence[OpSite] | None,
         at_caller: bool,
         unkept: dict[str, Program] | None,
+        source: SourceLocation | None = None,
     ) -> PlatformProbe:
         __tracebackhide__ = True
         if found.partitioned:
@@ -317,11 +324,15 @@ class Examiner:
             ),
             caller,
             at_caller=at_caller,
+            source=source,
+        )
+        formats = self.placement.formats(
+            program, platform, caller=caller, at_caller=at_caller, source=source
         )
         return PlatformProbe(
             platform=platform,
             present=platform in present,
             census=census,
-            formats=self.placement.formats(program, platform, caller=caller, at_caller=at_caller),
+            formats=formats,
             lowering_warnings=program.warnings,
         )

@@ -33,7 +33,12 @@ class Placement:
         own_packages``): a kernel is placed at its innermost frame outside other libraries."""
 
     def relative(
-        self, census: Census, caller: SourceLocation | None = None, *, at_caller: bool = False
+        self,
+        census: Census,
+        caller: SourceLocation | None = None,
+        *,
+        at_caller: bool = False,
+        source: SourceLocation | None = None,
     ) -> Census:
         """``census`` with its kernels' files as reports show them (:func:`shown_file`).
         Where no kernel has a location at all (jax 0.9 lowers a jitted library function
@@ -45,23 +50,34 @@ class Placement:
         eagerly later), which would depend on what the process ran before. Only a kernel
         inside an installed package (one of ``own_packages``) keeps its line. Without it, a
         kernel whose location holds no frame of the user's code (only a library's lines) is
-        the ``caller``'s too."""
+        the ``caller``'s too. ``source``: the computation's own line (its function's
+        definition), where a kernel without a line of its own is placed when others have one
+        (as the user's line if it is: a library's function's is the ``caller``'s)."""
         if caller is not None and not at_caller and not any(k.location for k in census.kernels):
             at_caller = True
         counts: dict[Kernel, int] = {}  # kernels placed at one line add up
         for k in census.kernels:
-            key = replace(k, location=self._placed(k.location, caller, at_caller), count=0)
+            at = self._placed(k.location, caller, at_caller, source)
+            key = replace(k, location=at, count=0)
             counts[key] = counts.get(key, 0) + k.count
         return replace(census, kernels=tuple(replace(k, count=n) for k, n in counts.items()))
 
     def _placed(
-        self, location: SourceLocation | None, caller: SourceLocation | None, at_caller: bool
+        self,
+        location: SourceLocation | None,
+        caller: SourceLocation | None,
+        at_caller: bool,
+        source: SourceLocation | None = None,
     ) -> SourceLocation | None:
         """``location`` as reports show it, or the ``caller``'s (see :meth:`relative`): where
         it is a library's line rather than the user's or an own package's, and with
-        ``at_caller`` wherever it is not inside an own package."""
+        ``at_caller`` wherever it is not inside an own package. No location at all (an op
+        whose line the reader did not keep, at the top of the program) is the computation's
+        own ``source`` line, placed by the same rules."""
         if location is None:
-            return caller if at_caller else None
+            if at_caller or source is None:
+                return caller if at_caller else None
+            return self._placed(source, caller, at_caller)
         if caller is not None and (
             is_library_file(location.file, self.own_packages)
             or (at_caller and not is_library_file(location.file))
@@ -82,17 +98,20 @@ class Placement:
         level: Literal["lowered", "compiled"] = "lowered",
         caller: SourceLocation | None = None,
         at_caller: bool = False,
+        source: SourceLocation | None = None,
     ) -> FormatCensus:
         """The formats-and-layout findings of ``program`` on ``platform``'s device, judged on
         every read like classification (the caches keep programs, never findings), their
         files as reports show them; where no finding has a line, or with ``at_caller`` (see
-        :meth:`relative`), the ``caller``'s."""
+        :meth:`relative`), the ``caller``'s; a finding without a line where others have one,
+        the computation's own ``source`` line (TPU tile padding of a gather inside
+        ``map_coordinates``: its op keeps no line of its own)."""
         found = take_format_census(
             program, platform, device=self.device(platform), level=level, own=self.own_packages
         )
         if caller is not None and not at_caller and not any(f.location for f in found.findings):
             at_caller = True
-        relocated = found.relocated(lambda at: self._placed(at, caller, at_caller))
+        relocated = found.relocated(lambda at: self._placed(at, caller, at_caller, source))
         lines = [(f.kind, f.rule, f.level, f.location) for f in relocated.findings]
         if len(set(lines)) < len(lines):  # findings placed at one line add up
             relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0)
