@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_jaxport.model.config import (
+    MIGRATE_TARGETS,
     ConfigError,
     Overrides,
     Setting,
@@ -321,8 +322,8 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
     ("table", "message"),
     [
         ({"migrate_to": ["rocm", "nvidia"]},
-         "[tool.jaxport] migrate_to: expected non-NVIDIA targets (rocm, tpu, oneapi, cpu): the "
-         "cost model prices moving off cuda, the home platform ([tool.jaxport] home), found "
+         f"[tool.jaxport] migrate_to: expected non-NVIDIA targets ({', '.join(MIGRATE_TARGETS)}): "
+         "the cost model prices moving off cuda, the home platform ([tool.jaxport] home), found "
          "'nvidia'"),
         ({"devices": {"nvidia": "h100"}},
          "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import typed
 
-from pytest_jaxport.model.config import ConfigError, parse_project
+from pytest_jaxport.model.config import ConfigError, migrate_targets, parse_project
 from pytest_jaxport.model.numerics import Tolerance
 from pytest_jaxport.report.document import Config
 from pytest_jaxport.report.merge import MergeError, load_legs, merge
@@ -121,10 +121,12 @@ def test_migrate_to_cuda_is_accepted_off_tpu_and_refused_off_cuda(
     with pytest.raises(ConfigError) as info:
         parse_project({"migrate_to": ["cuda"]}, "pyproject.toml")
     assert str(info.value) == (
-        "pyproject.toml: [tool.jaxport] migrate_to: expected non-NVIDIA targets (rocm, tpu, "
-        "oneapi, cpu): the cost model prices moving off cuda, the home platform "
-        "([tool.jaxport] home), found 'cuda'"
+        "pyproject.toml: [tool.jaxport] migrate_to: expected non-NVIDIA targets "
+        f"({', '.join(migrate_targets('cuda'))}): the cost model prices moving off cuda, the "
+        "home platform ([tool.jaxport] home), found 'cuda'"
     )
+    assert migrate_targets("cuda")[:3] == ("rocm", "tpu", "oneapi")
+    assert migrate_targets("tpu")[:3] == ("cuda", "rocm", "oneapi")
     with pytest.raises(ConfigError) as info:
         parse_project({"home": "tpu", "migrate_to": ["google"]}, "pyproject.toml")
     assert "moving off tpu, the home platform ([tool.jaxport] home), found 'google'" in str(
@@ -136,8 +138,8 @@ def test_migrate_to_cuda_is_accepted_off_tpu_and_refused_off_cuda(
     result = pytester.runpytest()
     assert result.ret != 0
     result.stderr.fnmatch_lines(
-        ["*[[]tool.jaxport[]] migrate_to: expected non-Google targets (cuda, rocm, oneapi, cpu)"
-         "*moving off tpu*found 'tpu'*"]
+        [f"*[[]tool.jaxport[]] migrate_to: expected non-Google targets "
+         f"({', '.join(migrate_targets('tpu'))})*moving off tpu*found 'tpu'*"]
     )  # fmt: skip
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
 
