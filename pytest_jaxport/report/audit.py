@@ -29,7 +29,7 @@ from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
-from pytest_jaxport.report.baseline import audit_changes, audit_counts
+from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
 from pytest_jaxport.report.document import AuditSection, built_audit
 from pytest_jaxport.report.schema import suite_numbers, with_sites
 
@@ -465,7 +465,7 @@ def judge(
     budget_for: Callable[[str], Budget],
     migrate_to: Sequence[str],
     model: CostModel,
-    baseline: Mapping[str, Any] | None = None,
+    baseline: AuditCounts | None = None,
 ) -> dict[str, Any]:
     """``section`` with the suite's budget failures as data: ``violations`` (the limits of
     ``[tool.jaxport.audit] fail_on`` it breaks) and ``baseline_growth`` (the counts that grew

@@ -11,13 +11,24 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Literal, TypedDict, cast, get_args
 
 from pytest_jaxport.model.budget import BASELINE_KEY, RATCHETED, RATCHETED_SHARES, Violation
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.counts import FormatCounts
 from pytest_jaxport.model.formats import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.jsontypes import (
+    Json,
+    JsonMapping,
+    JsonObject,
+    integer,
+    number,
+    opt_text,
+    tables,
+    text,
+    texts,
+)
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.targets import LEVELS, Layer, ordered_platforms
 from pytest_jaxport.report.document import AuditSection, Report, TestEntry
@@ -34,9 +45,38 @@ from pytest_jaxport.version import __version__
 Counted = Mapping[str, float]
 """One level's numbers of one platform entry: ``{metric: value}``."""
 
-Counts = dict[str, Any]
-"""The committed-baseline form (:func:`baseline_of`): JSON, checked where read
-(:func:`load_counts`)."""
+Levels = Mapping[str, Counted | None]
+"""One platform entry's counts per level (``lowered: null`` where it did not lower)."""
+
+TestCounts = Mapping[str, Mapping[str, Levels]]
+"""One test's counts in a baseline: per check, per platform, per level."""
+
+
+class AuditCounts(TypedDict):
+    """What a baseline keeps of the suite audit (:func:`audit_counts`): per platform its
+    counts, and the call-weighted count of each site behind them."""
+
+    platforms: dict[str, dict[str, float]]
+    sites: dict[str, dict[str, int]]
+
+
+class BaselineTool(TypedDict):
+    name: str
+
+
+class _BaselineFields(TypedDict):
+    schema_version: int
+    tool: BaselineTool
+    kind: str
+    tests: dict[str, TestCounts]
+
+
+class Counts(_BaselineFields, total=False):
+    """The committed-baseline form (:func:`baseline_of`): a JSON document, its shape checked
+    where it is read (:func:`load_compared`), so it is typed from there on."""
+
+    audit: AuditCounts
+
 
 METRICS: tuple[str, ...] = RATCHETED
 """Every metric a baseline keeps: the budget keys' ratchets
@@ -107,7 +147,7 @@ def metric_label(metric: str) -> str:
     return _LABELS.get(metric, metric.replace("_", " "))
 
 
-def compared(metric: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def compared(metric: str, old: Mapping[str, object], new: Mapping[str, object]) -> bool:
     """Whether ``metric`` can be compared from ``old`` to ``new``: a per-library count a
     side lacks is none there, any other metric a side lacks was not measured there (a
     baseline recorded before the number existed): not growth."""
@@ -129,7 +169,7 @@ def _counts(result: PlatformProbe) -> dict[str, Counted | None]:
     return {level: levels[level] for level in LEVELS if level in levels}
 
 
-def _test_counts(checks: Iterable[Probe]) -> dict[str, dict[str, dict[str, Counted | None]]]:
+def _test_counts(checks: Iterable[Probe]) -> dict[str, dict[str, Levels]]:
     return {
         check.name: {
             platform: _counts(result) for platform, result in sorted(check.platforms.items())
@@ -148,7 +188,7 @@ def baseline_of(report: Report | Counts) -> Counts:
     if not isinstance(report, Report):
         if report.get("kind") != BASELINE_KIND:  # a report's JSON: load it first
             raise TypeError("baseline_of takes a Report or a baseline, not a report's JSON")
-        return dict(report)
+        return report.copy()
     tests = {
         test.nodeid: _test_counts(c.probe for c in test.checks)
         for test in report.tests
@@ -165,7 +205,7 @@ def baseline_of(report: Report | Counts) -> Counts:
     return baseline
 
 
-def baseline_json(baseline: Mapping[str, Any]) -> str:
+def baseline_json(baseline: Counts) -> str:
     """The file text of a baseline: sorted keys, two-space indent, final newline."""
     return json.dumps(baseline, indent=2, sort_keys=True) + "\n"
 
@@ -211,7 +251,7 @@ def load_compared(path: Path) -> Report | Counts:
     return cast(Counts, data)
 
 
-def _malformed_baseline(data: Mapping[str, Any]) -> str | None:
+def _malformed_baseline(data: JsonMapping) -> str | None:
     """What is wrong with a baseline's shape (where, what was expected, what was found), or
     ``None``: ``tests`` maps a test to its checks, a check to its platforms, a platform to its
     levels, a level to its counts (``null`` where it did not lower); ``audit``, where there
@@ -329,7 +369,7 @@ class Change:
             f"{' ' + since if since else ''}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """An audited suite's change as the report keeps it (``audit.baseline_growth``)."""
         return {
             "platform": self.platform,
@@ -340,17 +380,19 @@ class Change:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Change:
-        before, after = _number(data["before"]), _number(data["after"])
+    def from_dict(cls, data: JsonMapping) -> Change:
+        before, after = _number(number(data, "before")), _number(number(data, "after"))
         return cls(
-            platform=str(data["platform"]),
+            platform=text(data, "platform"),
             kind="grew" if after > before else "shrank",
-            metric=str(data["metric"]),
+            metric=text(data, "metric"),
             before=before,
             after=after,
             sites=tuple(
-                SiteCount(site=str(c["site"]), before=int(c["before"]), after=int(c["after"]))
-                for c in data.get("sites") or ()
+                SiteCount(
+                    site=text(c, "site"), before=integer(c, "before"), after=integer(c, "after")
+                )
+                for c in tables(data, "sites", None)
             ),
         )
 
@@ -372,13 +414,13 @@ def value_text(metric: str | None, value: float) -> str:
     return f"{value:.1%}" if metric in FRACTIONS else _num(value)
 
 
-def _number(value: Any) -> float:
+def _number(value: float) -> float:
     """A count (an ``int``) or a share (a ``float``), as stored."""
     found = float(value)
     return int(found) if found.is_integer() else found
 
 
-def _diff_test(nodeid: str, base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Change]:
+def _diff_test(nodeid: str, base: TestCounts, head: TestCounts) -> list[Change]:
     changes: list[Change] = []
     for check in sorted(base.keys() & head.keys()):
         base_platforms, head_platforms = base[check], head[check]
@@ -622,16 +664,16 @@ class StaleEntry:
     """The check, where the test still matched but no longer makes it."""
     why: StaleWhy = "removed"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         return {"nodeid": self.nodeid, "check": self.check, "why": self.why}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StaleEntry:
-        why = str(data.get("why", "removed"))
+    def from_dict(cls, data: JsonMapping) -> StaleEntry:
+        why = text(data, "why", "removed")
         return cls(
-            nodeid=str(data["nodeid"]),
-            check=None if data.get("check") is None else str(data["check"]),
-            why=why if why in get_args(StaleWhy) else "removed",  # type: ignore[arg-type]
+            nodeid=text(data, "nodeid"),
+            check=opt_text(data, "check"),
+            why=cast(StaleWhy, why) if why in get_args(StaleWhy) else "removed",
         )
 
 
@@ -678,7 +720,8 @@ class BaselineMatch:
             self.matched_nothing or self.stale or self.new or self.new_checks
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
+        """The report's ``baseline`` (:attr:`~pytest_jaxport.report.document.Report.baseline`)."""
         return {
             "file": self.file,
             "entries": self.entries,
@@ -691,17 +734,18 @@ class BaselineMatch:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BaselineMatch:
+    def from_dict(cls, data: JsonMapping) -> BaselineMatch:
+        """The report's ``baseline`` (checked where the report was read)."""
         return cls(
-            file=str(data.get("file", "?")),
-            entries=int(data.get("entries", 0)),
-            compared=int(data.get("compared", 0)),
-            new=tuple(str(n) for n in data.get("new") or ()),
+            file=text(data, "file", "?"),
+            entries=integer(data, "entries", 0),
+            compared=integer(data, "compared", 0),
+            new=texts(data, "new", None),
             new_checks=tuple(
-                (str(c["nodeid"]), str(c["check"])) for c in data.get("new_checks") or ()
+                (text(c, "nodeid"), text(c, "check")) for c in tables(data, "new_checks", None)
             ),
-            stale=tuple(StaleEntry.from_dict(e) for e in data.get("stale") or ()),
-            not_run=int(data.get("not_run", 0)),
+            stale=tuple(StaleEntry.from_dict(e) for e in tables(data, "stale", None)),
+            not_run=integer(data, "not_run", 0),
             strict=bool(data.get("strict", False)),
         )
 
@@ -731,7 +775,7 @@ def match_baseline(
     did not run are "not run", never stale; ``exists(file)``: whether a test file is still
     there.
     """
-    entries: Mapping[str, Mapping[str, Any]] = baseline.get("tests", {})
+    entries: Mapping[str, TestCounts] = baseline.get("tests", {})
     checked = {t.nodeid: t for t in tests if t.checks}
     new = tuple(sorted(n for n in checked if n not in entries))
     skipped = set(deselected)
@@ -764,7 +808,7 @@ def match_baseline(
     )  # fmt: skip
 
 
-def audit_counts(section: AuditSection) -> Counts:
+def audit_counts(section: AuditSection) -> AuditCounts:
     """What ``--jaxport-baseline`` keeps of an audit: per platform the vendor, custom and
     per-library counts and the formats-and-layout numbers (:data:`METRICS`), and the sites
     behind them (``layer name at file:line``)."""
@@ -811,7 +855,7 @@ class SiteCount:
         return f"{self.site} x{self.after}{was}"
 
 
-def audit_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Change]:
+def audit_changes(base: AuditCounts, head: AuditCounts) -> list[Change]:
     """Every audit count that differs from ``base`` to ``head`` (:func:`audit_counts` forms)
     on a platform both have, with the sites behind it that grew (or are new) where it grew,
     that shrank (or are gone) where it shrank."""
@@ -840,7 +884,7 @@ def audit_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Chan
 
 
 def site_changes(
-    base: Mapping[str, Any], head: Mapping[str, Any]
+    base: AuditCounts, head: AuditCounts
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``(new sites, removed sites)`` from ``base`` to ``head`` as ``(platform, site)`` pairs,
     on the platforms both have (:func:`audit_counts` forms)."""
