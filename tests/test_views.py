@@ -782,3 +782,54 @@ def test_platform_columns_line_up_with_oneapi_among_them() -> None:
     assert [line.split()[0] for line in shown[1:]] == ["cuda", "oneapi"]
     assert {line.index("xla") for line in shown[1:]} == {len("   oneapi ")}
     assert share_line(rows[0]).startswith("cuda  xla")  # alone: as reports always had
+
+
+def _sites_report(location: str) -> Any:
+    """A report with one cuda site: a relayout finding whose kernel label is long."""
+    from pytest_jaxport.model.hotspots import Hotspot
+    from pytest_jaxport.report.document import Config, Environment, Report, Summary
+
+    site = Hotspot(platform="cuda", location=location, layer="layout", name="convolution-relayout",
+                   kind="relayout", checks=1, tests=1, dispatches=2)  # fmt: skip
+    return Report(
+        tool_version="1.0", environment=Environment(),
+        config=Config(platforms=("cpu", "cuda"), reference="cpu"),
+        summary=Summary(tests=1, checks=1, failed_tests=0, violations=0, outcomes={},
+                        platforms={}, hotspots=(site,)),
+        tests=(),
+    )  # fmt: skip
+
+
+def test_the_kernel_column_is_cut_only_where_the_line_has_no_room_and_never_at_v() -> None:
+    """Issue 43: "convolution-relayout (relay…" at -v. The kernel column takes the room the
+    other columns leave (whole beside a short site), and -v shows it whole."""
+    from pytest_jaxport.view.text import render_text
+
+    label = "convolution-relayout (relayout)"
+    short = build_view(_sites_report("models/conv.py:24"))
+    for verbosity in (0, 1):
+        text = render_text(short, DisplayOptions(verbosity=verbosity))
+        assert f"models/conv.py:24  {label}" in text
+    deep = build_view(_sites_report("src/" + "very_long_package_name/" * 2 + "conv.py:24"))
+    default = render_text(deep, DisplayOptions(verbosity=0))
+    assert label not in default  # a 40-character site leaves it less room: cut with …
+    assert all(len(line) <= 100 for line in default.splitlines())
+    assert label in render_text(deep, DisplayOptions(verbosity=1))
+
+
+def test_layer_lines_at_the_default_verbosity_end_on_whole_clauses() -> None:
+    """Issue 43: the layer lines ended in "…" mid-word; each keeps whole clauses and counts
+    the ones left for -v."""
+    from helpers import typed
+
+    from pytest_jaxport.view.text import render_text
+
+    recorded = json.loads((Path(__file__).parent / "data" / "reports" / "demo.json").read_text())
+    view = build_view(typed(recorded["report"]))
+    text = render_text(view, DisplayOptions(verbosity=0))
+    layers = text.split("layers (-v: in full):\n")[1].split("\n\n")[0].splitlines()
+    assert len(layers) >= len(view.layers)
+    assert not [line for line in layers if line.endswith("…")], layers
+    assert any(line.endswith(" more at -v") for line in layers), layers
+    full = render_text(view, DisplayOptions(verbosity=1))
+    assert "more at -v" not in full

@@ -19,6 +19,7 @@ Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a 
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -78,6 +79,9 @@ LIBRARY_COLUMNS = 36
 TOOLING_LINES = 3
 """NVIDIA-bound tooling assumptions the default terminal report lists."""
 REWRITE_ITEMS = 3
+KERNEL_COLUMN = 28
+"""The least room the sites table's kernel column gets at the default verbosity (a long
+site column leaves it this much, cut with ``…``; ``-v`` shows it whole)."""
 """Kernels to rewrite the terminal lists per target (the files list every one)."""
 AUDIT_NAMES = 3
 """Computations the terminal names per test and kind at ``-v`` (``-vv`` names every one)."""
@@ -222,6 +226,51 @@ def findings_lines(probe: Probe, *, every: bool) -> list[str]:
 # -- layout helpers ----------------------------------------------------------------------------
 
 
+def clauses(text: str, indent: str = "", width: int = WIDTH) -> list[str]:
+    """``text`` in one line, never cut inside a word: its whole clauses (parts between
+    ``"; "``) that fit, those left out counted (``; +2 more at -v``); where the first clause
+    alone is too long, its whole items (parts between ``", "`` outside parentheses), else its
+    whole words, saying the rest is at -v.
+
+    >>> clauses("ops: cpu 2, tpu 0; cpu 100% (measured); tpu 0% (estimated)", width=56)
+    ['ops: cpu 2, tpu 0; cpu 100% (measured); +1 more at -v']
+    >>> clauses("tpu: 3 findings (padding 2, tiles 1), 4 relayouts; none on cpu", width=54)
+    ['tpu: 3 findings (padding 2, tiles 1), +2 more at -v']
+    """
+    parts = _outside_brackets(text, "; ")
+    for keep in range(len(parts), 0, -1):
+        left = len(parts) - keep
+        line = indent + "; ".join(parts[:keep]) + (f"; +{left} more at -v" if left else "")
+        if len(line) <= width:
+            return [line]
+    items = _outside_brackets(parts[0], ", ")
+    for keep in range(len(items) - 1, 0, -1):
+        line = (
+            f"{indent}{', '.join(items[:keep])}, +{len(items) - keep + len(parts) - 1} more at -v"
+        )
+        if len(line) <= width:
+            return [line]
+    rest = " … (-v: in full)"
+    return [indent + textwrap.shorten(text, width=width - len(indent), placeholder=rest)]
+
+
+def _outside_brackets(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` where no parenthesis or bracket is open."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        if text[i] in "([":
+            depth += 1
+        elif text[i] in ")]":
+            depth -= 1
+        elif depth == 0 and text.startswith(separator, i):
+            parts.append(text[start:i])
+            i += len(separator)
+            start = i
+            continue
+        i += 1
+    return [*parts, text[start:]]
+
+
 def cut(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, ending in ``…`` when cut."""
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
@@ -234,8 +283,6 @@ def cut_left(text: str, width: int) -> str:
 
 def wrap(text: str, indent: str = "", hang: str = "    ", width: int = WIDTH) -> list[str]:
     """``text`` wrapped at word boundaries to ``width``, continuation lines indented."""
-    import textwrap
-
     return textwrap.wrap(
         text,
         width=width,
@@ -586,10 +633,15 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     shown = sites if rows is None else sites[:rows]
     if not sites:
         return []
-    cells = [hotspot_cells(h) for h in shown]
-    cells = [(cut_left(c[0], 40), cut(c[1], 28), *c[2:]) for c in cells]
+    headers = hotspot_headers(view.unit)
+    cells = [(cut_left(c[0], 40), *c[1:]) for c in (hotspot_cells(h) for h in shown)]
+    if options.verbosity < 1:  # the kernel column gets the room the others leave it; -v: whole
+        others = sum(max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)
+                     if i != 1)  # fmt: skip
+        room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
+        cells = [(c[0], cut(c[1], room), *c[2:]) for c in cells]
     lines = wrap(hotspot_title(view, platform, len(shown)), hang="  ")
-    lines += table(hotspot_headers(view.unit), cells, HOTSPOT_NUMERIC, indent="  ")
+    lines += table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
     if len(shown) < len(sites):
         lines.append(
             f"  +{plural(len(sites) - len(shown), 'more site')} (--jaxport-report-top=N; the "
@@ -621,7 +673,7 @@ def headline_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             if options.verbosity > 0:
                 lines += wrap(said, indent="  ", hang="    ")
             else:
-                lines.append(cut("  " + said, WIDTH))
+                lines += clauses(said, indent="  ")
     if view.tooling:
         shown = view.tooling if options.verbosity > 0 else view.tooling[:TOOLING_LINES]
         lines += ["", f"NVIDIA-bound tooling and CI assumptions ({number(len(view.tooling))}):"]
