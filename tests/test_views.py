@@ -833,3 +833,17 @@ def test_layer_lines_at_the_default_verbosity_end_on_whole_clauses() -> None:
     assert any(line.endswith(" more at -v") for line in layers), layers
     full = render_text(view, DisplayOptions(verbosity=1))
     assert "more at -v" not in full
+
+
+def test_the_html_suite_share_table_does_not_call_its_total_a_time_per_call() -> None:
+    """Issue 43: the suite table's time column, headed "time per call", held the sum over
+    the checks of one call each; a check's own table is per call."""
+    from helpers import typed
+
+    recorded = json.loads((Path(__file__).parent / "data" / "reports" / "demo.json").read_text())
+    page = render_html(build_view(typed(recorded["report"])), DisplayOptions(verbosity=2))
+    suite = page.split("Runtime share per platform, suite total")[1].split("</table>")[0]
+    assert ">time, one call of each check</th>" in suite
+    assert "time per call" not in suite
+    per_check = page.split("Runtime share of ")[1].split("</table>")[0]
+    assert ">time per call</th>" in per_check

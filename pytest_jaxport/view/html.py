@@ -313,9 +313,12 @@ def _basis_notes(rows: Sequence[ShareRow]) -> str:
     return f'<ul class="basis">{items}</ul>' if items else ""
 
 
-def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) -> str:
+def share_table(
+    rows: Sequence[ShareRow], caption: str, *, bars: bool = True, time: str = "time per call"
+) -> str:
     """One row per platform: label, basis badge, the bar (unless ``bars`` is false: a large
-    report's per-check tables), the fractions, libraries, time; then each basis in full. In
+    report's per-check tables), the fractions, libraries, time (headed ``time``: one check's
+    is per call, a suite total's the sum of one call of each); then each basis in full. In
     a scrolling box, so it never widens the page (1280 to 1920 pixels: tests/test_html_report)."""
     if not rows:
         return ""
@@ -334,7 +337,7 @@ def share_table(rows: Sequence[ShareRow], caption: str, *, bars: bool = True) ->
         '<th scope="col">platform</th><th scope="col">basis</th>'
         + ('<th scope="col">where the time goes</th>' if bars else "")
         + f'{head}<th scope="col">libraries</th>'
-        + f'<th scope="col" class="num">time per call</th></tr></thead><tbody>{body}'
+        + f'<th scope="col" class="num">{_e(time)}</th></tr></thead><tbody>{body}'
         f"</tbody></table></div>{_basis_notes(rows)}"
     )
 
@@ -541,7 +544,11 @@ def _numbers(view: ReportView, anchor: str = "numbers") -> str:
             "where the platform ran. <em>Estimated</em>: a roofline model from op shapes "
             "against the platform's peak numbers, not a measurement.</p>"
             + _layer_legend()
-            + share_table(view.shares, f"Runtime share per platform, suite total ({basis})")
+            + share_table(
+                view.shares,
+                f"Runtime share per platform, suite total ({basis})",
+                time=f"time, one call of each {view.unit}",
+            )
         )
     if view.targets:
         parts.append(_rewrite(view.targets, home=view.headline.home))
