@@ -847,3 +847,30 @@ def test_the_html_suite_share_table_does_not_call_its_total_a_time_per_call() ->
     assert "time per call" not in suite
     per_check = page.split("Runtime share of ")[1].split("</table>")[0]
     assert ">time per call</th>" in per_check
+
+
+def test_the_markdown_lists_each_platforms_top_sites() -> None:
+    """Issue 43: the Markdown's sites table showed cuda's only; each platform with sites
+    gets its own, the home platform's first."""
+    from helpers import typed
+
+    from pytest_jaxport.view.text import MARKDOWN_OTHER_SITES, render_markdown
+
+    recorded = json.loads((Path(__file__).parent / "data" / "reports" / "demo.json").read_text())
+    view = build_view(typed(recorded["report"]))
+    markdown = render_markdown(view, DisplayOptions()).split("### Suite audit")[0]  # the checks'
+    titles = [line for line in markdown.splitlines() if line.startswith("### Where the lock-in")]
+    with_sites = [p for p in view.platforms if any(h.platform == p for h in view.hotspots)]
+    assert len(with_sites) > 1
+    assert [t.split(" lives on ")[1].split(":")[0] for t in titles] == [
+        "cuda",
+        *(p for p in with_sites if p != "cuda"),
+    ]
+    for platform in (p for p in with_sites if p != "cuda"):
+        table = markdown.split(f"### Where the lock-in lives on {platform}:")[1].split("\n\n")[1]
+        rows = table.splitlines()[2:]
+        sites = sum(1 for h in view.hotspots if h.platform == platform)
+        assert len(rows) == min(sites, MARKDOWN_OTHER_SITES)
+    narrowed = render_markdown(view, DisplayOptions(platform="tpu")).split("### Suite audit")[0]
+    [only] = [line for line in narrowed.splitlines() if line.startswith("### Where")]
+    assert only.startswith("### Where the lock-in lives on tpu:")  # the one asked for, in full

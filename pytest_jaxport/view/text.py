@@ -74,6 +74,8 @@ MARKDOWN_PROBLEMS = 150
 PROBLEMS_SHARE = 0.6
 """At most this share of the Markdown budget goes to the problem rows."""
 MARKDOWN_HOTSPOTS = 10
+MARKDOWN_OTHER_SITES = 5
+"""Sites the Markdown lists for each platform but the first (the home platform's)."""
 LIBRARY_COLUMNS = 36
 """Columns the terminal's platform totals keep for each platform's libraries."""
 TOOLING_LINES = 3
@@ -1023,11 +1025,24 @@ def _md_emulations(view: ReportView) -> list[str]:
 
 
 def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
-    platform = options.platform or view.hotspot_platform()
-    if platform is None:
+    """The sites table of the home platform (or ``options.platform``), then each other
+    platform's top sites (:data:`MARKDOWN_OTHER_SITES`), each platform's lock-in its own."""
+    first = options.platform or view.hotspot_platform()
+    if first is None:
         return []
+    lines = _md_sites(view, options, first, MARKDOWN_HOTSPOTS)
+    if options.platform is None:
+        with_sites = dict.fromkeys(h.platform for h in view.hotspots)
+        known = [p for p in view.platforms if p in with_sites]
+        for platform in [*known, *(p for p in with_sites if p not in known)]:
+            if platform != first:
+                lines += ["", *_md_sites(view, options, platform, MARKDOWN_OTHER_SITES)]
+    return lines
+
+
+def _md_sites(view: ReportView, options: DisplayOptions, platform: str, top: int) -> list[str]:
     sites = [h for h in view.hotspots if h.platform == platform]
-    rows = options.hotspot_rows(MARKDOWN_HOTSPOTS) if options.top is not None else MARKDOWN_HOTSPOTS
+    rows = options.hotspot_rows(top) if options.top is not None else top
     shown = sites if rows is None else sites[:rows]
     lines = [
         f"### {sentence(hotspot_title(view, platform, len(shown)))}",
