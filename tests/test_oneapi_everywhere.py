@@ -217,7 +217,9 @@ def test_the_audit_counts_oneapi(pytester: pytest.Pytester) -> None:
     and its terminal section say so."""
     pytester.makepyprojecttoml(PROJECT)
     pytester.makepyfile(test_audited=AUDITED)
-    result = pytester.runpytest("--jaxport-audit", "--jaxport-report=a.json")
+    result = pytester.runpytest(
+        "--jaxport-audit", "--jaxport-report=a.json", "--jaxport-report=a.md"
+    )
     result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
     audit = json.loads((pytester.path / "a.json").read_text())["audit"]
@@ -233,8 +235,12 @@ def test_the_audit_counts_oneapi(pytester: pytest.Pytester) -> None:
     assert totals["libraries"]["jaxlib"] == 1
     assert totals["failed_to_lower"] == 0
     said = " ".join(result.stdout.str().split())  # the terminal's lines, unwrapped
-    assert f"oneapi {totals['vendor']} calls at {totals['vendor_sites']} sites" in said
-    assert re.search(r"kernels to rewrite moving off cuda[^:]*: rocm \d+, tpu \d+, oneapi 0", said)
+    markdown = (pytester.path / "a.md").read_text()
+    assert f"oneapi {totals['vendor']} calls at {totals['vendor_sites']} sites" in markdown
+    assert "| jaxlib 1, onemkl " in markdown  # the per-platform counts' libraries
+    assert re.search(
+        r"kernels to rewrite (?:moving )?off cuda[^:]*: rocm \d+, tpu \d+, oneapi 0", said
+    )
     assert totals["vendor"] == sum(totals["libraries"].values())
     assert audit["platforms"] == ["cpu", "cuda", "oneapi"]
 
