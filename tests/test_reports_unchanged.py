@@ -28,7 +28,12 @@ numbers and a report to claim no budget nobody set (issue 39: the audit's "no su
 renderings were recorded again when its failing test was renamed ``test_cudnn_over_budget``
 (issue 39: so that its finding shows in pytest's short summary at 80 columns): before
 recording, the new run was checked equal to the recorded report with the old name mapped to
-the new one.
+the new one. The reports came to state their home platform (issue 41: ``config.home``, cuda
+for all three): the key was added to each recorded report, nothing else in them changed, and
+their renderings were recorded again with the display changes of issue 43 (the sites table's
+kernel column whole where the line has room, layer lines of whole clauses at the default
+verbosity, the HTML's suite time column named for what it holds, the Markdown's sites of
+every platform) and the home named in the HTML's facts and the three numbers.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is
