@@ -20,7 +20,13 @@ from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import EmulatedKernel, Emulation
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance
-from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced, census_to_dict
+from pytest_jaxport.model.probe import (
+    PlatformProbe,
+    Probe,
+    Untraced,
+    census_to_dict,
+    platform_from_dict,
+)
 from pytest_jaxport.report.baseline import (
     baseline_json,
     baseline_of,
@@ -428,7 +434,8 @@ def test_fidelity_order() -> None:
     crashed = {**on_device, "present": True, "execution_error": "XlaRuntimeError: OOM"}
     executed = {**base, "present": True, "executed": True}
     ranked = [failed, base, deviceless, on_device, uncompilable, crashed, executed]
-    assert sorted(ranked, key=fidelity) == ranked
+    # what a leg's report entry found (fidelity reads the typed entry)
+    assert sorted(ranked, key=lambda e: fidelity(platform_from_dict("cuda", e))) == ranked
 
 
 def test_compiled_census_wins_over_lowered(tmp_path: Path) -> None:
@@ -592,6 +599,35 @@ def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: 
     assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (tolerance: ")
     assert "\n" not in message
     assert message.endswith("(only platforms, compile and emulate may differ per leg)")
+
+
+def test_legs_of_different_homes_are_refused_and_legs_of_one_home_keep_it(
+    tmp_path: Path,
+) -> None:
+    """``home`` is what moving is measured from: legs measured from different platforms
+    measured different things. A report that does not state it measured from cuda."""
+    (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
+    cpu["config"]["home"] = "tpu"
+    gpu["config"]["home"] = "cuda"
+    with pytest.raises(MergeError) as info:
+        merge(reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults)
+    message = str(info.value)
+    assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (home: ")
+    assert f'(home: "cuda" here, "tpu" in {cpu_path})' in message
+    # a leg written before reports stated their home measured from cuda: it differs from tpu
+    del gpu["config"]["home"]
+    with pytest.raises(MergeError, match=rf'\(home: "cuda" here, "tpu" in {cpu_path}\)'):
+        merge(reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults)
+    # ... and agrees with cuda, which the merged report states
+    cpu["config"]["home"] = "cuda"
+    merged = merge(reports([(gpu_path, gpu), (cpu_path, cpu)]), tolerance_for=defaults)
+    assert merged.document.config.home == "cuda"
+    gpu["config"]["home"] = cpu["config"]["home"] = "tpu"
+    merged = merge(
+        reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults, outputs_root=tmp_path
+    )
+    assert merged.report["config"]["home"] == "tpu"
+    assert merged.document.config.home_platform == "tpu"
 
 
 def test_legs_with_different_cost_models_are_refused(tmp_path: Path) -> None:

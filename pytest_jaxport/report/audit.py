@@ -13,7 +13,7 @@ section's shape: docs/reference.md ("The report's audit section").
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import TypedDict, cast
 
 from pytest_jaxport.model.budget import Violation, evaluate, rewrite_violations
 from pytest_jaxport.model.census import Census
@@ -28,9 +28,10 @@ from pytest_jaxport.model.cost import (
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
+from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, opt_table, table
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
-from pytest_jaxport.report.document import AuditSection, built_audit
+from pytest_jaxport.report.document import AuditSection, Computation, built_audit
 from pytest_jaxport.report.schema import suite_numbers, with_sites
 
 SUITE = "the audited suite"
@@ -62,9 +63,19 @@ class ComputationRecord(TypedDict):
     partitions: int
     """Devices the program is partitioned over (``1``: not sharded); above 1 its census
     counts the collectives XLA's SPMD partitioner inserts."""
-    platforms: dict[str, Any]
+    platforms: dict[str, JsonObject]
     """Per platform, the same entry a check has (``lowered`` census, ``error``...)."""
     findings: list[FindingRecord]
+
+
+class AuditedComputation(ComputationRecord):
+    """A distinct computation as the audit section lists it: the record with its users, and
+    the owner :func:`assemble` gives it."""
+
+    users: list[str]
+    """The tests that ran it, in collection order."""
+    outside_tests: bool
+    owner: str | None
 
 
 class AuditTestRecord(TypedDict):
@@ -143,13 +154,18 @@ class AuditLedger:
         model: CostModel,
         eager_users: str = "owner",
         price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """The report's ``audit`` section (see the module docstring)."""
         index = {nodeid: i for nodeid, (i, _) in self._tests.items()}
-        computations: list[dict[str, Any]] = []
+        computations: list[AuditedComputation] = []
         for cid, record in self.computations.items():
             computations.append(
-                {**record, "users": self._users(cid), "outside_tests": cid in self._outside}
+                {
+                    **record,
+                    "users": self._users(cid),
+                    "outside_tests": cid in self._outside,
+                    "owner": None,
+                }
             )
         uses = {nodeid: list(used) for nodeid, (_, used) in sorted(
             self._tests.items(), key=lambda t: (t[1][0], t[0]))}  # fmt: skip
@@ -170,7 +186,7 @@ class AuditLedger:
 
 
 def assemble(
-    computations: list[dict[str, Any]],
+    computations: list[AuditedComputation],
     uses: Mapping[str, list[str]],
     *,
     index: Mapping[str, int],
@@ -183,7 +199,7 @@ def assemble(
     model: CostModel,
     eager_users: str = "owner",
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The ``audit`` section of distinct ``computations`` (each with its ``users`` in
     collection order) and the computations each test ran (``uses``, tests in collection
     order; ``index`` their positions): owners, the ``seen`` counts, the suite's numbers and
@@ -197,9 +213,7 @@ def assemble(
         if eager_users == "owner" and c["kind"] == "eager":
             c["users"] = c["users"][:1]
         c["owner"] = c["users"][0] if c["users"] else None
-    computations.sort(
-        key=lambda c: (index.get(c["owner"], -1) if c["owner"] else -1, c["function"], c["id"])
-    )
+    computations.sort(key=_owner_order(index))
     owner = {c["id"]: c["owner"] for c in computations}
     # in the computations' order, not the order the test's calls missed JAX's caches: that
     # depends on what else the process ran (a cache another test's lowering filled)
@@ -228,7 +242,7 @@ def assemble(
         "audit_errors": len(errors),
     }
     found = hotspots(reaches(computations))
-    section: dict[str, Any] = {
+    section: JsonObject = {
         "interception": dict(interception or {}),
         "platforms": list(platforms),
         "eager_users": eager_users,
@@ -251,9 +265,27 @@ def assemble(
     return section
 
 
+def _owner_order(
+    index: Mapping[str, int],
+) -> Callable[[AuditedComputation], tuple[int, str, str]]:
+    """Computations by their owner's place in collection order, then function and id."""
+
+    def order(c: AuditedComputation) -> tuple[int, str, str]:
+        owner = c["owner"]
+        return (index.get(owner, -1) if owner else -1, c["function"], c["id"])
+
+    return order
+
+
+def _record(computation: Computation) -> AuditedComputation:
+    """A leg's computation as the record :func:`assemble` joins (its JSON, which has the
+    record's keys; those a report of an older version lacks stay absent), users cleared."""
+    return cast(AuditedComputation, {**computation.to_dict(), "users": []})
+
+
 def merge_audits(
-    sections: Sequence[tuple[str, Mapping[str, Any]]], *, migrate_to: Sequence[str]
-) -> dict[str, Any]:
+    sections: Sequence[tuple[str, AuditSection | JsonMapping]], *, migrate_to: Sequence[str]
+) -> JsonObject:
     """One audit of several legs' ``(leg name, audit section)``: the union of their
     computations by id (one computation two legs ran counts once; the first leg's census,
     the union of its users), their tests in leg order (a test in two legs, the union of what
@@ -261,37 +293,38 @@ def merge_audits(
     with the first leg's cost model (``cost``). Events (calls, compilations outside jit
     dispatch, the audit's errors) are summed; the suite budget failures are each leg's own
     judgement, kept with the leg's name (merging does not re-read ``fail_on``). Eager ops
-    count in their owner only where one leg counted them so (``eager_users``; a report from
-    before that key counted them in every test)."""
-    computations: dict[str, dict[str, Any]] = {}
+    count in their owner only where one leg counted them so (``eager_users``). A section
+    given as JSON is one this package wrote (read as :func:`built_audit` reads it)."""
+    typed = [(leg, s if isinstance(s, AuditSection) else built_audit(s)) for leg, s in sections]
+    computations: dict[str, AuditedComputation] = {}
     users: dict[str, dict[str, None]] = {}
     uses: dict[str, dict[str, None]] = {}
     platforms: dict[str, None] = {}
     events = {"calls": 0, "compiled_outside": 0}
     errors: list[str] = []
-    violations: list[dict[str, Any]] = []
-    growth: list[dict[str, Any]] = []
-    interceptions: list[Mapping[str, Any]] = []
+    violations: list[JsonObject] = []
+    growth: list[JsonObject] = []
+    interceptions: list[JsonMapping] = []
     idle = 0  # tests that ran nothing jitted, per leg (not listed by name)
     eager_users = "all"
-    for leg, section in sections:
-        if section.get("eager_users", "all") != "all":
+    for leg, section in typed:
+        if section.eager_users != "all":
             eager_users = "owner"
-        interceptions.append(section.get("interception") or {})
-        platforms.update(dict.fromkeys(section.get("platforms") or ()))
-        for c in section.get("computations") or ():
-            record = computations.setdefault(c["id"], {**c, "users": []})
-            record["outside_tests"] = bool(record["outside_tests"] or c.get("outside_tests"))
-            users.setdefault(c["id"], {}).update(dict.fromkeys(c.get("users") or ()))
-        for nodeid, test in (section.get("tests") or {}).items():
-            uses.setdefault(nodeid, {}).update(dict.fromkeys(test.get("uses") or ()))
-        seen = section.get("seen") or {}
-        idle = max(idle, int(seen.get("tests", 0)) - int(seen.get("tests_using", 0)))
+        interceptions.append(section.interception)
+        platforms.update(dict.fromkeys(section.platforms))
+        for c in section.computations:
+            record = computations.setdefault(c.id, _record(c))
+            record["outside_tests"] = bool(record["outside_tests"] or c.outside_tests)
+            users.setdefault(c.id, {}).update(dict.fromkeys(c.users))
+        for nodeid, test in section.tests.items():
+            uses.setdefault(nodeid, {}).update(dict.fromkeys(test.uses))
+        seen = section.seen
+        idle = max(idle, seen.get("tests", 0) - seen.get("tests_using", 0))
         for key in events:
-            events[key] += int(seen.get(key, 0))
-        errors += section.get("audit_errors") or ()
-        violations += [{**v, "leg": leg} for v in section.get("violations") or ()]
-        growth += [{**g, "leg": leg} for g in section.get("baseline_growth") or ()]
+            events[key] += seen.get(key, 0)
+        errors += section.audit_errors or ()
+        violations += [{**v.to_dict(), "leg": leg} for v in section.violations or ()]
+        growth += [{**g, "leg": leg} for g in section.baseline_growth or ()]
     index = {nodeid: i for i, nodeid in enumerate(uses)}
     for cid, record in computations.items():
         record["users"] = sorted(users[cid], key=lambda n: (index.get(n, len(index)), n))
@@ -299,8 +332,8 @@ def merge_audits(
     versions = list(dict.fromkeys(str(i.get("jax")) for i in interceptions if i.get("jax")))
     if len(versions) > 1:
         interception["jax"] = ", ".join(versions)
-    cost = sections[0][1].get("cost") or {}
-    model = CostModel(**{k: float(v) for k, v in cost.items() if k in COST_KEYS})
+    cost = typed[0][1].cost or CostModel()
+    model = CostModel(**{k: float(getattr(cost, k)) for k in COST_KEYS})
     merged = assemble(
         list(computations.values()),
         {nodeid: list(used) for nodeid, used in uses.items()},
@@ -316,33 +349,33 @@ def merge_audits(
     )
     merged["violations"] = violations
     merged["baseline_growth"] = growth
-    merged["legs"] = [leg for leg, _ in sections]
-    fail_on = next((s["fail_on"] for _, s in sections if s.get("fail_on")), None)
+    merged["legs"] = [leg for leg, _ in typed]
+    fail_on = next((s.fail_on for _, s in typed if s.fail_on), None)
     if fail_on:  # the first leg's that had one; each leg's violations stay its own judgement
-        merged["fail_on"] = fail_on
+        merged["fail_on"] = dict(fail_on)
     return merged
 
 
-def computation_label(computation: Mapping[str, Any]) -> str:
+def computation_label(computation: JsonMapping) -> str:
     """``mlp [3f2a1b2c]``: the function and the start of the computation's key (one function
     traced for two signatures is two computations)."""
     return f"{computation.get('function', '?')} [{str(computation.get('id', ''))[:8]}]"
 
 
-def probe_of(computation: Mapping[str, Any]) -> dict[str, Any]:
+def probe_of(computation: AuditedComputation) -> JsonObject:
     """An audited computation's probe: its platforms, named by its label."""
     return {"name": computation_label(computation), "reference": "cpu",
             "platforms": computation["platforms"]}  # fmt: skip
 
 
 def audit_summary(
-    computations: Sequence[Mapping[str, Any]],
+    computations: Sequence[AuditedComputation],
     found: Iterable[Hotspot],
     *,
     migrate_to: Sequence[str],
     model: CostModel,
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The platform totals (with the distinct sites ``found``) and the three numbers over
     the distinct computations, each counted once."""
     probes = [probe_of(c) for c in computations]
@@ -354,18 +387,17 @@ def audit_summary(
     }
 
 
-def reaches(computations: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
+def reaches(computations: Iterable[AuditedComputation]) -> Iterator[Reach]:
     """Each computation's census per platform, once per test that ran it (``test=None``
     for one run only outside tests), with its estimated runtime share: what
     :func:`~pytest_jaxport.model.hotspots.hotspots` counts, each computation once per site."""
     for computation in computations:
         users: list[str | None] = list(computation.get("users") or ()) or [None]
         for platform, entry in computation["platforms"].items():
-            lowered = entry.get("lowered")
-            if lowered is None:
+            if entry.get("lowered") is None:
                 continue
-            census = census_from_dict(platform, lowered)
-            share = entry.get("runtime_share")
+            census = census_from_dict(platform, table(entry, "lowered"))
+            share = opt_table(entry, "runtime_share")
             shared = RuntimeShare.from_dict(share) if share else None
             findings = findings_of(entry)
             for user in users:
@@ -373,7 +405,7 @@ def reaches(computations: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
                             findings=findings)  # fmt: skip
 
 
-def sites(found: Iterable[Hotspot]) -> list[dict[str, Any]]:
+def sites(found: Iterable[Hotspot]) -> list[JsonObject]:
     """Vendor and custom dispatches by source line and platform: each distinct site once,
     with its call-weighted count over the computations, how many computations and tests
     reach it, and its share of the suite's estimated time on that platform."""
@@ -383,51 +415,47 @@ def sites(found: Iterable[Hotspot]) -> list[dict[str, Any]]:
 # -- budgets: [tool.jaxport.audit] fail_on -------------------------------------------------
 
 
-def audited_suite(section: Mapping[str, Any]) -> Probe:
+def audited_suite(section: AuditSection) -> Probe:
     """The audited suite as one probe, the sum of its distinct computations': per platform
     their census and formats-and-layout findings added up, the failures to lower
     (``error``, naming each computation) and the suite's estimated runtime share."""
-    computations = section["computations"]
-    shares = section["summary"].get("runtime_share", {})
+    shares = section.numbers.runtime_share if section.numbers is not None else {}
     platforms: dict[str, PlatformProbe] = {}
-    for platform in section["platforms"]:
+    for platform in section.platforms:
         census = Census(platform=platform)
         formats: FormatCensus | None = None
         failures = []
         present = False
-        for c in computations:
-            entry = c["platforms"].get(platform)
+        for c in section.computations:
+            entry = c.platforms.get(platform)
             if entry is None:
                 continue
-            present = present or bool(entry.get("present"))
-            if entry.get("lowered") is not None:
-                census += census_from_dict(platform, entry["lowered"])
-                judged = entry["lowered"].get("formats")
-                if judged:
-                    found = FormatCensus.from_dict(judged)
-                    formats = found if formats is None else formats + found
-            elif entry.get("error"):
-                where = f" ({c['source']})" if c.get("source") else ""
-                failures.append(f"{c['function']}{where}: {entry['error']}")
+            present = present or entry.present
+            if entry.census is not None:
+                census += entry.census
+                if entry.formats is not None:
+                    formats = entry.formats if formats is None else formats + entry.formats
+            elif entry.error:
+                where = f" ({c.source})" if c.source else ""
+                failures.append(f"{c.function}{where}: {entry.error}")
         error = None
         if failures:
             error = f"{len(failures)} computation(s) failed to lower: " + "; ".join(failures[:5])
             if len(failures) > 5:
                 error += f"; and {len(failures) - 5} more"
-        share = shares.get(platform)
         platforms[platform] = PlatformProbe(
             platform=platform,
             present=present,
             census=census,
             error=error,
-            runtime_share=RuntimeShare.from_dict(share) if share else None,
+            runtime_share=shares.get(platform),
             formats=formats,
         )
     return Probe(name=SUITE, reference="cpu", platforms=platforms)
 
 
 def fail_on_violations(
-    section: Mapping[str, Any],
+    section: AuditSection,
     budget_for: Callable[[str], Budget],
     *,
     migrate_to: Sequence[str],
@@ -436,7 +464,7 @@ def fail_on_violations(
     """Every limit of ``[tool.jaxport.audit] fail_on`` the suite breaks (its distinct
     computations together, each counted once)."""
     violations = evaluate(audited_suite(section), budget_for)
-    rewrite = section["summary"].get("rewrite", {})
+    rewrite = section.numbers.rewrite if section.numbers is not None else {}
     for target in migrate_to:
         estimate = rewrite.get(target)
         if estimate is None:
@@ -444,44 +472,42 @@ def fail_on_violations(
         violations += rewrite_violations(
             SUITE,
             budget_for(target),
-            kernels=int(estimate["kernels_to_rewrite"]),
-            days=float(estimate["days"]),
-            details=tuple(_item_text(i) for i in estimate.get("items", ())),
+            kernels=estimate.kernels_to_rewrite,
+            days=estimate.days,
+            details=tuple(_item_text(i) for i in estimate.items),
         )
     return violations
 
 
-def _item_text(item: Mapping[str, Any]) -> str:
-    where = f" at {item['location']}" if item.get("location") else ""
-    return f"{item['name']} ({item['kind']}){where}: {item['status']}"
+def _item_text(item: RewriteItem) -> str:
+    where = f" at {item.location}" if item.location else ""
+    return f"{item.name} ({item.kind}){where}: {item.status}"
 
 
 # -- the judgement: one, for the whole suite --------------------------------------------------
 
 
 def judge(
-    section: dict[str, Any],
+    section: JsonObject,
     *,
     budget_for: Callable[[str], Budget],
     migrate_to: Sequence[str],
     model: CostModel,
     baseline: AuditCounts | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """``section`` with the suite's budget failures as data: ``violations`` (the limits of
     ``[tool.jaxport.audit] fail_on`` it breaks) and ``baseline_growth`` (the counts that grew
     since ``baseline``'s audit counts, when given)."""
-    violations = fail_on_violations(section, budget_for, migrate_to=migrate_to, model=model)
+    audited = built_audit(section)
+    violations = fail_on_violations(audited, budget_for, migrate_to=migrate_to, model=model)
     section["violations"] = [v.to_dict() for v in violations]
     grown = []
     if baseline is not None:
-        grown = audit_changes(baseline, audit_counts(built_audit(section)))
+        grown = audit_changes(baseline, audit_counts(audited))
     section["baseline_growth"] = [c.to_dict() for c in grown if c.grew]
     return section
 
 
-def failures(section: AuditSection | Mapping[str, Any]) -> int:
-    """How many suite-level budget failures ``section`` records (each fails the session);
-    its JSON form too, for the view's readers not yet typed."""
-    if isinstance(section, AuditSection):
-        return len(section.violations or ()) + len(section.baseline_growth or ())
-    return len(section.get("violations") or ()) + len(section.get("baseline_growth") or ())
+def failures(section: AuditSection) -> int:
+    """How many suite-level budget failures ``section`` records (each fails the session)."""
+    return len(section.violations or ()) + len(section.baseline_growth or ())

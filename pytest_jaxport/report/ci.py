@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.config import (
@@ -31,6 +31,7 @@ from pytest_jaxport.model.config import (
     ToleranceSetting,
 )
 from pytest_jaxport.model.emulation import emulated_label
+from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table, tables
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.baseline import (
@@ -43,6 +44,9 @@ from pytest_jaxport.report.baseline import (
 )
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import MergeError, write_text
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.compare import Outputs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,20 +67,21 @@ class CISettings:
     """``--jaxport-baseline-strict``: a baseline that does not match the run fails it."""
 
 
-def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
+def ci_settings(option: Callable[[str], object], here: Path) -> CISettings:
     """Read the options (``option(dest)``, paths relative to ``here``); a
     :class:`ConfigError` naming the file for an unusable one."""
     outputs_dir = outputs_base = None
-    value = option("jaxport_save_outputs")
+    value = _text(option("jaxport_save_outputs"))
     if value:
         outputs_dir = (here / value).resolve()
         if outputs_dir.exists() and not outputs_dir.is_dir():
             raise ConfigError(f"--jaxport-save-outputs {value}: {outputs_dir} is not a folder")
-        reports = [r for r in option("jaxport_report") or () if r != "-"]
+        given = option("jaxport_report")
+        reports = [str(r) for r in given if r != "-"] if isinstance(given, list | tuple) else []
         report = next((r for r in reports if Path(r).suffix == ".json"), None)
         outputs_base = outputs_dir if report is None else (here / report).resolve().parent
     update = bool(option("jaxport_baseline_update"))
-    name = option("jaxport_baseline")
+    name = _text(option("jaxport_baseline"))
     if update and not name:
         raise ConfigError(
             "--jaxport-baseline-update: say which file to write with --jaxport-baseline=FILE"
@@ -102,6 +107,11 @@ def ci_settings(option: Callable[[str], Any], here: Path) -> CISettings:
         baseline_update=update,
         baseline_strict=strict,
     )
+
+
+def _text(value: object) -> str | None:
+    """A path option's value (``None`` where not given)."""
+    return None if value is None else str(value)
 
 
 def _read_baseline(name: str, path: Path) -> Counts:
@@ -141,20 +151,27 @@ def _check_update_target(name: str, path: Path) -> None:
 # -- the leg's record ---------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> Json:
+    """A configuration value (tables, tuples, numbers, strings) as JSON, tables sorted."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+        return _jsonable_table(value)
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
-    return value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"not a configuration value: {value!r}")
 
 
-def budget_table(project: ProjectConfig) -> dict[str, Any]:
+def _jsonable_table(value: Mapping[str, object]) -> dict[str, Json]:
+    return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+
+
+def budget_table(project: ProjectConfig) -> dict[str, Json]:
     """The project's budgets shaped like ``[tool.jaxport.budget]``, for ``report["config"]``."""
     return _shaped(project.budget, project.platform_budgets)
 
 
-def fail_on_entry(project: ProjectConfig) -> dict[str, Any]:
+def fail_on_entry(project: ProjectConfig) -> dict[str, Json]:
     """``{"fail_on": {...}}``, ``[tool.jaxport.audit] fail_on`` shaped like its table, for the
     report's ``audit`` section where it sets a limit (a view says the suite is "within its
     audit budget" only then); ``{}`` otherwise, so reports without one are unchanged."""
@@ -162,11 +179,11 @@ def fail_on_entry(project: ProjectConfig) -> dict[str, Any]:
     return {"fail_on": _shaped(audit.fail_on, audit.platform_fail_on)} if audit.gated else {}
 
 
-def _shaped(common: BudgetTable, platforms: Mapping[str, BudgetTable]) -> dict[str, Any]:
-    table: dict[str, Any] = _jsonable(common.values)
+def _shaped(common: BudgetTable, platforms: Mapping[str, BudgetTable]) -> dict[str, Json]:
+    shaped = _jsonable_table(common.values)
     for platform, platform_table in sorted(platforms.items()):
-        table[platform] = _jsonable(platform_table.values)
-    return table
+        shaped[platform] = _jsonable_table(platform_table.values)
+    return shaped
 
 
 def _tolerance_entry(tolerance: ToleranceSetting) -> dict[str, float]:
@@ -178,36 +195,34 @@ def _tolerance_entry(tolerance: ToleranceSetting) -> dict[str, float]:
     return entry
 
 
-def tolerance_table(project: ProjectConfig) -> dict[str, Any]:
+def tolerance_table(project: ProjectConfig) -> dict[str, Json]:
     """The project's tolerances shaped like ``[tool.jaxport.tolerance]`` (what merge reads)."""
-    table: dict[str, Any] = {
-        dtype: _tolerance_entry(t) for dtype, t in sorted(project.tolerances.items())
+    shaped: dict[str, Json] = {
+        dtype: dict(_tolerance_entry(t)) for dtype, t in sorted(project.tolerances.items())
     }
     for platform, dtypes in sorted(project.platform_tolerances.items()):
-        table[platform] = {dtype: _tolerance_entry(t) for dtype, t in sorted(dtypes.items())}
-    return table
+        shaped[platform] = {dtype: dict(_tolerance_entry(t)) for dtype, t in sorted(dtypes.items())}
+    return shaped
 
 
-def emulate_entry(project: ProjectConfig) -> dict[str, Any]:
+def emulate_entry(project: ProjectConfig) -> dict[str, Json]:
     """``{"emulate": ["tpu"]}`` for ``report["config"]`` where the project (or the command
     line) emulates; ``{}`` otherwise, so reports without emulation are unchanged."""
     return {"emulate": list(project.emulate.value)} if project.emulate is not None else {}
 
 
-def leg_facts(
-    tests: Iterable[Mapping[str, Any]], device_kinds: Mapping[str, str]
-) -> dict[str, Any]:
+def leg_facts(tests: Iterable[JsonMapping], device_kinds: Mapping[str, str]) -> JsonObject:
     """``environment`` additions: each present platform's device kind (``device_kinds``),
     what executed here, and (where any) what was emulated on the CPU: never executed."""
     entries = [
-        (platform, entry)
+        (platform, as_table(entry, platform))
         for test in tests
-        for check in test.get("checks", ())
-        for platform, entry in check.get("platforms", {}).items()
+        for check in tables(test, "checks", ())
+        for platform, entry in table(check, "platforms", {}).items()
     ]
     executed = {platform for platform, entry in entries if entry.get("executed")}
     emulated = {platform for platform, entry in entries if entry.get("emulated")}
-    facts: dict[str, Any] = {
+    facts: JsonObject = {
         "device_kinds": dict(device_kinds),
         "executed_platforms": _in_order(executed),
     }
@@ -223,7 +238,7 @@ def _in_order(platforms: set[str]) -> list[str]:
 # -- per test -----------------------------------------------------------------------------
 
 
-def record_tolerance(checks: Iterable[MutableMapping[str, Any]], resolved: Resolved) -> None:
+def record_tolerance(checks: Iterable[MutableMapping[str, object]], resolved: Resolved) -> None:
     """Record a test's marker ``rtol``/``atol`` on its checks, for merge's cross-leg compare."""
     overrides = {
         key: setting.value
@@ -238,9 +253,9 @@ def record_tolerance(checks: Iterable[MutableMapping[str, Any]], resolved: Resol
 def save_check_outputs(
     settings: CISettings,
     nodeid: str,
-    checks: Iterable[MutableMapping[str, Any]],
-    outputs: Mapping[str, Mapping[str, Any]],
-    emulated: Mapping[str, Mapping[str, Any]] | None = None,
+    checks: Iterable[MutableMapping[str, object]],
+    outputs: Mapping[str, Mapping[str, Outputs]],
+    emulated: Mapping[str, Mapping[str, Outputs]] | None = None,
 ) -> list[str]:
     """Save each check's executed outputs, and each emulation's; set ``outputs`` (and
     ``emulated_outputs``, never read as executed) on its platform entries.
@@ -260,8 +275,8 @@ def save_check_outputs(
             for p, found in (emulated or {}).get(name, {}).items()
         ]
         for platform, found, label, key in saved:
-            entry = check["platforms"].get(platform)
-            if entry is None:
+            entry = table(check, "platforms").get(platform)
+            if not isinstance(entry, MutableMapping):
                 continue
             try:
                 file = save_outputs(settings.outputs_dir, nodeid, name, label, found)

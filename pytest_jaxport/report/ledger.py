@@ -11,10 +11,10 @@ order, into the same report a serial run builds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
+from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_table, counts, tables, texts
 from pytest_jaxport.report.audit import AuditLedger, AuditRecord
 from pytest_jaxport.report.document import ERROR_LIMIT, TestError
 
@@ -28,9 +28,9 @@ class TestRecord:
     __test__ = False
 
     nodeid: str
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[JsonObject] = field(default_factory=list)
     """Each check's probe (:meth:`~pytest_jaxport.model.probe.Probe.to_dict`)."""
-    violations: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[JsonObject] = field(default_factory=list)
     """Each broken budget limit (:meth:`~pytest_jaxport.model.budget.Violation.to_dict`)."""
     error: TestError | None = None
     outputs_errors: list[str] = field(default_factory=list)
@@ -50,8 +50,8 @@ class TestRecord:
               "baseline_news")  # fmt: skip
     """What the call phase decides (the report's test entry keeps these)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_dict(self) -> JsonObject:
+        data: JsonObject = {
             "nodeid": self.nodeid,
             "checks": self.checks,
             "violations": self.violations,
@@ -67,19 +67,24 @@ class TestRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TestRecord:
+    def from_dict(cls, data: JsonMapping) -> TestRecord:
+        """What :meth:`to_dict` wrote (this package's own record, from a worker)."""
         error = data.get("error")
+        audit = data.get("audit")
         return cls(
             nodeid=str(data["nodeid"]),
-            checks=list(data.get("checks") or ()),
-            violations=list(data.get("violations") or ()),
-            error=TestError.from_dict(error) if error else None,
-            outputs_errors=list(data.get("outputs_errors") or ()),
-            baseline_growth=list(data.get("baseline_growth") or ()),
-            baseline_news=list(data.get("baseline_news") or ()),
-            compile=data.get("compile"),
-            lowered_cache=data.get("lowered_cache"),
-            audit=data.get("audit"),
+            checks=[dict(c) for c in tables(data, "checks", None)],
+            violations=[dict(v) for v in tables(data, "violations", None)],
+            error=TestError.from_dict(as_table(error, "error")) if error else None,
+            outputs_errors=list(texts(data, "outputs_errors", None)),
+            baseline_growth=list(texts(data, "baseline_growth", None)),
+            baseline_news=list(texts(data, "baseline_news", None)),
+            compile=counts(data, "compile") if data.get("compile") is not None else None,
+            lowered_cache=counts(data, "lowered_cache")
+            if data.get("lowered_cache") is not None
+            else None,
+            # the audit's record is a TypedDict of what this package wrote (report.audit)
+            audit=cast(AuditRecord, as_table(audit, "audit")) if audit is not None else None,
         )
 
 
@@ -87,7 +92,7 @@ class Ledger:
     """Joins the records of every test and phase into the report's tests and audit."""
 
     def __init__(self) -> None:
-        self.tests: dict[str, dict[str, Any]] = {}
+        self.tests: dict[str, JsonObject] = {}
         """Per node id, the report's test entry."""
         self.audit = AuditLedger()
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
@@ -97,7 +102,7 @@ class Ledger:
         self.revision = 0
         """Bumped whenever a record arrives: a report built before is stale."""
 
-    def _entry(self, nodeid: str, outcome: str = "passed") -> dict[str, Any]:
+    def _entry(self, nodeid: str, outcome: str = "passed") -> JsonObject:
         return self.tests.setdefault(
             nodeid, {"nodeid": nodeid, "outcome": outcome, "checks": [], "violations": []}
         )

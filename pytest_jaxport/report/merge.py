@@ -22,7 +22,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pytest_jaxport.model.budget import EMULATED_KEYS
 from pytest_jaxport.model.compare import Outputs, compare
@@ -34,12 +33,22 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.cost import COST_KEYS, CostModel
 from pytest_jaxport.model.emulation import emulated_label
+from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
+from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.targets import ordered_platforms
 from pytest_jaxport.model.tooling import Assumption, summarize
 from pytest_jaxport.report.audit import failures, merge_audits
 from pytest_jaxport.report.baseline import counted
-from pytest_jaxport.report.document import Drift, Report, built
+from pytest_jaxport.report.document import (
+    Config,
+    Drift,
+    Leg,
+    Provenance,
+    Report,
+    TestEntry,
+    built,
+)
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
 from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
@@ -80,7 +89,7 @@ def tolerance_from_project(project: ProjectConfig) -> ToleranceFor:
     return resolved.tolerance_for
 
 
-def tolerance_from_config(config: Mapping[str, Any], *, source: str = "report") -> ToleranceFor:
+def tolerance_from_config(config: JsonMapping, *, source: str = "report") -> ToleranceFor:
     """Tolerances from a report's ``config`` section.
 
     Reads ``config["tolerance"]``, shaped like the ``[tool.jaxport.tolerance]`` table
@@ -97,7 +106,7 @@ def tolerance_from_config(config: Mapping[str, Any], *, source: str = "report") 
 def _with_overrides(
     tolerance_for: ToleranceFor,
     platform: str,
-    overrides: Mapping[str, Any] | None,
+    overrides: Mapping[str, float] | None,
     *,
     gradient: bool = False,
 ) -> Callable[[str], Tolerance]:
@@ -128,13 +137,17 @@ class MergeResult:
     """The merged report, every cross-leg drift, and notes on what could not be compared."""
 
     document: Report
-    """The merged report."""
-    report: dict[str, Any]
-    """Its JSON (:meth:`Report.to_dict`), as ``jaxport merge -o`` writes it."""
+    """The merged report: what ``jaxport merge`` renders, and writes (:attr:`report`)."""
     drifts: tuple[Drift, ...] = ()
     notes: tuple[str, ...] = ()
     comparisons: int = 0
     """How many (check, platform, leg) outputs were compared with a reference's."""
+
+    @property
+    def report(self) -> dict[str, Json]:
+        """The merged report's JSON, as ``jaxport merge -o`` writes it
+        (:meth:`Report.to_dict` of :attr:`document`)."""
+        return self.document.to_dict()
 
     @property
     def ok(self) -> bool:
@@ -177,13 +190,39 @@ class MergeResult:
 class _Leg:
     name: str
     path: Path
-    report: Mapping[str, Any]
+    report: Report
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Candidate:
+    """One leg's entry for one platform of one check: what it found (``probe``), its saved
+    outputs and legs (``provenance``), and its JSON (what the merged entry is made of)."""
+
     leg: _Leg
-    entry: Mapping[str, Any]
+    probe: PlatformProbe
+    provenance: Provenance
+    entry: JsonMapping
+
+    @property
+    def leg_name(self) -> str:
+        """The leg that measured it (a merged report passed in names its own legs)."""
+        return self.provenance.leg or self.leg.name
+
+    @property
+    def emulated_leg(self) -> str:
+        return self.provenance.emulated_leg or self.leg.name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _MergedCheck:
+    """A check of the merged test as it is written (``data``, its platform entries
+    ``platforms``), with what the cross-leg comparisons read of its first leg's check."""
+
+    name: str
+    data: JsonObject
+    platforms: dict[str, JsonObject]
+    tolerance: Mapping[str, float] | None
+    transform: str | None
 
 
 def load_legs(paths: Sequence[Path]) -> list[tuple[Path, Report]]:
@@ -197,23 +236,20 @@ def load_legs(paths: Sequence[Path]) -> list[tuple[Path, Report]]:
     return legs
 
 
-def fidelity(entry: Mapping[str, Any]) -> tuple[int, ...]:
+def fidelity(entry: PlatformProbe) -> tuple[int, ...]:
     """How much a leg saw of a platform; higher wins the merge.
 
     executed > present but failed to compile or run > compiled on the device > compiled
     deviceless > lowered > failed to lower. A new level (profiled, say) is a new leading
     element.
     """
-    compiled = entry.get("compiled")
+    compiled = entry.compiled is not None
     return (
-        int(bool(entry.get("executed"))),
-        int(
-            bool(entry.get("present"))
-            and bool(entry.get("execution_error") or entry.get("compile_error"))
-        ),
-        int(compiled is not None and not compiled.get("deviceless", False)),
-        int(compiled is not None),
-        int(entry.get("lowered") is not None),
+        int(entry.executed),
+        int(entry.present and bool(entry.execution_error or entry.compile_error)),
+        int(compiled and not entry.deviceless),
+        int(compiled),
+        int(entry.census is not None),
     )
 
 
@@ -232,23 +268,23 @@ def merge(
     """
     if not legs:
         raise MergeError("nothing to merge: no leg reports given")
-    named = _name_legs([(path, report.to_dict()) for path, report in legs])
+    named = _name_legs(legs)
     _check_distinct(named)
     _check_compatible(named)
     root = Path.cwd() if outputs_root is None else outputs_root
     config = _merged_config(named)
-    reference = str(config.get("reference", "cpu"))
+    reference = named[0].report.config.reference
 
-    by_nodeid: dict[str, list[tuple[_Leg, Mapping[str, Any]]]] = {}
+    by_nodeid: dict[str, list[tuple[_Leg, TestEntry]]] = {}
     for leg in named:
-        for test in leg.report["tests"]:
-            by_nodeid.setdefault(test["nodeid"], []).append((leg, test))
+        for test in leg.report.tests:
+            by_nodeid.setdefault(test.nodeid, []).append((leg, test))
 
-    tests: list[dict[str, Any]] = []
+    tests: list[JsonObject] = []
     drifts: list[Drift] = []
     notes: list[str] = []
     comparisons = 0
-    cache: dict[Path, Any] = {}
+    cache: dict[Path, Outputs] = {}
     for nodeid in sorted(by_nodeid):
         merged_test, compared = _merge_test(nodeid, by_nodeid[nodeid], root)
         drifted: list[Drift] = []
@@ -266,60 +302,50 @@ def merge(
         tests.append(merged_test)
 
     report = report_data(tests, config=config, environment=_merged_environment(named))
-    report["summary"].update(_merged_numbers(named, report["tests"], config))
-    report["legs"] = _leg_records(named)
-    mixed = mixed_versions(report["legs"])
+    report["summary"].update(_merged_numbers(named, tests))
+    records = _leg_records(named)
+    report["legs"] = [r.to_dict() for r in records]
+    mixed = mixed_versions(records)
     if mixed:  # a key only where the legs differ: other merged reports are unchanged
         report["mixed_versions"] = mixed
     report["drifts"] = [d.to_dict() for d in drifts]
     report["notes"] = notes
     report["comparisons"] = comparisons
-    audits = [(leg.name, leg.report["audit"]) for leg in named
-              if isinstance(leg.report.get("audit"), Mapping)]  # fmt: skip
+    audits = [(leg.name, leg.report.audit) for leg in named if leg.report.audit is not None]
     if audits:  # --jaxport-audit: one audit of the union of the legs' computations
-        try:
-            report["audit"] = merge_audits(audits, migrate_to=config.get("migrate_to") or ())
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise MergeError(f"malformed audit section in a leg: {e!r}") from None
+        migrate_to = named[0].report.config.migrate_to or ()
+        report["audit"] = merge_audits(audits, migrate_to=migrate_to)
     return MergeResult(
         document=built(report),
-        report=report,
         drifts=tuple(drifts),
         notes=tuple(notes),
         comparisons=comparisons,
     )
 
 
-def _merged_numbers(
-    legs: Sequence[_Leg], tests: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
-) -> dict[str, Any]:
+def _merged_numbers(legs: Sequence[_Leg], tests: Sequence[JsonMapping]) -> JsonObject:
     """The three numbers over the union of the legs' merged entries: each platform's runtime
     share from the leg whose entry won, the rewrite estimate with the legs' cost model
     (``[tool.jaxport.cost]``, which they must share), and their tooling scans joined.
     ``pytest_jaxport_rewrite_cost`` hooks are pytest's: ``jaxport merge`` does not run them."""
-    first: tuple[_Leg, Mapping[str, Any]] | None = None
+    first: tuple[_Leg, CostModel] | None = None
     for leg in legs:
-        recorded = leg.report.get("summary", {}).get("cost_model")
-        if not isinstance(recorded, Mapping):
+        recorded = leg.report.summary.numbers.cost_model if leg.report.summary.numbers else None
+        if recorded is None:
             continue
         if first is None:
             first = (leg, recorded)
-        elif dict(recorded) != dict(first[1]):
+        elif recorded != first[1]:
             raise MergeError(
-                f"{leg.path}: cost model ([tool.jaxport.cost]) {_short(dict(recorded))} differs "
-                f"from {first[0].path}'s {_short(dict(first[1]))}; legs of one merge must share "
-                "[tool.jaxport]"
+                f"{leg.path}: cost model ([tool.jaxport.cost]) {_short(_costs(recorded))} "
+                f"differs from {first[0].path}'s {_short(_costs(first[1]))}; legs of one merge "
+                "must share [tool.jaxport]"
             )
-    values = {}
-    for key in COST_KEYS:
-        value = first[1].get(key) if first is not None else None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            values[key] = float(value)
-    migrate_to = config.get("migrate_to")
-    model = CostModel(**values)
+    model = CostModel(**{k: getattr(first[1], k) for k in COST_KEYS}) if first else CostModel()
+    migrate_to = legs[0].report.config.migrate_to
     numbers = suite_numbers(
         checks_of(tests),
-        migrate_to=DEFAULT_MIGRATE_TO if not isinstance(migrate_to, list) else migrate_to,
+        migrate_to=DEFAULT_MIGRATE_TO if migrate_to is None else list(migrate_to),
         model=model,
         tooling=_merged_tooling(legs),
     )
@@ -327,37 +353,40 @@ def _merged_numbers(
     return numbers
 
 
-def _merged_tooling(legs: Sequence[_Leg]) -> dict[str, Any] | None:
+def _costs(model: CostModel) -> JsonObject:
+    """A cost model as the report writes it (every key)."""
+    return dataclasses.asdict(model)
+
+
+def _merged_tooling(legs: Sequence[_Leg]) -> JsonObject | None:
     """The legs' tooling scans as one: every assumption once (legs scan the same project)."""
     scans = [
-        t for leg in legs if isinstance(t := leg.report.get("summary", {}).get("tooling"), Mapping)
+        leg.report.summary.numbers.tooling
+        for leg in legs
+        if leg.report.summary.numbers is not None and leg.report.summary.numbers.tooling is not None
     ]
     if not scans:
         return None
     found: dict[tuple[str, int, str], Assumption] = {}
     for scan in scans:
-        for data in scan.get("assumptions") or ():
-            try:
-                assumption = Assumption.from_dict(data)
-            except ValueError as e:
-                raise MergeError(f"malformed tooling assumption in a leg: {e}") from None
+        for assumption in scan.assumptions:
             found.setdefault((assumption.file, assumption.line, assumption.rule), assumption)
     assumptions = sorted(found.values())
     return {
         "assumptions": [a.to_dict() for a in assumptions],
         "by_rule": summarize(assumptions),
-        "files_listed": max(int(s.get("files_listed") or 0) for s in scans),
-        "files_read": max(int(s.get("files_read") or 0) for s in scans),
-        "source": next((s["source"] for s in scans if s.get("source")), None),
+        "files_listed": max(s.files_listed for s in scans),
+        "files_read": max(s.files_read for s in scans),
+        "source": next((s.source for s in scans if s.source), None),
     }
 
 
-def _name_legs(legs: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[_Leg]:
+def _name_legs(legs: Sequence[tuple[Path, Report]]) -> list[_Leg]:
     names = [path.name for path, _ in legs]
     clash = {n for n in names if names.count(n) > 1}
     return [
-        _Leg(name=path.as_posix() if path.name in clash else path.name, path=path, report=data)
-        for path, data in legs
+        _Leg(name=path.as_posix() if path.name in clash else path.name, path=path, report=report)
+        for path, report in legs
     ]
 
 
@@ -366,7 +395,7 @@ def _check_distinct(legs: Sequence[_Leg]) -> None:
     count its tests and its numbers twice."""
     seen: dict[object, _Leg] = {}
     for leg in legs:
-        text = json.dumps(leg.report, sort_keys=True)
+        text = json.dumps(leg.report.to_dict(), sort_keys=True)
         for key, how in ((leg.path.resolve(), "the same file"), (text, "an identical report")):
             other = seen.setdefault(key, leg)
             if other is leg:
@@ -376,41 +405,46 @@ def _check_distinct(legs: Sequence[_Leg]) -> None:
             raise MergeError(f"{leg.path}: {given}; give each leg once")
 
 
-def _config_conflicts(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
-    """The ``config`` keys two legs must agree on and do not, sorted."""
-    conflicts = []
-    for key in sorted(ours.keys() | theirs.keys()):
+def _config_conflicts(ours: Config, theirs: Config) -> list[tuple[str, Json, Json]]:
+    """The ``config`` keys two legs must agree on and do not, sorted, with their values
+    (theirs, ours). ``home`` is the platform moving is measured from: a report that does
+    not state it measured from cuda (:attr:`Config.home_platform`)."""
+    a_config, b_config = ours.to_dict(), theirs.to_dict()
+    conflicts: list[tuple[str, Json, Json]] = []
+    for key in sorted(a_config.keys() | b_config.keys() | {"home"}):
         if key in PER_LEG_CONFIG_KEYS:
             continue
-        a, b = ours.get(key), theirs.get(key)
+        if key == "home":
+            if ours.home_platform != theirs.home_platform:
+                conflicts.append((key, theirs.home_platform, ours.home_platform))
+            continue
+        a, b = a_config.get(key), b_config.get(key)
         if key in WHERE_SET_CONFIG_KEYS and (a is None or b is None):
             continue
         if a != b:
-            conflicts.append(key)
+            conflicts.append((key, b, a))
     return conflicts
 
 
 def _check_compatible(legs: Sequence[_Leg]) -> None:
     first = legs[0]
-    version = first.report.get("schema_version")
+    version = first.report.schema_version
     if version != SCHEMA_VERSION:
         raise MergeError(
             f"{first.path}: schema_version {version!r} is not supported "
             f"(this pytest-jaxport {__version__} reads version {SCHEMA_VERSION})"
         )
-    shared = first.report["config"]
     for leg in legs[1:]:
-        other = leg.report.get("schema_version")
+        other = leg.report.schema_version
         if other != version:
             raise MergeError(
                 f"{leg.path}: schema_version {other!r} differs from {first.path}'s {version!r}"
             )
-        theirs = leg.report["config"]
-        keys = _config_conflicts(shared, theirs)
-        if keys:
+        conflicts = _config_conflicts(first.report.config, leg.report.config)
+        if conflicts:
             detail = "; ".join(
-                f"{k}: {_short(theirs.get(k))} here, {_short(shared.get(k))} in {first.path}"
-                for k in keys
+                f"{k}: {_short(theirs)} here, {_short(ours)} in {first.path}"
+                for k, theirs, ours in conflicts
             )
             raise MergeError(
                 f"{leg.path}: project config differs from {first.path} ({detail}); legs of one "
@@ -424,47 +458,55 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _merged_config(legs: Sequence[_Leg]) -> dict[str, Any]:
-    configs = [leg.report["config"] for leg in legs]
-    config = dict(configs[0])
-    for key in ("platforms", "compile", "emulate"):
-        if any(key in c for c in configs):
-            config[key] = ordered_platforms(p for c in configs for p in c.get(key) or [])
+def _merged_config(legs: Sequence[_Leg]) -> JsonObject:
+    configs = [leg.report.config for leg in legs]
+    written = [c.to_dict() for c in configs]
+    config: JsonObject = dict(written[0])
+    for key, values in (
+        ("platforms", [c.platforms for c in configs]),
+        ("compile", [c.compile for c in configs]),
+        ("emulate", [c.emulate for c in configs]),
+    ):
+        if any(key in c for c in written):
+            config[key] = ordered_platforms(p for found in values for p in found or ())
     for key in WHERE_SET_CONFIG_KEYS:
-        config[key] = next((c[key] for c in configs if c.get(key) is not None), None)
+        config[key] = next((c[key] for c in written if c.get(key) is not None), None)
+    home = next((c.home for c in configs if c.home is not None), None)
+    if home is not None:  # the legs agree (checked); one that states it says it for all
+        config["home"] = home
     return config
 
 
-def _merged_environment(legs: Sequence[_Leg]) -> dict[str, Any]:
-    envs = [leg.report["environment"] for leg in legs]
+def _merged_environment(legs: Sequence[_Leg]) -> JsonObject:
+    envs = [leg.report.environment.to_dict() for leg in legs]
     common = {
         k: v
         for k, v in envs[0].items()
         if k != "present_platforms" and all(e.get(k) == v for e in envs[1:])
     }
-    present = ordered_platforms(p for e in envs for p in e.get("present_platforms", []))
+    present = ordered_platforms(p for leg in legs for p in leg.report.environment.present_platforms)
     return {**common, "present_platforms": present}
 
 
-def _leg_records(legs: Sequence[_Leg]) -> list[dict[str, Any]]:
+def _leg_records(legs: Sequence[_Leg]) -> list[Leg]:
     """One record per original leg; a merged report passed in contributes its own legs."""
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, Leg] = {}
     for leg in legs:
-        inherited = leg.report.get("legs")
-        if isinstance(inherited, list) and inherited:
-            for record in inherited:
-                records.setdefault(str(record.get("leg")), dict(record))
+        merged = leg.report.merged
+        if merged is not None and merged.legs:
+            for record in merged.legs:
+                records.setdefault(record.leg, record)
             continue
-        env = leg.report["environment"]
+        environment = leg.report.environment
         records.setdefault(
             leg.name,
-            {
-                "leg": leg.name,
-                "platforms": list(leg.report["config"].get("platforms", [])),
-                "present_platforms": list(env.get("present_platforms", [])),
-                "environment": dict(env),
-                "tool_version": leg.report.get("tool", {}).get("version"),
-            },
+            Leg(
+                leg=leg.name,
+                platforms=leg.report.config.platforms,
+                present_platforms=environment.present_platforms,
+                environment=environment,
+                tool_version=leg.report.tool_version,
+            ),
         )
     return list(records.values())
 
@@ -474,16 +516,16 @@ VERSION_KEYS = (TOOL_NAME, "jax", "jaxlib", "python")
 different releases can differ for reasons other than the code."""
 
 
-def mixed_versions(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+def mixed_versions(records: Sequence[Leg]) -> dict[str, dict[str, str]]:
     """``{"jax": {"leg-a.json": "0.10.2", "leg-b.json": "0.12.0"}}``: each of
-    :data:`VERSION_KEYS` the legs (``report["legs"]`` records) do not share, per leg."""
+    :data:`VERSION_KEYS` the legs (the merged report's ``legs``) do not share, per leg."""
     mixed = {}
     for key in VERSION_KEYS:
         found = {
-            str(r.get("leg")): str(v)
+            r.leg: str(v)
             for r in records
-            if (v := r.get("tool_version") if key == TOOL_NAME
-                else r.get("environment", {}).get(key)) is not None
+            if (v := r.tool_version if key == TOOL_NAME
+                else r.environment.to_dict().get(key)) is not None
         }  # fmt: skip
         if len(set(found.values())) > 1:
             mixed[key] = found
@@ -497,58 +539,69 @@ def _outcome_rank(outcome: str) -> int:
     return _OUTCOME_RANK.get(outcome, 3)  # unknown outcomes (a crashed worker) rank worst
 
 
-_Compared = tuple[dict[str, Any], dict[str, list[_Candidate]]]
+_Compared = tuple[_MergedCheck, dict[str, list[_Candidate]]]
 
 
 def _merge_test(
-    nodeid: str, seen: Sequence[tuple[_Leg, Mapping[str, Any]]], root: Path
-) -> tuple[dict[str, Any], list[_Compared]]:
-    """The merged test, and per check its merged dict with every leg's platform entries."""
+    nodeid: str, seen: Sequence[tuple[_Leg, TestEntry]], root: Path
+) -> tuple[JsonObject, list[_Compared]]:
+    """The merged test, and per check its merged form with every leg's platform entries."""
     legs_outcome: dict[str, str] = {}
     for leg, test in seen:
-        inherited = test.get("legs")
-        if isinstance(inherited, Mapping) and inherited:
-            for name, outcome in inherited.items():
-                legs_outcome.setdefault(str(name), str(outcome))
+        if test.legs:
+            for name, outcome in test.legs.items():
+                legs_outcome.setdefault(name, outcome)
         else:
-            legs_outcome.setdefault(leg.name, str(test.get("outcome", "passed")))
-    worst = max(seen, key=lambda s: _outcome_rank(str(s[1].get("outcome", "passed"))))
-    merged: dict[str, Any] = {
-        "nodeid": nodeid,
-        "outcome": worst[1].get("outcome", "passed"),
-        "legs": legs_outcome,
-    }
-    for key in ("error", "crashed"):
-        if worst[1].get(key):
-            merged[key] = worst[1][key]
+            legs_outcome.setdefault(leg.name, test.outcome)
+    worst = max(seen, key=lambda s: _outcome_rank(s[1].outcome))[1]
+    merged: JsonObject = {"nodeid": nodeid, "outcome": worst.outcome, "legs": legs_outcome}
+    if worst.error is not None:
+        merged["error"] = worst.error.to_dict()
+    if worst.crashed:
+        merged["crashed"] = True
 
-    check_names = list(dict.fromkeys(c["name"] for _, t in seen for c in t.get("checks", [])))
+    check_names = list(dict.fromkeys(c.name for _, t in seen for c in t.checks))
     checks = []
     winners: dict[tuple[str, str], _Leg] = {}
     emulators: dict[tuple[str, str], _Leg] = {}
     compared: list[_Compared] = []
     for name in check_names:
-        per_leg = [(leg, c) for leg, t in seen for c in t.get("checks", []) if c["name"] == name]
+        per_leg = [(leg, c) for leg, t in seen for c in t.checks if c.name == name]
         # The first leg that traced it: another leg's "could not be traced here" is moot.
-        first = next((c for _, c in per_leg if c["platforms"]), per_leg[0][1])
-        platforms: dict[str, Any] = {}
+        first = next((c for _, c in per_leg if c.probe.platforms), per_leg[0][1])
+        platforms: dict[str, JsonObject] = {}
         candidates: dict[str, list[_Candidate]] = {}
         for leg, check in per_leg:
-            for platform, entry in check["platforms"].items():
-                candidates.setdefault(platform, []).append(_Candidate(leg=leg, entry=entry))
+            entries = table(check.to_dict(), "platforms")
+            for platform, probe in check.probe.platforms.items():
+                candidates.setdefault(platform, []).append(
+                    _Candidate(
+                        leg=leg,
+                        probe=probe,
+                        provenance=check.provenance.get(platform) or Provenance(),
+                        entry=as_table(entries[platform], platform),
+                    )
+                )
         for platform in ordered_platforms(candidates):
-            best = max(candidates[platform], key=lambda c: fidelity(c.entry))
+            best = max(candidates[platform], key=lambda c: fidelity(c.probe))
             winners[(name, platform)] = best.leg
             # An emulation is never the platform's fidelity: the entry keeps it from the leg
             # that emulated (the winner's own where it emulated too).
-            emulating = [c for c in candidates[platform] if c.entry.get("emulated")]
+            emulating = [c for c in candidates[platform] if c.probe.emulated is not None]
             emulated = best if best in emulating else next(iter(emulating), None)
             if emulated is not None:
                 emulators[(name, platform)] = emulated.leg
             platforms[platform] = _provenance(best, root, emulated)
-        merged_check = {k: v for k, v in first.items() if k != "platforms"}
-        merged_check["platforms"] = platforms
-        checks.append(merged_check)
+        data: JsonObject = {k: v for k, v in first.to_dict().items() if k != "platforms"}
+        data["platforms"] = platforms
+        checks.append(data)
+        merged_check = _MergedCheck(
+            name=name,
+            data=data,
+            platforms=platforms,
+            tolerance=first.tolerance,
+            transform=first.probe.transform,
+        )
         compared.append((merged_check, candidates))
     merged["checks"] = checks
     merged["violations"] = _winning_violations(seen, winners, emulators)
@@ -561,44 +614,47 @@ EMULATION_ENTRY_KEYS = ("emulated", "emulated_numerics", "emulated_outputs", "em
 
 def _provenance(
     candidate: _Candidate, root: Path, emulated: _Candidate | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """The winning entry with its leg named, its emulation from ``emulated``'s leg, and
     saved outputs' paths relative to ``root``."""
     entry = {k: v for k, v in candidate.entry.items() if k not in EMULATION_ENTRY_KEYS}
-    entry["leg"] = entry.get("leg") or candidate.leg.name
-    if entry.get("outputs"):
-        entry["outputs"] = _relative(candidate, "outputs", root)
+    entry["leg"] = candidate.leg_name
+    if candidate.provenance.outputs:
+        entry["outputs"] = _relative(candidate, candidate.provenance.outputs, root)
     if emulated is not None:
         entry.update({k: emulated.entry[k] for k in EMULATION_ENTRY_KEYS if k in emulated.entry})
-        entry["emulated_leg"] = emulated.entry.get("emulated_leg") or emulated.leg.name
-        if emulated.entry.get("emulated_outputs"):
-            entry["emulated_outputs"] = _relative(emulated, "emulated_outputs", root)
+        entry["emulated_leg"] = emulated.emulated_leg
+        if emulated.provenance.emulated_outputs:
+            entry["emulated_outputs"] = _relative(
+                emulated, emulated.provenance.emulated_outputs, root
+            )
     return entry
 
 
-def _relative(candidate: _Candidate, key: str, root: Path) -> str:
+def _relative(candidate: _Candidate, saved: str, root: Path) -> str:
     """A saved outputs path of ``candidate``'s leg (relative to its report), from ``root``."""
-    absolute = candidate.leg.path.parent / str(candidate.entry[key])
+    absolute = candidate.leg.path.parent / saved
     return Path(os.path.relpath(absolute, root)).as_posix()
 
 
 def _winning_violations(
-    seen: Sequence[tuple[_Leg, Mapping[str, Any]]],
+    seen: Sequence[tuple[_Leg, TestEntry]],
     winners: Mapping[tuple[str, str], _Leg],
     emulators: Mapping[tuple[str, str], _Leg],
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Violations of the leg whose entry won (an emulation's: of the leg whose emulation the
     entry keeps); ones about no merged entry, from the first leg."""
-    kept: list[dict[str, Any]] = []
+    kept: list[JsonObject] = []
     keys: set[str] = set()
     first = seen[0][0]
     for leg, test in seen:
-        for violation in test.get("violations", []):
-            owners = emulators if violation.get("key") in EMULATED_KEYS else winners
-            owner = owners.get((str(violation.get("check")), str(violation.get("platform"))))
+        for i, violation in enumerate(test.violations):
+            owners = emulators if violation.key in EMULATED_KEYS else winners
+            owner = owners.get((violation.check, violation.platform))
             if (owner or first) is not leg:
                 continue
-            tagged = {**violation, "leg": violation.get("leg") or leg.name}
+            said = test.violation_legs[i] if i < len(test.violation_legs) else None
+            tagged = {**violation.to_dict(), "leg": said or leg.name}
             key = json.dumps({k: v for k, v in tagged.items() if k != "leg"}, sort_keys=True)
             if key not in keys:
                 keys.add(key)
@@ -608,25 +664,25 @@ def _winning_violations(
 
 def _cross_leg_numerics(
     nodeid: str,
-    merged_check: dict[str, Any],
+    merged_check: _MergedCheck,
     candidates: Mapping[str, Sequence[_Candidate]],
     reference: str,
     tolerance_for: ToleranceFor,
-    cache: dict[Path, Any],
+    cache: dict[Path, Outputs],
 ) -> tuple[list[Drift], list[str], int]:
     """Compare every saved output of one check with the reference's; set winners' numerics."""
-    check = str(merged_check["name"])
+    check = merged_check.name
     saved = [
         (platform, c)
         for platform in ordered_platforms(candidates)
         for c in candidates[platform]
-        if c.entry.get("executed") and c.entry.get("outputs")
+        if c.probe.executed and c.provenance.outputs
     ]
     unsaved = [
         (platform, c)
         for platform in candidates
         for c in candidates[platform]
-        if c.entry.get("executed") and not c.entry.get("outputs")
+        if c.probe.executed and not c.provenance.outputs
     ]
     notes: list[str] = []
     if not saved or (len(saved) == 1 and not unsaved):
@@ -634,28 +690,27 @@ def _cross_leg_numerics(
     ref_platform = reference if any(p == reference for p, _ in saved) else saved[0][0]
     ref_candidate = next(c for p, c in saved if p == ref_platform)
     ref_outputs = _outputs(nodeid, check, ref_platform, ref_candidate, cache)
-    ref_leg = ref_candidate.entry.get("leg") or ref_candidate.leg.name
+    ref_leg = ref_candidate.leg_name
     if ref_platform != reference and len(saved) > 1:
         notes.append(
             f"{nodeid} check {check!r}: no leg saved outputs of the reference platform "
             f"{reference}; compared with {ref_platform} ({ref_leg})"
         )
     for platform, candidate in unsaved:
-        leg = candidate.entry.get("leg") or candidate.leg.name
         notes.append(
-            f"{nodeid} check {check!r}: {platform} ran on {leg} but its outputs were not saved "
-            "(run that leg with --jaxport-save-outputs); not compared across legs"
+            f"{nodeid} check {check!r}: {platform} ran on {candidate.leg_name} but its outputs "
+            "were not saved (run that leg with --jaxport-save-outputs); not compared across legs"
         )
     drifts: list[Drift] = []
     comparisons = 0
-    merged_check["reference"] = ref_platform
-    merged_check["reference_leg"] = ref_leg
-    merged_check["note"] = None  # a leg's in-process note ("only cpu executed here") is moot
+    merged_check.data["reference"] = ref_platform
+    merged_check.data["reference_leg"] = ref_leg
+    merged_check.data["note"] = None  # a leg's in-process note ("only cpu executed here") is moot
     for platform, candidate in saved:
         if candidate is ref_candidate:
             continue
         comparisons += 1
-        leg = candidate.entry.get("leg") or candidate.leg.name
+        leg = candidate.leg_name
         same = platform == ref_platform
         comparison = compare(
             ref_outputs,
@@ -665,11 +720,11 @@ def _cross_leg_numerics(
             tolerance=_with_overrides(
                 tolerance_for,
                 platform,
-                merged_check.get("tolerance"),
-                gradient=merged_check.get("transform") in ("grad", "jvp"),
+                merged_check.tolerance,
+                gradient=merged_check.transform in ("grad", "jvp"),
             ),
         )
-        entry = merged_check["platforms"][platform]
+        entry = merged_check.platforms[platform]
         if entry.get("leg") == leg and not same:
             entry["numerics"] = comparison.to_dict()
         if not comparison.ok:
@@ -689,38 +744,38 @@ def _cross_leg_numerics(
 
 def _cross_leg_emulations(
     nodeid: str,
-    merged_check: dict[str, Any],
+    merged_check: _MergedCheck,
     candidates: Mapping[str, Sequence[_Candidate]],
     reference: str,
     tolerance_for: ToleranceFor,
-    cache: dict[Path, Any],
+    cache: dict[Path, Outputs],
 ) -> tuple[list[Drift], list[str], int]:
     """Each saved emulation against the platform it stands in for, where a leg ran that
     platform and saved its outputs (the emulation's validation on real hardware), and
     against the reference where only another leg ran that (its own leg compared in-process)."""
-    check = str(merged_check["name"])
+    check = merged_check.name
     executed = {
-        platform: [c for c in found if c.entry.get("executed") and c.entry.get("outputs")]
+        platform: [c for c in found if c.probe.executed and c.provenance.outputs]
         for platform, found in candidates.items()
     }
-    ref_platform = str(merged_check.get("reference") or reference)
+    ref_platform = str(merged_check.data.get("reference") or reference)
     references = executed.get(ref_platform, [])
     drifts: list[Drift] = []
     comparisons = 0
     for platform in ordered_platforms(candidates):
-        for emulating in (c for c in candidates[platform] if c.entry.get("emulated_outputs")):
-            leg = emulating.entry.get("emulated_leg") or emulating.leg.name
+        for emulating in (c for c in candidates[platform] if c.provenance.emulated_outputs):
+            leg = emulating.emulated_leg
             label = emulated_label(platform)
-            emulated = _outputs(nodeid, check, label, emulating, cache, key="emulated_outputs")
+            emulated = _outputs(nodeid, check, label, emulating, cache, emulation=True)
             tolerance = _with_overrides(
-                tolerance_for, platform, merged_check.get("tolerance"),
-                gradient=merged_check.get("transform") in ("grad", "jvp"),
+                tolerance_for, platform, merged_check.tolerance,
+                gradient=merged_check.transform in ("grad", "jvp"),
             )  # fmt: skip
             against = [(c, platform, True) for c in executed.get(platform, [])]
             if references and all(c.leg is not emulating.leg for c in references):
                 against.append((references[0], ref_platform, False))
             for other, other_platform, hardware in against:
-                other_leg = other.entry.get("leg") or other.leg.name
+                other_leg = other.leg_name
                 comparison = compare(
                     _outputs(nodeid, check, other_platform, other, cache),
                     emulated,
@@ -729,7 +784,7 @@ def _cross_leg_emulations(
                     tolerance=tolerance,
                 )
                 comparisons += 1
-                entry = merged_check["platforms"][platform]
+                entry = merged_check.platforms[platform]
                 if not hardware and entry.get("emulated_leg") == leg:
                     entry["emulated_numerics"] = comparison.to_dict()
                 if not comparison.ok:
@@ -748,11 +803,14 @@ def _outputs(
     check: str,
     platform: str,
     candidate: _Candidate,
-    cache: dict[Path, Any],
+    cache: dict[Path, Outputs],
     *,
-    key: str = "outputs",
+    emulation: bool = False,
 ) -> Outputs:
-    path = candidate.leg.path.parent / str(candidate.entry[key])
+    """The outputs ``candidate``'s leg saved (its emulation's, with ``emulation``)."""
+    provenance = candidate.provenance
+    saved = provenance.emulated_outputs if emulation else provenance.outputs
+    path = candidate.leg.path.parent / str(saved)
     if path not in cache:
         try:
             cache[path] = load_outputs(path)
@@ -760,8 +818,7 @@ def _outputs(
             raise MergeError(
                 f"{candidate.leg.path}: outputs of {nodeid} check {check!r} on {platform}: {e}"
             ) from None
-    found: Outputs = cache[path]
-    return found
+    return cache[path]
 
 
 # -- counts: what diff and the baseline ratchet -----------------------------------------------
