@@ -171,7 +171,12 @@ def test_the_report_states_its_home_in_every_format(pytester: pytest.Pytester) -
     result = pytester.runpytest("--jaxport-report=r.json", "--jaxport-report=r.md",
                                 "--jaxport-report=r.html")  # fmt: skip
     result.assert_outcomes(passed=1)
-    assert "home tpu (moves priced off it)" in " ".join(result.stdout.str().split())
+    said = " ".join(result.stdout.str().split())
+    assert "home tpu (moves priced off it)" in said  # the report's last line
+    assert (  # and the session's header
+        "jaxport: home tpu ([tool.jaxport] home): kernels to rewrite and days priced moving "
+        "off it, to cuda, rocm" in said
+    )
     markdown = (pytester.path / "r.md").read_text()
     assert "home tpu" in markdown
     assert "kernels to rewrite moving off tpu" in markdown
