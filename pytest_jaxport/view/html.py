@@ -670,7 +670,7 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
     shown_rows = options.hotspot_rows(HOTSPOT_ROWS) if options.top is not None else HOTSPOT_ROWS
     parts = []
     platforms = list(dict.fromkeys(h.platform for h in view.hotspots))
-    first = view.hotspot_platform()  # cuda, where the lock-in is, first
+    first = view.hotspot_platform()  # the home platform, where the lock-in is, first
     for platform in sorted(platforms, key=lambda p: p != first):
         sites = [h for h in view.hotspots if h.platform == platform]
         shown = sites if shown_rows is None else sites[:shown_rows]
