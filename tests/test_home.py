@@ -238,11 +238,6 @@ def test_merging_legs_of_one_home_keeps_it(pytester: pytest.Pytester) -> None:
     assert merged.document.config.home_platform == "tpu"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report/merge.py's _merged_numbers prices off cuda: it needs suite_numbers(..., "
-    "home=config's home) (asked of the lead, issue 41 part 4)",
-)
 def test_merged_numbers_are_priced_off_the_legs_home(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_scale=TPU_KERNEL_SUITE)
     merged = merge(
@@ -261,13 +256,6 @@ def test_scale():
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report/audit.py's section, assemble, audit_summary, fail_on_violations, judge and "
-    "merge_audits price off cuda: they need home= threaded to suite_numbers and "
-    "rewrite_violations, and session/writer.py passing project.home (asked of the lead, "
-    "issue 41 part 4)",
-)
 def test_the_suite_audit_prices_off_home(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(TPU_HOME)
     pytester.makepyfile(test_audited=AUDITED_SUITE)

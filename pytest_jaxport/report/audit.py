@@ -30,6 +30,7 @@ from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
 from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, opt_table, table
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
+from pytest_jaxport.model.targets import DEFAULT_HOME
 from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
 from pytest_jaxport.report.document import AuditSection, Computation, built_audit
 from pytest_jaxport.report.schema import suite_numbers, with_sites
@@ -154,8 +155,9 @@ class AuditLedger:
         model: CostModel,
         eager_users: str = "owner",
         price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
+        home: str = DEFAULT_HOME,
     ) -> JsonObject:
-        """The report's ``audit`` section (see the module docstring)."""
+        """The report's ``audit`` section (see the module docstring), moving off ``home``."""
         index = {nodeid: i for nodeid, (i, _) in self._tests.items()}
         computations: list[AuditedComputation] = []
         for cid, record in self.computations.items():
@@ -182,6 +184,7 @@ class AuditLedger:
             model=model,
             eager_users=eager_users,
             price=price,
+            home=home,
         )
 
 
@@ -199,6 +202,7 @@ def assemble(
     model: CostModel,
     eager_users: str = "owner",
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
+    home: str = DEFAULT_HOME,
 ) -> JsonObject:
     """The ``audit`` section of distinct ``computations`` (each with its ``users`` in
     collection order) and the computations each test ran (``uses``, tests in collection
@@ -248,7 +252,7 @@ def assemble(
         "eager_users": eager_users,
         "seen": seen,
         "summary": audit_summary(
-            computations, found, migrate_to=migrate_to, model=model, price=price
+            computations, found, migrate_to=migrate_to, model=model, price=price, home=home
         ),
         "sites": sites(found),
         "findings": [
@@ -284,7 +288,10 @@ def _record(computation: Computation) -> AuditedComputation:
 
 
 def merge_audits(
-    sections: Sequence[tuple[str, AuditSection | JsonMapping]], *, migrate_to: Sequence[str]
+    sections: Sequence[tuple[str, AuditSection | JsonMapping]],
+    *,
+    migrate_to: Sequence[str],
+    home: str = DEFAULT_HOME,
 ) -> JsonObject:
     """One audit of several legs' ``(leg name, audit section)``: the union of their
     computations by id (one computation two legs ran counts once; the first leg's census,
@@ -346,6 +353,7 @@ def merge_audits(
         migrate_to=migrate_to,
         model=model,
         eager_users=eager_users,
+        home=home,
     )
     merged["violations"] = violations
     merged["baseline_growth"] = growth
@@ -375,15 +383,16 @@ def audit_summary(
     migrate_to: Sequence[str],
     model: CostModel,
     price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
+    home: str = DEFAULT_HOME,
 ) -> JsonObject:
     """The platform totals (with the distinct sites ``found``) and the three numbers over
-    the distinct computations, each counted once."""
+    the distinct computations, each counted once, moving off ``home``."""
     probes = [probe_of(c) for c in computations]
     platforms = {p: c.to_dict() for p, c in platform_counts(probes).items()}
     with_sites(platforms, found)
     return {
         "platforms": platforms,
-        **suite_numbers(probes, migrate_to=migrate_to, model=model, price=price),
+        **suite_numbers(probes, migrate_to=migrate_to, model=model, price=price, home=home),
     }
 
 
@@ -460,9 +469,10 @@ def fail_on_violations(
     *,
     migrate_to: Sequence[str],
     model: CostModel,
+    home: str = DEFAULT_HOME,
 ) -> list[Violation]:
     """Every limit of ``[tool.jaxport.audit] fail_on`` the suite breaks (its distinct
-    computations together, each counted once)."""
+    computations together, each counted once), moving off ``home``."""
     violations = evaluate(audited_suite(section), budget_for)
     rewrite = section.numbers.rewrite if section.numbers is not None else {}
     for target in migrate_to:
@@ -475,6 +485,7 @@ def fail_on_violations(
             kernels=estimate.kernels_to_rewrite,
             days=estimate.days,
             details=tuple(_item_text(i) for i in estimate.items),
+            home=home,
         )
     return violations
 
@@ -494,12 +505,15 @@ def judge(
     migrate_to: Sequence[str],
     model: CostModel,
     baseline: AuditCounts | None = None,
+    home: str = DEFAULT_HOME,
 ) -> JsonObject:
     """``section`` with the suite's budget failures as data: ``violations`` (the limits of
     ``[tool.jaxport.audit] fail_on`` it breaks) and ``baseline_growth`` (the counts that grew
     since ``baseline``'s audit counts, when given)."""
     audited = built_audit(section)
-    violations = fail_on_violations(audited, budget_for, migrate_to=migrate_to, model=model)
+    violations = fail_on_violations(
+        audited, budget_for, migrate_to=migrate_to, model=model, home=home
+    )
     section["violations"] = [v.to_dict() for v in violations]
     grown = []
     if baseline is not None:

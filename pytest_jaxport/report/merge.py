@@ -314,7 +314,8 @@ def merge(
     audits = [(leg.name, leg.report.audit) for leg in named if leg.report.audit is not None]
     if audits:  # --jaxport-audit: one audit of the union of the legs' computations
         migrate_to = named[0].report.config.migrate_to or ()
-        report["audit"] = merge_audits(audits, migrate_to=migrate_to)
+        home = named[0].report.config.home_platform  # the legs agree (checked)
+        report["audit"] = merge_audits(audits, migrate_to=migrate_to, home=home)
     return MergeResult(
         document=built(report),
         drifts=tuple(drifts),
@@ -348,6 +349,7 @@ def _merged_numbers(legs: Sequence[_Leg], tests: Sequence[JsonMapping]) -> JsonO
         migrate_to=DEFAULT_MIGRATE_TO if migrate_to is None else list(migrate_to),
         model=model,
         tooling=_merged_tooling(legs),
+        home=legs[0].report.config.home_platform,  # the legs agree (checked)
     )
     numbers["cost_model"] = dataclasses.asdict(model)
     return numbers

@@ -224,6 +224,7 @@ class ReportWriter:
             model=self.cost_model,
             eager_users=self.project.audit.eager_users,
             price=self.price,
+            home=self.project.home,
         )
         base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None
         section.update(ci.fail_on_entry(self.project))  # what it was judged against
@@ -233,6 +234,7 @@ class ReportWriter:
             migrate_to=self.project.migrate_to,
             model=self.cost_model,
             baseline=base if isinstance(base, dict) and not self.ci.baseline_update else None,
+            home=self.project.home,
         )
 
     def tooling_scan(self) -> dict[str, Any] | None:
