@@ -878,9 +878,10 @@ class _Reader:
         constant folding evaluates (not a custom call, a call, control flow, a collective,
         random bits or anything with effects; not a result over XLA's size limit). An
         ``iota`` is not a constant to XLA (``jnp.eye(n) @ c`` is not folded); a broadcast of a
-        constant is (``jnp.full((n, n), c) @ d`` is; checked on the compiled CPU program).
-        A dot of a rotation matrix built from a bound angle with a constant centre never
-        reaches cuBLAS: counting it would be a gemm and a format finding no kernel has."""
+        constant is, to the ops it feeds (``jnp.full((n, n), c) @ d`` is; checked on the
+        compiled CPU program), but is itself kept and counted. A dot of a rotation matrix
+        built from a bound angle with a constant centre never reaches cuBLAS: counting it
+        would be a gemm and a format finding no kernel has."""
         name = operation.name
         if name in _NOT_FOLDED or not name.startswith("stablehlo."):
             return False
@@ -891,7 +892,9 @@ class _Reader:
         if any(_elements(t) > _FOLDED_ELEMENTS for t in self.type_texts(operation.results)):
             return False
         folded.update(operation.results)
-        return True
+        # XLA never folds a broadcast itself (it would make constants larger): it stays, a
+        # free op fused into its users, and only what it feeds folds.
+        return name != "stablehlo.broadcast_in_dim"
 
     def index_free_call(self, operation: ir.Operation, handed: Sequence[int]) -> bool:
         """Whether ``operation`` is a call of a function whose results cannot depend on the
