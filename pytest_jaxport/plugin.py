@@ -29,6 +29,7 @@ from pytest_jaxport.model.config import (
     ProjectConfig,
     Setting,
     compile_platforms,
+    default_migrate_to,
     emulate_platforms,
     emulated_among,
     load_project,
@@ -275,7 +276,12 @@ def _apply_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> Pro
     if emulate is not None:
         kept = tuple(p for p in emulate.value if p in platforms)
         emulate = replace(emulate, value=kept) if kept else None
-    return replace(project, platforms=platforms, emulate=emulate)
+    # Targets pyproject leaves to the default follow the platforms this leg lowers for, so
+    # a platform named only here (oneapi) is priced too.
+    migrate_to = project.migrate_to
+    if migrate_to == default_migrate_to(project.platforms, project.home):
+        migrate_to = default_migrate_to(platforms, project.home)
+    return replace(project, platforms=platforms, emulate=emulate, migrate_to=migrate_to)
 
 
 def _apply_compile_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> ProjectConfig:
@@ -361,7 +367,8 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
             f"the description names a {cuda.platform} GPU ({cuda}), not a CUDA one: cuda's "
             "target must be an NVIDIA GPU"
         )
-    return {**default_devices(project.platforms), **project.devices, "cuda": cuda}
+    lowered = (*project.platforms, *project.resolve().added_by_must_lower())
+    return {**default_devices(lowered), **project.devices, "cuda": cuda}
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:

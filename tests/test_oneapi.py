@@ -382,12 +382,6 @@ def test_a_trace_describes_a_oneapi_gpu_where_jax_asks_for_one() -> None:
 
 
 @needs_oneapi_jax
-@pytest.mark.xfail(
-    strict=True,
-    reason="plugin.judged_devices takes default_devices(project.platforms): a platform "
-    "added by must_lower is lowered and judged but its device is not recorded (the fix "
-    "is in plugin.py, reported to the lead)",
-)
 def test_oneapi_named_only_in_must_lower_has_its_device_recorded(
     pytester: pytest.Pytester,
 ) -> None:

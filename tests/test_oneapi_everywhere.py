@@ -245,12 +245,6 @@ def test_the_audit_counts_oneapi(pytester: pytest.Pytester) -> None:
     assert audit["platforms"] == ["cpu", "cuda", "oneapi"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plugin._apply_cli replaces platforms but keeps migrate_to, the default of the "
-    "configured platforms: a leg naming oneapi only in --jaxport-platforms prices no move "
-    "to it (the fix is in plugin.py, reported to the lead)",
-)
 def test_oneapi_named_on_the_command_line_is_priced(pytester: pytest.Pytester) -> None:
     """``--jaxport-platforms=cpu,cuda,oneapi`` with no ``platforms`` in pyproject: oneapi is
     lowered for, and its kernel to rewrite (the Pallas kernel) is counted and priced, as

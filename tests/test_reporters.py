@@ -72,6 +72,6 @@ def test_the_plugin_writes_every_format_and_refuses_another_by_name(
     result.stdout.fnmatch_lines(["jaxport: full report written to r.json, r.md, r.html"])
     result = pytester.runpytest("--jaxport-report=r.xml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*r.xml*expected a path ending in .json or .md or .html or "
+    result.stderr.fnmatch_lines(["*r.xml*expected a path ending in .json, .md, .html, "
                                  ".sarif or .codequality.json, found suffix '.xml'"])  # fmt: skip
     assert not (pytester.path / "r.xml").exists()
