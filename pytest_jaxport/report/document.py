@@ -37,6 +37,7 @@ from pytest_jaxport.model.cost import (
 from pytest_jaxport.model.emulation import Emulation
 from pytest_jaxport.model.formats import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.jsontypes import Json
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.probe import PlatformProbe, Probe, platform_from_dict, platform_to_dict
 from pytest_jaxport.model.targets import DEFAULT_HOME
@@ -44,9 +45,6 @@ from pytest_jaxport.model.tooling import Assumption
 
 SCHEMA_VERSION = 2
 TOOL_NAME = "pytest-jaxport"
-
-Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
-"""A JSON value, as :func:`json.loads` gives it."""
 
 _T = TypeVar("_T")
 
