@@ -633,7 +633,9 @@ def test_bad_cli_values_are_usage_errors(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--jaxport-platforms: unknown platform 'gpu'*"])
     result = pytester.runpytest("--jaxport-report=report.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*expected a path ending in .json, .md, .html, .sarif or .codequality.json*"])
+    result.stderr.fnmatch_lines(
+        ["*expected a path ending in .json, .md, .html, .sarif or .codequality.json*"]
+    )
 
 
 def test_several_report_formats_in_one_run_missing_folders_created(
