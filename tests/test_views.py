@@ -874,3 +874,17 @@ def test_the_markdown_lists_each_platforms_top_sites() -> None:
     narrowed = render_markdown(view, DisplayOptions(platform="tpu")).split("### Suite audit")[0]
     [only] = [line for line in narrowed.splitlines() if line.startswith("### Where")]
     assert only.startswith("### Where the lock-in lives on tpu:")  # the one asked for, in full
+
+
+def test_platform_rows_follow_the_configured_order(run: dict[str, Any]) -> None:
+    """A report's totals are written in name order; the view shows them in the order the
+    project names its platforms (``oneapi`` configured last is shown last, not between cuda
+    and rocm). Without the ordering the rows keep the JSON's name order."""
+    report = json.loads(json.dumps(run["report"]))
+    order = ["tpu", "cpu", "rocm", "cuda"]
+    assert sorted(order) == sorted(report["summary"]["platforms"])
+    report["config"]["platforms"] = order
+    view = view_of(report)
+    assert [row[0] for row in view.totals.rows] == order
+    shown = [row.platform for row in view.shares]
+    assert shown == [p for p in order if p in shown] and len(shown) > 1

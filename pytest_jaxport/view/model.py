@@ -43,7 +43,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
@@ -1055,15 +1055,19 @@ def build_view(report: Report) -> ReportView:
         test_row(t, platforms) for t in sorted(report.tests, key=lambda t: natural_key(t.nodeid))
     )
     headline = headline_of(report)
-    audit = audit_parts(report.audit, home=headline.home) if report.audit is not None else None
+    audit = (
+        audit_parts(report.audit, home=headline.home, order=platforms)
+        if report.audit is not None
+        else None
+    )
     baseline = baseline_match_of(report)
     view = ReportView(
         headline=headline,
         problems=problems_of(rows, audit.problems if audit is not None else ())
         + baseline_groups(baseline),
         hotspots=hotspots_of(summary.hotspots),
-        totals=totals_of(summary.platforms),
-        shares=shares_of(numbers.runtime_share),
+        totals=totals_of(in_order(summary.platforms, platforms)),
+        shares=shares_of(in_order(numbers.runtime_share, platforms)),
         targets=targets_of(numbers),
         layers=(),
         tooling=numbers.tooling.assumptions if numbers.tooling is not None else (),
@@ -1074,7 +1078,7 @@ def build_view(report: Report) -> ReportView:
         deviceless=_deviceless(report),
         compiled_gaps=compiled_gaps_of(rows),
         transformations=transformations_of(rows),
-        collectives=collectives_of(summary.platforms),
+        collectives=collectives_of(in_order(summary.platforms, platforms)),
         devices=devices_of(report.config),
         emulations=emulations_of(rows),
         baseline=baseline,
@@ -1121,6 +1125,21 @@ def transformations_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str], ...]:
         if any(c.variant_of is not None for c in row.checks):
             found += [(row.nodeid, line) for line in variant_lines([c.probe for c in row.checks])]
     return tuple(found)
+
+
+_V = TypeVar("_V")
+
+
+def in_order(by_platform: Mapping[str, _V], order: Sequence[str]) -> dict[str, _V]:
+    """``by_platform`` with the platforms of ``order`` (the configured order) first, then the
+    others as they come: a report's totals are written in name order, its rows are shown in
+    the order the project names its platforms.
+
+    >>> list(in_order({"cpu": 1, "oneapi": 3, "tpu": 4}, ["cpu", "tpu", "oneapi"]))
+    ['cpu', 'tpu', 'oneapi']
+    """
+    first = [p for p in order if p in by_platform]
+    return {p: by_platform[p] for p in (*first, *(p for p in by_platform if p not in order))}
 
 
 def _platforms(report: Report) -> list[str]:
@@ -2209,17 +2228,19 @@ def _label(computation: Computation) -> str:
     return computation_label({"function": computation.function, "id": computation.id})
 
 
-def audit_parts(audit: AuditSection, *, home: str = DEFAULT_HOME) -> AuditParts:
+def audit_parts(
+    audit: AuditSection, *, home: str = DEFAULT_HOME, order: Sequence[str] = ()
+) -> AuditParts:
     """The audit's part of the view of a report with an ``audit`` section (moving off
-    ``home``)."""
+    ``home``; platforms in ``order``, the configured one, first)."""
     numbers = audit.numbers or Numbers()
     found = ReportView(
         headline=Headline(home=home),
         hotspots=hotspots_of(audit.sites),
-        totals=totals_of(audit.totals),
-        shares=shares_of(numbers.runtime_share),
+        totals=totals_of(in_order(audit.totals, order)),
+        shares=shares_of(in_order(numbers.runtime_share, order)),
         targets=targets_of(numbers),
-        collectives=collectives_of(audit.totals),
+        collectives=collectives_of(in_order(audit.totals, order)),
         unit="computation",
     )
     everywhere = sum(
