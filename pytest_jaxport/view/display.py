@@ -45,6 +45,11 @@ class DisplayOptions:
             return "all"
         return "problems" if self.verbosity == 1 else "none"
 
+    def layout_in_full(self) -> bool:
+        """Whether the sites tables list every layout finding as a row (``-v``, or
+        ``--jaxport-report-details=all``); else each platform's are said in one line."""
+        return self.verbosity >= 1 or self.details == "all"
+
     def problem_lines(self) -> int | None:
         """Lines the terminal's problem list may take: ``None`` (every problem) from ``-v``
         on, ``0`` (group headers only) at ``-q``."""

@@ -35,6 +35,7 @@ from pytest_jaxport.report.document import Report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
     FIXED,
+    LAYOUT,
     NO_AUTOTUNE_NOTE,
     Cell,
     CheckRow,
@@ -672,14 +673,25 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
     platforms = list(dict.fromkeys(h.platform for h in view.hotspots))
     first = view.hotspot_platform()  # the home platform, where the lock-in is, first
     for platform in sorted(platforms, key=lambda p: p != first):
-        sites = [h for h in view.hotspots if h.platform == platform]
+        # the layout findings in one line, their rows collapsed, as at the terminal's default
+        sites = [h for h in view.hotspots if h.platform == platform and h.layer != LAYOUT]
+        layout = view.layout_group(platform)
         shown = sites if shown_rows is None else sites[:shown_rows]
-        block = f"<h3>{_e(sentence(hotspot_title(view, platform, len(shown))))}</h3>"
-        block += _hotspot_table(shown, view.unit)
+        title = hotspot_title(view, platform, len(shown), grouped=layout is not None)
+        block = f"<h3>{_e(sentence(title))}</h3>"
+        if shown:
+            block += _hotspot_table(shown, view.unit)
         if len(shown) < len(sites):
             block += (
                 f'<details class="more"><summary>{plural(len(sites) - len(shown), "more site")}'
                 f"</summary>{_hotspot_table(sites[len(shown) :], view.unit)}</details>"
+            )
+        if layout is not None:
+            block += (
+                f'<p class="layout-summary">{_e(layout.summary(detail=""))}</p>'
+                f'<details class="more layout"><summary>{_e(platform)} layout findings: '
+                f"{plural(len(layout.sites), 'site')}, heaviest first</summary>"
+                f"{_hotspot_table(layout.sites, view.unit)}</details>"
             )
         parts.append(block)
     return (

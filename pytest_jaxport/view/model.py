@@ -883,6 +883,8 @@ class ReportView:
     """Per emulated platform, its checks' outcomes (:func:`emulations_of`)."""
     baseline: BaselineMatch | None = None
     """How the baseline (``--jaxport-baseline``) met the run, where one was compared."""
+    padding: Mapping[str, float] = field(default_factory=dict)
+    """Per platform, the share of bytes moved that is tile padding, where there is any."""
 
     @property
     def problem_count(self) -> int:
@@ -983,6 +985,7 @@ class ReportView:
             audit=audit,
             problems=tuple(groups),
             hotspots=tuple(h for h in view.hotspots if h.platform == platform),
+            padding={p: f for p, f in view.padding.items() if p == platform},
             totals=dataclasses.replace(
                 view.totals, rows=tuple(r for r in view.totals.rows if r[0] == platform)
             ),
@@ -993,6 +996,24 @@ class ReportView:
             platforms=tuple(p for p in view.platforms if p == platform),
         )
 
+    def layout_group(self, platform: str) -> LayoutGroup | None:
+        """``platform``'s layout findings as one group (:func:`layout_group_of`)."""
+        padding = next((f for p, f in self.padding.items() if p == platform), None)
+        return layout_group_of(self.hotspots, platform, padding)
+
+    def sites_shown(
+        self, platform: str, options: DisplayOptions
+    ) -> tuple[list[Hotspot], LayoutGroup | None]:
+        """``platform``'s sites as the sites tables list them, and its layout group where it is
+        said in one line instead: at the default verbosity the layout findings (thousands on
+        tpu for small images) leave the table to the vendor and custom sites and the format
+        findings; ``-v`` or ``--jaxport-report-details=all`` lists them as rows."""
+        sites = [h for h in self.hotspots if h.platform == platform]
+        group = None if options.layout_in_full() else self.layout_group(platform)
+        if group is None:
+            return sites, None
+        return [h for h in sites if h.layer != LAYOUT], group
+
     def hotspot_platform(self) -> str | None:
         """The platform whose sites the short reports list: the home platform (where the
         lock-in is, cuda unless ``[tool.jaxport] home`` says) when it has any, else the first
@@ -1002,6 +1023,86 @@ class ReportView:
             return None
         home = self.headline.home
         return home if home in platforms else platforms[0]
+
+
+LAYOUT = "layout"
+"""The layer of the memory-layout findings (tile padding, relayouts, misaligned matrix units)."""
+LAYOUT_TOP_SITES = 3
+"""Sites a layout group's one line names."""
+LAYOUT_DETAIL = "-v or --jaxport-report-details=all lists them"
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutGroup:
+    """One platform's layout findings, grouped by rule and ranked by calls: what the sites
+    tables say in one line at the default verbosity, where thousands of tile-padding findings
+    (small images with 3 channels on tpu) would otherwise be the table."""
+
+    platform: str
+    sites: tuple[Hotspot, ...]
+    """The layout sites, heaviest (most calls) first."""
+    rules: tuple[tuple[str, int, int], ...]
+    """``(rule, calls, sites)`` per rule, heaviest first."""
+    padding: float | None = None
+    """The share of the platform's bytes moved that is tile padding."""
+
+    @property
+    def findings(self) -> int:
+        return sum(n for _, n, _ in self.rules)
+
+    def summary(self, top: int = LAYOUT_TOP_SITES, *, detail: str = LAYOUT_DETAIL) -> str:
+        """``tpu layout: 6,048 findings at 65 sites (tile-padding 98% of the calls, 6,000;
+        matrix-unit-misaligned 48); padding 98% of bytes moved; top: a.py:12 (900 calls),
+        b.py:3 (640); -v or --jaxport-report-details=all lists them``."""
+        total = self.findings
+        rules = []
+        for i, (rule, calls, _) in enumerate(self.rules):
+            share = f"{pct(calls / total)} of the calls, " if i == 0 and len(self.rules) > 1 else ""
+            rules.append(f"{rule} {share}{number(calls)}")
+        text = (
+            f"{self.platform} layout: {plural(total, 'finding')} at "
+            f"{plural(len(self.sites), 'site')} ({'; '.join(rules)})"
+        )
+        if self.padding:
+            text += f"; padding {pct(self.padding)} of bytes moved"
+        named = [
+            f"{h.location or '(no source line)'} ({number(h.dispatches)}"
+            f"{' calls' if i == 0 else ''}{f', {h.name}' if len(self.rules) > 1 else ''})"
+            for i, h in enumerate(self.sites[:top])
+        ]
+        if named:
+            text += "; top: " + ", ".join(named)
+            if len(self.sites) > top:
+                text += f", +{number(len(self.sites) - top)} more"
+        return f"{text}; {detail}" if detail else text
+
+
+def layout_group_of(
+    sites: Iterable[Hotspot], platform: str, padding: float | None = None
+) -> LayoutGroup | None:
+    """``platform``'s layout sites grouped by rule, both ranked by calls; ``None`` where it
+    has none."""
+    found = [h for h in sites if h.platform == platform and h.layer == LAYOUT]
+    if not found:
+        return None
+    found.sort(key=lambda h: (-h.dispatches, -h.checks, h.location or "~", h.name))
+    calls = Counter[str]()
+    where = Counter[str]()
+    for site in found:
+        calls[site.name] += site.dispatches
+        where[site.name] += 1
+    rules = sorted(calls, key=lambda rule: (-calls[rule], rule))
+    return LayoutGroup(
+        platform=platform,
+        sites=tuple(found),
+        rules=tuple((rule, calls[rule], where[rule]) for rule in rules),
+        padding=padding,
+    )
+
+
+def padding_of(platforms: Mapping[str, PlatformTotals]) -> dict[str, float]:
+    """Per platform with any, the share of bytes moved that is tile padding."""
+    return {p: t.padding_waste for p, t in platforms.items() if t.padding_waste}
 
 
 HOTSPOT_HEADERS = ("site", "kernel", "checks", "tests", "calls", "time")
@@ -1025,15 +1126,19 @@ def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
     )
 
 
-def hotspot_title(view: ReportView, platform: str, shown: int) -> str:
+def hotspot_title(view: ReportView, platform: str, shown: int, *, grouped: bool = False) -> str:
     """``where the lock-in lives on cuda: 31 distinct sites (29 vendor, 2 custom, 6
-    format/layout); top 5 by estimated time``."""
+    format/layout); top 5 by estimated time`` (of the sites other than layout ones where
+    those are ``grouped`` in one line)."""
     sites = [h for h in view.hotspots if h.platform == platform]
+    listed = sum(1 for h in sites if not grouped or h.layer != LAYOUT)
     layers = {layer: sum(1 for h in sites if h.layer == layer)
               for layer in ("vendor", "custom", *FINDING_KINDS)}  # fmt: skip
     timed = next((h.basis for h in sites if h.basis), None)
     order = f"by {timed} time" if timed else "by dispatches"
-    top = f"; top {shown} {order}" if shown < len(sites) else f"; {order}"
+    top = f"; top {shown} {order}" if shown < listed else f"; {order}"
+    if grouped and not listed:
+        top = ""
     findings = sum(layers[layer] for layer in FINDING_KINDS)
     found = f", {findings} format/layout" if findings else ""
     return (
@@ -1100,6 +1205,7 @@ def build_view(report: Report) -> ReportView:
                 totals=found.totals, shares=found.shares, targets=found.targets,
                 collectives=found.collectives,
             )  # fmt: skip
+    view = dataclasses.replace(view, padding=padding_of(totals))
     return dataclasses.replace(view, layers=layers_of(view, totals, numbers.tooling))
 
 
@@ -2242,6 +2348,7 @@ def audit_parts(
         targets=targets_of(numbers),
         collectives=collectives_of(in_order(audit.totals, order)),
         unit="computation",
+        padding=padding_of(audit.totals),
     )
     everywhere = sum(
         1

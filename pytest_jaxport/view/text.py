@@ -631,9 +631,9 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     rows = options.hotspot_rows()
     if platform is None or rows == 0:
         return []
-    sites = [h for h in view.hotspots if h.platform == platform]
+    sites, layout = view.sites_shown(platform, options)
     shown = sites if rows is None else sites[:rows]
-    if not sites:
+    if not sites and layout is None:
         return []
     headers = hotspot_headers(view.unit)
     cells = [(cut_left(c[0], 40), *c[1:]) for c in (hotspot_cells(h) for h in shown)]
@@ -642,13 +642,17 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
                      if i != 1)  # fmt: skip
         room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
         cells = [(c[0], cut(c[1], room), *c[2:]) for c in cells]
-    lines = wrap(hotspot_title(view, platform, len(shown)), hang="  ")
-    lines += table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
+    title = hotspot_title(view, platform, len(shown), grouped=layout is not None)
+    lines = wrap(title, hang="  ")
+    if cells:
+        lines += table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
     if len(shown) < len(sites):
         lines.append(
             f"  +{plural(len(sites) - len(shown), 'more site')} (--jaxport-report-top=N; the "
             "report files have them all)"
         )
+    if layout is not None:  # thousands of tile-padding rows would be the table: one line
+        lines += wrap("  " + layout.summary(), hang="      ")
     return [*lines, ""]
 
 
@@ -1041,18 +1045,21 @@ def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
 
 
 def _md_sites(view: ReportView, options: DisplayOptions, platform: str, top: int) -> list[str]:
-    sites = [h for h in view.hotspots if h.platform == platform]
+    sites, layout = view.sites_shown(platform, options)
     rows = options.hotspot_rows(top) if options.top is not None else top
     shown = sites if rows is None else sites[:rows]
-    lines = [
-        f"### {sentence(hotspot_title(view, platform, len(shown)))}",
-        "",
-        f"| {' | '.join(hotspot_headers(view.unit))} |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
+    title = hotspot_title(view, platform, len(shown), grouped=layout is not None)
+    lines = [f"### {sentence(title)}", ""]
+    if shown:
+        lines += [
+            f"| {' | '.join(hotspot_headers(view.unit))} |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
     for site in shown:
         cells = hotspot_cells(site)
         lines.append(f"| {md_code(cells[0])} | {md_cell(cells[1])} | {' | '.join(cells[2:])} |")
+    if layout is not None:  # the layout findings in one line, the rows one option away
+        lines += [*([""] if shown else []), md_cell(layout.summary())]
     return lines
 
 
