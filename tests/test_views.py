@@ -186,7 +186,8 @@ def md_table(text: str, header: str) -> list[list[str]]:
 def expected_numbers(report: dict[str, Any]) -> dict[str, Any]:
     summary = report["summary"]
     sites = sorted(
-        (h for h in summary["hotspots"] if h["platform"] == "cuda"),
+        # layout sites are said in one group line, not rows (issue 43)
+        (h for h in summary["hotspots"] if h["platform"] == "cuda" and h["layer"] != "layout"),
         key=lambda h: (-(h["share"] or 0), -h["dispatches"], -h["checks"], h["location"] or "~"),
     )
     groups: Counter[str] = Counter()
@@ -396,10 +397,11 @@ def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
     lines = text.splitlines()
     # 62 before the layer table's formats-and-layout row and the sites' title said them; 65
     # with tpu's days wrapping to say the fixed part apart, plus one line under each estimate
-    # called a ranking (cuda's and rocm's; cpu's too where this jax measures no cpu profile)
+    # called a ranking (cuda's and rocm's; cpu's too where this jax measures no cpu profile);
+    # 67 with cuda's layout findings said in one group line where their row was (issue 43)
     rankings = text.count("a ranking, not a share: within")
     assert 2 <= rankings <= 3, text
-    assert len(lines) - rankings <= 65, text
+    assert len(lines) - rankings <= 67, text
     assert all(len(line) <= WIDTH for line in lines), [x for x in lines if len(x) > WIDTH]
     counts = next(i for i, x in enumerate(lines) if x.startswith(f"{number(SCALE)} portable tests"))
     assert counts >= len(lines) - 2  # the headline ends it
@@ -807,11 +809,11 @@ def test_the_kernel_column_is_cut_only_where_the_line_has_no_room_and_never_at_v
 
     label = "convolution-relayout (relayout)"
     short = build_view(_sites_report("models/conv.py:24"))
-    for verbosity in (0, 1):
-        text = render_text(short, DisplayOptions(verbosity=verbosity))
+    for verbosity in (0, 1):  # details=all: layout findings as rows at the default too
+        text = render_text(short, DisplayOptions(verbosity=verbosity, details="all"))
         assert f"models/conv.py:24  {label}" in text
     deep = build_view(_sites_report("src/" + "very_long_package_name/" * 2 + "conv.py:24"))
-    default = render_text(deep, DisplayOptions(verbosity=0))
+    default = render_text(deep, DisplayOptions(verbosity=0, details="all"))
     assert label not in default  # a 40-character site leaves it less room: cut with …
     assert all(len(line) <= 100 for line in default.splitlines())
     assert label in render_text(deep, DisplayOptions(verbosity=1))
@@ -887,4 +889,5 @@ def test_platform_rows_follow_the_configured_order(run: dict[str, Any]) -> None:
     view = view_of(report)
     assert [row[0] for row in view.totals.rows] == order
     shown = [row.platform for row in view.shares]
-    assert shown == [p for p in order if p in shown] and len(shown) > 1
+    assert shown == [p for p in order if p in shown]
+    assert len(shown) > 1

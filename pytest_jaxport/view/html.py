@@ -677,7 +677,7 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
         sites = [h for h in view.hotspots if h.platform == platform and h.layer != LAYOUT]
         layout = view.layout_group(platform)
         shown = sites if shown_rows is None else sites[:shown_rows]
-        title = hotspot_title(view, platform, len(shown), grouped=layout is not None)
+        title = hotspot_title(view, platform, len(shown), grouped=True)
         block = f"<h3>{_e(sentence(title))}</h3>"
         if shown:
             block += _hotspot_table(shown, view.unit)

@@ -1002,17 +1002,19 @@ class ReportView:
         return layout_group_of(self.hotspots, platform, padding)
 
     def sites_shown(
-        self, platform: str, options: DisplayOptions
+        self, platform: str, options: DisplayOptions, rows: int | None = None
     ) -> tuple[list[Hotspot], LayoutGroup | None]:
-        """``platform``'s sites as the sites tables list them, and its layout group where it is
-        said in one line instead: at the default verbosity the layout findings (thousands on
-        tpu for small images) leave the table to the vendor and custom sites and the format
-        findings; ``-v`` or ``--jaxport-report-details=all`` lists them as rows."""
+        """``platform``'s sites as a sites table of ``rows`` rows (``None``: all) lists them,
+        and its layout group where that is said in one line instead: at the default verbosity
+        the layout findings (thousands on tpu for small images) leave the table to the vendor
+        and custom sites and the format findings, and the line stands where they would have
+        taken rows; ``-v`` or ``--jaxport-report-details=all`` lists them as rows."""
         sites = [h for h in self.hotspots if h.platform == platform]
-        group = None if options.layout_in_full() else self.layout_group(platform)
-        if group is None:
+        if options.layout_in_full():
             return sites, None
-        return [h for h in sites if h.layer != LAYOUT], group
+        listed = [h for h in sites if h.layer != LAYOUT]
+        crowded = any(h.layer == LAYOUT for h in (sites if rows is None else sites[:rows]))
+        return listed, self.layout_group(platform) if crowded else None
 
     def hotspot_platform(self) -> str | None:
         """The platform whose sites the short reports list: the home platform (where the

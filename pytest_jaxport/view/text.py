@@ -631,7 +631,7 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     rows = options.hotspot_rows()
     if platform is None or rows == 0:
         return []
-    sites, layout = view.sites_shown(platform, options)
+    sites, layout = view.sites_shown(platform, options, rows)
     shown = sites if rows is None else sites[:rows]
     if not sites and layout is None:
         return []
@@ -642,7 +642,7 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
                      if i != 1)  # fmt: skip
         room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
         cells = [(c[0], cut(c[1], room), *c[2:]) for c in cells]
-    title = hotspot_title(view, platform, len(shown), grouped=layout is not None)
+    title = hotspot_title(view, platform, len(shown), grouped=not options.layout_in_full())
     lines = wrap(title, hang="  ")
     if cells:
         lines += table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
@@ -1045,10 +1045,10 @@ def _md_hotspots(view: ReportView, options: DisplayOptions) -> list[str]:
 
 
 def _md_sites(view: ReportView, options: DisplayOptions, platform: str, top: int) -> list[str]:
-    sites, layout = view.sites_shown(platform, options)
     rows = options.hotspot_rows(top) if options.top is not None else top
+    sites, layout = view.sites_shown(platform, options, rows)
     shown = sites if rows is None else sites[:rows]
-    title = hotspot_title(view, platform, len(shown), grouped=layout is not None)
+    title = hotspot_title(view, platform, len(shown), grouped=not options.layout_in_full())
     lines = [f"### {sentence(title)}", ""]
     if shown:
         lines += [
