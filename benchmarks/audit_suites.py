@@ -172,6 +172,48 @@ SUITES: dict[str, dict[str, Any]] = {
             "test/test_misc.py",
         ],
     },
+    "equinox": {
+        "package": "equinox",
+        "folder": "tests",
+        # 291 tests at v0.13.8 (issue 43, a suite new to the project): every module but
+        # test_nn.py (66 tests, ~100 s of a ~180 s plain run here), test_while_loop.py (117)
+        # and test_onnx.py (needs onnx), the repository's pyproject options (jaxtyping's
+        # runtime checks, warnings as errors) not applied. Its conftest gives the CPU two
+        # devices: test_pmap.py's and test_sharding.py's programs are partitioned.
+        "select": [
+            "tests/test_abstract.py",
+            "tests/test_ad.py",
+            "tests/test_caches.py",
+            "tests/test_callback.py",
+            "tests/test_checkpoint.py",
+            "tests/test_closure_to_pytree.py",
+            "tests/test_debug.py",
+            "tests/test_enum.py",
+            "tests/test_errors.py",
+            "tests/test_eval_shape.py",
+            "tests/test_filters.py",
+            "tests/test_finalise_jaxpr.py",
+            "tests/test_jit.py",
+            "tests/test_make_jaxpr.py",
+            "tests/test_misc.py",
+            "tests/test_module.py",
+            "tests/test_noinline.py",
+            "tests/test_nontraceable.py",
+            "tests/test_pformat.py",
+            "tests/test_pmap.py",
+            "tests/test_primitive.py",
+            "tests/test_progress_meter.py",
+            "tests/test_scan.py",
+            "tests/test_serialisation.py",
+            "tests/test_sharding.py",
+            "tests/test_shared.py",
+            "tests/test_stateful.py",
+            "tests/test_str2jax.py",
+            "tests/test_tree.py",
+            "tests/test_update.py",
+            "tests/test_vmap.py",
+        ],
+    },
 }
 
 AUDIT_LINES = ("suite audit (--jaxport-audit):", "not audited:", "note:")
