@@ -596,7 +596,9 @@ def test_a_program_with_a_platforms_own_rule_is_lowered_per_platform(case: str) 
     assert not lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))
 
 
-def test_lowerings_share_an_mlir_context_and_nested_lowerings_get_their_own() -> None:
+def test_lowerings_share_an_mlir_context_and_nested_lowerings_get_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Loading every dialect into a fresh MLIR context is a fifth of a small lowering: the
     modules this package lowers share contexts (a limited number of lowerings each), while a
     program a lowering rule lowers and compiles on the way gets a context of its own (it
@@ -622,6 +624,9 @@ def test_lowerings_share_an_mlir_context_and_nested_lowerings_get_their_own() ->
     doubled.def_abstract_eval(lambda x: x)
     mlir.register_lowering(doubled, rule)
 
+    # A context serves USES lowerings: start this test's two at the count of a fresh one, or
+    # they straddle a renewal whenever the worker has lowered a multiple of USES before.
+    monkeypatch.setattr(lowering._SHARED_IR_CONTEXTS, "_uses", 0)
     first = lowering.lower(jax.jit(mlp).trace(jnp.ones((4, 8))), "cuda")
     second = lowering.lower(jax.jit(lambda x: doubled.bind(x) + 1).trace(jnp.ones(3)), "tpu")
     assert mlir.make_ir_context is original  # restored once lowering is done
