@@ -27,7 +27,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
-from pytest_jaxport.model.cost import CostModel, RewriteItem, estimate, rewrite_items
+from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import describe, tolerance_origin
@@ -891,31 +891,12 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
     ]
 
 
-def moving_items(probe: Probe, target: str, *, home: str) -> list[RewriteItem] | None:
-    """What moving ``probe``'s check from ``home`` to ``target`` needs, kernel by kernel
-    (:func:`~pytest_jaxport.model.cost.rewrite_items`); ``None`` when the check was not
-    lowered for ``target`` (nothing is known), ``[]`` when it has no ``home`` census."""
-    origin = probe.platforms.get(home)
-    on_target = probe.platforms.get(target)
-    if origin is None or origin.budgeted is None:
-        return []
-    if on_target is None:
-        return None
-    return rewrite_items(
-        check=probe.name,
-        target=target,
-        nvidia=origin.budgeted,
-        on_target=on_target.budgeted,
-        target_error=on_target.error,
-    )
-
-
 def _rewrite_violations(
     probe: Probe, budget: Budget, model: CostModel, home: str
 ) -> list[Violation]:
     if not any(budget.is_set(key) for key in _TARGET_KEYS) or budget.platform == home:
         return []
-    items = moving_items(probe, budget.platform, home=home)
+    items = probe.rewrite_items(budget.platform, home=home)
     formats = probe.format_items(budget.platform)
     if not items and not formats:
         return []

@@ -134,19 +134,22 @@ class Probe:
     def executed(self) -> tuple[str, ...]:
         return tuple(p for p, r in self.platforms.items() if r.executed)
 
-    def rewrite_items(self, target: str) -> list[RewriteItem] | None:
-        """What moving this check from cuda to ``target`` needs; ``None`` when the check was
-        not lowered for ``target`` (nothing is known), ``[]`` when it has no cuda census."""
-        nvidia = self.platforms.get(NVIDIA_PLATFORM)
+    def rewrite_items(
+        self, target: str, *, home: str = NVIDIA_PLATFORM
+    ) -> list[RewriteItem] | None:
+        """What moving this check from ``home`` (cuda unless the project says otherwise) to
+        ``target`` needs, kernel by kernel; ``None`` when the check was not lowered for
+        ``target`` (nothing is known), ``[]`` when it has no ``home`` census."""
+        origin = self.platforms.get(home)
         on_target = self.platforms.get(target)
-        if nvidia is None or nvidia.budgeted is None:
+        if origin is None or origin.budgeted is None:
             return []
         if on_target is None:
             return None
         return rewrite_items(
             check=self.name,
             target=target,
-            nvidia=nvidia.budgeted,
+            nvidia=origin.budgeted,
             on_target=on_target.budgeted,
             target_error=on_target.error,
         )

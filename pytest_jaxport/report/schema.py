@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.model.budget import moving_items
 from pytest_jaxport.model.cost import (
     CostModel,
     FormatItem,
@@ -137,7 +136,7 @@ def suite_rewrite(
         for check in checks:  # read only the two platforms each target compares
             wanted = {p: e for p, e in check["platforms"].items() if p in (home, target)}
             probe = Probe.from_dict({**check, "platforms": wanted})
-            items += moving_items(probe, target, home=home) or ()
+            items += probe.rewrite_items(target, home=home) or ()
             formats += probe.format_items(target)
         priced: dict[RewriteItem | FormatItem, float] = {}
         if price is not None:
