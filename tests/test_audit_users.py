@@ -56,3 +56,38 @@ def test_each_new_jit_of_one_function_counts_every_test_serially_and_under_xdist
     for found in (serial, spread):
         found["seen"].pop("calls")  # each worker's first call of a shared jit is a miss
     assert without_timings(spread) == without_timings(serial)
+
+
+UNDER_EAGER_VMAP = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@jax.jit
+def evaluate(y):
+    return y * 2.0
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_batched(n):
+    assert jax.vmap(evaluate)(jnp.ones((10, 3))).shape == (10, 3)
+"""
+
+
+def test_a_jit_called_under_an_eager_vmap_counts_every_test_serially_and_under_xdist(
+    pytester: pytest.Pytester,
+) -> None:
+    """Under an eager transformation a jit's call runs JAX's transformed copy of its program
+    through the jit primitive's own dispatch cache (not the jit's): that copy is cached, so
+    every test after the first hit it there (diffrax's solvers under ``jax.vmap``)."""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_batched=UNDER_EAGER_VMAP)
+    serial = audit(pytester)
+    (batched,) = [c for c in serial["computations"] if c["function"] == "evaluate"]
+    assert batched["users"] == [f"test_batched.py::test_batched[{n}]" for n in range(4)]
+    assert serial["seen"]["shared"] == 1
+    spread = audit(pytester, "-n", "2")
+    for found in (serial, spread):
+        found["seen"].pop("calls")
+    assert without_timings(spread) == without_timings(serial)

@@ -241,6 +241,116 @@ def test_a_callback_a_custom_primitive_binds_when_lowered_is_inert_too() -> None
     assert _real_names(on_cpu) == _sorted(real)
 
 
+def _host_emitting_primitive():
+    """A primitive whose own lowering rule emits the host callback (``emit_python_callback``
+    called directly, as equinox's ``noinline`` does): no callback primitive to override."""
+    from jax.interpreters import mlir
+
+    try:
+        from jax.extend.core import Primitive
+    except ImportError:  # jax without jax.extend.core
+        from jax.core import Primitive
+
+    primitive = Primitive("host_emitting")
+    primitive.def_impl(lambda v: host_double(v))
+    primitive.def_abstract_eval(lambda v: jax.core.ShapedArray(v.shape, v.dtype))
+
+    def rule(ctx, v):
+        results, _, keepalive = mlir.emit_python_callback(
+            ctx, lambda a: (host_double(a),), None, [v], ctx.avals_in, ctx.avals_out,
+            has_side_effect=False, sharding=None,
+        )  # fmt: skip
+        ctx.module_context.add_keepalive(keepalive)
+        return results
+
+    mlir.register_lowering(primitive, rule)
+    return primitive
+
+
+host_emitting_p = _host_emitting_primitive()
+
+
+def emits_in_its_rule(x):
+    return jnp.tanh(host_emitting_p.bind(x)) @ jnp.ones((4, 4), x.dtype)
+
+
+def test_a_callback_a_lowering_rule_emits_itself_is_inert_too() -> None:
+    """The rule calls JAX's ``emit_python_callback`` itself (no callback primitive whose rule
+    the placeholder overrides): lowering for an absent platform fails without the inert
+    lowering; with it, each absent platform lowers, alone and together, with a placeholder
+    named for the primitive, and the program's dot counted. For cpu (present here) the inert
+    lowering is the real program, op for op; the compilable one compiles with no callback."""
+    from pytest_jaxport.model.hlo import parse_compiled_hlo
+
+    traced = lowering.trace(emits_in_its_rule, (x,), {})
+    with pytest.raises(lowering.LoweringFailure, match="lowering platform cuda"):
+        lowering.lower(traced, "cuda")
+    inert = callbacks.inert(traced)
+    together = lowering.lower_together(inert, ABSENT)
+    assert together is not None
+    libraries = {"cuda": {"cublas": 1}, "rocm": {"hipblas": 1}, "tpu": {}}
+    for platform in ABSENT:
+        alone = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        assert take_census(together[platform], platform) == alone
+        [placeholder] = alone.in_layer("meta")
+        assert (placeholder.kind, placeholder.name) == (
+            "host-callback",
+            f"{callbacks.INERT_TARGET}.host_emitting",
+        )
+        assert alone.libraries() == libraries[platform]
+    real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
+    on_cpu = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
+    assert _real_names(on_cpu) == _sorted(real)
+    def compiled(traced: object) -> Census:
+        lowered = traced.lower(lowering_platforms=("cpu",))  # type: ignore[attr-defined]
+        return take_census(parse_compiled_hlo(lowered.compile().as_text()), "cpu",
+                           level="compiled")  # fmt: skip
+
+    stand_in = compiled(callbacks.inert(traced, compilable=True))
+    assert not any("callback" in k.name for k in stand_in.kernels)
+    assert stand_in.libraries() == compiled(traced).libraries()
+    # JAX's own function is back: a lowering that is not inert emits the real callback
+    from jax.interpreters import mlir
+
+    assert not hasattr(mlir.emit_python_callback, "jaxport_original")
+    assert "callback" in str(lowering.lower(traced, "cpu").compiler_ir("stablehlo")).split(
+        "#loc", 1)[0]  # fmt: skip
+
+
+def test_equinox_noinline_lowers_for_every_platform_in_an_audit(
+    pytester: pytest.Pytester,
+) -> None:
+    """equinox's ``noinline`` (its lowering rule emits the host callback itself), run by an
+    unchanged test under ``--jaxport-audit``: its computation lowers on every platform."""
+    pytest.importorskip("equinox", reason="needs equinox (pip install equinox)")
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n')
+    pytester.makepyfile(
+        test_noinline="""
+        import equinox as eqx, jax.numpy as jnp
+
+        def addone(x):
+            return x + 1
+
+        def test_noinline():
+            assert eqx.filter_jit(eqx.internal.noinline(addone))(jnp.array(1)) == 2
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--jaxport-audit", "--jaxport-report=r.json", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    import json
+
+    audit = json.loads((pytester.path / "r.json").read_text())["audit"]
+    [noinline] = [
+        c for c in audit["computations"]
+        if any(k["name"] == f"{callbacks.INERT_TARGET}.noinline"
+               for k in c["platforms"]["cuda"]["lowered"]["kernels"])
+    ]  # fmt: skip
+    for platform in ("cpu", *ABSENT):
+        assert noinline["platforms"][platform]["error"] is None, platform
+
+
 def test_lineax_linear_solve_with_error_if_lowers_for_every_platform() -> None:
     """lineax's ``linear_solve`` is its own primitive, with equinox's ``error_if`` (a
     ``pure_callback``) inside: the LU factorisation is cuSOLVER's on cuda, hipSOLVER's on

@@ -16,7 +16,10 @@ same operands, result types and ordered-effect tokens, ``stablehlo.custom_call
 callbacks a jaxpr does not show: those a custom primitive binds in its own lowering rule
 (lineax's ``linear_solve``, equinox's ``filter_primitive``s trace their implementation only
 when lowered), as well as those in nested ``jit``, ``cond``, ``scan``, ``while``,
-``shard_map``, custom derivative rules and ``checkpoint``. Every other op is untouched, so a
+``shard_map``, custom derivative rules and ``checkpoint``. A primitive whose own lowering rule
+emits a callback (JAX's ``emit_python_callback``, called directly: equinox's ``noinline``) gets the placeholder too, ``inert_host_callback.<that primitive>``:
+while an inert program is lowered, that function emits the placeholder for it (the real one
+is emitted for any other lowering). Every other op is untouched, so a
 census of the inert program counts exactly what the real one dispatches, with each callback
 counted in the ``meta`` layer. The inert program must never be compiled or run: the
 placeholder has no implementation. The overridden rules are part of JAX's lowering cache key,
@@ -46,10 +49,13 @@ JAX is imported inside the functions, never at module import.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import inspect
+import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -131,10 +137,11 @@ class InertCallbacks:
         return self.traced.jaxpr
 
     def lower(self, *, lowering_platforms: tuple[str, ...] | None = None) -> Any:
-        return self.traced.lower(
-            lowering_platforms=lowering_platforms,
-            _private_parameters=inert_parameters(self.compilable),
-        )
+        with _emitter_made_inert():
+            return self.traced.lower(
+                lowering_platforms=lowering_platforms,
+                _private_parameters=inert_parameters(self.compilable),
+            )
 
 
 def trace_inert(closed: ClosedJaxpr, args: Sequence[object]) -> InertCallbacks:
@@ -174,8 +181,6 @@ def callback_primitives() -> tuple[Primitive, ...]:
     """This JAX's host-callback primitive objects (whichever of
     :data:`~pytest_jaxport._jax.jaxprs.HOST_CALLBACK_PRIMITIVES`
     it defines)."""
-    import importlib
-
     found = []
     for module_name, names in _CALLBACK_HOMES:
         module = importlib.import_module(module_name)
@@ -211,21 +216,120 @@ def _placeholder_rule(kind: str, compilable: bool) -> Callable[..., Sequence[ir.
     def rule(
         ctx: LoweringRuleContext, *operands: ir.Value[ir.Type], **params: object
     ) -> Sequence[ir.Value[ir.Type]]:
-        if compilable:  # (lower_fun passes ordered effects' tokens through)
-            lowered: Sequence[ir.Value[ir.Type]] = mlir.lower_fun(
-                _stand_in(ctx.avals_out), multiple_results=True
-            )(ctx, *operands)
-            return lowered
-        op = mlir.custom_call(
-            f"{INERT_TARGET}.{kind}",
-            result_types=[_ir_type(ctx, aval) for aval in ctx.avals_out],
-            operands=list(operands),
-            has_side_effect=True,
-        )
+        results = _placeholder(ctx, kind, operands, ctx.avals_out, compilable=compilable)
         ctx.set_tokens_out(ctx.tokens_in)  # JAX reads them only where the effect is ordered
-        return op.results
+        return results
 
+    rule.jaxport_compilable = compilable  # type: ignore[attr-defined]
     return rule
+
+
+def _placeholder(
+    ctx: LoweringRuleContext,
+    kind: str,
+    operands: Sequence[ir.Value[ir.Type]],
+    results: Sequence[ShapedArray],
+    *,
+    compilable: bool,
+) -> Sequence[ir.Value[ir.Type]]:
+    """A ``kind`` callback's placeholder with ``operands`` (of the types ``ctx.avals_in``), of
+    the ``results`` types: a side-effecting custom call, or (``compilable``) zeros computed
+    from the operands."""
+    from jax._src.interpreters import mlir
+
+    if compilable:  # (ctx.avals_in: the operands' types)
+        lowered: Sequence[ir.Value[ir.Type]] = mlir.lower_fun(
+            _stand_in(results), multiple_results=True
+        )(ctx.replace(avals_out=list(results)), *operands)
+        return lowered
+    op = mlir.custom_call(
+        f"{INERT_TARGET}.{kind}",
+        result_types=[_ir_type(ctx, aval) for aval in results],
+        operands=list(operands),
+        has_side_effect=True,
+    )
+    return op.results
+
+
+# -- callbacks a primitive's own lowering rule emits -----------------------------------------
+
+_EMITTERS: tuple[tuple[str, str], ...] = (
+    ("jax._src.callback", "emit_python_callback"),
+    ("jax.interpreters.mlir", "emit_python_callback"),
+)
+"""Where JAX's function that emits a host callback is read by the rules that call it: its
+home (JAX's own rules) and its public name (equinox's ``noinline``)."""
+
+_EMITTING = threading.Lock()
+_emitter_depth = 0
+
+
+@contextlib.contextmanager
+def _emitter_made_inert() -> Iterator[None]:
+    """While an inert program is lowered: JAX's ``emit_python_callback``, wherever rules read
+    it, emits the placeholder when the module being lowered is an inert one (its lowering
+    parameters hold the placeholder rules) and the real callback otherwise."""
+    global _emitter_depth
+    with _EMITTING:
+        _emitter_depth += 1
+        if _emitter_depth == 1:
+            for module_name, name in _EMITTERS:
+                module = importlib.import_module(module_name)
+                original = getattr(module, name, None)
+                if original is not None and not hasattr(original, "jaxport_original"):
+                    setattr(module, name, _inert_emitter(original))
+    try:
+        yield
+    finally:
+        with _EMITTING:
+            _emitter_depth -= 1
+            if _emitter_depth == 0:
+                for module_name, name in _EMITTERS:
+                    module = importlib.import_module(module_name)
+                    patched = getattr(module, name, None)
+                    if hasattr(patched, "jaxport_original"):
+                        setattr(module, name, patched.jaxport_original)
+
+
+def _inert_emitter(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``emit_python_callback`` that emits a placeholder (named for the primitive whose rule
+    calls it) in a module lowered with :func:`inert_parameters`: its results of the result
+    types, the ordered-effect token passed through, no host callback to keep alive."""
+
+    @functools.wraps(original)
+    def emit_python_callback(
+        ctx: LoweringRuleContext,
+        callback: object,
+        token: object,
+        operands: Sequence[ir.Value[ir.Type]],
+        operand_avals: Sequence[ShapedArray],
+        result_avals: Sequence[ShapedArray],
+        *args: object,
+        **options: object,
+    ) -> tuple[Sequence[ir.Value[ir.Type]], object, object]:
+        compilable = _inert_lowering(ctx)
+        if compilable is None:
+            return original(  # type: ignore[no-any-return]
+                ctx, callback, token, operands, operand_avals, result_avals, *args, **options
+            )
+        kind = getattr(getattr(ctx, "primitive", None), "name", None) or "python_callback"
+        sub = ctx.replace(avals_in=list(operand_avals))
+        results = _placeholder(sub, kind, list(operands), result_avals, compilable=compilable)
+        return list(results), token, None
+
+    emit_python_callback.jaxport_original = original  # type: ignore[attr-defined]
+    return emit_python_callback
+
+
+def _inert_lowering(ctx: LoweringRuleContext) -> bool | None:
+    """Whether the module ``ctx`` lowers is an inert one: ``None`` if not, else whether its
+    placeholders are to compile."""
+    parameters = getattr(ctx.module_context, "lowering_parameters", None)
+    for _, rule in getattr(parameters, "override_lowering_rules", None) or ():
+        compilable = getattr(rule, "jaxport_compilable", None)
+        if compilable is not None:
+            return bool(compilable)
+    return None
 
 
 def _ir_type(ctx: LoweringRuleContext, aval: ShapedArray) -> ir.Type:

@@ -29,7 +29,11 @@ signature. :meth:`Interception.clear_dispatch_caches` empties only C++ dispatch 
 the tracing or lowering caches) so that each test's first call of a computation passes the
 hook again, cheaply, and the test is counted among its users: those of the suite's jitted
 functions (every jit function that is not JAX's own, whenever it was created), or all of
-them, JAX's own included (its ``jnp`` functions and the primitives it runs op by op).
+them, JAX's own included (its ``jnp`` functions and the primitives it runs op by op). A jit
+called under a transformation outside jit (``jax.vmap(f)(x)`` of a jitted ``f``, ``jax.grad``
+of one) runs JAX's transformed copy of its program through the jit primitive's own dispatch,
+whose C++ cache is keyed by that copy (cached too): while the audit is installed that
+dispatch has a cache of the audit's own, emptied for every test (:class:`_PrimitiveCaches`).
 
 Adapters, newest first; each names the JAX releases it was written for and the patch points
 it needs. ``tests/test_interception.py`` runs on every JAX that CI covers.
@@ -43,6 +47,7 @@ import builtins
 import contextlib
 import functools
 import reprlib
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -67,6 +72,10 @@ PATCH_POINTS: Mapping[str, str] = {
     "jax._src.pjit._cpp_pjit_cache_explicit_attributes": "the C++ dispatch cache of other jits",
     "jax._src.pjit._infer_params": "the static arguments of a call",
     "jax._src.pjit._cpp_pjit": "the jit functions the suite creates (their caches are cleared)",
+    "jax._src.pjit._get_cpp_global_cache": (
+        "the dispatch cache of a jit's program transformed outside jit (cleared for each test)"
+    ),
+    "jax._src.pjit._pjit_call_impl": "the jit primitive run outside jit (whose cache that is)",
     "jax._src.api_util.fun_sourceinfo": "whether a jit function is JAX's own (as JAX names it)",
     "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
         "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
@@ -600,6 +609,7 @@ class Interception:
         self._event_listener: Callable[..., None] | None = None
         self._suite_jits: weakref.WeakSet[_PjitFunction] | None = None
         self._cleared: set[int] = set()
+        self._primitive_caches: _PrimitiveCaches | None = None
         self.compiles = CompileCounts()
         self.support: Support | None = None
 
@@ -624,6 +634,9 @@ class Interception:
                 self._patch(
                     pjit, "_cpp_pjit", _registered(pjit._cpp_pjit, self._suite_jits, self._cleared)
                 )
+            if hasattr(pjit, "_get_cpp_global_cache") and hasattr(pjit, "_pjit_call_impl"):
+                self._primitive_caches = _PrimitiveCaches(pjit)
+                self._patch(pjit, "_get_cpp_global_cache", self._primitive_caches)
             if hasattr(pjit, "_infer_params"):
                 self._patch(pjit, "_infer_params", _stash_static(pjit._infer_params))
                 static = True
@@ -656,6 +669,7 @@ class Interception:
         self._originals.clear()
         self._suite_jits = None
         self._cleared.clear()
+        self._primitive_caches = None
         if self._event_listener is not None:
             _unlisten(self._event_listener)
             self._event_listener = None
@@ -675,6 +689,8 @@ class Interception:
         for jitted in list(self._suite_jits or ()):
             jitted._clear_cache()
         self._cleared.clear()
+        if self._primitive_caches is not None:
+            self._primitive_caches.clear()
         if jax_own or self._suite_jits is None:
             from jax._src import pjit
 
@@ -804,6 +820,36 @@ def _registered(
         return jitted
 
     return cpp_pjit
+
+
+class _PrimitiveCaches:
+    """``pjit._get_cpp_global_cache`` that gives the jit primitive's dispatch outside jit
+    (``pjit._pjit_call_impl``: a jit called under ``jax.vmap``, ``jax.grad``... outside jit,
+    a jaxpr evaluated) C++ caches of the audit's own, which
+    :meth:`Interception.clear_dispatch_caches` empties for every test; every other caller
+    (a jit function being created) gets JAX's.
+
+    That dispatch keys its cache by the transformed program, which JAX caches as well (the
+    same object in every test): without this each test after the first would find the
+    executable there and never pass the hook. Only those programs are in these caches, so
+    emptying them for every test costs each test one Python-path call per such program."""
+
+    __slots__ = ("_caches", "_impl", "_original")
+
+    def __init__(self, pjit: ModuleType) -> None:
+        self._original: Callable[[bool], object] = pjit._get_cpp_global_cache
+        self._impl = pjit._pjit_call_impl.__code__
+        kind = type(pjit._cpp_pjit_cache_fun_only)
+        self._caches = (kind(capacity=4096), kind(capacity=4096))
+
+    def __call__(self, contains_explicit_attributes: bool) -> object:
+        if sys._getframe(1).f_code is self._impl:
+            return self._caches[bool(contains_explicit_attributes)]
+        return self._original(contains_explicit_attributes)
+
+    def clear(self) -> None:
+        for cache in self._caches:
+            cache.clear()
 
 
 def _stash_static(original: Callable[..., Any]) -> Callable[..., object]:
