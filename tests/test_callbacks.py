@@ -301,6 +301,7 @@ def test_a_callback_a_lowering_rule_emits_itself_is_inert_too() -> None:
     real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
     on_cpu = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
     assert _real_names(on_cpu) == _sorted(real)
+
     def compiled(traced: object) -> Census:
         lowered = traced.lower(lowering_platforms=("cpu",))  # type: ignore[attr-defined]
         return take_census(parse_compiled_hlo(lowered.compile().as_text()), "cpu",

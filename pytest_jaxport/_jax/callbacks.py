@@ -17,13 +17,13 @@ callbacks a jaxpr does not show: those a custom primitive binds in its own lower
 (lineax's ``linear_solve``, equinox's ``filter_primitive``s trace their implementation only
 when lowered), as well as those in nested ``jit``, ``cond``, ``scan``, ``while``,
 ``shard_map``, custom derivative rules and ``checkpoint``. A primitive whose own lowering rule
-emits a callback (JAX's ``emit_python_callback``, called directly: equinox's ``noinline``) gets the placeholder too, ``inert_host_callback.<that primitive>``:
-while an inert program is lowered, that function emits the placeholder for it (the real one
-is emitted for any other lowering). Every other op is untouched, so a
-census of the inert program counts exactly what the real one dispatches, with each callback
-counted in the ``meta`` layer. The inert program must never be compiled or run: the
-placeholder has no implementation. The overridden rules are part of JAX's lowering cache key,
-so an inert lowering never stands in for the suite's own.
+emits a callback (calling JAX's ``emit_python_callback`` itself: equinox's ``noinline``) gets
+one too, ``inert_host_callback.<that primitive>``: while an inert program is lowered, that
+function emits the placeholder there (and the real callback in any other lowering). Every
+other op is untouched, so a census of the inert program counts exactly what the real one
+dispatches, with each callback counted in the ``meta`` layer. The inert program must never
+be compiled or run: the placeholder has no implementation. The overridden rules are part of
+JAX's lowering cache key, so an inert lowering never stands in for the suite's own.
 
 Compiling for a GPU this machine does not have (the deviceless ``compile = ["cuda"]``) meets the
 same wall, and the placeholder's custom call would not compile either: ``inert(traced,
@@ -211,7 +211,6 @@ def _placeholder_rule(kind: str, compilable: bool) -> Callable[..., Sequence[ir.
     with the callback's operands and result types (``compilable``: zeros of the result types
     computed from the operands). Ordered effects' tokens pass through, as the callback's do;
     the callback's own parameters (its Python function, sharding) are not needed."""
-    from jax._src.interpreters import mlir
 
     def rule(
         ctx: LoweringRuleContext, *operands: ir.Value[ir.Type], **params: object
@@ -240,7 +239,7 @@ def _placeholder(
     if compilable:  # (ctx.avals_in: the operands' types)
         lowered: Sequence[ir.Value[ir.Type]] = mlir.lower_fun(
             _stand_in(results), multiple_results=True
-        )(ctx.replace(avals_out=list(results)), *operands)
+        )(ctx.replace(avals_out=list(results)), *operands)  # type: ignore[no-untyped-call]
         return lowered
     op = mlir.custom_call(
         f"{INERT_TARGET}.{kind}",
@@ -286,9 +285,9 @@ def _emitter_made_inert() -> Iterator[None]:
             if _emitter_depth == 0:
                 for module_name, name in _EMITTERS:
                     module = importlib.import_module(module_name)
-                    patched = getattr(module, name, None)
-                    if hasattr(patched, "jaxport_original"):
-                        setattr(module, name, patched.jaxport_original)
+                    original = getattr(getattr(module, name, None), "jaxport_original", None)
+                    if original is not None:
+                        setattr(module, name, original)
 
 
 def _inert_emitter(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -313,7 +312,7 @@ def _inert_emitter(original: Callable[..., Any]) -> Callable[..., Any]:
                 ctx, callback, token, operands, operand_avals, result_avals, *args, **options
             )
         kind = getattr(getattr(ctx, "primitive", None), "name", None) or "python_callback"
-        sub = ctx.replace(avals_in=list(operand_avals))
+        sub = ctx.replace(avals_in=list(operand_avals))  # type: ignore[no-untyped-call]
         results = _placeholder(sub, kind, list(operands), result_avals, compilable=compilable)
         return list(results), token, None
 
