@@ -34,11 +34,11 @@ def test_new_jit(n):
 """
 
 
-def audit(pytester: pytest.Pytester, *args: str) -> dict[str, Any]:
+def audit(pytester: pytest.Pytester, *args: str, passed: int = 4) -> dict[str, Any]:
     result = pytester.runpytest_subprocess(
         "--jaxport-audit", "--jaxport-report=r.json", "-p", "no:cacheprovider", *args
     )
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=passed)
     found: dict[str, Any] = json.loads((pytester.path / "r.json").read_text())["audit"]
     return found
 
@@ -72,10 +72,20 @@ def evaluate(y):
 @pytest.mark.parametrize("n", range(4))
 def test_batched(n):
     assert jax.vmap(evaluate)(jnp.ones((10, 3))).shape == (10, 3)
+
+
+@jax.jit
+def energy(y):
+    return jnp.sum(jnp.sin(y))
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_differentiated(n):
+    assert jax.grad(energy)(jnp.ones(3)).shape == (3,)
 """
 
 
-def test_a_jit_called_under_an_eager_vmap_counts_every_test_serially_and_under_xdist(
+def test_a_jit_called_under_an_eager_vmap_or_grad_counts_every_test_serially_and_under_xdist(
     pytester: pytest.Pytester,
 ) -> None:
     """Under an eager transformation a jit's call runs JAX's transformed copy of its program
@@ -83,11 +93,16 @@ def test_a_jit_called_under_an_eager_vmap_counts_every_test_serially_and_under_x
     every test after the first hit it there (diffrax's solvers under ``jax.vmap``)."""
     pytester.makefile(".toml", pyproject=PLATFORMS)
     pytester.makepyfile(test_batched=UNDER_EAGER_VMAP)
-    serial = audit(pytester)
-    (batched,) = [c for c in serial["computations"] if c["function"] == "evaluate"]
-    assert batched["users"] == [f"test_batched.py::test_batched[{n}]" for n in range(4)]
-    assert serial["seen"]["shared"] == 1
-    spread = audit(pytester, "-n", "2")
+    serial = audit(pytester, passed=8)
+    for function, test in (("evaluate", "test_batched"), ("energy", "test_differentiated")):
+        found = [c for c in serial["computations"] if c["function"] == function]
+        assert found, function
+        for computation in found:
+            assert computation["users"] == [f"test_batched.py::{test}[{n}]" for n in range(4)]
+    assert serial["seen"]["shared"] == len(
+        [c for c in serial["computations"] if c["function"] in ("evaluate", "energy")]
+    )
+    spread = audit(pytester, "-n", "2", passed=8)
     for found in (serial, spread):
         found["seen"].pop("calls")
     assert without_timings(spread) == without_timings(serial)
