@@ -86,6 +86,10 @@ CORRUPTED = [  # (section, where in the demo's report, the value put there, the 
     ("merge", ["legs"], [LEG], "legs[0].leg: expected a string, found 5"),
     ("baseline", ["baseline"], {"file": "b.json", "stale": [{"nodeid": 1}]},
      "baseline.stale[0].nodeid: expected a string, found 1"),
+    ("baseline why", ["baseline"], {"file": "b.json", "stale": [{"nodeid": "t.py::a",
+                                                                  "why": "lost"}]},
+     'baseline.stale[0].why: expected one of removed, file-gone, checks-nothing, check-gone, '
+     'found "lost"'),
     ("missing", ["tests", 3], {"outcome": "passed"},
      "tests[3].nodeid: missing (expected a string)"),
 ]  # fmt: skip

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypedDict, cast, get_args
+from typing import Literal, TypedDict, cast
 
 from pytest_jaxport.model.budget import BASELINE_KEY, RATCHETED, RATCHETED_SHARES, Violation
 from pytest_jaxport.model.census import Census, Kernel
@@ -19,19 +19,22 @@ from pytest_jaxport.model.counts import FormatCounts
 from pytest_jaxport.model.formats import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import (
-    Json,
     JsonMapping,
     JsonObject,
     integer,
     number,
-    opt_text,
     tables,
     text,
-    texts,
 )
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.targets import LEVELS, Layer, ordered_platforms
-from pytest_jaxport.report.document import AuditSection, Report, TestEntry
+from pytest_jaxport.report.document import (
+    AuditSection,
+    BaselineMatch,
+    Report,
+    StaleEntry,
+    TestEntry,
+)
 from pytest_jaxport.report.schema import (
     BASELINE_KIND,
     BASELINE_VERSION,
@@ -647,107 +650,6 @@ def _sites_of(
     if formats is None or picks is None:
         return (), ()
     return (), tuple(f for f in formats.findings if picks(f))
-
-
-StaleWhy = Literal["removed", "file-gone", "checks-nothing", "check-gone"]
-"""Why a baseline entry is no longer matched: no test of that name in its file, which ran
-(renamed or removed); its file is gone; its test ran and passed but checks nothing now; its
-test ran and passed but no longer makes that check."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StaleEntry:
-    """A baseline entry no test of this run matched any more (like an unused snapshot)."""
-
-    nodeid: str
-    check: str | None = None
-    """The check, where the test still matched but no longer makes it."""
-    why: StaleWhy = "removed"
-
-    def to_dict(self) -> dict[str, Json]:
-        return {"nodeid": self.nodeid, "check": self.check, "why": self.why}
-
-    @classmethod
-    def from_dict(cls, data: JsonMapping) -> StaleEntry:
-        why = text(data, "why", "removed")
-        return cls(
-            nodeid=text(data, "nodeid"),
-            check=opt_text(data, "check"),
-            why=cast(StaleWhy, why) if why in get_args(StaleWhy) else "removed",
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BaselineMatch:
-    """How the baseline's entries met the tests of a run (``--jaxport-baseline``): the tests
-    it matched, the tests and checks it does not have (new), its entries no test matched any
-    more (stale: only of test files that ran whole this time, or whose file is gone) and
-    those of tests not run this time (another file, deselected, skipped, failed before
-    checking). A baseline that matched no test although tests checked is a wrong file (or
-    renamed tests): nothing was compared. ``--jaxport-baseline-strict`` (``strict``) fails
-    the run on that, on stale entries and on new tests or checks."""
-
-    file: str
-    """The baseline's FILE as given."""
-    entries: int = 0
-    """Tests the baseline has."""
-    compared: int = 0
-    """Tests that checked this run and that the baseline has: their counts were compared."""
-    new: tuple[str, ...] = ()
-    """Tests that checked this run and that the baseline does not have (not compared)."""
-    new_checks: tuple[tuple[str, str], ...] = ()
-    """``(test, check)``: checks a compared test made that its baseline entry does not have."""
-    stale: tuple[StaleEntry, ...] = ()
-    not_run: int = 0
-    """The baseline's tests neither compared nor stale: not run this time."""
-    strict: bool = False
-
-    @property
-    def matched_nothing(self) -> bool:
-        """Tests checked, and the baseline matched none of them."""
-        return not self.compared and bool(self.new)
-
-    @property
-    def unmatched(self) -> int:
-        """The baseline's tests that no test of this run matched (stale or not run)."""
-        return self.entries - self.compared
-
-    @property
-    def fails(self) -> bool:
-        """Whether ``--jaxport-baseline-strict`` fails the run: the baseline matched nothing,
-        has stale entries, or lacks tests or checks that ran."""
-        return self.strict and bool(
-            self.matched_nothing or self.stale or self.new or self.new_checks
-        )
-
-    def to_dict(self) -> dict[str, Json]:
-        """The report's ``baseline`` (:attr:`~pytest_jaxport.report.document.Report.baseline`)."""
-        return {
-            "file": self.file,
-            "entries": self.entries,
-            "compared": self.compared,
-            "new": list(self.new),
-            "new_checks": [{"nodeid": n, "check": c} for n, c in self.new_checks],
-            "stale": [e.to_dict() for e in self.stale],
-            "not_run": self.not_run,
-            "strict": self.strict,
-        }
-
-    @classmethod
-    def from_dict(cls, data: JsonMapping) -> BaselineMatch:
-        """The report's ``baseline`` (checked where the report was read)."""
-        return cls(
-            file=text(data, "file", "?"),
-            entries=integer(data, "entries", 0),
-            compared=integer(data, "compared", 0),
-            new=texts(data, "new", None),
-            new_checks=tuple(
-                (text(c, "nodeid"), text(c, "check")) for c in tables(data, "new_checks", None)
-            ),
-            stale=tuple(StaleEntry.from_dict(e) for e in tables(data, "stale", None)),
-            not_run=integer(data, "not_run", 0),
-            strict=bool(data.get("strict", False)),
-        )
 
 
 def file_of(nodeid: str) -> str:

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar, cast
+from typing import Literal, TypeVar, cast, get_args
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.cost import (
@@ -1299,6 +1299,85 @@ class Merged:
         return data
 
 
+# -- how a baseline met the run ---------------------------------------------------------
+
+
+StaleWhy = Literal["removed", "file-gone", "checks-nothing", "check-gone"]
+"""Why a baseline entry is no longer matched: no test of that name in its file, which ran
+(renamed or removed); its file is gone; its test ran and passed but checks nothing now; its
+test ran and passed but no longer makes that check."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaleEntry:
+    """A baseline entry no test of this run matched any more (like an unused snapshot)."""
+
+    nodeid: str
+    check: str | None = None
+    """The check, where the test still matched but no longer makes it."""
+    why: StaleWhy = "removed"
+
+    def to_dict(self) -> dict[str, Json]:
+        return {"nodeid": self.nodeid, "check": self.check, "why": self.why}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BaselineMatch:
+    """How the baseline's entries met the tests of a run (``--jaxport-baseline``): the tests
+    it matched, the tests and checks it does not have (new), its entries no test matched any
+    more (stale: only of test files that ran whole this time, or whose file is gone) and
+    those of tests not run this time (another file, deselected, skipped, failed before
+    checking). A baseline that matched no test although tests checked is a wrong file (or
+    renamed tests): nothing was compared. ``--jaxport-baseline-strict`` (``strict``) fails
+    the run on that, on stale entries and on new tests or checks."""
+
+    file: str
+    """The baseline's FILE as given."""
+    entries: int = 0
+    """Tests the baseline has."""
+    compared: int = 0
+    """Tests that checked this run and that the baseline has: their counts were compared."""
+    new: tuple[str, ...] = ()
+    """Tests that checked this run and that the baseline does not have (not compared)."""
+    new_checks: tuple[tuple[str, str], ...] = ()
+    """``(test, check)``: checks a compared test made that its baseline entry does not have."""
+    stale: tuple[StaleEntry, ...] = ()
+    not_run: int = 0
+    """The baseline's tests neither compared nor stale: not run this time."""
+    strict: bool = False
+
+    @property
+    def matched_nothing(self) -> bool:
+        """Tests checked, and the baseline matched none of them."""
+        return not self.compared and bool(self.new)
+
+    @property
+    def unmatched(self) -> int:
+        """The baseline's tests that no test of this run matched (stale or not run)."""
+        return self.entries - self.compared
+
+    @property
+    def fails(self) -> bool:
+        """Whether ``--jaxport-baseline-strict`` fails the run: the baseline matched nothing,
+        has stale entries, or lacks tests or checks that ran."""
+        return self.strict and bool(
+            self.matched_nothing or self.stale or self.new or self.new_checks
+        )
+
+    def to_dict(self) -> dict[str, Json]:
+        """The report's ``baseline`` (:attr:`Report.baseline`)."""
+        return {
+            "file": self.file,
+            "entries": self.entries,
+            "compared": self.compared,
+            "new": list(self.new),
+            "new_checks": [{"nodeid": n, "check": c} for n, c in self.new_checks],
+            "stale": [e.to_dict() for e in self.stale],
+            "not_run": self.not_run,
+            "strict": self.strict,
+        }
+
+
 # -- the report -------------------------------------------------------------------------------
 
 
@@ -1314,9 +1393,8 @@ class Report:
     summary: Summary
     tests: tuple[TestEntry, ...]
     upgraded_from: int | None = None
-    baseline: Mapping[str, Json] | None = None
-    """How the baseline met the run (``--jaxport-baseline``:
-    :class:`~pytest_jaxport.report.baseline.BaselineMatch`)."""
+    baseline: BaselineMatch | None = None
+    """How the baseline met the run (``--jaxport-baseline``)."""
     merged: Merged | None = None
     audit: AuditSection | None = None
 
@@ -1333,7 +1411,7 @@ class Report:
             cast("dict[str, Json]", data["tool"])["version"] = self.tool_version
         _put(data, "upgraded_from", self.upgraded_from)
         if self.baseline is not None:
-            data["baseline"] = dict(self.baseline)
+            data["baseline"] = self.baseline.to_dict()
         if self.merged is not None:
             data.update(self.merged.to_dict())
         if self.audit is not None:
@@ -1345,22 +1423,25 @@ class Report:
         return (check for test in self.tests for check in test.checks)
 
 
-def _read_baseline_match(r: _Reader) -> Mapping[str, Json]:
-    """The report's ``baseline`` (how the baseline met the run), checked; kept as written
-    (:class:`~pytest_jaxport.report.baseline.BaselineMatch` is its value)."""
-    r.text("file")
-    for key in ("entries", "compared", "not_run"):
-        r.integer(key, 0)
-    r.texts("new", ())
-    for pair in r.items("new_checks", ()):
-        pair.text("nodeid")
-        pair.text("check")
-    for entry in r.items("stale", ()):
-        entry.text("nodeid")
-        entry.opt_text("check")
-        entry.text("why", "removed")
-    r.flag("strict", False)
-    return dict(cast("Mapping[str, Json]", r.data))
+def _read_baseline_match(r: _Reader) -> BaselineMatch:
+    """The report's ``baseline`` (how the baseline met the run)."""
+    return BaselineMatch(
+        file=r.text("file"),
+        entries=r.integer("entries", 0),
+        compared=r.integer("compared", 0),
+        new=r.texts("new", ()),
+        new_checks=tuple((p.text("nodeid"), p.text("check")) for p in r.items("new_checks", ())),
+        stale=tuple(_read_stale_entry(e) for e in r.items("stale", ())),
+        not_run=r.integer("not_run", 0),
+        strict=r.flag("strict", False),
+    )
+
+
+def _read_stale_entry(r: _Reader) -> StaleEntry:
+    why = r.text("why", "removed")
+    if why not in get_args(StaleWhy):
+        raise r.error(r.at("why"), f"one of {', '.join(get_args(StaleWhy))}", why)
+    return StaleEntry(nodeid=r.text("nodeid"), check=r.opt_text("check"), why=cast(StaleWhy, why))
 
 
 BUILT = "<built>"

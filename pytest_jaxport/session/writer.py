@@ -22,8 +22,8 @@ from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.audit import failures, judge
-from pytest_jaxport.report.baseline import BaselineMatch, match_baseline
-from pytest_jaxport.report.document import Report, TestEntry, built_audit
+from pytest_jaxport.report.baseline import match_baseline
+from pytest_jaxport.report.document import BaselineMatch, Report, TestEntry, built_audit
 from pytest_jaxport.report.ledger import Ledger
 from pytest_jaxport.report.schema import (
     build_report,
@@ -193,7 +193,7 @@ class ReportWriter:
             self.match = self.baseline_match(report.tests)
         return dataclasses.replace(
             report,
-            baseline=self.match.to_dict() if self.match is not None else None,
+            baseline=self.match,
             audit=built_audit(self.audit_section()) if self.audited else None,
         )
 

@@ -72,10 +72,11 @@ from pytest_jaxport.model.targets import (
 )
 from pytest_jaxport.model.tooling import Assumption
 from pytest_jaxport.report.audit import computation_label
-from pytest_jaxport.report.baseline import BaselineMatch, Change, StaleEntry, file_of
+from pytest_jaxport.report.baseline import Change, file_of
 from pytest_jaxport.report.document import (
     TOOL_NAME,
     AuditSection,
+    BaselineMatch,
     Check,
     Computation,
     Config,
@@ -84,6 +85,7 @@ from pytest_jaxport.report.document import (
     Numbers,
     PlatformTotals,
     Report,
+    StaleEntry,
     TestEntry,
     Tooling,
 )
@@ -1171,7 +1173,7 @@ def build_view(report: Report) -> ReportView:
         if report.audit is not None
         else None
     )
-    baseline = baseline_match_of(report)
+    baseline = report.baseline
     view = ReportView(
         headline=headline,
         problems=problems_of(rows, audit.problems if audit is not None else ())
@@ -1676,11 +1678,6 @@ _STALE_WHY: Mapping[str, str] = {
     "checks-nothing": "the test ran and passed, checking nothing",
     "check-gone": "the test no longer makes this check",
 }
-
-
-def baseline_match_of(report: Report) -> BaselineMatch | None:
-    """The report's ``baseline`` section (:class:`BaselineMatch`), where it has one."""
-    return BaselineMatch.from_dict(report.baseline) if report.baseline is not None else None
 
 
 def stale_text(entry: StaleEntry) -> str:
