@@ -94,7 +94,11 @@ SUITES: dict[str, dict[str, Any]] = {
         # 530 tests, sized for 2 shared cores: the transforms, losses, tree utilities,
         # projections, perturbations and microbatching modules and four small core modules.
         # Left out for time: _src/alias_test.py (623 parametrized optimizer cases),
-        # _src/linesearch_test.py, schedules/, contrib/ and the rest of _src/.
+        # _src/linesearch_test.py, schedules/, contrib/ and the rest of _src/. Left out by
+        # keyword: the test_mask* tests of losses/ (21), whose arrays' shapes come from
+        # numpy's unseeded global generator (preds[mask] of a random mask), so each process
+        # runs eager ops of other shapes and serial and -n 2 cannot audit the same ones.
+        "keyword": "not test_mask",
         "select": [
             "transforms",
             "losses",
@@ -504,7 +508,8 @@ def measure(
         folder = copy_suite(spec["package"], out)
         options = WHEEL_OPTIONS
     deselect = [f"--deselect={test}" for test in spec.get("deselect", ())]
-    select = [*options, *deselect, *spec["select"]]
+    keyword = ["-k", spec["keyword"]] if "keyword" in spec else []
+    select = [*options, *deselect, *keyword, *spec["select"]]
     runs: list[dict[str, Any]] = []
     cache = folder / ".pytest_cache"
     report = out / f"{name}-audit.json"
