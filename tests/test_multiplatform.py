@@ -188,7 +188,10 @@ def _lower(traced, platforms):
 def _counted(program: Program) -> Counter[tuple[object, ...]]:
     """The sites a census counts, call-weighted from the entry, each location reduced to the
     line it reports. Private function names play no part: some releases (jax 0.7) number the
-    functions of a multi-platform lowering differently from a single-platform one."""
+    functions of a multi-platform lowering differently from a single-platform one. A call with
+    no location of its own is walked but not counted: jax 0.12.1 wraps a lowering rule with
+    per-platform cases (cumsum's) in a forwarding function it calls at ``loc(unknown)``, which
+    the census places at its caller's line like any location-less op."""
     found: Counter[tuple[object, ...]] = Counter()
 
     def walk(name: str, times: int) -> None:
@@ -198,7 +201,8 @@ def _counted(program: Program) -> Counter[tuple[object, ...]]:
             n = times * site.count
             line = str(parse_location(site.location))
             if site.op in CALL_OPS and site.target in program.functions:
-                found[(site.op, line)] += n
+                if parse_location(site.location) is not None:
+                    found[(site.op, line)] += n
                 walk(site.target, n)
             else:
                 found[(site.op, site.target, line, site.flops, site.bytes)] += n
