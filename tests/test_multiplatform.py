@@ -199,9 +199,10 @@ def _counted(program: Program) -> Counter[tuple[object, ...]]:
             if site.op in UNCOUNTED_OPS:
                 continue
             n = times * site.count
-            line = str(parse_location(site.location))
+            where = parse_location(site.location)
+            line = str(where)
             if site.op in CALL_OPS and site.target in program.functions:
-                if parse_location(site.location) is not None:
+                if where is not None:
                     found[(site.op, line)] += n
                 walk(site.target, n)
             else:
