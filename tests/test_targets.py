@@ -98,7 +98,46 @@ def test_table_is_well_formed() -> None:
         assert rule.platforms is None or rule.platforms <= set(PLATFORMS)
     assert "cublas" in libraries("cuda")
     assert "cublas" not in libraries("rocm")
-    assert libraries("tpu") == frozenset()
+    assert libraries("tpu") == {"libtpu"}  # the TPU runtime's routines, compiled level only
+
+
+@pytest.mark.parametrize(
+    ("target", "layer", "library", "kind"),
+    [
+        ("LuDecompositionBlock", "vendor", "libtpu", "lu"),
+        ("LuRealDecompositionBlock", "vendor", "libtpu", "lu"),  # libtpu 0.0.50 and later
+        ("InvertDiagBlocksLowerTriangular", "vendor", "libtpu", "triangular-inverse"),
+        ("InvertDiagBlocksUpperTriangular", "vendor", "libtpu", "triangular-inverse"),
+        ("EighTpu", "vendor", "libtpu", "eigh"),
+        ("QrDecompositionBlock", "vendor", "libtpu", "qr"),
+        ("CompactWyHelper", "vendor", "libtpu", "qr"),
+        ("Cholesky", "vendor", "libtpu", "cholesky"),
+        ("TopK", "vendor", "libtpu", "topk"),
+        ("PartialReduce", "vendor", "libtpu", "approx-topk"),
+        ("AssumeGatherIndicesInBound", "meta", None, "annotation"),
+        ("GatherScatterIndicesBitpacked", "meta", None, "annotation"),
+        ("AllocateBuffer", "meta", None, "annotation"),
+        ("X64SplitHigh", "meta", None, "annotation"),
+        ("X64Combine", "meta", None, "annotation"),
+        ("tpu_custom_call", "custom", None, "pallas-mosaic-tpu"),
+    ],
+)
+def test_tpu_runtime_routines_at_the_compiled_level(
+    target: str, layer: str, library: str | None, kind: str
+) -> None:
+    """The TPU compiler's own custom calls (shared/research/tpu.md §3a): the runtime's
+    routines are libtpu's, its bookkeeping meta, Mosaic's kernels hand-written."""
+    found = classify("tpu", "hlo.custom_call", target, level="compiled")
+    assert (found.layer, found.library, found.kind) == (layer, library, kind)
+
+
+def test_tpu_runtime_routines_are_not_libraries_elsewhere() -> None:
+    """The rows are the TPU's, at the compiled level: on cuda the same name is an unknown
+    kernel, and a lowered tpu program naming one is not re-read as the runtime's."""
+    assert classify("cuda", "hlo.custom_call", "EighTpu", level="compiled").layer == "custom"
+    assert classify("tpu", "stablehlo.custom_call", "EighTpu").layer == "custom"
+    collective = classify("tpu", "hlo.all_reduce", level="compiled")
+    assert (collective.layer, collective.kind) == ("xla", "ici-collective")
 
 
 def test_the_indexed_table_agrees_with_reading_every_row() -> None:

@@ -186,11 +186,14 @@ def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classificati
     return table
 
 
+_ICI = Classification(layer="xla", kind="ici-collective")
+"""A TPU collective: XLA's own, over the inter-chip interconnect (no vendor library)."""
+
+
 def _ici_ops() -> dict[str, Classification]:
-    """TPU collectives: XLA's own, over the inter-chip interconnect (no vendor library)."""
-    ici = Classification(layer="xla", kind="ici-collective")
+    """TPU collectives at the lowered level (the program's and the partitioner's)."""
     return {
-        f"{prefix}{op}": ici for op in _COLLECTIVES for prefix in ("stablehlo.", INSERTED_PREFIX)
+        f"{prefix}{op}": _ICI for op in _COLLECTIVES for prefix in ("stablehlo.", INSERTED_PREFIX)
     }
 
 
@@ -218,6 +221,7 @@ _COMPILED = frozenset({"compiled"})
 _CUDA = frozenset({"cuda"})
 _ROCM = frozenset({"rocm"})
 _CPU = frozenset({"cpu"})
+_TPU = frozenset({"tpu"})
 
 _HLO_COLLECTIVES = (
     "all_reduce",
@@ -316,6 +320,37 @@ COMPILED_RULES: tuple[Rule, ...] = (
             "lapack_*": _vendor("lapack", "solver"),
         },
         custom_call=True,
+    ),
+    # TPU: the TPU runtime's routines, custom calls the TPU compiler introduces for what JAX
+    # lowers as an op or a linear-algebra custom call (``LuDecomposition``, ``Eigh``, ``Qr``,
+    # ``stablehlo.cholesky``, ``chlo.top_k``, ``ApproxTopK``). They live in libtpu, the TPU's
+    # library, as cuSOLVER's routines live in cuSOLVER: JAX maps each operation on every
+    # platform, so they are no rewrite, but they are where a decomposition's time goes.
+    # Source: the optimized HLO of the lent TPU v5e and of libtpu 0.0.42.1 / 0.0.52 deviceless,
+    # identical (shared/research/tpu.md §3a, §3c); LuRealDecompositionBlock from libtpu 0.0.50.
+    *_compiled_rules(
+        _TPU,
+        {
+            "Lu*DecompositionBlock": _vendor("libtpu", "lu"),
+            "InvertDiagBlocks*Triangular": _vendor("libtpu", "triangular-inverse"),
+            "EighTpu": _vendor("libtpu", "eigh"),
+            "QrDecompositionBlock": _vendor("libtpu", "qr"),
+            "CompactWyHelper": _vendor("libtpu", "qr"),
+            "Cholesky": _vendor("libtpu", "cholesky"),
+            "TopK": _vendor("libtpu", "topk"),
+            "PartialReduce": _vendor("libtpu", "approx-topk"),
+            # Bookkeeping the compiler adds around gathers (index bounds, packed indices).
+            "AssumeGatherIndicesInBound": META,
+            "GatherScatterIndicesBitpacked": META,
+        },
+        custom_call=True,
+    ),
+    # TPU collectives at the compiled level: XLA's own over the inter-chip interconnect, as
+    # at the lowered level (``_ici_ops``), the partitioner's included.
+    *_compiled_rules(
+        _TPU,
+        {f"hlo.{op}": _ICI for op in _HLO_COLLECTIVES},
+        custom_call=False,
     ),
     # Everywhere: XLA's own kernels. The catch-all keeps an unknown future fusion kind in
     # xla rather than counting it as a hand-written kernel.
