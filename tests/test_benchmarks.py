@@ -201,8 +201,9 @@ def test_tpu_validation_dry_run_writes_every_part_with_tpu_columns_not_measured(
     where the emulation's script is absent, and the band shown is the one in use (the
     chip's, from estimate_error.json)."""
     tv = _benchmark_module("tpu_validation")
+    parts = "device,demo,fidelity,emulation"
     done = _run(str(BENCHMARKS / "tpu_validation.py"), "--dry-run", "--quick",
-                "--parts", "device,demo,fidelity,emulation", "--out-dir", str(tmp_path))  # fmt: skip
+                "--parts", parts, "--out-dir", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     written = {p.name for p in tmp_path.iterdir()}
     assert written >= {"tpu-validation-dry-run.json", "tpu-validation-dry-run.md",
