@@ -677,6 +677,7 @@ def environment() -> dict[str, Any]:
                 "jax-cuda12-pjrt",
                 "jax-cuda13-plugin",
                 "jax-cuda13-pjrt",
+                "libtpu",
                 "pytest-jaxport",
             )
         },

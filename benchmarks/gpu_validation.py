@@ -64,19 +64,19 @@ from validation import (
     Unusable,
     Validation,
     add_run_options,
-    band_lines,
+    body_lines,
     cell,
     chosen_parts,
+    demo_lines,
     environment_part,
-    layers,
+    error_band,
+    numerics_summary,
     overhead,
     overhead_lines,
     overhead_part,
     parse_limits,
-    part_lines,
-    read_json,
     run_demo,
-    shipped_band,
+    run_fidelity,
     summarize_demo,
 )
 
@@ -94,6 +94,10 @@ GPU = Accelerator(
     # slow install step shortens the last parts.
     limits={"environment": 60, "capture": 30, "demo": 100, "fidelity": 180, "overhead": 100},
     budget_s=480,
+)
+ABOUT = (
+    "benchmarks/gpu_validation.py: pytest-jaxport's cuda predictions against an NVIDIA GPU "
+    "(docs/gpu-validation.md)"
 )
 NOT_MEASURED = GPU.not_measured
 """What every GPU column says where no GPU ran (a dry run, or a GPU JAX could not use)."""
@@ -287,29 +291,10 @@ def demo_summary(report: Mapping[str, Any], *, gpu: bool) -> dict[str, Any]:
 
 def fidelity_part(validation: Validation, limit: float) -> dict[str, Any]:
     """fidelity.py over the corpus (a slice in a dry run), summarised for cuda."""
-    results = validation.out_dir / f"fidelity-{validation.name}.json"
-    results.unlink(missing_ok=True)
-    command = [
-        validation.python,
-        str(HERE / "fidelity.py"),
-        "--out",
-        str(results),
-        "--repeats",
-        "2",
-    ]
-    command += validation.sizes.fidelity_args
-    if validation.target:
-        command += ["--target", validation.target]
-    code, seconds = validation.limited(command, limit)
-    data = read_json(results)
-    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
-    if data is None:
-        out["status"] = "timed out" if code is None else "failed"
-        out["error"] = "no results written (see the log)"
-        return out
-    status = "done" if data.get("complete") else ("timed out" if code is None else "failed")
-    out.update(status=status, results=results.name)
-    out.update(fidelity_summary(data, gpu=validation.on_device, device=validation.device))
+    target = ("--target", validation.target) if validation.target else ()
+    out, data = run_fidelity(validation, limit, extra=target)
+    if data is not None:
+        out.update(fidelity_summary(data, gpu=validation.on_device, device=validation.device))
     return out
 
 
@@ -378,21 +363,8 @@ def fidelity_summary(
         },
         "cuda_share_error_points": cuda_errors if gpu and cuda_errors else NOT_MEASURED,
         "cpu_share_error_points": errors.get("cpu"),
-        "numerics_cuda_vs_cpu": (
-            {
-                "compared": len(numerics),
-                "ok": sum(bool(n["ok"]) for n in numerics),
-                "max_rel_err": max(
-                    (
-                        n["max_rel_err"]
-                        for n in numerics
-                        if isinstance(n["max_rel_err"], (int, float))
-                    ),
-                    default=None,
-                ),
-            }
-            if gpu
-            else NOT_MEASURED
+        "numerics_cuda_vs_cpu": numerics_summary(
+            numerics, on_device=gpu, not_measured=NOT_MEASURED
         ),
         "cuda_error_band": cuda_band(cuda_errors, results, device) if gpu else NOT_MEASURED,
     }
@@ -404,19 +376,8 @@ def cuda_band(
     """The band a report should print for cuda, from this GPU's measurement: per census
     level, the mean error of the estimate a report without the GPU makes (``lowered``; and
     ``compiled``: the deviceless compile's)."""
-    if not errors:
-        return "not measured: the fidelity run measured no cuda share"
     levels = {"lowered": "lowered", "compiled": "compiled_deviceless"}
-    band: dict[str, Any] = {
-        "device": device,
-        "jaxlib": results["environment"]["versions"]["jaxlib"],
-    }
-    for level, source in levels.items():
-        s = errors.get(source) or {}
-        if s.get("programs"):
-            band[level] = {"points": s["mean"], "programs": s["programs"], "p90": s["p90"],
-                           "from": source}  # fmt: skip
-    return band
+    return error_band(errors, results, device, platform="cuda", levels=levels)
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -448,16 +409,9 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
         device=(
             {"kind": kind, **(gpu_info or {})} if gpu_info else {"kind": None, "note": NOT_MEASURED}
         ),
-        markdown=markdown,
+        parts=parts, about=ABOUT, markdown=markdown,
     )  # fmt: skip
     results = run.results
-    results["about"] = (
-        "benchmarks/gpu_validation.py: pytest-jaxport's cuda predictions against an NVIDIA GPU "
-        "(docs/gpu-validation.md)"
-    )
-    results["parts"] = {p: {"status": "not run"} for p in ("environment", *parts)}
-    results["cuda_error_band"] = NOT_MEASURED
-    results["shipped_cuda_band"] = shipped_band("cuda")
 
     python = sys.executable
     if args.setup or not dry:
@@ -499,15 +453,10 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
         sizes=SIZES["quick" if args.quick else "gpu" if gpu else "dry-run"],
     )
 
-    def fidelity(limit: float) -> dict[str, Any]:
-        entry = fidelity_part(validation, limit)
-        results["cuda_error_band"] = entry.get("cuda_error_band", NOT_MEASURED)
-        return entry
-
     handlers = {
         "capture": lambda limit: capture_part(validation, limit),
         "demo": lambda limit: demo_part(validation, limit, compile_cuda=compile_cuda),
-        "fidelity": fidelity,
+        "fidelity": lambda limit: fidelity_part(validation, limit),
         "overhead": lambda limit: overhead(
             validation, limit, Path(__file__), where="gpu" if gpu else "cpu"
         ),
@@ -542,18 +491,13 @@ def markdown(results: Mapping[str, Any]) -> str:
             f"Install step: {'; '.join(results['setup'].get('actions', [])) or results['setup'].get('error')}",
             "",
         ]
-    lines += part_lines(parts)
-    lines += ["", *band_lines("cuda", results.get("cuda_error_band"),
-                              results.get("shipped_cuda_band", {}))]  # fmt: skip
     sections = {
         "capture": _capture_lines,
-        "demo": _demo_lines,
+        "demo": lambda entry: demo_lines(entry, accelerator=GPU, device_word="GPU", compiled=True),
         "fidelity": _fidelity_lines,
         "overhead": lambda entry: overhead_lines(entry, number=4, word="GPU"),
     }
-    for part, section in sections.items():
-        if part in parts:
-            lines += section(parts[part])
+    lines += body_lines(results, GPU, sections)
     return "\n".join(lines) + "\n"
 
 
@@ -584,48 +528,6 @@ def _capture_lines(capture: Mapping[str, Any]) -> list[str]:
         )
     if capture["only_captured"]:
         lines += ["", f"Only captured: {', '.join(capture['only_captured'])}"]
-    return lines
-
-
-def _demo_lines(demo: Mapping[str, Any]) -> list[str]:
-    lines = ["", "### 2. The demo suite (`examples/demo`) with cuda executed", ""]
-    if "checks" not in demo:
-        return [*lines, f"{cell(demo.get('status'))}: {cell(demo.get('error'))}"]
-    numerics = demo["numerics"]
-    lines += [
-        f"Outcomes: {cell(demo['outcomes'])}; present: {cell(demo['present_platforms'])}; "
-        f"executed: {cell(demo['executed_platforms'])}. Numerics cuda against cpu: "
-        + (
-            f"{numerics['ok']} of {numerics['compared']} compared checks within tolerance "
-            f"({numerics['checks']} checks)"
-            if isinstance(numerics, Mapping)
-            else numerics
-        )
-        + ".",
-        "",
-        f"cuda share of the suite, measured: {layers(demo['cuda_share_measured'])}"
-        + (
-            f"; the estimate a run without the GPU prints: {layers(demo['cuda_share_estimated'])}"
-            if demo.get("cuda_share_estimated")
-            else ""
-        )
-        + " (xla / vendor / custom).",
-        "",
-        "| test | check | cuda numerics against cpu | cuda share (xla / vendor / custom) | cuda compiled |",
-        "|---|---|---|---|---|",
-    ]
-    for c in demo["checks"]:
-        n = c["numerics_cuda_vs_cpu"]
-        numbers = (
-            f"{'ok' if n['ok'] else 'DIFFERS'}, max abs {cell(n['max_abs_err'])}, "
-            f"max rel {cell(n['max_rel_err'])}"
-            if isinstance(n, Mapping)
-            else n
-        )
-        lines.append(
-            f"| {c['test'].split('::')[-1]} | {c['check']} | {cell(numbers)} | "
-            f"{layers(c['cuda_share'])} | {c['cuda_compiled_at']}: {cell(c['cuda_compiled'])} |"
-        )
     return lines
 
 

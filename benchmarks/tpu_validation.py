@@ -47,20 +47,22 @@ from validation import (
     Unusable,
     Validation,
     add_run_options,
-    band_lines,
+    body_lines,
     cell,
+    child_part,
     chosen_parts,
+    demo_lines,
     environment_part,
-    layers,
+    error_band,
     log,
+    numerics_summary,
     overhead,
     overhead_lines,
     overhead_part,
     parse_limits,
-    part_lines,
     read_json,
     run_demo,
-    shipped_band,
+    run_fidelity,
     write_atomic,
 )
 
@@ -84,6 +86,10 @@ TPU = Accelerator(
         "overhead": 100,
     },
     budget_s=540,
+)
+ABOUT = (
+    "benchmarks/tpu_validation.py: pytest-jaxport's tpu predictions against a TPU "
+    "(docs/gpu-validation.md)"
 )
 NOT_MEASURED = TPU.not_measured
 VERSIONS = ("jax", "jaxlib", "libtpu", "pytest", "numpy", "pytest-jaxport")
@@ -190,16 +196,7 @@ def _json(data: Mapping[str, Any]) -> str:
 
 def device(validation: Validation, limit: float) -> dict[str, Any]:
     """The device part in a child process (:func:`device_part`)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="jaxport-tpu-device-") as tmp:
-        part_out = Path(tmp) / "device.json"
-        code, seconds = validation.limited(
-            [validation.python, str(Path(__file__)), "--part", "device", "--part-out",
-             str(part_out)],
-            limit,
-        )  # fmt: skip
-        data = read_json(part_out)
+    code, seconds, data = child_part(validation, limit, Path(__file__), "device")
     out: dict[str, Any] = {"seconds": seconds, "exit": code}
     if data is None:
         out["status"] = "timed out" if code is None else "failed"
@@ -217,20 +214,9 @@ def device(validation: Validation, limit: float) -> dict[str, Any]:
 
 def fidelity_part(validation: Validation, limit: float) -> dict[str, Any]:
     """fidelity.py over the corpus (a slice in a dry run), summarised for tpu."""
-    results = validation.out_dir / f"fidelity-{validation.name}.json"
-    results.unlink(missing_ok=True)
-    command = [validation.python, str(HERE / "fidelity.py"), "--out", str(results),
-               "--repeats", "2", *validation.sizes.fidelity_args]  # fmt: skip
-    code, seconds = validation.limited(command, limit)
-    data = read_json(results)
-    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
-    if data is None:
-        out["status"] = "timed out" if code is None else "failed"
-        out["error"] = "no results written (see the log)"
-        return out
-    status = "done" if data.get("complete") else ("timed out" if code is None else "failed")
-    out.update(status=status, results=results.name)
-    out.update(fidelity_summary(data, on_device=validation.on_device, device=validation.device))
+    out, data = run_fidelity(validation, limit)
+    if data is not None:
+        out.update(fidelity_summary(data, on_device=validation.on_device, device=validation.device))
     return out
 
 
@@ -268,21 +254,8 @@ def fidelity_summary(
         "cpu_share_error_points": results.get("aggregate", {})
         .get("share_error_points", {})
         .get("cpu"),
-        "numerics_tpu_vs_cpu": (
-            {
-                "compared": len(numerics),
-                "ok": sum(bool(n["ok"]) for n in numerics),
-                "max_rel_err": max(
-                    (
-                        n["max_rel_err"]
-                        for n in numerics
-                        if isinstance(n["max_rel_err"], (int, float))
-                    ),
-                    default=None,
-                ),
-            }
-            if on_device
-            else NOT_MEASURED
+        "numerics_tpu_vs_cpu": numerics_summary(
+            numerics, on_device=on_device, not_measured=NOT_MEASURED
         ),
         "tpu_error_band": tpu_band(errors, results, device) if on_device else NOT_MEASURED,
     }
@@ -293,17 +266,9 @@ def tpu_band(
 ) -> Any:
     """The band a report should print for tpu, from this chip's measurement: per census
     level, the mean error of the estimate a report without the chip makes."""
-    if not errors:
-        return "not measured: the fidelity run measured no tpu share"
-    versions = results["environment"]["versions"]
-    band: dict[str, Any] = {"device": device, "jaxlib": versions.get("jaxlib"),
-                            "libtpu": versions.get("libtpu")}  # fmt: skip
-    for level in ("lowered", "compiled"):
-        s = errors.get(level) or {}
-        if s.get("programs"):
-            band[level] = {"points": s["mean"], "programs": s["programs"], "p90": s["p90"],
-                           "from": level}  # fmt: skip
-    return band
+    levels = {"lowered": "lowered", "compiled": "compiled"}
+    return error_band(errors, results, device, platform="tpu", levels=levels,
+                      versions=("jaxlib", "libtpu"))  # fmt: skip
 
 
 # -- 4. the emulation against the chip (the emulation's own script) -------------------------------
@@ -351,16 +316,10 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
     env.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")  # quiets libtpu where none is set
     run = Run(
         TPU, out_dir=args.out_dir, name=name, budget=args.budget, dry=dry, limits=limits,
-        device={"kind": None, "note": NOT_MEASURED}, markdown=markdown,
+        device={"kind": None, "note": NOT_MEASURED}, parts=parts, about=ABOUT,
+        markdown=markdown,
     )  # fmt: skip
     results = run.results
-    results["about"] = (
-        "benchmarks/tpu_validation.py: pytest-jaxport's tpu predictions against a TPU "
-        "(docs/gpu-validation.md)"
-    )
-    results["parts"] = {p: {"status": "not run"} for p in ("environment", *parts)}
-    results["tpu_error_band"] = NOT_MEASURED
-    results["shipped_tpu_band"] = shipped_band("tpu")
     run.save()
 
     python = sys.executable
@@ -390,15 +349,10 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
         sizes=SIZES["quick" if args.quick else "tpu" if on_device else "dry-run"],
     )
 
-    def fidelity(limit: float) -> dict[str, Any]:
-        entry = fidelity_part(validation, limit)
-        results["tpu_error_band"] = entry.get("tpu_error_band", NOT_MEASURED)
-        return entry
-
     handlers = {
         "device": lambda limit: device(validation, limit),
         "demo": lambda limit: run_demo(validation, limit, accelerator=TPU),
-        "fidelity": fidelity,
+        "fidelity": lambda limit: fidelity_part(validation, limit),
         "emulation": lambda limit: emulation_part(validation, limit, dry=dry),
         "overhead": lambda limit: overhead(
             validation, limit, Path(__file__), where="tpu" if on_device else "cpu"
@@ -426,19 +380,16 @@ def markdown(results: Mapping[str, Any]) -> str:
     ]
     if results["device"].get("note"):
         lines += [results["device"]["note"], ""]
-    lines += part_lines(parts)
-    lines += ["", *band_lines("tpu", results.get("tpu_error_band"),
-                              results.get("shipped_tpu_band", {}))]  # fmt: skip
     sections = {
         "device": _device_lines,
-        "demo": _demo_lines,
+        "demo": lambda entry: demo_lines(
+            entry, accelerator=TPU, device_word="chip", compiled=False
+        ),
         "fidelity": _fidelity_lines,
         "emulation": _emulation_lines,
         "overhead": lambda entry: overhead_lines(entry, number=5, word="TPU"),
     }
-    for part, section in sections.items():
-        if part in parts:
-            lines += section(parts[part])
+    lines += body_lines(results, TPU, sections)
     return "\n".join(lines) + "\n"
 
 
@@ -461,48 +412,6 @@ def _device_lines(entry: Mapping[str, Any]) -> list[str]:
     for key, d in (entry.get("differs") or {}).items():
         lines.append(f"| {key} | {d['model']:.4g} | {d['device']:.4g} | {d['relative']:+.0%} |")
     lines += ["", f"The model's source: {model['source']}."]
-    return lines
-
-
-def _demo_lines(demo: Mapping[str, Any]) -> list[str]:
-    lines = ["", "### 2. The demo suite (`examples/demo`) with tpu executed", ""]
-    if "checks" not in demo:
-        return [*lines, f"{cell(demo.get('status'))}: {cell(demo.get('error'))}"]
-    numerics = demo["numerics"]
-    lines += [
-        f"Outcomes: {cell(demo['outcomes'])}; present: {cell(demo['present_platforms'])}; "
-        f"executed: {cell(demo['executed_platforms'])}. Numerics tpu against cpu: "
-        + (
-            f"{numerics['ok']} of {numerics['compared']} compared checks within tolerance "
-            f"({numerics['checks']} checks)"
-            if isinstance(numerics, Mapping)
-            else numerics
-        )
-        + ".",
-        "",
-        f"tpu share of the suite, measured: {layers(demo['tpu_share_measured'])}"
-        + (
-            f"; the estimate a run without the chip prints: {layers(demo['tpu_share_estimated'])}"
-            if demo.get("tpu_share_estimated")
-            else ""
-        )
-        + " (xla / vendor / custom).",
-        "",
-        "| test | check | tpu numerics against cpu | tpu share (xla / vendor / custom) |",
-        "|---|---|---|---|",
-    ]
-    for c in demo["checks"]:
-        n = c["numerics_tpu_vs_cpu"]
-        numbers = (
-            f"{'ok' if n['ok'] else 'DIFFERS'}, max abs {cell(n['max_abs_err'])}, "
-            f"max rel {cell(n['max_rel_err'])}"
-            if isinstance(n, Mapping)
-            else n
-        )
-        lines.append(
-            f"| {c['test'].split('::')[-1]} | {c['check']} | {cell(numbers)} | "
-            f"{layers(c['tpu_share'])} |"
-        )
     return lines
 
 

@@ -397,6 +397,83 @@ def summarize_demo(
     }
 
 
+# -- parts in child processes: this script's own, and fidelity.py ----------------------------------
+
+
+def child_part(
+    validation: Validation, limit: float, script: Path, part: str, *args: str
+) -> tuple[int | None, float, Any]:
+    """``script --part PART`` in a child process under ``limit``: its exit code (``None``
+    where stopped at the limit), its seconds, and the JSON it wrote (``None`` where none)."""
+    with tempfile.TemporaryDirectory(prefix=f"jaxport-validation-{part}-") as tmp:
+        part_out = Path(tmp) / f"{part}.json"
+        code, seconds = validation.limited(
+            [validation.python, str(script), "--part", part, "--part-out", str(part_out), *args],
+            limit,
+        )
+        return code, seconds, read_json(part_out)
+
+
+def run_fidelity(
+    validation: Validation, limit: float, *, extra: Sequence[str] = ()
+) -> tuple[dict[str, Any], Any]:
+    """``fidelity.py`` over the run's slice of the corpus (``extra``: more options): the
+    part's entry so far, and its results (``None`` where it wrote none)."""
+    results = validation.out_dir / f"fidelity-{validation.name}.json"
+    results.unlink(missing_ok=True)
+    command = [validation.python, str(HERE / "fidelity.py"), "--out", str(results),
+               "--repeats", "2", *validation.sizes.fidelity_args, *extra]  # fmt: skip
+    code, seconds = validation.limited(command, limit)
+    data = read_json(results)
+    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
+    if data is None:
+        out["status"] = "timed out" if code is None else "failed"
+        out["error"] = "no results written (see the log)"
+        return out, None
+    status = "done" if data.get("complete") else ("timed out" if code is None else "failed")
+    out.update(status=status, results=results.name)
+    return out, data
+
+
+def numerics_summary(
+    numerics: Sequence[Mapping[str, Any]], *, on_device: bool, not_measured: str
+) -> Any:
+    """The fidelity rows' comparisons of the device's platform with cpu, counted."""
+    if not on_device:
+        return not_measured
+    errors = [n["max_rel_err"] for n in numerics if isinstance(n["max_rel_err"], (int, float))]
+    return {
+        "compared": len(numerics),
+        "ok": sum(bool(n["ok"]) for n in numerics),
+        "max_rel_err": max(errors, default=None),
+    }
+
+
+def error_band(
+    errors: Mapping[str, Any] | None,
+    results: Mapping[str, Any],
+    device: str | None,
+    *,
+    platform: str,
+    levels: Mapping[str, str],
+    versions: Sequence[str] = ("jaxlib",),
+) -> Any:
+    """The band a report should print for ``platform``, from this device's measurement: per
+    census level, the mean error of the estimate a report made without the device makes,
+    read from the fidelity results' error ``levels`` (census level -> its source there);
+    it names the device and the ``versions`` it was measured with."""
+    if not errors:
+        return f"not measured: the fidelity run measured no {platform} share"
+    found = results["environment"]["versions"]
+    band: dict[str, Any] = {"device": device, **{name: found.get(name) for name in versions}}
+    for level, source in levels.items():
+        s = errors.get(source) or {}
+        if s.get("programs"):
+            band[level] = {"points": s["mean"], "programs": s["programs"], "p90": s["p90"],
+                           "from": source}  # fmt: skip
+    return band
+
+
 # -- the overhead part (a child process; run.py's sessions) -------------------------------------
 
 
@@ -442,14 +519,11 @@ def overhead_summary(data: Mapping[str, Any], *, where: str) -> dict[str, Any]:
 
 def overhead(validation: Validation, limit: float, script: Path, *, where: str) -> dict[str, Any]:
     """The overhead suites in a child process (``script --part overhead``), summarised."""
-    with tempfile.TemporaryDirectory(prefix="jaxport-validation-overhead-") as tmp:
-        part_out = Path(tmp) / "overhead.json"
-        code, seconds = validation.limited(
-            [validation.python, str(script), "--part", "overhead", "--part-out", str(part_out),
-             "--reps", str(validation.sizes.overhead_reps), "--cases", str(validation.sizes.overhead_cases)],
-            limit,
-        )  # fmt: skip
-        data = read_json(part_out)
+    code, seconds, data = child_part(
+        validation, limit, script, "overhead",
+        "--reps", str(validation.sizes.overhead_reps),
+        "--cases", str(validation.sizes.overhead_cases),
+    )  # fmt: skip
     out: dict[str, Any] = {"seconds": seconds, "exit": code}
     if data is None:
         out["status"] = "timed out" if code is None else "failed"
@@ -489,6 +563,8 @@ class Run:
         dry: bool,
         device: Mapping[str, Any],
         limits: Mapping[str, float],
+        parts: Sequence[str],
+        about: str,
         markdown: Callable[[Mapping[str, Any]], str],
     ) -> None:
         self.accelerator = accelerator
@@ -502,6 +578,7 @@ class Run:
         self.logfile.write_text(f"{prefix} {name}, {dt.datetime.now().isoformat()}\n", "utf-8")
         self.json_path = out_dir / f"{prefix}-{name}.json"
         self.results: dict[str, Any] = {
+            "about": about,
             "schema_version": SCHEMA_VERSION,
             "mode": "dry-run" if dry else accelerator.word.lower(),
             "name": name,
@@ -515,6 +592,9 @@ class Run:
                 "git_dirty_files": len(git("status", "--porcelain").splitlines()),
                 "loadavg_start": list(os.getloadavg()),
             },
+            "parts": {p: {"status": "not run"} for p in ("environment", *parts)},
+            f"{accelerator.platform}_error_band": accelerator.not_measured,
+            f"shipped_{accelerator.platform}_band": shipped_band(accelerator.platform),
         }
 
     def save(self) -> None:
@@ -578,6 +658,9 @@ class Run:
                 entry = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
             entry["limit_s"] = round(limit)
             self.results["parts"][part] = entry
+            band = f"{self.accelerator.platform}_error_band"
+            if band in entry:  # the fidelity part measures the band the results propose
+                self.results[band] = entry[band]
             log(f"{part}: {entry.get('status')} in {time.monotonic() - began:.0f} s", who=who)
             self.save()
         self.results["host"]["loadavg_end"] = list(os.getloadavg())
@@ -615,6 +698,24 @@ def layers(share: Mapping[str, Any] | None) -> str:
         text += f" (estimated ±{share['error_points']:.0f}"
         text += f" on {share['error_measured_on']})" if share.get("error_measured_on") else ")"
     return text
+
+
+def body_lines(
+    results: Mapping[str, Any],
+    accelerator: Accelerator,
+    sections: Mapping[str, Callable[[Mapping[str, Any]], list[str]]],
+) -> list[str]:
+    """Below a run's heading: its parts' table, its band against the shipped one, and each
+    part's section (``sections``: its lines, by part) for the parts it has."""
+    p = accelerator.platform
+    parts = results["parts"]
+    lines = part_lines(parts)
+    lines += ["", *band_lines(p, results.get(f"{p}_error_band"),
+                              results.get(f"shipped_{p}_band", {}))]  # fmt: skip
+    for part, section in sections.items():
+        if part in parts:
+            lines += section(parts[part])
+    return lines
 
 
 def part_lines(parts: Mapping[str, Any]) -> list[str]:
@@ -674,4 +775,54 @@ def overhead_lines(overhead: Mapping[str, Any], *, number: int, word: str) -> li
         warm = f"{s['warm_ratio_wall']:.2f} ({s['warm_ratio_cpu']:.2f})"
         cells = [cold, warm, "—", "—"] if on_device else [not_measured, not_measured, cold, warm]
         lines.append(f"| {names[suite]} | {s['tests']} | {s['reps']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def demo_lines(
+    demo: Mapping[str, Any], *, accelerator: Accelerator, device_word: str, compiled: bool
+) -> list[str]:
+    """The demo part's section (:func:`summarize_demo`'s keys); ``compiled``: a column for
+    the platform's compiled libraries (where the run compiles it)."""
+    p = accelerator.platform
+    lines = ["", f"### 2. The demo suite (`examples/demo`) with {p} executed", ""]
+    if "checks" not in demo:
+        return [*lines, f"{cell(demo.get('status'))}: {cell(demo.get('error'))}"]
+    numerics = demo["numerics"]
+    estimated = demo.get(f"{p}_share_estimated")
+    lines += [
+        f"Outcomes: {cell(demo['outcomes'])}; present: {cell(demo['present_platforms'])}; "
+        f"executed: {cell(demo['executed_platforms'])}. Numerics {p} against cpu: "
+        + (
+            f"{numerics['ok']} of {numerics['compared']} compared checks within tolerance "
+            f"({numerics['checks']} checks)"
+            if isinstance(numerics, Mapping)
+            else numerics
+        )
+        + ".",
+        "",
+        f"{p} share of the suite, measured: {layers(demo[f'{p}_share_measured'])}"
+        + (
+            f"; the estimate a run without the {device_word} prints: {layers(estimated)}"
+            if estimated
+            else ""
+        )
+        + " (xla / vendor / custom).",
+        "",
+        f"| test | check | {p} numerics against cpu | {p} share (xla / vendor / custom) |"
+        + (f" {p} compiled |" if compiled else ""),
+        "|---|---|---|---|" + ("---|" if compiled else ""),
+    ]
+    for c in demo["checks"]:
+        n = c[f"numerics_{p}_vs_cpu"]
+        numbers = (
+            f"{'ok' if n['ok'] else 'DIFFERS'}, max abs {cell(n['max_abs_err'])}, "
+            f"max rel {cell(n['max_rel_err'])}"
+            if isinstance(n, Mapping)
+            else n
+        )
+        lines.append(
+            f"| {c['test'].split('::')[-1]} | {c['check']} | {cell(numbers)} | "
+            f"{layers(c[f'{p}_share'])} |"
+            + (f" {c[f'{p}_compiled_at']}: {cell(c[f'{p}_compiled'])} |" if compiled else "")
+        )
     return lines
