@@ -8,7 +8,8 @@ Putting a GPU run's numbers in use is calibration, not measurement:
 ``python calibration/calibrate.py adopt RESULTS.json`` (``calibration/README.md``).
 
 Made for a GPU machine that is lent rarely and briefly (minutes, one device, no internet), so
-everything is prepared: one command installs what is missing from a wheelhouse made
+everything is prepared (the harness, ``validation.py``, is the TPU run's too:
+``tpu_validation.py``): one command installs what is missing from a wheelhouse made
 beforehand, then runs four parts, each under its own time limit, all within ``--budget``
 seconds (480 by default, the install step included), writing
 ``gpu-validation-<name>.json`` and ``.md`` (plus a log) under ``--out-dir`` after every part,
