@@ -102,8 +102,10 @@ def unattributed(recorded: Mapping[str, int], *, names_instructions: bool = True
     """
     seen = {plane: n for plane, n in recorded.items() if n}
     if not seen:
-        return "the JAX profiler recorded no event while the program ran (another profiler " \
-            "session active?)"  # fmt: skip
+        return (
+            "the JAX profiler recorded no event while the program ran (another profiler "
+            "session active?)"
+        )
     where = ", ".join(f"{n} events on {plane}" for plane, n in seen.items())
     why = (
         f"the JAX profiler recorded the run ({where}) but no event names an instruction of "
