@@ -578,41 +578,10 @@ class Harness:
 def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, float]]:
     """Like ``profile.measure``, but self time per instruction for each profiler plane
     (``/device:GPU:0``, ``/host:CPU``...) separately."""
-    import jax
-    from jax._src.lib import _profiler
+    from pytest_jaxport._jax.profile import profile, seconds_per_run
 
-    from pytest_jaxport._jax.profile import Event, self_times
-
-    run()
-    options = jax.profiler.ProfileOptions()
-    options.host_tracer_level = 1
-    options.python_tracer_level = 0
-    session = _profiler.ProfilerSession(options)
-    try:
-        for _ in range(runs):
-            run()
-    finally:
-        xspace = session.stop()
-    data = jax.profiler.ProfileData.from_serialized_xspace(xspace)
-    from pytest_jaxport._jax.adapters import quiet_type_construction
-
-    planes: dict[str, dict[str, float]] = {}
-    for plane in data.planes:
-        lines = []
-        with quiet_type_construction():  # event.stats: a crash where warnings are errors
-            for line in plane.lines:
-                events = [
-                    Event(op=op, start_ns=event.start_ns, end_ns=event.end_ns)
-                    for event in line.events
-                    if isinstance(op := dict(event.stats).get("hlo_op"), str)
-                ]
-                if events:
-                    lines.append(events)
-        if lines:
-            planes[plane.name] = {
-                op: ns / 1e9 / runs for op, ns in self_times(lines).items() if ns > 0
-            }
-    return planes
+    trace = profile(run, runs=runs, warmup=1)
+    return {plane: seconds_per_run(lines, runs) for plane, lines in trace.planes.items()}
 
 
 def capture_target(folder: Path) -> dict[str, Any]:
@@ -708,6 +677,7 @@ def environment() -> dict[str, Any]:
                 "jax-cuda12-pjrt",
                 "jax-cuda13-plugin",
                 "jax-cuda13-pjrt",
+                "libtpu",
                 "pytest-jaxport",
             )
         },
