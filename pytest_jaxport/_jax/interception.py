@@ -267,6 +267,11 @@ class RecordedCall:
     def facts(self) -> CallFacts:
         return self._adapter.facts(self)
 
+    def kind(self) -> str:
+        """``eager`` (JAX's own function: an op run outside jit) or ``jit``
+        (:attr:`CallFacts.kind`)."""
+        return "eager" if _is_jax_own(_defined_at(self.jaxpr)) else "jit"
+
 
 # -- adapters ------------------------------------------------------------------------------------
 
@@ -352,11 +357,8 @@ class _Adapter:
 
     def facts(self, call: RecordedCall) -> CallFacts:
         jaxpr = call.jaxpr
-        info = getattr(jaxpr, "debug_info", None) or getattr(
-            getattr(jaxpr, "jaxpr", None), "debug_info", None
-        )
-        source = _source(getattr(info, "func_src_info", None))
-        names = list(getattr(info, "arg_names", None) or ())
+        source = _defined_at(jaxpr)
+        names = list(getattr(_debug_info(jaxpr), "arg_names", None) or ())
         types = [self.type_text(t) for t in call.arg_types]
         if len(names) == len(types):
             signature = tuple(f"{n}: {t}" if n else t for n, t in zip(names, types, strict=True))
@@ -370,7 +372,7 @@ class _Adapter:
         return CallFacts(
             function=wrapper or call.name,
             source=source,
-            kind="eager" if _is_jax_own(source) else "jit",
+            kind=call.kind(),
             signature=signature,
             shardings=shardings if any(s != "-" for s in shardings) else (),
             static_arguments=_static_text(call.static),
@@ -479,6 +481,17 @@ def _source(where: str | None) -> str | None:
     """``file:line`` of JAX's name of a traced function (``api_util.fun_sourceinfo``:
     ``name at file:line``); ``None`` where it has no file."""
     return where.rsplit(" at ", 1)[1] if where and " at " in where else None
+
+
+def _debug_info(jaxpr: object) -> object:
+    return getattr(jaxpr, "debug_info", None) or getattr(
+        getattr(jaxpr, "jaxpr", None), "debug_info", None
+    )
+
+
+def _defined_at(jaxpr: object) -> str | None:
+    """``file:line`` of the function a recorded program was traced from."""
+    return _source(getattr(_debug_info(jaxpr), "func_src_info", None))
 
 
 def _is_jax_own(source: str | None) -> bool:
