@@ -448,12 +448,13 @@ XLA_OP = Classification(layer="xla", kind="xla")
 
 
 _ROUTINE = re.compile(
-    r"^(?:lapack_[sdcz]|(?:cu|hip)(?:solver|sparse|hybrid)?_)(?P<routine>[a-z][a-z0-9_]*?)"
-    r"(?:_to_[a-z0-9_]+)?(?:_ffi)?$"
+    r"^(?:lapack_[sdcz]|(?:cu|hip|cpu)(?:solver|sparse|hybrid)?_|(?=tridiagonal_))"
+    r"(?P<routine>[a-z][a-z0-9_]*?)(?:_to_[a-z0-9_]+)?(?:_ffi)?(?:_v[0-9]+)?$"
 )
 """jaxlib's custom-call targets of one library routine each: LAPACK's (its type letter
 dropped), cuSOLVER's, hipSOLVER's, cuSPARSE's, hipSPARSE's and the kernels jaxlib ships per
-GPU backend (``cu_``/``hip_``, ``cuhybrid_``/``hiphybrid_``)."""
+backend (``cu_``/``hip_``, ``cuhybrid_``/``hiphybrid_``, ``cpu_``, the CPU's
+``tridiagonal_solve_perturbed_ffi``)."""
 
 
 def routine(target: str) -> str | None:
@@ -466,6 +467,8 @@ def routine(target: str) -> str | None:
     ('getrf', 'trsm', 'syevd')
     >>> routine("cu_lu_pivots_to_permutation"), routine("stablehlo.dot_general")
     ('lu_pivots', None)
+    >>> routine("cpu_lgamma_ffi"), routine("cu_lgamma_ffi"), routine("cusparse_csr_matvec_ffi_v2")
+    ('lgamma', 'lgamma', 'csr_matvec')
     """
     found = _ROUTINE.match(target)
     return found.group("routine") if found else None
