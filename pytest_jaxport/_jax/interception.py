@@ -77,6 +77,9 @@ PATCH_POINTS: Mapping[str, str] = {
     ),
     "jax._src.pjit._pjit_call_impl": "the jit primitive run outside jit (whose cache that is)",
     "jax._src.api_util.fun_sourceinfo": "whether a jit function is JAX's own (as JAX names it)",
+    "jax._src.traceback_util.register_exclusion": (
+        "the hook's frames left out of a suite's tracebacks, as JAX leaves out its own"
+    ),
     "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
         "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
     ),
@@ -658,6 +661,7 @@ class Interception:
             for name in ("trace_to_jaxpr_dynamic", "trace_to_jaxpr"):
                 if hasattr(partial_eval, name):
                     self._patch(partial_eval, name, _RuleTraces(getattr(partial_eval, name)))
+            _hidden_from_tracebacks()
             # What JAX ran before (an earlier session in this process, a conftest.py) is in
             # its caches: its next call passes the hook, an eager op's included.
             self.clear_dispatch_caches(jax_own=True)
@@ -723,6 +727,7 @@ class Interception:
 
         @functools.wraps(original)
         def pjit_call_impl_python(*args: object, **params: object) -> object:
+            __tracebackhide__ = True  # a suite's error here shows the suite's frames
             if state.busy:
                 return original(*args, **params)
             pending, state.static = state.static, None
@@ -779,6 +784,22 @@ class Interception:
         return True
 
 
+def _hidden_from_tracebacks() -> None:
+    """The hook's frames (this module's) are in the suite's call path wherever JAX traces or
+    runs a jit: JAX's traceback filtering leaves them out of the suite's errors, as it leaves
+    out its own frames (and equinox's), so a test that fails while JAX traces its function
+    shows what it shows without the audit. (Each frame also sets ``__tracebackhide__``: the
+    same under ``JAX_TRACEBACK_FILTERING=off``, where pytest shows JAX's frames.) Once per
+    process: JAX keeps the exclusion, and the frames are gone with the hook."""
+    try:
+        from jax._src import traceback_util
+
+        if __file__ not in traceback_util._exclude_paths:
+            traceback_util.register_exclusion(__file__)
+    except Exception:  # a JAX that moved it: the frames show, nothing else changes
+        return
+
+
 def _is_jax_function(fun: object) -> bool:
     """Whether a function JAX jits is JAX's own, named as JAX names it when it traces it
     (``api_util.fun_sourceinfo``: ``jax.jit(jax.vmap(f))`` is ``f``'s), so that a computation
@@ -822,6 +843,7 @@ def _registered(
 
     @functools.wraps(original)
     def cpp_pjit(fun: object, jit_info: object) -> object:
+        __tracebackhide__ = True
         jitted = original(fun, jit_info)
         if not _is_jax_function(fun):
             with contextlib.suppress(TypeError):  # not weakly referable: never cleared
@@ -856,6 +878,7 @@ class _PrimitiveCaches:
         self._caches = (kind(capacity=4096), kind(capacity=4096))
 
     def __call__(self, contains_explicit_attributes: bool) -> object:
+        __tracebackhide__ = True
         if sys._getframe(1).f_code is self._impl:
             return self._caches[bool(contains_explicit_attributes)]
         return self._original(contains_explicit_attributes)
@@ -875,6 +898,7 @@ def _stash_static(original: Callable[..., Any]) -> Callable[..., object]:
         fun: Callable[..., object], info: object, args: Sequence[object],
         kwargs: Mapping[str, object],
     ) -> object:  # fmt: skip
+        __tracebackhide__ = True  # the suite's function fails while JAX traces it: its frames
         result = original(fun, info, args, kwargs)
         if not state.busy:
             try:
@@ -909,6 +933,7 @@ class _RuleTraces:
         return getattr(self._original, name)  # reachable
 
     def __call__(self, fun: object, *args: object, **kwargs: object) -> object:
+        __tracebackhide__ = True
         state = _STATE
         if not (state.busy or state.hooked):
             return self._original(fun, *args, **kwargs)
