@@ -44,9 +44,7 @@ def jaxlib_targets() -> Iterator[tuple[str, str]]:
                 yield platform, target
 
 
-def test_every_target_the_installed_jaxlib_registers_is_a_library_call_not_a_kernel_to_rewrite() -> (
-    None
-):
+def test_every_target_the_installed_jaxlib_registers_is_a_library_call_not_a_rewrite() -> None:
     found = list(jaxlib_targets())
     assert ("cpu", "lapack_sgetrf_ffi") in found  # the survey reached jaxlib
     wrong = []

@@ -167,8 +167,22 @@ def collective_kind(op: str) -> str | None:
     return COLLECTIVE_KINDS.get(name)
 
 
+STRENGTH_REDUCED_DOT = "stablehlo.dot_general:strength-reduced"
+"""The op a census names a ``dot_general`` XLA's GPU compiler always rewrites into a
+multiply (and a reduce), on a platform it compiles for (:data:`STRENGTH_REDUCING`): no
+library gemm, no tensor core (``census.strength_reduced`` says which dots)."""
+
+STRENGTH_REDUCING: frozenset[str] = frozenset(p.name for p in DESCRIPTIONS.values() if p.jax_gpu)
+"""The platforms XLA's GPU compiler compiles for: its ``DotStrengthReduction`` pass turns
+every dot of two vectors into a multiply and a reduce, and its algebraic simplifier a dot
+that contracts nothing into a multiply, before any gemm is chosen
+(xla/service/gpu/transforms/dot_strength_reduction.cc; measured deviceless against an
+H100: benchmarks/README.md, "Dots the lowered level no longer counts")."""
+
+
 def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classification]:
     table = {
+        STRENGTH_REDUCED_DOT: _xla("strength-reduced-dot"),
         "stablehlo.dot_general": _vendor(libraries.blas, "gemm"),
         "stablehlo.dot": _vendor(libraries.blas, "gemm"),
         "stablehlo.convolution": _vendor(libraries.dnn, "convolution"),
