@@ -3,7 +3,7 @@
     python benchmarks/fidelity.py [--out benchmarks/results/fidelity-<name>.json]
 
 One command, on whatever machine it runs. For every program of the corpus
-(``fidelity_corpus.py``: 17 programs, two sizes, forward and gradient) it runs the plugin's
+(``fidelity_corpus.py``: 18 programs, two sizes, forward and gradient) it runs the plugin's
 own check (``fixture.Jaxport.check``: lowered census per platform, compiled census for cpu
 and cuda, numerics) and records:
 
