@@ -3,7 +3,7 @@
     python benchmarks/fidelity.py [--out benchmarks/results/fidelity-<name>.json]
 
 One command, on whatever machine it runs. For every program of the corpus
-(``fidelity_corpus.py``: 17 programs, two sizes, forward and gradient) it runs the plugin's
+(``fidelity_corpus.py``: 18 programs, two sizes, forward and gradient) it runs the plugin's
 own check (``fixture.Jaxport.check``: lowered census per platform, compiled census for cpu
 and cuda, numerics) and records:
 
@@ -822,7 +822,8 @@ def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str
     """What dropped against the baseline; empty when nothing did.
 
     With the same jaxlib as a recorded one, every (program, platform, library) agreement
-    must be at least what was recorded (compiling is deterministic); with another jaxlib,
+    must be at least what was recorded (compiling is deterministic; a library a recorded
+    program does not name agreed, both counts 0, and must still agree); with another jaxlib,
     each platform's corpus-wide agreement must be at least the newest recorded one's.
     On a GPU, cuda's census was compiled by the device (autotuned), not deviceless: it is
     held to what was recorded on that device (``devices`` in the baseline), never to the
@@ -859,7 +860,10 @@ def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str
                     if results.get("scope", {}).get("all", True):
                         drops.append(f"{platform} {key}: no compiled census any more")
                     continue
-                for library, percent in libraries.items():
+                # a library the record does not name agreed there (both counts 0): one that
+                # now disagrees is a prediction made worse too
+                recorded_or_agreed = {**dict.fromkeys(now, 100.0), **libraries}
+                for library, percent in recorded_or_agreed.items():
                     if now.get(library, 0.0) + 1e-6 < percent:
                         drops.append(
                             f"{platform} {key} {library}: agreement {now.get(library, 0.0):.0f}% "

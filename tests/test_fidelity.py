@@ -100,6 +100,14 @@ def test_the_agreement_check_fails_when_agreement_drops(tmp_path: Path) -> None:
     assert dropped.returncode == 1
     assert "AGREEMENT DROPPED: cpu mlp/small/fwd" in dropped.stderr
 
+    # Pretend the lowered level once counted no library in the MLP, as compiled (issue 50:
+    # numpyro's dots of vectors, counted as cuBLAS calls, are recorded as no library at all).
+    programs["mlp/small/fwd"] = {}
+    baseline.write_text(json.dumps(data))
+    dropped = harness(*slice_, "--agreement-check", str(baseline))
+    assert dropped.returncode == 1
+    assert "AGREEMENT DROPPED: cpu mlp/small/fwd" in dropped.stderr
+
     baseline.write_text("{}")
     broken = harness(*slice_, "--agreement-check", str(baseline))
     assert broken.returncode == 1
