@@ -137,7 +137,7 @@ class Violation:
             return f"{self.found} {self.what}, expected to {self.limit}"
         if self.key == "emulated_run":
             return f"{self.what} {self.found}"
-        if self.key == BASELINE_KEY:
+        if self.key == BASELINE_KEY or self.found is None:  # grown, or nothing counted
             return self.what
         return f"{self.found_text()} > {self.limit_text()}"
 
@@ -145,6 +145,8 @@ class Violation:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
         if self.kind in ("platforms", "flag") or self.key in ("emulated_run", BASELINE_KEY):
             return self.finding()
+        if self.found is None:
+            return self.what
         return f"{self.found} {self.what}".strip()
 
     def limit_text(self) -> str:
@@ -410,6 +412,18 @@ def _trace_where_present(v: Violation, violations: Sequence[Violation]) -> str:
     )
 
 
+def _fewer_to_rewrite(v: Violation, violations: Sequence[Violation]) -> str:
+    """A rewrite key: change the code or raise the limit; where nothing was counted (the
+    target or the home platform not lowered), lower for it or drop the limit."""
+    if v.found is None:
+        return (
+            "to pass: lower for the platforms not lowered ([tool.jaxport] platforms, "
+            f"--jaxport-platforms, a marker's platforms), or drop {v.key} (set in {v.origin}): "
+            "a limit on what was never counted cannot pass"
+        )
+    return _change_or_raise(v, violations)
+
+
 def _fewer_kernels(v: Violation, violations: Sequence[Violation]) -> str:
     key = v.key.partition(".")[0]
     return (
@@ -614,10 +628,30 @@ class Rewrite:
     """The estimate's items, one line each."""
     home: str = DEFAULT_HOME
     """The platform moved off (``[tool.jaxport] home``)."""
+    not_lowered: tuple[str, ...] = ()
+    """The platforms (the target, or :attr:`home`) not lowered: nothing was counted, and a
+    limit on the count cannot pass (:func:`_not_counted`)."""
+
+
+def _not_counted(check: str, budget: Budget, key: str, rewrite: Rewrite) -> list[Violation]:
+    """A rewrite key (``key``) of ``budget`` on a target whose move was never counted (it, or
+    the home platform, not lowered): it fails, saying why; ``[]`` where it was counted or
+    ``key`` sets no limit."""
+    limit = getattr(budget, key)
+    if limit is None or not rewrite.not_lowered:
+        return []
+    what = "kernels to rewrite" if key == "max_kernels_to_rewrite" else "engineering days"
+    return [Violation(check=check, platform=budget.platform, key=key, limit=limit.value,
+                      origin=limit.origin, found=None,
+                      what=f"{what} moving off {rewrite.home} not counted: "
+                      f"{' and '.join(rewrite.not_lowered)} not lowered",
+                      level="not lowered")]  # fmt: skip
 
 
 def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
     """``max_kernels_to_rewrite``: the kernels a move to the target rewrites."""
+    if rewrite.not_lowered:
+        return _not_counted(check, budget, "max_kernels_to_rewrite", rewrite)
     limit = budget.max_kernels_to_rewrite
     if limit is None or rewrite.kernels <= limit.value:
         return []
@@ -630,6 +664,8 @@ def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Vi
 
 def _rewrite_days(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
     """``max_rewrite_days``: the engineering days a move to the target costs."""
+    if rewrite.not_lowered:
+        return _not_counted(check, budget, "max_rewrite_days", rewrite)
     most = budget.max_rewrite_days
     if most is None or rewrite.days <= most.value:
         return []
@@ -708,6 +744,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnTarget(_kernels_to_rewrite),
         doc="For the target this budget's platform is: kernels to rewrite moving off the home "
         "platform.",
+        way_out=_fewer_to_rewrite,
     ),
     BudgetKey(
         name="max_rewrite_days",
@@ -715,6 +752,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnTarget(_rewrite_days),
         doc="For the target this budget's platform is: engineering days moving off the home "
         "platform.",
+        way_out=_fewer_to_rewrite,
     ),
     BudgetKey(
         name="max_tooling_assumptions",
@@ -897,6 +935,10 @@ def _rewrite_violations(
     if not any(budget.is_set(key) for key in _TARGET_KEYS) or budget.platform == home:
         return []
     items = probe.rewrite_items(budget.platform, home=home)
+    if items is None:  # nothing counted: a limit on the count cannot pass
+        missing = tuple(p for p in (home, budget.platform) if p not in probe.platforms)
+        return rewrite_violations(probe.name, budget, kernels=0, days=0.0, details=(),
+                                  home=home, not_lowered=missing)  # fmt: skip
     formats = probe.format_items(budget.platform)
     if not items and not formats:
         return []
@@ -923,9 +965,12 @@ def rewrite_violations(
     days: float,
     details: tuple[str, ...],
     home: str = DEFAULT_HOME,
+    not_lowered: tuple[str, ...] = (),
 ) -> list[Violation]:
     """The rewrite keys (``max_kernels_to_rewrite``, ``max_rewrite_days``) of ``budget`` (its
     platform is the target) against an estimate of ``kernels`` and ``days`` moving off
-    ``home``; ``details`` lists the items."""
-    rewrite = Rewrite(kernels=kernels, days=days, details=details, home=home)
+    ``home``; ``details`` lists the items. Where ``not_lowered`` names the platforms not
+    lowered, nothing was counted, and every limit set fails."""
+    rewrite = Rewrite(kernels=kernels, days=days, details=details, home=home,
+                      not_lowered=not_lowered)  # fmt: skip
     return [v for on_target in _PER_TARGET for v in on_target.judge(check, budget, rewrite)]

@@ -926,9 +926,12 @@ class Numbers:
     rewrite: Mapping[str, RewriteEstimate] = field(default_factory=dict)
     cost_model: CostModel | None = None
     tooling: Tooling | None = None
+    not_lowered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per ``migrate_to`` target without a count, the platforms (it, or the home platform)
+    that no check lowered: it has no kernels to rewrite and no days, not 0."""
 
     KEYS = ("runtime_share", "kernels_to_rewrite", "rewrite_days", "rewrite", "cost_model",
-            "tooling")  # fmt: skip
+            "tooling", "not_lowered")  # fmt: skip
 
     @classmethod
     def read(cls, r: _Reader) -> Numbers | None:
@@ -942,7 +945,9 @@ class Numbers:
             rewrite={t: _read_estimate(e) for t, e in r.tables("rewrite", {}).items()},
             cost_model=_read_cost(r.table("cost_model")) if r.has("cost_model") else None,
             tooling=Tooling.read(tooling) if tooling is not None else None,
-        )
+            not_lowered={t: r.table("not_lowered").texts(t)
+                         for t in r.table("not_lowered").data} if r.has("not_lowered") else {},
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Json]:
         data: dict[str, Json] = {
@@ -953,6 +958,8 @@ class Numbers:
         }
         if self.cost_model is not None:
             data["cost_model"] = _cost_dict(self.cost_model)
+        if self.not_lowered:
+            data["not_lowered"] = {t: list(p) for t, p in self.not_lowered.items()}
         if self.tooling is not None:
             data["tooling"] = self.tooling.to_dict()
         return data

@@ -127,10 +127,12 @@ def suite_rewrite(
     home: str = DEFAULT_HOME,
 ) -> dict[str, RewriteEstimate]:
     """Per target, the distinct kernels to rewrite moving off ``home`` over the suite and the
-    days to do it, with the formats-and-layout work there."""
-    checks = list(probes)
+    days to do it, with the formats-and-layout work there; a target :func:`not_lowered`
+    has no estimate."""
+    checks, targets = list(probes), list(migrate_to)
     estimates = {}
-    for target in migrate_to:
+    missing = not_lowered(checks, migrate_to=targets, home=home)
+    for target in (t for t in targets if t not in missing):
         items: list[RewriteItem] = []
         formats: list[FormatItem] = []
         for check in checks:  # read only the two platforms each target compares
@@ -152,6 +154,26 @@ def suite_rewrite(
     return estimates
 
 
+def not_lowered(
+    probes: Iterable[Mapping[str, Any]], *, migrate_to: Iterable[str], home: str = DEFAULT_HOME
+) -> dict[str, list[str]]:
+    """Per target no check lowered together with ``home``, the platforms of the two that no
+    check lowered (both where each was, but never in one check): what a move there
+    rewrites was never counted, so it has no number (not 0).
+
+    >>> not_lowered([{"platforms": {"cpu": {}, "cuda": {}}}], migrate_to=["rocm"])
+    {'rocm': ['rocm']}
+    """
+    checks = [set(probe["platforms"]) for probe in probes]
+    missing = {}
+    for target in migrate_to:
+        if any({home, target} <= lowered for lowered in checks):
+            continue
+        absent = [p for p in (home, target) if not any(p in lowered for lowered in checks)]
+        missing[target] = absent or [home, target]
+    return missing
+
+
 def suite_numbers(
     probes: Iterable[Mapping[str, Any]],
     *,
@@ -166,6 +188,8 @@ def suite_numbers(
     ``rewrite_days`` and the ``rewrite`` estimates behind them, and the ``tooling`` scan
     where there is one (its assumptions are NVIDIA-bound: priced moving off cuda only)."""
     probes = list(probes)
+    migrate_to = list(migrate_to) if probes else []  # nothing checked: nothing to price
+    missing = not_lowered(probes, migrate_to=migrate_to, home=home)
     assumptions = len(tooling.get("assumptions") or ()) if tooling else 0
     estimates = suite_rewrite(probes, migrate_to=migrate_to, model=model, home=home,
                               tooling_assumptions=assumptions if home == NVIDIA_PLATFORM else 0,
@@ -176,6 +200,8 @@ def suite_numbers(
         "rewrite_days": {t: e.days for t, e in estimates.items()},
         "rewrite": {t: e.to_dict() for t, e in estimates.items()},
     }
+    if missing:  # a key only where a target has no count: other reports are unchanged
+        numbers["not_lowered"] = missing
     if tooling is not None:
         numbers["tooling"] = dict(tooling)
     return numbers

@@ -566,7 +566,7 @@ def _rewrite(targets: Sequence[TargetRow], *, home: str) -> str:
     tiles = "".join(
         f'<div class="target"><h4>to {_e(t.target)}</h4><div class="pair">'
         f'<div class="tile{" warn" if t.kernels else ""}"><span class="value">'
-        f'{number(t.kernels) if t.kernels is not None else "—"}</span><span class="label">'
+        f'{_e(t.count_text("—"))}</span><span class="label">'
         "kernels to rewrite (distinct sites)</span></div>"
         f'<div class="tile"><span class="value">{days_text(t.days) if t.days is not None else "—"}'
         '</span><span class="label">engineering days</span>'

@@ -494,6 +494,24 @@ class TargetRow:
     """The cost model's ``fixed`` days, the same for every target whatever the code does."""
     from_project: float | None = None
     """``days`` less ``fixed``: what the project's findings cost (``None`` without days)."""
+    not_lowered: tuple[str, ...] = ()
+    """The platforms (the target, or the home platform) no check lowered: then there is no
+    count and no price (:attr:`kernels` and :attr:`days` are ``None``), never 0."""
+
+    def uncounted(self) -> str:
+        """``not lowered`` / ``cuda (home) not lowered``: why there is no count; ``""``
+        where there is one."""
+        if not self.not_lowered:
+            return ""
+        names = [p if p == self.target else f"{p} (home)" for p in self.not_lowered]
+        return ("" if names == [self.target] else f"{' and '.join(names)} ") + "not lowered"
+
+    def count_text(self, missing: str = "-") -> str:
+        """The kernels to rewrite, or why there is no count (``not lowered``); ``missing``
+        where the report has neither."""
+        if self.kernels is not None:
+            return number(self.kernels)
+        return self.uncounted() or missing
 
     @property
     def project_breakdown(self) -> tuple[tuple[str, str, float], ...]:
@@ -507,7 +525,10 @@ class TargetRow:
     def days_split(self) -> str:
         """``13.5 days = 8.5 from the project (fallback validation 3, ...) + 5 fixed per
         target``: the fixed part apart from what the project's findings cost (``8.5 days
-        (...)`` where the cost model has no fixed part; ``-`` without days)."""
+        (...)`` where the cost model has no fixed part; ``-`` without days, ``not priced:
+        not lowered`` where there is no count)."""
+        if self.not_lowered:
+            return f"not priced: {self.uncounted()}"
         if self.days is None or self.from_project is None:
             return "-"
         items = self.project_items()
@@ -943,8 +964,7 @@ class ReportView:
             parts.append(f"{header}: " + ", ".join(counts))
         if self.targets:
             parts.append(f"kernels to rewrite off {self.headline.home}: " + ", ".join(
-                f"{t.target} {'-' if t.kernels is None else number(t.kernels)}"
-                for t in self.targets
+                f"{t.target} {t.count_text()}" for t in self.targets
             ))  # fmt: skip
         return "; ".join(parts)
 
@@ -1949,6 +1969,11 @@ def targets_of(numbers: Numbers | None) -> tuple[TargetRow, ...]:
                 ),
             )
         )
+    rows += [
+        TargetRow(target=target, kernels=None, days=None, not_lowered=missing)
+        for target, missing in numbers.not_lowered.items()
+        if target not in targets
+    ]
     return tuple(rows)
 
 
@@ -1992,7 +2017,11 @@ def layers_of(
     )
     custom = ", ".join(f"{p} {number(t.custom)}" for p, t in platforms.items())
     rewrite = ", ".join(
-        f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
+        f"{t.target}: {number(t.kernels)} to rewrite"
+        if t.kernels is not None
+        else f"{t.target}: {t.uncounted()}"
+        for t in view.targets
+        if t.kernels is not None or t.not_lowered
     )
     if not rewrite:
         lowered = platforms[home].lowered if home in platforms else 0

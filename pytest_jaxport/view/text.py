@@ -723,13 +723,14 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             lines += wrap(f"[{short.replace('estimated', 'ESTIMATED', 1)}]: {label}",
                           indent="   ", hang="     ")  # fmt: skip
     if view.targets:
-        counts = ", ".join(
-            f"{t.target} {number(t.kernels) if t.kernels is not None else '-'}"
-            for t in view.targets
-        )
+        counts = ", ".join(f"{t.target} {t.count_text()}" for t in view.targets)
         whose = "; suite audit" if audited else ""
         home = view.headline.home
         lines += ["", f"2. kernels to rewrite moving off {home} (distinct sites{whose}): {counts}"]
+        if any(t.not_lowered for t in view.targets):
+            lines += wrap("not lowered: no count and no price, not 0; lower for it to count it "
+                          "([tool.jaxport] platforms, --jaxport-platforms; a merge of legs "
+                          "that lowered it counts it)", indent="     ", hang="  ")  # fmt: skip
         items = [(t.target, i) for t in view.targets for i in t.items]
         listed_items = items if options.verbosity > 0 else items[:REWRITE_ITEMS]
         for name, item in listed_items:
@@ -960,7 +961,7 @@ def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> lis
             "|---|---:|---:|---|---:|",
         ]
         lines += [
-            f"| {md_cell(t.target)} | {number(t.kernels) if t.kernels is not None else '—'} | "
+            f"| {md_cell(t.target)} | {md_cell(t.count_text('—'))} | "
             f"{days_text(t.days) if t.days is not None else '—'} | "
             + (
                 "—"
