@@ -5,6 +5,7 @@ rewrite budget on it cannot pass; a budget for a platform nothing lowers is refu
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from helpers import typed
@@ -16,6 +17,9 @@ from pytest_jaxport.view.display import display_options
 from pytest_jaxport.view.html import render_html
 from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import render_markdown, render_text
+
+JAXPORT = (sys.executable, "-m", "pytest_jaxport.cli")
+"""The ``jaxport`` command of this checkout's environment."""
 
 # A Pallas kernel on the cuda branch: a kernel to rewrite for every other GPU target.
 CUDA_KERNEL_SUITE = """
@@ -204,4 +208,55 @@ def test_a_leg_narrower_than_its_budgets_says_which_it_does_not_judge(
     assert (
         "budgets from pyproject.toml [tool.jaxport.budget.tpu] (not judged in this run: tpu is "
         "not lowered, --jaxport-platforms)" in header
+    )
+
+
+BROKEN = "import not_a_module_anywhere\n\n\ndef test_never_runs():\n    pass\n"
+
+
+@pytest.mark.parametrize("dist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_collection_error_says_tests_did_not_run(
+    pytester: pytest.Pytester, dist: tuple[str, ...]
+) -> None:
+    """A test file that fails to import read "problems: none (every portable test within
+    budget, every check lowers)" and "0 of 0 checks": the report says tests did not run, in
+    the terminal, the JSON and the Markdown, also where pytest-xdist collected it."""
+    pytester.makepyprojecttoml("[tool.jaxport]\n")
+    pytester.makepyfile(test_broken=BROKEN)
+    result = pytester.runpytest("--jaxport-report=r.json", "--jaxport-report=r.md", *dist)
+    assert result.ret != pytest.ExitCode.OK  # interrupted, or (xdist) failed
+    result.stdout.no_fnmatch_line("*problems: none*")
+    result.stdout.fnmatch_lines([
+        "problems: tests did not run (1 file not collected), 0 failed, 0 budget violations",
+        "  did not run: pytest could not collect them — 1 file",
+        "    test_broken.py  ModuleNotFoundError: No module named 'not_a_module_anywhere'",
+        "tests did not run: 1 file not collected; 0 portable tests, 0 checks, *",
+    ])  # fmt: skip
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["collection_errors"] == [
+        {
+            "nodeid": "test_broken.py",
+            "error": "ModuleNotFoundError: No module named 'not_a_module_anywhere'",
+        }
+    ]
+    markdown = (pytester.path / "r.md").read_text()
+    assert "**tests did not run: 1 file not collected** · **0 of 0 portable tests" in markdown
+    assert "None: every" not in markdown
+
+
+def test_a_merge_of_a_leg_whose_tests_did_not_run_is_not_green(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyprojecttoml("[tool.jaxport]\n")
+    pytester.makepyfile(test_broken=BROKEN)
+    pytester.runpytest("--jaxport-report=leg.json")
+    (pytester.path / "test_broken.py").unlink()
+    pytester.makepyfile(test_fine="def test_fine():\n    pass\n")
+    pytester.runpytest("--jaxport-report=other.json")
+    merged = pytester.run(*JAXPORT, "merge", "leg.json", "other.json", "-o", "m.json")
+    assert merged.ret == 1
+    merged.stdout.fnmatch_lines(["jaxport merge: 2 legs, 0 tests, *FAILED: 1 file not collected*"])
+    assert (
+        json.loads((pytester.path / "m.json").read_text())["collection_errors"][0]["nodeid"]
+        == "test_broken.py"
     )

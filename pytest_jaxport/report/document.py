@@ -1389,6 +1389,23 @@ class BaselineMatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CollectionError:
+    """A file (or other collector) pytest could not collect: its tests did not run, so the
+    report's counts are not the suite's."""
+
+    nodeid: str
+    error: str
+    """The error's last line (``ModuleNotFoundError: No module named 'x'``)."""
+
+    @classmethod
+    def read(cls, r: _Reader) -> CollectionError:
+        return cls(nodeid=r.text("nodeid"), error=r.text("error"))
+
+    def to_dict(self) -> dict[str, Json]:
+        return {"nodeid": self.nodeid, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """A whole report (schema version :data:`SCHEMA_VERSION`); :meth:`to_dict` is its JSON."""
 
@@ -1404,6 +1421,9 @@ class Report:
     """How the baseline met the run (``--jaxport-baseline``)."""
     merged: Merged | None = None
     audit: AuditSection | None = None
+    collection_errors: tuple[CollectionError, ...] = ()
+    """What pytest could not collect (its tests did not run); the key only where there are
+    some."""
 
     def to_dict(self) -> dict[str, Json]:
         data: dict[str, Json] = {
@@ -1423,6 +1443,8 @@ class Report:
             data.update(self.merged.to_dict())
         if self.audit is not None:
             data["audit"] = self.audit.to_dict()
+        if self.collection_errors:
+            data["collection_errors"] = [e.to_dict() for e in self.collection_errors]
         return data
 
     def checks(self) -> Iterator[Check]:
@@ -1485,4 +1507,5 @@ def read_report(data: Mapping[str, object], *, file: str, trusted: bool = False)
         baseline=_read_baseline_match(baseline) if baseline else None,
         merged=Merged.read(r),
         audit=AuditSection.read(audit) if audit is not None else None,
+        collection_errors=tuple(CollectionError.read(e) for e in r.items("collection_errors", ())),
     )

@@ -187,6 +187,8 @@ class MergeResult:
         suite = failures(audit) if audit is not None else 0
         if suite:
             said.append(counted(suite, "suite audit failure"))
+        if self.document.collection_errors:  # a leg's tests there did not run
+            said.append(counted(len(self.document.collection_errors), "file") + " not collected")
         return said
 
 
@@ -319,6 +321,9 @@ def merge(
     if audits:  # --jaxport-audit: one audit of the union of the legs' computations
         home = named[0].report.config.home_platform  # the legs agree (checked)
         report["audit"] = merge_audits(audits, migrate_to=_migrate_to(config), home=home)
+    errors = {(e.nodeid, e.error): e for leg in named for e in leg.report.collection_errors}
+    if errors:  # the legs' own: their tests there did not run
+        report["collection_errors"] = [e.to_dict() for _, e in sorted(errors.items())]
     return MergeResult(
         document=built(report),
         drifts=tuple(drifts),

@@ -408,7 +408,7 @@ def _header(view: ReportView) -> str:
             )  # fmt: skip
     dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in head.facts)
     version = f" {_e(head.tool_version)}" if head.tool_version else ""
-    status = "bad" if failed or violations or head.audit_failures else "good"
+    status = "bad" if failed or violations or head.audit_failures or head.not_collected else "good"
     verdict = (
         f"{number(failed)} of {plural(head.tests, 'portable test')} failed, "
         f"{plural(violations, 'budget violation')}"
@@ -422,6 +422,8 @@ def _header(view: ReportView) -> str:
     if head.audit_failures:
         verdict = (verdict + ", " if not audited else "") + plural(
             head.audit_failures, "suite audit failure")  # fmt: skip
+    if head.not_collected:
+        verdict = _e(head.did_not_run()) + verdict
     return (
         '<header class="top"><div class="titles"><h1>Portability report</h1>'
         f'<p class="sub">pytest-jaxport{version} · <span class="verdict {status}">'

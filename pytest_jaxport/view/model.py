@@ -201,13 +201,23 @@ class Headline:
     home: str = DEFAULT_HOME
     """The platform moving was measured from (``[tool.jaxport] home``; cuda where the
     report does not say): kernels to rewrite, days and the sites listed first are its."""
+    not_collected: int = 0
+    """Files pytest could not collect: their tests did not run."""
 
     def counts(self) -> str:
-        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``; led by
+        ``tests did not run: 1 file not collected; `` where pytest could not collect one."""
         return (
-            f"{plural(self.tests, 'portable test')}, {plural(self.checks, 'check')}, "
-            f"{number(self.failed_tests)} failed, {plural(self.violations, 'budget violation')}"
+            f"{self.did_not_run()}{plural(self.tests, 'portable test')}, "
+            f"{plural(self.checks, 'check')}, {number(self.failed_tests)} failed, "
+            f"{plural(self.violations, 'budget violation')}"
         )
+
+    def did_not_run(self) -> str:
+        """``tests did not run: 1 file not collected; `` (``""`` where every file was)."""
+        if not self.not_collected:
+            return ""
+        return f"tests did not run: {plural(self.not_collected, 'file')} not collected; "
 
     def setting(self) -> str:
         """``platforms: cpu, tpu (reference cpu); present here: cpu; level: lowered (...);
@@ -229,6 +239,7 @@ FAILURE_TITLES: Mapping[str, str] = {
     "crashed": "crashed: the worker died",
     "baseline": "counts grew since the baseline",
     "outputs": "outputs could not be saved",
+    "collection": "did not run: pytest could not collect them",
 }
 PROBLEM_KINDS: tuple[ProblemKind, ...] = (
     "violation",
@@ -277,6 +288,9 @@ class Problem:
         return max(1, len(self.computations))
 
 
+COLLECTION = "collection"
+"""A failure's key where pytest could not collect a file: its tests did not run, so the
+report's counts are not the suite's."""
 AUDITED_SUITE = "the audited suite"
 """What a suite-level audit problem names in place of a test (it fails the session)."""
 
@@ -322,6 +336,8 @@ class ProblemGroup:
                 counted = []
             return ", ".join(counted) + (f" ({self.rule})" if counted else self.rule)
         nouns = {"violation": "violation", "failure": "test", "drift": "drift"}
+        if self.key == COLLECTION:
+            nouns = {"failure": "file"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
         text = plural(self.count, nouns.get(self.kind, "computation" if self.audit
@@ -1196,7 +1212,20 @@ def build_view(report: Report) -> ReportView:
     baseline = report.baseline
     view = ReportView(
         headline=headline,
-        problems=problems_of(rows, audit.problems if audit is not None else ())
+        problems=problems_of(
+            rows,
+            audit.problems if audit is not None else (),
+            not_collected=tuple(
+                Problem(
+                    kind="failure",
+                    test=e.nodeid,
+                    key=COLLECTION,
+                    found=COLLECTION,
+                    message=e.error,
+                )
+                for e in report.collection_errors
+            ),
+        )
         + baseline_groups(baseline),
         hotspots=hotspots_of(summary.hotspots),
         totals=totals_of(in_order(summary.platforms, platforms)),
@@ -1340,6 +1369,7 @@ def headline_of(report: Report) -> Headline:
         also_lowered=also,
         budgeted=budgeted,
         home=config.home_platform,
+        not_collected=len(report.collection_errors),
     )
 
 
@@ -1512,13 +1542,17 @@ def violation_details(violation: Violation) -> tuple[str, ...]:
 
 
 def problems_of(
-    tests: Iterable[TestRow], audit: Iterable[Problem] = ()
+    tests: Iterable[TestRow],
+    audit: Iterable[Problem] = (),
+    *,
+    not_collected: Iterable[Problem] = (),
 ) -> tuple[ProblemGroup, ...]:
     """Every problem of the suite, grouped: violations by budget key and platform; checks
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
-    mismatches no violation covers; tests that failed or errored for another reason; and the
+    mismatches no violation covers; tests that failed or errored for another reason; the
+    files pytest could not collect (``not_collected``: their tests did not run); and the
     suite ``audit``'s problems (:func:`audit_problems`), apart."""
-    found: list[Problem] = list(audit)
+    found: list[Problem] = [*audit, *not_collected]
     for test in tests:
         violated: set[tuple[str, str, str]] = set()
         for v in test.violations:

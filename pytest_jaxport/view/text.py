@@ -501,6 +501,8 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
         said = []
+    if head.not_collected:  # first: the counts below are not the suite's
+        said.insert(0, f"tests did not run ({plural(head.not_collected, 'file')} not collected)")
     if head.audit_failures:
         said.append(f"{plural(head.audit_failures, 'suite audit failure')} (no test's)")
     drifts = sum(len(g.problems) for g in groups if g.kind == "drift")
@@ -875,6 +877,8 @@ def render_markdown(
         f"**{number(head.failed_tests)} of {plural(head.tests, 'portable test')} failed** · "
         f"{plural(head.violations, 'budget violation')} · {plural(head.checks, 'check')}"
     )
+    if head.not_collected:
+        said = f"**{md_cell(head.did_not_run().removesuffix('; '))}** · {said}"
     if view.audit is not None and view.unit == "computation":
         said = f"**Suite audit: {md_cell(view.audit.seen_line())}**"
     if head.audit_failures:
