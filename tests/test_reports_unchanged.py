@@ -37,7 +37,11 @@ every platform, each platform's layout findings grouped into one line) and the h
 the HTML's facts and the three numbers. The audit's report was recorded again when a jit
 called under an eager transformation came to pass the hook in every test that calls it
 (issue 43): its ``seen.calls`` went from 336 to 342 and nothing else in the report changed
-(checked field by field before recording); its renderings are the same.
+(checked field by field before recording); its renderings are the same. The renderings (not
+the reports) were recorded again for issue 50: each runtime share's libraries listed largest
+first (the demo's rocm line had hidden miopen's 21% behind "+3 more"; the audit's cuda and rocm
+lines swap two libraries), and the demo's note on why cpu's measured share, its vendor calls
+and the audit's estimate differ; nothing else in them changed (each text diff read).
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

@@ -1262,8 +1262,42 @@ def build_view(report: Report) -> ReportView:
                 totals=found.totals, shares=found.shares, targets=found.targets,
                 collectives=found.collectives,
             )  # fmt: skip
-    view = dataclasses.replace(view, padding=padding_of(totals))
+    view = dataclasses.replace(
+        view,
+        padding=padding_of(totals),
+        notes=view.notes + share_basis_notes(view.shares, totals, audit=view.audit is not None),
+    )
     return dataclasses.replace(view, layers=layers_of(view, totals, numbers.tooling))
+
+
+def share_basis_notes(
+    shares: Sequence[ShareRow], totals: Mapping[str, PlatformTotals], *, audit: bool
+) -> tuple[Note, ...]:
+    """Why a platform's runtime share names libraries its vendor calls do not count, said
+    once per platform: the share was measured on the compiled program, where XLA:CPU runs
+    dots and convolutions in its libraries (eigen, ynnpack, onednn), while the calls count
+    the lowered program, where they are XLA's own ops (and the suite ``audit``'s share is
+    estimated from that program). docs/reference.md says it in full."""
+    notes = []
+    for row in shares:
+        counted = totals.get(row.platform)
+        if row.basis != "measured" or counted is None:
+            continue
+        timed = [name for name, _ in row.libraries]
+        only_timed = [name for name in timed if name not in counted.libraries]
+        if not only_timed:
+            continue
+        audited = "; the suite audit's estimates the lowered one" if audit else ""
+        notes.append(
+            Note(
+                text=f"{row.platform}'s vendor share times the compiled program, where "
+                f"{' and '.join(only_timed)} {'runs' if len(only_timed) == 1 else 'run'} its "
+                "dots; its vendor calls count the lowered one, where dots are XLA's own"
+                f'{audited} (docs/reference.md, "Why cpu\'s numbers differ"; '
+                f"--jaxport-compile={row.platform} counts the compiled calls)"
+            )
+        )
+    return tuple(notes)
 
 
 def compiled_gaps_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str, str], ...]:
@@ -1954,7 +1988,7 @@ def share_row(platform: str, share: RuntimeShare) -> ShareRow:
         band_points=None if measured else share.error_points,
         band=() if measured else band_spans(layers, share.error_points),
         layers=layers,
-        libraries=tuple(share.libraries.items()),
+        libraries=tuple(sorted(share.libraries.items(), key=lambda lib: (-lib[1], lib[0]))),
         seconds=share.seconds,
     )
 
