@@ -67,3 +67,73 @@ def test_cpus_measured_share_names_its_largest_library_and_says_why_it_differs(
     counted = report["summary"]["platforms"]["cpu"]["libraries"]
     assert set(timed) - set(counted)  # what the note is about
     assert typed(report).summary.numbers is not None
+
+
+# float32-exact on cpu; cuda's TF32 (10 mantissa bits) and tpu's bfloat16 (7) both round
+# 1 + 2**-12 to 1 at the default precision, so both emulations differ from cpu by 4 * 2**-12.
+MISMATCH_MODEL = """
+import jax.numpy as jnp
+
+
+def project(x, w):
+    y = jnp.tanh(x)
+    return x @ w + y.sum()
+"""
+MISMATCH_TEST = """
+import numpy as np
+import pytest
+from model import project
+
+
+@pytest.mark.portable
+def test_project(jaxport):
+    jaxport.check(project, np.full((2, 4), 1 + 2**-12, np.float32), np.ones((4, 1), np.float32))
+"""
+
+
+def test_a_numerics_mismatch_is_named_numerics_with_its_worst_error_at_its_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two emulations that differ from cpu: not "budget violations" under the key
+    ``emulated_numerics`` with "1 differing leaf", annotated at line 1 of the test file, and
+    one tolerance table named, but numerics mismatches with their worst error, at the line
+    of the dot the emulation rounded, each platform's table named."""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    pytester.makepyprojecttoml(
+        '[tool.jaxport]\nplatforms = ["cpu", "cuda", "tpu"]\nemulate = ["cuda", "tpu"]\n'
+    )
+    pytester.makepyfile(model=MISMATCH_MODEL, test_model=MISMATCH_TEST)
+    pytester.syspathinsert()
+    result = pytester.runpytest(*(f"--jaxport-report=r.{s}" for s in ("json", "md", "html")))
+    result.assert_outcomes(failed=1)
+    worst = "1 differing leaf (worst abs err 9.8e-04, rel err 9.7e-05)"
+    result.stdout.fnmatch_lines([
+        f"tpu (emulated on cpu): {worst}, expected to match cpu (numerics, tolerance from JAX's "
+        "float32 default); check 'project', emulated",
+        "(2 numerics mismatches in test_model.py::test_project)",
+        "to pass: if the differences on cuda (emulated on cpu) and tpu (emulated on cpu) are "
+        "expected, loosen [[]tool.jaxport.tolerance.cuda.<dtype>[]] and "
+        "[[]tool.jaxport.tolerance.tpu.<dtype>[]] or the marker's rtol/atol; else fix the code "
+        "for those platforms' paths",
+        "problems: 1 failed, 0 budget violations, 2 numerics mismatches",
+        "  cuda: numerics differ (emulated on cpu) — 1 check in 1 test (beyond the tolerance from*",
+        "*the test fails)",
+        "    test_model.py::test_project  'project': 1 differing leaf (worst abs err 9.8e-04, rel"
+        " err",
+        "      9.7e-05) at model.py:6",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines([  # the annotations, printed as the run ends
+        "::error file=model.py,line=6,title=jaxport numerics-difference%3A tpu (emulated on cpu)"
+        f"%3A {worst.replace(',', '%2C')}::*",
+    ])  # fmt: skip
+    report = result.stdout.str().split("jaxport portability report", 1)[1]
+    markdown = (pytester.path / "r.md").read_text()
+    page = (pytester.path / "r.html").read_text()
+    for shown in (report, markdown, page):
+        assert "emulated_numerics" not in shown
+        assert "budget violations" not in shown or "0 budget violations" in shown
+    assert f"| numerics differ (emulated on cpu) | {worst} at model.py:6 |" in markdown
+    assert f"{worst} at model.py:6" in page
+    data = json.loads((pytester.path / "r.json").read_text())
+    [test] = data["tests"]
+    assert {v["key"] for v in test["violations"]} == {"emulated_numerics"}  # the data's key

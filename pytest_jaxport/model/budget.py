@@ -30,12 +30,16 @@ from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
 from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
-from pytest_jaxport.model.numerics import describe, tolerance_origin
+from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
 from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
 
 T = TypeVar("T")
 
+NUMERICS_KEYS = ("numerics", "emulated_numerics")
+"""Outputs that differ from the reference's beyond the tolerance (executed, or emulated): a
+test fails for them like for a broken limit, but they are numerics, not a budget: every
+format names them so (a mismatch, with its worst error), apart from budget violations."""
 EMULATED_KEYS = ("emulated_numerics", "emulated_run")
 """Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
 or its run failed (an interpreted kernel's out-of-bounds read). Their ``platform`` is the
@@ -133,7 +137,7 @@ class Violation:
             return f"uses {self.found}"
         if kind == "flag":  # must_trace
             return "could not be traced here"
-        if self.key in ("numerics", "emulated_numerics"):
+        if self.key in NUMERICS_KEYS:
             return f"{self.found} {self.what}, expected to {self.limit}"
         if self.key == "emulated_run":
             return f"{self.what} {self.found}"
@@ -166,7 +170,7 @@ class Violation:
             return f"{self.key} = {str(self.limit).lower()}, set in {self.origin}"
         if declared is not None and declared.kind in _LISTS:
             return f"{self.key} = {self.limit_text()}, set in {self.origin}"
-        if self.key in ("numerics", "emulated_numerics"):
+        if self.key in NUMERICS_KEYS:
             return f"numerics, tolerance from {self.origin}"
         if self.key == "emulated_run":
             return f"emulate, set in {self.origin}"
@@ -252,14 +256,8 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
         declared = DECLARED.get(kind)
         if declared is not None:
             lines.append((declared.way_out or _change_or_raise)(v, violations))
-        elif v.key in ("numerics", "emulated_numerics"):
-            emulated = v.key == "emulated_numerics"
-            lines.append(
-                f"to pass: if {emulated_label(v.platform) if emulated else v.platform}'s "
-                f"difference is expected, loosen [tool.jaxport.tolerance.{v.platform}.<dtype>] "
-                "or the marker's rtol/atol; else fix the code"
-                + (" for that platform's path" if emulated else "")
-            )
+        elif v.key in NUMERICS_KEYS:
+            lines.append(_loosen_or_fix(v.key, violations))
         elif v.key == "emulated_run":
             lines.append(
                 f"to pass: fix what the emulated run hit (above), or take {v.platform} out of "
@@ -279,6 +277,39 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
     return lines
 
 
+def _loosen_or_fix(key: str, violations: Sequence[Violation]) -> str:
+    """The way out of every numerics mismatch of ``key`` (executed or emulated), each
+    platform's tolerance table named: two platforms that differ are two tables."""
+    emulated = key == "emulated_numerics"
+    platforms = list(dict.fromkeys(v.platform for v in violations if v.key == key))
+    labels = [emulated_label(p) if emulated else p for p in platforms]
+    tables = [f"[tool.jaxport.tolerance.{p}.<dtype>]" for p in platforms]
+    one = len(platforms) == 1
+    paths = " for that platform's path" if one else " for those platforms' paths"
+    differs = f"{labels[0]}'s difference is" if one else f"the differences on {_and(labels)} are"
+    return (
+        f"to pass: if {differs} expected, loosen {_and(tables)} or the marker's rtol/atol; "
+        "else fix the code" + (paths if emulated else "")
+    )
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _numerics_what(comparison: Comparison) -> str:
+    """``differing leaf (worst abs err 9.8e-04, rel err 9.7e-05)``: how many leaves differ
+    and by how much at worst (a structure or shape mismatch has no error to give)."""
+    n = len(comparison.mismatches)
+    said = _plural(n, "differing leaf").replace("leafs", "leaves")
+    if comparison.max_abs_err > 0 or comparison.max_rel_err > 0:
+        said += (
+            f" (worst abs err {comparison.max_abs_err:.1e}, rel err {comparison.max_rel_err:.1e})"
+        )
+    return said
+
+
 def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
     """A test's failure for its budget violations and the counts that grew since the
     baseline, said one way: each finding first (the first line is what pytest's one-line
@@ -287,8 +318,10 @@ def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
     lines = [v.long_repr() for v in violations]
     if len(violations) > 1:
         grown = sum(v.key == BASELINE_KEY for v in violations)
-        broken = len(violations) - grown
+        differ = sum(v.key in NUMERICS_KEYS for v in violations)
+        broken = len(violations) - grown - differ
         said = [f"{broken} portability budget {_plural(broken, 'violation')}"] if broken else []
+        said += [f"{differ} numerics mismatch{'' if differ == 1 else 'es'}"] if differ else []
         said += [f"{grown} {_plural(grown, 'count')} grown since the baseline"] if grown else []
         lines.append(f"({' and '.join(said)} in {nodeid})")
     return "\n".join(lines + ways_out(violations))
@@ -869,9 +902,7 @@ def evaluate(
                     limit=f"match {comparison.reference}",
                     origin=tolerance_origin(comparison),
                     found=len(comparison.mismatches),
-                    what=_plural(len(comparison.mismatches), "differing leaf").replace(
-                        "leafs", "leaves"
-                    ),
+                    what=_numerics_what(comparison),
                     level="executed",
                     details=tuple(describe(comparison).splitlines()[1:]),
                 )
@@ -922,7 +953,7 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
             limit=f"match {comparison.reference}",
             origin=tolerance_origin(comparison),
             found=len(comparison.mismatches),
-            what=_plural(len(comparison.mismatches), "differing leaf").replace("leafs", "leaves"),
+            what=_numerics_what(comparison),
             level="emulated",
             details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
         )

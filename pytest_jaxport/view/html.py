@@ -385,6 +385,8 @@ def _header(view: ReportView) -> str:
         _tile(number(violations), "budget violations", "#problems",
               " bad" if violations else " good"),
     ]  # fmt: skip
+    if head.mismatches:
+        tiles.append(_tile(number(head.mismatches), "numerics mismatches", "#problems", " bad"))
     if view.audit is not None:
         seen = view.audit.seen["computations"]
         audit_tiles = [_tile(number(seen), "audited computations", "#audit")]
@@ -411,7 +413,7 @@ def _header(view: ReportView) -> str:
     status = "bad" if failed or violations or head.audit_failures or head.not_collected else "good"
     verdict = (
         f"{number(failed)} of {plural(head.tests, 'portable test')} failed, "
-        f"{plural(violations, 'budget violation')}"
+        f"{plural(violations, 'budget violation')}{_e(head.mismatches_text(', '))}"
         if failed or violations
         else _e(view.within_budget())
     )
@@ -471,6 +473,8 @@ def _problem_row(problem: Problem, group: ProblemGroup) -> str:
         setting = "" if group.rule.startswith(own) else f" (limit {problem.limit}, set in " \
             f"{problem.origin})"  # fmt: skip
         what = f"{_e(problem.found)}{_e(setting)}"
+    elif problem.kind == "mismatch":
+        what = _e(problem.found)
     else:
         what = _e(problem.message)
     check = f"<code>{_e(problem.check)}</code>" if problem.check else "—"
@@ -492,7 +496,8 @@ def _problems(view: ReportView) -> str:
         rows = [_problem_row(p, group) for p in group.problems]
         head = (
             '<thead><tr><th scope="col">test</th><th scope="col">check</th>'
-            f'<th scope="col">{"found" if group.kind == "violation" else "what"}</th></tr></thead>'
+            f'<th scope="col">{"found" if group.kind in ("violation", "mismatch") else "what"}'
+            "</th></tr></thead>"
         )
         table = f'<table class="items">{head}<tbody>{"".join(rows[:GROUP_ROWS])}</tbody></table>'
         if len(rows) > GROUP_ROWS:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.budget import NUMERICS_KEYS, Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import (
     RANKING,
@@ -203,15 +203,25 @@ class Headline:
     report does not say): kernels to rewrite, days and the sites listed first are its."""
     not_collected: int = 0
     """Files pytest could not collect: their tests did not run."""
+    mismatches: int = 0
+    """Numerics mismatches that fail their tests (not among :attr:`violations`, which are
+    the budgets' only)."""
 
     def counts(self) -> str:
-        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``; led by
-        ``tests did not run: 1 file not collected; `` where pytest could not collect one."""
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations`` (``, 3
+        numerics mismatches`` where there are some); led by ``tests did not run: 1 file not
+        collected; `` where pytest could not collect one."""
         return (
             f"{self.did_not_run()}{plural(self.tests, 'portable test')}, "
             f"{plural(self.checks, 'check')}, {number(self.failed_tests)} failed, "
-            f"{plural(self.violations, 'budget violation')}"
+            f"{plural(self.violations, 'budget violation')}{self.mismatches_text(', ')}"
         )
+
+    def mismatches_text(self, lead: str = "") -> str:
+        """``3 numerics mismatches`` after ``lead``; ``""`` without any."""
+        if not self.mismatches:
+            return ""
+        return lead + plural(self.mismatches, "numerics mismatch", "numerics mismatches")
 
     def did_not_run(self) -> str:
         """``tests did not run: 1 file not collected; `` (``""`` where every file was)."""
@@ -232,7 +242,11 @@ class Headline:
         )
 
 
-ProblemKind = Literal["violation", "drift", "not-lowered", "numerics", "failure", "baseline"]
+ProblemKind = Literal[
+    "violation", "mismatch", "drift", "not-lowered", "numerics", "failure", "baseline"
+]
+"""``mismatch``: outputs beyond the tolerance, which fail the test (numerics, not a budget);
+``numerics``: a difference no tolerance judged (a finding)."""
 FAILURE_TITLES: Mapping[str, str] = {
     "failed": "failed: the test's own error",
     "error": "errored in setup or teardown",
@@ -243,12 +257,19 @@ FAILURE_TITLES: Mapping[str, str] = {
 }
 PROBLEM_KINDS: tuple[ProblemKind, ...] = (
     "violation",
+    "mismatch",
     "drift",
     "not-lowered",
     "numerics",
     "failure",
     "baseline",
 )
+MISMATCH_KEYS: Mapping[str, str] = {
+    "numerics": "numerics differ",
+    "emulated_numerics": "numerics differ (emulated on cpu)",
+}
+"""What a numerics mismatch's group is called (its violation's key in the JSON): numerics,
+never a budget key."""
 DRIFT_KEY = "outputs differ across legs"
 """A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
 on another (``jaxport merge``); the test fails in the merged report."""
@@ -1387,11 +1408,13 @@ def headline_of(report: Report) -> Headline:
         budgeted = _sets_limit(config.budget)
     elif "budget" in config.written_null:
         budgeted = False
+    mismatches = sum(v.key in NUMERICS_KEYS for t in report.tests for v in t.violations)
     return Headline(
         tests=summary.tests,
         checks=summary.checks,
         failed_tests=summary.failed_tests,
-        violations=summary.violations,
+        violations=summary.violations - mismatches,
+        mismatches=mismatches,
         platforms=config.platforms,
         reference=config.reference,
         present=env.present_platforms,
@@ -1494,7 +1517,8 @@ def cell_of(probe: Probe, platform: str, violations: Sequence[str]) -> Cell:
             target=result.target if compiled else None,
         ),
         numerics=status,
-        violations=tuple(violations),
+        # a mismatch is said as numerics ("mismatch", "emulated: mismatch"), not as a limit
+        violations=tuple(key for key in violations if key not in NUMERICS_KEYS),
         errors=tuple(errors),
         compile_failed=bool(result.compile_error),
         needs_hardware=result.needs_hardware or None,
@@ -1591,14 +1615,15 @@ def problems_of(
         violated: set[tuple[str, str, str]] = set()
         for v in test.violations:
             violated.add((v.check, v.platform, v.key))
+            numerics = v.key in NUMERICS_KEYS
             found.append(
                 Problem(
-                    kind="violation",
+                    kind="mismatch" if numerics else "violation",
                     test=test.nodeid,
                     check=v.check,
                     platform=v.platform,
-                    key=v.key,
-                    found=v.found_text(),
+                    key=MISMATCH_KEYS.get(v.key, v.key),
+                    found=_mismatch_found(test.entry, v) if numerics else v.found_text(),
                     limit=v.limit_text(),
                     origin=MARKER_ORIGIN if v.origin == test.nodeid else v.origin,
                     message=v.headline(),
@@ -1632,6 +1657,35 @@ def problems_of(
         )
         for (kind, key, platform, audit), rows in ordered
     )
+
+
+def emulated_sites(test: TestEntry, violation: Violation) -> tuple[str, ...]:
+    """Where an emulated mismatch's emulation computed differently from the reference: its
+    interpreted kernels, its chosen branches, its rounded dots, in that order (the lines a
+    mismatch is shown and annotated at); ``()`` for any other violation."""
+    if violation.key != "emulated_numerics":
+        return ()
+    for check in test.checks:
+        entry = check.probe.platforms.get(violation.platform)
+        if check.name != violation.check or entry is None or entry.emulated is None:
+            continue
+        emulated = entry.emulated
+        return tuple(
+            dict.fromkeys(
+                [k.location for k in emulated.kernels]
+                + [b.location for b in emulated.branches]
+                + [r.location for r in emulated.rounded]
+            )
+        )
+    return ()
+
+
+def _mismatch_found(test: TestEntry, violation: Violation) -> str:
+    """``1 differing leaf (worst abs err 9.8e-04, rel err 9.7e-05) at model.py:6``: a
+    numerics mismatch, its worst error and the line it comes from where the report knows."""
+    sites = emulated_sites(test, violation)
+    more = f" (+{len(sites) - 1} more)" if len(sites) > 1 else ""
+    return violation.found_text() + (f" at {sites[0]}{more}" if sites else "")
 
 
 def _cell_problems(
@@ -1751,6 +1805,10 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         return "not in must_lower: a finding, not a failure"
     if kind == "numerics":
         return "no numerics budget applied"
+    if kind == "mismatch":
+        tolerances = Counter(p.origin for p in rows).most_common()
+        more = f"; {plural(len(tolerances) - 1, 'other setting')}" if len(tolerances) > 1 else ""
+        return f"beyond the tolerance from {tolerances[0][0]}{more}: the test fails"
     if kind == "drift":
         return "beyond the project's tolerances: the test fails in the merged report"
     return ""

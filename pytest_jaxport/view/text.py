@@ -499,6 +499,8 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         return [*wrap(f"problems: none ({view.all_clear()})", hang="  "), ""]
     findings = sum(g.count for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
+    if head.mismatches:
+        said.append(head.mismatches_text())
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
         said = []
     if head.not_collected:  # first: the counts below are not the suite's
@@ -582,6 +584,8 @@ def _problem_line(problem: Problem, common: str) -> list[str]:
             rest += f" > {problem.limit} (set in {problem.origin})"
     elif problem.kind == "failure":
         rest = problem.message
+    elif problem.kind == "mismatch":
+        rest = f"{named}{problem.found}"
     else:
         rest = f"{named}{problem.message}"
     room = WIDTH - len(prefix) - 2
@@ -875,7 +879,8 @@ def render_markdown(
     head = view.headline
     said = (
         f"**{number(head.failed_tests)} of {plural(head.tests, 'portable test')} failed** · "
-        f"{plural(head.violations, 'budget violation')} · {plural(head.checks, 'check')}"
+        f"{plural(head.violations, 'budget violation')}{head.mismatches_text(' · ')} · "
+        f"{plural(head.checks, 'check')}"
     )
     if head.not_collected:
         said = f"**{md_cell(head.did_not_run().removesuffix('; '))}** · {said}"
@@ -934,7 +939,8 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
             tests += f" and {plural(len(p.tests) - 1, 'more test')}"
         row = (
             f"| {tests} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
-            f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
+            f"{md_cell(p.key)} | "
+            f"{md_cell(p.found if p.kind in ('violation', 'mismatch') else p.message)} | "
             f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
         )
         if shown == MARKDOWN_PROBLEMS or used + len(row) + 1 > room:
