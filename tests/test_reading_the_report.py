@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from helpers import typed
 
+import pytest_jaxport.report
+from pytest_jaxport.cli import main
 from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.view.html import html
 from pytest_jaxport.view.model import share_row
+from pytest_jaxport.view.reporters import sarif_text
+from pytest_jaxport.view.text import markdown
 
 DOT_HEAVY = """
 import jax.numpy as jnp
@@ -137,3 +143,105 @@ def test_a_numerics_mismatch_is_named_numerics_with_its_worst_error_at_its_line(
     data = json.loads((pytester.path / "r.json").read_text())
     [test] = data["tests"]
     assert {v["key"] for v in test["violations"]} == {"emulated_numerics"}  # the data's key
+
+
+# -- files --------------------------------------------------------------------------------------
+
+RECORDED = Path(__file__).parent / "data" / "reports"
+
+
+def _recorded(name: str, folder: Path) -> Path:
+    """A recorded report (tests/data/reports) as a report file in ``folder``."""
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(json.loads((RECORDED / f"{name}.json").read_text())["report"]))
+    return path
+
+
+def _jaxport(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    said = capsys.readouterr()
+    return code, said.out, said.err
+
+
+def test_merge_never_writes_over_a_leg(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    leg = _recorded("demo", tmp_path)
+    before = leg.read_text()
+    code, _, err = _jaxport(capsys, "merge", "demo.json", "-o", "demo.json")
+    assert (code, err.strip()) == (
+        2,
+        "jaxport merge: demo.json is an input here (demo.json): writing it would overwrite "
+        "what is read; write to another file",
+    )
+    assert leg.read_text() == before
+    code, _, err = _jaxport(capsys, "merge", "demo.json", "-o", "m.json", "--md", "./demo.json")
+    assert code == 2
+    assert "./demo.json is an input here (demo.json)" in err
+    code, _, err = _jaxport(capsys, "baseline", "demo.json", "-o", "demo.json")
+    assert (code, "jaxport baseline: demo.json is an input here" in err) == (2, True)
+
+
+def test_diff_of_two_unrelated_reports_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "(0 tests compared)" and exit 0: nothing was compared, and that is said."""
+    demo, suite = _recorded("demo", tmp_path), _recorded("suite", tmp_path)
+    code, out, err = _jaxport(capsys, "diff", str(demo), str(suite))
+    assert code == 2
+    assert out == ""
+    assert re.match(
+        rf"jaxport diff: {demo} and {suite} have no test in common \(12 tests in {demo}, \d+ "
+        rf"tests in {suite}; first tests/test_models.py::test_\w+ and tests/\S+\): ",
+        err,
+    ), err
+    assert err.rstrip().endswith(
+        "nothing to compare; diff two runs of one suite (or record a new baseline: jaxport "
+        "baseline)"
+    )
+    code, out, _ = _jaxport(capsys, "diff", str(demo), str(demo))
+    assert (code, "(12 tests compared)" in out) == (0, True)
+
+
+def test_load_takes_a_path_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _recorded("demo", tmp_path)
+    assert pytest_jaxport.report.load("demo.json").summary.tests == 12
+
+
+def test_another_format_given_for_the_json_says_where_the_json_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Markdown, HTML or SARIF a run wrote, given where its JSON is read: not "not
+    valid JSON (truncated?)" or "not a pytest-jaxport report", but what the file is and how
+    to get the JSON."""
+    report = pytest_jaxport.report.load(_recorded("demo", tmp_path))
+    written = {
+        "r.md": markdown(report),
+        "r.html": html(report),
+        "r.sarif": sarif_text(report, tmp_path / "r.json"),
+    }
+    for name, text in written.items():
+        (tmp_path / name).write_text(text)
+    instead = (
+        "the commands read the JSON report: pytest --jaxport-report=PATH.json writes it "
+        "beside the other formats (or jaxport merge -o PATH.json)"
+    )
+    md, page, sarif = (str(tmp_path / name) for name in written)
+    code, _, err = _jaxport(capsys, "merge", md, "-o", str(tmp_path / "m.json"))
+    assert (code, err.strip()) == (
+        2, f"jaxport merge: {md}: the Markdown rendering of a report, not its JSON; {instead}"
+    )  # fmt: skip
+    code, _, err = _jaxport(capsys, "show", page)
+    assert (code, err.strip()) == (
+        2, f"jaxport show: {page}: the HTML rendering of a report, not its JSON; {instead}"
+    )  # fmt: skip
+    code, _, err = _jaxport(capsys, "show", sarif)
+    assert (code, err.strip()) == (
+        2, f"jaxport show: {sarif}: a SARIF log (the report's findings for code scanning), not "
+        f"a report; {instead}"
+    )  # fmt: skip
+    code, _, err = _jaxport(capsys, "diff", md, sarif)
+    assert code == 2
+    assert "the Markdown rendering of a report, not its JSON" in err
