@@ -147,7 +147,8 @@ def test_a_numerics_mismatch_is_named_numerics_with_its_worst_error_at_its_line(
 
 # -- files --------------------------------------------------------------------------------------
 
-RECORDED = Path(__file__).parent / "data" / "reports"
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "tests" / "data" / "reports"
 
 
 def _recorded(name: str, folder: Path) -> Path:
@@ -245,3 +246,163 @@ def test_another_format_given_for_the_json_says_where_the_json_is(
     code, _, err = _jaxport(capsys, "diff", md, sarif)
     assert code == 2
     assert "the Markdown rendering of a report, not its JSON" in err
+
+
+# -- the rest a new user met --------------------------------------------------------------------
+
+DOT = """
+import jax.numpy as jnp
+import pytest
+
+
+def project(x, w):
+    return jnp.tanh(x @ w)
+
+
+@pytest.mark.portable
+def test_project(jaxport):
+    jaxport.check(project, jnp.ones((8, 128)), jnp.ones((128, 128)))
+"""
+
+
+def test_q_keeps_the_details_asked_for_by_name(pytester: pytest.Pytester) -> None:
+    """``-q --jaxport-report-details=all``: -q shortens the report, it does not take back
+    what was asked for by name."""
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "cuda"]\n')
+    pytester.makepyfile(test_dot=DOT)
+    result = pytester.runpytest("-q", "--jaxport-report", "--jaxport-report-details=all")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_dot.py::test_project *", "  check 'project'"])
+    quiet = pytester.runpytest("-q", "--jaxport-report")
+    quiet.stdout.no_fnmatch_line("  check 'project'")
+
+
+def test_the_v_sites_table_keeps_its_columns_within_the_line(pytester: pytest.Pytester) -> None:
+    """At -v a long kernel (a format finding's rule and effect) no longer pushes the time
+    column past the line, where it wrapped under the site: its rest goes on a line of its own."""
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "cuda"]\n')
+    pytester.makepyfile(test_a_model_module_with_a_long_descriptive_name=DOT)  # a wide site
+    result = pytester.runpytest("-v", "--jaxport-report")
+    result.assert_outcomes(passed=1)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("where the lock-in"))
+    table = lines[start : lines.index("", start)]
+    assert all(len(line) <= 100 for line in table), "\n".join(table)
+    rows = [line for line in table if line.startswith("  …")]  # the site keeps its end
+    assert rows
+    assert all(re.search(r"\s(\d+(\.\d+)?%|—)$", row) for row in rows), "\n".join(table)
+    assert any(line.strip() == "(reduced-precision)" for line in table), "\n".join(table)
+
+
+TPU_ONLY_KERNEL = """
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+
+
+def _double(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def tpu_kernel(x):
+    return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def scale(x):
+    return jax.lax.platform_dependent(x, tpu=tpu_kernel, default=lambda x: x * 2.0)
+
+
+@pytest.mark.portable
+def test_scale(jaxport):
+    assert jaxport.check(scale, jnp.ones((8, 128))).shape == (8, 128)
+"""
+
+
+def test_a_kernel_only_on_the_tpu_branch_warns_of_no_gpu_api(pytester: pytest.Pytester) -> None:
+    """A TPU-first team's report warned of Mosaic GPU's deprecation for a kernel that exists
+    only on the tpu branch: JAX said it while lowering the absent platforms together, which
+    failed (rocm refuses Mosaic GPU), and each was then lowered alone without a warning."""
+    pytester.makepyprojecttoml(
+        '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\nhome = "tpu"\n'
+    )
+    pytester.makepyfile(test_scale=TPU_ONLY_KERNEL)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--jaxport-report=r.json", "-vv")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*Mosaic GPU*")
+    result.stdout.no_fnmatch_line("*JAX warned while pytest-jaxport lowered*")
+    [check] = json.loads((pytester.path / "r.json").read_text())["tests"][0]["checks"]
+    assert {p: e.get("lowering_warnings") for p, e in check["platforms"].items()} == dict.fromkeys(
+        ("cpu", "cuda", "rocm", "tpu")
+    )
+
+
+def test_the_example_workflow_copied_adds_nothing_to_the_bill(pytester: pytest.Pytester) -> None:
+    """examples/ci/github-actions.yml copied as a project's workflow: its CUDA legs' pins
+    measure, and the tooling scan reports none of them."""
+    workflow = pytester.path / ".github" / "workflows" / "portability.yml"
+    workflow.parent.mkdir(parents=True)
+    workflow.write_text((ROOT / "examples" / "ci" / "github-actions.yml").read_text())
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "cuda"]\n')
+    pytester.makepyfile(test_dot=DOT)
+    result = pytester.runpytest("--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    tooling = json.loads((pytester.path / "r.json").read_text())["summary"]["tooling"]
+    assert (tooling["assumptions"], tooling["files_read"] >= 1) == ([], True)
+    result.stdout.fnmatch_lines(
+        ["  profiling, tooling and CI assumptions: 0 found in * files read"]
+    )
+    pinned = workflow.read_text().replace("# jaxport: ignore[cuda-pin]", "")
+    workflow.write_text(pinned)  # without the comments, the pins are found: the scan reads it
+    again = pytester.runpytest("--jaxport-report=r.json")
+    again.assert_outcomes(passed=1)
+    found = json.loads((pytester.path / "r.json").read_text())["summary"]["tooling"]
+    assert [a["rule"] for a in found["assumptions"]] == ["cuda-pin", "cuda-pin"]
+
+
+def test_forbid_formats_points_at_the_lines_no_rule_flags(pytester: pytest.Pytester) -> None:
+    """``forbid_formats`` of a format no rule flags on the platform said "in 2 ops (no rule
+    flags them on this device: no line kept)": the ops' own lines are kept now."""
+    pytester.makepyprojecttoml(
+        '[tool.jaxport]\nplatforms = ["cpu", "cuda"]\n'
+        '[tool.jaxport.budget.cpu]\nforbid_formats = ["float8_e5m2"]\n'
+    )
+    pytester.makepyfile(
+        test_half="""
+        import jax.numpy as jnp
+        import pytest
+
+
+        def halved(x):
+            y = x.astype(jnp.float8_e5m2)
+            return (y * 2).astype(jnp.float32)
+
+
+        @pytest.mark.portable
+        def test_halved(jaxport):
+            jaxport.check(halved, jnp.ones((8, 128)))
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "cpu: uses float8_e5m2 (forbid_formats = [[]float8_e5m2[]], set in pyproject.toml "
+        "[[]tool.jaxport.budget.cpu[]]); check 'halved', lowered",
+        "    float8_e5m2 at test_half.py:6, test_half.py:7",
+    ])  # fmt: skip
+    result.stdout.no_fnmatch_line("*no line kept*")
+
+
+def test_every_time_the_readme_promises_says_it_is_an_idle_machines() -> None:
+    """A new user under load measured 61 s against "about 35 seconds" and projected over 20
+    minutes against "about 7 minutes": each paragraph that gives a time says it is an idle
+    machine's and grows with load (the loaded measurement: benchmarks/results/
+    readme-first-command-loaded-2cpu.json)."""
+    paragraphs = (ROOT / "README.md").read_text().split("\n\n")
+    timed = [p for p in paragraphs if re.search(r"about [\d,]+ (seconds|minutes)", p)]
+    assert timed
+    for paragraph in timed:
+        said = " ".join(paragraph.split())
+        assert "idle" in said, said
+        assert "grow with its load" in said, said
+    assert (ROOT / "benchmarks" / "results" / "readme-first-command-loaded-2cpu.json").is_file()

@@ -41,7 +41,13 @@ called under an eager transformation came to pass the hook in every test that ca
 the reports) were recorded again for issue 50: each runtime share's libraries listed largest
 first (the demo's rocm line had hidden miopen's 21% behind "+3 more"; the audit's cuda and rocm
 lines swap two libraries), and the demo's note on why cpu's measured share, its vendor calls
-and the audit's estimate differ; nothing else in them changed (each text diff read).
+and the audit's estimate differ; nothing else in them changed (each text diff read). Then the
+demo's -v rendering, where the sites table's long kernels went on a line of their own. The
+reports were recorded again for issue 50 too: each format census keeps its formats' first
+lines (``lines``: the new runs equal the recorded reports with that key taken out), and the
+audit's report, which has no portable check, prices no target for its checks (its summary's
+``kernels_to_rewrite``, ``rewrite_days`` and ``rewrite`` are empty where they were "rocm 0,
+tpu 0"; its audit section's numbers are unchanged); their renderings are the same.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

@@ -29,7 +29,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
-from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
+from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
 from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
@@ -918,8 +918,16 @@ def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> V
     if findings:
         return replace(base, findings=findings)
     ops = sum(formats.formats[name] for name in used)
+    at = [
+        f"{name} at {', '.join(map(str, formats.lines[name]))}"
+        + (f" (its first {LINES_KEPT} lines)" if len(formats.lines[name]) == LINES_KEPT else "")
+        for name in used
+        if formats.lines.get(name)
+    ]
+    if at:  # no rule flags the format on this device: the ops' own lines say where
+        return replace(base, details=tuple(at))
     return replace(base, details=(f"in {ops} {'op' if ops == 1 else 'ops'} (no rule flags them "
-                                  "on this device: no line kept)",))  # fmt: skip
+                                  "on this device, and no op kept its line)",))  # fmt: skip
 
 
 def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> list[Violation]:

@@ -19,6 +19,7 @@ Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a 
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -359,13 +360,13 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     """The terminal report section. With ``written_to`` (the report also went to that file)
     only the problems and the headline, unless ``options`` ask for more."""
     view = view.select(options)
-    if options.verbosity < 0:
-        return "\n".join(fit(quiet_lines(view, options)))
     lines: list[str] = []
-    level = options.detail_level()
+    level = options.detail_level()  # asked for by name, -q does not take it back
     if level != "none":
         lines += details_lines(view, every=level == "all")
         lines += audit_test_lines(view, every=level == "all")
+    if options.verbosity < 0:
+        return "\n".join(fit(lines + quiet_lines(view, options)))
     lines += problem_lines(view, options)
     if written_to is None or options.top is not None or options.verbosity > 0:
         lines += hotspot_lines(view, options)
@@ -643,15 +644,27 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         return []
     headers = hotspot_headers(view.unit)
     cells = [(cut_left(c[0], 40), *c[1:]) for c in (hotspot_cells(h) for h in shown)]
-    if options.verbosity < 1:  # the kernel column gets the room the others leave it; -v: whole
-        others = sum(max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)
-                     if i != 1)  # fmt: skip
-        room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
+    # The kernel column gets the room the others leave it: a longer row would wrap its time
+    # column under the site. -v keeps the kernel whole, its rest on a line of its own under it.
+    others = sum(max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)
+                 if i != 1)  # fmt: skip
+    room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
+    rests: list[str] = []
+    if options.verbosity < 1:
         cells = [(c[0], cut(c[1], room), *c[2:]) for c in cells]
+    else:
+        split = [_cell_halves(c[1], room) for c in cells]
+        cells = [(c[0], head, *c[2:]) for c, (head, _) in zip(cells, split, strict=True)]
+        rests = [rest for _, rest in split]
     title = hotspot_title(view, platform, len(shown), grouped=not options.layout_in_full())
     lines = wrap(title, hang="  ")
     if cells:
-        lines += table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
+        laid = table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
+        head = len(laid) - len(cells)
+        under = " " * (2 + max(len(headers[0]), *(len(c[0]) for c in cells)) + 2)
+        lines += laid[:head]
+        for row, rest in itertools.zip_longest(laid[head:], rests, fillvalue=""):
+            lines += [row, *([under + rest] if rest else [])]
     if len(shown) < len(sites):
         lines.append(
             f"  +{plural(len(sites) - len(shown), 'more site')} (--jaxport-report-top=N; the "
@@ -660,6 +673,17 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     if layout is not None:  # thousands of tile-padding rows would be the table: one line
         lines += wrap("  " + layout.summary(), hang="      ")
     return [*lines, ""]
+
+
+def _cell_halves(text: str, room: int) -> tuple[str, str]:
+    """``text`` as a cell of ``room`` columns and the rest for the line under it, split at
+    the last space that fits (cut where no space does)."""
+    if len(text) <= room:
+        return text, ""
+    at = text.rfind(" ", 0, room + 1)
+    if at <= 0:
+        return cut(text, room), ""
+    return text[:at], text[at + 1 :]
 
 
 def share_line(row: ShareRow, width: int = 0) -> str:
