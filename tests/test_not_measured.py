@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from helpers import typed
+from test_home import TPU_KERNEL_SUITE
 
 from pytest_jaxport.model.config import ConfigError, parse_project
 from pytest_jaxport.model.numerics import Tolerance
@@ -21,31 +22,9 @@ from pytest_jaxport.view.text import render_markdown, render_text
 JAXPORT = (sys.executable, "-m", "pytest_jaxport.cli")
 """The ``jaxport`` command of this checkout's environment."""
 
-# A Pallas kernel on the cuda branch: a kernel to rewrite for every other GPU target.
-CUDA_KERNEL_SUITE = """
-import jax
-import jax.numpy as jnp
-import pytest
-from jax.experimental import pallas as pl
-
-
-def _double(x_ref, o_ref):
-    o_ref[...] = x_ref[...] * 2.0
-
-
-def cuda_kernel(x):
-    return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
-
-
-def scale(x):
-    return jax.lax.platform_dependent(x, cuda=cuda_kernel, default=lambda x: x * 2.0)
-
-
-@pytest.mark.portable
-def test_scale(jaxport):
-    x = jnp.ones((8, 128))
-    assert jaxport.check(scale, x).shape == (8, 128)
-"""
+# The Pallas kernel of test_home's suite on the cuda branch: a kernel to rewrite for every
+# other GPU target.
+CUDA_KERNEL_SUITE = TPU_KERNEL_SUITE.replace("tpu=tpu_kernel", "cuda=tpu_kernel")
 
 
 def _report(pytester: pytest.Pytester, *args: str, name: str = "r.json") -> dict:

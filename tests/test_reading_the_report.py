@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import typed
+from test_home import TPU_KERNEL_SUITE
 
 import pytest_jaxport.report
 from pytest_jaxport.cli import main
@@ -294,31 +295,6 @@ def test_the_v_sites_table_keeps_its_columns_within_the_line(pytester: pytest.Py
     assert any(line.strip() == "(reduced-precision)" for line in table), "\n".join(table)
 
 
-TPU_ONLY_KERNEL = """
-import jax
-import jax.numpy as jnp
-import pytest
-from jax.experimental import pallas as pl
-
-
-def _double(x_ref, o_ref):
-    o_ref[...] = x_ref[...] * 2.0
-
-
-def tpu_kernel(x):
-    return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
-
-
-def scale(x):
-    return jax.lax.platform_dependent(x, tpu=tpu_kernel, default=lambda x: x * 2.0)
-
-
-@pytest.mark.portable
-def test_scale(jaxport):
-    assert jaxport.check(scale, jnp.ones((8, 128))).shape == (8, 128)
-"""
-
-
 def test_a_kernel_only_on_the_tpu_branch_warns_of_no_gpu_api(pytester: pytest.Pytester) -> None:
     """A TPU-first team's report warned of Mosaic GPU's deprecation for a kernel that exists
     only on the tpu branch: JAX said it while lowering the absent platforms together, which
@@ -326,7 +302,7 @@ def test_a_kernel_only_on_the_tpu_branch_warns_of_no_gpu_api(pytester: pytest.Py
     pytester.makepyprojecttoml(
         '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\nhome = "tpu"\n'
     )
-    pytester.makepyfile(test_scale=TPU_ONLY_KERNEL)
+    pytester.makepyfile(test_scale=TPU_KERNEL_SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider", "--jaxport-report=r.json", "-vv")
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*Mosaic GPU*")

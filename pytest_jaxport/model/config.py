@@ -103,8 +103,9 @@ EAGER_USERS = ("owner", "all")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
 DEFAULT_MIGRATE_TO: tuple[str, ...] = tuple(p for p in DEFAULTS if p not in ("cpu", DEFAULT_HOME))
-"""Priced where neither ``migrate_to`` nor ``home`` is configured (rocm, tpu), with every
-opted-in platform ``platforms`` names (:func:`default_migrate_to`)."""
+"""Priced where nothing is configured (rocm, tpu: the default platforms less cpu and cuda),
+and by a merge of reports that do not say (:func:`default_migrate_to` follows what a project
+lowers for)."""
 
 
 def migrate_targets(home: str = DEFAULT_HOME) -> tuple[str, ...]:
