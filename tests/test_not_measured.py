@@ -11,8 +11,11 @@ import pytest
 from helpers import typed
 from test_home import TPU_KERNEL_SUITE
 
+from pytest_jaxport.model.budget import Budget, Setting, evaluate
+from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.config import ConfigError, parse_project
 from pytest_jaxport.model.numerics import Tolerance
+from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
 from pytest_jaxport.report.merge import load_legs, merge
 from pytest_jaxport.view.display import display_options
 from pytest_jaxport.view.html import render_html
@@ -239,3 +242,27 @@ def test_a_merge_of_a_leg_whose_tests_did_not_run_is_not_green(
         json.loads((pytester.path / "m.json").read_text())["collection_errors"][0]["nodeid"]
         == "test_broken.py"
     )
+
+
+def test_a_rewrite_budget_fails_where_nothing_was_counted_but_not_an_untraced_check() -> None:
+    """The judge on plain data: a check lowered for cpu and cuda has no tpu count, and a
+    limit on it fails saying so; a check that could not be traced here lowered nowhere and
+    fails no budget (as it fails no must_lower)."""
+    budget = Budget(platform="tpu", max_kernels_to_rewrite=Setting(value=0, origin="here"))
+    lowered = Probe(
+        name="f",
+        reference="cpu",
+        platforms={
+            p: PlatformProbe(platform=p, present=p == "cpu", census=Census(platform=p))
+            for p in ("cpu", "cuda")
+        },
+    )
+    [violation] = evaluate(lowered, lambda p: budget, migrate_to=["tpu"])
+    assert violation.headline() == (
+        "tpu: kernels to rewrite moving off cuda not counted: tpu not lowered "
+        "(max_kernels_to_rewrite, set in here); check 'f', not lowered"
+    )
+    untraced = Probe(
+        name="g", reference="cpu", untraced=Untraced(platform="cuda", needs="cuDNN", error="x")
+    )
+    assert evaluate(untraced, lambda p: budget, migrate_to=["tpu"]) == []
