@@ -110,6 +110,19 @@ def _capture_target(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _overwrites(inputs: Sequence[str], outputs: Sequence[str | None]) -> str | None:
+    """Why writing ``outputs`` would destroy an input (one is an input file), or ``None``:
+    a merged report written over a leg loses the leg, and a rerun would merge the merge."""
+    given = {Path(p).resolve(): p for p in inputs}
+    for output in outputs:
+        if output is not None and Path(output).resolve() in given:
+            return (
+                f"{output} is an input here ({given[Path(output).resolve()]}): writing it would "
+                "overwrite what is read; write to another file"
+            )
+    return None
+
+
 def _fail(command: str, message: object) -> int:
     print(f"jaxport {command}: {message}", file=sys.stderr)
     return EXIT_UNUSABLE
@@ -133,6 +146,9 @@ def _merge(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.legs]
     output = Path(args.output)
+    clash = _overwrites(args.legs, [args.output, args.md, args.html, args.sarif])
+    if clash is not None:
+        return _fail("merge", clash)
     try:
         legs = load_legs(paths)
         first_path, first = legs[0]
@@ -190,6 +206,9 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
 
+    clash = _overwrites([args.base, args.head], [args.md])
+    if clash is not None:
+        return _fail("diff", clash)
     try:
         base = load_compared(Path(args.base))
         head = load_compared(Path(args.head))
@@ -199,6 +218,20 @@ def _diff(args: argparse.Namespace) -> int:
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return _fail(
             "diff", f"malformed input {args.base} or {args.head} ({type(e).__name__}: {e})"
+        )
+    if (
+        not found.compared_tests
+        and not found.audit_compared
+        and found.removed_tests
+        and (found.new_tests)
+    ):  # two suites, or a renamed one: "0 tests compared" would read as nothing grew
+        return _fail(
+            "diff",
+            f"{args.base} and {args.head} have no test in common "
+            f"({counted(len(found.removed_tests), 'test')} in {args.base}, "
+            f"{counted(len(found.new_tests), 'test')} in {args.head}; first "
+            f"{found.removed_tests[0]} and {found.new_tests[0]}): nothing to compare; diff two "
+            "runs of one suite (or record a new baseline: jaxport baseline)",
         )
     if args.md:
         problem = _write("diff", Path(args.md), diff_markdown(found))
@@ -211,6 +244,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _baseline(args: argparse.Namespace) -> int:
 
+    clash = _overwrites([args.report], [args.output])
+    if clash is not None:
+        return _fail("baseline", clash)
     try:
         text = baseline_json(baseline_of(load_compared(Path(args.report))))
     except MergeError as e:

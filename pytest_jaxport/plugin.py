@@ -276,12 +276,12 @@ def _apply_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> Pro
     if emulate is not None:
         kept = tuple(p for p in emulate.value if p in platforms)
         emulate = replace(emulate, value=kept) if kept else None
-    # Targets pyproject leaves to the default follow the platforms this leg lowers for, so
-    # a platform named only here (oneapi) is priced too.
-    migrate_to = project.migrate_to
-    if migrate_to == default_migrate_to(project.platforms, project.home):
-        migrate_to = default_migrate_to(platforms, project.home)
-    return replace(project, platforms=platforms, emulate=emulate, migrate_to=migrate_to)
+    # Targets pyproject leaves to the default follow the platforms this leg lowers for: a
+    # platform named only here (oneapi) is priced too, one left out has no count to price.
+    leg = replace(project, platforms=platforms, emulate=emulate)
+    if project.migrate_to_set:
+        return leg
+    return replace(leg, migrate_to=default_migrate_to(leg.lowered(), project.home))
 
 
 def _apply_compile_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> ProjectConfig:

@@ -689,11 +689,17 @@ def test_a_merged_report_has_the_three_numbers_of_the_union_of_legs(
     legs = [json.loads((matrix_legs / f"leg-{n}.json").read_text()) for n in (1, 2)]
     merged = json.loads((matrix_legs / "merged.json").read_text())
     summary = merged["summary"]
-    # Neither leg sees both cuda's kernel and what rocm and tpu run instead: only the union
-    # prices the move off cuda.
-    for leg in legs:
-        assert leg["summary"]["kernels_to_rewrite"] == {"rocm": 0, "tpu": 0}
+    # Neither leg sees both cuda's kernel and what rocm and tpu run instead: neither counts a
+    # move off cuda (issue 50: never "rocm 0, tpu 0"), and only the union prices it.
+    first, second = (leg["summary"] for leg in legs)
+    # cpu and cuda: no target lowered, so none priced (migrate_to follows the leg's platforms)
+    assert (first["kernels_to_rewrite"], first.get("not_lowered")) == ({}, None)
+    assert (second["kernels_to_rewrite"], second["not_lowered"]) == (
+        {}, {"rocm": ["cuda"], "tpu": ["cuda"]}  # the home was not lowered there
+    )  # fmt: skip
+    assert merged["config"]["migrate_to"] == ["rocm", "tpu"]  # the legs' together
     assert summary["kernels_to_rewrite"] == {"rocm": 1, "tpu": 1}
+    assert "not_lowered" not in summary
     [item] = summary["rewrite"]["rocm"]["items"]
     assert (item["name"], item["status"]) == ("my_fused_kernel", "fallback")
     assert summary["rewrite_days"] == {"rocm": 3 + 0.5 + 5, "tpu": 3 + 0.5 + 5}

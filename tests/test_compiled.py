@@ -22,6 +22,7 @@ from pytest_jaxport._jax.deviceless import cuda_plugin_problem
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.schema import build_report, summarize, without_timings
+from pytest_jaxport.version import requirement
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.text import markdown, prediction_gap, text, what_if_line
 
@@ -572,7 +573,7 @@ def test_compile_cuda_without_the_plugin_is_one_usage_error(
     result.stderr.fnmatch_lines(
         [
             f"ERROR: jaxport: {origin} lists cuda, but *"
-            + esc('pip install "pytest-jaxport[cuda]" installs it*')
+            + esc(f'pip install "{requirement("cuda")}" installs it*')
             + f'"jax-cuda12-plugin=={jaxlib}" "jax-cuda12-pjrt=={jaxlib}"*'
         ]
     )

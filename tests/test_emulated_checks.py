@@ -174,8 +174,8 @@ def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "tpu (emulated on cpu): 1 differing leaf, expected to match cpu (numerics, tolerance "
-            "from *); check 'doubled', emulated",
+            "tpu (emulated on cpu): 1 differing leaf (worst abs err 2.0e+03, rel err 1.0e+03), "
+            "expected to match cpu (numerics, tolerance from *); check 'doubled', emulated",
             # row 0 of the output doubled from row 8 (2 * 8 * 128) instead of from itself (0)
             "*<root>: 2048 of 2048 elements differ*worst at index (0, 0): cpu=0.0 "
             "tpu (emulated on cpu)=2048.0, abs err 2.0e+03*",
@@ -273,8 +273,8 @@ def test_a_wrong_mosaic_gpu_kernel_fails_where_jax_can_interpret_it(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "cuda (emulated on cpu): 1 differing leaf, expected to match cpu*check "
-            "'gpu_doubled', emulated",
+            "cuda (emulated on cpu): 1 differing leaf (worst abs err 1.0e+00, *), expected to "
+            "match cpu*check 'gpu_doubled', emulated",
             "*worst at index (0, 0): cpu=0.0 cuda (emulated on cpu)=1.0, abs err 1.0e+00*",
             "*Pallas kernel _off_by_one at kernels.py:*: run in Mosaic GPU interpret mode",
         ]
@@ -352,8 +352,8 @@ def test_default_precision_fails_on_the_tpu_emulation_and_highest_passes(
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "tpu (emulated on cpu): 1 differing leaf, expected to match cpu*check 'project', "
-            "emulated",
+            "tpu (emulated on cpu): 1 differing leaf (worst abs err 1.6e-02, rel err 3.9e-03), "
+            "expected to match cpu*check 'project', emulated",
             "*2 of 2 elements differ*worst at index (0, 0): cpu=4.015625 tpu (emulated on "
             "cpu)=4.0, abs err 1.6e-02, rel err 3.9e-03*",
             "*dot_general at kernels.py:*: float32 operands rounded to bfloat16 (tpu's default "
@@ -455,18 +455,20 @@ def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pyteste
         result.assert_outcomes(failed=3)
         result.stdout.fnmatch_lines(
             [
-                esc(f"tpu (emulated on cpu): 1 differing leaf, expected to match cpu (numerics, "
-                    f"tolerance from {origin}); check 'project', emulated"),
+                esc(f"tpu (emulated on cpu): 1 differing leaf (worst abs err 1.6e-02, rel err "
+                    f"3.9e-03), expected to match cpu (numerics, tolerance from {origin}); check "
+                    "'project', emulated"),
                 "*<root>: 2 of 2 elements differ beyond rtol=1e-07, atol=1e-07 (float32)*",
-                esc(f"tpu (emulated on cpu): 1 differing leaf, expected to match cpu (numerics, "
-                    f"tolerance from {marker}); check 'project', emulated"),
+                esc(f"tpu (emulated on cpu): 1 differing leaf (worst abs err 1.6e-02, rel err "
+                    f"3.9e-03), expected to match cpu (numerics, tolerance from {marker}); check "
+                    "'project', emulated"),
                 "*<root>: 2 of 2 elements differ beyond rtol=0.0001, atol=0.0001 (float32)*",
             ]
         )  # fmt: skip
         problems = " ".join(line.strip() for line in result.stdout.lines)  # wrapped at 100
         assert (
-            "tpu: emulated_numerics — 3 violations in 3 tests (limit match cpu, set in "
-            f"{origin}; 1 other setting)" in problems
+            "tpu: numerics differ (emulated on cpu) — 3 checks in 3 tests (beyond the tolerance "
+            f"from {origin}; 1 other setting: the test fails)" in problems
         )
         origins = {t["nodeid"]: [v["origin"] for v in t["violations"]] for t in report["tests"]}
         assert origins == {
@@ -476,7 +478,7 @@ def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pyteste
         }
         (mismatch,) = entry(report, "test_project", "tpu")["emulated_numerics"]["mismatches"]
         assert mismatch["tolerance"] == {"rtol": 1e-7, "atol": 1e-7, "origin": origin}
-        assert f"set in {origin}" in markdown(typed(report))
+        assert f"beyond the tolerance from {origin}" in markdown(typed(report))
 
 
 # -- every format -------------------------------------------------------------------------------

@@ -568,19 +568,21 @@ def test_wrong_schema_version_is_refused(tmp_path: Path) -> None:
 
 def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: Path) -> None:
     (cpu_path, cpu), (gpu_path, gpu) = two_legs(tmp_path)
-    assert {"platforms", "compile", "source", "emulate"} == PER_LEG_CONFIG_KEYS
+    assert {"platforms", "compile", "source", "emulate", "migrate_to"} == PER_LEG_CONFIG_KEYS
     gpu["config"] = {
         **gpu["config"],
         "platforms": ["cpu", "cuda", "rocm"],
         "source": "x.toml",
         "compile": ["cuda"],
         "emulate": ["rocm"],  # a leg without the hardware emulates it; others need not
+        "migrate_to": ["rocm", "tpu"],  # a leg's default follows its platforms
     }
     merged = merge(
         reports([(cpu_path, cpu), (gpu_path, gpu)]), tolerance_for=defaults, outputs_root=tmp_path
     )
     assert merged.report["config"]["platforms"] == ["cpu", "cuda", "rocm"]
     assert merged.report["config"]["emulate"] == ["rocm"]
+    assert merged.report["config"]["migrate_to"] == ["rocm", "tpu"]  # the legs' together
     # target is recorded only by legs that compile cuda: compared where both set it
     gpu["config"]["target"] = "h100"
     merged = merge(
@@ -598,7 +600,7 @@ def test_different_project_config_is_refused_but_platforms_may_differ(tmp_path: 
     message = str(info.value)
     assert message.startswith(f"{gpu_path}: project config differs from {cpu_path} (tolerance: ")
     assert "\n" not in message
-    assert message.endswith("(only platforms, compile and emulate may differ per leg)")
+    assert message.endswith("(only platforms, compile, emulate and migrate_to may differ per leg)")
 
 
 def test_legs_of_different_homes_are_refused_and_legs_of_one_home_keep_it(

@@ -46,8 +46,8 @@ def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> 
 def test_oneapi_is_opted_into_and_its_libraries_are_intels() -> None:
     oneapi = DESCRIPTIONS["oneapi"]
     assert "oneapi" not in config.DEFAULT_PLATFORMS
-    assert config.default_migrate_to(("cpu", "cuda", "oneapi")) == ("rocm", "tpu", "oneapi")
-    assert config.default_migrate_to(("cpu", "cuda")) == config.DEFAULT_MIGRATE_TO
+    assert config.default_migrate_to(("cpu", "cuda", "oneapi")) == ("oneapi",)
+    assert config.default_migrate_to(config.DEFAULT_PLATFORMS) == config.DEFAULT_MIGRATE_TO
     assert targets.libraries("oneapi") >= {"onemkl", "onednn", "oneccl", "jaxlib"}
     assert set(oneapi.sources) >= {"onemkl", "onednn", "oneccl", "jaxlib"}
     assert targets.classify("oneapi", "stablehlo.custom_call", "oneapisolver_syevd_ffi") == (

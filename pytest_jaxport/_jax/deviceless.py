@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_jaxport._jax.adapters import gpu_description, needs_hardware
 from pytest_jaxport._jax.callbacks import InertCallbacks, inert
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, described_kind, load_target
+from pytest_jaxport.version import requirement
 
 if TYPE_CHECKING:
     import jax
@@ -65,7 +66,7 @@ def cuda_plugin_problem() -> str | None:
         if not present:
             return (
                 "compiling for cuda without a GPU needs the jax CUDA plugin, which is not "
-                f'installed; pip install "pytest-jaxport[cuda]" installs it at your jax '
+                f'installed; pip install "{requirement("cuda")}" installs it at your jax '
                 f"version (or: {install}; no nvidia-* wheels needed), and run with "
                 "JAX_PLATFORMS=cpu where no GPU is present"
             )

@@ -178,6 +178,9 @@ class LoweredLevel:
         # What JAX warns while lowering for the absent ones (together, or each alone where
         # that fails) is kept with each of their programs (lowering.warnings_kept): the
         # lowering is ours, not the test's, and a warm run reads it from the cache as well.
+        # A joint lowering that failed warned about no program: each platform lowered alone
+        # keeps only what its own lowering said (a Pallas kernel on the tpu branch lowered
+        # together for cuda warns of Mosaic GPU; alone, it is never lowered for cuda).
         heard: list[str] = []
         together = None
         if len(missing) > 1:
@@ -189,7 +192,7 @@ class LoweredLevel:
                     platform, present, known[platform].error, known[platform].warnings
                 )
                 continue
-            warned = list(heard) if platform in missing else []
+            warned = list(heard) if platform in missing and together is not None else []
             try:
                 program = read.get(platform) or shared.get(platform)
                 if program is None and together is not None:

@@ -109,12 +109,16 @@ class Placement:
         found = take_format_census(
             program, platform, device=self.device(platform), level=level, own=self.own_packages
         )
+        eager = at_caller  # an op run eagerly: every line is its caller's
         if caller is not None and not at_caller and not any(f.location for f in found.findings):
             at_caller = True
-        relocated = found.relocated(lambda at: self._placed(at, caller, at_caller, source))
+        relocated = found.relocated(
+            lambda at: self._placed(at, caller, at_caller, source),
+            lines_where=lambda at: self._placed(at, caller, eager, source),  # each op's own
+        )
         lines = [(f.kind, f.rule, f.level, f.location) for f in relocated.findings]
         if len(set(lines)) < len(lines):  # findings placed at one line add up
-            relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0)
+            relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0, lines={})
         return relocated
 
     def shown_location(self, location: SourceLocation) -> SourceLocation:

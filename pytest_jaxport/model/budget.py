@@ -29,13 +29,17 @@ from typing import Any, Generic, Literal, TypeVar
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
-from pytest_jaxport.model.formats import Finding, FormatCensus, rule_source
-from pytest_jaxport.model.numerics import describe, tolerance_origin
+from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
+from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
 from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
 from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
 
 T = TypeVar("T")
 
+NUMERICS_KEYS = ("numerics", "emulated_numerics")
+"""Outputs that differ from the reference's beyond the tolerance (executed, or emulated): a
+test fails for them like for a broken limit, but they are numerics, not a budget: every
+format names them so (a mismatch, with its worst error), apart from budget violations."""
 EMULATED_KEYS = ("emulated_numerics", "emulated_run")
 """Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
 or its run failed (an interpreted kernel's out-of-bounds read). Their ``platform`` is the
@@ -133,11 +137,11 @@ class Violation:
             return f"uses {self.found}"
         if kind == "flag":  # must_trace
             return "could not be traced here"
-        if self.key in ("numerics", "emulated_numerics"):
+        if self.key in NUMERICS_KEYS:
             return f"{self.found} {self.what}, expected to {self.limit}"
         if self.key == "emulated_run":
             return f"{self.what} {self.found}"
-        if self.key == BASELINE_KEY:
+        if self.key == BASELINE_KEY or self.found is None:  # grown, or nothing counted
             return self.what
         return f"{self.found_text()} > {self.limit_text()}"
 
@@ -145,6 +149,8 @@ class Violation:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
         if self.kind in ("platforms", "flag") or self.key in ("emulated_run", BASELINE_KEY):
             return self.finding()
+        if self.found is None:
+            return self.what
         return f"{self.found} {self.what}".strip()
 
     def limit_text(self) -> str:
@@ -164,7 +170,7 @@ class Violation:
             return f"{self.key} = {str(self.limit).lower()}, set in {self.origin}"
         if declared is not None and declared.kind in _LISTS:
             return f"{self.key} = {self.limit_text()}, set in {self.origin}"
-        if self.key in ("numerics", "emulated_numerics"):
+        if self.key in NUMERICS_KEYS:
             return f"numerics, tolerance from {self.origin}"
         if self.key == "emulated_run":
             return f"emulate, set in {self.origin}"
@@ -250,14 +256,8 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
         declared = DECLARED.get(kind)
         if declared is not None:
             lines.append((declared.way_out or _change_or_raise)(v, violations))
-        elif v.key in ("numerics", "emulated_numerics"):
-            emulated = v.key == "emulated_numerics"
-            lines.append(
-                f"to pass: if {emulated_label(v.platform) if emulated else v.platform}'s "
-                f"difference is expected, loosen [tool.jaxport.tolerance.{v.platform}.<dtype>] "
-                "or the marker's rtol/atol; else fix the code"
-                + (" for that platform's path" if emulated else "")
-            )
+        elif v.key in NUMERICS_KEYS:
+            lines.append(_loosen_or_fix(v.key, violations))
         elif v.key == "emulated_run":
             lines.append(
                 f"to pass: fix what the emulated run hit (above), or take {v.platform} out of "
@@ -277,6 +277,39 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
     return lines
 
 
+def _loosen_or_fix(key: str, violations: Sequence[Violation]) -> str:
+    """The way out of every numerics mismatch of ``key`` (executed or emulated), each
+    platform's tolerance table named: two platforms that differ are two tables."""
+    emulated = key == "emulated_numerics"
+    platforms = list(dict.fromkeys(v.platform for v in violations if v.key == key))
+    labels = [emulated_label(p) if emulated else p for p in platforms]
+    tables = [f"[tool.jaxport.tolerance.{p}.<dtype>]" for p in platforms]
+    one = len(platforms) == 1
+    paths = " for that platform's path" if one else " for those platforms' paths"
+    differs = f"{labels[0]}'s difference is" if one else f"the differences on {_and(labels)} are"
+    return (
+        f"to pass: if {differs} expected, loosen {_and(tables)} or the marker's rtol/atol; "
+        "else fix the code" + (paths if emulated else "")
+    )
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _numerics_what(comparison: Comparison) -> str:
+    """``differing leaf (worst abs err 9.8e-04, rel err 9.7e-05)``: how many leaves differ
+    and by how much at worst (a structure or shape mismatch has no error to give)."""
+    n = len(comparison.mismatches)
+    said = _plural(n, "differing leaf").replace("leafs", "leaves")
+    if comparison.max_abs_err > 0 or comparison.max_rel_err > 0:
+        said += (
+            f" (worst abs err {comparison.max_abs_err:.1e}, rel err {comparison.max_rel_err:.1e})"
+        )
+    return said
+
+
 def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
     """A test's failure for its budget violations and the counts that grew since the
     baseline, said one way: each finding first (the first line is what pytest's one-line
@@ -285,8 +318,10 @@ def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
     lines = [v.long_repr() for v in violations]
     if len(violations) > 1:
         grown = sum(v.key == BASELINE_KEY for v in violations)
-        broken = len(violations) - grown
+        differ = sum(v.key in NUMERICS_KEYS for v in violations)
+        broken = len(violations) - grown - differ
         said = [f"{broken} portability budget {_plural(broken, 'violation')}"] if broken else []
+        said += [f"{differ} numerics mismatch{'' if differ == 1 else 'es'}"] if differ else []
         said += [f"{grown} {_plural(grown, 'count')} grown since the baseline"] if grown else []
         lines.append(f"({' and '.join(said)} in {nodeid})")
     return "\n".join(lines + ways_out(violations))
@@ -408,6 +443,18 @@ def _trace_where_present(v: Violation, violations: Sequence[Violation]) -> str:
         "to pass: run the test where what tracing needs is present, or set "
         f"must_trace = false (set in {v.origin})"
     )
+
+
+def _fewer_to_rewrite(v: Violation, violations: Sequence[Violation]) -> str:
+    """A rewrite key: change the code or raise the limit; where nothing was counted (the
+    target or the home platform not lowered), lower for it or drop the limit."""
+    if v.found is None:
+        return (
+            "to pass: lower for the platforms not lowered ([tool.jaxport] platforms, "
+            f"--jaxport-platforms, a marker's platforms), or drop {v.key} (set in {v.origin}): "
+            "a limit on what was never counted cannot pass"
+        )
+    return _change_or_raise(v, violations)
 
 
 def _fewer_kernels(v: Violation, violations: Sequence[Violation]) -> str:
@@ -614,10 +661,30 @@ class Rewrite:
     """The estimate's items, one line each."""
     home: str = DEFAULT_HOME
     """The platform moved off (``[tool.jaxport] home``)."""
+    not_lowered: tuple[str, ...] = ()
+    """The platforms (the target, or :attr:`home`) not lowered: nothing was counted, and a
+    limit on the count cannot pass (:func:`_not_counted`)."""
+
+
+def _not_counted(check: str, budget: Budget, key: str, rewrite: Rewrite) -> list[Violation]:
+    """A rewrite key (``key``) of ``budget`` on a target whose move was never counted (it, or
+    the home platform, not lowered): it fails, saying why; ``[]`` where it was counted or
+    ``key`` sets no limit."""
+    limit = getattr(budget, key)
+    if limit is None or not rewrite.not_lowered:
+        return []
+    what = "kernels to rewrite" if key == "max_kernels_to_rewrite" else "engineering days"
+    return [Violation(check=check, platform=budget.platform, key=key, limit=limit.value,
+                      origin=limit.origin, found=None,
+                      what=f"{what} moving off {rewrite.home} not counted: "
+                      f"{' and '.join(rewrite.not_lowered)} not lowered",
+                      level="not lowered")]  # fmt: skip
 
 
 def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
     """``max_kernels_to_rewrite``: the kernels a move to the target rewrites."""
+    if rewrite.not_lowered:
+        return _not_counted(check, budget, "max_kernels_to_rewrite", rewrite)
     limit = budget.max_kernels_to_rewrite
     if limit is None or rewrite.kernels <= limit.value:
         return []
@@ -630,6 +697,8 @@ def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Vi
 
 def _rewrite_days(check: str, budget: Budget, rewrite: Rewrite) -> list[Violation]:
     """``max_rewrite_days``: the engineering days a move to the target costs."""
+    if rewrite.not_lowered:
+        return _not_counted(check, budget, "max_rewrite_days", rewrite)
     most = budget.max_rewrite_days
     if most is None or rewrite.days <= most.value:
         return []
@@ -708,6 +777,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnTarget(_kernels_to_rewrite),
         doc="For the target this budget's platform is: kernels to rewrite moving off the home "
         "platform.",
+        way_out=_fewer_to_rewrite,
     ),
     BudgetKey(
         name="max_rewrite_days",
@@ -715,6 +785,7 @@ KEYS: tuple[BudgetKey, ...] = (
         judged=OnTarget(_rewrite_days),
         doc="For the target this budget's platform is: engineering days moving off the home "
         "platform.",
+        way_out=_fewer_to_rewrite,
     ),
     BudgetKey(
         name="max_tooling_assumptions",
@@ -831,9 +902,7 @@ def evaluate(
                     limit=f"match {comparison.reference}",
                     origin=tolerance_origin(comparison),
                     found=len(comparison.mismatches),
-                    what=_plural(len(comparison.mismatches), "differing leaf").replace(
-                        "leafs", "leaves"
-                    ),
+                    what=_numerics_what(comparison),
                     level="executed",
                     details=tuple(describe(comparison).splitlines()[1:]),
                 )
@@ -849,8 +918,16 @@ def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> V
     if findings:
         return replace(base, findings=findings)
     ops = sum(formats.formats[name] for name in used)
+    at = [
+        f"{name} at {', '.join(map(str, formats.lines[name]))}"
+        + (f" (its first {LINES_KEPT} lines)" if len(formats.lines[name]) == LINES_KEPT else "")
+        for name in used
+        if formats.lines.get(name)
+    ]
+    if at:  # no rule flags the format on this device: the ops' own lines say where
+        return replace(base, details=tuple(at))
     return replace(base, details=(f"in {ops} {'op' if ops == 1 else 'ops'} (no rule flags them "
-                                  "on this device: no line kept)",))  # fmt: skip
+                                  "on this device, and no op kept its line)",))  # fmt: skip
 
 
 def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> list[Violation]:
@@ -884,7 +961,7 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
             limit=f"match {comparison.reference}",
             origin=tolerance_origin(comparison),
             found=len(comparison.mismatches),
-            what=_plural(len(comparison.mismatches), "differing leaf").replace("leafs", "leaves"),
+            what=_numerics_what(comparison),
             level="emulated",
             details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
         )
@@ -897,6 +974,12 @@ def _rewrite_violations(
     if not any(budget.is_set(key) for key in _TARGET_KEYS) or budget.platform == home:
         return []
     items = probe.rewrite_items(budget.platform, home=home)
+    if items is None and probe.untraced is not None:  # lowered nowhere: it fails no budget
+        return []
+    if items is None:  # nothing counted: a limit on the count cannot pass
+        missing = tuple(p for p in (home, budget.platform) if p not in probe.platforms)
+        return rewrite_violations(probe.name, budget, kernels=0, days=0.0, details=(),
+                                  home=home, not_lowered=missing)  # fmt: skip
     formats = probe.format_items(budget.platform)
     if not items and not formats:
         return []
@@ -923,9 +1006,12 @@ def rewrite_violations(
     days: float,
     details: tuple[str, ...],
     home: str = DEFAULT_HOME,
+    not_lowered: tuple[str, ...] = (),
 ) -> list[Violation]:
     """The rewrite keys (``max_kernels_to_rewrite``, ``max_rewrite_days``) of ``budget`` (its
     platform is the target) against an estimate of ``kernels`` and ``days`` moving off
-    ``home``; ``details`` lists the items."""
-    rewrite = Rewrite(kernels=kernels, days=days, details=details, home=home)
+    ``home``; ``details`` lists the items. Where ``not_lowered`` names the platforms not
+    lowered, nothing was counted, and every limit set fails."""
+    rewrite = Rewrite(kernels=kernels, days=days, details=details, home=home,
+                      not_lowered=not_lowered)  # fmt: skip
     return [v for on_target in _PER_TARGET for v in on_target.judge(check, budget, rewrite)]

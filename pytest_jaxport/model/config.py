@@ -20,7 +20,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, get_args
@@ -48,6 +48,7 @@ from pytest_jaxport.model.targets import (
     PLATFORM_VENDORS,
     PLATFORMS,
     all_libraries,
+    libraries,
     ordered_platforms,
 )
 
@@ -102,8 +103,9 @@ EAGER_USERS = ("owner", "all")
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
 """What ``jaxport.check(..., transforms=...)`` checks besides the function itself."""
 DEFAULT_MIGRATE_TO: tuple[str, ...] = tuple(p for p in DEFAULTS if p not in ("cpu", DEFAULT_HOME))
-"""Priced where neither ``migrate_to`` nor ``home`` is configured (rocm, tpu), with every
-opted-in platform ``platforms`` names (:func:`default_migrate_to`)."""
+"""Priced where nothing is configured (rocm, tpu: the default platforms less cpu and cuda),
+and by a merge of reports that do not say (:func:`default_migrate_to` follows what a project
+lowers for)."""
 
 
 def migrate_targets(home: str = DEFAULT_HOME) -> tuple[str, ...]:
@@ -214,6 +216,9 @@ class ProjectConfig:
     what_if_no_vendor: bool = False
     migrate_to: tuple[str, ...] = DEFAULT_MIGRATE_TO
     """The targets the cost model prices a move to, off :attr:`home`."""
+    migrate_to_set: bool = False
+    """Whether ``migrate_to`` was configured; where not, it follows the platforms lowered
+    (:func:`default_migrate_to`), on a ``--jaxport-platforms`` leg too."""
     home: str = DEFAULT_HOME
     """``home``: the platform moving is measured from (cuda unless set): its hand-written
     kernels and vendor gaps are what each of :attr:`migrate_to` rewrites."""
@@ -245,12 +250,15 @@ class ProjectConfig:
     def audit_budget(self, platform: str) -> Budget:
         """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for
         the suite audit (project budgets do not apply to it: they are per check)."""
-        from dataclasses import replace
-
         tables = replace(
             self, budget=self.audit.fail_on, platform_budgets=self.audit.platform_fail_on
         )
         return tables.resolve().budget(platform)
+
+    def lowered(self) -> tuple[str, ...]:
+        """The platforms checks lower for: :attr:`platforms` and those a ``must_lower`` of
+        ``[tool.jaxport.budget]`` adds (a marker may add more for its tests)."""
+        return self.resolve().lowering_platforms()
 
     def budget_sources(self) -> list[str]:
         """Where budgets came from, for the report header."""
@@ -889,21 +897,33 @@ def _scan_table(source: str, table: object) -> tuple[bool, tuple[str, ...]]:
     return enabled, _globs(where, "exclude", exclude) if exclude else ()
 
 
-def default_migrate_to(platforms: Sequence[str], home: str = DEFAULT_HOME) -> tuple[str, ...]:
-    """What is priced where ``migrate_to`` is not set: every platform lowered by default but
-    the host and ``home`` (:data:`DEFAULT_MIGRATE_TO` off cuda), and every platform
-    ``platforms`` opts into (``oneapi``) but ``home``.
+def default_migrate_to(lowered: Sequence[str], home: str = DEFAULT_HOME) -> tuple[str, ...]:
+    """What is priced where ``migrate_to`` is not set: every platform the checks lower for
+    (``lowered``: ``platforms`` and the platforms a ``must_lower`` adds) but the host and
+    ``home``, in the usual order (:data:`DEFAULT_MIGRATE_TO` off cuda with the default
+    platforms). A platform not lowered has no count: pricing a move there would say 0.
 
     >>> default_migrate_to(("cpu", "cuda", "oneapi"))
-    ('rocm', 'tpu', 'oneapi')
+    ('oneapi',)
     >>> default_migrate_to(("cpu", "cuda", "tpu", "oneapi"), home="tpu")
-    ('cuda', 'rocm', 'oneapi')
+    ('cuda', 'oneapi')
     """
-    lowered = (p for p in DEFAULTS if p not in ("cpu", home))
-    opted = (
-        p for p in platforms if p in DESCRIPTIONS and not DESCRIPTIONS[p].default and p != home
-    )
-    return (*lowered, *opted)
+    return tuple(p for p in ordered_platforms(lowered) if p not in ("cpu", home))
+
+
+def migrate_among(where: str, migrate_to: Sequence[str], lowered: Sequence[str]) -> None:
+    """A ``migrate_to`` target must be a platform the checks lower for: what a move there
+    rewrites is counted on its census, and a target never lowered has none (it would read
+    0 to rewrite)."""
+    outside = [p for p in migrate_to if p not in lowered]
+    if outside:
+        them = "it" if len(outside) == 1 else "them"
+        raise ConfigError(
+            f"{where}: expected platforms among the platforms checks lower for "
+            f"({', '.join(lowered)}), found {', '.join(map(repr, outside))}: a target that is "
+            f"not lowered has no kernels counted; add {them} to platforms, or leave {them} "
+            "out of migrate_to"
+        )
 
 
 def home_platform(where: str, value: object, platforms: Sequence[str]) -> str:
@@ -964,7 +984,7 @@ def parse_project(
     if not isinstance(what_if, bool):
         raise where.error("what_if_no_vendor", "a boolean (true or false)", what_if)
     home = home_platform(where.prefix, data["home"], platforms) if "home" in data else DEFAULT_HOME
-    migrate_to = default_migrate_to(platforms, home)
+    migrate_to: tuple[str, ...] | None = None  # the default follows what is lowered, below
     if "migrate_to" in data:
         raw = data["migrate_to"]
         targets = migrate_targets(home)
@@ -1020,14 +1040,13 @@ def parse_project(
                 key, (*DTYPES, *PLATFORMS), what="dtype or platform"
             )
     tolerances = _dtype_tables(source, "tool.jaxport.tolerance", dtype_entries)
-    return ProjectConfig(
+    project = ProjectConfig(
         source=source,
         platforms=platforms,
         reference=reference,
         compile=compile_for,
         target=target,
         what_if_no_vendor=what_if,
-        migrate_to=migrate_to,
         home=home,
         cost=cost,
         scan=scan,
@@ -1042,6 +1061,12 @@ def parse_project(
         emulate=emulate,
         own_packages=own_packages,
     )
+    budgets_lowered(source, project)
+    lowered = project.lowered()
+    if migrate_to is None:
+        return replace(project, migrate_to=default_migrate_to(lowered, home))
+    migrate_among(f"{where.prefix} migrate_to", migrate_to, lowered)
+    return replace(project, migrate_to=migrate_to, migrate_to_set=True)
 
 
 def _devices_table(source: str, table: object) -> dict[str, Device]:
@@ -1115,6 +1140,7 @@ def _budget_section(
             if not isinstance(value, Mapping):
                 raise budget_where.error(key, f"a table ([{name}.{key}])", value)
             platform_budgets[key] = _budget_table(source, f"{name}.{key}", value)
+            _libraries_of(source, f"{name}.{key}", key, platform_budgets[key])
         elif isinstance(value, Mapping) and not _takes_table(key):
             raise budget_where.unknown(
                 key, (*BUDGET_KEYS, *PLATFORMS), what="key or platform", value=value
@@ -1124,6 +1150,41 @@ def _budget_section(
     if common:
         budget = _budget_table(source, name, common)
     return budget, platform_budgets
+
+
+def _libraries_of(source: str, name: str, platform: str, table: BudgetTable) -> None:
+    """A platform's budget limits only libraries that platform calls: a limit on one it never
+    has (cudnn on rocm) would pass whatever the code does."""
+    limits = table.values.get(LIBRARY_LIMIT_KEY)
+    has = sorted(libraries(platform))
+    for library in limits if isinstance(limits, dict) else ():
+        if library in has:
+            continue
+        elsewhere = [p for p in PLATFORMS if library in libraries(p)]
+        raise ConfigError(
+            f"{source}: [{name}] {LIBRARY_LIMIT_KEY}.{library}: {platform} never calls "
+            f"{library} (a library of {', '.join(elsewhere)}), so the limit could not fail; "
+            f"expected one of {platform}'s libraries ({', '.join(has)}), or set it in "
+            f"[{name.rpartition('.')[0]}.{elsewhere[0]}]"
+        )
+
+
+def budgets_lowered(source: str, project: ProjectConfig) -> None:
+    """Every platform a budget table names is one the checks lower for (the suite audit's
+    ``fail_on`` tables: one its ``platforms`` name): a budget for a platform nothing lowers
+    for would pass whatever the code does."""
+    for tables, lowered, name in (
+        (project.platform_budgets, project.lowered(), "tool.jaxport.budget"),
+        (project.audit.platform_fail_on, project.platforms, "tool.jaxport.audit.fail_on"),
+    ):
+        for platform, table in tables.items():
+            if table.values and platform not in lowered:
+                raise ConfigError(
+                    f"{source}: [{name}.{platform}]: a budget for {platform}, which the checks "
+                    f"do not lower for (they lower for {', '.join(lowered)}), would pass "
+                    f"whatever the code does; add {platform!r} to [tool.jaxport] platforms, or "
+                    "remove the table"
+                )
 
 
 def _audit_table(source: str, value: object) -> AuditConfig:

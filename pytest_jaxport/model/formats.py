@@ -37,7 +37,7 @@ import functools
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal, get_args
@@ -998,6 +998,10 @@ class FormatCensus:
     tiled_bytes: float = 0.0
     """On a device that tiles arrays (tpu): the bytes every op's large arrays take in tiles,
     padded or not, weighted by how often the ops run (what padding is a share of)."""
+    lines: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
+    """Per format of :attr:`formats`, the first :data:`LINES_KEPT` source lines (in order)
+    of ops that use it: where a ``forbid_formats`` violation points when no rule flags the
+    format on this device."""
 
     def count(self, kind: FindingKind | None = None) -> int:
         """Call-weighted findings (of ``kind``; every kind where ``None``)."""
@@ -1048,12 +1052,20 @@ class FormatCensus:
         return sum(f.count for f in self.by_rule("inserted-relayout"))
 
     def relocated(
-        self, where: Callable[[SourceLocation | None], SourceLocation | None]
+        self,
+        where: Callable[[SourceLocation | None], SourceLocation | None],
+        lines_where: Callable[[SourceLocation | None], SourceLocation | None] | None = None,
     ) -> FormatCensus:
         """This census with each finding's location as ``where`` gives it (the file as
-        reports show it, a check's call site where a finding has none)."""
+        reports show it, a check's call site where a finding has none), and each format's
+        lines as ``lines_where`` does (``where`` by default)."""
         findings = tuple(replace(f, location=where(f.location)) for f in self.findings)
-        return replace(self, findings=findings)
+        placed = lines_where or where
+        lines = {
+            name: _kept(at for line in found if (at := placed(line)) is not None)
+            for name, found in self.lines.items()
+        }
+        return replace(self, findings=findings, lines={k: v for k, v in lines.items() if v})
 
     def __add__(self, other: FormatCensus) -> FormatCensus:
         """Two programs' findings on one platform as one census (an audited suite's sum):
@@ -1076,11 +1088,16 @@ class FormatCensus:
             )
         formats = Counter(self.formats)
         formats.update(other.formats)
+        lines = {
+            name: _kept((*self.lines.get(name, ()), *other.lines.get(name, ())))
+            for name in {*self.lines, *other.lines}
+        }
         return replace(
             self,
             findings=tuple(sorted(merged.values(), key=_finding_order)),
             formats=dict(sorted(formats.items())),
             tiled_bytes=self.tiled_bytes + other.tiled_bytes,
+            lines=dict(sorted(lines.items())),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1091,7 +1108,9 @@ class FormatCensus:
             "findings": [f.to_dict() for f in self.findings],
             "formats": dict(self.formats),
             **({"tiled_bytes": self.tiled_bytes} if self.tiled_bytes else {}),
-        }
+            **({"lines": {k: [str(at) for at in v] for k, v in self.lines.items()}}
+               if self.lines else {}),
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FormatCensus:
@@ -1115,7 +1134,21 @@ class FormatCensus:
             findings=tuple(Finding.from_dict(f) for f in data.get("findings", ())),
             formats={str(k): int(v) for k, v in formats.items()},
             tiled_bytes=float(data.get("tiled_bytes", 0.0)),
+            lines={
+                str(k): tuple(at for at in map(_location_from_text, v) if at is not None)
+                for k, v in (data.get("lines") or {}).items()
+            },
         )
+
+
+LINES_KEPT = 3
+"""The source lines a census keeps per format (:attr:`FormatCensus.lines`): enough to find
+the code, few enough that every census can carry them."""
+
+
+def _kept(lines: Iterable[SourceLocation]) -> tuple[SourceLocation, ...]:
+    """The first :data:`LINES_KEPT` distinct ``lines``, in file and line order."""
+    return tuple(sorted(set(lines), key=lambda at: (at.file, at.line))[:LINES_KEPT])
 
 
 # -- per site -------------------------------------------------------------------------------
@@ -1437,7 +1470,8 @@ class _Tally:
 
 
 _Line = tuple[str, "SourceLocation | None"]
-_Result = tuple[dict[_Line, _Tally], Counter[str], float]
+_Result = tuple[dict[_Line, _Tally], Counter[str], float, dict[str, tuple[SourceLocation, ...]]]
+"""A function's findings per line, formats, tiled bytes and lines per format."""
 """A function's findings by line, its formats, and its tiled bytes (run-weighted)."""
 
 
@@ -1486,25 +1520,31 @@ class _Walk:
         tallies: dict[_Line, _Tally] = {}
         formats: Counter[str] = Counter()
         tiled = 0.0
+        lines: dict[str, tuple[SourceLocation, ...]] = {}
         if name in self.active:  # StableHLO forbids recursion; never loop on a malformed module
-            return tallies, formats, tiled
+            return tallies, formats, tiled, lines
         self.active.add(name)
         for site, repeats in Counter(self.program.functions.get(name, ())).items():
             n = site.count * repeats
             location = placed_location(site.location, inherited, entry, self.own)
             if site.op in CALL_OPS and site.target is not None:
-                callee, callee_formats, callee_tiled = self.function(
+                callee, callee_formats, callee_tiled, callee_lines = self.function(
                     site.target, location, innermost_frame(site.location)
                 )
                 for line, tally in callee.items():
                     _merge(tallies, line, tally, n, n * site.runs)
                 formats.update({k: v * n for k, v in callee_formats.items()})
                 tiled += callee_tiled * n * site.runs
+                for found, at in callee_lines.items():
+                    lines[found] = _kept((*lines.get(found, ()), *at))
                 continue
             if site.op in UNCOUNTED_OPS or _is_meta(self.platform, site):
                 continue
             for found in site_formats(site):
                 formats[found] += n
+                had = lines.get(found, ())
+                if location is not None and location not in had:
+                    lines[found] = _kept((*had, location))
             if self.tiling:
                 tiled += self.tiled(site) * n
             op = _op_name(site.target or site.op)
@@ -1513,8 +1553,8 @@ class _Walk:
                              formats=set(hit.formats))  # fmt: skip
                 _merge(tallies, (hit.rule.name, location), one, n, n)
         self.active.discard(name)
-        self.memo[key] = (tallies, formats, tiled)
-        return tallies, formats, tiled
+        self.memo[key] = (tallies, formats, tiled, lines)
+        return tallies, formats, tiled, lines
 
 
 def _is_meta(platform: str, site: OpSite) -> bool:
@@ -1570,7 +1610,7 @@ def take_format_census(
     tiling = any(r.name == "tile-padding" for r in rules_for(platform, judged))
     walk = _Walk(program=program, platform=platform, device=judged, large_bytes=large_bytes,
                  own=own, tiling=tiling)  # fmt: skip
-    tallies, formats, tiled = walk.function(program.entry, None)
+    tallies, formats, tiled, lines = walk.function(program.entry, None)
     findings = tuple(
         sorted(
             (
@@ -1603,4 +1643,5 @@ def take_format_census(
         findings=findings,
         formats=dict(sorted(formats.items())),
         tiled_bytes=tiled,
+        lines=dict(sorted(lines.items())),
     )

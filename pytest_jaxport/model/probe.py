@@ -139,13 +139,14 @@ class Probe:
     ) -> list[RewriteItem] | None:
         """What moving this check from ``home`` (cuda unless the project says otherwise) to
         ``target`` needs, kernel by kernel; ``None`` when the check was not lowered for
-        ``target`` (nothing is known), ``[]`` when it has no ``home`` census."""
+        ``target`` or for ``home`` (nothing is known), ``[]`` when ``home`` has no census
+        (it failed to lower: nothing of it to move)."""
         origin = self.platforms.get(home)
         on_target = self.platforms.get(target)
-        if origin is None or origin.budgeted is None:
-            return []
-        if on_target is None:
+        if origin is None or on_target is None:
             return None
+        if origin.budgeted is None:
+            return []
         return rewrite_items(
             check=self.name,
             target=target,

@@ -1019,8 +1019,27 @@ class _SourceText:
         return any(self.is_code(index, match.start()) for match in regex.finditer(line))
 
 
+IGNORE = re.compile(r"#\s*jaxport:\s*ignore\[([\w\s,-]+)\]")
+"""``# jaxport: ignore[cuda-pin]`` at the end of a line: that line is not the rules' (named)
+assumption. The example CI workflow's deviceless CUDA leg carries it: it installs the CUDA
+plugin to measure, not to run."""
+
+
+def ignored_rules(line: str) -> frozenset[str]:
+    """The rule ids a line's ``# jaxport: ignore[...]`` comment names.
+
+    >>> sorted(ignored_rules('extra: jax[cuda12]  # jaxport: ignore[cuda-pin, nvidia-tool]'))
+    ['cuda-pin', 'nvidia-tool']
+    """
+    found = IGNORE.search(line)
+    if found is None:
+        return frozenset()
+    return frozenset(part.strip() for part in found.group(1).split(",") if part.strip())
+
+
 def _search(rel: str, text: str, rules: Sequence[ToolingRule]) -> list[Assumption]:
-    """Assumptions in one file's text, for the rules that apply to it by name."""
+    """Assumptions in one file's text, for the rules that apply to it by name (a line's
+    ``# jaxport: ignore[rule]`` leaves that rule out there)."""
     source = _SourceText(rel, text)
     present: dict[str, bool] = {}
     found: dict[tuple[int, str], Assumption] = {}
@@ -1042,7 +1061,9 @@ def _search(rel: str, text: str, rules: Sequence[ToolingRule]) -> list[Assumptio
             candidates = _lines_matching(source.text, source.newlines(), rule.regex)
         for index in sorted(candidates):
             key = (index + 1, rule.id)
-            if key not in found and source.matches(index, rule.regex):
+            if key in found or rule.id in ignored_rules(source.line(index)):
+                continue
+            if source.matches(index, rule.regex):
                 found[key] = Assumption(
                     file=rel,
                     line=index + 1,

@@ -42,6 +42,7 @@ from pytest_jaxport.report.schema import (
     MergeError,
     ReportError,
     load,
+    read_json,
 )
 from pytest_jaxport.version import __version__
 
@@ -227,13 +228,9 @@ def load_compared(path: Path) -> Report | Counts:
     another schema version.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MergeError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MergeError(f"{path}: cannot be read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise MergeError(f"{path}: not valid JSON (truncated?): {e}") from None
+        data = read_json(path)
+    except ReportError as e:
+        raise MergeError(str(e)) from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
         try:
             return load(path)

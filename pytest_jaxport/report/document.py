@@ -926,9 +926,12 @@ class Numbers:
     rewrite: Mapping[str, RewriteEstimate] = field(default_factory=dict)
     cost_model: CostModel | None = None
     tooling: Tooling | None = None
+    not_lowered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per ``migrate_to`` target without a count, the platforms (it, or the home platform)
+    that no check lowered: it has no kernels to rewrite and no days, not 0."""
 
     KEYS = ("runtime_share", "kernels_to_rewrite", "rewrite_days", "rewrite", "cost_model",
-            "tooling")  # fmt: skip
+            "tooling", "not_lowered")  # fmt: skip
 
     @classmethod
     def read(cls, r: _Reader) -> Numbers | None:
@@ -942,7 +945,9 @@ class Numbers:
             rewrite={t: _read_estimate(e) for t, e in r.tables("rewrite", {}).items()},
             cost_model=_read_cost(r.table("cost_model")) if r.has("cost_model") else None,
             tooling=Tooling.read(tooling) if tooling is not None else None,
-        )
+            not_lowered={t: r.table("not_lowered").texts(t)
+                         for t in r.table("not_lowered").data} if r.has("not_lowered") else {},
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Json]:
         data: dict[str, Json] = {
@@ -953,6 +958,8 @@ class Numbers:
         }
         if self.cost_model is not None:
             data["cost_model"] = _cost_dict(self.cost_model)
+        if self.not_lowered:
+            data["not_lowered"] = {t: list(p) for t, p in self.not_lowered.items()}
         if self.tooling is not None:
             data["tooling"] = self.tooling.to_dict()
         return data
@@ -1382,6 +1389,23 @@ class BaselineMatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CollectionError:
+    """A file (or other collector) pytest could not collect: its tests did not run, so the
+    report's counts are not the suite's."""
+
+    nodeid: str
+    error: str
+    """The error's last line (``ModuleNotFoundError: No module named 'x'``)."""
+
+    @classmethod
+    def read(cls, r: _Reader) -> CollectionError:
+        return cls(nodeid=r.text("nodeid"), error=r.text("error"))
+
+    def to_dict(self) -> dict[str, Json]:
+        return {"nodeid": self.nodeid, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """A whole report (schema version :data:`SCHEMA_VERSION`); :meth:`to_dict` is its JSON."""
 
@@ -1397,6 +1421,9 @@ class Report:
     """How the baseline met the run (``--jaxport-baseline``)."""
     merged: Merged | None = None
     audit: AuditSection | None = None
+    collection_errors: tuple[CollectionError, ...] = ()
+    """What pytest could not collect (its tests did not run); the key only where there are
+    some."""
 
     def to_dict(self) -> dict[str, Json]:
         data: dict[str, Json] = {
@@ -1416,6 +1443,8 @@ class Report:
             data.update(self.merged.to_dict())
         if self.audit is not None:
             data["audit"] = self.audit.to_dict()
+        if self.collection_errors:
+            data["collection_errors"] = [e.to_dict() for e in self.collection_errors]
         return data
 
     def checks(self) -> Iterator[Check]:
@@ -1478,4 +1507,5 @@ def read_report(data: Mapping[str, object], *, file: str, trusted: bool = False)
         baseline=_read_baseline_match(baseline) if baseline else None,
         merged=Merged.read(r),
         audit=AuditSection.read(audit) if audit is not None else None,
+        collection_errors=tuple(CollectionError.read(e) for e in r.items("collection_errors", ())),
     )

@@ -88,6 +88,18 @@ class TestRecord:
         )
 
 
+def error_line(text: str) -> str:
+    r"""The line of a failure's text that says what went wrong: the last ``E`` line of a
+    traceback (``ModuleNotFoundError: No module named 'x'``), else its last non-empty line.
+
+    >>> error_line("t.py:1: in <module>\nE   ModuleNotFoundError: No module named 'x'")
+    "ModuleNotFoundError: No module named 'x'"
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (said or lines or ["(no message)"])[-1]
+
+
 class Ledger:
     """Joins the records of every test and phase into the report's tests and audit."""
 
@@ -101,6 +113,9 @@ class Ledger:
         """What the audit's hook could see, as the first audited process said."""
         self.revision = 0
         """Bumped whenever a record arrives: a report built before is stale."""
+        self.collection_errors: dict[str, str] = {}
+        """Per collector pytest could not collect (its tests did not run), the error's last
+        line."""
 
     def _entry(self, nodeid: str, outcome: str = "passed") -> JsonObject:
         return self.tests.setdefault(
@@ -133,6 +148,11 @@ class Ledger:
             entry["outcome"] = "failed" if when == "call" else "error"
         elif skipped and entry["outcome"] == "passed":
             entry["outcome"] = "skipped"
+
+    def collection_error(self, nodeid: str, error: str) -> None:
+        """A file (or other collector) pytest could not collect: its tests did not run."""
+        self.revision += 1
+        self.collection_errors.setdefault(nodeid, error)
 
     def crashed(self, nodeid: str, message: str, when: str) -> None:
         """A test whose pytest-xdist worker died while it ran (no record arrived)."""

@@ -62,12 +62,16 @@ from pytest_jaxport.report.schema import (
 )
 from pytest_jaxport.version import __version__
 
-PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset({"platforms", "compile", "source", "emulate"})
+PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset(
+    {"platforms", "compile", "source", "emulate", "migrate_to"}
+)
 """``config`` keys that may differ between legs; every other key must be equal.
 
 ``platforms``, ``compile`` and ``emulate`` are what ``--jaxport-platforms`` /
 ``--jaxport-compile`` / ``--jaxport-emulate`` set per leg (a CPU leg emulates tpu, the TPU
-leg runs it); ``source`` only says which file the configuration was read from. Budgets, tolerances,
+leg runs it); ``migrate_to``, where pyproject leaves it to the default, follows the platforms a
+leg lowers for (the merge prices the legs' targets together); ``source`` only says which file
+the configuration was read from. Budgets, tolerances,
 the reference platform and the GPU target description must agree, or the legs measured
 different things.
 """
@@ -183,6 +187,8 @@ class MergeResult:
         suite = failures(audit) if audit is not None else 0
         if suite:
             said.append(counted(suite, "suite audit failure"))
+        if self.document.collection_errors:  # a leg's tests there did not run
+            said.append(counted(len(self.document.collection_errors), "file") + " not collected")
         return said
 
 
@@ -302,7 +308,7 @@ def merge(
         tests.append(merged_test)
 
     report = report_data(tests, config=config, environment=_merged_environment(named))
-    report["summary"].update(_merged_numbers(named, tests))
+    report["summary"].update(_merged_numbers(named, tests, _migrate_to(config)))
     records = _leg_records(named)
     report["legs"] = [r.to_dict() for r in records]
     mixed = mixed_versions(records)
@@ -313,9 +319,11 @@ def merge(
     report["comparisons"] = comparisons
     audits = [(leg.name, leg.report.audit) for leg in named if leg.report.audit is not None]
     if audits:  # --jaxport-audit: one audit of the union of the legs' computations
-        migrate_to = named[0].report.config.migrate_to or ()
         home = named[0].report.config.home_platform  # the legs agree (checked)
-        report["audit"] = merge_audits(audits, migrate_to=migrate_to, home=home)
+        report["audit"] = merge_audits(audits, migrate_to=_migrate_to(config), home=home)
+    errors = {(e.nodeid, e.error): e for leg in named for e in leg.report.collection_errors}
+    if errors:  # the legs' own: their tests there did not run
+        report["collection_errors"] = [e.to_dict() for _, e in sorted(errors.items())]
     return MergeResult(
         document=built(report),
         drifts=tuple(drifts),
@@ -324,7 +332,18 @@ def merge(
     )
 
 
-def _merged_numbers(legs: Sequence[_Leg], tests: Sequence[JsonMapping]) -> JsonObject:
+def _migrate_to(config: JsonMapping) -> list[str]:
+    """The targets the merged report prices: the legs' together (:func:`_merged_config`), or
+    the default where no leg said (a report older than ``migrate_to``)."""
+    targets = config.get("migrate_to")
+    if not isinstance(targets, list):
+        return list(DEFAULT_MIGRATE_TO)
+    return [str(t) for t in targets]
+
+
+def _merged_numbers(
+    legs: Sequence[_Leg], tests: Sequence[JsonMapping], migrate_to: Sequence[str]
+) -> JsonObject:
     """The three numbers over the union of the legs' merged entries: each platform's runtime
     share from the leg whose entry won, the rewrite estimate with the legs' cost model
     (``[tool.jaxport.cost]``, which they must share), and their tooling scans joined.
@@ -343,10 +362,9 @@ def _merged_numbers(legs: Sequence[_Leg], tests: Sequence[JsonMapping]) -> JsonO
                 "must share [tool.jaxport]"
             )
     model = CostModel(**{k: getattr(first[1], k) for k in COST_KEYS}) if first else CostModel()
-    migrate_to = legs[0].report.config.migrate_to
     numbers = suite_numbers(
         checks_of(tests),
-        migrate_to=DEFAULT_MIGRATE_TO if migrate_to is None else list(migrate_to),
+        migrate_to=migrate_to,
         model=model,
         tooling=_merged_tooling(legs),
         home=legs[0].report.config.home_platform,  # the legs agree (checked)
@@ -450,8 +468,8 @@ def _check_compatible(legs: Sequence[_Leg]) -> None:
             )
             raise MergeError(
                 f"{leg.path}: project config differs from {first.path} ({detail}); legs of one "
-                "merge must share [tool.jaxport] (only platforms, compile and emulate may "
-                "differ per leg)"
+                "merge must share [tool.jaxport] (only platforms, compile, emulate and "
+                "migrate_to may differ per leg)"
             )
 
 
@@ -468,6 +486,7 @@ def _merged_config(legs: Sequence[_Leg]) -> JsonObject:
         ("platforms", [c.platforms for c in configs]),
         ("compile", [c.compile for c in configs]),
         ("emulate", [c.emulate for c in configs]),
+        ("migrate_to", [c.migrate_to for c in configs]),
     ):
         if any(key in c for c in written):
             config[key] = ordered_platforms(p for found in values for p in found or ())

@@ -127,10 +127,12 @@ def suite_rewrite(
     home: str = DEFAULT_HOME,
 ) -> dict[str, RewriteEstimate]:
     """Per target, the distinct kernels to rewrite moving off ``home`` over the suite and the
-    days to do it, with the formats-and-layout work there."""
-    checks = list(probes)
+    days to do it, with the formats-and-layout work there; a target :func:`not_lowered`
+    has no estimate."""
+    checks, targets = list(probes), list(migrate_to)
     estimates = {}
-    for target in migrate_to:
+    missing = not_lowered(checks, migrate_to=targets, home=home)
+    for target in (t for t in targets if t not in missing):
         items: list[RewriteItem] = []
         formats: list[FormatItem] = []
         for check in checks:  # read only the two platforms each target compares
@@ -152,6 +154,26 @@ def suite_rewrite(
     return estimates
 
 
+def not_lowered(
+    probes: Iterable[Mapping[str, Any]], *, migrate_to: Iterable[str], home: str = DEFAULT_HOME
+) -> dict[str, list[str]]:
+    """Per target no check lowered together with ``home``, the platforms of the two that no
+    check lowered (both where each was, but never in one check): what a move there
+    rewrites was never counted, so it has no number (not 0).
+
+    >>> not_lowered([{"platforms": {"cpu": {}, "cuda": {}}}], migrate_to=["rocm"])
+    {'rocm': ['rocm']}
+    """
+    checks = [set(probe["platforms"]) for probe in probes]
+    missing = {}
+    for target in migrate_to:
+        if any({home, target} <= lowered for lowered in checks):
+            continue
+        absent = [p for p in (home, target) if not any(p in lowered for lowered in checks)]
+        missing[target] = absent or [home, target]
+    return missing
+
+
 def suite_numbers(
     probes: Iterable[Mapping[str, Any]],
     *,
@@ -166,6 +188,8 @@ def suite_numbers(
     ``rewrite_days`` and the ``rewrite`` estimates behind them, and the ``tooling`` scan
     where there is one (its assumptions are NVIDIA-bound: priced moving off cuda only)."""
     probes = list(probes)
+    migrate_to = list(migrate_to) if probes else []  # nothing checked: nothing to price
+    missing = not_lowered(probes, migrate_to=migrate_to, home=home)
     assumptions = len(tooling.get("assumptions") or ()) if tooling else 0
     estimates = suite_rewrite(probes, migrate_to=migrate_to, model=model, home=home,
                               tooling_assumptions=assumptions if home == NVIDIA_PLATFORM else 0,
@@ -176,6 +200,8 @@ def suite_numbers(
         "rewrite_days": {t: e.days for t, e in estimates.items()},
         "rewrite": {t: e.to_dict() for t, e in estimates.items()},
     }
+    if missing:  # a key only where a target has no count: other reports are unchanged
+        numbers["not_lowered"] = missing
     if tooling is not None:
         numbers["tooling"] = dict(tooling)
     return numbers
@@ -275,28 +301,71 @@ def write_text(path: Path, text: str) -> None:
             tmp.unlink()
 
 
-def load(path: Path) -> Report:
+def load(path: str | os.PathLike[str]) -> Report:
     """Read a report of any version in :data:`READABLE_VERSIONS`, upgraded to this one and
     checked field by field (:func:`~pytest_jaxport.report.document.read_report`); refuse
     anything else with a :class:`ReportError` naming the file (and the place, for a field
-    of the wrong type or a missing one)."""
+    of the wrong type or a missing one).
+
+    >>> load("missing.json")
+    Traceback (most recent call last):
+    ...
+    pytest_jaxport.report.document.ReportError: missing.json: no such file
+    """
+    path = Path(path)
+    return from_json(read_json(path), path)
+
+
+RENDERINGS: tuple[tuple[str, str], ...] = (
+    ("## pytest-jaxport", "the Markdown rendering of a report"),
+    ("<!doctype html", "the HTML rendering of a report"),
+    ("<!DOCTYPE html", "the HTML rendering of a report"),
+)
+"""How a file pytest-jaxport rendered (not its JSON) starts, and what it is."""
+_INSTEAD = (
+    "the commands read the JSON report: pytest --jaxport-report=PATH.json writes it beside "
+    "the other formats (or jaxport merge -o PATH.json)"
+)
+
+
+def read_json(path: Path) -> object:
+    """``path``'s JSON, or a :class:`ReportError` naming the file: missing, unreadable,
+    truncated, or one of pytest-jaxport's other formats (Markdown, HTML) given where the
+    JSON report is read, which says where the JSON comes from."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ReportError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ReportError(f"{path}: cannot be read: {e}") from None
+    for start, what in RENDERINGS:
+        if text.lstrip().startswith(start):
+            raise ReportError(f"{path}: {what}, not its JSON; {_INSTEAD}")
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON (truncated?): {e}") from None
-    return from_json(data, path)
+
+
+def _other_format(data: object) -> str | None:
+    """What a JSON file pytest-jaxport wrote, other than a report, is: a SARIF log, a GitLab
+    Code Quality report; ``None`` for anything else."""
+    if isinstance(data, dict) and "runs" in data and "sarif" in str(data.get("$schema", "")):
+        return "a SARIF log (the report's findings for code scanning)"
+    if isinstance(data, list) and all(
+        isinstance(d, dict) and {"check_name", "fingerprint"} <= d.keys() for d in data
+    ):
+        return "a GitLab Code Quality report (the report's findings)"
+    return None
 
 
 def from_json(data: object, path: Path) -> Report:
     """A report's decoded JSON (any readable version) as a checked :class:`Report`."""
     tool = data.get("tool") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
+        other = _other_format(data)
+        if other is not None:
+            raise ReportError(f"{path}: {other}, not a report; {_INSTEAD}")
         raise ReportError(f"{path}: not a pytest-jaxport report")
     if data.get("kind") == BASELINE_KIND:  # its schema_version counts baselines, not reports
         raise ReportError(baseline_given(path))

@@ -122,6 +122,9 @@ class JaxportSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.role.logreport(report)
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self.role.collected(report)
+
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:

@@ -178,10 +178,23 @@ class Judge:
             f"{'it' if len(names) == 1 else 'them'} too"
             for origin, names in added.items()
         )
+        # A leg narrower than pyproject (--jaxport-platforms) does not judge the budgets of
+        # the platforms it leaves out: said, never silently green.
+        lowered = self.project.lowered()
+        unjudged = {
+            table.origin: platform
+            for platform, table in self.project.platform_budgets.items()
+            if table.values and platform not in lowered
+        }
+        said = [
+            f"{origin} (not judged in this run: {unjudged[origin]} is not lowered, "
+            "--jaxport-platforms)" if origin in unjudged else origin
+            for origin in sources
+        ]  # fmt: skip
         lines = [
             f"jaxport: platforms {', '.join(self.project.platforms)} "
             f"(reference {self.project.reference}){must}; config from {self.project.source}; "
-            f"budgets from {', '.join(sources) if sources else 'nowhere (no limits set)'}"
+            f"budgets from {', '.join(said) if said else 'nowhere (no limits set)'}"
         ]
         if self.project.home != DEFAULT_HOME:  # said where it is not what reports assumed
             lines.append(

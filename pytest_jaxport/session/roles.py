@@ -17,7 +17,7 @@ from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.config import ProjectConfig
 from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.report import ci
-from pytest_jaxport.report.ledger import Ledger, TestRecord
+from pytest_jaxport.report.ledger import Ledger, TestRecord, error_line
 from pytest_jaxport.session.audit import AuditRecording
 from pytest_jaxport.session.judge import MARKER
 from pytest_jaxport.session.writer import ReportTargets, ReportWriter
@@ -92,6 +92,12 @@ class Controller:
         known = report.nodeid in self.ledger.tests
         if report.failed and (known or MARKER in getattr(report, "keywords", {})):
             self.ledger.crashed(report.nodeid, str(report.longrepr), report.when)
+
+    def collected(self, report: pytest.CollectReport) -> None:
+        """A collector reported (here, or by a worker: pytest-xdist sends the failed ones):
+        one that failed is a file whose tests did not run, said in the report."""
+        if report.failed:
+            self.ledger.collection_error(report.nodeid or ".", error_line(report.longreprtext))
 
     def _ran(self, report: pytest.TestReport) -> None:
         """Every test's outcome (its call's; ``skipped`` or ``error`` from its setup, or from
@@ -233,6 +239,9 @@ class Worker:
 
     def logreport(self, report: pytest.TestReport) -> None:
         """The controller joins the records; a worker's reports travel there."""
+
+    def collected(self, report: pytest.CollectReport) -> None:
+        """pytest-xdist sends a failed collection to the controller."""
 
     def session_finished(self, session: pytest.Session) -> None:
         """The last test ran: settle the audit's recorder before the worker exits."""

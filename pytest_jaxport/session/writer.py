@@ -23,7 +23,13 @@ from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.audit import failures, judge
 from pytest_jaxport.report.baseline import match_baseline
-from pytest_jaxport.report.document import BaselineMatch, Report, TestEntry, built_audit
+from pytest_jaxport.report.document import (
+    BaselineMatch,
+    CollectionError,
+    Report,
+    TestEntry,
+    built_audit,
+)
 from pytest_jaxport.report.ledger import Ledger
 from pytest_jaxport.report.schema import (
     build_report,
@@ -195,6 +201,10 @@ class ReportWriter:
             report,
             baseline=self.match,
             audit=built_audit(self.audit_section()) if self.audited else None,
+            collection_errors=tuple(
+                CollectionError(nodeid=nodeid, error=error)
+                for nodeid, error in sorted(self.ledger.collection_errors.items())
+            ),
         )
 
     def baseline_match(self, tests: Sequence[TestEntry]) -> BaselineMatch:

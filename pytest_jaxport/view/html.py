@@ -385,6 +385,8 @@ def _header(view: ReportView) -> str:
         _tile(number(violations), "budget violations", "#problems",
               " bad" if violations else " good"),
     ]  # fmt: skip
+    if head.mismatches:
+        tiles.append(_tile(number(head.mismatches), "numerics mismatches", "#problems", " bad"))
     if view.audit is not None:
         seen = view.audit.seen["computations"]
         audit_tiles = [_tile(number(seen), "audited computations", "#audit")]
@@ -408,10 +410,10 @@ def _header(view: ReportView) -> str:
             )  # fmt: skip
     dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in head.facts)
     version = f" {_e(head.tool_version)}" if head.tool_version else ""
-    status = "bad" if failed or violations or head.audit_failures else "good"
+    status = "bad" if failed or violations or head.audit_failures or head.not_collected else "good"
     verdict = (
         f"{number(failed)} of {plural(head.tests, 'portable test')} failed, "
-        f"{plural(violations, 'budget violation')}"
+        f"{plural(violations, 'budget violation')}{_e(head.mismatches_text(', '))}"
         if failed or violations
         else _e(view.within_budget())
     )
@@ -422,6 +424,8 @@ def _header(view: ReportView) -> str:
     if head.audit_failures:
         verdict = (verdict + ", " if not audited else "") + plural(
             head.audit_failures, "suite audit failure")  # fmt: skip
+    if head.not_collected:
+        verdict = _e(head.did_not_run()) + verdict
     return (
         '<header class="top"><div class="titles"><h1>Portability report</h1>'
         f'<p class="sub">pytest-jaxport{version} · <span class="verdict {status}">'
@@ -469,6 +473,8 @@ def _problem_row(problem: Problem, group: ProblemGroup) -> str:
         setting = "" if group.rule.startswith(own) else f" (limit {problem.limit}, set in " \
             f"{problem.origin})"  # fmt: skip
         what = f"{_e(problem.found)}{_e(setting)}"
+    elif problem.kind == "mismatch":
+        what = _e(problem.found)
     else:
         what = _e(problem.message)
     check = f"<code>{_e(problem.check)}</code>" if problem.check else "—"
@@ -490,7 +496,8 @@ def _problems(view: ReportView) -> str:
         rows = [_problem_row(p, group) for p in group.problems]
         head = (
             '<thead><tr><th scope="col">test</th><th scope="col">check</th>'
-            f'<th scope="col">{"found" if group.kind == "violation" else "what"}</th></tr></thead>'
+            f'<th scope="col">{"found" if group.kind in ("violation", "mismatch") else "what"}'
+            "</th></tr></thead>"
         )
         table = f'<table class="items">{head}<tbody>{"".join(rows[:GROUP_ROWS])}</tbody></table>'
         if len(rows) > GROUP_ROWS:
@@ -566,7 +573,7 @@ def _rewrite(targets: Sequence[TargetRow], *, home: str) -> str:
     tiles = "".join(
         f'<div class="target"><h4>to {_e(t.target)}</h4><div class="pair">'
         f'<div class="tile{" warn" if t.kernels else ""}"><span class="value">'
-        f'{number(t.kernels) if t.kernels is not None else "—"}</span><span class="label">'
+        f'{_e(t.count_text("—"))}</span><span class="label">'
         "kernels to rewrite (distinct sites)</span></div>"
         f'<div class="tile"><span class="value">{days_text(t.days) if t.days is not None else "—"}'
         '</span><span class="label">engineering days</span>'

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.budget import NUMERICS_KEYS, Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import (
     RANKING,
@@ -201,13 +201,33 @@ class Headline:
     home: str = DEFAULT_HOME
     """The platform moving was measured from (``[tool.jaxport] home``; cuda where the
     report does not say): kernels to rewrite, days and the sites listed first are its."""
+    not_collected: int = 0
+    """Files pytest could not collect: their tests did not run."""
+    mismatches: int = 0
+    """Numerics mismatches that fail their tests (not among :attr:`violations`, which are
+    the budgets' only)."""
 
     def counts(self) -> str:
-        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations`` (``, 3
+        numerics mismatches`` where there are some); led by ``tests did not run: 1 file not
+        collected; `` where pytest could not collect one."""
         return (
-            f"{plural(self.tests, 'portable test')}, {plural(self.checks, 'check')}, "
-            f"{number(self.failed_tests)} failed, {plural(self.violations, 'budget violation')}"
+            f"{self.did_not_run()}{plural(self.tests, 'portable test')}, "
+            f"{plural(self.checks, 'check')}, {number(self.failed_tests)} failed, "
+            f"{plural(self.violations, 'budget violation')}{self.mismatches_text(', ')}"
         )
+
+    def mismatches_text(self, lead: str = "") -> str:
+        """``3 numerics mismatches`` after ``lead``; ``""`` without any."""
+        if not self.mismatches:
+            return ""
+        return lead + plural(self.mismatches, "numerics mismatch", "numerics mismatches")
+
+    def did_not_run(self) -> str:
+        """``tests did not run: 1 file not collected; `` (``""`` where every file was)."""
+        if not self.not_collected:
+            return ""
+        return f"tests did not run: {plural(self.not_collected, 'file')} not collected; "
 
     def setting(self) -> str:
         """``platforms: cpu, tpu (reference cpu); present here: cpu; level: lowered (...);
@@ -222,22 +242,34 @@ class Headline:
         )
 
 
-ProblemKind = Literal["violation", "drift", "not-lowered", "numerics", "failure", "baseline"]
+ProblemKind = Literal[
+    "violation", "mismatch", "drift", "not-lowered", "numerics", "failure", "baseline"
+]
+"""``mismatch``: outputs beyond the tolerance, which fail the test (numerics, not a budget);
+``numerics``: a difference no tolerance judged (a finding)."""
 FAILURE_TITLES: Mapping[str, str] = {
     "failed": "failed: the test's own error",
     "error": "errored in setup or teardown",
     "crashed": "crashed: the worker died",
     "baseline": "counts grew since the baseline",
     "outputs": "outputs could not be saved",
+    "collection": "did not run: pytest could not collect them",
 }
 PROBLEM_KINDS: tuple[ProblemKind, ...] = (
     "violation",
+    "mismatch",
     "drift",
     "not-lowered",
     "numerics",
     "failure",
     "baseline",
 )
+MISMATCH_KEYS: Mapping[str, str] = {
+    "numerics": "numerics differ",
+    "emulated_numerics": "numerics differ (emulated on cpu)",
+}
+"""What a numerics mismatch's group is called (its violation's key in the JSON): numerics,
+never a budget key."""
 DRIFT_KEY = "outputs differ across legs"
 """A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
 on another (``jaxport merge``); the test fails in the merged report."""
@@ -277,6 +309,9 @@ class Problem:
         return max(1, len(self.computations))
 
 
+COLLECTION = "collection"
+"""A failure's key where pytest could not collect a file: its tests did not run, so the
+report's counts are not the suite's."""
 AUDITED_SUITE = "the audited suite"
 """What a suite-level audit problem names in place of a test (it fails the session)."""
 
@@ -322,6 +357,8 @@ class ProblemGroup:
                 counted = []
             return ", ".join(counted) + (f" ({self.rule})" if counted else self.rule)
         nouns = {"violation": "violation", "failure": "test", "drift": "drift"}
+        if self.key == COLLECTION:
+            nouns = {"failure": "file"}
         if self.audit:
             nouns = {"violation": "suite violation", "failure": "count"}
         text = plural(self.count, nouns.get(self.kind, "computation" if self.audit
@@ -494,6 +531,24 @@ class TargetRow:
     """The cost model's ``fixed`` days, the same for every target whatever the code does."""
     from_project: float | None = None
     """``days`` less ``fixed``: what the project's findings cost (``None`` without days)."""
+    not_lowered: tuple[str, ...] = ()
+    """The platforms (the target, or the home platform) no check lowered: then there is no
+    count and no price (:attr:`kernels` and :attr:`days` are ``None``), never 0."""
+
+    def uncounted(self) -> str:
+        """``not lowered`` / ``cuda (home) not lowered``: why there is no count; ``""``
+        where there is one."""
+        if not self.not_lowered:
+            return ""
+        names = [p if p == self.target else f"{p} (home)" for p in self.not_lowered]
+        return ("" if names == [self.target] else f"{' and '.join(names)} ") + "not lowered"
+
+    def count_text(self, missing: str = "-") -> str:
+        """The kernels to rewrite, or why there is no count (``not lowered``); ``missing``
+        where the report has neither."""
+        if self.kernels is not None:
+            return number(self.kernels)
+        return self.uncounted() or missing
 
     @property
     def project_breakdown(self) -> tuple[tuple[str, str, float], ...]:
@@ -507,7 +562,10 @@ class TargetRow:
     def days_split(self) -> str:
         """``13.5 days = 8.5 from the project (fallback validation 3, ...) + 5 fixed per
         target``: the fixed part apart from what the project's findings cost (``8.5 days
-        (...)`` where the cost model has no fixed part; ``-`` without days)."""
+        (...)`` where the cost model has no fixed part; ``-`` without days, ``not priced:
+        not lowered`` where there is no count)."""
+        if self.not_lowered:
+            return f"not priced: {self.uncounted()}"
         if self.days is None or self.from_project is None:
             return "-"
         items = self.project_items()
@@ -943,8 +1001,7 @@ class ReportView:
             parts.append(f"{header}: " + ", ".join(counts))
         if self.targets:
             parts.append(f"kernels to rewrite off {self.headline.home}: " + ", ".join(
-                f"{t.target} {'-' if t.kernels is None else number(t.kernels)}"
-                for t in self.targets
+                f"{t.target} {t.count_text()}" for t in self.targets
             ))  # fmt: skip
         return "; ".join(parts)
 
@@ -1176,7 +1233,20 @@ def build_view(report: Report) -> ReportView:
     baseline = report.baseline
     view = ReportView(
         headline=headline,
-        problems=problems_of(rows, audit.problems if audit is not None else ())
+        problems=problems_of(
+            rows,
+            audit.problems if audit is not None else (),
+            not_collected=tuple(
+                Problem(
+                    kind="failure",
+                    test=e.nodeid,
+                    key=COLLECTION,
+                    found=COLLECTION,
+                    message=e.error,
+                )
+                for e in report.collection_errors
+            ),
+        )
         + baseline_groups(baseline),
         hotspots=hotspots_of(summary.hotspots),
         totals=totals_of(in_order(summary.platforms, platforms)),
@@ -1213,8 +1283,42 @@ def build_view(report: Report) -> ReportView:
                 totals=found.totals, shares=found.shares, targets=found.targets,
                 collectives=found.collectives,
             )  # fmt: skip
-    view = dataclasses.replace(view, padding=padding_of(totals))
+    view = dataclasses.replace(
+        view,
+        padding=padding_of(totals),
+        notes=view.notes + share_basis_notes(view.shares, totals, audit=view.audit is not None),
+    )
     return dataclasses.replace(view, layers=layers_of(view, totals, numbers.tooling))
+
+
+def share_basis_notes(
+    shares: Sequence[ShareRow], totals: Mapping[str, PlatformTotals], *, audit: bool
+) -> tuple[Note, ...]:
+    """Why a platform's runtime share names libraries its vendor calls do not count, said
+    once per platform: the share was measured on the compiled program, where XLA:CPU runs
+    dots and convolutions in its libraries (eigen, ynnpack, onednn), while the calls count
+    the lowered program, where they are XLA's own ops (and the suite ``audit``'s share is
+    estimated from that program). docs/reference.md says it in full."""
+    notes = []
+    for row in shares:
+        counted = totals.get(row.platform)
+        if row.basis != "measured" or counted is None:
+            continue
+        timed = [name for name, _ in row.libraries]
+        only_timed = [name for name in timed if name not in counted.libraries]
+        if not only_timed:
+            continue
+        audited = "; the suite audit's estimates the lowered one" if audit else ""
+        notes.append(
+            Note(
+                text=f"{row.platform}'s vendor share times the compiled program, where "
+                f"{' and '.join(only_timed)} {'runs' if len(only_timed) == 1 else 'run'} its "
+                "dots; its vendor calls count the lowered one, where dots are XLA's own"
+                f'{audited} (docs/reference.md, "Why cpu\'s numbers differ"; '
+                f"--jaxport-compile={row.platform} counts the compiled calls)"
+            )
+        )
+    return tuple(notes)
 
 
 def compiled_gaps_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str, str], ...]:
@@ -1304,11 +1408,13 @@ def headline_of(report: Report) -> Headline:
         budgeted = _sets_limit(config.budget)
     elif "budget" in config.written_null:
         budgeted = False
+    mismatches = sum(v.key in NUMERICS_KEYS for t in report.tests for v in t.violations)
     return Headline(
         tests=summary.tests,
         checks=summary.checks,
         failed_tests=summary.failed_tests,
-        violations=summary.violations,
+        violations=summary.violations - mismatches,
+        mismatches=mismatches,
         platforms=config.platforms,
         reference=config.reference,
         present=env.present_platforms,
@@ -1320,6 +1426,7 @@ def headline_of(report: Report) -> Headline:
         also_lowered=also,
         budgeted=budgeted,
         home=config.home_platform,
+        not_collected=len(report.collection_errors),
     )
 
 
@@ -1410,7 +1517,8 @@ def cell_of(probe: Probe, platform: str, violations: Sequence[str]) -> Cell:
             target=result.target if compiled else None,
         ),
         numerics=status,
-        violations=tuple(violations),
+        # a mismatch is said as numerics ("mismatch", "emulated: mismatch"), not as a limit
+        violations=tuple(key for key in violations if key not in NUMERICS_KEYS),
         errors=tuple(errors),
         compile_failed=bool(result.compile_error),
         needs_hardware=result.needs_hardware or None,
@@ -1492,25 +1600,30 @@ def violation_details(violation: Violation) -> tuple[str, ...]:
 
 
 def problems_of(
-    tests: Iterable[TestRow], audit: Iterable[Problem] = ()
+    tests: Iterable[TestRow],
+    audit: Iterable[Problem] = (),
+    *,
+    not_collected: Iterable[Problem] = (),
 ) -> tuple[ProblemGroup, ...]:
     """Every problem of the suite, grouped: violations by budget key and platform; checks
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
-    mismatches no violation covers; tests that failed or errored for another reason; and the
+    mismatches no violation covers; tests that failed or errored for another reason; the
+    files pytest could not collect (``not_collected``: their tests did not run); and the
     suite ``audit``'s problems (:func:`audit_problems`), apart."""
-    found: list[Problem] = list(audit)
+    found: list[Problem] = [*audit, *not_collected]
     for test in tests:
         violated: set[tuple[str, str, str]] = set()
         for v in test.violations:
             violated.add((v.check, v.platform, v.key))
+            numerics = v.key in NUMERICS_KEYS
             found.append(
                 Problem(
-                    kind="violation",
+                    kind="mismatch" if numerics else "violation",
                     test=test.nodeid,
                     check=v.check,
                     platform=v.platform,
-                    key=v.key,
-                    found=v.found_text(),
+                    key=MISMATCH_KEYS.get(v.key, v.key),
+                    found=_mismatch_found(test.entry, v) if numerics else v.found_text(),
                     limit=v.limit_text(),
                     origin=MARKER_ORIGIN if v.origin == test.nodeid else v.origin,
                     message=v.headline(),
@@ -1544,6 +1657,35 @@ def problems_of(
         )
         for (kind, key, platform, audit), rows in ordered
     )
+
+
+def emulated_sites(test: TestEntry, violation: Violation) -> tuple[str, ...]:
+    """Where an emulated mismatch's emulation computed differently from the reference: its
+    interpreted kernels, its chosen branches, its rounded dots, in that order (the lines a
+    mismatch is shown and annotated at); ``()`` for any other violation."""
+    if violation.key != "emulated_numerics":
+        return ()
+    for check in test.checks:
+        entry = check.probe.platforms.get(violation.platform)
+        if check.name != violation.check or entry is None or entry.emulated is None:
+            continue
+        emulated = entry.emulated
+        return tuple(
+            dict.fromkeys(
+                [k.location for k in emulated.kernels]
+                + [b.location for b in emulated.branches]
+                + [r.location for r in emulated.rounded]
+            )
+        )
+    return ()
+
+
+def _mismatch_found(test: TestEntry, violation: Violation) -> str:
+    """``1 differing leaf (worst abs err 9.8e-04, rel err 9.7e-05) at model.py:6``: a
+    numerics mismatch, its worst error and the line it comes from where the report knows."""
+    sites = emulated_sites(test, violation)
+    more = f" (+{len(sites) - 1} more)" if len(sites) > 1 else ""
+    return violation.found_text() + (f" at {sites[0]}{more}" if sites else "")
 
 
 def _cell_problems(
@@ -1663,6 +1805,10 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         return "not in must_lower: a finding, not a failure"
     if kind == "numerics":
         return "no numerics budget applied"
+    if kind == "mismatch":
+        tolerances = Counter(p.origin for p in rows).most_common()
+        more = f"; {plural(len(tolerances) - 1, 'other setting')}" if len(tolerances) > 1 else ""
+        return f"beyond the tolerance from {tolerances[0][0]}{more}: the test fails"
     if kind == "drift":
         return "beyond the project's tolerances: the test fails in the merged report"
     return ""
@@ -1900,7 +2046,7 @@ def share_row(platform: str, share: RuntimeShare) -> ShareRow:
         band_points=None if measured else share.error_points,
         band=() if measured else band_spans(layers, share.error_points),
         layers=layers,
-        libraries=tuple(share.libraries.items()),
+        libraries=tuple(sorted(share.libraries.items(), key=lambda lib: (-lib[1], lib[0]))),
         seconds=share.seconds,
     )
 
@@ -1949,6 +2095,11 @@ def targets_of(numbers: Numbers | None) -> tuple[TargetRow, ...]:
                 ),
             )
         )
+    rows += [
+        TargetRow(target=target, kernels=None, days=None, not_lowered=missing)
+        for target, missing in numbers.not_lowered.items()
+        if target not in targets
+    ]
     return tuple(rows)
 
 
@@ -1992,7 +2143,11 @@ def layers_of(
     )
     custom = ", ".join(f"{p} {number(t.custom)}" for p, t in platforms.items())
     rewrite = ", ".join(
-        f"{t.target}: {number(t.kernels)} to rewrite" for t in view.targets if t.kernels is not None
+        f"{t.target}: {number(t.kernels)} to rewrite"
+        if t.kernels is not None
+        else f"{t.target}: {t.uncounted()}"
+        for t in view.targets
+        if t.kernels is not None or t.not_lowered
     )
     if not rewrite:
         lowered = platforms[home].lowered if home in platforms else 0

@@ -52,10 +52,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.budget import NUMERICS_KEYS, Violation
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.report.document import Report, TestEntry
 from pytest_jaxport.version import __version__
+from pytest_jaxport.view.model import emulated_sites
 
 PROJECT_URL = "https://github.com/pytest-jaxport/pytest-jaxport"
 """The project's home (``[project.urls]`` in pyproject.toml says the same; a test keeps them
@@ -200,7 +201,6 @@ RULES: tuple[Rule, ...] = (
 
 RULE_IDS = tuple(rule.id for rule in RULES)
 _RULES = {rule.id: rule for rule in RULES}
-_NUMERICS_KEYS = ("numerics", "emulated_numerics")
 _LOWER_KEYS = ("must_lower", "must_trace")
 _SITE_RULES = {
     "vendor": "vendor-library",
@@ -303,7 +303,13 @@ def _site_alert(site: Hotspot, *, audit: bool) -> Alert | None:
     )
 
 
-def _violation_place(violation: Violation, fallback: str) -> tuple[str, int]:
+def _violation_place(
+    violation: Violation, fallback: str, lines: Sequence[str] = ()
+) -> tuple[str, int]:
+    for line in lines:
+        where = split_location(line)
+        if where is not None and in_repository(where[0]):
+            return where
     for kernel in violation.kernels:
         if kernel.location is not None:
             where = split_location(str(kernel.location))
@@ -318,15 +324,21 @@ def _violation_place(violation: Violation, fallback: str) -> tuple[str, int]:
 
 
 def _violation_alert(
-    violation: Violation, *, fallback: str, subject: str, leg: str | None
+    violation: Violation,
+    *,
+    fallback: str,
+    subject: str,
+    leg: str | None,
+    lines: Sequence[str] = (),
 ) -> Alert:
-    if violation.key in _NUMERICS_KEYS:
-        rule = "numerics-difference"
+    title = f"{violation.where()}: {violation.key} ({violation.found_text()})"
+    if violation.key in NUMERICS_KEYS:  # numerics, not a budget key: what differs, by how much
+        rule, title = "numerics-difference", f"{violation.where()}: {violation.found_text()}"
     elif violation.key in _LOWER_KEYS:
         rule = "does-not-lower"
     else:
         rule = "budget-violation"
-    file, line = _violation_place(violation, fallback)
+    file, line = _violation_place(violation, fallback, lines)
     on_leg = f" [leg {leg}]" if leg else ""
     return Alert(
         rule=rule,
@@ -334,7 +346,7 @@ def _violation_alert(
         file=file,
         line=line,
         message=f"{violation.headline()}; {subject}{on_leg}",
-        title=f"{violation.where()}: {violation.key} ({violation.found_text()})",
+        title=title,
         identity="|".join(
             (rule, violation.platform, file, violation.key, violation.check, subject)
         ),
@@ -351,7 +363,8 @@ def _test_alerts(test: TestEntry) -> Iterator[Alert]:
     for i, violation in enumerate(test.violations):
         leg = test.violation_legs[i] if i < len(test.violation_legs) else None
         covered.add((violation.check, violation.platform, violation.key))
-        yield _violation_alert(violation, fallback=file, subject=test.nodeid, leg=leg)
+        yield _violation_alert(violation, fallback=file, subject=test.nodeid, leg=leg,
+                               lines=emulated_sites(test, violation))  # fmt: skip
     for check in test.checks:
         name = check.name
         for platform, entry in check.probe.platforms.items():
@@ -372,7 +385,7 @@ def _test_alerts(test: TestEntry) -> Iterator[Alert]:
             if (
                 numerics is not None
                 and not numerics.ok
-                and not any((name, platform, k) in covered for k in _NUMERICS_KEYS)
+                and not any((name, platform, k) in covered for k in NUMERICS_KEYS)
             ):
                 yield Alert(
                     rule="numerics-difference",

@@ -19,6 +19,7 @@ Both lay out a :class:`pytest_jaxport.view.model.ReportView`; neither derives a 
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -359,13 +360,13 @@ def render_text(view: ReportView, options: DisplayOptions, *, written_to: str | 
     """The terminal report section. With ``written_to`` (the report also went to that file)
     only the problems and the headline, unless ``options`` ask for more."""
     view = view.select(options)
-    if options.verbosity < 0:
-        return "\n".join(fit(quiet_lines(view, options)))
     lines: list[str] = []
-    level = options.detail_level()
+    level = options.detail_level()  # asked for by name, -q does not take it back
     if level != "none":
         lines += details_lines(view, every=level == "all")
         lines += audit_test_lines(view, every=level == "all")
+    if options.verbosity < 0:
+        return "\n".join(fit(lines + quiet_lines(view, options)))
     lines += problem_lines(view, options)
     if written_to is None or options.top is not None or options.verbosity > 0:
         lines += hotspot_lines(view, options)
@@ -499,8 +500,12 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         return [*wrap(f"problems: none ({view.all_clear()})", hang="  "), ""]
     findings = sum(g.count for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
+    if head.mismatches:
+        said.append(head.mismatches_text())
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
         said = []
+    if head.not_collected:  # first: the counts below are not the suite's
+        said.insert(0, f"tests did not run ({plural(head.not_collected, 'file')} not collected)")
     if head.audit_failures:
         said.append(f"{plural(head.audit_failures, 'suite audit failure')} (no test's)")
     drifts = sum(len(g.problems) for g in groups if g.kind == "drift")
@@ -580,6 +585,8 @@ def _problem_line(problem: Problem, common: str) -> list[str]:
             rest += f" > {problem.limit} (set in {problem.origin})"
     elif problem.kind == "failure":
         rest = problem.message
+    elif problem.kind == "mismatch":
+        rest = f"{named}{problem.found}"
     else:
         rest = f"{named}{problem.message}"
     room = WIDTH - len(prefix) - 2
@@ -637,15 +644,27 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         return []
     headers = hotspot_headers(view.unit)
     cells = [(cut_left(c[0], 40), *c[1:]) for c in (hotspot_cells(h) for h in shown)]
-    if options.verbosity < 1:  # the kernel column gets the room the others leave it; -v: whole
-        others = sum(max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)
-                     if i != 1)  # fmt: skip
-        room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
+    # The kernel column gets the room the others leave it: a longer row would wrap its time
+    # column under the site. -v keeps the kernel whole, its rest on a line of its own under it.
+    others = sum(max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)
+                 if i != 1)  # fmt: skip
+    room = max(WIDTH - len("  ") - others - 2 * (len(headers) - 1), KERNEL_COLUMN)
+    rests: list[str] = []
+    if options.verbosity < 1:
         cells = [(c[0], cut(c[1], room), *c[2:]) for c in cells]
+    else:
+        split = [_cell_halves(c[1], room) for c in cells]
+        cells = [(c[0], head, *c[2:]) for c, (head, _) in zip(cells, split, strict=True)]
+        rests = [rest for _, rest in split]
     title = hotspot_title(view, platform, len(shown), grouped=not options.layout_in_full())
     lines = wrap(title, hang="  ")
     if cells:
-        lines += table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
+        laid = table(headers, cells, HOTSPOT_NUMERIC, indent="  ")
+        head = len(laid) - len(cells)
+        under = " " * (2 + max(len(headers[0]), *(len(c[0]) for c in cells)) + 2)
+        lines += laid[:head]
+        for row, rest in itertools.zip_longest(laid[head:], rests, fillvalue=""):
+            lines += [row, *([under + rest] if rest else [])]
     if len(shown) < len(sites):
         lines.append(
             f"  +{plural(len(sites) - len(shown), 'more site')} (--jaxport-report-top=N; the "
@@ -654,6 +673,17 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     if layout is not None:  # thousands of tile-padding rows would be the table: one line
         lines += wrap("  " + layout.summary(), hang="      ")
     return [*lines, ""]
+
+
+def _cell_halves(text: str, room: int) -> tuple[str, str]:
+    """``text`` as a cell of ``room`` columns and the rest for the line under it, split at
+    the last space that fits (cut where no space does)."""
+    if len(text) <= room:
+        return text, ""
+    at = text.rfind(" ", 0, room + 1)
+    if at <= 0:
+        return cut(text, room), ""
+    return text[:at], text[at + 1 :]
 
 
 def share_line(row: ShareRow, width: int = 0) -> str:
@@ -723,13 +753,14 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
             lines += wrap(f"[{short.replace('estimated', 'ESTIMATED', 1)}]: {label}",
                           indent="   ", hang="     ")  # fmt: skip
     if view.targets:
-        counts = ", ".join(
-            f"{t.target} {number(t.kernels) if t.kernels is not None else '-'}"
-            for t in view.targets
-        )
+        counts = ", ".join(f"{t.target} {t.count_text()}" for t in view.targets)
         whose = "; suite audit" if audited else ""
         home = view.headline.home
         lines += ["", f"2. kernels to rewrite moving off {home} (distinct sites{whose}): {counts}"]
+        if any(t.not_lowered for t in view.targets):
+            lines += wrap("not lowered: no count and no price, not 0; lower for it to count it "
+                          "([tool.jaxport] platforms, --jaxport-platforms; a merge of legs "
+                          "that lowered it counts it)", indent="     ", hang="  ")  # fmt: skip
         items = [(t.target, i) for t in view.targets for i in t.items]
         listed_items = items if options.verbosity > 0 else items[:REWRITE_ITEMS]
         for name, item in listed_items:
@@ -872,8 +903,11 @@ def render_markdown(
     head = view.headline
     said = (
         f"**{number(head.failed_tests)} of {plural(head.tests, 'portable test')} failed** · "
-        f"{plural(head.violations, 'budget violation')} · {plural(head.checks, 'check')}"
+        f"{plural(head.violations, 'budget violation')}{head.mismatches_text(' · ')} · "
+        f"{plural(head.checks, 'check')}"
     )
+    if head.not_collected:
+        said = f"**{md_cell(head.did_not_run().removesuffix('; '))}** · {said}"
     if view.audit is not None and view.unit == "computation":
         said = f"**Suite audit: {md_cell(view.audit.seen_line())}**"
     if head.audit_failures:
@@ -929,7 +963,8 @@ def _md_problems(view: ReportView, room: int) -> list[str]:
             tests += f" and {plural(len(p.tests) - 1, 'more test')}"
         row = (
             f"| {tests} | {md_cell(p.check or '')} | {md_cell(p.platform or '')} | "
-            f"{md_cell(p.key)} | {md_cell(p.found if p.kind == 'violation' else p.message)} | "
+            f"{md_cell(p.key)} | "
+            f"{md_cell(p.found if p.kind in ('violation', 'mismatch') else p.message)} | "
             f"{md_cell(p.limit)} | {md_cell(p.origin)} |"
         )
         if shown == MARKDOWN_PROBLEMS or used + len(row) + 1 > room:
@@ -960,7 +995,7 @@ def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> lis
             "|---|---:|---:|---|---:|",
         ]
         lines += [
-            f"| {md_cell(t.target)} | {number(t.kernels) if t.kernels is not None else '—'} | "
+            f"| {md_cell(t.target)} | {md_cell(t.count_text('—'))} | "
             f"{days_text(t.days) if t.days is not None else '—'} | "
             + (
                 "—"
