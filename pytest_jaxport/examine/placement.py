@@ -114,7 +114,7 @@ class Placement:
         relocated = found.relocated(lambda at: self._placed(at, caller, at_caller, source))
         lines = [(f.kind, f.rule, f.level, f.location) for f in relocated.findings]
         if len(set(lines)) < len(lines):  # findings placed at one line add up
-            relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0)
+            relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0, memory=None)
         return relocated
 
     def shown_location(self, location: SourceLocation) -> SourceLocation:
