@@ -314,6 +314,28 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.split('    @ ')[0].strip()}"[:300]
 
 
+CHIP_REFUSED: dict[str, str] = {
+    "solve_f64": "UNIMPLEMENTED: Only F32 and C64 types are implemented in LuDecomposition",
+    "inv_f64": "UNIMPLEMENTED: Only F32 and C64 types are implemented in LuDecomposition",
+    "slogdet_f64": "UNIMPLEMENTED: Only F32 and C64 types are implemented in LuDecomposition",
+    "fft_c128": "INVALID_ARGUMENT: Unexpected operand type for FFT",
+    "rfft_f64": "INVALID_ARGUMENT: Unexpected operand type for FFT",
+}
+"""What the lent TPU v5e refused (research tpu.md §B, jax 0.10.2, libtpu 0.0.42.1, x64 on);
+float64 matmul and cholesky ran there (:data:`CHIP_COMPILED`)."""
+CHIP_COMPILED = ("matmul_f64", "cholesky_f64")
+
+
+def chip_refusals() -> dict[str, Any]:
+    """The chip's record, kept beside each run (the tests hold the rules to it too)."""
+    return {
+        "source": "shared research tpu.md §B: the lent TPU v5e, jax 0.10.2, libtpu 0.0.42.1",
+        "libtpu": "0.0.42.1",
+        "refused": CHIP_REFUSED,
+        "compiled": list(CHIP_COMPILED),
+    }
+
+
 def refusals(libtpu: str, only: list[str] | None = None) -> dict[str, Any]:
     from pytest_jaxport._jax import lowering
     from pytest_jaxport.model.formats import Device, take_format_census
@@ -595,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if options.part == "refusals":
         run["cases"] = refusals(libtpu, options.cases.split(",") if options.cases else None)
+        run["chip"] = chip_refusals()
         out = options.out or RESULTS / "tpu-refusals.json"
     else:
         shapes = shapes_part(options.quick)

@@ -165,7 +165,9 @@ def test_every_rule_cites_a_public_source_and_says_whether_it_compiles() -> None
     # every source is a public page or a measurement this repository records (the compiled
     # level's is the program itself), and each recording named is there
     assert [
-        r.name for r in RULES if "https://" not in r.source and "benchmarks/results/" not in r.source
+        r.name
+        for r in RULES
+        if "https://" not in r.source and "benchmarks/results/" not in r.source
     ] == ["inserted-relayout"]
     root = Path(__file__).resolve().parent.parent
     for rule in RULES:

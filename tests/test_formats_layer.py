@@ -413,15 +413,18 @@ def test_x64_on_tpu_is_a_finding_and_a_complex128_fft_fails_must_lower(
     ])  # fmt: skip
     if lu_refused:
         result.stdout.fnmatch_lines([
-            "FAILED test_x64.py::test_solve_must_lower - tpu: fails to compile (the format "
-            "rules: float64-lu-not-compiled x1 at test_x64.py:12)*",
+            "tpu: fails to compile (the format rules: float64-lu-not-compiled x1 at "
+            "test_x64.py:12) (must_lower = [[]tpu[]], set in test_x64.py::test_solve_must_lower); "
+            "check 'solve', lowered (format rules)",
+            "    float64-lu-not-compiled (not-compiled) at test_x64.py:12: float64 custom_call "
+            "LuDecomposition (float64[[]4,4[]]) [[]libtpu < 0.0.50[]]",
         ])  # fmt: skip
     result.stdout.fnmatch_lines([
         "tpu: fails to compile (the format rules: complex128-fft-not-compiled x1 at "
         "test_x64.py:16) (must_lower = [[]tpu[]], set in test_x64.py::test_fft_must_lower); "
         "check 'spectrum', lowered (format rules)",
         "    complex128-fft-not-compiled (not-compiled) at test_x64.py:16: complex128 fft*",
-        "    see jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)",
+        "    see jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)*",
     ])  # fmt: skip
     # The x64 solve lowers and is emulated (a finding); its LU decomposition compiles from
     # libtpu 0.0.50 on, as the rules know (with the release unknown, they say it does not).

@@ -585,7 +585,7 @@ def _padding_waste(check: str, result: PlatformProbe, budget: Budget) -> list[Vi
     if formats is None or ceiling is None or formats.padding_waste <= ceiling.value:
         return []
     padded = sorted(formats.by_rule("tile-padding"), key=lambda f: -f.amount)
-    level = "lowered (the layout model)"
+    level = "lowered (layout model)"
     if formats.level == "compiled":
         level = f"compiled (deviceless {result.target})" if result.deviceless else "compiled"
     return [Violation(check=check, platform=result.platform, key="max_padding_waste",
