@@ -93,8 +93,9 @@ _MACHINE_KEYS = {"environment": ("python", "machine"), "tool": ("version",)}
 def normalized(report: Any, *, measured: bool = False) -> Any:
     """``report`` without what the clock or the machine decides: a measured runtime share's
     numbers (its basis and libraries stay), every ``seconds``/``share`` number, the
-    environment, the libtpu a device was judged for and the tool version; lists of sites in a fixed order; other numbers to 12
-    significant digits (identical sites grouped otherwise sum in another order)."""
+    environment, the libtpu a device was judged for and the tool version; lists of sites in a
+    fixed order; other numbers to 12 significant digits (identical sites grouped otherwise
+    sum in another order)."""
     if isinstance(report, dict):
         measured = measured or report.get("basis") == "measured"
         out: dict[str, Any] = {}
