@@ -376,8 +376,8 @@ class Rule:
 
     @property
     def release_text(self) -> str:
-        """``libtpu < 0.0.50``, ``libtpu 0.0.44-0.0.50``: the releases it holds for (empty:
-        every release)."""
+        """``libtpu < 0.0.50``, ``libtpu >= 0.0.44``, ``libtpu 0.0.44 to before 0.0.50``: the
+        releases it holds for (empty: every release)."""
         first, until = self.releases
         if not first and not until:
             return ""
@@ -690,7 +690,7 @@ RULES: tuple[Rule, ...] = (
         summary="TPU arrays are tiled: the most minor dimension pads to 128 lanes, the next to "
         "the tile's rows (8; 4, 2 or 1 for few rows). Compiled: the layouts the compiler "
         "chose. Lowered: the layout it gives an array nothing constrains (the dimension that "
-        "pads least minor, a small one out of the tile), exact for arguments and results; "
+        "pads least minor, a small one out of the tile), exact for every argument measured; "
         "inside a program the compiler may lay out arrays otherwise, or fuse them away",
         source=f"{_SRC_TPU_TILES}; {_SRC_TPU_LAYOUT}",
     ),

@@ -53,13 +53,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from pytest_jaxport.model.census import (
-    OpSite,
-    Program,
-    StackFrame,
-    location_text,
-    quoted,
-)
+from pytest_jaxport.model.census import OpSite, Program, StackFrame, location_text, quoted
 from pytest_jaxport.model.cost import (
     convolution_flops,
     dot_flops,

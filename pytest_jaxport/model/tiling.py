@@ -127,12 +127,8 @@ class TiledLayout:
         shape = [self.dims[d] for d in reversed(self.minor_to_major)]
         if not self.tiles:
             return tuple(shape)
-        tile = self.tiles[0]
-        shape = [1] * max(len(tile) - len(shape), 0) + shape
-        head = shape[: len(shape) - len(tile)]
-        tail = shape[len(shape) - len(tile) :]
-        padded = [d if t is None else -(-d // t) * t for d, t in zip(tail, tile, strict=True)]
-        return (*head, *padded)
+        head, counts, inner = _tile(shape, self.tiles[0])
+        return (*head, *(c * i for c, i in zip(counts, inner, strict=True)))
 
     @property
     def bytes(self) -> int:
@@ -145,12 +141,8 @@ class TiledLayout:
         """
         shape = [self.dims[d] for d in reversed(self.minor_to_major)]
         for tile in self.tiles:
-            shape = [1] * max(len(tile) - len(shape), 0) + shape
-            head = shape[: len(shape) - len(tile)]
-            tail = shape[len(shape) - len(tile) :]
-            tiles = [1 if t is None else -(-d // t) for d, t in zip(tail, tile, strict=True)]
-            inner = [d if t is None else t for d, t in zip(tail, tile, strict=True)]
-            shape = [*head, *tiles, *inner]
+            head, counts, inner = _tile(shape, tile)
+            shape = [*head, *counts, *inner]
         return -(-math.prod(shape) * self.bits // 8)
 
     @property
@@ -173,6 +165,18 @@ class TiledLayout:
 
     def __str__(self) -> str:
         return f"{self.element}[{','.join(map(str, self.dims))}]{self.layout_text}"
+
+
+def _tile(shape: list[int], tile: Tile) -> tuple[list[int], list[int], list[int]]:
+    """``shape`` (major to minor) split by ``tile`` over its most minor dimensions: the
+    dimensions it leaves, how many tiles each tiled dimension takes, and the tile (a shape of
+    lower rank is taken as led by ones, as XLA does)."""
+    shape = [1] * max(len(tile) - len(shape), 0) + shape
+    split = len(shape) - len(tile)
+    tail = shape[split:]
+    counts = [1 if t is None else -(-d // t) for d, t in zip(tail, tile, strict=True)]
+    inner = [d if t is None else t for d, t in zip(tail, tile, strict=True)]
+    return shape[:split], counts, inner
 
 
 _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,<=?]*)\](\{[^{}]*\})?")
