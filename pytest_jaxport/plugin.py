@@ -32,6 +32,7 @@ from pytest_jaxport.model.config import (
     default_migrate_to,
     emulate_platforms,
     emulated_among,
+    installed_release,
     load_project,
     misspelt_tables,
     platform_hint,
@@ -40,7 +41,12 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.config import ConfigError as _ConfigError
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
-from pytest_jaxport.model.formats import Device, default_devices, device_from_target_config
+from pytest_jaxport.model.formats import (
+    COMPILERS,
+    Device,
+    default_devices,
+    device_from_target_config,
+)
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
@@ -359,8 +365,11 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
 
 def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Device]:
     """The device each platform's formats-and-layout findings are judged for: cuda's is the
-    GPU ``target`` describes, rocm's and tpu's ``devices`` (else the defaults). Raises
+    GPU ``target`` describes, rocm's and tpu's ``devices`` (else the defaults), each with the
+    release of its compiler installed here where a rule depends on it (tpu: libtpu). Raises
     ``ValueError`` for a description that names no CUDA GPU."""
+    from dataclasses import replace
+
     cuda = device_from_target_config(target_config)
     if cuda.platform != "cuda":
         raise ValueError(
@@ -368,7 +377,13 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
             "target must be an NVIDIA GPU"
         )
     lowered = (*project.platforms, *project.resolve().added_by_must_lower())
-    return {**default_devices(lowered), **project.devices, "cuda": cuda}
+    devices = {**default_devices(lowered), **project.devices, "cuda": cuda}
+    return {
+        platform: replace(device, compiler=installed_release(COMPILERS[platform]))
+        if platform in COMPILERS
+        else device
+        for platform, device in devices.items()
+    }
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:

@@ -455,7 +455,7 @@ def test_the_fp8_check_shows_a_format_finding_on_mi300_and_none_on_h100(demo: De
     assert rocm["breakdown"]["requantize"] == 2.0  # one re-quantization, the default price
 
 
-def test_the_padding_check_shows_10_9_percent_on_tpu_and_none_at_128_features(
+def test_the_padding_check_shows_1_7_percent_on_tpu_and_none_at_128_features(
     demo: DemoRun,
 ) -> None:
     (test,) = (
@@ -463,11 +463,12 @@ def test_the_padding_check_shows_10_9_percent_on_tpu_and_none_at_128_features(
     )
     assert test["outcome"] == "passed"  # under its 20% ceiling
     checks = {c["name"]: c for c in test["checks"]}
-    # By hand: x (4096, 100) float32 pads 100 lanes to 128 in (8, 128) tiles; w (100, 128)
-    # is under 64 KiB (not counted); the (4096, 128) result pads nothing.
-    padded_x, data_x, result = 4096 * 128 * 4, 4096 * 100 * 4, 4096 * 128 * 4
+    # By hand: x (4096, 100) float32 has its 4096 minor and 100 rows padded to 104 in
+    # (8, 128) tiles (the compiler's layout, measured); w (100, 128) is under 64 KiB (not
+    # counted); the (4096, 128) result pads nothing.
+    padded_x, data_x, result = 104 * 4096 * 4, 4096 * 100 * 4, 4096 * 128 * 4
     waste = (padded_x - data_x) / (padded_x + result)
-    assert waste == 7 / 64
+    assert waste == 65_536 / 3_801_088
     shares = {}
     for name in ("feature_layer_100", "feature_layer_128"):
         padding = [f for f in _findings(checks[name], "tpu") if f["rule"] == "tile-padding"]

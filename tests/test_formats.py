@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -84,26 +86,35 @@ def line_of(fn: Callable[..., Any]) -> int:
 # --- layout arithmetic, by hand ------------------------------------------------------------
 
 
-def test_a_trailing_100_pads_to_128_lanes() -> None:
-    # (1024, 100) float32: 1024 * 100 * 4 bytes of data, 1024 * 128 * 4 with the padding.
-    assert tile_padding((1024, 100), 32) == (409_600, 524_288)
-    assert tile_padding((1024, 128), 32) == (524_288, 524_288)
+def test_a_trailing_100_goes_minor_and_pads_to_104_rows_not_128_lanes() -> None:
+    # (1024, 100) float32: the compiler puts the 1024 minor ({0,1:T(8,128)}): 100 pads to 104
+    # rows of 1024 lanes, 104 * 1024 * 4 bytes (the naive last-two-dims tile: 1024 * 128 * 4).
+    assert tile_padding((1024, 100), "f32") == (409_600, 104 * 1024 * 4)
+    assert tile_padding((1024, 128), "f32") == (524_288, 524_288)
+    # The chip's numbers (the research's table): (4096, 100) 1.04x, (8, 64, 64, 3) 2.0x.
+    assert tile_padding((4096, 100), "f32") == (1_638_400, 1_703_936)
+    assert tile_padding((8, 64, 64, 3), "f32") == (393_216, 786_432)
+    assert tile_padding((4096, 3), "f32") == (49_152, 65_536)  # T(4,128): 3 rows pad to 4
 
 
-def test_the_tile_rows_follow_the_element_width() -> None:
-    # bfloat16 (10, 100): 16 rows of 128 lanes, 2 bytes each.
-    assert tile_padding((10, 100), 16) == (2_000, 16 * 128 * 2)
-    # int8/float8 (33, 129): 64 rows (two 32-row tiles) of 256 lanes, 1 byte each.
-    assert tile_padding((33, 129), 8) == (33 * 129, 64 * 256)
+def test_the_tile_rows_follow_the_rows_and_the_element_width() -> None:
+    # bfloat16 (10, 100): 100 minor, 10 rows pad to 16 (two (8,128)(2,1) tiles), 2 bytes each.
+    assert tile_padding((10, 100), "bf16") == (2_000, 16 * 128 * 2)
+    assert tile_padding((1000, 1000), "bf16") == (2_000_000, 1000 * 1024 * 2)  # 8 rows, not 16
+    # int8 (33, 129): 129 minor (256 lanes), 33 rows pad to 40 (8-row tiles), 1 byte each.
+    assert tile_padding((33, 129), "i8") == (33 * 129, 40 * 256)
     # float32 (3, 8, 128): leading dimensions multiply, nothing pads.
-    assert tile_padding((3, 8, 128), 32) == (3 * 8 * 128 * 4, 3 * 8 * 128 * 4)
+    assert tile_padding((3, 8, 128), "f32") == (3 * 8 * 128 * 4, 3 * 8 * 128 * 4)
+    # float64 and int4 tile as float32 and int8 do, with their own element sizes.
+    assert tile_padding((8, 100), "f64") == (6_400, 8 * 128 * 8)
+    assert tile_padding((8, 100), "i4") == (400, 8 * 128 // 2)
 
 
-@pytest.mark.parametrize(("dims", "bits"), [((1000,), 32), ((8, 100), 64), ((8, 100), 4)])
-def test_arrays_the_tiling_table_does_not_cover_have_no_padding(
-    dims: tuple[int, ...], bits: int
-) -> None:
-    assert tile_padding(dims, bits) is None
+def test_a_vector_pads_to_its_tile_and_a_scalar_is_not_tiled() -> None:
+    # (1000,) float32: T(1024); (129,) float32: T(256), as the compiler printed them.
+    assert tile_padding((1000,), "f32") == (4_000, 4_096)
+    assert tile_padding((129,), "f32") == (516, 1_024)
+    assert tile_padding((), "f32") is None
 
 
 def test_matrix_unit_waste_of_a_contracting_dimension_of_100() -> None:
@@ -151,8 +162,17 @@ def test_every_rule_cites_a_public_source_and_says_whether_it_compiles() -> None
         assert rule.summary, rule.name
         assert rule.compiles == (rule.effect != "not-compiled"), rule.name
         assert rule.platform == "*" or set(rule.devices) <= set(generations[rule.platform])
-    # every source is a public page, but the compiled level's, which is the program itself
-    assert [r.name for r in RULES if "https://" not in r.source] == ["inserted-relayout"]
+    # every source is a public page or a measurement this repository records (the compiled
+    # level's is the program itself), and each recording named is there
+    assert [
+        r.name
+        for r in RULES
+        if "https://" not in r.source and "benchmarks/results/" not in r.source
+    ] == ["inserted-relayout"]
+    root = Path(__file__).resolve().parent.parent
+    for rule in RULES:
+        for recorded in re.findall(r"benchmarks/results/[\w.-]+\.json", rule.source):
+            assert (root / recorded).is_file(), (rule.name, recorded)
 
 
 # --- the walk, on a program built by hand --------------------------------------------------
@@ -193,8 +213,8 @@ def test_padding_bytes_are_weighted_by_the_loop_trip_count_counts_are_not() -> N
     )
     (padding,) = result.by_rule("tile-padding")
     assert padding.count == 1
-    assert padding.amount == 10 * 2 * (524_288 - 409_600)
-    assert padding.of == 10 * 2 * 524_288
+    assert padding.amount == 10 * 2 * (425_984 - 409_600)
+    assert padding.of == 10 * 2 * 425_984
 
 
 def test_a_census_and_its_findings_survive_json() -> None:
@@ -253,7 +273,19 @@ def test_an_x64_solve_is_a_finding_on_tpu_only() -> None:
     assert finding.location.file == __file__
     assert finding.location.line == line_of(solve)
     assert finding.compiles
-    assert not on_tpu.not_compiling
+    # The LU decomposition itself: libtpu before 0.0.50 refuses it; with the release unknown
+    # the rule holds and says for which releases, with 0.0.52 it is only emulated.
+    (refused,) = on_tpu.not_compiling
+    assert refused.rule == "float64-lu-not-compiled"
+    assert refused.detail == (
+        "float64 custom_call LuDecomposition (float64[64,64]) [libtpu < 0.0.50]"
+    )
+    with x64():
+        newer = take_format_census(program(solve, a, b, platform="tpu"), "tpu",
+                                   device=Device(platform="tpu", generation="v5e",
+                                                 compiler="0.0.52"))  # fmt: skip
+    assert not newer.not_compiling
+    assert newer.by_rule("float64-emulated")
     assert on_tpu.formats["float64"] >= 1
     for platform, result in elsewhere.items():
         assert result.findings == (), platform
@@ -273,15 +305,25 @@ def test_a_complex128_fft_does_not_compile_on_tpu() -> None:
     assert finding.location.line == line_of(spectrum)
 
 
-def test_nextafter_under_x64_does_not_compile_on_tpu() -> None:
-    """jax.lax.nextafter on float64, what equinox and diffrax use (jax-ml/jax#30629)."""
+def test_nextafter_under_x64_does_not_compile_on_tpu_before_libtpu_0_0_52() -> None:
+    """jax.lax.nextafter on float64, what equinox and diffrax use: libtpu 0.0.42.1 and
+    0.0.50.1 refuse it, 0.0.52 compiles it; a float64 bitcast compiles on every release."""
 
     def step(x: Any) -> Any:
         return lax.nextafter(x, x + 1.0)
 
+    def bits(x: Any) -> Any:
+        return lax.bitcast_convert_type(x, jnp.int64)
+
     with x64():
         result = census(step, jnp.ones((16,)), platform="tpu")
-    assert [f.rule for f in result.not_compiling] == ["float64-bitcast-not-compiled"]
+        read = program(step, jnp.ones((16,)), platform="tpu")
+        bitcast = census(bits, jnp.ones((16,)), platform="tpu")
+    assert [f.rule for f in result.not_compiling] == ["float64-nextafter-not-compiled"]
+    for release, refused in (("0.0.42.1", True), ("0.0.50.1", True), ("0.0.52", False)):
+        device = Device(platform="tpu", generation="v5e", compiler=release)
+        assert bool(take_format_census(read, "tpu", device=device).not_compiling) == refused
+    assert not bitcast.not_compiling
     with x64():
         assert census(step, jnp.ones((16,)), platform="cuda").findings == ()
     assert census(step, jnp.ones((16,), jnp.float32), platform="tpu").findings == ()
@@ -370,22 +412,23 @@ def _batch_100(x: Any, w: Any) -> Any:
 
 
 def test_padding_of_a_batch_by_100_float32_matmul_on_tpu() -> None:
-    """x (1024, 100) f32: 409,600 bytes in 524,288 with the padding; w (100, 128) f32:
-    51,200 bytes (under 64 KiB: left out); the result (1024, 128) f32 pads nothing. The dot
-    moves 524,288 + 524,288 padded bytes, 114,688 of them padding: 7/64."""
+    """x (1024, 100) f32: 409,600 bytes in 425,984, the 1024 minor and 100 padded to 104
+    rows; w (100, 128) f32: 51,200 bytes (under 64 KiB: left out); the result (1024, 128)
+    f32 pads nothing. The dot moves 425,984 + 524,288 tiled bytes, 16,384 of them padding."""
     x, w = jnp.ones((1024, 100)), jnp.ones((100, 128))
     result = census(_batch_100, x, w, platform="tpu")
     (padding,) = result.by_rule("tile-padding")
-    assert padding.amount == 114_688
-    assert padding.of == 1_048_576
-    assert result.padding_bytes == (114_688, 1_048_576)
-    assert result.padding_waste == 7 / 64
-    assert padding.detail == "float32[1024,100] pads to float32[1024,128]"
+    assert padding.amount == 16_384
+    assert padding.of == 425_984 + 524_288
+    assert result.padding_bytes == (16_384, 950_272)
+    assert result.padding_waste == 16_384 / 950_272
+    assert padding.detail == "float32[1024,100] as {0,1:T(8,128)}: 104x1024"
     assert padding.location is not None
     assert padding.location.line == line_of(_batch_100)
-    # Counting every array, w too: 2,048 more bytes of padding in 53,248 more.
+    # Counting every array, w too: its 128 minor, 100 rows pad to 104: 2,048 more bytes of
+    # padding in 53,248 more.
     everything = take_format_census(program(_batch_100, x, w, platform="tpu"), "tpu", large_bytes=0)
-    assert everything.padding_bytes == (114_688 + 2_048, 1_048_576 + 53_248)
+    assert everything.padding_bytes == (16_384 + 2_048, 950_272 + 53_248)
     # The MXU: 100 of 128 contracting rows used.
     (mxu,) = result.by_rule("matrix-unit-misaligned")
     assert mxu.fraction == 28 / 128

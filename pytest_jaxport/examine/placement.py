@@ -118,7 +118,9 @@ class Placement:
         )
         lines = [(f.kind, f.rule, f.level, f.location) for f in relocated.findings]
         if len(set(lines)) < len(lines):  # findings placed at one line add up
-            relocated += replace(relocated, findings=(), formats={}, tiled_bytes=0, lines={})
+            relocated += replace(
+                relocated, findings=(), formats={}, tiled_bytes=0, lines={}, memory=None
+            )
         return relocated
 
     def shown_location(self, location: SourceLocation) -> SourceLocation:

@@ -626,15 +626,19 @@ def _forbid_formats(check: str, result: PlatformProbe, budget: Budget) -> list[V
 
 
 def _padding_waste(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
-    """``max_padding_waste``: the share of bytes moved that is tile padding (lowered)."""
-    formats, ceiling = result.formats, budget.max_padding_waste
+    """``max_padding_waste``: the share of bytes moved that is tile padding, in the layouts
+    the compiler chose where it compiled the program, else the lowered model's."""
+    formats, ceiling = result.padding_formats, budget.max_padding_waste
     if formats is None or ceiling is None or formats.padding_waste <= ceiling.value:
         return []
     padded = sorted(formats.by_rule("tile-padding"), key=lambda f: -f.amount)
+    level = "lowered (layout model)"
+    if formats.level == "compiled":
+        level = f"compiled (deviceless {result.target})" if result.deviceless else "compiled"
     return [Violation(check=check, platform=result.platform, key="max_padding_waste",
                       limit=ceiling.value, origin=ceiling.origin,
                       found=f"{formats.padding_waste:.1%}", what="of bytes moved are padding",
-                      findings=tuple(padded))]  # fmt: skip
+                      level=level, findings=tuple(padded))]  # fmt: skip
 
 
 def _relayouts(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
@@ -814,7 +818,8 @@ KEYS: tuple[BudgetKey, ...] = (
         name="max_padding_waste",
         kind="fraction",
         judged=OnPlatform(_padding_waste),
-        doc="The share of bytes moved that is tile padding (tpu).",
+        doc="The share of bytes moved that is tile padding (tpu): in the layouts the "
+        "compiler chose where tpu was compiled, else in the lowered model's.",
         ratchet="padding_waste",
     ),
     BudgetKey(

@@ -556,12 +556,18 @@ def _at(where: _Where, key: str) -> str:
     return f"{where.prefix} {key}" if key else where.prefix
 
 
-@functools.cache
 def installed_jax() -> str:
     """The installed jax's version (``""`` where none is installed), read from its package
     metadata: JAX itself is not imported."""
+    return installed_release("jax")
+
+
+@functools.cache
+def installed_release(distribution: str) -> str:
+    """The installed ``distribution``'s version (``""`` where it is not installed), read from
+    its package metadata, nothing imported (``libtpu``: the TPU compiler's release)."""
     try:
-        return importlib.metadata.version("jax")
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return ""
 

@@ -973,15 +973,25 @@ class FormatItem:
         }
 
 
-def format_items(*, check: str, target: str, formats: FormatCensus | None) -> list[FormatItem]:
+def format_items(
+    *,
+    check: str,
+    target: str,
+    formats: FormatCensus | None,
+    padding: FormatCensus | None = None,
+) -> list[FormatItem]:
     """What the formats-and-layout findings of ``check`` on ``target`` (its configured
     device) cost a move there: the lines it emulates or cannot compile, the float8 formats
     to re-quantize, the dots it computes at a lower precision or converts, the convolutions
-    it relays out and the arrays padded by a tenth or more."""
+    it relays out and the arrays padded by a tenth or more (those of ``padding`` where given:
+    the compiled program's, where the compiler laid it out)."""
     if formats is None:
         return []
+    padded = padding if padding is not None else formats
+    findings = [f for f in formats.findings if f.rule != "tile-padding"]
+    findings += padded.by_rule("tile-padding")
     items = []
-    for finding in formats.findings:
+    for finding in findings:
         cost = _FORMAT_COSTS.get(finding.effect)
         if finding.rule == "convolution-relayout" or (
             finding.rule == "tile-padding" and finding.fraction >= LAYOUT_WORK_FRACTION

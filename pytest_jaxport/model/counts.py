@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.jsontypes import (
@@ -23,6 +24,8 @@ from pytest_jaxport.model.jsontypes import (
     table,
 )
 
+_N = TypeVar("_N", int, float)
+
 LAYER_COUNTS = ("vendor", "custom", "meta")
 """The layers counted as calls (``xla`` counts generated ops, every one)."""
 
@@ -31,7 +34,9 @@ LAYER_COUNTS = ("vendor", "custom", "meta")
 class FormatCounts:
     """The formats-and-layout findings of probes on one platform: call-weighted findings by
     kind, the rules' "does not compile", padding and relayout bytes (bytes add up; the
-    padding fraction is derived from them, never summed)."""
+    padding fraction is derived from them, never summed). Padding twice, side by side: the
+    lowered program's in the layouts the compiler gives arrays nothing constrains (a model),
+    and the compiled program's in the layouts the compiler chose, where it was compiled."""
 
     format_findings: int = 0
     layout_findings: int = 0
@@ -40,6 +45,10 @@ class FormatCounts:
     padding_bytes: float = 0.0
     padded_bytes: float = 0.0
     """Bytes moved by the ops with padded arrays, padding included."""
+    compiled_padding_bytes: float | None = None
+    """Padding in the layouts the compiler chose (compiled level, where the compiler tiles
+    arrays: tpu); ``None`` where no probe was compiled so."""
+    compiled_padded_bytes: float = 0.0
     relayouts: int | None = None
     """Transposes and copies XLA inserted around library calls (compiled level); ``None``
     where nothing was compiled."""
@@ -49,12 +58,18 @@ class FormatCounts:
     def of(cls, lowered: FormatCensus | None, compiled: FormatCensus | None) -> FormatCounts:
         """One probe's, from its lowered and compiled findings."""
         padding, padded = lowered.padding_bytes if lowered is not None else (0.0, 0.0)
+        compiled_padding: float | None = None
+        compiled_padded = 0.0
+        if compiled is not None and compiled.tiled_bytes > 0:
+            compiled_padding, compiled_padded = compiled.padding_bytes
         return cls(
             format_findings=lowered.count("format") if lowered is not None else 0,
             layout_findings=lowered.count("layout") if lowered is not None else 0,
             not_compiling=sum(f.count for f in lowered.not_compiling) if lowered is not None else 0,
             padding_bytes=padding,
             padded_bytes=padded,
+            compiled_padding_bytes=compiled_padding,
+            compiled_padded_bytes=compiled_padded,
             relayouts=compiled.relayouts if compiled is not None else None,
             relayout_bytes=compiled.relayout_bytes if compiled is not None else 0.0,
         )
@@ -64,6 +79,15 @@ class FormatCounts:
         """The share of bytes moved that is padding."""
         return self.padding_bytes / self.padded_bytes if self.padded_bytes else 0.0
 
+    @property
+    def compiled_padding_waste(self) -> float | None:
+        """The share of bytes moved that is padding, in the layouts the compiler chose;
+        ``None`` where nothing was compiled so."""
+        if self.compiled_padding_bytes is None:
+            return None
+        padded = self.compiled_padded_bytes
+        return self.compiled_padding_bytes / padded if padded else 0.0
+
     def __add__(self, other: FormatCounts) -> FormatCounts:
         return FormatCounts(
             format_findings=self.format_findings + other.format_findings,
@@ -71,6 +95,8 @@ class FormatCounts:
             not_compiling=self.not_compiling + other.not_compiling,
             padding_bytes=self.padding_bytes + other.padding_bytes,
             padded_bytes=self.padded_bytes + other.padded_bytes,
+            compiled_padding_bytes=_add(self.compiled_padding_bytes, other.compiled_padding_bytes),
+            compiled_padded_bytes=self.compiled_padded_bytes + other.compiled_padded_bytes,
             relayouts=_add(self.relayouts, other.relayouts),
             relayout_bytes=self.relayout_bytes + other.relayout_bytes,
         )
@@ -83,6 +109,9 @@ class FormatCounts:
             "padding_waste": self.padding_waste,
             "padding_bytes": self.padding_bytes,
         }
+        if self.compiled_padding_bytes is not None:
+            data["compiled_padding_waste"] = self.compiled_padding_waste
+            data["compiled_padding_bytes"] = self.compiled_padding_bytes
         if self.relayouts is not None:
             data["relayouts"] = self.relayouts
             data["relayout_bytes"] = self.relayout_bytes
@@ -204,7 +233,7 @@ def _collective(found: JsonMapping) -> tuple[int, int]:
     return integer(found, "count", 0), integer(found, "inserted", 0)
 
 
-def _add(a: int | None, b: int | None) -> int | None:
+def _add(a: _N | None, b: _N | None) -> _N | None:
     return None if a is None and b is None else (a or 0) + (b or 0)
 
 

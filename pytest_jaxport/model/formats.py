@@ -25,8 +25,8 @@ Example::
     ['float32-default-precision', 'matrix-unit-misaligned', 'tile-padding']
     >>> str(census.findings[0].location)
     'model.py:3'
-    >>> round(census.padding_waste, 4)
-    0.1094
+    >>> round(census.padding_waste, 4)  # 100 rows pad to 104 of the 4096 lanes: 4% of x
+    0.0172
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -54,8 +54,15 @@ from pytest_jaxport.model.census import (
     placed_location,
     tensor_type,
 )
-from pytest_jaxport.model.platforms import DESCRIPTIONS
+from pytest_jaxport.model.platforms import DESCRIPTIONS, release
 from pytest_jaxport.model.targets import Level, classify
+from pytest_jaxport.model.tiling import (
+    TiledLayout,
+    default_layout,
+    hlo_element,
+    jax_name,
+    read_layouts,
+)
 
 FindingKind = Literal["format", "layout"]
 """``format``: a numeric format the target computes differently, emulates, converts or cannot
@@ -192,11 +199,20 @@ class Device:
     generation: str = ""
     name: str = ""
     """What reports call it (``NVIDIA H100``); the generation where empty."""
+    compiler: str = ""
+    """The release of the platform's compiler (:data:`COMPILERS`) the findings are judged
+    for, where known (tpu: the libtpu installed, ``0.0.42.1``); empty where unknown: then a
+    rule a later release lifted still applies, saying which releases it holds for."""
 
     def __str__(self) -> str:
         if self.name:
             return f"{self.name} ({self.generation})" if self.generation else self.name
         return self.generation or self.platform
+
+
+COMPILERS: Mapping[str, str] = {"tpu": "libtpu"}
+"""The compiler whose release decides what a platform compiles, where a rule depends on it
+(:attr:`Rule.releases`): libtpu for tpu (the compiled program follows libtpu, not jax)."""
 
 
 DEFAULT_DEVICES: Mapping[str, Device] = {
@@ -314,6 +330,13 @@ class Rule:
     type), in any operand or result otherwise; empty: any."""
     ops: tuple[str, ...] = ("*",)
     """fnmatch patterns of the ops it applies to."""
+    targets: tuple[str, ...] = ()
+    """fnmatch patterns of the custom-call targets it applies to (``LuDecomposition``);
+    empty: any op of :attr:`ops`."""
+    releases: tuple[str, str] = ("", "")
+    """``(first, first not)``: the releases of the platform's compiler (:data:`COMPILERS`)
+    the rule holds for, the second excluded (``("", "0.0.50")``: libtpu before 0.0.50); empty
+    ends are open. Where the release judged for is unknown, the rule holds."""
     compiles: bool = True
     """``False``: the target's compiler rejects the op (it lowers all the same)."""
     precision: Literal["any", "default"] = "any"
@@ -330,7 +353,32 @@ class Rule:
     """Convolution rules: the input ranks it applies to (4: a 2-D convolution); empty: any."""
 
     def applies(self, device: Device) -> bool:
-        return not self.devices or device.generation in self.devices
+        if self.devices and device.generation not in self.devices:
+            return False
+        return not device.compiler or in_releases(device.compiler, self.releases)
+
+    @property
+    def release_text(self) -> str:
+        """``libtpu < 0.0.50``, ``libtpu >= 0.0.44``, ``libtpu 0.0.44 to before 0.0.50``: the
+        releases it holds for (empty: every release)."""
+        first, until = self.releases
+        if not first and not until:
+            return ""
+        compiler = COMPILERS.get(self.platform, "compiler")
+        if first and until:
+            return f"{compiler} {first} to before {until}"
+        return f"{compiler} >= {first}" if first else f"{compiler} < {until}"
+
+
+def in_releases(version: str, releases: tuple[str, str]) -> bool:
+    """Whether ``version`` is within ``(first, first not)`` (:attr:`Rule.releases`).
+
+    >>> in_releases("0.0.42.1", ("", "0.0.50")), in_releases("0.0.52", ("", "0.0.50"))
+    (True, False)
+    """
+    first, until = releases
+    found = release(version)
+    return (not first or found >= release(first)) and (not until or found < release(until))
 
 
 _TPU_V6_ON = _from("tpu", "v6e")
@@ -390,6 +438,20 @@ _SRC_TPU_TILES = (
     "(https://cloud.google.com/tpu/docs/performance-guide); Pallas TPU block shapes "
     "(https://docs.jax.dev/en/latest/pallas/tpu/details.html)"
 )
+_SRC_JAX_19769 = "jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)"
+_SRC_REFUSED = (
+    "measured: deviceless libtpu compiles for TPU v5e (benchmarks/tpu_layouts.py --part "
+    "refusals, benchmarks/results/tpu-refusals.json: libtpu 0.0.42.1 with jax 0.10.2, 0.0.52 "
+    "with jax 0.12.1)"
+)
+_SRC_REFUSED_CHIP = (
+    f"{_SRC_REFUSED}; the lent TPU v5e refused it too (libtpu 0.0.42.1, recorded there)"
+)
+_SRC_TPU_LAYOUT = (
+    "measured: the layouts of deviceless libtpu compiles (TPU v4, v5e, v5p, v6e; libtpu "
+    "0.0.42.1 and 0.0.52) and of the lent TPU v5e (benchmarks/tpu_layouts.py, "
+    "benchmarks/results/tpu-layouts.json)"
+)
 _SRC_TPU_MXU = (
     "Cloud TPU system architecture: an MXU is 256x256 on TPU v6e, 128x128 before "
     "(https://cloud.google.com/tpu/docs/system-architecture-tpu-vm); " + _SRC_TPU_HW
@@ -443,20 +505,45 @@ RULES: tuple[Rule, ...] = (
         elements=frozenset({"complex<f64>"}),
         ops=("stablehlo.fft",),
         effect="not-compiled", compiles=False,
-        summary="a complex128 FFT does not compile for TPU (INVALID_ARGUMENT: Element type "
-        "C128 is not supported on TPU)",
-        source="jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)",
+        summary="a complex128 FFT (jnp.fft under x64; rfft of float64 makes one) does not "
+        "compile for TPU (INVALID_ARGUMENT: Unexpected operand type for FFT: c128[1024]); "
+        "libtpu 0.0.42.1 and 0.0.52 alike",
+        source=f"{_SRC_JAX_19769}; {_SRC_REFUSED_CHIP}",
     ),
     Rule(
-        name="float64-bitcast-not-compiled", kind="format", platform="tpu",
-        elements=frozenset({"f64"}),
-        ops=("stablehlo.bitcast_convert", "chlo.next_after"),
+        name="float64-lu-not-compiled", kind="format", platform="tpu",
+        elements=frozenset({"f64", "complex<f64>"}),
+        ops=("stablehlo.custom_call",), targets=("LuDecomposition",),
+        releases=("", "0.0.50"),
         effect="not-compiled", compiles=False,
-        summary="a float64 bitcast (jax.lax.bitcast_convert_type, and jax.lax.nextafter, "
-        "which equinox and diffrax use under x64) does not compile for TPU (UNIMPLEMENTED: "
-        "While rewriting computation to not contain X64 element types...)",
-        source="jax-ml/jax#30629 (https://github.com/jax-ml/jax/issues/30629); "
-        "patrick-kidger/diffrax#366 (https://github.com/patrick-kidger/diffrax/issues/366)",
+        summary="a float64 or complex128 LU decomposition (jnp.linalg.solve, inv, det, "
+        "slogdet, jax.scipy.linalg.lu and lu_factor under x64) does not compile for TPU "
+        "(UNIMPLEMENTED: Only F32 and C64 types are implemented in LuDecomposition); libtpu "
+        "0.0.50.1 and 0.0.52 compile it (LuRealDecompositionBlock)",
+        source=_SRC_REFUSED_CHIP,
+    ),
+    Rule(
+        name="float64-nextafter-not-compiled", kind="format", platform="tpu",
+        elements=frozenset({"f64"}),
+        ops=("chlo.next_after",),
+        releases=("", "0.0.52"),
+        effect="not-compiled", compiles=False,
+        summary="jax.lax.nextafter on float64 (equinox and diffrax use it under x64) does not "
+        "compile for TPU (INVALID_ARGUMENT: Binary op and with different element types: s32 "
+        "and u32); libtpu 0.0.52 compiles it (0.0.50.1 did not)",
+        source="patrick-kidger/diffrax#366 (https://github.com/patrick-kidger/diffrax/issues/"
+        "366); " + _SRC_REFUSED,
+    ),
+    Rule(
+        name="int64-dot-not-compiled", kind="format", platform="tpu",
+        elements=frozenset({"i64", "ui64"}),
+        ops=("stablehlo.dot_general", "stablehlo.dot"),
+        effect="not-compiled", compiles=False,
+        summary="a dot with a 64-bit integer operand (int64 or uint64 under x64) does not "
+        "compile for TPU (UNIMPLEMENTED: While rewriting computation to not contain X64 "
+        "element types, XLA encountered an HLO for which this rewriting is not implemented: "
+        "dot_general); libtpu 0.0.42.1 and 0.0.52 alike",
+        source=_SRC_REFUSED,
     ),
     Rule(
         name="float64-emulated", kind="format", platform="tpu",
@@ -583,9 +670,12 @@ RULES: tuple[Rule, ...] = (
     # -- layout ------------------------------------------------------------------------
     Rule(
         name="tile-padding", kind="layout", platform="tpu", effect="padded",
-        summary="TPU arrays are tiled: the two minor dimensions pad to (8, 128) for 32-bit, "
-        "(16, 128) for 16-bit and (32, 128) for 8-bit types",
-        source=_SRC_TPU_TILES,
+        summary="TPU arrays are tiled: the most minor dimension pads to 128 lanes, the next to "
+        "the tile's rows (8; 4, 2 or 1 for few rows). Compiled: the layouts the compiler "
+        "chose. Lowered: the layout it gives an array nothing constrains (the dimension that "
+        "pads least minor, a small one out of the tile), exact for every argument measured; "
+        "inside a program the compiler may lay out arrays otherwise, or fuse them away",
+        source=f"{_SRC_TPU_TILES}; {_SRC_TPU_LAYOUT}",
     ),
     Rule(
         name="matrix-unit-misaligned", kind="layout", platform="tpu", devices=_TPU_BEFORE_V6,
@@ -739,10 +829,14 @@ def rules_markdown() -> str:
     for rule in RULES:
         formats = _formats_text(rule.elements)
         ops = ", ".join(op.removeprefix("stablehlo.").removeprefix("chlo.") for op in rule.ops)
+        if rule.targets:
+            ops += " " + ", ".join(f"@{target}" for target in rule.targets)
         cells = (
             f"`{rule.name}`",
             rule.platform if rule.platform != "*" else "any (compiled level)",
-            _generations(rule.devices, rule.platform),
+            "; ".join(
+                x for x in (_generations(rule.devices, rule.platform), rule.release_text) if x
+            ),
             formats,
             "any" if ops == "*" else ops,
             rule.effect,
@@ -764,35 +858,29 @@ def rule_source(platform: str, name: str) -> str:
 
 # -- layout arithmetic ----------------------------------------------------------------------
 
-TPU_LANES = 128
-TPU_SUBLANES: Mapping[int, int] = {32: 8, 16: 16, 8: 32}
-"""Rows of a TPU tile per element width: (8, 128) 32-bit, (16, 128) 16-bit, (32, 128) 8-bit.
-Other widths (64-bit, 4-bit, complex) have tilings this table does not claim to know."""
-
 
 def _ceil(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def tile_padding(dims: Sequence[int], bits: int) -> tuple[int, int] | None:
-    """``(data bytes, padded bytes)`` of an array under TPU tiling, or ``None`` where the
-    array is not tiled as :data:`TPU_SUBLANES` says (rank below 2, another element width).
+def tile_padding(dims: Sequence[int], element: str) -> tuple[int, int] | None:
+    """``(data bytes, bytes in tiles)`` of an array of StableHLO ``element`` type in the layout
+    the TPU compiler gives it where nothing constrains it
+    (:func:`~pytest_jaxport.model.tiling.default_layout`), or ``None`` for a scalar (untiled
+    here) or a dynamic shape.
 
-    The minor dimension pads to 128 lanes, the second-minor to the tile's rows; leading
-    dimensions multiply. A ``(1024, 100)`` float32 array is 409,600 bytes in 524,288:
+    A ``(1024, 100)`` float32 array pads 100 to 104 rows of 1024 lanes, 425,984 bytes for
+    409,600 of data, where padding its minor dimension to 128 lanes would take 524,288:
 
-    >>> tile_padding((1024, 100), 32)
-    (409600, 524288)
-    >>> tile_padding((16, 128), 16)
-    (4096, 4096)
+    >>> tile_padding((1024, 100), "f32")
+    (409600, 425984)
+    >>> tile_padding((8, 64, 64, 3), "f32")  # the channels out of the tile: 2x, not 42x
+    (393216, 786432)
     """
-    rows = TPU_SUBLANES.get(bits)
-    if rows is None or len(dims) < 2:
+    if not dims:
         return None
-    leading = math.prod(dims[:-2])
-    data = leading * dims[-2] * dims[-1] * bits // 8
-    padded = leading * _ceil(dims[-2], rows) * _ceil(dims[-1], TPU_LANES) * bits // 8
-    return data, padded
+    layout = default_layout(tuple(dims), hlo_element(element))
+    return layout.data_bytes, layout.bytes
 
 
 def matrix_unit_waste(
@@ -985,6 +1073,113 @@ def _location_from_text(text: object) -> SourceLocation | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryFootprint:
+    """What a compiled program's arguments and outputs take on its device beside their data,
+    and the temporaries it allocates: from the layouts the compiler chose for them (its
+    ``entry_computation_layout``) and, where the compile counted it, the compiler's own count
+    (``memory_analysis``: :class:`~pytest_jaxport.model.census.CompiledMemory`). Adds up over
+    programs (an audited suite's).
+
+    >>> footprint = MemoryFootprint(argument_data=1_638_400, argument_bytes=1_703_936)
+    >>> round(footprint.argument_padding, 3)
+    0.04
+    """
+
+    argument_data: int = 0
+    argument_bytes: int = 0
+    output_data: int = 0
+    output_bytes: int = 0
+    temp_bytes: int | None = None
+    """The temporaries the compiler allocates (``None`` where it did not count)."""
+    counted: bool = False
+    """Whether the argument and output bytes are the compiler's count (``memory_analysis``)
+    rather than summed from the layouts (the two agree: ``tests/test_tpu_layout.py``)."""
+
+    @property
+    def argument_padding(self) -> float:
+        """The arguments' bytes on the device over their data, less one (0.04: 4% more)."""
+        return self.argument_bytes / self.argument_data - 1 if self.argument_data else 0.0
+
+    def __add__(self, other: MemoryFootprint) -> MemoryFootprint:
+        temp = None
+        if self.temp_bytes is not None or other.temp_bytes is not None:
+            temp = (self.temp_bytes or 0) + (other.temp_bytes or 0)
+        return MemoryFootprint(
+            argument_data=self.argument_data + other.argument_data,
+            argument_bytes=self.argument_bytes + other.argument_bytes,
+            output_data=self.output_data + other.output_data,
+            output_bytes=self.output_bytes + other.output_bytes,
+            temp_bytes=temp,
+            counted=self.counted and other.counted,
+        )
+
+    def describe(self) -> str:
+        """``arguments 1.6 MiB for 1.6 MiB of data (+4%), outputs 512 B for 12 B of data,
+        temporaries 0 B``."""
+        said = [
+            f"arguments {_size(self.argument_bytes)} for {_size(self.argument_data)} of data"
+            + (f" (+{self.argument_padding:.0%})" if self.argument_bytes > self.argument_data
+               else ""),
+            f"outputs {_size(self.output_bytes)} for {_size(self.output_data)} of data",
+        ]  # fmt: skip
+        if self.temp_bytes is not None:
+            said.append(f"temporaries {_size(self.temp_bytes)}")
+        return ", ".join(said)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "argument_data": self.argument_data,
+            "argument_bytes": self.argument_bytes,
+            "output_data": self.output_data,
+            "output_bytes": self.output_bytes,
+            "counted": self.counted,
+        }
+        if self.temp_bytes is not None:
+            data["temp_bytes"] = self.temp_bytes
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryFootprint:
+        """The inverse of :meth:`to_dict`; raises ``ValueError`` naming a field that is not a
+        count of bytes."""
+        values: dict[str, int | None] = {}
+        for name in ("argument_data", "argument_bytes", "output_data", "output_bytes",
+                     "temp_bytes"):  # fmt: skip
+            value = data.get(name, None if name == "temp_bytes" else 0)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise ValueError(f"not a byte count: {name} = {value!r:.40}")
+            values[name] = value
+        return cls(
+            argument_data=values["argument_data"] or 0,
+            argument_bytes=values["argument_bytes"] or 0,
+            output_data=values["output_data"] or 0,
+            output_bytes=values["output_bytes"] or 0,
+            temp_bytes=values["temp_bytes"],
+            counted=bool(data.get("counted", False)),
+        )
+
+
+def memory_footprint(program: Program) -> MemoryFootprint | None:
+    """A compiled program's :class:`MemoryFootprint`, where the compiler tiled its arrays
+    (``Program.entry_layout``; ``None`` elsewhere)."""
+    if not program.entry_layout:
+        return None
+    arguments, _, outputs = program.entry_layout.rpartition("->")
+    taken = read_layouts(arguments), read_layouts(outputs)
+    argument_data, output_data = (sum(x.data_bytes for x in side) for side in taken)
+    argument_bytes, output_bytes = (sum(x.bytes for x in side) for side in taken)
+    memory = program.memory
+    if memory is None:
+        return MemoryFootprint(argument_data=argument_data, argument_bytes=argument_bytes,
+                               output_data=output_data, output_bytes=output_bytes)  # fmt: skip
+    return MemoryFootprint(argument_data=argument_data, argument_bytes=memory.argument,
+                           output_data=output_data, output_bytes=memory.output,
+                           temp_bytes=memory.temp, counted=True)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FormatCensus:
     """The formats-and-layout findings of one program on one platform, at one level."""
 
@@ -1002,6 +1197,9 @@ class FormatCensus:
     """Per format of :attr:`formats`, the first :data:`LINES_KEPT` source lines (in order)
     of ops that use it: where a ``forbid_formats`` violation points when no rule flags the
     format on this device."""
+    memory: MemoryFootprint | None = None
+    """A compiled program's arguments, outputs and temporaries on its device (compiled level,
+    where the compiler tiled its arrays: tpu)."""
 
     def count(self, kind: FindingKind | None = None) -> int:
         """Call-weighted findings (of ``kind``; every kind where ``None``)."""
@@ -1098,18 +1296,24 @@ class FormatCensus:
             formats=dict(sorted(formats.items())),
             tiled_bytes=self.tiled_bytes + other.tiled_bytes,
             lines=dict(sorted(lines.items())),
+            memory=_added(self.memory, other.memory),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "platform": self.platform,
-            "device": {"generation": self.device.generation, "name": self.device.name},
+            "device": {
+                "generation": self.device.generation,
+                "name": self.device.name,
+                **({"compiler": self.device.compiler} if self.device.compiler else {}),
+            },
             "level": self.level,
             "findings": [f.to_dict() for f in self.findings],
             "formats": dict(self.formats),
             **({"tiled_bytes": self.tiled_bytes} if self.tiled_bytes else {}),
             **({"lines": {k: [str(at) for at in v] for k, v in self.lines.items()}}
                if self.lines else {}),
+            **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
         }  # fmt: skip
 
     @classmethod
@@ -1129,6 +1333,7 @@ class FormatCensus:
                 platform=platform,
                 generation=str(device.get("generation", "")),
                 name=str(device.get("name", "")),
+                compiler=str(device.get("compiler", "")),
             ),
             level=level,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings", ())),
@@ -1138,6 +1343,7 @@ class FormatCensus:
                 str(k): tuple(at for at in map(_location_from_text, v) if at is not None)
                 for k, v in (data.get("lines") or {}).items()
             },
+            memory=MemoryFootprint.from_dict(data["memory"]) if data.get("memory") else None,
         )
 
 
@@ -1149,6 +1355,12 @@ the code, few enough that every census can carry them."""
 def _kept(lines: Iterable[SourceLocation]) -> tuple[SourceLocation, ...]:
     """The first :data:`LINES_KEPT` distinct ``lines``, in file and line order."""
     return tuple(sorted(set(lines), key=lambda at: (at.file, at.line))[:LINES_KEPT])
+
+
+def _added(a: MemoryFootprint | None, b: MemoryFootprint | None) -> MemoryFootprint | None:
+    if a is None or b is None:
+        return a or b
+    return a + b
 
 
 # -- per site -------------------------------------------------------------------------------
@@ -1215,20 +1427,12 @@ def _cached_hits(site: OpSite, platform: str, device: Device, large_bytes: int) 
 def site_hits(
     site: OpSite, platform: str, device: Device, *, large_bytes: int = LARGE_ARRAY_BYTES
 ) -> tuple[_Hit, ...]:
-    """Every rule's finding at one op site (before call weighting)."""
-    relayouts = _compiled_relayouts(site) if site.attributes else None
-    if relayouts is not None:
-        count, kernels, written, moved = relayouts
-        rule = next(r for r in rules_for(platform, device) if r.name == "inserted-relayout")
-        call = site.target or site.op.removeprefix("hlo.fusion:")
-        detail = (
-            f"{count} transposes/copies ({kernels} kernels of their own, {_size(written)}) "
-            f"around {call}"
-        )
-        return (
-            _Hit(rule=rule, detail=detail, amount=written, of=moved + written, unit="bytes",
-                 ops=count),
-        )  # fmt: skip
+    """Every rule's finding at one op site (before call weighting). A compiled program's
+    site has the findings the compiler's own output shows: the relayouts it inserted around a
+    library call and the padding of the layouts it chose; the rules about formats and
+    matrix units are the lowered level's."""
+    if site.compiled:
+        return _compiled_hits(site, rules_for(platform, device), large_bytes)
     operands = _parsed(site.operand_types)
     results = _parsed(site.result_types)
     if not operands and not results:
@@ -1242,6 +1446,8 @@ def site_hits(
     for rule in rules_for(platform, device):
         if not any(fnmatchcase(op, pattern) for pattern in rule.ops):
             continue
+        if rule.targets and not any(fnmatchcase(site.target or "", t) for t in rule.targets):
+            continue
         if rule.elements and not rule.elements & (inputs if rule.ops == MATMUL_OPS else elements):
             continue
         if rule.precision == "default" and not _default_precision(attributes):
@@ -1253,7 +1459,7 @@ def site_hits(
                 hit = _format_hit(rule, site, operands, found)  # one finding per op that
                 # does not compile: its emulation is moot
         elif rule.name == "tile-padding":
-            hit = _padding_hit(rule, operands + results, large_bytes)
+            hit = _padding_hit(rule, _layouts(site), large_bytes)
         elif rule.name == "matrix-unit-misaligned":
             hit = _alignment_hit(rule, site, operands, attributes, device, large_bytes)
         elif rule.name == "convolution-relayout" and not relayout_decided:
@@ -1268,10 +1474,33 @@ def site_hits(
     return tuple(hits)
 
 
+def _compiled_hits(site: OpSite, rules: Sequence[Rule], large_bytes: int) -> tuple[_Hit, ...]:
+    hits: list[_Hit] = []
+    relayouts = _compiled_relayouts(site) if site.attributes else None
+    for rule in rules:
+        if rule.name == "inserted-relayout" and relayouts is not None:
+            count, kernels, written, moved = relayouts
+            call = site.target or site.op.removeprefix("hlo.fusion:")
+            detail = (
+                f"{count} transposes/copies ({kernels} kernels of their own, "
+                f"{_size(written)}) around {call}"
+            )
+            hits.append(_Hit(rule=rule, detail=detail, amount=written, of=moved + written,
+                             unit="bytes", ops=count))  # fmt: skip
+        elif rule.name == "tile-padding" and (site.operand_types or site.result_types):
+            hit = _padding_hit(rule, _layouts(site), large_bytes)
+            if hit is not None:
+                hits.append(hit)
+    return tuple(hits)
+
+
 def _format_hit(rule: Rule, site: OpSite, operands: _Types, elements: set[str]) -> _Hit:
     found = tuple(sorted(dtype_name(e) for e in elements & rule.elements))
     types = " x ".join(_short(dims, element) for dims, element in operands)
-    detail = f"{', '.join(found)} {_op_name(site.op)}" + (f" ({types})" if types else "")
+    op = f"{_op_name(site.op)} {site.target}" if rule.targets and site.target else _op_name(site.op)
+    detail = f"{', '.join(found)} {op}" + (f" ({types})" if types else "")
+    if rule.release_text:
+        detail += f" [{rule.release_text}]"
     return _Hit(rule=rule, formats=found, detail=detail)
 
 
@@ -1288,35 +1517,53 @@ def _convolution_hit(rule: Rule, attributes: Mapping[str, str]) -> _Hit | None:
 def _tiled_bytes(site: OpSite, large_bytes: int) -> int:
     """The bytes ``site``'s large tiled arrays take in TPU tiles, padded or not: what the
     padding share is a share of."""
-    arrays = _parsed((*site.operand_types, *site.result_types))
-    return _padding(arrays, large_bytes)[1]
+    return _padding(_layouts(site), large_bytes)[1]
 
 
-def _padding(arrays: _Types, large_bytes: int) -> tuple[int, int, tuple[int, str]]:
+def _layouts(site: OpSite) -> tuple[TiledLayout, ...]:
+    """The arrays ``site`` reads and writes as the TPU lays them out: a compiled program's
+    as the compiler printed them, a lowered program's in the layout the compiler gives an
+    array nothing constrains (:func:`~pytest_jaxport.model.tiling.default_layout`)."""
+    types = (*site.operand_types, *site.result_types)
+    if site.compiled:
+        return tuple(layout for text in types for layout in read_layouts(text) if layout.tiled)
+    return _modelled(types)
+
+
+@functools.lru_cache(maxsize=8192)
+def _modelled(types: tuple[str, ...]) -> tuple[TiledLayout, ...]:
+    return tuple(
+        default_layout(dims, hlo_element(element))
+        for dims, element in _parsed(types)
+        if dims  # a scalar is not tiled here; a dynamic shape has no layout yet
+    )
+
+
+def _padding(arrays: Sequence[TiledLayout], large_bytes: int) -> tuple[int, int, tuple[int, str]]:
     """``(padding bytes, tiled bytes, (the largest padding, what it pads))`` of the large
     tiled arrays among ``arrays``."""
     padding = 0
     padded_total = 0
     worst: tuple[int, str] = (0, "")
-    for dims, element in arrays:
-        if dims is None:
+    for layout in arrays:
+        if not layout.tiled or layout.data_bytes < large_bytes:
             continue
-        found = tile_padding(dims, element_bits(element))
-        if found is None:
-            continue
-        data, padded = found
-        if data < large_bytes:
-            continue
-        padding += padded - data
-        padded_total += padded
-        if padded - data > worst[0]:
-            rows = TPU_SUBLANES[element_bits(element)]
-            into = (*dims[:-2], _ceil(dims[-2], rows), _ceil(dims[-1], TPU_LANES))
-            worst = (padded - data, f"{_short(dims, element)} pads to {_short(into, element)}")
+        padding += layout.padding
+        padded_total += layout.bytes
+        if layout.padding > worst[0]:
+            worst = (layout.padding, _layout_detail(layout))
     return padding, padded_total, worst
 
 
-def _padding_hit(rule: Rule, arrays: _Types, large_bytes: int) -> _Hit | None:
+def _layout_detail(layout: TiledLayout) -> str:
+    """``float32[4096,100] as {0,1:T(8,128)}: 104x4096``: the array, its layout and the
+    dimensions it takes, major to minor, padded."""
+    shape = ",".join(map(str, layout.dims))
+    taken = "x".join(map(str, layout.physical_dims))
+    return f"{jax_name(layout.element)}[{shape}] as {layout.layout_text}: {taken}"
+
+
+def _padding_hit(rule: Rule, arrays: Sequence[TiledLayout], large_bytes: int) -> _Hit | None:
     padding, padded_total, worst = _padding(arrays, large_bytes)
     if padding == 0:
         return None
@@ -1644,4 +1891,5 @@ def take_format_census(
         formats=dict(sorted(formats.items())),
         tiled_bytes=tiled,
         lines=dict(sorted(lines.items())),
+        memory=memory_footprint(program) if level == "compiled" else None,
     )

@@ -61,6 +61,7 @@ from pytest_jaxport.model.cost import (
     is_solver,
     solver_flops,
 )
+from pytest_jaxport.model.tiling import element_bits
 
 CALL_OP = "call"
 """The op name :mod:`census` follows into another computation (one of ``census.CALL_OPS``)."""
@@ -97,6 +98,7 @@ _COMPUTATION_REF = re.compile(r"%?([^\s,{}%]+)")
 _TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
 _OPERAND = re.compile(r"%([^\s,()]+)")
 _OPENERS = {"(": ")", "{": "}", "[": "]"}
+_ENTRY_LAYOUT = "entry_computation_layout={"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +117,8 @@ class _Module:
     entry: str
     computations: Mapping[str, tuple[_Instruction, ...]]
     frames: Mapping[int, tuple[StackFrame, ...]]
+    entry_layout: str = ""
+    """The module's ``entry_computation_layout``, without its braces."""
     opcodes: dict[str, frozenset[str]] = field(default_factory=dict, compare=False)
     """Per computation, the opcodes it holds (filled as asked, by :func:`_called_opcodes`)."""
 
@@ -122,8 +126,12 @@ class _Module:
 def parse_compiled_hlo(text: str) -> Program:
     """The dispatches of one compiled HLO module, per computation the program runs.
 
-    ``text`` is ``jax.jit(f).lower(...).compile().as_text()`` (any backend). Raises
-    ``ValueError`` when the text has no ``ENTRY`` computation.
+    ``text`` is ``jax.jit(f).lower(...).compile().as_text()`` (any backend). Where the
+    compiler tiled the arrays (TPU), each dispatch keeps its operands' and results' shapes
+    with their layouts, and the program its ``entry_computation_layout`` (what layout
+    findings read: :mod:`pytest_jaxport.model.formats`); the compile path adds what the
+    compiler counted of its memory (``Program.memory``). Raises ``ValueError`` when the text
+    has no ``ENTRY`` computation.
     """
     module = _parse_module(text)
     functions: dict[str, tuple[OpSite, ...]] = {}
@@ -139,7 +147,8 @@ def parse_compiled_hlo(text: str) -> Program:
             for site in sites
             if site.op == CALL_OP and site.target is not None and site.target not in functions
         )
-    return Program(entry=module.entry, functions=functions)
+    layout = module.entry_layout if _TILED in module.entry_layout else ""
+    return Program(entry=module.entry, functions=functions, entry_layout=layout)
 
 
 def instruction_sites(text: str) -> dict[str, OpSite]:
@@ -217,14 +226,16 @@ def _instruction_sites(
         yield from _fusion_sites(module, instruction, scope, location, detail=detail)
         return
     flops, moved = _cost(module, instruction, scope) if detail else (0.0, 0.0)
+    operands, results = _tiled_types(instruction, scope) if detail else ((), ())
     if opcode == "custom-call":
         target = _unquote(attributes.get("custom_call_target", '""'))
         yield OpSite(op=CUSTOM_CALL_OP, target=target, location=location, flops=flops,
-                     bytes=moved)  # fmt: skip
+                     bytes=moved, operand_types=operands, result_types=results)  # fmt: skip
         return
     if opcode.endswith("-start"):
         opcode = opcode.removesuffix("-start")
-    yield OpSite(op=_op_name(opcode), location=location, flops=flops, bytes=moved)
+    yield OpSite(op=_op_name(opcode), location=location, flops=flops, bytes=moved,
+                 operand_types=operands, result_types=results)  # fmt: skip
 
 
 def _fusion_sites(
@@ -258,7 +269,42 @@ def _fusion_sites(
                              flops=flops, bytes=moved)  # fmt: skip
             return
     flops, moved = _cost(module, instruction, scope) if detail else (0.0, 0.0)
-    yield OpSite(op=f"{FUSION_OP}:{kind}", location=location, flops=flops, bytes=moved)
+    operands, results = _tiled_types(instruction, scope) if detail else ((), ())
+    yield OpSite(op=f"{FUSION_OP}:{kind}", location=location, flops=flops, bytes=moved,
+                 operand_types=operands, result_types=results)  # fmt: skip
+
+
+_TILED = ":T("
+"""What a tiled layout prints (``{0,1:T(8,128)}``): TPU's arrays have one, CPU's and GPU's
+not."""
+_SHAPE_ARRAY = re.compile(r"\b[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
+
+
+def _tiled_types(
+    instruction: _Instruction, scope: Mapping[str, _Instruction]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The arrays a dispatch reads and writes, each an HLO shape with its layout, where the
+    compiler tiled them (``((), ())`` elsewhere: no layout finding reads untiled ones). An
+    asynchronous start's result repeats its operands beside what it writes: only what it
+    writes is a result."""
+    if _TILED not in instruction.shape:
+        return (), ()
+    operands = [
+        array
+        for name in instruction.operands
+        for array in _SHAPE_ARRAY.findall(_operand_shape(scope, name))
+    ]
+    results = _SHAPE_ARRAY.findall(instruction.shape)
+    if instruction.opcode.endswith("-start"):
+        read = list(operands)
+        written = []
+        for array in results:
+            if array in read:
+                read.remove(array)
+            else:
+                written.append(array)
+        results = written
+    return tuple(a for a in operands if _TILED in a), tuple(a for a in results if _TILED in a)
 
 
 def _fusion_kind(attributes: Mapping[str, str]) -> str:
@@ -498,9 +544,6 @@ _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([^\]]*)\]")
 _LHS_CONTRACTING = re.compile(r"lhs_contracting_dim[a-z]*\W+\{?\[?([0-9, \"]*)")
 _DIM_LABELS = re.compile(r"^[^_]*_([^-]*)->")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
-_ELEMENT_BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "bf16": 16, "f16": 16,
-                 "s16": 16, "u16": 16, "f32": 32, "s32": 32, "u32": 32, "f64": 64, "s64": 64,
-                 "u64": 64, "c64": 64, "c128": 128}  # fmt: skip
 
 
 def _arrays(shape: str) -> list[tuple[tuple[int, ...], int]]:
@@ -509,7 +552,7 @@ def _arrays(shape: str) -> list[tuple[tuple[int, ...], int]]:
     for element, dims in _ARRAY.findall(shape):
         if element == "token":
             continue
-        bits = _ELEMENT_BITS.get(element, 8 if element.startswith("f8") else 32)
+        bits = element_bits(element)
         sizes = tuple(int(d.removeprefix("<=")) for d in dims.split(",") if d.strip())
         arrays.append((sizes, bits))
     return arrays
@@ -673,6 +716,7 @@ def _parse_module(text: str, *, frames: bool = True) -> _Module:
     table: dict[int, str] | None = None
     current: list[_Instruction] | None = None
     current_name = ""
+    entry_layout = ""
     for line in text.splitlines():
         if current is not None:
             if line.startswith("}"):
@@ -695,8 +739,14 @@ def _parse_module(text: str, *, frames: bool = True) -> _Module:
         if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
             table = tables.setdefault(line, {})
             continue
+        if line.startswith("HloModule") and not entry_layout:
+            at = line.find(_ENTRY_LAYOUT)
+            if at >= 0:
+                start = at + len(_ENTRY_LAYOUT) - 1
+                entry_layout = line[start + 1 : _close(line, start) - 1]
+            continue
         header = _COMPUTATION.match(line)
-        if header and not line.startswith("HloModule"):
+        if header:
             current_name = header.group("name")
             current = []
             if header.group("entry") and entry is None:
@@ -704,7 +754,8 @@ def _parse_module(text: str, *, frames: bool = True) -> _Module:
     if entry is None:
         raise ValueError("not a compiled HLO module: no ENTRY computation in the text")
     resolved = _stack_frames(tables) if frames else {}
-    return _Module(entry=entry, computations=computations, frames=resolved)
+    return _Module(entry=entry, computations=computations, frames=resolved,
+                   entry_layout=entry_layout)  # fmt: skip
 
 
 def _parse_instruction(line: str, *, shapes: bool = True) -> _Instruction | None:

@@ -284,14 +284,23 @@ def _reach_sites(reach: Reach) -> Iterator[_SiteKey]:
 
 
 def findings_of(entry: Mapping[str, Any]) -> tuple[Finding, ...]:
-    """A report platform entry's formats-and-layout findings, lowered then compiled."""
-    found: list[Finding] = []
+    """A report platform entry's formats-and-layout findings, lowered then compiled; where the
+    compiler laid out the program in tiles (tpu compiled), its padding stands for the lowered
+    model's (one ``tile-padding`` site per line, as budgets judge it)."""
+    judged = {}
     for level in ("lowered", "compiled"):
         census = entry.get(level)
         formats = census.get("formats") if isinstance(census, Mapping) else None
         if formats:
-            found += FormatCensus.from_dict(formats).findings
-    return tuple(found)
+            judged[level] = FormatCensus.from_dict(formats)
+    compiled = judged.get("compiled")
+    padded = compiled is not None and compiled.tiled_bytes > 0
+    return tuple(
+        f
+        for level, formats in judged.items()
+        for f in formats.findings
+        if not (padded and level == "lowered" and f.rule == "tile-padding")
+    )
 
 
 def site_order(site: Hotspot) -> tuple[str, str, str, str, str]:

@@ -73,7 +73,8 @@ class PlatformProbe:
     formats: FormatCensus | None = None
     """The formats-and-layout findings of the lowered program, for this platform's device."""
     compiled_formats: FormatCensus | None = None
-    """Those of the compiled program: the relayouts XLA inserted around library calls."""
+    """Those of the compiled program: the relayouts XLA inserted around library calls, and on
+    tpu the padding of the layouts the compiler chose and the memory it counted."""
     emulated: Emulation | None = None
     """What emulating this absent platform on the CPU did (``emulate = [...]``); never
     counted as executed: :attr:`executed` and :attr:`numerics` stay the hardware's."""
@@ -94,6 +95,16 @@ class PlatformProbe:
     def budgeted(self) -> Census | None:
         """The census budgets apply to: compiled where compiled, else lowered."""
         return self.compiled if self.compiled is not None else self.census
+
+    @property
+    def padding_formats(self) -> FormatCensus | None:
+        """The findings tile padding is judged and priced from: the compiled program's where
+        the compiler laid out its arrays in tiles (the layouts it chose), else the lowered
+        program's (the layouts the compiler gives arrays nothing constrains: a model)."""
+        compiled = self.compiled_formats
+        if compiled is not None and compiled.tiled_bytes > 0:
+            return compiled
+        return self.formats
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,8 +169,10 @@ class Probe:
     def format_items(self, target: str) -> list[FormatItem]:
         """What this check's formats-and-layout findings on ``target`` cost a move there."""
         on_target = self.platforms.get(target)
-        formats = on_target.formats if on_target is not None else None
-        return format_items(check=self.name, target=target, formats=formats)
+        if on_target is None:
+            return []
+        return format_items(check=self.name, target=target, formats=on_target.formats,
+                            padding=on_target.padding_formats)  # fmt: skip
 
     def to_dict(self) -> JsonObject:
         return {

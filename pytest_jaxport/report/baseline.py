@@ -109,12 +109,16 @@ def _calls(census: Census) -> dict[str, float]:
 
 def _format_counts(formats: FormatCensus | None) -> dict[str, float]:
     """The formats-and-layout numbers of one level: findings, "does not compile", padding
-    waste (lowered); relayouts and their bytes (compiled). Absent where not judged."""
+    waste (lowered); relayouts and their bytes, and padding waste where the compiler laid
+    out tiles (compiled). Absent where not judged."""
     if formats is None:
         return {}
     if formats.level == "compiled":
         counts = _numbers(FormatCounts.of(None, formats))
-        return {m: counts[m] for m in COMPILED_FORMAT_METRICS}
+        found = {m: counts[m] for m in COMPILED_FORMAT_METRICS}
+        if "compiled_padding_waste" in counts:
+            found["padding_waste"] = round(counts["compiled_padding_waste"], 6)
+        return found
     counts = _numbers(FormatCounts.of(formats, None))
     counts["padding_waste"] = round(counts["padding_waste"], 6)
     return {m: counts[m] for m in counts if m not in COMPILED_FORMAT_METRICS}

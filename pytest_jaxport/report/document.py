@@ -774,6 +774,8 @@ class PlatformTotals:
     not_compiling: int | None = None
     padding_waste: float | None = None
     padding_bytes: float | None = None
+    compiled_padding_waste: float | None = None
+    compiled_padding_bytes: float | None = None
     relayouts: int | None = None
     relayout_bytes: float | None = None
     vendor_sites: int | None = None
@@ -784,7 +786,8 @@ class PlatformTotals:
     INTEGERS = ("needs_hardware", "compiled", "failed_to_compile", "xla", "format_findings",
                 "layout_findings", "not_compiling", "relayouts", "vendor_sites", "custom_sites",
                 "format_sites", "layout_sites")  # fmt: skip
-    NUMBERS = ("padding_waste", "padding_bytes", "relayout_bytes")
+    NUMBERS = ("padding_waste", "padding_bytes", "compiled_padding_waste",
+               "compiled_padding_bytes", "relayout_bytes")  # fmt: skip
 
     @classmethod
     def read(cls, r: _Reader) -> PlatformTotals:
@@ -829,8 +832,9 @@ class PlatformTotals:
                 for kind, (count, inserted) in self.collectives.items()
             }
         for key in ("format_findings", "layout_findings", "not_compiling", "padding_waste",
-                    "padding_bytes", "relayouts", "relayout_bytes", "vendor_sites",
-                    "custom_sites", "format_sites", "layout_sites"):  # fmt: skip
+                    "padding_bytes", "compiled_padding_waste", "compiled_padding_bytes",
+                    "relayouts", "relayout_bytes", "vendor_sites", "custom_sites",
+                    "format_sites", "layout_sites"):  # fmt: skip
             _put(data, key, getattr(self, key))
         return data
 

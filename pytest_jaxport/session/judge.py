@@ -305,6 +305,9 @@ class Judge:
                         ("format_findings", result.formats.count("format")),
                         ("padding_waste", round(result.formats.padding_waste, 4)),
                     ]
+                compiled = result.compiled_formats
+                if compiled is not None and compiled.tiled_bytes > 0:
+                    properties.append(("compiled_padding_waste", round(compiled.padding_waste, 4)))
                 emulated = emulated_status(result)
                 if emulated is not None:
                     properties.append(("emulated", emulated))

@@ -52,6 +52,7 @@ from pytest_jaxport.view.model import (
     hotspot_headers,
     hotspot_title,
     number,
+    padding_line,
     pct,
     plural,
     seconds_text,
@@ -1078,6 +1079,9 @@ def _check_details(row: CheckRow, *, bars: bool) -> str:
     if emulated:
         out.append(f'<ul class="emulated">{"".join(emulated)}</ul>')
     out.append(_kernels_table(row.probe))
+    padding = [line for r in row.probe.platforms.values() if (line := padding_line(r))]
+    if padding:
+        out.append("".join(f'<p class="note">{_e(line)}</p>' for line in padding))
     out.append(_findings_table(row.formats))
     shares = [
         share_row(p, r.runtime_share)

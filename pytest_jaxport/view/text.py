@@ -50,6 +50,7 @@ from pytest_jaxport.view.model import (
     level_text,
     lowering_warning_lines,
     number,
+    padding_line,
     pct,
     plural,
     prediction_gap,
@@ -195,7 +196,9 @@ def probe_text(
         for kernel in census.kernels:
             if kernel.layer in ("vendor", "custom"):
                 lines.append(f"{indent}    {platform}: {kernel.layer} {kernel.describe()}")
-        for extra in (prediction_gap(result), what_if_line(result), collectives_line(result)):
+        extras = (prediction_gap(result), what_if_line(result), padding_line(result),
+                  collectives_line(result))  # fmt: skip
+        for extra in extras:
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
     lines += [f"{indent}    {line}" for line in findings_lines(probe, every=every_finding)]
