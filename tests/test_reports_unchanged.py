@@ -55,8 +55,8 @@ audit's report, which has no portable check, prices no target for its checks (it
 tpu 0"; its audit section's numbers are unchanged); their renderings are the same. Both
 issue 50 recordings were made on separate branches and merged: the reports and renderings were
 recorded once more from the merged code, and checked equal to each branch's recording but for
-the other branch's change (each eager op's id; ``lines`` and the audit's empty prices). The demo's report
-was recorded again when tpu's lowered padding came to model the layout the TPU compiler
+the other branch's change (each eager op's id; ``lines`` and the audit's empty prices). The
+demo's report was recorded again when tpu's lowered padding came to model the layout the TPU compiler
 chooses (issue 48: the (4096, 100) batch pads 4%, not 28%; vectors and 64-bit arrays
 counted): before recording, the new run was checked equal to the recorded report but for
 tpu's tile-padding findings, their sums, the cost items they price and the demo's test lines
