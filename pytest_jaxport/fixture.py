@@ -36,9 +36,9 @@ from pytest_jaxport.model.census import (
 )
 from pytest_jaxport.model.compare import Outputs, compare
 from pytest_jaxport.model.config import ConfigError, Resolved, transforms_value
-from pytest_jaxport.model.emulation import not_emulated_message, with_locations
+from pytest_jaxport.model.emulation import may_differ_lines, not_emulated_message, with_locations
 from pytest_jaxport.model.numerics import Comparison, Tolerance
-from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
+from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, Probe, Untraced, emulated_status
 from pytest_jaxport.warning import JaxportWarning
 
 if TYPE_CHECKING:
@@ -436,7 +436,20 @@ class Jaxport:
             found = (emulated or {})[platform]
             assert found.outputs is not None
             comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
-            results[platform] = replace(results[platform], emulated_numerics=comparison)
+            bounds = None
+            if found.bounded_outputs is not None:  # what the chip's measured errors may do
+                bounds = compared_with_baseline(
+                    found.bounded_outputs, platform, found.emulation.label
+                )
+            results[platform] = replace(
+                results[platform], emulated_numerics=comparison, emulated_bounds=bounds
+            )
+            setting = self._config.may_differ()
+            if emulated_status(results[platform]) == MAY_DIFFER and setting.value == "warn":
+                # Told, never silently green (-W error makes it a failure).
+                head = may_differ_lines(found.emulation, bounds)[0]
+                warn(JaxportWarning(f"check {check_name!r}: {head} (may_differ = "
+                                    f'"warn", set in {setting.origin})'))  # fmt: skip
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
 

@@ -275,6 +275,7 @@ class Judge:
             for v in evaluate(
                 p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model,
                 emulate_origin=emulate.origin if emulate is not None else "emulate",
+                may_differ=resolved.may_differ(),
                 home=self.project.home,
             )
         ]  # fmt: skip

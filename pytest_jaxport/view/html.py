@@ -91,6 +91,7 @@ NUMERICS_CLASS: Mapping[str, str] = {
     "mismatch": "bad",
     "error": "bad",
     "failed": "bad",  # an emulation's run that raised
+    "may differ": "warn",  # an emulation that matched, but the chip's measured errors may not
 }
 """The class of a numerics (or emulation) state; any other is ``muted``."""
 STATUS_CLASS: Mapping[str, str] = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}

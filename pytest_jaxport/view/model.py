@@ -59,11 +59,18 @@ from pytest_jaxport.model.emulation import (
     HOST,
     emulated_label,
     emulation_lines,
+    may_differ_lines,
     not_emulated_message,
 )
 from pytest_jaxport.model.formats import FINDING_KINDS, Finding
 from pytest_jaxport.model.hotspots import Hotspot
-from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
+from pytest_jaxport.model.probe import (
+    MAY_DIFFER,
+    PlatformProbe,
+    Probe,
+    emulated_status,
+    numerics_status,
+)
 from pytest_jaxport.model.targets import (
     COLLECTIVE_LIBRARIES,
     DEFAULT_HOME,
@@ -201,12 +208,22 @@ class Headline:
     home: str = DEFAULT_HOME
     """The platform moving was measured from (``[tool.jaxport] home``; cuda where the
     report does not say): kernels to rewrite, days and the sites listed first are its."""
+    may_differ: tuple[tuple[str, int], ...] = ()
+    """Per emulated platform, how many checks *may differ* there (emulated: they matched,
+    but the chip's measured errors move the outputs beyond the tolerance)."""
 
     def counts(self) -> str:
-        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``."""
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``, and
+        ``, 3 checks may differ on tpu (emulated)`` where any may."""
+        differ = "".join(
+            f", {plural(n, 'check')} may differ on {platform} (emulated)"
+            for platform, n in self.may_differ
+            if n
+        )
         return (
             f"{plural(self.tests, 'portable test')}, {plural(self.checks, 'check')}, "
             f"{number(self.failed_tests)} failed, {plural(self.violations, 'budget violation')}"
+            f"{differ}"
         )
 
     def setting(self) -> str:
@@ -558,8 +575,8 @@ class Cell:
 
     emulated: str | None = None
     """How emulating this absent platform on the CPU went (``emulate = [...]``): ``match``,
-    ``mismatch``, ``failed``, ``not run``; ``None`` where it was not emulated. Never the
-    platform's own numerics (:attr:`numerics`)."""
+    ``mismatch``, ``may differ``, ``failed``, ``not run``; ``None`` where it was not
+    emulated. Never the platform's own numerics (:attr:`numerics`)."""
     emulation: tuple[str, ...] = ()
     """What the emulation did and where (``emulation_lines``), why it did not run, and each
     mismatch's message."""
@@ -573,14 +590,14 @@ class Cell:
     def status(self) -> Literal["good", "warn", "bad"]:
         """``bad``: does not lower, over budget, numerics differ (its own or its
         emulation's); ``warn``: custom kernels, lowers but the format rules say it does not
-        compile, or not lowerable here (unknown)."""
+        compile, not lowerable here (unknown), or its emulation may differ on the chip."""
         if self.needs_hardware and not self.violations:
             return "warn"
         if not self.lowers or self.violations or self.compile_failed:
             return "bad"
         if self.numerics in ("mismatch", "error") or self.emulated in ("mismatch", "failed"):
             return "bad"
-        return "warn" if self.custom or self.not_compiling else "good"
+        return "warn" if self.custom or self.not_compiling or self.emulated == MAY_DIFFER else "good"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -695,6 +712,9 @@ class EmulationRow:
     mismatch: int = 0
     failed: int = 0
     not_run: int = 0
+    may_differ: int = 0
+    """Matched, but may differ on the chip (its measured errors move the outputs beyond the
+    tolerance)."""
 
     @property
     def label(self) -> str:
@@ -702,11 +722,12 @@ class EmulationRow:
         return emulated_label(self.platform)
 
     def counts(self) -> str:
-        """``12 checks: 11 match, 1 mismatch``; only the outcomes that occur."""
+        """``12 checks: 10 match, 1 may differ, 1 mismatch``; only the outcomes that occur."""
         parts = [
             f"{number(n)} {word}"
-            for n, word in ((self.match, "match"), (self.mismatch, "mismatch"),
-                            (self.failed, "failed"), (self.not_run, "not run"))
+            for n, word in ((self.match, "match"), (self.may_differ, MAY_DIFFER),
+                            (self.mismatch, "mismatch"), (self.failed, "failed"),
+                            (self.not_run, "not run"))
             if n
         ]  # fmt: skip
         return f"{plural(self.checks, 'check')}: {', '.join(parts) or 'not compared'}"
@@ -1167,7 +1188,9 @@ def build_view(report: Report) -> ReportView:
     rows = tuple(
         test_row(t, platforms) for t in sorted(report.tests, key=lambda t: natural_key(t.nodeid))
     )
-    headline = headline_of(report)
+    headline = dataclasses.replace(headline_of(report), may_differ=tuple(
+        (row.platform, row.may_differ) for row in emulations_of(rows)
+    ))  # fmt: skip
     audit = (
         audit_parts(report.audit, home=headline.home, order=platforms)
         if report.audit is not None
@@ -1366,6 +1389,8 @@ def emulated_of(result: PlatformProbe) -> tuple[str | None, tuple[str, ...]]:
     lines = [m.message for m in numerics.mismatches] if numerics is not None else []
     if status == "not run":
         lines.append(not_emulated_message(emulation))
+    if status == MAY_DIFFER:
+        lines += may_differ_lines(emulation, result.emulated_bounds)
     return status, (*lines, *emulation_lines(emulation))
 
 
@@ -2106,6 +2131,7 @@ def emulations_of(tests: Sequence[TestRow]) -> tuple[EmulationRow, ...]:
             mismatch=counts["mismatch"],
             failed=counts["failed"],
             not_run=counts["not run"],
+            may_differ=counts[MAY_DIFFER],
         )
         for platform, counts in found.items()
     )
