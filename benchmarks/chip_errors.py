@@ -157,6 +157,7 @@ def _elementwise() -> tuple[Elementwise, ...]:
         Elementwise("div", lax.div, np.divide, -10, 10, arity=2),
         Elementwise("pow", lax.pow, np.power, 0.1, 10, arity=2),
         Elementwise("atan2", lax.atan2, np.arctan2, -10, 10, arity=2),
+        Elementwise("rem", lax.rem, np.fmod, -100, 100, arity=2),
     )
 
 
@@ -176,7 +177,7 @@ def _inputs(case: Elementwise, seed: int) -> list[np.ndarray]:
     if case.op in ("pow",):  # base in range, exponent in [-4, 4]
         out[1] = (out[1] - 5.05) * (4 / 4.95)
         out[1] = out[1].astype(np.float32)
-    if case.op == "div":  # no division by (nearly) zero
+    if case.op in ("div", "rem"):  # no division by (nearly) zero
         out[1] = np.where(np.abs(out[1]) < 0.1, np.float32(0.1), out[1]).astype(np.float32)
     return out
 
@@ -244,6 +245,16 @@ def measure_exact(runner: Runner) -> dict[str, Any]:
     for name, fn in ops.items():
         chip, cpu = runner.device(fn, x, y), runner.cpu(fn, x, y)
         found[name] = {"same_bits_as_cpu": float(np.mean(chip.view(np.uint32) == cpu.view(np.uint32)))}
+    chip = runner.device(lambda a, b: a * b + a, x, y)
+    separate = (x * y) + x  # numpy: the product rounded, then the sum
+    found["fma_shape"]["same_bits_as_separate_rounding"] = float(np.mean(chip == separate))
+    import ml_dtypes
+
+    chip = runner.device(lambda a: a.astype(jnp.bfloat16), x)
+    found["convert_to_bfloat16"] = {"same_bits_as_rne": float(np.mean(
+        np.asarray(chip).view(np.uint16) == x.astype(ml_dtypes.bfloat16).view(np.uint16)))}  # fmt: skip
+    chip = runner.device(lambda a: a.astype(jnp.bfloat16).astype(jnp.float32), x)
+    found["convert_bfloat16"]["same_bits_as_input"] = float(np.mean(chip == x))
     tiny = np.full(16, 2.0**-100, np.float32)
     chip = runner.device(lambda a: a * np.float32(2.0**-40), tiny)
     cpu = runner.cpu(lambda a: a * np.float32(2.0**-40), tiny)
@@ -276,7 +287,8 @@ def measure_reductions(runner: Runner) -> dict[str, Any]:
             "eps_sum": _scaled(chip - ref, scale), "cpu_eps_sum": _scaled(cpu - ref, scale),
             "same_bits_as_cpu": float(np.mean(chip.view(np.uint32) == cpu.view(np.uint32))),
         }  # fmt: skip
-    for rows, n, axis in ((4, 128, 1), (4, 4096, 1), (2, 65536, 1), (4096, 4, 0)):
+    for rows, n, axis in ((4, 128, 1), (4, 4096, 1), (2, 65536, 1), (4, 1000, 1), (4096, 4, 0),
+                          (64, 256, 0)):  # fmt: skip
         shape = (rows, n) if axis == 1 else (n * 0 + rows, n)
         x = np.random.default_rng(3 * n + axis).standard_normal(shape).astype(np.float32)
         chip = runner.device(lambda a, ax=axis: jnp.cumsum(a, axis=ax), x)
@@ -291,8 +303,31 @@ def measure_reductions(runner: Runner) -> dict[str, Any]:
                 entry[f"same_bits_as_blocked_{block}"] = float(
                     np.mean(chip.view(np.uint32) == model.view(np.uint32))
                 )
+        moved = np.moveaxis(x, axis, -1)
+        model = np.moveaxis(_recursive_cumsum(moved), -1, axis)
+        entry["same_bits_as_recursive_128"] = float(np.mean(chip == model))
+        entry["same_bits_as_sequential"] = float(np.mean(chip == np.cumsum(x, axis=axis, dtype=np.float32)))
+        if axis == 1:
+            reverse = runner.device(lambda a: jnp.flip(jnp.cumsum(jnp.flip(a, 1), axis=1), 1), x)
+            model = np.flip(_recursive_cumsum(np.flip(x, 1)), 1)
+            entry["reverse_same_bits_as_recursive_128"] = float(np.mean(reverse == model))
         found["cumsum"][f"{shape[0]}x{shape[1]} axis {axis}"] = entry
     return found
+
+
+def _recursive_cumsum(x: np.ndarray, block: int = 128) -> np.ndarray:
+    """cumsum along the last axis in blocks of ``block`` (in order inside, zero-padded at the
+    end), the block totals' running sum made the same way and added: the tpu emulation's
+    model (``pytest_jaxport._jax.emulate``), in float32."""
+    *lead, n = x.shape
+    if n <= block:
+        return np.cumsum(x, axis=-1, dtype=np.float32)
+    blocks = -(-n // block)
+    padded = np.concatenate([x, np.zeros((*lead, blocks * block - n), np.float32)], axis=-1)
+    inside = np.cumsum(padded.reshape(*lead, blocks, block), axis=-1, dtype=np.float32)
+    carried = _recursive_cumsum(inside[..., -1], block)
+    before = np.concatenate([np.zeros((*lead, 1), np.float32), carried[..., :-1]], axis=-1)
+    return (inside + before[..., None]).astype(np.float32).reshape(*lead, blocks * block)[..., :n]
 
 
 def _blocked_cumsum(x: np.ndarray, block: int) -> np.ndarray:
@@ -329,17 +364,27 @@ def _split(x: np.ndarray, parts: int) -> list[np.ndarray]:
     return pieces
 
 
+def _truncated(x: np.ndarray) -> np.ndarray:
+    """float32 bits truncated to bfloat16's (the high part of the TPU's three-pass split)."""
+    bits = np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return bits.view(np.float32).astype(np.float64)
+
+
 def dot_models(product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
                b: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each way of multiplying, in float64 (exact accumulation): ``(result, sum of |terms|)``."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     a1, a2, a3 = _split(a, 3)
     b1, b2, b3 = _split(b, 3)
+    ta1, tb1 = _truncated(a), _truncated(b)
+    ta2, tb2 = _bf16((a64 - ta1).astype(np.float32)), _bf16((b64 - tb1).astype(np.float32))
     pairs = {
         "float32": [(a64, b64)],
         "bfloat16x1": [(a1, b1)],
         "bfloat16x3": [(a1, b1), (a1, b2), (a2, b1)],
+        "bfloat16x3 truncated": [(ta1, tb1), (ta1, tb2), (ta2, tb1)],
         "bfloat16x6": [(a1, b1), (a1, b2), (a2, b1), (a2, b2), (a1, b3), (a3, b1)],
+        "bfloat16 input": [(a1, b64)],
     }
     return {
         name: (sum(product(p, q) for p, q in terms),
@@ -413,6 +458,8 @@ def measure_products(runner: Runner) -> list[dict[str, Any]]:
                       functools_partial_matmul(precision)))  # fmt: skip
     cases.append(("bfloat16@float32 (64,256)@(256,64) default", (64, 256), (256, 64), "mixed",
                   lambda p, q: lax.dot(p, q, preferred_element_type=jnp.float32)))  # fmt: skip
+    cases.append(("float16 (128,128)@(128,128) high", (128, 128), (128, 128), np.float16,
+                  functools_partial_matmul("high")))  # fmt: skip
     for name, lhs_shape, rhs_shape, dtype, fn in cases:
         a, b = normal(*lhs_shape), normal(*rhs_shape)
         if dtype == "mixed":
@@ -436,15 +483,23 @@ def measure_products(runner: Runner) -> list[dict[str, Any]]:
         print(f"  {name:42s} closest {entry['device']['closest']:10s} "
               f"{entry['device']['eps_sum'][entry['device']['closest']]:9.2f}", flush=True)
     dn = ("NHWC", "HWIO", "NHWC")
-    for name, x_shape, w_shape, groups in (("conv 3x3 8->16", (4, 16, 16, 8), (3, 3, 8, 16), 1),
-                                           ("conv 3x3 3->16", (4, 16, 16, 3), (3, 3, 3, 16), 1),
-                                           ("depthwise 3x3 16", (4, 16, 16, 16), (3, 3, 1, 16), 16),
-                                           ("conv 3x3 16->1", (4, 16, 16, 16), (3, 3, 16, 1), 1)):  # fmt: skip
+    for name, x_shape, w_shape, groups, precision in (
+        ("conv 3x3 8->16", (4, 16, 16, 8), (3, 3, 8, 16), 1, None),
+        ("conv 3x3 3->16", (4, 16, 16, 3), (3, 3, 3, 16), 1, None),
+        ("depthwise 3x3 16", (4, 16, 16, 16), (3, 3, 1, 16), 16, None),
+        ("conv 3x3 16->1", (4, 16, 16, 16), (3, 3, 16, 1), 1, None),
+        ("conv 3x3 8->16 high", (4, 16, 16, 8), (3, 3, 8, 16), 1, "high"),
+        ("conv 3x3 8->16 highest", (4, 16, 16, 8), (3, 3, 8, 16), 1, "highest"),
+        ("depthwise 3x3 16 high", (4, 16, 16, 16), (3, 3, 1, 16), 16, "high"),
+        ("depthwise 3x3 128", (2, 16, 16, 128), (3, 3, 1, 128), 128, None),
+        ("depthwise x2 3x3 16->32", (4, 16, 16, 16), (3, 3, 1, 32), 16, None),
+        ("grouped 4 3x3 16->16", (4, 16, 16, 16), (3, 3, 4, 16), 4, None),
+    ):  # fmt: skip
         x, w = normal(*x_shape), normal(*w_shape)
 
-        def conv(p, q, g=groups):
+        def conv(p, q, g=groups, precision=precision):
             return lax.conv_general_dilated(p, q, (1, 1), "SAME", dimension_numbers=dn,
-                                            feature_group_count=g)  # fmt: skip
+                                            feature_group_count=g, precision=precision)  # fmt: skip
 
         chip, cpu = runner.device(conv, x, w), runner.cpu(conv, x, w)
         models = dot_models(lambda p, q, g=groups: _conv_nhwc(p, q, g), x, w)
@@ -494,6 +549,11 @@ def measure_decompositions(runner: Runner) -> dict[str, Any]:
         }  # fmt: skip
     m = rng.standard_normal((64, 32)).astype(np.float32)
     s_ref = np.linalg.svd(m.astype(np.float64), compute_uv=False)
+    u, _, vt = runner.device(lambda x: jnp.linalg.svd(x, full_matrices=False), m)
+    u_cpu, _, vt_cpu = runner.cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), m)
+    found["svd vectors"] = {"eps_max": 0.0, "cpu_eps_max": 0.0,
+                            "signs_as_cpu": float(np.mean(np.sign(np.sum(u * u_cpu, axis=0)) > 0)),
+                            "v_signs_as_cpu": float(np.mean(np.sign(np.sum(vt * vt_cpu, axis=1)) > 0))}  # fmt: skip
     found["svd singular values"] = entry(runner.device(lambda x: jnp.linalg.svd(x, compute_uv=False), m),
                                          runner.cpu(lambda x: jnp.linalg.svd(x, compute_uv=False), m), s_ref)  # fmt: skip
     q, r = runner.device(jnp.linalg.qr, m)

@@ -321,6 +321,13 @@ def chip_bounds(results: Mapping[str, Any], *, source: str) -> dict[str, Any]:
     vectors = [v for k, v in decompositions.items() if k.endswith("eigenvectors")]
     if any(v["signs_as_cpu"] < 1.0 for v in vectors):
         ops["eigh"]["sign_flips"] = True
+    svd = decompositions.get("svd vectors")
+    if svd is not None and min(svd["signs_as_cpu"], svd["v_signs_as_cpu"]) < 1.0:
+        ops["svd"]["sign_flips"] = True
+    fused = results["exact"].get("fma_shape", {})
+    if fused.get("same_bits_as_separate_rounding") == 1.0 and fused.get("same_bits_as_cpu", 1) < 1:
+        # The chip rounds a product before adding; XLA's CPU compiler fuses them.
+        ops["mul+add"] = {"scale": "result", "ulps": 0.5}
     exact = sorted(op for op, entry in results["exact"].items()
                    if isinstance(entry, Mapping) and entry.get("same_bits_as_cpu") == 1.0
                    and op in EXACT_PRIMITIVES)  # fmt: skip

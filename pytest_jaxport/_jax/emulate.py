@@ -62,11 +62,13 @@ from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
     BFLOAT16,
+    FUSED_MULTIPLY_ADD,
     BLOCKED_SCANS,
     EMULATED_PLATFORMS,
     EPS32,
     EXACT_EVERYWHERE,
     FORMATS,
+    ROUND_TRIPS_ELIDED,
     SCAN_BLOCK,
     ChipBounds,
     ChosenBranch,
@@ -265,6 +267,18 @@ class _Replay(Evaluator):
         self._outer: list[str] = []  # the lines of the equations being replayed inside
         self._touches: dict[int, bool] = {}
         self._salt = 0
+        self._narrowed: dict[object, object] = {}
+        """A float32 value narrowed to bfloat16, by the narrowed variable (a round trip the
+        platform's compiler removes)."""
+        self._summed: list[frozenset[object]] = []
+        """Per jaxpr being run, the variables an add or a subtraction reads."""
+
+    def run(self, jaxpr: Jaxpr, consts: Iterable[object], args: Iterable[object]) -> list[object]:
+        self._summed.append(_summed_vars(jaxpr))
+        try:
+            return super().run(jaxpr, consts, args)
+        finally:
+            self._summed.pop()
 
     def record(self, *, error: str | None = None, bounded: _Replay | None = None) -> Emulation:
         chip = bounded.bounds if bounded is not None else None
@@ -306,6 +320,8 @@ class _Replay(Evaluator):
             return True
         if name in _PRODUCTS:
             return self._dot_plan(eqn)[0] not in ("as on cpu", "pinned")
+        if name == "convert_element_type":
+            return _round_trip_half(eqn, self.platform) is not None
         return name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn)
 
     # -- evaluation -------------------------------------------------------------------------------
@@ -343,7 +359,17 @@ class _Replay(Evaluator):
             return self.product(eqn, values)
         if name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn):
             self.rounded.append((name, self.line(eqn), "blocked scan", "scan"))
-            return [_blocked_cumsum(values[0], reverse=bool(eqn.params.get("reverse")))]
+            return [_blocked_cumsum(values[0], axis=int(eqn.params["axis"]),
+                                    reverse=bool(eqn.params.get("reverse")))]  # fmt: skip
+        if name == "convert_element_type":
+            half = _round_trip_half(eqn, self.platform)
+            if half == "narrow":
+                (out,) = bind(eqn, values)
+                self._narrowed[eqn.outvars[0]] = values[0]
+                return [out]
+            if half == "widen" and eqn.invars[0] in self._narrowed:
+                self.rounded.append((name, self.line(eqn), "round trip kept", "round trip"))
+                return [self._narrowed[eqn.invars[0]]]
         if name == "cond" and (static_index or eqn.params.get("branches_platforms")):
             # platform_dependent's cond: from jax 0.7 it carries ``branches_platforms`` and
             # its lowering picks the branch by the platform it lowers for (the CPU here),
@@ -418,11 +444,7 @@ class _Replay(Evaluator):
         if arithmetic in ("as on cpu", "pinned", "float32"):
             outs = bind(eqn, values)
         elif arithmetic == "bfloat16x3":
-            hi_l, lo_l = _split_truncated(lhs)
-            hi_r, lo_r = _split_truncated(rhs)
-            small = [a + b for a, b in zip(bind(eqn, [hi_l, lo_r, *rest]),
-                                           bind(eqn, [lo_l, hi_r, *rest]), strict=True)]  # fmt: skip
-            outs = [a + b for a, b in zip(small, bind(eqn, [hi_l, hi_r, *rest]), strict=True)]
+            outs = _three_passes(eqn, lhs, rhs, rest)
         elif arithmetic == "float16 as bfloat16":
             outs = _float16_as_bfloat16(eqn, lhs, rhs, rest)
         elif arithmetic == "bfloat16 input":
@@ -450,10 +472,19 @@ class _Replay(Evaluator):
     def moved(self, eqn: JaxprEqn, values: list[object], outs: list[object]) -> list[object]:
         """``outs`` of ``eqn``, each float32 result moved by the chip's measured bound for its
         op (in the bounded replay; as they are otherwise). The site is recorded, with no bound
-        where none was measured."""
-        if self.bounds is None or not self._inexact(eqn):
+        where none was measured. A product an add reads is moved by the fused multiply-add's
+        bound where one was measured (the CPU fuses the two, the chip rounds the product)."""
+        if self.bounds is None:
             return outs
         name = eqn.primitive.name
+        if name == "mul" and self._summed and eqn.outvars[0] in self._summed[-1]:
+            fused = self.bounds.bound(FUSED_MULTIPLY_ADD)
+            if fused is not None and _is_float32(eqn.outvars[0].aval):
+                self.bounded.append((FUSED_MULTIPLY_ADD, self.line(eqn)))
+                self._salt += 1
+                return _moved_outputs(eqn, values, outs, fused, salt=self._salt)
+        if not self._inexact(eqn):
+            return outs
         self.bounded.append((name, self.line(eqn)))
         bound = self.bounds.bound(name)
         if bound is None:
@@ -462,11 +493,9 @@ class _Replay(Evaluator):
         return _moved_outputs(eqn, values, outs, bound, salt=self._salt)
 
     def _blocked(self, eqn: JaxprEqn) -> bool:
-        """A float32 cumulative sum along the last axis (what the platform scans in blocks)."""
+        """A float32 cumulative sum (what the platform scans in blocks)."""
         (operand,) = eqn.invars
-        aval = operand.aval
-        ndim = len(getattr(aval, "shape", ()))
-        return _is_float32(aval, complex_too=False) and eqn.params.get("axis") == ndim - 1
+        return _is_float32(operand.aval, complex_too=False)
 
     def kernel(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
         label = kernel_label(eqn.primitive.name, eqn.params)
@@ -723,6 +752,43 @@ def _split_truncated(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return hi, _rounded(x - hi, BFLOAT16)
 
 
+def _summed_vars(jaxpr: Jaxpr) -> frozenset[object]:
+    """The variables an add or a subtraction of ``jaxpr`` reads."""
+    return frozenset(
+        v for e in jaxpr.eqns if e.primitive.name in ("add", "sub", "add_any") for v in e.invars
+    )
+
+
+def _round_trip_half(eqn: JaxprEqn, platform: str) -> str | None:
+    """``narrow`` for a float32 -> bfloat16 conversion, ``widen`` for the way back, where
+    ``platform``'s compiler removes the pair; else ``None``."""
+    elided = ROUND_TRIPS_ELIDED.get(platform, ())
+    source = str(getattr(eqn.invars[0].aval, "dtype", ""))
+    target = str(getattr(eqn.outvars[0].aval, "dtype", ""))
+    if source == "float32" and target in elided:
+        return "narrow"
+    if source in elided and target == "float32":
+        return "widen"
+    return None
+
+
+def _three_passes(
+    eqn: JaxprEqn, lhs: jax.Array, rhs: jax.Array, rest: Sequence[object]
+) -> list[object]:
+    """``hi*lo + lo*hi + hi*hi`` of the truncated splits (float16 operands through float32,
+    the result rounded back)."""
+    import jax.numpy as jnp
+
+    narrow = str(lhs.dtype) == "float16"
+    wide = {"preferred_element_type": jnp.dtype("float32")} if narrow else {}
+    hi_l, lo_l = _split_truncated(lhs.astype(jnp.float32))
+    hi_r, lo_r = _split_truncated(rhs.astype(jnp.float32))
+    small = [a + b for a, b in zip(bind(eqn, [hi_l, lo_r, *rest], **wide),
+                                   bind(eqn, [lo_l, hi_r, *rest], **wide), strict=True)]  # fmt: skip
+    outs = [a + b for a, b in zip(small, bind(eqn, [hi_l, hi_r, *rest], **wide), strict=True)]
+    return [cast("jax.Array", out).astype(jnp.float16) for out in outs] if narrow else outs
+
+
 def _float16_as_bfloat16(
     eqn: JaxprEqn, lhs: jax.Array, rhs: jax.Array, rest: Sequence[object]
 ) -> list[object]:
@@ -748,13 +814,16 @@ def _sequential_cumsum(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(sums, 0, -1)
 
 
-def _blocked_cumsum(x: object, *, reverse: bool = False) -> jax.Array:
-    """The cumulative sum along the last axis as the TPU computes it: blocks of
+def _blocked_cumsum(x: object, *, axis: int = -1, reverse: bool = False) -> jax.Array:
+    """The cumulative sum along ``axis`` as the TPU computes it: blocks of
     :data:`~pytest_jaxport.model.emulation.SCAN_BLOCK` summed in order, the block totals'
     running sum (blocked the same way) added to each block."""
     import jax.numpy as jnp
 
     array = cast("jax.Array", x)
+    if axis % array.ndim != array.ndim - 1:
+        moved = _blocked_cumsum(jnp.moveaxis(array, axis, -1), reverse=reverse)
+        return jnp.moveaxis(moved, -1, axis)
     if reverse:
         return jnp.flip(_blocked_cumsum(jnp.flip(array, -1)), -1)
     n = array.shape[-1]
@@ -792,12 +861,33 @@ def _moved_outputs(
         if not _is_float32(var.aval):
             moved.append(out)
             continue
-        y = cast("jax.Array", out)
-        if bound.sign_flips and eqn.primitive.name == "eigh" and i == 0:
-            y = y * _signs(jnp.sum(y, axis=-2, keepdims=True), salt, quarter=False)
+        y = _flipped(eqn, outs, i) if bound.sign_flips else cast("jax.Array", out)
         size = _size(y, bound, magnitudes[i] if magnitudes else None)
         moved.append(_shifted(y, size, salt + 7919 * i))
     return moved
+
+
+_VECTORS: Mapping[str, tuple[int, Mapping[int, int]]] = {
+    "eigh": (1, {0: -2}),  # (v, w): w's signs flip v's columns
+    "svd": (0, {1: -2, 2: -1}),  # (s, u, vt): s's flip u's columns and vt's rows alike
+}
+"""Per decomposition whose vectors a chip returns with either sign: the output whose values
+draw the signs, and for each vector output the axis the vectors run along (the sign
+broadcast over it), so that a reconstruction (``v @ diag(w) @ v.T``) is unchanged."""
+
+
+def _flipped(eqn: JaxprEqn, outs: Sequence[object], i: int) -> jax.Array:
+    """Output ``i`` of a decomposition, its vectors' signs flipped one in two (a pattern from
+    the values they belong to)."""
+    import jax.numpy as jnp
+
+    y = cast("jax.Array", outs[i])
+    found = _VECTORS.get(eqn.primitive.name)
+    if found is None or i not in found[1] or len(outs) <= found[0]:
+        return y
+    values = cast("jax.Array", outs[found[0]])
+    signs = _signs(values, 104729, quarter=False)
+    return y * jnp.expand_dims(signs, found[1][i])
 
 
 def _size(y: jax.Array, bound: OpBound, terms: object) -> jax.Array:

@@ -192,6 +192,7 @@ ARITHMETIC_TEXT: Mapping[str, str] = {
     "bfloat16 input": "the input rounded to bfloat16, the kernel kept at float32",
     "bfloat16x3": "three bfloat16 passes (high parts truncated, low parts rounded)",
     "float16 as bfloat16": "float16 operands rounded to bfloat16",
+    "round trip kept": "the float32 -> bfloat16 -> float32 round trip left out (the input kept)",
     "blocked scan": "scanned in blocks of 128, each block in order, block totals carried",
 }
 """What each change the emulation makes reads as (``RoundedOp.format`` names one)."""
@@ -246,10 +247,15 @@ DOT_RULES: tuple[DotRule, ...] = (
             source=f"{_MEASURED}: a 3x3 depthwise convolution of 16 channels came within 1.4 "
             "eps of the model with only the input rounded to bfloat16, 44% bit for bit; both "
             "rounded: 26,000 eps off"),
+    DotRule(platform="tpu", operands="float32", precision="high", unit="depthwise",
+            arithmetic="float32",
+            source=f"{_MEASURED}: a depthwise convolution at precision high within 1.5 eps "
+            "of the float32 model, 42% bit for bit"),
     DotRule(platform="tpu", operands="float32", precision="high", unit="matrix",
             arithmetic="bfloat16x3",
-            source=f"{_MEASURED}: (128,256)@(256,128) came within 0.44 eps of three passes "
-            "with truncated high parts, 44 eps from three passes with rounded ones"),
+            source=f"{_MEASURED}: (2,512)@(512,256) to (128,256)@(256,128) products and a 3x3 "
+            "convolution came within 0.18 to 0.6 eps of three passes with truncated high "
+            "parts, 25 to 55 eps from three passes with rounded ones"),
     DotRule(platform="tpu", operands="float32", precision="highest", unit="any",
             arithmetic="float32",
             source=f"{_MEASURED}: within 0.2 to 0.45 eps of the float32 model (six bfloat16 "
@@ -259,10 +265,15 @@ DOT_RULES: tuple[DotRule, ...] = (
             source=f"{_MEASURED}: a (128,128)@(128,128) float16 product equal bit for bit to "
             "its operands rounded to bfloat16, products accumulated in float32, the result "
             "rounded to float16"),
+    DotRule(platform="tpu", operands="float16", precision="any", unit="matrix",
+            arithmetic="bfloat16x3",
+            source=f"{_MEASURED}: a (128,128)@(128,128) float16 product at precision high "
+            "and highest equal bit for bit to three passes with truncated high parts, the "
+            "result rounded to float16"),
     DotRule(platform="tpu", operands="float16", precision="any", unit="any",
             arithmetic="float32",
-            source=f"{_MEASURED}: float16 at precision highest, and a float16 matrix-vector "
-            "product, 96% and 99% equal to the float32 model"),
+            source=f"{_MEASURED}: a float16 matrix-vector product 99% equal to the float32 "
+            "model"),
     DotRule(platform="tpu", operands="mixed", precision="default", unit="any",
             arithmetic="bfloat16",
             source=f"{_MEASURED}: bfloat16 @ float32 -> float32 within 0.36 eps of both "
@@ -358,10 +369,17 @@ SCAN_BLOCK = 128
 summed in order, the block totals carried the same way (recursively past 128 blocks)."""
 
 BLOCKED_SCANS: Mapping[str, tuple[str, ...]] = {"tpu": ("cumsum",)}
-"""The cumulative reductions each platform scans in blocks (float32, along the last axis):
-``jnp.cumsum`` of 4,096 values on TPU v5 lite equal bit for bit to that model (the CPU's
-tree: 16% equal); the TPU compiler's program is two (three past 16,384) reduce-windows of
-128 (benchmarks/results/chip-errors-tpu-v5-lite.json)."""
+"""The cumulative reductions each platform scans in blocks (float32, along any axis): on TPU
+v5 lite, float32 cumsums of 128 to 65,536 values (a length of 1,000 too), reversed, along
+the last axis and along the first, equal bit for bit to that model (the CPU's: 3 to 47%);
+the TPU compiler's program is reduce-windows of 128, two levels (three past 16,384)
+(benchmarks/results/chip-errors-tpu-v5-lite.json)."""
+
+ROUND_TRIPS_ELIDED: Mapping[str, tuple[str, ...]] = {"tpu": ("bfloat16",)}
+"""The narrower formats whose float32 -> format -> float32 round trip a platform's compiler
+removes (the result is the input): on TPU v5 lite ``x.astype(bfloat16).astype(float32)``
+returned ``x`` bit for bit, 65,536 of 65,536, while ``x.astype(bfloat16)`` alone rounds
+to nearest even (benchmarks/results/chip-errors-tpu-v5-lite.json)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -389,6 +407,11 @@ the sum of the magnitudes of what is added: reductions, dots, convolutions), ``l
 EPS32 = 2.0**-23
 """float32's epsilon: one unit in the last place of 1."""
 
+FUSED_MULTIPLY_ADD = "mul+add"
+"""The bound of a product an add reads (``a * b + c``): XLA's CPU compiler fuses the two
+into one rounding, a chip that rounds the product first differs by up to half an ulp of it
+(``calibration/calibrate.py chip-errors`` adopts it where the chip was measured to)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpBound:
@@ -405,7 +428,8 @@ class OpBound:
     """``result`` scale: the worst error measured in ulp (near the result's zeros too)."""
     measured_range: tuple[float, float] | None = None
     sign_flips: bool = False
-    """Its vector outputs come out with either sign, column by column (eigenvectors)."""
+    """Its vector outputs come out with either sign, vector by vector (eigenvectors, the
+    singular vectors)."""
 
     @property
     def relative(self) -> float:
@@ -418,12 +442,12 @@ class OpBound:
         >>> OpBound(op="tanh", scale="result", ulps=734, worst_ulp=1336).describe()
         'within 1,336 ulp'
         >>> OpBound(op="eigh", scale="largest", ulps=12, sign_flips=True).describe()
-        'within 12 ulp of its largest result, eigenvector signs either way'
+        'within 12 ulp of its largest result, vectors of either sign'
         """
         if self.scale == "result":
             return f"within {_count(self.worst_ulp if self.worst_ulp is not None else self.ulps)} ulp"
         of = "of the sum of its terms" if self.scale == "terms" else "of its largest result"
-        flips = ", eigenvector signs either way" if self.sign_flips else ""
+        flips = ", vectors of either sign" if self.sign_flips else ""
         return f"within {_count(self.ulps)} ulp {of}{flips}"
 
 
@@ -663,6 +687,7 @@ REASON_TEXT: Mapping[str, str] = {
     "float16": "{platform}'s matrix unit multiplies float16 as bfloat16",
     "mixed": "{platform} multiplies a bfloat16 x float32 product in bfloat16",
     "scan": "{platform}'s cumulative sum",
+    "round trip": "{platform}'s compiler removes the round trip",
 }
 """Why the emulation changed an op (``RoundedOp.why``), as its line says it."""
 
