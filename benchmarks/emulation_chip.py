@@ -170,7 +170,8 @@ def verdict_of(emulated: Any, reference: Any, comparison: Any, tolerance: Callab
 def judge(chip_ok: bool | None, emulated: str, chip_err: float | None, emu_err: float) -> str:
     """How the emulation's verdict stands against the chip's: ``agrees``, ``missed`` (the
     target's failure: emulated match where the chip differs), ``too far`` (both differ, worst
-    errors more than 3x apart), ``false alarm`` (the chip matches), or ``not measured``."""
+    errors more than 3x apart), ``false alarm`` (the chip matches), or ``not measured``
+    (``not emulated`` where the emulation did not run: a failure of the target too)."""
     if chip_ok is None:
         return NOT_MEASURED
     if not chip_ok:
@@ -225,6 +226,8 @@ def compare_case(
         elif emulated.outputs is None:
             row["emulated"] = {"state": "not run", "why": emulated.emulation.error or
                                [u.reason for u in emulated.emulation.unemulated]}  # fmt: skip
+            if isinstance(row["chip"], dict):
+                row["judged"] = "not emulated"
         else:
             comparison = compare(reference, emulated.outputs, reference_platform="cpu",
                                  platform="tpu (emulated on cpu)", tolerance=tolerance)  # fmt: skip
@@ -262,11 +265,12 @@ def summary(cases: Mapping[str, Any]) -> dict[str, Any]:
             "missed": judged.count("missed"),
             "too_far": judged.count("too far"),
             "false_alarms": judged.count("false alarm"),
+            "not_emulated": judged.count("not emulated"),
             "agrees": judged.count("agrees"),
             "worst_ratio": max(ratios, key=lambda r: abs(math.log(r)) if r > 0 else math.inf)
             if ratios else None,
             "target_met": None if not any(isinstance(r["chip"], dict) for r in rows)
-            else judged.count("missed") == 0 and judged.count("too far") == 0,
+            else not any(judged.count(j) for j in ("missed", "too far", "not emulated")),
         }  # fmt: skip
     return found
 

@@ -754,8 +754,14 @@ def _split_truncated(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def _summed_vars(jaxpr: Jaxpr) -> frozenset[object]:
     """The variables an add or a subtraction of ``jaxpr`` reads."""
+    from jax._src import core as jcore  # Literal, under the same name since 0.4
+
     return frozenset(
-        v for e in jaxpr.eqns if e.primitive.name in ("add", "sub", "add_any") for v in e.invars
+        v
+        for e in jaxpr.eqns
+        if e.primitive.name in ("add", "sub", "add_any")
+        for v in e.invars
+        if not isinstance(v, jcore.Literal)
     )
 
 

@@ -714,7 +714,9 @@ class BoundedOp:
         if self.bound is not None:
             b = self.bound
             found["bound"] = {"scale": b.scale, "ulps": b.ulps, "abs_eps": b.abs_eps,
-                              "worst_ulp": b.worst_ulp, "sign_flips": b.sign_flips}  # fmt: skip
+                              "worst_ulp": b.worst_ulp, "sign_flips": b.sign_flips,
+                              "range": None if b.measured_range is None
+                              else list(b.measured_range)}  # fmt: skip
         return found
 
     @classmethod
@@ -723,10 +725,12 @@ class BoundedOp:
         raw = data.get("bound")
         bound = None
         if raw is not None:
-            worst = raw.get("worst_ulp")
+            worst, span = raw.get("worst_ulp"), raw.get("range")
             bound = OpBound(op=op, scale=_scale(raw["scale"]), ulps=float(raw["ulps"]),
                             abs_eps=float(raw.get("abs_eps", 0.0)),
                             worst_ulp=None if worst is None else float(worst),
+                            measured_range=None if span is None
+                            else (float(span[0]), float(span[1])),
                             sign_flips=bool(raw.get("sign_flips", False)))  # fmt: skip
         return cls(op=op, location=str(data["location"]), bound=bound,
                    count=int(data.get("count", 1)))  # fmt: skip
