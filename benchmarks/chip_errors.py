@@ -30,6 +30,7 @@ file with the device "not measured: no TPU".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
@@ -74,10 +75,8 @@ def device_facts(dry_run: bool) -> dict[str, Any]:
         return {**facts, "kind": NOT_MEASURED, "platform": "cpu"}
     device = jax.devices()[0]
     facts.update(kind=device.device_kind, platform=device.platform)
-    try:
+    with contextlib.suppress(Exception):  # not every client says
         facts["platform_version"] = device.client.platform_version
-    except Exception:  # not every client says
-        pass
     return facts
 
 
@@ -244,7 +243,9 @@ def measure_exact(runner: Runner) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name, fn in ops.items():
         chip, cpu = runner.device(fn, x, y), runner.cpu(fn, x, y)
-        found[name] = {"same_bits_as_cpu": float(np.mean(chip.view(np.uint32) == cpu.view(np.uint32)))}
+        found[name] = {
+            "same_bits_as_cpu": float(np.mean(chip.view(np.uint32) == cpu.view(np.uint32)))
+        }
     chip = runner.device(lambda a, b: a * b + a, x, y)
     separate = (x * y) + x  # numpy: the product rounded, then the sum
     found["fma_shape"]["same_bits_as_separate_rounding"] = float(np.mean(chip == separate))
@@ -306,7 +307,9 @@ def measure_reductions(runner: Runner) -> dict[str, Any]:
         moved = np.moveaxis(x, axis, -1)
         model = np.moveaxis(_recursive_cumsum(moved), -1, axis)
         entry["same_bits_as_recursive_128"] = float(np.mean(chip == model))
-        entry["same_bits_as_sequential"] = float(np.mean(chip == np.cumsum(x, axis=axis, dtype=np.float32)))
+        entry["same_bits_as_sequential"] = float(
+            np.mean(chip == np.cumsum(x, axis=axis, dtype=np.float32))
+        )
         if axis == 1:
             reverse = runner.device(lambda a: jnp.flip(jnp.cumsum(jnp.flip(a, 1), axis=1), 1), x)
             model = np.flip(_recursive_cumsum(np.flip(x, 1)), 1)
@@ -370,8 +373,9 @@ def _truncated(x: np.ndarray) -> np.ndarray:
     return bits.view(np.float32).astype(np.float64)
 
 
-def dot_models(product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
-               b: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def dot_models(
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each way of multiplying, in float64 (exact accumulation): ``(result, sum of |terms|)``."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     a1, a2, a3 = _split(a, 3)
@@ -393,7 +397,9 @@ def dot_models(product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.nd
     }  # fmt: skip
 
 
-def closeness(result: np.ndarray, models: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+def closeness(
+    result: np.ndarray, models: dict[str, tuple[np.ndarray, np.ndarray]]
+) -> dict[str, Any]:
     """Each model's distance from ``result`` in units of ``eps * sum|terms|``, the closest,
     and the share of elements equal to each model rounded to the result's dtype."""
     result = np.asarray(result)
@@ -412,17 +418,17 @@ def closeness(result: np.ndarray, models: dict[str, tuple[np.ndarray, np.ndarray
 def _conv_nhwc(x: np.ndarray, w: np.ndarray, groups: int = 1) -> np.ndarray:
     """A SAME, stride-1 NHWC x HWIO convolution in float64 (the reference)."""
     kh, kw, cin_g, cout = w.shape
-    n, h, wd, cin = x.shape
+    n, h, wd, _ = x.shape
     pad = np.pad(x, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
     out = np.zeros((n, h, wd, cout))
     per_group = cout // groups
     for g in range(groups):
-        xs = pad[..., g * cin_g:(g + 1) * cin_g]
-        ws = w[..., g * per_group:(g + 1) * per_group]
+        xs = pad[..., g * cin_g : (g + 1) * cin_g]
+        ws = w[..., g * per_group : (g + 1) * per_group]
         for i in range(kh):
             for j in range(kw):
-                out[..., g * per_group:(g + 1) * per_group] += np.einsum(
-                    "nhwc,co->nhwo", xs[:, i:i + h, j:j + wd, :], ws[i, j]
+                out[..., g * per_group : (g + 1) * per_group] += np.einsum(
+                    "nhwc,co->nhwo", xs[:, i : i + h, j : j + wd, :], ws[i, j]
                 )
     return out
 
@@ -470,18 +476,18 @@ def measure_products(runner: Runner) -> list[dict[str, Any]]:
             a, b = a.astype(np.float16), b.astype(np.float16)
         chip = runner.device(fn, a, b)
         cpu = runner.cpu(fn, a, b)
-        if "vmap" in name:
-            product = lambda p, q: np.einsum("bk,bkn->bn", p, q)  # noqa: E731
-        else:
-            product = matmul
+        product = _batched if "vmap" in name else matmul
         models = dot_models(product, np.asarray(a, np.float32), np.asarray(b, np.float32))
         entry = {"name": name, "device": closeness(chip, models), "cpu": closeness(cpu, models),
                  "same_bits_as_cpu": float(np.mean(np.asarray(chip) == np.asarray(cpu)))}  # fmt: skip
         if dtype is np.float16:  # the result rounds to float16: distances in its units
             entry["note"] = "float16 result: distances include float16 output rounding"
         found.append(entry)
-        print(f"  {name:42s} closest {entry['device']['closest']:10s} "
-              f"{entry['device']['eps_sum'][entry['device']['closest']]:9.2f}", flush=True)
+        print(
+            f"  {name:42s} closest {entry['device']['closest']:10s} "
+            f"{entry['device']['eps_sum'][entry['device']['closest']]:9.2f}",
+            flush=True,
+        )
     dn = ("NHWC", "HWIO", "NHWC")
     for name, x_shape, w_shape, groups, precision in (
         ("conv 3x3 8->16", (4, 16, 16, 8), (3, 3, 8, 16), 1, None),
@@ -506,9 +512,16 @@ def measure_products(runner: Runner) -> list[dict[str, Any]]:
         entry = {"name": name, "device": closeness(chip, models), "cpu": closeness(cpu, models),
                  "same_bits_as_cpu": float(np.mean(chip == cpu))}  # fmt: skip
         found.append(entry)
-        print(f"  {name:42s} closest {entry['device']['closest']:10s} "
-              f"{entry['device']['eps_sum'][entry['device']['closest']]:9.2f}", flush=True)
+        print(
+            f"  {name:42s} closest {entry['device']['closest']:10s} "
+            f"{entry['device']['eps_sum'][entry['device']['closest']]:9.2f}",
+            flush=True,
+        )
     return found
+
+
+def _batched(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return np.einsum("bk,bkn->bn", p, q)
 
 
 def functools_partial_matmul(precision: str) -> Callable[..., Any]:
@@ -556,9 +569,9 @@ def measure_decompositions(runner: Runner) -> dict[str, Any]:
                             "v_signs_as_cpu": float(np.mean(np.sign(np.sum(vt * vt_cpu, axis=1)) > 0))}  # fmt: skip
     found["svd singular values"] = entry(runner.device(lambda x: jnp.linalg.svd(x, compute_uv=False), m),
                                          runner.cpu(lambda x: jnp.linalg.svd(x, compute_uv=False), m), s_ref)  # fmt: skip
-    q, r = runner.device(jnp.linalg.qr, m)
-    q_cpu, r_cpu = runner.cpu(jnp.linalg.qr, m)
-    q_ref, r_ref = np.linalg.qr(m.astype(np.float64))
+    _, r = runner.device(jnp.linalg.qr, m)
+    _, r_cpu = runner.cpu(jnp.linalg.qr, m)
+    _, r_ref = np.linalg.qr(m.astype(np.float64))
     d = np.sign(np.diag(r)) * np.sign(np.diag(r_ref))
     d_cpu = np.sign(np.diag(r_cpu)) * np.sign(np.diag(r_ref))
     found["qr r"] = {**entry(r * d[:, None], r_cpu * d_cpu[:, None], r_ref),
@@ -569,7 +582,9 @@ def measure_decompositions(runner: Runner) -> dict[str, Any]:
     a = (rng.standard_normal((64, 64)) + 8 * np.eye(64)).astype(np.float32)
     b = rng.standard_normal((64, 8)).astype(np.float32)
     ref = np.linalg.solve(a.astype(np.float64), b.astype(np.float64))
-    found["solve"] = entry(runner.device(jnp.linalg.solve, a, b), runner.cpu(jnp.linalg.solve, a, b), ref)
+    found["solve"] = entry(
+        runner.device(jnp.linalg.solve, a, b), runner.cpu(jnp.linalg.solve, a, b), ref
+    )
     found["inv"] = entry(runner.device(jnp.linalg.inv, a), runner.cpu(jnp.linalg.inv, a),
                          np.linalg.inv(a.astype(np.float64)))  # fmt: skip
     low = np.tril(a).astype(np.float32)
@@ -633,8 +648,11 @@ def _finite(value: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--dry-run", action="store_true",
-                        help="no TPU: the CPU stands in, the device is 'not measured'")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no TPU: the CPU stands in, the device is 'not measured'",
+    )
     parser.add_argument("--parts", default=",".join(PARTS))
     args = parser.parse_args(argv)
     path = run(args.out_dir, dry_run=args.dry_run, parts=tuple(args.parts.split(",")))

@@ -29,6 +29,7 @@ as its "emulation against the chip" part.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
@@ -129,10 +130,8 @@ def device_facts(chip: bool) -> dict[str, Any]:
     if chip:
         device = jax.devices()[0]
         facts["kind"] = device.device_kind
-        try:
+        with contextlib.suppress(Exception):  # not every client says
             facts["platform_version"] = device.client.platform_version
-        except Exception:  # not every client says
-            pass
     else:
         facts["kind"] = NOT_MEASURED
     return facts
@@ -152,7 +151,9 @@ def _err(comparison: Any) -> float:
     return float(comparison.max_abs_err)
 
 
-def verdict_of(emulated: Any, reference: Any, comparison: Any, tolerance: Callable[[str], Any]) -> str:
+def verdict_of(
+    emulated: Any, reference: Any, comparison: Any, tolerance: Callable[[str], Any]
+) -> str:
     """The plugin's own state for an emulation: ``match``, ``mismatch``, or (where the
     engine bounds what it cannot compute as the chip does) ``may differ``."""
     from pytest_jaxport.model import probe
@@ -322,7 +323,9 @@ def load_chip_outputs(path: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]
 
     found: dict[str, list[Any]] = {}
     with np.load(path, allow_pickle=False) as data:
-        for key in sorted(data.files, key=lambda k: (k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1]))):
+        for key in sorted(
+            data.files, key=lambda k: (k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1]))
+        ):
             side, case, _ = key.split("/")
             if side == "chip":
                 found.setdefault(case, []).append(data[key])
@@ -405,14 +408,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="no chip: chip columns not measured")
     parser.add_argument("--chip-outputs", type=Path, help="the chip's recorded outputs (.npz)")
     parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
-    parser.add_argument("--chip-only", action="store_true",
-                        help="record the chip's outputs and verdicts, emulate nothing")
+    parser.add_argument(
+        "--chip-only",
+        action="store_true",
+        help="record the chip's outputs and verdicts, emulate nothing",
+    )
     args = parser.parse_args(argv)
     if args.dry_run or args.chip_outputs:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     names = tuple(n for n in args.cases.split(",") if n)
-    results = run(args.out_dir, dry_run=args.dry_run, chip_outputs=args.chip_outputs, names=names,
-                  chip_only=args.chip_only)
+    results = run(
+        args.out_dir,
+        dry_run=args.dry_run,
+        chip_outputs=args.chip_outputs,
+        names=names,
+        chip_only=args.chip_only,
+    )
     for name, s in results["summary"].items():
         print(f"emulation_chip: {name}: {json.dumps(s)}")
     return 0

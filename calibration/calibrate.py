@@ -259,7 +259,7 @@ def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
     return 0
 
 
-# -- putting a chip's measured op errors in use ------------------------------------------------------
+# -- putting a chip's measured op errors in use --------------------------------------------------
 
 MODEL_MISS = 10.0
 """A product no model of the chip's arithmetic comes within this many eps of (in units of
@@ -309,15 +309,24 @@ def chip_bounds(results: Mapping[str, Any], *, source: str) -> dict[str, Any]:
         closest = entry["device"]["closest"]
         distance = entry["device"]["eps_sum"][closest]
         if distance > MODEL_MISS:
-            raise Unusable(f"{source}: {entry['name']}: no model of the chip's arithmetic "
-                           f"comes within {MODEL_MISS:g} eps (closest {closest}: {distance:.3g})")
-        op = "conv_general_dilated" if entry["name"].startswith(("conv", "depthwise")) else "dot_general"
+            raise Unusable(
+                f"{source}: {entry['name']}: no model of the chip's arithmetic "
+                f"comes within {MODEL_MISS:g} eps (closest {closest}: {distance:.3g})"
+            )
+        op = (
+            "conv_general_dilated"
+            if entry["name"].startswith(("conv", "depthwise"))
+            else "dot_general"
+        )
         products[op] = max(products.get(op, 0.0), distance)
     for op, worst in products.items():
         ops[op] = {"scale": "terms", "ulps": _up(worst)}
     decompositions = results["decompositions"]
     for op, names in DECOMPOSITIONS.items():
-        ops[op] = {"scale": "largest", "ulps": _up(max(decompositions[n]["eps_max"] for n in names))}
+        ops[op] = {
+            "scale": "largest",
+            "ulps": _up(max(decompositions[n]["eps_max"] for n in names)),
+        }
     vectors = [v for k, v in decompositions.items() if k.endswith("eigenvectors")]
     if any(v["signs_as_cpu"] < 1.0 for v in vectors):
         ops["eigh"]["sign_flips"] = True

@@ -89,7 +89,7 @@ def test_a_matrix_vector_product_is_kept_at_float32() -> None:
     np.testing.assert_array_equal(np.asarray(emulated.value), on_cpu)  # not bfloat16's 4.0625
     (kept,) = emulated.emulation.rounded
     assert (kept.format, kept.why, kept.location) == ("float32", "vector", line_of(product, "@"))
-    line = [ln for ln in _lines(emulated.emulation) if "dot_general" in ln][0]
+    line = next(ln for ln in _lines(emulated.emulation) if "dot_general" in ln)
     assert line.endswith(
         ": kept at float32 (tpu computes a matrix-vector product in float32; measured on TPU "
         "v5 lite (measured: jax 0.10.2, libtpu 0.0.42.1))"
@@ -144,10 +144,11 @@ def test_every_measured_rule_names_where_it_comes_from() -> None:
         assert "measured on TPU v5 lite" in rule.source, rule
     assert dot_arithmetic("cuda", operands="float32", precision="high", unit="vector") is None
     rule = dot_arithmetic("tpu", operands="float16", precision="highest", unit="matrix")
-    assert rule is not None and rule.arithmetic == "bfloat16x3"  # type: ignore[union-attr]
+    assert rule is not None
+    assert rule.arithmetic == "bfloat16x3"  # type: ignore[union-attr]
 
 
-# -- what the chip computes, emulated ---------------------------------------------------------------
+# -- what the chip computes, emulated --------------------------------------------------------
 
 
 def test_precision_high_is_three_passes_with_truncated_high_parts() -> None:
@@ -236,7 +237,7 @@ def test_a_bfloat16_round_trip_is_left_out_as_the_tpu_compiler_does() -> None:
     np.testing.assert_array_equal(np.asarray(cuda.value), bf16(x).astype(np.float32) * 2)
 
 
-# -- bounds: what the emulation cannot compute as the chip does -------------------------------------
+# -- bounds: what the emulation cannot compute as the chip does ------------------------------
 
 
 def squash(x: jax.Array) -> jax.Array:
@@ -248,11 +249,13 @@ def test_ops_it_cannot_compute_as_the_chip_are_moved_by_their_measured_bound() -
 
     emulated = emulate(squash, (x,), platform="tpu")
 
-    assert emulated.outputs is not None and emulated.bounded_outputs is not None
+    assert emulated.outputs is not None
+    assert emulated.bounded_outputs is not None
     np.testing.assert_array_equal(np.asarray(emulated.value), np.asarray(jax.jit(squash)(x)))
     (site,) = emulated.emulation.bounded
     assert (site.op, site.location) == ("tanh", line_of(squash, "tanh"))
-    assert site.bound is not None and site.bound.describe() == "within 1,400 ulp"
+    assert site.bound is not None
+    assert site.bound.describe() == "within 1,400 ulp"
     assert emulated.emulation.bounds_from == "TPU v5 lite (measured: jax 0.10.2, libtpu 0.0.42.1)"
     moved = emulated.bounded_outputs.leaves[0].array.astype(np.float64)
     clean = np.asarray(emulated.value, np.float64)
@@ -275,7 +278,8 @@ def test_eigenvectors_come_with_either_sign_and_a_reconstruction_does_not_care()
     v_moved, rebuilt = (leaf.array for leaf in emulated.bounded_outputs.leaves)
     v_clean = emulated.outputs.leaves[0].array  # type: ignore[union-attr]
     signs = np.sign(np.sum(v_moved * v_clean, axis=0))
-    assert (signs < 0).any() and (signs > 0).any()
+    assert (signs < 0).any()
+    assert (signs > 0).any()
     np.testing.assert_allclose(rebuilt, a, atol=1e-4)
 
 
@@ -300,7 +304,9 @@ def test_the_shipped_bounds_name_their_chip_and_the_issues_example_reads_as_the_
         "may differ on tpu: tanh at model.py:12 is within 1,400 ulp on TPU v5 lite (measured: "
         "jax 0.10.2, libtpu 0.0.42.1), above rtol 1e-06"
     )
-    assert lines[1] == "with each op below off by its measured bound: <root>: 3 of 64 elements differ"
+    assert (
+        lines[1] == "with each op below off by its measured bound: <root>: 3 of 64 elements differ"
+    )
     assert may_differ(emulation, moved)
     assert emulated_state(ran=True, failed=False, ok=True, may_differ=True) == "may differ"
     assert emulated_state(ran=True, failed=False, ok=False, may_differ=True) == "mismatch"
@@ -308,8 +314,10 @@ def test_the_shipped_bounds_name_their_chip_and_the_issues_example_reads_as_the_
 
 
 def test_an_op_with_no_measured_bound_may_differ_by_any_amount() -> None:
-    unbounded = Emulation(platform="tpu", dot_format="bfloat16", bounds_from="TPU v5 lite",
-                          bounded=(BoundedOp(op="igamma", location="m.py:3", bound=None),))  # fmt: skip
+    site = BoundedOp(op="igamma", location="m.py:3", bound=None)
+    unbounded = Emulation(
+        platform="tpu", dot_format="bfloat16", bounds_from="TPU v5 lite", bounded=(site,)
+    )
     assert may_differ(unbounded, None)
     assert may_differ_lines(unbounded, None) == [
         "may differ on tpu: igamma at m.py:3 has no measured bound on TPU v5 lite"

@@ -315,7 +315,9 @@ def test_tpu_rounds_default_precision_dots_to_bfloat16_and_the_difference_fails(
     expected = (bf16(LHS) @ bf16(RHS)).astype(np.float32)  # exact: sums of small dyadics
     np.testing.assert_array_equal(expected, [[4.0, 4.0], [4.015625, 4.015625]])
     on_cpu = jax.jit(project)(LHS, RHS)
-    np.testing.assert_array_equal(np.asarray(on_cpu), [[4.015625, 4.015625], [4.01171875, 4.01171875]])
+    np.testing.assert_array_equal(
+        np.asarray(on_cpu), [[4.015625, 4.015625], [4.01171875, 4.01171875]]
+    )
 
     emulated = emulate(project, (LHS, RHS), platform="tpu")
 
@@ -349,7 +351,9 @@ def test_jax_default_matmul_precision_around_the_check_pins_every_default_dot() 
         emulated = emulate(project, (LHS, RHS), platform="tpu")
     assert emulated.emulation.rounded == ()
     assert emulated.emulation.pinned == 1
-    np.testing.assert_array_equal(np.asarray(emulated.value), [[4.015625, 4.015625], [4.01171875, 4.01171875]])
+    np.testing.assert_array_equal(
+        np.asarray(emulated.value), [[4.015625, 4.015625], [4.01171875, 4.01171875]]
+    )
 
 
 def test_cuda_rounds_to_tf32_on_ampere_and_newer_only() -> None:
@@ -525,7 +529,9 @@ def test_a_dot_inside_shard_map_is_computed_as_on_cpu_and_the_report_says_so() -
     assert (note.what, note.location, note.blocks) == (
         "dot_general", line_of(project, "x @ w"), False)  # fmt: skip
     assert note.reason == "inside shard_map, which the emulation cannot replay"
-    np.testing.assert_array_equal(np.asarray(emulated.value), [[4.015625, 4.015625], [4.01171875, 4.01171875]])
+    np.testing.assert_array_equal(
+        np.asarray(emulated.value), [[4.015625, 4.015625], [4.01171875, 4.01171875]]
+    )
 
 
 def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:

@@ -369,11 +369,14 @@ def reset_interpreters(names: set[str]) -> None:
             reset()
 
 
-def linear_solve_body(params: Mapping[str, Any], values: list[object]) -> tuple[Any, list[object]] | None:
+def linear_solve_body(
+    params: Mapping[str, Any], values: list[object]
+) -> tuple[Any, list[object]] | None:
     """``(solve jaxpr, its operands)`` of a ``custom_linear_solve`` equation: what its forward
     pass runs (``jax.lax.custom_linear_solve``'s implementation: ``solve`` on its constants
     and the right-hand side), or ``None`` where this release's parameters differ."""
-    lengths, jaxprs = params.get("const_lengths"), params.get("jaxprs")
+    lengths: Any = params.get("const_lengths")
+    jaxprs: Any = params.get("jaxprs")
     try:
         before = int(lengths.matvec) + int(lengths.vecmat)
         solve = int(lengths.solve)

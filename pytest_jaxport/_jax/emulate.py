@@ -62,12 +62,12 @@ from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
     BFLOAT16,
-    FUSED_MULTIPLY_ADD,
     BLOCKED_SCANS,
     EMULATED_PLATFORMS,
     EPS32,
     EXACT_EVERYWHERE,
     FORMATS,
+    FUSED_MULTIPLY_ADD,
     ROUND_TRIPS_ELIDED,
     SCAN_BLOCK,
     ChipBounds,
@@ -789,9 +789,11 @@ def _three_passes(
     wide = {"preferred_element_type": jnp.dtype("float32")} if narrow else {}
     hi_l, lo_l = _split_truncated(lhs.astype(jnp.float32))
     hi_r, lo_r = _split_truncated(rhs.astype(jnp.float32))
-    small = [a + b for a, b in zip(bind(eqn, [hi_l, lo_r, *rest], **wide),
-                                   bind(eqn, [lo_l, hi_r, *rest], **wide), strict=True)]  # fmt: skip
-    outs = [a + b for a, b in zip(small, bind(eqn, [hi_l, hi_r, *rest], **wide), strict=True)]
+    one = cast("list[jax.Array]", bind(eqn, [hi_l, lo_r, *rest], **wide))
+    other = cast("list[jax.Array]", bind(eqn, [lo_l, hi_r, *rest], **wide))
+    large = cast("list[jax.Array]", bind(eqn, [hi_l, hi_r, *rest], **wide))
+    small = [a + b for a, b in zip(one, other, strict=True)]  # the small terms first
+    outs: list[object] = [a + b for a, b in zip(small, large, strict=True)]
     return [cast("jax.Array", out).astype(jnp.float16) for out in outs] if narrow else outs
 
 
@@ -901,13 +903,16 @@ def _size(y: jax.Array, bound: OpBound, terms: object) -> jax.Array:
 
     eps = jnp.float32(EPS32)
     magnitude = jnp.abs(y)
+    size: jax.Array
     if bound.scale == "result":
         _, exponent = jnp.frexp(magnitude)
         ulp = jnp.where(magnitude > 0, jnp.ldexp(jnp.ones_like(magnitude), exponent - 24), 0.0)
-        return bound.ulps * ulp + bound.abs_eps * eps
-    if bound.scale == "terms" and terms is not None:
-        return bound.ulps * eps * jnp.abs(cast("jax.Array", terms))
-    return bound.ulps * eps * jnp.max(magnitude, initial=0.0)  # largest (or terms unknown)
+        size = bound.ulps * ulp + bound.abs_eps * eps
+    elif bound.scale == "terms" and terms is not None:
+        size = bound.ulps * eps * jnp.abs(cast("jax.Array", terms))
+    else:  # largest (or terms unknown)
+        size = bound.ulps * eps * jnp.max(magnitude, initial=0.0)
+    return size
 
 
 def _shifted(y: jax.Array, size: jax.Array, salt: int) -> jax.Array:

@@ -29,6 +29,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import (
+    Emulation,
     divergence_message,
     emulated_label,
     emulation_lines,
@@ -161,7 +162,9 @@ class Violation:
     def found_text(self) -> str:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
         if self.kind in ("platforms", "flag") or self.key in (
-            "emulated_run", BASELINE_KEY, MAY_DIFFER_KEY
+            "emulated_run",
+            BASELINE_KEY,
+            MAY_DIFFER_KEY,
         ):
             return self.finding()
         return f"{self.found} {self.what}".strip()
@@ -920,9 +923,8 @@ def _emulation_violations(
                 found=len(emulation.bounded),
                 what=head,
                 level="emulated",
-                details=(*rest, f"emulated as {result.platform} would run it:",
-                         *(f"  {line}" for line in emulation_lines(emulation))),
-            )  # fmt: skip
+                details=(*rest, *_emulated_as(emulation)),
+            )
         ]
     if comparison is None or comparison.ok:
         return []
@@ -939,6 +941,14 @@ def _emulation_violations(
             details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
         )
     ]
+
+
+def _emulated_as(emulation: Emulation) -> list[str]:
+    """What the emulation changed, under a heading (nothing where it changed nothing)."""
+    lines = emulation_lines(emulation)
+    if not lines:
+        return []
+    return [f"emulated as {emulation.platform} would run it:", *(f"  {line}" for line in lines)]
 
 
 def _rewrite_violations(

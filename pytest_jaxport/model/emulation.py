@@ -445,7 +445,9 @@ class OpBound:
         'within 12 ulp of its largest result, vectors of either sign'
         """
         if self.scale == "result":
-            return f"within {_count(self.worst_ulp if self.worst_ulp is not None else self.ulps)} ulp"
+            return (
+                f"within {_count(self.worst_ulp if self.worst_ulp is not None else self.ulps)} ulp"
+            )
         of = "of the sum of its terms" if self.scale == "terms" else "of its largest result"
         flips = ", vectors of either sign" if self.sign_flips else ""
         return f"within {_count(self.ulps)} ulp {of}{flips}"
@@ -887,15 +889,18 @@ def grouped_rounding(sites: Sequence[tuple[str, ...]]) -> tuple[RoundedOp, ...]:
     for site in sites:
         counts[site] = counts.get(site, 0) + 1
     return tuple(
-        RoundedOp(op=site[0], location=site[1], format=site[2], count=n,
-                  why=site[3] if len(site) > 3 else "")  # fmt: skip
+        RoundedOp(
+            op=site[0],
+            location=site[1],
+            format=site[2],
+            count=n,
+            why=site[3] if len(site) > 3 else "",
+        )
         for site, n in counts.items()
     )
 
 
-def grouped_bounds(
-    sites: Sequence[tuple[str, str]], bounds: ChipBounds
-) -> tuple[BoundedOp, ...]:
+def grouped_bounds(sites: Sequence[tuple[str, str]], bounds: ChipBounds) -> tuple[BoundedOp, ...]:
     """``(op, location)`` per bounded equation, grouped into counted sites, each with its
     measured bound (``None``: none measured), the widest first."""
     counts: dict[tuple[str, str], int] = {}
@@ -943,7 +948,9 @@ def emulation_lines(emulation: Emulation) -> list[str]:
         count = f"{op.count} " if op.count > 1 else ""
         what = ARITHMETIC_TEXT.get(op.format, f"float32 operands rounded to {op.format}")
         why = REASON_TEXT.get(op.why, op.why).format(platform=emulation.platform)
-        measured = f"; measured on {emulation.bounds_from}" if op.why and emulation.bounds_from else ""
+        measured = (
+            f"; measured on {emulation.bounds_from}" if op.why and emulation.bounds_from else ""
+        )
         lines.append(f"{count}{op.op}{_at(op.location)}: {what} ({why}{measured})")
     if emulation.pinned:
         noun = "dot/convolution" if emulation.pinned == 1 else "dots/convolutions"
@@ -973,10 +980,10 @@ def may_differ_lines(emulation: Emulation, bounded: Comparison | None) -> list[s
     (measured: ...), above rtol 1e-06``), then how far the bounds move the outputs and each
     bounded op.
 
+    >>> tanh = OpBound(op="tanh", scale="result", ulps=734, worst_ulp=1336)
     >>> e = Emulation(platform="tpu", dot_format="bfloat16", bounds_from="TPU v5 lite",
-    ...     bounded=(BoundedOp(op="tanh", location="m.py:12",
-    ...                        bound=OpBound(op="tanh", scale="result", ulps=734, worst_ulp=1336)),))
-    >>> print("\n".join(may_differ_lines(e, None)))
+    ...     bounded=(BoundedOp(op="tanh", location="m.py:12", bound=tanh),))
+    >>> print("\\n".join(may_differ_lines(e, None)))
     may differ on tpu: tanh at m.py:12 is within 1,336 ulp on TPU v5 lite
     """
     device = emulation.bounds_from or emulation.platform
@@ -995,8 +1002,9 @@ def may_differ_lines(emulation: Emulation, bounded: Comparison | None) -> list[s
     for site in sites[1:] if len(lines) == 1 else sites:
         count = f"{site.count} " if site.count > 1 else ""
         said = site.describe(device).removesuffix(f" on {device}")
-        above = (f" (above rtol {tolerance.rtol:g})"
-                 if tolerance is not None and _above(site.bound, tolerance.rtol) else "")  # fmt: skip
+        above = ""
+        if tolerance is not None and _above(site.bound, tolerance.rtol):
+            above = f" (above rtol {tolerance.rtol:g})"
         lines.append(f"{count}{said}{above}")
     return lines
 

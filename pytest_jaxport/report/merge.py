@@ -611,7 +611,11 @@ def _merge_test(
 
 
 EMULATION_ENTRY_KEYS = (
-    "emulated", "emulated_numerics", "emulated_bounds", "emulated_outputs", "emulated_leg"
+    "emulated",
+    "emulated_numerics",
+    "emulated_bounds",
+    "emulated_outputs",
+    "emulated_leg",
 )
 """A platform entry's emulation: kept from the leg that emulated, whichever leg won."""
 

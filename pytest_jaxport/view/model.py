@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.budget import MAY_DIFFER_KEY, Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import (
     RANKING,
@@ -212,18 +212,22 @@ class Headline:
     """Per emulated platform, how many checks *may differ* there (emulated: they matched,
     but the chip's measured errors move the outputs beyond the tolerance)."""
 
-    def counts(self) -> str:
-        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``, and
-        ``, 3 checks may differ on tpu (emulated)`` where any may."""
-        differ = "".join(
-            f", {plural(n, 'check')} may differ on {platform} (emulated)"
+    def may_differ_text(self) -> str:
+        """``3 checks may differ on tpu (emulated)``; ``""`` where none may."""
+        return ", ".join(
+            f"{plural(n, 'check')} may differ on {platform} (emulated)"
             for platform, n in self.may_differ
             if n
         )
+
+    def counts(self) -> str:
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations``, and
+        ``, 3 checks may differ on tpu (emulated)`` where any may."""
+        differ = self.may_differ_text()
         return (
             f"{plural(self.tests, 'portable test')}, {plural(self.checks, 'check')}, "
             f"{number(self.failed_tests)} failed, {plural(self.violations, 'budget violation')}"
-            f"{differ}"
+            + (f", {differ}" if differ else "")
         )
 
     def setting(self) -> str:
@@ -597,7 +601,9 @@ class Cell:
             return "bad"
         if self.numerics in ("mismatch", "error") or self.emulated in ("mismatch", "failed"):
             return "bad"
-        return "warn" if self.custom or self.not_compiling or self.emulated == MAY_DIFFER else "good"
+        return (
+            "warn" if self.custom or self.not_compiling or self.emulated == MAY_DIFFER else "good"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1672,6 +1678,14 @@ def _failures(test: TestRow) -> list[Problem]:
     return problems
 
 
+def setting_text(key: str, limit: object, origin: str) -> str:
+    """``limit 2, set in pyproject.toml [tool.jaxport.budget]``; ``may_differ = "fail", set
+    in the default`` for an emulation that may differ on the chip (no limit: a setting)."""
+    if key == MAY_DIFFER_KEY:
+        return f'may_differ = "{limit}", set in {origin}'
+    return f"limit {limit}, set in {origin}"
+
+
 def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool = False) -> str:
     if audit and kind == "not-lowered":
         return "a finding of the suite audit: no test fails for it"
@@ -1681,7 +1695,7 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         (limit, origin), _ = Counter((p.limit, p.origin) for p in rows).most_common(1)[0]
         others = len({(p.limit, p.origin) for p in rows}) - 1
         more = f"; {plural(others, 'other setting')}" if others else ""
-        return f"limit {limit}, set in {origin}{more}"
+        return f"{setting_text(key, limit, origin)}{more}"
     if kind == "not-lowered":
         if key.startswith("not lowerable here"):
             return "JAX needs the hardware to lower it: its budgets are unverified here"

@@ -405,11 +405,9 @@ def _test_alerts(test: TestEntry) -> Iterator[Alert]:
                     level="warning",
                     file=at_file,
                     line=at_line,
-                    message=f"{emulated_label(platform)}: check {name!r} of {test.nodeid}: "
-                    f"{head}",
+                    message=f"{emulated_label(platform)}: check {name!r} of {test.nodeid}: {head}",
                     title=f"{platform}: {name} may differ (emulated)",
-                    identity="|".join(("numerics-may-differ", platform, file, name,
-                                       test.nodeid)),  # fmt: skip
+                    identity="|".join(("numerics-may-differ", platform, file, name, test.nodeid)),
                 )
             lowered = (name, platform, "must_lower") not in covered
             if entry.error is not None and lowered:

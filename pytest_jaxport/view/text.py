@@ -891,6 +891,8 @@ def render_markdown(
         said = f"**Suite audit: {md_cell(view.audit.seen_line())}**"
     if head.audit_failures:
         said += f" · **{plural(head.audit_failures, 'suite audit failure')}**"
+    if head.may_differ_text():
+        said += f" · **{md_cell(head.may_differ_text())}**"
     lead = ["## pytest-jaxport portability report", "", f"{said} · {md_cell(head.setting())}", ""]
     sections = [
         _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
