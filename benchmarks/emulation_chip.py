@@ -29,8 +29,6 @@ as its "emulation against the chip" part.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as dt
 import json
 import math
 import os
@@ -45,7 +43,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-NOT_MEASURED = "not measured: no TPU"
+from chip_errors import NOT_MEASURED, device_facts  # noqa: E402
+
 SCHEMA_VERSION = 1
 TARGET_RATIO = 3.0
 """Where both differ, the emulated worst error is within this factor of the chip's."""
@@ -111,30 +110,6 @@ def chip_present() -> bool:
     import jax
 
     return jax.devices()[0].platform == "tpu"
-
-
-def device_facts(chip: bool) -> dict[str, Any]:
-    import importlib.metadata as metadata
-
-    import jax
-
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
-    facts: dict[str, Any] = {"jax": jax.__version__, "jaxlib": version("jaxlib"),
-                             "libtpu": version("libtpu"), "python": sys.version.split()[0],
-                             "date": dt.date.today().isoformat()}  # fmt: skip
-    if chip:
-        device = jax.devices()[0]
-        facts["kind"] = device.device_kind
-        with contextlib.suppress(Exception):  # not every client says
-            facts["platform_version"] = device.client.platform_version
-    else:
-        facts["kind"] = NOT_MEASURED
-    return facts
 
 
 def outputs_of(leaves: Sequence[Any], like: Any) -> Any:
@@ -349,14 +324,14 @@ def run(
     if not dry_run and chip_outputs is None and not on_chip:
         raise SystemExit("emulation_chip: no TPU here: pass --dry-run, or --chip-outputs FILE")
     recorded: dict[str, list[Any]] = {}
-    device: dict[str, Any] = device_facts(on_chip)
+    device: dict[str, Any] = device_facts(dry_run=not on_chip)
     if chip_outputs is not None:
         recorded, device = load_chip_outputs(chip_outputs)
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "device": device,
-        "host": device_facts(False) | {"kind": "cpu"},
+        "host": device_facts(dry_run=True) | {"kind": "cpu"},
         "chip_source": "run on the chip" if on_chip else (
             f"the chip's recorded outputs ({chip_outputs.name})" if chip_outputs else NOT_MEASURED),
         "settings": {s.name: {"rtol": s.rtol, "atol": s.atol} for s in SETTINGS},

@@ -10,13 +10,11 @@ itself returned is held in ``tests/test_emulation_chip.py`` (its recorded output
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -24,6 +22,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import line_of
 from jax import lax
 
 from pytest_jaxport._jax.emulate import emulate
@@ -42,15 +41,6 @@ from pytest_jaxport.model.emulation import (
 )
 from pytest_jaxport.model.numerics import Comparison, LeafMismatch, Tolerance
 from pytest_jaxport.model.probe import emulated_state
-
-
-def line_of(fn: Callable[..., Any], text: str) -> str:
-    """``file:line`` of the first line of ``fn``'s source holding ``text``."""
-    source, first = inspect.getsourcelines(fn)
-    for offset, line in enumerate(source):
-        if text in line:
-            return f"{inspect.getsourcefile(fn)}:{first + offset}"
-    raise AssertionError(f"{text!r} not in {fn.__name__}")
 
 
 def bf16(x: Any) -> np.ndarray[Any, Any]:

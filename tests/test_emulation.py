@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import line_of
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -56,15 +57,6 @@ HERE = Path(__file__).resolve()
 DEMO_KERNEL = HERE.parents[1] / "examples/demo/src/demo_models/pallas_kernel.py"
 TRITON_DEPRECATED = "ignore:The Pallas Triton backend is deprecated:DeprecationWarning"
 MGPU_PALLAS_CALL = "ignore:Using ``pl.pallas_call`` for Mosaic GPU:DeprecationWarning"
-
-
-def line_of(fn: Callable[..., Any], text: str) -> str:
-    """``file:line`` of the first line of ``fn``'s source holding ``text``."""
-    source, first = inspect.getsourcelines(fn)
-    for offset, line in enumerate(source):
-        if text in line:
-            return f"{inspect.getsourcefile(fn)}:{first + offset}"
-    raise AssertionError(f"{text!r} not in {fn.__name__}")
 
 
 @pytest.fixture(scope="module")
