@@ -316,8 +316,8 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         if name == "platform_index" or name in KERNEL_PRIMITIVES:
             return True
-        if self.bounds is not None and self._inexact(eqn):
-            return True
+        if self.bounds is not None and (self._inexact(eqn) or name == "mul"):
+            return True  # (a product an add reads may be moved: the CPU's fused multiply-add)
         if name in _PRODUCTS:
             return self._dot_plan(eqn)[0] not in ("as on cpu", "pinned")
         if name == "convert_element_type":
@@ -413,21 +413,19 @@ class _Replay(Evaluator):
         precision set in a way this engine leaves alone)."""
         kind = _operand_kind(eqn)
         if kind is None:
-            return "as on cpu", ""
+            return ("pinned" if _widened(eqn) else "as on cpu"), ""
         precision = _precision_of(eqn.params.get("precision"))
         if precision == "default" and self.matmul_precision is not None:
             precision = self.matmul_precision
-        if precision == "pinned" or (kind == "float16" and _widened(eqn)):
+        if precision == "pinned":
             return "pinned", ""
-        rule = dot_arithmetic(self.platform, operands=kind, precision=precision,
-                              unit=_unit(eqn), cuda_capability=self.cuda_capability)  # fmt: skip
+        unit = _unit(eqn)
+        rule = dot_arithmetic(self.platform, operands=kind, precision=precision, unit=unit,
+                              cuda_capability=self.cuda_capability)  # fmt: skip
         if isinstance(rule, DotRule):
-            why = {"vector": "vector", "depthwise": "depthwise"}.get(rule.unit, "")
-            why = why or {"high": "high"}.get(rule.precision, "")
-            why = why or {"float16": "float16", "mixed": "mixed"}.get(rule.operands, "")
             if rule.arithmetic == "float32" and precision != "default":
                 return "pinned", ""  # what the program asked for: computed as set
-            return rule.arithmetic, why
+            return rule.arithmetic, _why(rule, unit, precision)
         if rule is not None and rule.format is not None and precision == "default":
             return rule.format.name, ""
         return ("pinned" if precision != "default" else "as on cpu"), ""
@@ -654,9 +652,10 @@ def _operand_kind(eqn: JaxprEqn) -> str | None:
     it: ``float32`` (float32 or complex64 operands), ``float16``, ``mixed`` (bfloat16 with
     float32), else ``None``."""
     dtypes = sorted(str(getattr(v.aval, "dtype", "")) for v in eqn.invars[:2])
+    if _widened(eqn):
+        return None
     if dtypes in (["float32", "float32"], ["complex64", "complex64"]):
-        preferred = eqn.params.get("preferred_element_type")
-        return "float32" if preferred is None or str(preferred) == dtypes[0] else None
+        return "float32"
     if dtypes == ["float16", "float16"]:
         return "float16"
     if dtypes == ["bfloat16", "float32"]:
@@ -665,10 +664,23 @@ def _operand_kind(eqn: JaxprEqn) -> str | None:
 
 
 def _widened(eqn: JaxprEqn) -> bool:
-    """A float16 product asked for a wider result (``preferred_element_type``): not what was
-    measured."""
+    """A float32 (complex64, float16) product whose ``preferred_element_type`` is another
+    dtype: left as the program set it (not what was measured)."""
+    dtypes = {str(getattr(v.aval, "dtype", "")) for v in eqn.invars[:2]}
     preferred = eqn.params.get("preferred_element_type")
-    return preferred is not None and str(preferred) != "float16"
+    if len(dtypes) != 1 or not dtypes <= {"float32", "complex64", "float16"}:
+        return False
+    return preferred is not None and str(preferred) not in dtypes
+
+
+def _why(rule: DotRule, unit: str, precision: str) -> str:
+    """Why a measured rule changed a product (``RoundedOp.why``: a key of
+    ``model.emulation.REASON_TEXT``)."""
+    if unit in ("vector", "depthwise"):
+        return unit
+    if rule.arithmetic == "bfloat16x3":
+        return precision  # high, or highest for float16
+    return rule.operands if rule.operands in ("float16", "mixed") else ""
 
 
 _PRECISIONS = {"DEFAULT": "default", "HIGH": "high", "HIGHEST": "highest"}

@@ -686,6 +686,7 @@ REASON_TEXT: Mapping[str, str] = {
     "vector": "{platform} computes a matrix-vector product in float32",
     "depthwise": "{platform}'s depthwise convolution",
     "high": '{platform}\'s precision="high"',
+    "highest": '{platform}\'s precision="highest" on float16',
     "float16": "{platform}'s matrix unit multiplies float16 as bfloat16",
     "mixed": "{platform} multiplies a bfloat16 x float32 product in bfloat16",
     "scan": "{platform}'s cumulative sum",
