@@ -238,16 +238,17 @@ def test_ops_it_cannot_compute_as_the_chip_are_moved_by_their_measured_bound() -
     x = np.linspace(-2, 2, 64, dtype=np.float32)
 
     emulated = emulate(squash, (x,), platform="tpu")
+    assert emulated.bounded is not None
+    bounded = emulated.bounded()
 
-    assert emulated.outputs is not None
-    assert emulated.bounded_outputs is not None
+    assert bounded.outputs is not None
     np.testing.assert_array_equal(np.asarray(emulated.value), np.asarray(jax.jit(squash)(x)))
-    (site,) = emulated.emulation.bounded
+    (site,) = bounded.sites
     assert (site.op, site.location) == ("tanh", line_of(squash, "tanh"))
     assert site.bound is not None
     assert site.bound.describe() == "within 1,400 ulp"
     assert emulated.emulation.bounds_from == "TPU v5 lite (measured: jax 0.10.2, libtpu 0.0.42.1)"
-    moved = emulated.bounded_outputs.leaves[0].array.astype(np.float64)
+    moved = bounded.outputs.leaves[0].array.astype(np.float64)
     clean = np.asarray(emulated.value, np.float64)
     relative = np.abs(moved - clean) / np.maximum(np.abs(clean), 1e-30)
     assert relative.max() > 1e-5  # 740 ulp of tanh, times 3
@@ -263,9 +264,11 @@ def test_eigenvectors_come_with_either_sign_and_a_reconstruction_does_not_care()
         return v, jnp.matmul(v * w, v.T, precision="highest")  # bfloat16 would blur it
 
     emulated = emulate(vectors, (a,), platform="tpu")
+    assert emulated.bounded is not None
+    bounded = emulated.bounded()
 
-    assert emulated.bounded_outputs is not None
-    v_moved, rebuilt = (leaf.array for leaf in emulated.bounded_outputs.leaves)
+    assert bounded.outputs is not None
+    v_moved, rebuilt = (leaf.array for leaf in bounded.outputs.leaves)
     v_clean = emulated.outputs.leaves[0].array  # type: ignore[union-attr]
     signs = np.sign(np.sum(v_moved * v_clean, axis=0))
     assert (signs < 0).any()
@@ -279,6 +282,9 @@ def test_the_shipped_bounds_name_their_chip_and_the_issues_example_reads_as_the_
     assert str(bounds.measurement) == "TPU v5 lite (measured: jax 0.10.2, libtpu 0.0.42.1)"
     assert bounds.measurement.results == "benchmarks/results/chip-errors-tpu-v5-lite.json"
     assert chip_bounds("cuda") is None  # no GPU was lent: no bounds, no third state
+    assert bounds.bound("reduce_window_sum") == bounds.bound("reduce_sum")  # pooling is a sum
+    assert bounds.is_exact("add_any")
+    assert bounds.bound("reduce_prod") is None  # not measured: it may differ by any amount
     tanh = BoundedOp(op="tanh", location="model.py:12", bound=bounds.bound("tanh"))
     emulation = Emulation(platform="tpu", dot_format="bfloat16", bounded=(tanh,),
                           bounds_from=str(bounds.measurement))  # fmt: skip

@@ -70,6 +70,7 @@ from pytest_jaxport.model.emulation import (
     FUSED_MULTIPLY_ADD,
     ROUND_TRIPS_ELIDED,
     SCAN_BLOCK,
+    BoundedOp,
     ChipBounds,
     ChosenBranch,
     DotRule,
@@ -106,10 +107,21 @@ class Emulated:
     emulation: Emulation
     value: object = None
     outputs: Outputs | None = None
-    bounded_outputs: Outputs | None = None
-    """The outputs with every op the emulation cannot compute as the chip does moved by the
-    chip's measured error bound (``model.emulation.chip_bounds``); ``None`` where the
-    platform has no measured bounds or the emulation did not run."""
+    bounded: Callable[[], Bounded] | None = None
+    """Runs the program again with every op the emulation cannot compute as the chip does
+    moved by the chip's measured error bound (``model.emulation.chip_bounds``): called only
+    where the outputs matched (a mismatch needs no bound, and its compile is not paid);
+    ``None`` where the platform has no measured bounds or the emulation did not run."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bounded:
+    """The bounded run: the ops it moved (and those with no measured bound), and the outputs
+    it gave (``None`` where it could not run: ``error`` says why)."""
+
+    sites: tuple[BoundedOp, ...]
+    outputs: Outputs | None = None
+    error: str | None = None
 
 
 def emulate(
@@ -151,14 +163,9 @@ def emulate(
                        matmul_precision=pinned, own=own, bounds=bounds)  # fmt: skip
 
     replay = replay_for(None)
-    bounds = chip_bounds(platform)
-    moved = replay_for(bounds) if bounds is not None else None
 
     def emulated(*leaves: object) -> list[object]:
-        outs = replay.run(closed.jaxpr, closed.consts, leaves)
-        if moved is not None:  # the same program, each bounded op off by its bound
-            outs += moved.run(closed.jaxpr, closed.consts, leaves)
-        return outs
+        return replay.run(closed.jaxpr, closed.consts, leaves)
 
     flat = _on_host(flat)
     try:
@@ -173,7 +180,8 @@ def emulate(
         )  # the engine's limit, not the program's fault: a note, never a failure
         replay.unemulated.append(cannot)
         return Emulated(emulation=replay.record())
-    record = replay.record(bounded=moved)
+    bounds = chip_bounds(platform)
+    record = replay.record(bounds=bounds)
     if not record.ran:
         return Emulated(emulation=record)
     try:
@@ -182,15 +190,35 @@ def emulate(
             leaves = jax.block_until_ready(compiled(*flat))  # type: ignore[no-untyped-call]
     except Exception as e:  # an interpreted kernel's failure is the platform's finding
         reset_interpreters(replay.interpreters)
-        return Emulated(emulation=replay.record(error=_run_error(e), bounded=moved))
-    leaves = list(leaves)
-    half = len(leaves) // 2 if moved is not None else len(leaves)
-    value = jax.tree_util.tree_unflatten(out_tree, leaves[:half])
+        return Emulated(emulation=replay.record(error=_run_error(e), bounds=bounds))
+    value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
     bounded = None
-    if moved is not None:
-        bounded = to_outputs(jax.tree_util.tree_unflatten(out_tree, leaves[half:]))
-    return Emulated(emulation=record, value=value, outputs=to_outputs(value),
-                    bounded_outputs=bounded)  # fmt: skip
+    if bounds is not None:
+        moved = replay_for(bounds)
+
+        def bounded() -> Bounded:
+            return _bounded_run(moved, bounds, closed, out_tree, flat)
+
+    return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded)
+
+
+def _bounded_run(
+    moved: _Replay, bounds: ChipBounds, closed: ClosedJaxpr, out_tree: PyTreeDef, flat: list[object]
+) -> Bounded:
+    """The program once more, each op the emulation cannot compute as the chip does moved by
+    its bound (``moved``: the bounded replay)."""
+    import jax
+
+    def run(*leaves: object) -> list[object]:
+        return moved.run(closed.jaxpr, closed.consts, leaves)
+
+    try:
+        with _cpu_default():
+            leaves = jax.block_until_ready(jax.jit(run)(*flat))  # type: ignore[no-untyped-call]
+    except Exception as e:  # the engine's limit: said, never a failure of the program
+        return Bounded(sites=grouped_bounds(moved.bounded, bounds), error=describe_error(e))
+    value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
+    return Bounded(sites=grouped_bounds(moved.bounded, bounds), outputs=to_outputs(value))
 
 
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -280,8 +308,9 @@ class _Replay(Evaluator):
         finally:
             self._summed.pop()
 
-    def record(self, *, error: str | None = None, bounded: _Replay | None = None) -> Emulation:
-        chip = bounded.bounds if bounded is not None else None
+    def record(self, *, error: str | None = None, bounds: ChipBounds | None = None) -> Emulation:
+        """What this replay did (``bounds``: the chip's, where the platform has them; the
+        bounded sites are the bounded run's, :class:`Bounded`)."""
         return Emulation(
             platform=self.platform,
             dot_format=None if self.dot_format is None else self.dot_format.name,
@@ -291,9 +320,7 @@ class _Replay(Evaluator):
             pinned=self.pinned,
             unemulated=tuple(dict.fromkeys(self.unemulated)),
             error=error,
-            bounded=() if bounded is None or chip is None
-            else grouped_bounds(bounded.bounded, chip),
-            bounds_from=None if chip is None else str(chip.measurement),
+            bounds_from=None if bounds is None else str(bounds.measurement),
         )  # fmt: skip
 
     def line(self, eqn: JaxprEqn) -> str:
@@ -461,7 +488,7 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         if name in EXACT_EVERYWHERE or name in KERNEL_PRIMITIVES or nested(eqn.params):
             return False
-        if self.bounds is not None and name in self.bounds.exact:
+        if self.bounds is not None and self.bounds.is_exact(name):
             return False
         if name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn):
             return False  # computed as the chip does, bit for bit
@@ -860,7 +887,7 @@ def _blocked_cumsum(x: object, *, axis: int = -1, reverse: bool = False) -> jax.
 
 # -- moving an op's results by the chip's measured bound -----------------------------------------
 
-_TERMS = ("reduce_sum", "cumsum", "dot_general", "conv_general_dilated")
+_TERMS = ("reduce_sum", "reduce_window_sum", "cumsum", "dot_general", "conv_general_dilated")
 """Ops whose ``terms`` bound scales with the same op over the magnitudes of its operands."""
 
 
@@ -911,19 +938,25 @@ def _flipped(eqn: JaxprEqn, outs: Sequence[object], i: int) -> jax.Array:
 
 
 def _size(y: jax.Array, bound: OpBound, terms: object) -> jax.Array:
+    """How far each element of ``y`` moves: ``bound`` in units of its scale (lax only, so
+    that the moved program stays a few fused ops an output)."""
     import jax.numpy as jnp
+    from jax import lax
 
     eps = jnp.float32(EPS32)
-    magnitude = jnp.abs(y)
+    magnitude = lax.abs(y)
     size: jax.Array
     if bound.scale == "result":
-        _, exponent = jnp.frexp(magnitude)
-        ulp = jnp.where(magnitude > 0, jnp.ldexp(jnp.ones_like(magnitude), exponent - 24), 0.0)
-        size = bound.ulps * ulp + bound.abs_eps * eps
+        # ulp(y): y's exponent bits alone, times eps (0 for 0; normal numbers only)
+        bits = lax.bitcast_convert_type(magnitude, jnp.uint32) & jnp.uint32(0x7F800000)
+        ulp = lax.bitcast_convert_type(bits, jnp.float32) * eps
+        size = ulp * jnp.float32(bound.ulps) + jnp.float32(bound.abs_eps) * eps
     elif bound.scale == "terms" and terms is not None:
-        size = bound.ulps * eps * jnp.abs(cast("jax.Array", terms))
-    else:  # largest (or terms unknown)
-        size = bound.ulps * eps * jnp.max(magnitude, initial=0.0)
+        size = lax.abs(cast("jax.Array", terms)) * (jnp.float32(bound.ulps) * eps)
+    else:  # largest, or a terms bound without its terms
+        axes = tuple(range(magnitude.ndim))
+        largest = lax.reduce_max(magnitude, axes) if axes else magnitude
+        size = largest * (jnp.float32(bound.ulps) * eps)
     return size
 
 
@@ -943,11 +976,10 @@ def _signs(y: jax.Array, salt: int, *, quarter: bool = True) -> jax.Array:
     from jax import lax
 
     bits = lax.bitcast_convert_type(y.astype(jnp.float32), jnp.uint32)
-    h = bits ^ (bits >> 16) ^ jnp.uint32(salt & 0xFFFFFFFF)
-    h = h * jnp.uint32(0x45D9F3B)
-    h = h ^ (h >> 16)
-    down = (h & 3) == 0 if quarter else (h & 1) == 0
-    return jnp.where(down, jnp.float32(-1.0), jnp.float32(1.0))
+    mixed = (bits ^ jnp.uint32(salt & 0xFFFFFFFF)) * jnp.uint32(0x9E3779B1)  # wraps
+    down = (mixed >> jnp.uint32(30 if quarter else 31)) == jnp.uint32(0)
+    signs: jax.Array = jnp.float32(1) - jnp.float32(2) * down.astype(jnp.float32)
+    return signs
 
 
 def _cpu_default() -> contextlib.AbstractContextManager[object]:

@@ -469,7 +469,18 @@ class ChipBounds:
     exact: frozenset[str]
 
     def bound(self, op: str) -> OpBound | None:
-        return self.ops.get(op)
+        """``op``'s measured bound (or that of the op whose arithmetic it is, :data:`ALIKE`)."""
+        return self.ops.get(ALIKE.get(op, op))
+
+    def is_exact(self, op: str) -> bool:
+        """Whether ``op`` (or the op whose arithmetic it is) was measured bit-equal."""
+        return ALIKE.get(op, op) in self.exact
+
+
+ALIKE: Mapping[str, str] = {"add_any": "add", "reduce_window_sum": "reduce_sum"}
+"""Primitives whose arithmetic is another's, bounded (or exact) as that one: ``add_any`` (the
+sum of two cotangents) is an add; ``reduce_window_sum`` (average pooling) is a sum of what
+each window holds, bounded against the sum of their magnitudes."""
 
 
 CHIP_ERRORS_FILE = "chip_errors.json"
@@ -485,6 +496,7 @@ EXACT_EVERYWHERE: frozenset[str] = frozenset(
         "reshape", "rev", "scatter", "select_n", "slice", "split", "squeeze", "transpose",
         "eq", "ne", "lt", "le", "gt", "ge", "is_finite", "and", "or", "not", "xor",
         "argmax", "argmin", "reduce_max", "reduce_min", "reduce_and", "reduce_or", "sort",
+        "reduce_window_max", "reduce_window_min", "select_and_gather_add",
         "cummax", "cummin", "top_k", "abs", "neg", "sign", "clamp", "stop_gradient",
         "reduce_precision", "nextafter", "bitcast_convert_type", "shift_left",
         "shift_right_logical", "shift_right_arithmetic", "population_count", "ceil",
