@@ -108,3 +108,38 @@ def test_the_dry_run_writes_every_file_with_the_chip_not_measured(tmp_path: Path
         "| exp | not measured: no TPU |  | may differ |"
         in (tmp_path / "emulation-chip.md").read_text()
     )
+
+
+CALIBRATE = ROOT / "calibration" / "calibrate.py"
+
+
+def test_the_shipped_bounds_are_the_recorded_measurement_adopted(tmp_path: Path) -> None:
+    """``pytest_jaxport/chip_errors.json`` is what ``calibrate.py chip-errors`` makes of the
+    chip's recorded results: no bound is edited by hand."""
+    out = tmp_path / "chip_errors.json"
+    done = subprocess.run(
+        [sys.executable, str(CALIBRATE), "chip-errors",
+         str(RESULTS / "chip-errors-tpu-v5-lite.json"), "--chip-errors", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    shipped = json.loads((ROOT / "pytest_jaxport" / "chip_errors.json").read_text())
+    assert json.loads(out.read_text())["tpu"] == shipped["tpu"]
+    assert "TPU v5 lite: 42 ops, 9 exact" in done.stderr
+
+
+def test_a_dry_runs_numbers_are_refused_as_bounds(tmp_path: Path) -> None:
+    results = json.loads((RESULTS / "chip-errors-tpu-v5-lite.json").read_text())
+    results["device"].update(kind="not measured: no TPU", platform="cpu")
+    dry = tmp_path / "dry.json"
+    dry.write_text(json.dumps(results))
+    done = subprocess.run(
+        [sys.executable, str(CALIBRATE), "chip-errors", str(dry), "--chip-errors",
+         str(tmp_path / "out.json")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "measured on 'not measured: no TPU', not a TPU: a dry run has no chip numbers" in (
+        done.stderr
+    )
+    assert not (tmp_path / "out.json").exists()
