@@ -21,8 +21,9 @@ the target:
 Writes ``emulation-chip.json`` and ``emulation-chip.md`` under ``--out-dir``, after every
 case; on a chip also ``emulation-chip-outputs.npz``: the chip's outputs (and the chip
 machine's CPU outputs), which ``benchmarks/results`` keeps as the reference CI reads
-(``tests/test_emulation_chip.py``). ``--dry-run`` runs it all without a chip: the chip
-columns say "not measured: no TPU". The validation harness for every accelerator runs this
+(``tests/test_emulation_chip.py``). ``--dry-run`` runs without a chip (a case of each kind,
+:data:`DRY_RUN_CASES`, unless ``--cases`` names others): the same files, the chip columns
+"not measured: no TPU". The validation harness for every accelerator runs this
 as its "emulation against the chip" part.
 """
 
@@ -47,6 +48,9 @@ sys.path.insert(0, str(HERE.parent))
 from chip_errors import NOT_MEASURED, device_facts  # noqa: E402
 
 SCHEMA_VERSION = 1
+DRY_RUN_CASES = ("matmul", "matmul_high", "matvec", "cumsum", "tanh", "eigvalsh")
+"""What ``--dry-run`` runs unless ``--cases`` says otherwise: a case of each kind of rule and
+bound, well inside the validation harness's limit for the part on a 2-core CI machine."""
 TARGET_RATIO = 3.0
 """Where both differ, the emulated worst error is within this factor of the chip's."""
 
@@ -333,6 +337,8 @@ def run(
     import chip_corpus
     import numpy as np
 
+    if dry_run and not names:
+        names = DRY_RUN_CASES
     on_chip = not dry_run and chip_outputs is None and chip_present()
     if not dry_run and chip_outputs is None and not on_chip:
         raise SystemExit("emulation_chip: no TPU here: pass --dry-run, or --chip-outputs FILE")
