@@ -208,3 +208,17 @@ def test_every_format_names_the_third_state_and_the_headline_counts_it(
     shown = capsys.readouterr().out
     assert "tpu (emulated on cpu)  numerics: may differ" in shown
     assert "1 check may differ on tpu (emulated)" in shown
+
+
+def test_xdist_gives_the_same_third_state(project: pytest.Pytester) -> None:
+    serial, alone = run_json(project)
+    parallel, split = run_json(project, "-n", "2")
+    serial.assert_outcomes(passed=1, failed=1)
+    parallel.assert_outcomes(passed=1, failed=1)
+    for report in (alone, split):
+        tpu = tpu_entry(report, "test_squash")
+        assert (tpu["emulated_numerics"]["ok"], tpu["emulated_bounds"]["ok"]) == (True, False)
+    assert [v["key"] for t in split["tests"] for v in t["violations"]] == ["emulated_may_differ"]
+    assert (
+        tpu_entry(split, "test_squash")["emulated"] == tpu_entry(alone, "test_squash")["emulated"]
+    )
