@@ -3,7 +3,7 @@
     python benchmarks/fidelity.py [--out benchmarks/results/fidelity-<name>.json]
 
 One command, on whatever machine it runs. For every program of the corpus
-(``fidelity_corpus.py``: 17 programs, two sizes, forward and gradient) it runs the plugin's
+(``fidelity_corpus.py``: 18 programs, two sizes, forward and gradient) it runs the plugin's
 own check (``fixture.Jaxport.check``: lowered census per platform, compiled census for cpu
 and cuda, numerics) and records:
 
@@ -578,41 +578,10 @@ class Harness:
 def times_by_plane(run: Callable[[], object], runs: int) -> dict[str, dict[str, float]]:
     """Like ``profile.measure``, but self time per instruction for each profiler plane
     (``/device:GPU:0``, ``/host:CPU``...) separately."""
-    import jax
-    from jax._src.lib import _profiler
+    from pytest_jaxport._jax.profile import profile, seconds_per_run
 
-    from pytest_jaxport._jax.profile import Event, self_times
-
-    run()
-    options = jax.profiler.ProfileOptions()
-    options.host_tracer_level = 1
-    options.python_tracer_level = 0
-    session = _profiler.ProfilerSession(options)
-    try:
-        for _ in range(runs):
-            run()
-    finally:
-        xspace = session.stop()
-    data = jax.profiler.ProfileData.from_serialized_xspace(xspace)
-    from pytest_jaxport._jax.adapters import quiet_type_construction
-
-    planes: dict[str, dict[str, float]] = {}
-    for plane in data.planes:
-        lines = []
-        with quiet_type_construction():  # event.stats: a crash where warnings are errors
-            for line in plane.lines:
-                events = [
-                    Event(op=op, start_ns=event.start_ns, end_ns=event.end_ns)
-                    for event in line.events
-                    if isinstance(op := dict(event.stats).get("hlo_op"), str)
-                ]
-                if events:
-                    lines.append(events)
-        if lines:
-            planes[plane.name] = {
-                op: ns / 1e9 / runs for op, ns in self_times(lines).items() if ns > 0
-            }
-    return planes
+    trace = profile(run, runs=runs, warmup=1)
+    return {plane: seconds_per_run(lines, runs) for plane, lines in trace.planes.items()}
 
 
 def capture_target(folder: Path) -> dict[str, Any]:
@@ -708,6 +677,7 @@ def environment() -> dict[str, Any]:
                 "jax-cuda12-pjrt",
                 "jax-cuda13-plugin",
                 "jax-cuda13-pjrt",
+                "libtpu",
                 "pytest-jaxport",
             )
         },
@@ -852,7 +822,8 @@ def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str
     """What dropped against the baseline; empty when nothing did.
 
     With the same jaxlib as a recorded one, every (program, platform, library) agreement
-    must be at least what was recorded (compiling is deterministic); with another jaxlib,
+    must be at least what was recorded (compiling is deterministic; a library a recorded
+    program does not name agreed, both counts 0, and must still agree); with another jaxlib,
     each platform's corpus-wide agreement must be at least the newest recorded one's.
     On a GPU, cuda's census was compiled by the device (autotuned), not deviceless: it is
     held to what was recorded on that device (``devices`` in the baseline), never to the
@@ -889,7 +860,10 @@ def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str
                     if results.get("scope", {}).get("all", True):
                         drops.append(f"{platform} {key}: no compiled census any more")
                     continue
-                for library, percent in libraries.items():
+                # a library the record does not name agreed there (both counts 0): one that
+                # now disagrees is a prediction made worse too
+                recorded_or_agreed = {**dict.fromkeys(now, 100.0), **libraries}
+                for library, percent in recorded_or_agreed.items():
                     if now.get(library, 0.0) + 1e-6 < percent:
                         drops.append(
                             f"{platform} {key} {library}: agreement {now.get(library, 0.0):.0f}% "

@@ -1,6 +1,6 @@
 """The fidelity corpus: fixed programs whose predicted counts and runtime share are measured.
 
-Seventeen programs, each at two sizes: ``small`` (launch-bound: a handful of microseconds per
+Eighteen programs, each at two sizes: ``small`` (launch-bound: a handful of microseconds per
 kernel, so fixed per-kernel costs dominate) and ``large`` (compute- or bandwidth-bound). Each
 builder returns ``(fn, args)`` with arguments built from NumPy (building them compiles
 nothing). ``gradient`` says whether the program's gradient is measured too (as
@@ -11,7 +11,8 @@ The programs cover what the issue lists: an MLP, a conv net in NHWC and NCHW, at
 norm, embedding + softmax cross-entropy, a GRU as ``lax.scan``, an FFT filter, solve,
 Cholesky, eigh and SVD, sort and top-k, a Pallas kernel (Triton on cuda, Mosaic on tpu, plain
 ``jax.numpy`` elsewhere), a rotation about a constant centre (a dot XLA folds beside one it
-keeps) and a data-parallel training step over a two-device mesh (on cpu
+keeps), numpyro's HMC energy (dots of vectors, which XLA's GPU compiler never hands to a gemm)
+and a data-parallel training step over a two-device mesh (on cpu
 that needs ``--xla_force_host_platform_device_count=2`` in ``XLA_FLAGS`` before JAX starts;
 :func:`ensure_host_devices` sets it).
 """
@@ -328,6 +329,24 @@ def _rotation(size: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return bound, (_normal(1, rows, d),)
 
 
+def hmc_energy(q: Any, p: Any, inverse_mass: Any, chains: Any) -> Any:
+    """numpyro's ``build_tree`` step on a model of ``d`` parameters: the kinetic energy
+    ``p . (M^-1 p)`` (a dot of two vectors, ``tensor<1xf32>`` for a one-parameter model)
+    and each chain's energy (a batched dot of vectors); XLA's GPU compiler makes both a
+    multiply and a reduce, never a gemm (issue 50)."""
+    import jax.numpy as jnp
+
+    kinetic = 0.5 * jnp.dot(p, inverse_mass * p)
+    per_chain = jnp.einsum("cd,cd->c", chains, chains * inverse_mass)
+    return kinetic + jnp.sum(jnp.tanh(q)) + jnp.mean(per_chain)
+
+
+def _hmc_energy(size: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    d, chains = (1, 4) if size == "small" else (4096, 256)
+    return hmc_energy, (_normal(1, d), _normal(2, d), np.abs(_normal(3, d)) + 0.5,
+                        _normal(4, chains, d))  # fmt: skip
+
+
 def dp_step(w: Any, x: Any, y: Any) -> Any:
     """One SGD step of a two-layer model; the batch is sharded over the mesh, so XLA's
     partitioner inserts the gradient all-reduce."""
@@ -392,6 +411,8 @@ CORPUS: tuple[Program, ...] = (
             what="Pallas bias+GELU (cuda Triton, tpu Mosaic, jnp elsewhere)"),
     Program(name="rotation", build=_rotation,
             what="rotation about a constant centre (one dot folded, one kept)"),
+    Program(name="hmc_energy", build=_hmc_energy,
+            what="numpyro's HMC energy: dots of vectors (XLA's GPU compiler reduces them)"),
     Program(name="dp_step", build=_dp_step, gradient=False,
             what="data-parallel SGD step, batch sharded over 2 devices"),
 )  # fmt: skip

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from validation import Unusable
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 OVERLAY = REPO / ".gpu-site"
@@ -41,10 +43,6 @@ CUDA_MAJORS = ("13", "12")
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] gpu_validation: {message}", flush=True)
-
-
-class Unusable(Exception):
-    """A problem the person running the script must fix; the message says how."""
 
 
 # -- the machine (standard library only) -----------------------------------------------------

@@ -8,7 +8,8 @@ Putting a GPU run's numbers in use is calibration, not measurement:
 ``python calibration/calibrate.py adopt RESULTS.json`` (``calibration/README.md``).
 
 Made for a GPU machine that is lent rarely and briefly (minutes, one device, no internet), so
-everything is prepared: one command installs what is missing from a wheelhouse made
+everything is prepared (the harness, ``validation.py``, is the TPU run's too:
+``tpu_validation.py``): one command installs what is missing from a wheelhouse made
 beforehand, then runs four parts, each under its own time limit, all within ``--budget``
 seconds (480 by default, the install step included), writing
 ``gpu-validation-<name>.json`` and ``.md`` (plus a log) under ``--out-dir`` after every part,
@@ -40,64 +41,70 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
 import os
-import platform as platform_module
 import re
-import shutil
-import signal
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpu_install import (
     CUDA_MAJORS,
-    Unusable,
     log,
     nvidia_smi,
     prepare_wheelhouse,
     setup,
     short_name,
 )
+from validation import (
+    REPO,
+    Accelerator,
+    Run,
+    Sizes,
+    Unusable,
+    Validation,
+    add_run_options,
+    body_lines,
+    cell,
+    chosen_parts,
+    demo_lines,
+    environment_part,
+    error_band,
+    numerics_summary,
+    overhead,
+    overhead_lines,
+    overhead_part,
+    parse_limits,
+    run_demo,
+    run_fidelity,
+    summarize_demo,
+)
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 DEMO = REPO / "examples" / "demo"
 TARGETS = REPO / "pytest_jaxport" / "gpu_targets"
-ESTIMATE_ERRORS = REPO / "pytest_jaxport" / "estimate_error.json"
 BASELINE = HERE / "fidelity_baseline.json"
 
-NOT_MEASURED = "not measured: no GPU"
+GPU = Accelerator(
+    platform="cuda",
+    word="GPU",
+    script="gpu_validation.py",
+    parts=("capture", "demo", "fidelity", "overhead"),
+    # Each part's own time limit (together 470 s); no part runs past the budget either, so a
+    # slow install step shortens the last parts.
+    limits={"environment": 60, "capture": 30, "demo": 100, "fidelity": 180, "overhead": 100},
+    budget_s=480,
+)
+ABOUT = (
+    "benchmarks/gpu_validation.py: pytest-jaxport's cuda predictions against an NVIDIA GPU "
+    "(docs/gpu-validation.md)"
+)
+NOT_MEASURED = GPU.not_measured
 """What every GPU column says where no GPU ran (a dry run, or a GPU JAX could not use)."""
-
-SCHEMA_VERSION = 1
-BUDGET_S = 480
-PARTS = ("capture", "demo", "fidelity", "overhead")
-LIMITS_S = {"environment": 60, "capture": 30, "demo": 100, "fidelity": 180, "overhead": 100}
-"""Each part's own time limit (together 470 s); no part runs past the budget either, so a slow
-install step shortens the last parts."""
-MIN_BAND_PROGRAMS = 10
-"""An error band needs at least this many measured programs to be adopted."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sizes:
-    """How much each part does: on a GPU, in a dry run, and in a ``--quick`` smoke run."""
-
-    demo_args: tuple[str, ...]
-    """Extra pytest arguments for the demo (a selection in a smoke run)."""
-    fidelity_args: tuple[str, ...]
-    """fidelity.py's slice of the corpus and its profiling time."""
-    overhead_reps: int
-    overhead_cases: int
-    """How many of ``run.QUICK_CASES`` the overhead suites have."""
+BUDGET_S = GPU.budget_s
+PARTS = GPU.parts
+LIMITS_S = GPU.limits
 
 
 SIZES = {
@@ -124,76 +131,6 @@ SIZES = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Validation:
-    """One validation run: where its parts run and write."""
-
-    python: str
-    env: Mapping[str, str]
-    out_dir: Path
-    name: str
-    logfile: Path
-    gpu: bool
-    """Whether JAX sees a cuda device (else every GPU column says :data:`NOT_MEASURED`)."""
-    device: str | None
-    """The cuda device's kind as JAX names it (``NVIDIA H200``)."""
-    target: str | None
-    sizes: Sizes
-
-    def limited(
-        self, command: Sequence[str], limit: float, cwd: Path = REPO
-    ) -> tuple[int | None, float]:
-        """:func:`run_limited` with this run's log and environment."""
-        return run_limited(command, limit, self.logfile, self.env, cwd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` so that a reader (or a kill) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-# -- running a part under a limit -------------------------------------------------------------
-
-
-def run_limited(
-    command: Sequence[str], limit: float, logfile: Path, env: Mapping[str, str], cwd: Path
-) -> tuple[int | None, float]:
-    """Run ``command`` (its output appended to ``logfile``) for at most ``limit`` seconds:
-    ``(exit code, seconds)``, the code ``None`` where it was stopped at the limit. The whole
-    process group is stopped, so nothing it started runs on into the next part."""
-    started = time.monotonic()
-    with logfile.open("a", encoding="utf-8") as out:
-        out.write(f"\n$ {' '.join(command)}\n")
-        out.flush()
-        child = subprocess.Popen(
-            list(command), cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            code: int | None = child.wait(timeout=max(1.0, limit))
-        except subprocess.TimeoutExpired:
-            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
-                try:
-                    os.killpg(child.pid, sig)
-                    child.wait(timeout=grace)
-                    break
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    continue
-            code = None
-            out.write(f"\n[stopped at the part's limit of {limit:.0f} s]\n")
-    return code, round(time.monotonic() - started, 1)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 # -- 0. the environment, seen from JAX (a child process) ---------------------------------------
 
 
@@ -202,40 +139,15 @@ VERSIONS = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13
 """The distributions whose versions a run records."""
 
 
-def environment_part(out: Path) -> None:
-    """Child process: what JAX sees here (written as JSON to ``out``)."""
-    import importlib.metadata as metadata
+def gpu_environment_part(out: Path) -> None:
+    """Child process: what JAX sees here, and whether the CUDA plugin can compile."""
+    from pytest_jaxport._jax import deviceless
 
-    from pytest_jaxport._jax import deviceless, lowering
-
-    present = lowering.present_platforms()
-    cuda_error = None
-    if "cuda" not in present:  # why not, in JAX's words: the first thing to read on a GPU
-        import jax
-
-        try:
-            jax.devices("cuda")
-        except Exception as e:  # JAX raises RuntimeError or its own types here
-            cuda_error = f"{type(e).__name__}: {e}"[:1000]
-    versions = {}
-    for name in VERSIONS:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    write_atomic(
+    environment_part(
         out,
-        json.dumps(
-            {
-                "python": sys.version.split()[0],
-                "versions": versions,
-                "present_platforms": list(present),
-                "devices": {p: lowering.device_kind(p) for p in present},
-                "cuda_plugin_problem": deviceless.cuda_plugin_problem(),
-                "cuda_error": cuda_error,
-                "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
-            }
-        ),
+        platform="cuda",
+        versions=VERSIONS,
+        extra=lambda: {"cuda_plugin_problem": deviceless.cuda_plugin_problem()},
     )
 
 
@@ -364,91 +276,15 @@ def capture_part(validation: Validation, limit: float) -> dict[str, Any]:
 def demo_part(validation: Validation, limit: float, *, compile_cuda: bool) -> dict[str, Any]:
     """The demo under pytest with the plugin's report: cuda executed on a GPU, compiled
     deviceless in a dry run (``compile_cuda``: where the CUDA plugin is installed)."""
-    report = validation.out_dir / f"demo-report-{validation.name}.json"
-    report.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-demo-") as tmp:
-        folder = Path(tmp) / "demo"
-        shutil.copytree(
-            DEMO, folder,
-            ignore=shutil.ignore_patterns(".pytest_cache", "__pycache__", "*.json", "*.md"),
-        )  # fmt: skip
-        command = [
-            validation.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            f"--jaxport-report={report}", *validation.sizes.demo_args,
-        ]  # fmt: skip
-        if compile_cuda:
-            command.append("--jaxport-compile=cuda")
-        code, seconds = validation.limited(command, limit, folder)
-    data = read_json(report)
-    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
-    if data is None:
-        out["status"] = "timed out" if code is None else "failed"
-        out["error"] = "no report written (see the log)"
-        return out
-    out.update(status="done", report=report.name, **demo_summary(data, gpu=validation.gpu))
-    return out
-
-
-def _numerics(numerics: Mapping[str, Any] | None, cuda: Mapping[str, Any], gpu: bool) -> Any:
-    if not gpu:
-        return NOT_MEASURED
-    if numerics is None:
-        return "not compared: " + str(
-            cuda.get("execution_error") or cuda.get("compile_error") or "cuda did not run"
-        )
-    keys = ("ok", "max_abs_err", "max_rel_err", "leaves")
-    return {k: numerics.get(k) for k in keys}
-
-
-def _share(share: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if not share:
-        return None
-    keep = ("basis", "xla", "vendor", "custom", "libraries", "estimated_from", "error_points",
-            "error_measured_on", "checks", "left_out")  # fmt: skip
-    return {k: share[k] for k in keep if k in share}
+    extra = ("--jaxport-compile=cuda",) if compile_cuda else ()
+    return run_demo(validation, limit, accelerator=GPU, extra=extra)
 
 
 def demo_summary(report: Mapping[str, Any], *, gpu: bool) -> dict[str, Any]:
-    """The demo's plugin report, as the validation reads it: outcomes, cuda against cpu per
-    check, the cuda share (measured on a GPU; the estimate it replaces otherwise)."""
-    checks = []
-    for test in report["tests"]:
-        for check in test.get("checks", ()):
-            cuda = check["platforms"].get("cuda", {})
-            checks.append(
-                {
-                    "test": test["nodeid"],
-                    "check": check["name"],
-                    "cuda_executed": bool(cuda.get("executed")) if gpu else NOT_MEASURED,
-                    "numerics_cuda_vs_cpu": _numerics(cuda.get("numerics"), cuda, gpu),
-                    "cuda_share": _share(cuda.get("runtime_share")),
-                    "cuda_compiled_at": "device" if gpu else "deviceless",
-                    "cuda_compiled": (cuda.get("compiled") or {}).get("libraries"),
-                }
-            )
-    shares = report["summary"].get("runtime_share", {})
-    cuda_share = _share(shares.get("cuda"))
-    measured = cuda_share if cuda_share and cuda_share.get("basis") == "measured" else None
-    compared = [c for c in checks if isinstance(c["numerics_cuda_vs_cpu"], dict)]
-    return {
-        "outcomes": report["summary"].get("outcomes", {}),
-        "tests": [{"nodeid": t["nodeid"], "outcome": t["outcome"]} for t in report["tests"]],
-        "present_platforms": report["environment"].get("present_platforms"),
-        "executed_platforms": report["environment"].get("executed_platforms"),
-        "checks": checks,
-        "numerics": (
-            {
-                "compared": len(compared),
-                "ok": sum(bool(c["numerics_cuda_vs_cpu"]["ok"]) for c in compared),
-                "checks": len(checks),
-            }
-            if gpu
-            else NOT_MEASURED
-        ),
-        "cuda_share_measured": measured if gpu else NOT_MEASURED,
-        "cuda_share_estimated": cuda_share if measured is None else None,
-        "shares": {p: _share(s) for p, s in shares.items()},
-    }
+    """The demo's plugin report, as the validation reads it (:func:`validation.demo_summary`):
+    cuda compiled on the GPU, or deviceless in a dry run."""
+    return summarize_demo(report, accelerator=GPU, on_device=gpu,
+                          compiled_at="device" if gpu else "deviceless")  # fmt: skip
 
 
 # -- 3. the fidelity corpus (fidelity.py, then its results, pure) --------------------------
@@ -456,29 +292,10 @@ def demo_summary(report: Mapping[str, Any], *, gpu: bool) -> dict[str, Any]:
 
 def fidelity_part(validation: Validation, limit: float) -> dict[str, Any]:
     """fidelity.py over the corpus (a slice in a dry run), summarised for cuda."""
-    results = validation.out_dir / f"fidelity-{validation.name}.json"
-    results.unlink(missing_ok=True)
-    command = [
-        validation.python,
-        str(HERE / "fidelity.py"),
-        "--out",
-        str(results),
-        "--repeats",
-        "2",
-    ]
-    command += validation.sizes.fidelity_args
-    if validation.target:
-        command += ["--target", validation.target]
-    code, seconds = validation.limited(command, limit)
-    data = read_json(results)
-    out: dict[str, Any] = {"seconds": seconds, "command": " ".join(command[1:]), "exit": code}
-    if data is None:
-        out["status"] = "timed out" if code is None else "failed"
-        out["error"] = "no results written (see the log)"
-        return out
-    status = "done" if data.get("complete") else ("timed out" if code is None else "failed")
-    out.update(status=status, results=results.name)
-    out.update(fidelity_summary(data, gpu=validation.gpu, device=validation.device))
+    target = ("--target", validation.target) if validation.target else ()
+    out, data = run_fidelity(validation, limit, extra=target)
+    if data is not None:
+        out.update(fidelity_summary(data, gpu=validation.on_device, device=validation.device))
     return out
 
 
@@ -547,21 +364,8 @@ def fidelity_summary(
         },
         "cuda_share_error_points": cuda_errors if gpu and cuda_errors else NOT_MEASURED,
         "cpu_share_error_points": errors.get("cpu"),
-        "numerics_cuda_vs_cpu": (
-            {
-                "compared": len(numerics),
-                "ok": sum(bool(n["ok"]) for n in numerics),
-                "max_rel_err": max(
-                    (
-                        n["max_rel_err"]
-                        for n in numerics
-                        if isinstance(n["max_rel_err"], (int, float))
-                    ),
-                    default=None,
-                ),
-            }
-            if gpu
-            else NOT_MEASURED
+        "numerics_cuda_vs_cpu": numerics_summary(
+            numerics, on_device=gpu, not_measured=NOT_MEASURED
         ),
         "cuda_error_band": cuda_band(cuda_errors, results, device) if gpu else NOT_MEASURED,
     }
@@ -573,88 +377,14 @@ def cuda_band(
     """The band a report should print for cuda, from this GPU's measurement: per census
     level, the mean error of the estimate a report without the GPU makes (``lowered``; and
     ``compiled``: the deviceless compile's)."""
-    if not errors:
-        return "not measured: the fidelity run measured no cuda share"
     levels = {"lowered": "lowered", "compiled": "compiled_deviceless"}
-    band: dict[str, Any] = {
-        "device": device,
-        "jaxlib": results["environment"]["versions"]["jaxlib"],
-    }
-    for level, source in levels.items():
-        s = errors.get(source) or {}
-        if s.get("programs"):
-            band[level] = {"points": s["mean"], "programs": s["programs"], "p90": s["p90"],
-                           "from": source}  # fmt: skip
-    return band
-
-
-# -- 4. overhead on the GPU (a child process; run.py's sessions) ---------------------------------
-
-
-def overhead_part(out: Path, *, reps: int, cases: int) -> None:
-    """Child process: the generated suite, plugin against plain ``jit``, and a plain suite
-    with ``--jaxport-audit`` against without; one rep of each in turn, written after each."""
-    import run
-
-    chosen = run.QUICK_CASES[:cases]
-    data: dict[str, Any] = {"cases": chosen, "suites": {"checks": [], "audit": []}}
-    suites = (("checks", False, []), ("audit", True, ["--jaxport-audit"]))
-    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-overhead-") as tmp:
-        for rep in range(reps):
-            for suite, plain, extra in suites:
-                folder = Path(tmp) / f"rep{rep}"
-                result = run.suite_overhead(suite, None, chosen, 1, folder, extra, plain=plain)
-                data["suites"][suite].append({k: v for k, v in result.items() if k != "runs"})
-                write_atomic(out, json.dumps(data, indent=1, default=float))
-
-
-def overhead_summary(data: Mapping[str, Any], *, gpu: bool) -> dict[str, Any]:
-    """Medians over the reps of each suite's ratios (plugin / plain)."""
-    out: dict[str, Any] = {"cases": data.get("cases"), "where": "gpu" if gpu else "cpu"}
-    for suite, reps in data.get("suites", {}).items():
-        if not reps:
-            continue
-        ratios = {
-            key: round(statistics.median(r[key] for r in reps), 3)
-            for key in ("cold_ratio_wall", "cold_ratio_cpu", "warm_ratio_wall", "warm_ratio_cpu")
-        }
-        added = statistics.median(r.get("cold_added_per_test_s") or 0.0 for r in reps)
-        out[suite] = {
-            "reps": len(reps),
-            "tests": reps[0].get("tests"),
-            **ratios,
-            "cold_added_per_test_ms": round(1000 * added, 1),
-            "plain_cold_s": round(statistics.median(r["b_cold_median_wall_s"] for r in reps), 2),
-            "summaries": reps[-1].get("summaries"),
-        }
-    return out
+    return error_band(errors, results, device, platform="cuda", levels=levels)
 
 
 # -- the run -------------------------------------------------------------------------------------
 
 
-def git(*args: str) -> str:
-    try:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout.strip()
-
-
-def shipped_cuda_band() -> Any:
-    """What the plugin prints for cuda today (``estimate_error.json``), for comparison."""
-    data = read_json(ESTIMATE_ERRORS) or {}
-    own = data.get("platforms", {}).get("cuda")
-    table = own or data.get("default", {})
-    return {
-        level: {"points": e.get("points"), "device": e.get("device"), "jaxlib": e.get("jaxlib")}
-        for level, e in table.items()
-    }
-
-
 def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
-    started = time.monotonic()
-    deadline = started + args.budget
     dry = args.dry_run
     gpu_info = None if dry else nvidia_smi()
     if not dry and gpu_info is None:
@@ -666,12 +396,7 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
         return 2
     kind = gpu_info["name"] if gpu_info else None
     name = args.name or ("dry-run" if dry else short_name(kind or ""))
-    out_dir: Path = args.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    logfile = out_dir / f"gpu-validation-{name}.log"
-    logfile.write_text(f"gpu_validation {name}, {dt.datetime.now().isoformat()}\n", "utf-8")
-    json_path = out_dir / f"gpu-validation-{name}.json"
-    parts = [p for p in PARTS if p in args.parts.split(",")]
+    parts = chosen_parts(args, GPU)
     env = dict(os.environ)
     if dry:
         env["JAX_PLATFORMS"] = "cpu"  # no GPU: the CUDA plugin compiles deviceless
@@ -680,33 +405,14 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
             log("JAX_PLATFORMS unset for the GPU run (it would hide the GPU)")
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # each part takes what it uses
     env["PYTHONUNBUFFERED"] = "1"
-    results: dict[str, Any] = {
-        "about": "benchmarks/gpu_validation.py: pytest-jaxport's cuda predictions against an "
-        "NVIDIA GPU (docs/gpu-validation.md)",
-        "schema_version": SCHEMA_VERSION,
-        "mode": "dry-run" if dry else "gpu",
-        "name": name,
-        "device": (
+    run = Run(
+        GPU, out_dir=args.out_dir, name=name, budget=args.budget, dry=dry, limits=limits,
+        device=(
             {"kind": kind, **(gpu_info or {})} if gpu_info else {"kind": None, "note": NOT_MEASURED}
         ),
-        "budget_s": args.budget,
-        "host": {
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": platform_module.platform(),
-            "nproc": os.cpu_count(),
-            "git_head": git("rev-parse", "HEAD"),
-            "git_dirty_files": len(git("status", "--porcelain").splitlines()),
-            "loadavg_start": list(os.getloadavg()),
-        },
-        "parts": {p: {"status": "not run"} for p in ("environment", *parts)},
-        "cuda_error_band": NOT_MEASURED,
-        "shipped_cuda_band": shipped_cuda_band(),
-    }
-
-    def save() -> None:
-        results["elapsed_s"] = round(time.monotonic() - started, 1)
-        write_atomic(json_path, json.dumps(results, indent=1, default=str) + "\n")
-        write_atomic(json_path.with_suffix(".md"), markdown(results))
+        parts=parts, about=ABOUT, markdown=markdown,
+    )  # fmt: skip
+    results = run.results
 
     python = sys.executable
     if args.setup or not dry:
@@ -714,40 +420,17 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
             results["setup"] = setup(python, env, args.wheelhouse, gpu=not dry)
         except (Unusable, OSError, subprocess.SubprocessError) as e:
             results["setup"] = {"error": str(e)}
-            save()
+            run.save()
             print(f"gpu_validation: the install step failed: {e}", file=sys.stderr)
             return 2
         log(f"setup: {'; '.join(results['setup']['actions'])}")
-    save()
-
-    def limit_for(part: str) -> float:
-        return min(limits[part], deadline - time.monotonic())
+    run.save()
 
     # 0. what JAX sees: a GPU run whose JAX has no cuda measures nothing on the GPU
-    limit = limit_for("environment")
-    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-env-") as tmp:
-        env_out = Path(tmp) / "environment.json"
-        code, seconds = run_limited(
-            [python, str(Path(__file__)), "--part", "environment", "--part-out", str(env_out)],
-            limit, logfile, env, REPO,
-        )  # fmt: skip
-        seen = read_json(env_out)
+    seen = run.environment(python, env, Path(__file__))
     if seen is None:
-        results["parts"]["environment"] = {
-            "status": "failed" if code is not None else "timed out",
-            "seconds": seconds,
-            "exit": code,
-            "limit_s": round(limit),
-        }
-        save()
-        print(f"gpu_validation: JAX does not start here; see {logfile}", file=sys.stderr)
+        print(f"gpu_validation: JAX does not start here; see {run.logfile}", file=sys.stderr)
         return 1
-    results["parts"]["environment"] = {
-        "status": "done",
-        "seconds": seconds,
-        "limit_s": round(limit),
-        **seen,
-    }
     gpu = not dry and "cuda" in seen["present_platforms"]
     device = seen["devices"].get("cuda") if gpu else None
     if not dry and not gpu:
@@ -757,95 +440,32 @@ def orchestrate(args: argparse.Namespace, limits: Mapping[str, float]) -> int:
         )
         log(results["device"]["note"])
     compile_cuda = gpu or seen.get("cuda_plugin_problem") is None
-    save()
+    run.save()
 
     validation = Validation(
         python=python,
         env=env,
-        out_dir=out_dir,
+        out_dir=args.out_dir,
         name=name,
-        logfile=logfile,
-        gpu=gpu,
+        logfile=run.logfile,
+        on_device=gpu,
         device=device,
         target=args.target,
         sizes=SIZES["quick" if args.quick else "gpu" if gpu else "dry-run"],
     )
-    for part in parts:
-        limit = limit_for(part)
-        if deadline - time.monotonic() < 5:
-            results["parts"][part] = {"status": f"not run: the {args.budget} s budget was spent"}
-            save()
-            continue
-        log(f"{part}: up to {limit:.0f} s")
-        began = time.monotonic()
-        try:
-            if part == "capture":
-                entry = capture_part(validation, limit)
-            elif part == "demo":
-                entry = demo_part(validation, limit, compile_cuda=compile_cuda)
-            elif part == "fidelity":
-                entry = fidelity_part(validation, limit)
-                results["cuda_error_band"] = entry.get("cuda_error_band", NOT_MEASURED)
-            else:
-                entry = overhead(validation, limit)
-        except Exception as e:  # one part's failure must not lose the others' results
-            entry = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-        entry["limit_s"] = round(limit)
-        results["parts"][part] = entry
-        log(f"{part}: {entry.get('status')} in {time.monotonic() - began:.0f} s")
-        save()
-    results["host"]["loadavg_end"] = list(os.getloadavg())
-    save()
-    log(
-        f"wrote {json_path} and {json_path.with_suffix('.md')} in {time.monotonic() - started:.0f} s"
-    )
-    failed = [p for p in parts if results["parts"][p].get("status") != "done"]
-    if failed:
-        log(f"parts not done: {', '.join(failed)} (see {logfile})")
-    return 1 if failed else 0
 
-
-def overhead(validation: Validation, limit: float) -> dict[str, Any]:
-    """The overhead suites in a child process (:func:`overhead_part`), summarised."""
-    with tempfile.TemporaryDirectory(prefix="jaxport-gpu-overhead-") as tmp:
-        part_out = Path(tmp) / "overhead.json"
-        code, seconds = validation.limited(
-            [validation.python, str(Path(__file__)), "--part", "overhead", "--part-out", str(part_out),
-             "--reps", str(validation.sizes.overhead_reps), "--cases", str(validation.sizes.overhead_cases)],
-            limit,
-        )  # fmt: skip
-        data = read_json(part_out)
-    out: dict[str, Any] = {"seconds": seconds, "exit": code}
-    if data is None:
-        out["status"] = "timed out" if code is None else "failed"
-        return out
-    summary = overhead_summary(data, gpu=validation.gpu)
-    done = code == 0 and all(k in summary for k in ("checks", "audit"))
-    out.update(status="done" if done else ("timed out" if code is None else "failed"), **summary)
-    return out
+    handlers = {
+        "capture": lambda limit: capture_part(validation, limit),
+        "demo": lambda limit: demo_part(validation, limit, compile_cuda=compile_cuda),
+        "fidelity": lambda limit: fidelity_part(validation, limit),
+        "overhead": lambda limit: overhead(
+            validation, limit, Path(__file__), where="gpu" if gpu else "cpu"
+        ),
+    }
+    return run.run_parts(parts, handlers, budget=args.budget, who="gpu_validation")
 
 
 # -- Markdown ------------------------------------------------------------------------------------
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, Mapping):
-        return ", ".join(f"{k} {_cell(v)}" for k, v in value.items()) or "none"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _layers(share: Mapping[str, Any] | None) -> str:
-    if not isinstance(share, Mapping):
-        return _cell(share)
-    text = " / ".join(f"{100 * float(share.get(k, 0.0)):.0f}%" for k in ("xla", "vendor", "custom"))
-    if share.get("basis") == "estimated" and share.get("error_points") is not None:
-        text += f" (estimated ±{share['error_points']:.0f}"
-        text += f" on {share['error_measured_on']})" if share.get("error_measured_on") else ")"
-    return text
 
 
 def markdown(results: Mapping[str, Any]) -> str:
@@ -872,39 +492,13 @@ def markdown(results: Mapping[str, Any]) -> str:
             f"Install step: {'; '.join(results['setup'].get('actions', [])) or results['setup'].get('error')}",
             "",
         ]
-    lines += ["| part | status | seconds | limit |", "|---|---|---:|---:|"]
-    for part, entry in parts.items():
-        lines.append(
-            f"| {part} | {_cell(entry.get('status'))} | {_cell(entry.get('seconds'))} | "
-            f"{_cell(entry.get('limit_s'))} |"
-        )
-    lines += ["", "### The cuda error band", ""]
-    band = results.get("cuda_error_band")
-    shipped = results.get("shipped_cuda_band", {})
-    lines += ["| census level | shipped band (measured on) | measured here |", "|---|---|---|"]
-    for level in ("lowered", "compiled"):
-        s = shipped.get(level, {})
-        here = band.get(level) if isinstance(band, Mapping) else band
-        lines.append(
-            f"| {level} | ±{_cell(s.get('points'))} ({_cell(s.get('device'))}, jaxlib "
-            f"{_cell(s.get('jaxlib'))}) | "
-            + (
-                f"±{here['points']:.0f} on {band['device']} ({here['programs']} programs, "
-                f"p90 {here['p90']})"
-                if isinstance(here, Mapping)
-                else _cell(here)
-            )
-            + " |"
-        )
     sections = {
         "capture": _capture_lines,
-        "demo": _demo_lines,
+        "demo": lambda entry: demo_lines(entry, accelerator=GPU, device_word="GPU", compiled=True),
         "fidelity": _fidelity_lines,
-        "overhead": _overhead_lines,
+        "overhead": lambda entry: overhead_lines(entry, number=4, word="GPU"),
     }
-    for part, section in sections.items():
-        if part in parts:
-            lines += section(parts[part])
+    lines += body_lines(results, GPU, sections)
     return "\n".join(lines) + "\n"
 
 
@@ -915,9 +509,9 @@ def _capture_lines(capture: Mapping[str, Any]) -> list[str]:
     if not isinstance(capture.get("differs"), list):
         return [
             *lines,
-            f"Captured: {_cell(capture.get('captured'))} ({_cell(capture.get('error'))}); "
+            f"Captured: {cell(capture.get('captured'))} ({cell(capture.get('error'))}); "
             f"shipped description `{capture.get('shipped')}` has "
-            f"{_cell(capture.get('fields_shipped'))} fields.",
+            f"{cell(capture.get('fields_shipped'))} fields.",
         ]
     lines += [
         f"Captured `{capture['captured']}` from {capture['device']}; against the shipped "
@@ -930,60 +524,18 @@ def _capture_lines(capture: Mapping[str, Any]) -> list[str]:
     ]
     for d in capture["differs"]:
         lines.append(
-            f"| {d['field']} | {_cell(d['shipped'])} | {_cell(d['captured'])} | "
-            f"{_cell(d.get('relative'))} |"
+            f"| {d['field']} | {cell(d['shipped'])} | {cell(d['captured'])} | "
+            f"{cell(d.get('relative'))} |"
         )
     if capture["only_captured"]:
         lines += ["", f"Only captured: {', '.join(capture['only_captured'])}"]
     return lines
 
 
-def _demo_lines(demo: Mapping[str, Any]) -> list[str]:
-    lines = ["", "### 2. The demo suite (`examples/demo`) with cuda executed", ""]
-    if "checks" not in demo:
-        return [*lines, f"{_cell(demo.get('status'))}: {_cell(demo.get('error'))}"]
-    numerics = demo["numerics"]
-    lines += [
-        f"Outcomes: {_cell(demo['outcomes'])}; present: {_cell(demo['present_platforms'])}; "
-        f"executed: {_cell(demo['executed_platforms'])}. Numerics cuda against cpu: "
-        + (
-            f"{numerics['ok']} of {numerics['compared']} compared checks within tolerance "
-            f"({numerics['checks']} checks)"
-            if isinstance(numerics, Mapping)
-            else numerics
-        )
-        + ".",
-        "",
-        f"cuda share of the suite, measured: {_layers(demo['cuda_share_measured'])}"
-        + (
-            f"; the estimate a run without the GPU prints: {_layers(demo['cuda_share_estimated'])}"
-            if demo.get("cuda_share_estimated")
-            else ""
-        )
-        + " (xla / vendor / custom).",
-        "",
-        "| test | check | cuda numerics against cpu | cuda share (xla / vendor / custom) | cuda compiled |",
-        "|---|---|---|---|---|",
-    ]
-    for c in demo["checks"]:
-        n = c["numerics_cuda_vs_cpu"]
-        numbers = (
-            f"{'ok' if n['ok'] else 'DIFFERS'}, max abs {_cell(n['max_abs_err'])}, "
-            f"max rel {_cell(n['max_rel_err'])}"
-            if isinstance(n, Mapping)
-            else n
-        )
-        lines.append(
-            f"| {c['test'].split('::')[-1]} | {c['check']} | {_cell(numbers)} | "
-            f"{_layers(c['cuda_share'])} | {c['cuda_compiled_at']}: {_cell(c['cuda_compiled'])} |"
-        )
-    return lines
-
-
 def _fidelity_lines(fidelity: Mapping[str, Any]) -> list[str]:
     lines = ["", "### 3. The fidelity corpus: deviceless against the GPU", ""]
     if "deviceless_vs_gpu" not in fidelity:
-        return [*lines, f"{_cell(fidelity.get('status'))}: {_cell(fidelity.get('error'))}"]
+        return [*lines, f"{cell(fidelity.get('status'))}: {cell(fidelity.get('error'))}"]
     d = fidelity["deviceless_vs_gpu"]
     lines += [
         f"{fidelity['programs']} program variants ("
@@ -1003,8 +555,8 @@ def _fidelity_lines(fidelity: Mapping[str, Any]) -> list[str]:
     for lib, e in d["by_library"].items():
         agreement = e["agreement"]
         lines.append(
-            f"| {lib} | {e['deviceless']} | {_cell(e['gpu'])} | "
-            + (f"{agreement:.0f}%" if isinstance(agreement, (int, float)) else _cell(agreement))
+            f"| {lib} | {e['deviceless']} | {cell(e['gpu'])} | "
+            + (f"{agreement:.0f}%" if isinstance(agreement, (int, float)) else cell(agreement))
             + " |"
         )
     if d.get("deviceless_compile_problem"):
@@ -1030,39 +582,12 @@ def _fidelity_lines(fidelity: Mapping[str, Any]) -> list[str]:
         "",
         "Numerics cuda against cpu: "
         + (
-            f"{n['ok']} of {n['compared']} within tolerance (largest relative error {_cell(n['max_rel_err'])})"
+            f"{n['ok']} of {n['compared']} within tolerance (largest relative error {cell(n['max_rel_err'])})"
             if isinstance(n, Mapping)
             else n
         )
         + ".",
     ]
-    return lines
-
-
-def _overhead_lines(overhead: Mapping[str, Any]) -> list[str]:
-    lines = ["", "### 4. Overhead on a small suite: plugin against plain `jax.jit`", ""]
-    if "checks" not in overhead and "audit" not in overhead:
-        return [*lines, f"{_cell(overhead.get('status'))}"]
-    gpu = overhead.get("where") == "gpu"
-    lines += [
-        f"Cases: {', '.join(overhead.get('cases') or [])}. Ratios: medians of plugin / plain over "
-        "the reps (wall; CPU time in brackets).",
-        "",
-        "| suite | tests | reps | on the GPU, cold | on the GPU, warm | on this cpu-only machine, cold | warm |",
-        "|---|---:|---:|---|---|---|---|",
-    ]
-    names = {
-        "checks": "`jaxport.check` (generated suite)",
-        "audit": "`--jaxport-audit` (plain suite)",
-    }
-    for suite in ("checks", "audit"):
-        s = overhead.get(suite)
-        if not s:
-            continue
-        cold = f"{s['cold_ratio_wall']:.2f} ({s['cold_ratio_cpu']:.2f})"
-        warm = f"{s['warm_ratio_wall']:.2f} ({s['warm_ratio_cpu']:.2f})"
-        cells = [cold, warm, "—", "—"] if gpu else [NOT_MEASURED, NOT_MEASURED, cold, warm]
-        lines.append(f"| {names[suite]} | {s['tests']} | {s['reps']} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -1074,22 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="pytest-jaxport's cuda predictions against an NVIDIA GPU "
         "(docs/gpu-validation.md)"
     )
-    parser.add_argument("--dry-run", action="store_true",
-                        help="no GPU: JAX on cpu, deviceless cuda, a slice of the corpus; the "
-                        f"GPU columns say {NOT_MEASURED!r}")  # fmt: skip
-    parser.add_argument("--out-dir", type=Path, default=HERE / "results",
-                        help="where the results go (default benchmarks/results)")  # fmt: skip
-    parser.add_argument("--name", help="results file name part (default: the GPU, e.g. h200)")
-    parser.add_argument("--budget", type=float, default=BUDGET_S,
-                        help=f"seconds for the whole run, install step included ({BUDGET_S})")  # fmt: skip
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run (the test suite's): two demo tests, one fidelity "
-                        "program, one overhead case")  # fmt: skip
-    parser.add_argument("--limit", action="append", default=[], metavar="PART=SECONDS",
-                        help="change a part's own time limit (default: "
-                        + ", ".join(f"{k}={v}" for k, v in LIMITS_S.items()) + ")")  # fmt: skip
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated subset of {','.join(PARTS)}")  # fmt: skip
+    add_run_options(parser, GPU)
     parser.add_argument("--target", help="GPU description the deviceless compile uses (default: "
                         "the shipped one for this GPU; h100 in a dry run)")  # fmt: skip
     parser.add_argument("--wheelhouse", type=Path,
@@ -1108,11 +618,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--with-cuda-libraries", action="store_true",
                         help="--prepare-wheelhouse: also the nvidia-* wheels (a machine without "
                         "a CUDA toolkit of its own; about 3 GB)")  # fmt: skip
-    # A part run as its own process (by the run itself, under its limit).
-    parser.add_argument("--part", choices=("environment", "overhead"), help=argparse.SUPPRESS)
-    parser.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--reps", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--cases", type=int, default=1, help=argparse.SUPPRESS)
     return parser
 
 
@@ -1121,7 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     try:
         if args.part == "environment":
-            environment_part(args.part_out)
+            gpu_environment_part(args.part_out)
             return 0
         if args.part == "overhead":
             overhead_part(args.part_out, reps=args.reps, cases=args.cases)
@@ -1135,30 +640,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 platforms=("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
                            "manylinux_2_17_x86_64", "manylinux2014_x86_64"),
             )  # fmt: skip
-        unknown = set(args.parts.split(",")) - set(PARTS)
-        if unknown:
-            raise Unusable(f"--parts: unknown {sorted(unknown)}; choose from {', '.join(PARTS)}")
-        return orchestrate(args, limits={**LIMITS_S, **parse_limits(args.limit)})
+        chosen_parts(args, GPU)
+        return orchestrate(args, limits={**LIMITS_S, **parse_limits(args.limit, LIMITS_S)})
     except Unusable as e:
         print(f"gpu_validation: {e}", file=sys.stderr)
         return 2
-
-
-def parse_limits(values: Sequence[str]) -> dict[str, float]:
-    """``--limit demo=60`` -> ``{"demo": 60.0}``; :class:`Unusable` naming a bad value."""
-    limits = {}
-    for value in values:
-        part, _, seconds = value.partition("=")
-        try:
-            limits[part] = float(seconds)
-        except ValueError:
-            limits[part] = -1.0
-        if part not in LIMITS_S or limits[part] <= 0:
-            raise Unusable(
-                f"--limit {value!r}: expected PART=SECONDS with PART one of "
-                f"{', '.join(LIMITS_S)} and SECONDS a positive number"
-            )
-    return limits
 
 
 def _installed_jaxlib() -> str:

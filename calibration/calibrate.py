@@ -2,7 +2,7 @@
 it prints, written from measurements (``benchmarks/``) and never by them.
 
     python calibration/calibrate.py fit TRAINING.json [--write]   # cost.CALIBRATION, cpu's rates
-    python calibration/calibrate.py adopt RESULTS.json            # a GPU run's cuda error band
+    python calibration/calibrate.py adopt RESULTS.json            # a device run's error band
     python calibration/calibrate.py chip-errors RESULTS.json      # a TPU's measured op errors
 
 ``fit`` fits cpu's bandwidth, launch and library-call costs and the solver/FFT efficiencies
@@ -11,9 +11,10 @@ TRAINING.json`` measures them), then the same with each program left out in turn
 both errors; with ``--write`` it writes the fitted constants to
 ``pytest_jaxport/calibration.json``, which ``pytest_jaxport.model.cost`` reads at import.
 
-``adopt`` makes a GPU run's numbers the ones in use (``benchmarks/gpu_validation.py`` on an
-NVIDIA GPU): cuda's error band in ``pytest_jaxport/estimate_error.json``, naming the device,
-and the device's agreement in ``benchmarks/fidelity_baseline.json``.
+``adopt`` makes an accelerator's numbers the ones in use (``benchmarks/gpu_validation.py``
+on an NVIDIA GPU, ``benchmarks/tpu_validation.py`` or ``benchmarks/tpu_traces.py errors`` from
+a TPU): that platform's error band in ``pytest_jaxport/estimate_error.json``, naming the
+device, and a GPU's agreement in ``benchmarks/fidelity_baseline.json``.
 
 ``chip-errors`` makes a chip's measured op errors (``benchmarks/chip_errors.py`` on a TPU)
 the bounds the tpu emulation judges by: ``pytest_jaxport/chip_errors.json``, naming the
@@ -41,9 +42,8 @@ BENCHMARKS = REPO / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 from fidelity import estimate_layers, summary, worst_layer_points  # noqa: E402
-from gpu_validation import (  # noqa: E402
+from validation import (  # noqa: E402
     MIN_BAND_PROGRAMS,
-    NOT_MEASURED,
     Unusable,
     read_json,
     write_atomic,
@@ -206,47 +206,65 @@ def write_calibration(fitted: Mapping[str, Any], *, path: Path, measured_on: str
 # -- putting GPU numbers in use --------------------------------------------------------------------
 
 
+BANDS = {
+    "cuda_error_band": ("cuda", "GPU", "an NVIDIA GPU"),
+    "tpu_error_band": ("tpu", "TPU", "a TPU"),
+}
+"""The error bands a results file can carry: the platform each is for, its device in a word
+and where to run it."""
+
+
 def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
-    """Make a GPU run's numbers the ones in use: cuda's error band (``estimate_error.json``,
-    naming the device) and the fidelity baseline's entry for the device."""
+    """Make an accelerator's numbers the ones in use: its platform's error band
+    (``estimate_error.json``, naming the device) and, from a validation run with a fidelity
+    part, the fidelity baseline's entry for the device. Takes ``gpu_validation.py``'s or
+    ``tpu_validation.py``'s results on the device, or ``tpu_traces.py errors``' file."""
     results = read_json(results_path)
-    if not isinstance(results, Mapping) or "mode" not in results:
-        raise Unusable(f"{results_path}: not a gpu_validation results file (no 'mode')")
-    if results["mode"] != "gpu":
+    found = [key for key in BANDS if isinstance(results, Mapping) and key in results]
+    if not found:
+        raise Unusable(f"{results_path}: not a validation results file (no {' or '.join(BANDS)})")
+    key = found[0]
+    platform, word, where = BANDS[key]
+    if results.get("mode") == "dry-run":
         raise Unusable(
-            f"{results_path}: a {results['mode']} run has no GPU numbers (its GPU columns say "
-            f"{NOT_MEASURED!r}); adopt the results of a run on an NVIDIA GPU"
+            f"{results_path}: a dry-run run has no {word} numbers (its {word} columns say "
+            f"'not measured: no {word}'); adopt the results of a run on {where}"
         )
-    band = results.get("cuda_error_band")
+    band = results.get(key)
     if not isinstance(band, Mapping):
-        raise Unusable(f"{results_path}: no cuda error band ({band})")
+        raise Unusable(f"{results_path}: no {platform} error band ({band})")
     levels = {k: v for k, v in band.items() if k in ("lowered", "compiled")}
     thin = {k: v["programs"] for k, v in levels.items() if v["programs"] < MIN_BAND_PROGRAMS}
     if not levels or thin:
         raise Unusable(
-            f"{results_path}: the cuda band rests on too few programs ({thin or 'none'}; at "
-            f"least {MIN_BAND_PROGRAMS} per level): run the fidelity part longer"
+            f"{results_path}: the {platform} band rests on too few programs ({thin or 'none'}; "
+            f"at least {MIN_BAND_PROGRAMS} per level): run the fidelity part longer"
         )
     source = _relative(results_path)
     table = read_json(estimate_errors)
     if not isinstance(table, dict) or "default" not in table:
         raise Unusable(f"{estimate_errors}: not an estimate_error.json (no 'default' table)")
-    table.setdefault("platforms", {})["cuda"] = {
+    compiled_how = "deviceless compiled" if platform == "cuda" else "compiled"
+    table.setdefault("platforms", {})[platform] = {
         level: {
             "points": float(round(entry["points"])),
             "programs": entry["programs"],
             "device": band["device"],
             "jaxlib": band["jaxlib"],
-            "how": f"the shipped constants' error against the measured cuda share, the estimate "
-            f"from the {'deviceless compiled' if level == 'compiled' else 'lowered'} program",
+            **({"libtpu": band["libtpu"]} if band.get("libtpu") else {}),
+            "how": f"the shipped constants' error against the measured {platform} share, the "
+            f"estimate from the {compiled_how if level == 'compiled' else 'lowered'} program",
             "source": source,
         }
         for level, entry in levels.items()
     }
     write_atomic(estimate_errors, json.dumps(table, indent=1) + "\n")
     bands = ", ".join(f"{level} ±{round(e['points'])}" for level, e in levels.items())
-    log(f"cuda error band from {band['device']}: {bands} -> {estimate_errors}")
-    fidelity_file = results["parts"]["fidelity"].get("results")
+    log(f"{platform} error band from {band['device']}: {bands} -> {estimate_errors}")
+    fidelity_part = results.get("parts", {}).get("fidelity")
+    if platform != "cuda" or fidelity_part is None:
+        return 0  # the fidelity baseline records GPU agreement only
+    fidelity_file = fidelity_part.get("results")
     fidelity_results = read_json(results_path.parent / fidelity_file) if fidelity_file else None
     if fidelity_results is None:
         raise Unusable(f"{results_path}: its fidelity results ({fidelity_file}) cannot be read")
@@ -392,8 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     fitting.add_argument("--measured-on", default="",
                          help="the machine in words, as the shipped data names it")  # fmt: skip
     fitting.add_argument("--calibration", type=Path, default=CALIBRATION, help=argparse.SUPPRESS)
-    adopting = commands.add_parser("adopt", help="put a GPU run's cuda error band in use")
-    adopting.add_argument("results", type=Path, help="gpu_validation.py's results on a GPU")
+    adopting = commands.add_parser("adopt", help="put a device run's error band in use")
+    adopting.add_argument(
+        "results", type=Path, help="a validation run's results on the device (GPU or TPU)"
+    )
     adopting.add_argument("--estimate-errors", type=Path, default=ESTIMATE_ERRORS,
                           help=argparse.SUPPRESS)  # fmt: skip
     adopting.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)

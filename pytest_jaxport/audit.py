@@ -161,7 +161,12 @@ class Recorder:
         else:
             # Not the source lines: a trace JAX reuses from another call site (an eager op, a
             # jit called from two tests) is the same computation, whichever site traced it.
-            blob = "\n\0".join((parts[0], call.signature_text()))
+            # But its kind: an op run eagerly and a jit of the same program (`x ** 2`, and
+            # `jax.jit(lambda x: x ** 2)`) are counted apart, each placed and owned by its
+            # own rule (an eager op at its caller's line, in the first test that runs it),
+            # which one computation of either kind would apply to the other's calls too.
+            eager = ("eager",) if call.kind() == "eager" else ()  # (jits' ids as before)
+            blob = "\n\0".join((parts[0], call.signature_text(), *eager))
             cid = hashlib.sha256(blob.encode()).hexdigest()[:16]
         if cid not in self._computations:
             self._computations[cid] = self._census(cid, call, keyed)

@@ -33,9 +33,18 @@ import pytest_jaxport.cache
 import pytest_jaxport.fixture
 import pytest_jaxport.model.budget
 import pytest_jaxport.model.hlo
-import pytest_jaxport.view.text  # noqa: F401
+import pytest_jaxport.view.text
 
 jax.devices()
+
+ACCELERATORS = tuple(p for p in pytest_jaxport._jax.lowering.present_platforms() if p != "cpu")
+"""The accelerators JAX sees here: none on CI's machines, ``("tpu",)`` on a TPU host."""
+
+if ACCELERATORS:
+    # One process holds an accelerator at a time (a TPU admits one: libtpu's lockfile), and
+    # this one does: every process a test starts (pytester's subprocess runs, pytest-xdist's
+    # workers, the demo's run) runs JAX on the CPU, instead of failing to get the chip.
+    os.environ["JAX_PLATFORMS"] = "cpu"
 
 # The model libraries tests/test_libraries.py checks, where installed: imported once here so
 # that in-process runs reuse them (their extension modules cannot be imported twice either).
@@ -111,3 +120,28 @@ def _no_internal_error(request: pytest.FixtureRequest) -> Iterator[None]:
     for result in results:
         output = "\n".join(result.outlines + result.errlines)
         assert "INTERNALERROR" not in output, output
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "cpu_only(reason): the test's projects expect what a CPU-only machine reports; on a "
+        "host with an accelerator their pytest runs in a child process pinned to the CPU",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _pinned_to_the_cpu(request: pytest.FixtureRequest) -> None:
+    """On a host with an accelerator (a TPU), a test marked ``cpu_only`` runs its projects'
+    pytest in a child process, which sees a CPU-only machine (``JAX_PLATFORMS=cpu``, above):
+    what it asserts is that machine's report. A test that runs JAX here itself is skipped,
+    saying why. Nothing changes on a CPU-only machine."""
+    mark = request.node.get_closest_marker("cpu_only")
+    if mark is None or not ACCELERATORS:
+        return
+    reason = mark.args[0] if mark.args else "it expects a CPU-only machine's report"
+    if "pytester" not in request.fixturenames:
+        pytest.skip(f"assumes a CPU-only machine ({', '.join(ACCELERATORS)} here): {reason}")
+    pytester: pytest.Pytester = request.getfixturevalue("pytester")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setattr(pytester, "runpytest", pytester.runpytest_subprocess)

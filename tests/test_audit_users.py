@@ -106,3 +106,87 @@ def test_a_jit_called_under_an_eager_vmap_or_grad_counts_every_test_serially_and
     for found in (serial, spread):
         found["seen"].pop("calls")
     assert without_timings(spread) == without_timings(serial)
+
+
+EAGER_AND_JIT = """
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+
+@pytest.mark.xdist_group("first")
+def test_jit_square():
+    assert jax.jit(lambda x: x ** 2)(jnp.ones(3)).shape == (3,)
+
+
+@pytest.mark.xdist_group("first")
+def test_eager_square():
+    assert (jnp.ones(3) ** 2).shape == (3,)
+
+
+@pytest.mark.xdist_group("second")
+def test_eager_square_again():
+    assert (jnp.ones(3) ** 2).shape == (3,)
+
+
+@pytest.mark.xdist_group("first")
+def test_eager_dot():
+    a = jnp.ones((4, 4))
+    assert lax.dot(a, a).shape == (4, 4)
+
+
+@pytest.mark.xdist_group("first")
+def test_jit_dot():
+    a = jnp.ones((4, 4))
+    assert jax.jit(lambda p, q: lax.dot(p, q))(a, a).shape == (4, 4)
+
+
+@pytest.mark.xdist_group("second")
+def test_jit_dot_again():
+    a = jnp.ones((4, 4))
+    assert jax.jit(lambda p, q: lax.dot(p, q))(a, a).shape == (4, 4)
+"""
+
+
+def test_an_eager_op_and_a_jit_of_the_same_program_are_two_computations_serially_and_under_xdist(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 50, item 4. ``jnp.ones(3) ** 2`` run eagerly and ``jax.jit(lambda x: x ** 2)``
+    trace the same program. As one computation, the "first test only" rule for eager ops
+    read that computation's kind: the eager square's later users counted where a worker of
+    ``-n 2`` ran them first (numpyro: 23 users serially, 24 with ``-n 2``), and an eager
+    ``lax.dot`` run first took the jitted dots' tests and sites away from the serial audit.
+    Each kind is its own computation, owned and placed by its own rule. (The groups put each
+    "again" test on the other worker of ``-n 2``, where its eager op is that worker's first.)"""
+    pytester.makefile(".toml", pyproject=PLATFORMS)
+    pytester.makepyfile(test_mix=EAGER_AND_JIT)
+    lines = [
+        "*test_mix.py::test_jit_square: owns 1 (<lambda> [[]*]) and 2 eager ops",
+        "*test_mix.py::test_eager_square: owns 1 eager op",
+        "*test_mix.py::test_eager_dot: owns 2 eager ops",
+        "*test_mix.py::test_jit_dot: owns 1 (<lambda> [[]*])",
+        "*test_mix.py::test_jit_dot_again: uses 1 (<lambda> [[]*] of test_mix.py::test_jit_dot)",
+        "*where the lock-in lives on cuda: 4 distinct sites*",
+        "*test_mix.py:25 *cublas gemm * 1 * 1 * 1 *",
+        "*test_mix.py:31 *cublas gemm * 1 * 2 * 1 *",
+    ]
+    runs = []
+    for args in ((), ("-n", "2", "--dist", "loadgroup")):
+        result = pytester.runpytest_subprocess(
+            "--jaxport-audit", "--jaxport-report=r.json", "-p", "no:cacheprovider", "-v", *args
+        )
+        result.assert_outcomes(passed=6)
+        result.stdout.fnmatch_lines(lines)
+        result.stdout.no_fnmatch_line("*test_eager_square_again: *")
+        runs.append(json.loads((pytester.path / "r.json").read_text())["audit"])
+    serial, spread = runs
+    squares = {c["kind"]: c["users"] for c in serial["computations"]
+               if c["function"] in ("<lambda>", "integer_pow")}  # fmt: skip
+    assert squares == {
+        "jit": ["test_mix.py::test_jit_square"],
+        "eager": ["test_mix.py::test_eager_square"],
+    }
+    for found in (serial, spread):
+        found["seen"].pop("calls")
+    assert without_timings(spread) == without_timings(serial)

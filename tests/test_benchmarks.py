@@ -193,6 +193,52 @@ def test_gpu_validation_stops_a_part_at_its_limit_and_keeps_the_others(tmp_path:
     assert "--limit 'demo=soon': expected PART=SECONDS" in bad.stderr
 
 
+def test_tpu_validation_dry_run_writes_every_part_with_tpu_columns_not_measured(
+    tmp_path: Path,
+) -> None:
+    """The TPU run's harness is the GPU run's: its parts under their limits, written after
+    each; without a TPU every TPU column says so, the emulation part says why it skipped
+    where the emulation's script is absent, and the band shown is the one in use (the
+    chip's, from estimate_error.json)."""
+    tv = _benchmark_module("tpu_validation")
+    parts = "device,demo,fidelity,emulation"
+    done = _run(str(BENCHMARKS / "tpu_validation.py"), "--dry-run", "--quick",
+                "--parts", parts, "--out-dir", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    written = {p.name for p in tmp_path.iterdir()}
+    assert written >= {"tpu-validation-dry-run.json", "tpu-validation-dry-run.md",
+                       "tpu-validation-dry-run.log", "demo-report-dry-run.json"}  # fmt: skip
+    results = json.loads((tmp_path / "tpu-validation-dry-run.json").read_text())
+    parts = results["parts"]
+    assert list(parts) == ["environment", "device", "demo", "fidelity", "emulation"]
+    assert results["mode"] == "dry-run"
+    assert results["tpu_error_band"] == tv.NOT_MEASURED == "not measured: no TPU"
+    device = parts["device"]
+    assert device["status"] == "done"
+    assert device["device"] == device["differs"] == tv.NOT_MEASURED
+    assert device["model"]["flops"] > 0
+    demo = parts["demo"]
+    assert demo["outcomes"] == {"passed": 2}  # -k "mlp or lowpass" in a smoke run
+    assert demo["numerics"] == demo["tpu_share_measured"] == tv.NOT_MEASURED
+    assert all(c["numerics_tpu_vs_cpu"] == tv.NOT_MEASURED for c in demo["checks"])
+    estimated = demo["tpu_share_estimated"]
+    assert (estimated["basis"], estimated["error_measured_on"]) == ("estimated", "TPU v5 lite")
+    fidelity = parts["fidelity"]
+    assert fidelity["status"] == "done"
+    assert fidelity["tpu_share_error_points"] == fidelity["numerics_tpu_vs_cpu"] == tv.NOT_MEASURED
+    emulation = parts["emulation"]
+    if not (BENCHMARKS / "emulation_chip.py").is_file():
+        assert emulation["status"].startswith(
+            "skipped: benchmarks/emulation_chip.py is not in this checkout"
+        )
+    else:
+        assert emulation["status"] == "done", emulation
+    md = (tmp_path / "tpu-validation-dry-run.md").read_text()
+    shipped = results["shipped_tpu_band"]["lowered"]
+    assert f"| lowered | ±{shipped['points']:g} (TPU v5 lite, jaxlib 0.10.2) |" in md
+    assert md.count("not measured: no TPU") >= 6
+
+
 def _adopted(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     for name in ("gpu-validation-fixture.json", "fidelity-fixture.json"):
         shutil.copy(GPU_FIXTURE / name, tmp_path / name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -394,3 +395,66 @@ def test_a_site_with_a_count_weighs_like_that_many_sites() -> None:
     assert census.libraries() == {"cublas": 3}
     assert census == take_census(spelled_out, "cuda", seconds=seconds)
     assert census.estimated_seconds == (("vendor", "cublas", 36.0),)
+
+
+HMC_STEP = """
+import jax.numpy as jnp
+import pytest
+
+
+def kinetic(momentum, inverse_mass):
+    return 0.5 * jnp.dot(momentum, inverse_mass * momentum)
+
+
+@pytest.mark.portable
+def test_kinetic_energy(jaxport):
+    jaxport.check(kinetic, jnp.ones(1), jnp.ones(1))
+
+
+def project(w, x):
+    return w @ x
+
+
+@pytest.mark.portable
+def test_projection(jaxport):
+    jaxport.check(project, jnp.ones((64, 64)), jnp.ones((64, 8)))
+"""
+
+
+def test_a_dot_of_two_vectors_is_no_cublas_call_nor_a_tf32_finding(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 50, item 7: numpyro's ``build_tree`` dots two ``tensor<1xf32>``; XLA's GPU
+    compiler makes that a multiply and a reduce (a deviceless H100 compile has no gemm:
+    tests/test_deviceless.py), so the lowered level counts it as XLA's on cuda and rocm,
+    with no TF32 finding. The matrix product beside it is counted as before."""
+    pytester.makefile(
+        ".toml",
+        pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n\n'
+        "[tool.jaxport.budget.cuda]\nmax_vendor_calls = 0\n",
+    )
+    pytester.makepyfile(test_tree=HMC_STEP)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--jaxport-report=r.json", "--jaxport-report-details=all"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "    stablehlo.dot_general (cublas) at test_tree.py:15",
+            "cuda            2         0       1       1       0       0  cublas 1",
+            "rocm            2         0       1       1       0       0  hipblas 1",
+            "FAILED test_tree.py::test_projection - cuda: 1 vendor call > 0*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("FAILED test_tree.py::test_kinetic_energy*")
+    report = json.loads((pytester.path / "r.json").read_text())
+    (kinetic,) = [t for t in report["tests"] if t["nodeid"].endswith("test_kinetic_energy")]
+    platforms = kinetic["checks"][0]["platforms"]
+    for platform in ("cuda", "rocm"):
+        lowered = platforms[platform]["lowered"]
+        assert lowered["vendor"] == 0, platform
+        assert lowered["xla_kinds"].get("strength-reduced-dot") == 1, platform
+    findings = {p: [f["rule"] for f in platforms[p]["lowered"]["formats"]["findings"]]
+                for p in ("cuda", "tpu")}  # fmt: skip
+    assert "float32-default-precision" not in findings["cuda"]
+    assert "float32-default-precision" in findings["tpu"]  # the TPU is not XLA's GPU compiler

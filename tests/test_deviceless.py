@@ -147,6 +147,50 @@ def test_matmul_is_a_triton_gemm_or_cublas_when_triton_gemm_is_off(h100: str) ->
     assert cublas.libraries() == {"cublas": 1}
 
 
+VECTOR_DOTS = {
+    # numpyro's build_tree: the kinetic energy of a one-parameter model
+    "dot of two tensor<1xf32>": (lambda p, m: jnp_dot(p, m * p), ((1,), (1,))),
+    "dot of two vectors": (lambda a, b: jnp_dot(a, b), ((4096,), (4096,))),
+    "batched dot of vectors": (lambda a, b: jnp_einsum("cd,cd->c", a, b), ((256, 512),) * 2),
+    "row times column": (lambda a, b: a @ b, ((1, 64), (64, 1))),
+    "outer product": (lambda a, b: a @ b, ((4096, 1), (1, 4096))),
+}
+
+
+def jnp_dot(a: Any, b: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.dot(a, b)
+
+
+def jnp_einsum(spec: str, a: Any, b: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.einsum(spec, a, b)
+
+
+@pytest.mark.parametrize("case", sorted(VECTOR_DOTS))
+def test_a_dot_xla_always_makes_elementwise_is_no_library_call_lowered_or_compiled(
+    h100: str, case: str
+) -> None:
+    """Issue 50, item 7: XLA's GPU compiler turns a dot of two vectors into a multiply and a
+    reduce (and one that contracts nothing into a multiply) before any gemm is chosen, with
+    Triton gemms on or off: the lowered level counts no cuBLAS call there either."""
+    import jax.numpy as jnp
+
+    from pytest_jaxport._jax import lowering
+
+    fn, shapes = VECTOR_DOTS[case]
+    args = [jnp.ones(shape) for shape in shapes]
+    for options in (None, {"xla_gpu_enable_triton_gemm": False}):
+        assert cuda_census(fn, *args, target=h100, options=options).vendor == 0, options
+    traced = lowering.trace(fn, tuple(args), {})
+    for platform in ("cuda", "rocm"):
+        lowered = take_census(lowering.read_program(lowering.lower(traced, platform)), platform)
+        assert lowered.vendor == 0, platform
+        assert lowered.xla_kinds.get("strength-reduced-dot", 0) >= 1
+
+
 def test_fft_is_cufft_and_a_pallas_kernel_is_one_custom_kernel(h100: str) -> None:
     import jax
     import jax.numpy as jnp

@@ -162,6 +162,7 @@ def has_gpu_interpret_mode() -> bool:
 # -- hand-written kernels -----------------------------------------------------------------------
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
     project: pytest.Pytester,
 ) -> None:
@@ -209,6 +210,7 @@ def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
     assert (violation["platform"], violation["key"]) == ("tpu", "emulated_numerics")
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_a_kernel_that_fails_in_interpret_mode_fails_the_check_with_its_error(
     project: pytest.Pytester,
 ) -> None:
@@ -237,6 +239,7 @@ def test_a_kernel_that_fails_in_interpret_mode_fails_the_check_with_its_error(
     )
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_wrong_mosaic_gpu_kernel_fails_where_jax_can_interpret_it(
     project: pytest.Pytester,
@@ -282,6 +285,7 @@ def test_a_wrong_mosaic_gpu_kernel_fails_where_jax_can_interpret_it(
 DEMO_KERNEL = Path(__file__).resolve().parents[1] / "examples/demo/src/demo_models/pallas_kernel.py"
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_the_demos_kernel_matches_the_reference_emulated_for_tpu_and_cuda(
     pytester: pytest.Pytester,
@@ -333,6 +337,7 @@ def bf16(values: Any) -> np.ndarray[Any, Any]:
     return np.asarray(values, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_default_precision_fails_on_the_tpu_emulation_and_highest_passes(
     project: pytest.Pytester,
 ) -> None:
@@ -369,6 +374,7 @@ def test_default_precision_fails_on_the_tpu_emulation_and_highest_passes(
     assert highest["emulated_numerics"]["max_abs_err"] == 0.0
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_emulate_from_pyproject_the_command_line_and_the_marker(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(
         """
@@ -423,6 +429,7 @@ def test_marker(jaxport):
 """
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pytester) -> None:
     """The failure, the problems line and the JSON name the table, the marker or the default
     whose rtol/atol the emulation missed (issue 39: not "[tool.jaxport.tolerance] or the
@@ -475,6 +482,7 @@ def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pyteste
 # -- every format -------------------------------------------------------------------------------
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_every_format_labels_the_emulation(project: pytest.Pytester, tmp_path: Path) -> None:
     project.makepyfile(test_doubled=DOUBLED_TEST)
     result, report = run_json(project, "--jaxport-emulate=tpu", "--junitxml=out.xml", "-v")
@@ -610,6 +618,7 @@ def emulations(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_xdist_gives_the_same_emulations(project: pytest.Pytester) -> None:
     project.makepyfile(test_precision=PRECISION_TEST, test_doubled=DOUBLED_TEST)
     serial, alone = run_json(project, "--jaxport-emulate=tpu")
@@ -620,6 +629,7 @@ def test_xdist_gives_the_same_emulations(project: pytest.Pytester) -> None:
     assert split["summary"]["violations"] == alone["summary"]["violations"] == 2
 
 
+@pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_emulated_outputs_are_saved_merged_and_checked_against_the_hardware(
     project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:

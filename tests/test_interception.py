@@ -428,3 +428,44 @@ def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     text = " ".join(render_text(view, DisplayOptions()).split())
     assert "not audited: 3 compilations outside jit dispatch" in text
     assert f"note: {' '.join(note.split())}" in text
+
+
+FAILS_WHILE_TRACED = """
+import jax
+import jax.numpy as jnp
+
+
+def step(x):
+    return x.reshape(5)
+
+
+def test_trace_fails():
+    jax.jit(step)(jnp.ones(3))
+"""
+
+
+@pytest.mark.parametrize("filtering", ["auto", "off"])
+def test_a_test_that_fails_while_jax_traces_its_jit_shows_the_same_traceback_under_the_audit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, filtering: str
+) -> None:
+    """Issue 50, item 6: the hook's frames (``infer_params``, the rule-trace cache) are in the
+    suite's call path while JAX traces a jit. JAX's traceback filtering leaves them out as it
+    leaves out its own; with it off, pytest does (``__tracebackhide__``)."""
+    from jax._src import traceback_util
+
+    assert hasattr(traceback_util, "register_exclusion")  # a patch point: PATCH_POINTS
+    monkeypatch.setenv("JAX_TRACEBACK_FILTERING", filtering)
+    pytester.makepyfile(test_trace=FAILS_WHILE_TRACED)
+    shown = []
+    for audit in ((), ("--jaxport-audit",)):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *audit)
+        result.assert_outcomes(failed=1)
+        lines = result.outlines
+        start = next(i for i, line in enumerate(lines) if "FAILURES" in line)
+        end = next(i for i, line in enumerate(lines) if i > start and (
+            "jaxport audit" in line or "short test summary" in line))  # fmt: skip
+        shown.append(lines[start:end])
+    result.stdout.no_fnmatch_line("*pytest_jaxport*")
+    result.stdout.fnmatch_lines(["test_trace.py:6: in step", "E * cannot reshape array*"])
+    plain, audited = shown
+    assert audited == plain

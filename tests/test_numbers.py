@@ -10,6 +10,7 @@ import textwrap
 import pytest
 from helpers import typed
 
+from pytest_jaxport.model.cost import shipped_estimate_errors
 from pytest_jaxport.view.model import build_view
 
 FFI_SUITE = """
@@ -99,12 +100,20 @@ def test_the_numbers_say_what_they_can_bear(pytester: pytest.Pytester) -> None:
     assert shares["rocm"]["error_points"] == 37
     assert 0 < shares["rocm"]["xla"] <= 0.37 < shares["rocm"]["vendor"]
     assert shares["tpu"]["xla"] == 1.0  # all in one layer: nothing to rank
+    # tpu's band is its own, measured on the chip (estimate_error.json's platforms.tpu)
+    chip = shipped_estimate_errors()["tpu"]["lowered"]
+    assert (shares["tpu"]["error_points"], shares["tpu"]["error_measured_on"]) == (
+        chip.points, chip.device
+    )  # fmt: skip
+    band = f"±{chip.points:.0f}"
     result.stdout.fnmatch_lines(
         [
             "   rocm  xla  *%  vendor  *%  custom   0%  [[]ESTIMATED ±37[]]  hipblas *%",
             "         a ranking, not a share: within ±37 points, xla's *% could be 0%",
-            "   tpu   xla 100%  vendor   0%  custom   0%  [[]ESTIMATED ±37[]]",
+            f"   tpu   xla 100%  vendor   0%  custom   0%  [[]ESTIMATED {band}[]]",
             "   [[]ESTIMATED ±37[]]: estimated (roofline from the lowered program, ±37 points *",
+            f"   [[]ESTIMATED {band}[]]: estimated (roofline from the lowered program, {band} "
+            f"points on {chip.device})",
         ],
         consecutive=True,
     )

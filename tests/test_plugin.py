@@ -10,6 +10,11 @@ from helpers import esc, run_json
 
 from pytest_jaxport.report.schema import without_timings
 
+# Every project here expects what a CPU-only machine reports (each check executed on cpu
+# alone, "present here: cpu", numerics at JAX's float32 tolerance): on a TPU host their
+# pytest runs in a child pinned to the CPU (tests/conftest.py).
+pytestmark = pytest.mark.cpu_only("its projects expect a CPU-only machine's report")
+
 PROJECT = """
 [tool.jaxport]
 platforms = ["cpu", "cuda", "rocm", "tpu"]

@@ -176,6 +176,23 @@ def profiler_session(host_tracer_level: int = 1) -> Any:
     return _profiler.ProfilerSession(options)
 
 
+PROFILER_NAMES_INSTRUCTIONS_FROM = (0, 8, 3)
+"""The first jaxlib whose CPU and GPU profilers name the instruction each event executed
+(its ``hlo_op`` stat); older ones record the run without saying what ran."""
+
+
+def profiler_names_instructions() -> bool:
+    """Whether this jaxlib's profilers name instructions
+    (:data:`PROFILER_NAMES_INSTRUCTIONS_FROM`)."""
+    from importlib.metadata import version
+
+    parts = []
+    for part in version("jaxlib").split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts) >= PROFILER_NAMES_INSTRUCTIONS_FROM
+
+
 def profile_data(xspace: bytes) -> Any:
     """``jax.profiler.ProfileData`` of a serialized XSpace (jaxlib 0.7.1+; ``None`` before).
 

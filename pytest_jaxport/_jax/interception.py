@@ -77,6 +77,9 @@ PATCH_POINTS: Mapping[str, str] = {
     ),
     "jax._src.pjit._pjit_call_impl": "the jit primitive run outside jit (whose cache that is)",
     "jax._src.api_util.fun_sourceinfo": "whether a jit function is JAX's own (as JAX names it)",
+    "jax._src.traceback_util.register_exclusion": (
+        "the hook's frames left out of a suite's tracebacks, as JAX leaves out its own"
+    ),
     "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
         "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
     ),
@@ -267,6 +270,11 @@ class RecordedCall:
     def facts(self) -> CallFacts:
         return self._adapter.facts(self)
 
+    def kind(self) -> str:
+        """``eager`` (JAX's own function: an op run outside jit) or ``jit``
+        (:attr:`CallFacts.kind`)."""
+        return "eager" if _is_jax_own(_defined_at(self.jaxpr)) else "jit"
+
 
 # -- adapters ------------------------------------------------------------------------------------
 
@@ -352,11 +360,8 @@ class _Adapter:
 
     def facts(self, call: RecordedCall) -> CallFacts:
         jaxpr = call.jaxpr
-        info = getattr(jaxpr, "debug_info", None) or getattr(
-            getattr(jaxpr, "jaxpr", None), "debug_info", None
-        )
-        source = _source(getattr(info, "func_src_info", None))
-        names = list(getattr(info, "arg_names", None) or ())
+        source = _defined_at(jaxpr)
+        names = list(getattr(_debug_info(jaxpr), "arg_names", None) or ())
         types = [self.type_text(t) for t in call.arg_types]
         if len(names) == len(types):
             signature = tuple(f"{n}: {t}" if n else t for n, t in zip(names, types, strict=True))
@@ -370,7 +375,7 @@ class _Adapter:
         return CallFacts(
             function=wrapper or call.name,
             source=source,
-            kind="eager" if _is_jax_own(source) else "jit",
+            kind=call.kind(),
             signature=signature,
             shardings=shardings if any(s != "-" for s in shardings) else (),
             static_arguments=_static_text(call.static),
@@ -479,6 +484,17 @@ def _source(where: str | None) -> str | None:
     """``file:line`` of JAX's name of a traced function (``api_util.fun_sourceinfo``:
     ``name at file:line``); ``None`` where it has no file."""
     return where.rsplit(" at ", 1)[1] if where and " at " in where else None
+
+
+def _debug_info(jaxpr: object) -> object:
+    return getattr(jaxpr, "debug_info", None) or getattr(
+        getattr(jaxpr, "jaxpr", None), "debug_info", None
+    )
+
+
+def _defined_at(jaxpr: object) -> str | None:
+    """``file:line`` of the function a recorded program was traced from."""
+    return _source(getattr(_debug_info(jaxpr), "func_src_info", None))
 
 
 def _is_jax_own(source: str | None) -> bool:
@@ -645,6 +661,7 @@ class Interception:
             for name in ("trace_to_jaxpr_dynamic", "trace_to_jaxpr"):
                 if hasattr(partial_eval, name):
                     self._patch(partial_eval, name, _RuleTraces(getattr(partial_eval, name)))
+            _hidden_from_tracebacks()
             # What JAX ran before (an earlier session in this process, a conftest.py) is in
             # its caches: its next call passes the hook, an eager op's included.
             self.clear_dispatch_caches(jax_own=True)
@@ -710,6 +727,7 @@ class Interception:
 
         @functools.wraps(original)
         def pjit_call_impl_python(*args: object, **params: object) -> object:
+            __tracebackhide__ = True  # a suite's error here shows the suite's frames
             if state.busy:
                 return original(*args, **params)
             pending, state.static = state.static, None
@@ -766,6 +784,22 @@ class Interception:
         return True
 
 
+def _hidden_from_tracebacks() -> None:
+    """The hook's frames (this module's) are in the suite's call path wherever JAX traces or
+    runs a jit: JAX's traceback filtering leaves them out of the suite's errors, as it leaves
+    out its own frames (and equinox's), so a test that fails while JAX traces its function
+    shows what it shows without the audit. (Each frame also sets ``__tracebackhide__``: the
+    same under ``JAX_TRACEBACK_FILTERING=off``, where pytest shows JAX's frames.) Once per
+    process: JAX keeps the exclusion, and the frames are gone with the hook."""
+    try:
+        from jax._src import traceback_util
+
+        if __file__ not in traceback_util._exclude_paths:
+            traceback_util.register_exclusion(__file__)
+    except Exception:  # a JAX that moved it: the frames show, nothing else changes
+        return
+
+
 def _is_jax_function(fun: object) -> bool:
     """Whether a function JAX jits is JAX's own, named as JAX names it when it traces it
     (``api_util.fun_sourceinfo``: ``jax.jit(jax.vmap(f))`` is ``f``'s), so that a computation
@@ -809,6 +843,7 @@ def _registered(
 
     @functools.wraps(original)
     def cpp_pjit(fun: object, jit_info: object) -> object:
+        __tracebackhide__ = True
         jitted = original(fun, jit_info)
         if not _is_jax_function(fun):
             with contextlib.suppress(TypeError):  # not weakly referable: never cleared
@@ -843,6 +878,7 @@ class _PrimitiveCaches:
         self._caches = (kind(capacity=4096), kind(capacity=4096))
 
     def __call__(self, contains_explicit_attributes: bool) -> object:
+        __tracebackhide__ = True
         if sys._getframe(1).f_code is self._impl:
             return self._caches[bool(contains_explicit_attributes)]
         return self._original(contains_explicit_attributes)
@@ -862,6 +898,7 @@ def _stash_static(original: Callable[..., Any]) -> Callable[..., object]:
         fun: Callable[..., object], info: object, args: Sequence[object],
         kwargs: Mapping[str, object],
     ) -> object:  # fmt: skip
+        __tracebackhide__ = True  # the suite's function fails while JAX traces it: its frames
         result = original(fun, info, args, kwargs)
         if not state.busy:
             try:
@@ -896,6 +933,7 @@ class _RuleTraces:
         return getattr(self._original, name)  # reachable
 
     def __call__(self, fun: object, *args: object, **kwargs: object) -> object:
+        __tracebackhide__ = True
         state = _STATE
         if not (state.busy or state.hooked):
             return self._original(fun, *args, **kwargs)

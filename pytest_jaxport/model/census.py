@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 
 from pytest_jaxport.model.targets import (
     INSERTED_PREFIX,
+    STRENGTH_REDUCED_DOT,
+    STRENGTH_REDUCING,
     Classification,
     Layer,
     Level,
@@ -125,6 +127,98 @@ class OpSite:
     """``(name, value)`` pairs, sorted: a dot's or convolution's ``precision_config``,
     ``algorithm`` and dimension numbers (lowered level); the ``relayouts`` and
     ``relayout_bytes`` XLA's layout assignment put around a library call (compiled level)."""
+
+
+_TENSOR = re.compile(r"^tensor<((?:(?:\d+|\?)x)*)([a-zA-Z][\w]*(?:<[^<>]*>)?)")
+
+
+@functools.lru_cache(maxsize=8192)
+def tensor_type(text: str) -> tuple[tuple[int, ...] | None, str] | None:
+    """``tensor<4x100xf32>`` -> ``((4, 100), "f32")``; dims ``None`` where one is dynamic;
+    ``None`` for anything that is not a ranked tensor (tokens, tuples).
+
+    >>> tensor_type("tensor<2x3xcomplex<f64>>")
+    ((2, 3), 'complex<f64>')
+    >>> tensor_type("tensor<f8E4M3FN>")
+    ((), 'f8E4M3FN')
+    """
+    found = _TENSOR.match(text)
+    if found is None:
+        return None
+    sizes = [d for d in found.group(1).split("x") if d]
+    dims = None if "?" in sizes else tuple(int(d) for d in sizes)
+    return dims, found.group(2)
+
+
+_DOT_DIMS = re.compile(
+    r"(lhs_batching|rhs_batching|lhs_contracting|rhs_contracting)_dimensions = \[([0-9, ]*)\]"
+)
+
+
+def dot_dimensions(attribute: str) -> dict[str, tuple[int, ...]]:
+    """A ``dot_dimension_numbers`` attribute as lists of dimensions by role.
+
+    >>> dot_dimensions("#stablehlo.dot<lhs_contracting_dimensions = [1], "
+    ...                "rhs_contracting_dimensions = [0]>")["rhs_contracting"]
+    (0,)
+    """
+    found = {
+        role: tuple(int(d) for d in dims.split(",") if d.strip())
+        for role, dims in _DOT_DIMS.findall(attribute)
+    }
+    for role in ("lhs_batching", "rhs_batching", "lhs_contracting", "rhs_contracting"):
+        found.setdefault(role, ())
+    return found
+
+
+def census_op(site: OpSite, platform: str) -> str:
+    """The op a census classifies ``site`` as on ``platform``: its own, but a ``dot_general``
+    that XLA's GPU compiler always rewrites into elementwise ops (:func:`strength_reduced`)
+    is :data:`~pytest_jaxport.model.targets.STRENGTH_REDUCED_DOT` on a GPU platform (XLA's,
+    no library call); the formats of a matrix unit do not apply to it either."""
+    if site.op != "stablehlo.dot_general" or platform not in STRENGTH_REDUCING:
+        return site.op
+    return STRENGTH_REDUCED_DOT if strength_reduced(site) else site.op
+
+
+def strength_reduced(site: OpSite) -> bool:
+    """Whether a ``dot_general`` is one XLA's GPU compiler never hands to a gemm, whatever its
+    size: once its size-1 dimensions are dropped, either both operands are vectors (every
+    dimension batch or contracting: ``DotStrengthReduction`` makes it a multiply and a
+    reduce) or it contracts nothing (the algebraic simplifier makes it a multiply). Numpyro's
+    ``dot_general`` of two ``tensor<1xf32>``, a batched ``einsum("bk,bk->b")``, an outer
+    product. A matrix-vector dot is strength-reduced below a size threshold that changed
+    between XLA releases: it stays counted, as what may call the library.
+
+    >>> dot = OpSite(op="stablehlo.dot_general",
+    ...              operand_types=("tensor<1xf32>", "tensor<1xf32>"),
+    ...              attributes=(("dot_dimension_numbers", "#stablehlo.dot<"
+    ...                  "lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]>"),))
+    >>> strength_reduced(dot)
+    True
+    >>> strength_reduced(replace(dot, operand_types=("tensor<8x1xf32>", "tensor<1xf32>")))
+    True
+    >>> strength_reduced(replace(dot, operand_types=("tensor<8x4xf32>", "tensor<4xf32>"),
+    ...     attributes=(("dot_dimension_numbers", "#stablehlo.dot<"
+    ...         "lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>"),)))
+    False
+    """
+    attribute = dict(site.attributes).get("dot_dimension_numbers")
+    if attribute is None or len(site.operand_types) < 2:
+        return False  # not read: counted as it was lowered
+    lhs, rhs = (tensor_type(t) for t in site.operand_types[:2])
+    if lhs is None or rhs is None or lhs[0] is None or rhs[0] is None:
+        return False  # a dynamic shape: XLA decides once it is known
+    dims = dot_dimensions(attribute)
+    contracted = 1
+    for d in dims["lhs_contracting"]:
+        contracted *= lhs[0][d] if d < len(lhs[0]) else 1
+
+    def free(shape: tuple[int, ...], side: str) -> bool:
+        taken = {*dims[f"{side}_batching"], *dims[f"{side}_contracting"]}
+        return any(size != 1 for i, size in enumerate(shape) if i not in taken)
+
+    return contracted == 1 or not (free(lhs[0], "lhs") or free(rhs[0], "rhs"))
 
 
 UNCOUNTED_OPS = frozenset(
@@ -403,7 +497,7 @@ def placed_location(
 
 
 _Key = tuple[Classification, str, "SourceLocation | None"]
-_SITE_KEY = operator.attrgetter("op", "target", "location", "flops", "bytes", "count", "runs")
+_SITE_KEY = operator.attrgetter("target", "location", "flops", "bytes", "count", "runs")
 _Counts = tuple[
     "Counter[_Key]", "Counter[str]", "Counter[tuple[str, str | None]]", "Counter[tuple[str, bool]]"
 ]
@@ -441,8 +535,9 @@ class _Walk:
         # weighted by how often they occur: big modules repeat a few hundred kinds of site
         # (read_program already groups them; programs built elsewhere may not).
         sites = self.program.functions.get(name, ())
+        platform = self.platform
         for (op, target_name, location_text, flops, moved, count, runs), repeats in Counter(
-            map(_SITE_KEY, sites)
+            (census_op(site, platform), *_SITE_KEY(site)) for site in sites
         ).items():
             n = count * repeats
             location = placed_location(location_text, inherited, entry, self.own)
@@ -467,8 +562,9 @@ class _Walk:
             else:
                 kernels[(result, target or op, location)] += n
             if self.seconds is not None:
-                site = OpSite(op=op, target=target_name, location=location_text, flops=flops,
-                              bytes=moved)  # fmt: skip
+                # (a strength-reduced dot's cost is its dot's: its flops and bytes, now xla's)
+                site = OpSite(op=op.partition(":")[0], target=target_name,
+                              location=location_text, flops=flops, bytes=moved)  # fmt: skip
                 timed[(result.layer, result.library)] += n * self.seconds(site, result.layer)
         self.active.discard(name)
         self.memo[key] = (kernels, xla_ops, timed, collectives)

@@ -548,10 +548,13 @@ def read_estimate_errors(text: str, *, source: str) -> dict[str, dict[str, Estim
             assert isinstance(entry, Mapping)
             device = str(entry.get("device") or "")
             jaxlib = entry.get("jaxlib")
+            libtpu = entry.get("libtpu")  # the TPU's compiler and runtime, where it ran on one
+            measured_on = [device, f"jaxlib {jaxlib}" if jaxlib else "",
+                           f"libtpu {libtpu}" if libtpu else ""]  # fmt: skip
             out[platform][str(level)] = EstimateError(
                 points=float(points),
                 programs=programs,
-                measured_on=", ".join(filter(None, [device, f"jaxlib {jaxlib}" if jaxlib else ""])),
+                measured_on=", ".join(filter(None, measured_on)),
                 device=device,
                 source=str(entry.get("source") or ""),
             )

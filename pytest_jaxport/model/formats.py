@@ -48,8 +48,11 @@ from pytest_jaxport.model.census import (
     OpSite,
     Program,
     SourceLocation,
+    census_op,
+    dot_dimensions,
     innermost_frame,
     placed_location,
+    tensor_type,
 )
 from pytest_jaxport.model.platforms import DESCRIPTIONS
 from pytest_jaxport.model.targets import Level, classify
@@ -139,26 +142,6 @@ NOTABLE_ELEMENTS = frozenset({"f64", "complex<f64>", *FLOAT8, "f8E8M0FNU", "f4E2
 reader keeps the source location of every op whose types hold one (``lowering.py``), so that
 their findings point at the user's line. float16/bfloat16/float32 rules concern dots and
 convolutions only, which keep their location anyway."""
-
-_TENSOR = re.compile(r"^tensor<((?:(?:\d+|\?)x)*)([a-zA-Z][\w]*(?:<[^<>]*>)?)")
-
-
-@functools.lru_cache(maxsize=8192)
-def tensor_type(text: str) -> tuple[tuple[int, ...] | None, str] | None:
-    """``tensor<4x100xf32>`` -> ``((4, 100), "f32")``; dims ``None`` where one is dynamic;
-    ``None`` for anything that is not a ranked tensor (tokens, tuples).
-
-    >>> tensor_type("tensor<2x3xcomplex<f64>>")
-    ((2, 3), 'complex<f64>')
-    >>> tensor_type("tensor<f8E4M3FN>")
-    ((), 'f8E4M3FN')
-    """
-    found = _TENSOR.match(text)
-    if found is None:
-        return None
-    sizes = [d for d in found.group(1).split("x") if d]
-    dims = None if "?" in sizes else tuple(int(d) for d in sizes)
-    return dims, found.group(2)
 
 
 def element_bits(element: str) -> int:
@@ -830,27 +813,6 @@ def matrix_unit_waste(
     return 1.0 - (m * k * n) / padded
 
 
-_DOT_DIMS = re.compile(
-    r"(lhs_batching|rhs_batching|lhs_contracting|rhs_contracting)_dimensions = \[([0-9, ]*)\]"
-)
-
-
-def dot_dimensions(attribute: str) -> dict[str, tuple[int, ...]]:
-    """A ``dot_dimension_numbers`` attribute as lists of dimensions by role.
-
-    >>> dot_dimensions("#stablehlo.dot<lhs_contracting_dimensions = [1], "
-    ...                "rhs_contracting_dimensions = [0]>")["rhs_contracting"]
-    (0,)
-    """
-    found = {
-        role: tuple(int(d) for d in dims.split(",") if d.strip())
-        for role, dims in _DOT_DIMS.findall(attribute)
-    }
-    for role in ("lhs_batching", "rhs_batching", "lhs_contracting", "rhs_contracting"):
-        found.setdefault(role, ())
-    return found
-
-
 _CONV_LABELS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")
 
 
@@ -1243,8 +1205,9 @@ def site_hits(
     attributes = dict(site.attributes)
     hits: list[_Hit] = []
     relayout_decided = False
+    op = census_op(site, platform)  # a dot XLA makes elementwise is no matrix unit's
     for rule in rules_for(platform, device):
-        if not any(fnmatchcase(site.op, pattern) for pattern in rule.ops):
+        if not any(fnmatchcase(op, pattern) for pattern in rule.ops):
             continue
         if rule.elements and not rule.elements & (inputs if rule.ops == MATMUL_OPS else elements):
             continue

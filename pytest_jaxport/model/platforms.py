@@ -169,6 +169,16 @@ CPU = Platform(
         "__ynn_fusion": vendor("ynnpack", "gemm"),
         "__onednn$*": vendor("onednn", "gemm"),
         "TopK": TOPK,
+        # jaxlib's own CPU kernels (jaxlib/cpu: its math, sparse and tridiagonal-solve FFI
+        # handlers; jax 0.12.1 lowers lgamma and digamma to the first two, its GPU twins are
+        # cu_*/hip_*). Named one by one, not as cpu_*: a project's own FFI kernel may well be
+        # called cpu_<something>, and counting it as jaxlib's would hide a rewrite.
+        # tests/test_jaxlib_targets.py holds every target the installed jaxlib registers to
+        # a row that is not a hand-written kernel's.
+        "cpu_lgamma_ffi": vendor("jaxlib", "jaxlib-kernel"),
+        "cpu_digamma_ffi": vendor("jaxlib", "jaxlib-kernel"),
+        "cpu_csr_sparse_dense_ffi": vendor("jaxlib", "jaxlib-kernel"),
+        "tridiagonal_solve_perturbed_ffi": vendor("jaxlib", "jaxlib-kernel"),
     },
     # XLA:CPU always runs FFTs through DUCC; dot and conv are XLA's own choice at compile
     # time (its emitters, Eigen, YNNPACK or oneDNN), so they count as xla until compiled.

@@ -167,8 +167,22 @@ def collective_kind(op: str) -> str | None:
     return COLLECTIVE_KINDS.get(name)
 
 
+STRENGTH_REDUCED_DOT = "stablehlo.dot_general:strength-reduced"
+"""The op a census names a ``dot_general`` XLA's GPU compiler always rewrites into a
+multiply (and a reduce), on a platform it compiles for (:data:`STRENGTH_REDUCING`): no
+library gemm, no tensor core (``census.strength_reduced`` says which dots)."""
+
+STRENGTH_REDUCING: frozenset[str] = frozenset(p.name for p in DESCRIPTIONS.values() if p.jax_gpu)
+"""The platforms XLA's GPU compiler compiles for: its ``DotStrengthReduction`` pass turns
+every dot of two vectors into a multiply and a reduce, and its algebraic simplifier a dot
+that contracts nothing into a multiply, before any gemm is chosen
+(xla/service/gpu/transforms/dot_strength_reduction.cc; measured deviceless against an
+H100: benchmarks/README.md, "Dots the lowered level no longer counts")."""
+
+
 def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classification]:
     table = {
+        STRENGTH_REDUCED_DOT: _xla("strength-reduced-dot"),
         "stablehlo.dot_general": _vendor(libraries.blas, "gemm"),
         "stablehlo.dot": _vendor(libraries.blas, "gemm"),
         "stablehlo.convolution": _vendor(libraries.dnn, "convolution"),
@@ -448,12 +462,13 @@ XLA_OP = Classification(layer="xla", kind="xla")
 
 
 _ROUTINE = re.compile(
-    r"^(?:lapack_[sdcz]|(?:cu|hip)(?:solver|sparse|hybrid)?_)(?P<routine>[a-z][a-z0-9_]*?)"
-    r"(?:_to_[a-z0-9_]+)?(?:_ffi)?$"
+    r"^(?:lapack_[sdcz]|(?:cu|hip|cpu)(?:solver|sparse|hybrid)?_|(?=tridiagonal_))"
+    r"(?P<routine>[a-z][a-z0-9_]*?)(?:_to_[a-z0-9_]+)?(?:_ffi)?(?:_v[0-9]+)?$"
 )
 """jaxlib's custom-call targets of one library routine each: LAPACK's (its type letter
 dropped), cuSOLVER's, hipSOLVER's, cuSPARSE's, hipSPARSE's and the kernels jaxlib ships per
-GPU backend (``cu_``/``hip_``, ``cuhybrid_``/``hiphybrid_``)."""
+backend (``cu_``/``hip_``, ``cuhybrid_``/``hiphybrid_``, ``cpu_``, the CPU's
+``tridiagonal_solve_perturbed_ffi``)."""
 
 
 def routine(target: str) -> str | None:
@@ -466,6 +481,8 @@ def routine(target: str) -> str | None:
     ('getrf', 'trsm', 'syevd')
     >>> routine("cu_lu_pivots_to_permutation"), routine("stablehlo.dot_general")
     ('lu_pivots', None)
+    >>> routine("cpu_lgamma_ffi"), routine("cu_lgamma_ffi"), routine("cusparse_csr_matvec_ffi_v2")
+    ('lgamma', 'lgamma', 'csr_matvec')
     """
     found = _ROUTINE.match(target)
     return found.group("routine") if found else None

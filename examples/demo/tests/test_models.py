@@ -3,7 +3,8 @@
 ``jaxport.check(fn, *args)`` lowers ``fn`` for cpu, cuda, rocm and tpu (no GPU or TPU
 needed), counts vendor-library and custom-kernel dispatches against the budgets in
 pyproject.toml (and this file's markers), runs it on the platforms present, compares their
-outputs with cpu's, and returns cpu's outputs for ordinary asserts.
+outputs with cpu's, and returns cpu's outputs for ordinary asserts. A direct call compared
+with them runs on cpu too (``jax.default_device``), so the asserts hold on a GPU or TPU host.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ def test_multi_head_attention(jaxport):
 
     assert out.shape == x.shape
     assert np.isfinite(out).all()
-    # Causality: changing the last 8 positions leaves the first 8 outputs unchanged.
+    # Causality: changing the last 8 positions leaves the first 8 outputs unchanged. Called
+    # on the reference platform, where check() computed `out` (a TPU host's default is tpu).
     changed = x.at[:, 8:].set(jax.random.normal(_key(4), (2, 8, 32)))
-    again = multi_head_attention(params, changed, causal)
+    with jax.default_device(jax.devices(jaxport.reference)[0]):
+        again = multi_head_attention(params, changed, causal)
     np.testing.assert_allclose(again[:, :8], out[:, :8], rtol=1e-5, atol=1e-6)
     assert not np.allclose(again[:, 8:], out[:, 8:])
 
@@ -86,8 +89,11 @@ def test_convnet(jaxport):
 
     assert logits.shape == (4, 10)
     assert np.isfinite(logits).all()
-    # Each image is classified independently of the rest of its batch.
-    np.testing.assert_allclose(convnet(params, images[1:2]), logits[1:2], rtol=1e-5, atol=1e-6)
+    # Each image is classified independently of the rest of its batch (on the reference
+    # platform, as check() computed `logits`: a GPU or TPU host's default device differs).
+    with jax.default_device(jax.devices(jaxport.reference)[0]):
+        alone = convnet(params, images[1:2])
+    np.testing.assert_allclose(alone, logits[1:2], rtol=1e-5, atol=1e-6)
 
 
 # FAILS ON PURPOSE, to show what a budget failure looks like. The conv net has two
