@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -131,26 +132,24 @@ def _err(comparison: Any) -> float:
     return float(comparison.max_abs_err)
 
 
-_BOUNDED: dict[int, Any] = {}
-"""The bounded run of each emulation, once it ran (by the emulation's id)."""
-
-
 def verdict_of(
-    emulated: Any, reference: Any, comparison: Any, tolerance: Callable[[str], Any]
+    emulated: Any,
+    bounded_run: Callable[[], Any] | None,
+    reference: Any,
+    comparison: Any,
+    tolerance: Callable[[str], Any],
 ) -> str:
     """The plugin's own state for an emulation: ``match``, ``mismatch``, or (where the
     engine bounds what it cannot compute as the chip does) ``may differ``, as the plugin's
-    fixture decides it (``pytest_jaxport.fixture``)."""
+    fixture decides it (``pytest_jaxport.fixture``). ``bounded_run``: the emulation's bounded
+    run, called only where the outputs matched (the caller runs it once per emulation)."""
     from pytest_jaxport.model import probe
     from pytest_jaxport.model.compare import compare
     from pytest_jaxport.model.emulation import may_differ
 
-    run = getattr(emulated, "bounded", None)
-    if not comparison.ok or not callable(run):  # a mismatch, or an engine without bounds
+    if not comparison.ok or bounded_run is None:  # a mismatch, or an engine without bounds
         return "match" if comparison.ok else "mismatch"
-    bounded = _BOUNDED.get(id(emulated))
-    if bounded is None:  # once per emulation, whatever the tolerance
-        bounded = _BOUNDED[id(emulated)] = run()
+    bounded = bounded_run()
     emulation = dataclasses.replace(emulated.emulation, bounded=bounded.sites)
     moved = None
     if bounded.outputs is not None:
@@ -204,6 +203,10 @@ def compare_case(
     from pytest_jaxport._jax.emulate import emulate
 
     emulated = None if chip_only else emulate(fn, args, platform="tpu")
+    # Once per emulation, whatever the tolerance, and only where a tolerance needs it.
+    bounded_run = None
+    if emulated is not None and emulated.bounded is not None:
+        bounded_run = functools.cache(emulated.bounded)
     for setting in SETTINGS:
         tolerance = tolerance_of(setting)
         row: dict[str, Any] = {}
@@ -224,7 +227,7 @@ def compare_case(
         else:
             comparison = compare(reference, emulated.outputs, reference_platform="cpu",
                                  platform="tpu (emulated on cpu)", tolerance=tolerance)  # fmt: skip
-            state = verdict_of(emulated, reference, comparison, tolerance)
+            state = verdict_of(emulated, bounded_run, reference, comparison, tolerance)
             row["emulated"] = {"state": state, "max_abs_err": _err(comparison),
                                "max_rel_err": float(comparison.max_rel_err)}  # fmt: skip
             chip_ok = row["chip"]["ok"] if isinstance(row["chip"], dict) else None
