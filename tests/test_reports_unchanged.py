@@ -56,7 +56,10 @@ add one call through the hook, 113; and tpu's error band measured on the chip,
 emulated bounds kept; the terminal, Markdown and HTML renderings show the tpu band as
 ``[ESTIMATED ±41]`` (``±41 points on TPU v5 lite``). The suite's and the audit's reports were
 recorded again then for the same band: runs differed from them only in tpu's
-``error_points`` and ``error_measured_on``, and so did their renderings.
+``error_points`` and ``error_measured_on``, and so did their renderings. The demo's renderings
+were recorded again when the emulation's note came to say what tpu bounds ("not
+vendor-library algorithms or accumulation order (on tpu bounded by the chip's measured
+errors: ...)"): the report is the same.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

@@ -785,7 +785,8 @@ EMULATION_NOTE = (
     "emulated on cpu: run as the platform would compute (its platform_dependent branch, its "
     "Pallas kernels in interpret mode, default-precision float32 dots rounded), never "
     "executed there; it catches kernel logic and precision sensitivity, not vendor-library "
-    "algorithms or accumulation order"
+    "algorithms or accumulation order (on tpu bounded by the chip's measured errors: a check "
+    "they may move beyond its tolerance may differ)"
 )
 """Said once in a report where a platform was emulated (docs/troubleshooting.md has more)."""
 
