@@ -11,7 +11,10 @@ Per case and emulated platform, interleaved (plain, emulate, emulate, plain, ...
 - **plain**: ``jax.block_until_ready(jax.jit(fn)(*args))``: trace, compile and run on the
   CPU, what every check already pays to compute the reference's outputs;
 - **emulate**: ``pytest_jaxport._jax.emulate.emulate(fn, args, platform=p)``: the jaxpr,
-  its replay with the platform's choices, compile and run on the CPU.
+  its replay with the platform's choices, compile and run on the CPU;
+- **bounded** (tpu, whose chip was measured): ``emulated.bounded()``, the program again with
+  each op the emulation cannot compute as the chip does moved by its bound: what a check
+  whose emulated outputs matched pays on top (``with_bounds_ratio``).
 
 The median of each and the ratio emulate / plain are recorded, with what each emulation
 changed (rounded dots, interpreted kernels). Cases: the generated suite's models
@@ -91,6 +94,7 @@ def bench(name: str, platforms: tuple[str, ...], reps: int) -> dict[str, Any]:
     plain_s: list[float] = []
     for target in platforms:
         emulated_s: list[float] = []
+        bounded_s: list[float] = []
         from_trace_s: list[float] = []
         record = None
         traced = jax.jit(fn).trace(*args)  # what a check holds already (lowering.trace)
@@ -107,12 +111,17 @@ def bench(name: str, platforms: tuple[str, ...], reps: int) -> dict[str, Any]:
                         _timed(lambda: found.append(emulate(fn, args, platform=target)))
                     )
                     record = found[0].emulation
+                    run = found[0].bounded  # what a check whose outputs matched pays more
+                    if run is not None:
+                        bounded_s.append(_timed(run))
         assert record is not None
         result["platforms"][target] = {
             "emulate_s": emulated_s,
             "emulate_median_s": statistics.median(emulated_s),
             "from_trace_s": from_trace_s,
             "from_trace_median_s": statistics.median(from_trace_s),
+            "bounded_s": bounded_s,
+            "bounded_median_s": statistics.median(bounded_s) if bounded_s else None,
             "ran": record.ran,
             "rounded_dots": sum(op.count for op in record.rounded),
             "kernels": [k.interpreter for k in record.kernels],
@@ -123,6 +132,9 @@ def bench(name: str, platforms: tuple[str, ...], reps: int) -> dict[str, Any]:
     for entry in result["platforms"].values():
         entry["ratio"] = entry["emulate_median_s"] / result["plain_median_s"]
         entry["from_trace_ratio"] = entry["from_trace_median_s"] / result["plain_median_s"]
+        if entry["bounded_median_s"] is not None:  # emulate, then the run with the bounds
+            both = entry["emulate_median_s"] + entry["bounded_median_s"]
+            entry["with_bounds_ratio"] = both / result["plain_median_s"]
     return result
 
 
@@ -252,10 +264,13 @@ def table(results: dict[str, Any]) -> str:
     """The results as a Markdown table: medians in seconds, ratios to plain in brackets."""
     cases = results["cases"]
     platforms = list(next(iter(cases.values()))["platforms"])
-    head = " | ".join(f"{p}: emulate s (ratio) | {p}: from the trace s (ratio)" for p in platforms)
+    head = " | ".join(
+        f"{p}: emulate s (ratio) | {p}: from the trace s (ratio) | {p}: + bounded run (ratio)"
+        for p in platforms
+    )
     lines = [
         f"| case | plain s | {head} | what was emulated |",
-        "|---|---|" + "---|---|" * len(platforms) + "---|",
+        "|---|---|" + "---|---|---|" * len(platforms) + "---|",
     ]
     for name, case in cases.items():
         cells, what = [], []
@@ -263,6 +278,8 @@ def table(results: dict[str, Any]) -> str:
             entry = case["platforms"][p]
             cells.append(f"{entry['emulate_median_s']:.3f} ({entry['ratio']:.2f}x)")
             cells.append(f"{entry['from_trace_median_s']:.3f} ({entry['from_trace_ratio']:.2f}x)")
+            bounded = entry.get("bounded_median_s")
+            cells.append(f"{bounded:.3f} ({entry['with_bounds_ratio']:.2f}x)" if bounded else "-")
             done = [f"{entry['rounded_dots']} dots rounded"] if entry["rounded_dots"] else []
             done += entry["kernels"] + (
                 ["not run: " + entry["not_emulated"][0]] if not entry["ran"] else []

@@ -20,8 +20,7 @@ after every part:
    estimates from the lowered and the compiled program against it (the tpu error band a
    report prints without the chip), tpu's numerics against cpu;
 4. **emulation**: the emulation against the chip, by the emulation's own script
-   (``benchmarks/emulation_chip.py --out-dir DIR [--dry-run]``); skipped, saying so, where
-   this checkout has no such script;
+   (``benchmarks/emulation_chip.py --out-dir DIR [--dry-run]``);
 5. **overhead**: the generated suite under the plugin against plain ``jax.jit``, and a plain
    suite with ``--jaxport-audit`` against without, on the chip.
 
@@ -277,11 +276,6 @@ def tpu_band(
 def emulation_part(validation: Validation, limit: float, *, dry: bool) -> dict[str, Any]:
     """``emulation_chip.py --out-dir DIR [--dry-run]`` under the part's limit: its exit, what
     it wrote, and the summary of its JSON results where it wrote one."""
-    if not EMULATION_CHIP.is_file():
-        return {
-            "status": "skipped: benchmarks/emulation_chip.py is not in this checkout (the "
-            "emulation's comparison with the chip, issue 49, comes with it)",
-        }
     folder = validation.out_dir / f"emulation-{validation.name}"
     command = [validation.python, str(EMULATION_CHIP), "--out-dir", str(folder)]
     if dry:

@@ -3,6 +3,7 @@ it prints, written from measurements (``benchmarks/``) and never by them.
 
     python calibration/calibrate.py fit TRAINING.json [--write]   # cost.CALIBRATION, cpu's rates
     python calibration/calibrate.py adopt RESULTS.json            # a device run's error band
+    python calibration/calibrate.py chip-errors RESULTS.json      # a TPU's measured op errors
 
 ``fit`` fits cpu's bandwidth, launch and library-call costs and the solver/FFT efficiencies
 to the measured cpu shares of the fidelity corpus (``benchmarks/fidelity.py --training
@@ -14,6 +15,10 @@ both errors; with ``--write`` it writes the fitted constants to
 on an NVIDIA GPU, ``benchmarks/tpu_validation.py`` or ``benchmarks/tpu_traces.py errors`` from
 a TPU): that platform's error band in ``pytest_jaxport/estimate_error.json``, naming the
 device, and a GPU's agreement in ``benchmarks/fidelity_baseline.json``.
+
+``chip-errors`` makes a chip's measured op errors (``benchmarks/chip_errors.py`` on a TPU)
+the bounds the tpu emulation judges by: ``pytest_jaxport/chip_errors.json``, naming the
+device, jax and libtpu.
 
 ``calibration/README.md`` says when to run each.
 """
@@ -46,6 +51,7 @@ from validation import (  # noqa: E402
 
 CALIBRATION = REPO / "pytest_jaxport" / "calibration.json"
 ESTIMATE_ERRORS = REPO / "pytest_jaxport" / "estimate_error.json"
+CHIP_ERRORS = REPO / "pytest_jaxport" / "chip_errors.json"
 BASELINE = BENCHMARKS / "fidelity_baseline.json"
 
 
@@ -271,6 +277,118 @@ def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
     return 0
 
 
+# -- putting a chip's measured op errors in use --------------------------------------------------
+
+MODEL_MISS = 10.0
+"""A product no model of the chip's arithmetic comes within this many eps of (in units of
+eps times the sum of its terms) is unexplained: the adoption refuses it."""
+DECOMPOSITIONS: Mapping[str, tuple[str, ...]] = {
+    "eigh": ("eigh 64 eigenvalues", "eigh 300 eigenvalues"),
+    "svd": ("svd singular values",),
+    "qr": ("qr r",),
+    "cholesky": ("cholesky",),
+    "lu": ("solve", "inv"),
+    "triangular_solve": ("triangular_solve",),
+    "fft": ("rfft", "fft", "ifft"),
+}
+"""Each decomposition's primitive and the measurements of its results that bound it."""
+
+
+def _up(value: float) -> float:
+    """Rounded up to two significant digits (a bound never shrinks in the rounding)."""
+    if value <= 0:
+        return 0.0
+    digits = 1 - math.floor(math.log10(value))
+    return math.ceil(value * 10**digits) / 10**digits
+
+
+def chip_bounds(results: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+    """The bounds the plugin ships for a chip, from ``benchmarks/chip_errors.py``'s results:
+    each elementwise op's ulp (away from its zeros, and near them in eps), the worst sum
+    error of reductions, dots and convolutions (the chip against the model of its
+    arithmetic the emulation uses: the closest), decompositions against their largest
+    result, and the ops equal to the CPU's bit for bit."""
+    device = results["device"]
+    if device.get("platform") != "tpu":
+        raise Unusable(f"{source}: measured on {device.get('kind')!r}, not a TPU: a dry run "
+                       "has no chip numbers; adopt the results of a run on the chip")  # fmt: skip
+    ops: dict[str, dict[str, Any]] = {}
+    for op, entry in results["elementwise"].items():
+        ops[op] = {"scale": "result", "ulps": _up(entry["ulp_away"]),
+                   "abs_eps": _up(entry["abs_eps"]), "worst_ulp": _up(entry["ulp"]),
+                   "range": entry["range"]}  # fmt: skip
+    for op in ("reduce_sum", "cumsum"):
+        worst = max(e["eps_sum"] for e in results["reductions"][op].values())
+        ops[op] = {"scale": "terms", "ulps": _up(worst)}
+    products: dict[str, float] = {}
+    for entry in results["products"]:
+        if "float16" in entry["name"]:
+            continue  # a float16 result's rounding, not the accumulation
+        closest = entry["device"]["closest"]
+        distance = entry["device"]["eps_sum"][closest]
+        if distance > MODEL_MISS:
+            raise Unusable(
+                f"{source}: {entry['name']}: no model of the chip's arithmetic "
+                f"comes within {MODEL_MISS:g} eps (closest {closest}: {distance:.3g})"
+            )
+        op = (
+            "conv_general_dilated"
+            if entry["name"].startswith(("conv", "depthwise"))
+            else "dot_general"
+        )
+        products[op] = max(products.get(op, 0.0), distance)
+    for op, worst in products.items():
+        ops[op] = {"scale": "terms", "ulps": _up(worst)}
+    decompositions = results["decompositions"]
+    for op, names in DECOMPOSITIONS.items():
+        ops[op] = {
+            "scale": "largest",
+            "ulps": _up(max(decompositions[n]["eps_max"] for n in names)),
+        }
+    vectors = [v for k, v in decompositions.items() if k.endswith("eigenvectors")]
+    if any(v["signs_as_cpu"] < 1.0 for v in vectors):
+        ops["eigh"]["sign_flips"] = True
+    svd = decompositions.get("svd vectors")
+    if svd is not None and min(svd["signs_as_cpu"], svd["v_signs_as_cpu"]) < 1.0:
+        ops["svd"]["sign_flips"] = True
+    fused = results["exact"].get("fma_shape", {})
+    if fused.get("same_bits_as_separate_rounding") == 1.0 and fused.get("same_bits_as_cpu", 1) < 1:
+        # The chip rounds a product before adding; XLA's CPU compiler fuses them.
+        ops["mul+add"] = {"scale": "result", "ulps": 0.5}
+    exact = sorted(op for op, entry in results["exact"].items()
+                   if isinstance(entry, Mapping) and entry.get("same_bits_as_cpu") == 1.0
+                   and op in EXACT_PRIMITIVES)  # fmt: skip
+    return {
+        "device": device["kind"], "jax": device["jax"], "libtpu": device["libtpu"],
+        "date": device["date"], "script": "benchmarks/chip_errors.py", "results": source,
+        "exact": exact, "ops": dict(sorted(ops.items())),
+    }  # fmt: skip
+
+
+EXACT_PRIMITIVES = frozenset({"add", "sub", "mul", "max", "min", "integer_pow", "square",
+                              "round", "floor"})  # fmt: skip
+"""The measured exact operations that are JAX primitives (the others are compositions)."""
+
+
+def adopt_chip_errors(results_path: Path, *, chip_errors: Path) -> int:
+    """Make a chip's measured op errors the bounds in use (``chip_errors.json``)."""
+    results = read_json(results_path)
+    if not isinstance(results, Mapping) or "elementwise" not in results:
+        raise Unusable(f"{results_path}: not a chip_errors.py results file (no 'elementwise')")
+    platform = "tpu"
+    table = read_json(chip_errors) if chip_errors.exists() else {}
+    if not isinstance(table, dict):
+        raise Unusable(f"{chip_errors}: not a chip_errors.json")
+    table.setdefault("about", "Each op's worst error on a chip, measured against float64 by "
+                     "benchmarks/chip_errors.py and adopted by calibration/calibrate.py "
+                     "chip-errors: what the emulation of that platform bounds.")  # fmt: skip
+    table[platform] = chip_bounds(results, source=_relative(results_path))
+    write_atomic(chip_errors, json.dumps(table, indent=1) + "\n")
+    log(f"{platform} bounds from {table[platform]['device']}: {len(table[platform]['ops'])} ops, "
+        f"{len(table[platform]['exact'])} exact -> {chip_errors}")  # fmt: skip
+    return 0
+
+
 def _relative(path: Path) -> str:
     resolved = path.resolve()
     return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
@@ -299,8 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     adopting.add_argument("--estimate-errors", type=Path, default=ESTIMATE_ERRORS,
                           help=argparse.SUPPRESS)  # fmt: skip
     adopting.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
+    chip = commands.add_parser("chip-errors", help="put a TPU's measured op errors in use")
+    chip.add_argument("results", type=Path, help="chip_errors.py's results on a TPU")
+    chip.add_argument("--chip-errors", type=Path, default=CHIP_ERRORS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
+        if args.command == "chip-errors":
+            return adopt_chip_errors(args.results, chip_errors=args.chip_errors)
         if args.command == "adopt":
             return adopt(args.results, estimate_errors=args.estimate_errors, baseline=args.baseline)
         found = fit(read_training(args.training))

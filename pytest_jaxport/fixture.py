@@ -36,9 +36,9 @@ from pytest_jaxport.model.census import (
 )
 from pytest_jaxport.model.compare import Outputs, compare
 from pytest_jaxport.model.config import ConfigError, Resolved, transforms_value
-from pytest_jaxport.model.emulation import not_emulated_message, with_locations
+from pytest_jaxport.model.emulation import may_differ_lines, not_emulated_message, with_locations
 from pytest_jaxport.model.numerics import Comparison, Tolerance
-from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
+from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, Probe, Untraced, emulated_status
 from pytest_jaxport.warning import JaxportWarning
 
 if TYPE_CHECKING:
@@ -436,7 +436,29 @@ class Jaxport:
             found = (emulated or {})[platform]
             assert found.outputs is not None
             comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
-            results[platform] = replace(results[platform], emulated_numerics=comparison)
+            emulation, bounds = found.emulation, None
+            if comparison.ok and found.bounded is not None:  # what the chip's errors may do
+                with self._examiner.stage(stages.emulate(platform)):
+                    bounded = found.bounded()
+                emulation = replace(emulation, bounded=tuple(
+                    replace(site, location=self._shown_location(site.location))
+                    if site.location else site for site in bounded.sites
+                ))  # fmt: skip
+                if bounded.outputs is not None:
+                    bounds = compared_with_baseline(bounded.outputs, platform, emulation.label)
+                else:  # the engine's limit: said, and the state stays what it was
+                    said = f"the run with the chip's bounds failed: {bounded.error}"
+                    warn(JaxportWarning(f"check {check_name!r}: {emulation.label}: {said}"))
+            results[platform] = replace(
+                results[platform], emulated=emulation, emulated_numerics=comparison,
+                emulated_bounds=bounds,
+            )  # fmt: skip
+            setting = self._config.may_differ()
+            if emulated_status(results[platform]) == MAY_DIFFER and setting.value == "warn":
+                # Told, never silently green (-W error makes it a failure).
+                head = may_differ_lines(emulation, bounds)[0]
+                warn(JaxportWarning(f"check {check_name!r}: {head} (may_differ = "
+                                    f'"warn", set in {setting.origin})'))  # fmt: skip
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,15 @@ import pytest
 
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import from_json
+
+
+def line_of(fn: Callable[..., Any], text: str) -> str:
+    """``file:line`` of the first line of ``fn``'s source holding ``text``."""
+    source, first = inspect.getsourcelines(fn)
+    for offset, line in enumerate(source):
+        if text in line:
+            return f"{inspect.getsourcefile(fn)}:{first + offset}"
+    raise AssertionError(f"{text!r} not in {fn.__name__}")
 
 
 def esc(text: str) -> str:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import line_of
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -56,15 +57,6 @@ HERE = Path(__file__).resolve()
 DEMO_KERNEL = HERE.parents[1] / "examples/demo/src/demo_models/pallas_kernel.py"
 TRITON_DEPRECATED = "ignore:The Pallas Triton backend is deprecated:DeprecationWarning"
 MGPU_PALLAS_CALL = "ignore:Using ``pl.pallas_call`` for Mosaic GPU:DeprecationWarning"
-
-
-def line_of(fn: Callable[..., Any], text: str) -> str:
-    """``file:line`` of the first line of ``fn``'s source holding ``text``."""
-    source, first = inspect.getsourcelines(fn)
-    for offset, line in enumerate(source):
-        if text in line:
-            return f"{inspect.getsourcefile(fn)}:{first + offset}"
-    raise AssertionError(f"{text!r} not in {fn.__name__}")
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +287,7 @@ def test_an_ffi_target_stops_the_emulation_with_a_reason() -> None:
 # Exact in float32; 1 + 2**-8 is halfway between two bfloat16 values (1 and 1 + 2**-7) and
 # rounds to even (1); 1 + 3 * 2**-8 rounds to even upwards (1 + 2**-6).
 LHS = np.array([[1 + 2**-8] * 4, [1 + 3 * 2**-8, 1, 1, 1]], np.float32)
-RHS = np.ones((4, 1), np.float32)
+RHS = np.ones((4, 2), np.float32)  # two columns: a product on tpu's matrix unit
 
 
 def project(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -313,9 +305,11 @@ def bf16(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 def test_tpu_rounds_default_precision_dots_to_bfloat16_and_the_difference_fails() -> None:
     expected = (bf16(LHS) @ bf16(RHS)).astype(np.float32)  # exact: sums of small dyadics
-    np.testing.assert_array_equal(expected, [[4.0], [4.015625]])
+    np.testing.assert_array_equal(expected, [[4.0, 4.0], [4.015625, 4.015625]])
     on_cpu = jax.jit(project)(LHS, RHS)
-    np.testing.assert_array_equal(np.asarray(on_cpu), [[4.015625], [4.01171875]])
+    np.testing.assert_array_equal(
+        np.asarray(on_cpu), [[4.015625, 4.015625], [4.01171875, 4.01171875]]
+    )
 
     emulated = emulate(project, (LHS, RHS), platform="tpu")
 
@@ -349,7 +343,9 @@ def test_jax_default_matmul_precision_around_the_check_pins_every_default_dot() 
         emulated = emulate(project, (LHS, RHS), platform="tpu")
     assert emulated.emulation.rounded == ()
     assert emulated.emulation.pinned == 1
-    np.testing.assert_array_equal(np.asarray(emulated.value), [[4.015625], [4.01171875]])
+    np.testing.assert_array_equal(
+        np.asarray(emulated.value), [[4.015625, 4.015625], [4.01171875, 4.01171875]]
+    )
 
 
 def test_cuda_rounds_to_tf32_on_ampere_and_newer_only() -> None:
@@ -525,7 +521,9 @@ def test_a_dot_inside_shard_map_is_computed_as_on_cpu_and_the_report_says_so() -
     assert (note.what, note.location, note.blocks) == (
         "dot_general", line_of(project, "x @ w"), False)  # fmt: skip
     assert note.reason == "inside shard_map, which the emulation cannot replay"
-    np.testing.assert_array_equal(np.asarray(emulated.value), [[4.015625], [4.01171875]])
+    np.testing.assert_array_equal(
+        np.asarray(emulated.value), [[4.015625, 4.015625], [4.01171875, 4.01171875]]
+    )
 
 
 def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:

@@ -384,3 +384,21 @@ def reset_interpreters(names: set[str]) -> None:
         reset = getattr(interpret_pallas_call, "reset_gpu_interpret_mode_state", None)
         if reset is not None:
             reset()
+
+
+def linear_solve_body(
+    params: Mapping[str, Any], values: list[object]
+) -> tuple[Any, list[object]] | None:
+    """``(solve jaxpr, its operands)`` of a ``custom_linear_solve`` equation: what its forward
+    pass runs (``jax.lax.custom_linear_solve``'s implementation: ``solve`` on its constants
+    and the right-hand side), or ``None`` where this release's parameters differ."""
+    lengths: Any = params.get("const_lengths")
+    jaxprs: Any = params.get("jaxprs")
+    try:
+        before = int(lengths.matvec) + int(lengths.vecmat)
+        solve = int(lengths.solve)
+        total = before + solve + int(lengths.transpose_solve)
+        body = jaxprs.solve
+    except AttributeError:
+        return None
+    return body, [*values[before : before + solve], *values[total:]]

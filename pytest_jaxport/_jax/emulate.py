@@ -42,6 +42,7 @@ from pytest_jaxport._jax.adapters import (
     jax_release,
     kernel_kind,
     kernel_label,
+    linear_solve_body,
     reset_interpreters,
     scan_operands,
 )
@@ -60,14 +61,31 @@ from pytest_jaxport._jax.jaxprs import (
 from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
+    BFLOAT16,
+    BLOCKED_SCANS,
     EMULATED_PLATFORMS,
+    EPS32,
+    EXACT_EVERYWHERE,
+    FORMATS,
+    FUSED_MULTIPLY_ADD,
+    ROUND_TRIPS_ELIDED,
+    SCAN_BLOCK,
+    BoundedOp,
+    ChipBounds,
     ChosenBranch,
+    DotRule,
     EmulatedKernel,
     Emulation,
     Interpreter,
     NumberFormat,
+    OpBound,
     Unemulated,
+    chip_bounds,
+    conv_unit,
     default_dot_format,
+    dot_arithmetic,
+    dot_unit,
+    grouped_bounds,
     grouped_rounding,
     interpreter_for,
     needs_release,
@@ -89,6 +107,21 @@ class Emulated:
     emulation: Emulation
     value: object = None
     outputs: Outputs | None = None
+    bounded: Callable[[], Bounded] | None = None
+    """Runs the program again with every op the emulation cannot compute as the chip does
+    moved by the chip's measured error bound (``model.emulation.chip_bounds``): called only
+    where the outputs matched (a mismatch needs no bound, and its compile is not paid);
+    ``None`` where the platform has no measured bounds or the emulation did not run."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bounded:
+    """The bounded run: the ops it moved (and those with no measured bound), and the outputs
+    it gave (``None`` where it could not run: ``error`` says why)."""
+
+    sites: tuple[BoundedOp, ...]
+    outputs: Outputs | None = None
+    error: str | None = None
 
 
 def emulate(
@@ -123,7 +156,13 @@ def emulate(
     kwargs = dict(kwargs or {})
     closed, out_tree, flat = _program(fn, args, kwargs)
     dot_format = default_dot_format(platform, cuda_capability=cuda_capability)
-    replay = _Replay(platform, dot_format, all_pinned=_matmul_precision_pinned(), own=own)
+    pinned = _matmul_precision()
+
+    def replay_for(bounds: ChipBounds | None) -> _Replay:
+        return _Replay(platform, dot_format, cuda_capability=cuda_capability,
+                       matmul_precision=pinned, own=own, bounds=bounds)  # fmt: skip
+
+    replay = replay_for(None)
 
     def emulated(*leaves: object) -> list[object]:
         return replay.run(closed.jaxpr, closed.consts, leaves)
@@ -141,7 +180,8 @@ def emulate(
         )  # the engine's limit, not the program's fault: a note, never a failure
         replay.unemulated.append(cannot)
         return Emulated(emulation=replay.record())
-    record = replay.record()
+    bounds = chip_bounds(platform)
+    record = replay.record(bounds=bounds)
     if not record.ran:
         return Emulated(emulation=record)
     try:
@@ -150,9 +190,35 @@ def emulate(
             leaves = jax.block_until_ready(compiled(*flat))  # type: ignore[no-untyped-call]
     except Exception as e:  # an interpreted kernel's failure is the platform's finding
         reset_interpreters(replay.interpreters)
-        return Emulated(emulation=replay.record(error=_run_error(e)))
+        return Emulated(emulation=replay.record(error=_run_error(e), bounds=bounds))
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
-    return Emulated(emulation=record, value=value, outputs=to_outputs(value))
+    bounded = None
+    if bounds is not None:
+        moved = replay_for(bounds)
+
+        def bounded() -> Bounded:
+            return _bounded_run(moved, bounds, closed, out_tree, flat)
+
+    return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded)
+
+
+def _bounded_run(
+    moved: _Replay, bounds: ChipBounds, closed: ClosedJaxpr, out_tree: PyTreeDef, flat: list[object]
+) -> Bounded:
+    """The program once more, each op the emulation cannot compute as the chip does moved by
+    its bound (``moved``: the bounded replay)."""
+    import jax
+
+    def run(*leaves: object) -> list[object]:
+        return moved.run(closed.jaxpr, closed.consts, leaves)
+
+    try:
+        with _cpu_default():
+            leaves = jax.block_until_ready(jax.jit(run)(*flat))  # type: ignore[no-untyped-call]
+    except Exception as e:  # the engine's limit: said, never a failure of the program
+        return Bounded(sites=grouped_bounds(moved.bounded, bounds), error=describe_error(e))
+    value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
+    return Bounded(sites=grouped_bounds(moved.bounded, bounds), outputs=to_outputs(value))
 
 
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -196,32 +262,55 @@ def _program(
 
 class _Replay(Evaluator):
     """Evaluates a jaxpr under the current trace with the emulated platform's choices,
-    recording each choice and where the user's code made it."""
+    recording each choice and where the user's code made it. With ``bounds`` (the chip's
+    measured errors) it is the *bounded* replay: the same choices, and every op the
+    emulation cannot compute as the chip does moved by its bound."""
 
     def __init__(
         self,
         platform: str,
         dot_format: NumberFormat | None,
         *,
-        all_pinned: bool = False,
+        cuda_capability: tuple[int, int] | None = None,
+        matmul_precision: str | None = None,
         own: tuple[str, ...] = (),
+        bounds: ChipBounds | None = None,
     ) -> None:
         self.platform = platform
         self.own = own
         self.dot_format = dot_format
-        self.all_pinned = all_pinned
-        """``jax.default_matmul_precision(...)`` chose every default dot's precision."""
+        self.cuda_capability = cuda_capability
+        self.matmul_precision = matmul_precision
+        """``jax.default_matmul_precision(...)`` around the check: the precision of every
+        dot whose own is the default (``"pinned"``: one this engine leaves alone)."""
+        self.bounds = bounds
         self.branches: list[ChosenBranch] = []
         self.kernels: list[EmulatedKernel] = []
-        self.rounded: list[tuple[str, str, str]] = []
+        self.rounded: list[tuple[str, ...]] = []
+        self.bounded: list[tuple[str, str]] = []
         self.pinned = 0
         self.unemulated: list[Unemulated] = []
         self.interpreters: set[str] = set()
         self._lines: dict[object, str] = {}
         self._outer: list[str] = []  # the lines of the equations being replayed inside
         self._touches: dict[int, bool] = {}
+        self._salt = 0
+        self._narrowed: dict[object, object] = {}
+        """A float32 value narrowed to bfloat16, by the narrowed variable (a round trip the
+        platform's compiler removes)."""
+        self._summed: list[frozenset[object]] = []
+        """Per jaxpr being run, the variables an add or a subtraction reads."""
 
-    def record(self, *, error: str | None = None) -> Emulation:
+    def run(self, jaxpr: Jaxpr, consts: Iterable[object], args: Iterable[object]) -> list[object]:
+        self._summed.append(_summed_vars(jaxpr))
+        try:
+            return super().run(jaxpr, consts, args)
+        finally:
+            self._summed.pop()
+
+    def record(self, *, error: str | None = None, bounds: ChipBounds | None = None) -> Emulation:
+        """What this replay did (``bounds``: the chip's, where the platform has them; the
+        bounded sites are the bounded run's, :class:`Bounded`)."""
         return Emulation(
             platform=self.platform,
             dot_format=None if self.dot_format is None else self.dot_format.name,
@@ -231,7 +320,8 @@ class _Replay(Evaluator):
             pinned=self.pinned,
             unemulated=tuple(dict.fromkeys(self.unemulated)),
             error=error,
-        )
+            bounds_from=None if bounds is None else str(bounds.measurement),
+        )  # fmt: skip
 
     def line(self, eqn: JaxprEqn) -> str:
         """The user's line of ``eqn``, else that of the nearest enclosing equation (JAX keeps
@@ -253,7 +343,13 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         if name == "platform_index" or name in KERNEL_PRIMITIVES:
             return True
-        return self.dot_format is not None and _dot_precision(eqn) is not None
+        if self.bounds is not None and (self._inexact(eqn) or name == "mul"):
+            return True  # (a product an add reads may be moved: the CPU's fused multiply-add)
+        if name in _PRODUCTS:
+            return self._dot_plan(eqn)[0] not in ("as on cpu", "pinned")
+        if name == "convert_element_type":
+            return _round_trip_half(eqn, self.platform) is not None
+        return name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn)
 
     # -- evaluation -------------------------------------------------------------------------------
 
@@ -286,12 +382,21 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         if name in KERNEL_PRIMITIVES:
             return self.kernel(eqn, values)
-        if name in ("dot_general", "conv_general_dilated") and self.dot_format is not None:
-            precision = _dot_precision(eqn)
-            if precision == "default" and not self.all_pinned:
-                return self.rounded_dot(eqn, values)
-            if precision is not None:
-                self.pinned += 1
+        if name in _PRODUCTS:
+            return self.product(eqn, values)
+        if name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn):
+            self.rounded.append((name, self.line(eqn), "blocked scan", "scan"))
+            return [_blocked_cumsum(values[0], axis=int(eqn.params["axis"]),
+                                    reverse=bool(eqn.params.get("reverse")))]  # fmt: skip
+        if name == "convert_element_type":
+            half = _round_trip_half(eqn, self.platform)
+            if half == "narrow":
+                (out,) = bind(eqn, values)
+                self._narrowed[eqn.outvars[0]] = values[0]
+                return [out]
+            if half == "widen" and eqn.invars[0] in self._narrowed:
+                self.rounded.append((name, self.line(eqn), "round trip kept", "round trip"))
+                return [self._narrowed[eqn.invars[0]]]
         if name == "cond" and (static_index or eqn.params.get("branches_platforms")):
             # platform_dependent's cond: from jax 0.7 it carries ``branches_platforms`` and
             # its lowering picks the branch by the platform it lowers for (the CPU here),
@@ -299,7 +404,9 @@ class _Replay(Evaluator):
             # index says: the emulated platform's branch is run in its place.
             return self.cond(eqn, values, static_index=static_index)
         subs = nested(eqn.params)
-        if not subs or not any(self.touches(sub) for sub in subs):
+        if not subs:
+            return self.moved(eqn, values, bind(eqn, values))
+        if not any(self.touches(sub) for sub in subs):
             return bind(eqn, values)
         self._outer.append(self.line(eqn))
         try:
@@ -318,21 +425,102 @@ class _Replay(Evaluator):
             return self.scan(eqn, values)
         if name == "while":
             return self.while_loop(eqn, values)
-        inner = _inlined_jaxpr(eqn)
+        inner = _inlined_jaxpr(eqn, values)
         if inner is not None:
-            jaxpr, consts = inner
-            return self.run(jaxpr, consts, values)
+            jaxpr, consts, operands = inner
+            return self.run(jaxpr, consts, operands)
         self.not_replayed(eqn, subs)
         return bind(eqn, values)
 
-    # -- the three changes --------------------------------------------------------------------
+    # -- products: how the platform multiplies ---------------------------------------------------
 
-    def rounded_dot(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
-        fmt = self.dot_format
-        assert fmt is not None
-        lhs, rhs, *rest = cast("list[jax.Array]", values)  # a dot's operands, traced
-        self.rounded.append((eqn.primitive.name, self.line(eqn), fmt.name))
-        return bind(eqn, [_rounded(lhs, fmt), _rounded(rhs, fmt), *rest])
+    def _dot_plan(self, eqn: JaxprEqn) -> tuple[str, str]:
+        """``(arithmetic, why)`` for a dot or convolution: an :data:`Arithmetic` (or
+        ``float16 as bfloat16``), ``"as on cpu"`` (nothing to change), or ``"pinned"`` (its
+        precision set in a way this engine leaves alone)."""
+        kind = _operand_kind(eqn)
+        if kind is None:
+            return ("pinned" if _widened(eqn) else "as on cpu"), ""
+        precision = _precision_of(eqn.params.get("precision"))
+        if precision == "default" and self.matmul_precision is not None:
+            precision = self.matmul_precision
+        if precision == "pinned":
+            return "pinned", ""
+        unit = _unit(eqn)
+        rule = dot_arithmetic(self.platform, operands=kind, precision=precision, unit=unit,
+                              cuda_capability=self.cuda_capability)  # fmt: skip
+        if isinstance(rule, DotRule):
+            if rule.arithmetic == "float32" and precision != "default":
+                return "pinned", ""  # what the program asked for: computed as set
+            return rule.arithmetic, _why(rule, unit, precision)
+        if rule is not None and rule.format is not None and precision == "default":
+            return rule.format.name, ""
+        return ("pinned" if precision != "default" else "as on cpu"), ""
+
+    def product(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
+        """A dot or convolution as the platform multiplies it (then, bounded, moved by the
+        chip's accumulation bound)."""
+        arithmetic, why = self._dot_plan(eqn)
+        lhs, rhs, *rest = cast("list[jax.Array]", values)  # a product's operands, traced
+        if arithmetic == "pinned":
+            self.pinned += 1
+        elif arithmetic not in ("as on cpu", "float32") or why:
+            self.rounded.append((eqn.primitive.name, self.line(eqn), arithmetic, why))
+        if arithmetic in ("as on cpu", "pinned", "float32"):
+            outs = bind(eqn, values)
+        elif arithmetic == "bfloat16x3":
+            outs = _three_passes(eqn, lhs, rhs, rest)
+        elif arithmetic == "float16 as bfloat16":
+            outs = _float16_as_bfloat16(eqn, lhs, rhs, rest)
+        elif arithmetic == "bfloat16 input":
+            outs = bind(eqn, [_rounded(lhs, BFLOAT16), rhs, *rest])
+        else:
+            fmt = FORMATS[arithmetic]
+            outs = bind(eqn, [_rounded_float32(lhs, fmt), _rounded_float32(rhs, fmt), *rest])
+        if self.bounds is None:
+            return outs
+        return self.moved(eqn, [lhs, rhs, *rest], outs)
+
+    # -- bounds: what the emulation cannot compute as the chip does ------------------------------
+
+    def _inexact(self, eqn: JaxprEqn) -> bool:
+        """Whether ``eqn`` computes floats in a way the chip may not (bounded or unbounded)."""
+        name = eqn.primitive.name
+        if name in EXACT_EVERYWHERE or name in KERNEL_PRIMITIVES or nested(eqn.params):
+            return False
+        if self.bounds is not None and self.bounds.is_exact(name):
+            return False
+        if name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn):
+            return False  # computed as the chip does, bit for bit
+        return any(_is_float32(v.aval) for v in eqn.outvars)
+
+    def moved(self, eqn: JaxprEqn, values: list[object], outs: list[object]) -> list[object]:
+        """``outs`` of ``eqn``, each float32 result moved by the chip's measured bound for its
+        op (in the bounded replay; as they are otherwise). The site is recorded, with no bound
+        where none was measured. A product an add reads is moved by the fused multiply-add's
+        bound where one was measured (the CPU fuses the two, the chip rounds the product)."""
+        if self.bounds is None:
+            return outs
+        name = eqn.primitive.name
+        if name == "mul" and self._summed and eqn.outvars[0] in self._summed[-1]:
+            fused = self.bounds.bound(FUSED_MULTIPLY_ADD)
+            if fused is not None and _is_float32(eqn.outvars[0].aval):
+                self.bounded.append((FUSED_MULTIPLY_ADD, self.line(eqn)))
+                self._salt += 1
+                return _moved_outputs(eqn, values, outs, fused, salt=self._salt)
+        if not self._inexact(eqn):
+            return outs
+        self.bounded.append((name, self.line(eqn)))
+        bound = self.bounds.bound(name)
+        if bound is None:
+            return outs
+        self._salt += 1
+        return _moved_outputs(eqn, values, outs, bound, salt=self._salt)
+
+    def _blocked(self, eqn: JaxprEqn) -> bool:
+        """A float32 cumulative sum (what the platform scans in blocks)."""
+        (operand,) = eqn.invars
+        return _is_float32(operand.aval, complex_too=False)
 
     def kernel(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
         label = kernel_label(eqn.primitive.name, eqn.params)
@@ -389,7 +577,7 @@ class _Replay(Evaluator):
                 self.unemulated.append(Unemulated(
                     what="platform_dependent", location=self.line(inner),
                     reason=reason + " (its default branch runs)", blocks=False))  # fmt: skip
-            elif self.dot_format is not None and _dot_precision(inner) == "default":
+            elif name in _PRODUCTS and self._dot_plan(inner)[0] not in ("as on cpu", "pinned"):
                 self.unemulated.append(
                     Unemulated(what=name, location=self.line(inner), reason=reason, blocks=False)
                 )
@@ -451,16 +639,27 @@ class _Replay(Evaluator):
 # -- jaxpr facts (what differs by release is in _jax.adapters) -------------------------------------
 
 _INLINED_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr", "call")
+_PRODUCTS = ("dot_general", "conv_general_dilated")
 
 
-def _inlined_jaxpr(eqn: JaxprEqn) -> tuple[Jaxpr, Sequence[object]] | None:
-    """``(jaxpr, consts)`` of a primitive that runs its body once on its operands."""
+def _inlined_jaxpr(
+    eqn: JaxprEqn, values: Sequence[object]
+) -> tuple[Jaxpr, Sequence[object], Sequence[object]] | None:
+    """``(jaxpr, consts, operands)`` of a primitive that runs one body once on (some of) its
+    operands: a call or custom-derivative rule (its body), a ``custom_linear_solve`` (its
+    ``solve``, on the solve's constants and the right-hand side)."""
+    if eqn.primitive.name == "custom_linear_solve":
+        found = linear_solve_body(eqn.params, list(values))
+        if found is None:
+            return None
+        body, operands = found
+        return opened(body), consts_of(body), operands
     if eqn.primitive.name not in INLINED_PRIMITIVES:
         return None
     for key in _INLINED_PARAMS:
         inner = eqn.params.get(key)
         if inner is not None and hasattr(opened(inner), "eqns"):
-            return opened(inner), consts_of(inner)
+            return opened(inner), consts_of(inner), values
     return None
 
 
@@ -470,38 +669,96 @@ def _not_a_kernel(eqn: JaxprEqn) -> bool:
     return eqn.primitive.name not in KERNEL_PRIMITIVES
 
 
-def _dot_precision(eqn: JaxprEqn) -> str | None:
-    """``"default"`` for a float32 (complex64) dot or convolution at the default precision,
-    ``"pinned"`` for one whose precision the user chose, ``None`` for anything else."""
-    if eqn.primitive.name not in ("dot_general", "conv_general_dilated"):
+def _is_float32(aval: object, *, complex_too: bool = True) -> bool:
+    dtype = str(getattr(aval, "dtype", ""))
+    return dtype == "float32" or (complex_too and dtype == "complex64")
+
+
+def _operand_kind(eqn: JaxprEqn) -> str | None:
+    """What a product multiplies, as :data:`~pytest_jaxport.model.emulation.DOT_RULES` reads
+    it: ``float32`` (float32 or complex64 operands), ``float16``, ``mixed`` (bfloat16 with
+    float32), else ``None``."""
+    dtypes = sorted(str(getattr(v.aval, "dtype", "")) for v in eqn.invars[:2])
+    if _widened(eqn):
         return None
+    if dtypes in (["float32", "float32"], ["complex64", "complex64"]):
+        return "float32"
+    if dtypes == ["float16", "float16"]:
+        return "float16"
+    if dtypes == ["bfloat16", "float32"]:
+        return "mixed"
+    return None
+
+
+def _widened(eqn: JaxprEqn) -> bool:
+    """A float32 (complex64, float16) product whose ``preferred_element_type`` is another
+    dtype: left as the program set it (not what was measured)."""
     dtypes = {str(getattr(v.aval, "dtype", "")) for v in eqn.invars[:2]}
-    if len(dtypes) != 1 or not dtypes <= {"float32", "complex64"}:
-        return None
-    (dtype,) = dtypes
     preferred = eqn.params.get("preferred_element_type")
-    if preferred is not None and str(preferred) != dtype:
-        return "pinned"
-    return "default" if _is_default(eqn.params.get("precision")) else "pinned"
+    if len(dtypes) != 1 or not dtypes <= {"float32", "complex64", "float16"}:
+        return False
+    return preferred is not None and str(preferred) not in dtypes
 
 
-def _is_default(precision: object) -> bool:
-    """Whether a dot's ``precision`` is the default: ``None``, ``Precision.DEFAULT`` for
-    each operand, or the ``DotAlgorithmPreset.DEFAULT`` preset."""
+def _why(rule: DotRule, unit: str, precision: str) -> str:
+    """Why a measured rule changed a product (``RoundedOp.why``: a key of
+    ``model.emulation.REASON_TEXT``)."""
+    if unit in ("vector", "depthwise"):
+        return unit
+    if rule.arithmetic == "bfloat16x3":
+        return precision  # high, or highest for float16
+    return rule.operands if rule.operands in ("float16", "mixed") else ""
+
+
+_PRECISIONS = {"DEFAULT": "default", "HIGH": "high", "HIGHEST": "highest"}
+_MATMUL_PRECISIONS = {
+    "default": "default", "fastest": "default", "bfloat16": "default", "high": "high",
+    "bfloat16_3x": "high", "tensorfloat32": "high", "highest": "highest", "float32": "highest",
+}  # fmt: skip
+"""``jax_default_matmul_precision``'s values, as the precision they give a default dot."""
+
+
+def _precision_of(precision: object) -> str:
+    """``default``, ``high``, ``highest`` of a product's ``precision`` parameter (the higher
+    of a pair), ``pinned`` for a dot algorithm."""
     if precision is None:
-        return True
+        return "default"
     if isinstance(precision, (tuple, list)):
-        return all(_is_default(p) for p in precision)
-    return getattr(precision, "name", None) == "DEFAULT"
+        found = [_precision_of(p) for p in precision]
+        if "pinned" in found:
+            return "pinned"
+        return max(found, key=("default", "high", "highest").index)
+    name = getattr(precision, "name", None)
+    if name in _PRECISIONS:
+        return _PRECISIONS[name]
+    return "pinned"  # a DotAlgorithm or DotAlgorithmPreset other than DEFAULT
 
 
-def _matmul_precision_pinned() -> bool:
-    """Whether ``jax_default_matmul_precision`` (or ``jax.default_matmul_precision(...)``)
-    chose a precision other than the default for every dot traced now."""
+def _matmul_precision() -> str | None:
+    """The precision ``jax_default_matmul_precision`` (or ``jax.default_matmul_precision(...)``)
+    gives every default dot traced now: ``None`` where it is unset, ``pinned`` where it names
+    an algorithm."""
     import jax
 
     value = getattr(jax.config, "jax_default_matmul_precision", None)
-    return value is not None and str(value).lower() not in ("default", "fastest")
+    if value is None:
+        return None
+    return _MATMUL_PRECISIONS.get(str(value).lower(), "pinned")
+
+
+def _unit(eqn: JaxprEqn) -> str:
+    """Where a TPU computes this product (``model.emulation.dot_unit`` / ``conv_unit``)."""
+    lhs, rhs = (tuple(getattr(v.aval, "shape", ())) for v in eqn.invars[:2])
+    params = eqn.params
+    if eqn.primitive.name == "dot_general":
+        contracting, batch = params["dimension_numbers"]
+        return dot_unit(lhs, rhs, contracting, batch)
+    numbers = params["dimension_numbers"]
+    if params.get("batch_group_count", 1) != 1 or numbers is None:
+        return "matrix"
+    return conv_unit(input_features=lhs[numbers.lhs_spec[1]],
+                     feature_group_count=params.get("feature_group_count", 1),
+                     output_features=rhs[numbers.rhs_spec[0]])  # fmt: skip
 
 
 def _rounded(x: jax.Array, fmt: NumberFormat) -> jax.Array:
@@ -515,6 +772,214 @@ def _rounded(x: jax.Array, fmt: NumberFormat) -> jax.Array:
     if str(x.dtype) == "complex64":
         return lax.complex(narrow(lax.real(x)), narrow(lax.imag(x)))
     return narrow(x)
+
+
+def _rounded_float32(x: jax.Array, fmt: NumberFormat) -> jax.Array:
+    """``x`` rounded to ``fmt`` where it is float32 (complex64); a narrower operand of a mixed
+    product as it is."""
+    return _rounded(x, fmt) if str(x.dtype) in ("float32", "complex64") else x
+
+
+def _split_truncated(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(hi, lo)``: ``hi`` the float32 bits of ``x`` truncated to bfloat16's, ``lo`` the rest
+    rounded to bfloat16 (the split the TPU's three-pass product makes, measured)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    bits = lax.bitcast_convert_type(x, jnp.uint32)
+    hi = lax.bitcast_convert_type(bits & jnp.uint32(0xFFFF0000), jnp.float32)
+    return hi, _rounded(x - hi, BFLOAT16)
+
+
+def _summed_vars(jaxpr: Jaxpr) -> frozenset[object]:
+    """The variables an add or a subtraction of ``jaxpr`` reads."""
+    from jax._src import core as jcore  # Literal, under the same name since 0.4
+
+    return frozenset(
+        v
+        for e in jaxpr.eqns
+        if e.primitive.name in ("add", "sub", "add_any")
+        for v in e.invars
+        if not isinstance(v, jcore.Literal)
+    )
+
+
+def _round_trip_half(eqn: JaxprEqn, platform: str) -> str | None:
+    """``narrow`` for a float32 -> bfloat16 conversion, ``widen`` for the way back, where
+    ``platform``'s compiler removes the pair; else ``None``."""
+    elided = ROUND_TRIPS_ELIDED.get(platform, ())
+    source = str(getattr(eqn.invars[0].aval, "dtype", ""))
+    target = str(getattr(eqn.outvars[0].aval, "dtype", ""))
+    if source == "float32" and target in elided:
+        return "narrow"
+    if source in elided and target == "float32":
+        return "widen"
+    return None
+
+
+def _three_passes(
+    eqn: JaxprEqn, lhs: jax.Array, rhs: jax.Array, rest: Sequence[object]
+) -> list[object]:
+    """``hi*lo + lo*hi + hi*hi`` of the truncated splits (float16 operands through float32,
+    the result rounded back)."""
+    import jax.numpy as jnp
+
+    narrow = str(lhs.dtype) == "float16"
+    wide = {"preferred_element_type": jnp.dtype("float32")} if narrow else {}
+    hi_l, lo_l = _split_truncated(lhs.astype(jnp.float32))
+    hi_r, lo_r = _split_truncated(rhs.astype(jnp.float32))
+    one = cast("list[jax.Array]", bind(eqn, [hi_l, lo_r, *rest], **wide))
+    other = cast("list[jax.Array]", bind(eqn, [lo_l, hi_r, *rest], **wide))
+    large = cast("list[jax.Array]", bind(eqn, [hi_l, hi_r, *rest], **wide))
+    small = [a + b for a, b in zip(one, other, strict=True)]  # the small terms first
+    outs: list[object] = [a + b for a, b in zip(small, large, strict=True)]
+    return [cast("jax.Array", out).astype(jnp.float16) for out in outs] if narrow else outs
+
+
+def _float16_as_bfloat16(
+    eqn: JaxprEqn, lhs: jax.Array, rhs: jax.Array, rest: Sequence[object]
+) -> list[object]:
+    """A float16 product as the TPU's matrix unit computes it: operands rounded to bfloat16,
+    products accumulated in float32, the result rounded to float16."""
+    import jax.numpy as jnp
+
+    wide = [_rounded(v.astype(jnp.float32), BFLOAT16) for v in (lhs, rhs)]
+    outs = bind(eqn, [*wide, *rest], preferred_element_type=jnp.dtype("float32"))
+    return [cast("jax.Array", out).astype(jnp.float16) for out in outs]
+
+
+def _sequential_cumsum(x: jax.Array) -> jax.Array:
+    """The cumulative sum along the last axis, added in order (one float32 add a step)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def step(total: jax.Array, value: jax.Array) -> tuple[jax.Array, jax.Array]:
+        total = total + value
+        return total, total
+
+    _, sums = lax.scan(step, jnp.zeros(x.shape[:-1], x.dtype), jnp.moveaxis(x, -1, 0))
+    return jnp.moveaxis(sums, 0, -1)
+
+
+def _blocked_cumsum(x: object, *, axis: int = -1, reverse: bool = False) -> jax.Array:
+    """The cumulative sum along ``axis`` as the TPU computes it: blocks of
+    :data:`~pytest_jaxport.model.emulation.SCAN_BLOCK` summed in order, the block totals'
+    running sum (blocked the same way) added to each block."""
+    import jax.numpy as jnp
+
+    array = cast("jax.Array", x)
+    if axis % array.ndim != array.ndim - 1:
+        moved = _blocked_cumsum(jnp.moveaxis(array, axis, -1), reverse=reverse)
+        return jnp.moveaxis(moved, -1, axis)
+    if reverse:
+        return jnp.flip(_blocked_cumsum(jnp.flip(array, -1)), -1)
+    n = array.shape[-1]
+    if n <= SCAN_BLOCK:
+        return _sequential_cumsum(array)
+    blocks = -(-n // SCAN_BLOCK)
+    padded = jnp.pad(array, [(0, 0)] * (array.ndim - 1) + [(0, blocks * SCAN_BLOCK - n)])
+    inside = _sequential_cumsum(padded.reshape(*array.shape[:-1], blocks, SCAN_BLOCK))
+    carried = _blocked_cumsum(inside[..., -1])
+    before = jnp.concatenate([jnp.zeros_like(carried[..., :1]), carried[..., :-1]], axis=-1)
+    summed = inside + before[..., None]
+    return summed.reshape(*array.shape[:-1], blocks * SCAN_BLOCK)[..., :n]
+
+
+# -- moving an op's results by the chip's measured bound -----------------------------------------
+
+_TERMS = ("reduce_sum", "reduce_window_sum", "cumsum", "dot_general", "conv_general_dilated")
+"""Ops whose ``terms`` bound scales with the same op over the magnitudes of its operands."""
+
+
+def _moved_outputs(
+    eqn: JaxprEqn, values: Sequence[object], outs: Sequence[object], bound: OpBound, *, salt: int
+) -> list[object]:
+    """Each float32 (complex64) result of ``eqn`` moved by ``bound``: three in four elements
+    up, one in four down (a pattern from the result's own bits and ``salt``), so that neither
+    a sum, which adds errors of one sign, nor a normalization, which cancels them, hides the
+    bound; eigenvector columns flipped in sign where the chip's come either way."""
+    import jax.numpy as jnp
+
+    magnitudes: Sequence[object] = ()
+    if bound.scale == "terms" and eqn.primitive.name in _TERMS:
+        magnitudes = bind(eqn, [jnp.abs(cast("jax.Array", v)) for v in values])
+    moved: list[object] = []
+    for i, (out, var) in enumerate(zip(outs, eqn.outvars, strict=True)):
+        if not _is_float32(var.aval):
+            moved.append(out)
+            continue
+        y = _flipped(eqn, outs, i) if bound.sign_flips else cast("jax.Array", out)
+        size = _size(y, bound, magnitudes[i] if magnitudes else None)
+        moved.append(_shifted(y, size, salt + 7919 * i))
+    return moved
+
+
+_VECTORS: Mapping[str, tuple[int, Mapping[int, int]]] = {
+    "eigh": (1, {0: -2}),  # (v, w): w's signs flip v's columns
+    "svd": (0, {1: -2, 2: -1}),  # (s, u, vt): s's flip u's columns and vt's rows alike
+}
+"""Per decomposition whose vectors a chip returns with either sign: the output whose values
+draw the signs, and for each vector output the axis the vectors run along (the sign
+broadcast over it), so that a reconstruction (``v @ diag(w) @ v.T``) is unchanged."""
+
+
+def _flipped(eqn: JaxprEqn, outs: Sequence[object], i: int) -> jax.Array:
+    """Output ``i`` of a decomposition, its vectors' signs flipped one in two (a pattern from
+    the values they belong to)."""
+    import jax.numpy as jnp
+
+    y = cast("jax.Array", outs[i])
+    found = _VECTORS.get(eqn.primitive.name)
+    if found is None or i not in found[1] or len(outs) <= found[0]:
+        return y
+    values = cast("jax.Array", outs[found[0]])
+    signs = _signs(values, 104729, quarter=False)
+    return y * jnp.expand_dims(signs, found[1][i])
+
+
+def _size(y: jax.Array, bound: OpBound, terms: object) -> jax.Array:
+    """How far each element of ``y`` moves: ``bound`` in units of its scale (lax only, so
+    that the moved program stays a few fused ops an output)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    eps = jnp.float32(EPS32)
+    magnitude = lax.abs(y)
+    size: jax.Array
+    if bound.scale == "result":
+        # ulp(y): y's exponent bits alone, times eps (0 for 0; normal numbers only)
+        bits = lax.bitcast_convert_type(magnitude, jnp.uint32) & jnp.uint32(0x7F800000)
+        ulp = lax.bitcast_convert_type(bits, jnp.float32) * eps
+        size = ulp * jnp.float32(bound.ulps) + jnp.float32(bound.abs_eps) * eps
+    elif bound.scale == "terms" and terms is not None:
+        size = lax.abs(cast("jax.Array", terms)) * (jnp.float32(bound.ulps) * eps)
+    else:  # largest, or a terms bound without its terms
+        axes = tuple(range(magnitude.ndim))
+        largest = lax.reduce_max(magnitude, axes) if axes else magnitude
+        size = largest * (jnp.float32(bound.ulps) * eps)
+    return size
+
+
+def _shifted(y: jax.Array, size: jax.Array, salt: int) -> jax.Array:
+    from jax import lax
+
+    if str(y.dtype) == "complex64":
+        real, imag = lax.real(y), lax.imag(y)
+        return lax.complex(real + _signs(real, salt) * size, imag + _signs(imag, salt + 1) * size)
+    return y + _signs(y, salt) * size
+
+
+def _signs(y: jax.Array, salt: int, *, quarter: bool = True) -> jax.Array:
+    """+1 or -1 per element from a hash of its bits and ``salt``: -1 for one element in four
+    (``quarter``), else for one in two."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    bits = lax.bitcast_convert_type(y.astype(jnp.float32), jnp.uint32)
+    mixed = (bits ^ jnp.uint32(salt & 0xFFFFFFFF)) * jnp.uint32(0x9E3779B1)  # wraps
+    down = (mixed >> jnp.uint32(30 if quarter else 31)) == jnp.uint32(0)
+    signs: jax.Array = jnp.float32(1) - jnp.float32(2) * down.astype(jnp.float32)
+    return signs
 
 
 def _cpu_default() -> contextlib.AbstractContextManager[object]:

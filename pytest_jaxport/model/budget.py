@@ -28,10 +28,23 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
 from pytest_jaxport.model.cost import CostModel, estimate
-from pytest_jaxport.model.emulation import divergence_message, emulated_label, emulation_lines
+from pytest_jaxport.model.emulation import (
+    Emulation,
+    divergence_message,
+    emulated_label,
+    emulation_lines,
+    may_differ_lines,
+)
 from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
-from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
+from pytest_jaxport.model.probe import (
+    MAY_DIFFER,
+    PlatformProbe,
+    Probe,
+    emulated_status,
+    kernel_from_dict,
+    kernel_to_dict,
+)
 from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
 
 T = TypeVar("T")
@@ -40,10 +53,15 @@ NUMERICS_KEYS = ("numerics", "emulated_numerics")
 """Outputs that differ from the reference's beyond the tolerance (executed, or emulated): a
 test fails for them like for a broken limit, but they are numerics, not a budget: every
 format names them so (a mismatch, with its worst error), apart from budget violations."""
-EMULATED_KEYS = ("emulated_numerics", "emulated_run")
+MAY_DIFFER_KEY = "emulated_may_differ"
+"""An emulation that matched, but *may differ* on the chip (``may_differ = "fail"``): ``what``
+the finding (``may differ on tpu: tanh at m.py:12 is within 1,336 ulp on TPU v5 lite ...``),
+``limit`` the setting's value, ``origin`` where it was set."""
+EMULATED_KEYS = ("emulated_numerics", "emulated_run", MAY_DIFFER_KEY)
 """Violations of an emulation (``emulate = [...]``): its outputs differ from the reference's,
-or its run failed (an interpreted kernel's out-of-bounds read). Their ``platform`` is the
-emulated one; every sentence names it by its label, ``tpu (emulated on cpu)``."""
+its run failed (an interpreted kernel's out-of-bounds read), or it may differ on the chip.
+Their ``platform`` is the emulated one; every sentence names it by its label, ``tpu
+(emulated on cpu)``."""
 BASELINE_KEY = "baseline"
 """A count that grew since the committed baseline (``--jaxport-baseline``): ``limit`` and
 ``found`` the counts there and here, ``what`` the finding (``vendor calls grew 3 -> 5``, made
@@ -141,13 +159,17 @@ class Violation:
             return f"{self.found} {self.what}, expected to {self.limit}"
         if self.key == "emulated_run":
             return f"{self.what} {self.found}"
-        if self.key == BASELINE_KEY or self.found is None:  # grown, or nothing counted
+        if self.key in (BASELINE_KEY, MAY_DIFFER_KEY) or self.found is None:
             return self.what
         return f"{self.found_text()} > {self.limit_text()}"
 
     def found_text(self) -> str:
         """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
-        if self.kind in ("platforms", "flag") or self.key in ("emulated_run", BASELINE_KEY):
+        if self.kind in ("platforms", "flag") or self.key in (
+            "emulated_run",
+            BASELINE_KEY,
+            MAY_DIFFER_KEY,
+        ):
             return self.finding()
         if self.found is None:
             return self.what
@@ -174,6 +196,8 @@ class Violation:
             return f"numerics, tolerance from {self.origin}"
         if self.key == "emulated_run":
             return f"emulate, set in {self.origin}"
+        if self.key == MAY_DIFFER_KEY:
+            return f'may_differ = "{self.limit}", set in {self.origin}'
         if self.key == BASELINE_KEY:
             return f"since the baseline {self.origin}"
         return f"{self.key}, set in {self.origin}"
@@ -262,6 +286,13 @@ def ways_out(violations: Sequence[Violation]) -> list[str]:
             lines.append(
                 f"to pass: fix what the emulated run hit (above), or take {v.platform} out of "
                 f"emulate (set in {v.origin})"
+            )
+        elif v.key == MAY_DIFFER_KEY:
+            lines.append(
+                f"to pass: if an error of the size measured on {v.platform} is acceptable, "
+                f"loosen [tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's "
+                f'rtol/atol; to be told without failing, set may_differ = "warn" (set in '
+                f"{v.origin}); to know, run the check on {v.platform}"
             )
         elif v.key == BASELINE_KEY:
             grown = [x for x in violations if x.key == BASELINE_KEY and x.found is not None]
@@ -873,6 +904,7 @@ def evaluate(
     migrate_to: Sequence[str] = (),
     model: CostModel | None = None,
     emulate_origin: str = "emulate",
+    may_differ: Setting[str] | None = None,
     home: str = DEFAULT_HOME,
 ) -> list[Violation]:
     """Every violation of ``probe`` against the budget of each platform it was lowered for.
@@ -881,7 +913,8 @@ def evaluate(
     lowered one; each violation says which (``level``). Rewrite budgets apply per target in
     ``migrate_to``, moving off ``home``, priced with ``model``. An emulation's outputs must
     match the reference like a present platform's, and its run must not fail
-    (``emulate_origin``: where ``emulate`` was set). Each key is judged by its judge, in
+    (``emulate_origin``: where ``emulate`` was set); one that may differ on the chip fails
+    where ``may_differ`` is ``fail`` (the default). Each key is judged by its judge, in
     :data:`KEYS`' order (on a platform, those judged whether or not it lowered first).
     """
     violations: list[Violation] = []
@@ -912,7 +945,7 @@ def evaluate(
                     details=tuple(describe(comparison).splitlines()[1:]),
                 )
             )
-        violations += _emulation_violations(probe.name, result, emulate_origin)
+        violations += _emulation_violations(probe.name, result, emulate_origin, may_differ)
     return violations
 
 
@@ -935,9 +968,12 @@ def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> V
                                   "on this device, and no op kept its line)",))  # fmt: skip
 
 
-def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> list[Violation]:
-    """An emulation whose outputs differ from the reference's, or whose run failed; one
-    that could not run here (a kernel this JAX cannot interpret) is a note, not a failure."""
+def _emulation_violations(
+    check: str, result: PlatformProbe, origin: str, may_differ: Setting[str] | None = None
+) -> list[Violation]:
+    """An emulation whose outputs differ from the reference's, whose run failed, or (with
+    ``may_differ = "fail"``) that may differ on the chip; one that could not run here (a
+    kernel this JAX cannot interpret) is a note, not a failure."""
     emulation = result.emulated
     if emulation is None:
         return []
@@ -956,6 +992,22 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
                 details=(emulation.error, *emulation_lines(emulation)[:-1]),
             )
         ]
+    setting = may_differ or Setting(value="fail", origin="the default")
+    if emulated_status(result) == MAY_DIFFER and setting.value == "fail":
+        head, *rest = may_differ_lines(emulation, result.emulated_bounds)
+        return [
+            Violation(
+                check=check,
+                platform=result.platform,
+                key=MAY_DIFFER_KEY,
+                limit=setting.value,
+                origin=setting.origin,
+                found=len(emulation.bounded),
+                what=head,
+                level="emulated",
+                details=(*rest, *_emulated_as(emulation)),
+            )
+        ]
     if comparison is None or comparison.ok:
         return []
     return [
@@ -971,6 +1023,14 @@ def _emulation_violations(check: str, result: PlatformProbe, origin: str) -> lis
             details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
         )
     ]
+
+
+def _emulated_as(emulation: Emulation) -> list[str]:
+    """What the emulation changed, under a heading (nothing where it changed nothing)."""
+    lines = emulation_lines(emulation)
+    if not lines:
+        return []
+    return [f"emulated as {emulation.platform} would run it:", *(f"  {line}" for line in lines)]
 
 
 def _rewrite_violations(

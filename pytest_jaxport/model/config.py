@@ -73,6 +73,7 @@ MARKER_OPTIONS: tuple[tuple[str, str], ...] = (
     ("atol", "float | None"),
     ("transforms", "Sequence[str] | None"),
     ("emulate", "Sequence[str] | None"),
+    ("may_differ", "str | None"),
 )
 """The marker's keywords besides the budget keys, each with its type as ``--markers`` says it."""
 MARKER_KEYS: tuple[str, ...] = (
@@ -95,9 +96,17 @@ TOP_KEYS = (
     "audit",
     "devices",
     "emulate",
+    "may_differ",
     "own_packages",
 )
 AUDIT_KEYS = ("enabled", "eager_users", "fail_on")
+MAY_DIFFER: tuple[str, ...] = ("fail", "warn")
+"""``may_differ``: what an emulation that *may differ* on the chip does to its test (it
+matched, but the chip's measured errors move the outputs beyond the tolerance): ``fail``
+it, or ``warn`` (a JaxportWarning)."""
+DEFAULT_MAY_DIFFER = "fail"
+"""Fail: the bounds are measured on the chip, not guessed, and on the corpus the chip did
+differ in most checks the emulation said may differ (docs/reference.md, "may differ")."""
 EAGER_USERS = ("owner", "all")
 """``[tool.jaxport.audit] eager_users``: which tests an op run eagerly is counted in."""
 TRANSFORMS: tuple[str, ...] = ("grad", "vmap", "jvp")
@@ -242,6 +251,10 @@ class ProjectConfig:
     """``emulate``: the absent platforms every check also runs on the CPU as they would
     compute (``pytest_jaxport._jax.emulate``), and where that was set (``--jaxport-emulate``
     over ``[tool.jaxport]``)."""
+    may_differ: Setting[str] = field(
+        default_factory=lambda: Setting(value=DEFAULT_MAY_DIFFER, origin="the default")
+    )
+    """``may_differ``: ``fail`` or ``warn`` (:data:`MAY_DIFFER`), and where that was set."""
     own_packages: tuple[str, ...] = ()
     """``own_packages``: installed packages (import names) whose source lines reports show
     as the user's own; frames in any other installed package are a library's internals, and
@@ -320,6 +333,12 @@ class Resolved:
             return None
         kept = tuple(p for p in found.value if p in self.platforms)
         return Setting(value=kept, origin=found.origin) if kept else None
+
+    def may_differ(self) -> Setting[str]:
+        """What an emulation that may differ on the chip does to this test (``fail`` or
+        ``warn``), and where that was set: the closest marker's, else ``[tool.jaxport]``'s."""
+        marker = self.overrides.get("may_differ")
+        return marker if marker is not None else self.project.may_differ
 
     def budget(self, platform: str) -> Budget:
         """Merge defaults < project budget < platform budget < marker, key by key."""
@@ -665,6 +684,20 @@ def emulate_platforms(where: str, value: object) -> tuple[str, ...]:
     """
     return _platform_choice(
         where, value, EMULATED_PLATFORMS, {"cpu": "cpu is executed, never emulated"}
+    )
+
+
+def may_differ_value(where: str, value: object) -> str:
+    """Validate ``may_differ``: one of :data:`MAY_DIFFER`.
+
+    >>> may_differ_value("[tool.jaxport] may_differ", "warn")
+    'warn'
+    """
+    if value in MAY_DIFFER:
+        return str(value)
+    raise ConfigError(
+        f"{where}: expected one of {', '.join(repr(c) for c in MAY_DIFFER)} (what an emulation "
+        f"that may differ on the chip does to its test), found {value!r}"
     )
 
 
@@ -1021,6 +1054,11 @@ def parse_project(
         emulated_among(f"{where.prefix} emulate", emulated, platforms)
         emulate = Setting(value=emulated, origin=f"{source} [tool.jaxport]") if emulated else None
     own_packages = _package_names(where, "own_packages", data.get("own_packages", []))
+    may_differ = ProjectConfig().may_differ
+    if "may_differ" in data:
+        may_differ = Setting(value=may_differ_value(f"{where.prefix} may_differ",
+                                                    data["may_differ"]),
+                             origin=f"{source} [tool.jaxport]")  # fmt: skip
 
     raw_budget = data.get("budget", {})
     budget, platform_budgets = _budget_section(source, "tool.jaxport.budget", raw_budget)
@@ -1065,6 +1103,7 @@ def parse_project(
         audit=audit,
         devices=devices,
         emulate=emulate,
+        may_differ=may_differ,
         own_packages=own_packages,
     )
     budgets_lowered(source, project)
@@ -1362,6 +1401,8 @@ def parse_marker(
             result[key] = transforms_value(f"{where.prefix} transforms", value)
         elif key == "emulate":
             result[key] = emulate_platforms(f"{where.prefix} emulate", value)
+        elif key == "may_differ":
+            result[key] = may_differ_value(f"{where.prefix} may_differ", value)
         else:
             result[key] = _tolerance_value(where, key, value)
     return result

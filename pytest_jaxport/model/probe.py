@@ -17,7 +17,7 @@ from pytest_jaxport.model.cost import (
     format_items,
     rewrite_items,
 )
-from pytest_jaxport.model.emulation import Emulation
+from pytest_jaxport.model.emulation import Emulation, may_differ
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
@@ -81,6 +81,11 @@ class PlatformProbe:
     emulated_numerics: Comparison | None = None
     """The emulation's outputs against the reference's (its ``platform`` is the label,
     ``tpu (emulated on cpu)``); ``None`` where the emulation did not run."""
+    emulated_bounds: Comparison | None = None
+    """The emulation's outputs with every op it cannot compute as the chip does moved by the
+    chip's measured bound (``Emulation.bounded``), against the reference's: where they
+    differ and :attr:`emulated_numerics` matched, the platform *may differ*. ``None`` where
+    the platform has no measured bounds or the emulation did not run."""
     lowering_warnings: tuple[str, ...] = ()
     """What JAX warned while pytest-jaxport lowered for this platform, not present here
     (``DeprecationWarning: ...``): pytest-jaxport's doing, not the user's run, so kept here
@@ -331,6 +336,8 @@ def platform_to_dict(result: PlatformProbe) -> JsonObject:
         data["emulated_numerics"] = (
             result.emulated_numerics.to_dict() if result.emulated_numerics else None
         )
+        if result.emulated_bounds is not None:
+            data["emulated_bounds"] = result.emulated_bounds.to_dict()
     return data
 
 
@@ -342,6 +349,7 @@ def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
     share = opt_table(data, "runtime_share")
     emulated = opt_table(data, "emulated")
     emulated_numerics = opt_table(data, "emulated_numerics")
+    emulated_bounds = opt_table(data, "emulated_bounds")
     return PlatformProbe(
         platform=platform,
         present=flag(data, "present", False),
@@ -361,6 +369,7 @@ def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
         compiled_formats=_formats_from_dict(compiled),
         emulated=Emulation.from_dict(emulated) if emulated else None,
         emulated_numerics=Comparison.from_dict(emulated_numerics) if emulated_numerics else None,
+        emulated_bounds=Comparison.from_dict(emulated_bounds) if emulated_bounds else None,
         lowering_warnings=texts(data, "lowering_warnings", None),
     )
 
@@ -378,9 +387,11 @@ def numerics_status(probe: Probe, platform: str) -> str:
 
 
 def emulated_status(result: PlatformProbe) -> str | None:
-    """How an emulation of ``result``'s platform went: ``match``, ``mismatch``, ``failed``
-    (the emulated run raised), ``not run`` (this JAX cannot run a kernel of it; never a
-    failure); ``None`` where it was not emulated."""
+    """How an emulation of ``result``'s platform went: ``match``, ``mismatch``, ``may
+    differ`` (it matched, but what it cannot compute as the chip does is measured to move
+    the outputs beyond the tolerance, or has no measured bound), ``failed`` (the emulated
+    run raised), ``not run`` (this JAX cannot run a kernel of it; never a failure);
+    ``None`` where it was not emulated."""
     emulation = result.emulated
     if emulation is None:
         return None
@@ -388,10 +399,16 @@ def emulated_status(result: PlatformProbe) -> str | None:
         ran=emulation.ran,
         failed=emulation.error is not None,
         ok=None if result.emulated_numerics is None else result.emulated_numerics.ok,
+        may_differ=may_differ(emulation, result.emulated_bounds),
     )
 
 
-def emulated_state(*, ran: bool, failed: bool, ok: bool | None) -> str:
+MAY_DIFFER = "may differ"
+"""The third state of an emulation: it matched, but the chip may not (its measured bounds
+move the outputs beyond the tolerance)."""
+
+
+def emulated_state(*, ran: bool, failed: bool, ok: bool | None, may_differ: bool = False) -> str:
     """The status of one emulation, from its facts (one rule for the typed probe and for a
     report's dicts)."""
     if failed:
@@ -400,7 +417,9 @@ def emulated_state(*, ran: bool, failed: bool, ok: bool | None) -> str:
         return "not run"
     if ok is None:
         return "not compared"
-    return "match" if ok else "mismatch"
+    if not ok:
+        return "mismatch"
+    return MAY_DIFFER if may_differ else "match"
 
 
 def numerics_state(

@@ -358,7 +358,7 @@ def _read_platform(platform: str, r: _Reader) -> PlatformProbe:
     for key in ("error", "compile_error", "execution_error", "needs_hardware"):
         r.opt_text(key)
     r.flag("executed", False)
-    for key in ("numerics", "emulated_numerics"):
+    for key in ("numerics", "emulated_numerics", "emulated_bounds"):
         numerics = r.opt_table(key)
         if numerics is not None:
             _read_comparison(numerics)

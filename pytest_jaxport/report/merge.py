@@ -629,7 +629,13 @@ def _merge_test(
     return merged, compared
 
 
-EMULATION_ENTRY_KEYS = ("emulated", "emulated_numerics", "emulated_outputs", "emulated_leg")
+EMULATION_ENTRY_KEYS = (
+    "emulated",
+    "emulated_numerics",
+    "emulated_bounds",
+    "emulated_outputs",
+    "emulated_leg",
+)
 """A platform entry's emulation: kept from the leg that emulated, whichever leg won."""
 
 

@@ -23,7 +23,12 @@ from pytest_jaxport.model.config import (
     parse_marker,
 )
 from pytest_jaxport.model.cost import CostModel
-from pytest_jaxport.model.emulation import HOST, compute_capability, default_dot_format
+from pytest_jaxport.model.emulation import (
+    HOST,
+    chip_bounds,
+    compute_capability,
+    default_dot_format,
+)
 from pytest_jaxport.model.gpu import load_target
 from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
@@ -139,7 +144,8 @@ class Judge:
             return None
 
     def emulation_line(self) -> str | None:
-        """``jaxport: emulating tpu (bfloat16 dots), cuda (h100: tf32 dots) on cpu ...``."""
+        """``jaxport: emulating tpu (bfloat16 dots; bounds measured on TPU v5 lite), cuda
+        (h100: tf32 dots) on cpu ...``."""
         emulate = self.project.emulate
         if emulate is None:
             return None
@@ -147,6 +153,9 @@ class Judge:
         for platform in emulate.value:
             fmt = default_dot_format(platform, cuda_capability=self.cuda_capability)
             dots = f"{fmt.name} dots" if fmt is not None else "float32 dots"
+            bounds = chip_bounds(platform)
+            if bounds is not None:
+                dots += f"; bounds measured on {bounds.measurement.device}"
             parts.append(f"{platform} ({self.project.target}: {dots})" if platform == "cuda"
                          else f"{platform} ({dots})")  # fmt: skip
         return (
@@ -288,6 +297,7 @@ class Judge:
             for v in evaluate(
                 p, resolved.budget, migrate_to=self.project.migrate_to, model=self.cost_model,
                 emulate_origin=emulate.origin if emulate is not None else "emulate",
+                may_differ=resolved.may_differ(),
                 home=self.project.home,
             )
         ]  # fmt: skip

@@ -57,6 +57,7 @@ from pytest_jaxport.view.model import (
     plural,
     seconds_text,
     sentence,
+    setting_text,
     share_row,
     totals_note,
 )
@@ -92,6 +93,7 @@ NUMERICS_CLASS: Mapping[str, str] = {
     "mismatch": "bad",
     "error": "bad",
     "failed": "bad",  # an emulation's run that raised
+    "may differ": "warn",  # an emulation that matched, but the chip's measured errors may not
 }
 """The class of a numerics (or emulation) state; any other is ``muted``."""
 STATUS_CLASS: Mapping[str, str] = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}
@@ -418,6 +420,8 @@ def _header(view: ReportView) -> str:
         if failed or violations
         else _e(view.within_budget())
     )
+    if head.may_differ_text():
+        verdict += f"; {_e(head.may_differ_text())}"
     if audited:
         verdict = _e(view.within_budget())
         if _not_lowered(view):
@@ -470,9 +474,8 @@ def _problem_row(problem: Problem, group: ProblemGroup) -> str:
         others = _e(", ".join(problem.tests[1:]))
         test += f' <span class="muted" title="{others}">and {more}</span>'
     if problem.kind == "violation":
-        own = f"limit {problem.limit}, set in {problem.origin}"
-        setting = "" if group.rule.startswith(own) else f" (limit {problem.limit}, set in " \
-            f"{problem.origin})"  # fmt: skip
+        own = setting_text(problem.key, problem.limit, problem.origin)
+        setting = "" if group.rule.startswith(own) else f" ({own})"
         what = f"{_e(problem.found)}{_e(setting)}"
     elif problem.kind == "mismatch":
         what = _e(problem.found)

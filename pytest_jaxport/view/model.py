@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from pytest_jaxport.model.budget import NUMERICS_KEYS, Violation
+from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.cost import (
     RANKING,
@@ -59,11 +59,18 @@ from pytest_jaxport.model.emulation import (
     HOST,
     emulated_label,
     emulation_lines,
+    may_differ_lines,
     not_emulated_message,
 )
 from pytest_jaxport.model.formats import FINDING_KINDS, Finding
 from pytest_jaxport.model.hotspots import Hotspot
-from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
+from pytest_jaxport.model.probe import (
+    MAY_DIFFER,
+    PlatformProbe,
+    Probe,
+    emulated_status,
+    numerics_status,
+)
 from pytest_jaxport.model.targets import (
     COLLECTIVE_LIBRARIES,
     DEFAULT_HOME,
@@ -206,15 +213,29 @@ class Headline:
     mismatches: int = 0
     """Numerics mismatches that fail their tests (not among :attr:`violations`, which are
     the budgets' only)."""
+    may_differ: tuple[tuple[str, int], ...] = ()
+    """Per emulated platform, how many checks *may differ* there (emulated: they matched,
+    but the chip's measured errors move the outputs beyond the tolerance)."""
+
+    def may_differ_text(self) -> str:
+        """``3 checks may differ on tpu (emulated)``; ``""`` where none may."""
+        return ", ".join(
+            f"{plural(n, 'check')} may differ on {platform} (emulated)"
+            for platform, n in self.may_differ
+            if n
+        )
 
     def counts(self) -> str:
         """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations`` (``, 3
-        numerics mismatches`` where there are some); led by ``tests did not run: 1 file not
-        collected; `` where pytest could not collect one."""
+        numerics mismatches`` where there are some, ``, 3 checks may differ on tpu
+        (emulated)`` where any may); led by ``tests did not run: 1 file not collected; ``
+        where pytest could not collect one."""
+        differ = self.may_differ_text()
         return (
             f"{self.did_not_run()}{plural(self.tests, 'portable test')}, "
             f"{plural(self.checks, 'check')}, {number(self.failed_tests)} failed, "
             f"{plural(self.violations, 'budget violation')}{self.mismatches_text(', ')}"
+            + (f", {differ}" if differ else "")
         )
 
     def mismatches_text(self, lead: str = "") -> str:
@@ -625,8 +646,8 @@ class Cell:
 
     emulated: str | None = None
     """How emulating this absent platform on the CPU went (``emulate = [...]``): ``match``,
-    ``mismatch``, ``failed``, ``not run``; ``None`` where it was not emulated. Never the
-    platform's own numerics (:attr:`numerics`)."""
+    ``mismatch``, ``may differ``, ``failed``, ``not run``; ``None`` where it was not
+    emulated. Never the platform's own numerics (:attr:`numerics`)."""
     emulation: tuple[str, ...] = ()
     """What the emulation did and where (``emulation_lines``), why it did not run, and each
     mismatch's message."""
@@ -640,14 +661,16 @@ class Cell:
     def status(self) -> Literal["good", "warn", "bad"]:
         """``bad``: does not lower, over budget, numerics differ (its own or its
         emulation's); ``warn``: custom kernels, lowers but the format rules say it does not
-        compile, or not lowerable here (unknown)."""
+        compile, not lowerable here (unknown), or its emulation may differ on the chip."""
         if self.needs_hardware and not self.violations:
             return "warn"
         if not self.lowers or self.violations or self.compile_failed:
             return "bad"
         if self.numerics in ("mismatch", "error") or self.emulated in ("mismatch", "failed"):
             return "bad"
-        return "warn" if self.custom or self.not_compiling else "good"
+        return (
+            "warn" if self.custom or self.not_compiling or self.emulated == MAY_DIFFER else "good"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -762,6 +785,9 @@ class EmulationRow:
     mismatch: int = 0
     failed: int = 0
     not_run: int = 0
+    may_differ: int = 0
+    """Matched, but may differ on the chip (its measured errors move the outputs beyond the
+    tolerance)."""
 
     @property
     def label(self) -> str:
@@ -769,11 +795,12 @@ class EmulationRow:
         return emulated_label(self.platform)
 
     def counts(self) -> str:
-        """``12 checks: 11 match, 1 mismatch``; only the outcomes that occur."""
+        """``12 checks: 10 match, 1 may differ, 1 mismatch``; only the outcomes that occur."""
         parts = [
             f"{number(n)} {word}"
-            for n, word in ((self.match, "match"), (self.mismatch, "mismatch"),
-                            (self.failed, "failed"), (self.not_run, "not run"))
+            for n, word in ((self.match, "match"), (self.may_differ, MAY_DIFFER),
+                            (self.mismatch, "mismatch"), (self.failed, "failed"),
+                            (self.not_run, "not run"))
             if n
         ]  # fmt: skip
         return f"{plural(self.checks, 'check')}: {', '.join(parts) or 'not compared'}"
@@ -825,7 +852,8 @@ EMULATION_NOTE = (
     "emulated on cpu: run as the platform would compute (its platform_dependent branch, its "
     "Pallas kernels in interpret mode, default-precision float32 dots rounded), never "
     "executed there; it catches kernel logic and precision sensitivity, not vendor-library "
-    "algorithms or accumulation order"
+    "algorithms or accumulation order (on tpu bounded by the chip's measured errors: a check "
+    "they may move beyond its tolerance may differ)"
 )
 """Said once in a report where a platform was emulated (docs/troubleshooting.md has more)."""
 
@@ -1233,7 +1261,9 @@ def build_view(report: Report) -> ReportView:
     rows = tuple(
         test_row(t, platforms) for t in sorted(report.tests, key=lambda t: natural_key(t.nodeid))
     )
-    headline = headline_of(report)
+    headline = dataclasses.replace(headline_of(report), may_differ=tuple(
+        (row.platform, row.may_differ) for row in emulations_of(rows)
+    ))  # fmt: skip
     audit = (
         audit_parts(report.audit, home=headline.home, order=platforms)
         if report.audit is not None
@@ -1482,6 +1512,8 @@ def emulated_of(result: PlatformProbe) -> tuple[str | None, tuple[str, ...]]:
     lines = [m.message for m in numerics.mismatches] if numerics is not None else []
     if status == "not run":
         lines.append(not_emulated_message(emulation))
+    if status == MAY_DIFFER:
+        lines += may_differ_lines(emulation, result.emulated_bounds)
     return status, (*lines, *emulation_lines(emulation))
 
 
@@ -1798,6 +1830,14 @@ def _failures(test: TestRow) -> list[Problem]:
     return problems
 
 
+def setting_text(key: str, limit: object, origin: str) -> str:
+    """``limit 2, set in pyproject.toml [tool.jaxport.budget]``; ``may_differ = "fail", set
+    in the default`` for an emulation that may differ on the chip (no limit: a setting)."""
+    if key == MAY_DIFFER_KEY:
+        return f'may_differ = "{limit}", set in {origin}'
+    return f"limit {limit}, set in {origin}"
+
+
 def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool = False) -> str:
     if audit and kind == "not-lowered":
         return "a finding of the suite audit: no test fails for it"
@@ -1807,7 +1847,7 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         (limit, origin), _ = Counter((p.limit, p.origin) for p in rows).most_common(1)[0]
         others = len({(p.limit, p.origin) for p in rows}) - 1
         more = f"; {plural(others, 'other setting')}" if others else ""
-        return f"limit {limit}, set in {origin}{more}"
+        return f"{setting_text(key, limit, origin)}{more}"
     if kind == "not-lowered":
         if key.startswith("not lowerable here"):
             return "JAX needs the hardware to lower it: its budgets are unverified here"
@@ -2270,6 +2310,7 @@ def emulations_of(tests: Sequence[TestRow]) -> tuple[EmulationRow, ...]:
             mismatch=counts["mismatch"],
             failed=counts["failed"],
             not_run=counts["not run"],
+            may_differ=counts[MAY_DIFFER],
         )
         for platform, counts in found.items()
     )

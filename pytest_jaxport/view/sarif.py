@@ -52,8 +52,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pytest_jaxport.model.budget import NUMERICS_KEYS, Violation
+from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
+from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
 from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
 from pytest_jaxport.report.document import Report, TestEntry
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.model import emulated_sites
@@ -184,6 +186,19 @@ RULES: tuple[Rule, ...] = (
         "where the difference is expected, or fix the code where it is not.",
         docs="reference.md#tooljaxporttolerancedtype-and-tooljaxporttoleranceplatformdtype",
         level="error",
+    ),
+    Rule(
+        id="numerics-may-differ",
+        name="NumericsMayDiffer",
+        short="Outputs may differ on the chip (emulated)",
+        full="Emulated for the platform named, the check's outputs matched the reference, "
+        "but an op the emulation cannot compute as that platform's chip does (its "
+        "transcendental functions, reduction order, decompositions) has a measured error "
+        "that moves them beyond the tolerance, or no measured bound.",
+        help="Loosen rtol/atol for that platform's dtype where an error of the measured size "
+        "is acceptable; run the check on the platform to know.",
+        docs="reference.md#may-differ-what-the-chip-may-do",
+        level="warning",
     ),
     Rule(
         id="tooling-assumption",
@@ -334,6 +349,8 @@ def _violation_alert(
     title = f"{violation.where()}: {violation.key} ({violation.found_text()})"
     if violation.key in NUMERICS_KEYS:  # numerics, not a budget key: what differs, by how much
         rule, title = "numerics-difference", f"{violation.where()}: {violation.found_text()}"
+    elif violation.key == MAY_DIFFER_KEY:
+        rule = "numerics-may-differ"
     elif violation.key in _LOWER_KEYS:
         rule = "does-not-lower"
     else:
@@ -353,6 +370,18 @@ def _violation_alert(
     )
 
 
+def _may_differ_site(entry: PlatformProbe) -> tuple[str, int] | None:
+    """Where an emulation's widest bounded op is (the line a may-differ finding points at)."""
+    emulation = entry.emulated
+    if emulation is None or emulated_status(entry) != MAY_DIFFER:
+        return None
+    for site in emulation.bounded:
+        where = split_location(site.location) if site.location else None
+        if where is not None:
+            return where
+    return None
+
+
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
@@ -360,14 +389,39 @@ def _first_line(text: str) -> str:
 def _test_alerts(test: TestEntry) -> Iterator[Alert]:
     file = _test_file(test.nodeid)
     covered: set[tuple[str, str, str]] = set()
+    sites = {(c.name, p): _may_differ_site(e) for c in test.checks
+             for p, e in c.probe.platforms.items()}  # fmt: skip
     for i, violation in enumerate(test.violations):
         leg = test.violation_legs[i] if i < len(test.violation_legs) else None
         covered.add((violation.check, violation.platform, violation.key))
+        site = sites.get((violation.check, violation.platform))
+        if violation.key == MAY_DIFFER_KEY and site is not None:
+            violation = replace(violation, kernels=(), findings=())
+            yield replace(_violation_alert(violation, fallback=file, subject=test.nodeid,
+                                           leg=leg), file=site[0], line=site[1])  # fmt: skip
+            continue
         yield _violation_alert(violation, fallback=file, subject=test.nodeid, leg=leg,
                                lines=emulated_sites(test, violation))  # fmt: skip
     for check in test.checks:
         name = check.name
         for platform, entry in check.probe.platforms.items():
+            site = sites.get((name, platform))
+            if (
+                emulated_status(entry) == MAY_DIFFER
+                and entry.emulated is not None
+                and (name, platform, MAY_DIFFER_KEY) not in covered
+            ):
+                head = may_differ_lines(entry.emulated, entry.emulated_bounds)[0]
+                at_file, at_line = site if site is not None else (file, 1)
+                yield Alert(
+                    rule="numerics-may-differ",
+                    level="warning",
+                    file=at_file,
+                    line=at_line,
+                    message=f"{emulated_label(platform)}: check {name!r} of {test.nodeid}: {head}",
+                    title=f"{platform}: {name} may differ (emulated)",
+                    identity="|".join(("numerics-may-differ", platform, file, name, test.nodeid)),
+                )
             lowered = (name, platform, "must_lower") not in covered
             if entry.error is not None and lowered:
                 yield Alert(

@@ -26,8 +26,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
-from pytest_jaxport.model.emulation import emulated_label, emulation_lines, not_emulated_message
-from pytest_jaxport.model.probe import PlatformProbe, Probe, emulated_status, numerics_status
+from pytest_jaxport.model.emulation import (
+    emulated_label,
+    emulation_lines,
+    may_differ_lines,
+    not_emulated_message,
+)
+from pytest_jaxport.model.probe import (
+    MAY_DIFFER,
+    PlatformProbe,
+    Probe,
+    emulated_status,
+    numerics_status,
+)
 from pytest_jaxport.report.baseline import ReportDiff, metric_label, value_text
 from pytest_jaxport.report.document import Drift, Report
 from pytest_jaxport.view.display import DisplayOptions
@@ -176,6 +187,8 @@ def emulated_lines(result: PlatformProbe) -> list[str]:
     if status == "mismatch" and comparison is not None:
         head += f" ({plural(len(comparison.mismatches), 'leaf differs', 'leaves differ')})"
     details = [not_emulated_message(emulation)] if status == "not run" else []
+    if status == MAY_DIFFER:
+        details = may_differ_lines(emulation, result.emulated_bounds)
     return [head, *(f"  {line}" for line in (*details, *emulation_lines(emulation)))]
 
 
@@ -915,6 +928,8 @@ def render_markdown(
         said = f"**Suite audit: {md_cell(view.audit.seen_line())}**"
     if head.audit_failures:
         said += f" · **{plural(head.audit_failures, 'suite audit failure')}**"
+    if head.may_differ_text():
+        said += f" · **{md_cell(head.may_differ_text())}**"
     lead = ["## pytest-jaxport portability report", "", f"{said} · {md_cell(head.setting())}", ""]
     sections = [
         _md_problems(view, room=int(budget * PROBLEMS_SHARE) - len("\n".join(lead))),
@@ -1055,12 +1070,13 @@ def _md_emulations(view: ReportView) -> list[str]:
     lines = [
         "### Emulated on cpu",
         "",
-        "| platform | checks | match | mismatch | failed | not run |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| platform | checks | match | may differ | mismatch | failed | not run |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {md_cell(r.label)} | {number(r.checks)} | {number(r.match)} | "
-        f"{number(r.mismatch)} | {number(r.failed)} | {number(r.not_run)} |"
+        f"{number(r.may_differ)} | {number(r.mismatch)} | {number(r.failed)} | "
+        f"{number(r.not_run)} |"
         for r in view.emulations
     ]
     return lines
