@@ -58,28 +58,28 @@ recorded once more from the merged code, and checked equal to each branch's reco
 the other branch's change (each eager op's id; ``lines`` and the audit's empty prices). The
 demo's report was recorded again when tpu's lowered padding came to model the layout the TPU
 compiler chooses (issue 48: the (4096, 100) batch pads 4%, not 28%; vectors and 64-bit arrays
-counted): before recording, the new run was checked equal to the recorded report but for
-tpu's tile-padding findings, their sums, the cost items they price and the demo's test lines
-after its longer padding comment; the suite's and the audit's reports did not change. The
-three renderings were recorded again for the totals' note naming the two padding figures. A
-device's ``compiler`` (the libtpu installed, where one is) is the machine's, not compared.
-The demo's report was recorded again when an emulation came to carry the chip's measured
-bounds (issue 49: its one emulated check's ``emulated.bounded``, ``emulated.bounds_from`` and ``emulated_bounds``,
-the check still a match): before recording, the new run was checked equal to the recorded
-report without those keys; of its renderings only the Markdown changed (the emulation table's
-``may differ`` column). The demo's report and renderings were recorded again when issue 49's
-two halves were merged: a run then differed from the recorded report only by the TPU host
-work's intended changes (the demo's own tpu tolerance, ``config.tolerance.tpu.float32``; its
-direct calls under ``jax.default_device``, which move three of ``test_models.py``'s lines and
-add one call through the hook, 113; and tpu's error band measured on the chip,
-``error_points`` 41 and ``error_measured_on`` "TPU v5 lite", in place of cpu's 37), its
-emulated bounds kept; the terminal, Markdown and HTML renderings show the tpu band as
-``[ESTIMATED ±41]`` (``±41 points on TPU v5 lite``). The suite's and the audit's reports were
-recorded again then for the same band: runs differed from them only in tpu's
-``error_points`` and ``error_measured_on``, and so did their renderings. The demo's renderings
-were recorded again when the emulation's note came to say what tpu bounds ("not
-vendor-library algorithms or accumulation order (on tpu bounded by the chip's measured
-errors: ...)"): the report is the same.
+counted): before recording, the new run was checked equal to the recorded report but for tpu's
+tile-padding findings, their sums, the cost items they price and the demo's test lines after
+its longer padding comment; the suite's and the audit's reports did not change. The three
+renderings were recorded again for the totals' note naming the two padding figures. A device's
+``compiler`` (the libtpu installed, where one is) is the machine's, not compared. The demo's
+report was recorded again when an emulation came to carry the chip's measured bounds (issue 49:
+its one emulated check's ``emulated.bounded``, ``emulated.bounds_from`` and
+``emulated_bounds``, the check still a match): before recording, the new run was checked equal
+to the recorded report without those keys; of its renderings only the Markdown changed (the
+emulation table's ``may differ`` column). The demo's report and renderings were recorded again
+when issue 49's two halves were merged: a run then differed from the recorded report only by
+the TPU host work's intended changes (the demo's own tpu tolerance,
+``config.tolerance.tpu.float32``; its direct calls under ``jax.default_device``, which move
+three of ``test_models.py``'s lines and add one call through the hook, 113; and tpu's error
+band measured on the chip, ``error_points`` 41 and ``error_measured_on`` "TPU v5 lite", in
+place of cpu's 37), its emulated bounds kept; the terminal, Markdown and HTML renderings show
+the tpu band as ``[ESTIMATED ±41]`` (``±41 points on TPU v5 lite``). The suite's and the
+audit's reports were recorded again then for the same band: runs differed from them only in
+tpu's ``error_points`` and ``error_measured_on``, and so did their renderings. The demo's
+renderings were recorded again when the emulation's note came to say what tpu bounds ("not
+vendor-library algorithms or accumulation order (on tpu bounded by the chip's measured errors:
+...)"): the report is the same.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is
