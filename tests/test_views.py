@@ -817,7 +817,15 @@ def test_the_kernel_column_is_cut_only_where_the_line_has_no_room_and_never_at_v
     default = render_text(deep, DisplayOptions(verbosity=0, details="all"))
     assert label not in default  # a 40-character site leaves it less room: cut with …
     assert all(len(line) <= 100 for line in default.splitlines())
-    assert label in render_text(deep, DisplayOptions(verbosity=1))
+    # -v keeps it whole: what the column has no room for goes on a line of its own under it
+    # (issue 50: wrapping the row put the time column under the site).
+    verbose = render_text(deep, DisplayOptions(verbosity=1)).splitlines()
+    at = next(i for i, line in enumerate(verbose) if line.lstrip().startswith("…_name/"))
+    assert "convolution-relayout" in verbose[at]
+    assert "…" not in verbose[at].split("conv.py:24")[1]
+    assert verbose[at].rstrip().endswith("2     —")  # the row's own columns stay on its line
+    assert verbose[at + 1].strip() == "(relayout)"
+    assert all(len(line) <= 100 for line in verbose)
 
 
 def test_layer_lines_at_the_default_verbosity_end_on_whole_clauses() -> None:
