@@ -134,6 +134,38 @@ UNCOUNTED_OPS = frozenset(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledMemory:
+    """What a compiled program holds in device memory, in bytes, as its compiler counted
+    (``compiled.memory_analysis()``): its arguments, outputs (less those aliased to an
+    argument), scratch (``temp``) and machine code, as laid out on the device (padded to its
+    tiles)."""
+
+    argument: int
+    output: int
+    temp: int
+    alias: int = 0
+    generated_code: int = 0
+
+    FIELDS = ("argument", "output", "temp", "alias", "generated_code")
+
+    @classmethod
+    def from_stats(cls, stats: Mapping[str, object]) -> CompiledMemory:
+        """From ``CompiledMemoryStats``' fields (``argument_size_in_bytes``, ...) or this
+        class's own (``argument``, ...); raises ``ValueError`` for anything but whole
+        numbers."""
+        values: dict[str, int] = {}
+        for name in cls.FIELDS:
+            value = stats.get(name, stats.get(f"{name}_size_in_bytes", 0))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"not a byte count: {name} = {value!r:.80}")
+            values[name] = value
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Program:
     """The ops of every function of a module (nested regions flattened into their function).
 
@@ -149,6 +181,8 @@ class Program:
     """What JAX warned while pytest-jaxport lowered it for a platform not present here
     (``DeprecationWarning: ...``, each once): kept with the program, so a run that reads it
     from the lowered cache says what the run that lowered it heard."""
+    memory: CompiledMemory | None = None
+    """A compiled program's memory as its compiler counted it, where it said (libtpu)."""
 
 
 def kernel_label(*, layer: str, name: str, kind: str, library: str | None) -> str:
@@ -562,6 +596,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
         "entry": program.entry,
         **({"partitions": program.partitions} if program.partitions != 1 else {}),
         **({"warnings": list(program.warnings)} if program.warnings else {}),
+        **({"memory": program.memory.to_dict()} if program.memory is not None else {}),
         "functions": {
             name: [[s.op, s.target, s.location, s.flops, s.bytes, *_multiplicity(s)] for s in sites]
             for name, sites in program.functions.items()
@@ -596,11 +631,15 @@ def program_from_dict(data: Mapping[str, Any]) -> Program:
     warnings = data.get("warnings", [])
     if not isinstance(warnings, list):
         raise ValueError(f"not a list of warnings: {warnings!r:.80}")
+    memory = data.get("memory")
+    if memory is not None and not isinstance(memory, Mapping):
+        raise ValueError(f"not a memory count: {memory!r:.80}")
     return Program(
         entry=str(data["entry"]),
         functions=functions,
         partitions=partitions,
         warnings=tuple(str(w) for w in warnings),
+        memory=None if memory is None else CompiledMemory.from_stats(memory),
     )
 
 

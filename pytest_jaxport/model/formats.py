@@ -209,11 +209,15 @@ class Device:
     generation: str = ""
     name: str = ""
     """What reports call it (``NVIDIA H100``); the generation where empty."""
+    topology: str = ""
+    """The slice a partitioned program compiles for (``2x2`` of ``tpu = "v5e:2x2"``); empty:
+    the generation's smallest with enough devices."""
 
     def __str__(self) -> str:
+        generation = f"{self.generation}:{self.topology}" if self.topology else self.generation
         if self.name:
-            return f"{self.name} ({self.generation})" if self.generation else self.name
-        return self.generation or self.platform
+            return f"{self.name} ({generation})" if generation else self.name
+        return generation or self.platform
 
 
 DEFAULT_DEVICES: Mapping[str, Device] = {
