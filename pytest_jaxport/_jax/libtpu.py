@@ -104,8 +104,11 @@ def installed_pair() -> tuple[str, str | None, str | None]:
 
 def installed_verdict() -> PairVerdict:
     """Whether the installed pair compiles together, read from package metadata (nothing is
-    loaded): :func:`pytest_jaxport.model.libtpu.pair_verdict`."""
+    loaded): :func:`pytest_jaxport.model.libtpu.pair_verdict`; to be probed where
+    ``TPU_LIBRARY_PATH`` names a ``libtpu.so`` of its own (JAX loads that one)."""
     jax, libtpu, pinned = installed_pair()
+    if os.environ.get("TPU_LIBRARY_PATH") and libtpu is not None:
+        return PairVerdict()  # a libtpu.so of its own: its release is not the package's
     return pair_verdict(jax, libtpu, pinned=pinned)
 
 

@@ -98,8 +98,21 @@ def _libtpu_target(topology: Topology, libtpu_version: str) -> str:
             repr(topology.host_bounds),
             f"libtpu {libtpu_version}",
             os.environ.get("LIBTPU_INIT_ARGS", ""),
+            _library_file(os.environ.get("TPU_LIBRARY_PATH", "")),
         )
     )
+
+
+def _library_file(path: str) -> str:
+    """A ``libtpu.so`` named in place of the package's (``TPU_LIBRARY_PATH``): its path,
+    size and time, so that another build is another key."""
+    if not path:
+        return ""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return path
+    return f"{path} {found.st_size} {found.st_mtime_ns}"
 
 
 def roofline(platform: str, settings: CompileSettings) -> Callable[[OpSite, str], float]:
@@ -294,14 +307,29 @@ class CompiledLevel:
         if failure.stage != "compile":
             return f"{failure} [tpu {topology.name}]"
         said = compiler_said(str(failure))
-        line = self._kernel_line(program, said.reason) or self._suspected_line(said.frames)
-        line = line or caller
+        line = (
+            self._named_line(said.locations)
+            or self._kernel_line(program, said.reason)
+            or self._suspected_line(said.frames)
+            or caller
+        )
         return f"{said.reason} (at {line})" if line is not None else said.reason
 
+    def _named_line(self, locations: Sequence[str]) -> SourceLocation | None:
+        """The first user's line among the MLIR locations a compiler's error names (Mosaic
+        names the kernel's op it could not compile)."""
+        own = self._placement.own_packages
+        for text in locations:
+            found = parse_location(text, own)
+            if found is not None and not is_library_file(found.file, own):
+                return self._placement.shown_location(found)
+        return None
+
     def _kernel_line(self, program: Program, reason: str) -> SourceLocation | None:
-        """A Mosaic kernel's line, for Mosaic's own errors: the first ``tpu_custom_call``
-        of ``program`` with a line of the user's."""
-        if "Mosaic" not in reason:
+        """A Mosaic kernel's line, for an error about one (Mosaic's own, or one that names
+        its custom call: VMEM exhaustion): the first ``tpu_custom_call`` of ``program`` with
+        a line of the user's."""
+        if "Mosaic" not in reason and MOSAIC_TARGET not in reason:
             return None
         for sites in program.functions.values():
             for site in sites:

@@ -502,9 +502,10 @@ def _must_lower(check: str, result: PlatformProbe, budget: Budget) -> list[Viola
             else "compile" if failure is refused
             else "compile or run"
         )  # fmt: skip
+        level = "compiled" if failure is refused else "lowered"
         return [Violation(check=check, platform=budget.platform, key="must_lower",
                           limit=must.value, origin=must.origin, found=f"fails to {stage}",
-                          what=stage, details=(failure,))]  # fmt: skip
+                          what=stage, level=level, details=(failure,))]  # fmt: skip
     if (
         result.formats is not None
         and result.formats.not_compiling

@@ -80,8 +80,8 @@ CRASHING: tuple[Crash, ...] = (
     Crash(
         jax_from="0.9.2",
         libtpu_before="0.0.18",
-        what="a segmentation fault in xla::ifrt::PjRtTopology::GetDefaultLayout() as the "
-        "topology is made (measured: jax 0.9.2 to 0.12.1 with libtpu 0.0.17.1)",
+        what="a segmentation fault in xla::ifrt::PjRtTopology::GetDefaultLayout() as jax.jit "
+        "compiles for its topology (measured: jax 0.9.2 to 0.12.1 with libtpu 0.0.17.1)",
     ),
 )
 """Pairs measured to crash the process that loads libtpu (research §1c)."""
@@ -159,8 +159,8 @@ def pair_verdict(jax: str, libtpu: str | None, *, pinned: str | None) -> PairVer
             crash.libtpu_before
         ):
             return PairVerdict(
-                problem=f"libtpu {libtpu} crashes the process that loads it with jax {jax} "
-                f"({crash.what}): {install_line(jax, pinned)}"
+                problem=f"libtpu {libtpu} is measured to crash jax {jax} ({crash.what}): "
+                f"{install_line(jax, pinned)}"
             )
     return PairVerdict()
 
@@ -302,16 +302,19 @@ class ModuleCompiler(Protocol):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompilerSaid:
     """A compiler's error, cleaned: its ``reason`` (the message without the C++ stack
-    addresses and the HLO metadata JAX prints) and the Python frames it suspects
-    (``(file, line)``, innermost first)."""
+    addresses, the HLO metadata and the MLIR locations it prints, and JAX's invitation to
+    report a bug), the MLIR locations it names (``loc(...)``, as Mosaic names a kernel's op)
+    and the Python frames it suspects (``(file, line)``, innermost first)."""
 
     reason: str
+    locations: tuple[str, ...] = ()
     frames: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
 
 _STACK_LINE = re.compile(r"^\s*@\s+0x[0-9a-fA-F]+.*$", re.MULTILINE)
 _INLINE_STACK = re.compile(r":?\s+@\s+0x[0-9a-fA-F]+\s.*", re.DOTALL)
 _METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
+_BUG_REPORT = re.compile(r"Please report a bug at:?\s*\S+")
 _SUSPECTED = re.compile(r"^\s*(?P<file>\S.*?):(?P<line>\d+)(?::\d+)?\s+\[", re.MULTILINE)
 
 
@@ -326,9 +329,35 @@ def compiler_said(message: str) -> CompilerSaid:
     """
     head, _, suspected = message.partition("Suspected Python Code Location:")
     head = _INLINE_STACK.sub("", _STACK_LINE.sub("", head))
-    head = _METADATA.sub("", head)
+    head = _METADATA.sub("", _BUG_REPORT.sub("", head))
+    locations: list[str] = []
+    while (start := head.find("loc(")) >= 0:
+        end = _closing(head, start + 3)
+        locations.append(head[start:end])
+        before = head[:start].rstrip()
+        if before.endswith("at location:"):
+            before = before.removesuffix("at location:").rstrip()
+        head = f"{before} {head[end:].lstrip()}"
     reason = " ".join(head.split()).rstrip(":; ")
     frames = tuple(
         (found.group("file"), int(found.group("line"))) for found in _SUSPECTED.finditer(suspected)
     )
-    return CompilerSaid(reason=reason[:1000], frames=frames)
+    return CompilerSaid(reason=reason[:1000], locations=tuple(locations), frames=frames)
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index after the parenthesis that closes the one at ``opening`` (quoted text
+    skipped); the text's end where it never closes."""
+    depth = 0
+    quoted = False
+    for index in range(opening, len(text)):
+        char = text[index]
+        if char == '"' and text[index - 1] != "\\":
+            quoted = not quoted
+        elif not quoted and char == "(":
+            depth += 1
+        elif not quoted and char == ")":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return len(text)
