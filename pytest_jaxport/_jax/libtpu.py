@@ -107,9 +107,27 @@ def installed_verdict() -> PairVerdict:
     loaded): :func:`pytest_jaxport.model.libtpu.pair_verdict`; to be probed where
     ``TPU_LIBRARY_PATH`` names a ``libtpu.so`` of its own (JAX loads that one)."""
     jax, libtpu, pinned = installed_pair()
-    if os.environ.get("TPU_LIBRARY_PATH") and libtpu is not None:
+    if libtpu is not None and foreign_library() is not None:
         return PairVerdict()  # a libtpu.so of its own: its release is not the package's
     return pair_verdict(jax, libtpu, pinned=pinned)
+
+
+def foreign_library() -> str | None:
+    """The ``libtpu.so`` ``TPU_LIBRARY_PATH`` names in place of the installed package's (JAX
+    loads that one), or ``None`` where it names none or the package's own (JAX sets it so
+    once it has loaded libtpu)."""
+    named = os.environ.get("TPU_LIBRARY_PATH")
+    if not named:
+        return None
+    import importlib.util
+
+    spec = importlib.util.find_spec("libtpu")  # finds the package; loads nothing
+    locations = spec.submodule_search_locations if spec is not None else None
+    for folder in locations or ():
+        own = Path(folder) / "libtpu.so"
+        if own.exists() and Path(named).resolve() == own.resolve():
+            return None
+    return named
 
 
 def probe(time_limit: float = START_LIMIT) -> str | None:

@@ -8,6 +8,7 @@ through the compiled cache (:class:`CompiledLevel`), and an op's estimated secon
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +27,7 @@ from pytest_jaxport.model.census import (
     SourceLocation,
     is_library_file,
     parse_location,
+    placed_sites,
     take_census,
 )
 from pytest_jaxport.model.cost import kernel_seconds, peak_for
@@ -98,7 +100,7 @@ def _libtpu_target(topology: Topology, libtpu_version: str) -> str:
             repr(topology.host_bounds),
             f"libtpu {libtpu_version}",
             os.environ.get("LIBTPU_INIT_ARGS", ""),
-            _library_file(os.environ.get("TPU_LIBRARY_PATH", "")),
+            _library_file(libtpu.foreign_library() or ""),
         )
     )
 
@@ -279,7 +281,9 @@ class CompiledLevel:
                     settings=libtpu.jax_settings(),
                 )
             except libtpu.CompileFailure as failure:
-                said = self._failure(failure, program, topology, caller)
+                named = re.search(r"module @([\w.$-]+)", module)
+                name = named.group(1) if named else program.entry
+                said = self._failure(failure, program, name, topology, caller)
                 raise lowering.LoweringFailure(said, stage=failure.stage) from None
             return _Produced(text=made.hlo, memory=made.memory)
 
@@ -291,6 +295,7 @@ class CompiledLevel:
         self,
         failure: libtpu.CompileFailure,
         program: Program,
+        name: str,
         topology: Topology,
         caller: SourceLocation | None,
     ) -> str:
@@ -301,7 +306,7 @@ class CompiledLevel:
             at = f" (checking at {caller})" if caller is not None else ""
             return (
                 f"compile exceeded {self._compile.compile_time_limit:g} s on tpu "
-                f"({topology.name}) compiling {program.entry}{at}: the run went on without "
+                f"({topology.name}) compiling {name}{at}: the run went on without "
                 "its compiled census; raise [tool.jaxport] compile_time_limit to wait longer"
             )
         if failure.stage != "compile":
@@ -309,8 +314,8 @@ class CompiledLevel:
         said = compiler_said(str(failure))
         line = (
             self._named_line(said.locations)
-            or self._kernel_line(program, said.reason)
             or self._suspected_line(said.frames)
+            or self._op_line(program, said.reason)
             or caller
         )
         return f"{said.reason} (at {line})" if line is not None else said.reason
@@ -325,18 +330,22 @@ class CompiledLevel:
                 return self._placement.shown_location(found)
         return None
 
-    def _kernel_line(self, program: Program, reason: str) -> SourceLocation | None:
-        """A Mosaic kernel's line, for an error about one (Mosaic's own, or one that names
-        its custom call: VMEM exhaustion): the first ``tpu_custom_call`` of ``program`` with
-        a line of the user's."""
-        if "Mosaic" not in reason and MOSAIC_TARGET not in reason:
-            return None
-        for sites in program.functions.values():
-            for site in sites:
-                if site.target == MOSAIC_TARGET:
-                    found = parse_location(site.location, self._placement.own_packages)
-                    if found is not None:
-                        return self._placement.shown_location(found)
+    def _op_line(self, program: Program, reason: str) -> SourceLocation | None:
+        """The line of the first op of ``program`` (as lowered) that the compiler's reason
+        names: its custom call's target (``LuDecomposition``; a Mosaic kernel's
+        ``tpu_custom_call``, which VMEM exhaustion names), or its op (``FFT``,
+        ``dot_general``); a Mosaic error names none, and is its kernel's."""
+        words = {word.lower() for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", reason)}
+        mosaic = "Mosaic" in reason
+        for site, line in placed_sites(program, self._placement.own_packages):
+            custom = site.op.endswith("custom_call")
+            named = (
+                (custom and (site.target or "").lower() in words)
+                or (not custom and site.op.rpartition(".")[2].lower() in words - {"call"})
+                or (mosaic and site.target == MOSAIC_TARGET)
+            )
+            if named and line is not None:
+                return self._placement.shown_location(line)
         return None
 
     def _suspected_line(self, frames: Sequence[tuple[str, int]]) -> SourceLocation | None:
