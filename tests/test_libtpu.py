@@ -185,10 +185,21 @@ def test_the_compilers_reason_without_its_stack_and_with_the_lines_it_names() ->
 # -- end to end ------------------------------------------------------------------------------
 
 KERNELS = """
+import contextlib
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+
+
+@contextlib.contextmanager
+def x64():
+    jax.config.update("jax_enable_x64", True)  # jax.enable_x64 is jax 0.7 and later
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", False)
 
 
 def solve(a, b):
@@ -311,7 +322,7 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
         import jax
         import jax.numpy as jnp
         import pytest
-        from kernels import double, flat, solve, third
+        from kernels import double, flat, solve, third, x64
 
         @pytest.mark.portable
         def test_solve(jaxport):
@@ -319,7 +330,7 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
 
         @pytest.mark.portable
         def test_solve_f64(jaxport):
-            with jax.enable_x64(True):
+            with x64():
                 a = jnp.eye(64, dtype=jnp.float64) * 2.0
                 jaxport.check(solve, a, jnp.ones((64, 8), jnp.float64))
 
@@ -350,21 +361,21 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
         [
             "tpu: fails to compile (must_lower = [[]tpu[]], set in pyproject.toml "
             "[[]tool.jaxport.budget[]]); check 'solve', compiled",
-            "    JaxRuntimeError: UNIMPLEMENTED: Only F32 and C64 types are implemented in "
+            "    *RuntimeError: UNIMPLEMENTED: Only F32 and C64 types are implemented in "
             f"LuDecomposition; got shape f64[[]64,64[]] (at kernels.py:{solve})",
         ]
     )
     double = line_of("_double, out_shape") - 1  # the pallas_call
     first.stdout.fnmatch_lines(
         [
-            "    JaxRuntimeError: RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out "
-            f"of memory in memory space vmem *(at kernels.py:{double})",
+            "    *RuntimeError: RESOURCE_EXHAUSTED: *Ran out of memory in memory space vmem "
+            f"*(at kernels.py:{double})",
         ]
     )
     first.stdout.fnmatch_lines(
         [
-            "    JaxRuntimeError: INTERNAL: Mosaic failed to compile TPU kernel: *unsupported "
-            'shape cast The MLIR operation involved: %3 = "tpu.reshape"* '
+            "    *RuntimeError: INTERNAL: Mosaic failed to compile TPU kernel: *unsupported "
+            "shape cast The MLIR operation involved: * "
             f"(at kernels.py:{line_of('.reshape(15)')})",
         ]
     )
@@ -418,11 +429,11 @@ def test_a_compile_past_the_time_limit_is_a_finding_and_the_run_goes_on(
         import jax
         import jax.numpy as jnp
         import pytest
-        from kernels import cumsum, solve
+        from kernels import cumsum, solve, x64
 
         @pytest.mark.portable
         def test_slow(jaxport):
-            with jax.enable_x64(True):
+            with x64():
                 jaxport.check(cumsum, jnp.ones(4096, jnp.float64))
 
         @pytest.mark.portable(must_lower=["tpu"])
@@ -522,9 +533,12 @@ def test_the_audit_compiles_tpu_and_counts_the_runtimes_routines(
         if c["platforms"]["tpu"]["compiled"] is not None
     ]
     assert any(c["libraries"] == {"libtpu": 1} for c in compiled)
-    eigh = next(c for c in compiled if c["libraries"])
-    assert eigh["kernels"][0]["name"] == "EighTpu"
-    assert eigh["kernels"][0]["location"] == "test_tpu.py:6"
+    eigh = next(c for c in audit["computations"] if c["platforms"]["tpu"]["compiled"]["libraries"])
+    kernel = eigh["platforms"]["tpu"]["compiled"]["kernels"][0]
+    assert kernel["name"] == "EighTpu"
+    # at the line the lowered census places the same computation's solver (cpu's LAPACK call)
+    assert kernel["location"] == eigh["platforms"]["cpu"]["lowered"]["kernels"][0]["location"]
+    assert kernel["location"].startswith("test_tpu.py:")
 
 
 @needs_libtpu

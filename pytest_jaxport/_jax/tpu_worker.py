@@ -125,7 +125,7 @@ class _Compiler:
             )
             with self._mlir.make_ir_context():
                 parsed = self._ir.Module.parse(module)
-                executable = self._compile_unloaded(chosen, parsed, options)
+                executable = self._compile_unloaded(chosen, parsed, module, options)
             text = executable.hlo_modules()[0].to_string()
         except Exception as error:  # the compiler's refusal: the finding
             return {"ok": False, "stage": "compile", "error": _error(error)}
@@ -145,13 +145,17 @@ class _Compiler:
             "seconds": seconds,
         }
 
-    def _compile_unloaded(self, devices: list[Any], module: Any, options: Any) -> Any:
+    def _compile_unloaded(
+        self, devices: list[Any], parsed: Any, module: bytes, options: Any
+    ) -> Any:
+        """The compile-only client's executable: of the parsed module (jax 0.7 and later),
+        or of its bytes (jax 0.6 takes serialized StableHLO only)."""
         client = devices[0].client
+        device_list = self._xla_client.DeviceList(tuple(devices))
         try:
-            device_list = self._xla_client.DeviceList(tuple(devices))
+            return client.compile(parsed, executable_devices=device_list, compile_options=options)
+        except TypeError:
             return client.compile(module, executable_devices=device_list, compile_options=options)
-        except TypeError:  # jax before 0.7: the devices are the compile options' assignment
-            return client.compile(module, options)
 
 
 def _libtpu_version() -> str:

@@ -63,6 +63,15 @@ class CompileStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Where:
+    """Where a compiled census's kernels are placed (:meth:`Placement.relative`)."""
+
+    caller: SourceLocation | None = None
+    at_caller: bool = False
+    source: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Produced:
     """What one compile gave: the optimized HLO, whether it was an executable numerics had
     built (``reused``), and the compiler's memory count where it gave one."""
@@ -159,14 +168,18 @@ class CompiledLevel:
         *,
         traced: Any = None,
         caller: SourceLocation | None = None,
+        at_caller: bool = False,
+        source: SourceLocation | None = None,
     ) -> PlatformProbe:
         """``result`` with its compiled census (or why compiling failed); never raises.
 
         ``fn`` (with ``args`` and ``kwargs``) is the checked function, ``None`` for an
         audited computation: then only the lowered module compiles (tpu's, through libtpu).
         ``traced`` lowers the program again where its host callbacks must compile;
-        ``caller``, the check's line, is where a compile that found no line of its own is
-        said to be."""
+        ``caller``, ``at_caller`` and ``source`` place its kernels as the lowered census's
+        (:meth:`Placement.relative`), and ``caller``, the check's line, is where a compile
+        error that names no line of its own is said to be."""
+        where = _Where(caller=caller, at_caller=at_caller, source=source)
 
         platform = result.platform
         try:
@@ -195,13 +208,15 @@ class CompiledLevel:
                 return _Produced(text=text)
 
             found = self._census_of(
-                platform, module, f"device:{kind}", "", {}, compile_here,
+                platform, module, f"device:{kind}", "", {}, compile_here, where,
             )  # fmt: skip
             found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
         elif platform == "cuda" and fn is not None:
-            found = self._deviceless(platform, module, fn, args, kwargs, {}, lowered, program)
+            found = self._deviceless(
+                platform, module, fn, args, kwargs, {}, lowered, program, where
+            )
         elif self._compile.tpu_compiler is not None and platform == "tpu":
-            found = self._libtpu(platform, module, lowered, program, traced, caller)
+            found = self._libtpu(platform, module, lowered, program, traced, where)
         else:
             return result
         result = replace(
@@ -214,7 +229,7 @@ class CompiledLevel:
         )
         if platform == "cuda" and self._compile.what_if_no_vendor and fn is not None:
             what_if = self._deviceless(
-                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program
+                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program, where
             )
             result = replace(result, what_if_no_vendor=what_if.census)
         return result
@@ -229,6 +244,7 @@ class CompiledLevel:
         options: Mapping[str, object],
         lowered: Any,
         program: Program,
+        where: _Where,
     ) -> _Compiled:
 
         target_config = self._compile.target_config
@@ -242,7 +258,7 @@ class CompiledLevel:
             return _Produced(text=text)
 
         found = self._census_of(
-            platform, module, "deviceless", target_config, options, compile_deviceless
+            platform, module, "deviceless", target_config, options, compile_deviceless, where
         )
         return replace(found, deviceless=True, target=self._compile.target)
 
@@ -253,7 +269,7 @@ class CompiledLevel:
         lowered: Any,
         program: Program,
         traced: Any,
-        caller: SourceLocation | None,
+        where: _Where,
     ) -> _Compiled:
         """The compiled census of ``platform`` (tpu) for its configured device, compiled by
         libtpu in its worker (:mod:`pytest_jaxport._jax.libtpu`), deviceless."""
@@ -283,12 +299,12 @@ class CompiledLevel:
             except libtpu.CompileFailure as failure:
                 named = re.search(r"module @([\w.$-]+)", module)
                 name = named.group(1) if named else program.entry
-                said = self._failure(failure, program, name, topology, caller)
+                said = self._failure(failure, program, name, topology, where.caller)
                 raise lowering.LoweringFailure(said, stage=failure.stage) from None
             return _Produced(text=made.hlo, memory=made.memory)
 
         target = _libtpu_target(topology, self._compile.libtpu)
-        found = self._census_of(platform, module, "deviceless", target, {}, compile_libtpu)
+        found = self._census_of(platform, module, "deviceless", target, {}, compile_libtpu, where)
         return replace(found, deviceless=True, target=topology.name)
 
     def _failure(
@@ -363,6 +379,7 @@ class CompiledLevel:
         target_config: str,
         options: Mapping[str, object],
         produce: Callable[[], _Produced],
+        where: _Where,
     ) -> _Compiled:
         """The compiled census: from the cache, else from ``produce()``. The compiler's
         refusal (a ``compile`` failure) is kept too: the same module fails the same way."""
@@ -413,5 +430,11 @@ class CompiledLevel:
             seconds=roofline(platform, self._compile),
             own=self._placement.own_packages,
         )
-        formats = self._placement.formats(program, platform, level="compiled")
-        return _Compiled(census=self._placement.relative(census), formats=formats)
+        formats = self._placement.formats(
+            program, platform, level="compiled", caller=where.caller, at_caller=where.at_caller,
+            source=where.source,
+        )  # fmt: skip
+        placed = self._placement.relative(
+            census, where.caller, at_caller=where.at_caller, source=where.source
+        )
+        return _Compiled(census=placed, formats=formats)

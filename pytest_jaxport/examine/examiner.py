@@ -262,7 +262,7 @@ class Examiner:
                     results[platform] = self.compiled.compiled(
                         results[platform], fn, found.lowered[platform], programs[platform],
                         tuple(args), kwargs or {}, ran.built.get(platform), tuple(present), keyed,
-                        traced=traced, caller=caller,
+                        traced=traced, caller=caller, at_caller=at_caller, source=source,
                     )  # fmt: skip
         for platform, result in results.items():
             with self.stage(stage.share(platform)):
