@@ -14,6 +14,7 @@ import re
 import textwrap
 from typing import Any
 
+import jax
 import pytest
 from helpers import esc
 
@@ -28,13 +29,16 @@ from pytest_jaxport.model.libtpu import (
     pinned_libtpu,
     topology_for,
 )
-from pytest_jaxport.model.platforms import DESCRIPTIONS
+from pytest_jaxport.model.platforms import DESCRIPTIONS, release
 
 LIBTPU = libtpu.installed("libtpu")
 needs_libtpu = pytest.mark.skipif(
     LIBTPU is None, reason='libtpu is not installed (pip install "pytest-jaxport[tpu]")'
 )
 without_libtpu = pytest.mark.skipif(LIBTPU is not None, reason="libtpu is installed here")
+UNPLACED = LIBTPU is not None and release(LIBTPU) < release("0.0.37")
+"""libtpu 0.0.17 (jax 0.6.2's) keeps no metadata on the runtime's calls: a compiled census
+places them at the check's line (as a lowered census places kernels without a line)."""
 
 
 # -- the pair, judged before anything loads libtpu -------------------------------------------
@@ -379,14 +383,15 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
             f"(at kernels.py:{line_of('.reshape(15)')})",
         ]
     )
+    routines = "test_tpu.py:8" if UNPLACED else f"kernels.py:{solve}"
     first.stdout.fnmatch_lines(
         [
             "  tpu   vendor   3  custom   0  (libtpu 3)  [[]compiled deviceless v5e:1x1[]]",
             "*",
             "*",
-            f"    tpu: vendor InvertDiagBlocksLowerTriangular (libtpu) at kernels.py:{solve}",
-            f"    tpu: vendor InvertDiagBlocksUpperTriangular (libtpu) at kernels.py:{solve}",
-            f"    tpu: vendor LuDecompositionBlock (libtpu) at kernels.py:{solve}",
+            f"    tpu: vendor InvertDiagBlocksLowerTriangular (libtpu) at {routines}",
+            f"    tpu: vendor InvertDiagBlocksUpperTriangular (libtpu) at {routines}",
+            f"    tpu: vendor LuDecompositionBlock (libtpu) at {routines}",
             "    tpu: lowered predicted no vendor or custom calls; compiled: libtpu 3",
         ]
     )
@@ -404,6 +409,7 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
     assert checks["test_solve"]["compiled"]["target"] == "v5e:1x1"
     assert checks["test_kernel"]["compiled"]["custom"] == 1
     assert checks["test_solve_f64"]["compiled"] is None
+    jax.clear_caches()  # jax 0.6 would reuse the first run's traces (and their lines)
     second = pytester.runpytest("-p", "no:randomly", "--jaxport-report=r2.json")
     second.assert_outcomes(passed=2, failed=3)
     second.stdout.fnmatch_lines(["jaxport: compiled cache 5 hits, 0 misses *"])
@@ -536,9 +542,10 @@ def test_the_audit_compiles_tpu_and_counts_the_runtimes_routines(
     eigh = next(c for c in audit["computations"] if c["platforms"]["tpu"]["compiled"]["libraries"])
     kernel = eigh["platforms"]["tpu"]["compiled"]["kernels"][0]
     assert kernel["name"] == "EighTpu"
-    # at the line the lowered census places the same computation's solver (cpu's LAPACK call)
-    assert kernel["location"] == eigh["platforms"]["cpu"]["lowered"]["kernels"][0]["location"]
-    assert kernel["location"].startswith("test_tpu.py:")
+    # at the line the lowered census places the same computation's solver (cpu's LAPACK
+    # call); libtpu 0.0.17 keeps no metadata on the runtime's calls: the caller's line then
+    lowered = eigh["platforms"]["cpu"]["lowered"]["kernels"][0]["location"]
+    assert kernel["location"] == ("test_tpu.py:9" if UNPLACED else lowered)
 
 
 @needs_libtpu
