@@ -178,7 +178,11 @@ class TpuCompiler:
     # -- the worker's life ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the worker without waiting for it (it imports JAX while tests run)."""
+        """Start the worker without waiting for it (it imports JAX while tests run); not on
+        a TPU host, whose checks compile on the chip (a compile there that asks for the
+        worker, an audited computation's, starts it)."""
+        if tpu_chips_attached():
+            return
         with self._lock:
             self._spawn()
 
