@@ -14,10 +14,10 @@ start=$(date +%s)
 python3 -c "import jax, importlib.metadata as m; print(jax.__version__, m.version('libtpu'), jax.devices())" \
     > "$D/devices.txt" 2>&1
 rm -rf /tmp/tpu_chip_project && cp -r "$HERE/tpu_chip_project" /tmp/tpu_chip_project
-(cd /tmp/tpu_chip_project && timeout 100 python3 -m pytest -p no:cacheprovider -p no:randomly -q -rA \
+(cd /tmp/tpu_chip_project && timeout 90 python3 -m pytest -p no:cacheprovider -p no:randomly -q -rA \
     --jaxport-compile=tpu --jaxport-report="$D/onchip.json" > "$D/onchip.txt" 2>&1; echo "rc=$?" >> "$D/onchip.txt")
 echo "onchip done at $(( $(date +%s) - start )) s" >> "$D/times.txt"
-(cd "$HERE" && timeout 175 python3 tpu_chip.py chip --modules "$HERE/modules" --out "$D" --sizes small --deadline 150 \
+(cd "$HERE" && timeout 140 python3 tpu_chip.py chip --modules "$HERE/modules" --out "$D" --sizes small --deadline 110 \
     > "$D/chip.log" 2>&1; echo "rc=$?" >> "$D/chip.log")
 echo "chip done at $(( $(date +%s) - start )) s" >> "$D/times.txt"
 cd "$OUT" && tar czf tpu-chip.tar.gz tpu-chip && rm -rf tpu-chip
