@@ -655,3 +655,48 @@ def test_the_test_process_never_loads_libtpu_on_a_machine_without_a_tpu(
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*1 passed*"])
     result.stdout.fnmatch_lines(["*tpu   vendor   3  custom   0  (libtpu 3)  [[]compiled *"])
+
+
+def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off costs nothing: a check lowered for tpu without ``compile = ["tpu"]`` starts no
+    worker and loads no libtpu (with libtpu installed or not)."""
+    _project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        """,
+        """
+        import os
+        from pathlib import Path
+
+        import jax.numpy as jnp
+        import pytest
+        from kernels import solve
+
+        def workers():  # this process's children that run libtpu's worker
+            found = []
+            for proc in Path("/proc").glob("[0-9]*"):
+                try:
+                    command = (proc / "cmdline").read_bytes()
+                    parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == os.getpid() and b"tpu_worker.py" in command:
+                    found.append(proc.name)
+            return found
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(solve, jnp.eye(16) * 2.0, jnp.ones((16, 2)))
+            assert workers() == []
+            with open("/proc/self/maps") as maps:
+                assert "libtpu" not in maps.read()
+        """,
+    )
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # JAX's own look for a TPU loads libtpu
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*tpu   vendor   3  custom   0  (libtpu 3)  [[]lowered[]]*"])

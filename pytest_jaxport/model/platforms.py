@@ -51,7 +51,6 @@ def vendor(library: str, kind: str) -> Classification:
     return Classification(layer="vendor", library=library, kind=kind)
 
 
-XLA_LINALG = Classification(layer="xla", kind="compiler-linalg")
 TOPK = Classification(layer="xla", kind="topk")
 META = Classification(layer="meta", kind="annotation")
 
@@ -358,17 +357,34 @@ TPU = Platform(
     compile_targets=TPU_COMPILE_TARGETS,
     collectives="ici",
     ici_collectives=True,
-    # The TPU compiler's own linear algebra; no vendor libraries.
+    # The linear algebra JAX hands the TPU compiler, which compiles it into the TPU runtime's
+    # routines (libtpu's: LuDecompositionBlock, InvertDiagBlocks*Triangular, EighTpu,
+    # QrDecompositionBlock, CompactWyHelper, Cholesky; the compiled level's rows, in
+    # model/targets.py): counted as libtpu's at the lowered level too, so the two levels
+    # agree (70% of the fidelity corpus's small programs' dispatches, 3% as xla:
+    # benchmarks/results/fidelity-tpu-*.json).
+    ops={
+        "stablehlo.cholesky": vendor("libtpu", "cholesky"),
+        "stablehlo.triangular_solve": vendor("libtpu", "triangular-solve"),
+    },
     custom_calls={
-        "Eigh": XLA_LINALG,
-        "Qr": XLA_LINALG,
-        "LuDecomposition": XLA_LINALG,
-        "ProductOfElementaryHouseholderReflectors": XLA_LINALG,
+        "Eigh": vendor("libtpu", "eigh"),
+        "Qr": vendor("libtpu", "qr"),
+        "LuDecomposition": vendor("libtpu", "lu"),
+        "ProductOfElementaryHouseholderReflectors": vendor("libtpu", "qr"),
         "ApproxTopK": TOPK,
         "TopK": TOPK,
         "X64Combine": META,
         "X64SplitLow": META,
         "X64SplitHigh": META,
+    },
+    sources={
+        "libtpu": "the TPU runtime's routines in the optimized HLO of the lent TPU v5e and of "
+        "libtpu 0.0.42.1 / 0.0.52 deviceless, identical (shared/research/tpu.md §3a, §3c; "
+        "benchmarks/results/tpu-chip-compare-jax0102.json); JAX lowers linear algebra for "
+        "tpu to the custom calls Eigh, Qr, LuDecomposition and "
+        "ProductOfElementaryHouseholderReflectors and the ops cholesky and triangular_solve "
+        "(jax/_src/lax/linalg.py), which libtpu compiles into them",
     },
     # TPU chip versions as JAX names them (jax.experimental.pallas.tpu.ChipVersion).
     generations=_TPU_GENERATIONS,
