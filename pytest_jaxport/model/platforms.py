@@ -362,7 +362,7 @@ TPU = Platform(
     # QrDecompositionBlock, CompactWyHelper, Cholesky; the compiled level's rows, in
     # model/targets.py): counted as libtpu's at the lowered level too, so the two levels
     # agree (70% of the fidelity corpus's small programs' dispatches, 3% as xla:
-    # benchmarks/results/fidelity-tpu-*.json).
+    # benchmarks/fidelity_baseline.json, "tpu").
     ops={
         "stablehlo.cholesky": vendor("libtpu", "cholesky"),
         "stablehlo.triangular_solve": vendor("libtpu", "triangular-solve"),
