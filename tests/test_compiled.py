@@ -586,8 +586,8 @@ def test_compile_cuda_without_the_plugin_is_one_usage_error(
 @pytest.mark.parametrize(
     ("toml", "args", "expected"),
     [
-        ('compile = "cpu"', (), "*compile: expected a list of platforms (from cpu, cuda, tpu), found "
-         "string 'cpu'"),
+        ('compile = "cpu"', (), "*compile: expected a list of platforms (from cpu, cuda, tpu), "
+         "found string 'cpu'"),
         ('compile = ["rocm"]', (), "*compile: expected platforms from cpu, cuda, tpu, found "
          "string 'rocm' (rocm and oneapi are counted at the lowered level only)"),
         ('compile = ["cpu", "cpu"]', (), "*compile: expected each platform at most once*"),

@@ -22,7 +22,8 @@ def _third(x_ref, o_ref):
 
 def third(x):
     return pl.pallas_call(
-        _third, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        _third,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         compiler_params=pltpu.CompilerParams(),
     )(x)
 
