@@ -324,7 +324,7 @@ def compiler_said(message: str) -> CompilerSaid:
     >>> said = compiler_said('''JaxRuntimeError: UNIMPLEMENTED: Only F32 and C64 types are
     ... implemented in LuDecomposition; got shape f64[64,64]:     @     0x7f14  xla::X()
     ...     @     0x7f15  xla::Y()''')
-    >>> said.reason[-64:]
+    >>> said.reason[-62:]
     'types are implemented in LuDecomposition; got shape f64[64,64]'
     """
     head, _, suspected = message.partition("Suspected Python Code Location:")
