@@ -60,9 +60,9 @@ sys.path.insert(0, str(HERE))
 import fidelity_corpus as corpus  # noqa: E402
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-COMPARED = ("cpu", "cuda")
-"""Platforms whose lowered census is compared with a compiled one (rocm and tpu do not
-compile without their hardware)."""
+COMPARED = ("cpu", "cuda", "tpu")
+"""Platforms whose lowered census is compared with a compiled one (rocm does not compile
+without its hardware; cuda needs the CUDA plugin, tpu libtpu)."""
 
 OLD_PEAKS = {
     "cpu": (1e12, 100e9),
@@ -91,6 +91,20 @@ def _installed(name: str) -> str | None:
         return version(name)
     except PackageNotFoundError:
         return None
+
+
+def _tpu_compiler() -> tuple[str | None, Any]:
+    """libtpu's worker where the installed pair compiles for tpu, or why not (as
+    ``compile = ["tpu"]`` judges it: pinned or measured, else probed)."""
+    from pytest_jaxport._jax import libtpu
+
+    verdict = libtpu.installed_verdict()
+    problem = verdict.problem
+    if problem is None and verdict.probe:
+        problem = libtpu.probe()
+    if problem is not None:
+        return problem, None
+    return None, libtpu.TpuCompiler(time_limit=600)
 
 
 # -- the census comparison (pure) ------------------------------------------------------------
@@ -278,7 +292,10 @@ class Harness:
         repeats: int,
         target: str,
         share_platforms: Sequence[str] | None = None,
+        tpu_sizes: Sequence[str] = ("small",),
     ) -> None:
+        from dataclasses import replace
+
         from pytest_jaxport._jax import deviceless, lowering
         from pytest_jaxport.cache import CompileSettings
         from pytest_jaxport.model import gpu
@@ -295,11 +312,28 @@ class Harness:
         self.target = target
         self.target_config = gpu.load_target(target)
         self.cuda_problem = None if "cuda" in self.present else deviceless.cuda_plugin_problem()
-        compile_platforms = ("cpu",) if self.cuda_problem else ("cpu", "cuda")
+        self.tpu_problem, self.tpu_compiler = _tpu_compiler()
+        compile_platforms = (
+            "cpu",
+            *(() if self.cuda_problem else ("cuda",)),
+            *(() if self.tpu_problem else ("tpu",)),
+        )
         self.settings = CompileSettings(
-            platforms=compile_platforms, target=target, target_config=self.target_config
+            platforms=compile_platforms,
+            target=target,
+            target_config=self.target_config,
+            tpu_compiler=self.tpu_compiler,
+            libtpu=_installed("libtpu") or "",
         )
         self.config = ProjectConfig(platforms=PLATFORMS, compile=compile_platforms).resolve()
+        self.tpu_sizes = tuple(tpu_sizes)
+        """The sizes tpu compiles at (a large program compiles for minutes on 2 busy cores:
+        fft_filter/large ran past 120 s, results/tpu-chip-deviceless-both-sizes-*.json)."""
+        without_tpu = tuple(p for p in compile_platforms if p != "tpu")
+        self.without_tpu = (
+            replace(self.settings, platforms=without_tpu),
+            ProjectConfig(platforms=PLATFORMS, compile=without_tpu).resolve(),
+        )
 
         def classifier(platform: str, op: str, target: str | None) -> Any:
             return classify(platform, op, target)
@@ -315,16 +349,21 @@ class Harness:
         """Per measured program and platform: its flattened programs and measured layers,
         for the calibration (``--training``)."""
 
-    def check(self, fn: Callable[..., Any], args: tuple[Any, ...], gradient: bool) -> list[Any]:
+    def check(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], gradient: bool, size: str = "small"
+    ) -> list[Any]:
         """The plugin's own check: probes for ``fn`` (and its gradient)."""
         from pytest_jaxport.fixture import Jaxport
 
+        settings, config = (
+            (self.settings, self.config) if size in self.tpu_sizes else self.without_tpu
+        )
         jp = Jaxport(
-            config=self.config,
+            config=config,
             classifier=self.classifier,
             compiled_classifier=self.compiled_classifier,
             rootdir=REPO,
-            compile_settings=self.settings,
+            compile_settings=settings,
             profile=False,
         )
         with warnings.catch_warnings():
@@ -334,7 +373,7 @@ class Harness:
 
     def run(self, program: corpus.Program, size: str) -> list[dict[str, Any]]:
         fn, args = program.build(size)
-        probes = self.check(fn, args, program.gradient)
+        probes = self.check(fn, args, program.gradient, size)
         variants: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [("fwd", fn, args)]
         if program.gradient:
             grad = self.lowering.transformed(fn, "grad", args, {})
@@ -380,6 +419,12 @@ class Harness:
                         )
                 elif platform == "cuda" and self.cuda_problem:
                     entry["compile_error"] = f"not compiled here: {self.cuda_problem}"
+                elif platform == "tpu" and self.tpu_problem:
+                    entry["compile_error"] = f"not compiled here: {self.tpu_problem}"
+                elif platform == "tpu" and result.compile_error is None:
+                    entry["compile_error"] = (
+                        f"not compiled at this size (--tpu-sizes {','.join(self.tpu_sizes)})"
+                    )
                 else:
                     entry["compile_error"] = result.compile_error
             out[platform] = entry
@@ -847,6 +892,15 @@ def check_agreement(results: Mapping[str, Any], baseline_path: Path) -> list[str
     expected: dict[str, Mapping[str, Mapping[str, float]]] = {}
     if "programs" in entry:
         expected = {p: v for p, v in entry["programs"].items() if not (device and p == "cuda")}
+        compiled = results.get("compiled")
+        for platform in [p for p in expected if compiled is not None and p not in compiled]:
+            log(f"agreement: {platform} not compiled in this run: its baseline is not checked")
+            del expected[platform]
+        sizes = results.get("tpu_sizes")
+        if "tpu" in expected and sizes is not None:
+            expected["tpu"] = {
+                key: v for key, v in expected["tpu"].items() if key.split("/")[1] in sizes
+            }
     on_device = entry.get("devices", {}).get(device) if device else None
     if on_device:
         expected["cuda"] = on_device["programs"].get("cuda", {})
@@ -1144,6 +1198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-timing", action="store_true", help="counts and numerics only")
     parser.add_argument(
+        "--tpu-sizes",
+        default="small",
+        help="sizes tpu compiles at, through libtpu (default small: a large program compiles "
+        "for minutes on a busy 2-core machine)",
+    )
+    parser.add_argument(
         "--training",
         type=Path,
         metavar="FILE",
@@ -1190,9 +1250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=max(1, args.repeats),
         target=target,
         share_platforms=share_platforms or None,
+        tpu_sizes=[s.strip() for s in args.tpu_sizes.split(",") if s.strip()],
     )
     if harness.cuda_problem:
         log(f"cuda is not compiled here: {harness.cuda_problem}")
+    if harness.tpu_problem:
+        log(f"tpu is not compiled here: {harness.tpu_problem}")
     results: dict[str, Any] = {
         "environment": environment(),
         "model": shipped_model(),
@@ -1204,6 +1267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "rows": [],
         "complete": False,
+        "compiled": list(harness.settings.platforms),
+        "tpu_sizes": list(harness.tpu_sizes),
     }
 
     def save() -> None:
@@ -1250,6 +1315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, args.training)
         log(f"wrote the calibration's training set to {args.training}")
+    if harness.tpu_compiler is not None:
+        harness.tpu_compiler.close()
     results["environment"]["loadavg_end"] = list(os.getloadavg())
     results["complete"] = True
     if args.out:

@@ -37,6 +37,11 @@ from pathlib import Path
 
 from pytest_jaxport.model.census import Program, parse_location, program_from_dict, program_to_dict
 from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device
+from pytest_jaxport.model.libtpu import (
+    COMPILE_TARGETS,
+    DEFAULT_COMPILE_TIME_LIMIT,
+    ModuleCompiler,
+)
 from pytest_jaxport.version import __version__
 
 CACHE_NAME = "jaxport-compiled"
@@ -145,14 +150,17 @@ def code_fingerprint() -> str:
 def judged_by(settings: CompileSettings, *, rootdir: Path, own_packages: Sequence[str]) -> str:
     """A digest of everything besides the program that decides a census as an audit judges
     it: this package's code (:func:`code_fingerprint`), the GPU a cuda census prices and
-    judges for, each platform's device, the folder files are shown relative to, and the
-    packages whose lines count as the user's. A ``pytest_jaxport_classify`` hook is not
-    covered: with one registered, no judged census may be kept or read."""
+    judges for, the platforms compiled (and libtpu's release), each platform's device, the
+    folder files are shown relative to, and the packages whose lines count as the user's. A
+    ``pytest_jaxport_classify`` hook is not covered: with one registered, no judged census
+    may be kept or read."""
     parts = {
         "code": code_fingerprint(),
         "target": settings.target,
         "target_config": hashlib.sha256(settings.target_config.encode()).hexdigest(),
         "gpu_kind": settings.gpu_kind,
+        "compile": list(settings.platforms),
+        "libtpu": settings.libtpu,
         "devices": sorted((p, repr(d)) for p, d in settings.devices.items()),
         "rootdir": str(rootdir),
         "own_packages": list(own_packages),
@@ -269,7 +277,24 @@ class CompileSettings:
     cache: CompiledCache | None = None
     lowered_cache: CompiledCache | None = None
     """The lowered level's cache (platforms not present here); ``None`` when off."""
+    compile_time_limit: float = DEFAULT_COMPILE_TIME_LIMIT
+    """Seconds a compile without the device may take (``[tool.jaxport] compile_time_limit``)."""
+    tpu_compiler: ModuleCompiler | None = None
+    """libtpu's worker, where tpu compiles without a TPU (``compile = ["tpu"]``)."""
+    libtpu: str = ""
+    """The installed libtpu's version where tpu compiles (what the compiled program follows)."""
     devices: Mapping[str, Device] = field(default_factory=lambda: dict(DEFAULT_DEVICES))
     """The device each platform's formats-and-layout findings are judged for (cuda: the GPU
     ``target`` describes; rocm, tpu: ``[tool.jaxport] devices``), at every level, for checks
     and the audit alike."""
+
+    def described_kinds(self) -> dict[str, str]:
+        """The device kind a trace describes per platform, where JAX asks which device it
+        lowers for and none is here: the GPU ``target`` describes, the configured TPU's
+        (``TPU v6 lite`` for ``tpu = "v6e"``; only generations libtpu names have one)."""
+        kinds = {"cuda": self.gpu_kind} if self.gpu_kind else {}
+        tpu = self.devices.get("tpu")
+        target = COMPILE_TARGETS["tpu"].get(tpu.generation) if tpu is not None else None
+        if target is not None:
+            kinds["tpu"] = target.device_kind
+        return kinds

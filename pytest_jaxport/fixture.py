@@ -171,10 +171,10 @@ class Jaxport:
             pytest.fail(problem, pytrace=False)
         fn, args, kwargs = call.fn, call.args, call.kwargs
         wanted = self._transforms(check_name, transforms)
-        gpus = {"cuda": self._compile.gpu_kind} if self._compile.gpu_kind else None
+        described = self._compile.described_kinds()
         try:
             with self._examiner.stage(stages.TRACE):
-                traced = lowering.trace(fn, args, kwargs, gpus=gpus)
+                traced = lowering.trace(fn, args, kwargs, described=described)
         except lowering.Untraceable as e:
             self._untraced(check_name, e.untraced, wanted)
             return None
@@ -192,7 +192,7 @@ class Jaxport:
         unrunnable = self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
             with self._examiner.stage(stages.TRACE):
-                variant_traced = lowering.trace_variant(variant, gpus=gpus)
+                variant_traced = lowering.trace_variant(variant, described=described)
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
                 variant, variant.args, {}, variant_traced,

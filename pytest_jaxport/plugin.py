@@ -48,6 +48,7 @@ from pytest_jaxport.model.formats import (
     device_from_target_config,
 )
 from pytest_jaxport.model.gpu import described_kind, load_target
+from pytest_jaxport.model.libtpu import compile_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
@@ -56,6 +57,7 @@ from pytest_jaxport.view.display import add_display_options
 from pytest_jaxport.view.reporters import REPORTERS
 
 if TYPE_CHECKING:
+    from pytest_jaxport._jax.libtpu import TpuCompiler
     from pytest_jaxport.fixture import Jaxport
 
 SESSION = pytest.StashKey[JaxportSession]()
@@ -338,6 +340,11 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         return CompileSettings(
             cache=cache, lowered_cache=lowered_cache, gpu_kind=gpu_kind, devices=devices
         )
+    origin = (
+        "--jaxport-compile"
+        if config.getoption("jaxport_compile") is not None
+        else f"{project.source}: [tool.jaxport] compile"
+    )
     if "cuda" in project.compile:
         # compiling for cuda without a GPU: only then is JAX (and its CUDA plugin) loaded here
         from pytest_jaxport._jax import deviceless
@@ -345,12 +352,10 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         deviceless.prefer_deviceless()
         problem = deviceless.cuda_plugin_problem()
         if problem is not None:
-            origin = (
-                "--jaxport-compile"
-                if config.getoption("jaxport_compile") is not None
-                else f"{project.source}: [tool.jaxport] compile"
-            )
             raise ConfigError(f"{origin} lists cuda, but {problem}")
+    tpu_compiler = None
+    if "tpu" in project.compile:
+        tpu_compiler = _tpu_compiler(config, project, devices, origin)
     return CompileSettings(
         platforms=project.compile,
         target=project.target,
@@ -360,7 +365,47 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         cache=cache,
         lowered_cache=lowered_cache,
         devices=devices,
+        compile_time_limit=project.compile_time_limit,
+        tpu_compiler=tpu_compiler,
+        libtpu=_installed("libtpu") or "" if tpu_compiler is not None else "",
     )
+
+
+def _installed(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def _tpu_compiler(
+    config: pytest.Config, project: ProjectConfig, devices: dict[str, Device], origin: str
+) -> TpuCompiler:
+    """libtpu's worker for compiling tpu without a TPU, once the pair and the device are
+    known to compile (a usage error saying how to fix it where not). Nothing loads libtpu
+    here: the pair is judged from package metadata, or probed in a process of its own."""
+    # only with compile = ["tpu"] is JAX loaded here (to keep this process off libtpu)
+    from pytest_jaxport._jax import libtpu
+
+    device = devices["tpu"]
+    try:
+        compile_target("tpu", device.generation)
+    except ValueError as e:
+        raise ConfigError(
+            f"{origin} lists tpu, but [tool.jaxport] devices.tpu is {device}: {e} (choose "
+            "one of those, or leave tpu at the lowered level)"
+        ) from None
+    verdict = libtpu.installed_verdict()
+    if verdict.problem is not None:
+        raise ConfigError(f"{origin} lists tpu, but {verdict.problem}")
+    if verdict.probe and not hasattr(config, "workerinput"):  # the controller probed it
+        problem = libtpu.probe(time_limit=project.compile_time_limit)
+        if problem is not None:
+            raise ConfigError(f"{origin} lists tpu, but {problem}")
+    libtpu.prefer_cpu_backend()
+    return libtpu.TpuCompiler(time_limit=project.compile_time_limit)
 
 
 def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Device]:

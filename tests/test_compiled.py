@@ -587,10 +587,10 @@ def test_compile_cuda_without_the_plugin_is_one_usage_error(
 @pytest.mark.parametrize(
     ("toml", "args", "expected"),
     [
-        ('compile = "cpu"', (), "*compile: expected a list of platforms (from cpu, cuda), found "
-         "string 'cpu'"),
-        ('compile = ["rocm"]', (), "*compile: expected platforms from cpu, cuda, found string "
-         "'rocm' (rocm, tpu and oneapi are counted at the lowered level only)"),
+        ('compile = "cpu"', (), "*compile: expected a list of platforms (from cpu, cuda, tpu), "
+         "found string 'cpu'"),
+        ('compile = ["rocm"]', (), "*compile: expected platforms from cpu, cuda, tpu, found "
+         "string 'rocm' (rocm and oneapi are counted at the lowered level only)"),
         ('compile = ["cpu", "cpu"]', (), "*compile: expected each platform at most once*"),
         ('compile = ["cdua"]', (), "*found string 'cdua' (did you mean 'cuda'?)"),
         ("target = 3", (), "*target: expected a shipped GPU description*found int 3"),
@@ -598,7 +598,7 @@ def test_compile_cuda_without_the_plugin_is_one_usage_error(
         ('what_if_no_vendor = "yes"', (), "*what_if_no_vendor: expected a boolean*"),
         # a command-line value: pytest's usage error, validated where the option is declared
         ("", ("--jaxport-compile=gpu",), "*: error: argument --jaxport-compile: expected "
-         "platforms from cpu, cuda, found string 'gpu'*"),
+         "platforms from cpu, cuda, tpu, found string 'gpu'*"),
     ],
 )  # fmt: skip
 def test_malformed_compile_settings_are_usage_errors(

@@ -328,11 +328,11 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
         ({"devices": {"nvidia": "h100"}},
          "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),
         ({"compile": ["amd"]},
-         "[tool.jaxport] compile: expected platforms from cpu, cuda, found string 'amd' (AMD's "
-         "platform is rocm: rocm, tpu and oneapi are counted at the lowered level only)"),
+         "[tool.jaxport] compile: expected platforms from cpu, cuda, tpu, found string 'amd' "
+         "(AMD's platform is rocm: rocm and oneapi are counted at the lowered level only)"),
         ({"compile": ["gpu"]},
-         "[tool.jaxport] compile: expected platforms from cpu, cuda, found string 'gpu' (did you "
-         "mean 'cuda', NVIDIA's platform?)"),
+         "[tool.jaxport] compile: expected platforms from cpu, cuda, tpu, found string 'gpu' (did "
+         "you mean 'cuda', NVIDIA's platform?)"),
         ({"emulate": ["host"]},
          "[tool.jaxport] emulate: expected platforms from cuda, rocm, tpu, oneapi, found string "
          "'host' (the host's platform is cpu: cpu is executed, never emulated)"),

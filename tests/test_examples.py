@@ -127,15 +127,16 @@ OP_LIBRARY = {
              "fft": "cufft", "cholesky": "cusolver"},
     "rocm": {"dot_general": "hipblas", "triangular_solve": "hipblas", "convolution": "miopen",
              "fft": "hipfft", "cholesky": "hipsolver"},
-    "tpu": {},
+    "tpu": {"triangular_solve": "libtpu", "cholesky": "libtpu"},
 }  # fmt: skip
 TARGET_PREFIX_LIBRARY = {
     "cpu": {"lapack_": "lapack"},
     "cuda": {"cusolver_": "cusolver", "cu_": "jaxlib"},
     "rocm": {"hipsolver_": "hipsolver", "hip_": "jaxlib"},
-    "tpu": {},
-}
-TPU_COMPILER_TARGETS = {"LuDecomposition", "Qr", "Eigh", "ProductOfElementaryHouseholderReflectors"}
+    # the linear algebra libtpu compiles into the TPU runtime's routines
+    "tpu": {name: "libtpu" for name in
+            ("LuDecomposition", "Qr", "Eigh", "ProductOfElementaryHouseholderReflectors")},
+}  # fmt: skip
 NON_COMPUTE_TARGETS = {"AllocateBuffer"}  # jax 0.7-0.9's plgpu.kernel allocates its output so
 
 _FUNC = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@([\w.$-]+)")
@@ -150,8 +151,6 @@ def _classify(platform: str, kind: str, name: str) -> str | None:
     """'custom', a library name, or None (XLA's own)."""
     if kind == "op":
         return OP_LIBRARY[platform].get(name)
-    if platform == "tpu" and name in TPU_COMPILER_TARGETS:
-        return None
     if name in NON_COMPUTE_TARGETS:
         return None
     for prefix, library in TARGET_PREFIX_LIBRARY[platform].items():

@@ -30,8 +30,8 @@ def test_good_values_are_parsed_at_the_option() -> None:
         (platforms_option, "cpu,cpu", "expected each platform at most once, found array "
          "['cpu', 'cpu']"),
         (platforms_option, ",", "expected a non-empty list of platforms, found array []"),
-        (compile_option, "tpu", "expected platforms from cpu, cuda, found string 'tpu' (rocm, "
-         "tpu and oneapi are counted at the lowered level only)"),
+        (compile_option, "rocm", "expected platforms from cpu, cuda, tpu, found string 'rocm' "
+         "(rocm and oneapi are counted at the lowered level only)"),
         (emulate_option, "cpu", "expected platforms from cuda, rocm, tpu, oneapi, found string "
          "'cpu' (cpu is executed, never emulated)"),
         (report_path, "report.txt", "report.txt: expected a path ending in .json, .md, .html, "
@@ -55,7 +55,7 @@ def test_a_bad_value_is_refused_in_words_without_the_options_name(
         ("--jaxport-platforms=cpu,gpu", "argument --jaxport-platforms: unknown platform 'gpu' "
          "('gpu' is JAX's name for any GPU backend: *"),
         ("--jaxport-compile=rocm", "argument --jaxport-compile: expected platforms from cpu, "
-         "cuda, found string 'rocm' (rocm, tpu and oneapi are counted at the lowered level only)"),
+         "cuda, tpu, found string 'rocm' (rocm and oneapi are counted at the lowered level only)"),
         ("--jaxport-emulate=tpx", "argument --jaxport-emulate: expected platforms from cuda, "
          "rocm, tpu, oneapi, found string 'tpx' (did you mean 'tpu'?)"),
         ("--jaxport-report=r.txt", "argument --jaxport-report: r.txt: expected a path ending "

@@ -40,10 +40,19 @@ from pytest_jaxport.model.targets import (
         ("rocm", "stablehlo.custom_call", "__cudnn$convForward", "vendor", "miopen"),
         ("rocm", "stablehlo.custom_call", "__cublas$lt$matmul", "vendor", "hipblaslt"),
         ("tpu", "stablehlo.dot_general", None, "xla", None),
-        ("tpu", "stablehlo.cholesky", None, "xla", None),
-        ("tpu", "stablehlo.custom_call", "Eigh", "xla", None),
-        ("tpu", "stablehlo.custom_call", "LuDecomposition", "xla", None),
-        ("tpu", "stablehlo.custom_call", "ProductOfElementaryHouseholderReflectors", "xla", None),
+        # the linear algebra libtpu compiles into the TPU runtime's routines (issue 48)
+        ("tpu", "stablehlo.cholesky", None, "vendor", "libtpu"),
+        ("tpu", "stablehlo.triangular_solve", None, "vendor", "libtpu"),
+        ("tpu", "stablehlo.custom_call", "Eigh", "vendor", "libtpu"),
+        ("tpu", "stablehlo.custom_call", "Qr", "vendor", "libtpu"),
+        ("tpu", "stablehlo.custom_call", "LuDecomposition", "vendor", "libtpu"),
+        (
+            "tpu",
+            "stablehlo.custom_call",
+            "ProductOfElementaryHouseholderReflectors",
+            "vendor",
+            "libtpu",
+        ),
         ("tpu", "stablehlo.custom_call", "ApproxTopK", "xla", None),
         ("cpu", "stablehlo.custom_call", "lapack_sgetrf_ffi", "vendor", "lapack"),
         ("cpu", "stablehlo.fft", None, "vendor", "ducc"),
@@ -98,7 +107,7 @@ def test_table_is_well_formed() -> None:
         assert rule.platforms is None or rule.platforms <= set(PLATFORMS)
     assert "cublas" in libraries("cuda")
     assert "cublas" not in libraries("rocm")
-    assert libraries("tpu") == {"libtpu"}  # the TPU runtime's routines, compiled level only
+    assert libraries("tpu") == {"libtpu"}  # the TPU runtime's routines
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,8 @@ from pytest_jaxport.model.emulation import (
     KernelKind,
     interpreter_for,
 )
+from pytest_jaxport.model.formats import DEFAULT_DEVICES
+from pytest_jaxport.model.libtpu import COMPILE_TARGETS
 from pytest_jaxport.model.platforms import JAX_DEVICE_KINDS, JAX_GPU
 
 if TYPE_CHECKING:
@@ -52,6 +54,48 @@ def jax_release() -> str:
 # -- tracing for a GPU that is not here ------------------------------------------------------
 
 
+DESCRIBED_TPU = COMPILE_TARGETS["tpu"][DEFAULT_DEVICES["tpu"].generation].device_kind
+"""The TPU a trace describes where a Pallas TPU lowering rule asks which TPU it lowers for
+and no device or other kind is configured: the default device's (``TPU v5 lite``)."""
+
+
+def device_description(
+    platform: str, device_kind: str | None = None
+) -> contextlib.AbstractContextManager[object] | None:
+    """A context manager in which JAX traces for one abstract ``platform`` device of
+    ``device_kind`` (a GPU: :func:`gpu_description`; a TPU: :data:`DESCRIBED_TPU` by
+    default), or ``None`` where this JAX has no way to say it.
+
+    Some Pallas TPU lowering rules (integer division, some reshapes) read the default
+    device's kind (``tpu_info.get_tpu_info()``) and, on a machine without a TPU, raise
+    "Unsupported TPU device kind: cpu"; inside an ``AbstractMesh`` whose abstract device is
+    a TPU of a known kind they read that one (jax 0.10 and later; research §5).
+    """
+    if platform != "tpu":
+        return gpu_description(platform, device_kind)
+    return _abstract_device(platform, device_kind or DESCRIBED_TPU, num_cores=1)
+
+
+def _abstract_device(
+    platform: str, device_kind: str, *, num_cores: int | None
+) -> contextlib.AbstractContextManager[object] | None:
+    import inspect
+
+    import jax.sharding
+
+    abstract_device = getattr(jax.sharding, "AbstractDevice", None)
+    use_abstract_mesh = getattr(jax.sharding, "use_abstract_mesh", None)
+    if abstract_device is None or use_abstract_mesh is None:
+        return None
+    if "platform" not in inspect.signature(abstract_device).parameters:
+        return None
+    device = abstract_device(device_kind=device_kind, num_cores=num_cores, platform=platform)
+    abstract_mesh: Any = jax.sharding.AbstractMesh  # typed without abstract_device before 0.7
+    mesh = abstract_mesh((1,), ("jaxport",), abstract_device=device)
+    described: contextlib.AbstractContextManager[object] = use_abstract_mesh(mesh)
+    return described
+
+
 def gpu_description(
     platform: str, device_kind: str | None = None
 ) -> contextlib.AbstractContextManager[object] | None:
@@ -69,23 +113,7 @@ def gpu_description(
     """
     if platform not in GPU_PLATFORMS:
         return None
-    import inspect
-
-    import jax.sharding
-
-    abstract_device = getattr(jax.sharding, "AbstractDevice", None)
-    use_abstract_mesh = getattr(jax.sharding, "use_abstract_mesh", None)
-    if abstract_device is None or use_abstract_mesh is None:
-        return None
-    if "platform" not in inspect.signature(abstract_device).parameters:
-        return None
-    device = abstract_device(
-        device_kind=device_kind or DESCRIBED_GPUS[platform], num_cores=None, platform=platform
-    )
-    abstract_mesh: Any = jax.sharding.AbstractMesh  # typed without abstract_device before 0.7
-    mesh = abstract_mesh((1,), ("jaxport",), abstract_device=device)
-    described: contextlib.AbstractContextManager[object] = use_abstract_mesh(mesh)
-    return described
+    return _abstract_device(platform, device_kind or DESCRIBED_GPUS[platform], num_cores=None)
 
 
 # -- failures that say the hardware is missing, not that the code is not portable ---------------
@@ -102,9 +130,16 @@ _NEEDS_GPU = (
 )
 
 
+_NEEDS_TPU = (
+    # Pallas TPU lowering rules reading the default device's kind (jax 0.10 to 0.12).
+    "Unsupported TPU device kind",
+)
+
+
 def needs_hardware(error: str) -> str | None:
-    """``"GPU"`` when a failure to lower is JAX asking for a GPU that is not here (the code
-    may well lower on a machine with one), else ``None``: a failure of the code itself.
+    """``"GPU"`` (or ``"TPU"``) when a failure to lower is JAX asking for a GPU (a TPU) that
+    is not here (the code may well lower on a machine with one), else ``None``: a failure of
+    the code itself.
 
     ``error`` is the failure as :func:`pytest_jaxport._jax.lowering.describe_error` words it.
     The list is JAX's own messages for lowering rules that query the device, per release
@@ -112,6 +147,8 @@ def needs_hardware(error: str) -> str | None:
     """
     if any(fragment in error for fragment in _NEEDS_GPU):
         return "GPU"
+    if any(fragment in error for fragment in _NEEDS_TPU):
+        return "TPU"
     return None
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from pytest_jaxport._jax.adapters import (
     CALL_PRIMITIVES,
     KERNEL_PRIMITIVES,
-    gpu_description,
+    device_description,
     jax_release,
     kernel_label,
     missing_package,
@@ -199,12 +199,13 @@ def trace(
     args: Sequence[object],
     kwargs: Mapping[str, object],
     *,
-    gpus: Mapping[str, str] | None = None,
+    described: Mapping[str, str] | None = None,
 ) -> Trace:
     """``jax.jit(fn).trace(*args, **kwargs)``: once per check, reused for every platform.
 
-    ``gpus`` maps a GPU platform to the device kind to describe where JAX asks which GPU it
-    lowers for (default :data:`jax_adapters.DESCRIBED_GPUS`). Raises :class:`Untraceable`
+    ``described`` maps a platform to the device kind to describe where JAX asks which GPU
+    (or TPU) it lowers for (default :data:`jax_adapters.DESCRIBED_GPUS`,
+    :data:`jax_adapters.DESCRIBED_TPU`). Raises :class:`Untraceable`
     when tracing needs what this machine lacks; any other error is the function's own and
     propagates unchanged.
     """
@@ -225,29 +226,33 @@ def trace(
         else:
             raise
         raise Untraceable(untraced) from None
-    return Trace(traced, again, gpus)
+    return Trace(traced, again, described)
 
 
 class Trace:
-    """A traced function (``jax.stages.Traced``) that can be traced again for a GPU that is
-    not here.
+    """A traced function (``jax.stages.Traced``) that can be traced again for a GPU or TPU
+    that is not here.
 
-    Its :meth:`lower` lowers the trace; where that fails for one GPU platform because JAX
-    asked for a GPU (:func:`jax_adapters.needs_hardware`) and this JAX can describe one
-    (:func:`jax_adapters.gpu_description`), it traces again inside the description and
-    lowers that trace instead. JAX 0.11+ asks for one in its Pallas GPU
-    lowering rules; a described trace cannot be compiled for cpu, so it never replaces the
-    first. A failure of the described trace is the platform's finding.
+    Its :meth:`lower` lowers the trace; where that fails for one platform because JAX asked
+    for its device (:func:`jax_adapters.needs_hardware`) and this JAX can describe one
+    (:func:`jax_adapters.device_description`), it traces again inside the description and
+    lowers that trace instead. JAX 0.11+ asks for a GPU in its Pallas GPU lowering rules,
+    0.10+ for a TPU in some Pallas TPU rules; a described trace cannot be compiled for cpu,
+    so it never replaces the first. A failure of the described trace is the platform's
+    finding.
     """
 
-    __slots__ = ("_again", "_gpus", "traced")
+    __slots__ = ("_again", "_described", "traced")
 
     def __init__(
-        self, traced: Traced, again: Callable[[], Traced], gpus: Mapping[str, str] | None = None
+        self,
+        traced: Traced,
+        again: Callable[[], Traced],
+        described: Mapping[str, str] | None = None,
     ) -> None:
         self.traced = traced
         self._again = again
-        self._gpus = gpus or {}
+        self._described = described or {}
 
     @property
     def jaxpr(self) -> ClosedJaxpr:
@@ -276,7 +281,7 @@ class Trace:
                 and needs_hardware(describe_error(e))
             ):
                 (platform,) = lowering_platforms
-                description = gpu_description(platform, self._gpus.get(platform))
+                description = device_description(platform, self._described.get(platform))
             if description is None:
                 raise
         with description:
@@ -1732,9 +1737,9 @@ class PlatformTraces:
     """Stands in for a traced function where one trace cannot serve every platform: traces
     ``variant.for_platform(p)`` per platform when asked to lower for ``p``."""
 
-    def __init__(self, variant: Transformed, gpus: Mapping[str, str] | None = None) -> None:
+    def __init__(self, variant: Transformed, described: Mapping[str, str] | None = None) -> None:
         self.variant = variant
-        self.gpus = gpus
+        self.described = described
 
     def lower(
         self,
@@ -1755,16 +1760,16 @@ class PlatformTraces:
             traced = again()
         except Exception as e:  # the transformation's failure on this platform: a finding
             raise LoweringFailure(self.variant.explain(e, platform)) from e
-        return Trace(traced, again, self.gpus).lower(
+        return Trace(traced, again, self.described).lower(
             lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
         )
 
 
 def trace_variant(
-    variant: Transformed, *, gpus: Mapping[str, str] | None = None
+    variant: Transformed, *, described: Mapping[str, str] | None = None
 ) -> Trace | PlatformTraces:
     """Trace the transformed function once; where that fails (a kernel without a rule on
-    some branch), a :class:`PlatformTraces` that traces per platform. ``gpus`` as for
+    some branch), a :class:`PlatformTraces` that traces per platform. ``described`` as for
     :func:`trace`."""
     import jax
 
@@ -1772,10 +1777,10 @@ def trace_variant(
         return jax.jit(variant).trace(*variant.args)
 
     try:
-        return Trace(again(), again, gpus)
+        return Trace(again(), again, described)
     except Exception:  # retried per platform, where each failure is recorded
         variant.per_platform = True
-        return PlatformTraces(variant, gpus)
+        return PlatformTraces(variant, described)
 
 
 def _for_platform(fn: Callable[..., object], platform: str) -> Callable[..., object]:

@@ -8,20 +8,34 @@ through the compiled cache (:class:`CompiledLevel`), and an op's estimated secon
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import callbacks, libtpu, lowering
 from pytest_jaxport._jax.callbacks import INERT_TARGET
-from pytest_jaxport.cache import CompileSettings, cache_key, source_fingerprint
+from pytest_jaxport.cache import CompileSettings, FailedLowering, cache_key, source_fingerprint
 from pytest_jaxport.examine.lowered import KeyParts
 from pytest_jaxport.examine.placement import Placement
-from pytest_jaxport.model.census import Census, Classifier, OpSite, Program, take_census
+from pytest_jaxport.model.census import (
+    Census,
+    Classifier,
+    CompiledMemory,
+    OpSite,
+    Program,
+    SourceLocation,
+    is_library_file,
+    parse_location,
+    placed_sites,
+    take_census,
+)
 from pytest_jaxport.model.cost import kernel_seconds, peak_for
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hlo import parse_compiled_hlo
+from pytest_jaxport.model.libtpu import Topology, compiler_said, topology_for
 from pytest_jaxport.model.probe import PlatformProbe
+from pytest_jaxport.model.targets import MOSAIC_TARGET
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
 """XLA's switch against NVIDIA's binary libraries (the what-if). With jaxlib 0.10.2 it only
@@ -49,12 +63,67 @@ class CompileStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Where:
+    """Where a compiled census's kernels are placed (:meth:`Placement.relative`)."""
+
+    caller: SourceLocation | None = None
+    at_caller: bool = False
+    source: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Produced:
+    """What one compile gave: the optimized HLO, whether it was an executable numerics had
+    built (``reused``), and the compiler's memory count where it gave one."""
+
+    text: str
+    reused: bool = False
+    memory: CompiledMemory | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Compiled:
     census: Census | None = None
     formats: FormatCensus | None = None
     error: str | None = None
     deviceless: bool = False
     target: str | None = None
+
+
+def _has_inert_callbacks(program: Program) -> bool:
+    """Whether ``program`` holds host callbacks made inert placeholders (they do not compile)."""
+    return any(
+        (site.target or "").startswith(INERT_TARGET)
+        for sites in program.functions.values()
+        for site in sites
+    )
+
+
+def _libtpu_target(topology: Topology, libtpu_version: str) -> str:
+    """What besides the module decides a tpu compile (the cache key's ``target_config``): the
+    topology, libtpu's release (the compiled program follows libtpu, not jax) and libtpu's
+    own flags."""
+    return "\n".join(
+        (
+            topology.name,
+            repr(topology.host_bounds),
+            f"libtpu {libtpu_version}",
+            os.environ.get("LIBTPU_INIT_ARGS", ""),
+            _library_file(libtpu.foreign_library() or ""),
+        )
+    )
+
+
+def _library_file(path: str) -> str:
+    """A ``libtpu.so`` named in place of the package's (``TPU_LIBRARY_PATH``): its path,
+    size and time, so that another build is another key."""
+    if not path:
+        return ""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return path
+    return f"{path} {found.st_size} {found.st_mtime_ns}"
 
 
 def roofline(platform: str, settings: CompileSettings) -> Callable[[OpSite, str], float]:
@@ -88,7 +157,7 @@ class CompiledLevel:
     def compiled(
         self,
         result: PlatformProbe,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | None,
         lowered: Any,
         program: Program,
         args: tuple[Any, ...],
@@ -96,8 +165,21 @@ class CompiledLevel:
         built: Any,
         present: tuple[str, ...],
         keyed: KeyParts,
+        *,
+        traced: Any = None,
+        caller: SourceLocation | None = None,
+        at_caller: bool = False,
+        source: SourceLocation | None = None,
     ) -> PlatformProbe:
-        """``result`` with its compiled census (or why compiling failed); never raises."""
+        """``result`` with its compiled census (or why compiling failed); never raises.
+
+        ``fn`` (with ``args`` and ``kwargs``) is the checked function, ``None`` for an
+        audited computation: then only the lowered module compiles (tpu's, through libtpu).
+        ``traced`` lowers the program again where its host callbacks must compile;
+        ``caller``, ``at_caller`` and ``source`` place its kernels as the lowered census's
+        (:meth:`Placement.relative`), and ``caller``, the check's line, is where a compile
+        error that names no line of its own is said to be."""
+        where = _Where(caller=caller, at_caller=at_caller, source=source)
 
         platform = result.platform
         try:
@@ -114,22 +196,27 @@ class CompiledLevel:
             )
         except Exception as e:  # no text, no key: record it like any compile failure
             return replace(result, compile_error=lowering.describe_error(e))
-        if platform in present:
+        if platform in present and fn is not None:
             kind = lowering.device_kind(platform)
 
-            def compile_here() -> tuple[str, bool]:
+            def compile_here() -> _Produced:
                 if isinstance(built, lowering.LoweringFailure):
                     raise built  # numerics already failed to compile it: never try twice
                 if built is not None:
-                    return lowering.compiled_text(built), True
-                return lowering.compile_present(fn, lowered, platform, args, kwargs), False
+                    return _Produced(text=lowering.compiled_text(built), reused=True)
+                text = lowering.compile_present(fn, lowered, platform, args, kwargs)
+                return _Produced(text=text)
 
             found = self._census_of(
-                platform, module, f"device:{kind}", "", {}, compile_here,
+                platform, module, f"device:{kind}", "", {}, compile_here, where,
             )  # fmt: skip
             found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
-        elif platform == "cuda":
-            found = self._deviceless(platform, module, fn, args, kwargs, {}, lowered, program)
+        elif platform == "cuda" and fn is not None:
+            found = self._deviceless(
+                platform, module, fn, args, kwargs, {}, lowered, program, where
+            )
+        elif self._compile.tpu_compiler is not None and platform == "tpu":
+            found = self._libtpu(platform, module, lowered, program, traced, where)
         else:
             return result
         result = replace(
@@ -140,9 +227,9 @@ class CompiledLevel:
             deviceless=found.deviceless,
             target=found.target,
         )
-        if platform == "cuda" and self._compile.what_if_no_vendor:
+        if platform == "cuda" and self._compile.what_if_no_vendor and fn is not None:
             what_if = self._deviceless(
-                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program
+                platform, module, fn, args, kwargs, NO_VENDOR_OPTIONS, lowered, program, where
             )
             result = replace(result, what_if_no_vendor=what_if.census)
         return result
@@ -157,26 +244,132 @@ class CompiledLevel:
         options: Mapping[str, object],
         lowered: Any,
         program: Program,
+        where: _Where,
     ) -> _Compiled:
 
         target_config = self._compile.target_config
-        inert = any(
-            (site.target or "").startswith(INERT_TARGET)
-            for sites in program.functions.values()
-            for site in sites
-        )
+        inert = _has_inert_callbacks(program)
 
-        def compile_deviceless() -> tuple[str, bool]:
+        def compile_deviceless() -> _Produced:
             text = lowering.compile_deviceless(
                 fn, args, kwargs, target_config=target_config, options=options,
                 lowered=lowered, partitions=program.partitions, inert_callbacks=inert,
             )  # fmt: skip
-            return text, False
+            return _Produced(text=text)
 
         found = self._census_of(
-            platform, module, "deviceless", target_config, options, compile_deviceless
+            platform, module, "deviceless", target_config, options, compile_deviceless, where
         )
         return replace(found, deviceless=True, target=self._compile.target)
+
+    def _libtpu(
+        self,
+        platform: str,
+        module: str,
+        lowered: Any,
+        program: Program,
+        traced: Any,
+        where: _Where,
+    ) -> _Compiled:
+        """The compiled census of ``platform`` (tpu) for its configured device, compiled by
+        libtpu in its worker (:mod:`pytest_jaxport._jax.libtpu`), deviceless."""
+
+        compiler = self._compile.tpu_compiler
+        assert compiler is not None
+        device = self._placement.device(platform)
+        try:
+            topology = topology_for(
+                platform, device.generation, device.topology, partitions=program.partitions
+            )
+        except ValueError as e:
+            return _Compiled(error=str(e), deviceless=True, target=str(device))
+        inert = _has_inert_callbacks(program)
+
+        def compile_libtpu() -> _Produced:
+            source = lowered
+            if inert and traced is not None:  # placeholders do not compile: stand-ins do
+                source = lowering.lower(callbacks.inert(traced, compilable=True), platform)
+            try:
+                made = compiler.compile(
+                    libtpu.module_bytes(source),
+                    topology,
+                    partitions=program.partitions,
+                    settings=libtpu.jax_settings(),
+                )
+            except libtpu.CompileFailure as failure:
+                named = re.search(r"module @([\w.$-]+)", module)
+                name = named.group(1) if named else program.entry
+                said = self._failure(failure, program, name, topology, where.caller)
+                raise lowering.LoweringFailure(said, stage=failure.stage) from None
+            return _Produced(text=made.hlo, memory=made.memory)
+
+        target = _libtpu_target(topology, self._compile.libtpu)
+        found = self._census_of(platform, module, "deviceless", target, {}, compile_libtpu, where)
+        return replace(found, deviceless=True, target=topology.name)
+
+    def _failure(
+        self,
+        failure: libtpu.CompileFailure,
+        program: Program,
+        name: str,
+        topology: Topology,
+        caller: SourceLocation | None,
+    ) -> str:
+        """What a tpu compile that failed says: the compiler's reason without its C++ stack,
+        at the line it concerns (the kernel's, for Mosaic; the frame the compiler suspects;
+        else the check's), or that it ran past the time limit, where."""
+        if failure.stage == "timeout":
+            at = f" (checking at {caller})" if caller is not None else ""
+            return (
+                f"compile exceeded {self._compile.compile_time_limit:g} s on tpu "
+                f"({topology.name}) compiling {name}{at}: the run went on without "
+                "its compiled census; raise [tool.jaxport] compile_time_limit to wait longer"
+            )
+        if failure.stage != "compile":
+            return f"{failure} [tpu {topology.name}]"
+        said = compiler_said(str(failure))
+        line = (
+            self._named_line(said.locations)
+            or self._suspected_line(said.frames)
+            or self._op_line(program, said.reason)
+            or caller
+        )
+        return f"{said.reason} (at {line})" if line is not None else said.reason
+
+    def _named_line(self, locations: Sequence[str]) -> SourceLocation | None:
+        """The first user's line among the MLIR locations a compiler's error names (Mosaic
+        names the kernel's op it could not compile)."""
+        own = self._placement.own_packages
+        for text in locations:
+            found = parse_location(text, own)
+            if found is not None and not is_library_file(found.file, own):
+                return self._placement.shown_location(found)
+        return None
+
+    def _op_line(self, program: Program, reason: str) -> SourceLocation | None:
+        """The line of the first op of ``program`` (as lowered) that the compiler's reason
+        names: its custom call's target (``LuDecomposition``; a Mosaic kernel's
+        ``tpu_custom_call``, which VMEM exhaustion names), or its op (``FFT``,
+        ``dot_general``); a Mosaic error names none, and is its kernel's."""
+        words = {word.lower() for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", reason)}
+        mosaic = "Mosaic" in reason
+        for site, line in placed_sites(program, self._placement.own_packages):
+            custom = site.op.endswith("custom_call")
+            named = (
+                (custom and (site.target or "").lower() in words)
+                or (not custom and site.op.rpartition(".")[2].lower() in words - {"call"})
+                or (mosaic and site.target == MOSAIC_TARGET)
+            )
+            if named and line is not None:
+                return self._placement.shown_location(line)
+        return None
+
+    def _suspected_line(self, frames: Sequence[tuple[str, int]]) -> SourceLocation | None:
+        """The innermost frame the compiler suspects that is the user's code."""
+        for file, line in frames:
+            if not is_library_file(file, self._placement.own_packages):
+                return self._placement.shown_location(SourceLocation(file=file, line=line))
+        return None
 
     def _census_of(
         self,
@@ -185,9 +378,11 @@ class CompiledLevel:
         mode: str,
         target_config: str,
         options: Mapping[str, object],
-        produce: Callable[[], tuple[str, bool]],
+        produce: Callable[[], _Produced],
+        where: _Where,
     ) -> _Compiled:
-        """The compiled census: from the cache, else from ``produce()`` (HLO text, reused)."""
+        """The compiled census: from the cache, else from ``produce()``. The compiler's
+        refusal (a ``compile`` failure) is kept too: the same module fails the same way."""
 
         cache = self._compile.cache
         stats = self.stats
@@ -200,18 +395,27 @@ class CompiledLevel:
             options=options,
             xla_flags=os.environ.get("XLA_FLAGS", ""),
         )
-        program: Program | None = cache.get(key) if cache is not None else None
+        entry = cache.entry(key) if cache is not None else None
+        if isinstance(entry, FailedLowering):
+            stats.hits += 1
+            return _Compiled(error=entry.error)
+        program: Program | None = entry
         if program is not None:
             stats.hits += 1
         else:
             stats.misses += 1
             try:
-                text, reused = produce()
-                program = parse_compiled_hlo(text)
+                made = produce()
+                program = replace(parse_compiled_hlo(made.text), memory=made.memory)
             except (lowering.LoweringFailure, ValueError) as e:
-                return _Compiled(error=str(e) if isinstance(e, lowering.LoweringFailure)
-                                 else lowering.describe_error(e))  # fmt: skip
-            if reused:
+                error = (
+                    str(e) if isinstance(e, lowering.LoweringFailure)
+                    else lowering.describe_error(e)
+                )  # fmt: skip
+                if cache is not None and getattr(e, "stage", "") == "compile":
+                    cache.put(key, FailedLowering(error=error))
+                return _Compiled(error=error)
+            if made.reused:
                 stats.reused += 1
             else:
                 stats.compiled += 1
@@ -226,5 +430,11 @@ class CompiledLevel:
             seconds=roofline(platform, self._compile),
             own=self._placement.own_packages,
         )
-        formats = self._placement.formats(program, platform, level="compiled")
-        return _Compiled(census=self._placement.relative(census), formats=formats)
+        formats = self._placement.formats(
+            program, platform, level="compiled", caller=where.caller, at_caller=where.at_caller,
+            source=where.source,
+        )  # fmt: skip
+        placed = self._placement.relative(
+            census, where.caller, at_caller=where.at_caller, source=where.source
+        )
+        return _Compiled(census=placed, formats=formats)

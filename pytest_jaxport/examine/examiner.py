@@ -69,10 +69,13 @@ class Examined:
     @property
     def keepable(self) -> bool:
         """Whether its census means the same wherever these versions run: not where a platform
-        failed for want of this machine's hardware or packages, nor a partitioned program
-        (its collectives depend on whether it compiled here)."""
+        failed for want of this machine's hardware or packages or did not compile (the
+        compiled cache keeps the compiler's refusals), nor a partitioned program (its
+        collectives depend on whether it compiled here)."""
         return all(
-            r.needs_hardware is None and (r.error is None or missing_package(r.error) is None)
+            r.needs_hardware is None
+            and (r.error is None or missing_package(r.error) is None)
+            and r.compile_error is None  # a compile past its time limit may make it next time
             for r in self.results.values()
         ) and all(p.partitions <= 1 for p in self.programs.values())
 
@@ -206,7 +209,11 @@ class Examiner:
         """The shared path: lower, run (a check), partitioner's collectives, census, compiled
         level (a check), runtime share."""
         __tracebackhide__ = True
-        compiles = self._compile.platforms if fn is not None else ()
+        # An audited computation has no function to compile again: only a platform whose
+        # lowered module compiles as it is (tpu, through libtpu) compiles for it.
+        compiles = tuple(
+            p for p in self._compile.platforms if fn is not None or self._compiles_module(p)
+        )
         cached = [p for p in platforms
                   if not (run is not None and p in present) and p not in compiles]  # fmt: skip
         found = self.lowered.lower(traced, keyed, platforms, present=present, cached=cached)
@@ -250,11 +257,12 @@ class Examiner:
             for p, program in found.programs.items()
         }
         for platform in compiles:
-            if fn is not None and platform in found.lowered:
+            if platform in found.lowered:
                 with self.stage(stage.compiled(platform)):
                     results[platform] = self.compiled.compiled(
                         results[platform], fn, found.lowered[platform], programs[platform],
                         tuple(args), kwargs or {}, ran.built.get(platform), tuple(present), keyed,
+                        traced=traced, caller=caller, at_caller=at_caller, source=source,
                     )  # fmt: skip
         for platform, result in results.items():
             with self.stage(stage.share(platform)):
@@ -267,6 +275,11 @@ class Examiner:
         return Examined(
             results=results, executions=ran.executions, programs=programs, unkept=unkept
         )
+
+    def _compiles_module(self, platform: str) -> bool:
+        """Whether ``platform`` compiles from its lowered module alone (no function to trace
+        again): tpu, through libtpu's worker."""
+        return platform == "tpu" and self._compile.tpu_compiler is not None
 
     def _census(
         self,

@@ -270,8 +270,9 @@ class LoweredLevel:
         if parts is None:
             return None
         jaxpr, sources, settings = parts
-        if platform == "cuda":  # the GPU a trace describes where JAX asks (Pallas, jax 0.11+)
-            settings += f"\ndescribed GPU: {self._compile.gpu_kind}"
+        described = self._compile.described_kinds().get(platform)
+        if described:  # the device a trace describes where JAX asks (Pallas)
+            settings += f"\ndescribed device: {described}"
         return lowered_key(
             jaxpr=jaxpr,
             sources=sources,

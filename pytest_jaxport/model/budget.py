@@ -37,6 +37,7 @@ from pytest_jaxport.model.emulation import (
 )
 from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
 from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
+from pytest_jaxport.model.platforms import compiler_decides
 from pytest_jaxport.model.probe import (
     MAY_DIFFER,
     PlatformProbe,
@@ -563,19 +564,26 @@ def _library_calls(check: str, result: PlatformProbe, budget: Budget) -> list[Vi
 
 
 def _must_lower(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
-    """``must_lower``: a platform it names failed to lower, compile or run, or lowers but
-    the format rules know its compiler rejects the program."""
+    """``must_lower``: a platform it names failed to lower, compile or run (compiled where
+    its compile without the device is its device's own: tpu's), or lowers but the format
+    rules know its compiler rejects the program."""
     must = budget.must_lower
     if must is None or budget.platform not in must.value:
         return []
-    failure = result.error or result.execution_error
+    refused = result.compile_error if compiler_decides(result.platform) else None
+    failure = result.error or result.execution_error or refused
     if result.needs_hardware and result.census is None:
         failure = None  # unknown here, not a failure: the check warned (see fixture)
     if failure is not None:
-        stage = "lower" if result.error else "compile or run"
+        stage = (
+            "lower" if result.error
+            else "compile" if failure is refused
+            else "compile or run"
+        )  # fmt: skip
+        level = "compiled" if failure is refused else "lowered"
         return [Violation(check=check, platform=budget.platform, key="must_lower",
                           limit=must.value, origin=must.origin, found=f"fails to {stage}",
-                          what=stage, details=(failure,))]  # fmt: skip
+                          what=stage, level=level, details=(failure,))]  # fmt: skip
     if (
         result.formats is not None
         and result.formats.not_compiling

@@ -26,7 +26,7 @@ import operator
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -614,6 +614,37 @@ class _Walk:
         self.active.discard(name)
         self.memo[key] = (kernels, xla_ops, timed, collectives)
         return kernels, xla_ops, timed, collectives
+
+
+def placed_sites(
+    program: Program, own: tuple[str, ...] = ()
+) -> Iterator[tuple[OpSite, SourceLocation | None]]:
+    """Every op site reached from ``program``'s entry, in program order, with the line a
+    census shows for it (:func:`placed_location`: an op of a library's function at the line
+    that called it); a function called from several places is walked once per call.
+
+    >>> program = Program(entry="main", functions={
+    ...     "main": (OpSite(op="func.call", target="lib", location='loc("/s/m.py":3:0)'),),
+    ...     "lib": (OpSite(op="stablehlo.custom_call", target="Lu", location='loc("lu")'),)})
+    >>> [(site.target, str(at)) for site, at in placed_sites(program)]
+    [('lib', '/s/m.py:3'), ('Lu', '/s/m.py:3')]
+    """
+    active: set[str] = set()
+
+    def walk(
+        name: str, inherited: SourceLocation | None, entry: _Frame | None
+    ) -> Iterator[tuple[OpSite, SourceLocation | None]]:
+        if name in active:
+            return
+        active.add(name)
+        for site in program.functions.get(name, ()):
+            location = placed_location(site.location, inherited, entry, own)
+            yield site, location
+            if site.op in CALL_OPS and site.target is not None:
+                yield from walk(site.target, location, innermost_frame(site.location))
+        active.discard(name)
+
+    yield from walk(program.entry, None, None)
 
 
 @functools.lru_cache(maxsize=16384)

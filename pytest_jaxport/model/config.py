@@ -39,6 +39,11 @@ from pytest_jaxport.model.formats import (
     device_for,
 )
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
+from pytest_jaxport.model.libtpu import (
+    COMPILE_TARGETS,
+    DEFAULT_COMPILE_TIME_LIMIT,
+    shape_problem,
+)
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.platforms import DEFAULTS, DESCRIPTIONS, JAX_GPU, needs_newer_jax
 from pytest_jaxport.model.targets import (
@@ -84,6 +89,7 @@ TOP_KEYS = (
     "platforms",
     "reference",
     "compile",
+    "compile_time_limit",
     "target",
     "what_if_no_vendor",
     "migrate_to",
@@ -219,6 +225,9 @@ class ProjectConfig:
     platforms: tuple[str, ...] = DEFAULT_PLATFORMS
     reference: str = DEFAULT_REFERENCE
     compile: tuple[str, ...] = ()
+    compile_time_limit: float = DEFAULT_COMPILE_TIME_LIMIT
+    """``compile_time_limit``: seconds a compile without the device (tpu's) may take before
+    it is a finding ("compile exceeded 60 s on tpu") and the run goes on."""
     target: str = DEFAULT_TARGET
     """A shipped GPU description's name (``h100``) or the absolute path of a text
     ``GpuTargetConfigProto``: what cuda compiles against where no GPU is present."""
@@ -1014,6 +1023,15 @@ def parse_project(
     compile_for = (
         compile_platforms(f"{where.prefix} compile", data["compile"]) if "compile" in data else ()
     )
+    time_limit = data.get("compile_time_limit", DEFAULT_COMPILE_TIME_LIMIT)
+    if (
+        not isinstance(time_limit, (int, float))
+        or isinstance(time_limit, bool)
+        or not time_limit > 0
+    ):
+        raise where.error(
+            "compile_time_limit", "a number of seconds greater than 0 (e.g. 60)", time_limit
+        )
     target = (
         gpu_target(f"{where.prefix} target", data["target"], base)
         if "target" in data
@@ -1089,6 +1107,7 @@ def parse_project(
         platforms=platforms,
         reference=reference,
         compile=compile_for,
+        compile_time_limit=float(time_limit),
         target=target,
         what_if_no_vendor=what_if,
         home=home,
@@ -1140,6 +1159,7 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
                 f"{where.prefix}{platform}: expected a device name (e.g. "
                 f"{DESCRIPTIONS[platform].device_example}), found {_type_name(name)}"
             )
+        name, _, shape = name.partition(":")
         try:
             devices[platform] = device_for(platform, name)
         except ValueError:
@@ -1152,7 +1172,29 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
                 f"{_did_you_mean(name.strip().lower(), known)}; expected one of: "
                 f"{', '.join(known)}"
             ) from None
+        if shape:
+            devices[platform] = _with_topology(where, platform, devices[platform], shape.strip())
     return devices
+
+
+def _with_topology(where: _Where, platform: str, device: Device, shape: str) -> Device:
+    """``device`` with the slice ``shape`` a partitioned program compiles for
+    (``tpu = "v5e:2x2"``), where its platform compiles without the device."""
+    from dataclasses import replace
+
+    if platform not in COMPILE_TARGETS:
+        raise ConfigError(
+            f"{where.prefix}{platform}: a topology (':{shape}') is for a platform compiled "
+            f"without its device ({', '.join(COMPILE_TARGETS)}); {platform} takes a device "
+            "name alone"
+        )
+    try:
+        problem = shape_problem(platform, device.generation, shape)
+    except ValueError as e:
+        raise ConfigError(f"{where.prefix}{platform}: {e}") from None
+    if problem is not None:
+        raise ConfigError(f"{where.prefix}{platform}: {problem}")
+    return replace(device, topology=shape)
 
 
 def _package_names(where: _Where, key: str, value: object) -> tuple[str, ...]:

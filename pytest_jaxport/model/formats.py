@@ -203,11 +203,15 @@ class Device:
     """The release of the platform's compiler (:data:`COMPILERS`) the findings are judged
     for, where known (tpu: the libtpu installed, ``0.0.42.1``); empty where unknown: then a
     rule a later release lifted still applies, saying which releases it holds for."""
+    topology: str = ""
+    """The slice a partitioned program compiles for (``2x2`` of ``tpu = "v5e:2x2"``); empty:
+    the generation's smallest with enough devices."""
 
     def __str__(self) -> str:
+        generation = f"{self.generation}:{self.topology}" if self.topology else self.generation
         if self.name:
-            return f"{self.name} ({self.generation})" if self.generation else self.name
-        return self.generation or self.platform
+            return f"{self.name} ({generation})" if generation else self.name
+        return generation or self.platform
 
 
 COMPILERS: Mapping[str, str] = {"tpu": "libtpu"}

@@ -51,7 +51,6 @@ def vendor(library: str, kind: str) -> Classification:
     return Classification(layer="vendor", library=library, kind=kind)
 
 
-XLA_LINALG = Classification(layer="xla", kind="compiler-linalg")
 TOPK = Classification(layer="xla", kind="topk")
 META = Classification(layer="meta", kind="annotation")
 
@@ -96,6 +95,25 @@ class ToolingPattern:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompileTarget:
+    """A device generation the platform's compiler compiles for without the device: the name
+    its topologies go by and the slices a partitioned program compiles for."""
+
+    generation: str
+    """The generation (:attr:`Platform.generations`)."""
+    topology: str
+    """The compiler's name for it, before ``:<shape>`` in a topology (``v5e``, ``tpu7x``)."""
+    device_kind: str
+    """What its devices report as their kind (``TPU v5 lite``): the device a trace describes
+    where a lowering rule asks which one it lowers for (Pallas TPU kernels)."""
+    shapes: tuple[str, ...]
+    """Its slice shapes, smallest first (``1x1``, ``2x2``, ...): a program partitioned over
+    ``n`` devices compiles for the first with ``n`` or more devices."""
+    devices_per_chip: int = 1
+    """Devices one chip of the shape counts as (2 where each TensorCore is a device)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Platform:
     """One platform, described once (see the module's docstring for what is derived)."""
 
@@ -109,7 +127,13 @@ class Platform:
     """Lowered for when ``platforms`` is not configured, and a default migration target
     (unless it is the home); ``False`` for a platform a project opts into."""
     compiled: bool = False
-    """``compile`` accepts it (the compiled level: cpu here, cuda deviceless)."""
+    """``compile`` accepts it (the compiled level: cpu here, cuda and tpu deviceless)."""
+    compiler_decides: bool = False
+    """Its compile without the device is its device's own compile (libtpu's, for tpu), so a
+    compile error fails ``must_lower``; not so for cuda, whose deviceless compile cannot see
+    the FFI targets a GPU machine registers."""
+    compile_targets: tuple[CompileTarget, ...] = ()
+    """The generations its compiler compiles for without the device (deviceless)."""
     emulated: bool = True
     """``emulate`` accepts it (the CPU is executed, never emulated)."""
     jax_gpu: bool = False
@@ -303,23 +327,74 @@ ROCM = Platform(
 
 _TPU_GENERATIONS = ("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i")
 
+
+def _tpu_target(
+    generation: str, topology: str, kind: str, shapes: tuple[str, ...], per_chip: int = 1
+) -> CompileTarget:
+    return CompileTarget(
+        generation=generation,
+        topology=topology,
+        device_kind=kind,
+        shapes=shapes,
+        devices_per_chip=per_chip,
+    )
+
+
+_SLICES_2D = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
+_SLICES_3D = ("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4")
+
+# libtpu's topologies (jax.experimental.topologies.get_topology_desc(platform="tpu",
+# topology_name=...)), created deviceless with libtpu 0.0.17, 0.0.42.1 and 0.0.52
+# (tests/test_libtpu.py creates each): v2 and v3 count each TensorCore as a device, as do v4
+# and TPU7x in their default chip configuration; v4i, 7 and 8i have no topology there
+# ("Invalid TPU external name").
+TPU_COMPILE_TARGETS = (
+    _tpu_target("v2", "v2", "TPU v2", _SLICES_2D, per_chip=2),
+    _tpu_target("v3", "v3", "TPU v3", _SLICES_2D, per_chip=2),
+    _tpu_target("v4", "v4", "TPU v4", _SLICES_3D, per_chip=2),
+    _tpu_target("v5e", "v5e", "TPU v5 lite", _SLICES_2D),
+    _tpu_target("v5p", "v5p", "TPU v5", _SLICES_3D),
+    _tpu_target("v6e", "v6e", "TPU v6 lite", _SLICES_2D),
+    _tpu_target("7x", "tpu7x", "TPU7x", _SLICES_3D, per_chip=2),
+)
+
 TPU = Platform(
     name="tpu",
     vendor="Google",
     aliases=("google", "gcp"),
+    compiled=True,
+    compiler_decides=True,
+    compile_targets=TPU_COMPILE_TARGETS,
     collectives="ici",
     ici_collectives=True,
-    # The TPU compiler's own linear algebra; no vendor libraries.
+    # The linear algebra JAX hands the TPU compiler, which compiles it into the TPU runtime's
+    # routines (libtpu's: LuDecompositionBlock, InvertDiagBlocks*Triangular, EighTpu,
+    # QrDecompositionBlock, CompactWyHelper, Cholesky; the compiled level's rows, in
+    # model/targets.py): counted as libtpu's at the lowered level too, so the two levels
+    # agree (70% of the fidelity corpus's small programs' dispatches, 3% as xla:
+    # benchmarks/fidelity_baseline.json, "tpu").
+    ops={
+        "stablehlo.cholesky": vendor("libtpu", "cholesky"),
+        "stablehlo.triangular_solve": vendor("libtpu", "triangular-solve"),
+    },
     custom_calls={
-        "Eigh": XLA_LINALG,
-        "Qr": XLA_LINALG,
-        "LuDecomposition": XLA_LINALG,
-        "ProductOfElementaryHouseholderReflectors": XLA_LINALG,
+        "Eigh": vendor("libtpu", "eigh"),
+        "Qr": vendor("libtpu", "qr"),
+        "LuDecomposition": vendor("libtpu", "lu"),
+        "ProductOfElementaryHouseholderReflectors": vendor("libtpu", "qr"),
         "ApproxTopK": TOPK,
         "TopK": TOPK,
         "X64Combine": META,
         "X64SplitLow": META,
         "X64SplitHigh": META,
+    },
+    sources={
+        "libtpu": "the TPU runtime's routines in the optimized HLO of the lent TPU v5e and of "
+        "libtpu 0.0.42.1 / 0.0.52 deviceless, identical (shared/research/tpu.md §3a, §3c; "
+        "benchmarks/results/tpu-chip-compare-jax0102.json); JAX lowers linear algebra for "
+        "tpu to the custom calls Eigh, Qr, LuDecomposition and "
+        "ProductOfElementaryHouseholderReflectors and the ops cholesky and triangular_solve "
+        "(jax/_src/lax/linalg.py), which libtpu compiles into them",
     },
     # TPU chip versions as JAX names them (jax.experimental.pallas.tpu.ChipVersion).
     generations=_TPU_GENERATIONS,
@@ -468,6 +543,17 @@ def release(version: str) -> tuple[int, ...]:
         if found.group() != part:
             break
     return tuple(numbers)
+
+
+def compiler_decides(platform: str) -> bool:
+    """Whether ``platform``'s compile without its device is its device's own, so that the
+    compiler's refusal fails ``must_lower`` (:attr:`Platform.compiler_decides`).
+
+    >>> compiler_decides("tpu"), compiler_decides("cuda")
+    (True, False)
+    """
+    described = DESCRIPTIONS.get(platform)
+    return described is not None and described.compiler_decides
 
 
 def needs_newer_jax(platform: str, installed: str) -> str | None:

@@ -65,6 +65,9 @@ vendor gaps are what a move to each target rewrites."""
 
 CUSTOM_CALL = "stablehlo.custom_call"
 
+MOSAIC_TARGET = "tpu_custom_call"
+"""The custom call of a Pallas TPU (Mosaic) kernel: a hand-written kernel at its line."""
+
 Level = Literal["lowered", "compiled"]
 LEVELS: tuple[Level, ...] = get_args(Level)
 """Fidelity levels, lowest first."""
@@ -438,7 +441,7 @@ RULES: tuple[Rule, ...] = tuple(
                 "triton_kernel_call": Classification(layer="custom", kind="jax-triton"),
                 "triton_kernel_call_ffi": Classification(layer="custom", kind="pallas-triton"),
                 "mosaic_gpu*": Classification(layer="custom", kind="pallas-mosaic-gpu"),
-                "tpu_custom_call": Classification(layer="custom", kind="pallas-mosaic-tpu"),
+                MOSAIC_TARGET: Classification(layer="custom", kind="pallas-mosaic-tpu"),
                 "__gpu$xla.gpu.ptx": Classification(layer="custom", kind="ptx"),
             },
         ),

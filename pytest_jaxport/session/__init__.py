@@ -67,13 +67,20 @@ class JaxportSession:
                 ci_settings=self.ci, cost_model=cost_model, audit=self.audit,
             )  # fmt: skip
 
+    @property
+    def runs_tests(self) -> bool:
+        """Whether tests run in this process (not on a pytest-xdist controller)."""
+        return self.is_worker or self.config.getoption("dist", "no") == "no"
+
     def start(self) -> None:
         """Install the audit's hook where tests run (not on a pytest-xdist controller)."""
-        runs_tests = self.is_worker or self.config.getoption("dist", "no") == "no"
-        self.audit.start(runs_tests=runs_tests, classifier=self.judge.classifier("lowered"))
+        self.audit.start(runs_tests=self.runs_tests, classifier=self.judge.classifier("lowered"))
 
     def stop(self) -> None:
         self.audit.stop()
+        compiler = self.compile_settings.tpu_compiler
+        if compiler is not None:
+            compiler.close()
 
     # -- pytest hooks ---------------------------------------------------------------------------
 
@@ -83,6 +90,13 @@ class JaxportSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.audit.collected(session.items)
+        compiler = self.compile_settings.tpu_compiler
+        if (
+            compiler is not None
+            and self.runs_tests
+            and (self.audit.audited or any(i.get_closest_marker(MARKER) for i in session.items))
+        ):  # libtpu's worker imports JAX while the first tests run
+            compiler.start()
 
     def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
         """Tests ``-k``, ``-m``, ``--deselect`` or ``--lf`` left out: the baseline's entries

@@ -217,6 +217,12 @@ class Judge:
                 if "cuda" in self.project.compile
                 else ""
             )
+            if self.compile_settings.tpu_compiler is not None:
+                gpu += (
+                    f"; tpu compiles deviceless through libtpu {self.compile_settings.libtpu} "
+                    f"for {self.compile_settings.devices['tpu']}, within "
+                    f"{self.compile_settings.compile_time_limit:g} s a compile"
+                )
             cache = (
                 "cached in pytest's cache"
                 if self.compile_settings.cache is not None

@@ -1,0 +1,197 @@
+"""The TPU compile worker: a process of its own that loads libtpu and compiles lowered
+modules for TPU topologies without a TPU, one request at a time.
+
+:class:`pytest_jaxport._jax.libtpu.TpuCompiler` starts it (``python -c <boot> <this file>``,
+with ``JAX_PLATFORMS=cpu`` and ``ALLOW_MULTIPLE_LIBTPU_LOAD=1``) and is the only thing that
+talks to it. It stands apart from the test process so that what libtpu does to a process
+stays out of the user's: its machine-wide lockfile, its lines on file descriptor 2, a
+segmentation fault of a mismatched jax/libtpu pair, a compile that runs for minutes (the
+test process kills the worker at its time limit and starts another).
+
+It imports only the standard library and JAX (no ``pytest_jaxport`` module: it is run by its
+path, so it never depends on how the test process found the package).
+
+The protocol, over its standard input and a private copy of its standard output (anything
+else written to standard output, by C code or a stray print, goes to standard error):
+
+- once started, one line: ``{"ready": true, "jax": ..., "libtpu": ...}`` or ``{"ready":
+  false, "error": ...}``;
+- each request is one JSON line ``{"topology": "v5e:2x2", "host_bounds": [2, 2, 1],
+  "partitions": 4, "options": {...}, "settings": {...}, "size": N}`` followed by the ``N``
+  bytes of the module (MLIR bytecode, as ``jax.stages.Lowered.compiler_ir("stablehlo")``
+  serializes);
+- each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory":
+  {...}, "device_kind": ..., "seconds": ...}`` or ``{"ok": false, "error": ..., "stage":
+  "topology" | "compile"}``.
+
+The worker exits when its standard input closes (the test process ended).
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import IO, Any
+
+MEMORY_FIELDS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+)
+
+
+def _reply(channel: IO[bytes], message: dict[str, Any]) -> None:
+    channel.write(json.dumps(message).encode() + b"\n")
+    channel.flush()
+
+
+def _error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+class _Compiler:
+    """Topologies by name, made once each, and the compile of one module for one."""
+
+    def __init__(self) -> None:
+        import jax  # the worker's purpose: only it loads libtpu
+        from jax._src import compiler
+        from jax._src.interpreters import mlir
+        from jax._src.lib import xla_client  # type: ignore[attr-defined]
+        from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+        from jax.experimental import topologies
+
+        self._jax = jax
+        self._compiler = compiler
+        self._mlir = mlir
+        self._xla_client = xla_client
+        self._ir = ir
+        self._topologies = topologies
+        self._made: dict[tuple[str, tuple[int, ...]], Any] = {}
+
+    def devices(self, name: str, host_bounds: tuple[int, ...]) -> list[Any]:
+        key = (name, host_bounds)
+        if key not in self._made:
+            topology = self._topologies.get_topology_desc(
+                platform="tpu",
+                topology_name=name,
+                chip_config_name="default",
+                chips_per_host_bounds=host_bounds,
+                num_slices=1,
+                wrap=(False, False, False),
+            )
+            self._made[key] = sorted(topology.devices, key=lambda device: device.id)
+        devices: list[Any] = self._made[key]
+        return devices
+
+    def settle(self, settings: dict[str, Any]) -> None:
+        """The test process's JAX settings that decide how a module compiles (the
+        partitioner it was lowered for), where this JAX has them."""
+        for name, value in settings.items():
+            try:
+                self._jax.config.update(name, value)  # type: ignore[no-untyped-call]
+            except Exception:  # a setting this JAX does not know changes nothing here
+                continue
+
+    def compile(self, request: dict[str, Any], module: bytes) -> dict[str, Any]:
+        import numpy as np
+
+        partitions = int(request["partitions"])
+        try:
+            devices = self.devices(str(request["topology"]), tuple(request["host_bounds"]))
+        except Exception as error:  # the topology is the configuration's: say it so
+            return {"ok": False, "stage": "topology", "error": _error(error)}
+        if partitions > len(devices):
+            return {
+                "ok": False,
+                "stage": "topology",
+                "error": f"the program is partitioned over {partitions} devices, and "
+                f"{request['topology']} has {len(devices)}",
+            }
+        chosen = devices[:partitions]
+        self.settle(dict(request.get("settings", {})))
+        started = time.perf_counter()
+        try:
+            options = self._compiler.get_compile_options(
+                num_replicas=1,
+                num_partitions=partitions,
+                device_assignment=np.array(chosen, dtype=object).reshape(1, partitions),
+                env_options_overrides=dict(request.get("options", {})) or None,
+            )
+            with self._mlir.make_ir_context():
+                parsed = self._ir.Module.parse(module)
+                executable = self._compile_unloaded(chosen, parsed, module, options)
+            text = executable.hlo_modules()[0].to_string()
+        except Exception as error:  # the compiler's refusal: the finding
+            return {"ok": False, "stage": "compile", "error": _error(error)}
+        seconds = time.perf_counter() - started
+        try:
+            stats = executable.get_compiled_memory_stats()
+            memory: dict[str, int] | None = {
+                name: int(getattr(stats, name)) for name in MEMORY_FIELDS
+            }
+        except Exception:  # an older PJRT API without the stats: the HLO still counts
+            memory = None
+        return {
+            "ok": True,
+            "hlo": text,
+            "memory": memory,
+            "device_kind": str(chosen[0].device_kind),
+            "seconds": seconds,
+        }
+
+    def _compile_unloaded(
+        self, devices: list[Any], parsed: Any, module: bytes, options: Any
+    ) -> Any:
+        """The compile-only client's executable: of the parsed module (jax 0.7 and later),
+        or of its bytes (jax 0.6 takes serialized StableHLO only)."""
+        client = devices[0].client
+        device_list = self._xla_client.DeviceList(tuple(devices))
+        try:
+            return client.compile(parsed, executable_devices=device_list, compile_options=options)
+        except TypeError:
+            return client.compile(module, executable_devices=device_list, compile_options=options)
+
+
+def _libtpu_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("libtpu")
+    except PackageNotFoundError:
+        return ""
+
+
+def main() -> None:
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray output (libtpu's C code, a print) goes to standard error
+    sys.stdout = sys.stderr
+    requests = sys.stdin.buffer
+    try:
+        compiler = _Compiler()
+        import jax
+
+        _reply(channel, {"ready": True, "jax": jax.__version__, "libtpu": _libtpu_version()})
+    except BaseException as error:  # the test process says it in its own words
+        _reply(channel, {"ready": False, "error": _error(error)})
+        return
+    while True:
+        header = requests.readline()
+        if not header:
+            return
+        request = json.loads(header)
+        module = requests.read(int(request["size"]))
+        try:
+            answer = compiler.compile(request, module)
+        except BaseException as error:  # never die on a request: the caller reads the reply
+            answer = {"ok": False, "stage": "compile", "error": _error(error)}
+        _reply(channel, answer)
+
+
+if __name__ == "__main__":
+    main()
