@@ -16,6 +16,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem
+from pytest_jaxport.model.libtpu import pair_verdict
 from pytest_jaxport.version import INSTALLED_FROM, requirement
 
 if sys.version_info >= (3, 11):
@@ -138,6 +139,14 @@ def test_the_missing_cuda_plugin_message_installs_what_exists() -> None:
     [arguments, *_] = commands(problem, markdown=False)
     assert _problems("the missing-plugin message", arguments, {}, prose=True) == []
     assert f'pip install "{requirement("cuda")}" installs it' in problem
+
+
+def test_the_missing_libtpu_message_installs_what_exists() -> None:
+    """``compile = ["tpu"]`` without libtpu names the extra as pip installs it today."""
+    problem = pair_verdict("0.10.2", None, pinned="0.0.42.*").problem
+    [arguments, *_] = commands(problem, markdown=False)
+    assert _problems("the missing-libtpu message", arguments, {}, prose=True) == []
+    assert f'pip install "{requirement("tpu")}" installs' in problem
 
 
 def test_installed_from_is_the_projects_repository() -> None:

@@ -9,8 +9,8 @@ probed in a process of its own first. Pure: no jax, no pytest.
 
 >>> pair_verdict("0.10.2", "0.0.42.1", pinned="0.0.42.*").ok
 True
->>> print(pair_verdict("0.10.2", None, pinned="0.0.42.*").problem[:60])
-libtpu is not installed: pip install "pytest-jaxport[tpu]" i
+>>> print(pair_verdict("0.10.2", None, pinned="0.0.42.*").problem.split(" installs")[0])
+libtpu is not installed: pip install "pytest-jaxport[tpu] @ git+https://github.com/pytest-jaxport/pytest-jaxport"
 >>> topology_for("tpu", "v5e", "", partitions=4).name
 'v5e:2x2'
 
@@ -26,13 +26,15 @@ from typing import Protocol
 
 from pytest_jaxport.model.census import CompiledMemory
 from pytest_jaxport.model.platforms import DESCRIPTIONS, CompileTarget, release
+from pytest_jaxport.version import requirement
 
 DEFAULT_COMPILE_TIME_LIMIT = 60.0
 """Seconds one compile for a platform without its device may take (``[tool.jaxport]
 compile_time_limit``): past it, the compile is a finding and the run goes on."""
 
-INSTALL = 'pip install "pytest-jaxport[tpu]"'
-"""The extra that installs the libtpu the installed jax pins (``jax[tpu]``)."""
+INSTALL = f'pip install "{requirement("tpu")}"'
+"""The extra that installs the libtpu the installed jax pins (``jax[tpu]``), as pip installs
+pytest-jaxport today."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,8 +112,8 @@ def pinned_libtpu(requirements: Iterable[str]) -> str | None:
     >>> pinned_libtpu(['numpy>=1.26', 'libtpu==0.0.42.*; extra == "tpu"'])
     '0.0.42.*'
     """
-    for requirement in requirements:
-        found = re.match(r"\s*libtpu\s*==\s*([0-9][0-9.*]*)\s*;(.*)", requirement)
+    for line in requirements:
+        found = re.match(r"\s*libtpu\s*==\s*([0-9][0-9.*]*)\s*;(.*)", line)
         if found and re.search(r"extra\s*==\s*['\"]tpu['\"]", found.group(2)):
             return found.group(1)
     return None
