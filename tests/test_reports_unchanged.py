@@ -11,56 +11,52 @@ by ``python tests/test_reports_unchanged.py --record``:
 - **audit**: three of optax's own test modules, unchanged, under ``--jaxport-audit``.
 
 The demo's and the audit's reports were recorded again when the identity key's jaxpr text
-became the key's own (computations' ids changed): before recording, the new runs were
-checked equal to the recorded reports with every id mapped to its new value, except where
-a finding names one of several computations at one line (the first by id). They were
-recorded again when an eager op came to count in its owner only (``eager_users``): before
-recording, the new runs were checked equal to the recorded reports but for each eager op's
-users (the recorded ones' first), each test's uses and the counts made of them (``seen``'s
-``tests_using`` and ``shared``, each site's ``tests``). Their renderings were recorded
-again when a vendor site came to name its library routine (issue 39: ``cusolver getrf`` and
-``jaxlib lu_pivots``, not ``cusolver solver`` and ``jaxlib jaxlib-kernel``): nothing else in
-them changed. And again when an estimate whose band swallows its split came to be called a
-ranking, not a share, and the engineering days to show their fixed part apart (issue 39):
-the renderings only, the reports are the same. And again when ``-q`` came to keep a line of
-numbers and a report to claim no budget nobody set (issue 39: the audit's "no suite budget:
-[tool.jaxport.audit] fail_on sets none"): the renderings only. The demo's report and
-renderings were recorded again when its failing test was renamed ``test_cudnn_over_budget``
-(issue 39: so that its finding shows in pytest's short summary at 80 columns): before
-recording, the new run was checked equal to the recorded report with the old name mapped to
-the new one. The reports came to state their home platform (issue 41: ``config.home``, cuda
-for all three): the key was added to each recorded report, nothing else in them changed, and
-their renderings were recorded again with the display changes of issue 43 (the sites table's
-kernel column whole where the line has room, layer lines of whole clauses at the default
-verbosity, the HTML's suite time column named for what it holds, the Markdown's sites of
-every platform, each platform's layout findings grouped into one line) and the home named in
-the HTML's facts and the three numbers. The audit's report was recorded again when a jit
-called under an eager transformation came to pass the hook in every test that calls it
-(issue 43): its ``seen.calls`` went from 336 to 342 and nothing else in the report changed
-(checked field by field before recording); its renderings are the same. The demo's and the
-audit's reports were recorded again when an eager op and a jit of the same program came to be
-two computations (issue 50: an eager op's key names its kind, so every eager op's id
-changed): before recording, the new runs were checked equal to the recorded reports with each
-id mapped to its new value, but for the order of what is sorted by id and which of several
-computations at one line a finding names; their renderings are the same. The renderings (not
-the reports) were recorded again for issue 50: each runtime share's libraries listed largest
-first (the demo's rocm line had hidden miopen's 21% behind "+3 more"; the audit's cuda and rocm
-lines swap two libraries), and the demo's note on why cpu's measured share, its vendor calls
-and the audit's estimate differ; nothing else in them changed (each text diff read). Then the
-demo's -v rendering, where the sites table's long kernels went on a line of their own. The
-reports were recorded again for issue 50 too: each format census keeps its formats' first
-lines (``lines``: the new runs equal the recorded reports with that key taken out), and the
-audit's report, which has no portable check, prices no target for its checks (its summary's
-``kernels_to_rewrite``, ``rewrite_days`` and ``rewrite`` are empty where they were "rocm 0,
-tpu 0"; its audit section's numbers are unchanged); their renderings are the same. Both
-issue 50 recordings were made on separate branches and merged: the reports and renderings were
-recorded once more from the merged code, and checked equal to each branch's recording but for
-the other branch's change (each eager op's id; ``lines`` and the audit's empty prices). The
-demo's report was recorded again when tpu's lowered padding came to model the layout the TPU
-compiler chooses (issue 48: the (4096, 100) batch pads 4%, not 28%; vectors and 64-bit arrays
-counted): before recording, the new run was checked equal to the recorded report but for tpu's
-tile-padding findings, their sums, the cost items they price and the demo's test lines after
-its longer padding comment; the suite's and the audit's reports did not change. The three
+became the key's own (computations' ids changed): before recording, the new runs were checked
+equal to the recorded reports with every id mapped to its new value, except where a finding
+names one of several computations at one line (the first by id). They were recorded again when
+an eager op came to count in its owner only (``eager_users``): before recording, the new runs
+were checked equal to the recorded reports but for each eager op's users (the recorded ones'
+first), each test's uses and the counts made of them (``seen``'s ``tests_using`` and
+``shared``, each site's ``tests``). Their renderings were recorded again when a vendor site
+came to name its library routine (issue 39: ``cusolver getrf`` and ``jaxlib lu_pivots``, not
+``cusolver solver`` and ``jaxlib jaxlib-kernel``): nothing else in them changed. And again when
+an estimate whose band swallows its split came to be called a ranking, not a share, and the
+engineering days to show their fixed part apart (issue 39): the renderings only, the reports
+are the same. And again when ``-q`` came to keep a line of numbers and a report to claim no
+budget nobody set (issue 39: the audit's "no suite budget: [tool.jaxport.audit] fail_on sets
+none"): the renderings only. The demo's report and renderings were recorded again when its
+failing test was renamed ``test_cudnn_over_budget`` (issue 39: so that its finding shows in
+pytest's short summary at 80 columns): before recording, the new run was checked equal to the
+recorded report with the old name mapped to the new one. The reports came to state their home
+platform (issue 41: ``config.home``, cuda for all three): the key was added to each recorded
+report, nothing else in them changed, and their renderings were recorded again with the display
+changes of issue 43 (the sites table's kernel column whole where the line has room, layer lines
+of whole clauses at the default verbosity, the HTML's suite time column named for what it
+holds, the Markdown's sites of every platform, each platform's layout findings grouped into one
+line) and the home named in the HTML's facts and the three numbers. The audit's report was
+recorded again when a jit called under an eager transformation came to pass the hook in every
+test that calls it (issue 43): its ``seen.calls`` went from 336 to 342 and nothing else in the
+report changed (checked field by field before recording); its renderings are the same. The
+demo's and the audit's reports were recorded again when an eager op and a jit of the same
+program came to be two computations (issue 50: an eager op's key names its kind, so every eager
+op's id changed): before recording, the new runs were checked equal to the recorded reports
+with each id mapped to its new value, but for the order of what is sorted by id and which of
+several computations at one line a finding names; their renderings are the same. The renderings
+(not the reports) were recorded again for issue 50: each runtime share's libraries listed
+largest first (the demo's rocm line had hidden miopen's 21% behind "+3 more"; the audit's cuda
+and rocm lines swap two libraries), and the demo's note on why cpu's measured share, its vendor
+calls and the audit's estimate differ; nothing else in them changed (each text diff read). Then
+the demo's -v rendering, where the sites table's long kernels went on a line of their own. The
+reports were recorded again for issue 50 too: each format census keeps its formats' first lines
+(``lines``: the new runs equal the recorded reports with that key taken out), and the audit's
+report, which has no portable check, prices no target for its checks (its summary's
+``kernels_to_rewrite``, ``rewrite_days`` and ``rewrite`` are empty where they were "rocm 0, tpu
+0"; its audit section's numbers are unchanged); their renderings are the same. The demo's
+report was recorded again when tpu's lowered padding came to model the layout the TPU compiler
+chooses (issue 48: the (4096, 100) batch pads 4%, not 28%; vectors and 64-bit arrays counted):
+before recording, the new run was checked equal to the recorded report but for tpu's tile-
+padding findings, their sums, the cost items they price and the demo's test lines after its
+longer padding comment; the suite's and the audit's reports did not change. The three
 renderings were recorded again for the totals' note naming the two padding figures. A device's
 ``compiler`` (the libtpu installed, where one is) is the machine's, not compared. The demo's
 report was recorded again when an emulation came to carry the chip's measured bounds (issue 49:
@@ -79,7 +75,16 @@ audit's reports were recorded again then for the same band: runs differed from t
 tpu's ``error_points`` and ``error_measured_on``, and so did their renderings. The demo's
 renderings were recorded again when the emulation's note came to say what tpu bounds ("not
 vendor-library algorithms or accumulation order (on tpu bounded by the chip's measured errors:
-...)"): the report is the same.
+...)"): the report is the same. The fifth wave's branches (issues 48, 49 and 50) were then
+merged and the three reports and their renderings recorded once more from the merged code:
+before recording, each run was compared field by field with the recording last made (issue
+49's, which already held main's changes), and differed only by the other branches' intended
+changes: each format census's ``lines`` and the audit's empty prices (issue 50); tpu's lowered
+padding from the layout model (issue 48: the demo's tile-padding findings, their sums and the
+cost items they price); and tpu's lowered linear algebra counted as libtpu's (issue 48: the
+checks' and computations' tpu vendor calls, sites and libtpu share, and the hotspots that
+follow). The renderings differ in those and in issue 50's library order and cpu note (read as a
+text diff).
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is
