@@ -415,6 +415,7 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
         assert "0x7f" not in said  # no C++ stack addresses
         assert "TPU_ACCELERATOR_TYPE" not in said  # libtpu's start-up lines
         assert "libtpu_init_utils" not in said
+    first.stdout.no_fnmatch_line("*does not autotune*")  # a GPU's note: no GPU compiled here
     checks = _checks(pytester)
     assert checks["test_solve"]["compiled"]["libraries"] == {"libtpu": 3}
     assert checks["test_solve"]["lowered"]["libraries"] == {"libtpu": 3}

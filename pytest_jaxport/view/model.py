@@ -959,6 +959,7 @@ class ReportView:
     platforms: tuple[str, ...] = ()
     """Matrix columns: the configured platforms, then any other the report mentions."""
     deviceless: bool = False
+    """cuda was compiled without a GPU: the report says deviceless compiles do not autotune."""
     compiled_gaps: tuple[tuple[str, str, str], ...] = ()
     """``(test, check, line)`` where the lowered prediction and the compiled reality differ,
     and what compiling without vendor libraries gave (:func:`prediction_gap`,
@@ -2420,8 +2421,13 @@ def merged_notes(report: Report, merged: Merged) -> list[Note]:
 
 
 def _deviceless(report: Report) -> bool:
+    """Whether a GPU platform (cuda) was compiled without its GPU: the autotuning note is
+    its. tpu compiled through libtpu picks no kernels by timing them."""
     return any(
-        result.deviceless for check in report.checks() for result in check.probe.platforms.values()
+        result.deviceless
+        for check in report.checks()
+        for platform, result in check.probe.platforms.items()
+        if platform == NVIDIA
     )
 
 
