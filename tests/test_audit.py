@@ -668,15 +668,19 @@ def test_the_baseline_ratchets_audit_counts(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "  audit: counts grew since the baseline — 6 counts (the session fails; no test does)",
+            "  audit: counts grew since the baseline — 8 counts (the session fails; no test does)",
             "*",
             "*",
             "    the audited suite  cuda: cusolver calls grew 0 -> 1 (+1) since the baseline",
+            "*",
+            "*",
+            "*",
+            "    the audited suite  tpu: libtpu calls grew 0 -> 1 (+1) since the baseline",
         ]
     )
     result.stdout.fnmatch_lines(
         [
-            "jaxport audit: FAILED: 6 suite budget problems*",
+            "jaxport audit: FAILED: 8 suite budget problems*",
             "*",
             "*",
             "*",

@@ -449,7 +449,9 @@ ABSENT = ("cuda", "rocm", "tpu")
 def jax_warns_lowering(pytester: pytest.Pytester, name: str) -> set[str]:
     """What JAX itself warns lowering ``absent_kernels.<name>`` for the absent platforms,
     together and each alone (as pytest-jaxport does where together fails), found here with
-    JAX's public API, independently of the plugin: ``Category: message`` each."""
+    JAX's public API, independently of the plugin: ``Category: message`` each. A joint
+    lowering that fails warned about no program (issue 50: the tpu branch's kernel, lowered
+    together for cuda, warns of Mosaic GPU; alone, it is never lowered for cuda)."""
     import contextlib
     import importlib
     import warnings
@@ -463,12 +465,15 @@ def jax_warns_lowering(pytester: pytest.Pytester, name: str) -> set[str]:
     )
     said: set[str] = set()
     for platforms in (ABSENT, *((p,) for p in ABSENT)):
+        lowered = False
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            # a platform that does not lower here: what it warned still counts
+            # a platform that does not lower alone: what it warned still counts
             with contextlib.suppress(Exception):
                 traced.lower(lowering_platforms=platforms)
-        said |= {f"{w.category.__name__}: {w.message}" for w in caught}
+                lowered = True
+        if lowered or len(platforms) == 1:
+            said |= {f"{w.category.__name__}: {w.message}" for w in caught}
     return said
 
 

@@ -29,6 +29,7 @@ from pytest_jaxport.model.libtpu import (
     topology_for,
 )
 from pytest_jaxport.model.platforms import DESCRIPTIONS, release
+from pytest_jaxport.version import requirement
 
 LIBTPU = libtpu.installed("libtpu")
 needs_libtpu = pytest.mark.skipif(
@@ -56,8 +57,8 @@ def test_the_pair_jax_pins_is_good_and_a_missing_libtpu_says_what_to_install() -
     assert good.known == "pinned by jax 0.10.2"
     missing = pair_verdict("0.10.2", None, pinned="0.0.42.*")
     assert missing.problem == (
-        'libtpu is not installed: pip install "pytest-jaxport[tpu]" installs the libtpu jax '
-        '0.10.2 pins (or: pip install "libtpu==0.0.42.*")'
+        f'libtpu is not installed: pip install "{requirement("tpu")}" installs the libtpu '
+        'jax 0.10.2 pins (or: pip install "libtpu==0.0.42.*")'
     )
 
 

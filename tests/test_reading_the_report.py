@@ -94,7 +94,7 @@ from model import project
 
 @pytest.mark.portable
 def test_project(jaxport):
-    jaxport.check(project, np.full((2, 4), 1 + 2**-12, np.float32), np.ones((4, 1), np.float32))
+    jaxport.check(project, np.full((2, 4), 1 + 2**-12, np.float32), np.ones((4, 2), np.float32))
 """
 
 

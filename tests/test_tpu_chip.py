@@ -116,6 +116,8 @@ def test_the_tpu_band_in_use_is_the_one_measured_on_the_chip() -> None:
         import tpu_traces
 
         found = tpu_traces.errors(TRACES)
+    except RuntimeError as e:  # jax 0.6: no jax.profiler.ProfileData to read a trace with
+        pytest.skip(f"this jax cannot read a recorded profiler trace: {e}")
     finally:
         sys.path.remove(str(RESULTS.parent))
     recorded = json.loads((RESULTS / "tpu-band-v5e.json").read_text())

@@ -399,9 +399,10 @@ def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
     # with tpu's days wrapping to say the fixed part apart, plus one line under each estimate
     # called a ranking (cuda's and rocm's; cpu's too where this jax measures no cpu profile);
     # 67 with cuda's layout findings said in one group line where their row was (issue 43);
-    # 70 with the note on why cpu's measured share and its vendor calls differ (issue 50)
+    # 70 with the note on why cpu's measured share and its vendor calls differ (issue 50);
+    # tpu's estimate a ranking too once its linear algebra counts as libtpu's (issue 48)
     rankings = text.count("a ranking, not a share: within")
-    assert 2 <= rankings <= 3, text
+    assert 3 <= rankings <= 4, text
     assert len(lines) - rankings <= 70, text
     assert all(len(line) <= WIDTH for line in lines), [x for x in lines if len(x) > WIDTH]
     counts = next(i for i, x in enumerate(lines) if x.startswith(f"{number(SCALE)} portable tests"))

@@ -230,19 +230,19 @@ class Headline:
         numerics mismatches`` where there are some, ``, 3 checks may differ on tpu
         (emulated)`` where any may); led by ``tests did not run: 1 file not collected; ``
         where pytest could not collect one."""
-        differ = self.may_differ_text()
         return (
             f"{self.did_not_run()}{plural(self.tests, 'portable test')}, "
             f"{plural(self.checks, 'check')}, {number(self.failed_tests)} failed, "
             f"{plural(self.violations, 'budget violation')}{self.mismatches_text(', ')}"
-            + (f", {differ}" if differ else "")
         )
 
     def mismatches_text(self, lead: str = "") -> str:
-        """``3 numerics mismatches`` after ``lead``; ``""`` without any."""
-        if not self.mismatches:
-            return ""
-        return lead + plural(self.mismatches, "numerics mismatch", "numerics mismatches")
+        """``3 numerics mismatches`` and ``3 checks may differ on tpu (emulated)``, each after
+        ``lead``: numerics, apart from the budget violations; ``""`` without any."""
+        said = [plural(self.mismatches, "numerics mismatch", "numerics mismatches")]
+        said = said if self.mismatches else []
+        differ = self.may_differ_text()
+        return "".join(lead + part for part in (*said, *([differ] if differ else [])))
 
     def did_not_run(self) -> str:
         """``tests did not run: 1 file not collected; `` (``""`` where every file was)."""
@@ -288,9 +288,11 @@ PROBLEM_KINDS: tuple[ProblemKind, ...] = (
 MISMATCH_KEYS: Mapping[str, str] = {
     "numerics": "numerics differ",
     "emulated_numerics": "numerics differ (emulated on cpu)",
+    MAY_DIFFER_KEY: "numerics may differ (emulated on cpu)",
 }
 """What a numerics mismatch's group is called (its violation's key in the JSON): numerics,
-never a budget key."""
+never a budget key. An emulation that may differ on the chip (``may_differ = "fail"``) is
+numerics too: grouped with them, not counted as a budget violation."""
 DRIFT_KEY = "outputs differ across legs"
 """A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
 on another (``jaxport merge``); the test fails in the merged report."""
@@ -1449,11 +1451,12 @@ def headline_of(report: Report) -> Headline:
     elif "budget" in config.written_null:
         budgeted = False
     mismatches = sum(v.key in NUMERICS_KEYS for t in report.tests for v in t.violations)
+    differ = sum(v.key == MAY_DIFFER_KEY for t in report.tests for v in t.violations)
     return Headline(
         tests=summary.tests,
         checks=summary.checks,
         failed_tests=summary.failed_tests,
-        violations=summary.violations - mismatches,
+        violations=summary.violations - mismatches - differ,
         mismatches=mismatches,
         platforms=config.platforms,
         reference=config.reference,
@@ -1660,7 +1663,7 @@ def problems_of(
             numerics = v.key in NUMERICS_KEYS
             found.append(
                 Problem(
-                    kind="mismatch" if numerics else "violation",
+                    kind="mismatch" if numerics or v.key == MAY_DIFFER_KEY else "violation",
                     test=test.nodeid,
                     check=v.check,
                     platform=v.platform,
@@ -1855,6 +1858,9 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         return "not in must_lower: a finding, not a failure"
     if kind == "numerics":
         return "no numerics budget applied"
+    if kind == "mismatch" and key == MISMATCH_KEYS[MAY_DIFFER_KEY]:
+        (limit, origin), _ = Counter((p.limit, p.origin) for p in rows).most_common(1)[0]
+        return f"{setting_text(MAY_DIFFER_KEY, limit, origin)}: the test fails"
     if kind == "mismatch":
         tolerances = Counter(p.origin for p in rows).most_common()
         more = f"; {plural(len(tolerances) - 1, 'other setting')}" if len(tolerances) > 1 else ""

@@ -349,8 +349,8 @@ def _violation_alert(
     title = f"{violation.where()}: {violation.key} ({violation.found_text()})"
     if violation.key in NUMERICS_KEYS:  # numerics, not a budget key: what differs, by how much
         rule, title = "numerics-difference", f"{violation.where()}: {violation.found_text()}"
-    elif violation.key == MAY_DIFFER_KEY:
-        rule = "numerics-may-differ"
+    elif violation.key == MAY_DIFFER_KEY:  # numerics too: what may differ, by how much
+        rule, title = "numerics-may-differ", f"{violation.where()}: {violation.found_text()}"
     elif violation.key in _LOWER_KEYS:
         rule = "does-not-lower"
     else:

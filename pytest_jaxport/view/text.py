@@ -516,8 +516,8 @@ def problem_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         return [*wrap(f"problems: none ({view.all_clear()})", hang="  "), ""]
     findings = sum(g.count for g in groups if g.kind in ("not-lowered", "numerics"))
     said = [f"{number(head.failed_tests)} failed", plural(head.violations, "budget violation")]
-    if head.mismatches:
-        said.append(head.mismatches_text())
+    if head.mismatches or head.may_differ_text():
+        said.append(head.mismatches_text(", ").removeprefix(", "))
     if view.unit == "computation":  # an audit of an unchanged suite: no portable test
         said = []
     if head.not_collected:  # first: the counts below are not the suite's
