@@ -84,7 +84,10 @@ padding from the layout model (issue 48: the demo's tile-padding findings, their
 cost items they price); and tpu's lowered linear algebra counted as libtpu's (issue 48: the
 checks' and computations' tpu vendor calls, sites and libtpu share, and the hotspots that
 follow). The renderings differ in those and in issue 50's library order and cpu note (read as a
-text diff).
+text diff). All three were recorded again when tpu's band was adopted again from the chip's
+recorded traces, once the lowered level counted tpu's linear algebra as libtpu's (issue 48: ±41
+points from the lowered program became ±19): runs differed from the recordings only in tpu's
+``error_points``, and so did their renderings.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is
