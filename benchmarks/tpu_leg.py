@@ -80,14 +80,15 @@ def prepare(folder: Path) -> int:
 # -- run (on the TPU host) -----------------------------------------------------------------------
 
 
-def run(folder: Path, out: Path, *, limit: float = LIMIT_S) -> int:
-    """Install, then the tests in one process on the chip; the log and JUnit XML to ``out``."""
+def run(folder: Path, out: Path, *, limit: float = LIMIT_S, tests: Sequence[str] = ()) -> int:
+    """Install, then the tests (``tests``, or :data:`FILES`) in one process on the chip; the
+    log and JUnit XML to ``out``."""
     base = Path("/tmp/jaxport-tpu-leg")
     site, checkout = base / "site", base / "checkout"
     checkout.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PIP_CONFIG_FILE="/dev/null", PYTHONUNBUFFERED="1")
     subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-index",
-                    "--no-deps", "--no-compile", "--no-cache-dir", "--target", str(site),
+                    "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(site),
                     *map(str, sorted(folder.glob("*.whl")))], env=env, check=True)  # fmt: skip
     with tarfile.open(folder / "checkout.tar") as tar:
         tar.extractall(checkout, filter="data")
@@ -99,7 +100,7 @@ def run(folder: Path, out: Path, *, limit: float = LIMIT_S) -> int:
     # faulthandler's traceback) reaches the log even when the process dies mid-test.
     command = [sys.executable, "-m", "pytest", "-v", "-rA", "--capture=sys",
                "-p", "no:cacheprovider", "-p", "no:randomly", "-o",
-               "console_output_style=classic", f"--junitxml={out / 'tpu-leg.xml'}", *FILES]  # fmt: skip
+               "console_output_style=classic", f"--junitxml={out / 'tpu-leg.xml'}", *(tests or FILES)]  # fmt: skip
     with log.open("w", encoding="utf-8") as handle:
         handle.write(f"$ {' '.join(command)}\n")
         handle.flush()
@@ -204,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     running.add_argument("folder", type=Path)
     running.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     running.add_argument("--limit", type=float, default=LIMIT_S, help=argparse.SUPPRESS)
+    running.add_argument("--test", action="append", default=[], dest="tests", metavar="ID",
+                         help="a test (file or node id) to run instead of the leg's files")  # fmt: skip
     recording = commands.add_parser("record", help="record what a call brought back (here)")
     recording.add_argument("out", type=Path)
     recording.add_argument("--name", default="v5e")
@@ -213,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "prepare":
         return prepare(args.folder)
     if args.command == "run":
-        return run(args.folder.resolve(), args.out, limit=args.limit)
+        return run(args.folder.resolve(), args.out, limit=args.limit, tests=args.tests)
     return record(args.out, args.name, results=args.results, note=args.note)
 
 

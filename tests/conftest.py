@@ -45,6 +45,12 @@ if ACCELERATORS:
     # this one does: every process a test starts (pytester's subprocess runs, pytest-xdist's
     # workers, the demo's run) runs JAX on the CPU, instead of failing to get the chip.
     os.environ["JAX_PLATFORMS"] = "cpu"
+    # ... and without the host's own startup warning (jax's cloud_tpu_init, where libtpu is
+    # installed: "Transparent hugepages are not enabled"), which a CPU-only machine's run,
+    # the one their projects expect, does not print.
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:Transparent hugepages"])
+    )
 
 # The model libraries tests/test_libraries.py checks, where installed: imported once here so
 # that in-process runs reuse them (their extension modules cannot be imported twice either).

@@ -76,6 +76,24 @@ def test_cpus_measured_share_names_its_largest_library_and_says_why_it_differs(
     assert typed(report).summary.numbers is not None
 
 
+def test_the_share_notes_libraries_in_name_order_not_by_measured_time() -> None:
+    """Which of eigen and ynnpack took longer is a measurement (a TPU host's CPU ordered
+    them the other way), so the note that names them keeps one order on every machine."""
+    from pytest_jaxport.report.document import PlatformTotals
+    from pytest_jaxport.view.model import ShareRow, share_basis_notes
+
+    totals = PlatformTotals(vendor=1, custom=0, meta=0, libraries={"ducc": 1}, lowered=1,
+                            failed_to_lower=0)  # fmt: skip
+    texts = []
+    for order in ((("ynnpack", 0.6), ("eigen", 0.3)), (("eigen", 0.6), ("ynnpack", 0.3))):
+        row = ShareRow(platform="cpu", basis="measured", label="measured", layers={},
+                       libraries=(*order, ("ducc", 0.1)))  # fmt: skip
+        [note] = share_basis_notes([row], {"cpu": totals}, audit=False)
+        texts.append(note.text)
+    assert texts[0] == texts[1]
+    assert "where eigen and ynnpack run its dots" in texts[0]
+
+
 # float32-exact on cpu; cuda's TF32 (10 mantissa bits) and tpu's bfloat16 (7) both round
 # 1 + 2**-12 to 1 at the default precision, so both emulations differ from cpu by 4 * 2**-12.
 MISMATCH_MODEL = """

@@ -1347,7 +1347,8 @@ def share_basis_notes(
         if row.basis != "measured" or counted is None:
             continue
         timed = [name for name, _ in row.libraries]
-        only_timed = [name for name in timed if name not in counted.libraries]
+        # in name order: which of them took longer is a measurement, and varies by machine
+        only_timed = sorted(name for name in timed if name not in counted.libraries)
         if not only_timed:
             continue
         audited = "; the suite audit's estimates the lowered one" if audit else ""
