@@ -87,7 +87,10 @@ follow). The renderings differ in those and in issue 50's library order and cpu 
 text diff). All three were recorded again when tpu's band was adopted again from the chip's
 recorded traces, once the lowered level counted tpu's linear algebra as libtpu's (issue 48: ±41
 points from the lowered program became ±19): runs differed from the recordings only in tpu's
-``error_points``, and so did their renderings.
+``error_points``, and so did their renderings. And again when tpu's peak rates became the
+TPU v5e's own, as the lent chip's profiler reported them, and the band with them ±18 (issue 49's
+validation run): runs differed only in tpu's runtime shares (``xla``, ``vendor``, ``custom``,
+``libraries.libtpu``) and ``error_points``, per check, computation and summary.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

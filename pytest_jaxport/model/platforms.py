@@ -405,12 +405,15 @@ TPU = Platform(
         ("trillium", "v6e", "TPU v6e (Trillium)"),
     ),
     device_example="v5e",
-    # bf16 MXU rate for TPU since that is what JAX programs use there.
+    # The default device's own rates (bf16 MXU, HBM), as its profiler reports them: the
+    # lent TPU v5e's /device:TPU:0 (benchmarks/results/tpu-validation-v5e/, the device part;
+    # Google's datasheet gives 197 TFLOP/s and 819 GB/s). One rate per platform: a slice of
+    # another generation (devices.tpu) is estimated at these.
     peak=PeakRates(
-        flops=459e12,
-        bandwidth=2.765e12,
+        flops=202.7e12,
+        bandwidth=819.16e9,
         launch=1e-6,
-        source=f"Google Cloud TPU v5p (bf16); {GPU_LAUNCH}",
+        source=f"TPU v5 lite's profiler on the lent chip (bf16, HBM); {GPU_LAUNCH}",
     ),
 )
 
