@@ -153,12 +153,15 @@ def compile_all(
     compiler = libtpu.TpuCompiler(time_limit=600)
     out: dict[str, dict[str, Any]] = {}
     try:
-        compiler.compile(
-            libtpu.PROBE_MODULE.encode(),
-            topology_for("tpu", "v5e", "", partitions=1),
-            partitions=1,
-            options=options,
-        )  # started, its first compile's set-up paid, as in a run
+        try:
+            compiler.compile(
+                libtpu.PROBE_MODULE.encode(),
+                topology_for("tpu", "v5e", "", partitions=1),
+                partitions=1,
+                options=options,
+            )  # started, its first compile's set-up paid, as in a run
+        except libtpu.CompileFailure as failure:  # an option this jax or libtpu refuses
+            return {key: {"error": f"{failure.stage}: {str(failure)[:300]}"} for key in modules}
         for key, (data, partitions) in modules.items():
             topology = topology_for("tpu", "v5e", "", partitions=partitions)
             seconds: list[float] = []
