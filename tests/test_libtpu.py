@@ -247,6 +247,22 @@ def double(x):
         _double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         compiler_params=pltpu.CompilerParams(),
     )(x)
+
+
+def workers():  # this process's children that run libtpu's worker
+    import os
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (proc / "cmdline").read_bytes()
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and b"tpu_worker.py" in command:
+            found.append(proc.name)
+    return found
 """
 
 
@@ -679,24 +695,9 @@ def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
         platforms = ["cpu", "tpu"]
         """,
         """
-        import os
-        from pathlib import Path
-
         import jax.numpy as jnp
         import pytest
-        from kernels import solve
-
-        def workers():  # this process's children that run libtpu's worker
-            found = []
-            for proc in Path("/proc").glob("[0-9]*"):
-                try:
-                    command = (proc / "cmdline").read_bytes()
-                    parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                if parent == os.getpid() and b"tpu_worker.py" in command:
-                    found.append(proc.name)
-            return found
+        from kernels import solve, workers
 
         @pytest.mark.portable
         def test_solve(jaxport):
@@ -710,3 +711,44 @@ def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-rA")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*tpu   vendor   3  custom   0  (libtpu 3)  [[]lowered[]]*"])
+
+
+@needs_libtpu
+def test_a_run_whose_compiles_are_all_cached_starts_no_worker(
+    pytester: pytest.Pytester,
+) -> None:
+    """The worker starts at the first compile the compiled cache does not hold, not as
+    collection ends: a first run compiles (one worker), a second reads the answer from the
+    cache and starts none, with the same census."""
+    _project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        compile = ["tpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from kernels import solve, workers
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            before = len(workers())
+            jaxport.check(solve, jnp.eye(16) * 2.0, jnp.ones((16, 2)))
+            with open("workers.txt", "a") as seen:
+                seen.write(f"{before} {len(workers())}\\n")
+        """,
+    )
+    runs = []
+    for _ in range(2):
+        result = pytester.runpytest_subprocess("-p", "no:randomly", "-rA")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(
+            ["*tpu   vendor   3  custom   0  (libtpu 3)  [[]compiled deviceless v5e:1x1[]]*"]
+        )
+        runs.append(result)
+    runs[0].stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses (1 compiled *"])
+    runs[1].stdout.fnmatch_lines(["jaxport: compiled cache 1 hits, 0 misses (0 compiled *"])
+    # workers before and after the check: none until the cold run's compile; none at all warm
+    assert (pytester.path / "workers.txt").read_text().splitlines() == ["0 1", "0 0"]

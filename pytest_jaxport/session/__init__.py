@@ -89,14 +89,9 @@ class JaxportSession:
         return [part for line in lines for part in wrap(line, hang="  ")]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # libtpu's worker is not started here: the first compile the compiled cache does not
+        # hold starts it, so a run whose compiles are all cached starts none
         self.audit.collected(session.items)
-        compiler = self.compile_settings.tpu_compiler
-        if (
-            compiler is not None
-            and self.runs_tests
-            and (self.audit.audited or any(i.get_closest_marker(MARKER) for i in session.items))
-        ):  # libtpu's worker imports JAX while the first tests run
-            compiler.start()
 
     def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
         """Tests ``-k``, ``-m``, ``--deselect`` or ``--lf`` left out: the baseline's entries
