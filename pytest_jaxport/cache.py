@@ -247,6 +247,10 @@ class CompiledCache:
             if tmp.exists():
                 tmp.unlink()
 
+    def empty(self) -> bool:
+        """Whether no entry is kept (a first run, or one after ``--jaxport-cache-clear``)."""
+        return not self.directory.is_dir() or next(self.directory.glob("*.json"), None) is None
+
     def clear(self) -> int:
         """Drop every entry; returns how many were dropped."""
         dropped = 0

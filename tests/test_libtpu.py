@@ -717,9 +717,10 @@ def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
 def test_a_run_whose_compiles_are_all_cached_starts_no_worker(
     pytester: pytest.Pytester,
 ) -> None:
-    """The worker starts at the first compile the compiled cache does not hold, not as
-    collection ends: a first run compiles (one worker), a second reads the answer from the
-    cache and starts none, with the same census."""
+    """With an empty compiled cache the worker starts as collection ends (every compile is a
+    miss: it imports JAX while the first tests run); with a cache, at the first compile the
+    cache does not hold: a second run reads the answer from the cache and starts none, with
+    the same census."""
     _project(
         pytester,
         """
@@ -750,5 +751,12 @@ def test_a_run_whose_compiles_are_all_cached_starts_no_worker(
         runs.append(result)
     runs[0].stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses (1 compiled *"])
     runs[1].stdout.fnmatch_lines(["jaxport: compiled cache 1 hits, 0 misses (0 compiled *"])
-    # workers before and after the check: none until the cold run's compile; none at all warm
-    assert (pytester.path / "workers.txt").read_text().splitlines() == ["0 1", "0 0"]
+    # a program the cache does not hold, in a run whose cache is not empty: started by it
+    test = pytester.path / "test_tpu.py"
+    test.write_text(test.read_text().replace("jnp.eye(16)", "jnp.eye(8)").replace("((16", "((8"))
+    runs.append(pytester.runpytest_subprocess("-p", "no:randomly", "-rA"))
+    runs[2].assert_outcomes(passed=1)
+    runs[2].stdout.fnmatch_lines(["jaxport: compiled cache 0 hits, 1 misses (1 compiled *"])
+    # workers before and after the check: the cold run's from collection on; none at all
+    # warm; the third run's from its compile on
+    assert (pytester.path / "workers.txt").read_text().splitlines() == ["1 1", "0 0", "0 1"]

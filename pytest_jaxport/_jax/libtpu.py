@@ -5,9 +5,10 @@ Why a worker and not this process (docs/architecture.md has the decision and its
 a mismatched jax/libtpu pair crashes the process that loads it; some programs compile for
 minutes and a compile cannot be interrupted; libtpu takes a machine-wide lockfile and writes
 to file descriptor 2; and the CPU backend checks run on must not change. The worker is
-started once per test process, at the first compile the compiled cache does not hold (a run
-whose compiles are all cached starts none), killed at the time limit and started again for
-the next compile; its output never reaches the user's.
+started once per test process: as collection ends where the compiled cache is empty (every
+compile is a miss, and the worker imports JAX while the first tests run), else at the first
+compile the cache does not hold (a run whose compiles are all cached starts none); killed at
+the time limit and started again for the next compile; its output never reaches the user's.
 
 Nothing here imports libtpu: only the worker does. This module imports JAX only inside
 :func:`module_bytes` and :func:`prefer_cpu_backend`.
@@ -177,6 +178,14 @@ class TpuCompiler:
         """Workers started (a compile past the limit starts another)."""
 
     # -- the worker's life ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker now without waiting for it (it imports JAX while tests run), where
+        compiles are certain; not on a TPU host, whose checks compile on the chip."""
+        if tpu_chips_attached():
+            return
+        with self._lock:
+            self._spawn()
 
     def _spawn(self) -> None:
         if self._process is not None and self._process.poll() is None:

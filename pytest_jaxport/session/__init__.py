@@ -89,9 +89,17 @@ class JaxportSession:
         return [part for line in lines for part in wrap(line, hang="  ")]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # libtpu's worker is not started here: the first compile the compiled cache does not
-        # hold starts it, so a run whose compiles are all cached starts none
         self.audit.collected(session.items)
+        compiler = self.compile_settings.tpu_compiler
+        cache = self.compile_settings.cache
+        if (
+            compiler is not None
+            and self.runs_tests
+            and (cache is None or cache.empty())
+            and (self.audit.audited or any(i.get_closest_marker(MARKER) for i in session.items))
+        ):  # every compile a miss: the worker imports JAX while the first tests run; with a
+            # cache, the first compile it does not hold starts it (all cached: none starts)
+            compiler.start()
 
     def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
         """Tests ``-k``, ``-m``, ``--deselect`` or ``--lf`` left out: the baseline's entries
