@@ -714,7 +714,7 @@ def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
 
 
 @needs_libtpu
-def test_a_run_whose_compiles_are_all_cached_starts_no_worker(
+def test_the_worker_starts_early_on_an_empty_cache_at_a_miss_otherwise_never_when_cached(
     pytester: pytest.Pytester,
 ) -> None:
     """With an empty compiled cache the worker starts as collection ends (every compile is a
