@@ -58,7 +58,7 @@ from pytest_jaxport.model.census import (
 )
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
-from pytest_jaxport.model.cost import FREE_OPS, op_cost
+from pytest_jaxport.model.flops import FREE_OPS, op_cost
 from pytest_jaxport.model.formats import is_notable
 from pytest_jaxport.model.platforms import JAX_GPU
 from pytest_jaxport.model.probe import Untraced

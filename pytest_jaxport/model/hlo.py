@@ -54,7 +54,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from pytest_jaxport.model.census import OpSite, Program, StackFrame, location_text, quoted
-from pytest_jaxport.model.cost import (
+from pytest_jaxport.model.flops import (
     convolution_flops,
     dot_flops,
     fft_flops,

@@ -47,14 +47,6 @@ from typing import Literal, TypeVar
 
 from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.census import Census
-from pytest_jaxport.model.cost import (
-    RANKING,
-    SHARE_LAYERS,
-    RuntimeShare,
-    ranking_of,
-    share_basis,
-    share_basis_short,
-)
 from pytest_jaxport.model.emulation import (
     HOST,
     emulated_label,
@@ -70,6 +62,14 @@ from pytest_jaxport.model.probe import (
     Probe,
     emulated_status,
     numerics_status,
+)
+from pytest_jaxport.model.runtime_share import (
+    RANKING,
+    SHARE_LAYERS,
+    RuntimeShare,
+    ranking_of,
+    share_basis,
+    share_basis_short,
 )
 from pytest_jaxport.model.targets import (
     COLLECTIVE_LIBRARIES,
