@@ -59,37 +59,39 @@ from pytest_jaxport._jax.jaxprs import (
     source_line,
 )
 from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
-from pytest_jaxport.model.compare import Outputs
-from pytest_jaxport.model.emulation import (
+from pytest_jaxport.model.arithmetic import (
     BFLOAT16,
     BLOCKED_SCANS,
-    EMULATED_PLATFORMS,
-    EPS32,
-    EXACT_EVERYWHERE,
     FORMATS,
-    FUSED_MULTIPLY_ADD,
     ROUND_TRIPS_ELIDED,
     SCAN_BLOCK,
-    BoundedOp,
-    ChipBounds,
-    ChosenBranch,
     DotRule,
-    EmulatedKernel,
-    Emulation,
-    Interpreter,
     NumberFormat,
-    OpBound,
-    Unemulated,
-    chip_bounds,
     conv_unit,
     default_dot_format,
     dot_arithmetic,
     dot_unit,
+)
+from pytest_jaxport.model.chip_errors import (
+    EPS32,
+    EXACT_EVERYWHERE,
+    FUSED_MULTIPLY_ADD,
+    ChipBounds,
+    OpBound,
+    chip_bounds,
+)
+from pytest_jaxport.model.compare import Outputs
+from pytest_jaxport.model.emulation import (
+    EMULATED_PLATFORMS,
+    BoundedOp,
+    ChosenBranch,
+    EmulatedKernel,
+    Emulation,
+    Unemulated,
     grouped_bounds,
     grouped_rounding,
-    interpreter_for,
-    needs_release,
 )
+from pytest_jaxport.model.interpreters import Interpreter, interpreter_for, needs_release
 
 if TYPE_CHECKING:
     import jax

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
+from pytest_jaxport.model.arithmetic import compute_capability, default_dot_format
 from pytest_jaxport.model.budget import Violation, evaluate, failure_text
 from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.chip_errors import chip_bounds
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
@@ -23,12 +25,7 @@ from pytest_jaxport.model.config import (
     parse_marker,
 )
 from pytest_jaxport.model.cost import CostModel
-from pytest_jaxport.model.emulation import (
-    HOST,
-    chip_bounds,
-    compute_capability,
-    default_dot_format,
-)
+from pytest_jaxport.model.emulation import HOST
 from pytest_jaxport.model.gpu import load_target
 from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
