@@ -13,7 +13,7 @@ import pytest
 
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.arithmetic import compute_capability, default_dot_format
-from pytest_jaxport.model.budget import Violation, evaluate, failure_text
+from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.chip_errors import chip_bounds
 from pytest_jaxport.model.config import (
@@ -26,6 +26,8 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import HOST
+from pytest_jaxport.model.evaluation import evaluate
+from pytest_jaxport.model.failure import failure_text
 from pytest_jaxport.model.gpu import load_target
 from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
