@@ -30,7 +30,7 @@ from pytest_jaxport.model.tooling import (
     scan_text,
     scan_tree,
 )
-from pytest_jaxport.model.tooling_rules import RULES, ToolingRule, rule_ids
+from pytest_jaxport.model.tooling_rules import TOOLING_RULES, ToolingRule, rule_ids
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
@@ -668,7 +668,7 @@ def test_rule_ignores(file: str, line: str) -> None:
 @pytest.mark.parametrize(("file", "line", "rule"), POSITIVE)
 def test_every_match_holds_a_needle(file: str, line: str, rule: str) -> None:
     # Needles only speed the scan up; a needle a match can lack would hide it.
-    for candidate in RULES:
+    for candidate in TOOLING_RULES:
         for match in candidate.regex.finditer(line):
             if candidate.needles:
                 found = match.group().lower()
@@ -687,7 +687,7 @@ def test_default_rule_ids() -> None:
         "oneapi-device-selection",  # oneapi's, from its description (model/platforms.py)
         "intel-tool",
     }
-    for rule in RULES:
+    for rule in TOOLING_RULES:
         assert rule.reason.strip()
         assert "\n" not in rule.reason
         assert len(rule.reason) <= 100, rule.reason

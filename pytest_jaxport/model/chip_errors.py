@@ -65,7 +65,7 @@ class OpBound:
     """Its vector outputs come out with either sign, vector by vector (eigenvectors, the
     singular vectors)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The bound as ``chip_errors.json`` and a report's ``BoundedOp`` hold it (without
         its op, their key)."""
         return {"scale": self.scale, "ulps": self.ulps, "abs_eps": self.abs_eps,

@@ -6,7 +6,7 @@ device strings, ``CUDA_VISIBLE_DEVICES`` and GPU-only ``jax.config`` options all
 change on another backend. :func:`scan` walks a project and reports each one as an
 :class:`Assumption` with its file, line and a one-line reason.
 
-The rules are data (:data:`pytest_jaxport.model.tooling_rules.RULES`): a regular expression
+The rules are data (:data:`pytest_jaxport.model.tooling_rules.TOOLING_RULES`): a regular expression
 applied per line, the file-name globs it applies to, and a reason. The scan honours
 ``.gitignore`` (through ``git ls-files`` when the root is in a git work tree, through its own
 matcher otherwise: :mod:`pytest_jaxport.model.project_files`), an ``exclude`` list, and
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from pytest_jaxport.model.globs import glob_regex
 from pytest_jaxport.model.project_files import Source, list_project_files
-from pytest_jaxport.model.tooling_rules import RULES, ToolingRule
+from pytest_jaxport.model.tooling_rules import TOOLING_RULES, ToolingRule
 
 MAX_FILE_BYTES = 1 << 20
 """Files larger than this are skipped: generated or data files, not hand-written config."""
@@ -381,7 +381,7 @@ def _search(rel: str, text: str, rules: Sequence[ToolingRule]) -> list[Assumptio
 
 
 def scan_text(
-    file: str, text: str, *, rules: Sequence[ToolingRule] = RULES
+    file: str, text: str, *, rules: Sequence[ToolingRule] = TOOLING_RULES
 ) -> tuple[Assumption, ...]:
     """Assumptions in one file's ``text``, as if it lived at ``file`` (a relative path).
 
@@ -395,7 +395,7 @@ def scan_tree(
     root: Path,
     *,
     exclude: Sequence[str] = (),
-    rules: Sequence[ToolingRule] = RULES,
+    rules: Sequence[ToolingRule] = TOOLING_RULES,
     use_git: bool = True,
     max_bytes: int = MAX_FILE_BYTES,
 ) -> ToolingScan:
@@ -436,7 +436,7 @@ def scan(
     root: Path,
     *,
     exclude: Sequence[str] = (),
-    rules: Sequence[ToolingRule] = RULES,
+    rules: Sequence[ToolingRule] = TOOLING_RULES,
     use_git: bool = True,
 ) -> tuple[Assumption, ...]:
     """Every NVIDIA-bound assumption under ``root``, sorted by file, line and rule.

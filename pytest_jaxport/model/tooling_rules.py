@@ -1,7 +1,7 @@
 """The project scan's rules: NVIDIA-bound tooling and CI assumptions, as data (pure).
 
 Each :class:`ToolingRule` is a regular expression applied per line, the file-name globs it
-applies to, and a one-line reason; :data:`RULES` are the defaults (extended with each
+applies to, and a one-line reason; :data:`TOOLING_RULES` are the defaults (extended with each
 platform's own from its description, and by the ``pytest_jaxport_tooling_rules`` hook).
 The scan that applies them is :mod:`pytest_jaxport.model.tooling`'s.
 
@@ -152,7 +152,7 @@ def _any(*alternatives: str) -> str:
     return "|".join(alternatives)
 
 
-RULES: tuple[ToolingRule, ...] = (
+TOOLING_RULES: tuple[ToolingRule, ...] = (
     ToolingRule(
         id="xla-gpu-flag",
         pattern=r"(?<![\w-])--xla_gpu_\w+",
@@ -268,7 +268,7 @@ RULES: tuple[ToolingRule, ...] = (
 
 _FILE_GROUPS: dict[str, tuple[str, ...]] = {"everywhere": _EVERYWHERE, "not-python": _NOT_PYTHON}
 
-RULES += tuple(
+TOOLING_RULES += tuple(
     ToolingRule(
         id=found.id,
         pattern=found.pattern,
@@ -283,7 +283,7 @@ RULES += tuple(
 # (model/platforms.py): Intel's oneAPI, SYCL and Level Zero.
 
 
-def rule_ids(rules: Iterable[ToolingRule] = RULES) -> tuple[str, ...]:
+def rule_ids(rules: Iterable[ToolingRule] = TOOLING_RULES) -> tuple[str, ...]:
     """The distinct rule ids, in rule order.
 
     >>> rule_ids()[:3]
