@@ -769,7 +769,7 @@ def default_target() -> str:
 
 
 def shipped_model() -> dict[str, Any]:
-    """The estimate's constants this run used (``cost.DEFAULT_PEAKS``, ``CALIBRATION``)."""
+    """The estimate's constants this run used (``roofline.DEFAULT_PEAKS``, ``CALIBRATION``)."""
     from pytest_jaxport.model.roofline import CALIBRATION, DEFAULT_PEAKS, FUSED_SHARE
 
     return {

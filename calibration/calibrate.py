@@ -1,7 +1,7 @@
 """Calibration: the shipped data the runtime-share estimate is fitted to and the error bands
 it prints, written from measurements (``benchmarks/``) and never by them.
 
-    python calibration/calibrate.py fit TRAINING.json [--write]   # cost.CALIBRATION, cpu's rates
+    python calibration/calibrate.py fit TRAINING.json [--write]   # CALIBRATION, cpu's rates
     python calibration/calibrate.py adopt RESULTS.json            # a device run's error band
     python calibration/calibrate.py chip-errors RESULTS.json      # a TPU's measured op errors
 

@@ -992,7 +992,7 @@ class _Reader:
         return None
 
     def cost(self, operation: ir.Operation, target: str | None) -> _Typed:
-        """``cost.op_cost`` of an op (computed once per distinct op, types and attributes),
+        """``flops.op_cost`` of an op (computed once per distinct op, types and attributes),
         with its operand and result types and the attributes formats read."""
         name = operation.name
         operand_types = tuple(self.type_texts(operation.operands))

@@ -127,7 +127,7 @@ def _library_file(path: str) -> str:
 
 
 def roofline(platform: str, settings: CompileSettings) -> Callable[[OpSite, str], float]:
-    """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``; the configured
+    """An op's estimated seconds on ``platform`` (``roofline.kernel_seconds``; the configured
     GPU's peaks for cuda)."""
 
     peak = peak_for(platform, target_config=settings.target_config, target=settings.target)

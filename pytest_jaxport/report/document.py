@@ -11,7 +11,7 @@ The parts reuse the domain's types where they already are values with a JSON for
 :class:`~pytest_jaxport.model.probe.Probe` (a check, and an audited computation's platforms),
 :class:`~pytest_jaxport.model.budget.Violation`,
 :class:`~pytest_jaxport.model.hotspots.Hotspot`,
-:class:`~pytest_jaxport.model.cost.RuntimeShare` and
+:class:`~pytest_jaxport.model.runtime_share.RuntimeShare` and
 :class:`~pytest_jaxport.model.cost.RewriteEstimate`.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
