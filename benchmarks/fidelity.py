@@ -237,7 +237,8 @@ def flatten(program: Any, platform: str, level: str) -> list[tuple[Any, str, str
 def estimate_layers(
     flat: Sequence[tuple[Any, str, str | None, float]], peak: Any, calibration: Any
 ) -> dict[str, float]:
-    from pytest_jaxport.model.cost import kernel_seconds, share_of
+    from pytest_jaxport.model.roofline import kernel_seconds
+    from pytest_jaxport.model.runtime_share import share_of
 
     timed = [
         (layer, lib, w * kernel_seconds(site, layer, peak, calibration))
@@ -249,7 +250,7 @@ def estimate_layers(
 def old_estimate_layers(program: Any, platform: str) -> dict[str, float]:
     """The estimate as it was before: a roofline of every lowered op, nothing else."""
     from pytest_jaxport.model.census import take_census
-    from pytest_jaxport.model.cost import share_of
+    from pytest_jaxport.model.runtime_share import share_of
 
     flops, bandwidth = OLD_PEAKS[platform]
     census = take_census(
@@ -468,8 +469,13 @@ class Harness:
         ``deviceless_text`` (the same program compiled without it) is estimated too: that
         is the estimate a report made without the GPU prints."""
         from pytest_jaxport.model.census import take_census
-        from pytest_jaxport.model.cost import CALIBRATION, estimated_share, kernel_seconds, peak_for
         from pytest_jaxport.model.hlo import parse_compiled_hlo
+        from pytest_jaxport.model.roofline import (
+            CALIBRATION,
+            estimated_share,
+            kernel_seconds,
+            peak_for,
+        )
 
         out: dict[str, Any] = {}
         for platform in self.present:
@@ -548,8 +554,8 @@ class Harness:
         """The measured share (mean of ``repeats`` profiler sessions), their largest layer
         difference in points, the executable's HLO text and the lowered program."""
         from pytest_jaxport._jax.profile import measure
-        from pytest_jaxport.model.cost import measured_share
         from pytest_jaxport.model.hlo import instruction_sites
+        from pytest_jaxport.model.runtime_share import measured_share
         from pytest_jaxport.model.targets import classify
 
         lowering = self.lowering
@@ -763,8 +769,8 @@ def default_target() -> str:
 
 
 def shipped_model() -> dict[str, Any]:
-    """The estimate's constants this run used (``cost.DEFAULT_PEAKS``, ``CALIBRATION``)."""
-    from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS, FUSED_SHARE
+    """The estimate's constants this run used (``roofline.DEFAULT_PEAKS``, ``CALIBRATION``)."""
+    from pytest_jaxport.model.roofline import CALIBRATION, DEFAULT_PEAKS, FUSED_SHARE
 
     return {
         "fused_share": FUSED_SHARE,

@@ -157,7 +157,7 @@ PROFILER_MISSING = [False]
 
 def _report_side(probe: Any) -> dict[str, float]:
     """What the session does per probe after the test: budget, to_dict, probe_text."""
-    from pytest_jaxport.model.budget import evaluate
+    from pytest_jaxport.model.evaluation import evaluate
     from pytest_jaxport.view.text import probe_text
 
     resolved = ProjectConfig().resolve()

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_jaxport.model.tooling import scan_tree, summarize
+from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "tooling_scan.json"
 
@@ -65,7 +65,7 @@ def bench(root: Path, runs: int) -> dict[str, Any]:
         "files_listed": result.files_listed,
         "files_read": result.files_read,
         "assumptions": len(result.assumptions),
-        "by_rule": summarize(result.assumptions),
+        "by_rule": assumptions_per_rule(result.assumptions),
         "runs": runs,
         "seconds_each": [round(s, 4) for s in seconds],
         "seconds_median": round(median, 4),

@@ -151,8 +151,8 @@ def record(folder: Path) -> int:
 def measured_layers(folder: Path, name: str) -> tuple[dict[str, float], dict[str, float], float]:
     """The tpu share the plugin measures from a recorded trace: layers, libraries, seconds."""
     from pytest_jaxport._jax.profile import read_trace, seconds_per_run
-    from pytest_jaxport.model.cost import measured_share
     from pytest_jaxport.model.hlo import instruction_sites
+    from pytest_jaxport.model.runtime_share import measured_share
     from pytest_jaxport.model.targets import classify
 
     trace = read_trace((folder / f"xspace-{name}.pb").read_bytes())
@@ -168,8 +168,8 @@ def errors(folder: Path) -> dict[str, Any]:
     import jax
 
     from pytest_jaxport._jax import lowering
-    from pytest_jaxport.model.cost import CALIBRATION, peak_for
     from pytest_jaxport.model.hlo import parse_compiled_hlo
+    from pytest_jaxport.model.roofline import CALIBRATION, peak_for
 
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     peak = peak_for("tpu")

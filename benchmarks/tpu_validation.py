@@ -127,7 +127,7 @@ def device_part(out: Path) -> None:
     model (its peak rates); on a machine without a TPU, the model alone."""
     import jax
 
-    from pytest_jaxport.model.cost import peak_for
+    from pytest_jaxport.model.roofline import peak_for
 
     shipped = peak_for("tpu")
     model = {"flops": shipped.flops, "bandwidth": shipped.bandwidth, "source": shipped.source}

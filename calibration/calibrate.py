@@ -1,7 +1,7 @@
 """Calibration: the shipped data the runtime-share estimate is fitted to and the error bands
 it prints, written from measurements (``benchmarks/``) and never by them.
 
-    python calibration/calibrate.py fit TRAINING.json [--write]   # cost.CALIBRATION, cpu's rates
+    python calibration/calibrate.py fit TRAINING.json [--write]   # CALIBRATION, cpu's rates
     python calibration/calibrate.py adopt RESULTS.json            # a device run's error band
     python calibration/calibrate.py chip-errors RESULTS.json      # a TPU's measured op errors
 
@@ -125,7 +125,7 @@ def nelder_mead(
 
 
 def _model(x: Sequence[float]) -> tuple[Any, Any]:
-    from pytest_jaxport.model.cost import DEFAULT_PEAKS, Calibration
+    from pytest_jaxport.model.roofline import DEFAULT_PEAKS, Calibration
 
     bandwidth, launch, library_call, solver, fft = (10.0**v for v in x)
     peak = replace(
@@ -146,7 +146,7 @@ def fit(training: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Fit cpu's bandwidth, launch and library costs and the solver/FFT efficiencies to the
     measured cpu shares (compiled-program estimates), then the same with each program left
     out in turn: the error on programs the fit did not see."""
-    from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS
+    from pytest_jaxport.model.roofline import CALIBRATION, DEFAULT_PEAKS
 
     rows = [r for r in training if r["platform"] == "cpu"]
     if not rows:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.targets import Classification
-from pytest_jaxport.model.tooling import ToolingRule
+from pytest_jaxport.model.tooling_rules import ToolingRule
 from pytest_jaxport.version import __version__
 
 

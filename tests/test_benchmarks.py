@@ -256,13 +256,13 @@ def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
 
     from pytest_jaxport._jax.lowering import read_program
     from pytest_jaxport.model.census import take_census
-    from pytest_jaxport.model.cost import (
+    from pytest_jaxport.model.roofline import (
         estimated_share,
         kernel_seconds,
         peak_for,
         read_estimate_errors,
-        share_basis,
     )
+    from pytest_jaxport.model.runtime_share import share_basis
 
     gv = _benchmark_module("gpu_validation")
     fidelity = _benchmark_module("fidelity")
@@ -355,7 +355,7 @@ def _training_row(key: str, dot_flops: float, measured: dict[str, float]) -> dic
 def test_a_calibration_fit_writes_the_shipped_calibration_file(tmp_path: Path) -> None:
     """``calibration/calibrate.py fit --write`` on a tiny training set (the form
     ``fidelity.py --training`` writes) writes the file the package reads at import."""
-    from pytest_jaxport.model.cost import CALIBRATION_FILE, read_calibration
+    from pytest_jaxport.model.roofline import CALIBRATION_FILE, read_calibration
 
     training = tmp_path / "training.json"
     rows = [

@@ -25,7 +25,6 @@ from pytest_jaxport.model.budget import (
     OnPlatform,
     OnTarget,
     Setting,
-    evaluate,
 )
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.config import (
@@ -39,6 +38,7 @@ from pytest_jaxport.model.config import (
     parse_project,
     portable,
 )
+from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.formats import DEFAULT_DEVICES, Finding, FormatCensus
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
 from pytest_jaxport.model.targets import libraries

@@ -26,19 +26,9 @@ from helpers import line_of
 from jax import lax
 
 from pytest_jaxport._jax.emulate import emulate
-from pytest_jaxport.model.emulation import (
-    DOT_RULES,
-    BoundedOp,
-    Emulation,
-    OpBound,
-    chip_bounds,
-    conv_unit,
-    dot_arithmetic,
-    dot_unit,
-    may_differ,
-    may_differ_lines,
-    read_chip_bounds,
-)
+from pytest_jaxport.model.arithmetic import DOT_RULES, conv_unit, dot_arithmetic, dot_unit
+from pytest_jaxport.model.chip_errors import OpBound, chip_bounds, read_chip_bounds
+from pytest_jaxport.model.emulation import BoundedOp, Emulation, may_differ, may_differ_lines
 from pytest_jaxport.model.numerics import Comparison, LeafMismatch, Tolerance
 from pytest_jaxport.model.probe import emulated_state
 

@@ -704,8 +704,8 @@ def test_prediction_that_held_is_not_repeated_and_what_if_says_unchanged() -> No
 
 
 def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
-    from pytest_jaxport.model.budget import evaluate
     from pytest_jaxport.model.config import Budget, Setting
+    from pytest_jaxport.model.evaluation import evaluate
 
     result = PlatformProbe(
         platform="cuda",

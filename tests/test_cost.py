@@ -12,29 +12,27 @@ import pytest
 
 from pytest_jaxport._jax.profile import Event, measure, self_times
 from pytest_jaxport.model.census import Census, Kernel, OpSite, SourceLocation
-from pytest_jaxport.model.cost import (
-    COST_KEYS,
+from pytest_jaxport.model.cost import COST_KEYS, CostModel, estimate, rewrite_items
+from pytest_jaxport.model.flops import op_cost, tensor_shape
+from pytest_jaxport.model.roofline import (
     DEFAULT_PEAKS,
     ESTIMATE_ERROR,
     EVERY_PLATFORM,
     Calibration,
-    CostModel,
     Peak,
+    estimated_share,
+    kernel_seconds,
+    peak_for,
+    peak_from_target,
+    read_estimate_errors,
+)
+from pytest_jaxport.model.runtime_share import (
     Ranking,
     RuntimeShare,
     combine,
-    estimate,
-    estimated_share,
-    kernel_seconds,
-    op_cost,
-    peak_for,
-    peak_from_target,
     ranking_of,
-    read_estimate_errors,
-    rewrite_items,
     share_basis,
     share_of,
-    tensor_shape,
 )
 
 TARGETS = Path(__file__).parents[1] / "pytest_jaxport" / "gpu_targets"

@@ -33,24 +33,26 @@ from jax.experimental.pallas import tpu as pltpu
 from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.adapters import jax_release
 from pytest_jaxport._jax.emulate import emulate
+from pytest_jaxport.model.arithmetic import (
+    BFLOAT16,
+    TF32,
+    compute_capability,
+    default_dot_format,
+    precision_rule,
+)
 from pytest_jaxport.model.compare import compare
 from pytest_jaxport.model.emulation import (
-    BFLOAT16,
-    GPU_INTERPRET,
-    TF32,
     ChosenBranch,
     EmulatedKernel,
     Emulation,
     RoundedOp,
     Unemulated,
-    compute_capability,
-    default_dot_format,
     divergence_message,
     emulated_label,
     emulation_lines,
     not_emulated_message,
-    precision_rule,
 )
+from pytest_jaxport.model.interpreters import GPU_INTERPRET
 from pytest_jaxport.model.numerics import describe
 
 HERE = Path(__file__).resolve()

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.model.cost import CALIBRATION, DEFAULT_PEAKS, ESTIMATE_ERROR, FUSED_SHARE
 from pytest_jaxport.model.platforms import DEFAULTS
+from pytest_jaxport.model.roofline import CALIBRATION, DEFAULT_PEAKS, ESTIMATE_ERROR, FUSED_SHARE
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 RESULTS = BENCHMARKS / "results" / "fidelity-cpu.json"

@@ -18,7 +18,7 @@ import pytest
 from helpers import esc, run_json, typed
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.budget import Violation, evaluate, ways_out
+from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census, SourceLocation
 from pytest_jaxport.model.config import (
     ConfigError,
@@ -28,6 +28,8 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem, estimate, format_items
 from pytest_jaxport.model.counts import FormatCounts, PlatformCounts
+from pytest_jaxport.model.evaluation import evaluate
+from pytest_jaxport.model.failure import ways_out
 from pytest_jaxport.model.formats import (
     DEFAULT_DEVICES,
     Device,

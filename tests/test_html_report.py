@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from helpers import typed
 
-from pytest_jaxport.model.cost import CostModel, RuntimeShare, estimate, rewrite_items
+from pytest_jaxport.model.cost import CostModel, estimate, rewrite_items
 from pytest_jaxport.model.probe import Probe, census_from_dict, numerics_status
+from pytest_jaxport.model.runtime_share import RuntimeShare
 from pytest_jaxport.report.document import ReportError
 from pytest_jaxport.report.schema import from_json
 from pytest_jaxport.view import html as html_report

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_jaxport.model.budget import failure_text
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import EmulatedKernel, Emulation
+from pytest_jaxport.model.failure import failure_text
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 from pytest_jaxport.model.probe import (
     PlatformProbe,

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from helpers import typed
 
-from pytest_jaxport.model.cost import shipped_estimate_errors
+from pytest_jaxport.model.roofline import shipped_estimate_errors
 from pytest_jaxport.view.model import build_view
 
 FFI_SUITE = """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_jaxport.model import config, cost, emulation, formats, targets, tooling
+from pytest_jaxport.model import config, emulation, formats, roofline, targets, tooling_rules
 from pytest_jaxport.model.platforms import DESCRIPTIONS, needs_newer_jax, release
 
 
@@ -29,8 +29,8 @@ def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> 
                 platform=name, generation=generation, name=label
             )
         if described.peak is not None:
-            assert cost.DEFAULT_PEAKS[name].flops == described.peak.flops
-            assert cost.DEFAULT_PEAKS[name].source == described.peak.source
+            assert roofline.DEFAULT_PEAKS[name].flops == described.peak.flops
+            assert roofline.DEFAULT_PEAKS[name].source == described.peak.source
         for pattern, result in described.custom_calls.items():
             # the first row of the platform's own that matches its glob is the description's
             # (a literal name stands for itself; a glob for a name it matches)
@@ -40,7 +40,7 @@ def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> 
                 *described.custom_calls.values(),
             )
         for pattern in described.tooling:
-            assert pattern.id in tooling.rule_ids()
+            assert pattern.id in tooling_rules.rule_ids()
 
 
 def test_oneapi_is_opted_into_and_its_libraries_are_intels() -> None:

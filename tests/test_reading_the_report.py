@@ -14,7 +14,7 @@ from test_home import TPU_KERNEL_SUITE
 
 import pytest_jaxport.report
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.cost import RuntimeShare
+from pytest_jaxport.model.runtime_share import RuntimeShare
 from pytest_jaxport.view.html import html
 from pytest_jaxport.view.model import share_row
 from pytest_jaxport.view.reporters import sarif_text

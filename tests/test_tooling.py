@@ -19,20 +19,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_jaxport.model.project_files import list_project_files
 from pytest_jaxport.model.tooling import (
     MAX_FILE_BYTES,
-    RULES,
     TEXT_WIDTH,
     Assumption,
-    ToolingRule,
     _python_prose,
-    list_project_files,
-    rule_ids,
+    assumptions_per_rule,
     scan,
     scan_text,
     scan_tree,
-    summarize,
 )
+from pytest_jaxport.model.tooling_rules import TOOLING_RULES, ToolingRule, rule_ids
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
@@ -670,7 +668,7 @@ def test_rule_ignores(file: str, line: str) -> None:
 @pytest.mark.parametrize(("file", "line", "rule"), POSITIVE)
 def test_every_match_holds_a_needle(file: str, line: str, rule: str) -> None:
     # Needles only speed the scan up; a needle a match can lack would hide it.
-    for candidate in RULES:
+    for candidate in TOOLING_RULES:
         for match in candidate.regex.finditer(line):
             if candidate.needles:
                 found = match.group().lower()
@@ -689,7 +687,7 @@ def test_default_rule_ids() -> None:
         "oneapi-device-selection",  # oneapi's, from its description (model/platforms.py)
         "intel-tool",
     }
-    for rule in RULES:
+    for rule in TOOLING_RULES:
         assert rule.reason.strip()
         assert "\n" not in rule.reason
         assert len(rule.reason) <= 100, rule.reason
@@ -906,13 +904,13 @@ def test_assumption_from_bad_dict_is_refused(data: dict[str, object]) -> None:
         Assumption.from_dict(data)
 
 
-def test_summarize_counts_per_rule_sorted() -> None:
+def test_assumptions_per_rule_counts_sorted_by_rule() -> None:
     found = scan_text(
         "run.sh", "nvidia-smi\nnsys profile x\nexport CUDA_VISIBLE_DEVICES=0 && nvidia-smi\n"
     )
-    assert summarize(found) == {"cuda-visible-devices": 1, "nvidia-tool": 3}
-    assert list(summarize(found)) == sorted(summarize(found))
-    assert summarize(()) == {}
+    assert assumptions_per_rule(found) == {"cuda-visible-devices": 1, "nvidia-tool": 3}
+    assert list(assumptions_per_rule(found)) == sorted(assumptions_per_rule(found))
+    assert assumptions_per_rule(()) == {}
 
 
 def test_results_are_sorted_by_file_line_rule(project: Path) -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jaxport.model.cost import measured_share, shipped_estimate_errors
 from pytest_jaxport.model.hlo import instruction_sites
+from pytest_jaxport.model.roofline import shipped_estimate_errors
+from pytest_jaxport.model.runtime_share import measured_share
 from pytest_jaxport.model.targets import classify
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"

@@ -29,10 +29,10 @@ import pytest
 from helpers import typed
 
 from pytest_jaxport._jax import lowering
-from pytest_jaxport.model.budget import evaluate
 from pytest_jaxport.model.census import Census, CompiledMemory, Program, SourceLocation
 from pytest_jaxport.model.config import installed_release, parse_project
 from pytest_jaxport.model.counts import FormatCounts
+from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.formats import (
     DEFAULT_DEVICES,
     RULES,

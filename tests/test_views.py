@@ -23,9 +23,10 @@ import pytest
 from helpers import exclusive
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.model.cost import RewriteEstimate, RuntimeShare, ranking_of
+from pytest_jaxport.model.cost import RewriteEstimate
 from pytest_jaxport.model.hotspots import Reach, hotspots
 from pytest_jaxport.model.probe import PlatformProbe, census_from_dict
+from pytest_jaxport.model.runtime_share import RuntimeShare, ranking_of
 from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
 from pytest_jaxport.report.document import AuditFinding, AuditSection, Computation, Numbers
 from pytest_jaxport.report.schema import from_json, write_json

@@ -6,13 +6,13 @@ emulated platform's lowering would select:
 * every ``lax.platform_dependent`` takes that platform's branch (as ``lowering.specialize``
   does, also inside loops, conditionals and custom-derivative rules);
 * every Pallas kernel is re-bound in the interpret mode matching the kernel kind that
-  platform lowers it to (``model.emulation.interpreter_for``): Mosaic TPU kernels in TPU
+  platform lowers it to (``model.interpreters.interpreter_for``): Mosaic TPU kernels in TPU
   interpret mode, Mosaic GPU kernels in Mosaic GPU interpret mode, Triton kernels in the
   generic Pallas interpreter. A kernel this JAX cannot interpret, or an FFI target, stops
   the emulation with a note saying why (never an exception);
 * every float32 ``dot_general`` and ``conv_general_dilated`` at the default precision gets
   its operands rounded (``lax.reduce_precision``) to the format that platform multiplies
-  in (``model.emulation.default_dot_format``); products of such operands are exact in
+  in (``model.arithmetic.default_dot_format``); products of such operands are exact in
   float32, so the CPU then accumulates them as the platform does, in float32. An explicit
   ``precision``, ``preferred_element_type`` or dot algorithm is left alone.
 
@@ -59,37 +59,39 @@ from pytest_jaxport._jax.jaxprs import (
     source_line,
 )
 from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
-from pytest_jaxport.model.compare import Outputs
-from pytest_jaxport.model.emulation import (
+from pytest_jaxport.model.arithmetic import (
     BFLOAT16,
     BLOCKED_SCANS,
-    EMULATED_PLATFORMS,
-    EPS32,
-    EXACT_EVERYWHERE,
     FORMATS,
-    FUSED_MULTIPLY_ADD,
     ROUND_TRIPS_ELIDED,
     SCAN_BLOCK,
-    BoundedOp,
-    ChipBounds,
-    ChosenBranch,
     DotRule,
-    EmulatedKernel,
-    Emulation,
-    Interpreter,
     NumberFormat,
-    OpBound,
-    Unemulated,
-    chip_bounds,
     conv_unit,
     default_dot_format,
     dot_arithmetic,
     dot_unit,
+)
+from pytest_jaxport.model.chip_errors import (
+    EPS32,
+    EXACT_EVERYWHERE,
+    FUSED_MULTIPLY_ADD,
+    ChipBounds,
+    OpBound,
+    chip_bounds,
+)
+from pytest_jaxport.model.compare import Outputs
+from pytest_jaxport.model.emulation import (
+    EMULATED_PLATFORMS,
+    BoundedOp,
+    ChosenBranch,
+    EmulatedKernel,
+    Emulation,
+    Unemulated,
     grouped_bounds,
     grouped_rounding,
-    interpreter_for,
-    needs_release,
 )
+from pytest_jaxport.model.interpreters import Interpreter, interpreter_for, needs_release
 
 if TYPE_CHECKING:
     import jax
@@ -109,7 +111,7 @@ class Emulated:
     outputs: Outputs | None = None
     bounded: Callable[[], Bounded] | None = None
     """Runs the program again with every op the emulation cannot compute as the chip does
-    moved by the chip's measured error bound (``model.emulation.chip_bounds``): called only
+    moved by the chip's measured error bound (``model.chip_errors.chip_bounds``): called only
     where the outputs matched (a mismatch needs no bound, and its compile is not paid);
     ``None`` where the platform has no measured bounds or the emulation did not run."""
 
@@ -138,7 +140,7 @@ def emulate(
     ``fn`` is a function, a ``jax.stages.Traced`` (``jax.jit(f).trace(*args, **kwargs)``)
     or a ``lowering.Trace``; for a trace, ``args``/``kwargs`` are what it was traced with.
     ``cuda_capability`` is the GPU generation a cuda emulation assumes (default an H100,
-    ``model.emulation.DEFAULT_CUDA_CAPABILITY``). ``own``: installed packages whose lines
+    ``model.arithmetic.DEFAULT_CUDA_CAPABILITY``). ``own``: installed packages whose lines
     count as the user's (``[tool.jaxport] own_packages``), as in a census.
 
     Example::
@@ -675,7 +677,7 @@ def _is_float32(aval: object, *, complex_too: bool = True) -> bool:
 
 
 def _operand_kind(eqn: JaxprEqn) -> str | None:
-    """What a product multiplies, as :data:`~pytest_jaxport.model.emulation.DOT_RULES` reads
+    """What a product multiplies, as :data:`~pytest_jaxport.model.arithmetic.DOT_RULES` reads
     it: ``float32`` (float32 or complex64 operands), ``float16``, ``mixed`` (bfloat16 with
     float32), else ``None``."""
     dtypes = sorted(str(getattr(v.aval, "dtype", "")) for v in eqn.invars[:2])
@@ -747,7 +749,7 @@ def _matmul_precision() -> str | None:
 
 
 def _unit(eqn: JaxprEqn) -> str:
-    """Where a TPU computes this product (``model.emulation.dot_unit`` / ``conv_unit``)."""
+    """Where a TPU computes this product (``model.arithmetic.dot_unit`` / ``conv_unit``)."""
     lhs, rhs = (tuple(getattr(v.aval, "shape", ())) for v in eqn.invars[:2])
     params = eqn.params
     if eqn.primitive.name == "dot_general":
@@ -863,7 +865,7 @@ def _sequential_cumsum(x: jax.Array) -> jax.Array:
 
 def _blocked_cumsum(x: object, *, axis: int = -1, reverse: bool = False) -> jax.Array:
     """The cumulative sum along ``axis`` as the TPU computes it: blocks of
-    :data:`~pytest_jaxport.model.emulation.SCAN_BLOCK` summed in order, the block totals'
+    :data:`~pytest_jaxport.model.arithmetic.SCAN_BLOCK` summed in order, the block totals'
     running sum (blocked the same way) added to each block."""
     import jax.numpy as jnp
 

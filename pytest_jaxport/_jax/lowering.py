@@ -58,7 +58,7 @@ from pytest_jaxport.model.census import (
 )
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
-from pytest_jaxport.model.cost import FREE_OPS, op_cost
+from pytest_jaxport.model.flops import FREE_OPS, op_cost
 from pytest_jaxport.model.formats import is_notable
 from pytest_jaxport.model.platforms import JAX_GPU
 from pytest_jaxport.model.probe import Untraced
@@ -992,7 +992,7 @@ class _Reader:
         return None
 
     def cost(self, operation: ir.Operation, target: str | None) -> _Typed:
-        """``cost.op_cost`` of an op (computed once per distinct op, types and attributes),
+        """``flops.op_cost`` of an op (computed once per distinct op, types and attributes),
         with its operand and result types and the attributes formats read."""
         name = operation.name
         operand_types = tuple(self.type_texts(operation.operands))

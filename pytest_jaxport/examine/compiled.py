@@ -30,11 +30,11 @@ from pytest_jaxport.model.census import (
     placed_sites,
     take_census,
 )
-from pytest_jaxport.model.cost import kernel_seconds, peak_for
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.libtpu import Topology, compiler_said, topology_for
 from pytest_jaxport.model.probe import PlatformProbe
+from pytest_jaxport.model.roofline import kernel_seconds, peak_for
 from pytest_jaxport.model.targets import MOSAIC_TARGET
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
@@ -127,7 +127,7 @@ def _library_file(path: str) -> str:
 
 
 def roofline(platform: str, settings: CompileSettings) -> Callable[[OpSite, str], float]:
-    """An op's estimated seconds on ``platform`` (``cost.kernel_seconds``; the configured
+    """An op's estimated seconds on ``platform`` (``roofline.kernel_seconds``; the configured
     GPU's peaks for cuda)."""
 
     peak = peak_for(platform, target_config=settings.target_config, target=settings.target)

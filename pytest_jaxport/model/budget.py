@@ -1,11 +1,12 @@
-"""Census and numerics against the budget: which limits a check broke, and why (pure).
+"""The budget's keys, each with its judge and its way out, and the violations they make (pure).
 
 Every budget key is declared once, in :data:`KEYS` (:class:`BudgetKey`): its name, the kind
-of value it takes, what it limits, whether the marker takes it, and how a check is judged
-against it. The configuration's keys and their validation, the marker's signature and its
-did-you-mean (:mod:`pytest_jaxport.model.config`), :class:`Budget`'s fields and
-:func:`evaluate`'s checks are read from that table; adding a key is one entry there (and
-its judge, below it) plus its test.
+of value it takes, what it limits, whether the marker takes it, how a check is judged
+against it and what a person can do about a violation. The configuration's keys and their
+validation, the marker's signature and its did-you-mean (:mod:`pytest_jaxport.model.config`),
+:class:`Budget`'s fields, the evaluation's checks (:mod:`pytest_jaxport.model.evaluation`)
+and the failure's ways out (:mod:`pytest_jaxport.model.failure`) are read from that table;
+adding a key is one entry there (and its judge, below it) plus its test.
 
 A message leads with the finding, so pytest's one-line short summary shows it::
 
@@ -27,25 +28,10 @@ from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
-from pytest_jaxport.model.cost import CostModel, estimate
-from pytest_jaxport.model.emulation import (
-    Emulation,
-    divergence_message,
-    emulated_label,
-    emulation_lines,
-    may_differ_lines,
-)
+from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
-from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
 from pytest_jaxport.model.platforms import compiler_decides
-from pytest_jaxport.model.probe import (
-    MAY_DIFFER,
-    PlatformProbe,
-    Probe,
-    emulated_status,
-    kernel_from_dict,
-    kernel_to_dict,
-)
+from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
 from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
 
 T = TypeVar("T")
@@ -261,105 +247,8 @@ def _rules_at(findings: Sequence[Finding], shown: int = 3) -> str:
     return ", ".join(said) + more
 
 
-def ways_out(violations: Sequence[Violation]) -> list[str]:
-    """What a person can do about ``violations``, one line per kind of limit they broke
-    (said once per test, after the violations): fix the code, raise the limit where it was
-    set, or, for a count, let a baseline ratchet it instead.
-
-    >>> ways_out([Violation(check="c", platform="cuda", key="max_custom_calls", limit=0,
-    ...                     origin="pyproject.toml [tool.jaxport.budget]", found=1,
-    ...                     what="custom call")])[0][:60]
-    'to pass: remove the kernels above from the code, or raise ma'
-    """
-    lines: list[str] = []
-    said: set[str] = set()
-    for v in violations:
-        kind = v.key.partition(".")[0]  # max_library_calls.cudnn: max_library_calls
-        if kind in said:
-            continue
-        said.add(kind)
-        declared = DECLARED.get(kind)
-        if declared is not None:
-            lines.append((declared.way_out or _change_or_raise)(v, violations))
-        elif v.key in NUMERICS_KEYS:
-            lines.append(_loosen_or_fix(v.key, violations))
-        elif v.key == "emulated_run":
-            lines.append(
-                f"to pass: fix what the emulated run hit (above), or take {v.platform} out of "
-                f"emulate (set in {v.origin})"
-            )
-        elif v.key == MAY_DIFFER_KEY:
-            lines.append(
-                f"to pass: if an error of the size measured on {v.platform} is acceptable, "
-                f"loosen [tool.jaxport.tolerance.{v.platform}.<dtype>] or the marker's "
-                f'rtol/atol; to be told without failing, set may_differ = "warn" (set in '
-                f"{v.origin}); to know, run the check on {v.platform}"
-            )
-        elif v.key == BASELINE_KEY:
-            grown = [x for x in violations if x.key == BASELINE_KEY and x.found is not None]
-            undo = ("take out of the code what grew (the sites above say where)" if grown
-                    else "make the code lower there again (the error above)")  # fmt: skip
-            lines.append(
-                f"to pass: {undo}, or, if the {'growth' if grown else 'change'} is intended, "
-                f"record it: pytest --jaxport-baseline={v.origin} --jaxport-baseline-update "
-                "(from a full run), and commit the file"
-            )
-        else:
-            lines.append(_change_or_raise(v, violations))
-    return lines
-
-
-def _loosen_or_fix(key: str, violations: Sequence[Violation]) -> str:
-    """The way out of every numerics mismatch of ``key`` (executed or emulated), each
-    platform's tolerance table named: two platforms that differ are two tables."""
-    emulated = key == "emulated_numerics"
-    platforms = list(dict.fromkeys(v.platform for v in violations if v.key == key))
-    labels = [emulated_label(p) if emulated else p for p in platforms]
-    tables = [f"[tool.jaxport.tolerance.{p}.<dtype>]" for p in platforms]
-    one = len(platforms) == 1
-    paths = " for that platform's path" if one else " for those platforms' paths"
-    differs = f"{labels[0]}'s difference is" if one else f"the differences on {_and(labels)} are"
-    return (
-        f"to pass: if {differs} expected, loosen {_and(tables)} or the marker's rtol/atol; "
-        "else fix the code" + (paths if emulated else "")
-    )
-
-
-def _and(items: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-def _numerics_what(comparison: Comparison) -> str:
-    """``differing leaf (worst abs err 9.8e-04, rel err 9.7e-05)``: how many leaves differ
-    and by how much at worst (a structure or shape mismatch has no error to give)."""
-    n = len(comparison.mismatches)
-    said = _plural(n, "differing leaf").replace("leafs", "leaves")
-    if comparison.max_abs_err > 0 or comparison.max_rel_err > 0:
-        said += (
-            f" (worst abs err {comparison.max_abs_err:.1e}, rel err {comparison.max_rel_err:.1e})"
-        )
-    return said
-
-
-def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
-    """A test's failure for its budget violations and the counts that grew since the
-    baseline, said one way: each finding first (the first line is what pytest's one-line
-    short summary shows), what it names under it, how many when several, then what to do
-    (:func:`ways_out`)."""
-    lines = [v.long_repr() for v in violations]
-    if len(violations) > 1:
-        grown = sum(v.key == BASELINE_KEY for v in violations)
-        differ = sum(v.key in NUMERICS_KEYS for v in violations)
-        broken = len(violations) - grown - differ
-        said = [f"{broken} portability budget {_plural(broken, 'violation')}"] if broken else []
-        said += [f"{differ} numerics mismatch{'' if differ == 1 else 'es'}"] if differ else []
-        said += [f"{grown} {_plural(grown, 'count')} grown since the baseline"] if grown else []
-        lines.append(f"({' and '.join(said)} in {nodeid})")
-    return "\n".join(lines + ways_out(violations))
-
-
-def _plural(n: int, word: str) -> str:
+def noun_for(n: int, word: str) -> str:
+    """``word`` for one, its plural for any other count: ``custom call``, ``custom calls``."""
     return f"{word}{'' if n == 1 else 's'}"
 
 
@@ -406,14 +295,16 @@ class OnCheck:
 @dataclass(frozen=True, slots=True)
 class OnTarget:
     """Judged per target of ``migrate_to``, on the estimate of moving there from the home
-    platform (per check by :func:`evaluate`, for the suite by :func:`rewrite_violations`)."""
+    platform (per check by :func:`~pytest_jaxport.model.evaluation.evaluate`, for the suite by
+    :func:`~pytest_jaxport.model.evaluation.rewrite_violations`)."""
 
     judge: TargetJudge
 
 
 @dataclass(frozen=True, slots=True)
 class Elsewhere:
-    """Not judged by :func:`evaluate`: ``where`` says what reads the key instead."""
+    """Not judged by :func:`~pytest_jaxport.model.evaluation.evaluate`: ``where`` says what
+    reads the key instead."""
 
     where: str
 
@@ -455,7 +346,8 @@ class BudgetKey:
 # -- the ways out: what a person can do about a broken key (said once per key and test) ---
 
 
-def _change_or_raise(v: Violation, violations: Sequence[Violation]) -> str:
+def change_or_raise(v: Violation, violations: Sequence[Violation]) -> str:
+    """The way out of a key without one of its own: change the code, or raise the limit."""
     return f"to pass: change the code, or raise {v.key} where it was set ({v.origin})"
 
 
@@ -486,7 +378,7 @@ def _fewer_to_rewrite(v: Violation, violations: Sequence[Violation]) -> str:
             f"--jaxport-platforms, a marker's platforms), or drop {v.key} (set in {v.origin}): "
             "a limit on what was never counted cannot pass"
         )
-    return _change_or_raise(v, violations)
+    return change_or_raise(v, violations)
 
 
 def _fewer_kernels(v: Violation, violations: Sequence[Violation]) -> str:
@@ -528,7 +420,7 @@ def _calls(
     if found <= setting.value:
         return []
     return [Violation(check=check, platform=platform, key=key, limit=setting.value,
-                      origin=setting.origin, found=found, what=_plural(found, noun),
+                      origin=setting.origin, found=found, what=noun_for(found, noun),
                       level=level, kernels=kernels)]  # fmt: skip
 
 
@@ -647,7 +539,7 @@ def _format_findings(check: str, result: PlatformProbe, budget: Budget) -> list[
         return []
     return [Violation(check=check, platform=result.platform, key="max_format_findings",
                       limit=limit.value, origin=limit.origin, found=n,
-                      what=_plural(n, "format finding"), findings=counted)]  # fmt: skip
+                      what=noun_for(n, "format finding"), findings=counted)]  # fmt: skip
 
 
 def _forbid_formats(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
@@ -689,7 +581,7 @@ def _relayouts(check: str, result: PlatformProbe, budget: Budget) -> list[Violat
     level = f"compiled (deviceless {result.target})" if result.deviceless else "compiled"
     return [Violation(check=check, platform=result.platform, key="max_relayouts",
                       limit=most.value, origin=most.origin, found=compiled.relayouts,
-                      what=_plural(compiled.relayouts, "relayout"), level=level,
+                      what=noun_for(compiled.relayouts, "relayout"), level=level,
                       findings=compiled.by_rule("inserted-relayout"))]  # fmt: skip
 
 
@@ -733,7 +625,7 @@ def _kernels_to_rewrite(check: str, budget: Budget, rewrite: Rewrite) -> list[Vi
         return []
     return [Violation(check=check, platform=budget.platform, key="max_kernels_to_rewrite",
                       limit=limit.value, origin=limit.origin, found=rewrite.kernels,
-                      what=f"{_plural(rewrite.kernels, 'kernel')} to rewrite moving off "
+                      what=f"{noun_for(rewrite.kernels, 'kernel')} to rewrite moving off "
                       f"{rewrite.home}", level=f"from the {rewrite.home} census",
                       details=rewrite.details)]  # fmt: skip
 
@@ -878,19 +770,10 @@ KEYS: tuple[BudgetKey, ...] = (
 )
 """Every budget key, once, in the order checks are judged against them (and the marker's
 signature lists them): :mod:`~pytest_jaxport.model.config` reads the names, kinds and
-``project_only`` from here, :func:`evaluate` the judges."""
+``project_only`` from here, :func:`~pytest_jaxport.model.evaluation.evaluate` the judges."""
 
 DECLARED: Mapping[str, BudgetKey] = {k.name: k for k in KEYS}
 """Each key of :data:`KEYS` by its name."""
-_PER_CHECK = tuple(k.judged for k in KEYS if isinstance(k.judged, OnCheck))
-_PER_TARGET = tuple(k.judged for k in KEYS if isinstance(k.judged, OnTarget))
-_TARGET_KEYS = tuple(k.name for k in KEYS if isinstance(k.judged, OnTarget))
-_PER_PLATFORM_ANY = tuple(
-    k.judged for k in KEYS if isinstance(k.judged, OnPlatform) and not k.judged.needs_census
-)
-_PER_PLATFORM_COUNTED = tuple(
-    k.judged for k in KEYS if isinstance(k.judged, OnPlatform) and k.judged.needs_census
-)
 _FRACTIONS = frozenset(k.name for k in KEYS if k.kind == "fraction")
 RATCHETED: tuple[str, ...] = tuple(
     metric for k in KEYS if k.ratchet is not None for metric in (k.ratchet, *k.ratchet_also)
@@ -903,58 +786,6 @@ RATCHETED_SHARES: frozenset[str] = frozenset(
 """The ratcheted metrics that are shares (a fraction key's ratchet): shown as percentages."""
 _LISTS: frozenset[Kind] = frozenset({"platforms", "globs", "formats", "rules"})
 """The kinds whose value is a list, which a violation's rule says (``forbid_formats = [...]``)."""
-
-
-def evaluate(
-    probe: Probe,
-    budget_for: Callable[[str], Budget],
-    *,
-    migrate_to: Sequence[str] = (),
-    model: CostModel | None = None,
-    emulate_origin: str = "emulate",
-    may_differ: Setting[str] | None = None,
-    home: str = DEFAULT_HOME,
-) -> list[Violation]:
-    """Every violation of ``probe`` against the budget of each platform it was lowered for.
-
-    Counts come from the compiled census where the platform was compiled, else from the
-    lowered one; each violation says which (``level``). Rewrite budgets apply per target in
-    ``migrate_to``, moving off ``home``, priced with ``model``. An emulation's outputs must
-    match the reference like a present platform's, and its run must not fail
-    (``emulate_origin``: where ``emulate`` was set); one that may differ on the chip fails
-    where ``may_differ`` is ``fail`` (the default). Each key is judged by its judge, in
-    :data:`KEYS`' order (on a platform, those judged whether or not it lowered first).
-    """
-    violations: list[Violation] = []
-    for on_check in _PER_CHECK:
-        violations += on_check.judge(probe, budget_for)
-    for target in migrate_to:
-        violations += _rewrite_violations(probe, budget_for(target), model or CostModel(), home)
-    for platform, result in probe.platforms.items():
-        budget = budget_for(platform)
-        for on_platform in _PER_PLATFORM_ANY:
-            violations += on_platform.judge(probe.name, result, budget)
-        if result.budgeted is None:  # no census (compiled, else lowered) to count in
-            continue
-        for on_platform in _PER_PLATFORM_COUNTED:
-            violations += on_platform.judge(probe.name, result, budget)
-        if result.numerics is not None and not result.numerics.ok:
-            comparison = result.numerics
-            violations.append(
-                Violation(
-                    check=probe.name,
-                    platform=platform,
-                    key="numerics",
-                    limit=f"match {comparison.reference}",
-                    origin=tolerance_origin(comparison),
-                    found=len(comparison.mismatches),
-                    what=_numerics_what(comparison),
-                    level="executed",
-                    details=tuple(describe(comparison).splitlines()[1:]),
-                )
-            )
-        violations += _emulation_violations(probe.name, result, emulate_origin, may_differ)
-    return violations
 
 
 def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> Violation:
@@ -974,117 +805,3 @@ def _forbidden(formats: FormatCensus, used: Sequence[str], base: Violation) -> V
         return replace(base, details=tuple(at))
     return replace(base, details=(f"in {ops} {'op' if ops == 1 else 'ops'} (no rule flags them "
                                   "on this device, and no op kept its line)",))  # fmt: skip
-
-
-def _emulation_violations(
-    check: str, result: PlatformProbe, origin: str, may_differ: Setting[str] | None = None
-) -> list[Violation]:
-    """An emulation whose outputs differ from the reference's, whose run failed, or (with
-    ``may_differ = "fail"``) that may differ on the chip; one that could not run here (a
-    kernel this JAX cannot interpret) is a note, not a failure."""
-    emulation = result.emulated
-    if emulation is None:
-        return []
-    comparison = result.emulated_numerics
-    if emulation.error is not None:
-        return [
-            Violation(
-                check=check,
-                platform=result.platform,
-                key="emulated_run",
-                limit=True,
-                origin=origin,
-                found="failed",
-                what="the emulated run",
-                level="emulated",
-                details=(emulation.error, *emulation_lines(emulation)[:-1]),
-            )
-        ]
-    setting = may_differ or Setting(value="fail", origin="the default")
-    if emulated_status(result) == MAY_DIFFER and setting.value == "fail":
-        head, *rest = may_differ_lines(emulation, result.emulated_bounds)
-        return [
-            Violation(
-                check=check,
-                platform=result.platform,
-                key=MAY_DIFFER_KEY,
-                limit=setting.value,
-                origin=setting.origin,
-                found=len(emulation.bounded),
-                what=head,
-                level="emulated",
-                details=(*rest, *_emulated_as(emulation)),
-            )
-        ]
-    if comparison is None or comparison.ok:
-        return []
-    return [
-        Violation(
-            check=check,
-            platform=result.platform,
-            key="emulated_numerics",
-            limit=f"match {comparison.reference}",
-            origin=tolerance_origin(comparison),
-            found=len(comparison.mismatches),
-            what=_numerics_what(comparison),
-            level="emulated",
-            details=tuple(divergence_message(emulation, describe(comparison)).splitlines()[1:]),
-        )
-    ]
-
-
-def _emulated_as(emulation: Emulation) -> list[str]:
-    """What the emulation changed, under a heading (nothing where it changed nothing)."""
-    lines = emulation_lines(emulation)
-    if not lines:
-        return []
-    return [f"emulated as {emulation.platform} would run it:", *(f"  {line}" for line in lines)]
-
-
-def _rewrite_violations(
-    probe: Probe, budget: Budget, model: CostModel, home: str
-) -> list[Violation]:
-    if not any(budget.is_set(key) for key in _TARGET_KEYS) or budget.platform == home:
-        return []
-    items = probe.rewrite_items(budget.platform, home=home)
-    if items is None and probe.untraced is not None:  # lowered nowhere: it fails no budget
-        return []
-    if items is None:  # nothing counted: a limit on the count cannot pass
-        missing = tuple(p for p in (home, budget.platform) if p not in probe.platforms)
-        return rewrite_violations(probe.name, budget, kernels=0, days=0.0, details=(),
-                                  home=home, not_lowered=missing)  # fmt: skip
-    formats = probe.format_items(budget.platform)
-    if not items and not formats:
-        return []
-    # Per check: the kernels' own days; the per-target fixed cost belongs to the suite.
-    result = estimate(
-        budget.platform, items or (), model=replace(model, fixed=0.0), format_items=formats
-    )
-    return rewrite_violations(
-        probe.name,
-        budget,
-        kernels=result.kernels_to_rewrite,
-        days=result.days,
-        details=tuple(i.describe() for i in result.items)
-        + tuple(i.describe() for i in result.format_items),
-        home=home,
-    )
-
-
-def rewrite_violations(
-    check: str,
-    budget: Budget,
-    *,
-    kernels: int,
-    days: float,
-    details: tuple[str, ...],
-    home: str = DEFAULT_HOME,
-    not_lowered: tuple[str, ...] = (),
-) -> list[Violation]:
-    """The rewrite keys (``max_kernels_to_rewrite``, ``max_rewrite_days``) of ``budget`` (its
-    platform is the target) against an estimate of ``kernels`` and ``days`` moving off
-    ``home``; ``details`` lists the items. Where ``not_lowered`` names the platforms not
-    lowered, nothing was counted, and every limit set fails."""
-    rewrite = Rewrite(kernels=kernels, days=days, details=details, home=home,
-                      not_lowered=not_lowered)  # fmt: skip
-    return [v for on_target in _PER_TARGET for v in on_target.judge(check, budget, rewrite)]

@@ -72,7 +72,7 @@ class OpLibraries:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PeakRates:
     """The rates the runtime-share estimate uses where a platform is not present (public
-    datasheet figures; launch costs assumed), as :class:`pytest_jaxport.model.cost.Peak`."""
+    datasheet figures; launch costs assumed), as :class:`pytest_jaxport.model.roofline.Peak`."""
 
     flops: float
     bandwidth: float
@@ -84,7 +84,7 @@ class PeakRates:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolingPattern:
     """A vendor-bound assumption in a project's files (a tool, an environment variable), as
-    :class:`pytest_jaxport.model.tooling.ToolingRule` makes it: ``files`` names a group of
+    :class:`pytest_jaxport.model.tooling_rules.ToolingRule` makes it: ``files`` names a group of
     files (``everywhere``, ``not-python``: scripts, containers, CI, configuration)."""
 
     id: str

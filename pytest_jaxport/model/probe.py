@@ -10,13 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
-from pytest_jaxport.model.cost import (
-    FormatItem,
-    RewriteItem,
-    RuntimeShare,
-    format_items,
-    rewrite_items,
-)
+from pytest_jaxport.model.cost import FormatItem, RewriteItem, format_items, rewrite_items
 from pytest_jaxport.model.emulation import Emulation, may_differ
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.jsontypes import (
@@ -34,6 +28,7 @@ from pytest_jaxport.model.jsontypes import (
     texts,
 )
 from pytest_jaxport.model.numerics import Comparison
+from pytest_jaxport.model.runtime_share import RuntimeShare
 from pytest_jaxport.model.targets import (
     COLLECTIVE_LIBRARIES,
     COUNTERPART_LIBRARIES,

@@ -11,7 +11,7 @@ The parts reuse the domain's types where they already are values with a JSON for
 :class:`~pytest_jaxport.model.probe.Probe` (a check, and an audited computation's platforms),
 :class:`~pytest_jaxport.model.budget.Violation`,
 :class:`~pytest_jaxport.model.hotspots.Hotspot`,
-:class:`~pytest_jaxport.model.cost.RuntimeShare` and
+:class:`~pytest_jaxport.model.runtime_share.RuntimeShare` and
 :class:`~pytest_jaxport.model.cost.RewriteEstimate`.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -26,20 +26,14 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar, cast, get_args
 
 from pytest_jaxport.model.budget import Violation
-from pytest_jaxport.model.cost import (
-    SHARE_LAYERS,
-    CostModel,
-    FormatItem,
-    RewriteEstimate,
-    RewriteItem,
-    RuntimeShare,
-)
+from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteEstimate, RewriteItem
 from pytest_jaxport.model.emulation import Emulation
 from pytest_jaxport.model.formats import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import Json
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.probe import PlatformProbe, Probe, platform_from_dict, platform_to_dict
+from pytest_jaxport.model.runtime_share import SHARE_LAYERS, RuntimeShare
 from pytest_jaxport.model.targets import DEFAULT_HOME
 from pytest_jaxport.model.tooling import Assumption
 

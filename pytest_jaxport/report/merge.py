@@ -37,7 +37,7 @@ from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_tab
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.targets import ordered_platforms
-from pytest_jaxport.model.tooling import Assumption, summarize
+from pytest_jaxport.model.tooling import Assumption, assumptions_per_rule
 from pytest_jaxport.report.audit import failures, merge_audits
 from pytest_jaxport.report.baseline import counted
 from pytest_jaxport.report.document import (
@@ -394,7 +394,7 @@ def _merged_tooling(legs: Sequence[_Leg]) -> JsonObject | None:
     assumptions = sorted(found.values())
     return {
         "assumptions": [a.to_dict() for a in assumptions],
-        "by_rule": summarize(assumptions),
+        "by_rule": assumptions_per_rule(assumptions),
         "files_listed": max(s.files_listed for s in scans),
         "files_read": max(s.files_read for s in scans),
         "source": next((s.source for s in scans if s.source), None),

@@ -17,15 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport.model.cost import (
-    CostModel,
-    FormatItem,
-    RewriteEstimate,
-    RewriteItem,
-    RuntimeShare,
-    combine,
-    estimate,
-)
+from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteEstimate, RewriteItem, estimate
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.hotspots import (
     COUNTED_LAYERS,
@@ -37,6 +29,7 @@ from pytest_jaxport.model.hotspots import (
     site_order,
 )
 from pytest_jaxport.model.probe import Probe
+from pytest_jaxport.model.runtime_share import RuntimeShare, combine
 from pytest_jaxport.model.targets import DEFAULT_HOME, NVIDIA_PLATFORM
 from pytest_jaxport.report.document import SCHEMA_VERSION as SCHEMA_VERSION
 from pytest_jaxport.report.document import TOOL_NAME as TOOL_NAME

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.model.budget import Violation, evaluate, failure_text
+from pytest_jaxport.model.arithmetic import compute_capability, default_dot_format
+from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.chip_errors import chip_bounds
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
@@ -23,12 +25,9 @@ from pytest_jaxport.model.config import (
     parse_marker,
 )
 from pytest_jaxport.model.cost import CostModel
-from pytest_jaxport.model.emulation import (
-    HOST,
-    chip_bounds,
-    compute_capability,
-    default_dot_format,
-)
+from pytest_jaxport.model.emulation import HOST
+from pytest_jaxport.model.evaluation import evaluate
+from pytest_jaxport.model.failure import failure_text
 from pytest_jaxport.model.gpu import load_target
 from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
@@ -346,7 +345,7 @@ class Judge:
     ) -> None:
         """Saved outputs and the baseline ratchet (:mod:`pytest_jaxport.report.ci`), then the
         test's failure: its budget violations and the counts that grew since the baseline,
-        said one way (:func:`~pytest_jaxport.model.budget.failure_text`), and the outputs
+        said one way (:func:`~pytest_jaxport.model.failure.failure_text`), and the outputs
         that could not be saved."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(

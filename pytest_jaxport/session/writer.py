@@ -19,7 +19,8 @@ import pytest
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.config import ProjectConfig
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
-from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
+from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
+from pytest_jaxport.model.tooling_rules import TOOLING_RULES
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.audit import failures, judge
 from pytest_jaxport.report.baseline import match_baseline
@@ -260,11 +261,13 @@ class ReportWriter:
                 extra = []
             started = time.perf_counter()
             found = scan_tree(
-                self.config.rootpath, exclude=self.project.scan_exclude, rules=(*RULES, *extra)
+                self.config.rootpath,
+                exclude=self.project.scan_exclude,
+                rules=(*TOOLING_RULES, *extra),
             )
             self._tooling = {
                 "assumptions": [a.to_dict() for a in found.assumptions],
-                "by_rule": summarize(found.assumptions),
+                "by_rule": assumptions_per_rule(found.assumptions),
                 "files_listed": found.files_listed,
                 "files_read": found.files_read,
                 "source": found.source,

@@ -28,9 +28,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.probe import Probe
+from pytest_jaxport.model.runtime_share import RANKING, SHARE_LAYERS
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (

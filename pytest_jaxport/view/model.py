@@ -47,14 +47,6 @@ from typing import Literal, TypeVar
 
 from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.census import Census
-from pytest_jaxport.model.cost import (
-    RANKING,
-    SHARE_LAYERS,
-    RuntimeShare,
-    ranking_of,
-    share_basis,
-    share_basis_short,
-)
 from pytest_jaxport.model.emulation import (
     HOST,
     emulated_label,
@@ -70,6 +62,14 @@ from pytest_jaxport.model.probe import (
     Probe,
     emulated_status,
     numerics_status,
+)
+from pytest_jaxport.model.runtime_share import (
+    RANKING,
+    SHARE_LAYERS,
+    RuntimeShare,
+    ranking_of,
+    share_basis,
+    share_basis_short,
 )
 from pytest_jaxport.model.targets import (
     COLLECTIVE_LIBRARIES,
@@ -510,8 +510,8 @@ class ShareRow:
     short: str = ""
     """``label`` in a few words (``estimated ±37``), where a line has no room for it."""
     ranking: str = ""
-    """Why this estimate is :data:`~pytest_jaxport.model.cost.RANKING` (``within ±37 points,
-    xla's 26% could be 0%``), empty where its numbers read as amounts
+    """Why this estimate is :data:`~pytest_jaxport.model.runtime_share.RANKING` (``within
+    ±37 points, xla's 26% could be 0%``), empty where its numbers read as amounts
     (:func:`ranking_text`)."""
     band_points: float | None = None
     """The estimate's error band, ± percentage points (``None`` for a measured share)."""
@@ -2050,13 +2050,13 @@ def collective_library(platform: str) -> str:
 def share_label(share: RuntimeShare) -> str:
     """How a runtime share's numbers were obtained, as every format labels them: measured
     (over how many checks, and what was left out) or estimated (from which program, with
-    the estimate's measured error band): :func:`pytest_jaxport.model.cost.share_basis`."""
+    the estimate's measured error band): :func:`pytest_jaxport.model.runtime_share.share_basis`."""
     return share_basis(share.to_dict())
 
 
 def ranking_text(share: RuntimeShare) -> str:
     """``a ranking, not a share: within ±37 points, xla's 26% could be 0%``, the words every
-    format says of an estimate :func:`pytest_jaxport.model.cost.ranking_of` finds its band
+    format says of an estimate :func:`pytest_jaxport.model.runtime_share.ranking_of` finds its band
     swallows; ``""`` where its numbers read as amounts."""
     ranking = ranking_of(share.to_dict())
     if ranking is None:

@@ -25,7 +25,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pytest_jaxport.model.cost import RANKING, SHARE_LAYERS
 from pytest_jaxport.model.emulation import (
     emulated_label,
     emulation_lines,
@@ -39,6 +38,7 @@ from pytest_jaxport.model.probe import (
     emulated_status,
     numerics_status,
 )
+from pytest_jaxport.model.runtime_share import RANKING, SHARE_LAYERS
 from pytest_jaxport.report.baseline import ReportDiff, metric_label, value_text
 from pytest_jaxport.report.document import Drift, Report
 from pytest_jaxport.view.display import DisplayOptions
