@@ -11,18 +11,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.budget import Violation, evaluate, failure_text
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.config import (
     ConfigError,
-    ProjectConfig,
     Resolved,
     emulated_among,
     merge_marks,
     parse_marker,
 )
-from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import (
     HOST,
     chip_bounds,
@@ -34,6 +31,7 @@ from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestError, TestRecord
+from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.text import probe_text
 
 if TYPE_CHECKING:
@@ -60,22 +58,13 @@ class Judge:
     """Per test: its configuration (``[tool.jaxport]`` < budget tables < the marker), its
     probes against the budget, the failure a user reads, and the record the report gets."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        project: ProjectConfig,
-        *,
-        compile_settings: CompileSettings,
-        ci_settings: ci.CISettings,
-        cost_model: CostModel,
-        reports: bool,
-    ) -> None:
+    def __init__(self, config: pytest.Config, settings: SessionSettings) -> None:
         self.config = config
-        self.project = project
-        self.compile_settings = compile_settings
-        self.ci = ci_settings
-        self.cost_model = cost_model
-        self.reports = reports
+        self.project = settings.project
+        self.compile_settings = settings.compile_settings
+        self.ci = settings.ci
+        self.cost_model = settings.cost_model
+        self.reports = settings.report.requested
         """Whether ``--jaxport-report`` asks for a report (which wants measured shares)."""
         self._classifiers: dict[str, Classifier] = {}
         self.budget_failed: set[str] = set()
