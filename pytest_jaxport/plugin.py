@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import inspect
 from argparse import ArgumentTypeError
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +41,7 @@ from pytest_jaxport.model.config import (
     platform_list,
     portable,
 )
-from pytest_jaxport.model.config import ConfigError as _ConfigError
+from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.formats import (
     COMPILERS,
@@ -51,9 +53,11 @@ from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.libtpu import compile_target
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
-from pytest_jaxport.session import JAXPORT, JaxportSession
+from pytest_jaxport.session import JaxportSession
+from pytest_jaxport.session.judge import JAXPORT
+from pytest_jaxport.session.settings import ReportRequest, SessionSettings
 from pytest_jaxport.view.annotations import MODES as ANNOTATION_MODES
-from pytest_jaxport.view.display import add_display_options
+from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.reporters import REPORTERS
 
 if TYPE_CHECKING:
@@ -73,6 +77,18 @@ def _names(value: str) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
+def _platform_names(
+    flag: str, rule: Callable[[str, object], tuple[str, ...]], value: str
+) -> tuple[str, ...]:
+    """``value``'s comma-separated platforms by ``rule``, the one ``[tool.jaxport]``'s list is
+    held to; its message starts with where the list was given, which argparse says itself
+    (``argument --jaxport-compile: ...``), so it is left out here."""
+    try:
+        return rule(flag, _names(value))
+    except ConfigError as e:
+        raise ArgumentTypeError(str(e).removeprefix(f"{flag}: ")) from None
+
+
 def platforms_option(value: str) -> tuple[str, ...] | None:
     """``--jaxport-platforms=LIST``: platforms from :data:`PLATFORMS`, each once (an empty
     value: not given). Whether the reference is among them is checked with the project.
@@ -80,37 +96,24 @@ def platforms_option(value: str) -> tuple[str, ...] | None:
     >>> platforms_option("cpu, tpu")
     ('cpu', 'tpu')
     """
-    if not value:
-        return None
-    try:  # the platforms rule, said of the option (its prefix dropped)
-        return platform_list("--jaxport-platforms", _names(value))
-    except ConfigError as e:
-        raise ArgumentTypeError(str(e).removeprefix("--jaxport-platforms: ")) from None
+    return _platform_names("--jaxport-platforms", platform_list, value) if value else None
 
 
 def compile_option(value: str) -> tuple[str, ...]:
     """``--jaxport-compile=LIST``: platforms from :data:`COMPILE_PLATFORMS`, each once;
     ``none`` (or nothing) for none."""
-    names = _names(value)
-    if names in (["none"], []):
+    if _names(value) in (["none"], []):
         return ()
-    try:
-        return compile_platforms("--jaxport-compile", names)
-    except ConfigError as e:
-        raise ArgumentTypeError(str(e).removeprefix("--jaxport-compile: ")) from None
+    return _platform_names("--jaxport-compile", compile_platforms, value)
 
 
 def emulate_option(value: str) -> tuple[str, ...]:
     """``--jaxport-emulate=LIST``: platforms from :data:`EMULATED_PLATFORMS`, each once;
     ``none`` (or nothing) for none. Whether the checks lower for them is checked with the
     project."""
-    names = _names(value)
-    if names in (["none"], []):
+    if _names(value) in (["none"], []):
         return ()
-    try:
-        return emulate_platforms("--jaxport-emulate", names)
-    except ConfigError as e:
-        raise ArgumentTypeError(str(e).removeprefix("--jaxport-emulate: ")) from None
+    return _platform_names("--jaxport-emulate", emulate_platforms, value)
 
 
 def report_path(target: str) -> str:
@@ -132,108 +135,166 @@ def report_path(target: str) -> str:
     )
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
-    group.addoption(
-        "--jaxport-report",
-        action="append",
-        nargs="?",
-        const="-",
-        default=None,
-        type=report_path,
-        metavar="PATH",
+def verbosity_value(value: str) -> None:
+    """``verbosity_jaxport``: an integer or ``auto`` (pytest reads it with
+    ``config.get_verbosity``); a :class:`ConfigError` naming the ini value otherwise.
+
+    >>> verbosity_value("-1")
+    >>> try:
+    ...     verbosity_value("loud")
+    ... except ConfigError as e:
+    ...     print(e)
+    verbosity_jaxport (ini): expected an integer or 'auto', found 'loud'
+    """
+    if value != "auto" and not value.lstrip("-").isdigit():
+        raise ConfigError(f"{VERBOSITY_INI} (ini): expected an integer or 'auto', found {value!r}")
+
+
+# -- the options, each declared once: its flag, its validator, its help (and the ini value) --
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """A ``--jaxport-*`` option: what pytest's ``addoption`` declares, from one row."""
+
+    flag: str
+    help: str
+    type: Callable[[str], object] | None = None
+    """The value's validator (argparse's ``type=``): what it raises is pytest's usage error,
+    said after the flag."""
+    metavar: str | None = None
+    choices: Sequence[str] | None = None
+    switch: bool = False
+    """A flag without a value (``store_true``)."""
+    repeated: bool = False
+    """Given any number of times, each value kept in order, the value optional (``-``)."""
+
+    def declare(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+        """Add the option to ``group`` (its default: ``False`` for a switch, else ``None``)."""
+        if self.switch:
+            group.addoption(self.flag, action="store_true", default=False, help=self.help)
+            return
+        given: dict[str, object] = {"default": None, "help": self.help}
+        if self.repeated:
+            given.update(action="append", nargs="?", const="-")
+        for key in ("type", "metavar", "choices"):
+            if getattr(self, key) is not None:
+                given[key] = getattr(self, key)
+        group.addoption(self.flag, **given)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisplayFlags:
+    """The display options ``jaxport show`` shares (:data:`~pytest_jaxport.view.display.
+    DISPLAY_OPTIONS`), declared here as ``<prefix><name>``."""
+
+    prefix: str
+    dest_prefix: str
+
+    def declare(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+        """Add each display option to ``group``."""
+        add_display_options(group.addoption, prefix=self.prefix, dest_prefix=self.dest_prefix)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IniValue:
+    """An ini value (``[tool.pytest.ini_options]``, ``-o NAME=VALUE``)."""
+
+    name: str
+    help: str
+    default: str
+    check: Callable[[str], None]
+    """Its validator, run as the plugin configures: a :class:`ConfigError` naming it."""
+
+    def declare(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+        """Add the ini value to ``parser``."""
+        parser.addini(self.name, self.help, default=self.default)
+
+
+VERBOSITY = "jaxport"
+"""``config.get_verbosity(VERBOSITY)``: the ``verbosity_jaxport`` ini value, else ``-v``/``-q``."""
+VERBOSITY_INI = f"verbosity_{VERBOSITY}"
+REPORT_DISPLAY = DisplayFlags(prefix="--jaxport-report-", dest_prefix="jaxport_report_")
+
+OPTIONS: tuple[Option | DisplayFlags | IniValue, ...] = (
+    Option(
+        flag="--jaxport-report", type=report_path, metavar="PATH", repeated=True,
         help="print the portability report at the end; with PATH also write it "
         f"({', '.join(REPORT_SUFFIXES[:-1])} or {REPORT_SUFFIXES[-1]}, by suffix; give the "
         "option once per file). Put it after the test paths, or write --jaxport-report=PATH.",
-    )
-    add_display_options(group.addoption, prefix="--jaxport-report-", dest_prefix="jaxport_report_")
-    group.addoption(
-        "--jaxport-annotations",
-        default=None,
-        choices=ANNOTATION_MODES,
+    ),
+    REPORT_DISPLAY,
+    Option(
+        flag="--jaxport-annotations", choices=ANNOTATION_MODES,
         help="GitHub Actions annotations at the end of the run: 'errors' prints each budget "
         "violation, numerics failure and must_lower failure as ::error at its source line, "
         "'all' also the findings that fail nothing as ::warning (10 of each per step), 'off' "
         "none. Default: all where GITHUB_ACTIONS=true, else off.",
-    )
-    parser.addini(
-        "verbosity_jaxport",
-        "how much the portability report shows: -2 one line, -1 the problem groups and the "
-        "headline, 0 (the default) capped problems, the top sites and the three numbers, 1 "
+    ),
+    IniValue(
+        name=VERBOSITY_INI, default="auto", check=verbosity_value,
+        help="how much the portability report shows: -2 one line, -1 the problem groups and "
+        "the headline, 0 (the default) capped problems, the top sites and the three numbers, 1 "
         "every problem and tests with findings, 2 every test; 'auto' follows -v/-q",
-        default="auto",
-    )
-    group.addoption(
-        "--jaxport-platforms",
-        default=None,
-        type=platforms_option,
-        metavar="LIST",
+    ),
+    Option(
+        flag="--jaxport-platforms", type=platforms_option, metavar="LIST",
         help="comma-separated platforms to lower for, overriding [tool.jaxport] platforms "
         f"(from {', '.join(PLATFORMS)}).",
-    )
-    group.addoption(
-        "--jaxport-compile",
-        default=None,
-        type=compile_option,
-        metavar="LIST",
+    ),
+    Option(
+        flag="--jaxport-compile", type=compile_option, metavar="LIST",
         help="comma-separated platforms to also compile and count at the compiled level "
         f"(from {', '.join(COMPILE_PLATFORMS)}; 'none' for none), overriding "
         "[tool.jaxport] compile. cuda compiles deviceless where no GPU is present.",
-    )
-    group.addoption(
-        "--jaxport-emulate",
-        default=None,
-        type=emulate_option,
-        metavar="LIST",
+    ),
+    Option(
+        flag="--jaxport-emulate", type=emulate_option, metavar="LIST",
         help="comma-separated absent platforms to also run on the CPU as they would compute "
         f"(from {', '.join(EMULATED_PLATFORMS)}; 'none' for none), overriding [tool.jaxport] "
         "emulate: their platform_dependent branch, Pallas kernels in interpret mode, "
         "default-precision float32 dots rounded (tpu: bfloat16, cuda: TF32 on the configured "
         "target's generation).",
-    )
-    group.addoption(
-        "--jaxport-cache-clear",
-        action="store_true",
-        default=False,
+    ),
+    Option(
+        flag="--jaxport-cache-clear", switch=True,
         help="drop cached lowered- and compiled-level results before the run (pytest's "
         "--cache-clear drops them too).",
-    )
-    group.addoption(
-        "--jaxport-audit",
-        action="store_true",
-        default=False,
+    ),
+    Option(
+        flag="--jaxport-audit", switch=True,
         help="audit the suite as it is: record every jitted computation the tests run and "
         "count each distinct one for every platform, no test changed ([tool.jaxport] audit).",
-    )
-    group.addoption(
-        "--jaxport-save-outputs",
-        default=None,
-        metavar="DIR",
+    ),
+    Option(
+        flag="--jaxport-save-outputs", metavar="DIR",
         help="save each check's outputs on each platform that ran as .npz in DIR (no pickle), "
         "for `jaxport merge` to compare across CI legs.",
-    )
-    group.addoption(
-        "--jaxport-baseline",
-        default=None,
-        metavar="FILE",
+    ),
+    Option(
+        flag="--jaxport-baseline", metavar="FILE",
         help="fail a test whose vendor/custom/library counts grew since the baseline FILE "
         "(a committed `jaxport baseline` file); new tests are reported, not failed.",
-    )
-    group.addoption(
-        "--jaxport-baseline-update",
-        action="store_true",
-        default=False,
+    ),
+    Option(
+        flag="--jaxport-baseline-update", switch=True,
         help="write this run's counts to the --jaxport-baseline FILE (atomically, sorted) "
         "instead of comparing with it.",
-    )
-    group.addoption(
-        "--jaxport-baseline-strict",
-        action="store_true",
-        default=False,
+    ),
+    Option(
+        flag="--jaxport-baseline-strict", switch=True,
         help="with --jaxport-baseline: fail the run (after every test is reported) when the "
         "baseline matches no test, has entries no test matched any more in the test files "
         "that ran, or lacks a test or check that ran.",
-    )
+    ),
+)  # fmt: skip
+"""pytest-jaxport's options and ini value, in the order ``pytest --help`` lists them."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("jaxport", "backend-portability budgets for JAX (pytest-jaxport)")
+    for option in OPTIONS:
+        option.declare(parser, group)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -432,17 +493,53 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
 
 
 def _check_display(config: pytest.Config, project: ProjectConfig) -> None:
-    verbosity = str(config.getini("verbosity_jaxport")).strip()
-    if verbosity != "auto" and not verbosity.lstrip("-").isdigit():
-        raise ConfigError(
-            f"verbosity_jaxport (ini): expected an integer or 'auto', found {verbosity!r}"
-        )
+    for declared in OPTIONS:
+        if isinstance(declared, IniValue):
+            declared.check(str(config.getini(declared.name)).strip())
     platform = config.getoption("jaxport_report_platform")
     if platform is not None and platform not in project.platforms:
         raise ConfigError(
             f"--jaxport-report-platform {platform}: expected one of the platforms "
             f"{', '.join(project.platforms)}, found {platform!r}{platform_hint(platform)}"
         )
+
+
+def _display_options(config: pytest.Config) -> DisplayOptions:
+    """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
+    get_verbosity = getattr(config, "get_verbosity", None)
+    verbosity = get_verbosity(VERBOSITY) if get_verbosity is not None else config.option.verbose
+    return display_options(
+        config.getoption, dest_prefix=REPORT_DISPLAY.dest_prefix, verbosity=int(verbosity)
+    )
+
+
+def session_settings(config: pytest.Config, path: Path | None) -> SessionSettings:
+    """The session's settings, read once: ``[tool.jaxport]`` (from ``path``) with the options
+    over it, the ini value, the compiled level's set-up; a :class:`ConfigError` for what
+    cannot be used."""
+    project = load_project(path, display=_display(path, config) if path else None)
+    project = _apply_cli(project, config.getoption("jaxport_platforms"))
+    if project.reference not in project.platforms:
+        raise ConfigError(
+            f"--jaxport-platforms: the reference platform {project.reference!r} must be "
+            f"among the platforms, found {', '.join(project.platforms)}"
+        )
+    project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
+    project = _apply_emulate_cli(project, config.getoption("jaxport_emulate"))
+    _check_display(config, project)
+    compile_settings = _compile_settings(config, project)
+    ci = ci_settings(config.getoption, Path(config.invocation_params.dir))
+    annotations = config.getoption("jaxport_annotations")
+    return SessionSettings(
+        project=project,
+        compile_settings=compile_settings,
+        ci=ci,
+        report=ReportRequest.of(config.getoption("jaxport_report")),
+        display=_display_options(config),
+        annotations=next((m for m in ANNOTATION_MODES if m == annotations), None),
+        audited=bool(config.getoption("jaxport_audit") or project.audit.enabled),
+        cost_model=CostModel(**project.cost),
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -454,28 +551,10 @@ def pytest_configure(config: pytest.Config) -> None:
         except pytest.PytestConfigWarning:  # -W error: the user's mistake, not an INTERNALERROR
             raise pytest.UsageError(f"jaxport: {said}") from None
     try:
-        project = load_project(path, display=_display(path, config) if path else None)
-        project = _apply_cli(project, config.getoption("jaxport_platforms"))
-        if project.reference not in project.platforms:
-            raise ConfigError(
-                f"--jaxport-platforms: the reference platform {project.reference!r} must be "
-                f"among the platforms, found {', '.join(project.platforms)}"
-            )
-        project = _apply_compile_cli(project, config.getoption("jaxport_compile"))
-        project = _apply_emulate_cli(project, config.getoption("jaxport_emulate"))
-        _check_display(config, project)
-        settings = _compile_settings(config, project)
-        ci = ci_settings(config.getoption, Path(config.invocation_params.dir))
+        settings = session_settings(config, path)
     except ConfigError as e:
         raise pytest.UsageError(f"jaxport: {e}") from None
-    session = JaxportSession(
-        config,
-        project,
-        config.getoption("jaxport_report"),
-        compile_settings=settings,
-        ci_settings=ci,
-        audit=bool(config.getoption("jaxport_audit") or project.audit.enabled),
-    )
+    session = JaxportSession(config, settings)
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "jaxport-session")
     session.start()
@@ -503,7 +582,7 @@ def jaxport(request: pytest.FixtureRequest) -> Jaxport:
     item = request.node
     try:
         resolved = judge.resolve(item)
-    except _ConfigError:
+    except ConfigError:
         resolved = judge.project.resolve()  # the test fails with the message before it runs
     emulate = resolved.emulate()
     instance = Jaxport(

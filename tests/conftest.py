@@ -76,9 +76,9 @@ pytest.Pytester._Pytester__take_sys_modules_snapshot = _snapshot  # type: ignore
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """This suite's own xdist workers settle as the plugin's audited ones do
-    (``session.audit.AuditRecording.settle``): the heap the in-process runs grew is collected and
-    frozen before the worker reports itself finished, so its last steps fit pytest-xdist's
-    5-second exit window."""
+    (``session.recording.AuditRecording.settle``): the heap the in-process runs grew is
+    collected and frozen before the worker reports itself finished, so its last steps fit
+    pytest-xdist's 5-second exit window."""
     if hasattr(session.config, "workerinput"):
         import gc
 

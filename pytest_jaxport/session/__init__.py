@@ -3,11 +3,15 @@ is, as pytest-cov's plugin hands its hooks to its controller or worker (docs/arc
 
 - :class:`~pytest_jaxport.session.judge.Judge`: each test's configuration, its checks against
   the budget, its failure text and record;
-- :class:`~pytest_jaxport.session.audit.AuditRecording`: the audit recorder's session side;
+- :class:`~pytest_jaxport.session.recording.AuditRecording`: the audit recorder's session
+  side;
 - :class:`~pytest_jaxport.session.roles.Controller` (joins the records, says the end) or
   :class:`~pytest_jaxport.session.roles.Worker` (a pytest-xdist worker);
 - :class:`~pytest_jaxport.session.writer.ReportWriter` (the controller's): the report, its
-  files, the baseline and the exit status.
+  files, the baseline and the exit status;
+
+each reading the one :class:`~pytest_jaxport.session.settings.SessionSettings` the plugin
+builds from ``[tool.jaxport]``, the options and the ini value.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -18,67 +22,39 @@ from collections.abc import Generator, Sequence
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.model.config import ProjectConfig
-from pytest_jaxport.model.cost import CostModel
-from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestRecord
-from pytest_jaxport.session.audit import AuditRecording
-from pytest_jaxport.session.judge import JAXPORT, MARKER, Judge
+from pytest_jaxport.session.judge import MARKER, Judge
+from pytest_jaxport.session.recording import AuditRecording
 from pytest_jaxport.session.roles import Controller, Worker
-from pytest_jaxport.session.writer import ReportTargets
+from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.text import wrap
 
-__all__ = ["JAXPORT", "MARKER", "JaxportSession"]
+__all__ = ["JaxportSession"]
 
 
 class JaxportSession:
     """The hooks of one pytest session, each delegated to its part."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        project: ProjectConfig,
-        report: str | Sequence[str] | None,
-        compile_settings: CompileSettings | None = None,
-        ci_settings: ci.CISettings | None = None,
-        audit: bool = False,
-    ) -> None:
+    def __init__(self, config: pytest.Config, settings: SessionSettings) -> None:
         self.config = config
-        self.project = project
-        self.compile_settings = compile_settings or CompileSettings()
-        self.ci = ci_settings or ci.CISettings()
-        cost_model = CostModel(**project.cost)
-        targets = ReportTargets.of(report)
-        self.judge = Judge(
-            config, project, compile_settings=self.compile_settings, ci_settings=self.ci,
-            cost_model=cost_model, reports=targets.target is not None,
-        )  # fmt: skip
-        self.audit = AuditRecording(
-            config, project, compile_settings=self.compile_settings, audited=audit
+        self.settings = settings
+        self.judge = Judge(config, settings)
+        self.audit = AuditRecording(config, settings)
+        self.role: Controller | Worker = (
+            Worker(config, settings, audit=self.audit)
+            if hasattr(config, "workerinput")  # pytest-xdist's worker
+            else Controller(config, settings, audit=self.audit)
         )
-        self.is_worker = hasattr(config, "workerinput")
-        self.role: Controller | Worker
-        if self.is_worker:
-            self.role = Worker(config, ci_settings=self.ci, audit=self.audit)
-        else:
-            self.role = Controller(
-                config, project, targets=targets, compile_settings=self.compile_settings,
-                ci_settings=self.ci, cost_model=cost_model, audit=self.audit,
-            )  # fmt: skip
-
-    @property
-    def runs_tests(self) -> bool:
-        """Whether tests run in this process (not on a pytest-xdist controller)."""
-        return self.is_worker or self.config.getoption("dist", "no") == "no"
 
     def start(self) -> None:
         """Install the audit's hook where tests run (not on a pytest-xdist controller)."""
-        self.audit.start(runs_tests=self.runs_tests, classifier=self.judge.classifier("lowered"))
+        self.audit.start(
+            runs_tests=self.role.runs_tests, classifier=self.judge.classifier("lowered")
+        )
 
     def stop(self) -> None:
         self.audit.stop()
-        compiler = self.compile_settings.tpu_compiler
+        compiler = self.settings.compile_settings.tpu_compiler
         if compiler is not None:
             compiler.close()
 
@@ -90,11 +66,11 @@ class JaxportSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.audit.collected(session.items)
-        compiler = self.compile_settings.tpu_compiler
-        cache = self.compile_settings.cache
+        compiler = self.settings.compile_settings.tpu_compiler
+        cache = self.settings.compile_settings.cache
         if (
             compiler is not None
-            and self.runs_tests
+            and self.role.runs_tests
             and (cache is None or cache.empty())
             and (self.audit.audited or any(i.get_closest_marker(MARKER) for i in session.items))
         ):  # every compile a miss: the worker imports JAX while the first tests run; with a

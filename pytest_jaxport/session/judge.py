@@ -11,20 +11,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.arithmetic import compute_capability, default_dot_format
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.chip_errors import chip_bounds
 from pytest_jaxport.model.config import (
     ConfigError,
-    ProjectConfig,
     Resolved,
     emulated_among,
     merge_marks,
     parse_marker,
 )
-from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import HOST
 from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.failure import failure_text
@@ -33,6 +30,7 @@ from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestError, TestRecord
+from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.text import probe_text
 
 if TYPE_CHECKING:
@@ -59,22 +57,13 @@ class Judge:
     """Per test: its configuration (``[tool.jaxport]`` < budget tables < the marker), its
     probes against the budget, the failure a user reads, and the record the report gets."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        project: ProjectConfig,
-        *,
-        compile_settings: CompileSettings,
-        ci_settings: ci.CISettings,
-        cost_model: CostModel,
-        reports: bool,
-    ) -> None:
+    def __init__(self, config: pytest.Config, settings: SessionSettings) -> None:
         self.config = config
-        self.project = project
-        self.compile_settings = compile_settings
-        self.ci = ci_settings
-        self.cost_model = cost_model
-        self.reports = reports
+        self.project = settings.project
+        self.compile_settings = settings.compile_settings
+        self.ci = settings.ci
+        self.cost_model = settings.cost_model
+        self.reports = settings.report.requested
         """Whether ``--jaxport-report`` asks for a report (which wants measured shares)."""
         self._classifiers: dict[str, Classifier] = {}
         self.budget_failed: set[str] = set()
@@ -345,7 +334,7 @@ class Judge:
     ) -> None:
         """Saved outputs and the baseline ratchet (:mod:`pytest_jaxport.report.ci`), then the
         test's failure: its budget violations and the counts that grew since the baseline,
-        said one way (:func:`~pytest_jaxport.model.failure.failure_text`), and the outputs
+        said one way (:func:`~pytest_jaxport.model.budget.failure_text`), and the outputs
         that could not be saved."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(

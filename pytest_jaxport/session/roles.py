@@ -13,14 +13,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.model.config import ProjectConfig
-from pytest_jaxport.model.cost import CostModel
-from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import Ledger, TestRecord, error_line
-from pytest_jaxport.session.audit import AuditRecording
 from pytest_jaxport.session.judge import MARKER
-from pytest_jaxport.session.writer import ReportTargets, ReportWriter
+from pytest_jaxport.session.recording import AuditRecording
+from pytest_jaxport.session.settings import SessionSettings
+from pytest_jaxport.session.writer import ReportWriter
 from pytest_jaxport.view.model import baseline_line, baseline_verdict, plural, stale_text
 from pytest_jaxport.view.text import audit_failure_lines, render_text
 
@@ -33,21 +30,15 @@ class Controller:
     end the session, and says the end in the terminal."""
 
     def __init__(
-        self,
-        config: pytest.Config,
-        project: ProjectConfig,
-        *,
-        targets: ReportTargets,
-        compile_settings: CompileSettings,
-        ci_settings: ci.CISettings,
-        cost_model: CostModel,
-        audit: AuditRecording,
+        self, config: pytest.Config, settings: SessionSettings, *, audit: AuditRecording
     ) -> None:
         self.config = config
-        self.project = project
-        self.compile_settings = compile_settings
-        self.ci = ci_settings
-        self.audited = audit.audited
+        self.project = settings.project
+        self.compile_settings = settings.compile_settings
+        self.ci = settings.ci
+        self.audited = settings.audited
+        self.runs_tests = config.getoption("dist", "no") == "no"
+        """Whether tests run in this process: pytest's own, not pytest-xdist's controller."""
         self.ledger = Ledger()
         self._outcomes: dict[str, str] = {}
         """With a baseline to compare: every test's outcome, portable or not."""
@@ -55,9 +46,8 @@ class Controller:
         """With a baseline to compare: the tests collected but not selected (from every
         pytest-xdist worker)."""
         self.writer = ReportWriter(
-            config, project, targets=targets, compile_settings=compile_settings,
-            ci_settings=ci_settings, cost_model=cost_model, ledger=self.ledger, audit=audit,
-            outcomes=self._outcomes, deselected=self._deselected,
+            config, settings, ledger=self.ledger, audit=audit, outcomes=self._outcomes,
+            deselected=self._deselected,
         )  # fmt: skip
         self._broken: str | None = None
         """The traceback of a failure of this plugin's own at the session's end (a bug here):
@@ -143,7 +133,7 @@ class Controller:
                 f"({plural(budget_failed, 'test')}; counted as failed)"
             )
         writer = self.writer
-        if writer.targets.target is not None:
+        if writer.settings.report.requested:
             written = ", ".join(writer.written) or None
             terminalreporter.write_sep("=", "jaxport portability report")
             terminalreporter.write_line(render_text(writer.view(), writer.display(),
@@ -152,7 +142,9 @@ class Controller:
                 terminalreporter.write_line(f"jaxport: full report written to {written}")
         if not self.audited:
             return
-        if writer.targets.target is None:  # the audit's view: the one --jaxport-report prints
+        if (
+            not writer.settings.report.requested
+        ):  # the audit's view: the one --jaxport-report prints
             terminalreporter.write_sep("=", "jaxport audit")
             terminalreporter.write_line(render_text(writer.view(), writer.display()))
         baseline = self.ci.baseline
@@ -221,11 +213,14 @@ class Worker:
     """A pytest-xdist worker: it runs tests (their records travel on pytest's reports) and
     sends the tests it deselected with its output; the controller says the end."""
 
-    def __init__(self, config: pytest.Config, *, ci_settings: ci.CISettings,
-                 audit: AuditRecording) -> None:  # fmt: skip
+    def __init__(
+        self, config: pytest.Config, settings: SessionSettings, *, audit: AuditRecording
+    ) -> None:
         self.config = config
-        self.ci = ci_settings
+        self.ci = settings.ci
         self.audit = audit
+        self.runs_tests = True
+        """A worker is where tests run."""
 
     def deselected(self, items: Sequence[pytest.Item]) -> None:
         """The tests left out here, sent to the controller (:meth:`Controller.node_down`)."""

@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings
-from pytest_jaxport.model.config import ProjectConfig
-from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
+from pytest_jaxport.model.cost import FormatItem, RewriteItem
 from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
 from pytest_jaxport.model.tooling_rules import TOOLING_RULES
 from pytest_jaxport.report import ci
@@ -38,34 +36,14 @@ from pytest_jaxport.report.schema import (
     environment,
     suite_numbers,
 )
-from pytest_jaxport.session.audit import AuditRecording
+from pytest_jaxport.session.recording import AuditRecording
+from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.annotations import annotation_lines, default_mode
-from pytest_jaxport.view.display import DisplayOptions, display_options
+from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import ReportView, build_view
 from pytest_jaxport.view.reporters import installed_file, reporter_for, typed
 from pytest_jaxport.view.sarif import alerts
 from pytest_jaxport.view.text import render_markdown
-
-VERBOSITY = "jaxport"
-"""``config.get_verbosity(VERBOSITY)``: the ``verbosity_jaxport`` ini value, else ``-v``/``-q``."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ReportTargets:
-    """Where ``--jaxport-report`` sends the report."""
-
-    files: tuple[str, ...] = ()
-    """Every ``--jaxport-report=PATH`` given, as given: each is written, by its suffix."""
-    target: str | None = None
-    """``None`` without ``--jaxport-report``; ``-`` for the terminal only; else the first
-    file (all of them: :attr:`files`)."""
-
-    @classmethod
-    def of(cls, report: str | Sequence[str] | None) -> ReportTargets:
-        """From the option's value (one PATH, each PATH given, or ``None``)."""
-        targets = [report] if isinstance(report, str) else list(report or ())
-        files = tuple(t for t in targets if t != "-")
-        return cls(files=files, target=(files or ("-",))[0] if targets else None)
 
 
 class ReportWriter:
@@ -76,23 +54,19 @@ class ReportWriter:
     def __init__(
         self,
         config: pytest.Config,
-        project: ProjectConfig,
+        settings: SessionSettings,
         *,
-        targets: ReportTargets,
-        compile_settings: CompileSettings,
-        ci_settings: ci.CISettings,
-        cost_model: CostModel,
         ledger: Ledger,
         audit: AuditRecording,
         outcomes: Mapping[str, str],
         deselected: set[str],
     ) -> None:
         self.config = config
-        self.project = project
-        self.targets = targets
-        self.compile_settings = compile_settings
-        self.ci = ci_settings
-        self.cost_model = cost_model
+        self.settings = settings
+        self.project = settings.project
+        self.compile_settings = settings.compile_settings
+        self.ci = settings.ci
+        self.cost_model = settings.cost_model
         self.ledger = ledger
         self.audit = audit
         self.audited = audit.audited
@@ -299,13 +273,7 @@ class ReportWriter:
 
     def display(self) -> DisplayOptions:
         """The display options (``--jaxport-report-*``, pytest's and jaxport's verbosity)."""
-        get_verbosity = getattr(self.config, "get_verbosity", None)
-        verbosity = (
-            get_verbosity(VERBOSITY) if get_verbosity is not None else self.config.option.verbose
-        )
-        return display_options(
-            self.config.getoption, dest_prefix="jaxport_report_", verbosity=int(verbosity)
-        )
+        return self.settings.display
 
     # -- the end of the session: the gate, the files ----------------------------------------
 
@@ -334,7 +302,7 @@ class ReportWriter:
         if self.ci.baseline is not None:
             self.build()
             failed = failed or (self.match is not None and self.match.fails)
-        if self.targets.target is not None:
+        if self.settings.report.requested:
             self.build()  # runs the user's cost and tooling hooks, once
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         for problem in (*self.hook_problems(), *self.problems()):
@@ -367,7 +335,7 @@ class ReportWriter:
         (:data:`~pytest_jaxport.view.reporters.REPORTERS`), its folder created
         as pytest does for ``--junitxml`` (and the step summary); whether one failed."""
         failed = False
-        for target in self.targets.files:
+        for target in self.settings.report.files:
             path = Path(self.config.invocation_params.dir) / target
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -401,7 +369,7 @@ class ReportWriter:
     def _annotate(self) -> None:
         """The findings as GitHub Actions annotations (``--jaxport-annotations``; all where
         ``GITHUB_ACTIONS=true``), printed once, by the controller (view/annotations.py)."""
-        mode = self.config.getoption("jaxport_annotations") or default_mode(os.environ)
+        mode = self.settings.annotations or default_mode(os.environ)
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if mode == "off" or terminal is None or not (self.ledger.tests or self.audited):
             return

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 
-from pytest_jaxport.cache import CompileSettings, judged_by
+from pytest_jaxport.cache import judged_by
 from pytest_jaxport.model.census import Classifier
-from pytest_jaxport.model.config import ProjectConfig
 from pytest_jaxport.report.audit import AuditRecord
+from pytest_jaxport.session.settings import SessionSettings
 
 if TYPE_CHECKING:
     from pytest_jaxport.audit import Recorder
@@ -24,18 +24,11 @@ if TYPE_CHECKING:
 class AuditRecording:
     """``--jaxport-audit`` in this process: the recorder's life and each test's record."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        project: ProjectConfig,
-        *,
-        compile_settings: CompileSettings,
-        audited: bool,
-    ) -> None:
+    def __init__(self, config: pytest.Config, settings: SessionSettings) -> None:
         self.config = config
-        self.project = project
-        self.compile_settings = compile_settings
-        self.audited = audited
+        self.project = settings.project
+        self.compile_settings = settings.compile_settings
+        self.audited = settings.audited
         """Whether ``--jaxport-audit`` records every computation the tests run."""
         self.recorder: Recorder | None = None
         self.interception: dict[str, object] | None = None
