@@ -6,18 +6,18 @@ it prints, written from measurements (``benchmarks/``) and never by them.
     python calibration/calibrate.py chip-errors RESULTS.json      # a TPU's measured op errors
 
 ``fit`` fits cpu's bandwidth, launch and library-call costs and the solver/FFT efficiencies
-to the measured cpu shares of the fidelity corpus (``benchmarks/fidelity.py --training
+to the measured cpu shares of the fidelity corpus (``benchmarks/fidelity/run.py --training
 TRAINING.json`` measures them), then the same with each program left out in turn, and prints
 both errors; with ``--write`` it writes the fitted constants to
 ``pytest_jaxport/calibration.json``, which ``pytest_jaxport.model.cost`` reads at import.
 
-``adopt`` makes an accelerator's numbers the ones in use (``benchmarks/gpu_validation.py``
-on an NVIDIA GPU, ``benchmarks/tpu_validation.py`` or ``benchmarks/tpu_traces.py errors`` from
-a TPU): that platform's error band in ``pytest_jaxport/estimate_error.json``, naming the
-device, and a GPU's agreement in ``benchmarks/fidelity_baseline.json``.
+``adopt`` makes an accelerator's numbers the ones in use (``benchmarks/validation/gpu.py``
+on an NVIDIA GPU, ``benchmarks/validation/tpu.py`` or ``benchmarks/validation/tpu_traces.py
+errors`` from a TPU): that platform's error band in ``pytest_jaxport/estimate_error.json``,
+naming the device, and a GPU's agreement in ``benchmarks/fidelity/baseline.json``.
 
-``chip-errors`` makes a chip's measured op errors (``benchmarks/chip_errors.py`` on a TPU)
-the bounds the tpu emulation judges by: ``pytest_jaxport/chip_errors.json``, naming the
+``chip-errors`` makes a chip's measured op errors (``benchmarks/validation/chip_errors.py`` on
+a TPU) the bounds the tpu emulation judges by: ``pytest_jaxport/chip_errors.json``, naming the
 device, jax and libtpu.
 
 ``calibration/README.md`` says when to run each.
@@ -38,11 +38,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-BENCHMARKS = REPO / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+sys.path.insert(0, str(REPO))  # run as a script: the benchmarks package is the root's
 
-from fidelity import estimate_layers, summary, worst_layer_points  # noqa: E402
-from validation import (  # noqa: E402
+from benchmarks.fidelity.run import estimate_layers, summary, worst_layer_points  # noqa: E402
+from benchmarks.validation.harness import (  # noqa: E402
     MIN_BAND_PROGRAMS,
     Unusable,
     read_json,
@@ -52,7 +51,7 @@ from validation import (  # noqa: E402
 CALIBRATION = REPO / "pytest_jaxport" / "calibration.json"
 ESTIMATE_ERRORS = REPO / "pytest_jaxport" / "estimate_error.json"
 CHIP_ERRORS = REPO / "pytest_jaxport" / "chip_errors.json"
-BASELINE = BENCHMARKS / "fidelity_baseline.json"
+BASELINE = REPO / "benchmarks" / "fidelity" / "baseline.json"
 
 
 def log(message: str) -> None:
@@ -268,7 +267,7 @@ def adopt(results_path: Path, *, estimate_errors: Path, baseline: Path) -> int:
     fidelity_results = read_json(results_path.parent / fidelity_file) if fidelity_file else None
     if fidelity_results is None:
         raise Unusable(f"{results_path}: its fidelity results ({fidelity_file}) cannot be read")
-    import fidelity
+    from benchmarks.fidelity import run as fidelity
 
     fidelity.update_baseline(
         fidelity_results, baseline, source=_relative(results_path.parent / fidelity_file)
@@ -303,8 +302,8 @@ def _up(value: float) -> float:
 
 
 def chip_bounds(results: Mapping[str, Any], *, source: str) -> dict[str, Any]:
-    """The bounds the plugin ships for a chip, from ``benchmarks/chip_errors.py``'s results:
-    each elementwise op's ulp (away from its zeros, and near them in eps), the worst sum
+    """The bounds the plugin ships for a chip, from ``benchmarks/validation/chip_errors.py``'s
+    results: each elementwise op's ulp (away from its zeros, and near them in eps), the worst sum
     error of reductions, dots and convolutions (the chip against the model of its
     arithmetic the emulation uses: the closest), decompositions against their largest
     result, and the ops equal to the CPU's bit for bit."""
@@ -360,8 +359,8 @@ def chip_bounds(results: Mapping[str, Any], *, source: str) -> dict[str, Any]:
                    and op in EXACT_PRIMITIVES)  # fmt: skip
     return {
         "device": device["kind"], "jax": device["jax"], "libtpu": device["libtpu"],
-        "date": device["date"], "script": "benchmarks/chip_errors.py", "results": source,
-        "exact": exact, "ops": dict(sorted(ops.items())),
+        "date": device["date"], "script": "benchmarks/validation/chip_errors.py",
+        "results": source, "exact": exact, "ops": dict(sorted(ops.items())),
     }  # fmt: skip
 
 
@@ -380,8 +379,9 @@ def adopt_chip_errors(results_path: Path, *, chip_errors: Path) -> int:
     if not isinstance(table, dict):
         raise Unusable(f"{chip_errors}: not a chip_errors.json")
     table.setdefault("about", "Each op's worst error on a chip, measured against float64 by "
-                     "benchmarks/chip_errors.py and adopted by calibration/calibrate.py "
-                     "chip-errors: what the emulation of that platform bounds.")  # fmt: skip
+                     "benchmarks/validation/chip_errors.py and adopted by "
+                     "calibration/calibrate.py chip-errors: what the emulation of that platform "
+                     "bounds.")  # fmt: skip
     table[platform] = chip_bounds(results, source=_relative(results_path))
     write_atomic(chip_errors, json.dumps(table, indent=1) + "\n")
     log(f"{platform} bounds from {table[platform]['device']}: {len(table[platform]['ops'])} ops, "

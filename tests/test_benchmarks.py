@@ -1,7 +1,9 @@
 """The benchmarks stay runnable: a quick in-process run, its tables, and both generated suites.
 
 Nothing here asserts a timing (performance is measured in benchmarks/, not in tests); these
-tests fail when the benchmark code no longer matches the plugin it measures.
+tests fail when the benchmark code no longer matches the plugin it measures. The benchmarks are
+a package run from the repository's root (``python -m benchmarks.<folder>.<script>``), as
+here.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-CALIBRATE = BENCHMARKS.parent / "calibration" / "calibrate.py"
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+CALIBRATE = ROOT / "calibration" / "calibrate.py"
 
 
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(BENCHMARKS), JAX_PLATFORMS="cpu")
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from the repository's root (``cwd``: elsewhere), on cpu."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
@@ -30,7 +34,7 @@ def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 def test_quick_in_process_run_writes_every_stage_and_verdict(tmp_path: Path) -> None:
     out = tmp_path / "quick.json"
     done = _run(
-        str(BENCHMARKS / "run.py"), "--quick", "--parts", "breakdown,scale", "--out", str(out)
+        "-m", "benchmarks.overhead.run", "--quick", "--parts", "breakdown,scale", "--out", str(out)
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads(out.read_text())
@@ -53,7 +57,7 @@ def test_quick_in_process_run_writes_every_stage_and_verdict(tmp_path: Path) -> 
     verdicts = results["verdicts"]
     assert any(key.startswith("census / lowering") for key in verdicts)
 
-    tables = _run(str(BENCHMARKS / "tables.py"), str(out))
+    tables = _run("-m", "benchmarks.overhead.tables", str(out))
     assert tables.returncode == 0, tables.stderr[-2000:]
     assert "#### per-check breakdown" in tables.stdout
     assert "| loop | grad | 12 |" in tables.stdout
@@ -61,12 +65,11 @@ def test_quick_in_process_run_writes_every_stage_and_verdict(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("module", ["models", "models_second", "models_sharded"])
 def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, module: str) -> None:
-    # Written by a child process: importing the benchmarks' `models` here would shadow the
-    # `models.py` that other tests' pytester projects create.
+    # Written by a child process, as the benchmarks write it (the models import JAX).
     folder = tmp_path / module
     written = _run(
         "-c",
-        f"import pathlib, {module}, suite; "
+        f"import pathlib; from benchmarks.corpora import {module}, suite; "
         f"suite.write_suite(pathlib.Path({str(folder)!r}), list({module}.CASES), {module!r}); "
         f"print(len({module}.CASES))",
     )
@@ -78,7 +81,7 @@ def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, modu
     assert f"{cases} passed" in checked.stdout
     plain = _run(
         "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:jaxport", "-p",
-        "jaxport_plain", cwd=folder,
+        "benchmarks.corpora.jaxport_plain", cwd=folder,
     )  # fmt: skip
     assert plain.returncode == 0, plain.stdout[-3000:]
     assert f"{cases} passed" in plain.stdout
@@ -87,7 +90,7 @@ def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, modu
 def test_report_scale_benchmark_runs_and_records_sizes(tmp_path: Path) -> None:
     out = tmp_path / "report-scale.json"
     done = _run(
-        str(BENCHMARKS / "report_scale.py"), "--tests", "12", "--reps", "1",
+        "-m", "benchmarks.overhead.report_scale", "--tests", "12", "--reps", "1",
         "--folder", str(tmp_path / "suite"), "--output", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -102,7 +105,7 @@ def test_report_scale_benchmark_runs_and_records_sizes(tmp_path: Path) -> None:
     assert "problems: " in results["suite"]["terminal_section"]
 
 
-# -- the GPU validation run (benchmarks/gpu_validation.py) -------------------------------------
+# -- the validation runs (benchmarks/validation/: gpu.py, tpu.py) -----------------------------
 
 GPU_FIXTURE = Path(__file__).resolve().parent / "data" / "gpu_validation"
 """A GPU run's files, constructed by tests/data/gpu_validation/make_fixture.py from invented
@@ -111,20 +114,21 @@ FIXTURE_DEVICE = "Fixture GPU (test data, not a measurement)"
 
 
 def _benchmark_module(name: str) -> Any:
+    """``benchmarks.<name>``, imported as ``python -m`` would from the repository's root."""
     import importlib
 
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path.insert(0, str(ROOT))
     try:
-        return importlib.import_module(name)
+        return importlib.import_module(f"benchmarks.{name}")
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(ROOT))
 
 
 def test_gpu_validation_dry_run_writes_every_part_with_gpu_columns_not_measured(
     tmp_path: Path,
 ) -> None:
-    gv = _benchmark_module("gpu_validation")
-    done = _run(str(BENCHMARKS / "gpu_validation.py"), "--dry-run", "--quick",
+    gv = _benchmark_module("validation.gpu")
+    done = _run("-m", "benchmarks.validation.gpu", "--dry-run", "--quick",
                 "--out-dir", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     written = {p.name for p in tmp_path.iterdir()}
@@ -176,7 +180,7 @@ def test_gpu_validation_dry_run_writes_every_part_with_gpu_columns_not_measured(
 
 
 def test_gpu_validation_stops_a_part_at_its_limit_and_keeps_the_others(tmp_path: Path) -> None:
-    done = _run(str(BENCHMARKS / "gpu_validation.py"), "--dry-run", "--parts", "capture,demo",
+    done = _run("-m", "benchmarks.validation.gpu", "--dry-run", "--parts", "capture,demo",
                 "--limit", "demo=2", "--out-dir", str(tmp_path))  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "gpu-validation-dry-run.json").read_text())
@@ -188,7 +192,7 @@ def test_gpu_validation_stops_a_part_at_its_limit_and_keeps_the_others(tmp_path:
         in (tmp_path / "gpu-validation-dry-run.log").read_text()
     )
     assert "| demo | timed out |" in (tmp_path / "gpu-validation-dry-run.md").read_text()
-    bad = _run(str(BENCHMARKS / "gpu_validation.py"), "--dry-run", "--limit", "demo=soon")
+    bad = _run("-m", "benchmarks.validation.gpu", "--dry-run", "--limit", "demo=soon")
     assert bad.returncode == 2
     assert "--limit 'demo=soon': expected PART=SECONDS" in bad.stderr
 
@@ -200,9 +204,9 @@ def test_tpu_validation_dry_run_writes_every_part_with_tpu_columns_not_measured(
     each; without a TPU every TPU column says so, the emulation part says why it skipped
     where the emulation's script is absent, and the band shown is the one in use (the
     chip's, from estimate_error.json)."""
-    tv = _benchmark_module("tpu_validation")
+    tv = _benchmark_module("validation.tpu")
     parts = "device,demo,fidelity,emulation"
-    done = _run(str(BENCHMARKS / "tpu_validation.py"), "--dry-run", "--quick",
+    done = _run("-m", "benchmarks.validation.tpu", "--dry-run", "--quick",
                 "--parts", parts, "--out-dir", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     written = {p.name for p in tmp_path.iterdir()}
@@ -228,7 +232,7 @@ def test_tpu_validation_dry_run_writes_every_part_with_tpu_columns_not_measured(
     assert fidelity["tpu_share_error_points"] == fidelity["numerics_tpu_vs_cpu"] == tv.NOT_MEASURED
     emulation = parts["emulation"]
     assert emulation["status"] == "done", emulation
-    assert emulation["summary"], emulation  # emulation_chip.py's own results, read back
+    assert emulation["summary"], emulation  # emulation_chip's own results, read back
     md = (tmp_path / "tpu-validation-dry-run.md").read_text()
     shipped = results["shipped_tpu_band"]["lowered"]
     assert f"| lowered | ±{shipped['points']:g} (TPU v5 lite, jaxlib 0.10.2) |" in md
@@ -240,8 +244,8 @@ def _adopted(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
         shutil.copy(GPU_FIXTURE / name, tmp_path / name)
     bands = tmp_path / "estimate_error.json"
     baseline = tmp_path / "fidelity_baseline.json"
-    shutil.copy(BENCHMARKS.parent / "pytest_jaxport" / "estimate_error.json", bands)
-    shutil.copy(BENCHMARKS / "fidelity_baseline.json", baseline)
+    shutil.copy(ROOT / "pytest_jaxport" / "estimate_error.json", bands)
+    shutil.copy(BENCHMARKS / "fidelity" / "baseline.json", baseline)
     done = _run(str(CALIBRATE), "adopt",
                 str(tmp_path / "gpu-validation-fixture.json"), "--estimate-errors", str(bands),
                 "--baseline", str(baseline), *extra)  # fmt: skip
@@ -264,8 +268,8 @@ def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
     )
     from pytest_jaxport.model.runtime_share import share_basis
 
-    gv = _benchmark_module("gpu_validation")
-    fidelity = _benchmark_module("fidelity")
+    gv = _benchmark_module("validation.gpu")
+    fidelity = _benchmark_module("fidelity.run")
     fixture = json.loads((GPU_FIXTURE / "gpu-validation-fixture.json").read_text())
     fixture_fidelity = json.loads((GPU_FIXTURE / "fidelity-fixture.json").read_text())
     # The fixture is what the script writes from its fidelity results.
@@ -304,7 +308,9 @@ def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
 
     # The fidelity baseline: the device's own entry, the deviceless one untouched.
     recorded = json.loads(baseline.read_text())["jaxlib"]["0.10.2"]
-    original = json.loads((BENCHMARKS / "fidelity_baseline.json").read_text())["jaxlib"]["0.10.2"]
+    original = json.loads((BENCHMARKS / "fidelity" / "baseline.json").read_text())["jaxlib"][
+        "0.10.2"
+    ]
     assert recorded["programs"] == original["programs"]
     on_device = recorded["devices"][FIXTURE_DEVICE]
     table_now = fidelity.agreement_table(fixture_fidelity["rows"])
@@ -354,7 +360,8 @@ def _training_row(key: str, dot_flops: float, measured: dict[str, float]) -> dic
 
 def test_a_calibration_fit_writes_the_shipped_calibration_file(tmp_path: Path) -> None:
     """``calibration/calibrate.py fit --write`` on a tiny training set (the form
-    ``fidelity.py --training`` writes) writes the file the package reads at import."""
+    ``benchmarks/fidelity/run.py --training`` writes) writes the file the package reads at
+    import."""
     from pytest_jaxport.model.roofline import CALIBRATION_FILE, read_calibration
 
     training = tmp_path / "training.json"
@@ -365,7 +372,7 @@ def test_a_calibration_fit_writes_the_shipped_calibration_file(tmp_path: Path) -
     ]  # fmt: skip
     training.write_text(json.dumps({"rows": rows}))
     written = tmp_path / CALIBRATION_FILE
-    shutil.copy(BENCHMARKS.parent / "pytest_jaxport" / CALIBRATION_FILE, written)
+    shutil.copy(ROOT / "pytest_jaxport" / CALIBRATION_FILE, written)
     shipped = written.read_text()
 
     done = _run(str(CALIBRATE), "fit", str(training), "--write", "--measured-on", "a test",
@@ -383,7 +390,7 @@ def test_a_calibration_fit_writes_the_shipped_calibration_file(tmp_path: Path) -
 
 
 def test_a_captured_description_is_diffed_field_by_field_against_the_shipped_one() -> None:
-    gv = _benchmark_module("gpu_validation")
+    gv = _benchmark_module("validation.gpu")
     shipped = (gv.TARGETS / "h200.txtpb").read_text()
     captured = shipped.replace("core_count: 132", "core_count: 132\n  pci_bus_id: 7").replace(
         "memory_bandwidth: 4800000000000", "memory_bandwidth: 4.9e12"
@@ -400,17 +407,3 @@ def test_a_captured_description_is_diffed_field_by_field_against_the_shipped_one
     assert gv.shipped_description_for("NVIDIA H100 80GB HBM3") == "h100"
     assert gv.shipped_description_for("NVIDIA H100 PCIe") == "h100"
     assert gv.shipped_description_for("Tesla T4") is None
-
-
-def test_formats_benchmark_runs_and_records_the_added_share(tmp_path: Path) -> None:
-    out = tmp_path / "formats.json"
-    done = _run(
-        str(BENCHMARKS / "formats.py"), "--reps", "1", "--cases", "tiny_elementwise,convnet_small",
-        "--base", "HEAD", "--out", str(out),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    results = json.loads(out.read_text())
-    assert set(results["per_case"]) == {"tiny_elementwise", "convnet_small"}
-    assert results["per_case"]["convnet_small"]["findings per platform"]["tpu"] > 0
-    assert isinstance(results["added_share_of_cold_checks"], float)
-    assert "of the suites' cold checks" in done.stdout

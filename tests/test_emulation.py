@@ -529,7 +529,7 @@ def test_a_dot_inside_shard_map_is_computed_as_on_cpu_and_the_report_says_so() -
 
 
 def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:
-    """benchmarks/emulation.py stays runnable (it asserts no timing; this neither)."""
+    """benchmarks/overhead/emulation.py stays runnable (it asserts no timing; this neither)."""
     import json
     import os
     import subprocess
@@ -537,9 +537,10 @@ def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:
 
     out = tmp_path / "emulation.json"
     done = subprocess.run(
-        [sys.executable, str(HERE.parents[1] / "benchmarks/emulation.py"), "--reps", "1",
+        [sys.executable, "-m", "benchmarks.overhead.emulation", "--reps", "1",
          "--cases", "mlp_small", "--platforms", "tpu", "--output", str(out)],
-        env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=600,
+        cwd=HERE.parents[1], env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
+        text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     tpu = json.loads(out.read_text())["cases"]["mlp_small"]["platforms"]["tpu"]

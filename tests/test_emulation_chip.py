@@ -1,10 +1,10 @@
 """The tpu emulation held to what the chip computed (issue 49), on a machine without a TPU.
 
-TPU v5 lite's outputs for every case of ``benchmarks/chip_corpus.py`` are recorded in
+TPU v5 lite's outputs for every case of ``benchmarks/corpora/chip_corpus.py`` are recorded in
 ``benchmarks/results/emulation-chip-tpu-v5-lite.npz`` (jax 0.10.2, libtpu 0.0.42.1; the
 ``.json`` beside it says so). Each test here emulates the cases for tpu on this CPU with the
-plugin's engine and compares, as ``benchmarks/emulation_chip.py --chip-outputs`` does: an
-emulation that moves away from the chip fails CI, though CI has no accelerator.
+plugin's engine and compares, as ``benchmarks/validation/emulation_chip.py --chip-outputs``
+does: an emulation that moves away from the chip fails CI, though CI has no accelerator.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDED = RESULTS / "emulation-chip-tpu-v5-lite.npz"
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package, as `python -m` from the root finds it
 
-import emulation_chip  # noqa: E402
+from benchmarks.validation import emulation_chip  # noqa: E402
 
 CASES = (
     "matmul", "matmul_high", "matmul_highest", "matmul_f16", "matvec", "matvec_vmapped",
@@ -79,9 +79,9 @@ def test_what_the_emulation_computes_as_the_chip_does_matches_it(
 
 
 def test_the_emulated_cumsum_is_the_chips_bit_for_bit() -> None:
-    import chip_corpus
     import jax
 
+    from benchmarks.corpora import chip_corpus
     from pytest_jaxport._jax.emulate import emulate
 
     (case,) = [c for c in chip_corpus.CASES if c.name == "cumsum"]
@@ -94,9 +94,9 @@ def test_the_emulated_cumsum_is_the_chips_bit_for_bit() -> None:
 
 def test_the_dry_run_writes_every_file_with_the_chip_not_measured(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "emulation_chip.py"), "--out-dir",
+        [sys.executable, "-m", "benchmarks.validation.emulation_chip", "--out-dir",
          str(tmp_path), "--dry-run", "--cases", "matmul,exp"],
-        capture_output=True, text=True, timeout=600,
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

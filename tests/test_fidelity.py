@@ -1,4 +1,4 @@
-"""The fidelity harness (benchmarks/fidelity.py) stays runnable, and its CI check bites.
+"""The fidelity harness (benchmarks/fidelity/run.py) stays runnable, and its CI check bites.
 
 The harness runs in subprocesses on a slice of its corpus, as CI and users run it. Nothing
 here asserts a timing or an estimate's accuracy (benchmarks/ measures those); what is
@@ -30,7 +30,8 @@ def harness(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     return subprocess.run(
-        [sys.executable, str(BENCHMARKS / "fidelity.py"), *args],
+        [sys.executable, "-m", "benchmarks.fidelity.run", *args],
+        cwd=BENCHMARKS.parent,
         env=env,
         capture_output=True,
         text=True,
@@ -168,11 +169,11 @@ def test_the_shipped_model_and_error_band_are_those_of_the_recorded_run() -> Non
 def _harness_module() -> Any:
     import importlib
 
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path.insert(0, str(BENCHMARKS.parent))
     try:
-        return importlib.import_module("fidelity")
+        return importlib.import_module("benchmarks.fidelity.run")
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(BENCHMARKS.parent))
 
 
 def test_per_plane_times_are_what_the_gpu_path_records(measured_basis: str) -> None:

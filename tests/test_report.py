@@ -270,7 +270,7 @@ def test_schema_version_constant() -> None:
 # -- reading schema version 1 -------------------------------------------------------------------
 
 V1 = Path(__file__).parent / "data" / "report-v1.json"
-"""A real version 1 report: benchmarks/report_suite.py's suite at 16 tests, written by
+"""A real version 1 report: benchmarks/corpora/report_suite.py's suite at 16 tests, written by
 pytest-jaxport before schema version 2 (violations and failures stored as sentences)."""
 
 

@@ -5,7 +5,7 @@ by ``python tests/test_reports_unchanged.py --record``:
 
 - **demo**: ``examples/demo`` with ``--jaxport-report`` and ``--jaxport-audit`` (checks, the
   three numbers, the audit of the same run);
-- **suite**: ``benchmarks/report_suite.py``'s generated suite run for real at 24 tests (its
+- **suite**: ``benchmarks/corpora/report_suite.py``'s generated suite run for real at 24 tests (its
   renderings are those of the report grown to 2,000 tests by ``replicate``: the report's
   arithmetic and layout at scale);
 - **audit**: three of optax's own test modules, unchanged, under ``--jaxport-audit``.
@@ -205,7 +205,7 @@ def run_demo(folder: Path) -> dict[str, Any]:
 
 def _report_suite() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "report_suite", ROOT / "benchmarks" / "report_suite.py"
+        "report_suite", ROOT / "benchmarks" / "corpora" / "report_suite.py"
     )
     assert spec is not None
     assert spec.loader is not None

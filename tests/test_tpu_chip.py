@@ -1,7 +1,7 @@
 """What the lent TPU v5e recorded, read where there is no TPU (issue 49).
 
 The chip's own files are in ``benchmarks/results/``: the profiler traces and optimized HLO of
-11 programs (``tpu-v5e-traces/``, ``benchmarks/tpu_traces.py record``), and the band the
+11 programs (``tpu-v5e-traces/``, ``benchmarks/validation/tpu_traces.py record``), and the band the
 tpu share's estimate was found to miss them by (``tpu-band-v5e.json``). These tests hold the
 plugin to them: the measured tpu share reads the TPU's device trace, counts the TPU runtime's
 routines as libtpu's, says what it is when it cannot attribute a run, and a tpu estimate
@@ -112,15 +112,15 @@ def test_the_tpu_band_in_use_is_the_one_measured_on_the_chip() -> None:
     """The shipped tpu band is what the recorded traces say now: an estimator change that
     moves the tpu estimates away from the chip fails here until the band is re-adopted
     (``tpu_traces.py errors``, then ``calibration/calibrate.py adopt``)."""
-    sys.path.insert(0, str(RESULTS.parent))
+    sys.path.insert(0, str(RESULTS.parents[1]))  # the benchmarks package, as `python -m` finds it
     try:
-        import tpu_traces
+        from benchmarks.validation import tpu_traces
 
         found = tpu_traces.errors(TRACES)
     except RuntimeError as e:  # jax 0.6: no jax.profiler.ProfileData to read a trace with
         pytest.skip(f"this jax cannot read a recorded profiler trace: {e}")
     finally:
-        sys.path.remove(str(RESULTS.parent))
+        sys.path.remove(str(RESULTS.parents[1]))
     recorded = json.loads((RESULTS / "tpu-band-v5e.json").read_text())
     shipped = shipped_estimate_errors()["tpu"]
     for level in ("lowered", "compiled"):

@@ -4,7 +4,7 @@ Three sources, each checked against the others:
 
 - the compiler itself, without a TPU: real models (flax linen and nnx, equinox, haiku) and
   the research's probes compiled by libtpu in a process of their own
-  (``benchmarks/tpu_layouts.py --compile``), read by the compiled HLO reader and judged by
+  (``benchmarks/fidelity/tpu_layouts.py --compile``), read by the compiled HLO reader and judged by
   ``take_format_census`` at the compiled level; skipped, saying so, where libtpu is missing;
 - the recordings of the compiler (``benchmarks/results/tpu-layouts.json`` and
   ``tpu-refusals.json``: every libtpu release measured), which the lowered model and the rule
@@ -54,7 +54,8 @@ from pytest_jaxport.view.html import html
 from pytest_jaxport.view.text import markdown, text
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARK = ROOT / "benchmarks" / "tpu_layouts.py"
+BENCHMARK = ROOT / "benchmarks" / "fidelity" / "tpu_layouts.py"
+MODULE = "benchmarks.fidelity.tpu_layouts"
 LAYOUTS = ROOT / "benchmarks" / "results" / "tpu-layouts.json"
 REFUSALS = ROOT / "benchmarks" / "results" / "tpu-refusals.json"
 LIBTPU = installed_release("libtpu")
@@ -62,8 +63,8 @@ needs_libtpu = pytest.mark.skipif(
     not LIBTPU, reason='libtpu is not installed (pip install "pytest-jaxport[tpu]")'
 )
 
-sys.path.insert(0, str(BENCHMARK.parent))
-import tpu_layouts  # noqa: E402  (the catalogue of programs and refusal cases)
+sys.path.insert(0, str(ROOT))  # the benchmarks package, as `python -m` from the root finds it
+from benchmarks.fidelity import tpu_layouts  # noqa: E402  (the programs and refusal cases)
 
 # -- layouts as the compiler prints them ------------------------------------------------------
 
@@ -187,8 +188,8 @@ def compiled() -> dict[str, Program]:
         pytest.skip('libtpu is not installed (pip install "pytest-jaxport[tpu]")')
     names = ",".join(tpu_layouts.PROGRAMS)
     done = subprocess.run(
-        [sys.executable, str(BENCHMARK), "--compile", names],
-        capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", MODULE, "--compile", names],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, **tpu_layouts.DEVICELESS_ENVIRONMENT},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -301,9 +302,9 @@ def test_the_installed_libtpu_refuses_what_the_rules_say_it_refuses(tmp_path: Pa
     out = tmp_path / "refusals.json"
     cases = "solve_f64,nextafter_f64,dot_i64,bitcast_f64_to_i64"
     done = subprocess.run(
-        [sys.executable, str(BENCHMARK), "--part", "refusals", "--cases", cases, "--out",
+        [sys.executable, "-m", MODULE, "--part", "refusals", "--cases", cases, "--out",
          str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, **tpu_layouts.DEVICELESS_ENVIRONMENT},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,6 +1,6 @@
 """The report at scale: one view model, four formats that agree, and short by default.
 
-A real run of benchmarks/report_suite.py's generated suite (a realistic mix: passing and
+A real run of benchmarks/corpora/report_suite.py's generated suite (a realistic mix: passing and
 parametrized tests, about 5 % over budget, checks that do not lower, tests that raise or
 check nothing) is grown to 2,000 tests with the real summary code, then rendered as the
 terminal report, Markdown and HTML and compared number by number with the JSON.
@@ -50,9 +50,9 @@ from pytest_jaxport.view.text import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package, as `python -m` from the root finds it
 
-import report_suite  # noqa: E402
+from benchmarks.corpora import report_suite  # noqa: E402
 
 BASE_TESTS = 24
 """The real run: every kind of test in :data:`report_suite.MIX` at least once."""

@@ -1,11 +1,12 @@
 """Write the GPU-results test fixture that tests/test_benchmarks.py reads.
 
-NOT A MEASUREMENT. These are the files ``benchmarks/gpu_validation.py`` writes after a run on
+NOT A MEASUREMENT. These are the files ``benchmarks/validation/gpu.py`` writes after a run on
 an NVIDIA GPU, built from invented numbers by the script's own summarising code, for a device
 named "Fixture GPU (test data, not a measurement)". They exist so that the step that puts GPU
 numbers in use (``calibration/calibrate.py adopt``) is tested before any GPU has run it.
 
     python tests/data/gpu_validation/make_fixture.py     # after a change to the format
+    python tests/data/gpu_validation/make_fixture.py OUT  # elsewhere, to compare
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+sys.path.insert(0, str(HERE.parents[2]))  # the repository's root: the benchmarks package
 
-import fidelity  # noqa: E402
-import gpu_validation as gv  # noqa: E402
+from benchmarks.fidelity import run as fidelity  # noqa: E402
+from benchmarks.validation import gpu as gv  # noqa: E402
+from benchmarks.validation import harness  # noqa: E402
 
 DEVICE = "Fixture GPU (test data, not a measurement)"
 NOTE = "test fixture written by tests/data/gpu_validation/make_fixture.py: invented numbers"
@@ -228,9 +229,9 @@ def overhead_data() -> dict[str, Any]:
     return {"cases": ["mlp_small"], "suites": {"checks": [rep, rep], "audit": [rep, rep]}}
 
 
-def main() -> None:
+def main(out: Path = HERE) -> None:
     results_fidelity = fidelity_results()
-    (HERE / "fidelity-fixture.json").write_text(json.dumps(results_fidelity, indent=1) + "\n")
+    (out / "fidelity-fixture.json").write_text(json.dumps(results_fidelity, indent=1) + "\n")
     shipped = (gv.TARGETS / "h200.txtpb").read_text(encoding="utf-8")
     captured = shipped.replace("clock_rate_ghz: 1.98", "clock_rate_ghz: 1.755").replace(
         'runtime_version: "12.9.0"', 'runtime_version: "13.0.0"'
@@ -249,10 +250,9 @@ def main() -> None:
         "jax_platforms": "",
     }
     results = {
-        "about": "benchmarks/gpu_validation.py: pytest-jaxport's cuda predictions against an "
-        "NVIDIA GPU (docs/gpu-validation.md)",
+        "about": gv.GPU.about,
         "fixture": NOTE,
-        "schema_version": gv.SCHEMA_VERSION,
+        "schema_version": harness.SCHEMA_VERSION,
         "mode": "gpu",
         "name": "fixture",
         "device": {
@@ -262,7 +262,7 @@ def main() -> None:
             "memory": "0 MiB",
             "cuda": "0.0",
         },
-        "budget_s": gv.BUDGET_S,
+        "budget_s": gv.GPU.budget_s,
         "host": {
             "date": "2000-01-01T00:00:00+00:00",
             "machine": "fixture",
@@ -306,12 +306,12 @@ def main() -> None:
                 "seconds": 1.0,
                 "exit": 0,
                 "status": "done",
-                **gv.overhead_summary(overhead_data(), gpu=True),
+                **harness.overhead_summary(overhead_data(), where="gpu"),
                 "limit_s": 100,
             },
         },
         "cuda_error_band": summary["cuda_error_band"],
-        "shipped_cuda_band": gv.shipped_cuda_band(),
+        "shipped_cuda_band": harness.shipped_band("cuda"),
         "setup": {
             "actions": ["nothing to install"],
             "seconds": 0.0,
@@ -320,9 +320,9 @@ def main() -> None:
         },
         "elapsed_s": 5.0,
     }
-    (HERE / "gpu-validation-fixture.json").write_text(json.dumps(results, indent=1) + "\n")
-    (HERE / "gpu-validation-fixture.md").write_text(gv.markdown(results))
+    (out / "gpu-validation-fixture.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "gpu-validation-fixture.md").write_text(gv.markdown(results))
 
 
 if __name__ == "__main__":
-    main()
+    main(*(Path(a) for a in sys.argv[1:2]))

@@ -1,0 +1,2 @@
+"""The programs the benchmarks measure: model functions, the fidelity and chip corpora, and the
+generated suites written from them (``README.md``)."""
