@@ -213,7 +213,7 @@ def flatten(program: Any, platform: str, level: str) -> list[tuple[Any, str, str
     """Every distinct op site with its layer, library and run-time weight (call count x
     loop trip counts), as ``census.take_census`` weighs estimated time."""
     from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS
-    from pytest_jaxport.model.targets import classify
+    from pytest_jaxport.model.classification import classify
 
     out: list[tuple[Any, str, str | None, float]] = []
 
@@ -299,8 +299,8 @@ class Harness:
         from pytest_jaxport._jax import deviceless, lowering
         from pytest_jaxport.cache import CompileSettings
         from pytest_jaxport.model import gpu
+        from pytest_jaxport.model.classification import classify
         from pytest_jaxport.model.config import ProjectConfig
-        from pytest_jaxport.model.targets import classify
 
         self.lowering = lowering
         self.timing = timing
@@ -548,9 +548,9 @@ class Harness:
         """The measured share (mean of ``repeats`` profiler sessions), their largest layer
         difference in points, the executable's HLO text and the lowered program."""
         from pytest_jaxport._jax.profile import measure
+        from pytest_jaxport.model.classification import classify
         from pytest_jaxport.model.cost import measured_share
         from pytest_jaxport.model.hlo import instruction_sites
-        from pytest_jaxport.model.targets import classify
 
         lowering = self.lowering
         traced = lowering.trace(fn, args, {})

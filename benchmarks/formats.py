@@ -59,7 +59,7 @@ from inprocess import _fresh, _jaxport_instance  # noqa: E402
 from pytest_jaxport._jax import lowering  # noqa: E402
 from pytest_jaxport.model import hlo  # noqa: E402
 from pytest_jaxport.model.census import program_from_dict, program_to_dict  # noqa: E402
-from pytest_jaxport.model.formats import take_format_census  # noqa: E402
+from pytest_jaxport.model.format_census import take_format_census  # noqa: E402
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 ABSENT = PLATFORMS[1:]

@@ -13,7 +13,7 @@ two devices for v5e:2x2). ``chip``, on the TPU host, compiles the same bytes on 
 (its own client), and each program again the way a user's program compiles there
 (``jax.jit(fn).lower(*args).compile()`` with the arguments on the TPU). Each records, per
 program: the custom-call targets and their counts, the census's libraries (as
-``model.targets`` classifies them), ``memory_analysis``, the entry computation's layouts,
+``model.classification`` classifies them), ``memory_analysis``, the entry computation's layouts,
 the number of fusions and a digest of the optimized HLO with its metadata and source tables
 removed (and the keys of each ``backend_config`` sorted). ``compare`` says where two
 recordings agree, field by field.

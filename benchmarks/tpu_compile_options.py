@@ -112,9 +112,10 @@ def what_the_plugin_reads(hlo: str, memory: Any) -> dict[str, Any]:
 
     from pytest_jaxport.cache import CompileSettings
     from pytest_jaxport.examine.compiled import roofline
-    from pytest_jaxport.model import targets
+    from pytest_jaxport.model import classification
     from pytest_jaxport.model.census import take_census
-    from pytest_jaxport.model.formats import DEFAULT_DEVICES, take_format_census
+    from pytest_jaxport.model.devices import DEFAULT_DEVICES
+    from pytest_jaxport.model.format_census import take_format_census
     from pytest_jaxport.model.hlo import parse_compiled_hlo
 
     program = replace(parse_compiled_hlo(hlo), memory=memory)
@@ -122,7 +123,7 @@ def what_the_plugin_reads(hlo: str, memory: Any) -> dict[str, Any]:
         program,
         "tpu",
         level="compiled",
-        classifier=functools.partial(targets.classify, level="compiled"),
+        classifier=functools.partial(classification.classify, level="compiled"),
         seconds=roofline("tpu", CompileSettings()),
     )
     formats = take_format_census(program, "tpu", device=DEFAULT_DEVICES["tpu"], level="compiled")

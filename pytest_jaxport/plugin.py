@@ -40,16 +40,16 @@ from pytest_jaxport.model.config import (
     portable,
 )
 from pytest_jaxport.model.config import ConfigError as _ConfigError
-from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
-from pytest_jaxport.model.formats import (
+from pytest_jaxport.model.devices import (
     COMPILERS,
     Device,
     default_devices,
-    device_from_target_config,
+    device_from_gpu_description,
 )
+from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.gpu import described_kind, load_target
 from pytest_jaxport.model.libtpu import compile_target
-from pytest_jaxport.model.targets import PLATFORMS
+from pytest_jaxport.model.platforms import PLATFORMS
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
 from pytest_jaxport.view.annotations import MODES as ANNOTATION_MODES
@@ -415,7 +415,7 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
     ``ValueError`` for a description that names no CUDA GPU."""
     from dataclasses import replace
 
-    cuda = device_from_target_config(target_config)
+    cuda = device_from_gpu_description(target_config)
     if cuda.platform != "cuda":
         raise ValueError(
             f"the description names a {cuda.platform} GPU ({cuda}), not a CUDA one: cuda's "

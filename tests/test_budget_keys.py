@@ -28,6 +28,7 @@ from pytest_jaxport.model.budget import (
     evaluate,
 )
 from pytest_jaxport.model.census import Census
+from pytest_jaxport.model.classification import libraries
 from pytest_jaxport.model.config import (
     BUDGET_KEYS,
     MARKER_KEYS,
@@ -39,9 +40,9 @@ from pytest_jaxport.model.config import (
     parse_project,
     portable,
 )
-from pytest_jaxport.model.formats import DEFAULT_DEVICES, Finding, FormatCensus
+from pytest_jaxport.model.devices import DEFAULT_DEVICES
+from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
-from pytest_jaxport.model.targets import libraries
 
 DEMO_SRC = Path(__file__).parent.parent / "examples" / "demo" / "src"
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_jaxport.model.classification import all_libraries
 from pytest_jaxport.model.config import (
     MIGRATE_TARGETS,
     ConfigError,
@@ -18,12 +19,7 @@ from pytest_jaxport.model.config import (
     platform_hint,
     platforms_meant,
 )
-from pytest_jaxport.model.targets import (
-    PLATFORM_ALIASES,
-    PLATFORM_VENDORS,
-    PLATFORMS,
-    all_libraries,
-)
+from pytest_jaxport.model.platforms import PLATFORM_ALIASES, PLATFORM_VENDORS, PLATFORMS
 
 
 def test_defaults_without_file(tmp_path: Path) -> None:

@@ -21,9 +21,9 @@ import pytest
 from pytest_jaxport._jax import deviceless
 from pytest_jaxport._jax.deviceless import capture_target, cuda_plugin_problem, deviceless_compile
 from pytest_jaxport.model.census import Census, take_census
+from pytest_jaxport.model.classification import Classification, classify
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.hlo import parse_compiled_hlo
-from pytest_jaxport.model.targets import Classification, classify
 
 
 def _compiled(platform: str, op: str, target: str | None) -> Classification:

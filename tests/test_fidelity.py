@@ -196,9 +196,9 @@ def test_deviceless_vs_gpu_causes_name_the_autotuning_pick() -> None:
     """Two real deviceless compiles of one matmul, one with XLA's Triton gemms and one
     without, differ as an autotuned GPU and a deviceless compile can: by who got the gemm."""
     from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile
+    from pytest_jaxport.model.classification import classify
     from pytest_jaxport.model.gpu import load_target
     from pytest_jaxport.model.hlo import parse_compiled_hlo
-    from pytest_jaxport.model.targets import classify
 
     if (problem := cuda_plugin_problem()) is not None:
         pytest.skip(problem)

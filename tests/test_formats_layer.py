@@ -28,13 +28,9 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem, estimate, format_items
 from pytest_jaxport.model.counts import FormatCounts, PlatformCounts
-from pytest_jaxport.model.formats import (
-    DEFAULT_DEVICES,
-    Device,
-    Finding,
-    FormatCensus,
-    rules_markdown,
-)
+from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
+from pytest_jaxport.model.findings import Finding, FormatCensus
+from pytest_jaxport.model.format_rules import rules_markdown
 from pytest_jaxport.model.platforms import release
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
@@ -65,8 +61,9 @@ def test_the_reference_shows_the_rule_table_as_the_code_has_it() -> None:
     start = text.index("\n", start) + 1
     end = text.index("<!-- end of rules -->")
     assert text[start:end] == rules_markdown(), (
-        "docs/reference.md's rule table differs from pytest_jaxport.model.formats.RULES: "
-        "paste the output of `python -c 'from pytest_jaxport.model.formats import "
+        "docs/reference.md's rule table differs from "
+        "pytest_jaxport.model.format_rules.FORMAT_RULES: "
+        "paste the output of `python -c 'from pytest_jaxport.model.format_rules import "
         'rules_markdown; print(rules_markdown(), end="")\'` between the markers'
     )
     for cost in ("format_rewrite", "requantize", "precision_review", "layout_work"):

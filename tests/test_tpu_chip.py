@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_jaxport.model.classification import classify
 from pytest_jaxport.model.cost import measured_share, shipped_estimate_errors
 from pytest_jaxport.model.hlo import instruction_sites
-from pytest_jaxport.model.targets import classify
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 TRACES = RESULTS / "tpu-v5e-traces"

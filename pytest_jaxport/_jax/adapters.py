@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_jaxport.model.devices import DEFAULT_DEVICES
 from pytest_jaxport.model.emulation import (
     GENERIC_INTERPRET,
     GPU_INTERPRET,
@@ -26,7 +27,6 @@ from pytest_jaxport.model.emulation import (
     KernelKind,
     interpreter_for,
 )
-from pytest_jaxport.model.formats import DEFAULT_DEVICES
 from pytest_jaxport.model.libtpu import COMPILE_TARGETS
 from pytest_jaxport.model.platforms import JAX_DEVICE_KINDS, JAX_GPU
 

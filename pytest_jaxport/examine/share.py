@@ -10,10 +10,10 @@ from typing import Any
 
 from pytest_jaxport._jax import lowering
 from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.classification import Classification, classify
 from pytest_jaxport.model.cost import RuntimeShare, estimated_share, measured_share
 from pytest_jaxport.model.hlo import instruction_sites
 from pytest_jaxport.model.probe import PlatformProbe
-from pytest_jaxport.model.targets import Classification, classify
 
 
 def runtime_share(

@@ -27,6 +27,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
+from pytest_jaxport.model.classification import Layer
 from pytest_jaxport.model.cost import CostModel, estimate
 from pytest_jaxport.model.emulation import (
     Emulation,
@@ -35,9 +36,10 @@ from pytest_jaxport.model.emulation import (
     emulation_lines,
     may_differ_lines,
 )
-from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
+from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus
+from pytest_jaxport.model.format_rules import rule_source
 from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
-from pytest_jaxport.model.platforms import compiler_decides
+from pytest_jaxport.model.platforms import DEFAULT_HOME, compiler_decides
 from pytest_jaxport.model.probe import (
     MAY_DIFFER,
     PlatformProbe,
@@ -46,7 +48,6 @@ from pytest_jaxport.model.probe import (
     kernel_from_dict,
     kernel_to_dict,
 )
-from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
 
 T = TypeVar("T")
 

@@ -28,16 +28,12 @@ from typing import Any, get_args
 from pytest_jaxport.model.budget import DECLARED, KEYS, Kind
 from pytest_jaxport.model.budget import Budget as Budget  # re-exported: importers read it here
 from pytest_jaxport.model.budget import Setting as Setting
+from pytest_jaxport.model.classification import all_libraries, libraries
 from pytest_jaxport.model.cost import COST_KEYS
+from pytest_jaxport.model.devices import DEVICE_NAMES, GENERATIONS, Device, device_for
+from pytest_jaxport.model.dtypes import DTYPE_NAMES
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
-from pytest_jaxport.model.formats import (
-    DEVICE_NAMES,
-    DTYPE_NAMES,
-    GENERATIONS,
-    RULES,
-    Device,
-    device_for,
-)
+from pytest_jaxport.model.format_rules import FORMAT_RULES
 from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
 from pytest_jaxport.model.libtpu import (
     COMPILE_TARGETS,
@@ -45,15 +41,16 @@ from pytest_jaxport.model.libtpu import (
     shape_problem,
 )
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
-from pytest_jaxport.model.platforms import DEFAULTS, DESCRIPTIONS, JAX_GPU, needs_newer_jax
-from pytest_jaxport.model.targets import (
+from pytest_jaxport.model.platforms import (
     DEFAULT_HOME,
+    DEFAULTS,
+    DESCRIPTIONS,
+    JAX_GPU,
     NVIDIA_PLATFORM,
     PLATFORM_ALIASES,
     PLATFORM_VENDORS,
     PLATFORMS,
-    all_libraries,
-    libraries,
+    needs_newer_jax,
     ordered_platforms,
 )
 
@@ -145,7 +142,7 @@ DEVICE_PLATFORMS: tuple[str, ...] = tuple(
 """The platforms ``devices`` names a device for (cuda's is ``target``, cpu has none)."""
 FORMAT_NAMES: tuple[str, ...] = tuple(sorted(set(DTYPE_NAMES.values())))
 """What ``forbid_formats`` accepts: every format by its JAX name."""
-RULE_NAMES: tuple[str, ...] = tuple(sorted({rule.name for rule in RULES}))
+RULE_NAMES: tuple[str, ...] = tuple(sorted({rule.name for rule in FORMAT_RULES}))
 """What ``allow_findings`` matches: the formats-and-layout rules' names."""
 
 DTYPES: tuple[str, ...] = (

@@ -64,9 +64,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from pytest_jaxport.model.census import Census, Kernel, OpSite
-from pytest_jaxport.model.formats import Effect, FormatCensus
+from pytest_jaxport.model.classification import Classification
+from pytest_jaxport.model.findings import Effect, FormatCensus
 from pytest_jaxport.model.platforms import DESCRIPTIONS, GPU_LAUNCH
-from pytest_jaxport.model.targets import Classification
 
 Basis = Literal["measured", "estimated"]
 SHARE_LAYERS = ("xla", "vendor", "custom")

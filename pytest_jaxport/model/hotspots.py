@@ -37,7 +37,7 @@ from typing import Any
 
 from pytest_jaxport.model.census import Census, Kernel, kernel_label
 from pytest_jaxport.model.cost import RuntimeShare
-from pytest_jaxport.model.formats import FINDING_KINDS, Finding, FormatCensus
+from pytest_jaxport.model.findings import FINDING_KINDS, Finding, FormatCensus
 from pytest_jaxport.model.probe import census_from_dict
 
 KERNEL_LAYERS = ("vendor", "custom")

@@ -10,6 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
+from pytest_jaxport.model.classification import (
+    COLLECTIVE_LIBRARIES,
+    COUNTERPART_LIBRARIES,
+    LAYERS,
+    Layer,
+)
 from pytest_jaxport.model.cost import (
     FormatItem,
     RewriteItem,
@@ -18,7 +24,7 @@ from pytest_jaxport.model.cost import (
     rewrite_items,
 )
 from pytest_jaxport.model.emulation import Emulation, may_differ
-from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
     JsonObject,
@@ -34,13 +40,7 @@ from pytest_jaxport.model.jsontypes import (
     texts,
 )
 from pytest_jaxport.model.numerics import Comparison
-from pytest_jaxport.model.targets import (
-    COLLECTIVE_LIBRARIES,
-    COUNTERPART_LIBRARIES,
-    LAYERS,
-    NVIDIA_PLATFORM,
-    Layer,
-)
+from pytest_jaxport.model.platforms import NVIDIA_PLATFORM
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ import pytest
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.model.budget import Violation, evaluate, failure_text
 from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.classification import Classification, Level, classify
 from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
@@ -30,8 +31,8 @@ from pytest_jaxport.model.emulation import (
     default_dot_format,
 )
 from pytest_jaxport.model.gpu import load_target
+from pytest_jaxport.model.platforms import DEFAULT_HOME
 from pytest_jaxport.model.probe import emulated_status
-from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestError, TestRecord
 from pytest_jaxport.view.text import probe_text
