@@ -310,7 +310,7 @@ class Harness:
         self.repeats = repeats
         self.present = lowering.present_platforms()
         self.target = target
-        self.target_config = gpu.load_target(target)
+        self.target_config = gpu.load_gpu_description(target)
         self.cuda_problem = None if "cuda" in self.present else deviceless.cuda_plugin_problem()
         self.tpu_problem, self.tpu_compiler = _tpu_compiler()
         compile_platforms = (
@@ -655,7 +655,7 @@ def capture_target(folder: Path) -> dict[str, Any]:
     mine = {f: gpu.field_value(captured, f) for f in fields}
     out["captured"] = mine
     if shipped_name is not None:
-        shipped = gpu.load_target(shipped_name)
+        shipped = gpu.load_gpu_description(shipped_name)
         theirs = {f: gpu.field_value(shipped, f) for f in fields}
         out["differs"] = {f: [theirs[f], mine[f]] for f in fields if theirs[f] != mine[f]}
     name = (shipped_name or "gpu") + "-captured.txtpb"

@@ -28,16 +28,7 @@ from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
     Setting,
-    compile_platforms,
     default_migrate_to,
-    emulate_platforms,
-    emulated_among,
-    installed_release,
-    load_project,
-    misspelt_tables,
-    platform_hint,
-    platform_list,
-    portable,
 )
 from pytest_jaxport.model.config import ConfigError as _ConfigError
 from pytest_jaxport.model.devices import (
@@ -47,9 +38,18 @@ from pytest_jaxport.model.devices import (
     device_from_gpu_description,
 )
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
-from pytest_jaxport.model.gpu import described_kind, load_target
+from pytest_jaxport.model.gpu import described_kind, load_gpu_description
+from pytest_jaxport.model.hints import platform_hint
 from pytest_jaxport.model.libtpu import compile_target
-from pytest_jaxport.model.platforms import PLATFORMS
+from pytest_jaxport.model.marker import portable
+from pytest_jaxport.model.platforms import PLATFORMS, installed_release
+from pytest_jaxport.model.pyproject import load_project, misspelt_tables
+from pytest_jaxport.model.validators import (
+    compile_platforms,
+    emulate_platforms,
+    emulated_among,
+    platform_list,
+)
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JAXPORT, JaxportSession
 from pytest_jaxport.view.annotations import MODES as ANNOTATION_MODES
@@ -331,7 +331,7 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         if clear:
             cache.clear()
     try:
-        target_config = load_target(project.target)
+        target_config = load_gpu_description(project.gpu)
         devices = judged_devices(project, target_config)
     except (ValueError, OSError) as e:
         raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
@@ -358,7 +358,7 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         tpu_compiler = _tpu_compiler(config, project, devices, origin)
     return CompileSettings(
         platforms=project.compile,
-        target=project.target,
+        target=project.gpu,
         target_config=target_config if "cuda" in project.compile else "",
         gpu_kind=gpu_kind,
         what_if_no_vendor=project.what_if_no_vendor,

@@ -7,19 +7,11 @@ from pathlib import Path
 import pytest
 
 from pytest_jaxport.model.classification import all_libraries
-from pytest_jaxport.model.config import (
-    MIGRATE_TARGETS,
-    ConfigError,
-    Overrides,
-    Setting,
-    load_project,
-    merge_marks,
-    parse_marker,
-    parse_project,
-    platform_hint,
-    platforms_meant,
-)
+from pytest_jaxport.model.config import MIGRATE_DESTINATIONS, ConfigError, Overrides, Setting
+from pytest_jaxport.model.hints import platform_hint, platforms_meant
+from pytest_jaxport.model.marker import merge_marks, parse_marker
 from pytest_jaxport.model.platforms import PLATFORM_ALIASES, PLATFORM_VENDORS, PLATFORMS
+from pytest_jaxport.model.pyproject import load_project, parse_project
 
 
 def test_defaults_without_file(tmp_path: Path) -> None:
@@ -318,9 +310,9 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
     ("table", "message"),
     [
         ({"migrate_to": ["rocm", "nvidia"]},
-         f"[tool.jaxport] migrate_to: expected non-NVIDIA targets ({', '.join(MIGRATE_TARGETS)}): "
-         "the cost model prices moving off cuda, the home platform ([tool.jaxport] home), found "
-         "'nvidia'"),
+         "[tool.jaxport] migrate_to: expected non-NVIDIA targets "
+         f"({', '.join(MIGRATE_DESTINATIONS)}): the cost model prices moving off cuda, the "
+         "home platform ([tool.jaxport] home), found 'nvidia'"),
         ({"devices": {"nvidia": "h100"}},
          "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),
         ({"compile": ["amd"]},

@@ -39,7 +39,7 @@ from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.format_census import take_format_census
 from pytest_jaxport.model.format_rules import FORMAT_RULES
 from pytest_jaxport.model.geometry import matrix_unit_waste
-from pytest_jaxport.model.gpu import load_target
+from pytest_jaxport.model.gpu import load_gpu_description
 from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.tiling import tile_padding
 
@@ -144,7 +144,7 @@ def test_an_unknown_device_names_what_is_known() -> None:
 
 @pytest.mark.parametrize(("name", "generation"), [("a100", "sm80"), ("h100", "sm90")])
 def test_the_shipped_gpu_descriptions_name_their_generation(name: str, generation: str) -> None:
-    assert device_from_gpu_description(load_target(name)).generation == generation
+    assert device_from_gpu_description(load_gpu_description(name)).generation == generation
 
 
 def test_a_rocm_description_names_its_isa() -> None:
@@ -550,7 +550,7 @@ def h100() -> str:
     problem = cuda_plugin_problem()
     if problem is not None:
         pytest.skip(f"deviceless CUDA compilation unavailable: {problem}")
-    return load_target("h100")
+    return load_gpu_description("h100")
 
 
 def test_the_deviceless_cuda_program_counts_transposes_around_a_cudnn_convolution(

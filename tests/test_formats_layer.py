@@ -20,19 +20,16 @@ from helpers import esc, run_json, typed
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation, evaluate, ways_out
 from pytest_jaxport.model.census import Census, SourceLocation
-from pytest_jaxport.model.config import (
-    ConfigError,
-    installed_release,
-    parse_marker,
-    parse_project,
-)
+from pytest_jaxport.model.config import ConfigError
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem, estimate, format_items
 from pytest_jaxport.model.counts import FormatCounts, PlatformCounts
 from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
 from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.format_rules import rules_markdown
-from pytest_jaxport.model.platforms import release
+from pytest_jaxport.model.marker import parse_marker
+from pytest_jaxport.model.platforms import installed_release, release
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import build_report
@@ -151,7 +148,7 @@ def test_devices_and_format_budgets_resolve_per_platform() -> None:
 
 
 def _overrides(parsed: dict[str, Any]) -> Any:
-    from pytest_jaxport.model.config import merge_marks
+    from pytest_jaxport.model.marker import merge_marks
 
     return merge_marks([("t", parsed)])
 

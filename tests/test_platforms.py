@@ -12,6 +12,7 @@ from pytest_jaxport.model import (
     cost,
     devices,
     emulation,
+    hints,
     platforms,
     tooling,
 )
@@ -90,7 +91,7 @@ def test_oneapi_is_opted_into_and_its_libraries_are_intels() -> None:
     assert classification.classify("oneapi", "stablehlo.triangular_solve").library == "onemkl"
     assert "oneapi" not in classification.COUNTERPART_LIBRARIES
     assert "gpu" in oneapi.aliases
-    assert config.platforms_meant("gpu") == ("cuda", "rocm", "oneapi")
+    assert hints.platforms_meant("gpu") == ("cuda", "rocm", "oneapi")
 
 
 @pytest.mark.parametrize(

@@ -143,7 +143,7 @@ def test_the_demos_tpu_tolerance_is_what_its_checks_met_on_the_chip() -> None:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
-    from pytest_jaxport.model.config import parse_project
+    from pytest_jaxport.model.pyproject import parse_project
 
     demo = RESULTS.parent.parent / "examples" / "demo" / "pyproject.toml"
     project = parse_project(tomllib.loads(demo.read_text())["tool"]["jaxport"], str(demo))

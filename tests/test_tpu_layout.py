@@ -31,14 +31,15 @@ from helpers import typed
 from pytest_jaxport._jax import lowering
 from pytest_jaxport.model.budget import evaluate
 from pytest_jaxport.model.census import Census, CompiledMemory, Program, SourceLocation
-from pytest_jaxport.model.config import installed_release, parse_project
 from pytest_jaxport.model.counts import FormatCounts
 from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
 from pytest_jaxport.model.findings import Finding, FormatCensus, MemoryFootprint, memory_footprint
 from pytest_jaxport.model.format_census import take_format_census
 from pytest_jaxport.model.format_rules import FORMAT_RULES
 from pytest_jaxport.model.hlo import parse_compiled_hlo
+from pytest_jaxport.model.platforms import installed_release
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.model.tiling import default_layout, read_layouts
 from pytest_jaxport.report.baseline import diff
 from pytest_jaxport.report.document import Report

@@ -22,6 +22,8 @@ Adding a platform is one :class:`Platform` here, its format rules (keyed by plat
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -680,3 +682,19 @@ def needs_newer_jax(platform: str, installed: str) -> str | None:
         f"{platform} needs jax {described.requires_jax} or newer, found jax {installed}: "
         f"{described.requires_why}"
     )
+
+
+def installed_jax() -> str:
+    """The installed jax's version (``""`` where none is installed), read from its package
+    metadata: JAX itself is not imported."""
+    return installed_release("jax")
+
+
+@functools.cache
+def installed_release(distribution: str) -> str:
+    """The installed ``distribution``'s version (``""`` where it is not installed), read from
+    its package metadata, nothing imported (``libtpu``: the TPU compiler's release)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
