@@ -1,5 +1,6 @@
-"""GPU target descriptions: the ones shipped in ``pytest_jaxport/gpu_targets/`` (written from
-public facts) and description files, as text ``stream_executor.GpuTargetConfigProto`` (pure).
+"""GPU descriptions (what ``[tool.jaxport] target`` names): the ones shipped in
+``pytest_jaxport/gpu_targets/`` (written from public facts) and description files, as text
+``stream_executor.GpuTargetConfigProto`` (pure).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -40,9 +41,9 @@ def load_gpu_description(name_or_path: str) -> str:
     return text
 
 
-def described_kind(target_config: str) -> str:
+def described_kind(description: str) -> str:
     """The device kind a GPU description names (its ``device_description_str``), or ``""``."""
-    return field_value(target_config, "device_description_str") or ""
+    return field_value(description, "device_description_str") or ""
 
 
 def field_value(text: str, key: str) -> str | None:
