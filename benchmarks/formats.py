@@ -12,7 +12,7 @@ The layer costs two things on a cold run:
   (float64, float8, int4). That cost is the new reader's time minus the reader of ``--base``
   (default: the merge-base of HEAD and ``main``, the last commit before the layer), loaded
   from git and run on the same lowered modules, interleaved;
-- **findings**: ``model.formats.take_format_census`` for cpu, cuda, rocm and tpu.
+- **findings**: ``model.format_census.take_format_census`` for cpu, cuda, rocm and tpu.
 
 Both are compared with a cold ``jaxport.check`` of the same function (``jax.clear_caches()``
 first: trace, lower for every platform, read, census, compile and run on cpu), the quantity a

@@ -166,7 +166,7 @@ class ProjectConfig:
     ``GpuTargetConfigProto``: what cuda compiles against where no GPU is present."""
     what_if_no_vendor: bool = False
     migrate_to: tuple[str, ...] = DEFAULT_MIGRATE_TO
-    """The targets the cost model prices a move to, off :attr:`home`."""
+    """The destinations the cost model prices a move to, off :attr:`home`."""
     migrate_to_set: bool = False
     """Whether ``migrate_to`` was configured; where not, it follows the platforms lowered
     (:func:`default_migrate_to`), on a ``--jaxport-platforms`` leg too."""

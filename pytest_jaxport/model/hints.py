@@ -34,7 +34,7 @@ def _platform_words() -> dict[str, frozenset[str]]:
 
 
 _PLATFORM_WORDS: Mapping[str, frozenset[str]] = _platform_words()
-"""Each platform's name and :data:`~pytest_jaxport.model.targets.PLATFORM_ALIASES`, to the
+"""Each platform's name and :data:`~pytest_jaxport.model.platforms.PLATFORM_ALIASES`, to the
 platforms each means (``gpu``: cuda, rocm and oneapi)."""
 
 
@@ -97,7 +97,8 @@ def library_key_hint(key: str, value: object = None, *, marker: bool = False) ->
     """Where a budget key names a vendor library (``max_cudnn_calls``, ``cublas``), how its
     limit is written: ``max_library_calls = { cudnn = 2 }`` in pyproject.toml, or the
     marker's ``max_library_calls={"cudnn": 2}``; ``""`` for any other key. The library
-    names are the classification table's (:func:`~pytest_jaxport.model.targets.all_libraries`).
+    names are the classification table's
+    (:func:`~pytest_jaxport.model.classification.all_libraries`).
 
     >>> library_key_hint("max_cudnn_calls", 2)
     ' (did you mean max_library_calls = { cudnn = 2 }?)'

@@ -162,7 +162,7 @@ class Platform:
     aliases: tuple[str, ...] = ()
     """Words users write instead of its name (its vendor, its hardware; JAX's ``gpu``)."""
     default: bool = True
-    """Lowered for when ``platforms`` is not configured, and a default migration target
+    """Lowered for when ``platforms`` is not configured, and a default migration destination
     (unless it is the home); ``False`` for a platform a project opts into."""
     compiled: bool = False
     """``compile`` accepts it (the compiled level: cpu here, cuda and tpu deviceless)."""

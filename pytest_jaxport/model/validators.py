@@ -367,9 +367,9 @@ def takes_table(key: str) -> bool:
 
 
 def migrate_among(where: str, migrate_to: Sequence[str], lowered: Sequence[str]) -> None:
-    """A ``migrate_to`` target must be a platform the checks lower for: what a move there
-    rewrites is counted on its census, and a target never lowered has none (it would read
-    0 to rewrite)."""
+    """A ``migrate_to`` destination must be a platform the checks lower for: what a move there
+    rewrites is counted on its census, and a destination never lowered has none (it would
+    read 0 to rewrite)."""
     outside = [p for p in migrate_to if p not in lowered]
     if outside:
         them = "it" if len(outside) == 1 else "them"
