@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import get_args
 
 from pytest_jaxport.model.budget import KEYS, Kind
 from pytest_jaxport.model.config import BUDGET_KEYS, ConfigError, Overrides, Setting
@@ -126,7 +126,7 @@ def parse_marker(
 
 def merge_marks(marks: Sequence[tuple[str, Mapping[str, object]]]) -> Overrides:
     """Closest mark first: for each key the closest mark that sets it wins."""
-    values: dict[str, Setting[Any]] = {}
+    values: dict[str, Setting[object]] = {}
     for origin, parsed in marks:
         for key, value in parsed.items():
             values.setdefault(key, Setting(value=value, origin=origin))
