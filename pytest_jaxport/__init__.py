@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_jaxport.model.classification import Classification
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
-from pytest_jaxport.model.targets import Classification
 from pytest_jaxport.model.tooling_rules import ToolingRule
 from pytest_jaxport.version import __version__
 

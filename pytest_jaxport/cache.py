@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_jaxport.model.census import Program, parse_location, program_from_dict, program_to_dict
-from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device
+from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
 from pytest_jaxport.model.libtpu import (
     COMPILE_TARGETS,
     DEFAULT_COMPILE_TIME_LIMIT,

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_jaxport.model.config import platform_hint
-from pytest_jaxport.model.gpu import SHIPPED_TARGETS
+from pytest_jaxport.model.gpu import SHIPPED_GPUS
+from pytest_jaxport.model.hints import platform_hint
 from pytest_jaxport.report.baseline import (
     baseline_json,
     baseline_of,
@@ -86,7 +86,7 @@ def _capture_target(args: argparse.Namespace) -> int:
         print(
             "jaxport capture-target: no CUDA GPU here (the NVIDIA driver, libcuda.so.1, "
             "cannot be loaded); run it on the machine with the GPU, or use a shipped "
-            f"description ({', '.join(SHIPPED_TARGETS)})",
+            f"description ({', '.join(SHIPPED_GPUS)})",
             file=sys.stderr,
         )
         return EXIT_UNUSABLE

@@ -35,10 +35,11 @@ from pytest_jaxport.model.census import (
     SourceLocation,
 )
 from pytest_jaxport.model.compare import Outputs, compare
-from pytest_jaxport.model.config import ConfigError, Resolved, transforms_value
+from pytest_jaxport.model.config import ConfigError, Resolved
 from pytest_jaxport.model.emulation import may_differ_lines, not_emulated_message, with_locations
 from pytest_jaxport.model.numerics import Comparison, Tolerance
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, Probe, Untraced, emulated_status
+from pytest_jaxport.model.validators import transforms_value
 from pytest_jaxport.warning import JaxportWarning
 
 if TYPE_CHECKING:

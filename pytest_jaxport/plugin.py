@@ -30,28 +30,28 @@ from pytest_jaxport.model.config import (
     ConfigError,
     ProjectConfig,
     Setting,
-    compile_platforms,
     default_migrate_to,
-    emulate_platforms,
-    emulated_among,
-    installed_release,
-    load_project,
-    misspelt_tables,
-    platform_hint,
-    platform_list,
-    portable,
 )
 from pytest_jaxport.model.cost import CostModel
-from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
-from pytest_jaxport.model.formats import (
+from pytest_jaxport.model.devices import (
     COMPILERS,
     Device,
     default_devices,
-    device_from_target_config,
+    device_from_gpu_description,
 )
-from pytest_jaxport.model.gpu import described_kind, load_target
+from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
+from pytest_jaxport.model.gpu import described_kind, load_gpu_description
+from pytest_jaxport.model.hints import platform_hint
 from pytest_jaxport.model.libtpu import compile_target
-from pytest_jaxport.model.targets import PLATFORMS
+from pytest_jaxport.model.marker import portable
+from pytest_jaxport.model.platforms import PLATFORMS, installed_release
+from pytest_jaxport.model.pyproject import load_project, misspelt_tables
+from pytest_jaxport.model.validators import (
+    compile_platforms,
+    emulate_platforms,
+    emulated_among,
+    platform_list,
+)
 from pytest_jaxport.report.ci import ci_settings
 from pytest_jaxport.session import JaxportSession
 from pytest_jaxport.session.judge import JAXPORT
@@ -392,7 +392,7 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         if clear:
             cache.clear()
     try:
-        target_config = load_target(project.target)
+        target_config = load_gpu_description(project.gpu)
         devices = judged_devices(project, target_config)
     except (ValueError, OSError) as e:
         raise ConfigError(f"{project.source}: [tool.jaxport] target: {e}") from None
@@ -419,7 +419,7 @@ def _compile_settings(config: pytest.Config, project: ProjectConfig) -> CompileS
         tpu_compiler = _tpu_compiler(config, project, devices, origin)
     return CompileSettings(
         platforms=project.compile,
-        target=project.target,
+        target=project.gpu,
         target_config=target_config if "cuda" in project.compile else "",
         gpu_kind=gpu_kind,
         what_if_no_vendor=project.what_if_no_vendor,
@@ -476,7 +476,7 @@ def judged_devices(project: ProjectConfig, target_config: str) -> dict[str, Devi
     ``ValueError`` for a description that names no CUDA GPU."""
     from dataclasses import replace
 
-    cuda = device_from_target_config(target_config)
+    cuda = device_from_gpu_description(target_config)
     if cuda.platform != "cuda":
         raise ValueError(
             f"the description names a {cuda.platform} GPU ({cuda}), not a CUDA one: cuda's "

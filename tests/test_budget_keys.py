@@ -27,21 +27,20 @@ from pytest_jaxport.model.budget import (
     Setting,
 )
 from pytest_jaxport.model.census import Census
-from pytest_jaxport.model.config import (
-    BUDGET_KEYS,
+from pytest_jaxport.model.classification import libraries
+from pytest_jaxport.model.config import BUDGET_KEYS, PROJECT_ONLY_KEYS, ConfigError
+from pytest_jaxport.model.devices import DEFAULT_DEVICES
+from pytest_jaxport.model.evaluation import evaluate
+from pytest_jaxport.model.findings import Finding, FormatCensus
+from pytest_jaxport.model.marker import (
     MARKER_KEYS,
     MARKER_OPTIONS,
-    PROJECT_ONLY_KEYS,
-    ConfigError,
     merge_marks,
     parse_marker,
-    parse_project,
     portable,
 )
-from pytest_jaxport.model.evaluation import evaluate
-from pytest_jaxport.model.formats import DEFAULT_DEVICES, Finding, FormatCensus
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
-from pytest_jaxport.model.targets import libraries
+from pytest_jaxport.model.pyproject import parse_project
 
 DEMO_SRC = Path(__file__).parent.parent / "examples" / "demo" / "src"
 

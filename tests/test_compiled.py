@@ -525,10 +525,10 @@ def test_an_unknown_target_lists_the_shipped_ones(pytester: pytest.Pytester) -> 
 
 @needs_plugin
 def test_a_target_file_next_to_pyproject(pytester: pytest.Pytester) -> None:
-    from pytest_jaxport.model.gpu import load_target
+    from pytest_jaxport.model.gpu import load_gpu_description
 
     (pytester.path / "gpus").mkdir()
-    (pytester.path / "gpus" / "mine.txtpb").write_text(load_target("h200"))
+    (pytester.path / "gpus" / "mine.txtpb").write_text(load_gpu_description("h200"))
     make_project(
         pytester,
         """

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pytest_jaxport.model.classification import all_libraries
 from pytest_jaxport.model.config import (
-    MIGRATE_TARGETS,
+    MIGRATE_DESTINATIONS,
     ConfigError,
     Overrides,
+    ProjectConfig,
     Setting,
-    load_project,
-    merge_marks,
-    parse_marker,
-    parse_project,
-    platform_hint,
-    platforms_meant,
 )
-from pytest_jaxport.model.targets import (
-    PLATFORM_ALIASES,
-    PLATFORM_VENDORS,
-    PLATFORMS,
-    all_libraries,
-)
+from pytest_jaxport.model.hints import platform_hint, platforms_meant
+from pytest_jaxport.model.marker import merge_marks, parse_marker
+from pytest_jaxport.model.platforms import PLATFORM_ALIASES, PLATFORM_VENDORS, PLATFORMS
+from pytest_jaxport.model.pyproject import PROJECT_KEYS, TOP_KEYS, load_project, parse_project
 
 
 def test_defaults_without_file(tmp_path: Path) -> None:
@@ -33,6 +28,25 @@ def test_defaults_without_file(tmp_path: Path) -> None:
     budget = project.resolve().budget("cuda")
     assert budget.max_custom_calls is None
     assert budget.max_library_calls == {}
+
+
+def test_every_key_is_read_by_one_row_of_the_key_table() -> None:
+    assert sorted(TOP_KEYS) == sorted(key.name for key in PROJECT_KEYS)
+    # where a key is not written its row's default is read: the budget's origin is the file's
+    project = parse_project({}, "pyproject.toml")
+    assert project.budget.origin == "pyproject.toml [tool.jaxport.budget]"
+    assert project == replace(ProjectConfig(source="pyproject.toml"), budget=project.budget)
+
+
+def test_keys_are_read_after_the_keys_they_are_checked_against() -> None:
+    """Of two wrong keys the one read first is said: ``reference`` (read against
+    ``platforms``) before ``compile``, ``migrate_to`` after ``home``."""
+    with pytest.raises(ConfigError, match=r"\] reference: expected one of the configured"):
+        parse_project({"compile": ["amd"], "reference": "tpu", "platforms": ["cpu"]}, "p")
+    table = {"migrate_to": ["cuda"], "home": "tpu", "platforms": ["cpu", "cuda", "tpu"]}
+    assert parse_project(table, "p").migrate_to == ("cuda",)
+    with pytest.raises(ConfigError, match="reference"):
+        parse_project({"platforms": ["cuda"]}, "p")  # the default reference, cpu, is checked
 
 
 def test_unparsable_toml_names_file(tmp_path: Path) -> None:
@@ -322,9 +336,9 @@ def test_a_vendor_or_hardware_name_for_a_platform_names_the_platform(
     ("table", "message"),
     [
         ({"migrate_to": ["rocm", "nvidia"]},
-         f"[tool.jaxport] migrate_to: expected non-NVIDIA targets ({', '.join(MIGRATE_TARGETS)}): "
-         "the cost model prices moving off cuda, the home platform ([tool.jaxport] home), found "
-         "'nvidia'"),
+         "[tool.jaxport] migrate_to: expected non-NVIDIA targets "
+         f"({', '.join(MIGRATE_DESTINATIONS)}): the cost model prices moving off cuda, the "
+         "home platform ([tool.jaxport] home), found 'nvidia'"),
         ({"devices": {"nvidia": "h100"}},
          "[tool.jaxport] devices.nvidia: 'nvidia' is cuda here, and cuda's device is `target`"),
         ({"compile": ["amd"]},

@@ -21,9 +21,9 @@ import pytest
 from pytest_jaxport._jax import deviceless
 from pytest_jaxport._jax.deviceless import capture_target, cuda_plugin_problem, deviceless_compile
 from pytest_jaxport.model.census import Census, take_census
-from pytest_jaxport.model.gpu import SHIPPED_TARGETS, load_target
+from pytest_jaxport.model.classification import Classification, classify
+from pytest_jaxport.model.gpu import SHIPPED_GPUS, load_gpu_description
 from pytest_jaxport.model.hlo import parse_compiled_hlo
-from pytest_jaxport.model.targets import Classification, classify
 
 
 def _compiled(platform: str, op: str, target: str | None) -> Classification:
@@ -43,7 +43,7 @@ def h100() -> str:
     problem = cuda_plugin_problem()
     if problem is not None:
         pytest.skip(f"deviceless CUDA compilation unavailable: {problem}")
-    return load_target("h100")
+    return load_gpu_description("h100")
 
 
 def cuda_census(
@@ -59,29 +59,29 @@ def cuda_census(
 # --- target descriptions (no JAX) --------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [*SHIPPED_TARGETS, "H100", " A100 "])
+@pytest.mark.parametrize("name", [*SHIPPED_GPUS, "H100", " A100 "])
 def test_shipped_targets_load_by_name_in_any_case(name: str) -> None:
-    text = load_target(name)
+    text = load_gpu_description(name)
     assert "gpu_device_info" in text
     assert 'platform_name: "CUDA"' in text
 
 
 def test_a_target_loads_from_a_path(tmp_path: Path) -> None:
     path = tmp_path / "mine.txtpb"
-    path.write_text(load_target("a100"))
-    assert load_target(str(path)) == load_target("a100")
+    path.write_text(load_gpu_description("a100"))
+    assert load_gpu_description(str(path)) == load_gpu_description("a100")
 
 
 def test_an_unknown_target_names_the_value_and_the_shipped_ones() -> None:
     with pytest.raises(ValueError, match=r"'v100'.*a100, h100, h200"):
-        load_target("v100")
+        load_gpu_description("v100")
 
 
 def test_a_file_that_is_not_a_target_description_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("hello")
     with pytest.raises(ValueError, match="not a text GpuTargetConfigProto"):
-        load_target(str(path))
+        load_gpu_description(str(path))
 
 
 def test_plugin_problem_is_none_or_one_line_with_the_install_command() -> None:
@@ -99,7 +99,7 @@ def test_plugin_problem_is_none_or_one_line_with_the_install_command() -> None:
 # --- deviceless compilation (needs the plugin) ------------------------------------------
 
 
-@pytest.mark.parametrize("name", SHIPPED_TARGETS)
+@pytest.mark.parametrize("name", SHIPPED_GPUS)
 def test_every_shipped_target_compiles_a_matmul_and_a_conv(h100: str, name: str) -> None:
     import jax
     import jax.numpy as jnp
@@ -115,7 +115,7 @@ def test_every_shipped_target_compiles_a_matmul_and_a_conv(h100: str, name: str)
         jax.ShapeDtypeStruct((3, 3, 16, 32), jnp.float32),
         jnp.zeros((256, 256)),
         jnp.zeros((256, 256)),
-        target=load_target(name),
+        target=load_gpu_description(name),
     )
     assert result.libraries() == {"cudnn": 1}
     assert result.custom == 0

@@ -11,8 +11,8 @@ import numpy as np
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, StageTimer
 from pytest_jaxport.fixture import Jaxport
+from pytest_jaxport.model.classification import classify
 from pytest_jaxport.model.config import ProjectConfig, Setting
-from pytest_jaxport.model.targets import classify
 
 
 def _classifier(platform: str, op: str, target: str | None) -> object:

@@ -197,9 +197,9 @@ def test_deviceless_vs_gpu_causes_name_the_autotuning_pick() -> None:
     """Two real deviceless compiles of one matmul, one with XLA's Triton gemms and one
     without, differ as an autotuned GPU and a deviceless compile can: by who got the gemm."""
     from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile
-    from pytest_jaxport.model.gpu import load_target
+    from pytest_jaxport.model.classification import classify
+    from pytest_jaxport.model.gpu import load_gpu_description
     from pytest_jaxport.model.hlo import parse_compiled_hlo
-    from pytest_jaxport.model.targets import classify
 
     if (problem := cuda_plugin_problem()) is not None:
         pytest.skip(problem)
@@ -212,7 +212,7 @@ def test_deviceless_vs_gpu_causes_name_the_autotuning_pick() -> None:
         from pytest_jaxport.model.census import take_census
 
         text = deviceless_compile(
-            lambda a, b: a @ b, (a, a), {}, target_config=load_target("h100"),
+            lambda a, b: a @ b, (a, a), {}, target_config=load_gpu_description("h100"),
             compiler_options=options,
         )  # fmt: skip
         return take_census(

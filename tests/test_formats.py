@@ -26,23 +26,22 @@ from jax import lax
 from pytest_jaxport._jax import callbacks, lowering
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile
 from pytest_jaxport.model.census import OpSite, Program, program_from_dict, program_to_dict
-from pytest_jaxport.model.formats import (
+from pytest_jaxport.model.devices import (
     CUDA_GENERATIONS,
     DEFAULT_DEVICES,
     ROCM_GENERATIONS,
-    RULES,
     TPU_GENERATIONS,
     Device,
-    Finding,
-    FormatCensus,
     device_for,
-    device_from_target_config,
-    matrix_unit_waste,
-    take_format_census,
-    tile_padding,
+    device_from_gpu_description,
 )
-from pytest_jaxport.model.gpu import load_target
+from pytest_jaxport.model.findings import Finding, FormatCensus
+from pytest_jaxport.model.format_census import take_format_census
+from pytest_jaxport.model.format_rules import FORMAT_RULES
+from pytest_jaxport.model.geometry import matrix_unit_waste
+from pytest_jaxport.model.gpu import load_gpu_description
 from pytest_jaxport.model.hlo import parse_compiled_hlo
+from pytest_jaxport.model.tiling import tile_padding
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -145,20 +144,20 @@ def test_an_unknown_device_names_what_is_known() -> None:
 
 @pytest.mark.parametrize(("name", "generation"), [("a100", "sm80"), ("h100", "sm90")])
 def test_the_shipped_gpu_descriptions_name_their_generation(name: str, generation: str) -> None:
-    assert device_from_target_config(load_target(name)).generation == generation
+    assert device_from_gpu_description(load_gpu_description(name)).generation == generation
 
 
 def test_a_rocm_description_names_its_isa() -> None:
     text = 'gpu_device_info { rocm_compute_capability { gcn_arch_name: "gfx942:sramecc+:xnack-" } }'
-    assert device_from_target_config(text) == Device(platform="rocm", generation="gfx942")
+    assert device_from_gpu_description(text) == Device(platform="rocm", generation="gfx942")
     with pytest.raises(ValueError, match="without a CUDA or ROCm compute capability"):
-        device_from_target_config("gpu_device_info { core_count: 1 }")
+        device_from_gpu_description("gpu_device_info { core_count: 1 }")
 
 
 def test_every_rule_cites_a_public_source_and_says_whether_it_compiles() -> None:
     generations = {"cpu": (), "cuda": CUDA_GENERATIONS, "rocm": ROCM_GENERATIONS,
                    "tpu": TPU_GENERATIONS, "oneapi": ("bmg", "pvc")}  # fmt: skip
-    for rule in RULES:
+    for rule in FORMAT_RULES:
         assert rule.summary, rule.name
         assert rule.compiles == (rule.effect != "not-compiled"), rule.name
         assert rule.platform == "*" or set(rule.devices) <= set(generations[rule.platform])
@@ -166,11 +165,11 @@ def test_every_rule_cites_a_public_source_and_says_whether_it_compiles() -> None
     # level's is the program itself), and each recording named is there
     assert [
         r.name
-        for r in RULES
+        for r in FORMAT_RULES
         if "https://" not in r.source and "benchmarks/results/" not in r.source
     ] == ["inserted-relayout"]
     root = Path(__file__).resolve().parent.parent
-    for rule in RULES:
+    for rule in FORMAT_RULES:
         for recorded in re.findall(r"benchmarks/results/[\w.-]+\.json", rule.source):
             assert (root / recorded).is_file(), (rule.name, recorded)
 
@@ -551,7 +550,7 @@ def h100() -> str:
     problem = cuda_plugin_problem()
     if problem is not None:
         pytest.skip(f"deviceless CUDA compilation unavailable: {problem}")
-    return load_target("h100")
+    return load_gpu_description("h100")
 
 
 def test_the_deviceless_cuda_program_counts_transposes_around_a_cudnn_convolution(

@@ -20,25 +20,18 @@ from helpers import esc, run_json, typed
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census, SourceLocation
-from pytest_jaxport.model.config import (
-    ConfigError,
-    installed_release,
-    parse_marker,
-    parse_project,
-)
+from pytest_jaxport.model.config import ConfigError
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem, estimate, format_items
 from pytest_jaxport.model.counts import FormatCounts, PlatformCounts
+from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
 from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.failure import ways_out
-from pytest_jaxport.model.formats import (
-    DEFAULT_DEVICES,
-    Device,
-    Finding,
-    FormatCensus,
-    rules_markdown,
-)
-from pytest_jaxport.model.platforms import release
+from pytest_jaxport.model.findings import Finding, FormatCensus
+from pytest_jaxport.model.format_rules import rules_markdown
+from pytest_jaxport.model.marker import parse_marker
+from pytest_jaxport.model.platforms import installed_release, release
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import build_report
@@ -67,8 +60,9 @@ def test_the_reference_shows_the_rule_table_as_the_code_has_it() -> None:
     start = text.index("\n", start) + 1
     end = text.index("<!-- end of rules -->")
     assert text[start:end] == rules_markdown(), (
-        "docs/reference.md's rule table differs from pytest_jaxport.model.formats.RULES: "
-        "paste the output of `python -c 'from pytest_jaxport.model.formats import "
+        "docs/reference.md's rule table differs from "
+        "pytest_jaxport.model.format_rules.FORMAT_RULES: "
+        "paste the output of `python -c 'from pytest_jaxport.model.format_rules import "
         'rules_markdown; print(rules_markdown(), end="")\'` between the markers'
     )
     for cost in ("format_rewrite", "requantize", "precision_review", "layout_work"):
@@ -156,7 +150,7 @@ def test_devices_and_format_budgets_resolve_per_platform() -> None:
 
 
 def _overrides(parsed: dict[str, Any]) -> Any:
-    from pytest_jaxport.model.config import merge_marks
+    from pytest_jaxport.model.marker import merge_marks
 
     return merge_marks([("t", parsed)])
 

@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_jaxport.model.census import Census, Kernel, SourceLocation
-from pytest_jaxport.model.config import ConfigError, parse_marker, parse_project
+from pytest_jaxport.model.config import ConfigError
+from pytest_jaxport.model.marker import parse_marker
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.session import writer as writer_module
 
 # -- property tests ---------------------------------------------------------------------------

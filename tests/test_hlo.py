@@ -1,4 +1,5 @@
-"""pytest_jaxport.model.hlo and the compiled rows of targets.RULES: saved compiled HLO, no devices.
+"""pytest_jaxport.model.hlo and the compiled rows of the classification table: saved compiled
+HLO, no devices.
 
 The samples under ``tests/data/hlo`` are real ``compiled.as_text()`` output (CUDA ones from
 deviceless compilation against the shipped H100 description); ``generate_samples.py``
@@ -15,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from pytest_jaxport.model.census import Census, OpSite, Program, parse_location, take_census
+from pytest_jaxport.model.classification import (
+    CLASSIFICATION_RULES,
+    COMPILED_RULES,
+    Classification,
+    classify,
+)
 from pytest_jaxport.model.hlo import CALL_OP, parse_compiled_hlo
-from pytest_jaxport.model.targets import COMPILED_RULES, RULES, Classification, classify
 
 DATA = Path(__file__).parent / "data" / "hlo"
 GENERATOR = DATA / "generate_samples.py"
@@ -400,7 +406,7 @@ def test_compiled_rules(
 
 def test_compiled_rules_never_change_a_lowered_answer() -> None:
     assert all(rule.levels == frozenset({"compiled"}) for rule in COMPILED_RULES)
-    lowered_only = tuple(rule for rule in RULES if rule not in COMPILED_RULES)
+    lowered_only = tuple(rule for rule in CLASSIFICATION_RULES if rule not in COMPILED_RULES)
     for op, target in [
         ("stablehlo.dot_general", None),
         ("stablehlo.fft", None),

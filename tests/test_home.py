@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import typed
 
-from pytest_jaxport.model.config import ConfigError, migrate_targets, parse_project
+from pytest_jaxport.model.config import ConfigError, migrate_destinations
 from pytest_jaxport.model.numerics import Tolerance
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.document import Config
 from pytest_jaxport.report.merge import MergeError, load_legs, merge
 from pytest_jaxport.view.display import display_options
@@ -122,11 +123,11 @@ def test_migrate_to_cuda_is_accepted_off_tpu_and_refused_off_cuda(
         parse_project({"migrate_to": ["cuda"]}, "pyproject.toml")
     assert str(info.value) == (
         "pyproject.toml: [tool.jaxport] migrate_to: expected non-NVIDIA targets "
-        f"({', '.join(migrate_targets('cuda'))}): the cost model prices moving off cuda, the "
+        f"({', '.join(migrate_destinations('cuda'))}): the cost model prices moving off cuda, the "
         "home platform ([tool.jaxport] home), found 'cuda'"
     )
-    assert migrate_targets("cuda")[:3] == ("rocm", "tpu", "oneapi")
-    assert migrate_targets("tpu")[:3] == ("cuda", "rocm", "oneapi")
+    assert migrate_destinations("cuda")[:3] == ("rocm", "tpu", "oneapi")
+    assert migrate_destinations("tpu")[:3] == ("cuda", "rocm", "oneapi")
     with pytest.raises(ConfigError) as info:
         parse_project({"home": "tpu", "migrate_to": ["google"]}, "pyproject.toml")
     assert "moving off tpu, the home platform ([tool.jaxport] home), found 'google'" in str(
@@ -139,7 +140,7 @@ def test_migrate_to_cuda_is_accepted_off_tpu_and_refused_off_cuda(
     assert result.ret != 0
     result.stderr.fnmatch_lines(
         [f"*[[]tool.jaxport[]] migrate_to: expected non-Google targets "
-         f"({', '.join(migrate_targets('tpu'))})*moving off tpu*found 'tpu'*"]
+         f"({', '.join(migrate_destinations('tpu'))})*moving off tpu*found 'tpu'*"]
     )  # fmt: skip
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_jaxport.model.targets import classify
+from pytest_jaxport.model.classification import classify
 
 PROJECT_KERNELS = ("triton_kernel_call_ffi",)
 """jaxlib's targets that run a kernel the project wrote (Pallas Triton, jax-triton)."""

@@ -18,7 +18,7 @@ import pytest
 from helpers import esc
 
 from pytest_jaxport._jax import libtpu
-from pytest_jaxport.model.config import ConfigError, parse_project
+from pytest_jaxport.model.config import ConfigError
 from pytest_jaxport.model.libtpu import (
     MEASURED_PAIRS,
     compiler_said,
@@ -29,6 +29,7 @@ from pytest_jaxport.model.libtpu import (
     topology_for,
 )
 from pytest_jaxport.model.platforms import DESCRIPTIONS, release
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.version import requirement
 
 LIBTPU = libtpu.installed("libtpu")

@@ -25,7 +25,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.sharding import Mesh, PartitionSpec
 
-from pytest_jaxport.model import targets
+from pytest_jaxport.model import platforms
 from pytest_jaxport.model.platforms import DESCRIPTIONS
 
 NO_BACKEND = "jaxport-no-such-backend"
@@ -127,12 +127,12 @@ def test_neuron_is_not_a_platform_and_asking_for_it_says_so(pytester: pytest.Pyt
     """Until it is described, ``neuron`` is refused as any unknown platform is, naming the
     key and the platforms there are; never an INTERNALERROR."""
     assert "neuron" not in DESCRIPTIONS
-    assert "neuron" not in targets.PLATFORMS
+    assert "neuron" not in platforms.PLATFORMS
     pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "neuron"]\n')
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = result.stderr.str()
     assert "pyproject.toml: [tool.jaxport] platforms: unknown platform 'neuron'" in said
-    assert f"expected one of {', '.join(targets.PLATFORMS)}" in said
+    assert f"expected one of {', '.join(platforms.PLATFORMS)}" in said
     assert "INTERNALERROR" not in said + result.stdout.str()

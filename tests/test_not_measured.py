@@ -13,10 +13,11 @@ from test_home import TPU_KERNEL_SUITE
 
 from pytest_jaxport.model.budget import Budget, Setting
 from pytest_jaxport.model.census import Census
-from pytest_jaxport.model.config import ConfigError, parse_project
+from pytest_jaxport.model.config import ConfigError
 from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.numerics import Tolerance
 from pytest_jaxport.model.probe import PlatformProbe, Probe, Untraced
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.merge import load_legs, merge
 from pytest_jaxport.view.display import display_options
 from pytest_jaxport.view.html import render_html

@@ -6,28 +6,41 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_jaxport.model import config, emulation, formats, roofline, targets, tooling_rules
+from pytest_jaxport.model import (
+    classification,
+    config,
+    devices,
+    emulation,
+    hints,
+    platforms,
+    roofline,
+    tooling_rules,
+)
 from pytest_jaxport.model.platforms import DESCRIPTIONS, needs_newer_jax, release
 
 
 def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> None:
     names = tuple(DESCRIPTIONS)
-    assert names == targets.PLATFORMS
+    assert names == platforms.PLATFORMS
     assert tuple(n for n in names if DESCRIPTIONS[n].default) == config.DEFAULT_PLATFORMS
     assert tuple(n for n in names if DESCRIPTIONS[n].compiled) == config.COMPILE_PLATFORMS
     assert tuple(n for n in names if DESCRIPTIONS[n].emulated) == emulation.EMULATED_PLATFORMS
     for name, described in DESCRIPTIONS.items():
-        assert targets.PLATFORM_VENDORS[name] == described.vendor
-        assert targets.PLATFORM_ALIASES[name] == described.aliases
-        assert targets.COLLECTIVE_LIBRARIES[name] == described.collectives
-        assert formats.GENERATIONS[name] == described.generations
-        if described.default_device is not None:
-            device = formats.DEFAULT_DEVICES[name]
-            assert (device.generation, device.name) == described.default_device
-        for short, generation, label in described.devices:
-            assert formats.DEVICE_NAMES[short] == formats.Device(
-                platform=name, generation=generation, name=label
+        assert platforms.PLATFORM_VENDORS[name] == described.vendor
+        assert platforms.PLATFORM_ALIASES[name] == described.aliases
+        assert classification.COLLECTIVE_LIBRARIES[name] == described.collectives
+        assert devices.GENERATIONS[name] == described.generations
+        if described.default_description is not None:
+            device = devices.DEFAULT_DEVICES[name]
+            assert (device.generation, device.name) == (
+                described.default_description.generation,
+                described.default_description.label,
             )
+        for entry in described.devices:
+            for short in entry.names:
+                assert devices.DEVICE_NAMES[short] == devices.Device(
+                    platform=name, generation=entry.generation, name=entry.label_of(short)
+                )
         if described.peak is not None:
             assert roofline.DEFAULT_PEAKS[name].flops == described.peak.flops
             assert roofline.DEFAULT_PEAKS[name].source == described.peak.source
@@ -35,7 +48,7 @@ def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> 
             # the first row of the platform's own that matches its glob is the description's
             # (a literal name stands for itself; a glob for a name it matches)
             name_ = pattern.replace("*", "x")
-            assert targets.classify(name, "stablehlo.custom_call", name_) in (
+            assert classification.classify(name, "stablehlo.custom_call", name_) in (
                 result,
                 *described.custom_calls.values(),
             )
@@ -43,21 +56,42 @@ def test_every_table_that_names_platforms_is_derived_from_the_descriptions() -> 
             assert pattern.id in tooling_rules.rule_ids()
 
 
+def test_each_device_is_described_once_with_its_facts() -> None:
+    """A device's short names, generation, label and peak rates are one declaration: a name
+    means one device, a platform's default is one of its devices, and the platform's rates
+    (the estimate's where it is absent) are its default device's."""
+    names = [n for p in DESCRIPTIONS.values() for d in p.devices for n in d.names]
+    assert len(names) == len(set(names))
+    for described in DESCRIPTIONS.values():
+        assert bool(described.default_device) == (described.default_description is not None)
+        assert described.peak is (
+            described.default_description.peak if described.default_description else None
+        )
+        for entry in described.devices:
+            assert entry.generation in described.generations
+            assert set(entry.labels) <= set(entry.names)
+            assert entry.peak is None or entry is described.default_description
+    assert DESCRIPTIONS["tpu"].default_description is not None
+    assert DESCRIPTIONS["tpu"].default_description.peak is not None
+    assert devices.DEVICE_NAMES["trillium"].name == "TPU v6e (Trillium)"
+    assert devices.DEVICE_NAMES["v6e"].name == "TPU v6e"
+
+
 def test_oneapi_is_opted_into_and_its_libraries_are_intels() -> None:
     oneapi = DESCRIPTIONS["oneapi"]
     assert "oneapi" not in config.DEFAULT_PLATFORMS
     assert config.default_migrate_to(("cpu", "cuda", "oneapi")) == ("oneapi",)
     assert config.default_migrate_to(config.DEFAULT_PLATFORMS) == config.DEFAULT_MIGRATE_TO
-    assert targets.libraries("oneapi") >= {"onemkl", "onednn", "oneccl", "jaxlib"}
+    assert classification.libraries("oneapi") >= {"onemkl", "onednn", "oneccl", "jaxlib"}
     assert set(oneapi.sources) >= {"onemkl", "onednn", "oneccl", "jaxlib"}
-    assert targets.classify("oneapi", "stablehlo.custom_call", "oneapisolver_syevd_ffi") == (
-        targets.Classification(layer="vendor", kind="solver", library="onemkl")
+    assert classification.classify("oneapi", "stablehlo.custom_call", "oneapisolver_syevd_ffi") == (
+        classification.Classification(layer="vendor", kind="solver", library="onemkl")
     )
-    assert targets.classify("oneapi", "stablehlo.all_reduce").library == "oneccl"
-    assert targets.classify("oneapi", "stablehlo.triangular_solve").library == "onemkl"
-    assert "oneapi" not in targets.COUNTERPART_LIBRARIES
+    assert classification.classify("oneapi", "stablehlo.all_reduce").library == "oneccl"
+    assert classification.classify("oneapi", "stablehlo.triangular_solve").library == "onemkl"
+    assert "oneapi" not in classification.COUNTERPART_LIBRARIES
     assert "gpu" in oneapi.aliases
-    assert config.platforms_meant("gpu") == ("cuda", "rocm", "oneapi")
+    assert hints.platforms_meant("gpu") == ("cuda", "rocm", "oneapi")
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,11 @@ from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census, Kernel, SourceLocation
 from pytest_jaxport.model.compare import Leaf, Outputs, compare
-from pytest_jaxport.model.config import merge_marks, parse_marker, parse_project
 from pytest_jaxport.model.evaluation import evaluate
+from pytest_jaxport.model.marker import merge_marks, parse_marker
 from pytest_jaxport.model.numerics import EXACT_ORIGIN
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.schema import SCHEMA_VERSION, ReportError, build_report, load, write_json
 
 KERNEL = Kernel(

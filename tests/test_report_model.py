@@ -12,7 +12,8 @@ import pytest
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import KEYS, Violation
 from pytest_jaxport.model.census import Census, Kernel
-from pytest_jaxport.model.formats import DEFAULT_DEVICES, Finding, FormatCensus
+from pytest_jaxport.model.devices import DEFAULT_DEVICES
+from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.baseline import (
     FRACTIONS,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_jaxport.model.targets import (
+from pytest_jaxport.model.classification import (
+    CLASSIFICATION_RULES,
     LAYERS,
-    PLATFORMS,
-    RULES,
     Classification,
     classify,
     libraries,
 )
+from pytest_jaxport.model.platforms import PLATFORMS
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_cuda_names_are_custom_on_other_platforms() -> None:
 
 
 def test_table_is_well_formed() -> None:
-    for rule in RULES:
+    for rule in CLASSIFICATION_RULES:
         assert rule.result.layer in LAYERS
         assert (rule.result.library is not None) == (rule.result.layer == "vendor")
         assert rule.platforms is None or rule.platforms <= set(PLATFORMS)
@@ -152,7 +152,10 @@ def test_tpu_runtime_routines_are_not_libraries_elsewhere() -> None:
 def test_the_indexed_table_agrees_with_reading_every_row() -> None:
     """``classify`` narrows the default table per platform, level and kind of name; reading
     every row in order (any other ``rules``) must give the same answer for every name."""
-    names = {rule.pattern.replace("*", "x") for rule in RULES} | {"stablehlo.add", "my_kernel"}
+    names = {rule.pattern.replace("*", "x") for rule in CLASSIFICATION_RULES} | {
+        "stablehlo.add",
+        "my_kernel",
+    }
     for platform in PLATFORMS:
         for level in ("lowered", "compiled"):
             for name in names:
@@ -160,7 +163,9 @@ def test_the_indexed_table_agrees_with_reading_every_row() -> None:
                     (name, None),
                     ("stablehlo.custom_call", name),
                 ):
-                    expected = classify(platform, op, target, level=level, rules=list(RULES))
+                    expected = classify(
+                        platform, op, target, level=level, rules=list(CLASSIFICATION_RULES)
+                    )
                     assert classify(platform, op, target, level=level) == expected, (
                         platform,
                         level,

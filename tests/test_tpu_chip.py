@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_jaxport.model.classification import classify
 from pytest_jaxport.model.hlo import instruction_sites
 from pytest_jaxport.model.roofline import shipped_estimate_errors
 from pytest_jaxport.model.runtime_share import measured_share
-from pytest_jaxport.model.targets import classify
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 TRACES = RESULTS / "tpu-v5e-traces"
@@ -144,7 +144,7 @@ def test_the_demos_tpu_tolerance_is_what_its_checks_met_on_the_chip() -> None:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
-    from pytest_jaxport.model.config import parse_project
+    from pytest_jaxport.model.pyproject import parse_project
 
     demo = RESULTS.parent.parent / "examples" / "demo" / "pyproject.toml"
     project = parse_project(tomllib.loads(demo.read_text())["tool"]["jaxport"], str(demo))

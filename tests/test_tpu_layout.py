@@ -30,21 +30,16 @@ from helpers import typed
 
 from pytest_jaxport._jax import lowering
 from pytest_jaxport.model.census import Census, CompiledMemory, Program, SourceLocation
-from pytest_jaxport.model.config import installed_release, parse_project
 from pytest_jaxport.model.counts import FormatCounts
+from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
 from pytest_jaxport.model.evaluation import evaluate
-from pytest_jaxport.model.formats import (
-    DEFAULT_DEVICES,
-    RULES,
-    Device,
-    Finding,
-    FormatCensus,
-    MemoryFootprint,
-    memory_footprint,
-    take_format_census,
-)
+from pytest_jaxport.model.findings import Finding, FormatCensus, MemoryFootprint, memory_footprint
+from pytest_jaxport.model.format_census import take_format_census
+from pytest_jaxport.model.format_rules import FORMAT_RULES
 from pytest_jaxport.model.hlo import parse_compiled_hlo
+from pytest_jaxport.model.platforms import installed_release
 from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.model.tiling import default_layout, read_layouts
 from pytest_jaxport.report.baseline import diff
 from pytest_jaxport.report.document import Report
@@ -167,7 +162,7 @@ def _lowered_refusal_cases() -> dict[str, Program]:
 
 
 def test_a_rule_keyed_by_a_release_says_so_and_holds_where_the_release_is_unknown() -> None:
-    (lu,) = (r for r in RULES if r.name == "float64-lu-not-compiled")
+    (lu,) = (r for r in FORMAT_RULES if r.name == "float64-lu-not-compiled")
     assert lu.release_text == "libtpu < 0.0.50"
     assert lu.applies(Device(platform="tpu", generation="v5e"))  # unknown: it holds
     assert lu.applies(Device(platform="tpu", generation="v5e", compiler="0.0.42.1"))

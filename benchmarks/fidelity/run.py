@@ -210,7 +210,7 @@ def flatten(program: Any, platform: str, level: str) -> list[tuple[Any, str, str
     """Every distinct op site with its layer, library and run-time weight (call count x
     loop trip counts), as ``census.take_census`` weighs estimated time."""
     from pytest_jaxport.model.census import CALL_OPS, UNCOUNTED_OPS
-    from pytest_jaxport.model.targets import classify
+    from pytest_jaxport.model.classification import classify
 
     out: list[tuple[Any, str, str | None, float]] = []
 
@@ -297,8 +297,8 @@ class Harness:
         from pytest_jaxport._jax import deviceless, lowering
         from pytest_jaxport.cache import CompileSettings
         from pytest_jaxport.model import gpu
+        from pytest_jaxport.model.classification import classify
         from pytest_jaxport.model.config import ProjectConfig
-        from pytest_jaxport.model.targets import classify
 
         self.lowering = lowering
         self.timing = timing
@@ -308,7 +308,7 @@ class Harness:
         self.repeats = repeats
         self.present = lowering.present_platforms()
         self.target = target
-        self.target_config = gpu.load_target(target)
+        self.target_config = gpu.load_gpu_description(target)
         self.cuda_problem = None if "cuda" in self.present else deviceless.cuda_plugin_problem()
         self.tpu_problem, self.tpu_compiler = _tpu_compiler()
         compile_platforms = (
@@ -551,9 +551,9 @@ class Harness:
         """The measured share (mean of ``repeats`` profiler sessions), their largest layer
         difference in points, the executable's HLO text and the lowered program."""
         from pytest_jaxport._jax.profile import measure
+        from pytest_jaxport.model.classification import classify
         from pytest_jaxport.model.hlo import instruction_sites
         from pytest_jaxport.model.runtime_share import measured_share
-        from pytest_jaxport.model.targets import classify
 
         lowering = self.lowering
         traced = lowering.trace(fn, args, {})
@@ -658,7 +658,7 @@ def capture_target(folder: Path) -> dict[str, Any]:
     mine = {f: gpu.field_value(captured, f) for f in fields}
     out["captured"] = mine
     if shipped_name is not None:
-        shipped = gpu.load_target(shipped_name)
+        shipped = gpu.load_gpu_description(shipped_name)
         theirs = {f: gpu.field_value(shipped, f) for f in fields}
         out["differs"] = {f: [theirs[f], mine[f]] for f in fields if theirs[f] != mine[f]}
     name = (shipped_name or "gpu") + "-captured.txtpb"

@@ -336,7 +336,8 @@ def chip_refusals() -> dict[str, Any]:
 
 def refusals(libtpu: str, only: list[str] | None = None) -> dict[str, Any]:
     from pytest_jaxport._jax import lowering
-    from pytest_jaxport.model.formats import Device, take_format_census
+    from pytest_jaxport.model.devices import Device
+    from pytest_jaxport.model.format_census import take_format_census
 
     device = Device(platform="tpu", generation="v5e", name="TPU v5e", compiler=libtpu)
     found: dict[str, Any] = {}
@@ -496,7 +497,7 @@ def program_part(name: str) -> dict[str, Any]:
     """One program, lowered (the model) and compiled (the compiler), side by side."""
     from pytest_jaxport._jax import lowering
     from pytest_jaxport.model.census import CompiledMemory
-    from pytest_jaxport.model.formats import take_format_census
+    from pytest_jaxport.model.format_census import take_format_census
     from pytest_jaxport.model.hlo import parse_compiled_hlo
     from pytest_jaxport.model.tiling import read_layouts
 

@@ -645,7 +645,7 @@ def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
 
     from pytest_jaxport.audit import Recorder
     from pytest_jaxport.cache import CompileSettings
-    from pytest_jaxport.model.targets import classify
+    from pytest_jaxport.model.classification import classify
 
     @jax.jit
     def step(w: Any, x: Any) -> Any:
@@ -699,7 +699,7 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
 
     from pytest_jaxport.audit import Recorder
     from pytest_jaxport.cache import CompileSettings
-    from pytest_jaxport.model.targets import classify
+    from pytest_jaxport.model.classification import classify
 
     xs = [jnp.ones((i + 1, 3)) for i in range(per_kind)]
     jits = [jax.jit(lambda a, i=i: jnp.tanh(a * i).sum()) for i in range(per_kind)]

@@ -109,10 +109,10 @@ def toolchain() -> dict[str, str | None]:
 
 def default_target() -> str:
     try:
-        from pytest_jaxport.model.config import DEFAULT_TARGET
+        from pytest_jaxport.model.config import DEFAULT_GPU
     except ImportError:
         return "h100"
-    return str(DEFAULT_TARGET)
+    return str(DEFAULT_GPU)
 
 
 # -- suite sessions ------------------------------------------------------------------------------
@@ -231,8 +231,8 @@ t2 = time.perf_counter()
 from pytest_jaxport._jax import deviceless
 problem = deviceless.cuda_plugin_problem()
 t3 = time.perf_counter()
-from pytest_jaxport.model.gpu import load_target
-target = load_target(sys.argv[1])
+from pytest_jaxport.model.gpu import load_gpu_description
+target = load_gpu_description(sys.argv[1])
 
 def fn(x):
     return jax.numpy.tanh(x @ x).sum(0)
@@ -310,11 +310,11 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
     from pytest_jaxport._jax import lowering
     from pytest_jaxport.cache import CompiledCache, cache_key, source_fingerprint
     from pytest_jaxport.model.census import take_census
-    from pytest_jaxport.model.gpu import load_target
+    from pytest_jaxport.model.gpu import load_gpu_description
     from pytest_jaxport.model.hlo import parse_compiled_hlo
 
     target_name = default_target()
-    target = load_target(target_name)
+    target = load_gpu_description(target_name)
     device = topologies.get_topology_desc(
         platform="cuda", target_config=target, topology="1x1x1"
     ).devices[0]

@@ -76,7 +76,7 @@ def _check(fn: Any, args: tuple[Any, ...], compiler: Any | None) -> dict[str, fl
     from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, CompileSettings
     from pytest_jaxport.examine.stages import StageTimer
     from pytest_jaxport.fixture import Jaxport
-    from pytest_jaxport.model import targets
+    from pytest_jaxport.model import classification
     from pytest_jaxport.model.config import ProjectConfig
 
     jax.clear_caches()
@@ -85,8 +85,8 @@ def _check(fn: Any, args: tuple[Any, ...], compiler: Any | None) -> dict[str, fl
     timer = StageTimer()
     jaxport = Jaxport(
         config=ProjectConfig(compile=platforms).resolve(),
-        classifier=targets.classify,
-        compiled_classifier=functools.partial(targets.classify, level="compiled"),
+        classifier=classification.classify,
+        compiled_classifier=functools.partial(classification.classify, level="compiled"),
         rootdir=folder,
         compile_settings=CompileSettings(
             platforms=platforms,

@@ -30,7 +30,7 @@ from pytest_jaxport._jax import lowering
 from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, CompileSettings
 from pytest_jaxport.examine.stages import StageTimer
 from pytest_jaxport.model import census as census_mod
-from pytest_jaxport.model import targets
+from pytest_jaxport.model import classification
 from pytest_jaxport.model.config import ProjectConfig
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
@@ -44,7 +44,7 @@ def session_classifier() -> Callable[..., Any]:
 
     @functools.cache
     def classify_op(platform: str, op: str, target: str | None) -> Any:
-        return targets.classify(platform, op, target)
+        return classification.classify(platform, op, target)
 
     return classify_op
 

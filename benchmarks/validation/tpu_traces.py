@@ -8,7 +8,7 @@ program, the optimized HLO (``hlo-NAME.txt``) and the serialized XSpace of one i
 profiler session around three runs (``xspace-NAME.pb``), plus ``manifest.json`` (the device,
 jax, jaxlib and libtpu). ``errors`` reads a recording anywhere (CI has no TPU): per program
 the tpu share the plugin measures from the trace (``pytest_jaxport._jax.profile``, the
-compiled-level classification of ``model/targets.py``) against the shares it would estimate
+compiled-level classification of ``model/classification.py``) against the shares it would estimate
 without the chip, from the compiled program (the chip's HLO: the deviceless TPU compile gives
 the same, ``../shared/research/tpu.md`` §3c) and from the lowered one (lowered here for tpu),
 in percentage points of the worst layer, as ``benchmarks/fidelity/run.py`` measures them for cpu and cuda.
@@ -152,9 +152,9 @@ def record(folder: Path) -> int:
 def measured_layers(folder: Path, name: str) -> tuple[dict[str, float], dict[str, float], float]:
     """The tpu share the plugin measures from a recorded trace: layers, libraries, seconds."""
     from pytest_jaxport._jax.profile import read_trace, seconds_per_run
+    from pytest_jaxport.model.classification import classify
     from pytest_jaxport.model.hlo import instruction_sites
     from pytest_jaxport.model.runtime_share import measured_share
-    from pytest_jaxport.model.targets import classify
 
     trace = read_trace((folder / f"xspace-{name}.pb").read_bytes())
     times = seconds_per_run(trace.lines(), RUNS)

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_jaxport.model.formats import DEFAULT_DEVICES
+from pytest_jaxport.model.devices import DEFAULT_DEVICES
 from pytest_jaxport.model.interpreters import (
     GENERIC_INTERPRET,
     GPU_INTERPRET,

@@ -11,7 +11,7 @@ JAX is imported lazily, inside the functions, so importing this module stays che
 Example (needs the plugin; run with ``JAX_PLATFORMS=cpu`` where no GPU is present)::
 
     text = deviceless_compile(jnp.fft.fft, (jnp.zeros(8, jnp.complex64),), {},
-                              target_config=load_target("h100"))
+                              target_config=load_gpu_description("h100"))
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_jaxport._jax.adapters import gpu_description, needs_hardware
 from pytest_jaxport._jax.callbacks import InertCallbacks, inert
-from pytest_jaxport.model.gpu import SHIPPED_TARGETS, described_kind, load_target
+from pytest_jaxport.model.gpu import SHIPPED_GPUS, described_kind, load_gpu_description
 from pytest_jaxport.version import requirement
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def cuda_plugin_problem() -> str | None:
             f"{pjrt or 'missing'}); install the matching pair: {install}"
         )
     try:
-        _topology_device(load_target(SHIPPED_TARGETS[0]))
+        _topology_device(load_gpu_description(SHIPPED_GPUS[0]))
     except Exception as error:  # the plugin loader raises anything; report, never a traceback
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return (

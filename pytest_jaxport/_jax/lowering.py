@@ -56,13 +56,13 @@ from pytest_jaxport.model.census import (
     is_library_file,
     location_text,
 )
+from pytest_jaxport.model.classification import CLASSIFICATION_RULES, NOT_RUNNABLE, classify
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.config import TRANSFORMS
 from pytest_jaxport.model.flops import FREE_OPS, op_cost
-from pytest_jaxport.model.formats import is_notable
-from pytest_jaxport.model.platforms import JAX_GPU
+from pytest_jaxport.model.format_rules import is_notable
+from pytest_jaxport.model.platforms import JAX_GPU, PLATFORMS
 from pytest_jaxport.model.probe import Untraced
-from pytest_jaxport.model.targets import NOT_RUNNABLE, PLATFORMS, RULES, classify
 
 if TYPE_CHECKING:
     import jax
@@ -1208,7 +1208,7 @@ def _keeps_location(name: str) -> bool:
     """Whether ``read_program`` records the location of ``name`` ops.
 
     Only calls (their callees' ops inherit the call's line) and ops that can classify as
-    something other than ``xla`` (custom calls, and ops a row of ``targets.RULES`` names)
+    something other than ``xla`` (custom calls, and ops a row of ``CLASSIFICATION_RULES`` names)
     ever show a location in a census; for every other op ``str(operation.location)`` would be
     most of the cost of reading the module. A ``pytest_jaxport_classify`` hook that turns
     such an op into a kernel reports it at its caller's line (the line that called the
@@ -1218,7 +1218,9 @@ def _keeps_location(name: str) -> bool:
 
     if name in ("stablehlo.custom_call", "func.call", "call"):
         return True
-    return any(not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in RULES)
+    return any(
+        not rule.custom_call and fnmatchcase(name, rule.pattern) for rule in CLASSIFICATION_RULES
+    )
 
 
 _ATTRIBUTES = {

@@ -30,12 +30,12 @@ from pytest_jaxport.model.census import (
     placed_sites,
     take_census,
 )
-from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.classification import MOSAIC_TARGET
+from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.libtpu import Topology, compiler_said, topology_for
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.roofline import kernel_seconds, peak_for
-from pytest_jaxport.model.targets import MOSAIC_TARGET
 
 NO_VENDOR_OPTIONS: Mapping[str, object] = {"xla_gpu_experimental_disable_binary_libraries": True}
 """XLA's switch against NVIDIA's binary libraries (the what-if). With jaxlib 0.10.2 it only

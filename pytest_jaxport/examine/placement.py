@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_jaxport.model.census import Census, Kernel, Program, SourceLocation, is_library_file
-from pytest_jaxport.model.formats import DEFAULT_DEVICES, Device, FormatCensus, take_format_census
+from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
+from pytest_jaxport.model.findings import FormatCensus
+from pytest_jaxport.model.format_census import take_format_census
 
 
 class Placement:

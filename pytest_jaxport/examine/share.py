@@ -10,11 +10,11 @@ from typing import Any
 
 from pytest_jaxport._jax import lowering
 from pytest_jaxport.model.census import Classifier
+from pytest_jaxport.model.classification import Classification, classify
 from pytest_jaxport.model.hlo import instruction_sites
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.roofline import estimated_share
 from pytest_jaxport.model.runtime_share import RuntimeShare, measured_share
-from pytest_jaxport.model.targets import Classification, classify
 
 
 def runtime_share(

@@ -28,11 +28,19 @@ from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
 
 from pytest_jaxport.model.census import Kernel
-from pytest_jaxport.model.emulation import emulated_label
-from pytest_jaxport.model.formats import LINES_KEPT, Finding, FormatCensus, rule_source
-from pytest_jaxport.model.platforms import compiler_decides
-from pytest_jaxport.model.probe import PlatformProbe, Probe, kernel_from_dict, kernel_to_dict
-from pytest_jaxport.model.targets import DEFAULT_HOME, Layer
+from pytest_jaxport.model.classification import Layer
+from pytest_jaxport.model.emulation import (
+    emulated_label,
+)
+from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus
+from pytest_jaxport.model.format_rules import rule_source
+from pytest_jaxport.model.platforms import DEFAULT_HOME, compiler_decides
+from pytest_jaxport.model.probe import (
+    PlatformProbe,
+    Probe,
+    kernel_from_dict,
+    kernel_to_dict,
+)
 
 T = TypeVar("T")
 

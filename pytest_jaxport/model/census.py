@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from pytest_jaxport.model.targets import (
+from pytest_jaxport.model.classification import (
     INSERTED_PREFIX,
     STRENGTH_REDUCED_DOT,
     STRENGTH_REDUCING,
@@ -122,7 +122,7 @@ class OpSite:
     result_types: tuple[str, ...] = ()
     """The op's operand and result types as StableHLO prints them (``tensor<8x100xf32>``),
     where the reader keeps them (lowered level; empty otherwise): what format and layout
-    findings read (:mod:`pytest_jaxport.model.formats`)."""
+    findings read (:mod:`pytest_jaxport.model.format_census`)."""
     attributes: tuple[tuple[str, str], ...] = ()
     """``(name, value)`` pairs, sorted: a dot's or convolution's ``precision_config``,
     ``algorithm`` and dimension numbers (lowered level); the ``relayouts`` and
@@ -181,7 +181,7 @@ def dot_dimensions(attribute: str) -> dict[str, tuple[int, ...]]:
 def census_op(site: OpSite, platform: str) -> str:
     """The op a census classifies ``site`` as on ``platform``: its own, but a ``dot_general``
     that XLA's GPU compiler always rewrites into elementwise ops (:func:`strength_reduced`)
-    is :data:`~pytest_jaxport.model.targets.STRENGTH_REDUCED_DOT` on a GPU platform (XLA's,
+    is :data:`~pytest_jaxport.model.classification.STRENGTH_REDUCED_DOT` on a GPU platform (XLA's,
     no library call); the formats of a matrix unit do not apply to it either."""
     if site.op != "stablehlo.dot_general" or platform not in STRENGTH_REDUCING:
         return site.op
@@ -294,7 +294,7 @@ def kernel_label(*, layer: str, name: str, kind: str, library: str | None) -> st
     """What a dispatch is, as every table of sites names it: ``cublas gemm`` (its library and
     kind) for a vendor dispatch, with the routine in place of the kind where the target names
     one (``lapack getrf`` and ``lapack trsm``, not ``lapack solver`` twice;
-    ``jaxlib lu_pivots``: :func:`~pytest_jaxport.model.targets.routine`); ``my_kernel (ffi)``
+    ``jaxlib lu_pivots``: :func:`~pytest_jaxport.model.classification.routine`); ``my_kernel (ffi)``
     for any other.
 
     >>> kernel_label(layer="vendor", name="lapack_strsm_ffi", kind="solver", library="lapack")

@@ -60,7 +60,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from pytest_jaxport.model.census import Census, Kernel
-from pytest_jaxport.model.formats import Effect, FormatCensus
+from pytest_jaxport.model.findings import Effect, FormatCensus
 
 Status = Literal["rewrite", "fallback", "vendor-gap"]
 STATUS_LABELS: Mapping[str, str] = {

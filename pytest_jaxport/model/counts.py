@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
     JsonObject,

@@ -33,8 +33,8 @@ from pytest_jaxport.model.emulation import (
     may_differ_lines,
 )
 from pytest_jaxport.model.numerics import Comparison, describe, tolerance_origin
+from pytest_jaxport.model.platforms import DEFAULT_HOME
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, Probe, emulated_status
-from pytest_jaxport.model.targets import DEFAULT_HOME
 
 _PER_CHECK = tuple(k.judged for k in KEYS if isinstance(k.judged, OnCheck))
 _PER_TARGET = tuple(k.judged for k in KEYS if isinstance(k.judged, OnTarget))

@@ -1,5 +1,6 @@
-"""GPU target descriptions: the ones shipped in ``pytest_jaxport/gpu_targets/`` (written from
-public facts) and description files, as text ``stream_executor.GpuTargetConfigProto`` (pure).
+"""GPU descriptions (what ``[tool.jaxport] target`` names): the ones shipped in
+``pytest_jaxport/gpu_targets/`` (written from public facts) and description files, as text
+``stream_executor.GpuTargetConfigProto`` (pure).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -9,21 +10,21 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-SHIPPED_TARGETS: tuple[str, ...] = ("a100", "h100", "h200")
+SHIPPED_GPUS: tuple[str, ...] = ("a100", "h100", "h200")
 """The descriptions shipped in ``pytest_jaxport/gpu_targets/``."""
 
 
-def load_target(name_or_path: str) -> str:
+def load_gpu_description(name_or_path: str) -> str:
     """The text ``GpuTargetConfigProto`` for a shipped name (``"h100"``, any case) or a file.
 
     Raises ``ValueError`` naming the value and the shipped names when it is neither.
     """
     key = name_or_path.strip().lower()
-    if key in SHIPPED_TARGETS:
+    if key in SHIPPED_GPUS:
         resource = importlib.resources.files("pytest_jaxport") / "gpu_targets" / f"{key}.txtpb"
         return resource.read_text(encoding="utf-8")
     path = Path(name_or_path).expanduser()
-    shipped = ", ".join(SHIPPED_TARGETS)
+    shipped = ", ".join(SHIPPED_GPUS)
     if not path.is_file():
         raise ValueError(
             f"GPU target {name_or_path!r} is neither a shipped description ({shipped}) nor "
@@ -40,9 +41,9 @@ def load_target(name_or_path: str) -> str:
     return text
 
 
-def described_kind(target_config: str) -> str:
+def described_kind(description: str) -> str:
     """The device kind a GPU description names (its ``device_description_str``), or ``""``."""
-    return field_value(target_config, "device_description_str") or ""
+    return field_value(description, "device_description_str") or ""
 
 
 def field_value(text: str, key: str) -> str | None:

@@ -90,7 +90,7 @@ def parse_compiled_hlo(text: str) -> Program:
     ``text`` is ``jax.jit(f).lower(...).compile().as_text()`` (any backend). Where the
     compiler tiled the arrays (TPU), each dispatch keeps its operands' and results' shapes
     with their layouts, and the program its ``entry_computation_layout`` (what layout
-    findings read: :mod:`pytest_jaxport.model.formats`); the compile path adds what the
+    findings read: :mod:`pytest_jaxport.model.format_census`); the compile path adds what the
     compiler counted of its memory (``Program.memory``). Raises ``ValueError`` when the text
     has no ``ENTRY`` computation.
     """

@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Mapping
 
+from pytest_jaxport.model.dtypes import element_bits
 from pytest_jaxport.model.flops import (
     convolution_flops,
     dot_flops,
@@ -31,7 +32,6 @@ from pytest_jaxport.model.hlo_text import (
     operand_shape,
     unquote,
 )
-from pytest_jaxport.model.tiling import element_bits
 
 FREE_OPCODES = frozenset(
     {

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_jaxport.model.census import Census, Kernel, kernel_label
-from pytest_jaxport.model.formats import FINDING_KINDS, Finding, FormatCensus
+from pytest_jaxport.model.findings import FINDING_KINDS, Finding, FormatCensus
 from pytest_jaxport.model.probe import census_from_dict
 from pytest_jaxport.model.runtime_share import RuntimeShare
 

@@ -40,8 +40,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from pytest_jaxport.model.census import CALL_OPS, OpSite, Program, location_frames
+from pytest_jaxport.model.classification import INSERTED_PREFIX, collective_kind
 from pytest_jaxport.model.hlo import parse_compiled_hlo
-from pytest_jaxport.model.targets import INSERTED_PREFIX, collective_kind
 
 PASS = "spmd-partitioning"
 """The HLO pass that partitions a sharded module (the same name under GSPMD and Shardy)."""

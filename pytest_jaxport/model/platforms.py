@@ -1,16 +1,16 @@
 """Every platform pytest-jaxport lowers for, described once: who makes it, which words mean
-it, which libraries and kernels its dispatches belong to, its devices, its peak rates, what
-may be configured for it and the JAX release it needs.
+it, which libraries and kernels its dispatches belong to, its devices (each described once,
+with its facts: its peak rates), what may be configured for it and the JAX release it needs.
 
-The tables other modules read are derived from :data:`DESCRIPTIONS`:
-:data:`pytest_jaxport.model.targets.PLATFORMS`, ``PLATFORM_VENDORS``, ``PLATFORM_ALIASES``,
-``COLLECTIVE_LIBRARIES`` and the lowered level's classification rows; the configuration's
-default platforms, default migration targets, compiled and emulated platforms and device
-platforms (:mod:`pytest_jaxport.model.config`); the devices and generations of
-:mod:`pytest_jaxport.model.formats`; the estimate's peak rates of
+The tables other modules read are derived from :data:`DESCRIPTIONS`: :data:`PLATFORMS`,
+:data:`PLATFORM_VENDORS`, :data:`PLATFORM_ALIASES` here; ``COLLECTIVE_LIBRARIES`` and the
+lowered level's classification rows (:mod:`pytest_jaxport.model.classification`); the
+configuration's default platforms, default migration destinations, compiled and emulated
+platforms and device platforms (:mod:`pytest_jaxport.model.config`); the device catalogue
+(:mod:`pytest_jaxport.model.devices`); the estimate's peak rates of
 :mod:`pytest_jaxport.model.cost`; the platforms :mod:`pytest_jaxport._jax` asks JAX about.
 Adding a platform is one :class:`Platform` here, its format rules (keyed by platform in
-``formats.RULES``) and tests.
+:data:`pytest_jaxport.model.format_rules.FORMAT_RULES`) and tests.
 
 >>> DESCRIPTIONS["oneapi"].vendor, DESCRIPTIONS["oneapi"].requires_jax
 ('Intel', '0.12.0')
@@ -22,8 +22,10 @@ Adding a platform is one :class:`Platform` here, its format rules (keyed by plat
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -82,6 +84,42 @@ class PeakRates:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceDescription:
+    """One device a platform's findings are judged for, described once: the short names a
+    configuration may use for it (``devices = { rocm = "mi300" }``), its generation, what
+    reports call it, and the facts of the device itself (its peak rates)."""
+
+    names: tuple[str, ...]
+    """The short names ``devices = {...}`` accepts for it (``mi300``, ``mi300x``)."""
+    generation: str
+    """Its generation (:attr:`Platform.generations`): what format rules are scoped by."""
+    label: str
+    """What reports call it (``AMD MI300X``)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """A name of :attr:`names` that reports under a label of its own (``trillium``: ``TPU v6e
+    (Trillium)``); every other name reports as :attr:`label`."""
+    peak: PeakRates | None = None
+    """Its rates for the runtime-share estimate, where they are known (the platform's default
+    device's are the platform's: :attr:`Platform.peak`)."""
+
+    def label_of(self, name: str) -> str:
+        """What reports call the device when a configuration names it ``name``."""
+        return self.labels.get(name, self.label)
+
+
+def device(
+    names: str | tuple[str, ...], generation: str, label: str, *, peak: PeakRates | None = None
+) -> DeviceDescription:
+    """A :class:`DeviceDescription` of one short name (or several) reporting as ``label``."""
+    return DeviceDescription(
+        names=(names,) if isinstance(names, str) else names,
+        generation=generation,
+        label=label,
+        peak=peak,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolingPattern:
     """A vendor-bound assumption in a project's files (a tool, an environment variable), as
     :class:`pytest_jaxport.model.tooling_rules.ToolingRule` makes it: ``files`` names a group of
@@ -124,7 +162,7 @@ class Platform:
     aliases: tuple[str, ...] = ()
     """Words users write instead of its name (its vendor, its hardware; JAX's ``gpu``)."""
     default: bool = True
-    """Lowered for when ``platforms`` is not configured, and a default migration target
+    """Lowered for when ``platforms`` is not configured, and a default migration destination
     (unless it is the home); ``False`` for a platform a project opts into."""
     compiled: bool = False
     """``compile`` accepts it (the compiled level: cpu here, cuda and tpu deviceless)."""
@@ -155,10 +193,12 @@ class Platform:
     """Each library's public source: why a dispatch is attributed to it."""
     generations: tuple[str, ...] = ()
     """Its device generations, oldest first (format rules are scoped by generation)."""
-    default_device: tuple[str, str] | None = None
-    """``(generation, name)`` judged for where no device is configured."""
-    devices: tuple[tuple[str, str, str], ...] = ()
-    """``(short name, generation, label)``: the names ``devices = {...}`` accepts."""
+    devices: tuple[DeviceDescription, ...] = ()
+    """Its devices, each described once: the names ``devices = {...}`` accepts, and each
+    device's facts."""
+    default_device: str = ""
+    """The short name of the device (of :attr:`devices`) judged for where none is configured;
+    empty: none (cpu)."""
     device_example: str = ""
     """A short device name messages give as an example."""
     jax_device_kind: str = ""
@@ -166,14 +206,24 @@ class Platform:
     rule asks which GPU it lowers for and none is present (``jax.sharding.AbstractDevice``'s
     ``device_kind``; JAX accepts only kinds it knows: its Pallas ``GpuVersion`` names, a
     ``gfx`` architecture)."""
-    peak: PeakRates | None = None
-    """The estimate's rates where it is absent (``None``: cpu's fitted rates)."""
     tooling: tuple[ToolingPattern, ...] = ()
     """Its own tools and environment variables: assumptions bound to this platform."""
     requires_jax: str | None = None
     """The first JAX release whose lowering for it gives right counts (``None``: the floor)."""
     requires_why: str = ""
     """What an older JAX does wrong, said in the configuration error."""
+
+    @property
+    def default_description(self) -> DeviceDescription | None:
+        """The device judged for where none is configured (:attr:`default_device`)."""
+        return next((d for d in self.devices if self.default_device in d.names), None)
+
+    @property
+    def peak(self) -> PeakRates | None:
+        """The estimate's rates where the platform is absent: its default device's (``None``:
+        cpu's fitted rates). One rate per platform: a device of another generation
+        (``devices.tpu``) is estimated at these."""
+        return self.default_description.peak if self.default_description is not None else None
 
 
 GPU_LAUNCH = "launch and library costs assumed (typical small-kernel device times), not measured"
@@ -246,33 +296,37 @@ CUDA = Platform(
         "sm120",
         "sm121",
     ),
-    default_device=("sm90", "NVIDIA H100"),
     devices=(
-        ("p100", "sm60", "NVIDIA P100"),
-        ("v100", "sm70", "NVIDIA V100"),
-        ("t4", "sm75", "NVIDIA T4"),
-        ("a100", "sm80", "NVIDIA A100"),
-        ("a10", "sm86", "NVIDIA A10"),
-        ("a6000", "sm86", "NVIDIA RTX A6000"),
-        ("l4", "sm89", "NVIDIA L4"),
-        ("l40s", "sm89", "NVIDIA L40S"),
-        ("h100", "sm90", "NVIDIA H100"),
-        ("h200", "sm90", "NVIDIA H200"),
-        ("b200", "sm100", "NVIDIA B200"),
-        ("gb200", "sm100", "NVIDIA GB200"),
-        ("b300", "sm103", "NVIDIA B300"),
-        ("rtx6000pro", "sm120", "NVIDIA RTX PRO 6000"),
+        device("p100", "sm60", "NVIDIA P100"),
+        device("v100", "sm70", "NVIDIA V100"),
+        device("t4", "sm75", "NVIDIA T4"),
+        device("a100", "sm80", "NVIDIA A100"),
+        device("a10", "sm86", "NVIDIA A10"),
+        device("a6000", "sm86", "NVIDIA RTX A6000"),
+        device("l4", "sm89", "NVIDIA L4"),
+        device("l40s", "sm89", "NVIDIA L40S"),
+        device(
+            "h100",
+            "sm90",
+            "NVIDIA H100",
+            # Public datasheet figures; FP32 vector rate for GPUs (the conservative choice).
+            peak=PeakRates(
+                flops=67e12,
+                bandwidth=3.35e12,
+                launch=2e-6,
+                library_call=3e-6,
+                source=f"NVIDIA H100 SXM datasheet (FP32); {GPU_LAUNCH}",
+            ),
+        ),
+        device("h200", "sm90", "NVIDIA H200"),
+        device("b200", "sm100", "NVIDIA B200"),
+        device("gb200", "sm100", "NVIDIA GB200"),
+        device("b300", "sm103", "NVIDIA B300"),
+        device("rtx6000pro", "sm120", "NVIDIA RTX PRO 6000"),
     ),
+    default_device="h100",
     device_example="h100",
     jax_device_kind="NVIDIA H100",
-    # Public datasheet figures; FP32 vector rate for GPUs (the conservative choice).
-    peak=PeakRates(
-        flops=67e12,
-        bandwidth=3.35e12,
-        launch=2e-6,
-        library_call=3e-6,
-        source=f"NVIDIA H100 SXM datasheet (FP32); {GPU_LAUNCH}",
-    ),
 )
 
 ROCM = Platform(
@@ -301,31 +355,31 @@ ROCM = Platform(
     not_runnable=("mosaic_gpu*",),
     # AMD Instinct ISAs, oldest first: MI100, MI200 (CDNA2), MI300 (CDNA3), MI350 (CDNA4).
     generations=("gfx908", "gfx90a", "gfx942", "gfx950"),
-    default_device=("gfx942", "AMD MI300X"),
     devices=(
-        ("mi100", "gfx908", "AMD MI100"),
-        ("mi200", "gfx90a", "AMD MI200"),
-        ("mi250", "gfx90a", "AMD MI250"),
-        ("mi250x", "gfx90a", "AMD MI250X"),
-        ("mi300", "gfx942", "AMD MI300X"),
-        ("mi300x", "gfx942", "AMD MI300X"),
-        ("mi325x", "gfx942", "AMD MI325X"),
-        ("mi350", "gfx950", "AMD MI350X"),
-        ("mi350x", "gfx950", "AMD MI350X"),
-        ("mi355x", "gfx950", "AMD MI355X"),
+        device("mi100", "gfx908", "AMD MI100"),
+        device("mi200", "gfx90a", "AMD MI200"),
+        device("mi250", "gfx90a", "AMD MI250"),
+        device("mi250x", "gfx90a", "AMD MI250X"),
+        device(
+            ("mi300", "mi300x"),
+            "gfx942",
+            "AMD MI300X",
+            peak=PeakRates(
+                flops=163.4e12,
+                bandwidth=5.3e12,
+                launch=2e-6,
+                library_call=3e-6,
+                source=f"AMD MI300X datasheet (FP32); {GPU_LAUNCH}",
+            ),
+        ),
+        device("mi325x", "gfx942", "AMD MI325X"),
+        device(("mi350", "mi350x"), "gfx950", "AMD MI350X"),
+        device("mi355x", "gfx950", "AMD MI355X"),
     ),
+    default_device="mi300",
     device_example="mi300",
     jax_device_kind="gfx942",
-    peak=PeakRates(
-        flops=163.4e12,
-        bandwidth=5.3e12,
-        launch=2e-6,
-        library_call=3e-6,
-        source=f"AMD MI300X datasheet (FP32); {GPU_LAUNCH}",
-    ),
 )
-
-_TPU_GENERATIONS = ("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i")
 
 
 def _tpu_target(
@@ -370,7 +424,7 @@ TPU = Platform(
     # The linear algebra JAX hands the TPU compiler, which compiles it into the TPU runtime's
     # routines (libtpu's: LuDecompositionBlock, InvertDiagBlocks*Triangular, EighTpu,
     # QrDecompositionBlock, CompactWyHelper, Cholesky; the compiled level's rows, in
-    # model/targets.py): counted as libtpu's at the lowered level too, so the two levels
+    # model/classification.py): counted as libtpu's at the lowered level too, so the two levels
     # agree (70% of the fidelity corpus's small programs' dispatches, 3% as xla:
     # benchmarks/fidelity_baseline.json, "tpu").
     ops={
@@ -397,24 +451,45 @@ TPU = Platform(
         "(jax/_src/lax/linalg.py), which libtpu compiles into them",
     },
     # TPU chip versions as JAX names them (jax.experimental.pallas.tpu.ChipVersion).
-    generations=_TPU_GENERATIONS,
-    default_device=("v5e", "TPU v5e"),
+    generations=("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i"),
     devices=(
-        *((g, g, f"TPU {g}") for g in _TPU_GENERATIONS),
-        ("ironwood", "7x", "TPU7x (Ironwood)"),
-        ("trillium", "v6e", "TPU v6e (Trillium)"),
+        device("v2", "v2", "TPU v2"),
+        device("v3", "v3", "TPU v3"),
+        device("v4i", "v4i", "TPU v4i"),
+        device("v4", "v4", "TPU v4"),
+        device(
+            "v5e",
+            "v5e",
+            "TPU v5e",
+            # The device's own rates (bf16 MXU, HBM), as its profiler reports them: the lent
+            # TPU v5e's /device:TPU:0 (benchmarks/results/tpu-validation-v5e/, the device part;
+            # Google's datasheet gives 197 TFLOP/s and 819 GB/s). One rate per platform: a
+            # slice of another generation (devices.tpu) is estimated at these.
+            peak=PeakRates(
+                flops=202.7e12,
+                bandwidth=819.16e9,
+                launch=1e-6,
+                source=f"TPU v5 lite's profiler on the lent chip (bf16, HBM); {GPU_LAUNCH}",
+            ),
+        ),
+        device("v5p", "v5p", "TPU v5p"),
+        DeviceDescription(
+            names=("v6e", "trillium"),
+            generation="v6e",
+            label="TPU v6e",
+            labels={"trillium": "TPU v6e (Trillium)"},
+        ),
+        device("7", "7", "TPU 7"),
+        DeviceDescription(
+            names=("7x", "ironwood"),
+            generation="7x",
+            label="TPU 7x",
+            labels={"ironwood": "TPU7x (Ironwood)"},
+        ),
+        device("8i", "8i", "TPU 8i"),
     ),
+    default_device="v5e",
     device_example="v5e",
-    # The default device's own rates (bf16 MXU, HBM), as its profiler reports them: the
-    # lent TPU v5e's /device:TPU:0 (benchmarks/results/tpu-validation-v5e/, the device part;
-    # Google's datasheet gives 197 TFLOP/s and 819 GB/s). One rate per platform: a slice of
-    # another generation (devices.tpu) is estimated at these.
-    peak=PeakRates(
-        flops=202.7e12,
-        bandwidth=819.16e9,
-        launch=1e-6,
-        source=f"TPU v5 lite's profiler on the lent chip (bf16, HBM); {GPU_LAUNCH}",
-    ),
 )
 
 ONEAPI = Platform(
@@ -462,29 +537,31 @@ ONEAPI = Platform(
     # Intel Data Center GPU Max (Ponte Vecchio, Xe-HPC) and Arc B-series (Battlemage, Xe2):
     # XLA ships target specs for both (xla/backends/gpu/target_config/specs: pvc, bmg).
     generations=("bmg", "pvc"),
-    default_device=("pvc", "Intel Data Center GPU Max 1550"),
     devices=(
-        ("max1100", "pvc", "Intel Data Center GPU Max 1100"),
-        ("max1550", "pvc", "Intel Data Center GPU Max 1550"),
-        ("pvc", "pvc", "Intel Data Center GPU Max 1550"),
-        ("b580", "bmg", "Intel Arc B580"),
-        ("b570", "bmg", "Intel Arc B570"),
-        ("bmg", "bmg", "Intel Arc B580"),
+        device("max1100", "pvc", "Intel Data Center GPU Max 1100"),
+        device(
+            ("max1550", "pvc"),
+            "pvc",
+            "Intel Data Center GPU Max 1550",
+            # Intel Data Center GPU Max 1550 product brief: 52 TFLOP/s FP32 vector (also
+            # FP64), 3.2 TB/s HBM2e. Nothing was measured on Intel hardware.
+            peak=PeakRates(
+                flops=52.4e12,
+                bandwidth=3.2e12,
+                launch=2e-6,
+                library_call=3e-6,
+                source="Intel Data Center GPU Max 1550 product brief (FP32); "
+                f"{GPU_LAUNCH}; nothing measured on Intel hardware",
+            ),
+        ),
+        device(("b580", "bmg"), "bmg", "Intel Arc B580"),
+        device("b570", "bmg", "Intel Arc B570"),
     ),
+    default_device="max1550",
     device_example="max1550",
     # The name Intel's PJRT plugin (intel-extension-for-openxla) reports, the SYCL device's;
     # jax 0.12 has no lowering rule for oneapi that asks.
     jax_device_kind="Intel(R) Data Center GPU Max 1550",
-    # Intel Data Center GPU Max 1550 product brief: 52 TFLOP/s FP32 vector (also FP64),
-    # 3.2 TB/s HBM2e. Nothing was measured on Intel hardware.
-    peak=PeakRates(
-        flops=52.4e12,
-        bandwidth=3.2e12,
-        launch=2e-6,
-        library_call=3e-6,
-        source="Intel Data Center GPU Max 1550 product brief (FP32); "
-        f"{GPU_LAUNCH}; nothing measured on Intel hardware",
-    ),
     tooling=(
         ToolingPattern(
             id="oneapi-device-selection",
@@ -517,7 +594,9 @@ ONEAPI = Platform(
 DESCRIPTIONS: Mapping[str, Platform] = {p.name: p for p in (CPU, CUDA, ROCM, TPU, ONEAPI)}
 """Every described platform, in the order reports list them."""
 
-NAMES: tuple[str, ...] = tuple(DESCRIPTIONS)
+PLATFORMS: tuple[str, ...] = tuple(DESCRIPTIONS)
+"""Platforms JAX can lower for without the hardware being present (each described once
+here)."""
 DEFAULTS: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.default)
 JAX_GPU: tuple[str, ...] = tuple(p.name for p in DESCRIPTIONS.values() if p.jax_gpu)
 """What JAX's ``gpu`` means: cuda, rocm or oneapi (``jax.devices("gpu")``)."""
@@ -526,6 +605,32 @@ JAX_DEVICE_KINDS: Mapping[str, str] = {
 }
 """Per GPU platform, the device kind a trace describes where JAX asks which GPU it lowers
 for and none is present (:attr:`Platform.jax_device_kind`)."""
+
+PLATFORM_VENDORS: Mapping[str, str] = {p.name: p.vendor for p in DESCRIPTIONS.values()}
+"""Whose hardware each platform runs on, as messages name it (``write 'cuda' for NVIDIA``)."""
+
+PLATFORM_ALIASES: Mapping[str, tuple[str, ...]] = {p.name: p.aliases for p in DESCRIPTIONS.values()}
+"""Words users write for a platform instead of its name (its vendor, its hardware, JAX's
+``gpu`` for any GPU backend): wherever a platform is named, one of these gets a hint
+naming the platform meant (:func:`pytest_jaxport.model.hints.platform_hint`)."""
+
+NVIDIA_PLATFORM = "cuda"
+
+DEFAULT_HOME = NVIDIA_PLATFORM
+"""The platform moving is measured from where ``[tool.jaxport] home`` is not set (and in a
+report written before reports stated their home): its census's hand-written kernels and
+vendor gaps are what a move to each destination rewrites."""
+
+
+def ordered_platforms(names: Iterable[str]) -> list[str]:
+    """``names`` once each, the known platforms first in their usual order.
+
+    >>> ordered_platforms(["tpu", "neuron", "cpu", "tpu"])
+    ['cpu', 'tpu', 'neuron']
+    """
+    seen = list(dict.fromkeys(names))
+    known = [p for p in PLATFORMS if p in seen]
+    return known + sorted(p for p in seen if p not in PLATFORMS)
 
 
 def release(version: str) -> tuple[int, ...]:
@@ -577,3 +682,19 @@ def needs_newer_jax(platform: str, installed: str) -> str | None:
         f"{platform} needs jax {described.requires_jax} or newer, found jax {installed}: "
         f"{described.requires_why}"
     )
+
+
+def installed_jax() -> str:
+    """The installed jax's version (``""`` where none is installed), read from its package
+    metadata: JAX itself is not imported."""
+    return installed_release("jax")
+
+
+@functools.cache
+def installed_release(distribution: str) -> str:
+    """The installed ``distribution``'s version (``""`` where it is not installed), read from
+    its package metadata, nothing imported (``libtpu``: the TPU compiler's release)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ""

@@ -10,9 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
+from pytest_jaxport.model.classification import (
+    COLLECTIVE_LIBRARIES,
+    COUNTERPART_LIBRARIES,
+    LAYERS,
+    Layer,
+)
 from pytest_jaxport.model.cost import FormatItem, RewriteItem, format_items, rewrite_items
 from pytest_jaxport.model.emulation import Emulation, may_differ
-from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
     JsonObject,
@@ -28,14 +34,8 @@ from pytest_jaxport.model.jsontypes import (
     texts,
 )
 from pytest_jaxport.model.numerics import Comparison
+from pytest_jaxport.model.platforms import NVIDIA_PLATFORM
 from pytest_jaxport.model.runtime_share import RuntimeShare
-from pytest_jaxport.model.targets import (
-    COLLECTIVE_LIBRARIES,
-    COUNTERPART_LIBRARIES,
-    LAYERS,
-    NVIDIA_PLATFORM,
-    Layer,
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

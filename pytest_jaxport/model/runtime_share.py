@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pytest_jaxport.model.census import OpSite
-from pytest_jaxport.model.targets import Classification
+from pytest_jaxport.model.classification import Classification
 
 Basis = Literal["measured", "estimated"]
 SHARE_LAYERS = ("xla", "vendor", "custom")

@@ -36,55 +36,10 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-HLO_ELEMENTS: Mapping[str, tuple[str, int]] = {
-    "pred": ("bool", 8),
-    "s2": ("int2", 2), "s4": ("int4", 4), "s8": ("int8", 8), "s16": ("int16", 16),
-    "s32": ("int32", 32), "s64": ("int64", 64),
-    "u2": ("uint2", 2), "u4": ("uint4", 4), "u8": ("uint8", 8), "u16": ("uint16", 16),
-    "u32": ("uint32", 32), "u64": ("uint64", 64),
-    "f16": ("float16", 16), "bf16": ("bfloat16", 16), "f32": ("float32", 32),
-    "f64": ("float64", 64), "c64": ("complex64", 64), "c128": ("complex128", 128),
-    "f4e2m1fn": ("float4_e2m1fn", 4),
-}  # fmt: skip
-"""HLO's element types: the name JAX gives each, and its bits (float8 types, ``f8e4m3fn``
-and co., are 8 bits, named as JAX names them without the underscore: see :func:`jax_name`)."""
-
-STABLEHLO_ELEMENTS: Mapping[str, str] = {
-    "i1": "pred", "i2": "s2", "i4": "s4", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64",
-    "ui2": "u2", "ui4": "u4", "ui8": "u8", "ui16": "u16", "ui32": "u32", "ui64": "u64",
-    "complex<f32>": "c64", "complex<f64>": "c128", "f4E2M1FN": "f4e2m1fn",
-}  # fmt: skip
-"""StableHLO element types whose HLO name differs (``f32``, ``bf16``... are the same; float8
-types are lower-cased: ``f8E4M3FN`` is ``f8e4m3fn``)."""
-
-
-def hlo_element(stablehlo: str) -> str:
-    """The HLO name of a StableHLO element type (``i8`` -> ``s8``, ``f8E4M3FN`` -> ``f8e4m3fn``)."""
-    fallback = stablehlo.lower() if stablehlo.startswith("f8") else stablehlo
-    return STABLEHLO_ELEMENTS.get(stablehlo, fallback)
-
-
-def element_bits(element: str) -> int:
-    """Bits per element of an HLO element type (``f8e5m2`` -> 8; 32 where unknown)."""
-    known = HLO_ELEMENTS.get(element)
-    if known is not None:
-        return known[1]
-    return 8 if element.startswith("f8") else 32
-
-
-def jax_name(element: str) -> str:
-    """The name JAX gives an HLO element type (``s8`` -> ``int8``, ``f8e4m3fn`` ->
-    ``float8_e4m3fn``)."""
-    known = HLO_ELEMENTS.get(element)
-    if known is not None:
-        return known[0]
-    if element.startswith("f8"):
-        return "float8_" + element[2:]
-    return element
-
+from pytest_jaxport.model.dtypes import element_bits, hlo_element
 
 Tile = tuple[int | None, ...]
 """One tile of a layout, its dimensions major to minor; ``None``: a dimension left whole
@@ -294,3 +249,23 @@ def default_layout(dims: tuple[int, ...], element: str) -> TiledLayout:
     return TiledLayout(element=element, dims=dims, minor_to_major=order,
                        tiles=(tile, packing) if packing else (tile,), bits=bits,
                        element_size=size)  # fmt: skip
+
+
+def tile_padding(dims: Sequence[int], element: str) -> tuple[int, int] | None:
+    """``(data bytes, bytes in tiles)`` of an array of StableHLO ``element`` type in the layout
+    the TPU compiler gives it where nothing constrains it
+    (:func:`default_layout`), or ``None`` for a scalar (untiled
+    here) or a dynamic shape.
+
+    A ``(1024, 100)`` float32 array pads 100 to 104 rows of 1024 lanes, 425,984 bytes for
+    409,600 of data, where padding its minor dimension to 128 lanes would take 524,288:
+
+    >>> tile_padding((1024, 100), "f32")
+    (409600, 425984)
+    >>> tile_padding((8, 64, 64, 3), "f32")  # the channels out of the tile: 2x, not 42x
+    (393216, 786432)
+    """
+    if not dims:
+        return None
+    layout = default_layout(tuple(dims), hlo_element(element))
+    return layout.data_bytes, layout.bytes

@@ -21,12 +21,12 @@ from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import COST_KEYS, CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.evaluation import evaluate, rewrite_violations
-from pytest_jaxport.model.formats import FormatCensus
+from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
 from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, opt_table, table
+from pytest_jaxport.model.platforms import DEFAULT_HOME
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.model.runtime_share import RuntimeShare
-from pytest_jaxport.model.targets import DEFAULT_HOME
 from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
 from pytest_jaxport.report.document import AuditSection, Computation, built_audit
 from pytest_jaxport.report.schema import suite_numbers, with_sites

@@ -15,8 +15,9 @@ from typing import Literal, TypedDict, cast
 
 from pytest_jaxport.model.budget import BASELINE_KEY, RATCHETED, RATCHETED_SHARES, Violation
 from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.classification import LEVELS, Layer
 from pytest_jaxport.model.counts import FormatCounts
-from pytest_jaxport.model.formats import Finding, FormatCensus
+from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
@@ -26,8 +27,8 @@ from pytest_jaxport.model.jsontypes import (
     tables,
     text,
 )
+from pytest_jaxport.model.platforms import ordered_platforms
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.model.targets import LEVELS, Layer, ordered_platforms
 from pytest_jaxport.report.document import (
     AuditSection,
     BaselineMatch,

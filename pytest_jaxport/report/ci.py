@@ -32,8 +32,8 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table, tables
+from pytest_jaxport.model.platforms import PLATFORMS
 from pytest_jaxport.model.probe import Probe
-from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.baseline import (
     Counts,
     baseline_json,

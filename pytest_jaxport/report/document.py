@@ -28,13 +28,13 @@ from typing import Literal, TypeVar, cast, get_args
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteEstimate, RewriteItem
 from pytest_jaxport.model.emulation import Emulation
-from pytest_jaxport.model.formats import Finding, FormatCensus
+from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import Json
 from pytest_jaxport.model.numerics import Comparison
+from pytest_jaxport.model.platforms import DEFAULT_HOME
 from pytest_jaxport.model.probe import PlatformProbe, Probe, platform_from_dict, platform_to_dict
 from pytest_jaxport.model.runtime_share import SHARE_LAYERS, RuntimeShare
-from pytest_jaxport.model.targets import DEFAULT_HOME
 from pytest_jaxport.model.tooling import Assumption
 
 SCHEMA_VERSION = 2

@@ -25,18 +25,14 @@ from pathlib import Path
 
 from pytest_jaxport.model.budget import EMULATED_KEYS
 from pytest_jaxport.model.compare import Outputs, compare
-from pytest_jaxport.model.config import (
-    DEFAULT_MIGRATE_TO,
-    ConfigError,
-    ProjectConfig,
-    parse_project,
-)
+from pytest_jaxport.model.config import DEFAULT_MIGRATE_TO, ConfigError, ProjectConfig
 from pytest_jaxport.model.cost import COST_KEYS, CostModel
 from pytest_jaxport.model.emulation import emulated_label
 from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
+from pytest_jaxport.model.platforms import ordered_platforms
 from pytest_jaxport.model.probe import PlatformProbe
-from pytest_jaxport.model.targets import ordered_platforms
+from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.model.tooling import Assumption, assumptions_per_rule
 from pytest_jaxport.report.audit import failures, merge_audits
 from pytest_jaxport.report.baseline import counted

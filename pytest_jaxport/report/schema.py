@@ -28,9 +28,9 @@ from pytest_jaxport.model.hotspots import (
     reaches_of_tests,
     site_order,
 )
+from pytest_jaxport.model.platforms import DEFAULT_HOME, NVIDIA_PLATFORM
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.runtime_share import RuntimeShare, combine
-from pytest_jaxport.model.targets import DEFAULT_HOME, NVIDIA_PLATFORM
 from pytest_jaxport.report.document import SCHEMA_VERSION as SCHEMA_VERSION
 from pytest_jaxport.report.document import TOOL_NAME as TOOL_NAME
 from pytest_jaxport.report.document import Report, built, read_report

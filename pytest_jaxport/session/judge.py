@@ -15,19 +15,16 @@ from pytest_jaxport.model.arithmetic import compute_capability, default_dot_form
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.chip_errors import chip_bounds
-from pytest_jaxport.model.config import (
-    ConfigError,
-    Resolved,
-    emulated_among,
-    merge_marks,
-    parse_marker,
-)
+from pytest_jaxport.model.classification import Classification, Level, classify
+from pytest_jaxport.model.config import ConfigError, Resolved
 from pytest_jaxport.model.emulation import HOST
 from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.failure import failure_text
-from pytest_jaxport.model.gpu import load_target
+from pytest_jaxport.model.gpu import load_gpu_description
+from pytest_jaxport.model.marker import merge_marks, parse_marker
+from pytest_jaxport.model.platforms import DEFAULT_HOME
 from pytest_jaxport.model.probe import emulated_status
-from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
+from pytest_jaxport.model.validators import emulated_among
 from pytest_jaxport.report import ci
 from pytest_jaxport.report.ledger import TestError, TestRecord
 from pytest_jaxport.session.settings import SessionSettings
@@ -127,7 +124,7 @@ class Judge:
         """The compute capability of the configured GPU (``[tool.jaxport] target``): what a
         cuda emulation rounds default-precision dots for."""
         try:
-            return compute_capability(load_target(self.project.target))
+            return compute_capability(load_gpu_description(self.project.gpu))
         except (ValueError, OSError):  # validated at configure: unreachable in practice
             return None
 
@@ -144,7 +141,7 @@ class Judge:
             bounds = chip_bounds(platform)
             if bounds is not None:
                 dots += f"; bounds measured on {bounds.measurement.device}"
-            parts.append(f"{platform} ({self.project.target}: {dots})" if platform == "cuda"
+            parts.append(f"{platform} ({self.project.gpu}: {dots})" if platform == "cuda"
                          else f"{platform} ({dots})")  # fmt: skip
         return (
             f"jaxport: emulating {', '.join(parts)} on {HOST} where absent (emulate, set in "
@@ -201,7 +198,7 @@ class Judge:
         if self.project.compile:
             where = ", ".join(self.project.compile)
             gpu = (
-                f"; cuda without a GPU compiles deviceless against {self.project.target}"
+                f"; cuda without a GPU compiles deviceless against {self.project.gpu}"
                 if "cuda" in self.project.compile
                 else ""
             )

@@ -155,7 +155,7 @@ class ReportWriter:
                 "platforms": list(self.project.platforms),
                 "reference": self.project.reference,
                 "compile": list(self.project.compile),
-                "target": self.project.target if "cuda" in self.project.compile else None,
+                "target": self.project.gpu if "cuda" in self.project.compile else None,
                 "devices": {
                     p: {"generation": d.generation, "name": d.name}
                     for p, d in sorted(self.compile_settings.devices.items())

@@ -47,6 +47,7 @@ from typing import Literal, TypeVar
 
 from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.census import Census
+from pytest_jaxport.model.classification import COLLECTIVE_LIBRARIES
 from pytest_jaxport.model.emulation import (
     HOST,
     emulated_label,
@@ -54,8 +55,9 @@ from pytest_jaxport.model.emulation import (
     may_differ_lines,
     not_emulated_message,
 )
-from pytest_jaxport.model.formats import FINDING_KINDS, Finding
+from pytest_jaxport.model.findings import FINDING_KINDS, Finding
 from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.platforms import DEFAULT_HOME, NVIDIA_PLATFORM, PLATFORM_VENDORS
 from pytest_jaxport.model.probe import (
     MAY_DIFFER,
     PlatformProbe,
@@ -70,12 +72,6 @@ from pytest_jaxport.model.runtime_share import (
     ranking_of,
     share_basis,
     share_basis_short,
-)
-from pytest_jaxport.model.targets import (
-    COLLECTIVE_LIBRARIES,
-    DEFAULT_HOME,
-    NVIDIA_PLATFORM,
-    PLATFORM_VENDORS,
 )
 from pytest_jaxport.model.tooling import Assumption
 from pytest_jaxport.report.audit import computation_label
@@ -2043,7 +2039,7 @@ def collectives_of(platforms: Mapping[str, PlatformTotals]) -> tuple[tuple[str, 
 
 def collective_library(platform: str) -> str:
     """What runs collectives on ``platform`` (``nccl`` on cuda), ``xla`` where the model
-    names nothing (:data:`~pytest_jaxport.model.targets.COLLECTIVE_LIBRARIES`)."""
+    names nothing (:data:`~pytest_jaxport.model.classification.COLLECTIVE_LIBRARIES`)."""
     return COLLECTIVE_LIBRARIES.get(platform, "xla")
 
 

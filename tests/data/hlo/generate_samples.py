@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from pytest_jaxport._jax.deviceless import deviceless_compile, load_target  # noqa: E402
+from pytest_jaxport._jax.deviceless import deviceless_compile, load_gpu_description  # noqa: E402
 
 
 def conv(x: Any, w: Any) -> Any:
@@ -123,7 +123,7 @@ _CPU: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
 
 def collective_text() -> str:
     """A psum over a two-GPU topology: all-reduce-start / all-reduce-done on cuda."""
-    target = load_target("h100")
+    target = load_gpu_description("h100")
     topology = topologies.get_topology_desc(platform="cuda", target_config=target, topology="1x1x2")
     mesh = Mesh(topology.devices, ("x",))
 
@@ -136,7 +136,7 @@ def collective_text() -> str:
 
 
 def main() -> None:
-    target = load_target("h100")
+    target = load_gpu_description("h100")
     for name, (fn, args, options) in _CUDA.items():
         text = deviceless_compile(fn, args, {}, target_config=target, compiler_options=options)
         (HERE / f"cuda_{name}.txt").write_text(text)

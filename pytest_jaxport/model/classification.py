@@ -1,9 +1,9 @@
 """The classification table: which layer, library and kind an op or custom call belongs to.
 
 Everything pytest-jaxport knows about vendor libraries and hand-written kernels lives in
-:data:`RULES`, as data. Classification is always keyed by platform as well as by name,
-because one name means different libraries on different backends (XLA's ROCm compiler
-reuses ``__cudnn$conv*`` for MIOpen and ``__cublas$lt$matmul`` for hipBLASLt).
+:data:`CLASSIFICATION_RULES`, as data. Classification is always keyed by platform as well as
+by name, because one name means different libraries on different backends (XLA's ROCm
+compiler reuses ``__cudnn$conv*`` for MIOpen and ``__cublas$lt$matmul`` for hipBLASLt).
 
 Example::
 
@@ -34,7 +34,6 @@ from pytest_jaxport.model.platforms import (
     DESCRIPTIONS,
     LAYERS,
     META,
-    NAMES,
     Classification,
     Layer,
     OpLibraries,
@@ -43,25 +42,6 @@ from pytest_jaxport.model.platforms import (
 )
 
 __all__ = ["LAYERS", "Classification", "Layer"]
-
-PLATFORMS: tuple[str, ...] = NAMES
-"""Platforms JAX can lower for without the hardware being present (each described once in
-:mod:`pytest_jaxport.model.platforms`)."""
-
-PLATFORM_VENDORS: Mapping[str, str] = {p.name: p.vendor for p in DESCRIPTIONS.values()}
-"""Whose hardware each platform runs on, as messages name it (``write 'cuda' for NVIDIA``)."""
-
-PLATFORM_ALIASES: Mapping[str, tuple[str, ...]] = {p.name: p.aliases for p in DESCRIPTIONS.values()}
-"""Words users write for a platform instead of its name (its vendor, its hardware, JAX's
-``gpu`` for any GPU backend): wherever a platform is named, one of these gets a hint
-naming the platform meant (:func:`pytest_jaxport.model.config.platform_hint`)."""
-
-NVIDIA_PLATFORM = "cuda"
-
-DEFAULT_HOME = NVIDIA_PLATFORM
-"""The platform moving is measured from where ``[tool.jaxport] home`` is not set (and in a
-report written before reports stated their home): its census's hand-written kernels and
-vendor gaps are what a move to each target rewrites."""
 
 CUSTOM_CALL = "stablehlo.custom_call"
 
@@ -74,7 +54,7 @@ LEVELS: tuple[Level, ...] = get_args(Level)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
+class ClassificationRule:
     """One row of the table: names matching ``pattern`` on ``platforms`` are ``result``.
 
     ``pattern`` is an fnmatch glob over the custom-call target when ``custom_call`` is true,
@@ -102,9 +82,9 @@ _vendor = vendor
 
 def _ops(
     platforms: Iterable[str], table: dict[str, Classification], *, level: str | None = None
-) -> list[Rule]:
+) -> list[ClassificationRule]:
     return [
-        Rule(
+        ClassificationRule(
             pattern=op,
             result=result,
             custom_call=False,
@@ -115,9 +95,14 @@ def _ops(
     ]
 
 
-def _targets(platforms: Iterable[str] | None, table: dict[str, Classification]) -> list[Rule]:
+def _targets(
+    platforms: Iterable[str] | None, table: dict[str, Classification]
+) -> list[ClassificationRule]:
     chosen = None if platforms is None else frozenset(platforms)
-    return [Rule(pattern=t, result=result, platforms=chosen) for t, result in table.items()]
+    return [
+        ClassificationRule(pattern=t, result=result, platforms=chosen)
+        for t, result in table.items()
+    ]
 
 
 _COLLECTIVES = (
@@ -262,9 +247,9 @@ def _compiled_rules(
     table: Mapping[str, Classification],
     *,
     custom_call: bool,
-) -> Iterable[Rule]:
+) -> Iterable[ClassificationRule]:
     return (
-        Rule(
+        ClassificationRule(
             pattern=pattern,
             result=result,
             custom_call=custom_call,
@@ -279,7 +264,7 @@ def _collectives(library: str) -> dict[str, Classification]:
     return {f"hlo.{op}": _vendor(library, "collective") for op in _HLO_COLLECTIVES}
 
 
-COMPILED_RULES: tuple[Rule, ...] = (
+COMPILED_RULES: tuple[ClassificationRule, ...] = (
     # CUDA custom calls the GPU compiler introduces (library thunks).
     *_compiled_rules(
         _CUDA,
@@ -383,8 +368,9 @@ COMPILED_RULES: tuple[Rule, ...] = (
         custom_call=False,
     ),
 )
-"""The compiled-level rows of :data:`RULES` (level-scoped, so they never change a lowered
-answer). They come first in :data:`RULES`: the first matching rule wins."""
+"""The compiled-level rows of :data:`CLASSIFICATION_RULES` (level-scoped, so they never change a
+lowered answer). They come first in :data:`CLASSIFICATION_RULES`: the first matching rule
+wins."""
 
 
 # -- every level -----------------------------------------------------------------------------
@@ -393,7 +379,7 @@ _META = META
 _CALLBACK = Classification(layer="meta", kind="host-callback")
 
 
-def _platform_rules(described: Platform) -> list[Rule]:
+def _platform_rules(described: Platform) -> list[ClassificationRule]:
     """One platform's rows at the lowered level (custom calls at every level): its custom
     calls, then its library ops (a GPU's), its ICI collectives (TPU's) or its own ops."""
     rows = _targets({described.name}, dict(described.custom_calls))
@@ -410,7 +396,7 @@ def _platform_rules(described: Platform) -> list[Rule]:
     return rows
 
 
-RULES: tuple[Rule, ...] = tuple(
+CLASSIFICATION_RULES: tuple[ClassificationRule, ...] = tuple(
     [
         *COMPILED_RULES,
         # meta: non-compute custom calls, everywhere.
@@ -497,12 +483,14 @@ def classify(
     target: str | None = None,
     *,
     level: str = "lowered",
-    rules: Iterable[Rule] = RULES,
+    rules: Iterable[ClassificationRule] = CLASSIFICATION_RULES,
 ) -> Classification:
     """Classify one op (``target`` set for custom calls) on ``platform``; first rule wins."""
     is_custom_call = target is not None
     name = target if target is not None else op
-    if rules is RULES:  # the table's rows that can apply here, in order, worked out once
+    if (
+        rules is CLASSIFICATION_RULES
+    ):  # the table's rows that can apply here, in order, worked out once
         for rule in _applicable(platform, level, is_custom_call):
             if fnmatchcase(name, rule.pattern):
                 return rule.result
@@ -514,10 +502,10 @@ def classify(
 
 
 @functools.lru_cache(maxsize=64)
-def _applicable(platform: str, level: str, is_custom_call: bool) -> tuple[Rule, ...]:
+def _applicable(platform: str, level: str, is_custom_call: bool) -> tuple[ClassificationRule, ...]:
     return tuple(
         rule
-        for rule in RULES
+        for rule in CLASSIFICATION_RULES
         if rule.custom_call == is_custom_call
         and (rule.platforms is None or platform in rule.platforms)
         and (rule.levels is None or level in rule.levels)
@@ -528,7 +516,7 @@ def libraries(platform: str) -> frozenset[str]:
     """Every library name the table can attribute a dispatch on ``platform`` to."""
     return frozenset(
         rule.result.library
-        for rule in RULES
+        for rule in CLASSIFICATION_RULES
         if rule.result.library is not None
         and (rule.platforms is None or platform in rule.platforms)
     )
@@ -536,11 +524,6 @@ def libraries(platform: str) -> frozenset[str]:
 
 def all_libraries() -> frozenset[str]:
     """Every library name the table knows, on any platform."""
-    return frozenset(rule.result.library for rule in RULES if rule.result.library is not None)
-
-
-def ordered_platforms(names: Iterable[str]) -> list[str]:
-    """``names`` once each, the known platforms first in their usual order."""
-    seen = list(dict.fromkeys(names))
-    known = [p for p in PLATFORMS if p in seen]
-    return known + sorted(p for p in seen if p not in PLATFORMS)
+    return frozenset(
+        rule.result.library for rule in CLASSIFICATION_RULES if rule.result.library is not None
+    )
