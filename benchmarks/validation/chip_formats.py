@@ -46,6 +46,7 @@ import math
 import os
 import platform as platform_module
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -710,8 +711,10 @@ CONDITIONS = ("10", "100", "1e4", "normal", "normal+sqrt(n)I")
 SIZES = (16, 64, 256)
 
 
-def measure_matrices() -> list[dict[str, Any]]:
-    found = []
+def measure_matrices(found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Each size and conditioning, appended to ``found`` as it is measured (a run stopped
+    part-way keeps what it has, :func:`step_run`)."""
+    found = [] if found is None else found
     for n in SIZES:
         for k, condition in enumerate(CONDITIONS):
             a = conditioned(n, condition, 8000 + 10 * n + k)
@@ -869,20 +872,23 @@ def measure_narrow_dots() -> list[dict[str, Any]]:
     return found
 
 
-def run_ranges(save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Each part of the ranges, ``save`` called after each with what is measured so far."""
-    found: dict[str, Any] = {}
+def run_ranges(found: dict[str, Any], save: Callable[[], None]) -> dict[str, Any]:
+    """Each part of the ranges into ``found``, ``save`` called after each."""
     for name, measure in (("elementwise", measure_elementwise_ranges), ("narrow_dots", measure_narrow_dots),
                           ("cumprod", measure_cumprod), ("fft", measure_fft),
                           ("matrices", measure_matrices)):  # fmt: skip
         started = time.perf_counter()
         try:
-            found[name] = measure()
+            if measure is measure_matrices:
+                found[name] = []
+                measure_matrices(found[name])
+            else:
+                found[name] = measure()
         except Exception as e:  # a part that fails leaves the others' numbers
             found[name] = {"error": f"{type(e).__name__}: {e}"[:3000]}
             log(f"ranges: {name} failed: {e}")
         found.setdefault("seconds", {})[name] = round(time.perf_counter() - started, 2)
-        save(found)
+        save()
     return found
 
 
@@ -899,7 +905,15 @@ def step_run(out_dir: Path, *, dry_run: bool, parts: Sequence[str]) -> int:
         np.savez_compressed(out_dir / "chip-formats-outputs.npz", **saved)
         _save(path, results)
     if "ranges" in parts:
-        results["ranges"] = run_ranges(lambda part: _save(path, {**results, "ranges": part}))
+        results["ranges"] = {}
+
+        def stopped(signum: int, frame: Any) -> None:  # `timeout`: keep what is measured
+            results["ranges"]["stopped"] = f"signal {signum} part-way"
+            _save(path, results)
+            os._exit(3)
+
+        signal.signal(signal.SIGTERM, stopped)
+        run_ranges(results["ranges"], lambda: _save(path, results))
     _save(path, results)
     log(f"run: wrote {path}")
     return 0
@@ -1120,6 +1134,7 @@ def load_recorded(npz: Path, results: Mapping[str, Any]) -> dict[str, dict[str, 
 def step_analyse(run_path: Path, npz: Path, out: Path) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     run = json.loads(run_path.read_text())
+    run = run.get("run", run)  # analyse's own results hold the run they were made from
     saved: dict[str, np.ndarray] = {}
     results: dict[str, Any] = {
         "about": "Formats the chip computes differently from the CPU (issue 55 item 9): "
@@ -1129,6 +1144,7 @@ def step_analyse(run_path: Path, npz: Path, out: Path) -> int:
         "formats": analyse_formats(run, npz, saved),
     }  # fmt: skip
     results["summary"] = formats_summary(results["formats"])
+    results["run"] = run
     _save(out.with_suffix(".json"), results)
     np.savez_compressed(out.with_suffix(".npz"), **saved)
     if "ranges" in run:
