@@ -22,7 +22,7 @@ from pytest_jaxport.model.probe import Probe, census_from_dict, numerics_status
 from pytest_jaxport.report.document import ReportError
 from pytest_jaxport.report.schema import from_json
 from pytest_jaxport.view import html as html_report
-from pytest_jaxport.view.model import LAYER_ROWS
+from pytest_jaxport.view.viewmodel.layers import LAYER_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert('x')</script>"
