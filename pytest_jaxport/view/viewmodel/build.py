@@ -112,9 +112,8 @@ def _problems(
         for e in report.collection_errors
     )
     audited = audit.problems if audit is not None else ()
-    return problems_of(rows, audited, not_collected=not_collected) + baseline_groups(
-        report.baseline
-    )
+    found = problems_of(rows, audited, not_collected=not_collected)
+    return found + baseline_groups(report.baseline)
 
 
 def _deviceless(report: Report) -> bool:

@@ -180,7 +180,8 @@ def problems_of(
     that do not lower (or run) where no ``must_lower`` made that a violation; numerics
     mismatches no violation covers; tests that failed or errored for another reason; the
     files pytest could not collect (``not_collected``: their tests did not run); and the
-    suite ``audit``'s problems (:func:`audit_problems`), apart."""
+    suite ``audit``'s problems
+    (:func:`~pytest_jaxport.view.viewmodel.suite_audit.audit_problems`), apart."""
     found: list[Problem] = [*audit, *not_collected]
     for test in tests:
         violated: set[tuple[str, str, str]] = set()

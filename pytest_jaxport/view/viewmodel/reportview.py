@@ -146,10 +146,11 @@ class ReportView:
     """cuda was compiled without a GPU: the report says deviceless compiles do not autotune."""
     compiled_gaps: tuple[tuple[str, str, str], ...] = ()
     """``(test, check, line)`` where the lowered prediction and the compiled reality differ,
-    and what compiling without vendor libraries gave (:func:`prediction_gap`,
-    :func:`what_if_line`)."""
+    and what compiling without vendor libraries gave
+    (:mod:`~pytest_jaxport.view.viewmodel.details`)."""
     transformations: tuple[tuple[str, str], ...] = ()
-    """``(test, line)`` per function checked with transformations (:func:`variant_lines`)."""
+    """``(test, line)`` per function checked with transformations
+    (:func:`~pytest_jaxport.view.viewmodel.details.variant_lines`)."""
     unit: str = "check"
     """What the numbers (hotspots, totals, shares, targets) count: ``check``, or
     ``computation`` where they are a suite audit's (a run without checks)."""
@@ -158,11 +159,12 @@ class ReportView:
     collectives: tuple[tuple[str, str], ...] = ()
     """``(platform, what)`` per platform whose checks have collectives: by kind, how many the
     SPMD partitioner inserted, what runs them there and on the other platforms
-    (:func:`collectives_of`)."""
+    (:func:`~pytest_jaxport.view.viewmodel.totals.collectives_of`)."""
     devices: Mapping[str, str] = field(default_factory=dict)
     """The device each platform's formats-and-layout findings were judged for."""
     emulations: tuple[EmulationRow, ...] = ()
-    """Per emulated platform, its checks' outcomes (:func:`emulations_of`)."""
+    """Per emulated platform, its checks' outcomes
+    (:func:`~pytest_jaxport.view.viewmodel.matrix.emulations_of`)."""
     baseline: BaselineMatch | None = None
     """How the baseline (``--jaxport-baseline``) met the run, where one was compared."""
     padding: Mapping[str, float] = field(default_factory=dict)
@@ -281,7 +283,8 @@ class ReportView:
         )
 
     def layout_group(self, platform: str) -> LayoutGroup | None:
-        """``platform``'s layout findings as one group (:func:`layout_group_of`)."""
+        """``platform``'s layout findings as one group
+        (:func:`~pytest_jaxport.view.viewmodel.sites.layout_group_of`)."""
         padding = next((f for p, f in self.padding.items() if p == platform), None)
         return layout_group_of(self.hotspots, platform, padding)
 
