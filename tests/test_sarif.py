@@ -384,6 +384,20 @@ def test_a_fingerprint_stays_when_lines_move_and_tells_two_sites_apart() -> None
     assert other[0].fingerprint not in {a.fingerprint for a in before}
 
 
+def test_a_sites_alert_has_its_rules_level() -> None:
+    """The view model levels a site's alert by its layer; the SARIF rule of that kind says
+    the same level as its default (``defaultConfiguration``)."""
+    sites = [
+        Hotspot(platform="tpu", location=f"src/m.py:{i + 1}", layer=layer, name="x", kind="k",
+                library="cublas" if layer == "vendor" else None, checks=1, tests=1, dispatches=1)
+        for i, layer in enumerate(("vendor", "custom", "format", "layout"))
+    ]  # fmt: skip
+    found = alerts_of(_report(*sites)).in_repository()
+    assert len(found) == 4
+    default = {rule.id: rule.level for rule in RULES}
+    assert [(a.rule, a.level) for a in found] == [(a.rule, default[a.rule]) for a in found]
+
+
 # -- the plugin, jaxport show and merge -------------------------------------------------------
 
 SUITE = """

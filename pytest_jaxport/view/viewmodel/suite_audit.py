@@ -74,7 +74,7 @@ def audit_parts(
     )
     view = AuditView(
         seen=Counter(audit.seen),
-        hook=hook_text(interception_of(audit.interception)),
+        hook=hook_text(audit_hook_of(audit.interception)),
         notes=audit_notes_of(audit),
         lowers_everywhere=everywhere,
         tests=tests_of(audit),
@@ -86,8 +86,9 @@ def audit_parts(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Interception:
-    """How the suite audit recorded computations, as the section's ``interception`` says it."""
+class AuditHook:
+    """How the suite audit hooked into JAX to record computations, as the section's
+    ``interception`` table says it."""
 
     jax: str = ""
     """The JAX release it hooked into."""
@@ -98,29 +99,29 @@ class Interception:
     """What it could not see here."""
 
 
-def interception_of(table: Mapping[str, object]) -> Interception:
+def audit_hook_of(table: Mapping[str, object]) -> AuditHook:
     """The section's ``interception`` table, whose keys are the interception's own (the
     report's reader leaves them unchecked), read once into typed values: a key it lacks or
     leaves empty reads as empty."""
     said = {"jax": None, "adapter": None, "notes": None, **table}
     jax, adapter, notes = said["jax"], said["adapter"], said["notes"]
-    return Interception(
+    return AuditHook(
         jax=str(jax) if jax else "",
         adapter=str(adapter) if adapter else "",
         notes=tuple(str(n) for n in notes if n) if isinstance(notes, list) else (),
     )
 
 
-def hook_text(interception: Interception) -> str:
+def hook_text(hook: AuditHook) -> str:
     """``jax 0.10.2, jit cache-miss hook (argument types, jax>=0.8)``; ``compile events
     only`` where JAX's patch points were missing."""
-    jax = f"jax {interception.jax}, " if interception.jax else ""
-    return jax + (interception.adapter or "compile events only")
+    jax = f"jax {hook.jax}, " if hook.jax else ""
+    return jax + (hook.adapter or "compile events only")
 
 
 def audit_notes_of(audit: AuditSection) -> tuple[str, ...]:
     """What the audit could not see here (its interception's notes) and its own errors."""
-    notes = list(interception_of(audit.interception).notes)
+    notes = list(audit_hook_of(audit.interception).notes)
     heard = [heard_while_lowering(c.platforms) for c in audit.computations]
     notes += [f"{text} ({plural(n, 'computation')})" for text, n in lowering_warning_notes(heard)]
     errors = Counter(audit.seen)["audit_errors"]  # a count it does not have is 0
