@@ -27,17 +27,12 @@ from pytest_jaxport.report.schema import MergeError, ReportError, load, write_te
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.html import html, render_html
-from pytest_jaxport.view.model import ReportView, build_view, versions_note
+from pytest_jaxport.view.markdown import diff_markdown, markdown, merge_markdown, render_markdown
 from pytest_jaxport.view.reporters import sarif_text
-from pytest_jaxport.view.text import (
-    diff_markdown,
-    diff_text,
-    markdown,
-    merge_markdown,
-    merge_text,
-    render_markdown,
-    render_text,
-)
+from pytest_jaxport.view.text import diff_text, merge_text, render_text
+from pytest_jaxport.view.viewmodel.build import build_view
+from pytest_jaxport.view.viewmodel.notes import versions_note
+from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -53,7 +48,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"jaxport show: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
     if args.format == "sarif":  # the findings at their lines, for code scanning
-        print(sarif_text(report, Path(args.report)), end="")
+        print(sarif_text(build_view(report)), end="")
         return EXIT_OK
     view = build_view(report)
     if options.platform is not None and options.platform not in view.platforms:
@@ -177,7 +172,7 @@ def _merge(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE
     if args.sarif:
-        problem = _write("merge", Path(args.sarif), sarif_text(result.document, output))
+        problem = _write("merge", Path(args.sarif), sarif_text(build_view(result.document)))
         if problem is not None:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_jaxport.view.annotations import PER_STEP, annotation_lines, default_mode
-from pytest_jaxport.view.sarif import Alert
+from pytest_jaxport.view.viewmodel.alerts import Alert
 
 SUITE = """
 import jax.numpy as jnp

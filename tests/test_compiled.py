@@ -24,7 +24,9 @@ from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.schema import build_report, summarize, without_timings
 from pytest_jaxport.version import requirement
 from pytest_jaxport.view.display import DisplayOptions
-from pytest_jaxport.view.text import markdown, prediction_gap, text, what_if_line
+from pytest_jaxport.view.markdown import markdown
+from pytest_jaxport.view.text import text
+from pytest_jaxport.view.viewmodel.details import prediction_gap, what_if_line
 
 PLUGIN_PROBLEM = cuda_plugin_problem()
 needs_plugin = pytest.mark.skipif(

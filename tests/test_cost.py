@@ -134,9 +134,9 @@ def test_every_renderer_says_what_a_share_rests_on() -> None:
         "measured over 3 of 5 checks (2 not measured, left out)"
     )
     from pytest_jaxport.view import html as html_report
-    from pytest_jaxport.view import model as view
+    from pytest_jaxport.view.viewmodel.shares import share_row
 
-    row = view.share_row("cuda", RuntimeShare.from_dict(estimated))
+    row = share_row("cuda", RuntimeShare.from_dict(estimated))
     assert row.label == share_basis(estimated)  # every format's label
     assert row.short == "estimated ±10"  # the terminal's, spelled out once in a note
     badge = html_report._badge(row)  # a few words, the whole basis as its tooltip

@@ -25,8 +25,9 @@ from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
 from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.html import html
-from pytest_jaxport.view.model import build_view
-from pytest_jaxport.view.text import markdown, text
+from pytest_jaxport.view.markdown import markdown
+from pytest_jaxport.view.text import text
+from pytest_jaxport.view.viewmodel.build import build_view
 
 KERNELS = """
 import inspect

@@ -27,7 +27,7 @@ from helpers import exclusive
 
 from pytest_jaxport.report.schema import load
 from pytest_jaxport.view.display import HOTSPOT_ROWS
-from pytest_jaxport.view.model import build_view
+from pytest_jaxport.view.viewmodel.build import build_view
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")

@@ -35,8 +35,8 @@ from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import build_report
-from pytest_jaxport.view.model import build_view
-from pytest_jaxport.view.text import md_matrix_cell
+from pytest_jaxport.view.markdown import md_matrix_cell
+from pytest_jaxport.view.viewmodel.build import build_view
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
 LIBTPU = installed_release("libtpu")

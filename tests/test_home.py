@@ -17,8 +17,9 @@ from pytest_jaxport.report.document import Config
 from pytest_jaxport.report.merge import MergeError, load_legs, merge
 from pytest_jaxport.view.display import display_options
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import build_view
-from pytest_jaxport.view.text import render_markdown, render_text
+from pytest_jaxport.view.markdown import render_markdown
+from pytest_jaxport.view.text import render_text
+from pytest_jaxport.view.viewmodel.build import build_view
 
 DATA = Path(__file__).parent / "data" / "reports"
 

@@ -23,7 +23,7 @@ from pytest_jaxport.model.runtime_share import RuntimeShare
 from pytest_jaxport.report.document import ReportError
 from pytest_jaxport.report.schema import from_json
 from pytest_jaxport.view import html as html_report
-from pytest_jaxport.view.model import LAYER_ROWS
+from pytest_jaxport.view.viewmodel.layers import LAYER_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert('x')</script>"

@@ -382,8 +382,8 @@ def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     from pytest_jaxport.report.audit import AuditLedger
     from pytest_jaxport.report.document import read_report
     from pytest_jaxport.view.display import DisplayOptions
-    from pytest_jaxport.view.model import build_view
     from pytest_jaxport.view.text import render_text
+    from pytest_jaxport.view.viewmodel.build import build_view
 
     support = interception.Support(
         jax="9.0.0",

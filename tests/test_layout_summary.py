@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.view.model import LAYOUT_DETAIL, number, plural
+from pytest_jaxport.view.formatting import number, plural
+from pytest_jaxport.view.viewmodel.sites import LAYOUT_DETAIL
 
 LINES = 12
 """Distinct source lines of jitted image functions, each a tile-padding site on tpu."""

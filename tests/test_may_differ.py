@@ -19,8 +19,8 @@ from helpers import esc, run_json, typed
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.view.html import html
+from pytest_jaxport.view.markdown import markdown
 from pytest_jaxport.view.sarif import sarif_log
-from pytest_jaxport.view.text import markdown
 
 SQUASH = """
 import jax.numpy as jnp

@@ -53,16 +53,9 @@ from pytest_jaxport.report.schema import (
     suite_numbers,
     write_json,
 )
-from pytest_jaxport.view.model import build_view
-from pytest_jaxport.view.text import (
-    diff_markdown,
-    diff_text,
-    drift_text,
-    markdown,
-    merge_markdown,
-    merge_text,
-    text,
-)
+from pytest_jaxport.view.markdown import diff_markdown, markdown, merge_markdown
+from pytest_jaxport.view.text import diff_text, drift_text, merge_text, text
+from pytest_jaxport.view.viewmodel.build import build_view
 
 NODEID = "tests/test_models.py::test_mlp"
 OTHER = "tests/test_models.py::test_attention"

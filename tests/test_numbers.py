@@ -11,7 +11,7 @@ import pytest
 from helpers import typed
 
 from pytest_jaxport.model.roofline import shipped_estimate_errors
-from pytest_jaxport.view.model import build_view
+from pytest_jaxport.view.viewmodel.build import build_view
 
 FFI_SUITE = """
 import jax
@@ -90,7 +90,7 @@ def test_the_numbers_say_what_they_can_bear(pytester: pytest.Pytester) -> None:
     bar; the days show the fixed part apart from what the project costs."""
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.html import render_html
-    from pytest_jaxport.view.text import render_markdown
+    from pytest_jaxport.view.markdown import render_markdown
 
     pytester.makepyfile(test_block=FFI_SUITE)
     result, report = run(pytester)

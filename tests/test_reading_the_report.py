@@ -16,9 +16,10 @@ import pytest_jaxport.report
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.runtime_share import RuntimeShare
 from pytest_jaxport.view.html import html
-from pytest_jaxport.view.model import share_row
+from pytest_jaxport.view.markdown import markdown
 from pytest_jaxport.view.reporters import sarif_text
-from pytest_jaxport.view.text import markdown
+from pytest_jaxport.view.viewmodel.build import build_view
+from pytest_jaxport.view.viewmodel.shares import share_row
 
 DOT_HEAVY = """
 import jax.numpy as jnp
@@ -80,7 +81,8 @@ def test_the_share_notes_libraries_in_name_order_not_by_measured_time() -> None:
     """Which of eigen and ynnpack took longer is a measurement (a TPU host's CPU ordered
     them the other way), so the note that names them keeps one order on every machine."""
     from pytest_jaxport.report.document import PlatformTotals
-    from pytest_jaxport.view.model import ShareRow, share_basis_notes
+    from pytest_jaxport.view.viewmodel.notes import share_basis_notes
+    from pytest_jaxport.view.viewmodel.shares import ShareRow
 
     totals = PlatformTotals(vendor=1, custom=0, meta=0, libraries={"ducc": 1}, lowered=1,
                             failed_to_lower=0)  # fmt: skip
@@ -240,7 +242,7 @@ def test_another_format_given_for_the_json_says_where_the_json_is(
     written = {
         "r.md": markdown(report),
         "r.html": html(report),
-        "r.sarif": sarif_text(report, tmp_path / "r.json"),
+        "r.sarif": sarif_text(build_view(report)),
     }
     for name, text in written.items():
         (tmp_path / name).write_text(text)

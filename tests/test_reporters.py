@@ -10,8 +10,8 @@ import pytest
 
 from pytest_jaxport.plugin import REPORT_SUFFIXES
 from pytest_jaxport.view.display import DisplayOptions
-from pytest_jaxport.view.model import ReportView
 from pytest_jaxport.view.reporters import REPORTERS, reporter_for
+from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 SMALL_SUITE = """
 import jax.numpy as jnp

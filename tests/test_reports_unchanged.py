@@ -252,8 +252,9 @@ def renderings(report: dict[str, Any]) -> dict[str, str]:
     """The report as every format shows it, at three verbosities."""
     from pytest_jaxport.view.display import display_options
     from pytest_jaxport.view.html import render_html
-    from pytest_jaxport.view.model import build_view
-    from pytest_jaxport.view.text import render_markdown, render_text
+    from pytest_jaxport.view.markdown import render_markdown
+    from pytest_jaxport.view.text import render_text
+    from pytest_jaxport.view.viewmodel.build import build_view
 
     view = build_view(typed(report))
     shown: dict[str, str] = {}

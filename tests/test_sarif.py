@@ -33,15 +33,8 @@ from pytest_jaxport import cli
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.report.document import Config, Environment, Report, Summary
 from pytest_jaxport.view.reporters import REPORTERS, reporter_for
-from pytest_jaxport.view.sarif import (
-    DOCS_URL,
-    FINGERPRINT,
-    RULE_IDS,
-    RULES,
-    alerts,
-    left_out,
-    sarif_log,
-)
+from pytest_jaxport.view.sarif import DOCS_URL, FINGERPRINT, RULE_IDS, RULES, sarif_log
+from pytest_jaxport.view.viewmodel.alerts import alerts_of
 
 __all__ = ["demo"]  # the demo's fixture, shared with tests/test_examples.py
 
@@ -372,9 +365,9 @@ def test_a_site_outside_the_repository_is_left_out_and_counted() -> None:
         _site("flax/linear.py:5"),
     )  # fmt: skip
     outside = {"flax/linear.py"}.__contains__
-    found = alerts(report, outside=outside)
+    found = alerts_of(report).in_repository(outside=outside)
     assert [(a.file, a.line) for a in found] == [("src/m.py", 3)]
-    assert left_out(report, outside=outside) == 3
+    assert alerts_of(report).left_out(outside=outside) == 3
     log = sarif_log(report, outside=outside)
     validate(log)
     assert log["runs"][0]["properties"]["leftOut"] == 3
@@ -382,12 +375,27 @@ def test_a_site_outside_the_repository_is_left_out_and_counted() -> None:
 
 
 def test_a_fingerprint_stays_when_lines_move_and_tells_two_sites_apart() -> None:
-    before = alerts(_report(_site("src/m.py:3"), _site("src/m.py:9")))
-    after = alerts(_report(_site("src/m.py:13"), _site("src/m.py:19")))
+    before = alerts_of(_report(_site("src/m.py:3"), _site("src/m.py:9"))).in_repository()
+    after = alerts_of(_report(_site("src/m.py:13"), _site("src/m.py:19"))).in_repository()
     assert [a.fingerprint for a in before] == [a.fingerprint for a in after]
     assert len({a.fingerprint for a in before}) == 2
-    other = alerts(_report(_site("src/m.py:3", library="cudnn", name="stablehlo.convolution")))
+    cudnn = _site("src/m.py:3", library="cudnn", name="stablehlo.convolution")
+    other = alerts_of(_report(cudnn)).in_repository()
     assert other[0].fingerprint not in {a.fingerprint for a in before}
+
+
+def test_a_sites_alert_has_its_rules_level() -> None:
+    """The view model levels a site's alert by its layer; the SARIF rule of that kind says
+    the same level as its default (``defaultConfiguration``)."""
+    sites = [
+        Hotspot(platform="tpu", location=f"src/m.py:{i + 1}", layer=layer, name="x", kind="k",
+                library="cublas" if layer == "vendor" else None, checks=1, tests=1, dispatches=1)
+        for i, layer in enumerate(("vendor", "custom", "format", "layout"))
+    ]  # fmt: skip
+    found = alerts_of(_report(*sites)).in_repository()
+    assert len(found) == 4
+    default = {rule.id: rule.level for rule in RULES}
+    assert [(a.rule, a.level) for a in found] == [(a.rule, default[a.rule]) for a in found]
 
 
 # -- the plugin, jaxport show and merge -------------------------------------------------------

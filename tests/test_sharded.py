@@ -257,7 +257,7 @@ def test_collectives_by_kind_are_in_the_suite_totals_of_every_format(
     all-reduces the partitioner inserts), and every format shows them with what runs them
     on each platform."""
     from pytest_jaxport.view import html as html_report
-    from pytest_jaxport.view import text as render
+    from pytest_jaxport.view import markdown as render
 
     pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
     result, report = run_json(pytester)

@@ -46,7 +46,8 @@ from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import html
-from pytest_jaxport.view.text import markdown, text
+from pytest_jaxport.view.markdown import markdown
+from pytest_jaxport.view.text import text
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARK = ROOT / "benchmarks" / "fidelity" / "tpu_layouts.py"

@@ -17,7 +17,7 @@ import pytest
 from helpers import esc, run_json, typed
 
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
-from pytest_jaxport.view.model import build_view
+from pytest_jaxport.view.viewmodel.build import build_view
 
 PROJECT = """
 [tool.jaxport]

@@ -14,9 +14,11 @@ import pytest
 
 from pytest_jaxport.report import Report, document, load
 from pytest_jaxport.view.display import DisplayOptions
+from pytest_jaxport.view.formatting import natural_key
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import build_view, natural_key
-from pytest_jaxport.view.text import render_markdown, render_text
+from pytest_jaxport.view.markdown import render_markdown
+from pytest_jaxport.view.text import render_text
+from pytest_jaxport.view.viewmodel.build import build_view
 
 SUITE = """
 import jax.numpy as jnp

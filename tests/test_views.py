@@ -31,23 +31,17 @@ from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
 from pytest_jaxport.report.document import AuditFinding, AuditSection, Computation, Numbers
 from pytest_jaxport.report.schema import from_json, write_json
 from pytest_jaxport.view.display import DisplayOptions
+from pytest_jaxport.view.formatting import natural_key, number, pct, seconds_text
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import (
-    ReportView,
-    build_view,
-    natural_key,
-    number,
-    pct,
-    seconds_text,
-)
-from pytest_jaxport.view.text import (
+from pytest_jaxport.view.markdown import (
     MARKDOWN_BUDGET,
     MARKDOWN_PROBLEMS,
-    WIDTH,
     md_code,
     render_markdown,
-    render_text,
 )
+from pytest_jaxport.view.text import WIDTH, render_text
+from pytest_jaxport.view.viewmodel.build import build_view
+from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks package, as `python -m` from the root finds it
@@ -492,7 +486,8 @@ def test_units_and_natural_order() -> None:
 def test_the_view_says_what_an_estimate_and_the_days_can_bear() -> None:
     """The ranking's words, the band's spans on the bar, and the days with the fixed part
     apart, as every format reads them from the view model."""
-    from pytest_jaxport.view.model import band_spans, share_row, targets_of
+    from pytest_jaxport.view.viewmodel.rewrites import targets_of
+    from pytest_jaxport.view.viewmodel.shares import band_spans, share_row
 
     row = share_row(
         "cuda",
@@ -549,7 +544,7 @@ def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None
     """Two sites printed at 3.7 % are ordered by calls, checks and place, not by a difference
     in the fourth digit that moves between JAX versions (the README's table is one run's)."""
     from pytest_jaxport.model.hotspots import Hotspot
-    from pytest_jaxport.view.model import hotspots_of
+    from pytest_jaxport.view.viewmodel.sites import hotspots_of
 
     def site(location: str, share: float, checks: int) -> Hotspot:
         return Hotspot(platform="cuda", location=location, layer="vendor", name="gemm",
@@ -717,7 +712,8 @@ def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path
 def test_the_audits_findings_are_one_problem_per_platform_and_reason() -> None:
     """Pure: the audit section's findings, grouped by platform and reason into problems that
     say how many computations and which tests, counted per computation."""
-    from pytest_jaxport.view.model import audit_problems, problems_of
+    from pytest_jaxport.view.viewmodel.problems import problems_of
+    from pytest_jaxport.view.viewmodel.suite_audit import audit_problems
 
     eig = "NotImplementedError: MLIR translation rule for primitive 'eig' not found for tpu"
     computations = tuple(
@@ -761,8 +757,10 @@ def test_platform_columns_line_up_with_oneapi_among_them() -> None:
     so oneapi's columns line up with cuda's (and a report without it keeps its layout)."""
     from pytest_jaxport.model.census import Census
     from pytest_jaxport.model.probe import Probe
-    from pytest_jaxport.view.model import Headline, ReportView, ShareRow
     from pytest_jaxport.view.text import numbers_lines, platform_line, share_line
+    from pytest_jaxport.view.viewmodel.headline import Headline
+    from pytest_jaxport.view.viewmodel.reportview import ReportView
+    from pytest_jaxport.view.viewmodel.shares import ShareRow
 
     def probe(names: tuple[str, ...]) -> Probe:
         return Probe(name="f", reference="cpu", platforms={
@@ -867,7 +865,7 @@ def test_the_markdown_lists_each_platforms_top_sites() -> None:
     gets its own, the home platform's first."""
     from helpers import typed
 
-    from pytest_jaxport.view.text import MARKDOWN_OTHER_SITES, render_markdown
+    from pytest_jaxport.view.markdown import MARKDOWN_OTHER_SITES, render_markdown
 
     recorded = json.loads((Path(__file__).parent / "data" / "reports" / "demo.json").read_text())
     view = build_view(typed(recorded["report"]))

@@ -88,8 +88,9 @@ def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, 
     from pytest_jaxport.report.schema import checks_of, load, suite_numbers, summarize
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.html import render_html
-    from pytest_jaxport.view.model import build_view
-    from pytest_jaxport.view.text import render_markdown, render_text
+    from pytest_jaxport.view.markdown import render_markdown
+    from pytest_jaxport.view.text import render_text
+    from pytest_jaxport.view.viewmodel.build import build_view
 
     loaded = load(report_path)  # a typed Report; the steps below read its JSON form
     report = loaded.to_dict()

@@ -18,8 +18,9 @@ from pytest_jaxport.session.judge import MARKER
 from pytest_jaxport.session.recording import AuditRecording
 from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.session.writer import ReportWriter
-from pytest_jaxport.view.model import baseline_line, baseline_verdict, plural, stale_text
+from pytest_jaxport.view.formatting import plural
 from pytest_jaxport.view.text import audit_failure_lines, render_text
+from pytest_jaxport.view.viewmodel.baseline import baseline_line, baseline_verdict, stale_text
 
 BASELINE_SHOWN = 3
 """Stale baseline entries the terminal names after the run (the report files name all)."""

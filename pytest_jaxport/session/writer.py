@@ -40,10 +40,10 @@ from pytest_jaxport.session.recording import AuditRecording
 from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.annotations import annotation_lines, default_mode
 from pytest_jaxport.view.display import DisplayOptions
-from pytest_jaxport.view.model import ReportView, build_view
-from pytest_jaxport.view.reporters import installed_file, reporter_for, typed
-from pytest_jaxport.view.sarif import alerts
-from pytest_jaxport.view.text import render_markdown
+from pytest_jaxport.view.markdown import render_markdown
+from pytest_jaxport.view.reporters import installed_file, reporter_for
+from pytest_jaxport.view.viewmodel.build import build_view
+from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 
 class ReportWriter:
@@ -373,8 +373,8 @@ class ReportWriter:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if mode == "off" or terminal is None or not (self.ledger.tests or self.audited):
             return
-        report = typed(self.build(), self.config.rootpath / "report.json")
-        lines = annotation_lines(alerts(report, outside=installed_file), mode=mode)
+        found = self.view().alerts.in_repository(outside=installed_file)
+        lines = annotation_lines(found, mode=mode)
         if lines:  # each at the start of its own line (after pytest's progress line)
             terminal.write_line("")
         for line in lines:

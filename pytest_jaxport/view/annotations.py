@@ -2,8 +2,9 @@
 line=N,title=...::message`` lines, which GitHub attaches to the pull request's changed lines
 without any upload.
 
-:func:`annotation_lines` reads the alerts of :func:`~pytest_jaxport.view.sarif.alerts`:
-each budget violation, numerics failure and ``must_lower`` failure (level ``error``) once as
+:func:`annotation_lines` reads the view's alerts (:attr:`ReportView.alerts
+<pytest_jaxport.view.viewmodel.reportview.ReportView.alerts>`, those at the repository's
+lines): each budget violation, numerics failure and ``must_lower`` failure (level ``error``) once as
 ``::error``; with ``all``, the findings that fail nothing (level ``warning``: a kernel to
 rewrite, a check that does not lower, outputs that differ) as ``::warning``. GitHub shows
 :data:`PER_STEP` annotations of each kind per step (actions/toolkit's
@@ -13,7 +14,7 @@ never annotated: they are in the SARIF log and the report.
 
 Example::
 
-    >>> from pytest_jaxport.view.sarif import Alert
+    >>> from pytest_jaxport.view.viewmodel.alerts import Alert
     >>> alert = Alert(rule="budget-violation", level="error", file="src/m.py", line=24,
     ...               message="cuda: 2 cudnn calls > 1", title="cuda: max_library_calls.cudnn",
     ...               identity="x")
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from pytest_jaxport.view.sarif import Alert
+from pytest_jaxport.view.viewmodel.alerts import Alert
 
 AnnotationMode = Literal["off", "errors", "all"]
 MODES: tuple[AnnotationMode, ...] = ("off", "errors", "all")

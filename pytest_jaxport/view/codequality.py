@@ -1,14 +1,15 @@
 """A report's findings as a GitLab Code Quality report (pure): the JSON list GitLab's
 ``artifacts:reports:codequality`` shows in a merge request's widget and diff.
 
-Each alert of :func:`~pytest_jaxport.view.sarif.alerts` is one issue: ``description``,
+Each of the view's alerts at the repository's lines (:attr:`ReportView.alerts
+<pytest_jaxport.view.viewmodel.reportview.ReportView.alerts>`) is one issue: ``description``,
 ``check_name`` (the rule), ``fingerprint`` (the alert's, stable across runs), ``severity``
 (``major`` for an error, ``minor`` for a warning, ``info`` for a note) and ``location``
 (``path`` relative to the repository's root, ``lines.begin``).
 
 Example::
 
-    >>> from pytest_jaxport.view.sarif import Alert
+    >>> from pytest_jaxport.view.viewmodel.alerts import Alert
     >>> alert = Alert(rule="custom-kernel", level="warning", file="src/k.py", line=74,
     ...               message="cuda: hand-written kernel", title="t", identity="x")
     >>> issue = code_quality([alert])[0]
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_jaxport.view.sarif import Alert
+from pytest_jaxport.view.viewmodel.alerts import Alert
 
 SEVERITY = {"error": "major", "warning": "minor", "note": "info"}
 """GitLab's severity for each alert level (GitLab's are info, minor, major, critical,

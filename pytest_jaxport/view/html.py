@@ -1,9 +1,9 @@
 """A self-contained HTML rendering of a report (pure: a view in, a string out).
 
-:func:`render_html` lays out a :class:`pytest_jaxport.view.model.ReportView` as one HTML document
-a person opens in a browser: no scripts, no network (a ``Content-Security-Policy`` of
-``default-src 'none'`` forbids every fetch), inline CSS and inline SVG only. It opens on what
-needs attention:
+:func:`render_html` lays out a :class:`~pytest_jaxport.view.viewmodel.reportview.ReportView`
+as one HTML document a person opens in a browser: no scripts, no network (a
+``Content-Security-Policy`` of ``default-src 'none'`` forbids every fetch), inline CSS (the
+package's ``assets/report.css``) and inline SVG only. It opens on what needs attention:
 
 1. the header: the verdict, tiles (each links to its section) and the environment;
 2. the problems, grouped by budget key and platform (violations, checks that do not lower,
@@ -17,7 +17,7 @@ needs attention:
 7. per-test details (every test up to :data:`ALL_DETAILS_UP_TO` tests, beyond that the tests
    with problems).
 
-Every string from the report is escaped. :func:`html` takes a report dict.
+Every string from the report is escaped. :func:`html` takes a report and builds its view.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -26,41 +26,38 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from html import escape
+from importlib.resources import files
 
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.runtime_share import RANKING, SHARE_LAYERS
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.view.display import DisplayOptions
-from pytest_jaxport.view.model import (
-    FIXED,
-    LAYOUT,
-    NO_AUTOTUNE_NOTE,
-    Cell,
-    CheckRow,
-    FormatRow,
-    Problem,
-    ProblemGroup,
-    ReportView,
-    ShareRow,
-    TargetRow,
-    TestRow,
-    build_view,
+from pytest_jaxport.view.formatting import (
     days_text,
-    hotspot_cells,
-    hotspot_headers,
-    hotspot_title,
     number,
-    padding_line,
     pct,
     plural,
     seconds_text,
     sentence,
-    setting_text,
-    share_row,
-    totals_note,
 )
+from pytest_jaxport.view.viewmodel.build import build_view
+from pytest_jaxport.view.viewmodel.details import padding_line
+from pytest_jaxport.view.viewmodel.matrix import Cell, CheckRow, FormatRow, TestRow
+from pytest_jaxport.view.viewmodel.notes import NO_AUTOTUNE_NOTE
+from pytest_jaxport.view.viewmodel.problems import Problem, ProblemGroup, setting_text
+from pytest_jaxport.view.viewmodel.reportview import ReportView
+from pytest_jaxport.view.viewmodel.rewrites import FIXED, RewriteRow, TargetRow
+from pytest_jaxport.view.viewmodel.shares import ShareRow, share_row
+from pytest_jaxport.view.viewmodel.sites import (
+    LAYOUT,
+    hotspot_cells,
+    hotspot_headers,
+    hotspot_title,
+)
+from pytest_jaxport.view.viewmodel.totals import totals_note
 
 __all__ = ["html", "render_html"]
 
@@ -574,6 +571,8 @@ def _numbers(view: ReportView, anchor: str = "numbers") -> str:
 
 
 def _rewrite(targets: Sequence[TargetRow], *, home: str) -> str:
+    """Kernels to rewrite and engineering days: a pair of tiles per target, then the cost
+    breakdown of the targets that are priced and what the estimate counts."""
     tiles = "".join(
         f'<div class="target"><h4>to {_e(t.target)}</h4><div class="pair">'
         f'<div class="tile{" warn" if t.kernels else ""}"><span class="value">'
@@ -591,68 +590,74 @@ def _rewrite(targets: Sequence[TargetRow], *, home: str) -> str:
     ]
     priced = [t for t in targets if t.breakdown]
     if priced:
-        scale = max(t.days or 0.0 for t in priced)
-        labels = list(dict.fromkeys((key, label) for t in priced for key, label, _ in t.breakdown))
-        head = "".join(f'<th scope="col" class="num">{_e(t.target)}</th>' for t in priced)
-        rows = []
-        for key, label in labels:
-            if key == FIXED and any(t.fixed for t in priced):  # the project's part above it
-                cells = "".join(
-                    f'<td class="num">{days_text(t.from_project or 0.0)}</td>' for t in priced
-                )
-                rows.append(
-                    f'<tr class="subtotal"><th scope="row">from the project</th>{cells}</tr>'
-                )
-            cells = "".join(
-                f'<td class="num">{days_text(next((d for k, _, d in t.breakdown if k == key), 0))}'
-                "</td>"
-                for t in priced
-            )
-            rows.append(
-                f'<tr><th scope="row"><span class="swatch" style="background:'
-                f'{_cost_colour(key)}" aria-hidden="true"></span>{_e(label)}</th>'
-                f"{cells}</tr>"
-            )
-        total = "".join(
-            f'<td class="num"><strong>{days_text(t.days or 0.0)}</strong></td>' for t in priced
-        )
-        rows.append(f'<tr class="total"><th scope="row">total days</th>{total}</tr>')
-        bars = "".join(
-            f'<tr><th scope="row">{_e(t.target)}</th><td class="barcell">{days_bar(t, scale)}'
-            f'</td><td class="num">{days_text(t.days or 0.0)} d</td></tr>'
-            for t in priced
-        )
-        out.append(
-            '<div class="split"><table class="breakdown"><caption>Cost breakdown, days '
-            "(configurable in <code>[tool.jaxport.cost]</code>)</caption><thead><tr>"
-            f'<th scope="col">item</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
-            '</table><table class="daybars"><caption>Days per target</caption><thead><tr>'
-            '<th scope="col">target</th><th scope="col">breakdown</th>'
-            f'<th scope="col" class="num">total</th></tr></thead><tbody>{bars}</tbody></table>'
-            "</div>"
-        )
+        out.append(_cost_breakdown(priced))
     items = [(t.target, i) for t in targets for i in t.items]
     if items:
-        rows = []
-        for target, item in items:
-            cls = STATUS_CLASS[item.status]
-            where = f"<code>{_e(item.location)}</code>" if item.location else "—"
-            rows.append(
-                f'<tr><td>{_e(target)}</td><td><span class="pill {cls}">{_e(item.status)}</span>'
-                f'<span class="statusnote">{_e(STATUS_NOTES[item.status])}</span></td>'
-                f"<td><code>{_e(item.name)}</code></td>"
-                f'<td class="nowrap">{_e(item.kind)}</td>'
-                f"<td>{where}</td><td>{_e(item.check)}</td>"
-                f'<td class="reason">{_e(item.reason)}</td></tr>'
-            )
-        out.append(
-            '<table class="items"><caption>What the estimate counts: each kernel or dispatch '
-            f'bound to {_e(home)}, per target</caption><thead><tr><th scope="col">target</th>'
-            '<th scope="col">status</th><th scope="col">kernel</th><th scope="col">kind</th>'
-            '<th scope="col">source</th><th scope="col">check</th><th scope="col">why</th>'
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        )
+        out.append(_rewrite_items(items, home=home))
     return "".join(out)
+
+
+def _cost_breakdown(priced: Sequence[TargetRow]) -> str:
+    """The priced targets' days by cost item (the project's part above the fixed one) beside
+    a bar per target."""
+    scale = max(t.days or 0.0 for t in priced)
+    labels = list(dict.fromkeys((key, label) for t in priced for key, label, _ in t.breakdown))
+    head = "".join(f'<th scope="col" class="num">{_e(t.target)}</th>' for t in priced)
+    rows = []
+    for key, label in labels:
+        if key == FIXED and any(t.fixed for t in priced):  # the project's part above it
+            cells = "".join(
+                f'<td class="num">{days_text(t.from_project or 0.0)}</td>' for t in priced
+            )
+            rows.append(f'<tr class="subtotal"><th scope="row">from the project</th>{cells}</tr>')
+        days = [next((d for k, _, d in t.breakdown if k == key), 0) for t in priced]
+        cells = "".join(f'<td class="num">{days_text(d)}</td>' for d in days)
+        rows.append(
+            f'<tr><th scope="row"><span class="swatch" style="background:'
+            f'{_cost_colour(key)}" aria-hidden="true"></span>{_e(label)}</th>'
+            f"{cells}</tr>"
+        )
+    total = "".join(
+        f'<td class="num"><strong>{days_text(t.days or 0.0)}</strong></td>' for t in priced
+    )
+    rows.append(f'<tr class="total"><th scope="row">total days</th>{total}</tr>')
+    bars = "".join(
+        f'<tr><th scope="row">{_e(t.target)}</th><td class="barcell">{days_bar(t, scale)}'
+        f'</td><td class="num">{days_text(t.days or 0.0)} d</td></tr>'
+        for t in priced
+    )
+    return (
+        '<div class="split"><table class="breakdown"><caption>Cost breakdown, days '
+        "(configurable in <code>[tool.jaxport.cost]</code>)</caption><thead><tr>"
+        f'<th scope="col">item</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        '</table><table class="daybars"><caption>Days per target</caption><thead><tr>'
+        '<th scope="col">target</th><th scope="col">breakdown</th>'
+        f'<th scope="col" class="num">total</th></tr></thead><tbody>{bars}</tbody></table>'
+        "</div>"
+    )
+
+
+def _rewrite_items(items: Sequence[tuple[str, RewriteRow]], *, home: str) -> str:
+    """Each kernel or dispatch bound to ``home`` the estimate counts, per target."""
+    rows = []
+    for target, item in items:
+        cls = STATUS_CLASS[item.status]
+        where = f"<code>{_e(item.location)}</code>" if item.location else "—"
+        rows.append(
+            f'<tr><td>{_e(target)}</td><td><span class="pill {cls}">{_e(item.status)}</span>'
+            f'<span class="statusnote">{_e(STATUS_NOTES[item.status])}</span></td>'
+            f"<td><code>{_e(item.name)}</code></td>"
+            f'<td class="nowrap">{_e(item.kind)}</td>'
+            f"<td>{where}</td><td>{_e(item.check)}</td>"
+            f'<td class="reason">{_e(item.reason)}</td></tr>'
+        )
+    return (
+        '<table class="items"><caption>What the estimate counts: each kernel or dispatch '
+        f'bound to {_e(home)}, per target</caption><thead><tr><th scope="col">target</th>'
+        '<th scope="col">status</th><th scope="col">kernel</th><th scope="col">kind</th>'
+        '<th scope="col">source</th><th scope="col">check</th><th scope="col">why</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _hotspot_table(sites: Sequence[Hotspot], unit: str = "check") -> str:
@@ -688,7 +693,7 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
         sites = [h for h in view.hotspots if h.platform == platform and h.layer != LAYOUT]
         layout = view.layout_group(platform)
         shown = sites if shown_rows is None else sites[:shown_rows]
-        title = hotspot_title(view, platform, len(shown), grouped=True)
+        title = hotspot_title(view.hotspots, platform, len(shown), grouped=True)
         block = f"<h3>{_e(sentence(title))}</h3>"
         if shown:
             block += _hotspot_table(shown, view.unit)
@@ -1142,162 +1147,11 @@ def _test_details(view: ReportView) -> str:
     )
 
 
-CSS = """
-:root { color-scheme: light; --fg:#1f2328; --muted:#57606a; --line:#d0d7de; --soft:#f6f8fa;
-  --good:#116329; --goodbg:#dafbe1; --bad:#a40e26; --badbg:#ffebe9; --warn:#7d4e00;
-  --warnbg:#fff8c5; --ref:#0a3069; --refbg:#ddf4ff; }
-* { box-sizing: border-box; }
-body { margin: 0; color: var(--fg); background: #fff; line-height: 1.45;
-  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans",
-  "DejaVu Sans", sans-serif; -webkit-print-color-adjust: exact; print-color-adjust: exact; }
-main, header.top { max-width: 1240px; margin: 0 auto; padding: 0 24px; }
-header.top { display: grid; grid-template-columns: 1fr; gap: 10px 24px; align-items: end;
-  padding-top: 20px; padding-bottom: 12px; }
-h1 { font-size: 26px; margin: 0; letter-spacing: -0.01em; }
-h2 { font-size: 19px; margin: 32px 0 8px; padding-bottom: 4px;
-  border-bottom: 1px solid var(--line); }
-h3 { font-size: 16px; margin: 20px 0 8px; }
-h4 { font-size: 14px; margin: 16px 0 6px; }
-.sub { margin: 4px 0 0; color: var(--muted); }
-.verdict { font-weight: 600; }
-.verdict.good { color: var(--good); } .verdict.bad { color: var(--bad); }
-.facts { grid-column: 1 / -1; display: flex; flex-wrap: wrap; gap: 4px 28px; margin: 8px 0 0; }
-.facts div { display: flex; gap: 6px; } .facts dt { color: var(--muted); }
-.facts dd { margin: 0; font-weight: 500; }
-.tiles, .pair { display: flex; flex-wrap: wrap; gap: 10px; }
-.tile { min-width: 96px; padding: 8px 12px; border: 1px solid var(--line); border-radius: 8px;
-  background: var(--soft); display: flex; flex-direction: column; }
-.tile .value { font-size: 24px; font-weight: 650; line-height: 1.1;
-  font-variant-numeric: tabular-nums; }
-.tile .label { color: var(--muted); font-size: 12px; }
-.tile .parts { color: var(--muted); font-size: 12px; margin-top: 2px; }
-.tile.good .value { color: var(--good); } .tile.bad { background: var(--badbg);
-  border-color: #ffcecb; } .tile.bad .value { color: var(--bad); }
-.tile.warn { background: var(--warnbg); border-color: #eed888; }
-.tile.warn .value { color: var(--warn); }
-.targets { display: flex; flex-wrap: wrap; gap: 12px 28px; }
-.targets h4 { margin: 0 0 4px; color: var(--muted); font-weight: 600; }
-table { border-collapse: collapse; margin: 8px 0 12px; font-variant-numeric: tabular-nums; }
-caption { text-align: left; color: var(--muted); padding: 0 0 6px; font-size: 13px; }
-th, td { border-bottom: 1px solid var(--line); padding: 5px 10px; text-align: left;
-  vertical-align: top; }
-thead th { background: var(--soft); font-size: 12px; text-transform: uppercase;
-  letter-spacing: 0.03em; color: var(--muted); border-bottom: 2px solid var(--line); }
-tbody th { font-weight: 600; }
-.num { text-align: right; white-space: nowrap; }
-table.totals thead th { white-space: normal; }
-td.barcell { vertical-align: middle; padding: 4px 10px; }
-.libs, .reason { color: var(--muted); max-width: 340px; }
-table.shares td.libs { min-width: 160px; }
-table.shares td.barcell { width: 360px; }
-table.shares svg.bar { width: 100%; min-width: 220px; max-width: 360px; height: auto; }
-ul.basis { list-style: none; padding: 0; margin: 0 0 12px; font-size: 12.5px; color: var(--muted); }
-tr.total th, tr.total td { border-top: 2px solid var(--line); }
-tr.subtotal th, tr.subtotal td { border-top: 1px solid var(--line); font-style: italic; }
-code { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", "DejaVu Sans Mono",
-  "Liberation Mono", monospace; overflow-wrap: break-word; }
-pre { font: 12.5px/1.45 ui-monospace, "DejaVu Sans Mono", "Liberation Mono", monospace;
-  background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px;
-  white-space: pre-wrap; overflow-wrap: anywhere; margin: 6px 0; }
-pre.violation { background: var(--badbg); border-color: #ffcecb; color: #5d0011; }
-.note { color: var(--muted); margin: 4px 0 8px; max-width: 900px; }
-.muted { color: var(--muted); } .nowrap { white-space: nowrap; }
-.statusnote { display: block; color: var(--muted); font-size: 12px; margin-top: 2px; }
-.legend { list-style: none; display: flex; flex-wrap: wrap; gap: 4px 18px; padding: 0;
-  margin: 6px 0; font-size: 13px; color: var(--muted); }
-.legend li { display: flex; align-items: center; gap: 6px; }
-.swatch { display: inline-block; width: 12px; height: 12px; border-radius: 3px;
-  vertical-align: -1px; margin-right: 6px; border: 1px solid rgba(0,0,0,.15); }
-.swatch.cellgood { background: #f3fcf5; border: 1px solid #4ac26b; border-left-width: 4px; }
-.swatch.cellwarn { background: #fffbe6; border: 1px solid #d4a72c; border-left-width: 4px; }
-.swatch.cellbad { background: var(--badbg); border: 1px solid #cf222e; border-left-width: 4px; }
-.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px;
-  font-weight: 600; white-space: nowrap; }
-.badge.measured { background: var(--goodbg); color: var(--good); border: 1px solid #aceebb; }
-.badge.estimated { background: #fff; color: var(--warn); border: 1px dashed #bf8700; }
-.badge.ranking { display: block; width: fit-content; margin-top: 3px; background: var(--warnbg);
-  color: var(--warn); border: 1px solid #d4a72c; }
-.pill { display: inline-block; padding: 0 7px; border-radius: 10px; font-size: 12px;
-  font-weight: 600; background: var(--soft); color: var(--muted); border: 1px solid var(--line);
-  white-space: nowrap; }
-.pill.good { background: var(--goodbg); color: var(--good); border-color: #aceebb; }
-.pill.bad { background: var(--badbg); color: var(--bad); border-color: #ffcecb; }
-.pill.warn, .pill.vendor { background: var(--warnbg); color: var(--warn); border-color: #eed888; }
-.pill.custom { background: #f8e6f0; color: #7a1f55; border-color: #e8bcd6; }
-.pill.format, .pill.layout { background: #e6eefa; color: #1f4e8c; border-color: #bcd0ec; }
-svg.bar { display: block; font: 600 11px system-ui, "Liberation Sans", "DejaVu Sans",
-  sans-serif; }
-svg.bar .track { fill: #eaeef2; }
-svg.bar .estimate-outline { stroke: #1f2328; stroke-width: 1; stroke-dasharray: 4 3; }
-svg.bar.estimated .seg { fill-opacity: 0.8; }
-.split { display: flex; flex-wrap: wrap; gap: 8px 40px; align-items: flex-start; }
-.scroll { overflow-x: auto; }
-table.matrix { width: 100%; }
-table.matrix th.testname { max-width: 300px; }
-.tname { display: block; font-weight: 600; font-size: 13px; }
-.tpath { display: block; font-weight: 400; color: var(--muted); font-size: 11.5px;
-  overflow-wrap: break-word; }
-table.matrix th.checkname code { font-weight: 400; }
-table.matrix th.checkname.variant { padding-left: 1.2em; font-weight: 400; }
-table.matrix tbody th, table.matrix tbody td { border-bottom-color: #e4e8ec; }
-.tag { display: inline-block; margin-left: 6px; padding: 0 5px; border-radius: 4px;
-  font-size: 10px; text-transform: none; letter-spacing: 0; background: var(--refbg);
-  color: var(--ref); }
-td.cell { font-size: 12.5px; min-width: 150px; border-left: 3px solid transparent; }
-td.cell > div { white-space: nowrap; }
-td.cell > div.viol { white-space: normal; }
-td.cell.good { background: #f3fcf5; border-left-color: #4ac26b; }
-td.cell.warn { background: #fffbe6; border-left-color: #d4a72c; }
-td.cell.bad { background: var(--badbg); border-left-color: #cf222e; }
-td.cell.na { background: var(--soft); color: var(--muted); }
-td.cell[title] { cursor: help; }
-.mark { font-weight: 700; } .mark.good { color: var(--good); } .mark.bad { color: var(--bad); }
-.level { display: inline-block; margin-left: 4px; padding: 0 4px; border-radius: 3px;
-  font-size: 10.5px; background: #eaeef2; color: var(--muted); }
-.level.compiled { background: var(--refbg); color: var(--ref); }
-.numerics { font-weight: 600; } .numerics .muted { font-weight: 400; }
-.numerics.good { color: var(--good); } .numerics.bad { color: var(--bad); }
-.numerics.ref { color: var(--ref); } .numerics.muted { color: var(--muted); font-weight: 400; }
-.viol, .badtext { color: var(--bad); font-weight: 600; } .warntext { color: #9a6700; }
-a { color: #0550ae; text-decoration: none; } a:hover { text-decoration: underline; }
-details.test { border: 1px solid var(--line); border-radius: 8px; margin: 10px 0;
-  background: #fff; }
-details.test > summary { padding: 8px 12px; cursor: pointer; background: var(--soft);
-  border-radius: 8px; }
-details.test[open] > summary { border-bottom: 1px solid var(--line);
-  border-radius: 8px 8px 0 0; }
-.testbody { padding: 4px 14px 10px; }
-ul.problems { padding-left: 18px; }
-nav.toc { max-width: 1240px; margin: 0 auto; padding: 8px 24px; display: flex; flex-wrap: wrap;
-  gap: 4px 18px; font-size: 13px; border-bottom: 1px solid var(--line); }
-a.tile { color: inherit; text-decoration: none; } a.tile:hover { border-color: #0550ae; }
-section.problems h3 { display: flex; gap: 10px; align-items: baseline; flex-wrap: wrap; }
-section.problems h3 .muted { font-weight: 400; font-size: 13px; }
-.group { border: 1px solid #ffcecb; border-left: 4px solid #cf222e; border-radius: 6px;
-  padding: 2px 12px 6px; margin: 10px 0; background: #fffafa; }
-.group.finding { border-color: #eed888; border-left-color: #d4a72c; background: #fffdf3; }
-.group table { width: 100%; margin: 4px 0; }
-.allclear { padding: 10px 14px; border: 1px solid #aceebb; border-left: 4px solid #4ac26b;
-  border-radius: 6px; background: #f3fcf5; color: var(--good); font-weight: 600; }
-details.more > summary { cursor: pointer; color: #0550ae; margin: 4px 0; }
-td.cell.c { min-width: 90px; white-space: nowrap; }
-table.hotspots td.site { max-width: 420px; overflow-wrap: anywhere; }
-footer { max-width: 1240px; margin: 32px auto 24px; padding: 8px 24px 0; color: var(--muted);
-  font-size: 12px; border-top: 1px solid var(--line); }
-@media print {
-  body { font-size: 11px; }
-  main, header.top { max-width: none; padding: 0; }
-  h2 { break-after: avoid; } tr, .tile, pre, svg { break-inside: avoid; }
-  details.test { break-inside: auto; border: none; }
-  details.test > summary { list-style: none; }
-  details::details-content { content-visibility: visible; display: block; }
-  .scroll { overflow: visible; } a { color: inherit; }
-  table { width: 100%; } th, td { padding: 3px 5px; }
-  td.cell { min-width: 0; font-size: 10.5px; } td.cell > div, .nowrap, .num { white-space: normal; }
-  code, pre, .tpath { overflow-wrap: anywhere; font-size: 10.5px; }
-  thead th { font-size: 10px; } .libs, .reason { max-width: none; }
-}
-"""
+@lru_cache(maxsize=1)
+def stylesheet() -> str:
+    """The page's CSS: ``assets/report.css``, package data beside this module, read once and
+    inlined (the page fetches nothing)."""
+    return (files("pytest_jaxport.view") / "assets" / "report.css").read_text(encoding="utf-8")
 
 
 def html(report: Report, options: DisplayOptions | None = None) -> str:
@@ -1348,6 +1202,6 @@ def render_html(view: ReportView, options: DisplayOptions) -> str:
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">\n"
         '<meta name="generator" content="pytest-jaxport">\n'
-        f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n"
+        f"<title>{_e(title)}</title>\n<style>\n{stylesheet()}</style>\n</head>\n<body>\n{body}\n"
         "</body>\n</html>\n"
     )

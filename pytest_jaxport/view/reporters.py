@@ -22,9 +22,9 @@ from pytest_jaxport.report.schema import from_json, write_json, write_text
 from pytest_jaxport.view.codequality import code_quality
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.model import ReportView
-from pytest_jaxport.view.sarif import alerts, sarif_log
-from pytest_jaxport.view.text import render_markdown
+from pytest_jaxport.view.markdown import render_markdown
+from pytest_jaxport.view.sarif import render_sarif
+from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 
 class ReportSource(Protocol):
@@ -78,21 +78,21 @@ def installed_file(file: str) -> bool:
     return any((Path(folder) / file).is_file() for folder in folders)
 
 
-def sarif_text(built: Mapping[str, Any] | Report, path: Path) -> str:
-    """The report's findings as a SARIF 2.1.0 log's text (view/sarif.py); ``path`` names
-    the report in what its check refuses."""
-    log = sarif_log(typed(built, path), outside=installed_file)
+def sarif_text(view: ReportView) -> str:
+    """The view's findings as a SARIF 2.1.0 log's text (view/sarif.py), those at installed
+    packages' files left out."""
+    log = render_sarif(view, outside=installed_file)
     return json.dumps(log, indent=2) + "\n"
 
 
 def write_sarif_report(path: Path, source: ReportSource) -> None:
     """The findings as a SARIF 2.1.0 log, for code scanning."""
-    write_text(path, sarif_text(source.build(), path))
+    write_text(path, sarif_text(source.view()))
 
 
 def write_code_quality_report(path: Path, source: ReportSource) -> None:
     """The findings as a GitLab Code Quality report (view/codequality.py)."""
-    found = alerts(typed(source.build(), path), outside=installed_file)
+    found = source.view().alerts.in_repository(outside=installed_file)
     write_text(path, json.dumps(code_quality(found), indent=2) + "\n")
 
 

@@ -1,28 +1,20 @@
-"""Findings where reviewers look: a report's findings as alerts at the user's source lines,
-and the SARIF 2.1.0 log GitHub code scanning, GitLab and Azure DevOps show inline (pure).
+"""Findings where reviewers look: the SARIF 2.1.0 log GitHub code scanning, GitLab and Azure
+DevOps show inline (pure: a view in, a log out).
 
-:func:`alerts` reads a typed :class:`~pytest_jaxport.report.document.Report` once into
-:class:`Alert` values, each one finding at one line of the repository: a vendor-library or
-custom-kernel site, a numeric-format or memory-layout site, a check that does not lower, a
-budget violation, a numerics difference, a tooling assumption; the suite audit's sites and
-findings, and a merged report's legs, too. :func:`sarif_log` writes them as one SARIF run,
-with one rule per kind of finding (:data:`RULES`); ``view.annotations`` prints the same
+:func:`render_sarif` writes the view's alerts
+(:class:`~pytest_jaxport.view.viewmodel.alerts.Alerts`, the report's findings at the
+repository's lines) as one SARIF run, with one rule per kind of finding (:data:`RULES`);
+:func:`sarif_log` takes a report and builds its view. ``view.annotations`` lays out the same
 alerts as GitHub Actions workflow commands, ``view.codequality`` as a GitLab Code Quality
 report.
 
-An alert's level says what it does to the run: ``error`` for what fails a test or the
-audit's gate, ``warning`` for findings that fail nothing but need a decision (a kernel to
-rewrite, a check that does not lower, outputs that differ), ``note`` for the rest (vendor
-calls with a counterpart elsewhere, format and layout findings, tooling assumptions).
-
 Locations are the report's, relative to pytest's rootdir (``uriBaseId`` ``%SRCROOT%``): a
 site in an installed package or outside the rootdir has no line in the repository and is
-left out of the results (counted in the run's properties); a finding with no line of its own
-is placed at its test's file (a budget of the suite's: the configuration file).
+left out of the results (counted in the run's properties, ``leftOut``).
 
-Fingerprints (``partialFingerprints``) identify an alert without its line number: its rule,
-platform, file, what it is, and its rank among the alerts of the same identity in that file,
-so code scanning keeps tracking it when lines above it move, and closes it when the site goes.
+Fingerprints (``partialFingerprints``) identify an alert without its line number
+(:attr:`~pytest_jaxport.view.viewmodel.alerts.Alert.fingerprint`), so code scanning keeps
+tracking it when lines above it move, and closes it when the site goes.
 
 Example::
 
@@ -35,10 +27,10 @@ Example::
     ...     config=Config(platforms=("cpu", "cuda"), reference="cpu"),
     ...     summary=Summary(tests=1, checks=1, failed_tests=0, violations=0, outcomes={},
     ...                     platforms={}, hotspots=(site,)), tests=())
-    >>> [alert] = alerts(report)
-    >>> (alert.rule, alert.level, alert.file, alert.line)
-    ('vendor-library', 'note', 'src/m.py', 24)
-    >>> alert.message
+    >>> [result] = sarif_log(report)["runs"][0]["results"]
+    >>> result["ruleId"], result["level"], result["locations"][0]["physicalLocation"]["region"]
+    ('vendor-library', 'note', {'startLine': 24})
+    >>> result["message"]["text"]
     'cuda: cudnn stablehlo.convolution, 2 dispatches in 1 check (1 test)'
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -46,19 +38,15 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
-from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
-from pytest_jaxport.model.hotspots import Hotspot
-from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
-from pytest_jaxport.report.document import Report, TestEntry
+from pytest_jaxport.report.document import Report
 from pytest_jaxport.version import __version__
-from pytest_jaxport.view.model import emulated_sites
+from pytest_jaxport.view.viewmodel.alerts import Alert, AlertLevel
+from pytest_jaxport.view.viewmodel.build import build_view
+from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 PROJECT_URL = "https://github.com/pytest-jaxport/pytest-jaxport"
 """The project's home (``[project.urls]`` in pyproject.toml says the same; a test keeps them
@@ -71,13 +59,10 @@ SRCROOT = "%SRCROOT%"
 FINGERPRINT = "jaxportFinding/v1"
 """The key of an alert's fingerprint in ``partialFingerprints``."""
 
-Level = Literal["error", "warning", "note"]
-LEVELS: tuple[Level, ...] = ("error", "warning", "note")
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
-    """One kind of finding: a SARIF ``reportingDescriptor``."""
+class SarifRule:
+    """One kind of finding (an alert's ``rule``): a SARIF ``reportingDescriptor``."""
 
     id: str
     name: str
@@ -87,8 +72,9 @@ class Rule:
     """What to do about it."""
     docs: str
     """The docs page and section (``reference.md#...``), under :data:`DOCS_URL`."""
-    level: Level
-    """Its usual level (an alert that fails a test or the gate is an ``error`` anyway)."""
+    level: AlertLevel
+    """Its usual level, the rule's ``defaultConfiguration`` (an alert that fails a test or
+    the gate is an ``error`` anyway)."""
 
     @property
     def help_uri(self) -> str:
@@ -107,8 +93,8 @@ class Rule:
         }
 
 
-RULES: tuple[Rule, ...] = (
-    Rule(
+RULES: tuple[SarifRule, ...] = (
+    SarifRule(
         id="vendor-library",
         name="VendorLibraryCall",
         short="A vendor-library call on one platform",
@@ -120,7 +106,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#classification-rules-lowered-level",
         level="note",
     ),
-    Rule(
+    SarifRule(
         id="custom-kernel",
         name="CustomKernel",
         short="A hand-written kernel to rewrite on other backends",
@@ -131,7 +117,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#classification-rules-lowered-level",
         level="warning",
     ),
-    Rule(
+    SarifRule(
         id="numeric-format",
         name="NumericFormat",
         short="A numeric format that does not port as it is",
@@ -143,7 +129,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#numeric-formats-and-memory-layout",
         level="note",
     ),
-    Rule(
+    SarifRule(
         id="memory-layout",
         name="MemoryLayout",
         short="A memory layout that costs on the platform named",
@@ -154,7 +140,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#numeric-formats-and-memory-layout",
         level="note",
     ),
-    Rule(
+    SarifRule(
         id="does-not-lower",
         name="DoesNotLower",
         short="A check that does not lower for a platform",
@@ -165,7 +151,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#tooljaxportbudget-and-tooljaxportbudgetplatform",
         level="warning",
     ),
-    Rule(
+    SarifRule(
         id="budget-violation",
         name="BudgetViolation",
         short="A portability budget is exceeded",
@@ -176,7 +162,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#tooljaxportbudget-and-tooljaxportbudgetplatform",
         level="error",
     ),
-    Rule(
+    SarifRule(
         id="numerics-difference",
         name="NumericsDifference",
         short="Outputs differ across backends",
@@ -187,7 +173,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#tooljaxporttolerancedtype-and-tooljaxporttoleranceplatformdtype",
         level="error",
     ),
-    Rule(
+    SarifRule(
         id="numerics-may-differ",
         name="NumericsMayDiffer",
         short="Outputs may differ on the chip (emulated)",
@@ -200,7 +186,7 @@ RULES: tuple[Rule, ...] = (
         docs="reference.md#may-differ-what-the-chip-may-do",
         level="warning",
     ),
-    Rule(
+    SarifRule(
         id="tooling-assumption",
         name="ToolingAssumption",
         short="An NVIDIA-bound tooling assumption",
@@ -215,347 +201,6 @@ RULES: tuple[Rule, ...] = (
 """Every kind of finding, each one SARIF rule."""
 
 RULE_IDS = tuple(rule.id for rule in RULES)
-_RULES = {rule.id: rule for rule in RULES}
-_LOWER_KEYS = ("must_lower", "must_trace")
-_SITE_RULES = {
-    "vendor": "vendor-library",
-    "custom": "custom-kernel",
-    "format": "numeric-format",
-    "layout": "memory-layout",
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Alert:
-    """One finding at one line of the repository."""
-
-    rule: str
-    level: Level
-    file: str
-    """Relative to the repository's root, ``/``-separated."""
-    line: int
-    message: str
-    title: str
-    """A short title (an annotation's)."""
-    identity: str
-    """What the alert is, without its line: the fingerprint's text before its rank."""
-    rank: int = 0
-    """Its place among the alerts of the same identity in :attr:`file`, in line order."""
-
-    @property
-    def fingerprint(self) -> str:
-        """Stable across runs, serial or under pytest-xdist, and across lines moving above."""
-        text = f"{self.identity}#{self.rank}"
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
-
-
-def split_location(location: str | None) -> tuple[str, int] | None:
-    """``("src/m.py", 24)`` for ``src/m.py:24``; ``None`` without a line.
-
-    >>> split_location("src/m.py:24"), split_location("m.py"), split_location(None)
-    (('src/m.py', 24), None, None)
-    """
-    if not location:
-        return None
-    file, _, line = location.rpartition(":")
-    if not file or not line.isdigit():
-        return None
-    return file.replace("\\", "/"), max(1, int(line))
-
-
-def in_repository(file: str) -> bool:
-    """Whether ``file`` (as a report shows it) can be a path in the repository: relative, not
-    above the root (a site-packages file shows relative to its ``site-packages``: the
-    reporter knows those apart, :func:`alerts`'s ``outside``).
-
-    >>> in_repository("src/m.py"), in_repository("/opt/x.py"), in_repository("../x.py")
-    (True, False, False)
-    """
-    return not (file.startswith("/") or _DRIVE.match(file) or ".." in file.split("/"))
-
-
-def _test_file(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
-def _count(n: int, word: str, words: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (words or word + 's')}"
-
-
-def _site_alert(site: Hotspot, *, audit: bool) -> Alert | None:
-    rule = _SITE_RULES.get(site.layer)
-    where = split_location(site.location)
-    if rule is None or where is None:
-        return None
-    file, line = where
-    reached = (
-        f"{_count(site.checks, 'computation')} of the audited suite"
-        if audit
-        else f"{_count(site.checks, 'check')} ({_count(site.tests, 'test')})"
-    )
-    if site.layer == "vendor":
-        what = f"{site.library or 'vendor'} {site.name}"
-        counted = _count(site.dispatches, "dispatch", "dispatches")
-    elif site.layer == "custom":
-        what = f"hand-written kernel {site.name} ({site.kind})"
-        counted = _count(site.dispatches, "dispatch", "dispatches")
-    else:
-        what = f"{site.name} ({site.kind})"
-        counted = _count(site.dispatches, "finding")
-    return Alert(
-        rule=rule,
-        level=_RULES[rule].level,
-        file=file,
-        line=line,
-        message=f"{site.platform}: {what}, {counted} in {reached}",
-        title=f"{site.platform}: {site.what}",
-        identity="|".join(
-            (rule, site.platform, file, site.name, site.library or site.kind, "audit" * audit)
-        ),
-    )
-
-
-def _violation_place(
-    violation: Violation, fallback: str, lines: Sequence[str] = ()
-) -> tuple[str, int]:
-    for line in lines:
-        where = split_location(line)
-        if where is not None and in_repository(where[0]):
-            return where
-    for kernel in violation.kernels:
-        if kernel.location is not None:
-            where = split_location(str(kernel.location))
-            if where is not None:
-                return where
-    for finding in violation.findings:
-        if finding.location is not None:
-            where = split_location(str(finding.location))
-            if where is not None:
-                return where
-    return fallback, 1
-
-
-def _violation_alert(
-    violation: Violation,
-    *,
-    fallback: str,
-    subject: str,
-    leg: str | None,
-    lines: Sequence[str] = (),
-) -> Alert:
-    title = f"{violation.where()}: {violation.key} ({violation.found_text()})"
-    if violation.key in NUMERICS_KEYS:  # numerics, not a budget key: what differs, by how much
-        rule, title = "numerics-difference", f"{violation.where()}: {violation.found_text()}"
-    elif violation.key == MAY_DIFFER_KEY:  # numerics too: what may differ, by how much
-        rule, title = "numerics-may-differ", f"{violation.where()}: {violation.found_text()}"
-    elif violation.key in _LOWER_KEYS:
-        rule = "does-not-lower"
-    else:
-        rule = "budget-violation"
-    file, line = _violation_place(violation, fallback, lines)
-    on_leg = f" [leg {leg}]" if leg else ""
-    return Alert(
-        rule=rule,
-        level="error",
-        file=file,
-        line=line,
-        message=f"{violation.headline()}; {subject}{on_leg}",
-        title=title,
-        identity="|".join(
-            (rule, violation.platform, file, violation.key, violation.check, subject)
-        ),
-    )
-
-
-def _may_differ_site(entry: PlatformProbe) -> tuple[str, int] | None:
-    """Where an emulation's widest bounded op is (the line a may-differ finding points at)."""
-    emulation = entry.emulated
-    if emulation is None or emulated_status(entry) != MAY_DIFFER:
-        return None
-    for site in emulation.bounded:
-        where = split_location(site.location) if site.location else None
-        if where is not None:
-            return where
-    return None
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
-def _test_alerts(test: TestEntry) -> Iterator[Alert]:
-    file = _test_file(test.nodeid)
-    covered: set[tuple[str, str, str]] = set()
-    sites = {(c.name, p): _may_differ_site(e) for c in test.checks
-             for p, e in c.probe.platforms.items()}  # fmt: skip
-    for i, violation in enumerate(test.violations):
-        leg = test.violation_legs[i] if i < len(test.violation_legs) else None
-        covered.add((violation.check, violation.platform, violation.key))
-        site = sites.get((violation.check, violation.platform))
-        if violation.key == MAY_DIFFER_KEY and site is not None:
-            violation = replace(violation, kernels=(), findings=())
-            yield replace(_violation_alert(violation, fallback=file, subject=test.nodeid,
-                                           leg=leg), file=site[0], line=site[1])  # fmt: skip
-            continue
-        yield _violation_alert(violation, fallback=file, subject=test.nodeid, leg=leg,
-                               lines=emulated_sites(test, violation))  # fmt: skip
-    for check in test.checks:
-        name = check.name
-        for platform, entry in check.probe.platforms.items():
-            site = sites.get((name, platform))
-            if (
-                emulated_status(entry) == MAY_DIFFER
-                and entry.emulated is not None
-                and (name, platform, MAY_DIFFER_KEY) not in covered
-            ):
-                head = may_differ_lines(entry.emulated, entry.emulated_bounds)[0]
-                at_file, at_line = site if site is not None else (file, 1)
-                yield Alert(
-                    rule="numerics-may-differ",
-                    level="warning",
-                    file=at_file,
-                    line=at_line,
-                    message=f"{emulated_label(platform)}: check {name!r} of {test.nodeid}: {head}",
-                    title=f"{platform}: {name} may differ (emulated)",
-                    identity="|".join(("numerics-may-differ", platform, file, name, test.nodeid)),
-                )
-            lowered = (name, platform, "must_lower") not in covered
-            if entry.error is not None and lowered:
-                yield Alert(
-                    rule="does-not-lower",
-                    level="warning",
-                    file=file,
-                    line=1,
-                    message=f"{platform}: check {name!r} of {test.nodeid} does not lower "
-                    f"(not in must_lower: a finding, not a failure): "
-                    f"{_first_line(entry.error.split(': ', 1)[-1])}",
-                    title=f"{platform}: {name} does not lower",
-                    identity="|".join(("does-not-lower", platform, file, name, test.nodeid)),
-                )
-            numerics = entry.numerics
-            if (
-                numerics is not None
-                and not numerics.ok
-                and not any((name, platform, k) in covered for k in NUMERICS_KEYS)
-            ):
-                yield Alert(
-                    rule="numerics-difference",
-                    level="warning",
-                    file=file,
-                    line=1,
-                    message=f"{platform}: check {name!r} of {test.nodeid}: "
-                    f"{_count(len(numerics.mismatches), 'leaf', 'leaves')} of "
-                    f"{numerics.leaves} differ from {numerics.reference}",
-                    title=f"{platform}: {name} outputs differ",
-                    identity="|".join(("numerics-difference", platform, file, name, test.nodeid)),
-                )
-    for drift in test.drifts:
-        yield Alert(
-            rule="numerics-difference",
-            level="error",
-            file=file,
-            line=1,
-            message=f"{drift.platform} (leg {drift.leg}): check {drift.check!r} of "
-            f"{test.nodeid} differs from {drift.reference} (leg {drift.reference_leg}): "
-            + (_first_line(drift.messages[0]) if drift.messages else "outputs differ"),
-            title=f"{drift.platform}: {drift.check} outputs drift across legs",
-            identity="|".join(
-                ("numerics-difference", drift.platform, file, drift.check, test.nodeid, "drift")
-            ),
-        )
-
-
-def _audit_alerts(report: Report) -> Iterator[Alert]:
-    audit = report.audit
-    if audit is None:
-        return
-    config = report.config.source if report.config.source else "pyproject.toml"
-    for site in audit.sites:
-        alert = _site_alert(site, audit=True)
-        if alert is not None:
-            yield alert
-    sources = {c.id: c.source for c in audit.computations}
-    for finding in audit.findings:
-        where = split_location(sources.get(finding.computation)) or (config, 1)
-        yield Alert(
-            rule="does-not-lower",
-            level="warning",
-            file=where[0],
-            line=where[1],
-            message=f"{finding.platform}: audited computation {finding.function} "
-            f"({finding.kind}) does not lower: {_first_line(finding.reason)}",
-            title=f"{finding.platform}: {finding.function} does not lower",
-            identity="|".join(
-                ("does-not-lower", finding.platform, where[0], finding.function, "audit")
-            ),
-        )
-    for violation in audit.violations or ():
-        yield _violation_alert(violation, fallback=config, subject="the audited suite", leg=None)
-
-
-def _tooling_alerts(report: Report) -> Iterator[Alert]:
-    numbers = report.summary.numbers
-    tooling = numbers.tooling if numbers is not None else None
-    for assumption in tooling.assumptions if tooling is not None else ():
-        yield Alert(
-            rule="tooling-assumption",
-            level="note",
-            file=assumption.file,
-            line=max(1, assumption.line),
-            message=f"{assumption.rule}: {assumption.reason} ({assumption.text})",
-            title=f"tooling: {assumption.rule}",
-            identity="|".join(
-                ("tooling-assumption", assumption.file, assumption.rule, assumption.text)
-            ),
-        )
-
-
-def alerts(report: Report, *, outside: Callable[[str], bool] | None = None) -> tuple[Alert, ...]:
-    """Every finding of ``report`` at a line of the repository, in a fixed order (level,
-    file, line, rule, message), each with its fingerprint's rank.
-
-    ``outside`` tells a file that is not the repository's though it looks relative (a site
-    in an installed package shows relative to its ``site-packages``): such alerts, and those
-    at absolute paths, are left out (:func:`left_out` counts them).
-    """
-    found = [a for a in _all_alerts(report) if _kept(a.file, outside)]
-    return _ranked(found)
-
-
-def left_out(report: Report, *, outside: Callable[[str], bool] | None = None) -> int:
-    """How many findings :func:`alerts` leaves out: their line is not in the repository."""
-    return sum(1 for a in _all_alerts(report) if not _kept(a.file, outside))
-
-
-def _kept(file: str, outside: Callable[[str], bool] | None) -> bool:
-    return in_repository(file) and not (outside is not None and outside(file))
-
-
-def _all_alerts(report: Report) -> Iterator[Alert]:
-    for test in report.tests:
-        yield from _test_alerts(test)
-    for site in report.summary.hotspots:
-        alert = _site_alert(site, audit=False)
-        if alert is not None:
-            yield alert
-    yield from _audit_alerts(report)
-    yield from _tooling_alerts(report)
-
-
-def _ranked(found: Iterable[Alert]) -> tuple[Alert, ...]:
-    ordered = sorted(
-        found, key=lambda a: (LEVELS.index(a.level), a.file, a.line, a.rule, a.message)
-    )
-    by_place = sorted(ordered, key=lambda a: (a.identity, a.line, a.message))
-    ranks: dict[int, int] = {}
-    seen: dict[str, int] = {}
-    for alert in by_place:
-        ranks[id(alert)] = seen.get(alert.identity, 0)
-        seen[alert.identity] = ranks[id(alert)] + 1
-    return tuple(replace(a, rank=ranks[id(a)]) for a in ordered)
 
 
 def _result(alert: Alert) -> dict[str, Any]:
@@ -577,17 +222,26 @@ def _result(alert: Alert) -> dict[str, Any]:
 
 
 def sarif_log(report: Report, *, outside: Callable[[str], bool] | None = None) -> dict[str, Any]:
-    """``report`` as one SARIF 2.1.0 log: one run, its tool driver pytest-jaxport with every
-    rule (:data:`RULES`), one result per :func:`alerts`."""
-    found = alerts(report, outside=outside)
-    legs: Sequence[str] = [leg.leg for leg in report.merged.legs] if report.merged else ()
+    """``report`` as one SARIF 2.1.0 log (see :func:`render_sarif`)."""
+    return render_sarif(build_view(report), outside=outside)
+
+
+def render_sarif(
+    view: ReportView, *, outside: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
+    """The view's alerts as one SARIF 2.1.0 log: one run, its tool driver pytest-jaxport with
+    every rule (:data:`RULES`), one result per alert at a line of the repository (``outside``
+    tells a file that is not the repository's though it looks relative:
+    :meth:`~pytest_jaxport.view.viewmodel.alerts.Alerts.in_repository`)."""
+    head = view.headline
+    found = view.alerts.in_repository(outside=outside)
     properties: dict[str, Any] = {
-        "platforms": list(report.config.platforms),
-        "reference": report.config.reference,
-        "leftOut": left_out(report, outside=outside),
+        "platforms": list(head.platforms),
+        "reference": head.reference,
+        "leftOut": view.alerts.left_out(outside=outside),
     }
-    if legs:
-        properties["legs"] = list(legs)
+    if head.legs:
+        properties["legs"] = list(head.legs)
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
@@ -596,7 +250,7 @@ def sarif_log(report: Report, *, outside: Callable[[str], bool] | None = None) -
                 "tool": {
                     "driver": {
                         "name": "pytest-jaxport",
-                        "version": report.tool_version or __version__,
+                        "version": head.tool_version or __version__,
                         "informationUri": PROJECT_URL,
                         "rules": [rule.to_sarif() for rule in RULES],
                     }
@@ -610,11 +264,3 @@ def sarif_log(report: Report, *, outside: Callable[[str], bool] | None = None) -
             }
         ],
     }
-
-
-def counts_by_level(found: Iterable[Alert]) -> Mapping[str, int]:
-    """How many alerts of each level (``{"error": 1, "warning": 3, "note": 80}``)."""
-    counts: dict[str, int] = dict.fromkeys(LEVELS, 0)
-    for alert in found:
-        counts[alert.level] += 1
-    return counts

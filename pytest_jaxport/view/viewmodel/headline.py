@@ -1,0 +1,224 @@
+"""The headline: the suite's counts and what it was run against (pure).
+
+:func:`headline_of` reads a report's summary, configuration and environment into a
+:class:`Headline`: the counts every format leads with, the configuration and environment as
+``(label, value)`` facts (a merged report's legs among them: :func:`merge_facts`), the
+platforms lowered beyond the configured ones and why.
+
+(PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS
+from pytest_jaxport.model.platforms import DEFAULT_HOME, NVIDIA_PLATFORM
+from pytest_jaxport.report.document import TOOL_NAME, Config, Environment, Report
+from pytest_jaxport.view.formatting import number, plural
+from pytest_jaxport.view.viewmodel.matrix import matrix_platforms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Headline:
+    """The suite's counts and what it was run against."""
+
+    tests: int = 0
+    checks: int = 0
+    failed_tests: int = 0
+    violations: int = 0
+    platforms: tuple[str, ...] = ()
+    reference: str = ""
+    present: tuple[str, ...] = ()
+    level: str = ""
+    tool_version: str = ""
+    schema_version: str = ""
+    upgraded_from: str = ""
+    facts: tuple[tuple[str, str], ...] = ()
+    """Configuration and environment, as ``(label, value)`` pairs."""
+    audit_failures: int = 0
+    """The suite audit's budget failures (``fail_on``, the baseline): each fails the session,
+    no test."""
+    budgeted: bool | None = None
+    """Whether ``[tool.jaxport.budget]`` (or one of its platform tables) sets a limit; ``None``
+    where the report does not say. A marker's limits are its test's own, not recorded."""
+    also_lowered: str = ""
+    """The platforms checks lowered for beyond ``platforms`` and why (``cuda, rocm: from
+    must_lower``; a marker's ``platforms`` can add one too); empty where there are none."""
+    home: str = DEFAULT_HOME
+    """The platform moving was measured from (``[tool.jaxport] home``; cuda where the
+    report does not say): kernels to rewrite, days and the sites listed first are its."""
+    not_collected: int = 0
+    """Files pytest could not collect: their tests did not run."""
+    mismatches: int = 0
+    """Numerics mismatches that fail their tests (not among :attr:`violations`, which are
+    the budgets' only)."""
+    may_differ: tuple[tuple[str, int], ...] = ()
+    """Per emulated platform, how many checks *may differ* there (emulated: they matched,
+    but the chip's measured errors move the outputs beyond the tolerance)."""
+    legs: tuple[str, ...] = ()
+    """A merged report's legs (``jaxport merge``), by name, in the order it has them."""
+
+    def may_differ_text(self) -> str:
+        """``3 checks may differ on tpu (emulated)``; ``""`` where none may."""
+        return ", ".join(
+            f"{plural(n, 'check')} may differ on {platform} (emulated)"
+            for platform, n in self.may_differ
+            if n
+        )
+
+    def counts(self) -> str:
+        """``2,000 portable tests, 2,400 checks, 97 failed, 120 budget violations`` (``, 3
+        numerics mismatches`` where there are some, ``, 3 checks may differ on tpu
+        (emulated)`` where any may); led by ``tests did not run: 1 file not collected; ``
+        where pytest could not collect one."""
+        return (
+            f"{self.did_not_run()}{plural(self.tests, 'portable test')}, "
+            f"{plural(self.checks, 'check')}, {number(self.failed_tests)} failed, "
+            f"{plural(self.violations, 'budget violation')}{self.mismatches_text(', ')}"
+        )
+
+    def mismatches_text(self, lead: str = "") -> str:
+        """``3 numerics mismatches`` and ``3 checks may differ on tpu (emulated)``, each after
+        ``lead``: numerics, apart from the budget violations; ``""`` without any."""
+        said = [plural(self.mismatches, "numerics mismatch", "numerics mismatches")]
+        said = said if self.mismatches else []
+        differ = self.may_differ_text()
+        return "".join(lead + part for part in (*said, *([differ] if differ else [])))
+
+    def did_not_run(self) -> str:
+        """``tests did not run: 1 file not collected; `` (``""`` where every file was)."""
+        if not self.not_collected:
+            return ""
+        return f"tests did not run: {plural(self.not_collected, 'file')} not collected; "
+
+    def setting(self) -> str:
+        """``platforms: cpu, tpu (reference cpu); present here: cpu; level: lowered (...);
+        home tpu (moves priced off it)``: the home said where it is not cuda (the numbers'
+        "moving off cuda" says that one)."""
+        also = f"{self.also_lowered}; " if self.also_lowered else ""
+        home = f"; home {self.home} (moves priced off it)" if self.home != DEFAULT_HOME else ""
+        return (
+            f"platforms: {', '.join(self.platforms) or 'none'} "
+            f"(reference {self.reference or '-'}); {also}"
+            f"present here: {', '.join(self.present) or 'none'}; {self.level}{home}"
+        )
+
+
+def _levels(config: Config) -> str:
+    if not config.compile:
+        return "level: lowered (StableHLO, no hardware needed)"
+    gpu = (
+        f" ({NVIDIA_PLATFORM} deviceless against {config.target} where no GPU)"
+        if config.target
+        else ""
+    )
+    return f"levels: compiled for {', '.join(config.compile)}{gpu}; lowered elsewhere"
+
+
+def _version(env: Environment, name: str) -> str | None:
+    """A version the run recorded: ``python``, or a library's (``jax``, ``jaxlib``)."""
+    return env.python if name == "python" else env.versions.get(name)
+
+
+def headline_of(report: Report) -> Headline:
+    summary, config, env = report.summary, report.config, report.environment
+    facts = [
+        ("platforms", ", ".join(config.platforms) or "—"),
+        ("reference", config.reference or "—"),
+        ("home", config.home_platform),
+    ]
+    also = also_lowered_of(report)
+    if also:
+        facts.append(("also lowered", also))
+    if config.compile:
+        target = f" (target {config.target})" if config.target else ""
+        facts.append(("compiled for", ", ".join(config.compile) + target))
+    if config.source:
+        facts.append(("configuration", config.source))
+    versions = " · ".join(
+        f"{k} {v}" for k in ("jax", "jaxlib", "python") if (v := _version(env, k))
+    )
+    facts.append(("environment", " · ".join(x for x in (versions, env.machine) if x) or "—"))
+    facts += merge_facts(report)
+    facts.append(("present here", ", ".join(env.present_platforms) or "none"))
+    budgeted = None
+    if config.budget is not None:
+        budgeted = _sets_limit(config.budget)
+    elif "budget" in config.written_null:
+        budgeted = False
+    mismatches = sum(v.key in NUMERICS_KEYS for t in report.tests for v in t.violations)
+    differ = sum(v.key == MAY_DIFFER_KEY for t in report.tests for v in t.violations)
+    return Headline(
+        tests=summary.tests,
+        checks=summary.checks,
+        failed_tests=summary.failed_tests,
+        violations=summary.violations - mismatches - differ,
+        mismatches=mismatches,
+        platforms=config.platforms,
+        reference=config.reference,
+        present=env.present_platforms,
+        level=_levels(config),
+        tool_version=report.tool_version or "",
+        schema_version=str(report.schema_version),
+        upgraded_from="" if report.upgraded_from is None else str(report.upgraded_from),
+        facts=tuple(facts),
+        also_lowered=also,
+        budgeted=budgeted,
+        home=config.home_platform,
+        not_collected=len(report.collection_errors),
+        legs=tuple(leg.leg for leg in report.merged.legs) if report.merged else (),
+    )
+
+
+def _sets_limit(value: object) -> bool:
+    """Whether a budget table as the report records it sets any limit (an empty list or
+    table sets none: ``allow_targets = []``)."""
+    if isinstance(value, Mapping):
+        return any(_sets_limit(v) for v in value.values())
+    if isinstance(value, list):
+        return bool(value)
+    return value is not None
+
+
+def also_lowered_of(report: Report) -> str:
+    """``cuda, rocm: from must_lower``: the platforms the report's checks lowered for that its
+    ``platforms`` leave out (a ``must_lower`` adds them, ``--jaxport-platforms`` does not take
+    them away), or a marker's ``platforms`` where no ``must_lower`` of the configuration
+    names them; ``""`` where there are none."""
+    configured = set(report.config.platforms)
+    extra = [p for p in matrix_platforms(report) if p not in configured]
+    if not configured or not extra:
+        return ""
+    budget = report.config.budget or {}
+    tables = [budget, *(t for t in budget.values() if isinstance(t, Mapping))]
+    named = {
+        str(p)
+        for table in tables
+        for key, must in table.items()
+        if key == "must_lower" and isinstance(must, list)
+        for p in must
+    }
+    why = "must_lower" if set(extra) <= named else "must_lower or a marker's platforms"
+    return f"{', '.join(extra)}: from {why}"
+
+
+def merge_facts(report: Report) -> list[tuple[str, str]]:
+    """A merged report's legs, each with its jax and Python (and pytest-jaxport where the legs
+    differ in it), and which versions differ between them (``mixed_versions``)."""
+    merged = report.merged
+    if merged is None or not merged.legs:
+        return []
+    mixed = merged.mixed_versions or {}
+    keys = ["jax", *(["jaxlib"] if "jaxlib" in mixed else []), "python"]
+    said = []
+    for leg in merged.legs:
+        versions = [f"{k} {v}" for k in keys if (v := _version(leg.environment, k))]
+        if TOOL_NAME in mixed and leg.tool_version:
+            versions.append(f"{TOOL_NAME} {leg.tool_version}")
+        said.append(f"{leg.leg}: {' · '.join(versions) or '—'}")
+    facts = [("legs", "; ".join(said))]
+    if mixed:
+        facts.append(("versions differ", ", ".join(mixed)))
+    return facts
