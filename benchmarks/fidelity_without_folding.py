@@ -3,7 +3,7 @@
     python benchmarks/fidelity_without_folding.py [fidelity.py's arguments]
 
 Runs :mod:`fidelity` with the lowered reader's constant folding turned off
-(``lowering._Reader.folds`` answers no), so that a results file records what the lowered
+(``stablehlo._Reader.folds`` answers no), so that a results file records what the lowered
 census counted before folded ops were dropped, beside one recorded with it on: the
 agreement that folding changed, program by program. Measurement only, never CI.
 """
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import stablehlo
 
 
 def _never(self: object, operation: object) -> bool:
@@ -25,5 +25,5 @@ def _never(self: object, operation: object) -> bool:
 
 
 if __name__ == "__main__":
-    lowering._Reader.folds = _never  # type: ignore[method-assign]
+    stablehlo._Reader.folds = _never  # type: ignore[method-assign]
     sys.exit(fidelity.main())

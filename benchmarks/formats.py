@@ -7,7 +7,7 @@ Usage::
 
 The layer costs two things on a cold run:
 
-- **reading**: ``lowering.read_programs`` now keeps each op's operand and result types, the
+- **reading**: ``stablehlo.read_programs`` now keeps each op's operand and result types, the
   attributes of dots and convolutions, and the location of every op with a notable format
   (float64, float8, int4). That cost is the new reader's time minus the reader of ``--base``
   (default: the merge-base of HEAD and ``main``, the last commit before the layer), loaded
@@ -56,7 +56,7 @@ import models  # noqa: E402
 import models_second  # noqa: E402
 from inprocess import _fresh, _jaxport_instance  # noqa: E402
 
-from pytest_jaxport._jax import lowering  # noqa: E402
+from pytest_jaxport._jax import lowering, stablehlo, tracing  # noqa: E402
 from pytest_jaxport.model import hlo  # noqa: E402
 from pytest_jaxport.model.census import program_from_dict, program_to_dict  # noqa: E402
 from pytest_jaxport.model.formats import take_format_census  # noqa: E402
@@ -138,7 +138,12 @@ def measure(names: list[str], reps: int, base: str) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="jaxport-formats-bench-") as folder:
         old_lowering = base_module(
-            base, ("pytest_jaxport/_jax/lowering.py", "pytest_jaxport/lowering.py"),
+            base,
+            (
+                "pytest_jaxport/_jax/stablehlo.py",
+                "pytest_jaxport/_jax/lowering.py",
+                "pytest_jaxport/lowering.py",
+            ),
             "base_lowering", Path(folder),
         )  # fmt: skip
         old_hlo = base_module(
@@ -153,12 +158,12 @@ def measure(names: list[str], reps: int, base: str) -> dict[str, Any]:
                 jaxport = _jaxport_instance(Path(folder))
                 t, _ = _timed(lambda: jaxport.check(fn, *args))
                 add(name, "cold check", t)
-                traced = lowering.trace(fn, args, {})
+                traced = tracing.trace(fn, args, {})
                 together = traced.traced.lower(lowering_platforms=ABSENT)
                 cpu = lowering.lower(traced.traced, "cpu")
                 for lowered in (cpu, together):  # JAX builds the module once: not a reader's cost
                     lowered.compiler_ir("stablehlo")
-                readers = [("new", lowering), ("base", old_lowering)]
+                readers = [("new", stablehlo), ("base", old_lowering)]
                 if rep % 2:
                     readers.reverse()
                 programs: dict[str, Any] = {}

@@ -6,7 +6,7 @@
 
 ``deviceless`` lowers every program of the fidelity corpus (``fidelity_corpus.py``: both
 sizes, forward and gradient) for tpu as pytest-jaxport does on a machine without a TPU
-(``lowering.trace``, the described TPU where Pallas asks, ``lowering.lower``), keeps each
+(``tracing.trace``, the described TPU where Pallas asks, ``lowering.lower``), keeps each
 module's bytes (``DIR/modules/*.mlirbc``) and compiles it as ``compile = ["tpu"]`` does:
 libtpu in its worker (``pytest_jaxport._jax.libtpu``), for v5e (a program partitioned over
 two devices for v5e:2x2). ``chip``, on the TPU host, compiles the same bytes on the chip
@@ -140,7 +140,7 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 def variants(sizes: Sequence[str]) -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
     """Every corpus program at each size, forward and (where measured) gradient, as
     ``fidelity.py`` checks them."""
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax.transforms import transformed
 
     out = []
     for program in corpus.CORPUS:
@@ -148,7 +148,7 @@ def variants(sizes: Sequence[str]) -> list[tuple[str, Callable[..., Any], tuple[
             fn, args = program.build(size)
             out.append((f"{program.name}/{size}/fwd", fn, args))
             if program.gradient:
-                grad = lowering.transformed(fn, "grad", args, {})
+                grad = transformed(fn, "grad", args, {})
                 out.append((f"{program.name}/{size}/grad", grad, grad.args))
     return out
 
@@ -174,7 +174,7 @@ def _save(path: Path, data: Mapping[str, Any]) -> None:
 
 def deviceless(out: Path, sizes: Sequence[str], deadline: float) -> int:
     """Lower each program for tpu here and compile it through libtpu's worker."""
-    from pytest_jaxport._jax import libtpu, lowering
+    from pytest_jaxport._jax import libtpu, lowering, stablehlo, tracing
     from pytest_jaxport.model.libtpu import topology_for
 
     started = time.monotonic()
@@ -189,10 +189,10 @@ def deviceless(out: Path, sizes: Sequence[str], deadline: float) -> int:
                 break
             entry: dict[str, Any] = {}
             try:
-                traced = lowering.trace(fn, args, {}, described={"tpu": "TPU v5 lite"})
+                traced = tracing.trace(fn, args, {}, described={"tpu": "TPU v5 lite"})
                 lowered = lowering.lower(traced, "tpu")
                 data = libtpu.module_bytes(lowered)
-                partitions = lowering.read_program(lowered).partitions
+                partitions = stablehlo.read_program(lowered).partitions
                 (modules / f"{key.replace('/', '__')}.mlirbc").write_bytes(data)
                 topology = topology_for("tpu", "v5e", "", partitions=partitions)
                 made = compiler.compile(

@@ -7,7 +7,7 @@ of what it adds to a check in libtpu's compile (``compiled_tpu.py``). This asks 
 compile option makes that compile faster **without changing anything the plugin reads**. Every
 program of the fidelity corpus (``fidelity_corpus.py``, forward and gradient, at
 ``--sizes``) and of the generated suite (``models.CASES``) is lowered for tpu as a check
-lowers it on a machine without a TPU (``lowering.trace`` with the described TPU v5e,
+lowers it on a machine without a TPU (``tracing.trace`` with the described TPU v5e,
 ``lowering.lower``), then compiled by libtpu's worker (``pytest_jaxport._jax.libtpu``, the
 plugin's path, for v5e; a program partitioned over two devices for v5e:2x2) with the default
 options and with each candidate of :data:`CANDIDATES`, each candidate in a worker of its own
@@ -89,15 +89,15 @@ def programs(
 
 def lowered_modules(sizes: Sequence[str], only: str = "") -> dict[str, tuple[bytes, int]]:
     """Each program's tpu module (as a check lowers it here) and its partition count."""
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import lowering, stablehlo, tracing
 
     modules: dict[str, tuple[bytes, int]] = {}
     from pytest_jaxport._jax import libtpu
 
     for key, fn, args in programs(sizes, only):
-        traced = lowering.trace(fn, args, {}, described={"tpu": "TPU v5 lite"})
+        traced = tracing.trace(fn, args, {}, described={"tpu": "TPU v5 lite"})
         lowered = lowering.lower(traced, "tpu")
-        modules[key] = (libtpu.module_bytes(lowered), lowering.read_program(lowered).partitions)
+        modules[key] = (libtpu.module_bytes(lowered), stablehlo.read_program(lowered).partitions)
     return modules
 
 

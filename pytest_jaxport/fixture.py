@@ -23,10 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, tracing
 from pytest_jaxport._jax.arguments import ArgumentError, prepare
+from pytest_jaxport._jax.devices import present_platforms
+from pytest_jaxport._jax.execution import Execution, execute
 from pytest_jaxport._jax.interception import paused
-from pytest_jaxport._jax.lowering import present_platforms
+from pytest_jaxport._jax.transforms import (
+    PlatformTraces,
+    TransformUsage,
+    trace_variant,
+    transformed,
+)
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, LoweredPrograms, Run, stages
 from pytest_jaxport.examine.stages import Stages
@@ -174,8 +181,8 @@ class Jaxport:
         described = self._compile.described_kinds()
         try:
             with self._examiner.stage(stages.TRACE):
-                traced = lowering.trace(fn, args, kwargs, described=described)
-        except lowering.Untraceable as e:
+                traced = tracing.trace(fn, args, kwargs, described=described)
+        except tracing.Untraceable as e:
             self._untraced(check_name, e.untraced, wanted)
             return None
 
@@ -183,8 +190,8 @@ class Jaxport:
         for transform in wanted:
             usage = None
             try:
-                variants.append(lowering.transformed(fn, transform, args, kwargs))
-            except lowering.TransformUsage as e:
+                variants.append(transformed(fn, transform, args, kwargs))
+            except TransformUsage as e:
                 usage = f"jaxport.check({check_name!r}): {e}"
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
@@ -192,7 +199,7 @@ class Jaxport:
         unrunnable = self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
             with self._examiner.stage(stages.TRACE):
-                variant_traced = lowering.trace_variant(variant, described=described)
+                variant_traced = trace_variant(variant, described=described)
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
                 variant, variant.args, {}, variant_traced,
@@ -269,21 +276,21 @@ class Jaxport:
         fn: Callable[..., object],
         args: Sequence[object],
         kwargs: Mapping[str, object],
-        traced: lowering.Trace | lowering.PlatformTraces,
+        traced: tracing.Trace | PlatformTraces,
         *,
         variant_of: str | None = None,
         transform: str | None = None,
     ) -> object:
         """One check: lower ``traced`` per platform, run, census, compare; record the probe."""
         __tracebackhide__ = True
-        present = lowering.present_platforms()
+        present = present_platforms()
         frame, _ = _user_frame()  # the line that called check()
         caller = self._examiner.shown_location(
             SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
         )
 
         def run(found: LoweredPrograms, record_partition: bool) -> Run:
-            executions: dict[str, lowering.Execution] = {}
+            executions: dict[str, Execution] = {}
             errors: dict[str, str] = {}
             built: dict[str, object] = {}
             for platform in self._config.platforms:
@@ -291,7 +298,7 @@ class Jaxport:
                     continue
                 try:
                     with self._examiner.stage(stages.execute(platform)):
-                        executions[platform] = lowering.execute(
+                        executions[platform] = execute(
                             fn, traced, found.lowered[platform], platform, args, kwargs,
                             partitioned=record_partition,
                         )  # fmt: skip
@@ -326,7 +333,7 @@ class Jaxport:
 
     def _emulate(
         self,
-        traced: lowering.Trace | lowering.PlatformTraces,
+        traced: tracing.Trace | PlatformTraces,
         args: Sequence[object],
         kwargs: Mapping[str, object],
         results: Mapping[str, PlatformProbe],
@@ -345,9 +352,9 @@ class Jaxport:
             result = results.get(platform)
             if platform in present or result is None or result.error is not None:
                 continue  # present: it ran for real; not lowered: nothing to emulate
-            program: lowering.Trace | Callable[..., object] = (
+            program: tracing.Trace | Callable[..., object] = (
                 traced.variant.for_platform(platform)  # a variant traced per platform
-                if isinstance(traced, lowering.PlatformTraces)
+                if isinstance(traced, PlatformTraces)
                 else traced
             )
             with self._examiner.stage(stages.emulate(platform)):
@@ -370,7 +377,7 @@ class Jaxport:
         self,
         check_name: str,
         results: dict[str, PlatformProbe],
-        executions: Mapping[str, lowering.Execution],
+        executions: Mapping[str, Execution],
         *,
         transform: str | None = None,
         emulated: Mapping[str, Emulated] | None = None,
@@ -402,7 +409,7 @@ class Jaxport:
                 f"it failed on every platform present here ({'; '.join(failures)})"
                 if failures
                 else f"none of its platforms is present here (present: "
-                f"{', '.join(lowering_present()) or 'none'})"
+                f"{', '.join(present_platforms()) or 'none'})"
             )
             warn(JaxportWarning(f"check {check_name!r} {note}"))
             return Probe(name=check_name, reference=reference, platforms=results, note=note), None
@@ -495,11 +502,6 @@ def _warn_unverified(probe: Probe) -> None:
                 "unverified on this machine (run it where that hardware is present)"
             )
         )
-
-
-def lowering_present() -> tuple[str, ...]:
-
-    return present_platforms()
 
 
 def _name_of(fn: Callable[..., object]) -> str:

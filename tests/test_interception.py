@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_jaxport._jax import interception, lowering
+from pytest_jaxport._jax import interception, stablehlo
 from pytest_jaxport._jax.interception import Interception, RecordedCall
 
 VERSION = interception._version_tuple(jax.__version__)
@@ -216,8 +216,8 @@ def test_a_recorded_call_lowers_for_every_platform_without_running_again() -> No
     def lower_now(call: RecordedCall) -> None:
         # JAX has run the call (and deleted the donated buffer): its types are all it takes.
         for platform in ("cpu", "cuda", "rocm", "tpu"):
-            lowered[platform] = lowering.read_program(call.lower(lowering_platforms=(platform,)))
-        lowered["together"] = lowering.read_programs(
+            lowered[platform] = stablehlo.read_program(call.lower(lowering_platforms=(platform,)))
+        lowered["together"] = stablehlo.read_programs(
             call.lower(lowering_platforms=("cuda", "rocm", "tpu")), 3
         )
 

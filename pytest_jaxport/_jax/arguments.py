@@ -15,7 +15,7 @@ library models are checked as their users call them:
 - A leaf that is neither an array nor hashable cannot be either; :class:`ArgumentError`
   says which and how to split it off.
 
-JAX is imported lazily, inside the functions; only ``lowering.py`` and the fixture call this.
+JAX is imported lazily, inside the functions; only the fixture and ``transforms.py`` call this.
 
 Example::
 
@@ -204,3 +204,20 @@ def _shown_path(path: Sequence[Any]) -> str:
 
     head, *rest = path  # the root: DictKey "args", "kwargs" or "fn"
     return f"{head.key}{jax.tree_util.keystr(tuple(rest))}"
+
+
+def argument_leaves(
+    args: Sequence[object], kwargs: Mapping[str, object]
+) -> list[tuple[str, object]]:
+    """Every leaf of the arguments with a readable path (``args[1]['w']``, ``kwargs['x']``)."""
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    named = []
+    for path, leaf in flat:
+        head, *rest = path
+        root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
+        if root == "kwargs" and rest and getattr(rest[0], "key", None) == FN_KEY:
+            root, rest = "fn", rest[1:]  # the arrays of a pytree function (a model)
+        named.append((root + jax.tree_util.keystr(tuple(rest)), leaf))
+    return named

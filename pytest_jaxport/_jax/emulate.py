@@ -3,7 +3,7 @@
 :func:`emulate` replays the function's jaxpr on the CPU with three changes, each what the
 emulated platform's lowering would select:
 
-* every ``lax.platform_dependent`` takes that platform's branch (as ``lowering.specialize``
+* every ``lax.platform_dependent`` takes that platform's branch (as ``specialize.specialize``
   does, also inside loops, conditionals and custom-derivative rules);
 * every Pallas kernel is re-bound in the interpret mode matching the kernel kind that
   platform lowers it to (``model.emulation.interpreter_for``): Mosaic TPU kernels in TPU
@@ -58,7 +58,9 @@ from pytest_jaxport._jax.jaxprs import (
     platform_branch,
     source_line,
 )
-from pytest_jaxport._jax.lowering import Trace, describe_error, to_outputs
+from pytest_jaxport._jax.lowering import describe_error
+from pytest_jaxport._jax.outputs import to_outputs
+from pytest_jaxport._jax.tracing import Trace
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
     BFLOAT16,
@@ -136,7 +138,7 @@ def emulate(
     """Run ``fn(*args, **kwargs)`` on the CPU as ``platform`` would (see the module).
 
     ``fn`` is a function, a ``jax.stages.Traced`` (``jax.jit(f).trace(*args, **kwargs)``)
-    or a ``lowering.Trace``; for a trace, ``args``/``kwargs`` are what it was traced with.
+    or a ``tracing.Trace``; for a trace, ``args``/``kwargs`` are what it was traced with.
     ``cuda_capability`` is the GPU generation a cuda emulation assumes (default an H100,
     ``model.emulation.DEFAULT_CUDA_CAPABILITY``). ``own``: installed packages whose lines
     count as the user's (``[tool.jaxport] own_packages``), as in a census.
@@ -244,7 +246,7 @@ def _program(
     """``(closed jaxpr, output treedef, flat arguments)`` of a function or a trace."""
     import jax
 
-    traced = getattr(fn, "traced", fn)  # a lowering.Trace wraps a jax.stages.Traced
+    traced = getattr(fn, "traced", fn)  # a tracing.Trace wraps a jax.stages.Traced
     flat = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
     closed = getattr(traced, "jaxpr", None)
     out_info = getattr(traced, "out_info", None)

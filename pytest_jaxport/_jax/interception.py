@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from pytest_jaxport._jax.devices import default_platform
 from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
-from pytest_jaxport._jax.lowering import default_platform, warnings_filtered
+from pytest_jaxport._jax.lowering import warnings_filtered
 from pytest_jaxport.model.identity import stable_text
 
 if TYPE_CHECKING:
@@ -426,8 +427,8 @@ ADAPTERS: tuple[_Adapter, ...] = (_ArgumentTypes(), _LiveArguments())
 
 
 class _Lowering:
-    """A lowered computation as :func:`pytest_jaxport._jax.lowering.read_programs` reads it and
-    :func:`pytest_jaxport._jax.lowering.compile_partitioned` compiles it (``jax.stages.Lowered``'s
+    """A lowered computation as :func:`pytest_jaxport._jax.stablehlo.read_programs` reads it and
+    :func:`pytest_jaxport._jax.execution.compile_partitioned` compiles it (``jax.stages.Lowered``'s
     ``compiler_ir`` and ``compile``)."""
 
     __slots__ = ("_computation",)

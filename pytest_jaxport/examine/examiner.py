@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.adapters import missing_package
+from pytest_jaxport._jax.devices import default_platform
+from pytest_jaxport._jax.execution import Execution
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import stages as stage
 from pytest_jaxport.examine.compiled import CompiledLevel, CompileStats, roofline
@@ -39,7 +40,7 @@ from pytest_jaxport.model.probe import PlatformProbe
 class Run:
     """What running a check's lowerings on the platforms present did."""
 
-    executions: Mapping[str, lowering.Execution] = field(default_factory=dict)
+    executions: Mapping[str, Execution] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
     """Per platform that failed to compile or run, why."""
     built: Mapping[str, Any] = field(default_factory=dict)
@@ -58,7 +59,7 @@ class Examined:
 
     results: Mapping[str, PlatformProbe]
     """Per platform: its census, compiled census and runtime share, or why it failed."""
-    executions: Mapping[str, lowering.Execution]
+    executions: Mapping[str, Execution]
     """Per platform that ran, its outputs (a check compares them)."""
     programs: Mapping[str, Program]
     """Per platform that lowered, its program as the census read it."""
@@ -228,7 +229,7 @@ class Examiner:
         for platform, error in ran.errors.items():
             results[platform] = replace(results[platform], execution_error=error)
         if found.partitioned and inserted is None:
-            execution = ran.executions.get(lowering.default_platform())
+            execution = ran.executions.get(default_platform())
             inserted = execution.inserted if execution is not None else None
             if inserted is None:
                 inserted = self.lowered.partition(traced, found.lowered)

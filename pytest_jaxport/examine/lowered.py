@@ -11,9 +11,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import keyparts, lowering, stablehlo
 from pytest_jaxport._jax.adapters import jax_release, missing_package, needs_hardware
 from pytest_jaxport._jax.callbacks import inert
+from pytest_jaxport._jax.devices import default_platform, versions
+from pytest_jaxport._jax.execution import compile_partitioned
 from pytest_jaxport.cache import CompileSettings, FailedLowering, lowered_key
 from pytest_jaxport.examine import stages as stage
 from pytest_jaxport.examine.stages import Stages, unobserved
@@ -89,14 +91,14 @@ class KeyParts:
             self._done = True
 
             try:
-                jaxpr, sources = lowering.census_key_parts(self._traced, self._own)
+                jaxpr, sources = keyparts.census_key_parts(self._traced, self._own)
                 # Object addresses (a host callback's function, printed in its parameters)
                 # and the order of a frozenset's elements differ run to run and process to
                 # process; nothing lowered depends on them.
                 jaxpr = stable_text(jaxpr)
                 if any(self._arguments):
-                    jaxpr += "\n" + lowering.sharding_text(*self._arguments)
-                self._parts = (jaxpr, sources, lowering.lowering_settings())
+                    jaxpr += "\n" + keyparts.sharding_text(*self._arguments)
+                self._parts = (jaxpr, sources, keyparts.lowering_settings())
             except Exception:  # an unkeyable jaxpr is lowered every time, never an error
                 self._parts = None
         return self._parts
@@ -163,7 +165,7 @@ class LoweredLevel:
                 if program is None:
                     with self._stages(stage.lower(here)):
                         lowered_for[here] = lowering.lower(traced, here)
-                        program = lowering.read_program(lowered_for[here])
+                        program = stablehlo.read_program(lowered_for[here])
                 shared = {p: program for p in (*missing, here)}
                 missing = []
             except lowering.LoweringFailure:
@@ -200,13 +202,13 @@ class LoweredLevel:
                 if program is None and platform in present:
                     with self._stages(stage.lower(platform)):
                         lowered = lowering.lower(traced, platform)
-                        program = lowering.read_program(lowered)
+                        program = stablehlo.read_program(lowered)
                     lowered_for[platform] = lowered
                 elif program is None:
                     with self._stages(stage.lower(platform)):
                         with lowering.warnings_kept(warned):
                             lowered = lowering.lower(absent, platform)
-                        program = lowering.read_program(lowered)
+                        program = stablehlo.read_program(lowered)
                     lowered_for[platform] = lowered
                 if warned:
                     program = replace(program, warnings=tuple(warned))
@@ -234,13 +236,13 @@ class LoweredLevel:
         """The collectives the SPMD partitioner inserts into ``traced``'s program: compiled
         (not run) for the platform present here, from its lowering in ``lowered_for`` when
         there is one, with XLA recording the module before and after partitioning
-        (:func:`lowering.compile_partitioned`); ``None`` when it does not compile here."""
+        (:func:`compile_partitioned`); ``None`` when it does not compile here."""
 
-        default = lowering.default_platform()
+        default = default_platform()
         try:
             with self._stages(stage.PARTITION):
                 lowered = (lowered_for or {}).get(default) or lowering.lower(traced, default)
-                _, inserted = lowering.compile_partitioned(lowered)
+                _, inserted = compile_partitioned(lowered)
         except Exception:  # it does not compile here: its own collectives are all it shows
             return None
         return inserted
@@ -277,7 +279,7 @@ class LoweredLevel:
             jaxpr=jaxpr,
             sources=sources,
             platform=platform,
-            versions=lowering.versions(),
+            versions=versions(),
             settings=settings,
         )
 
