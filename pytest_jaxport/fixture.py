@@ -297,7 +297,7 @@ class Jaxport:
                 if platform not in present or platform not in found.lowered:
                     continue
                 try:
-                    with self._examiner.stage(stages.execute(platform)):
+                    with self._examiner.stage(stages.execute_stage(platform)):
                         executions[platform] = execute(
                             fn, traced, found.lowered[platform], platform, args, kwargs,
                             partitioned=record_partition,
@@ -357,7 +357,7 @@ class Jaxport:
                 if isinstance(traced, PlatformTraces)
                 else traced
             )
-            with self._examiner.stage(stages.emulate(platform)):
+            with self._examiner.stage(stages.emulate_stage(platform)):
                 emulated = run_as(
                     program, args, kwargs, platform=platform,
                     cuda_capability=self._cuda_capability, own=self._examiner.own_packages,
@@ -445,7 +445,7 @@ class Jaxport:
             comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
             emulation, bounds = found.emulation, None
             if comparison.ok and found.bounded is not None:  # what the chip's errors may do
-                with self._examiner.stage(stages.emulate(platform)):
+                with self._examiner.stage(stages.emulate_stage(platform)):
                     bounded = found.bounded()
                 emulation = replace(emulation, bounded=tuple(
                     replace(site, location=self._shown_location(site.location))

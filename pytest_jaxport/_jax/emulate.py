@@ -40,8 +40,8 @@ from pytest_jaxport._jax.adapters import (
     KERNEL_PRIMITIVES,
     interpret_params,
     jax_release,
+    kernel_equation_name,
     kernel_kind,
-    kernel_label,
     linear_solve_body,
     reset_interpreters,
     scan_operands,
@@ -525,7 +525,7 @@ class _Replay(Evaluator):
         return _is_float32(operand.aval, complex_too=False)
 
     def kernel(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
-        label = kernel_label(eqn.primitive.name, eqn.params)
+        label = kernel_equation_name(eqn.primitive.name, eqn.params)
         location = self.line(eqn)
         interpreter, interpret, obstacle = self.interpretation(eqn)
         if obstacle is not None:
@@ -573,7 +573,7 @@ class _Replay(Evaluator):
             if name in KERNEL_PRIMITIVES:
                 obstacle = self.interpretation(inner)[2]
                 self.unemulated.append(Unemulated(
-                    what=kernel_label(name, inner.params), location=self.line(inner),
+                    what=kernel_equation_name(name, inner.params), location=self.line(inner),
                     reason=obstacle or reason, blocks=True))  # fmt: skip
             elif name == "platform_index":
                 self.unemulated.append(Unemulated(

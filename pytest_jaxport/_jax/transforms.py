@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from pytest_jaxport._jax.adapters import KERNEL_PRIMITIVES, kernel_label
+from pytest_jaxport._jax.adapters import KERNEL_PRIMITIVES, kernel_equation_name
 from pytest_jaxport._jax.arguments import argument_leaves
 from pytest_jaxport._jax.jaxprs import equations
 from pytest_jaxport._jax.lowering import LoweringFailure, describe_error
@@ -298,6 +298,6 @@ def custom_kernels(
     import jax
 
     closed = jax.make_jaxpr(fn)(*args, **kwargs)
-    found = (kernel_label(e.primitive.name, e.params) for e in equations(closed)
+    found = (kernel_equation_name(e.primitive.name, e.params) for e in equations(closed)
              if e.primitive.name in KERNEL_PRIMITIVES)  # fmt: skip
     return list(dict.fromkeys(found))

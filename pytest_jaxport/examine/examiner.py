@@ -2,7 +2,7 @@
 partitioner inserts, take each census, compile it where asked, estimate or measure where its
 time goes (:class:`Examiner`). A checked function (:meth:`Examiner.check`, from
 :mod:`pytest_jaxport.fixture`) and an audited computation (:meth:`Examiner.audit`, from
-:mod:`pytest_jaxport.audit`) both go down it; a check also runs the program on the platforms
+:mod:`pytest_jaxport.recorder`) both go down it; a check also runs the program on the platforms
 present, between lowering and census (``run``), and compiles where ``compile`` asks.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -259,14 +259,14 @@ class Examiner:
         }
         for platform in compiles:
             if platform in found.lowered:
-                with self.stage(stage.compiled(platform)):
+                with self.stage(stage.compile_stage(platform)):
                     results[platform] = self.compiled.compiled(
                         results[platform], fn, found.lowered[platform], programs[platform],
                         tuple(args), kwargs or {}, ran.built.get(platform), tuple(present), keyed,
                         traced=traced, caller=caller, at_caller=at_caller, source=source,
                     )  # fmt: skip
         for platform, result in results.items():
-            with self.stage(stage.share(platform)):
+            with self.stage(stage.share_stage(platform)):
                 share = runtime_share(
                     result, ran.executions.get(platform), profile=self._profile,
                     classifier=self._compiled_classifier,
@@ -301,7 +301,7 @@ class Examiner:
 
         results: dict[str, PlatformProbe] = dict(found.failures)
         for platform, program in found.programs.items():
-            with self.stage(stage.census(platform)):
+            with self.stage(stage.census_stage(platform)):
                 results[platform] = self._census_of(
                     found, platform, program, present, caller, inserted, at_caller, unkept,
                     source,

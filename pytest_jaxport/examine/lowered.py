@@ -163,7 +163,7 @@ class LoweredLevel:
             try:
                 program = read.get(here)
                 if program is None:
-                    with self._stages(stage.lower(here)):
+                    with self._stages(stage.lower_stage(here)):
                         lowered_for[here] = lowering.lower(traced, here)
                         program = stablehlo.read_program(lowered_for[here])
                 shared = {p: program for p in (*missing, here)}
@@ -186,7 +186,7 @@ class LoweredLevel:
         heard: list[str] = []
         together = None
         if len(missing) > 1:
-            with self._stages(stage.lower(*missing)), lowering.warnings_kept(heard):
+            with self._stages(stage.lower_stage(*missing)), lowering.warnings_kept(heard):
                 together = lowering.lower_together(absent, missing)
         for platform in platforms:
             if platform in known:
@@ -200,12 +200,12 @@ class LoweredLevel:
                 if program is None and together is not None:
                     program = together.get(platform)
                 if program is None and platform in present:
-                    with self._stages(stage.lower(platform)):
+                    with self._stages(stage.lower_stage(platform)):
                         lowered = lowering.lower(traced, platform)
                         program = stablehlo.read_program(lowered)
                     lowered_for[platform] = lowered
                 elif program is None:
-                    with self._stages(stage.lower(platform)):
+                    with self._stages(stage.lower_stage(platform)):
                         with lowering.warnings_kept(warned):
                             lowered = lowering.lower(absent, platform)
                         program = stablehlo.read_program(lowered)
