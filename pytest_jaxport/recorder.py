@@ -32,7 +32,8 @@ from typing import Any
 
 from pytest_jaxport._jax.callbacks import INERT_TARGET
 from pytest_jaxport._jax.devices import present_platforms
-from pytest_jaxport._jax.interception import Interception, RecordedCall, Support
+from pytest_jaxport._jax.interception import Interception, Support
+from pytest_jaxport._jax.recorded_call import RecordedCall
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, shown_file
 from pytest_jaxport.model.census import Classifier, SourceLocation, is_library_file

@@ -16,10 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_jaxport._jax import interception, stablehlo
-from pytest_jaxport._jax.interception import Interception, RecordedCall
+from pytest_jaxport._jax import interception, recorded_call, stablehlo
+from pytest_jaxport._jax.interception import Interception
+from pytest_jaxport._jax.recorded_call import RecordedCall
 
-VERSION = interception._version_tuple(jax.__version__)
+VERSION = recorded_call.version_tuple(jax.__version__)
 
 
 @pytest.fixture
