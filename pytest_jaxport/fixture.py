@@ -382,39 +382,25 @@ class Jaxport:
         transform: str | None = None,
         emulated: Mapping[str, Emulated] | None = None,
     ) -> tuple[Probe, object]:
+        """The probe of a check whose platforms ran (``executions``) and were emulated: each
+        one's outputs compared with the reference's; and the value ``check`` returns."""
 
         # Derivatives are compared with JAX's gradient tolerances unless configured.
         gradient = transform in ("grad", "jvp")
 
         reference = self._config.reference
         note = None
-        for platform, found in (emulated or {}).items():
+        emulated = emulated or {}
+        for platform, found in emulated.items():
             results[platform] = replace(results[platform], emulated=found.emulation)
             if not found.emulation.ran and found.emulation.error is None:
                 # This JAX cannot run it (a kernel it cannot interpret): a note, never a failure.
                 message = not_emulated_message(found.emulation)
                 warn(JaxportWarning(f"check {check_name!r}: {message}"))
-        if not executions and self._unrunnable(results) is not None:
-            # The test fails at the check call with the cause (see _check): no warning.
-            note = "not executed: it failed on every platform present here"
-            return Probe(name=check_name, reference=reference, platforms=results, note=note), None
         if not executions:
-            present = [p for p in results if results[p].present]
-            failures = [
-                f"{p}: {results[p].error or results[p].execution_error}"
-                for p in present
-                if results[p].error or results[p].execution_error
-            ]
-            note = "not executed: " + (
-                f"it failed on every platform present here ({'; '.join(failures)})"
-                if failures
-                else f"none of its platforms is present here (present: "
-                f"{', '.join(present_platforms()) or 'none'})"
-            )
-            warn(JaxportWarning(f"check {check_name!r} {note}"))
-            return Probe(name=check_name, reference=reference, platforms=results, note=note), None
+            return self._not_executed(check_name, results), None
         baseline = reference if reference in executions else next(iter(executions))
-        compared = [p for p, found in (emulated or {}).items() if found.outputs is not None]
+        compared = [p for p, found in emulated.items() if found.outputs is not None]
         if baseline != reference:
             note = f"reference platform {reference} did not run; compared with {baseline}"
             warn(JaxportWarning(f"check {check_name!r}: {note}"))
@@ -438,36 +424,71 @@ class Jaxport:
                 comparison = compared_with_baseline(execution.outputs, platform, platform)
                 results[platform] = replace(results[platform], numerics=comparison)
         for platform in compared:
-            # Compared exactly as a present platform is, under its label: every message
-            # reads "tpu (emulated on cpu) vs cpu".
-            found = (emulated or {})[platform]
-            assert found.outputs is not None
-            comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
-            emulation, bounds = found.emulation, None
-            if comparison.ok and found.bounded is not None:  # what the chip's errors may do
-                with self._examiner.stage(stages.emulate_stage(platform)):
-                    bounded = found.bounded()
-                emulation = replace(emulation, bounded=tuple(
-                    replace(site, location=self._shown_location(site.location))
-                    if site.location else site for site in bounded.sites
-                ))  # fmt: skip
-                if bounded.outputs is not None:
-                    bounds = compared_with_baseline(bounded.outputs, platform, emulation.label)
-                else:  # the engine's limit: said, and the state stays what it was
-                    said = f"the run with the chip's bounds failed: {bounded.error}"
-                    warn(JaxportWarning(f"check {check_name!r}: {emulation.label}: {said}"))
-            results[platform] = replace(
-                results[platform], emulated=emulation, emulated_numerics=comparison,
-                emulated_bounds=bounds,
-            )  # fmt: skip
-            setting = self._config.may_differ()
-            if emulated_status(results[platform]) == MAY_DIFFER and setting.value == "warn":
-                # Told, never silently green (-W error makes it a failure).
-                head = may_differ_lines(emulation, bounds)[0]
-                warn(JaxportWarning(f"check {check_name!r}: {head} (may_differ = "
-                                    f'"warn", set in {setting.origin})'))  # fmt: skip
+            results[platform] = self._compared_emulation(
+                check_name, results[platform], emulated[platform], compared_with_baseline
+            )
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
+
+    def _not_executed(self, check_name: str, results: Mapping[str, PlatformProbe]) -> Probe:
+        """The probe of a check that ran on no platform, and why (warned, unless the test
+        fails at the check call with the cause: see :meth:`_check`)."""
+        reference = self._config.reference
+        if self._unrunnable(results) is not None:
+            note = "not executed: it failed on every platform present here"
+            return Probe(name=check_name, reference=reference, platforms=results, note=note)
+        present = [p for p in results if results[p].present]
+        failures = [
+            f"{p}: {results[p].error or results[p].execution_error}"
+            for p in present
+            if results[p].error or results[p].execution_error
+        ]
+        note = "not executed: " + (
+            f"it failed on every platform present here ({'; '.join(failures)})"
+            if failures
+            else f"none of its platforms is present here (present: "
+            f"{', '.join(present_platforms()) or 'none'})"
+        )
+        warn(JaxportWarning(f"check {check_name!r} {note}"))
+        return Probe(name=check_name, reference=reference, platforms=results, note=note)
+
+    def _compared_emulation(
+        self,
+        check_name: str,
+        result: PlatformProbe,
+        found: Emulated,
+        compared_with_baseline: Callable[[Outputs, str, str], Comparison],
+    ) -> PlatformProbe:
+        """``result`` with its emulation's outputs compared exactly as a present platform's
+        are, under its label (every message reads "tpu (emulated on cpu) vs cpu"), and, where
+        they matched, those of the run with the chip's bounds: what the chip's errors may do.
+        """
+        platform = result.platform
+        assert found.outputs is not None
+        comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
+        emulation, bounds = found.emulation, None
+        if comparison.ok and found.bounded is not None:
+            with self._examiner.stage(stages.emulate_stage(platform)):
+                bounded = found.bounded()
+            emulation = replace(emulation, bounded=tuple(
+                replace(site, location=self._shown_location(site.location))
+                if site.location else site for site in bounded.sites
+            ))  # fmt: skip
+            if bounded.outputs is not None:
+                bounds = compared_with_baseline(bounded.outputs, platform, emulation.label)
+            else:  # the engine's limit: said, and the state stays what it was
+                said = f"the run with the chip's bounds failed: {bounded.error}"
+                warn(JaxportWarning(f"check {check_name!r}: {emulation.label}: {said}"))
+        result = replace(
+            result, emulated=emulation, emulated_numerics=comparison, emulated_bounds=bounds,
+        )  # fmt: skip
+        setting = self._config.may_differ()
+        if emulated_status(result) == MAY_DIFFER and setting.value == "warn":
+            # Told, never silently green (-W error makes it a failure).
+            head = may_differ_lines(emulation, bounds)[0]
+            warn(JaxportWarning(f"check {check_name!r}: {head} (may_differ = "
+                                f'"warn", set in {setting.origin})'))  # fmt: skip
+        return result
 
     def _warn_findings(self, probe: Probe) -> None:
         """Warn about a transformation that cannot be taken on a platform no ``must_lower``

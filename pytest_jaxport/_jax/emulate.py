@@ -3,8 +3,9 @@
 :func:`emulate` replays the function's jaxpr on the CPU with three changes, each what the
 emulated platform's lowering would select:
 
-* every ``lax.platform_dependent`` takes that platform's branch (as ``specialize.specialize``
-  does, also inside loops, conditionals and custom-derivative rules);
+* every ``lax.platform_dependent`` takes that platform's branch (as
+  ``specialize.PlatformBranches`` does, also inside loops, conditionals and
+  custom-derivative rules);
 * every Pallas kernel is re-bound in the interpret mode matching the kernel kind that
   platform lowers it to (``model.emulation.interpreter_for``): Mosaic TPU kernels in TPU
   interpret mode, Mosaic GPU kernels in Mosaic GPU interpret mode, Triton kernels in the

@@ -1,5 +1,6 @@
 """A function with each ``lax.platform_dependent`` resolved for one platform
-(:func:`specialize`): its jaxpr re-played, taking only that platform's branch.
+(:class:`PlatformBranches`): its jaxpr, traced once, re-played taking only that platform's
+branch.
 
 JAX is imported inside functions (importing the plugin never imports JAX).
 
@@ -28,27 +29,40 @@ if TYPE_CHECKING:
     from jax.extend.core import JaxprEqn
 
 
-def specialize(
-    fn: Callable[..., object],
-    arguments: tuple[tuple[object, ...], dict[str, object]],
-    platform: str,
-) -> Callable[..., object]:
-    """``fn`` with each ``lax.platform_dependent`` (outside custom rules and loops) resolved
-    for ``platform``: the jaxpr is re-played, taking only that platform's branch."""
-    import jax
+class PlatformBranches:
+    """A function traced once, with the arguments ``arguments`` (``(args, kwargs)``), and
+    re-played for any platform with each ``lax.platform_dependent`` (outside custom rules and
+    loops) taking only that platform's branch (:meth:`resolved`): one trace serves every
+    platform a transformed check is taken for, and every explanation of its failures."""
 
-    args, kwargs = arguments
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
-    out_tree = jax.tree_util.tree_structure(out_shape)
-    replay = _Specializer(platform)
+    __slots__ = ("_closed", "_name", "_out_tree")
 
-    def specialized(*args: object, **kwargs: object) -> object:
-        flat = jax.tree_util.tree_leaves((args, kwargs))
-        outs = replay.run(closed.jaxpr, closed.consts, flat)
-        return jax.tree_util.tree_unflatten(out_tree, outs)
+    def __init__(
+        self, fn: Callable[..., object], arguments: tuple[tuple[object, ...], dict[str, object]]
+    ) -> None:
+        import jax
 
-    specialized.__name__ = getattr(fn, "__name__", "fn")
-    return specialized
+        args, kwargs = arguments
+        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
+        self._closed = closed
+        self._out_tree = jax.tree_util.tree_structure(out_shape)
+        self._name = getattr(fn, "__name__", "fn")
+
+    def resolved(self, platform: str) -> Callable[..., object]:
+        """The function with its ``platform_dependent`` branches resolved for ``platform``:
+        the jaxpr re-played, taking only that platform's branch."""
+        import jax
+
+        closed, out_tree = self._closed, self._out_tree
+        replay = _Specializer(platform)
+
+        def specialized(*args: object, **kwargs: object) -> object:
+            flat = jax.tree_util.tree_leaves((args, kwargs))
+            outs = replay.run(closed.jaxpr, closed.consts, flat)
+            return jax.tree_util.tree_unflatten(out_tree, outs)
+
+        specialized.__name__ = self._name
+        return specialized
 
 
 class _Specializer(Evaluator):

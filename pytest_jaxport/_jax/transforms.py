@@ -17,7 +17,7 @@ from pytest_jaxport._jax.arguments import argument_leaves
 from pytest_jaxport._jax.jaxprs import equations
 from pytest_jaxport._jax.lowering import LoweringFailure, describe_error
 from pytest_jaxport._jax.outputs import key_impl
-from pytest_jaxport._jax.specialize import specialize
+from pytest_jaxport._jax.specialize import PlatformBranches
 from pytest_jaxport._jax.tracing import Trace
 from pytest_jaxport.model.config import TRANSFORMS
 
@@ -81,6 +81,7 @@ class Transformed:
         self.args: tuple[object, ...] = self._arguments(leaves)
         self.__name__ = f"{getattr(fn, '__name__', 'fn')}[{transform}]"
         self._specialized: dict[str, Callable[..., object]] = {}
+        self._branches: PlatformBranches | None = None
         self.per_platform = False
         """Whether the whole transformation failed to trace, so each platform traces
         :meth:`for_platform` (set by :func:`trace_variant`)."""
@@ -141,8 +142,15 @@ class Transformed:
     def for_platform(self, platform: str) -> Callable[..., object]:
         """The transformation of ``fn`` with its ``platform_dependent`` branches resolved."""
         if platform not in self._specialized:
-            self._specialized[platform] = self._build(specialize(self.fn, self._args, platform))
+            resolved = self._platform_branches().resolved(platform)
+            self._specialized[platform] = self._build(resolved)
         return self._specialized[platform]
+
+    def _platform_branches(self) -> PlatformBranches:
+        """``fn`` traced once for every platform's :meth:`for_platform` (and explanation)."""
+        if self._branches is None:
+            self._branches = PlatformBranches(self.fn, self._args)
+        return self._branches
 
     def _build(self, fn: Callable[..., object]) -> Callable[..., object]:
         import jax
@@ -198,7 +206,7 @@ class Transformed:
         """Why the transformation failed, naming the custom kernels it met (a finding)."""
         kernels: list[str] = []
         try:
-            fn = self.fn if platform is None else specialize(self.fn, self._args, platform)
+            fn = self.fn if platform is None else self._platform_branches().resolved(platform)
             args, kwargs = self._args
             kernels = custom_kernels(fn, args, kwargs)
         except Exception:  # naming the kernels is best effort; the failure stands anyway

@@ -222,41 +222,16 @@ class Examiner:
             p: found.failures.get(p) or PlatformProbe(platform=p, present=p in present)
             for p in (*found.programs, *found.failures)
         }
-        inserted = self.lowered.recorded_partition(keyed) if found.partitioned else None
-        ran = run(found, found.partitioned and inserted is None) if run is not None else Run()
-        for platform in ran.executions:
-            results[platform] = replace(results[platform], executed=True)
-        for platform, error in ran.errors.items():
-            results[platform] = replace(results[platform], execution_error=error)
-        if found.partitioned and inserted is None:
-            execution = ran.executions.get(default_platform())
-            inserted = execution.inserted if execution is not None else None
-            if inserted is None:
-                inserted = self.lowered.partition(traced, found.lowered)
-            if inserted is not None:
-                self.lowered.record_partition(keyed, inserted)
-        unkept: dict[str, Program] = {}
-        censuses = self._census(
-            found,
-            present=present,
-            caller=caller,
-            inserted=inserted,
-            at_caller=at_caller,
-            unkept=None if keep_programs else unkept,
-            source=source,
-        )
-        for platform, counted in censuses.items():
-            if counted.census is not None:
-                results[platform] = replace(
-                    results[platform],
-                    census=counted.census,
-                    formats=counted.formats,
-                    lowering_warnings=counted.lowering_warnings,
-                )
-        programs = {  # what the compiled level keys on: with the partitioner's collectives
+        ran, inserted = self._run(traced, keyed, found, run, results)
+        programs = {  # what the census and the compiled level read: with the partitioner's
             p: with_inserted(program, inserted or ()) if found.partitioned else program
             for p, program in found.programs.items()
         }
+        unkept: dict[str, Program] = {}
+        self._census(
+            found, programs, results, present=present, caller=caller, at_caller=at_caller,
+            unkept=None if keep_programs else unkept, source=source,
+        )  # fmt: skip
         for platform in compiles:
             if platform in found.lowered:
                 with self.stage(stage.compile_stage(platform)):
@@ -277,6 +252,33 @@ class Examiner:
             results=results, executions=ran.executions, programs=programs, unkept=unkept
         )
 
+    def _run(
+        self,
+        traced: Any,
+        keyed: KeyParts,
+        found: LoweredPrograms,
+        run: Runner | None,
+        results: dict[str, PlatformProbe],
+    ) -> tuple[Run, tuple[OpSite, ...] | None]:
+        """What ``run`` (a check's) did on the platforms present, marked in ``results``, and
+        the collectives the SPMD partitioner inserts into a partitioned program (``None``
+        for one that is not, or that does not compile here): recorded by an earlier run,
+        else by the run's own compile, else by a compile for them alone, and kept."""
+        inserted = self.lowered.recorded_partition(keyed) if found.partitioned else None
+        ran = run(found, found.partitioned and inserted is None) if run is not None else Run()
+        for platform in ran.executions:
+            results[platform] = replace(results[platform], executed=True)
+        for platform, error in ran.errors.items():
+            results[platform] = replace(results[platform], execution_error=error)
+        if found.partitioned and inserted is None:
+            execution = ran.executions.get(default_platform())
+            inserted = execution.inserted if execution is not None else None
+            if inserted is None:
+                inserted = self.lowered.partition(traced, found.lowered)
+            if inserted is not None:
+                self.lowered.record_partition(keyed, inserted)
+        return ran, inserted
+
     def _compiles_module(self, platform: str) -> bool:
         """Whether ``platform`` compiles from its lowered module alone (no function to trace
         again): tpu, through libtpu's worker."""
@@ -285,28 +287,32 @@ class Examiner:
     def _census(
         self,
         found: LoweredPrograms,
+        programs: Mapping[str, Program],
+        results: dict[str, PlatformProbe],
         *,
         present: Collection[str],
         caller: SourceLocation | None = None,
-        inserted: Sequence[OpSite] | None = None,
         at_caller: bool = False,
         unkept: dict[str, Program] | None = None,
         source: SourceLocation | None = None,
-    ) -> dict[str, PlatformProbe]:
-        """Per platform of ``found``, its census (with the collectives the SPMD partitioner
-        ``inserted`` into a partitioned program), or why it did not lower; the programs
-        lowered now go to the cache, or into ``unkept`` (by key) where it is given.
+    ) -> None:
+        """Each platform of ``programs`` (``found``'s, with the collectives the SPMD
+        partitioner inserted into a partitioned program) with its census in ``results``; the
+        programs lowered now go to the cache, or into ``unkept`` (by key) where it is given.
         ``caller``: see :meth:`Placement.relative`."""
         __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
-        results: dict[str, PlatformProbe] = dict(found.failures)
-        for platform, program in found.programs.items():
+        for platform, program in programs.items():
             with self.stage(stage.census_stage(platform)):
-                results[platform] = self._census_of(
-                    found, platform, program, present, caller, inserted, at_caller, unkept,
-                    source,
-                )  # fmt: skip
-        return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
+                counted = self._census_of(
+                    found, platform, program, present, caller, at_caller, unkept, source
+                )
+            results[platform] = replace(
+                results[platform],
+                census=counted.census,
+                formats=counted.formats,
+                lowering_warnings=counted.lowering_warnings,
+            )
 
     def _census_of(
         self,
@@ -315,14 +321,11 @@ class Examiner:
         program: Program,
         present: Collection[str],
         caller: SourceLocation | None,
-        inserted: Sequence[OpSite] | None,
         at_caller: bool,
         unkept: dict[str, Program] | None,
         source: SourceLocation | None = None,
     ) -> PlatformProbe:
         __tracebackhide__ = True
-        if found.partitioned:
-            program = with_inserted(program, inserted or ())
         key = found.keys.get(platform)
         if platform in found.fresh and unkept is not None and key is not None:
             unkept[key] = program

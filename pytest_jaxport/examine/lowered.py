@@ -134,60 +134,20 @@ class LoweredLevel:
         cache; a check leaves out those it runs or compiles, which need the lowering itself.
         """
 
-        failures: dict[str, PlatformProbe] = {}
-        lowered_for: dict[str, Any] = {}
-        programs: dict[str, Program] = {}
-        keys: dict[str, str | None] = {}
-        read: dict[str, Program] = {}
-        known: dict[str, FailedLowering] = {}  # platforms an earlier run failed to lower
-        with self._stages(stage.LOWERED_CACHE) if cached else _NOTHING:
-            for platform in platforms:
-                if platform in cached:
-                    keys[platform] = self._key(keyed, platform)
-                    entry = self._cached_entry(keys[platform])
-                    if isinstance(entry, FailedLowering):
-                        known[platform] = entry
-                    elif entry is not None:
-                        read[platform] = entry
+        keys, read, known = self._read_cache(keyed, platforms, cached)
         missing = [p for p in keys if p not in read and p not in known and p not in present]
-        # A program of ops that lower alike everywhere (an eager `add`, a reshape) is lowered
-        # once, for the platform present here (JAX's own lowering where it just ran), and
-        # that program is every other platform's too.
-        shared: dict[str, Program] = {}
-        here = next((p for p in platforms if p in present), None)
-        if (
-            missing
-            and here is not None
-            and lowering.same_on_every_platform(traced, (*missing, here))
-        ):
-            try:
-                program = read.get(here)
-                if program is None:
-                    with self._stages(stage.lower_stage(here)):
-                        lowered_for[here] = lowering.lower(traced, here)
-                        program = stablehlo.read_program(lowered_for[here])
-                shared = {p: program for p in (*missing, here)}
-                missing = []
-            except lowering.LoweringFailure:
-                lowered_for.pop(here, None)  # lowered below, where its failure is reported
+        lowered_for: dict[str, Any] = {}
+        shared = self._lowered_once(traced, platforms, missing, present, read, lowered_for)
+        if shared:
+            missing = []
         # Host callbacks lower only for a platform present here; for the others they become
         # inert placeholders (counted in meta), so every other op is still counted. Whether
         # a program has any is known only once lowered (a custom primitive binds its own).
         absent = inert(traced)
-        # A platform present here is read from JAX's own lowering, with the real callbacks:
-        # where it just ran the call (the audit) that lowering is in JAX's cache; joining it
-        # to the others' would lower it again (a PRNG op: 52 ms for four, 28 for three).
-        # What JAX warns while lowering for the absent ones (together, or each alone where
-        # that fails) is kept with each of their programs (lowering.warnings_kept): the
-        # lowering is ours, not the test's, and a warm run reads it from the cache as well.
-        # A joint lowering that failed warned about no program: each platform lowered alone
-        # keeps only what its own lowering said (a Pallas kernel on the tpu branch lowered
-        # together for cuda warns of Mosaic GPU; alone, it is never lowered for cuda).
         heard: list[str] = []
-        together = None
-        if len(missing) > 1:
-            with self._stages(stage.lower_stage(*missing)), lowering.warnings_kept(heard):
-                together = lowering.lower_together(absent, missing)
+        together = self._lowered_together(absent, missing, heard)
+        failures: dict[str, PlatformProbe] = {}
+        programs: dict[str, Program] = {}
         for platform in platforms:
             if platform in known:
                 failures[platform] = failed_to_lower(
@@ -195,20 +155,14 @@ class LoweredLevel:
                 )
                 continue
             warned = list(heard) if platform in missing and together is not None else []
+            program = read.get(platform) or shared.get(platform)
+            if program is None and together is not None:
+                program = together.get(platform)
             try:
-                program = read.get(platform) or shared.get(platform)
-                if program is None and together is not None:
-                    program = together.get(platform)
-                if program is None and platform in present:
-                    with self._stages(stage.lower_stage(platform)):
-                        lowered = lowering.lower(traced, platform)
-                        program = stablehlo.read_program(lowered)
-                    lowered_for[platform] = lowered
-                elif program is None:
-                    with self._stages(stage.lower_stage(platform)):
-                        with lowering.warnings_kept(warned):
-                            lowered = lowering.lower(absent, platform)
-                        program = stablehlo.read_program(lowered)
+                if program is None:
+                    lowered, program = self._lowered_alone(
+                        traced if platform in present else absent, platform, present, warned
+                    )
                     lowered_for[platform] = lowered
                 if warned:
                     program = replace(program, warnings=tuple(warned))
@@ -227,6 +181,91 @@ class LoweredLevel:
             fresh=frozenset(p for p in programs if p not in read),
             keys=keys,
         )
+
+    def _read_cache(
+        self, keyed: KeyParts, platforms: Sequence[str], cached: Collection[str]
+    ) -> tuple[dict[str, str | None], dict[str, Program], dict[str, FailedLowering]]:
+        """Per platform in ``cached``: its key, and what an earlier run kept under it (a
+        program, in the second mapping, or a failure to lower, in the third)."""
+        keys: dict[str, str | None] = {}
+        read: dict[str, Program] = {}
+        known: dict[str, FailedLowering] = {}  # platforms an earlier run failed to lower
+        with self._stages(stage.LOWERED_CACHE) if cached else _NOTHING:
+            for platform in platforms:
+                if platform in cached:
+                    keys[platform] = self._key(keyed, platform)
+                    entry = self._cached_entry(keys[platform])
+                    if isinstance(entry, FailedLowering):
+                        known[platform] = entry
+                    elif entry is not None:
+                        read[platform] = entry
+        return keys, read, known
+
+    def _lowered_once(
+        self,
+        traced: Any,
+        platforms: Sequence[str],
+        missing: Sequence[str],
+        present: Collection[str],
+        read: Mapping[str, Program],
+        lowered_for: dict[str, Any],
+    ) -> dict[str, Program]:
+        """Every ``missing`` platform's program and that of the first present, where the
+        program's ops lower alike everywhere (an eager ``add``, a reshape): lowered once, for
+        the platform present here (JAX's own lowering where it just ran), or read; ``{}``
+        where they may not (or that lowering fails: it is lowered again, and reported, with
+        the others). The lowering made goes into ``lowered_for``."""
+        here = next((p for p in platforms if p in present), None)
+        if (
+            not missing
+            or here is None
+            or not lowering.same_on_every_platform(traced, (*missing, here))
+        ):
+            return {}
+        try:
+            program = read.get(here)
+            if program is None:
+                with self._stages(stage.lower_stage(here)):
+                    lowered_for[here] = lowering.lower(traced, here)
+                    program = stablehlo.read_program(lowered_for[here])
+        except lowering.LoweringFailure:
+            lowered_for.pop(here, None)  # lowered below, where its failure is reported
+            return {}
+        return {p: program for p in (*missing, here)}
+
+    def _lowered_together(
+        self, absent: Any, missing: Sequence[str], heard: list[str]
+    ) -> dict[str, Program] | None:
+        """The programs of the platforms ``missing`` (not present here) from one lowering for
+        all of them, or ``None`` where there are fewer than two or JAX cannot lower them
+        together (then each is lowered alone). What JAX warns meanwhile goes into ``heard``.
+
+        A platform present here is read from JAX's own lowering, with the real callbacks:
+        where it just ran the call (the audit) that lowering is in JAX's cache; joining it to
+        the others' would lower it again (a PRNG op: 52 ms for four, 28 for three). What JAX
+        warns while lowering for the absent ones (together, or each alone where that fails)
+        is kept with each of their programs (:func:`lowering.warnings_kept`): the lowering is
+        ours, not the test's, and a warm run reads it from the cache as well. A joint
+        lowering that failed warned about no program: each platform lowered alone keeps only
+        what its own lowering said (a Pallas kernel on the tpu branch lowered together for
+        cuda warns of Mosaic GPU; alone, it is never lowered for cuda)."""
+        if len(missing) <= 1:
+            return None
+        with self._stages(stage.lower_stage(*missing)), lowering.warnings_kept(heard):
+            return lowering.lower_together(absent, missing)
+
+    def _lowered_alone(
+        self, traced: Any, platform: str, present: Collection[str], warned: list[str]
+    ) -> tuple[Any, Program]:
+        """``platform``'s lowering and its program; what JAX warns while lowering for a
+        platform not ``present`` goes into ``warned``."""
+        with self._stages(stage.lower_stage(platform)):
+            if platform in present:
+                lowered = lowering.lower(traced, platform)
+            else:
+                with lowering.warnings_kept(warned):
+                    lowered = lowering.lower(traced, platform)
+            return lowered, stablehlo.read_program(lowered)
 
     # -- the partitioner's record ---------------------------------------------------------------
 
