@@ -23,7 +23,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pytest_jaxport._jax import lowering, tracing
+from pytest_jaxport._jax import execution, lowering, tracing
 from pytest_jaxport._jax.execution import compile_partitioned
 from pytest_jaxport.model import partitioner
 from pytest_jaxport.model.census import OpSite, Program, parse_location, take_census
@@ -224,7 +224,7 @@ def test_the_gradient_all_reduce_is_counted_per_platform(
         recorded.append(lowered)
         return real(lowered)
 
-    monkeypatch.setattr(lowering, "compile_partitioned", spy)
+    monkeypatch.setattr(execution, "compile_partitioned", spy)
     pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
     cold, report = run_json(pytester, "-vv")  # -vv: every test's per-check details
     assert len(recorded) == 1

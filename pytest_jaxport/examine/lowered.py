@@ -11,11 +11,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_jaxport._jax import keyparts, lowering, stablehlo
+from pytest_jaxport._jax import execution, keyparts, lowering, stablehlo
 from pytest_jaxport._jax.adapters import jax_release, missing_package, needs_hardware
 from pytest_jaxport._jax.callbacks import inert
 from pytest_jaxport._jax.devices import default_platform, versions
-from pytest_jaxport._jax.execution import compile_partitioned
 from pytest_jaxport.cache import CompileSettings, FailedLowering, lowered_key
 from pytest_jaxport.examine import stages as stage
 from pytest_jaxport.examine.stages import Stages, unobserved
@@ -275,13 +274,13 @@ class LoweredLevel:
         """The collectives the SPMD partitioner inserts into ``traced``'s program: compiled
         (not run) for the platform present here, from its lowering in ``lowered_for`` when
         there is one, with XLA recording the module before and after partitioning
-        (:func:`compile_partitioned`); ``None`` when it does not compile here."""
+        (:func:`execution.compile_partitioned`); ``None`` when it does not compile here."""
 
         default = default_platform()
         try:
             with self._stages(stage.PARTITION):
                 lowered = (lowered_for or {}).get(default) or lowering.lower(traced, default)
-                _, inserted = compile_partitioned(lowered)
+                _, inserted = execution.compile_partitioned(lowered)
         except Exception:  # it does not compile here: its own collectives are all it shows
             return None
         return inserted
