@@ -56,7 +56,7 @@ LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""
 
 LOWERED_FORMAT = 7
-"""Bumped whenever a lowered entry's content, or how ``lowering.read_program`` reads a
+"""Bumped whenever a lowered entry's content, or how ``stablehlo.read_program`` reads a
 module (which ops keep their location, how costs are estimated, which cases resolve, the
 collectives the partitioner inserts, how host callbacks lower), changes (4: failures to
 lower kept; 5: sites carry their types and the attributes format findings read; 6: what JAX
@@ -101,7 +101,7 @@ def lowered_key(
     """A hex digest over everything that decides a lowered program a census reads.
 
     ``jaxpr``: the closed jaxpr's text with its argument and result types; ``sources``: the
-    source line of each of its equations (``lowering.census_key_parts``); ``settings``: the
+    source line of each of its equations (``keyparts.census_key_parts``); ``settings``: the
     JAX configuration that can change a lowering.
     """
     parts = {

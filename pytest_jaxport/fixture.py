@@ -23,10 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, tracing
 from pytest_jaxport._jax.arguments import ArgumentError, prepare
+from pytest_jaxport._jax.devices import present_platforms
+from pytest_jaxport._jax.execution import Execution, execute
 from pytest_jaxport._jax.interception import paused
-from pytest_jaxport._jax.lowering import present_platforms
+from pytest_jaxport._jax.transforms import (
+    PlatformTraces,
+    TransformUsage,
+    trace_variant,
+    transformed,
+)
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, LoweredPrograms, Run, stages
 from pytest_jaxport.examine.stages import Stages
@@ -175,8 +182,8 @@ class Jaxport:
         described = self._compile.described_kinds()
         try:
             with self._examiner.stage(stages.TRACE):
-                traced = lowering.trace(fn, args, kwargs, described=described)
-        except lowering.Untraceable as e:
+                traced = tracing.trace(fn, args, kwargs, described=described)
+        except tracing.Untraceable as e:
             self._untraced(check_name, e.untraced, wanted)
             return None
 
@@ -184,8 +191,8 @@ class Jaxport:
         for transform in wanted:
             usage = None
             try:
-                variants.append(lowering.transformed(fn, transform, args, kwargs))
-            except lowering.TransformUsage as e:
+                variants.append(transformed(fn, transform, args, kwargs))
+            except TransformUsage as e:
                 usage = f"jaxport.check({check_name!r}): {e}"
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
@@ -193,7 +200,7 @@ class Jaxport:
         unrunnable = self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
             with self._examiner.stage(stages.TRACE):
-                variant_traced = lowering.trace_variant(variant, described=described)
+                variant_traced = trace_variant(variant, described=described)
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
                 variant, variant.args, {}, variant_traced,
@@ -270,29 +277,29 @@ class Jaxport:
         fn: Callable[..., object],
         args: Sequence[object],
         kwargs: Mapping[str, object],
-        traced: lowering.Trace | lowering.PlatformTraces,
+        traced: tracing.Trace | PlatformTraces,
         *,
         variant_of: str | None = None,
         transform: str | None = None,
     ) -> object:
         """One check: lower ``traced`` per platform, run, census, compare; record the probe."""
         __tracebackhide__ = True
-        present = lowering.present_platforms()
+        present = present_platforms()
         frame, _ = _user_frame()  # the line that called check()
         caller = self._examiner.shown_location(
             SourceLocation(file=frame.f_code.co_filename, line=frame.f_lineno)
         )
 
         def run(found: LoweredPrograms, record_partition: bool) -> Run:
-            executions: dict[str, lowering.Execution] = {}
+            executions: dict[str, Execution] = {}
             errors: dict[str, str] = {}
             built: dict[str, object] = {}
             for platform in self._config.platforms:
                 if platform not in present or platform not in found.lowered:
                     continue
                 try:
-                    with self._examiner.stage(stages.execute(platform)):
-                        executions[platform] = lowering.execute(
+                    with self._examiner.stage(stages.execute_stage(platform)):
+                        executions[platform] = execute(
                             fn, traced, found.lowered[platform], platform, args, kwargs,
                             partitioned=record_partition,
                         )  # fmt: skip
@@ -327,7 +334,7 @@ class Jaxport:
 
     def _emulate(
         self,
-        traced: lowering.Trace | lowering.PlatformTraces,
+        traced: tracing.Trace | PlatformTraces,
         args: Sequence[object],
         kwargs: Mapping[str, object],
         results: Mapping[str, PlatformProbe],
@@ -346,12 +353,12 @@ class Jaxport:
             result = results.get(platform)
             if platform in present or result is None or result.error is not None:
                 continue  # present: it ran for real; not lowered: nothing to emulate
-            program: lowering.Trace | Callable[..., object] = (
+            program: tracing.Trace | Callable[..., object] = (
                 traced.variant.for_platform(platform)  # a variant traced per platform
-                if isinstance(traced, lowering.PlatformTraces)
+                if isinstance(traced, PlatformTraces)
                 else traced
             )
-            with self._examiner.stage(stages.emulate(platform)):
+            with self._examiner.stage(stages.emulate_stage(platform)):
                 emulated = run_as(
                     program, args, kwargs, platform=platform,
                     cuda_capability=self._cuda_capability, own=self._examiner.own_packages,
@@ -371,44 +378,30 @@ class Jaxport:
         self,
         check_name: str,
         results: dict[str, PlatformProbe],
-        executions: Mapping[str, lowering.Execution],
+        executions: Mapping[str, Execution],
         *,
         transform: str | None = None,
         emulated: Mapping[str, Emulated] | None = None,
     ) -> tuple[Probe, object]:
+        """The probe of a check whose platforms ran (``executions``) and were emulated: each
+        one's outputs compared with the reference's; and the value ``check`` returns."""
 
         # Derivatives are compared with JAX's gradient tolerances unless configured.
         gradient = transform in ("grad", "jvp")
 
         reference = self._config.reference
         note = None
-        for platform, found in (emulated or {}).items():
+        emulated = emulated or {}
+        for platform, found in emulated.items():
             results[platform] = replace(results[platform], emulated=found.emulation)
             if not found.emulation.ran and found.emulation.error is None:
                 # This JAX cannot run it (a kernel it cannot interpret): a note, never a failure.
                 message = not_emulated_message(found.emulation)
                 warn(JaxportWarning(f"check {check_name!r}: {message}"))
-        if not executions and self._unrunnable(results) is not None:
-            # The test fails at the check call with the cause (see _check): no warning.
-            note = "not executed: it failed on every platform present here"
-            return Probe(name=check_name, reference=reference, platforms=results, note=note), None
         if not executions:
-            present = [p for p in results if results[p].present]
-            failures = [
-                f"{p}: {results[p].error or results[p].execution_error}"
-                for p in present
-                if results[p].error or results[p].execution_error
-            ]
-            note = "not executed: " + (
-                f"it failed on every platform present here ({'; '.join(failures)})"
-                if failures
-                else f"none of its platforms is present here (present: "
-                f"{', '.join(lowering_present()) or 'none'})"
-            )
-            warn(JaxportWarning(f"check {check_name!r} {note}"))
-            return Probe(name=check_name, reference=reference, platforms=results, note=note), None
+            return self._not_executed(check_name, results), None
         baseline = reference if reference in executions else next(iter(executions))
-        compared = [p for p, found in (emulated or {}).items() if found.outputs is not None]
+        compared = [p for p, found in emulated.items() if found.outputs is not None]
         if baseline != reference:
             note = f"reference platform {reference} did not run; compared with {baseline}"
             warn(JaxportWarning(f"check {check_name!r}: {note}"))
@@ -432,36 +425,71 @@ class Jaxport:
                 comparison = compared_with_baseline(execution.outputs, platform, platform)
                 results[platform] = replace(results[platform], numerics=comparison)
         for platform in compared:
-            # Compared exactly as a present platform is, under its label: every message
-            # reads "tpu (emulated on cpu) vs cpu".
-            found = (emulated or {})[platform]
-            assert found.outputs is not None
-            comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
-            emulation, bounds = found.emulation, None
-            if comparison.ok and found.bounded is not None:  # what the chip's errors may do
-                with self._examiner.stage(stages.emulate(platform)):
-                    bounded = found.bounded()
-                emulation = replace(emulation, bounded=tuple(
-                    replace(site, location=self._shown_location(site.location))
-                    if site.location else site for site in bounded.sites
-                ))  # fmt: skip
-                if bounded.outputs is not None:
-                    bounds = compared_with_baseline(bounded.outputs, platform, emulation.label)
-                else:  # the engine's limit: said, and the state stays what it was
-                    said = f"the run with the chip's bounds failed: {bounded.error}"
-                    warn(JaxportWarning(f"check {check_name!r}: {emulation.label}: {said}"))
-            results[platform] = replace(
-                results[platform], emulated=emulation, emulated_numerics=comparison,
-                emulated_bounds=bounds,
-            )  # fmt: skip
-            setting = self._config.may_differ()
-            if emulated_status(results[platform]) == MAY_DIFFER and setting.value == "warn":
-                # Told, never silently green (-W error makes it a failure).
-                head = may_differ_lines(emulation, bounds)[0]
-                warn(JaxportWarning(f"check {check_name!r}: {head} (may_differ = "
-                                    f'"warn", set in {setting.origin})'))  # fmt: skip
+            results[platform] = self._compared_emulation(
+                check_name, results[platform], emulated[platform], compared_with_baseline
+            )
         probe = Probe(name=check_name, reference=baseline, platforms=results, note=note)
         return probe, executions[baseline].value
+
+    def _not_executed(self, check_name: str, results: Mapping[str, PlatformProbe]) -> Probe:
+        """The probe of a check that ran on no platform, and why (warned, unless the test
+        fails at the check call with the cause: see :meth:`_check`)."""
+        reference = self._config.reference
+        if self._unrunnable(results) is not None:
+            note = "not executed: it failed on every platform present here"
+            return Probe(name=check_name, reference=reference, platforms=results, note=note)
+        present = [p for p in results if results[p].present]
+        failures = [
+            f"{p}: {results[p].error or results[p].execution_error}"
+            for p in present
+            if results[p].error or results[p].execution_error
+        ]
+        note = "not executed: " + (
+            f"it failed on every platform present here ({'; '.join(failures)})"
+            if failures
+            else f"none of its platforms is present here (present: "
+            f"{', '.join(present_platforms()) or 'none'})"
+        )
+        warn(JaxportWarning(f"check {check_name!r} {note}"))
+        return Probe(name=check_name, reference=reference, platforms=results, note=note)
+
+    def _compared_emulation(
+        self,
+        check_name: str,
+        result: PlatformProbe,
+        found: Emulated,
+        compared_with_baseline: Callable[[Outputs, str, str], Comparison],
+    ) -> PlatformProbe:
+        """``result`` with its emulation's outputs compared exactly as a present platform's
+        are, under its label (every message reads "tpu (emulated on cpu) vs cpu"), and, where
+        they matched, those of the run with the chip's bounds: what the chip's errors may do.
+        """
+        platform = result.platform
+        assert found.outputs is not None
+        comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
+        emulation, bounds = found.emulation, None
+        if comparison.ok and found.bounded is not None:
+            with self._examiner.stage(stages.emulate_stage(platform)):
+                bounded = found.bounded()
+            emulation = replace(emulation, bounded=tuple(
+                replace(site, location=self._shown_location(site.location))
+                if site.location else site for site in bounded.sites
+            ))  # fmt: skip
+            if bounded.outputs is not None:
+                bounds = compared_with_baseline(bounded.outputs, platform, emulation.label)
+            else:  # the engine's limit: said, and the state stays what it was
+                said = f"the run with the chip's bounds failed: {bounded.error}"
+                warn(JaxportWarning(f"check {check_name!r}: {emulation.label}: {said}"))
+        result = replace(
+            result, emulated=emulation, emulated_numerics=comparison, emulated_bounds=bounds,
+        )  # fmt: skip
+        setting = self._config.may_differ()
+        if emulated_status(result) == MAY_DIFFER and setting.value == "warn":
+            # Told, never silently green (-W error makes it a failure).
+            head = may_differ_lines(emulation, bounds)[0]
+            warn(JaxportWarning(f"check {check_name!r}: {head} (may_differ = "
+                                f'"warn", set in {setting.origin})'))  # fmt: skip
+        return result
 
     def _warn_findings(self, probe: Probe) -> None:
         """Warn about a transformation that cannot be taken on a platform no ``must_lower``
@@ -496,11 +524,6 @@ def _warn_unverified(probe: Probe) -> None:
                 "unverified on this machine (run it where that hardware is present)"
             )
         )
-
-
-def lowering_present() -> tuple[str, ...]:
-
-    return present_platforms()
 
 
 def _name_of(fn: Callable[..., object]) -> str:

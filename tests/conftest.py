@@ -28,7 +28,7 @@ import pytest
 from _pytest.pytester import SysModulesSnapshot
 
 import pytest_jaxport._jax.deviceless
-import pytest_jaxport._jax.lowering
+import pytest_jaxport._jax.devices
 import pytest_jaxport.cache
 import pytest_jaxport.fixture
 import pytest_jaxport.model.budget
@@ -37,7 +37,7 @@ import pytest_jaxport.view.text
 
 jax.devices()
 
-ACCELERATORS = tuple(p for p in pytest_jaxport._jax.lowering.present_platforms() if p != "cpu")
+ACCELERATORS = tuple(p for p in pytest_jaxport._jax.devices.present_platforms() if p != "cpu")
 """The accelerators JAX sees here: none on CI's machines, ``("tpu",)`` on a TPU host."""
 
 if ACCELERATORS:

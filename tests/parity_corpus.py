@@ -111,14 +111,14 @@ def corpus() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
 def census_record(fn: Callable[..., Any], args: tuple[Any, ...], platform: str) -> dict[str, Any]:
     """What the plugin finds for ``fn(*args)`` on ``platform``, in the record's terms: counts
     per layer and library and every kernel by name, or why it did not lower."""
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import lowering, stablehlo, tracing
     from pytest_jaxport._jax.adapters import needs_hardware
     from pytest_jaxport.model.census import take_census
 
     try:
         with warnings.catch_warnings():  # JAX's own deprecations (Pallas Triton on 0.12)
             warnings.simplefilter("ignore", DeprecationWarning)
-            program = lowering.read_program(lowering.lower(lowering.trace(fn, args, {}), platform))
+            program = stablehlo.read_program(lowering.lower(tracing.trace(fn, args, {}), platform))
         lowering.refuse_unrunnable(program, platform)
     except lowering.LoweringFailure as e:
         return {"error": "needs a GPU" if needs_hardware(str(e)) else "does not lower"}

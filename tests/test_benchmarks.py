@@ -258,7 +258,7 @@ def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
     import jax
     import jax.numpy as jnp
 
-    from pytest_jaxport._jax.lowering import read_program
+    from pytest_jaxport._jax.stablehlo import read_program
     from pytest_jaxport.model.census import take_census
     from pytest_jaxport.model.roofline import (
         estimated_share,

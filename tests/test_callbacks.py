@@ -17,7 +17,7 @@ from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, run_json
 from jax import lax
 from jax.experimental import io_callback
 
-from pytest_jaxport._jax import callbacks, lowering
+from pytest_jaxport._jax import callbacks, lowering, stablehlo, tracing
 from pytest_jaxport.model.census import Census, take_census
 
 ABSENT = ("cuda", "rocm", "tpu")
@@ -162,17 +162,17 @@ def _sorted(census: Census) -> Census:
 def test_the_inert_program_counts_what_the_real_one_does(case: str) -> None:
     """Lowered for cpu (where the real callbacks lower too), the inert program's census is
     the real program's, op for op, with each callback at its line in meta."""
-    traced = lowering.trace(CASES[case], (x,), {})
+    traced = tracing.trace(CASES[case], (x,), {})
     inert = callbacks.inert(traced)
-    real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
-    placeholder = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
+    real = take_census(stablehlo.read_program(lowering.lower(traced, "cpu")), "cpu")
+    placeholder = take_census(stablehlo.read_program(lowering.lower(inert, "cpu")), "cpu")
     assert _real_names(placeholder) == _sorted(real)
     assert placeholder.meta == real.meta >= 1
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_absent_platforms_lower_alone_and_together(case: str) -> None:
-    traced = lowering.trace(CASES[case], (x,), {})
+    traced = tracing.trace(CASES[case], (x,), {})
     with pytest.raises(lowering.LoweringFailure):
         lowering.lower(traced, "cuda")  # the limitation this module works around
     inert = callbacks.inert(traced)
@@ -180,7 +180,7 @@ def test_absent_platforms_lower_alone_and_together(case: str) -> None:
     together = lowering.lower_together(inert, ABSENT)
     assert together is not None
     for platform in ABSENT:
-        alone = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        alone = take_census(stablehlo.read_program(lowering.lower(inert, platform)), platform)
         assert take_census(together[platform], platform) == alone
         placeholders = {
             (k.name.rpartition(".")[2], str(k.location)) for k in alone.in_layer("meta")
@@ -201,7 +201,7 @@ def test_the_compilable_program_compiles_what_the_real_one_does(case: str) -> No
         text = traced.lower(lowering_platforms=("cpu",)).compile().as_text()  # type: ignore[attr-defined]
         return take_census(parse_compiled_hlo(text), "cpu", level="compiled")
 
-    traced = lowering.trace(CASES[case], (x,), {})
+    traced = tracing.trace(CASES[case], (x,), {})
     with pytest.raises(Exception, match=callbacks.INERT_TARGET):
         compiled(callbacks.inert(traced))
     real = compiled(traced)
@@ -217,7 +217,7 @@ def test_a_callback_a_custom_primitive_binds_when_lowered_is_inert_too() -> None
     each absent platform lowers, alone and together, with the callback in meta at the line
     that binds the primitive (where JAX places what a primitive's lowering emits) and the
     primitive's dot counted."""
-    traced = lowering.trace(in_a_custom_primitive, (x,), {})
+    traced = tracing.trace(in_a_custom_primitive, (x,), {})
     assert callbacks.find_callbacks(traced.jaxpr) == ()
     with pytest.raises(lowering.LoweringFailure, match="lowering platform cuda"):
         lowering.lower(traced, "cuda")
@@ -227,7 +227,7 @@ def test_a_callback_a_custom_primitive_binds_when_lowered_is_inert_too() -> None
     line = f"{__file__}:{in_a_custom_primitive.__code__.co_firstlineno + 1}"
     libraries = {"cuda": {"cublas": 1}, "rocm": {"hipblas": 1}, "tpu": {}}
     for platform in ABSENT:
-        alone = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        alone = take_census(stablehlo.read_program(lowering.lower(inert, platform)), platform)
         assert take_census(together[platform], platform) == alone
         [placeholder] = alone.in_layer("meta")
         assert (placeholder.kind, placeholder.name) == (
@@ -236,8 +236,8 @@ def test_a_callback_a_custom_primitive_binds_when_lowered_is_inert_too() -> None
         )
         assert str(placeholder.location) == line
         assert alone.libraries() == libraries[platform]
-    real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
-    on_cpu = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
+    real = take_census(stablehlo.read_program(lowering.lower(traced, "cpu")), "cpu")
+    on_cpu = take_census(stablehlo.read_program(lowering.lower(inert, "cpu")), "cpu")
     assert _real_names(on_cpu) == _sorted(real)
 
 
@@ -282,7 +282,7 @@ def test_a_callback_a_lowering_rule_emits_itself_is_inert_too() -> None:
     lowering is the real program, op for op; the compilable one compiles with no callback."""
     from pytest_jaxport.model.hlo import parse_compiled_hlo
 
-    traced = lowering.trace(emits_in_its_rule, (x,), {})
+    traced = tracing.trace(emits_in_its_rule, (x,), {})
     with pytest.raises(lowering.LoweringFailure, match="lowering platform cuda"):
         lowering.lower(traced, "cuda")
     inert = callbacks.inert(traced)
@@ -290,7 +290,7 @@ def test_a_callback_a_lowering_rule_emits_itself_is_inert_too() -> None:
     assert together is not None
     libraries = {"cuda": {"cublas": 1}, "rocm": {"hipblas": 1}, "tpu": {}}
     for platform in ABSENT:
-        alone = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        alone = take_census(stablehlo.read_program(lowering.lower(inert, platform)), platform)
         assert take_census(together[platform], platform) == alone
         [placeholder] = alone.in_layer("meta")
         assert (placeholder.kind, placeholder.name) == (
@@ -298,8 +298,8 @@ def test_a_callback_a_lowering_rule_emits_itself_is_inert_too() -> None:
             f"{callbacks.INERT_TARGET}.host_emitting",
         )
         assert alone.libraries() == libraries[platform]
-    real = take_census(lowering.read_program(lowering.lower(traced, "cpu")), "cpu")
-    on_cpu = take_census(lowering.read_program(lowering.lower(inert, "cpu")), "cpu")
+    real = take_census(stablehlo.read_program(lowering.lower(traced, "cpu")), "cpu")
+    on_cpu = take_census(stablehlo.read_program(lowering.lower(inert, "cpu")), "cpu")
     assert _real_names(on_cpu) == _sorted(real)
 
     def compiled(traced: object) -> Census:
@@ -362,11 +362,11 @@ def test_lineax_linear_solve_with_error_if_lowers_for_every_platform() -> None:
         return lx.linear_solve(lx.MatrixLinearOperator(m), b, solver=lx.LU()).value
 
     m = np.eye(4, dtype=np.float32) * 2 + 0.1
-    traced = lowering.trace(solve, (m, np.ones(4, np.float32)), {})
+    traced = tracing.trace(solve, (m, np.ones(4, np.float32)), {})
     inert = callbacks.inert(traced)
     found = {}
     for platform in ("cpu", *ABSENT):
-        census = take_census(lowering.read_program(lowering.lower(inert, platform)), platform)
+        census = take_census(stablehlo.read_program(lowering.lower(inert, platform)), platform)
         assert census.meta >= 1, platform
         found[platform] = census.libraries()
     assert found["cpu"].get("lapack", 0) >= 1
@@ -375,7 +375,7 @@ def test_lineax_linear_solve_with_error_if_lowers_for_every_platform() -> None:
 
 
 def test_find_callbacks_names_each_kind_at_its_line() -> None:
-    found = callbacks.find_callbacks(lowering.trace(every_kind, (x,), {}).jaxpr)
+    found = callbacks.find_callbacks(tracing.trace(every_kind, (x,), {}).jaxpr)
     lines = {c.kind: int(c.location.rpartition(":")[2]) for c in found}
     first = every_kind.__code__.co_firstlineno
     print_kind = "debug_print" if "debug_print" in lines else "debug_callback"
@@ -387,7 +387,7 @@ def test_find_callbacks_names_each_kind_at_its_line() -> None:
 
 
 def test_nested_callbacks_are_found_once_per_jaxpr() -> None:
-    found = callbacks.find_callbacks(lowering.trace(nested, (x,), {}).jaxpr)
+    found = callbacks.find_callbacks(tracing.trace(nested, (x,), {}).jaxpr)
     kinds = sorted(c.kind for c in found for _ in range(c.count))
     # inner's print (one jaxpr, called twice), the scan's pure_callback, the loop's io_callback
     assert len(kinds) == 3
@@ -396,7 +396,7 @@ def test_nested_callbacks_are_found_once_per_jaxpr() -> None:
 
 
 def test_a_program_without_callbacks_lowers_as_it_is() -> None:
-    traced = lowering.trace(jnp.linalg.solve, (np.eye(3), np.ones(3)), {})
+    traced = tracing.trace(jnp.linalg.solve, (np.eye(3), np.ones(3)), {})
     assert not callbacks.has_callbacks(traced.jaxpr)
     assert callbacks.find_callbacks(traced.jaxpr) == ()
     for platform in ("cpu", "cuda"):
@@ -405,9 +405,9 @@ def test_a_program_without_callbacks_lowers_as_it_is() -> None:
 
 
 def test_a_jaxpr_used_twice_stays_one_function_called_twice() -> None:
-    traced = lowering.trace(shared_twice, (x,), {})
+    traced = tracing.trace(shared_twice, (x,), {})
     inert = callbacks.inert(traced)
-    census = take_census(lowering.read_program(lowering.lower(inert, "cuda")), "cuda")
+    census = take_census(stablehlo.read_program(lowering.lower(inert, "cuda")), "cuda")
     [placeholder] = [k for k in census.kernels if k.layer == "meta"]
     assert placeholder.count == 2
     assert census.libraries() == {"cublas": 2}
@@ -417,7 +417,7 @@ def test_recorded_types_are_enough_to_lower() -> None:
     """What an audit has: the jaxpr and the arguments' types (no arrays)."""
     closed = jax.make_jaxpr(every_kind)(x)
     inert = callbacks.trace_inert(closed, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
-    census = take_census(lowering.read_program(lowering.lower(inert, "rocm")), "rocm")
+    census = take_census(stablehlo.read_program(lowering.lower(inert, "rocm")), "rocm")
     assert census.meta == 4
     assert census.libraries() == {"hipblas": 1}
 
@@ -427,7 +427,7 @@ def test_the_inert_program_keeps_shardings() -> None:
 
     mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
     sharded = jax.device_put(np.ones((4, 4), np.float32), NamedSharding(mesh, PartitionSpec("d")))
-    traced = lowering.trace(debug_print, (sharded,), {})
+    traced = tracing.trace(debug_print, (sharded,), {})
     inert = callbacks.inert(traced)
     text = inert.lower(lowering_platforms=("cuda",)).as_text()
     assert "mhlo.num_partitions = 2" in text

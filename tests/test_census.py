@@ -16,7 +16,7 @@ from jax._src import source_info_util
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pytest_jaxport._jax import interception, jaxprs, lowering
+from pytest_jaxport._jax import interception, jaxprs, lowering, stablehlo, tracing
 from pytest_jaxport.model.census import (
     Census,
     OpSite,
@@ -32,8 +32,8 @@ from pytest_jaxport.model.hotspots import Reach, hotspots
 
 
 def census_of(fn, *args, platform: str) -> Census:
-    traced = lowering.trace(fn, args, {})
-    return take_census(lowering.read_program(lowering.lower(traced, platform)), platform)
+    traced = tracing.trace(fn, args, {})
+    return take_census(stablehlo.read_program(lowering.lower(traced, platform)), platform)
 
 
 def count_in_text(fn, *args, platform: str, needle: str) -> int:
@@ -352,10 +352,10 @@ def test_a_read_location_stops_at_the_first_user_frame(tmp_path) -> None:
     def model(x):
         return stacklib.outer(x)  # the first user frame
 
-    traced = lowering.trace(model, (jnp.ones((3, 3)),), {})
+    traced = tracing.trace(model, (jnp.ones((3, 3)),), {})
     line = model.__code__.co_firstlineno + 1
     for platform in ("cpu", "cuda"):
-        program = lowering.read_program(lowering.lower(traced, platform))
+        program = stablehlo.read_program(lowering.lower(traced, platform))
         (dot,) = [s for s in program.functions[program.entry] if s.op == "stablehlo.dot_general"]
         frames = location_frames(dot.location)
         assert frames == [(str(source), "3"), (str(source), "5"), (__file__, str(line))]
@@ -374,7 +374,7 @@ def test_read_program_groups_identical_ops_and_leaves_out_uncounted_ones() -> No
 
     x = jnp.ones((4, 4))
     assert count_in_text(f, x, platform="cuda", needle="stablehlo.sine") == 3
-    program = lowering.read_program(lowering.lower(lowering.trace(f, (x,), {}), "cuda"))
+    program = stablehlo.read_program(lowering.lower(tracing.trace(f, (x,), {}), "cuda"))
     sites = [site for sites in program.functions.values() for site in sites]
     [sine] = [site for site in sites if site.op == "stablehlo.sine"]
     assert sine.count == 3

@@ -178,15 +178,15 @@ def test_a_dot_xla_always_makes_elementwise_is_no_library_call_lowered_or_compil
     Triton gemms on or off: the lowered level counts no cuBLAS call there either."""
     import jax.numpy as jnp
 
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import lowering, stablehlo, tracing
 
     fn, shapes = VECTOR_DOTS[case]
     args = [jnp.ones(shape) for shape in shapes]
     for options in (None, {"xla_gpu_enable_triton_gemm": False}):
         assert cuda_census(fn, *args, target=h100, options=options).vendor == 0, options
-    traced = lowering.trace(fn, tuple(args), {})
+    traced = tracing.trace(fn, tuple(args), {})
     for platform in ("cuda", "rocm"):
-        lowered = take_census(lowering.read_program(lowering.lower(traced, platform)), platform)
+        lowered = take_census(stablehlo.read_program(lowering.lower(traced, platform)), platform)
         assert lowered.vendor == 0, platform
         assert lowered.xla_kinds.get("strength-reduced-dot", 0) >= 1
 

@@ -30,9 +30,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, stablehlo, tracing
 from pytest_jaxport._jax.adapters import jax_release
 from pytest_jaxport._jax.emulate import emulate
+from pytest_jaxport._jax.outputs import to_outputs
 from pytest_jaxport.model.arithmetic import (
     BFLOAT16,
     TF32,
@@ -91,7 +92,7 @@ def lowered_kernel_targets(
     fn: Callable[..., Any], args: tuple[Any, ...], platform: str
 ) -> set[str]:
     """The custom-call targets JAX's own lowering for ``platform`` emits for ``fn``."""
-    program = lowering.read_program(lowering.lower(lowering.trace(fn, args, {}), platform))
+    program = stablehlo.read_program(lowering.lower(tracing.trace(fn, args, {}), platform))
     return {
         site.target
         for sites in program.functions.values()
@@ -131,7 +132,7 @@ def test_the_demo_kernel_runs_in_the_interpret_mode_its_platform_lowering_select
     assert record.kernels[0].label == "Pallas kernel _bias_gelu_kernel"
     reference = jax.jit(demo.bias_gelu_reference)(x, b)
     comparison = compare(
-        lowering.to_outputs(reference),
+        to_outputs(reference),
         emulated.outputs,  # type: ignore[arg-type]
         reference_platform="cpu",
         platform=record.label,
@@ -176,8 +177,8 @@ def doubled(x: jax.Array) -> jax.Array:
 
 def test_a_wrong_tpu_kernel_behind_a_correct_fallback_is_caught() -> None:
     x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
-    on_cpu = lowering.to_outputs(jax.jit(doubled)(x))
-    assert compare(on_cpu, lowering.to_outputs(x * 2.0), reference_platform="cpu",
+    on_cpu = to_outputs(jax.jit(doubled)(x))
+    assert compare(on_cpu, to_outputs(x * 2.0), reference_platform="cpu",
                    platform="cpu").ok  # fmt: skip
 
     emulated = emulate(doubled, (x,), platform="tpu")
@@ -245,7 +246,7 @@ def gpu_doubled(x: jax.Array) -> jax.Array:
 
 def test_a_wrong_mosaic_gpu_kernel_is_caught_where_jax_can_interpret_it() -> None:
     x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
-    on_cpu = lowering.to_outputs(jax.jit(gpu_doubled)(x))
+    on_cpu = to_outputs(jax.jit(gpu_doubled)(x))
 
     emulated = emulate(gpu_doubled, (x,), platform="cuda")
 
@@ -319,7 +320,7 @@ def test_tpu_rounds_default_precision_dots_to_bfloat16_and_the_difference_fails(
     assert emulated.emulation.rounded == (
         RoundedOp(op="dot_general", location=line_of(project, "x @ w"), format="bfloat16"),
     )
-    comparison = compare(lowering.to_outputs(on_cpu), emulated.outputs,  # type: ignore[arg-type]
+    comparison = compare(to_outputs(on_cpu), emulated.outputs,  # type: ignore[arg-type]
                          reference_platform="cpu", platform=emulated.emulation.label)  # fmt: skip
     (mismatch,) = comparison.mismatches
     assert (mismatch.index, mismatch.abs_err) == ((0, 0), 2**-6)
@@ -334,7 +335,7 @@ def test_an_explicit_precision_is_left_alone() -> None:
 
     assert emulated.emulation.rounded == ()
     assert emulated.emulation.pinned == 1
-    comparison = compare(lowering.to_outputs(on_cpu), emulated.outputs,  # type: ignore[arg-type]
+    comparison = compare(to_outputs(on_cpu), emulated.outputs,  # type: ignore[arg-type]
                          reference_platform="cpu", platform=emulated.emulation.label)  # fmt: skip
     assert comparison.ok
     assert comparison.max_abs_err == 0.0

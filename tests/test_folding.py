@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import stablehlo
 
 ROTATION = """
 import functools
@@ -65,7 +65,7 @@ def _rotate(points: jax.Array, angle: float) -> jax.Array:
 
 def _dots(fn: object, *args: object, platform: str) -> int:
     traced = jax.jit(fn).trace(*args)  # type: ignore[call-overload]
-    program = lowering.read_program(traced.lower(lowering_platforms=(platform,)))
+    program = stablehlo.read_program(traced.lower(lowering_platforms=(platform,)))
     return sum(
         s.count for sites in program.functions.values() for s in sites
         if s.op == "stablehlo.dot_general"

@@ -2,8 +2,8 @@
 findings of real lowerings, of real compiled programs and of real library code.
 
 Expected numbers are computed by hand in each test; programs are lowered by JAX (no mocks)
-through the same calls the plugin makes (``lowering.trace``, ``lowering.lower``,
-``lowering.read_program``). The compiled CUDA test compiles without a GPU and skips, saying
+through the same calls the plugin makes (``tracing.trace``, ``lowering.lower``,
+``stablehlo.read_program``). The compiled CUDA test compiles without a GPU and skips, saying
 why, where the jax CUDA plugin is absent.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from pytest_jaxport._jax import callbacks, lowering
+from pytest_jaxport._jax import callbacks, lowering, stablehlo, tracing
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem, deviceless_compile
 from pytest_jaxport.model.census import OpSite, Program, program_from_dict, program_to_dict
 from pytest_jaxport.model.devices import (
@@ -62,8 +62,8 @@ def x64() -> Iterator[None]:
 
 def program(fn: Callable[..., Any], *args: Any, platform: str) -> Program:
     """``fn``'s program for ``platform``, read as the census reads it."""
-    traced = lowering.trace(fn, args, {})
-    return lowering.read_program(lowering.lower(traced.traced, platform))
+    traced = tracing.trace(fn, args, {})
+    return stablehlo.read_program(lowering.lower(traced.traced, platform))
 
 
 def census(
@@ -599,9 +599,9 @@ def _library(name: str) -> Any:
 def _inert(fn: Callable[..., Any], *args: Any, platform: str) -> Program:
     """A library function's program for an absent platform, its host callbacks (equinox's
     runtime checks) made inert as the plugin does."""
-    traced = lowering.trace(fn, args, {})
+    traced = tracing.trace(fn, args, {})
     quiet = callbacks.inert(traced.traced)
-    return lowering.read_program(lowering.lower(quiet, platform))
+    return stablehlo.read_program(lowering.lower(quiet, platform))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -16,10 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_jaxport._jax import interception, lowering
-from pytest_jaxport._jax.interception import Interception, RecordedCall
+from pytest_jaxport._jax import interception, recorded_call, stablehlo
+from pytest_jaxport._jax.interception import Interception
+from pytest_jaxport._jax.recorded_call import RecordedCall
 
-VERSION = interception._version_tuple(jax.__version__)
+VERSION = recorded_call.version_tuple(jax.__version__)
 
 
 @pytest.fixture
@@ -216,8 +217,8 @@ def test_a_recorded_call_lowers_for_every_platform_without_running_again() -> No
     def lower_now(call: RecordedCall) -> None:
         # JAX has run the call (and deleted the donated buffer): its types are all it takes.
         for platform in ("cpu", "cuda", "rocm", "tpu"):
-            lowered[platform] = lowering.read_program(call.lower(lowering_platforms=(platform,)))
-        lowered["together"] = lowering.read_programs(
+            lowered[platform] = stablehlo.read_program(call.lower(lowering_platforms=(platform,)))
+        lowered["together"] = stablehlo.read_programs(
             call.lower(lowering_platforms=("cuda", "rocm", "tpu")), 3
         )
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import keyparts, lowering, stablehlo, tracing
+from pytest_jaxport._jax.devices import present_platforms, versions
 from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, lowered_key
 from pytest_jaxport.model.census import (
     OpSite,
@@ -56,7 +57,7 @@ CHECKS = 3  # eigvals, matmuls, matmuls[grad]
 
 def absent() -> int:
     """How many of the configured platforms are not present here (cached ones)."""
-    present = lowering.present_platforms()
+    present = present_platforms()
     return sum(p not in present for p in PLATFORMS)
 
 
@@ -106,7 +107,7 @@ def test_second_run_reads_every_absent_platform_from_the_cache(pytester: pytest.
 
 
 def test_a_moved_source_line_is_lowered_again(pytester: pytest.Pytester) -> None:
-    if "cuda" in lowering.present_platforms():
+    if "cuda" in present_platforms():
         pytest.skip("cuda is present here: it is lowered, never cached")
     make_project(pytester)
     # Fresh processes throughout: older JAX keeps a traced module's source locations
@@ -132,17 +133,15 @@ def test_cached_program_keeps_costs_and_census(tmp_path: Any) -> None:
     def f(a: Any) -> Any:
         return jnp.linalg.eigh(a @ a)[0]
 
-    traced = lowering.trace(f, (jnp.eye(8),), {})
-    program = lowering.read_program(lowering.lower(traced, "cuda"))
+    traced = tracing.trace(f, (jnp.eye(8),), {})
+    program = stablehlo.read_program(lowering.lower(traced, "cuda"))
     assert any(site.flops > 0 for sites in program.functions.values() for site in sites)
     assert any(site.count > 1 for sites in program.functions.values() for site in sites)
     assert program_from_dict(json.loads(json.dumps(program_to_dict(program)))) == program
 
-    jaxpr, sources = lowering.census_key_parts(traced)
-    key = lowered_key(jaxpr=jaxpr, sources=sources, platform="cuda", versions=lowering.versions())
-    assert key != lowered_key(
-        jaxpr=jaxpr, sources=sources, platform="rocm", versions=lowering.versions()
-    )
+    jaxpr, sources = keyparts.census_key_parts(traced)
+    key = lowered_key(jaxpr=jaxpr, sources=sources, platform="cuda", versions=versions())
+    assert key != lowered_key(jaxpr=jaxpr, sources=sources, platform="rocm", versions=versions())
     cache = CompiledCache(directory=tmp_path, format=LOWERED_FORMAT)
     assert cache.get(key) is None
     cache.put(key, program)
@@ -182,21 +181,21 @@ def test_key_parts_are_made_once_per_jaxpr_and_settings_follow_every_change() ->
     def f(a: Any) -> Any:
         return jnp.sin(a) * 2.0
 
-    traced = lowering.trace(f, (jnp.ones(3),), {})
-    parts = lowering.census_key_parts(traced)
-    assert lowering.census_key_parts(traced) is parts  # the same jaxpr: made once
-    assert lowering.census_key_parts(traced, ("mine",)) is not parts  # another own: again
-    other = lowering.trace(f, (jnp.ones(4),), {})
-    assert lowering.census_key_parts(other)[0] != parts[0]  # another jaxpr: its own text
-    assert lowering.census_key_parts(other)[0].replace("[4]", "[3]") == parts[0]
+    traced = tracing.trace(f, (jnp.ones(3),), {})
+    parts = keyparts.census_key_parts(traced)
+    assert keyparts.census_key_parts(traced) is parts  # the same jaxpr: made once
+    assert keyparts.census_key_parts(traced, ("mine",)) is not parts  # another own: again
+    other = tracing.trace(f, (jnp.ones(4),), {})
+    assert keyparts.census_key_parts(other)[0] != parts[0]  # another jaxpr: its own text
+    assert keyparts.census_key_parts(other)[0].replace("[4]", "[3]") == parts[0]
 
-    before = lowering.lowering_settings()
-    assert lowering.lowering_settings() is before
+    before = keyparts.lowering_settings()
+    assert keyparts.lowering_settings() is before
     with jax.default_matmul_precision("highest"):
-        changed = lowering.lowering_settings()
+        changed = keyparts.lowering_settings()
         assert changed != before
         assert "'highest'" in changed
-    assert lowering.lowering_settings() == before
+    assert keyparts.lowering_settings() == before
 
 
 def test_key_text_is_the_same_whether_jax_shares_a_nested_program_or_not() -> None:
@@ -217,7 +216,7 @@ def test_key_text_is_the_same_whether_jax_shares_a_nested_program_or_not() -> No
     calls = [e for e in body.eqns if "jaxpr" in e.params]
     assert len(calls) == 2
     assert calls[0].params["jaxpr"] is calls[1].params["jaxpr"]
-    shared = lowering._program_text(closed)
+    shared = keyparts._program_text(closed)
 
     nested = calls[1].params["jaxpr"]
     if hasattr(nested, "jaxpr"):  # a ClosedJaxpr (jax < 0.11)
@@ -232,10 +231,10 @@ def test_key_text_is_the_same_whether_jax_shares_a_nested_program_or_not() -> No
     else:
         unshared = closed.replace(eqns=eqns)
     assert sum(e.params.get("jaxpr") is nested for e in eqns) == 1
-    assert lowering._program_text(unshared) == shared
+    assert keyparts._program_text(unshared) == shared
     assert shared.count("= sin[") == 2  # written at both calls
 
     other = jax.make_jaxpr(lambda a: jnp.sin(a) * 0.10000001)(jnp.ones(3))
     same = jax.make_jaxpr(lambda a: jnp.sin(a) * 0.1)(jnp.ones(3))
-    assert lowering._program_text(other) != lowering._program_text(same)
-    assert "0.1" in lowering._program_text(same).partition("= mul[")[2]
+    assert keyparts._program_text(other) != keyparts._program_text(same)
+    assert "0.1" in keyparts._program_text(same).partition("= mul[")[2]

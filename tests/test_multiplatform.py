@@ -1,7 +1,7 @@
 """One multi-platform lowering read per platform equals lowering for each platform.
 
 Platforms not present here are lowered together (``traced.lower(lowering_platforms=(...))``)
-and ``lowering.read_programs`` projects the module onto each platform by resolving the cases
+and ``stablehlo.read_programs`` projects the module onto each platform by resolving the cases
 on the platform index. Every function below is lowered both ways with real JAX; the census
 and the counted op sites must agree exactly.
 """
@@ -18,7 +18,7 @@ import pytest
 from helpers import run_json
 from jax import lax
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, stablehlo, tracing
 from pytest_jaxport.model.census import (
     CALL_OPS,
     UNCOUNTED_OPS,
@@ -226,21 +226,21 @@ def _x64() -> contextlib.AbstractContextManager[object]:
 def test_projection_equals_lowering_per_platform(case: str, x64: bool) -> None:
     fn, args = CASES[case]
     with _x64() if x64 else contextlib.nullcontext():
-        traced = lowering.trace(fn, args, {})
+        traced = tracing.trace(fn, args, {})
         _check_projection(traced)
 
 
 def _check_projection(traced: object) -> None:
-    together = lowering.read_programs(_lower(traced, PLATFORMS), len(PLATFORMS))
+    together = stablehlo.read_programs(_lower(traced, PLATFORMS), len(PLATFORMS))
     assert len(together) == len(PLATFORMS)
     for platform, projected in zip(PLATFORMS, together, strict=True):
-        alone = lowering.read_program(_lower(traced, (platform,)))
+        alone = stablehlo.read_program(_lower(traced, (platform,)))
         assert take_census(projected, platform) == take_census(alone, platform), platform
         assert _counted(projected) == _counted(alone), platform
 
 
 def test_each_platform_gets_its_own_branch() -> None:
-    traced = lowering.trace(per_platform_sine, (a,), {})
+    traced = tracing.trace(per_platform_sine, (a,), {})
     programs = lowering.lower_together(traced, PLATFORMS)
     assert programs is not None
     ops = {
@@ -255,7 +255,7 @@ def test_each_platform_gets_its_own_branch() -> None:
 
 
 def test_vendor_calls_differ_per_platform() -> None:
-    traced = lowering.trace(jnp.linalg.solve, (a, a), {})
+    traced = tracing.trace(jnp.linalg.solve, (a, a), {})
     programs = lowering.lower_together(traced, PLATFORMS)
     assert programs is not None
     libraries = {p: take_census(programs[p], p).libraries() for p in PLATFORMS}
@@ -265,7 +265,7 @@ def test_vendor_calls_differ_per_platform() -> None:
 
 
 def test_a_user_cond_keeps_both_branches() -> None:
-    traced = lowering.trace(branches, (a,), {})
+    traced = tracing.trace(branches, (a,), {})
     programs = lowering.lower_together(traced, PLATFORMS)
     assert programs is not None
     for program in programs.values():
@@ -279,7 +279,7 @@ def test_what_cannot_lower_together_is_lowered_per_platform() -> None:
     def callback(x):
         return jax.pure_callback(lambda y: y, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
 
-    traced = lowering.trace(callback, (a,), {})
+    traced = tracing.trace(callback, (a,), {})
     with pytest.raises(NotImplementedError):
         traced.lower(lowering_platforms=PLATFORMS)  # JAX refuses Python callbacks here
     assert lowering.lower_together(traced, PLATFORMS) is None
@@ -415,12 +415,12 @@ def test_a_case_it_cannot_resolve_is_refused_not_miscounted() -> None:
     not follow (here an add) would take a different branch per platform: counting both
     branches for every platform would put cuSOLVER on rocm. read_programs refuses it, so the
     check lowers for each platform instead."""
-    real = lowering.lower(lowering.trace(mlp, (a,), {}), "cpu").compiler_ir("stablehlo")
+    real = lowering.lower(tracing.trace(mlp, (a,), {}), "cpu").compiler_ir("stablehlo")
     module = type(real).parse(_UNRESOLVABLE, context=real.context)
     with pytest.raises(ValueError, match="cannot resolve"):
-        lowering.read_programs(_Parsed(module), 2)
+        stablehlo.read_programs(_Parsed(module), 2)
     # a single-platform lowering has no platform index: the case is a data-dependent one
-    (program,) = lowering.read_programs(_Parsed(module), 1)
+    (program,) = stablehlo.read_programs(_Parsed(module), 1)
     assert take_census(program, "cuda").custom == 1  # hipsolver is unknown on cuda
 
 
@@ -455,7 +455,7 @@ module @jit_f {
 
 
 def _parse(text: str) -> _Parsed:
-    real = lowering.lower(lowering.trace(mlp, (a,), {}), "cpu").compiler_ir("stablehlo")
+    real = lowering.lower(tracing.trace(mlp, (a,), {}), "cpu").compiler_ir("stablehlo")
     return _Parsed(type(real).parse(text, context=real.context))
 
 
@@ -465,7 +465,7 @@ def test_the_platform_index_carried_unchanged_through_a_loop_is_followed() -> No
     receive the index the same way."""
     unchanged = _WHILE.replace("%4 = CARRIED", "%4 = stablehlo.abs %p : tensor<i32>")
     unchanged = unchanged.replace("stablehlo.return %4,", "stablehlo.return %p,")
-    cuda, rocm = lowering.read_programs(_parse(unchanged), 2)
+    cuda, rocm = stablehlo.read_programs(_parse(unchanged), 2)
     for program, platform, library in ((cuda, "cuda", "cusolver"), (rocm, "rocm", "hipsolver")):
         census = take_census(program, platform)
         assert (census.libraries(), census.custom) == ({library: 1}, 0), platform
@@ -477,7 +477,7 @@ def test_an_index_the_loop_changes_is_refused_not_miscounted() -> None:
     each platform) rather than counting a branch it cannot know."""
     changed = _WHILE.replace("%4 = CARRIED", "%4 = stablehlo.add %p, %c1 : tensor<i32>")
     with pytest.raises(ValueError, match="cannot resolve"):
-        lowering.read_programs(_parse(changed), 2)
+        stablehlo.read_programs(_parse(changed), 2)
 
 
 _CALLED = """
@@ -516,12 +516,12 @@ def test_a_case_on_a_call_that_only_hands_the_index_on_is_data_not_platform() ->
     lowered for each platform again). Where the callee computes with the index, it is still
     refused."""
     on_data = _CALLED.replace("BODY", "%arg1, %c")
-    cuda, rocm = lowering.read_programs(_parse(on_data), 2)
+    cuda, rocm = stablehlo.read_programs(_parse(on_data), 2)
     for program, platform in ((cuda, "cuda"), (rocm, "rocm")):
         assert take_census(program, platform).custom == 1, platform  # both branches counted
     on_index = _CALLED.replace("BODY", "%arg0, %c")
     with pytest.raises(ValueError, match="cannot resolve"):
-        lowering.read_programs(_parse(on_index), 2)
+        stablehlo.read_programs(_parse(on_index), 2)
 
 
 def test_a_shard_map_budget_does_not_depend_on_the_platforms_lowered_with_it(
@@ -578,11 +578,11 @@ DIFFERENT = {
 def test_a_program_that_lowers_alike_everywhere_is_lowered_once(case: str) -> None:
     """Programs of ops with one lowering rule for every platform: the cpu lowering's
     program is each other platform's, op for op (checked against real lowerings)."""
-    traced = lowering.trace(ALIKE[case], (np.ones((4, 4), np.float32),), {})
+    traced = tracing.trace(ALIKE[case], (np.ones((4, 4), np.float32),), {})
     assert lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))
-    cpu = lowering.read_program(lowering.lower(traced, "cpu"))
+    cpu = stablehlo.read_program(lowering.lower(traced, "cpu"))
     for platform in PLATFORMS:
-        own = lowering.read_program(lowering.lower(traced, platform))
+        own = stablehlo.read_program(lowering.lower(traced, platform))
         # (a cached rule's function carries the stack that lowered it: not the program's)
         assert _ops(own) == _ops(cpu), platform
         assert take_census(own, platform) == take_census(cpu, platform), platform
@@ -597,7 +597,7 @@ def _ops(program: Program) -> dict[str, list[tuple[object, ...]]]:
 
 @pytest.mark.parametrize("case", sorted(DIFFERENT))
 def test_a_program_with_a_platforms_own_rule_is_lowered_per_platform(case: str) -> None:
-    traced = lowering.trace(DIFFERENT[case], (np.ones((4, 4), np.float32),), {})
+    traced = tracing.trace(DIFFERENT[case], (np.ones((4, 4), np.float32),), {})
     assert not lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))
 
 

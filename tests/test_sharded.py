@@ -23,7 +23,8 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import execution, lowering, tracing
+from pytest_jaxport._jax.execution import compile_partitioned
 from pytest_jaxport.model import partitioner
 from pytest_jaxport.model.census import OpSite, Program, parse_location, take_census
 from pytest_jaxport.model.probe import PlatformProbe, census_from_dict, census_to_dict
@@ -80,7 +81,7 @@ LAYER_LINE = next(
 
 
 def _dump(fn, *args) -> Path:
-    lowered = lowering.lower(lowering.trace(fn, args, {}), "cpu")
+    lowered = lowering.lower(tracing.trace(fn, args, {}), "cpu")
     directory = Path(tempfile.mkdtemp())
     lowered.compile(partitioner.dump_options(directory))
     return directory
@@ -217,13 +218,13 @@ def test_the_gradient_all_reduce_is_counted_per_platform(
     record comes from the lowered cache and the compile is a plain one (a spy on the real
     function, nothing replaced)."""
     recorded: list[object] = []
-    real = lowering.compile_partitioned
+    real = compile_partitioned
 
     def spy(lowered):
         recorded.append(lowered)
         return real(lowered)
 
-    monkeypatch.setattr(lowering, "compile_partitioned", spy)
+    monkeypatch.setattr(execution, "compile_partitioned", spy)
     pytester.makepyfile(test_dp=DATA_PARALLEL_TEST)
     cold, report = run_json(pytester, "-vv")  # -vv: every test's per-check details
     assert len(recorded) == 1

@@ -94,11 +94,11 @@ def test_a_pallas_kernel_on_the_chip_is_measured_as_hand_written() -> None:
 
 
 def test_a_run_no_event_of_which_names_an_instruction_is_said_for_what_it_is() -> None:
-    from pytest_jaxport._jax.profile import Trace, unattributed
+    from pytest_jaxport._jax.profile import ProfilerTrace, unattributed
 
     # What the chip recorded for solve, had its XLA Ops line named nothing: the run is there.
     recorded = trace_of("solve").recorded
-    said = unattributed(Trace(planes={}, recorded=recorded).recorded)
+    said = unattributed(ProfilerTrace(planes={}, recorded=recorded).recorded)
     assert said.startswith("the JAX profiler recorded the run (")
     assert "events on /device:TPU:0" in said
     assert "no event names an instruction of the program" in said

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from helpers import typed
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, stablehlo, tracing
 from pytest_jaxport.model.census import Census, CompiledMemory, Program, SourceLocation
 from pytest_jaxport.model.counts import FormatCounts
 from pytest_jaxport.model.devices import DEFAULT_DEVICES, Device
@@ -157,8 +157,8 @@ def _lowered_refusal_cases() -> dict[str, Program]:
     if not _PROGRAMS:
         with tpu_layouts._x64():
             for name, (fn, args) in tpu_layouts.refusal_cases().items():
-                traced = lowering.trace(fn, args, {})
-                _PROGRAMS[name] = lowering.read_program(lowering.lower(traced.traced, "tpu"))
+                traced = tracing.trace(fn, args, {})
+                _PROGRAMS[name] = stablehlo.read_program(lowering.lower(traced.traced, "tpu"))
     return _PROGRAMS
 
 
@@ -199,7 +199,7 @@ def compiled() -> dict[str, Program]:
 
 def _lowered(name: str) -> Program:
     fn, args = tpu_layouts.PROGRAMS[name]()
-    return lowering.read_program(lowering.lower(lowering.trace(fn, args, {}).traced, "tpu"))
+    return stablehlo.read_program(lowering.lower(tracing.trace(fn, args, {}).traced, "tpu"))
 
 
 @needs_libtpu

@@ -441,7 +441,7 @@ def test_html_report_groups_variants_under_their_function(project: pytest.Pytest
 
 
 def test_vmap_argument_stacking_is_deterministic() -> None:
-    from pytest_jaxport._jax.lowering import transformed
+    from pytest_jaxport._jax.transforms import transformed
 
     variant = transformed(
         lambda x, i, b: x, "vmap", (jnp.ones(2), jnp.arange(2), jnp.array([True, False])), {}

@@ -20,7 +20,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, stablehlo, tracing
 from pytest_jaxport._jax.adapters import gpu_description, jax_release
 from pytest_jaxport.model.census import take_census
 
@@ -60,7 +60,7 @@ def jax_asks_for_a_gpu(fn, x, platform: str) -> bool:  # type: ignore[no-untyped
 
 def census(fn, x, platform: str):  # type: ignore[no-untyped-def]
     """The census the plugin takes of ``fn`` on ``platform`` (as ``jaxport.check`` does)."""
-    program = lowering.read_program(lowering.lower(lowering.trace(fn, (x,), {}), platform))
+    program = stablehlo.read_program(lowering.lower(tracing.trace(fn, (x,), {}), platform))
     lowering.refuse_unrunnable(program, platform)
     return take_census(program, platform)
 
@@ -243,7 +243,7 @@ import sys
 sys.modules["absl"] = None  # Python's own way to make an import fail: as if not installed
 import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, stablehlo, tracing
 
 def double(x_ref, o_ref):
     o_ref[...] = x_ref[...] * 2.0
@@ -251,7 +251,7 @@ def double(x_ref, o_ref):
 x = jnp.ones((8, 128))
 f = lambda x: pl.pallas_call(double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 try:
-    lowering.lower(lowering.trace(f, (x,), {}), "cuda")
+    lowering.lower(tracing.trace(f, (x,), {}), "cuda")
     print("LOWERED")
 except lowering.LoweringFailure as e:
     print("FAILED", e)

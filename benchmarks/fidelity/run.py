@@ -295,6 +295,7 @@ class Harness:
         from dataclasses import replace
 
         from pytest_jaxport._jax import deviceless, lowering
+        from pytest_jaxport._jax.devices import present_platforms
         from pytest_jaxport.cache import CompileSettings
         from pytest_jaxport.model import gpu
         from pytest_jaxport.model.classification import classify
@@ -306,7 +307,7 @@ class Harness:
         """The platforms whose share is measured (default: every one present)."""
         self.seconds = seconds
         self.repeats = repeats
-        self.present = lowering.present_platforms()
+        self.present = present_platforms()
         self.target = target
         self.target_config = gpu.load_gpu_description(target)
         self.cuda_problem = None if "cuda" in self.present else deviceless.cuda_plugin_problem()
@@ -374,7 +375,9 @@ class Harness:
         probes = self.check(fn, args, program.gradient, size)
         variants: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [("fwd", fn, args)]
         if program.gradient:
-            grad = self.lowering.transformed(fn, "grad", args, {})
+            from pytest_jaxport._jax.transforms import transformed
+
+            grad = transformed(fn, "grad", args, {})
             variants.append(("grad", grad, grad.args))
         rows = []
         for (mode, f, a), probe in zip(variants, probes, strict=True):
@@ -550,18 +553,20 @@ class Harness:
     ) -> tuple[dict[str, float], float, str, Any]:
         """The measured share (mean of ``repeats`` profiler sessions), their largest layer
         difference in points, the executable's HLO text and the lowered program."""
+        from pytest_jaxport._jax import stablehlo, tracing
+        from pytest_jaxport._jax.execution import compiled_text, execute
         from pytest_jaxport._jax.profile import measure
         from pytest_jaxport.model.classification import classify
         from pytest_jaxport.model.hlo import instruction_sites
         from pytest_jaxport.model.runtime_share import measured_share
 
         lowering = self.lowering
-        traced = lowering.trace(fn, args, {})
+        traced = tracing.trace(fn, args, {})
         lowered = lowering.lower(traced, platform)
-        program = lowering.read_program(lowered)
-        execution = lowering.execute(fn, traced, lowered, platform, args, {})
+        program = stablehlo.read_program(lowered)
+        execution = execute(fn, traced, lowered, platform, args, {})
         assert execution.rerun is not None
-        text = lowering.compiled_text(execution.compiled)
+        text = compiled_text(execution.compiled)
         sites = instruction_sites(text)
         start = time.perf_counter()
         execution.rerun()
@@ -598,15 +603,15 @@ class Harness:
     ) -> tuple[dict[str, Any], str | None]:
         """On a GPU: the census compiled there against the deviceless one for ``target``,
         and the deviceless program's text (``None`` where it did not compile)."""
+        from pytest_jaxport._jax.devices import device_kind
+        from pytest_jaxport._jax.execution import compile_deviceless
         from pytest_jaxport.model.census import take_census
         from pytest_jaxport.model.hlo import parse_compiled_hlo
 
         real = probe.platforms["cuda"].compiled
-        out: dict[str, Any] = {"device": self.lowering.device_kind("cuda")}
+        out: dict[str, Any] = {"device": device_kind("cuda")}
         try:
-            text = self.lowering.compile_deviceless(
-                fn, args, {}, target_config=self.target_config, options={}
-            )
+            text = compile_deviceless(fn, args, {}, target_config=self.target_config, options={})
         except self.lowering.LoweringFailure as e:
             out["deviceless_error"] = str(e)
             return out, None
@@ -708,9 +713,9 @@ def environment() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax.devices import device_kind, present_platforms
 
-    present = lowering.present_platforms()
+    present = present_platforms()
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": platform_module.platform(),
@@ -730,7 +735,7 @@ def environment() -> dict[str, Any]:
             )
         },
         "present_platforms": list(present),
-        "devices": {p: lowering.device_kind(p) for p in present},
+        "devices": {p: device_kind(p) for p in present},
         "driver": _nvidia_driver() if "cuda" in present else None,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
@@ -755,10 +760,10 @@ def _nvidia_driver() -> str | None:
 
 def default_target() -> str:
     """The shipped description of this machine's GPU (``h200`` on an H200), else ``h100``."""
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax.devices import device_kind, present_platforms
 
-    if "cuda" in lowering.present_platforms():
-        kind = lowering.device_kind("cuda")
+    if "cuda" in present_platforms():
+        kind = device_kind("cuda")
         for marker, name in SHIPPED_FOR_KIND.items():
             if marker in kind:
                 return name

@@ -335,7 +335,7 @@ def chip_refusals() -> dict[str, Any]:
 
 
 def refusals(libtpu: str, only: list[str] | None = None) -> dict[str, Any]:
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import lowering, stablehlo, tracing
     from pytest_jaxport.model.devices import Device
     from pytest_jaxport.model.format_census import take_format_census
 
@@ -352,8 +352,8 @@ def refusals(libtpu: str, only: list[str] | None = None) -> dict[str, Any]:
             except Exception as error:  # the compiler's refusal, whatever its type
                 said = first_line(error)
             seconds = time.perf_counter() - started
-            program = lowering.read_program(
-                lowering.lower(lowering.trace(fn, args, {}).traced, "tpu")
+            program = stablehlo.read_program(
+                lowering.lower(tracing.trace(fn, args, {}).traced, "tpu")
             )
             census = take_format_census(program, "tpu", device=device)
             rules = sorted({f.rule for f in census.not_compiling})
@@ -495,7 +495,7 @@ def generations_part(quick: bool, arrays: list[dict[str, Any]]) -> dict[str, Any
 
 def program_part(name: str) -> dict[str, Any]:
     """One program, lowered (the model) and compiled (the compiler), side by side."""
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import lowering, stablehlo, tracing
     from pytest_jaxport.model.census import CompiledMemory
     from pytest_jaxport.model.format_census import take_format_census
     from pytest_jaxport.model.hlo import parse_compiled_hlo
@@ -510,7 +510,7 @@ def program_part(name: str) -> dict[str, Any]:
         parse_compiled_hlo(compiled.as_text()), memory=CompiledMemory.from_stats(memory)
     )
     after = take_format_census(program, "tpu", level="compiled")
-    lowered = lowering.read_program(lowering.lower(lowering.trace(fn, args, {}).traced, "tpu"))
+    lowered = stablehlo.read_program(lowering.lower(tracing.trace(fn, args, {}).traced, "tpu"))
     before = take_format_census(lowered, "tpu")
     arguments = read_layouts(program.entry_layout.rpartition("->")[0])
     top = sorted(after.by_rule("tile-padding"), key=lambda f: -f.amount)[:3]

@@ -287,7 +287,7 @@ import gc, os, time
 _CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
 _INSIDE = [False]
 try:  # the audit's per-computation work (identify, census, judge), timed on its thread
-    from pytest_jaxport.audit import Recorder
+    from pytest_jaxport.recorder import Recorder
 
     _record = Recorder.record
     _CPU["recording"] = 0.0
@@ -643,9 +643,9 @@ def hot_path(calls: int = 5000, reps: int = 7) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from pytest_jaxport.audit import Recorder
     from pytest_jaxport.cache import CompileSettings
     from pytest_jaxport.model.classification import classify
+    from pytest_jaxport.recorder import Recorder
 
     @jax.jit
     def step(w: Any, x: Any) -> Any:
@@ -697,9 +697,9 @@ def redispatch(per_kind: int = 20, tests: int = 30, reps: int = 5) -> dict[str, 
     import jax.numpy as jnp
     from jax._src import pjit
 
-    from pytest_jaxport.audit import Recorder
     from pytest_jaxport.cache import CompileSettings
     from pytest_jaxport.model.classification import classify
+    from pytest_jaxport.recorder import Recorder
 
     xs = [jnp.ones((i + 1, 3)) for i in range(per_kind)]
     jits = [jax.jit(lambda a, i=i: jnp.tanh(a * i).sum()) for i in range(per_kind)]

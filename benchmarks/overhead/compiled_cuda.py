@@ -17,7 +17,7 @@ GPU. Three measurements (``run.py`` calls them; each is stored under ``compiled_
   deviceless compile against later ones).
 - ``per_case``: in-process, per model case, one deviceless CUDA compile against the cpu
   compile of the same function (``jax.clear_caches()`` before each), split into trace +
-  lower / XLA compile / HLO text + parse + census, plus ``lowering.compile_deviceless`` end
+  lower / XLA compile / HLO text + parse + census, plus ``compile_deviceless`` end
   to end (what the fixture calls on a cache miss) and what a cache hit costs instead (key +
   ``CompiledCache.get`` + census).
 """
@@ -296,7 +296,7 @@ CUDA_STAGES = (
     "cuda: compile (deviceless)",
     "cuda: HLO text+parse+census+cache put",
 )
-E2E = "cuda: lowering.compile_deviceless (end to end)"
+E2E = "cuda: compile_deviceless (end to end)"
 HIT = "cuda: cache hit (key+get+census)"
 
 
@@ -307,7 +307,9 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
     from jax.experimental import topologies
 
     from benchmarks.corpora import models
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import keyparts, lowering, stablehlo, tracing
+    from pytest_jaxport._jax.devices import versions
+    from pytest_jaxport._jax.execution import compile_deviceless
     from pytest_jaxport.cache import CompiledCache, cache_key, source_fingerprint
     from pytest_jaxport.model.census import take_census
     from pytest_jaxport.model.gpu import load_gpu_description
@@ -343,7 +345,7 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
         # Warm-up, not measured: the first compile of each kind in a process pays one-off
         # costs (fixed_costs measures them); a pytest session pays them once, not per test.
         fn, args = built[cases[0]]
-        lowering.compile_deviceless(fn, args, {}, target_config=target, options={})
+        compile_deviceless(fn, args, {}, target_config=target, options={})
         jax.jit(fn).lower(*args).compile()
         for rep in range(reps):
             order = cases if rep % 2 == 0 else list(reversed(cases))
@@ -374,17 +376,17 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
                         sites.setdefault(name, {})["cuda compiled sites"] = program
                     else:
                         text = add(name, E2E, _timed(
-                            lambda f=fn, a=args: lowering.compile_deviceless(
+                            lambda f=fn, a=args: compile_deviceless(
                                 f, a, {}, target_config=target, options={}
                             )
                         ))  # fmt: skip
                         # What a warm session does instead, per compiled platform: the key
                         # (module text + source lines, as fixture.Jaxport._compiled builds
                         # it), a cache read, the census.
-                        traced = lowering.trace(fn, args, {})
+                        traced = tracing.trace(fn, args, {})
                         lowered = lowering.lower(traced, "cuda")
-                        program = lowering.read_program(lowered)
-                        lines = lowering.census_key_parts(traced)[1]
+                        program = stablehlo.read_program(lowered)
+                        lines = keyparts.census_key_parts(traced)[1]
 
                         def key_of(lo: Any = lowered, pr: Any = program, li: str = lines) -> str:
                             module = lowering.module_text(lo) + "\n" + source_fingerprint(pr)
@@ -392,7 +394,7 @@ def per_case(cases: list[str], reps: int) -> dict[str, Any]:
                                 module=module + "\n" + li,
                                 platform="cuda",
                                 mode="deviceless",
-                                versions=lowering.versions(),
+                                versions=versions(),
                                 target_config=target,
                                 options={},
                                 xla_flags=os.environ.get("XLA_FLAGS", ""),

@@ -3,7 +3,7 @@
 The breakdown times ``fixture.Jaxport.check`` itself, stage by stage, through the examiner's
 instrumentation hook (``Jaxport(stages=StageTimer())``, :mod:`pytest_jaxport.examine.stages`):
 no copy of the pipeline to drift from it. Scale times the lowering and the census on their own
-(``lowering.lower``, ``lowering.read_program``, ``census.take_census``) against program size.
+(``lowering.lower``, ``stablehlo.read_program``, ``census.take_census``) against program size.
 JAX's in-memory caches are cleared before every measured check (``jax.clear_caches()``), as
 each test of a real suite checks a function not seen before.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import jax
 
 from benchmarks.corpora import models
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import lowering, stablehlo, tracing
 from pytest_jaxport.cache import LOWERED_FORMAT, CompiledCache, CompileSettings
 from pytest_jaxport.examine.stages import StageTimer
 from pytest_jaxport.model import census as census_mod
@@ -296,11 +296,11 @@ def scale(layers: list[int], reps: int) -> dict[str, Any]:
             key = "{}/{}/{}".format(*config)
             fn, args = built[config]
             _fresh()
-            t, traced = _timed(lambda: lowering.trace(fn, args, {}))
+            t, traced = _timed(lambda: tracing.trace(fn, args, {}))
             clock.add(key, "trace", t)
             t, lowered = _timed(lambda: lowering.lower(traced, "cpu"))
             clock.add(key, "lower", t)
-            t, program = _timed(lambda: lowering.read_program(lowered))
+            t, program = _timed(lambda: stablehlo.read_program(lowered))
             clock.add(key, "read_program", t)
             classifier = session_classifier()
             t, census = _timed(

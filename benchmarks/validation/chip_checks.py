@@ -597,7 +597,7 @@ def emulated_verdicts(case: Case, args: Sequence[Any], cpu_value: Any) -> dict[s
     import functools
 
     from pytest_jaxport._jax.emulate import emulate
-    from pytest_jaxport._jax.lowering import to_outputs
+    from pytest_jaxport._jax.outputs import to_outputs
     from pytest_jaxport.model import probe
     from pytest_jaxport.model.compare import compare
     from pytest_jaxport.model.emulation import may_differ

@@ -117,7 +117,7 @@ def outputs_of(leaves: Sequence[Any], like: Any) -> Any:
     """``Outputs`` of the recorded ``leaves`` with the structure of ``like`` (the CPU's)."""
     import jax
 
-    from pytest_jaxport._jax.lowering import to_outputs
+    from pytest_jaxport._jax.outputs import to_outputs
 
     treedef = jax.tree_util.tree_structure(like)
     return to_outputs(jax.tree_util.tree_unflatten(treedef, list(leaves)))
@@ -182,7 +182,7 @@ def compare_case(
     chip_only: bool = False,
 ) -> tuple[dict[str, Any], list[Any] | None, list[Any]]:
     """One case's verdicts at each setting; the chip's and the CPU's leaves."""
-    from pytest_jaxport._jax.lowering import to_outputs
+    from pytest_jaxport._jax.outputs import to_outputs
     from pytest_jaxport.model.compare import compare
 
     started = time.perf_counter()

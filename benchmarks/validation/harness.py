@@ -261,9 +261,9 @@ def environment_part(
     not present, why not in JAX's words (``<platform>_error``): the first thing to read."""
     import importlib.metadata as metadata
 
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax.devices import device_kind, present_platforms
 
-    present = lowering.present_platforms()
+    present = present_platforms()
     error = None
     if platform not in present:
         import jax
@@ -285,7 +285,7 @@ def environment_part(
                 "python": sys.version.split()[0],
                 "versions": found,
                 "present_platforms": list(present),
-                "devices": {p: lowering.device_kind(p) for p in present},
+                "devices": {p: device_kind(p) for p in present},
                 **(extra() if extra else {}),
                 f"{platform}_error": error,
                 "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),

@@ -168,7 +168,7 @@ def errors(folder: Path) -> dict[str, Any]:
     import jax
 
     from benchmarks.fidelity import run as fidelity
-    from pytest_jaxport._jax import lowering
+    from pytest_jaxport._jax import stablehlo
     from pytest_jaxport.model.hlo import parse_compiled_hlo
     from pytest_jaxport.model.roofline import CALIBRATION, peak_for
 
@@ -181,7 +181,7 @@ def errors(folder: Path) -> dict[str, Any]:
         measured, libraries, seconds = measured_layers(folder, name)
         compiled = parse_compiled_hlo((folder / f"hlo-{name}.txt").read_text(encoding="utf-8"))
         traced = jax.jit(fn).trace(*args)
-        lowered = lowering.read_program(traced.lower(lowering_platforms=("tpu",)))
+        lowered = stablehlo.read_program(traced.lower(lowering_platforms=("tpu",)))
         estimated = {
             "compiled": fidelity.estimate_layers(
                 fidelity.flatten(compiled, "tpu", "compiled"), peak, CALIBRATION

@@ -286,7 +286,7 @@ KERNEL_PRIMITIVES = frozenset(
 """Primitives that carry a hand-written kernel, by the names the supported releases use."""
 
 
-def kernel_label(primitive: str, params: Mapping[str, object]) -> str:
+def kernel_equation_name(primitive: str, params: Mapping[str, object]) -> str:
     """A kernel primitive's name for messages (``Pallas kernel matmul``, ``FFI target x``)."""
     if primitive == "ffi_call":
         return f"FFI target {params.get('target_name', '?')}"

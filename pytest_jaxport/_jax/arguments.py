@@ -15,7 +15,7 @@ library models are checked as their users call them:
 - A leaf that is neither an array nor hashable cannot be either; :class:`ArgumentError`
   says which and how to split it off.
 
-JAX is imported lazily, inside the functions; only ``lowering.py`` and the fixture call this.
+JAX is imported lazily, inside the functions; only the fixture and ``transforms.py`` call this.
 
 Example::
 
@@ -102,6 +102,43 @@ def prepare(
 
     _register_held()
     args, kwargs = tuple(args), dict(kwargs)
+    jit_static = _jit_static(fn, args, kwargs, name)
+    traced_args = tuple(a for i, a in enumerate(args) if i not in jit_static)
+    traced_kwargs = {k: v for k, v in kwargs.items() if k not in jit_static}
+
+    fn_leaves, _ = jax.tree_util.tree_flatten(fn)
+    fn_is_tree = not (len(fn_leaves) == 1 and fn_leaves[0] is fn)
+    tree: dict[str, object] = {"args": traced_args, "kwargs": traced_kwargs}
+    if fn_is_tree:
+        tree["fn"] = fn
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    places = _places(flat, name)
+    if all(place is _TRACED for place in places) and not jit_static and not fn_is_tree:
+        return Call(fn=fn, args=args, kwargs=kwargs)
+
+    pairs = zip(places, flat, strict=True)
+    masked = jax.tree_util.tree_unflatten(
+        treedef, [leaf if place is _TRACED else _HELD for place, (_, leaf) in pairs]
+    )
+    bound = _bound(fn, places, treedef, jit_static, len(args), fn_is_tree=fn_is_tree)
+    bound.__name__ = name
+    if hasattr(fn, "__code__"):
+        # JAX names the traced function in its errors ("while tracing the function f at
+        # file:line") by unwrapping it: the user's function, not this wrapper. Its own
+        # signature stays the one JAX binds the traced arguments to.
+        bound.__signature__ = inspect.signature(bound)  # type: ignore[attr-defined]
+        bound.__wrapped__ = fn  # type: ignore[attr-defined]
+    call_kwargs = dict(masked["kwargs"])
+    if fn_is_tree:
+        call_kwargs[FN_KEY] = masked["fn"]
+    return Call(fn=bound, args=masked["args"], kwargs=call_kwargs)
+
+
+def _jit_static(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: Mapping[str, object], name: str
+) -> dict[int | str, object]:
+    """The values of ``fn``'s own static arguments (a ``jax.jit``'s ``static_argnums`` and
+    ``static_argnames``) in this call, by position or keyword; each must be hashable."""
     numbers, names = jit_static_arguments(fn)
     positions = {n if n >= 0 else n + len(args) for n in numbers}
     jit_static: dict[int | str, object] = {
@@ -116,16 +153,12 @@ def prepare(
                 f"function (its static_argnums/static_argnames) but {type(value).__name__} "
                 f"{value!r:.60} is not hashable; pass a hashable value (a tuple, not a list)"
             )
-    traced_args = tuple(a for i, a in enumerate(args) if i not in jit_static)
-    traced_kwargs = {k: v for k, v in kwargs.items() if k not in jit_static}
+    return jit_static
 
-    fn_leaves, _ = jax.tree_util.tree_flatten(fn)
-    fn_is_tree = not (len(fn_leaves) == 1 and fn_leaves[0] is fn)
-    tree: dict[str, object] = {"args": traced_args, "kwargs": traced_kwargs}
-    if fn_is_tree:
-        tree["fn"] = fn
-    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    # Per leaf, in flattening order: _TRACED, or the value held static.
+
+def _places(flat: Sequence[tuple[Any, object]], name: str) -> list[object]:
+    """Per leaf of ``flat`` (``(path, leaf)`` pairs, in flattening order): ``_TRACED``, or
+    the value held static."""
     places: list[object] = []
     for path, leaf in flat:
         if _traced(leaf):
@@ -139,15 +172,23 @@ def prepare(
                 f"does) and bind the rest with functools.partial"
             )
         places.append(leaf)
-    if all(place is _TRACED for place in places) and not jit_static and not fn_is_tree:
-        return Call(fn=fn, args=args, kwargs=kwargs)
+    return places
 
-    pairs = zip(places, flat, strict=True)
-    masked = jax.tree_util.tree_unflatten(
-        treedef, [leaf if place is _TRACED else _HELD for place, (_, leaf) in pairs]
-    )
-    original_fn = fn
-    arg_count = len(args)
+
+def _bound(
+    fn: Callable[..., object],
+    places: Sequence[object],
+    treedef: Any,
+    jit_static: Mapping[int | str, object],
+    arg_count: int,
+    *,
+    fn_is_tree: bool,
+) -> Callable[..., object]:
+    """``fn`` as a function of its traced leaves alone: the static ones (``places``) and its
+    own static arguments (``jit_static``) put back where they were, in a pytree of
+    ``treedef`` (the call's ``args``, ``kwargs`` and, for a pytree ``fn``, the function)."""
+    import jax
+
     static_kwargs = {k: v for k, v in jit_static.items() if isinstance(k, str)}
 
     def bound(*traced: object, **traced_kwargs: object) -> object:
@@ -162,20 +203,10 @@ def prepare(
         )
         rest = iter(whole["args"])
         full_args = [jit_static[i] if i in jit_static else next(rest) for i in range(arg_count)]
-        target = whole["fn"] if fn_is_tree else original_fn
+        target = whole["fn"] if fn_is_tree else fn
         return target(*full_args, **whole["kwargs"], **static_kwargs)
 
-    bound.__name__ = name
-    if hasattr(original_fn, "__code__"):
-        # JAX names the traced function in its errors ("while tracing the function f at
-        # file:line") by unwrapping it: the user's function, not this wrapper. Its own
-        # signature stays the one JAX binds the traced arguments to.
-        bound.__signature__ = inspect.signature(bound)  # type: ignore[attr-defined]
-        bound.__wrapped__ = original_fn  # type: ignore[attr-defined]
-    call_kwargs = dict(masked["kwargs"])
-    if fn_is_tree:
-        call_kwargs[FN_KEY] = masked["fn"]
-    return Call(fn=bound, args=masked["args"], kwargs=call_kwargs)
+    return bound
 
 
 def _is_held(value: object) -> bool:
@@ -204,3 +235,20 @@ def _shown_path(path: Sequence[Any]) -> str:
 
     head, *rest = path  # the root: DictKey "args", "kwargs" or "fn"
     return f"{head.key}{jax.tree_util.keystr(tuple(rest))}"
+
+
+def argument_leaves(
+    args: Sequence[object], kwargs: Mapping[str, object]
+) -> list[tuple[str, object]]:
+    """Every leaf of the arguments with a readable path (``args[1]['w']``, ``kwargs['x']``)."""
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    named = []
+    for path, leaf in flat:
+        head, *rest = path
+        root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
+        if root == "kwargs" and rest and getattr(rest[0], "key", None) == FN_KEY:
+            root, rest = "fn", rest[1:]  # the arrays of a pytree function (a model)
+        named.append((root + jax.tree_util.keystr(tuple(rest)), leaf))
+    return named

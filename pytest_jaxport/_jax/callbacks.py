@@ -114,7 +114,7 @@ def inert(traced: Any, *, compilable: bool = False) -> InertCallbacks:
     stand-in whose results are zeros, which XLA compiles), wherever the callback is bound.
 
     ``traced`` is anything with ``.jaxpr`` and ``.lower(lowering_platforms=...,
-    _private_parameters=...)``: a ``jax.stages.Traced``, :class:`pytest_jaxport._jax.lowering.Trace`
+    _private_parameters=...)``: a ``jax.stages.Traced``, :class:`pytest_jaxport._jax.tracing.Trace`
     or an audit's recorded call. Lower the result for platforms not present here; never
     compile (a placeholder) or run (either) what it lowers.
     """

@@ -104,7 +104,7 @@ def is_jaxpr(value: object) -> TypeGuard[Jaxpr | ClosedJaxpr]:
 class Evaluator:
     """The one interpreter of jaxprs: runs a jaxpr's equations in order under the current
     trace, each by :meth:`equation`, which binds the primitive again; a subclass overrides
-    it for the equations it changes (``lowering.specialize``'s platform branches, the
+    it for the equations it changes (``specialize.PlatformBranches``' platform branches, the
     emulation's branches, kernels and dots) and calls :meth:`run` for a body it replays.
 
     Values an override computes from what it chose (a platform index) are *static*: known

@@ -52,7 +52,7 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Trace:
+class ProfilerTrace:
     """What one profiler session recorded, as the runtime share reads it: per plane
     (``/host:CPU``, ``/device:TPU:0``), its lines of events that executed an instruction,
     and how many events the plane recorded in all."""
@@ -116,7 +116,7 @@ def unattributed(recorded: Mapping[str, int], *, names_instructions: bool = True
     return why
 
 
-def read_trace(xspace: bytes) -> Trace:
+def read_trace(xspace: bytes) -> ProfilerTrace:
     """The instruction events of a serialized XSpace, per plane and line (ordered by start)."""
     data = profile_data(xspace)
     planes: dict[str, tuple[tuple[Event, ...], ...]] = {}
@@ -137,7 +137,7 @@ def read_trace(xspace: bytes) -> Trace:
             recorded[plane.name] = recorded.get(plane.name, 0) + count
             if lines:
                 planes[plane.name] = (*planes.get(plane.name, ()), *lines)
-    return Trace(planes=planes, recorded=recorded)
+    return ProfilerTrace(planes=planes, recorded=recorded)
 
 
 def self_times(lines: Iterable[Iterable[Event]]) -> dict[str, float]:
@@ -168,7 +168,7 @@ def seconds_per_run(lines: Iterable[Iterable[Event]], runs: int) -> dict[str, fl
     return {op: ns / 1e9 / runs for op, ns in self_times(lines).items() if ns > 0}
 
 
-def profile(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> Trace:
+def profile(run: Callable[[], object], *, runs: int = 3, warmup: int = 1) -> ProfilerTrace:
     """The trace of ``runs`` calls of ``run`` after ``warmup`` calls outside the session."""
     for _ in range(warmup):
         run()

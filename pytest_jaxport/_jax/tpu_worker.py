@@ -167,7 +167,9 @@ def _libtpu_version() -> str:
         return ""
 
 
-def main() -> None:
+def serve() -> None:
+    """Answer the test process's compile requests, one at a time, until its standard input
+    closes (the protocol above)."""
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray output (libtpu's C code, a print) goes to standard error
     sys.stdout = sys.stderr
@@ -194,4 +196,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    serve()

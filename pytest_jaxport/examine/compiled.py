@@ -15,6 +15,8 @@ from typing import Any
 
 from pytest_jaxport._jax import callbacks, libtpu, lowering
 from pytest_jaxport._jax.callbacks import INERT_TARGET
+from pytest_jaxport._jax.devices import device_kind, versions
+from pytest_jaxport._jax.execution import compile_deviceless, compile_present, compiled_text
 from pytest_jaxport.cache import CompileSettings, FailedLowering, cache_key, source_fingerprint
 from pytest_jaxport.examine.lowered import KeyParts
 from pytest_jaxport.examine.placement import Placement
@@ -197,14 +199,14 @@ class CompiledLevel:
         except Exception as e:  # no text, no key: record it like any compile failure
             return replace(result, compile_error=lowering.describe_error(e))
         if platform in present and fn is not None:
-            kind = lowering.device_kind(platform)
+            kind = device_kind(platform)
 
             def compile_here() -> _Produced:
                 if isinstance(built, lowering.LoweringFailure):
                     raise built  # numerics already failed to compile it: never try twice
                 if built is not None:
-                    return _Produced(text=lowering.compiled_text(built), reused=True)
-                text = lowering.compile_present(fn, lowered, platform, args, kwargs)
+                    return _Produced(text=compiled_text(built), reused=True)
+                text = compile_present(fn, lowered, platform, args, kwargs)
                 return _Produced(text=text)
 
             found = self._census_of(
@@ -250,15 +252,15 @@ class CompiledLevel:
         target_config = self._compile.target_config
         inert = _has_inert_callbacks(program)
 
-        def compile_deviceless() -> _Produced:
-            text = lowering.compile_deviceless(
+        def compile_for_cuda() -> _Produced:
+            text = compile_deviceless(
                 fn, args, kwargs, target_config=target_config, options=options,
                 lowered=lowered, partitions=program.partitions, inert_callbacks=inert,
             )  # fmt: skip
             return _Produced(text=text)
 
         found = self._census_of(
-            platform, module, "deviceless", target_config, options, compile_deviceless, where
+            platform, module, "deviceless", target_config, options, compile_for_cuda, where
         )
         return replace(found, deviceless=True, target=self._compile.target)
 
@@ -390,7 +392,7 @@ class CompiledLevel:
             module=module,
             platform=platform,
             mode=mode,
-            versions=lowering.versions(),
+            versions=versions(),
             target_config=target_config,
             options=options,
             xla_flags=os.environ.get("XLA_FLAGS", ""),

@@ -2,7 +2,7 @@
 partitioner inserts, take each census, compile it where asked, estimate or measure where its
 time goes (:class:`Examiner`). A checked function (:meth:`Examiner.check`, from
 :mod:`pytest_jaxport.fixture`) and an audited computation (:meth:`Examiner.audit`, from
-:mod:`pytest_jaxport.audit`) both go down it; a check also runs the program on the platforms
+:mod:`pytest_jaxport.recorder`) both go down it; a check also runs the program on the platforms
 present, between lowering and census (``run``), and compiles where ``compile`` asks.
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.adapters import missing_package
+from pytest_jaxport._jax.devices import default_platform
+from pytest_jaxport._jax.execution import Execution
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import stages as stage
 from pytest_jaxport.examine.compiled import CompiledLevel, CompileStats, roofline
@@ -39,7 +40,7 @@ from pytest_jaxport.model.probe import PlatformProbe
 class Run:
     """What running a check's lowerings on the platforms present did."""
 
-    executions: Mapping[str, lowering.Execution] = field(default_factory=dict)
+    executions: Mapping[str, Execution] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
     """Per platform that failed to compile or run, why."""
     built: Mapping[str, Any] = field(default_factory=dict)
@@ -58,7 +59,7 @@ class Examined:
 
     results: Mapping[str, PlatformProbe]
     """Per platform: its census, compiled census and runtime share, or why it failed."""
-    executions: Mapping[str, lowering.Execution]
+    executions: Mapping[str, Execution]
     """Per platform that ran, its outputs (a check compares them)."""
     programs: Mapping[str, Program]
     """Per platform that lowered, its program as the census read it."""
@@ -221,51 +222,26 @@ class Examiner:
             p: found.failures.get(p) or PlatformProbe(platform=p, present=p in present)
             for p in (*found.programs, *found.failures)
         }
-        inserted = self.lowered.recorded_partition(keyed) if found.partitioned else None
-        ran = run(found, found.partitioned and inserted is None) if run is not None else Run()
-        for platform in ran.executions:
-            results[platform] = replace(results[platform], executed=True)
-        for platform, error in ran.errors.items():
-            results[platform] = replace(results[platform], execution_error=error)
-        if found.partitioned and inserted is None:
-            execution = ran.executions.get(lowering.default_platform())
-            inserted = execution.inserted if execution is not None else None
-            if inserted is None:
-                inserted = self.lowered.partition(traced, found.lowered)
-            if inserted is not None:
-                self.lowered.record_partition(keyed, inserted)
-        unkept: dict[str, Program] = {}
-        censuses = self._census(
-            found,
-            present=present,
-            caller=caller,
-            inserted=inserted,
-            at_caller=at_caller,
-            unkept=None if keep_programs else unkept,
-            source=source,
-        )
-        for platform, counted in censuses.items():
-            if counted.census is not None:
-                results[platform] = replace(
-                    results[platform],
-                    census=counted.census,
-                    formats=counted.formats,
-                    lowering_warnings=counted.lowering_warnings,
-                )
-        programs = {  # what the compiled level keys on: with the partitioner's collectives
+        ran, inserted = self._run(traced, keyed, found, run, results)
+        programs = {  # what the census and the compiled level read: with the partitioner's
             p: with_inserted(program, inserted or ()) if found.partitioned else program
             for p, program in found.programs.items()
         }
+        unkept: dict[str, Program] = {}
+        self._census(
+            found, programs, results, present=present, caller=caller, at_caller=at_caller,
+            unkept=None if keep_programs else unkept, source=source,
+        )  # fmt: skip
         for platform in compiles:
             if platform in found.lowered:
-                with self.stage(stage.compiled(platform)):
+                with self.stage(stage.compile_stage(platform)):
                     results[platform] = self.compiled.compiled(
                         results[platform], fn, found.lowered[platform], programs[platform],
                         tuple(args), kwargs or {}, ran.built.get(platform), tuple(present), keyed,
                         traced=traced, caller=caller, at_caller=at_caller, source=source,
                     )  # fmt: skip
         for platform, result in results.items():
-            with self.stage(stage.share(platform)):
+            with self.stage(stage.share_stage(platform)):
                 share = runtime_share(
                     result, ran.executions.get(platform), profile=self._profile,
                     classifier=self._compiled_classifier,
@@ -276,6 +252,33 @@ class Examiner:
             results=results, executions=ran.executions, programs=programs, unkept=unkept
         )
 
+    def _run(
+        self,
+        traced: Any,
+        keyed: KeyParts,
+        found: LoweredPrograms,
+        run: Runner | None,
+        results: dict[str, PlatformProbe],
+    ) -> tuple[Run, tuple[OpSite, ...] | None]:
+        """What ``run`` (a check's) did on the platforms present, marked in ``results``, and
+        the collectives the SPMD partitioner inserts into a partitioned program (``None``
+        for one that is not, or that does not compile here): recorded by an earlier run,
+        else by the run's own compile, else by a compile for them alone, and kept."""
+        inserted = self.lowered.recorded_partition(keyed) if found.partitioned else None
+        ran = run(found, found.partitioned and inserted is None) if run is not None else Run()
+        for platform in ran.executions:
+            results[platform] = replace(results[platform], executed=True)
+        for platform, error in ran.errors.items():
+            results[platform] = replace(results[platform], execution_error=error)
+        if found.partitioned and inserted is None:
+            execution = ran.executions.get(default_platform())
+            inserted = execution.inserted if execution is not None else None
+            if inserted is None:
+                inserted = self.lowered.partition(traced, found.lowered)
+            if inserted is not None:
+                self.lowered.record_partition(keyed, inserted)
+        return ran, inserted
+
     def _compiles_module(self, platform: str) -> bool:
         """Whether ``platform`` compiles from its lowered module alone (no function to trace
         again): tpu, through libtpu's worker."""
@@ -284,28 +287,32 @@ class Examiner:
     def _census(
         self,
         found: LoweredPrograms,
+        programs: Mapping[str, Program],
+        results: dict[str, PlatformProbe],
         *,
         present: Collection[str],
         caller: SourceLocation | None = None,
-        inserted: Sequence[OpSite] | None = None,
         at_caller: bool = False,
         unkept: dict[str, Program] | None = None,
         source: SourceLocation | None = None,
-    ) -> dict[str, PlatformProbe]:
-        """Per platform of ``found``, its census (with the collectives the SPMD partitioner
-        ``inserted`` into a partitioned program), or why it did not lower; the programs
-        lowered now go to the cache, or into ``unkept`` (by key) where it is given.
+    ) -> None:
+        """Each platform of ``programs`` (``found``'s, with the collectives the SPMD
+        partitioner inserted into a partitioned program) with its census in ``results``; the
+        programs lowered now go to the cache, or into ``unkept`` (by key) where it is given.
         ``caller``: see :meth:`Placement.relative`."""
         __tracebackhide__ = True  # a classify hook's error shows the user's conftest
 
-        results: dict[str, PlatformProbe] = dict(found.failures)
-        for platform, program in found.programs.items():
-            with self.stage(stage.census(platform)):
-                results[platform] = self._census_of(
-                    found, platform, program, present, caller, inserted, at_caller, unkept,
-                    source,
-                )  # fmt: skip
-        return {p: results[p] for p in (*found.programs, *found.failures) if p in results}
+        for platform, program in programs.items():
+            with self.stage(stage.census_stage(platform)):
+                counted = self._census_of(
+                    found, platform, program, present, caller, at_caller, unkept, source
+                )
+            results[platform] = replace(
+                results[platform],
+                census=counted.census,
+                formats=counted.formats,
+                lowering_warnings=counted.lowering_warnings,
+            )
 
     def _census_of(
         self,
@@ -314,14 +321,11 @@ class Examiner:
         program: Program,
         present: Collection[str],
         caller: SourceLocation | None,
-        inserted: Sequence[OpSite] | None,
         at_caller: bool,
         unkept: dict[str, Program] | None,
         source: SourceLocation | None = None,
     ) -> PlatformProbe:
         __tracebackhide__ = True
-        if found.partitioned:
-            program = with_inserted(program, inserted or ())
         key = found.keys.get(platform)
         if platform in found.fresh and unkept is not None and key is not None:
             unkept[key] = program

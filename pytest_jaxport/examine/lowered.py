@@ -11,9 +11,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax import execution, keyparts, lowering, stablehlo
 from pytest_jaxport._jax.adapters import jax_release, missing_package, needs_hardware
 from pytest_jaxport._jax.callbacks import inert
+from pytest_jaxport._jax.devices import default_platform, versions
 from pytest_jaxport.cache import CompileSettings, FailedLowering, lowered_key
 from pytest_jaxport.examine import stages as stage
 from pytest_jaxport.examine.stages import Stages, unobserved
@@ -89,14 +90,14 @@ class KeyParts:
             self._done = True
 
             try:
-                jaxpr, sources = lowering.census_key_parts(self._traced, self._own)
+                jaxpr, sources = keyparts.census_key_parts(self._traced, self._own)
                 # Object addresses (a host callback's function, printed in its parameters)
                 # and the order of a frozenset's elements differ run to run and process to
                 # process; nothing lowered depends on them.
                 jaxpr = stable_text(jaxpr)
                 if any(self._arguments):
-                    jaxpr += "\n" + lowering.sharding_text(*self._arguments)
-                self._parts = (jaxpr, sources, lowering.lowering_settings())
+                    jaxpr += "\n" + keyparts.sharding_text(*self._arguments)
+                self._parts = (jaxpr, sources, keyparts.lowering_settings())
             except Exception:  # an unkeyable jaxpr is lowered every time, never an error
                 self._parts = None
         return self._parts
@@ -132,60 +133,20 @@ class LoweredLevel:
         cache; a check leaves out those it runs or compiles, which need the lowering itself.
         """
 
-        failures: dict[str, PlatformProbe] = {}
-        lowered_for: dict[str, Any] = {}
-        programs: dict[str, Program] = {}
-        keys: dict[str, str | None] = {}
-        read: dict[str, Program] = {}
-        known: dict[str, FailedLowering] = {}  # platforms an earlier run failed to lower
-        with self._stages(stage.LOWERED_CACHE) if cached else _NOTHING:
-            for platform in platforms:
-                if platform in cached:
-                    keys[platform] = self._key(keyed, platform)
-                    entry = self._cached_entry(keys[platform])
-                    if isinstance(entry, FailedLowering):
-                        known[platform] = entry
-                    elif entry is not None:
-                        read[platform] = entry
+        keys, read, known = self._read_cache(keyed, platforms, cached)
         missing = [p for p in keys if p not in read and p not in known and p not in present]
-        # A program of ops that lower alike everywhere (an eager `add`, a reshape) is lowered
-        # once, for the platform present here (JAX's own lowering where it just ran), and
-        # that program is every other platform's too.
-        shared: dict[str, Program] = {}
-        here = next((p for p in platforms if p in present), None)
-        if (
-            missing
-            and here is not None
-            and lowering.same_on_every_platform(traced, (*missing, here))
-        ):
-            try:
-                program = read.get(here)
-                if program is None:
-                    with self._stages(stage.lower(here)):
-                        lowered_for[here] = lowering.lower(traced, here)
-                        program = lowering.read_program(lowered_for[here])
-                shared = {p: program for p in (*missing, here)}
-                missing = []
-            except lowering.LoweringFailure:
-                lowered_for.pop(here, None)  # lowered below, where its failure is reported
+        lowered_for: dict[str, Any] = {}
+        shared = self._lowered_once(traced, platforms, missing, present, read, lowered_for)
+        if shared:
+            missing = []
         # Host callbacks lower only for a platform present here; for the others they become
         # inert placeholders (counted in meta), so every other op is still counted. Whether
         # a program has any is known only once lowered (a custom primitive binds its own).
         absent = inert(traced)
-        # A platform present here is read from JAX's own lowering, with the real callbacks:
-        # where it just ran the call (the audit) that lowering is in JAX's cache; joining it
-        # to the others' would lower it again (a PRNG op: 52 ms for four, 28 for three).
-        # What JAX warns while lowering for the absent ones (together, or each alone where
-        # that fails) is kept with each of their programs (lowering.warnings_kept): the
-        # lowering is ours, not the test's, and a warm run reads it from the cache as well.
-        # A joint lowering that failed warned about no program: each platform lowered alone
-        # keeps only what its own lowering said (a Pallas kernel on the tpu branch lowered
-        # together for cuda warns of Mosaic GPU; alone, it is never lowered for cuda).
         heard: list[str] = []
-        together = None
-        if len(missing) > 1:
-            with self._stages(stage.lower(*missing)), lowering.warnings_kept(heard):
-                together = lowering.lower_together(absent, missing)
+        together = self._lowered_together(absent, missing, heard)
+        failures: dict[str, PlatformProbe] = {}
+        programs: dict[str, Program] = {}
         for platform in platforms:
             if platform in known:
                 failures[platform] = failed_to_lower(
@@ -193,20 +154,14 @@ class LoweredLevel:
                 )
                 continue
             warned = list(heard) if platform in missing and together is not None else []
+            program = read.get(platform) or shared.get(platform)
+            if program is None and together is not None:
+                program = together.get(platform)
             try:
-                program = read.get(platform) or shared.get(platform)
-                if program is None and together is not None:
-                    program = together.get(platform)
-                if program is None and platform in present:
-                    with self._stages(stage.lower(platform)):
-                        lowered = lowering.lower(traced, platform)
-                        program = lowering.read_program(lowered)
-                    lowered_for[platform] = lowered
-                elif program is None:
-                    with self._stages(stage.lower(platform)):
-                        with lowering.warnings_kept(warned):
-                            lowered = lowering.lower(absent, platform)
-                        program = lowering.read_program(lowered)
+                if program is None:
+                    lowered, program = self._lowered_alone(
+                        traced if platform in present else absent, platform, present, warned
+                    )
                     lowered_for[platform] = lowered
                 if warned:
                     program = replace(program, warnings=tuple(warned))
@@ -226,6 +181,91 @@ class LoweredLevel:
             keys=keys,
         )
 
+    def _read_cache(
+        self, keyed: KeyParts, platforms: Sequence[str], cached: Collection[str]
+    ) -> tuple[dict[str, str | None], dict[str, Program], dict[str, FailedLowering]]:
+        """Per platform in ``cached``: its key, and what an earlier run kept under it (a
+        program, in the second mapping, or a failure to lower, in the third)."""
+        keys: dict[str, str | None] = {}
+        read: dict[str, Program] = {}
+        known: dict[str, FailedLowering] = {}  # platforms an earlier run failed to lower
+        with self._stages(stage.LOWERED_CACHE) if cached else _NOTHING:
+            for platform in platforms:
+                if platform in cached:
+                    keys[platform] = self._key(keyed, platform)
+                    entry = self._cached_entry(keys[platform])
+                    if isinstance(entry, FailedLowering):
+                        known[platform] = entry
+                    elif entry is not None:
+                        read[platform] = entry
+        return keys, read, known
+
+    def _lowered_once(
+        self,
+        traced: Any,
+        platforms: Sequence[str],
+        missing: Sequence[str],
+        present: Collection[str],
+        read: Mapping[str, Program],
+        lowered_for: dict[str, Any],
+    ) -> dict[str, Program]:
+        """Every ``missing`` platform's program and that of the first present, where the
+        program's ops lower alike everywhere (an eager ``add``, a reshape): lowered once, for
+        the platform present here (JAX's own lowering where it just ran), or read; ``{}``
+        where they may not (or that lowering fails: it is lowered again, and reported, with
+        the others). The lowering made goes into ``lowered_for``."""
+        here = next((p for p in platforms if p in present), None)
+        if (
+            not missing
+            or here is None
+            or not lowering.same_on_every_platform(traced, (*missing, here))
+        ):
+            return {}
+        try:
+            program = read.get(here)
+            if program is None:
+                with self._stages(stage.lower_stage(here)):
+                    lowered_for[here] = lowering.lower(traced, here)
+                    program = stablehlo.read_program(lowered_for[here])
+        except lowering.LoweringFailure:
+            lowered_for.pop(here, None)  # lowered below, where its failure is reported
+            return {}
+        return {p: program for p in (*missing, here)}
+
+    def _lowered_together(
+        self, absent: Any, missing: Sequence[str], heard: list[str]
+    ) -> dict[str, Program] | None:
+        """The programs of the platforms ``missing`` (not present here) from one lowering for
+        all of them, or ``None`` where there are fewer than two or JAX cannot lower them
+        together (then each is lowered alone). What JAX warns meanwhile goes into ``heard``.
+
+        A platform present here is read from JAX's own lowering, with the real callbacks:
+        where it just ran the call (the audit) that lowering is in JAX's cache; joining it to
+        the others' would lower it again (a PRNG op: 52 ms for four, 28 for three). What JAX
+        warns while lowering for the absent ones (together, or each alone where that fails)
+        is kept with each of their programs (:func:`lowering.warnings_kept`): the lowering is
+        ours, not the test's, and a warm run reads it from the cache as well. A joint
+        lowering that failed warned about no program: each platform lowered alone keeps only
+        what its own lowering said (a Pallas kernel on the tpu branch lowered together for
+        cuda warns of Mosaic GPU; alone, it is never lowered for cuda)."""
+        if len(missing) <= 1:
+            return None
+        with self._stages(stage.lower_stage(*missing)), lowering.warnings_kept(heard):
+            return lowering.lower_together(absent, missing)
+
+    def _lowered_alone(
+        self, traced: Any, platform: str, present: Collection[str], warned: list[str]
+    ) -> tuple[Any, Program]:
+        """``platform``'s lowering and its program; what JAX warns while lowering for a
+        platform not ``present`` goes into ``warned``."""
+        with self._stages(stage.lower_stage(platform)):
+            if platform in present:
+                lowered = lowering.lower(traced, platform)
+            else:
+                with lowering.warnings_kept(warned):
+                    lowered = lowering.lower(traced, platform)
+            return lowered, stablehlo.read_program(lowered)
+
     # -- the partitioner's record ---------------------------------------------------------------
 
     def partition(
@@ -234,13 +274,13 @@ class LoweredLevel:
         """The collectives the SPMD partitioner inserts into ``traced``'s program: compiled
         (not run) for the platform present here, from its lowering in ``lowered_for`` when
         there is one, with XLA recording the module before and after partitioning
-        (:func:`lowering.compile_partitioned`); ``None`` when it does not compile here."""
+        (:func:`execution.compile_partitioned`); ``None`` when it does not compile here."""
 
-        default = lowering.default_platform()
+        default = default_platform()
         try:
             with self._stages(stage.PARTITION):
                 lowered = (lowered_for or {}).get(default) or lowering.lower(traced, default)
-                _, inserted = lowering.compile_partitioned(lowered)
+                _, inserted = execution.compile_partitioned(lowered)
         except Exception:  # it does not compile here: its own collectives are all it shows
             return None
         return inserted
@@ -277,7 +317,7 @@ class LoweredLevel:
             jaxpr=jaxpr,
             sources=sources,
             platform=platform,
-            versions=lowering.versions(),
+            versions=versions(),
             settings=settings,
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_jaxport._jax import lowering
+from pytest_jaxport._jax.execution import compiled_text, instruction_times
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.classification import Classification, classify
 from pytest_jaxport.model.hlo import instruction_sites
@@ -48,8 +49,8 @@ def runtime_share(
 
 
 def _measured(platform: str, execution: Any, classifier: Classifier | None) -> RuntimeShare:
-    times = lowering.instruction_times(execution)
-    sites = instruction_sites(lowering.compiled_text(execution.compiled))
+    times = instruction_times(execution)
+    sites = instruction_sites(compiled_text(execution.compiled))
 
     def classify_op(op: str, target: str | None) -> Classification:
         if classifier is not None:

@@ -43,28 +43,33 @@ PARTITION = "partition"
 COMPARE = "compare"
 
 
-def lower(*platforms: str) -> str:
+def lower_stage(*platforms: str) -> str:
     """``lower:cpu``; ``lower:cuda+rocm+tpu`` for platforms lowered together."""
     return "lower:" + "+".join(platforms)
 
 
-def execute(platform: str) -> str:
+def execute_stage(platform: str) -> str:
+    """``execute:cpu``: compiling and running on a platform present."""
     return f"execute:{platform}"
 
 
-def census(platform: str) -> str:
+def census_stage(platform: str) -> str:
+    """``census:tpu``: the platform's census and formats findings."""
     return f"census:{platform}"
 
 
-def compiled(platform: str) -> str:
+def compile_stage(platform: str) -> str:
+    """``compile:cuda``: the platform's compiled level."""
     return f"compile:{platform}"
 
 
-def share(platform: str) -> str:
+def share_stage(platform: str) -> str:
+    """``share:cpu``: the platform's runtime share."""
     return f"share:{platform}"
 
 
-def emulate(platform: str) -> str:
+def emulate_stage(platform: str) -> str:
+    """``emulate:tpu``: a check run on the CPU as the platform computes."""
     return f"emulate:{platform}"
 
 

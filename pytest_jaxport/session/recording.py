@@ -1,5 +1,5 @@
 """The audit recorder's session side: started where tests run, told when each test starts
-and ends, settled before a pytest-xdist worker exits (the recorder: :mod:`pytest_jaxport.audit`).
+and ends, settled before a pytest-xdist worker exits (the recorder: :mod:`pytest_jaxport.recorder`).
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
@@ -18,7 +18,7 @@ from pytest_jaxport.report.audit import AuditRecord
 from pytest_jaxport.session.settings import SessionSettings
 
 if TYPE_CHECKING:
-    from pytest_jaxport.audit import Recorder
+    from pytest_jaxport.recorder import Recorder
 
 
 class AuditRecording:
@@ -42,7 +42,7 @@ class AuditRecording:
         """Install the audit's hook where tests run (not on a pytest-xdist controller)."""
         if not self.audited or not runs_tests:
             return
-        from pytest_jaxport.audit import Recorder  # imports JAX: only for an audited run
+        from pytest_jaxport.recorder import Recorder  # imports JAX: only for an audited run
 
         self.recorder = Recorder(
             platforms=self.project.platforms,

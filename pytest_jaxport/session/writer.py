@@ -144,10 +144,10 @@ class ReportWriter:
         versions: dict[str, str] = {}
         kinds: dict[str, str] = {}
         if jax_loaded:
-            from pytest_jaxport._jax import lowering  # JAX is loaded already: checks ran
+            from pytest_jaxport._jax import devices  # JAX is loaded already: checks ran
 
-            present, versions = lowering.present_platforms(), lowering.versions()
-            kinds = {p: lowering.device_kind(p) for p in present}
+            present, versions = devices.present_platforms(), devices.versions()
+            kinds = {p: devices.device_kind(p) for p in present}
         report = build_report(
             tests,
             config={

@@ -30,9 +30,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pytest_jaxport._jax import lowering
 from pytest_jaxport._jax.callbacks import INERT_TARGET
-from pytest_jaxport._jax.interception import Interception, RecordedCall, Support
+from pytest_jaxport._jax.devices import present_platforms
+from pytest_jaxport._jax.interception import Interception, Support
+from pytest_jaxport._jax.recorded_call import RecordedCall
 from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, shown_file
 from pytest_jaxport.model.census import Classifier, SourceLocation, is_library_file
@@ -176,7 +177,7 @@ class Recorder:
     def _census(self, cid: str, call: RecordedCall, keyed: KeyParts) -> ComputationRecord:
 
         facts = call.facts()
-        present = lowering.present_platforms()
+        present = present_platforms()
         # An op executed eagerly is placed where the suite called it, not at the lines of a
         # program JAX may have traced earlier at another call and reused: the same in every
         # process, whatever it ran before. A jitted function keeps its lines (the user's code
