@@ -88,7 +88,8 @@ def _median_ms(samples: list[float]) -> float:
 def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each end-of-session step, timed ``reps`` times in turn; medians and the outputs."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import checks_of, load, suite_numbers, summarize
+    from pytest_jaxport.report.files import load
+    from pytest_jaxport.report.summary import checks_of, suite_numbers, summarize
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.html import render_html
     from pytest_jaxport.view.model import build_view

@@ -220,7 +220,8 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
     proportions of :data:`MIX`: each test function's tests cloned round-robin and renumbered,
     then the suite counted again (summary, runtime share, kernels to rewrite, days)."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import checks_of, report_data, suite_numbers
+    from pytest_jaxport.report.build import report_data
+    from pytest_jaxport.report.summary import checks_of, suite_numbers
 
     by_function: dict[str, list[dict[str, Any]]] = {}
     for test in report["tests"]:

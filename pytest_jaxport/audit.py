@@ -37,7 +37,7 @@ from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, shown_file
 from pytest_jaxport.model.census import Classifier, SourceLocation, is_library_file
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.audit import (
+from pytest_jaxport.report.audit_ledger import (
     AuditTestRecord,
     ComputationRecord,
     FindingRecord,
@@ -95,7 +95,7 @@ class Recorder:
     def begin_test(self) -> None:
         """A test starts: its first call of each of the suite's jitted functions passes the
         hook again, and of each eager op too with ``eager_users = "all"``. Else an eager op
-        passes it in the first test that runs it only (:func:`report.audit.assemble` counts it
+        passes it in the first test that runs it only (:func:`report.audit_ledger.assemble` counts it
         there alone), one run while importing or collecting included: the first test empties
         every cache once."""
         every = self._eager_users == "all" or not self._tests_begun

@@ -23,7 +23,8 @@ from pytest_jaxport.report.baseline import (
     diff,
     load_compared,
 )
-from pytest_jaxport.report.schema import MergeError, ReportError, load, write_text
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import load, write_text
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.html import html, render_html

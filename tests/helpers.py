@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import from_json
+from pytest_jaxport.report.files import from_json
 
 
 def line_of(fn: Callable[..., Any], text: str) -> str:

@@ -18,8 +18,8 @@ import pytest
 from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc, run_json
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.report.audit import merge_audits
-from pytest_jaxport.report.schema import without_timings
+from pytest_jaxport.report.audit_ledger import merge_audits
+from pytest_jaxport.report.files import without_timings
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 CHOLESKY = "potrf" if jax.__version_info__ >= (0, 8) else "solver"
@@ -1554,7 +1554,7 @@ def test_a_tests_computations_are_listed_in_one_order_whatever_order_they_missed
     ran (a warm xdist worker misses in another order than a cold serial run): each test's
     ``uses`` and ``owns`` follow the computations' order instead."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.audit import AuditLedger
+    from pytest_jaxport.report.audit_ledger import AuditLedger
 
     _, audit = audit_of(suite)
     computations = [

@@ -21,7 +21,9 @@ from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.schema import build_report, summarize, without_timings
+from pytest_jaxport.report.build import build_report
+from pytest_jaxport.report.files import without_timings
+from pytest_jaxport.report.summary import summarize
 from pytest_jaxport.version import requirement
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.text import markdown, prediction_gap, text, what_if_line

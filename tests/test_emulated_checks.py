@@ -22,8 +22,8 @@ from helpers import esc, run_json, typed
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.emulation import Emulation, Unemulated
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
+from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
-from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.html import html
 from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import markdown, text

@@ -38,8 +38,8 @@ from pytest_jaxport.model.formats import (
 from pytest_jaxport.model.platforms import release
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
+from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import md_matrix_cell
 

@@ -379,7 +379,7 @@ def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
 
 def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.audit import AuditLedger
+    from pytest_jaxport.report.audit_ledger import AuditLedger
     from pytest_jaxport.report.document import read_report
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.model import build_view

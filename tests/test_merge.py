@@ -36,7 +36,10 @@ from pytest_jaxport.report.baseline import (
     load_counts,
     match_baseline,
 )
-from pytest_jaxport.report.document import Report, ReportError
+from pytest_jaxport.report.build import report_data
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import from_json, write_json
 from pytest_jaxport.report.merge import (
     PER_LEG_CONFIG_KEYS,
     fidelity,
@@ -45,14 +48,7 @@ from pytest_jaxport.report.merge import (
     tolerance_from_config,
 )
 from pytest_jaxport.report.outputs import save_outputs
-from pytest_jaxport.report.schema import (
-    MergeError,
-    checks_of,
-    from_json,
-    report_data,
-    suite_numbers,
-    write_json,
-)
+from pytest_jaxport.report.summary import checks_of, suite_numbers
 from pytest_jaxport.view.model import build_view
 from pytest_jaxport.view.text import (
     diff_markdown,
@@ -157,7 +153,7 @@ def save(folder: Path, leg_dir: str, report: dict[str, Any], values: Mapping[str
 
 
 def typed(report: Mapping[str, Any]) -> Report:
-    """A report's JSON as :func:`~pytest_jaxport.report.schema.load` reads it."""
+    """A report's JSON as :func:`~pytest_jaxport.report.files.load` reads it."""
     return from_json(json.loads(json.dumps(report)), Path("r.json"))
 
 

@@ -18,7 +18,10 @@ from pytest_jaxport.model.compare import Leaf, Outputs, compare
 from pytest_jaxport.model.config import merge_marks, parse_marker, parse_project
 from pytest_jaxport.model.numerics import EXACT_ORIGIN
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.schema import SCHEMA_VERSION, ReportError, build_report, load, write_json
+from pytest_jaxport.report.build import build_report
+from pytest_jaxport.report.document import SCHEMA_VERSION
+from pytest_jaxport.report.errors import ReportError
+from pytest_jaxport.report.files import load, write_json
 
 KERNEL = Kernel(
     layer="custom",

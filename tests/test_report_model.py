@@ -22,8 +22,9 @@ from pytest_jaxport.report.baseline import (
     ratcheted,
     value_text,
 )
+from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import build_report, load
+from pytest_jaxport.report.files import load
 
 SUITE = """
 import jax.numpy as jnp

@@ -47,8 +47,8 @@ from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.tiling import default_layout, read_layouts
 from pytest_jaxport.report.baseline import diff
+from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import html
 from pytest_jaxport.view.text import markdown, text

@@ -18,10 +18,10 @@ from pytest_jaxport.model.jsontypes import (
     JsonMapping,
     JsonObject,
     as_table,
-    counts,
-    integer,
-    opt_table,
-    table,
+    read_counts,
+    read_integer,
+    read_opt_table,
+    read_table,
 )
 
 _N = TypeVar("_N", int, float)
@@ -149,14 +149,14 @@ class PlatformCounts:
             if entry.get("needs_hardware"):
                 return cls(needs_hardware=1)
             return cls(failed_to_lower=1)
-        lowered = table(entry, "lowered")
-        compiled = table(entry, "compiled") if entry.get("compiled") is not None else None
+        lowered = read_table(entry, "lowered")
+        compiled = read_table(entry, "compiled") if entry.get("compiled") is not None else None
         asked = compiled is not None or bool(entry.get("compile_error"))
         counted = compiled if compiled is not None else lowered
-        judged = opt_table(lowered, "formats")
+        judged = read_opt_table(lowered, "formats")
         formats = None
         if judged:
-            found = opt_table(compiled or {}, "formats")
+            found = read_opt_table(compiled or {}, "formats")
             formats = FormatCounts.of(
                 FormatCensus.from_dict(judged), FormatCensus.from_dict(found) if found else None
             )
@@ -164,14 +164,14 @@ class PlatformCounts:
             lowered=1,
             compiled=(1 if compiled is not None else 0) if asked else None,
             failed_to_compile=int(asked and compiled is None),
-            vendor=integer(counted, "vendor"),
-            custom=integer(counted, "custom"),
-            meta=integer(counted, "meta"),
-            xla=integer(counted, "xla", 0),
-            libraries=counts(counted, "libraries"),
+            vendor=read_integer(counted, "vendor"),
+            custom=read_integer(counted, "custom"),
+            meta=read_integer(counted, "meta"),
+            xla=read_integer(counted, "xla", 0),
+            libraries=read_counts(counted, "libraries"),
             collectives={
                 str(kind): _collective(as_table(found, str(kind)))
-                for kind, found in table(counted, "collectives", None).items()
+                for kind, found in read_table(counted, "collectives", None).items()
             },
             formats=formats,
         )
@@ -230,7 +230,7 @@ class PlatformCounts:
 
 def _collective(found: JsonMapping) -> tuple[int, int]:
     """A collective kind's ``(count, inserted)``."""
-    return integer(found, "count", 0), integer(found, "inserted", 0)
+    return read_integer(found, "count", 0), read_integer(found, "inserted", 0)
 
 
 def _add(a: _N | None, b: _N | None) -> _N | None:
@@ -241,7 +241,7 @@ def platform_counts(probes: Iterable[JsonMapping]) -> dict[str, PlatformCounts]:
     """Per platform, the sum over ``probes`` (each a probe's dict: its ``platforms``)."""
     totals: dict[str, PlatformCounts] = {}
     for probe in probes:
-        for platform, entry in table(probe, "platforms").items():
+        for platform, entry in read_table(probe, "platforms").items():
             counted = PlatformCounts.of(as_table(entry, platform))
             had = totals.get(platform)
             totals[platform] = counted if had is None else had + counted

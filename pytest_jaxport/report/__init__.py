@@ -6,7 +6,8 @@ section, merging CI legs, baselines and diffs, saved outputs (docs/architecture.
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
-from pytest_jaxport.report.document import Report, ReportError
-from pytest_jaxport.report.schema import load
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.errors import ReportError
+from pytest_jaxport.report.files import load
 
 __all__ = ["Report", "ReportError", "load"]

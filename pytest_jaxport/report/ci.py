@@ -31,7 +31,14 @@ from pytest_jaxport.model.config import (
     ToleranceSetting,
 )
 from pytest_jaxport.model.emulation import emulated_label
-from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table, tables
+from pytest_jaxport.model.jsontypes import (
+    Json,
+    JsonMapping,
+    JsonObject,
+    as_table,
+    read_table,
+    read_tables,
+)
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.model.targets import PLATFORMS
 from pytest_jaxport.report.baseline import (
@@ -43,7 +50,8 @@ from pytest_jaxport.report.baseline import (
     load_counts,
 )
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import MergeError, write_text
+from pytest_jaxport.report.errors import MergeError
+from pytest_jaxport.report.files import write_text
 
 if TYPE_CHECKING:
     from pytest_jaxport.model.compare import Outputs
@@ -217,8 +225,8 @@ def leg_facts(tests: Iterable[JsonMapping], device_kinds: Mapping[str, str]) -> 
     entries = [
         (platform, as_table(entry, platform))
         for test in tests
-        for check in tables(test, "checks", ())
-        for platform, entry in table(check, "platforms", {}).items()
+        for check in read_tables(test, "checks", ())
+        for platform, entry in read_table(check, "platforms", {}).items()
     ]
     executed = {platform for platform, entry in entries if entry.get("executed")}
     emulated = {platform for platform, entry in entries if entry.get("emulated")}
@@ -275,7 +283,7 @@ def save_check_outputs(
             for p, found in (emulated or {}).get(name, {}).items()
         ]
         for platform, found, label, key in saved:
-            entry = table(check, "platforms").get(platform)
+            entry = read_table(check, "platforms").get(platform)
             if not isinstance(entry, MutableMapping):
                 continue
             try:

@@ -14,9 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
-from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_table, counts, tables, texts
-from pytest_jaxport.report.audit import AuditLedger, AuditRecord
-from pytest_jaxport.report.document import ERROR_LIMIT, TestError
+from pytest_jaxport.model.jsontypes import (
+    JsonMapping,
+    JsonObject,
+    as_table,
+    read_counts,
+    read_tables,
+    read_texts,
+)
+from pytest_jaxport.report.audit_ledger import AuditLedger, AuditRecord
+from pytest_jaxport.report.entries import ERROR_LIMIT, TestError
 
 __all__ = ["ERROR_LIMIT", "Ledger", "TestError", "TestRecord"]
 
@@ -73,17 +80,17 @@ class TestRecord:
         audit = data.get("audit")
         return cls(
             nodeid=str(data["nodeid"]),
-            checks=[dict(c) for c in tables(data, "checks", None)],
-            violations=[dict(v) for v in tables(data, "violations", None)],
+            checks=[dict(c) for c in read_tables(data, "checks", None)],
+            violations=[dict(v) for v in read_tables(data, "violations", None)],
             error=TestError.from_dict(as_table(error, "error")) if error else None,
-            outputs_errors=list(texts(data, "outputs_errors", None)),
-            baseline_growth=list(texts(data, "baseline_growth", None)),
-            baseline_news=list(texts(data, "baseline_news", None)),
-            compile=counts(data, "compile") if data.get("compile") is not None else None,
-            lowered_cache=counts(data, "lowered_cache")
+            outputs_errors=list(read_texts(data, "outputs_errors", None)),
+            baseline_growth=list(read_texts(data, "baseline_growth", None)),
+            baseline_news=list(read_texts(data, "baseline_news", None)),
+            compile=read_counts(data, "compile") if data.get("compile") is not None else None,
+            lowered_cache=read_counts(data, "lowered_cache")
             if data.get("lowered_cache") is not None
             else None,
-            # the audit's record is a TypedDict of what this package wrote (report.audit)
+            # the audit's record is a TypedDict of what this package wrote (report.audit_ledger)
             audit=cast(AuditRecord, as_table(audit, "audit")) if audit is not None else None,
         )
 

@@ -33,33 +33,20 @@ from pytest_jaxport.model.config import (
 )
 from pytest_jaxport.model.cost import COST_KEYS, CostModel
 from pytest_jaxport.model.emulation import emulated_label
-from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table
+from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, read_table
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.targets import ordered_platforms
 from pytest_jaxport.model.tooling import Assumption, summarize
-from pytest_jaxport.report.audit import failures, merge_audits
+from pytest_jaxport.report.audit_ledger import failures, merge_audits
 from pytest_jaxport.report.baseline import counted
-from pytest_jaxport.report.document import (
-    Config,
-    Drift,
-    Leg,
-    Provenance,
-    Report,
-    TestEntry,
-    built,
-)
+from pytest_jaxport.report.build import report_data
+from pytest_jaxport.report.document import SCHEMA_VERSION, TOOL_NAME, Config, Leg, Report, built
+from pytest_jaxport.report.entries import Drift, Provenance, TestEntry
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import load
 from pytest_jaxport.report.outputs import OutputsError, load_outputs
-from pytest_jaxport.report.schema import (
-    SCHEMA_VERSION,
-    TOOL_NAME,
-    MergeError,
-    ReportError,
-    checks_of,
-    load,
-    report_data,
-    suite_numbers,
-)
+from pytest_jaxport.report.summary import checks_of, suite_numbers
 from pytest_jaxport.version import __version__
 
 PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset(
@@ -593,7 +580,7 @@ def _merge_test(
         platforms: dict[str, JsonObject] = {}
         candidates: dict[str, list[_Candidate]] = {}
         for leg, check in per_leg:
-            entries = table(check.to_dict(), "platforms")
+            entries = read_table(check.to_dict(), "platforms")
             for platform, probe in check.probe.platforms.items():
                 candidates.setdefault(platform, []).append(
                     _Candidate(

@@ -15,7 +15,7 @@ import pytest
 from pytest_jaxport.cache import CompileSettings, judged_by
 from pytest_jaxport.model.census import Classifier
 from pytest_jaxport.model.config import ProjectConfig
-from pytest_jaxport.report.audit import AuditRecord
+from pytest_jaxport.report.audit_ledger import AuditRecord
 
 if TYPE_CHECKING:
     from pytest_jaxport.audit import Recorder

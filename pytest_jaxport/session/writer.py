@@ -21,22 +21,13 @@ from pytest_jaxport.model.config import ProjectConfig
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.tooling import RULES, scan_tree, summarize
 from pytest_jaxport.report import ci
-from pytest_jaxport.report.audit import failures, judge
+from pytest_jaxport.report.audit_ledger import failures, judge
 from pytest_jaxport.report.baseline import match_baseline
-from pytest_jaxport.report.document import (
-    BaselineMatch,
-    CollectionError,
-    Report,
-    TestEntry,
-    built_audit,
-)
+from pytest_jaxport.report.build import build_report, environment
+from pytest_jaxport.report.document import BaselineMatch, CollectionError, Report, built_audit
+from pytest_jaxport.report.entries import TestEntry
 from pytest_jaxport.report.ledger import Ledger
-from pytest_jaxport.report.schema import (
-    build_report,
-    checks_of,
-    environment,
-    suite_numbers,
-)
+from pytest_jaxport.report.summary import checks_of, suite_numbers
 from pytest_jaxport.session.audit import AuditRecording
 from pytest_jaxport.view.annotations import annotation_lines, default_mode
 from pytest_jaxport.view.display import DisplayOptions, display_options

@@ -13,7 +13,7 @@ plugin and ``jaxport show``) say how much of it to show.
 Where to add something new, once for every format:
 
 - a per-platform figure (a new field of
-  :class:`~pytest_jaxport.report.document.PlatformTotals`, e.g. collectives by kind): one
+  :class:`~pytest_jaxport.report.totals.PlatformTotals`, e.g. collectives by kind): one
   :class:`Column` in :data:`TOTALS_COLUMNS`;
 - a per-check, per-platform fact in the matrix: :func:`cell_of`;
 - how a runtime share's basis is labelled (an error band, what was left out):
@@ -78,24 +78,20 @@ from pytest_jaxport.model.targets import (
     PLATFORM_VENDORS,
 )
 from pytest_jaxport.model.tooling import Assumption
-from pytest_jaxport.report.audit import computation_label
+from pytest_jaxport.report.audit_ledger import computation_label
+from pytest_jaxport.report.audit_section import AuditSection, Computation
 from pytest_jaxport.report.baseline import Change, file_of
 from pytest_jaxport.report.document import (
     TOOL_NAME,
-    AuditSection,
     BaselineMatch,
-    Check,
-    Computation,
     Config,
     Environment,
     Merged,
-    Numbers,
-    PlatformTotals,
     Report,
     StaleEntry,
-    TestEntry,
-    Tooling,
 )
+from pytest_jaxport.report.entries import Check, TestEntry
+from pytest_jaxport.report.totals import Numbers, PlatformTotals, Tooling
 from pytest_jaxport.view.display import DisplayOptions
 
 NO_AUTOTUNE_NOTE = (
@@ -394,7 +390,7 @@ class ProblemGroup:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Column:
     """One column of the platform totals: a header, how to read it from a platform's
-    :class:`~pytest_jaxport.report.document.PlatformTotals`, and whether it only shows when
+    :class:`~pytest_jaxport.report.totals.PlatformTotals`, and whether it only shows when
     some platform has the figure."""
 
     header: str
@@ -2114,7 +2110,7 @@ def shares_of(shares: Mapping[str, RuntimeShare]) -> tuple[ShareRow, ...]:
 
 def targets_of(numbers: Numbers | None) -> tuple[TargetRow, ...]:
     """Per ``migrate_to`` target, the kernels to rewrite and the days, with their breakdown
-    and items (:class:`~pytest_jaxport.report.document.Numbers`)."""
+    and items (:class:`~pytest_jaxport.report.totals.Numbers`)."""
     if numbers is None:
         return ()
     rows = []
@@ -2576,7 +2572,7 @@ class AuditParts:
 
 
 def _label(computation: Computation) -> str:
-    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit.computation_label`)."""
+    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit_ledger.computation_label`)."""
     return computation_label({"function": computation.function, "id": computation.id})
 
 

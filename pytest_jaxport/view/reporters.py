@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import from_json, write_json, write_text
+from pytest_jaxport.report.files import from_json, write_json, write_text
 from pytest_jaxport.view.codequality import code_quality
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html

@@ -56,7 +56,8 @@ from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
-from pytest_jaxport.report.document import Report, TestEntry
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.entries import TestEntry
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.model import emulated_sites
 

@@ -40,7 +40,8 @@ from pytest_jaxport.model.probe import (
     numerics_status,
 )
 from pytest_jaxport.report.baseline import ReportDiff, metric_label, value_text
-from pytest_jaxport.report.document import Drift, Report
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.entries import Drift
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.model import (
     HOTSPOT_NUMERIC,

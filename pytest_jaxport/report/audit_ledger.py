@@ -28,12 +28,13 @@ from pytest_jaxport.model.cost import (
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.formats import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
-from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, opt_table, table
+from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, read_opt_table, read_table
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.model.targets import DEFAULT_HOME
+from pytest_jaxport.report.audit_section import AuditSection, Computation
 from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
-from pytest_jaxport.report.document import AuditSection, Computation, built_audit
-from pytest_jaxport.report.schema import suite_numbers, with_sites
+from pytest_jaxport.report.document import built_audit
+from pytest_jaxport.report.summary import suite_numbers, with_sites
 
 SUITE = "the audited suite"
 """The name suite-level budget violations carry."""
@@ -405,8 +406,8 @@ def reaches(computations: Iterable[AuditedComputation]) -> Iterator[Reach]:
         for platform, entry in computation["platforms"].items():
             if entry.get("lowered") is None:
                 continue
-            census = census_from_dict(platform, table(entry, "lowered"))
-            share = opt_table(entry, "runtime_share")
+            census = census_from_dict(platform, read_table(entry, "lowered"))
+            share = read_opt_table(entry, "runtime_share")
             shared = RuntimeShare.from_dict(share) if share else None
             findings = findings_of(entry)
             for user in users:
