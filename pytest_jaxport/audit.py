@@ -95,9 +95,9 @@ class Recorder:
     def begin_test(self) -> None:
         """A test starts: its first call of each of the suite's jitted functions passes the
         hook again, and of each eager op too with ``eager_users = "all"``. Else an eager op
-        passes it in the first test that runs it only (:func:`report.audit_ledger.assemble` counts it
-        there alone), one run while importing or collecting included: the first test empties
-        every cache once."""
+        passes it in the first test that runs it only (:func:`report.audit_ledger.assemble`
+        counts it there alone), one run while importing or collecting included: the first
+        test empties every cache once."""
         every = self._eager_users == "all" or not self._tests_begun
         self._in_test = self._tests_begun = True
         self._uses = {}

@@ -54,7 +54,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"jaxport show: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
     if args.format == "sarif":  # the findings at their lines, for code scanning
-        print(sarif_text(report, Path(args.report)), end="")
+        print(sarif_text(report), end="")
         return EXIT_OK
     view = build_view(report)
     if options.platform is not None and options.platform not in view.platforms:
@@ -153,7 +153,7 @@ def _merge(args: argparse.Namespace) -> int:
     try:
         legs = load_legs(paths)
         first_path, first = legs[0]
-        tolerance_for = tolerance_from_config(first.config.to_dict(), source=str(first_path))
+        tolerance_for = tolerance_from_config(first.config, source=str(first_path))
         result = merge(legs, tolerance_for=tolerance_for, outputs_root=output.resolve().parent)
     except MergeError as e:
         return _fail("merge", e)
@@ -178,7 +178,7 @@ def _merge(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE
     if args.sarif:
-        problem = _write("merge", Path(args.sarif), sarif_text(result.document, output))
+        problem = _write("merge", Path(args.sarif), sarif_text(result.document))
         if problem is not None:
             print(problem, file=sys.stderr)
             return EXIT_UNUSABLE

@@ -834,11 +834,12 @@ def test_merge_refuses_a_leg_twice_and_says_legs_of_mixed_versions(
 
 
 def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
-    from pytest_jaxport.report.build import build_report
+    from helpers import built_report
+
     from pytest_jaxport.report.files import write_json
 
     path = tmp_path / name
-    write_json(path, build_report([], config={"source": "pyproject.toml", "platforms": ["cpu"],
+    write_json(path, built_report([], config={"source": "pyproject.toml", "platforms": ["cpu"],
                                               "reference": "cpu"},
                                   environment={"present_platforms": ["cpu"],
                                                "machine": f"runner of {name}"}))  # fmt: skip

@@ -240,7 +240,7 @@ def test_another_format_given_for_the_json_says_where_the_json_is(
     written = {
         "r.md": markdown(report),
         "r.html": html(report),
-        "r.sarif": sarif_text(report, tmp_path / "r.json"),
+        "r.sarif": sarif_text(report),
     }
     for name, text in written.items():
         (tmp_path / name).write_text(text)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import built_report
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation, evaluate
@@ -18,7 +19,6 @@ from pytest_jaxport.model.compare import Leaf, Outputs, compare
 from pytest_jaxport.model.config import merge_marks, parse_marker, parse_project
 from pytest_jaxport.model.numerics import EXACT_ORIGIN
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.document import SCHEMA_VERSION
 from pytest_jaxport.report.errors import ReportError
 from pytest_jaxport.report.files import load, write_json
@@ -167,7 +167,7 @@ def test_build_report_sorts_tests_and_sums() -> None:
         {"nodeid": "b", "outcome": "failed", "checks": [probe().to_dict()], "violations": []},
         {"nodeid": "a", "outcome": "passed", "checks": [probe().to_dict()], "violations": []},
     ]
-    built = build_report(tests, config={"platforms": [], "reference": "cpu"}, environment={})
+    built = built_report(tests, config={"platforms": [], "reference": "cpu"}, environment={})
     assert [t.nodeid for t in built.tests] == ["a", "b"]
     report = built.to_dict()
     summary = report["summary"]
@@ -190,7 +190,7 @@ def test_build_report_sorts_tests_and_sums() -> None:
 def test_write_is_atomic_and_load_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     config = {"source": "pyproject.toml", "platforms": ["cpu"], "reference": "cpu"}
-    report = build_report([], config=config, environment={"present_platforms": ["cpu"]})
+    report = built_report([], config=config, environment={"present_platforms": ["cpu"]})
     write_json(path, report)
     assert load(path) == report
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
@@ -219,7 +219,7 @@ def test_cli_show_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
               "violations": []}]  # fmt: skip
     write_json(
         path,
-        build_report(
+        built_report(
             tests,
             config={"platforms": ["cpu", "cuda", "tpu"], "reference": "cpu"},
             environment={"present_platforms": ["cpu"]},

@@ -12,15 +12,23 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from pytest_jaxport.model.budget import Violation
-from pytest_jaxport.model.cost import (
-    CostModel,
-)
+from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import Json, as_json
 from pytest_jaxport.model.probe import PlatformProbe, platform_to_dict
 from pytest_jaxport.report.entries import read_platform, read_violation
 from pytest_jaxport.report.reader import Reader, is_integer
 from pytest_jaxport.report.totals import Numbers, PlatformTotals, cost_dict, read_cost, read_hotspot
+
+
+def computation_label(cid: str, function: str = "?") -> str:
+    """``mlp [3f2a1b2c]``: the function and the start of the computation's key (one function
+    traced for two signatures is two computations).
+
+    >>> computation_label("3f2a1b2c9d", "mlp")
+    'mlp [3f2a1b2c]'
+    """
+    return f"{function} [{cid[:8]}]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,7 +209,7 @@ class AuditSection:
             "eager_users": self.eager_users,
             "seen": dict(self.seen),
             "summary": summary,
-            "sites": [h.to_audit_dict() for h in self.sites],
+            "sites": [as_json(h.to_audit_dict()) for h in self.sites],
             "findings": [f.to_dict() for f in self.findings],
             "computations": [c.to_dict() for c in self.computations],
             "tests": {

@@ -23,7 +23,7 @@ The parts reuse the domain's types where they already are values with a JSON for
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
@@ -32,7 +32,7 @@ from pytest_jaxport.model.targets import DEFAULT_HOME
 from pytest_jaxport.report.audit_section import AuditSection
 from pytest_jaxport.report.entries import Check, Drift, TestEntry
 from pytest_jaxport.report.reader import Reader
-from pytest_jaxport.report.totals import Summary
+from pytest_jaxport.report.totals import Numbers, Summary
 
 SCHEMA_VERSION = 2
 TOOL_NAME = "pytest-jaxport"
@@ -416,36 +416,37 @@ def _read_stale_entry(r: Reader) -> StaleEntry:
     return StaleEntry(nodeid=r.text("nodeid"), check=r.opt_text("check"), why=cast(StaleWhy, why))
 
 
-BUILT = "<built>"
-"""The ``file`` a report built in this process is read as (:func:`built`)."""
+Recount = Callable[[tuple[TestEntry, ...], Numbers | None], Summary]
+"""The summary of a report's tests, counted again (with the numbers its file holds)."""
 
 
-def built(data: Mapping[str, object]) -> Report:
-    """A report this package has just built as JSON (the session's, a merge's) as a
-    :class:`Report`, without checking each field again (:func:`read_report` checks a file's)."""
-    return read_report(data, file=BUILT, trusted=True)
-
-
-def built_audit(data: Mapping[str, object]) -> AuditSection:
-    """The audit section the session has just assembled, as an :class:`AuditSection`."""
-    return AuditSection.read(Reader(data, file=BUILT, place="audit", trusted=True))
-
-
-def read_report(data: Mapping[str, object], *, file: str, trusted: bool = False) -> Report:
+def read_report(data: Mapping[str, object], *, file: str, recount: Recount | None = None) -> Report:
     """A report's JSON (this schema version) as a :class:`Report`, every field checked: a
-    :class:`ReportError` naming ``file`` and the place of the first that is wrong (a
-    ``trusted`` report, :func:`built`, is read without the checks)."""
-    r = Reader(data, file=file, trusted=trusted)
+    :class:`~pytest_jaxport.report.errors.ReportError` naming ``file`` and the place of the
+    first that is wrong. With ``recount`` (an upgraded report's), its summary is counted
+    again from its tests, and only its numbers are read."""
+    r = Reader(data, file=file)
     tool = r.table("tool")
     baseline = r.opt_table("baseline")
     audit = r.opt_table("audit")
+    schema_version = r.integer("schema_version")
+    tool_version = tool.opt_text("version")
+    environment = Environment.read(r.table("environment"))
+    config = Config.read(r.table("config"))
+    counted = r.table("summary")
+    if recount is None:
+        summary = Summary.read(counted)
+        tests = tuple(TestEntry.read(t) for t in r.items("tests"))
+    else:
+        tests = tuple(TestEntry.read(t) for t in r.items("tests"))
+        summary = recount(tests, Numbers.read(counted))
     return Report(
-        schema_version=r.integer("schema_version"),
-        tool_version=tool.opt_text("version"),
-        environment=Environment.read(r.table("environment")),
-        config=Config.read(r.table("config")),
-        summary=Summary.read(r.table("summary")),
-        tests=tuple(TestEntry.read(t) for t in r.items("tests")),
+        schema_version=schema_version,
+        tool_version=tool_version,
+        environment=environment,
+        config=config,
+        summary=summary,
+        tests=tests,
         upgraded_from=r.opt_integer("upgraded_from"),
         baseline=_read_baseline_match(baseline) if baseline else None,
         merged=Merged.read(r),

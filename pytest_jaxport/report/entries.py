@@ -328,7 +328,8 @@ class TestEntry:
     legs: Mapping[str, str] | None = None
     """In a merged report: each leg's outcome of the test."""
     violation_legs: tuple[str | None, ...] = ()
-    """In a merged report: the leg each of :attr:`violations` came from."""
+    """In a merged report: the leg each of :attr:`violations` came from (``()`` where none
+    says)."""
 
     @classmethod
     def read(cls, r: Reader) -> TestEntry:
@@ -337,6 +338,7 @@ class TestEntry:
             raise r.error(r.at("outcome"), f"one of {', '.join(OUTCOMES)}", outcome)
         error = r.opt_table("error")
         nodeid = r.text("nodeid")
+        legs = tuple(v.opt_text("leg") for v in r.items("violations", ()))
         return cls(
             nodeid=nodeid,
             outcome=outcome,
@@ -355,7 +357,7 @@ class TestEntry:
             crashed=r.flag("crashed", False),
             drifts=tuple(Drift.read(d) for d in r.items("drifts", ())),
             legs=r.strings("legs") if r.has("legs") else None,
-            violation_legs=tuple(v.opt_text("leg") for v in r.items("violations", ())),
+            violation_legs=legs if any(leg is not None for leg in legs) else (),
         )
 
     def to_dict(self) -> dict[str, Json]:

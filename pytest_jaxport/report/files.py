@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pytest_jaxport.report.document import SCHEMA_VERSION, TOOL_NAME, Report, read_report
 from pytest_jaxport.report.errors import ReportError
-from pytest_jaxport.report.upgrade import READABLE_VERSIONS, upgrade
+from pytest_jaxport.report.upgrade import READABLE_VERSIONS, recounted, upgrade
 from pytest_jaxport.version import __version__
 
 BASELINE_KIND = "baseline"
@@ -142,11 +142,12 @@ def from_json(data: object, path: Path) -> Report:
             f"{path}: schema_version {version!r} is not supported "
             f"(this pytest-jaxport {__version__} reads versions {readable})"
         )
-    if version != SCHEMA_VERSION:
-        try:
-            data = upgrade(data)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise ReportError(
-                f"{path}: malformed version {version} report ({type(e).__name__}: {e})"
-            ) from None
-    return read_report(data, file=str(path))
+    if version == SCHEMA_VERSION:
+        return read_report(data, file=str(path))
+    try:
+        upgraded = upgrade(data)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise ReportError(
+            f"{path}: malformed version {version} report ({type(e).__name__}: {e})"
+        ) from None
+    return read_report(upgraded, file=str(path), recount=recounted)

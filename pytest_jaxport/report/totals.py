@@ -8,7 +8,7 @@ share, kernels to rewrite, days) and the tooling scan (:class:`Tooling`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 
 from pytest_jaxport.model.cost import (
@@ -18,6 +18,7 @@ from pytest_jaxport.model.cost import (
     RewriteItem,
     RuntimeShare,
 )
+from pytest_jaxport.model.counts import PlatformCounts
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import Json, as_json, put_optional
 from pytest_jaxport.model.tooling import Assumption
@@ -83,9 +84,42 @@ class PlatformTotals:
         )
 
     @classmethod
-    def of(cls, data: Mapping[str, object]) -> PlatformTotals:
-        """From :meth:`PlatformCounts.to_dict` and the site counts (already checked)."""
-        return cls.read(Reader(data, file="<built>"))
+    def of(cls, counts: PlatformCounts, sites: Mapping[str, int]) -> PlatformTotals:
+        """A platform's summed counts with its distinct ``sites`` per layer: ``vendor`` and
+        ``custom`` always, ``format`` and ``layout`` where its findings were judged."""
+        totals = cls(
+            vendor=counts.vendor,
+            custom=counts.custom,
+            meta=counts.meta,
+            libraries=dict(sorted(counts.libraries.items())),
+            lowered=counts.lowered,
+            failed_to_lower=counts.failed_to_lower,
+            needs_hardware=counts.needs_hardware or None,
+            compiled=counts.compiled,
+            failed_to_compile=counts.failed_to_compile if counts.compiled is not None else None,
+            xla=counts.xla,
+            collectives=dict(counts.collectives) if counts.collectives else None,
+            vendor_sites=sites["vendor"],
+            custom_sites=sites["custom"],
+        )
+        found = counts.formats
+        if found is None:
+            return totals
+        compiled = found.compiled_padding_bytes is not None
+        return replace(
+            totals,
+            format_findings=found.format_findings,
+            layout_findings=found.layout_findings,
+            not_compiling=found.not_compiling,
+            padding_waste=found.padding_waste,
+            padding_bytes=found.padding_bytes,
+            compiled_padding_waste=found.compiled_padding_waste if compiled else None,
+            compiled_padding_bytes=found.compiled_padding_bytes,
+            relayouts=found.relayouts,
+            relayout_bytes=found.relayout_bytes if found.relayouts is not None else None,
+            format_sites=sites["format"],
+            layout_sites=sites["layout"],
+        )
 
     def to_dict(self) -> dict[str, Json]:
         data: dict[str, Json] = {

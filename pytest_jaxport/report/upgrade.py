@@ -9,25 +9,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_jaxport.report.document import SCHEMA_VERSION
-from pytest_jaxport.report.summary import summarize
+from pytest_jaxport.report.entries import TestEntry
+from pytest_jaxport.report.summary import suite_summary
+from pytest_jaxport.report.totals import Numbers, Summary
 
 READABLE_VERSIONS = (1, 2)
 """Versions :func:`load` reads; older ones are upgraded to :data:`SCHEMA_VERSION`."""
 
 
 def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A report of an older schema version as this version's (a copy; this version as is).
+    """A report of an older schema version as this version's JSON (a copy; this version as
+    is), its summary to be counted again from its tests as it is read (:func:`recounted`).
 
     Version 1 stored sentences: each violation's ``message`` (its fields are recovered from
     it), a test's ``message`` (now ``error`` where it was not the violations), and
-    ``summary.layers`` (dropped: the view builds the layer table). The summary is counted
-    again, which adds ``outcomes``, ``hotspots`` and the per-platform distinct sites.
+    ``summary.layers`` (dropped: the view builds the layer table). Counting the summary again
+    adds ``outcomes``, ``hotspots`` and the per-platform distinct sites.
     """
     if data.get("schema_version") == SCHEMA_VERSION:
         return dict(data)
     tests = [_upgrade_test(t) for t in data.get("tests") or []]
     summary = {k: v for k, v in (data.get("summary") or {}).items() if k != "layers"}
-    summary.update(summarize(tests))
     return {
         **data,
         "schema_version": SCHEMA_VERSION,
@@ -35,6 +37,12 @@ def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
         "summary": summary,
         "tests": tests,
     }
+
+
+def recounted(tests: tuple[TestEntry, ...], numbers: Numbers | None) -> Summary:
+    """An upgraded report's summary: counted again from its ``tests``, with the three
+    ``numbers`` its file holds."""
+    return suite_summary(tests, numbers=numbers)
 
 
 def _upgrade_test(test: Mapping[str, Any]) -> dict[str, Any]:

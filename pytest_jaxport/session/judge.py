@@ -33,7 +33,8 @@ from pytest_jaxport.model.gpu import load_target
 from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.targets import DEFAULT_HOME, Classification, Level, classify
 from pytest_jaxport.report import ci
-from pytest_jaxport.report.ledger import TestError, TestRecord
+from pytest_jaxport.report.entries import TestError
+from pytest_jaxport.report.ledger import TestRecord
 from pytest_jaxport.view.text import probe_text
 
 if TYPE_CHECKING:

@@ -78,8 +78,7 @@ from pytest_jaxport.model.targets import (
     PLATFORM_VENDORS,
 )
 from pytest_jaxport.model.tooling import Assumption
-from pytest_jaxport.report.audit_ledger import computation_label
-from pytest_jaxport.report.audit_section import AuditSection, Computation
+from pytest_jaxport.report.audit_section import AuditSection, Computation, computation_label
 from pytest_jaxport.report.baseline import Change, file_of
 from pytest_jaxport.report.document import (
     TOOL_NAME,
@@ -2572,8 +2571,8 @@ class AuditParts:
 
 
 def _label(computation: Computation) -> str:
-    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit_ledger.computation_label`)."""
-    return computation_label({"function": computation.function, "id": computation.id})
+    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit_section.computation_label`)."""
+    return computation_label(computation.id, computation.function)
 
 
 def audit_parts(
@@ -2639,7 +2638,7 @@ def tests_of(audit: AuditSection) -> tuple[AuditTest, ...]:
     by_id = {c.id: c for c in audit.computations}
 
     def label(cid: str) -> str:
-        return _label(by_id[cid]) if cid in by_id else computation_label({"id": cid})
+        return _label(by_id[cid]) if cid in by_id else computation_label(cid)
 
     def split(cids: Sequence[str]) -> tuple[list[str], int]:  # the jitted; eager ops counted
         jitted = [c for c in cids if c not in by_id or by_id[c].kind != "eager"]

@@ -15,10 +15,10 @@ import sysconfig
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.files import from_json, write_json, write_text
+from pytest_jaxport.report.files import write_json, write_text
 from pytest_jaxport.view.codequality import code_quality
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
@@ -30,8 +30,8 @@ from pytest_jaxport.view.text import render_markdown
 class ReportSource(Protocol):
     """What a reporter reads, each built once and only when a format asks for it."""
 
-    def build(self) -> Mapping[str, Any] | Report:
-        """The report as the plugin writes it."""
+    def build(self) -> Report:
+        """The report (typed: its JSON appears only as the ``.json`` file is written)."""
         ...
 
     def view(self) -> ReportView:
@@ -62,13 +62,6 @@ def write_html_report(path: Path, source: ReportSource) -> None:
     write_text(path, render_html(source.view(), source.display()))
 
 
-def typed(built: Mapping[str, Any] | Report, path: Path) -> Report:
-    """The report as a typed :class:`Report` (the plugin builds its JSON form)."""
-    if isinstance(built, Report):
-        return built
-    return from_json(json.loads(json.dumps(built)), path)
-
-
 @lru_cache(maxsize=4096)
 def installed_file(file: str) -> bool:
     """Whether ``file``, as a report shows it, is a file of an installed package (a site in
@@ -78,21 +71,20 @@ def installed_file(file: str) -> bool:
     return any((Path(folder) / file).is_file() for folder in folders)
 
 
-def sarif_text(built: Mapping[str, Any] | Report, path: Path) -> str:
-    """The report's findings as a SARIF 2.1.0 log's text (view/sarif.py); ``path`` names
-    the report in what its check refuses."""
-    log = sarif_log(typed(built, path), outside=installed_file)
+def sarif_text(report: Report) -> str:
+    """The report's findings as a SARIF 2.1.0 log's text (view/sarif.py)."""
+    log = sarif_log(report, outside=installed_file)
     return json.dumps(log, indent=2) + "\n"
 
 
 def write_sarif_report(path: Path, source: ReportSource) -> None:
     """The findings as a SARIF 2.1.0 log, for code scanning."""
-    write_text(path, sarif_text(source.build(), path))
+    write_text(path, sarif_text(source.build()))
 
 
 def write_code_quality_report(path: Path, source: ReportSource) -> None:
     """The findings as a GitLab Code Quality report (view/codequality.py)."""
-    found = alerts(typed(source.build(), path), outside=installed_file)
+    found = alerts(source.build(), outside=installed_file)
     write_text(path, json.dumps(code_quality(found), indent=2) + "\n")
 
 
