@@ -54,6 +54,8 @@ class AuditCounts(TypedDict):
 
 
 class BaselineTool(TypedDict):
+    """A baseline's ``tool``: what wrote it."""
+
     name: str
 
 

@@ -87,6 +87,7 @@ def _read_census(r: Reader) -> None:
 
 
 def read_share(r: Reader) -> RuntimeShare:
+    """A runtime share (a check's, a suite's): where its time goes, by layer and library."""
     r.text("basis")
     r.number("seconds")
     for layer in SHARE_LAYERS:
@@ -228,6 +229,7 @@ class Check:
 
 
 def read_violation(r: Reader) -> Violation:
+    """A broken budget limit, its kernels, details and findings checked."""
     for key in ("check", "platform", "key", "origin", "what"):
         r.text(key)
     r.json("limit")

@@ -40,8 +40,9 @@ class Reader:
     the field it returns, or raises a :class:`ReportError` naming the file and the place
     (``tests[3].outcome: expected a string, found 3``).
 
-    A ``trusted`` reader reads what this package has just built (the session's report, a
-    merge): the same typed values, without checking each field's type again."""
+    A ``trusted`` reader reads what this package recorded itself (:func:`record_reader`: a
+    worker's checks, the audit's computations): the same typed values, without checking each
+    field's type again."""
 
     __slots__ = ("data", "file", "place", "trusted")
 
@@ -188,6 +189,7 @@ def _is_text(value: object) -> bool:
 
 
 def is_integer(value: object) -> bool:
+    """Whether ``value`` is a JSON integer (never a bool)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 

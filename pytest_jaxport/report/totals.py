@@ -276,15 +276,18 @@ class Numbers:
 
 
 def read_cost(r: Reader) -> CostModel:
+    """The cost model the numbers were priced with (the keys the report has)."""
     keys = [f for f in CostModel.__dataclass_fields__ if r.has(f)]
     return CostModel(**{key: r.number(key) for key in keys})
 
 
 def cost_dict(model: CostModel) -> dict[str, Json]:
+    """A cost model as the report writes it: every key."""
     return {key: getattr(model, key) for key in CostModel.__dataclass_fields__}
 
 
 def read_hotspot(r: Reader, *, audit: bool = False) -> Hotspot:
+    """A distinct site: the summary's, or (``audit``) the audit section's form of it."""
     return Hotspot(
         platform=r.text("platform"),
         location=r.opt_text("location"),
