@@ -23,7 +23,8 @@ from pytest_jaxport.report.baseline import (
     diff,
     load_compared,
 )
-from pytest_jaxport.report.schema import MergeError, ReportError, load, write_text
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import load, write_text
 from pytest_jaxport.version import __version__
 from pytest_jaxport.view.display import DisplayOptions, add_display_options, display_options
 from pytest_jaxport.view.html import html, render_html
@@ -147,7 +148,7 @@ def _merge(args: argparse.Namespace) -> int:
     try:
         legs = load_legs(paths)
         first_path, first = legs[0]
-        tolerance_for = tolerance_from_config(first.config.to_dict(), source=str(first_path))
+        tolerance_for = tolerance_from_config(first.config, source=str(first_path))
         result = merge(legs, tolerance_for=tolerance_for, outputs_root=output.resolve().parent)
     except MergeError as e:
         return _fail("merge", e)

@@ -38,7 +38,7 @@ from pytest_jaxport.cache import CompileSettings
 from pytest_jaxport.examine import Examiner, KeyParts, shown_file
 from pytest_jaxport.model.census import Classifier, SourceLocation, is_library_file
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.audit import (
+from pytest_jaxport.report.audit_ledger import (
     AuditTestRecord,
     ComputationRecord,
     FindingRecord,
@@ -96,9 +96,9 @@ class Recorder:
     def begin_test(self) -> None:
         """A test starts: its first call of each of the suite's jitted functions passes the
         hook again, and of each eager op too with ``eager_users = "all"``. Else an eager op
-        passes it in the first test that runs it only (:func:`report.audit.assemble` counts it
-        there alone), one run while importing or collecting included: the first test empties
-        every cache once."""
+        passes it in the first test that runs it only (:func:`report.audit_ledger.assemble`
+        counts it there alone), one run while importing or collecting included: the first
+        test empties every cache once."""
         every = self._eager_users == "all" or not self._tests_begun
         self._in_test = self._tests_begun = True
         self._uses = {}

@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from pytest_jaxport.report.schema import ReportError, load
+    from pytest_jaxport.report.errors import ReportError
+    from pytest_jaxport.report.files import load
     from pytest_jaxport.view.html import html
 
     try:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import from_json
+from pytest_jaxport.report.build import build_report
+from pytest_jaxport.report.document import Config, Environment, Report
+from pytest_jaxport.report.entries import TestEntry
+from pytest_jaxport.report.files import from_json
+from pytest_jaxport.report.reader import record_reader
+from pytest_jaxport.report.summary import Pricing
 
 
 def line_of(fn: Callable[..., Any], text: str) -> str:
@@ -91,3 +95,22 @@ def typed(data: Any, file: str = "report.json") -> Report:
     """A report's JSON as the typed :class:`Report` the view renders, checked as ``jaxport
     show`` checks a file (a test that edits the JSON renders what a reader would read)."""
     return from_json(data, Path(file))
+
+
+def built_report(
+    tests: Iterable[Mapping[str, Any]],
+    *,
+    config: Mapping[str, Any],
+    environment: Mapping[str, Any] | None = None,
+    pricing: Pricing | None = None,
+) -> Report:
+    """The report the plugin builds from tests whose entries are given as the report's JSON
+    (each read as the ledger reads a worker's record), with ``config`` and ``environment``
+    as the report states them."""
+    entries = [TestEntry.read(record_reader(t, f"tests[{i}]")) for i, t in enumerate(tests)]
+    return build_report(
+        entries,
+        config=Config.read(record_reader(config, "config")),
+        environment=Environment.read(record_reader(environment or {}, "environment")),
+        pricing=pricing,
+    )

@@ -6,6 +6,7 @@ ordinary test suites do, and nothing in it knows about pytest-jaxport.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -15,11 +16,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc, run_json
+from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc, run_json, typed
 
 from pytest_jaxport.cli import main
-from pytest_jaxport.report.audit import merge_audits
-from pytest_jaxport.report.schema import without_timings
+from pytest_jaxport.model.cost import CostModel
+from pytest_jaxport.report.audit_ledger import merge_audits
+from pytest_jaxport.report.files import without_timings
+from pytest_jaxport.report.summary import Pricing
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 CHOLESKY = "potrf" if jax.__version_info__ >= (0, 8) else "solver"
@@ -1069,9 +1072,12 @@ def test_quiet_audit_keeps_its_numbers_and_claims_no_budget_nobody_set(
     )
     result, report = run_json(pytester, "-q", "--jaxport-audit", "-k", "mlp")
     assert report["audit"]["fail_on"] == {"max_custom_calls": 0}
-    unset = {k: v for k, v in report["audit"].items() if k != "fail_on"}  # a leg without one
-    merged = merge_audits([("a.json", unset), ("b.json", report["audit"])], migrate_to=["tpu"])
-    assert merged["fail_on"] == {"max_custom_calls": 0}
+    audit = typed(report).audit
+    assert audit is not None
+    unset = dataclasses.replace(audit, fail_on=None)  # a leg without one
+    pricing = Pricing(migrate_to=("tpu",), model=CostModel())
+    merged = merge_audits([("a.json", unset), ("b.json", audit)], pricing=pricing)
+    assert merged.fail_on == {"max_custom_calls": 0}
     assert (
         "problems: none (every audited computation lowers on every platform, the suite within "
         "its audit budget)"
@@ -1553,8 +1559,7 @@ def test_a_tests_computations_are_listed_in_one_order_whatever_order_they_missed
     """The order in which a test's calls miss JAX's caches depends on what else the process
     ran (a warm xdist worker misses in another order than a cold serial run): each test's
     ``uses`` and ``owns`` follow the computations' order instead."""
-    from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.audit import AuditLedger
+    from pytest_jaxport.report.audit_ledger import AuditLedger, AuditSettings
 
     _, audit = audit_of(suite)
     computations = [
@@ -1568,9 +1573,9 @@ def test_a_tests_computations_are_listed_in_one_order_whatever_order_they_missed
         ledger.add({"nodeid": "t.py::test", "index": 0, "uses": used, "outside": [],
                     "computations": computations, "calls": len(used),
                     "compiled_outside": 0, "errors": []})  # fmt: skip
-        sections.append(
-            ledger.section(interception={}, platforms=["cpu"], migrate_to=[], model=CostModel())
-        )
-    forward, backward = (s["tests"]["t.py::test"] for s in sections)
+        pricing = Pricing(migrate_to=(), model=CostModel())
+        settings = AuditSettings(interception={}, platforms=("cpu",), pricing=pricing)
+        sections.append(ledger.section(settings))
+    forward, backward = (s.tests["t.py::test"] for s in sections)
     assert forward == backward
-    assert forward["uses"] == [c["id"] for c in sections[0]["computations"]]
+    assert forward.uses == tuple(c.id for c in sections[0].computations)

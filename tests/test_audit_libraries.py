@@ -189,7 +189,7 @@ def test_sharded_programs_are_recorded_with_their_shardings(
             assert census["libraries"][library] == reduce["count"], (name, platform)
         assert computation["findings"] == []
     # a warm run reads the partitioner's record from the lowered cache: the same audit
-    from pytest_jaxport.report.schema import without_timings
+    from pytest_jaxport.report.files import without_timings
 
     warm = audit_of(pytester, cache=True)
     warm["seen"].pop("calls")

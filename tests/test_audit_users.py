@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_jaxport.report.schema import without_timings
+from pytest_jaxport.report.files import without_timings
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 

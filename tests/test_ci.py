@@ -22,8 +22,8 @@ import pytest
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.report.baseline import baseline_json, baseline_of
+from pytest_jaxport.report.files import load
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
-from pytest_jaxport.report.schema import load
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
@@ -834,10 +834,12 @@ def test_merge_refuses_a_leg_twice_and_says_legs_of_mixed_versions(
 
 
 def _leg(tmp_path: Path, name: str = "leg.json") -> Path:
-    from pytest_jaxport.report.schema import build_report, write_json
+    from helpers import built_report
+
+    from pytest_jaxport.report.files import write_json
 
     path = tmp_path / name
-    write_json(path, build_report([], config={"source": "pyproject.toml", "platforms": ["cpu"],
+    write_json(path, built_report([], config={"source": "pyproject.toml", "platforms": ["cpu"],
                                               "reference": "cpu"},
                                   environment={"present_platforms": ["cpu"],
                                                "machine": f"runner of {name}"}))  # fmt: skip

@@ -16,12 +16,12 @@ import textwrap
 from typing import Any
 
 import pytest
-from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, esc
+from helpers import LIBRARY_WITH_HIDDEN_CALLBACK, built_report, esc
 
 from pytest_jaxport._jax.deviceless import cuda_plugin_problem
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.schema import build_report, summarize, without_timings
+from pytest_jaxport.report.files import without_timings
 from pytest_jaxport.version import requirement
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.markdown import markdown
@@ -678,13 +678,13 @@ def test_budgets_and_summary_use_the_compiled_census_where_there_is_one() -> Non
     back = Probe.from_dict(json.loads(json.dumps(probe.to_dict())))
     assert back == probe
     tests = [{"nodeid": "t.py::t", "outcome": "passed", "checks": [probe.to_dict()]}]
-    totals = summarize(tests)["platforms"]["cuda"]
-    assert (totals["vendor"], totals["libraries"], totals["compiled"]) == (1, {"cublas": 1}, 1)
-    report = build_report(
+    report = built_report(
         tests,
         config={"platforms": ["cuda"], "reference": "cpu", "compile": ["cuda"], "target": "h100"},
         environment={},
     )
+    totals = report.summary.platforms["cuda"]
+    assert (totals.vendor, totals.libraries, totals.compiled) == (1, {"cublas": 1}, 1)
     rendered = text(report, DisplayOptions(details="all"))
     assert "[compiled deviceless h100]" in rendered
     assert rendered.count("does not autotune") == 1
@@ -722,7 +722,7 @@ def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
     assert violation.headline().startswith("cuda: 2 vendor calls > 1 (max_vendor_calls, ")
     assert violation.headline().endswith("; check 'mm', lowered")
     assert "compile failed: XlaRuntimeError: boom" in text(
-        build_report(
+        built_report(
             [{"nodeid": "t", "outcome": "passed", "checks": [probe.to_dict()]}],
             config={"platforms": ["cuda"], "reference": "cpu"},
             environment={},

@@ -124,7 +124,7 @@ def test_a_baseline_given_for_a_report_is_said_plainly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_jaxport.cli import main
-    from pytest_jaxport.report.schema import baseline_given
+    from pytest_jaxport.report.files import baseline_given
 
     report = written(tmp_path, recorded("suite"))
     baseline = tmp_path / "b.json"

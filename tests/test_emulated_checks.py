@@ -17,13 +17,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import esc, run_json, typed
+from helpers import built_report, esc, run_json, typed
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.emulation import Emulation, Unemulated
 from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
 from pytest_jaxport.report.outputs import load_outputs, save_outputs
-from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.html import html
 from pytest_jaxport.view.markdown import markdown
 from pytest_jaxport.view.text import text
@@ -745,7 +744,7 @@ def test_the_view_counts_each_emulation_and_notes_what_did_not_run() -> None:
     )
     tests = [{"nodeid": f"t.py::test_{p.name}", "outcome": "passed", "checks": [p.to_dict()],
               "violations": []} for p in probes]  # fmt: skip
-    report = build_report(tests, config={"platforms": ["cpu", "tpu"], "reference": "cpu"},
+    report = built_report(tests, config={"platforms": ["cpu", "tpu"], "reference": "cpu"},
                           environment={"present_platforms": ["cpu"]})  # fmt: skip
 
     view = build_view(report)

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from helpers import exclusive
 
-from pytest_jaxport.report.schema import load
+from pytest_jaxport.report.files import load
 from pytest_jaxport.view.display import HOTSPOT_ROWS
 from pytest_jaxport.view.viewmodel.build import build_view
 

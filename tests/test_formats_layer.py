@@ -9,13 +9,14 @@ budgets, counts, cost, baselines) on plain data.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import esc, run_json, typed
+from helpers import built_report, esc, run_json, typed
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation
@@ -34,7 +35,6 @@ from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.report.baseline import compare_to_baseline, diff
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.markdown import md_matrix_cell
 from pytest_jaxport.view.viewmodel.build import build_view
 
@@ -254,13 +254,13 @@ def test_format_counts_add_up_and_the_padding_share_is_derived() -> None:
     assert both.padding_waste == 8 / 128  # bytes add up; fractions never do
     assert both.format_findings == 8
     assert both.relayouts is None
-    entry = {"lowered": {"vendor": 0, "custom": 0, "meta": 0, "libraries": {},
-                         "formats": TPU.to_dict()}}  # fmt: skip
+    entry = PlatformProbe(platform="tpu", present=False, census=Census(platform="tpu"),
+                          formats=TPU)  # fmt: skip
     summed = PlatformCounts.of(entry) + PlatformCounts.of(entry)
     assert summed.to_dict()["format_findings"] == 14
     assert summed.to_dict()["padding_waste"] == 7 / 64
-    assert "format_findings" not in PlatformCounts.of({"lowered": {**entry["lowered"],
-                                                       "formats": None}}).to_dict()  # fmt: skip
+    unjudged = dataclasses.replace(entry, formats=None)
+    assert "format_findings" not in PlatformCounts.of(unjudged).to_dict()
 
 
 def test_format_items_are_priced_once_per_site_with_the_documented_defaults() -> None:
@@ -319,7 +319,7 @@ def _check(formats: dict[str, Any] | None) -> dict[str, Any]:
 
 def _report(formats: dict[str, Any] | None) -> Report:
     test = {"nodeid": "t.py::test_mlp", "outcome": "passed", "checks": [_check(formats)]}
-    return build_report([test], config={"platforms": ["tpu"], "reference": "cpu"},
+    return built_report([test], config={"platforms": ["tpu"], "reference": "cpu"},
                         environment={})  # fmt: skip
 
 

@@ -587,7 +587,7 @@ def test_killed_while_writing_leaves_previous_report(pytester: pytest.Pytester) 
     pytester.makeconftest(
         f"""
         import os, time
-        import pytest_jaxport.report.schema as report
+        import pytest_jaxport.report.files as report
 
         def slow_replace(src, dst):
             open({str(ready)!r}, "w").close()

@@ -20,8 +20,8 @@ from helpers import typed
 from pytest_jaxport.model.cost import CostModel, estimate, rewrite_items
 from pytest_jaxport.model.probe import Probe, census_from_dict, numerics_status
 from pytest_jaxport.model.runtime_share import RuntimeShare
-from pytest_jaxport.report.document import ReportError
-from pytest_jaxport.report.schema import from_json
+from pytest_jaxport.report.errors import ReportError
+from pytest_jaxport.report.files import from_json
 from pytest_jaxport.view import html as html_report
 from pytest_jaxport.view.viewmodel.layers import LAYER_ROWS
 

@@ -380,8 +380,10 @@ def test_warnings_of_the_audits_own_lowering_never_reach_the_suite() -> None:
 
 def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.audit import AuditLedger
-    from pytest_jaxport.report.document import read_report
+    from pytest_jaxport.report.audit_ledger import AuditLedger, AuditSettings
+    from pytest_jaxport.report.document import Config, Environment, Report
+    from pytest_jaxport.report.summary import Pricing
+    from pytest_jaxport.report.totals import Summary
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.text import render_text
     from pytest_jaxport.view.viewmodel.build import build_view
@@ -410,16 +412,18 @@ def test_without_its_patch_points_the_audit_says_what_it_cannot_see() -> None:
             "errors": [],
         }
     )
+    pricing = Pricing(migrate_to=(), model=CostModel())
     section = ledger.section(
-        interception=support.to_dict(), platforms=["cpu"], migrate_to=[], model=CostModel()
+        AuditSettings(interception=support.to_dict(), platforms=("cpu",), pricing=pricing)
     )
-    empty = {"tests": 0, "checks": 0, "failed_tests": 0, "violations": 0, "outcomes": {},
-             "platforms": {}, "hotspots": []}  # fmt: skip
-    report = read_report(
-        {"schema_version": 2, "tool": {"name": "pytest-jaxport"}, "environment": {},
-         "config": {"platforms": ["cpu"], "reference": "cpu"}, "summary": empty, "tests": [],
-         "audit": section},
-        file="r.json",
+    report = Report(
+        tool_version=None,
+        environment=Environment(),
+        config=Config(platforms=("cpu",), reference="cpu"),
+        summary=Summary(tests=0, checks=0, failed_tests=0, violations=0, outcomes={},
+                        platforms={}),
+        tests=(),
+        audit=section,
     )  # fmt: skip
     view = build_view(report)
     assert view.audit is not None

@@ -22,7 +22,7 @@ from pytest_jaxport.model.census import (
     program_to_dict,
     take_census,
 )
-from pytest_jaxport.report.schema import without_timings
+from pytest_jaxport.report.files import without_timings
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import built_report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,9 @@ from pytest_jaxport.report.baseline import (
     load_counts,
     match_baseline,
 )
-from pytest_jaxport.report.document import Report, ReportError
+from pytest_jaxport.report.document import Config, Report
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import from_json, write_json
 from pytest_jaxport.report.merge import (
     PER_LEG_CONFIG_KEYS,
     fidelity,
@@ -45,14 +48,7 @@ from pytest_jaxport.report.merge import (
     tolerance_from_config,
 )
 from pytest_jaxport.report.outputs import save_outputs
-from pytest_jaxport.report.schema import (
-    MergeError,
-    checks_of,
-    from_json,
-    report_data,
-    suite_numbers,
-    write_json,
-)
+from pytest_jaxport.report.summary import Pricing
 from pytest_jaxport.view.markdown import diff_markdown, markdown, merge_markdown
 from pytest_jaxport.view.text import diff_text, drift_text, merge_text, text
 from pytest_jaxport.view.viewmodel.build import build_view
@@ -117,13 +113,10 @@ def leg_report(
         "machine": "Linux-x86_64",
         "present_platforms": present,
     }
-    report = report_data(tests, config=config, environment=env)
     # The three numbers as a run records them (a merge recomputes them over its legs).
-    report["summary"].update(
-        suite_numbers(checks_of(report["tests"]), migrate_to=("rocm", "tpu"), model=CostModel())
-    )
-    report["summary"]["cost_model"] = dataclasses.asdict(CostModel())
-    return report
+    pricing = Pricing(migrate_to=("rocm", "tpu"), model=CostModel())
+    report = built_report(tests, config=config, environment=env, pricing=pricing)
+    return report.to_dict()
 
 
 def result(value: np.ndarray) -> Outputs:
@@ -150,7 +143,7 @@ def save(folder: Path, leg_dir: str, report: dict[str, Any], values: Mapping[str
 
 
 def typed(report: Mapping[str, Any]) -> Report:
-    """A report's JSON as :func:`~pytest_jaxport.report.schema.load` reads it."""
+    """A report's JSON as :func:`~pytest_jaxport.report.files.load` reads it."""
     return from_json(json.loads(json.dumps(report)), Path("r.json"))
 
 
@@ -292,11 +285,16 @@ def test_same_platform_on_two_legs_is_compared_too(tmp_path: Path) -> None:
     assert "cpu@leg-gpu.json=" in merged.drifts[0].messages[0]
 
 
+def _config(tolerance: dict[str, Any]) -> Config:
+    """A report's configuration with the ``[tool.jaxport.tolerance]`` table ``tolerance``."""
+    return Config(platforms=("cpu", "cuda"), reference="cpu", tolerance=tolerance)
+
+
 def test_tolerances_come_from_the_project(tmp_path: Path) -> None:
     legs = two_legs(tmp_path, gpu_values={"cuda": Y + np.float32(1e-3)})
-    loose = tolerance_from_config({"tolerance": {"cuda": {"float32": {"atol": 1e-2}}}})
+    loose = tolerance_from_config(_config({"cuda": {"float32": {"atol": 1e-2}}}))
     assert merge(reports(legs), tolerance_for=loose, outputs_root=tmp_path).ok
-    tight_elsewhere = tolerance_from_config({"tolerance": {"rocm": {"float32": {"atol": 1}}}})
+    tight_elsewhere = tolerance_from_config(_config({"rocm": {"float32": {"atol": 1}}}))
     assert not merge(reports(legs), tolerance_for=tight_elsewhere, outputs_root=tmp_path).ok
     # A check's own rtol/atol (the portable marker's, recorded on the check) wins.
     for _, report in legs:
@@ -305,7 +303,7 @@ def test_tolerances_come_from_the_project(tmp_path: Path) -> None:
                 chk["tolerance"] = {"atol": 1e-2}
     assert merge(reports(legs), tolerance_for=defaults, outputs_root=tmp_path).ok
     with pytest.raises(MergeError, match=r"report config: \[tool.jaxport.tolerance\]"):
-        tolerance_from_config({"tolerance": {"float33": {"atol": 1}}})
+        tolerance_from_config(_config({"float33": {"atol": 1}}))
 
 
 def test_outputs_paths_are_rewritten_relative_to_the_merged_report(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_a_leg_that_does_not_lower_a_target_says_so_everywhere(
         '[tool.jaxport]\nplatforms = ["cpu", "cuda", "tpu"]\nmigrate_to = ["tpu"]\n'
         "[tool.jaxport.budget.tpu]\nmax_kernels_to_rewrite = 1\n"
     )
-    budgeted = pytester.runpytest("--jaxport-platforms=cpu,cuda")
+    budgeted = pytester.runpytest("--jaxport-platforms=cpu,cuda", "--jaxport-report=budget.json")
     budgeted.assert_outcomes(failed=1)
     budgeted.stdout.fnmatch_lines([
         "*tpu: kernels to rewrite moving off cuda not counted: tpu not lowered "
@@ -121,6 +121,9 @@ def test_a_leg_that_does_not_lower_a_target_says_so_everywhere(
         "check 'scale', not lowered",
         "to pass: lower for the platforms not lowered*or drop max_kernels_to_rewrite*",
     ])  # fmt: skip
+    # what was never counted has no number (found null): written, and read back
+    [violation] = load_legs([pytester.path / "budget.json"])[0][1].tests[0].violations
+    assert (violation.key, violation.found) == ("max_kernels_to_rewrite", None)
 
 
 def test_an_audit_of_a_suite_that_lowers_no_target_prices_none(

@@ -181,7 +181,7 @@ def test_a_real_library_suite_audited_with_oneapi_is_the_same_serial_and_with_n2
     serial, ``-n 0`` and ``-n 2`` is one and the same."""
     for package in ("flax.nnx", "equinox", "lineax", "optax", "xdist"):
         pytest.importorskip(package, reason=f"needs {package.split('.')[0]} installed")
-    from pytest_jaxport.report.schema import without_timings
+    from pytest_jaxport.report.files import without_timings
 
     pytester.makepyprojecttoml(PROJECT)
     pytester.makepyfile(test_steps=STEPS)

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from helpers import esc, run_json
 
-from pytest_jaxport.report.schema import without_timings
+from pytest_jaxport.report.files import without_timings
 
 # Every project here expects what a CPU-only machine reports (each check executed on cpu
 # alone, "present here: cpu", numerics at JAX's float32 tolerance): on a TPU host their

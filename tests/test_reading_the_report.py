@@ -80,7 +80,7 @@ def test_cpus_measured_share_names_its_largest_library_and_says_why_it_differs(
 def test_the_share_notes_libraries_in_name_order_not_by_measured_time() -> None:
     """Which of eigen and ynnpack took longer is a measurement (a TPU host's CPU ordered
     them the other way), so the note that names them keeps one order on every machine."""
-    from pytest_jaxport.report.document import PlatformTotals
+    from pytest_jaxport.report.totals import PlatformTotals
     from pytest_jaxport.view.viewmodel.notes import share_basis_notes
     from pytest_jaxport.view.viewmodel.shares import ShareRow
 

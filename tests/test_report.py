@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import built_report
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import Violation
@@ -20,7 +22,9 @@ from pytest_jaxport.model.marker import merge_marks, parse_marker
 from pytest_jaxport.model.numerics import EXACT_ORIGIN
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.pyproject import parse_project
-from pytest_jaxport.report.schema import SCHEMA_VERSION, ReportError, build_report, load, write_json
+from pytest_jaxport.report.document import SCHEMA_VERSION
+from pytest_jaxport.report.errors import ReportError
+from pytest_jaxport.report.files import load, write_json
 
 KERNEL = Kernel(
     layer="custom",
@@ -166,7 +170,7 @@ def test_build_report_sorts_tests_and_sums() -> None:
         {"nodeid": "b", "outcome": "failed", "checks": [probe().to_dict()], "violations": []},
         {"nodeid": "a", "outcome": "passed", "checks": [probe().to_dict()], "violations": []},
     ]
-    built = build_report(tests, config={"platforms": [], "reference": "cpu"}, environment={})
+    built = built_report(tests, config={"platforms": [], "reference": "cpu"}, environment={})
     assert [t.nodeid for t in built.tests] == ["a", "b"]
     report = built.to_dict()
     summary = report["summary"]
@@ -186,10 +190,73 @@ def test_build_report_sorts_tests_and_sums() -> None:
     assert summary["platforms"]["tpu"]["failed_to_lower"] == 2
 
 
+def test_the_report_is_built_typed_from_the_records_never_through_its_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ledger reads each worker's record once; the tests, the summary, the three numbers
+    and the audit section are built as typed values: no part of the report is asked for its
+    JSON form while it is built, and the report built is the one its file reads back."""
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.model.runtime_share import RuntimeShare
+    from pytest_jaxport.report import audit_section, document, entries, totals
+    from pytest_jaxport.report.audit_ledger import AuditSettings
+    from pytest_jaxport.report.build import build_report
+    from pytest_jaxport.report.files import from_json
+    from pytest_jaxport.report.ledger import Ledger, TestRecord
+    from pytest_jaxport.report.summary import Pricing
+
+    share = RuntimeShare(basis="measured", seconds=0.25, layers={"xla": 0.75, "vendor": 0.25},
+                         libraries={"lapack": 0.25})  # fmt: skip
+    measured = Probe(name="solve", reference="cpu", platforms={
+        **probe().platforms,
+        "cpu": PlatformProbe(platform="cpu", present=True, census=Census(platform="cpu"),
+                             executed=True, runtime_share=share),
+    })  # fmt: skip
+    ledger = Ledger()
+    for nodeid, checked in (("t.py::b", probe()), ("t.py::a", measured)):
+        record = TestRecord(nodeid=nodeid, checks=[checked.to_dict()])
+        ledger.add(TestRecord.from_dict(record.to_dict()), when="call", failed=False,
+                   skipped=False)  # fmt: skip
+    computation = {"id": "c0ffee", "function": "solve", "source": "t.py:3", "kind": "jit",
+                   "signature": ["f32[3]"], "shardings": [], "static_arguments": None,
+                   "donated": [], "mesh": None, "host_callbacks": [], "partitions": 1,
+                   "platforms": measured.to_dict()["platforms"], "findings": []}  # fmt: skip
+    ledger.audit.add({"nodeid": "t.py::a", "index": 0, "uses": ["c0ffee"], "outside": [],
+                      "computations": [computation], "calls": 1, "compiled_outside": 0,
+                      "errors": []})  # fmt: skip
+
+    def refused(self: object) -> None:
+        raise AssertionError(f"{type(self).__name__} was asked for its JSON form")
+
+    for module in (document, entries, totals, audit_section):
+        for name in dir(module):
+            part = getattr(module, name)
+            ours = isinstance(part, type) and part.__module__ == module.__name__
+            if ours and hasattr(part, "to_dict"):
+                monkeypatch.setattr(part, "to_dict", refused)
+    for part in (Probe, Violation, RuntimeShare):
+        monkeypatch.setattr(part, "to_dict", refused)
+    pricing = Pricing(migrate_to=("tpu",), model=CostModel())
+    config = document.Config(platforms=("cpu", "cuda", "tpu"), reference="cpu")
+    report = build_report(ledger.tests.values(), config=config,
+                          environment=document.Environment(), pricing=pricing)  # fmt: skip
+    settings = AuditSettings(interception={}, platforms=("cpu", "cuda", "tpu"), pricing=pricing)
+    report = dataclasses.replace(report, audit=ledger.audit.section(settings))
+    monkeypatch.undo()
+    assert [t.nodeid for t in report.tests] == ["t.py::a", "t.py::b"]
+    assert report.summary.numbers is not None
+    assert report.summary.numbers.runtime_share["cpu"].libraries == {"lapack": 0.25}
+    assert report.audit is not None
+    assert report.audit.computations[0].users == ("t.py::a",)
+    written = json.dumps(report.to_dict())
+    assert from_json(json.loads(written), Path("r.json")) == report
+    assert json.dumps(from_json(json.loads(written), Path("r.json")).to_dict()) == written
+
+
 def test_write_is_atomic_and_load_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     config = {"source": "pyproject.toml", "platforms": ["cpu"], "reference": "cpu"}
-    report = build_report([], config=config, environment={"present_platforms": ["cpu"]})
+    report = built_report([], config=config, environment={"present_platforms": ["cpu"]})
     write_json(path, report)
     assert load(path) == report
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
@@ -218,7 +285,7 @@ def test_cli_show_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
               "violations": []}]  # fmt: skip
     write_json(
         path,
-        build_report(
+        built_report(
             tests,
             config={"platforms": ["cpu", "cuda", "tpu"], "reference": "cpu"},
             environment={"present_platforms": ["cpu"]},

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import built_report
 
 from pytest_jaxport.cli import main
 from pytest_jaxport.model.budget import KEYS, Violation
@@ -24,7 +25,7 @@ from pytest_jaxport.report.baseline import (
     value_text,
 )
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import build_report, load
+from pytest_jaxport.report.files import load
 
 SUITE = """
 import jax.numpy as jnp
@@ -63,7 +64,7 @@ def _every_number() -> Report:
     )  # fmt: skip
     probe = Probe(name="mlp", reference="cpu", platforms={"tpu": tpu})
     test = {"nodeid": "t.py::test_mlp", "outcome": "passed", "checks": [probe.to_dict()]}
-    return build_report([test], config={"platforms": ["cpu", "tpu"], "reference": "cpu"},
+    return built_report([test], config={"platforms": ["cpu", "tpu"], "reference": "cpu"},
                         environment={})  # fmt: skip
 
 

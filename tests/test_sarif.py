@@ -31,7 +31,8 @@ from test_examples import DEMO, TIMEOUT_S, DemoRun, _copy_demo, _environment, de
 
 from pytest_jaxport import cli
 from pytest_jaxport.model.hotspots import Hotspot
-from pytest_jaxport.report.document import Config, Environment, Report, Summary
+from pytest_jaxport.report.document import Config, Environment, Report
+from pytest_jaxport.report.totals import Summary
 from pytest_jaxport.view.reporters import REPORTERS, reporter_for
 from pytest_jaxport.view.sarif import DOCS_URL, FINGERPRINT, RULE_IDS, RULES, sarif_log
 from pytest_jaxport.view.viewmodel.alerts import alerts_of

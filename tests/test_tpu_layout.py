@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import typed
+from helpers import built_report, typed
 
 from pytest_jaxport._jax import lowering, stablehlo, tracing
 from pytest_jaxport.model.census import Census, CompiledMemory, Program, SourceLocation
@@ -43,7 +43,6 @@ from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.model.tiling import default_layout, read_layouts
 from pytest_jaxport.report.baseline import diff
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import build_report
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import html
 from pytest_jaxport.view.markdown import markdown
@@ -346,7 +345,7 @@ def _probe(*, compiled: bool = True) -> Probe:
 
 def _report(probe: Probe) -> Report:
     test = {"nodeid": "t.py::test_batch", "outcome": "passed", "checks": [probe.to_dict()]}
-    return build_report([test], config={"platforms": ["tpu"], "reference": "cpu"},
+    return built_report([test], config={"platforms": ["tpu"], "reference": "cpu"},
                         environment={})  # fmt: skip
 
 

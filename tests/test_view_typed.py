@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jaxport.report import Report, document, load
+from pytest_jaxport.report import Report, audit_section, document, entries, load, totals
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.formatting import natural_key
 from pytest_jaxport.view.html import render_html
@@ -106,11 +106,12 @@ def test_the_view_never_turns_the_report_back_into_dicts(
         raise AssertionError(f"the view asked {type(self).__name__} for its JSON form")
 
     parts = [
-        getattr(document, name)
-        for name in dir(document)
-        if dataclasses.is_dataclass(getattr(document, name))
-        and getattr(getattr(document, name), "__module__", "") == document.__name__
-        and hasattr(getattr(document, name), "to_dict")
+        getattr(module, name)
+        for module in (document, entries, totals, audit_section)
+        for name in dir(module)
+        if dataclasses.is_dataclass(getattr(module, name))
+        and getattr(getattr(module, name), "__module__", "") == module.__name__
+        and hasattr(getattr(module, name), "to_dict")
     ]
     assert {"Report", "TestEntry", "Check", "Summary", "AuditSection"} <= {
         p.__name__ for p in parts

@@ -27,9 +27,10 @@ from pytest_jaxport.model.cost import RewriteEstimate
 from pytest_jaxport.model.hotspots import Reach, hotspots
 from pytest_jaxport.model.probe import PlatformProbe, census_from_dict
 from pytest_jaxport.model.runtime_share import RuntimeShare, ranking_of
+from pytest_jaxport.report.audit_section import AuditFinding, AuditSection, Computation
 from pytest_jaxport.report.ci import STEP_SUMMARY_LIMIT, append_step_summary
-from pytest_jaxport.report.document import AuditFinding, AuditSection, Computation, Numbers
-from pytest_jaxport.report.schema import from_json, write_json
+from pytest_jaxport.report.files import from_json, write_json
+from pytest_jaxport.report.totals import Numbers
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.formatting import natural_key, number, pct, seconds_text
 from pytest_jaxport.view.html import render_html
@@ -790,7 +791,8 @@ def test_platform_columns_line_up_with_oneapi_among_them() -> None:
 def _sites_report(location: str) -> Any:
     """A report with one cuda site: a relayout finding whose kernel label is long."""
     from pytest_jaxport.model.hotspots import Hotspot
-    from pytest_jaxport.report.document import Config, Environment, Report, Summary
+    from pytest_jaxport.report.document import Config, Environment, Report
+    from pytest_jaxport.report.totals import Summary
 
     site = Hotspot(platform="cuda", location=location, layer="layout", name="convolution-relayout",
                    kind="relayout", checks=1, tests=1, dispatches=2)  # fmt: skip

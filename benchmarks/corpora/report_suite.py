@@ -221,8 +221,15 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
     """``report`` (of a suite :func:`write_suite` wrote) grown to ``tests`` tests in the
     proportions of :data:`MIX`: each test function's tests cloned round-robin and renumbered,
     then the suite counted again (summary, runtime share, kernels to rewrite, days)."""
+    import dataclasses
+
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import checks_of, report_data, suite_numbers
+    from pytest_jaxport.report.document import SCHEMA_VERSION, TOOL_NAME
+    from pytest_jaxport.report.entries import TestEntry
+    from pytest_jaxport.report.reader import Reader, record_reader
+    from pytest_jaxport.report.summary import Pricing, probes_of, suite_numbers, suite_summary
+    from pytest_jaxport.report.totals import Tooling
+    from pytest_jaxport.version import __version__
 
     by_function: dict[str, list[dict[str, Any]]] = {}
     for test in report["tests"]:
@@ -243,21 +250,21 @@ def replicate(report: Mapping[str, Any], tests: int) -> dict[str, Any]:
                 test["error"]["message"] = test["error"]["message"].replace(old, new)
             grown.append(test)
     config = dict(report["config"])
-    built = report_data(grown, config=config, environment=report["environment"])
-    summary = built["summary"]
-    model = CostModel(**report["summary"].get("cost_model", {}))
-    tooling = report["summary"].get("tooling")
-    summary.update(
-        suite_numbers(
-            checks_of(grown),
-            migrate_to=config.get("migrate_to", []),
-            model=model,
-            tooling=tooling,
-        )
+    entries = [TestEntry.read(record_reader(t)) for t in grown]
+    recorded = report["summary"].get("tooling")
+    tooling = Tooling.read(Reader(recorded, file="report")) if recorded is not None else None
+    model = report["summary"].get("cost_model", {})
+    pricing = Pricing(migrate_to=tuple(config.get("migrate_to", ())), model=CostModel(**model))
+    numbers = suite_numbers(probes_of(entries), pricing, tooling=tooling)
+    summary = suite_summary(
+        sorted(entries, key=lambda t: t.nodeid),
+        numbers=dataclasses.replace(numbers, cost_model=pricing.model),
     )
-    tooling = summary.pop("tooling", None)
-    summary["cost_model"] = report["summary"].get("cost_model", {})
-    if tooling is not None:
-        summary["tooling"] = tooling
-    built["config"] = config
-    return built
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": TOOL_NAME, "version": __version__},
+        "environment": dict(report["environment"]),
+        "config": config,
+        "summary": summary.to_dict(),
+        "tests": sorted(grown, key=lambda t: t["nodeid"]),
+    }

@@ -619,7 +619,7 @@ def measure(
 def same_audit(serial: Path, n2: Path) -> dict[str, Any]:
     """Whether the serial cold run and the ``-n 2`` run audited the same computations with
     the same numbers (timings and cache-miss calls aside: each worker misses on its own)."""
-    from pytest_jaxport.report.schema import without_timings
+    from pytest_jaxport.report.files import without_timings
 
     sections = []
     for path in (serial, n2):

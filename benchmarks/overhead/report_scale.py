@@ -85,24 +85,25 @@ def _median_ms(samples: list[float]) -> float:
 def time_steps(report_path: Path, reps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each end-of-session step, timed ``reps`` times in turn; medians and the outputs."""
     from pytest_jaxport.model.cost import CostModel
-    from pytest_jaxport.report.schema import checks_of, load, suite_numbers, summarize
+    from pytest_jaxport.report.files import load
+    from pytest_jaxport.report.summary import Pricing, probes_of, suite_numbers, suite_summary
     from pytest_jaxport.view.display import DisplayOptions
     from pytest_jaxport.view.html import render_html
     from pytest_jaxport.view.markdown import render_markdown
     from pytest_jaxport.view.text import render_text
     from pytest_jaxport.view.viewmodel.build import build_view
 
-    loaded = load(report_path)  # a typed Report; the steps below read its JSON form
+    loaded = load(report_path)  # a typed Report: the steps below count its typed tests
     report = loaded.to_dict()
-    tests = report["tests"]
-    config = report["config"]
-    model = CostModel(**report["summary"].get("cost_model", {}))
+    numbers = loaded.summary.numbers
+    model = numbers.cost_model if numbers is not None and numbers.cost_model else CostModel()
+    pricing = Pricing(migrate_to=loaded.config.migrate_to or (), model=model)
     view = build_view(loaded)
     options = DisplayOptions()
     steps: dict[str, Callable[[], Any]] = {
-        "summary (counts, hotspots)": lambda: summarize(tests),
+        "summary (counts, hotspots)": lambda: suite_summary(loaded.tests),
         "three numbers (share, rewrite, days)": lambda: suite_numbers(
-            checks_of(tests), migrate_to=config.get("migrate_to", []), model=model
+            probes_of(loaded.tests), pricing
         ),
         "view": lambda: build_view(loaded),
         "terminal text": lambda: render_text(view, options, written_to="report.json"),

@@ -13,21 +13,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from pytest_jaxport.model.census import CollectiveCount
 from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.jsontypes import (
-    JsonMapping,
     JsonObject,
-    as_table,
-    counts,
-    integer,
-    opt_table,
-    table,
 )
+from pytest_jaxport.model.probe import PlatformProbe, Probe
 
 _N = TypeVar("_N", int, float)
 
 LAYER_COUNTS = ("vendor", "custom", "meta")
-"""The layers counted as calls (``xla`` counts generated ops, every one)."""
+"""The layers counted as calls (``xla`` read_counts generated ops, every one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,36 +139,28 @@ class PlatformCounts:
     written before the layer existed)."""
 
     @classmethod
-    def of(cls, entry: JsonMapping) -> PlatformCounts:
-        """One probe's platform entry (the report's form)."""
-        if entry.get("lowered") is None:
-            if entry.get("needs_hardware"):
+    def of(cls, entry: PlatformProbe) -> PlatformCounts:
+        """One probe's platform entry, at the level budgets apply (compiled where compiled)."""
+        if entry.census is None:
+            if entry.needs_hardware:
                 return cls(needs_hardware=1)
             return cls(failed_to_lower=1)
-        lowered = table(entry, "lowered")
-        compiled = table(entry, "compiled") if entry.get("compiled") is not None else None
-        asked = compiled is not None or bool(entry.get("compile_error"))
-        counted = compiled if compiled is not None else lowered
-        judged = opt_table(lowered, "formats")
+        compiled = entry.compiled
+        asked = compiled is not None or bool(entry.compile_error)
+        counted = compiled if compiled is not None else entry.census
         formats = None
-        if judged:
-            found = opt_table(compiled or {}, "formats")
-            formats = FormatCounts.of(
-                FormatCensus.from_dict(judged), FormatCensus.from_dict(found) if found else None
-            )
+        if entry.formats is not None:
+            formats = FormatCounts.of(entry.formats, entry.compiled_formats)
         return cls(
             lowered=1,
             compiled=(1 if compiled is not None else 0) if asked else None,
             failed_to_compile=int(asked and compiled is None),
-            vendor=integer(counted, "vendor"),
-            custom=integer(counted, "custom"),
-            meta=integer(counted, "meta"),
-            xla=integer(counted, "xla", 0),
-            libraries=counts(counted, "libraries"),
-            collectives={
-                str(kind): _collective(as_table(found, str(kind)))
-                for kind, found in table(counted, "collectives", None).items()
-            },
+            vendor=counted.vendor,
+            custom=counted.custom,
+            meta=counted.meta,
+            xla=counted.xla_ops,
+            libraries=counted.libraries(),
+            collectives={c.kind: _collective(c, counted.level) for c in counted.collectives},
             formats=formats,
         )
 
@@ -228,21 +216,22 @@ class PlatformCounts:
         return data
 
 
-def _collective(found: JsonMapping) -> tuple[int, int]:
-    """A collective kind's ``(count, inserted)``."""
-    return integer(found, "count", 0), integer(found, "inserted", 0)
+def _collective(found: CollectiveCount, level: str) -> tuple[int, int]:
+    """A collective kind's ``(count, inserted)``: how many the SPMD partitioner inserted is
+    known at the lowered level only."""
+    return found.count, found.inserted if level == "lowered" else 0
 
 
 def _add(a: _N | None, b: _N | None) -> _N | None:
     return None if a is None and b is None else (a or 0) + (b or 0)
 
 
-def platform_counts(probes: Iterable[JsonMapping]) -> dict[str, PlatformCounts]:
-    """Per platform, the sum over ``probes`` (each a probe's dict: its ``platforms``)."""
+def platform_counts(probes: Iterable[Probe]) -> dict[str, PlatformCounts]:
+    """Per platform, the sum over ``probes`` (a run's checks, an audit's computations)."""
     totals: dict[str, PlatformCounts] = {}
     for probe in probes:
-        for platform, entry in table(probe, "platforms").items():
-            counted = PlatformCounts.of(as_table(entry, platform))
+        for platform, entry in probe.platforms.items():
+            counted = PlatformCounts.of(entry)
             had = totals.get(platform)
             totals[platform] = counted if had is None else had + counted
     return dict(sorted(totals.items()))

@@ -7,7 +7,7 @@ dispatches those checks make there in total (the per-check sum), and its share o
 time on that platform, like coverage's per-file table.
 
 The input is a stream of :class:`Reach` values: one census (with source locations) that one
-source reached in one test. ``jaxport.check`` calls feed it through :func:`reaches_of_tests`;
+source reached in one test. ``jaxport.check`` calls feed it through :func:`reaches_of_checks`;
 any other source of censuses (an audit of a suite's jitted computations, say) builds
 ``Reach`` values itself and gets the same table.
 
@@ -31,13 +31,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_jaxport.model.census import Census, Kernel, kernel_label
-from pytest_jaxport.model.findings import FINDING_KINDS, Finding, FormatCensus
-from pytest_jaxport.model.probe import census_from_dict
+from pytest_jaxport.model.findings import FINDING_KINDS, Finding
+from pytest_jaxport.model.jsontypes import JsonObject
+from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.runtime_share import RuntimeShare
 
 KERNEL_LAYERS = ("vendor", "custom")
@@ -100,7 +100,7 @@ class Hotspot:
         (emulated)`` for a formats-and-layout finding."""
         return kernel_label(layer=self.layer, name=self.name, kind=self.kind, library=self.library)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "platform": self.platform,
             "location": self.location,
@@ -116,7 +116,7 @@ class Hotspot:
             "basis": self.basis,
         }
 
-    def to_audit_dict(self) -> dict[str, Any]:
+    def to_audit_dict(self) -> JsonObject:
         """The audit section's site: its calls as ``count``, its checks as ``computations``."""
         return {
             "location": self.location,
@@ -132,23 +132,6 @@ class Hotspot:
             "share": self.share,
             "basis": self.basis,
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Hotspot:
-        return cls(
-            platform=str(data["platform"]),
-            location=None if data.get("location") is None else str(data["location"]),
-            layer=str(data["layer"]),
-            name=str(data["name"]),
-            kind=str(data.get("kind") or ""),
-            library=None if data.get("library") is None else str(data["library"]),
-            checks=int(data.get("checks") or 0),
-            tests=int(data.get("tests") or 0),
-            dispatches=int(data.get("dispatches") or 0),
-            seconds=None if data.get("seconds") is None else float(data["seconds"]),
-            share=None if data.get("share") is None else float(data["share"]),
-            basis=None if data.get("basis") is None else str(data["basis"]),
-        )
 
 
 _SiteKey = tuple[str, str | None, str, str, str, str | None]
@@ -283,23 +266,16 @@ def _reach_sites(reach: Reach) -> Iterator[_SiteKey]:
         yield _finding_site(finding, platform)
 
 
-def findings_of(entry: Mapping[str, Any]) -> tuple[Finding, ...]:
-    """A report platform entry's formats-and-layout findings, lowered then compiled; where the
+def findings_of(entry: PlatformProbe) -> tuple[Finding, ...]:
+    """A platform entry's formats-and-layout findings, lowered then compiled; where the
     compiler laid out the program in tiles (tpu compiled), its padding stands for the lowered
     model's (one ``tile-padding`` site per line, as budgets judge it)."""
-    judged = {}
-    for level in ("lowered", "compiled"):
-        census = entry.get(level)
-        formats = census.get("formats") if isinstance(census, Mapping) else None
-        if formats:
-            judged[level] = FormatCensus.from_dict(formats)
-    compiled = judged.get("compiled")
+    compiled = entry.compiled_formats
     padded = compiled is not None and compiled.tiled_bytes > 0
-    return tuple(
-        f
-        for level, formats in judged.items()
-        for f in formats.findings
-        if not (padded and level == "lowered" and f.rule == "tile-padding")
+    lowered = () if entry.formats is None else entry.formats.findings
+    return (
+        *(f for f in lowered if not (padded and f.rule == "tile-padding")),
+        *(() if compiled is None else compiled.findings),
     )
 
 
@@ -308,26 +284,22 @@ def site_order(site: Hotspot) -> tuple[str, str, str, str, str]:
     return (site.platform, site.location or "", site.layer, site.name, site.library or "")
 
 
-def reaches_of_tests(tests: Iterable[Mapping[str, Any]]) -> Iterator[Reach]:
-    """One :class:`Reach` per check and platform of a report's tests, at the level budgets
-    apply (compiled where compiled, else lowered); platforms that did not lower reach nothing.
-    """
-
-    for test in tests:
-        nodeid = str(test.get("nodeid"))
-        for check in test.get("checks", ()):
-            for platform, entry in check.get("platforms", {}).items():
-                counted = entry.get("compiled") or entry.get("lowered")
-                if not counted:
-                    continue
-                share = entry.get("runtime_share")
-                yield Reach(
-                    test=nodeid,
-                    source=(nodeid, str(check.get("name"))),
-                    census=census_from_dict(platform, counted),
-                    share=RuntimeShare.from_dict(share) if share else None,
-                    findings=findings_of(entry),
-                )
+def reaches_of_checks(checks: Iterable[tuple[str, Probe]]) -> Iterator[Reach]:
+    """One :class:`Reach` per check and platform of a suite's ``(node id, check)`` pairs, at
+    the level budgets apply (compiled where compiled, else lowered); platforms that did not
+    lower reach nothing."""
+    for nodeid, check in checks:
+        for entry in check.platforms.values():
+            counted = entry.budgeted
+            if counted is None:
+                continue
+            yield Reach(
+                test=nodeid,
+                source=(nodeid, check.name),
+                census=counted,
+                share=entry.runtime_share,
+                findings=findings_of(entry),
+            )
 
 
 def distinct_sites(found: Iterable[Hotspot]) -> dict[str, dict[str, int]]:

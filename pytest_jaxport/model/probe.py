@@ -23,15 +23,15 @@ from pytest_jaxport.model.jsontypes import (
     JsonMapping,
     JsonObject,
     as_table,
-    counts,
-    flag,
-    integer,
-    opt_table,
-    opt_text,
-    table,
-    tables,
-    text,
-    texts,
+    read_counts,
+    read_flag,
+    read_integer,
+    read_opt_table,
+    read_opt_text,
+    read_table,
+    read_tables,
+    read_text,
+    read_texts,
 )
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.platforms import NVIDIA_PLATFORM
@@ -187,16 +187,16 @@ class Probe:
 
     @classmethod
     def from_dict(cls, data: JsonMapping) -> Probe:
-        untraced = opt_table(data, "untraced")
+        untraced = read_opt_table(data, "untraced")
         return cls(
-            name=text(data, "name"),
-            reference=text(data, "reference"),
-            note=opt_text(data, "note"),
-            variant_of=opt_text(data, "variant_of"),
-            transform=opt_text(data, "transform"),
+            name=read_text(data, "name"),
+            reference=read_text(data, "reference"),
+            note=read_opt_text(data, "note"),
+            variant_of=read_opt_text(data, "variant_of"),
+            transform=read_opt_text(data, "transform"),
             platforms={
                 p: platform_from_dict(p, as_table(r, p))
-                for p, r in table(data, "platforms").items()
+                for p, r in read_table(data, "platforms").items()
             },
             untraced=Untraced.from_dict(untraced) if untraced else None,
         )
@@ -239,20 +239,20 @@ def collectives_to_dict(census: Census) -> dict[str, JsonObject]:
 def census_from_dict(platform: str, data: JsonMapping) -> Census:
     return Census(
         platform=platform,
-        level="compiled" if text(data, "level", "lowered") == "compiled" else "lowered",
-        xla_ops=integer(data, "xla", 0),
-        xla_kinds=counts(data, "xla_kinds", None),
-        kernels=tuple(kernel_from_dict(k) for k in tables(data, "kernels", ())),
+        level="compiled" if read_text(data, "level", "lowered") == "compiled" else "lowered",
+        xla_ops=read_integer(data, "xla", 0),
+        xla_kinds=read_counts(data, "xla_kinds", None),
+        kernels=tuple(kernel_from_dict(k) for k in read_tables(data, "kernels", ())),
         collectives=tuple(
             _collective(kind, as_table(found, kind))
-            for kind, found in sorted(table(data, "collectives", None).items())
+            for kind, found in sorted(read_table(data, "collectives", None).items())
         ),
     )
 
 
 def _collective(kind: str, found: JsonMapping) -> CollectiveCount:
     return CollectiveCount(
-        kind=kind, count=integer(found, "count"), inserted=integer(found, "inserted", 0)
+        kind=kind, count=read_integer(found, "count"), inserted=read_integer(found, "inserted", 0)
     )
 
 
@@ -270,15 +270,15 @@ def kernel_to_dict(kernel: Kernel) -> JsonObject:
 def kernel_from_dict(data: JsonMapping) -> Kernel:
     location = None
     if data.get("location"):
-        file, _, line = text(data, "location").rpartition(":")
+        file, _, line = read_text(data, "location").rpartition(":")
         location = SourceLocation(file=file, line=int(line))
     return Kernel(
-        layer=_layer(text(data, "layer")),
-        name=text(data, "name"),
-        kind=text(data, "kind"),
-        library=opt_text(data, "library"),
+        layer=_layer(read_text(data, "layer")),
+        name=read_text(data, "name"),
+        kind=read_text(data, "kind"),
+        library=read_opt_text(data, "library"),
         location=location,
-        count=integer(data, "count", 1),
+        count=read_integer(data, "count", 1),
     )
 
 
@@ -297,7 +297,7 @@ def _level_to_dict(census: Census, formats: FormatCensus | None) -> JsonObject:
 
 
 def _formats_from_dict(level: JsonMapping | None) -> FormatCensus | None:
-    found = opt_table(level, "formats") if level else None
+    found = read_opt_table(level, "formats") if level else None
     return FormatCensus.from_dict(found) if found else None
 
 
@@ -337,27 +337,27 @@ def platform_to_dict(result: PlatformProbe) -> JsonObject:
 
 
 def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
-    lowered = opt_table(data, "lowered")
-    compiled = opt_table(data, "compiled")
-    what_if = opt_table(data, "what_if_no_vendor")
-    numerics = opt_table(data, "numerics")
-    share = opt_table(data, "runtime_share")
-    emulated = opt_table(data, "emulated")
-    emulated_numerics = opt_table(data, "emulated_numerics")
-    emulated_bounds = opt_table(data, "emulated_bounds")
+    lowered = read_opt_table(data, "lowered")
+    compiled = read_opt_table(data, "compiled")
+    what_if = read_opt_table(data, "what_if_no_vendor")
+    numerics = read_opt_table(data, "numerics")
+    share = read_opt_table(data, "runtime_share")
+    emulated = read_opt_table(data, "emulated")
+    emulated_numerics = read_opt_table(data, "emulated_numerics")
+    emulated_bounds = read_opt_table(data, "emulated_bounds")
     return PlatformProbe(
         platform=platform,
-        present=flag(data, "present", False),
+        present=read_flag(data, "present", False),
         census=census_from_dict(platform, lowered) if lowered else None,
-        error=opt_text(data, "error"),
-        needs_hardware=opt_text(data, "needs_hardware"),
-        executed=flag(data, "executed", False),
-        execution_error=opt_text(data, "execution_error"),
+        error=read_opt_text(data, "error"),
+        needs_hardware=read_opt_text(data, "needs_hardware"),
+        executed=read_flag(data, "executed", False),
+        execution_error=read_opt_text(data, "execution_error"),
         numerics=Comparison.from_dict(numerics) if numerics else None,
         compiled=census_from_dict(platform, compiled) if compiled else None,
-        compile_error=opt_text(data, "compile_error"),
-        deviceless=flag(compiled, "deviceless", False) if compiled else False,
-        target=opt_text(compiled, "target") if compiled else None,
+        compile_error=read_opt_text(data, "compile_error"),
+        deviceless=read_flag(compiled, "deviceless", False) if compiled else False,
+        target=read_opt_text(compiled, "target") if compiled else None,
         what_if_no_vendor=census_from_dict(platform, what_if) if what_if else None,
         runtime_share=RuntimeShare.from_dict(share) if share else None,
         formats=_formats_from_dict(lowered),
@@ -365,7 +365,7 @@ def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
         emulated=Emulation.from_dict(emulated) if emulated else None,
         emulated_numerics=Comparison.from_dict(emulated_numerics) if emulated_numerics else None,
         emulated_bounds=Comparison.from_dict(emulated_bounds) if emulated_bounds else None,
-        lowering_warnings=texts(data, "lowering_warnings", None),
+        lowering_warnings=read_texts(data, "lowering_warnings", None),
     )
 
 

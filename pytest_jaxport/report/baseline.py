@@ -22,29 +22,18 @@ from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
     JsonObject,
-    integer,
-    number,
-    tables,
-    text,
+    read_integer,
+    read_number,
+    read_tables,
+    read_text,
 )
 from pytest_jaxport.model.platforms import ordered_platforms
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.document import (
-    AuditSection,
-    BaselineMatch,
-    Report,
-    StaleEntry,
-    TestEntry,
-)
-from pytest_jaxport.report.schema import (
-    BASELINE_KIND,
-    BASELINE_VERSION,
-    TOOL_NAME,
-    MergeError,
-    ReportError,
-    load,
-    read_json,
-)
+from pytest_jaxport.report.audit_section import AuditSection
+from pytest_jaxport.report.document import TOOL_NAME, BaselineMatch, Report, StaleEntry
+from pytest_jaxport.report.entries import TestEntry
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import BASELINE_KIND, BASELINE_VERSION, load, read_json
 from pytest_jaxport.version import __version__
 
 Counted = Mapping[str, float]
@@ -66,6 +55,8 @@ class AuditCounts(TypedDict):
 
 
 class BaselineTool(TypedDict):
+    """A baseline's ``tool``: what wrote it."""
+
     name: str
 
 
@@ -226,7 +217,7 @@ def load_counts(path: Path) -> Counts:
 
 
 def load_compared(path: Path) -> Report | Counts:
-    """Read a report (:func:`~pytest_jaxport.report.schema.load`) or a baseline, for
+    """Read a report (:func:`~pytest_jaxport.report.files.load`) or a baseline, for
     ``jaxport diff`` and ``jaxport baseline``.
 
     Raises :class:`MergeError` naming the file when it is missing, truncated, foreign or of
@@ -386,18 +377,20 @@ class Change:
 
     @classmethod
     def from_dict(cls, data: JsonMapping) -> Change:
-        before, after = _number(number(data, "before")), _number(number(data, "after"))
+        before, after = _number(read_number(data, "before")), _number(read_number(data, "after"))
         return cls(
-            platform=text(data, "platform"),
+            platform=read_text(data, "platform"),
             kind="grew" if after > before else "shrank",
-            metric=text(data, "metric"),
+            metric=read_text(data, "metric"),
             before=before,
             after=after,
             sites=tuple(
                 SiteCount(
-                    site=text(c, "site"), before=integer(c, "before"), after=integer(c, "after")
+                    site=read_text(c, "site"),
+                    before=read_integer(c, "before"),
+                    after=read_integer(c, "after"),
                 )
-                for c in tables(data, "sites", None)
+                for c in read_tables(data, "sites", None)
             ),
         )
 

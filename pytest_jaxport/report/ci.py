@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,10 @@ from pytest_jaxport.model.config import (
     ToleranceSetting,
 )
 from pytest_jaxport.model.emulation import emulated_label
-from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table, tables
+from pytest_jaxport.model.jsontypes import (
+    Json,
+    read_table,
+)
 from pytest_jaxport.model.platforms import PLATFORMS
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.report.baseline import (
@@ -42,8 +45,10 @@ from pytest_jaxport.report.baseline import (
     growth_violation,
     load_counts,
 )
-from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import MergeError, write_text
+from pytest_jaxport.report.document import Environment, Report
+from pytest_jaxport.report.entries import TestEntry
+from pytest_jaxport.report.errors import MergeError
+from pytest_jaxport.report.files import write_text
 
 if TYPE_CHECKING:
     from pytest_jaxport.model.compare import Outputs
@@ -152,7 +157,7 @@ def _check_update_target(name: str, path: Path) -> None:
 
 
 def _jsonable(value: object) -> Json:
-    """A configuration value (tables, tuples, numbers, strings) as JSON, tables sorted."""
+    """A configuration value (read_tables, tuples, numbers, strings) as JSON, read_tables sorted."""
     if isinstance(value, Mapping):
         return _jsonable_table(value)
     if isinstance(value, (tuple, list)):
@@ -171,12 +176,12 @@ def budget_table(project: ProjectConfig) -> dict[str, Json]:
     return _shaped(project.budget, project.platform_budgets)
 
 
-def fail_on_entry(project: ProjectConfig) -> dict[str, Json]:
-    """``{"fail_on": {...}}``, ``[tool.jaxport.audit] fail_on`` shaped like its table, for the
-    report's ``audit`` section where it sets a limit (a view says the suite is "within its
-    audit budget" only then); ``{}`` otherwise, so reports without one are unchanged."""
+def fail_on_table(project: ProjectConfig) -> dict[str, Json] | None:
+    """``[tool.jaxport.audit] fail_on`` shaped like its read_table, for the report's ``audit``
+    section where it sets a limit (a view says the suite is "within its audit budget" only
+    then); ``None`` otherwise, so reports without one are unchanged."""
     audit = project.audit
-    return {"fail_on": _shaped(audit.fail_on, audit.platform_fail_on)} if audit.gated else {}
+    return _shaped(audit.fail_on, audit.platform_fail_on) if audit.gated else None
 
 
 def _shaped(common: BudgetTable, platforms: Mapping[str, BudgetTable]) -> dict[str, Json]:
@@ -205,34 +210,37 @@ def tolerance_table(project: ProjectConfig) -> dict[str, Json]:
     return shaped
 
 
-def emulate_entry(project: ProjectConfig) -> dict[str, Json]:
-    """``{"emulate": ["tpu"]}`` for ``report["config"]`` where the project (or the command
-    line) emulates; ``{}`` otherwise, so reports without emulation are unchanged."""
-    return {"emulate": list(project.emulate.value)} if project.emulate is not None else {}
+def emulated_platforms(project: ProjectConfig) -> tuple[str, ...] | None:
+    """The platforms the project (or the command line) emulates, for ``report.config``;
+    ``None`` where it emulates none, so reports without emulation are unchanged."""
+    return tuple(project.emulate.value) if project.emulate is not None else None
 
 
-def leg_facts(tests: Iterable[JsonMapping], device_kinds: Mapping[str, str]) -> JsonObject:
-    """``environment`` additions: each present platform's device kind (``device_kinds``),
-    what executed here, and (where any) what was emulated on the CPU: never executed."""
+def leg_facts(
+    tests: Iterable[TestEntry], device_kinds: Mapping[str, str], *, environment: Environment
+) -> Environment:
+    """``environment`` with the leg's facts: each present platform's device kind
+    (``device_kinds``), what executed here, and (where any) what was emulated on the CPU:
+    never executed."""
     entries = [
-        (platform, as_table(entry, platform))
+        (platform, entry)
         for test in tests
-        for check in tables(test, "checks", ())
-        for platform, entry in table(check, "platforms", {}).items()
+        for check in test.checks
+        for platform, entry in check.probe.platforms.items()
     ]
-    executed = {platform for platform, entry in entries if entry.get("executed")}
-    emulated = {platform for platform, entry in entries if entry.get("emulated")}
-    facts: JsonObject = {
-        "device_kinds": dict(device_kinds),
-        "executed_platforms": _in_order(executed),
-    }
-    if emulated:  # a key only where something was emulated: other reports are unchanged
-        facts["emulated_platforms"] = _in_order(emulated)
-    return facts
+    executed = {platform for platform, entry in entries if entry.executed}
+    emulated = {platform for platform, entry in entries if entry.emulated is not None}
+    return replace(
+        environment,
+        device_kinds=dict(device_kinds),
+        executed_platforms=_in_order(executed),
+        # where something was emulated only: other reports are unchanged
+        emulated_platforms=_in_order(emulated) if emulated else None,
+    )
 
 
-def _in_order(platforms: set[str]) -> list[str]:
-    return [p for p in PLATFORMS if p in platforms] + sorted(platforms - set(PLATFORMS))
+def _in_order(platforms: set[str]) -> tuple[str, ...]:
+    return (*(p for p in PLATFORMS if p in platforms), *sorted(platforms - set(PLATFORMS)))
 
 
 # -- per test -----------------------------------------------------------------------------
@@ -275,7 +283,7 @@ def save_check_outputs(
             for p, found in (emulated or {}).get(name, {}).items()
         ]
         for platform, found, label, key in saved:
-            entry = table(check, "platforms").get(platform)
+            entry = read_table(check, "platforms").get(platform)
             if not isinstance(entry, MutableMapping):
                 continue
             try:

@@ -11,14 +11,20 @@ order, into the same report a serial run builds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
-from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_table, counts, tables, texts
-from pytest_jaxport.report.audit import AuditLedger, AuditRecord
-from pytest_jaxport.report.document import ERROR_LIMIT, TestError
-
-__all__ = ["ERROR_LIMIT", "Ledger", "TestError", "TestRecord"]
+from pytest_jaxport.model.jsontypes import (
+    JsonMapping,
+    JsonObject,
+    as_table,
+    read_counts,
+    read_tables,
+    read_texts,
+)
+from pytest_jaxport.report.audit_ledger import AuditLedger, AuditRecord
+from pytest_jaxport.report.entries import ERROR_LIMIT, Check, TestEntry, TestError, read_violation
+from pytest_jaxport.report.reader import record_reader
 
 
 @dataclass(slots=True, kw_only=True)
@@ -46,10 +52,6 @@ class TestRecord:
     audit: AuditRecord | None = None
     """With ``--jaxport-audit``, at teardown: the computations it ran."""
 
-    JUDGED = ("checks", "violations", "error", "outputs_errors", "baseline_growth",
-              "baseline_news")  # fmt: skip
-    """What the call phase decides (the report's test entry keeps these)."""
-
     def to_dict(self) -> JsonObject:
         data: JsonObject = {
             "nodeid": self.nodeid,
@@ -73,17 +75,17 @@ class TestRecord:
         audit = data.get("audit")
         return cls(
             nodeid=str(data["nodeid"]),
-            checks=[dict(c) for c in tables(data, "checks", None)],
-            violations=[dict(v) for v in tables(data, "violations", None)],
+            checks=[dict(c) for c in read_tables(data, "checks", None)],
+            violations=[dict(v) for v in read_tables(data, "violations", None)],
             error=TestError.from_dict(as_table(error, "error")) if error else None,
-            outputs_errors=list(texts(data, "outputs_errors", None)),
-            baseline_growth=list(texts(data, "baseline_growth", None)),
-            baseline_news=list(texts(data, "baseline_news", None)),
-            compile=counts(data, "compile") if data.get("compile") is not None else None,
-            lowered_cache=counts(data, "lowered_cache")
+            outputs_errors=list(read_texts(data, "outputs_errors", None)),
+            baseline_growth=list(read_texts(data, "baseline_growth", None)),
+            baseline_news=list(read_texts(data, "baseline_news", None)),
+            compile=read_counts(data, "compile") if data.get("compile") is not None else None,
+            lowered_cache=read_counts(data, "lowered_cache")
             if data.get("lowered_cache") is not None
             else None,
-            # the audit's record is a TypedDict of what this package wrote (report.audit)
+            # the audit's record is a TypedDict of what this package wrote (report.audit_ledger)
             audit=cast(AuditRecord, as_table(audit, "audit")) if audit is not None else None,
         )
 
@@ -101,10 +103,10 @@ def error_line(text: str) -> str:
 
 
 class Ledger:
-    """Joins the records of every test and phase into the report's tests and audit."""
+    """Joins the records of every test and phase into the report's typed tests and audit."""
 
     def __init__(self) -> None:
-        self.tests: dict[str, JsonObject] = {}
+        self.tests: dict[str, TestEntry] = {}
         """Per node id, the report's test entry."""
         self.audit = AuditLedger()
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
@@ -117,10 +119,8 @@ class Ledger:
         """Per collector pytest could not collect (its tests did not run), the error's last
         line."""
 
-    def _entry(self, nodeid: str, outcome: str = "passed") -> JsonObject:
-        return self.tests.setdefault(
-            nodeid, {"nodeid": nodeid, "outcome": outcome, "checks": [], "violations": []}
-        )
+    def _entry(self, nodeid: str, outcome: str = "passed") -> TestEntry:
+        return self.tests.setdefault(nodeid, TestEntry(nodeid=nodeid, outcome=outcome))
 
     def add(self, record: TestRecord, *, when: str, failed: bool, skipped: bool) -> None:
         """One phase's record, with its report's outcome."""
@@ -138,16 +138,14 @@ class Ledger:
                                  (self.lowered_stats, record.lowered_cache)):  # fmt: skip
                 for key, value in (found or {}).items():
                     stats[key] = stats.get(key, 0) + int(value)
-            judged = record.to_dict()
-            for key in TestRecord.JUDGED:
-                if key in judged:
-                    entry[key] = judged[key]
-        if record.error is not None and not entry.get("error"):
-            entry["error"] = record.error.to_dict()
+            entry = _judged(entry, record)
+        if record.error is not None and entry.error is None:
+            entry = replace(entry, error=_kept(record.error))
         if failed:
-            entry["outcome"] = "failed" if when == "call" else "error"
-        elif skipped and entry["outcome"] == "passed":
-            entry["outcome"] = "skipped"
+            entry = replace(entry, outcome="failed" if when == "call" else "error")
+        elif skipped and entry.outcome == "passed":
+            entry = replace(entry, outcome="skipped")
+        self.tests[record.nodeid] = entry
 
     def collection_error(self, nodeid: str, error: str) -> None:
         """A file (or other collector) pytest could not collect: its tests did not run."""
@@ -158,6 +156,32 @@ class Ledger:
         """A test whose pytest-xdist worker died while it ran (no record arrived)."""
         self.revision += 1
         entry = self._entry(nodeid, outcome="error")
-        entry["outcome"] = "error"
-        entry["crashed"] = True
-        entry["error"] = TestError(message=message, when=when).to_dict()
+        self.tests[nodeid] = replace(
+            entry, outcome="error", crashed=True, error=_kept(TestError(message=message, when=when))
+        )
+
+
+def _judged(entry: TestEntry, record: TestRecord) -> TestEntry:
+    """``entry`` with what its call phase decided (``record``): its checks and violations,
+    read from the record the worker sent (trusted: this package wrote it), its error and
+    what failed it outside its budget, where the record says."""
+    place = f"{record.nodeid}: "
+    return replace(
+        entry,
+        checks=tuple(
+            Check.read(record_reader(c, f"{place}checks[{i}]")) for i, c in enumerate(record.checks)
+        ),
+        violations=tuple(
+            read_violation(record_reader(v, f"{place}violations[{i}]"))
+            for i, v in enumerate(record.violations)
+        ),
+        error=_kept(record.error) if record.error is not None else entry.error,
+        outputs_errors=tuple(record.outputs_errors) or entry.outputs_errors,
+        baseline_growth=tuple(record.baseline_growth) or entry.baseline_growth,
+        baseline_news=tuple(record.baseline_news) or entry.baseline_news,
+    )
+
+
+def _kept(error: TestError) -> TestError:
+    """``error`` as the report keeps it: its message cut at :data:`ERROR_LIMIT` characters."""
+    return replace(error, message=error.message[:ERROR_LIMIT])

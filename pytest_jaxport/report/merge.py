@@ -23,39 +23,35 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_jaxport.model.budget import EMULATED_KEYS
+from pytest_jaxport.model.budget import EMULATED_KEYS, Violation
 from pytest_jaxport.model.compare import Outputs, compare
 from pytest_jaxport.model.config import DEFAULT_MIGRATE_TO, ConfigError, ProjectConfig
 from pytest_jaxport.model.cost import COST_KEYS, CostModel
 from pytest_jaxport.model.emulation import emulated_label
-from pytest_jaxport.model.jsontypes import Json, JsonMapping, JsonObject, as_table, table
+from pytest_jaxport.model.jsontypes import Json, JsonObject
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.platforms import ordered_platforms
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.pyproject import parse_project
 from pytest_jaxport.model.tooling import Assumption, assumptions_per_rule
-from pytest_jaxport.report.audit import failures, merge_audits
+from pytest_jaxport.report.audit_ledger import failures, merge_audits
 from pytest_jaxport.report.baseline import counted
+from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.document import (
-    Config,
-    Drift,
-    Leg,
-    Provenance,
-    Report,
-    TestEntry,
-    built,
-)
-from pytest_jaxport.report.outputs import OutputsError, load_outputs
-from pytest_jaxport.report.schema import (
     SCHEMA_VERSION,
     TOOL_NAME,
-    MergeError,
-    ReportError,
-    checks_of,
-    load,
-    report_data,
-    suite_numbers,
+    Config,
+    Environment,
+    Leg,
+    Merged,
+    Report,
 )
+from pytest_jaxport.report.entries import Check, Drift, Provenance, TestEntry
+from pytest_jaxport.report.errors import MergeError, ReportError
+from pytest_jaxport.report.files import load
+from pytest_jaxport.report.outputs import OutputsError, load_outputs
+from pytest_jaxport.report.summary import Pricing
+from pytest_jaxport.report.totals import Tooling
 from pytest_jaxport.version import __version__
 
 PER_LEG_CONFIG_KEYS: frozenset[str] = frozenset(
@@ -89,13 +85,13 @@ def tolerance_from_project(project: ProjectConfig) -> ToleranceFor:
     return resolved.tolerance_for
 
 
-def tolerance_from_config(config: JsonMapping, *, source: str = "report") -> ToleranceFor:
+def tolerance_from_config(config: Config, *, source: str = "report") -> ToleranceFor:
     """Tolerances from a report's ``config`` section.
 
-    Reads ``config["tolerance"]``, shaped like the ``[tool.jaxport.tolerance]`` table
+    Reads its ``tolerance`` table, shaped like the ``[tool.jaxport.tolerance]`` table
     (``{"float32": {"rtol": ...}, "cuda": {"bfloat16": {...}}}``); without it, the defaults.
     """
-    table = config.get("tolerance") or {}
+    table = dict(config.tolerance or {})
     try:
         project = parse_project({"tolerance": table}, f"{source} config")
     except ConfigError as e:
@@ -197,13 +193,12 @@ class _Leg:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Candidate:
-    """One leg's entry for one platform of one check: what it found (``probe``), its saved
-    outputs and legs (``provenance``), and its JSON (what the merged entry is made of)."""
+    """One leg's entry for one platform of one check: what it found (``probe``), and its
+    saved outputs and legs (``provenance``)."""
 
     leg: _Leg
     probe: PlatformProbe
     provenance: Provenance
-    entry: JsonMapping
 
     @property
     def leg_name(self) -> str:
@@ -215,16 +210,42 @@ class _Candidate:
         return self.provenance.emulated_leg or self.leg.name
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class _MergedCheck:
-    """A check of the merged test as it is written (``data``, its platform entries
-    ``platforms``), with what the cross-leg comparisons read of its first leg's check."""
+    """A check of the merged test as the cross-leg comparisons complete it: its first leg's
+    check, and per platform the winning entry with its saved outputs and legs."""
 
-    name: str
-    data: JsonObject
-    platforms: dict[str, JsonObject]
-    tolerance: Mapping[str, float] | None
-    transform: str | None
+    first: Check
+    platforms: dict[str, PlatformProbe]
+    provenance: dict[str, Provenance]
+    reference: str
+    reference_leg: str | None
+    note: str | None
+
+    @property
+    def name(self) -> str:
+        return self.first.name
+
+    @property
+    def tolerance(self) -> Mapping[str, float] | None:
+        return self.first.tolerance
+
+    @property
+    def gradient(self) -> bool:
+        """A ``[grad]``/``[jvp]`` check (JAX's gradient tolerances where unconfigured)."""
+        return self.first.probe.transform in ("grad", "jvp")
+
+    def check(self) -> Check:
+        """The merged check as the report holds it."""
+        probe = dataclasses.replace(
+            self.first.probe, reference=self.reference, note=self.note, platforms=self.platforms
+        )
+        return Check(
+            probe=probe,
+            tolerance=self.first.tolerance,
+            provenance={p: v for p, v in self.provenance.items() if not v.empty},
+            reference_leg=self.reference_leg,
+        )
 
 
 def load_legs(paths: Sequence[Path]) -> list[tuple[Path, Report]]:
@@ -275,14 +296,65 @@ def merge(
     _check_compatible(named)
     root = Path.cwd() if outputs_root is None else outputs_root
     config = _merged_config(named)
-    reference = named[0].report.config.reference
+    compared = _compared_tests(named, root, tolerance_for=tolerance_for)
+    pricing = Pricing(
+        migrate_to=_migrate_to(config),
+        model=_merged_cost_model(named),
+        home=named[0].report.config.home_platform,  # the legs agree (checked)
+    )
+    report = build_report(
+        compared.tests,
+        config=config,
+        environment=_merged_environment(named),
+        pricing=pricing,
+        tooling=_merged_tooling(named),
+    )
+    records = _leg_records(named)
+    audits = [(leg.name, leg.report.audit) for leg in named if leg.report.audit is not None]
+    errors = {(e.nodeid, e.error): e for leg in named for e in leg.report.collection_errors}
+    document = dataclasses.replace(
+        report,
+        merged=Merged(
+            legs=tuple(records),
+            drifts=compared.drifts,
+            notes=compared.notes,
+            comparisons=compared.comparisons,
+            # only where the legs differ: other merged reports are unchanged
+            mixed_versions=mixed_versions(records) or None,
+        ),
+        # --jaxport-audit: one audit of the union of the legs' computations
+        audit=merge_audits(audits, pricing=pricing) if audits else None,
+        # the legs' own: their tests there did not run
+        collection_errors=tuple(e for _, e in sorted(errors.items())),
+    )
+    return MergeResult(
+        document=document,
+        drifts=compared.drifts,
+        notes=compared.notes,
+        comparisons=compared.comparisons,
+    )
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Compared:
+    """The legs' tests merged, their outputs compared across legs: the merged tests, every
+    drift, the notes on what could not be compared and how many outputs were."""
+
+    tests: tuple[TestEntry, ...]
+    drifts: tuple[Drift, ...]
+    notes: tuple[str, ...]
+    comparisons: int
+
+
+def _compared_tests(legs: Sequence[_Leg], root: Path, *, tolerance_for: ToleranceFor) -> _Compared:
+    """Each test of the legs merged (:func:`_merge_test`), its checks' saved outputs compared
+    across legs: a drift fails the test in the merged report, whatever each leg said."""
+    reference = legs[0].report.config.reference
     by_nodeid: dict[str, list[tuple[_Leg, TestEntry]]] = {}
-    for leg in named:
+    for leg in legs:
         for test in leg.report.tests:
             by_nodeid.setdefault(test.nodeid, []).append((leg, test))
-
-    tests: list[JsonObject] = []
+    tests: list[TestEntry] = []
     drifts: list[Drift] = []
     notes: list[str] = []
     comparisons = 0
@@ -296,54 +368,33 @@ def merge(
                 drifted += found
                 comparisons += n
                 notes += said
-        if drifted:  # a drift fails the test in the merged report, whatever each leg said
-            merged_test["drifts"] = [d.to_dict() for d in drifted]
-            if _outcome_rank(str(merged_test["outcome"])) < _outcome_rank("failed"):
-                merged_test["outcome"] = "failed"
+        merged_test = dataclasses.replace(merged_test, checks=tuple(c.check() for c, _ in compared))
+        if drifted:
+            worse = _outcome_rank(merged_test.outcome) < _outcome_rank("failed")
+            merged_test = dataclasses.replace(
+                merged_test,
+                drifts=tuple(drifted),
+                outcome="failed" if worse else merged_test.outcome,
+            )
         drifts += drifted
         tests.append(merged_test)
-
-    report = report_data(tests, config=config, environment=_merged_environment(named))
-    report["summary"].update(_merged_numbers(named, tests, _migrate_to(config)))
-    records = _leg_records(named)
-    report["legs"] = [r.to_dict() for r in records]
-    mixed = mixed_versions(records)
-    if mixed:  # a key only where the legs differ: other merged reports are unchanged
-        report["mixed_versions"] = mixed
-    report["drifts"] = [d.to_dict() for d in drifts]
-    report["notes"] = notes
-    report["comparisons"] = comparisons
-    audits = [(leg.name, leg.report.audit) for leg in named if leg.report.audit is not None]
-    if audits:  # --jaxport-audit: one audit of the union of the legs' computations
-        home = named[0].report.config.home_platform  # the legs agree (checked)
-        report["audit"] = merge_audits(audits, migrate_to=_migrate_to(config), home=home)
-    errors = {(e.nodeid, e.error): e for leg in named for e in leg.report.collection_errors}
-    if errors:  # the legs' own: their tests there did not run
-        report["collection_errors"] = [e.to_dict() for _, e in sorted(errors.items())]
-    return MergeResult(
-        document=built(report),
-        drifts=tuple(drifts),
-        notes=tuple(notes),
-        comparisons=comparisons,
+    return _Compared(
+        tests=tuple(tests), drifts=tuple(drifts), notes=tuple(notes), comparisons=comparisons
     )
 
 
-def _migrate_to(config: JsonMapping) -> list[str]:
+def _migrate_to(config: Config) -> tuple[str, ...]:
     """The targets the merged report prices: the legs' together (:func:`_merged_config`), or
     the default where no leg said (a report older than ``migrate_to``)."""
-    targets = config.get("migrate_to")
-    if not isinstance(targets, list):
-        return list(DEFAULT_MIGRATE_TO)
-    return [str(t) for t in targets]
+    if config.migrate_to is None:
+        return tuple(DEFAULT_MIGRATE_TO)
+    return config.migrate_to
 
 
-def _merged_numbers(
-    legs: Sequence[_Leg], tests: Sequence[JsonMapping], migrate_to: Sequence[str]
-) -> JsonObject:
-    """The three numbers over the union of the legs' merged entries: each platform's runtime
-    share from the leg whose entry won, the rewrite estimate with the legs' cost model
-    (``[tool.jaxport.cost]``, which they must share), and their tooling scans joined.
-    ``pytest_jaxport_rewrite_cost`` hooks are pytest's: ``jaxport merge`` does not run them."""
+def _merged_cost_model(legs: Sequence[_Leg]) -> CostModel:
+    """The legs' cost model (``[tool.jaxport.cost]``, which they must share), to price the
+    union of the legs' merged entries with. ``pytest_jaxport_rewrite_cost`` hooks are
+    pytest's: ``jaxport merge`` does not run them."""
     first: tuple[_Leg, CostModel] | None = None
     for leg in legs:
         recorded = leg.report.summary.numbers.cost_model if leg.report.summary.numbers else None
@@ -357,16 +408,7 @@ def _merged_numbers(
                 f"differs from {first[0].path}'s {_short(_costs(first[1]))}; legs of one merge "
                 "must share [tool.jaxport]"
             )
-    model = CostModel(**{k: getattr(first[1], k) for k in COST_KEYS}) if first else CostModel()
-    numbers = suite_numbers(
-        checks_of(tests),
-        migrate_to=migrate_to,
-        model=model,
-        tooling=_merged_tooling(legs),
-        home=legs[0].report.config.home_platform,  # the legs agree (checked)
-    )
-    numbers["cost_model"] = dataclasses.asdict(model)
-    return numbers
+    return CostModel(**{k: getattr(first[1], k) for k in COST_KEYS}) if first else CostModel()
 
 
 def _costs(model: CostModel) -> JsonObject:
@@ -374,7 +416,7 @@ def _costs(model: CostModel) -> JsonObject:
     return dataclasses.asdict(model)
 
 
-def _merged_tooling(legs: Sequence[_Leg]) -> JsonObject | None:
+def _merged_tooling(legs: Sequence[_Leg]) -> Tooling | None:
     """The legs' tooling scans as one: every assumption once (legs scan the same project)."""
     scans = [
         leg.report.summary.numbers.tooling
@@ -388,13 +430,13 @@ def _merged_tooling(legs: Sequence[_Leg]) -> JsonObject | None:
         for assumption in scan.assumptions:
             found.setdefault((assumption.file, assumption.line, assumption.rule), assumption)
     assumptions = sorted(found.values())
-    return {
-        "assumptions": [a.to_dict() for a in assumptions],
-        "by_rule": assumptions_per_rule(assumptions),
-        "files_listed": max(s.files_listed for s in scans),
-        "files_read": max(s.files_read for s in scans),
-        "source": next((s.source for s in scans if s.source), None),
-    }
+    return Tooling(
+        assumptions=tuple(assumptions),
+        by_rule=assumptions_per_rule(assumptions),
+        files_listed=max(s.files_listed for s in scans),
+        files_read=max(s.files_read for s in scans),
+        source=next((s.source for s in scans if s.source), None),
+    )
 
 
 def _name_legs(legs: Sequence[tuple[Path, Report]]) -> list[_Leg]:
@@ -474,35 +516,64 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _merged_config(legs: Sequence[_Leg]) -> JsonObject:
+def _merged_config(legs: Sequence[_Leg]) -> Config:
+    """The first leg's configuration with what may differ per leg joined: the platforms
+    (and what compiles, emulates and prices) of every leg, the GPU target and the devices of
+    the first leg that set them, the home of the first that states it."""
     configs = [leg.report.config for leg in legs]
-    written = [c.to_dict() for c in configs]
-    config: JsonObject = dict(written[0])
-    for key, values in (
-        ("platforms", [c.platforms for c in configs]),
-        ("compile", [c.compile for c in configs]),
-        ("emulate", [c.emulate for c in configs]),
-        ("migrate_to", [c.migrate_to for c in configs]),
-    ):
-        if any(key in c for c in written):
-            config[key] = ordered_platforms(p for found in values for p in found or ())
-    for key in WHERE_SET_CONFIG_KEYS:
-        config[key] = next((c[key] for c in written if c.get(key) is not None), None)
-    home = next((c.home for c in configs if c.home is not None), None)
-    if home is not None:  # the legs agree (checked); one that states it says it for all
-        config["home"] = home
-    return config
+    first = configs[0]
+
+    def joined(key: str) -> tuple[str, ...] | None:
+        """Every leg's platforms of ``key``, where a leg wrote it."""
+        if not any(getattr(c, key) is not None or key in c.written_null for c in configs):
+            return None
+        return tuple(ordered_platforms(p for c in configs for p in getattr(c, key) or ()))
+
+    merged = dataclasses.replace(
+        first,
+        platforms=tuple(ordered_platforms(p for c in configs for p in c.platforms)),
+        compile=joined("compile"),
+        emulate=joined("emulate"),
+        migrate_to=joined("migrate_to"),
+        target=next((c.target for c in configs if c.target is not None), None),
+        devices=next((c.devices for c in configs if c.devices is not None), None),
+        home=next((c.home for c in configs if c.home is not None), None),
+    )
+
+    def null(key: str) -> bool:
+        """Whether the merged report writes ``key`` as null."""
+        if key in WHERE_SET_CONFIG_KEYS:  # null where no leg set it
+            return getattr(merged, key) is None
+        if key in ("compile", "emulate", "migrate_to"):  # joined: a list where one wrote it
+            return False
+        return key in first.written_null and getattr(merged, key) is None
+
+    return dataclasses.replace(merged, written_null=frozenset(filter(null, Config.OPTIONAL)))
 
 
-def _merged_environment(legs: Sequence[_Leg]) -> JsonObject:
-    envs = [leg.report.environment.to_dict() for leg in legs]
-    common = {
-        k: v
-        for k, v in envs[0].items()
-        if k != "present_platforms" and all(e.get(k) == v for e in envs[1:])
-    }
-    present = ordered_platforms(p for leg in legs for p in leg.report.environment.present_platforms)
-    return {**common, "present_platforms": present}
+def _merged_environment(legs: Sequence[_Leg]) -> Environment:
+    """What the legs share of where they ran, and every platform present on one of them."""
+    first, *rest = (leg.report.environment for leg in legs)
+
+    def same(of: Callable[[Environment], object]) -> bool:
+        return all(of(e) == of(first) for e in rest)
+
+    present = (p for leg in legs for p in leg.report.environment.present_platforms)
+    return Environment(
+        versions={
+            k: v for k, v in first.versions.items() if all(e.versions.get(k) == v for e in rest)
+        },
+        python=first.python if same(lambda e: e.python) else None,
+        machine=first.machine if same(lambda e: e.machine) else None,
+        present_platforms=tuple(ordered_platforms(present)),
+        device_kinds=first.device_kinds if same(lambda e: e.device_kinds) else None,
+        executed_platforms=first.executed_platforms
+        if same(lambda e: e.executed_platforms)
+        else None,
+        emulated_platforms=first.emulated_platforms
+        if same(lambda e: e.emulated_platforms)
+        else None,
+    )
 
 
 def _leg_records(legs: Sequence[_Leg]) -> list[Leg]:
@@ -538,15 +609,19 @@ def mixed_versions(records: Sequence[Leg]) -> dict[str, dict[str, str]]:
     :data:`VERSION_KEYS` the legs (the merged report's ``legs``) do not share, per leg."""
     mixed = {}
     for key in VERSION_KEYS:
-        found = {
-            r.leg: str(v)
-            for r in records
-            if (v := r.tool_version if key == TOOL_NAME
-                else r.environment.to_dict().get(key)) is not None
-        }  # fmt: skip
+        found = {r.leg: str(v) for r in records if (v := _version(r, key)) is not None}
         if len(set(found.values())) > 1:
             mixed[key] = found
     return mixed
+
+
+def _version(record: Leg, key: str) -> str | None:
+    """The release of ``key`` (one of :data:`VERSION_KEYS`) a leg ran with."""
+    if key == TOOL_NAME:
+        return record.tool_version
+    if key == "python":
+        return record.environment.python
+    return record.environment.versions.get(key)
 
 
 _OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
@@ -556,13 +631,14 @@ def _outcome_rank(outcome: str) -> int:
     return _OUTCOME_RANK.get(outcome, 3)  # unknown outcomes (a crashed worker) rank worst
 
 
-_Compared = tuple[_MergedCheck, dict[str, list[_Candidate]]]
+_Candidates = tuple[_MergedCheck, dict[str, list[_Candidate]]]
 
 
 def _merge_test(
     nodeid: str, seen: Sequence[tuple[_Leg, TestEntry]], root: Path
-) -> tuple[JsonObject, list[_Compared]]:
-    """The merged test, and per check its merged form with every leg's platform entries."""
+) -> tuple[TestEntry, list[_Candidates]]:
+    """The merged test (its checks to come), and per check its merged form with every leg's
+    platform entries."""
     legs_outcome: dict[str, str] = {}
     for leg, test in seen:
         if test.legs:
@@ -571,34 +647,24 @@ def _merge_test(
         else:
             legs_outcome.setdefault(leg.name, test.outcome)
     worst = max(seen, key=lambda s: _outcome_rank(s[1].outcome))[1]
-    merged: JsonObject = {"nodeid": nodeid, "outcome": worst.outcome, "legs": legs_outcome}
-    if worst.error is not None:
-        merged["error"] = worst.error.to_dict()
-    if worst.crashed:
-        merged["crashed"] = True
-
     check_names = list(dict.fromkeys(c.name for _, t in seen for c in t.checks))
-    checks = []
     winners: dict[tuple[str, str], _Leg] = {}
     emulators: dict[tuple[str, str], _Leg] = {}
-    compared: list[_Compared] = []
+    compared: list[_Candidates] = []
     for name in check_names:
         per_leg = [(leg, c) for leg, t in seen for c in t.checks if c.name == name]
         # The first leg that traced it: another leg's "could not be traced here" is moot.
         first = next((c for _, c in per_leg if c.probe.platforms), per_leg[0][1])
-        platforms: dict[str, JsonObject] = {}
         candidates: dict[str, list[_Candidate]] = {}
         for leg, check in per_leg:
-            entries = table(check.to_dict(), "platforms")
             for platform, probe in check.probe.platforms.items():
+                provenance = check.provenance.get(platform) or Provenance()
                 candidates.setdefault(platform, []).append(
-                    _Candidate(
-                        leg=leg,
-                        probe=probe,
-                        provenance=check.provenance.get(platform) or Provenance(),
-                        entry=as_table(entries[platform], platform),
-                    )
+                    _Candidate(leg=leg, probe=probe, provenance=provenance)
                 )
+        merged = _MergedCheck(first=first, platforms={}, provenance={},
+                              reference=first.probe.reference,
+                              reference_leg=first.reference_leg, note=first.probe.note)  # fmt: skip
         for platform in ordered_platforms(candidates):
             best = max(candidates[platform], key=lambda c: fidelity(c.probe))
             winners[(name, platform)] = best.leg
@@ -608,50 +674,47 @@ def _merge_test(
             emulated = best if best in emulating else next(iter(emulating), None)
             if emulated is not None:
                 emulators[(name, platform)] = emulated.leg
-            platforms[platform] = _provenance(best, root, emulated)
-        data: JsonObject = {k: v for k, v in first.to_dict().items() if k != "platforms"}
-        data["platforms"] = platforms
-        checks.append(data)
-        merged_check = _MergedCheck(
-            name=name,
-            data=data,
-            platforms=platforms,
-            tolerance=first.tolerance,
-            transform=first.probe.transform,
-        )
-        compared.append((merged_check, candidates))
-    merged["checks"] = checks
-    merged["violations"] = _winning_violations(seen, winners, emulators)
-    return merged, compared
+            merged.platforms[platform], merged.provenance[platform] = _winner(best, root, emulated)
+        compared.append((merged, candidates))
+    violations = _winning_violations(seen, winners, emulators)
+    entry = TestEntry(
+        nodeid=nodeid,
+        outcome=worst.outcome,
+        violations=tuple(v for v, _ in violations),
+        error=worst.error,
+        crashed=worst.crashed,
+        legs=legs_outcome,
+        violation_legs=tuple(leg for _, leg in violations),
+    )
+    return entry, compared
 
 
-EMULATION_ENTRY_KEYS = (
-    "emulated",
-    "emulated_numerics",
-    "emulated_bounds",
-    "emulated_outputs",
-    "emulated_leg",
-)
-"""A platform entry's emulation: kept from the leg that emulated, whichever leg won."""
-
-
-def _provenance(
+def _winner(
     candidate: _Candidate, root: Path, emulated: _Candidate | None = None
-) -> JsonObject:
-    """The winning entry with its leg named, its emulation from ``emulated``'s leg, and
-    saved outputs' paths relative to ``root``."""
-    entry = {k: v for k, v in candidate.entry.items() if k not in EMULATION_ENTRY_KEYS}
-    entry["leg"] = candidate.leg_name
-    if candidate.provenance.outputs:
-        entry["outputs"] = _relative(candidate, candidate.provenance.outputs, root)
+) -> tuple[PlatformProbe, Provenance]:
+    """The winning entry with its emulation from ``emulated``'s leg (never the platform's
+    own fidelity), its leg named, and saved outputs' paths relative to ``root``."""
+    found = emulated.probe if emulated is not None else None
+    probe = dataclasses.replace(
+        candidate.probe,
+        emulated=found.emulated if found is not None else None,
+        emulated_numerics=found.emulated_numerics if found is not None else None,
+        emulated_bounds=found.emulated_bounds if found is not None else None,
+    )
+    outputs = candidate.provenance.outputs
+    emulated_leg = emulated_outputs = None
     if emulated is not None:
-        entry.update({k: emulated.entry[k] for k in EMULATION_ENTRY_KEYS if k in emulated.entry})
-        entry["emulated_leg"] = emulated.emulated_leg
-        if emulated.provenance.emulated_outputs:
-            entry["emulated_outputs"] = _relative(
-                emulated, emulated.provenance.emulated_outputs, root
-            )
-    return entry
+        emulated_leg = emulated.emulated_leg
+        emulated_outputs = emulated.provenance.emulated_outputs
+        if emulated_outputs:
+            emulated_outputs = _relative(emulated, emulated_outputs, root)
+    provenance = Provenance(
+        outputs=_relative(candidate, outputs, root) if outputs else outputs,
+        emulated_outputs=emulated_outputs,
+        leg=candidate.leg_name,
+        emulated_leg=emulated_leg,
+    )
+    return probe, provenance
 
 
 def _relative(candidate: _Candidate, saved: str, root: Path) -> str:
@@ -664,10 +727,10 @@ def _winning_violations(
     seen: Sequence[tuple[_Leg, TestEntry]],
     winners: Mapping[tuple[str, str], _Leg],
     emulators: Mapping[tuple[str, str], _Leg],
-) -> list[JsonObject]:
+) -> list[tuple[Violation, str]]:
     """Violations of the leg whose entry won (an emulation's: of the leg whose emulation the
-    entry keeps); ones about no merged entry, from the first leg."""
-    kept: list[JsonObject] = []
+    entry keeps), with that leg; ones about no merged entry, from the first leg."""
+    kept: list[tuple[Violation, str]] = []
     keys: set[str] = set()
     first = seen[0][0]
     for leg, test in seen:
@@ -677,11 +740,10 @@ def _winning_violations(
             if (owner or first) is not leg:
                 continue
             said = test.violation_legs[i] if i < len(test.violation_legs) else None
-            tagged = {**violation.to_dict(), "leg": said or leg.name}
-            key = json.dumps({k: v for k, v in tagged.items() if k != "leg"}, sort_keys=True)
+            key = json.dumps(violation.to_dict(), sort_keys=True)  # the same violation once
             if key not in keys:
                 keys.add(key)
-                kept.append(tagged)
+                kept.append((violation, said or leg.name))
     return kept
 
 
@@ -726,9 +788,9 @@ def _cross_leg_numerics(
         )
     drifts: list[Drift] = []
     comparisons = 0
-    merged_check.data["reference"] = ref_platform
-    merged_check.data["reference_leg"] = ref_leg
-    merged_check.data["note"] = None  # a leg's in-process note ("only cpu executed here") is moot
+    merged_check.reference = ref_platform
+    merged_check.reference_leg = ref_leg
+    merged_check.note = None  # a leg's in-process note ("only cpu executed here") is moot
     for platform, candidate in saved:
         if candidate is ref_candidate:
             continue
@@ -744,12 +806,13 @@ def _cross_leg_numerics(
                 tolerance_for,
                 platform,
                 merged_check.tolerance,
-                gradient=merged_check.transform in ("grad", "jvp"),
+                gradient=merged_check.gradient,
             ),
         )
-        entry = merged_check.platforms[platform]
-        if entry.get("leg") == leg and not same:
-            entry["numerics"] = comparison.to_dict()
+        if merged_check.provenance[platform].leg == leg and not same:
+            merged_check.platforms[platform] = dataclasses.replace(
+                merged_check.platforms[platform], numerics=comparison
+            )
         if not comparison.ok:
             drifts.append(
                 Drift(
@@ -781,7 +844,7 @@ def _cross_leg_emulations(
         platform: [c for c in found if c.probe.executed and c.provenance.outputs]
         for platform, found in candidates.items()
     }
-    ref_platform = str(merged_check.data.get("reference") or reference)
+    ref_platform = merged_check.reference or reference
     references = executed.get(ref_platform, [])
     drifts: list[Drift] = []
     comparisons = 0
@@ -792,7 +855,7 @@ def _cross_leg_emulations(
             emulated = _outputs(nodeid, check, label, emulating, cache, emulation=True)
             tolerance = _with_overrides(
                 tolerance_for, platform, merged_check.tolerance,
-                gradient=merged_check.transform in ("grad", "jvp"),
+                gradient=merged_check.gradient,
             )  # fmt: skip
             against = [(c, platform, True) for c in executed.get(platform, [])]
             if references and all(c.leg is not emulating.leg for c in references):
@@ -807,9 +870,10 @@ def _cross_leg_emulations(
                     tolerance=tolerance,
                 )
                 comparisons += 1
-                entry = merged_check.platforms[platform]
-                if not hardware and entry.get("emulated_leg") == leg:
-                    entry["emulated_numerics"] = comparison.to_dict()
+                if not hardware and merged_check.provenance[platform].emulated_leg == leg:
+                    merged_check.platforms[platform] = dataclasses.replace(
+                        merged_check.platforms[platform], emulated_numerics=comparison
+                    )
                 if not comparison.ok:
                     drifts.append(
                         Drift(

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_jaxport.model.compare import Array, Leaf, Outputs
-from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_list, as_table, text
+from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, as_list, as_table, read_text
 
 FORMAT = 1
 INDEX_KEY = "__jaxport__"
@@ -168,7 +168,7 @@ def load_outputs(path: Path) -> Outputs:
         raise OutputsError(f"{path}: cannot be read (truncated?): {e}") from None
     except ValueError as e:  # numpy's refusal of pickled data, bad headers
         raise OutputsError(f"{path}: unusable outputs file: {e}") from None
-    return Outputs(structure=text(index, "structure"), leaves=leaves)
+    return Outputs(structure=read_text(index, "structure"), leaves=leaves)
 
 
 def _read_index(path: Path, raw: Array) -> JsonMapping:
@@ -191,7 +191,11 @@ def _read_index(path: Path, raw: Array) -> JsonMapping:
 def _decode(path: Path, npz: np.lib.npyio.NpzFile, entry: object) -> Leaf:
     try:
         found = as_table(entry, "entry")
-        key, leaf_path, dtype_name = text(found, "key"), found["path"], text(found, "dtype")
+        key, leaf_path, dtype_name = (
+            read_text(found, "key"),
+            found["path"],
+            read_text(found, "dtype"),
+        )
         shape = tuple(_dimension(n) for n in as_list(found["shape"], "shape"))
         encoding = found["encoding"]
         key_impl = found.get("key_impl")

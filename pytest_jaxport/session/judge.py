@@ -26,7 +26,8 @@ from pytest_jaxport.model.platforms import DEFAULT_HOME
 from pytest_jaxport.model.probe import emulated_status
 from pytest_jaxport.model.validators import emulated_among
 from pytest_jaxport.report import ci
-from pytest_jaxport.report.ledger import TestError, TestRecord
+from pytest_jaxport.report.entries import TestError
+from pytest_jaxport.report.ledger import TestRecord
 from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.text import probe_text
 

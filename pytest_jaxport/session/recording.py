@@ -14,7 +14,7 @@ import pytest
 
 from pytest_jaxport.cache import judged_by
 from pytest_jaxport.model.census import Classifier
-from pytest_jaxport.report.audit import AuditRecord
+from pytest_jaxport.report.audit_ledger import AuditRecord
 from pytest_jaxport.session.settings import SessionSettings
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,22 +19,21 @@ from pytest_jaxport.model.cost import FormatItem, RewriteItem
 from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
 from pytest_jaxport.model.tooling_rules import TOOLING_RULES
 from pytest_jaxport.report import ci
-from pytest_jaxport.report.audit import failures, judge
+from pytest_jaxport.report.audit_ledger import AuditSettings, failures, judge
+from pytest_jaxport.report.audit_section import AuditSection
 from pytest_jaxport.report.baseline import match_baseline
+from pytest_jaxport.report.build import build_report, environment
 from pytest_jaxport.report.document import (
     BaselineMatch,
     CollectionError,
+    Config,
+    JudgedDevice,
     Report,
-    TestEntry,
-    built_audit,
 )
+from pytest_jaxport.report.entries import TestEntry
 from pytest_jaxport.report.ledger import Ledger
-from pytest_jaxport.report.schema import (
-    build_report,
-    checks_of,
-    environment,
-    suite_numbers,
-)
+from pytest_jaxport.report.summary import Pricing
+from pytest_jaxport.report.totals import Tooling
 from pytest_jaxport.session.recording import AuditRecording
 from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.annotations import annotation_lines, default_mode
@@ -76,7 +74,7 @@ class ReportWriter:
         self.deselected = deselected
         """With a baseline to compare: the tests collected but not selected (from every
         pytest-xdist worker)."""
-        self._tooling: dict[str, Any] | None = None
+        self._tooling: Tooling | None = None
         self._built: tuple[int, Report] | None = None
         self._view: tuple[Report, ReportView] | None = None
         self.written: list[str] = []
@@ -139,7 +137,7 @@ class ReportWriter:
 
     def _build(self) -> Report:
         tests = self.ledger.tests.values()
-        jax_loaded = self.audited or any(t["checks"] for t in tests)
+        jax_loaded = self.audited or any(t.checks for t in tests)
         present: tuple[str, ...] = ()
         versions: dict[str, str] = {}
         kinds: dict[str, str] = {}
@@ -148,38 +146,59 @@ class ReportWriter:
 
             present, versions = devices.present_platforms(), devices.versions()
             kinds = {p: devices.device_kind(p) for p in present}
+        here = environment(present, versions)
         report = build_report(
             tests,
-            config={
-                "source": self.project.source,
-                "platforms": list(self.project.platforms),
-                "reference": self.project.reference,
-                "compile": list(self.project.compile),
-                "target": self.project.gpu if "cuda" in self.project.compile else None,
-                "devices": {
-                    p: {"generation": d.generation, "name": d.name}
-                    for p, d in sorted(self.compile_settings.devices.items())
-                    if p != "cpu"  # every leg of a merge judges the same devices
-                },
-                "budget": ci.budget_table(self.project),
-                "tolerance": ci.tolerance_table(self.project),
-                **ci.emulate_entry(self.project),
-                "migrate_to": list(self.project.migrate_to),
-                "home": self.project.home,
-            },
-            environment={**environment(present, versions), **ci.leg_facts(tests, kinds)},
-            numbers=self.numbers,
+            config=self.report_config(),
+            environment=ci.leg_facts(tests, kinds, environment=here),
+            pricing=self.pricing(),
+            tooling=self.tooling_scan(),
         )
         if self.ci.baseline is not None:
             self.match = self.baseline_match(report.tests)
         return dataclasses.replace(
             report,
             baseline=self.match,
-            audit=built_audit(self.audit_section()) if self.audited else None,
+            audit=self.audit_section() if self.audited else None,
             collection_errors=tuple(
                 CollectionError(nodeid=nodeid, error=error)
                 for nodeid, error in sorted(self.ledger.collection_errors.items())
             ),
+        )
+
+    def report_config(self) -> Config:
+        """What the run was configured with, as the report states it."""
+        project = self.project
+        target = project.gpu if "cuda" in project.compile else None
+        written = (("source", project.source), ("target", target))
+        return Config(
+            source=project.source,
+            platforms=tuple(project.platforms),
+            reference=project.reference,
+            compile=tuple(project.compile),
+            target=target,
+            devices={
+                p: JudgedDevice(generation=d.generation, name=d.name)
+                for p, d in sorted(self.compile_settings.devices.items())
+                if p != "cpu"  # every leg of a merge judges the same devices
+            },
+            budget=ci.budget_table(project),
+            tolerance=ci.tolerance_table(project),
+            emulate=ci.emulated_platforms(project),
+            migrate_to=tuple(project.migrate_to),
+            home=project.home,
+            # the keys it writes as null (a report read back gives the same JSON)
+            written_null=frozenset(key for key, value in written if value is None),
+        )
+
+    def pricing(self) -> Pricing:
+        """How the run's moves are priced: the project's targets, home and cost model, and
+        the user's ``pytest_jaxport_rewrite_cost`` hook."""
+        return Pricing(
+            migrate_to=tuple(self.project.migrate_to),
+            model=self.cost_model,
+            home=self.project.home,
+            price=self.price,
         )
 
     def baseline_match(self, tests: Sequence[TestEntry]) -> BaselineMatch:
@@ -199,30 +218,27 @@ class ReportWriter:
             exists=lambda file: (root / file).exists(), strict=self.ci.baseline_strict,
         )  # fmt: skip
 
-    def audit_section(self) -> dict[str, Any]:
+    def audit_section(self) -> AuditSection:
         """The report's ``audit`` section, judged against ``[tool.jaxport.audit] fail_on``
         and the baseline."""
         section = self.ledger.audit.section(
-            interception=self.audit.interception or self.ledger.interception,
-            platforms=self.project.platforms,
-            migrate_to=self.project.migrate_to,
-            model=self.cost_model,
-            eager_users=self.project.audit.eager_users,
-            price=self.price,
-            home=self.project.home,
+            AuditSettings(
+                interception=self.audit.interception or self.ledger.interception,
+                platforms=tuple(self.project.platforms),
+                pricing=self.pricing(),
+                eager_users=self.project.audit.eager_users,
+            )
         )
         base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None
-        section.update(ci.fail_on_entry(self.project))  # what it was judged against
         return judge(
-            section,
+            # what it was judged against
+            dataclasses.replace(section, fail_on=ci.fail_on_table(self.project)),
             budget_for=self.project.audit_budget,
-            migrate_to=self.project.migrate_to,
-            model=self.cost_model,
+            pricing=self.pricing(),
             baseline=base if isinstance(base, dict) and not self.ci.baseline_update else None,
-            home=self.project.home,
         )
 
-    def tooling_scan(self) -> dict[str, Any] | None:
+    def tooling_scan(self) -> Tooling | None:
         """The NVIDIA-bound tooling scan of the project, once per session (controller)."""
         if not self.project.scan:
             return None
@@ -239,30 +255,15 @@ class ReportWriter:
                 exclude=self.project.scan_exclude,
                 rules=(*TOOLING_RULES, *extra),
             )
-            self._tooling = {
-                "assumptions": [a.to_dict() for a in found.assumptions],
-                "by_rule": assumptions_per_rule(found.assumptions),
-                "files_listed": found.files_listed,
-                "files_read": found.files_read,
-                "source": found.source,
-                "seconds": round(time.perf_counter() - started, 3),
-            }
+            self._tooling = Tooling(
+                assumptions=tuple(found.assumptions),
+                by_rule=assumptions_per_rule(found.assumptions),
+                files_listed=found.files_listed,
+                files_read=found.files_read,
+                source=found.source,
+                seconds=round(time.perf_counter() - started, 3),
+            )
         return self._tooling
-
-    def numbers(self, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The three numbers for the summary."""
-        numbers = suite_numbers(
-            checks_of(tests),
-            migrate_to=self.project.migrate_to,
-            model=self.cost_model,
-            tooling=self.tooling_scan(),
-            price=self.price,
-            home=self.project.home,
-        )
-        numbers["cost_model"] = dataclasses.asdict(self.cost_model)
-        if "tooling" in numbers:  # after the cost model, as reports always had it
-            numbers["tooling"] = numbers.pop("tooling")
-        return numbers
 
     def view(self) -> ReportView:
         """The report's view, built once for the terminal, the files and the step summary."""
@@ -282,14 +283,14 @@ class ReportWriter:
         found = []
         setting = self.project.resolve().budget("cpu").max_tooling_assumptions
         tooling = self.tooling_scan() if setting is not None else None
-        count = len(tooling["assumptions"]) if tooling else 0
+        count = len(tooling.assumptions) if tooling is not None else 0
         if setting is not None and count > setting.value:
             lines = [
                 f"jaxport: {count} NVIDIA-bound tooling assumptions > {setting.value} "
                 f"(max_tooling_assumptions, set in {setting.origin})"
             ]
-            for a in (tooling or {}).get("assumptions", []):
-                lines.append(f"    {a['file']}:{a['line']}: {a['rule']}: {a['reason']}")
+            for a in tooling.assumptions if tooling is not None else ():
+                lines.append(f"    {a.file}:{a.line}: {a.rule}: {a.reason}")
             found.append("\n".join(lines))
         return found
 

@@ -15,10 +15,10 @@ import sysconfig
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.schema import from_json, write_json, write_text
+from pytest_jaxport.report.files import write_json, write_text
 from pytest_jaxport.view.codequality import code_quality
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
@@ -30,8 +30,8 @@ from pytest_jaxport.view.viewmodel.reportview import ReportView
 class ReportSource(Protocol):
     """What a reporter reads, each built once and only when a format asks for it."""
 
-    def build(self) -> Mapping[str, Any] | Report:
-        """The report as the plugin writes it."""
+    def build(self) -> Report:
+        """The report (typed: its JSON appears only as the ``.json`` file is written)."""
         ...
 
     def view(self) -> ReportView:
@@ -60,13 +60,6 @@ def write_markdown_report(path: Path, source: ReportSource) -> None:
 def write_html_report(path: Path, source: ReportSource) -> None:
     """The view as one self-contained HTML page."""
     write_text(path, render_html(source.view(), source.display()))
-
-
-def typed(built: Mapping[str, Any] | Report, path: Path) -> Report:
-    """The report as a typed :class:`Report` (the plugin builds its JSON form)."""
-    if isinstance(built, Report):
-        return built
-    return from_json(json.loads(json.dumps(built)), path)
 
 
 @lru_cache(maxsize=4096)

@@ -40,7 +40,8 @@ from pytest_jaxport.model.probe import (
 )
 from pytest_jaxport.model.runtime_share import SHARE_LAYERS
 from pytest_jaxport.report.baseline import ReportDiff
-from pytest_jaxport.report.document import Drift, Report
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.entries import Drift
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.formatting import number, pct, plural
 from pytest_jaxport.view.viewmodel.build import build_view

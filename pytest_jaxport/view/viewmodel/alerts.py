@@ -57,7 +57,8 @@ from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
-from pytest_jaxport.report.document import Drift, Report, TestEntry
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.entries import Drift, TestEntry
 from pytest_jaxport.view.viewmodel.problems import emulated_sites, platform_entry
 
 AlertLevel = Literal["error", "warning", "note"]

@@ -13,7 +13,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from pytest_jaxport.model.platforms import NVIDIA_PLATFORM
-from pytest_jaxport.report.document import Numbers, Report
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.totals import Numbers
 from pytest_jaxport.view.formatting import natural_key
 from pytest_jaxport.view.viewmodel.alerts import alerts_of
 from pytest_jaxport.view.viewmodel.baseline import baseline_groups, baseline_line

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pytest_jaxport.model.findings import FINDING_KINDS
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.platforms import PLATFORM_VENDORS
-from pytest_jaxport.report.document import Config, PlatformTotals, Tooling
+from pytest_jaxport.report.document import Config
+from pytest_jaxport.report.totals import PlatformTotals, Tooling
 from pytest_jaxport.view.formatting import number, pct, plural
 from pytest_jaxport.view.viewmodel.details import padding_text
 from pytest_jaxport.view.viewmodel.reportview import LayerRow, ReportView

@@ -33,7 +33,8 @@ from pytest_jaxport.model.probe import (
     emulated_status,
     numerics_status,
 )
-from pytest_jaxport.report.document import Check, Report, TestEntry
+from pytest_jaxport.report.document import Report
+from pytest_jaxport.report.entries import Check, TestEntry
 from pytest_jaxport.view.formatting import first_line, number, pct, plural
 
 

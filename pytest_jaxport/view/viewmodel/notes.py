@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.document import Merged, PlatformTotals, Report
+from pytest_jaxport.report.document import Merged, Report
+from pytest_jaxport.report.totals import PlatformTotals
 from pytest_jaxport.view.formatting import number, plural
 from pytest_jaxport.view.viewmodel.matrix import TestRow
 from pytest_jaxport.view.viewmodel.shares import ShareRow

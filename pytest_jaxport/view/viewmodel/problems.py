@@ -21,7 +21,7 @@ from typing import Literal
 
 from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.probe import PlatformProbe
-from pytest_jaxport.report.document import TestEntry
+from pytest_jaxport.report.entries import TestEntry
 from pytest_jaxport.view.formatting import first_line, plural
 from pytest_jaxport.view.viewmodel.matrix import Cell, CheckRow, TestRow
 

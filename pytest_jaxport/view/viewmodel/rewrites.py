@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_jaxport.report.document import Numbers
+from pytest_jaxport.report.totals import Numbers
 from pytest_jaxport.view.formatting import days_text, number
 
 

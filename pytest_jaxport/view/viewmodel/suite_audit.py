@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_jaxport.model.platforms import DEFAULT_HOME
-from pytest_jaxport.report.audit import computation_label
+from pytest_jaxport.report.audit_section import AuditSection, Computation, computation_label
 from pytest_jaxport.report.baseline import Change
-from pytest_jaxport.report.document import AuditSection, Computation, Numbers, PlatformTotals
+from pytest_jaxport.report.totals import Numbers, PlatformTotals
 from pytest_jaxport.view.formatting import plural
 from pytest_jaxport.view.viewmodel.headline import Headline
 from pytest_jaxport.view.viewmodel.matrix import in_order
@@ -47,8 +47,8 @@ class AuditParts:
 
 
 def _label(computation: Computation) -> str:
-    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit.computation_label`)."""
-    return computation_label({"function": computation.function, "id": computation.id})
+    """``mlp [3f2a1b2c]`` (:func:`pytest_jaxport.report.audit_section.computation_label`)."""
+    return computation_label(computation.id, computation.function)
 
 
 def audit_parts(
@@ -139,7 +139,7 @@ def tests_of(audit: AuditSection) -> tuple[AuditTest, ...]:
     by_id = {c.id: c for c in audit.computations}
 
     def label(cid: str) -> str:
-        return _label(by_id[cid]) if cid in by_id else computation_label({"id": cid})
+        return _label(by_id[cid]) if cid in by_id else computation_label(cid)
 
     def split(cids: Sequence[str]) -> tuple[list[str], int]:  # the jitted; eager ops counted
         jitted = [c for c in cids if c not in by_id or by_id[c].kind != "eager"]

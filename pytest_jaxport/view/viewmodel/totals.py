@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pytest_jaxport.model.classification import COLLECTIVE_LIBRARIES
-from pytest_jaxport.report.document import PlatformTotals
+from pytest_jaxport.report.totals import PlatformTotals
 from pytest_jaxport.view.formatting import number, pct
 
 

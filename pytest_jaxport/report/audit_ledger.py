@@ -13,23 +13,37 @@ section's shape: docs/reference.md ("The report's audit section").
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TypedDict, cast
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.config import Budget
-from pytest_jaxport.model.cost import COST_KEYS, CostModel, FormatItem, RewriteItem
+from pytest_jaxport.model.cost import COST_KEYS, CostModel, RewriteItem
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.evaluation import evaluate, rewrite_violations
 from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
-from pytest_jaxport.model.jsontypes import JsonMapping, JsonObject, opt_table, table
-from pytest_jaxport.model.platforms import DEFAULT_HOME
-from pytest_jaxport.model.probe import PlatformProbe, Probe, census_from_dict
-from pytest_jaxport.model.runtime_share import RuntimeShare
+from pytest_jaxport.model.jsontypes import Json, JsonObject
+from pytest_jaxport.model.probe import PlatformProbe, Probe
+from pytest_jaxport.report.audit_section import (
+    AuditFinding,
+    AuditSection,
+    Computation,
+    TestUse,
+    computation_label,
+)
 from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
-from pytest_jaxport.report.document import AuditSection, Computation, built_audit
-from pytest_jaxport.report.schema import suite_numbers, with_sites
+from pytest_jaxport.report.reader import record_reader
+from pytest_jaxport.report.summary import Pricing, platform_totals, suite_numbers
+from pytest_jaxport.report.totals import Numbers, PlatformTotals
+
+
+def _json_table(read_table: Mapping[str, object]) -> Mapping[str, Json]:
+    """A read_table this package recorded (what the hook could see, a count's change), as the
+    section keeps it."""
+    return cast("Mapping[str, Json]", read_table)
+
 
 SUITE = "the audited suite"
 """The name suite-level budget violations carry."""
@@ -63,16 +77,6 @@ class ComputationRecord(TypedDict):
     platforms: dict[str, JsonObject]
     """Per platform, the same entry a check has (``lowered`` census, ``error``...)."""
     findings: list[FindingRecord]
-
-
-class AuditedComputation(ComputationRecord):
-    """A distinct computation as the audit section lists it: the record with its users, and
-    the owner :func:`assemble` gives it."""
-
-    users: list[str]
-    """The tests that ran it, in collection order."""
-    outside_tests: bool
-    owner: str | None
 
 
 class AuditTestRecord(TypedDict):
@@ -109,6 +113,28 @@ def finding_kind(host_callbacks: Sequence[str], present: bool) -> str:
     return "host-callback" if host_callbacks and not present else "lowering"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditSettings:
+    """What an audit section is assembled with, besides what the tests ran: what the hook
+    could see, the platforms it lowered for, who counts as an eager op's users, and how the
+    suite's moves are priced."""
+
+    interception: Mapping[str, object] | None
+    platforms: tuple[str, ...]
+    pricing: Pricing
+    eager_users: str = "owner"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEvents:
+    """What the audited processes counted besides the computations: the hook's cache-miss
+    calls, the compilations outside it, and the audit's own errors."""
+
+    calls: int = 0
+    compiled_outside: int = 0
+    errors: tuple[str, ...] = ()
+
+
 class AuditLedger:
     """Merges per-test records (from any process, in any order) into the audit section."""
 
@@ -138,68 +164,41 @@ class AuditLedger:
         self.compiled_outside += record["compiled_outside"]
         self.errors += record["errors"]
 
-    def _users(self, cid: str) -> list[str]:
+    def _users(self, cid: str) -> tuple[str, ...]:
         users = self._uses.get(cid, {})
-        return sorted(users, key=lambda nodeid: (users[nodeid], nodeid))
+        return tuple(sorted(users, key=lambda nodeid: (users[nodeid], nodeid)))
 
-    def section(
-        self,
-        *,
-        interception: Mapping[str, object] | None,
-        platforms: Sequence[str],
-        migrate_to: Sequence[str],
-        model: CostModel,
-        eager_users: str = "owner",
-        price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
-        home: str = DEFAULT_HOME,
-    ) -> JsonObject:
-        """The report's ``audit`` section (see the module docstring), moving off ``home``."""
+    def section(self, settings: AuditSettings) -> AuditSection:
+        """The report's ``audit`` section (see the module docstring)."""
         index = {nodeid: i for nodeid, (i, _) in self._tests.items()}
-        computations: list[AuditedComputation] = []
-        for cid, record in self.computations.items():
-            computations.append(
-                {
-                    **record,
-                    "users": self._users(cid),
-                    "outside_tests": cid in self._outside,
-                    "owner": None,
-                }
+        computations = [
+            replace(
+                Computation.read(record_reader(record, f"audit.computations[{cid}]")),
+                users=self._users(cid),
+                outside_tests=cid in self._outside,
             )
+            for cid, record in self.computations.items()
+        ]
         uses = {nodeid: list(used) for nodeid, (_, used) in sorted(
             self._tests.items(), key=lambda t: (t[1][0], t[0]))}  # fmt: skip
-        return assemble(
-            computations,
-            uses,
-            index=index,
-            tests=len(self._tests),
-            events={"calls": self.calls, "compiled_outside": self.compiled_outside},
-            errors=self.errors,
-            interception=interception,
-            platforms=platforms,
-            migrate_to=migrate_to,
-            model=model,
-            eager_users=eager_users,
-            price=price,
-            home=home,
+        events = AuditEvents(
+            calls=self.calls, compiled_outside=self.compiled_outside, errors=tuple(self.errors)
         )
+        return assemble(
+            computations, uses, index=index, tests=len(self._tests), events=events,
+            settings=settings,
+        )  # fmt: skip
 
 
 def assemble(
-    computations: list[AuditedComputation],
-    uses: Mapping[str, list[str]],
+    computations: Sequence[Computation],
+    uses: Mapping[str, Sequence[str]],
     *,
     index: Mapping[str, int],
     tests: int,
-    events: Mapping[str, int],
-    errors: Sequence[str],
-    interception: Mapping[str, object] | None,
-    platforms: Sequence[str],
-    migrate_to: Sequence[str],
-    model: CostModel,
-    eager_users: str = "owner",
-    price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
-    home: str = DEFAULT_HOME,
-) -> JsonObject:
+    events: AuditEvents,
+    settings: AuditSettings,
+) -> AuditSection:
     """The ``audit`` section of distinct ``computations`` (each with its ``users`` in
     collection order) and the computations each test ran (``uses``, tests in collection
     order; ``index`` their positions): owners, the ``seen`` counts, the suite's numbers and
@@ -209,86 +208,82 @@ def assemble(
     is its owner. Each process records it in the first test that ran it there (JAX serves
     later calls from its caches): the owner, and under pytest-xdist each other worker's
     first too, which a serial run never sees."""
+    eager_users = settings.eager_users
+    owned = []
     for c in computations:
-        if eager_users == "owner" and c["kind"] == "eager":
-            c["users"] = c["users"][:1]
-        c["owner"] = c["users"][0] if c["users"] else None
-    computations.sort(key=_owner_order(index))
-    owner = {c["id"]: c["owner"] for c in computations}
+        users = c.users[:1] if eager_users == "owner" and c.kind == "eager" else c.users
+        owned.append(replace(c, users=users, owner=users[0] if users else None))
+    owned.sort(key=_owner_order(index))
+    owner = {c.id: c.owner for c in owned}
     # in the computations' order, not the order the test's calls missed JAX's caches: that
     # depends on what else the process ran (a cache another test's lowering filled)
-    order = {c["id"]: i for i, c in enumerate(computations)}
-    ran: dict[str, dict[str, list[str]]] = {}
-    eager = {c["id"] for c in computations if c["kind"] == "eager"}
+    order = {c.id: i for i, c in enumerate(owned)}
+    ran: dict[str, TestUse] = {}
+    eager = {c.id for c in owned if c.kind == "eager"}
     for nodeid, used in uses.items():
         if eager_users == "owner":
             used = [cid for cid in used if cid not in eager or owner.get(cid) == nodeid]
         if used:
-            ordered = sorted(used, key=lambda cid: (order.get(cid, len(order)), cid))
-            ran[nodeid] = {"owns": [cid for cid in ordered if owner.get(cid) == nodeid],
-                           "uses": ordered}  # fmt: skip
-    seen = {
+            ordered = tuple(sorted(used, key=lambda cid: (order.get(cid, len(order)), cid)))
+            ran[nodeid] = TestUse(owns=tuple(cid for cid in ordered if owner.get(cid) == nodeid),
+                                  uses=ordered)  # fmt: skip
+    found = hotspots(reaches(owned))
+    totals, numbers = audit_summary(owned, found, settings.pricing)
+    errors = events.errors
+    return AuditSection(
+        interception=_json_table(dict(settings.interception or {})),
+        platforms=tuple(settings.platforms),
+        eager_users=eager_users,
+        seen=_seen(owned, ran, tests=tests, events=events),
+        totals=totals,
+        numbers=numbers,
+        sites=tuple(sorted(found, key=site_order)),
+        findings=tuple(
+            AuditFinding(computation=c.id, function=c.function, **f)
+            for c in owned
+            for f in c.findings or ()
+        ),
+        computations=tuple(owned),
+        tests=ran,
+        cost=settings.pricing.model,
+        audit_errors=tuple(sorted(set(errors))[:20]) if errors else None,
+    )
+
+
+def _seen(
+    computations: Sequence[Computation],
+    ran: Mapping[str, TestUse],
+    *,
+    tests: int,
+    events: AuditEvents,
+) -> dict[str, int]:
+    """The counts of what the audit saw (the section's ``seen``)."""
+    return {
         "computations": len(computations),
-        "jit": sum(c["kind"] == "jit" for c in computations),
-        "eager": sum(c["kind"] == "eager" for c in computations),
+        "jit": sum(c.kind == "jit" for c in computations),
+        "eager": sum(c.kind == "eager" for c in computations),
         "tests": tests,
         "tests_using": len(ran),
-        "tests_owning": sum(bool(t["owns"]) for t in ran.values()),
-        "shared": sum(len(c["users"]) > 1 for c in computations),
-        "outside_tests": sum(bool(c["outside_tests"]) for c in computations),
-        "partitioned": sum(int(c.get("partitions", 1)) > 1 for c in computations),
-        "calls": int(events.get("calls", 0)),
-        "compiled_outside": int(events.get("compiled_outside", 0)),
-        "audit_errors": len(errors),
+        "tests_owning": sum(bool(t.owns) for t in ran.values()),
+        "shared": sum(len(c.users) > 1 for c in computations),
+        "outside_tests": sum(c.outside_tests for c in computations),
+        "partitioned": sum(c.partitions > 1 for c in computations),
+        "calls": events.calls,
+        "compiled_outside": events.compiled_outside,
+        "audit_errors": len(events.errors),
     }
-    found = hotspots(reaches(computations))
-    section: JsonObject = {
-        "interception": dict(interception or {}),
-        "platforms": list(platforms),
-        "eager_users": eager_users,
-        "seen": seen,
-        "summary": audit_summary(
-            computations, found, migrate_to=migrate_to, model=model, price=price, home=home
-        ),
-        "sites": sites(found),
-        "findings": [
-            {"computation": c["id"], "function": c["function"], **finding}
-            for c in computations
-            for finding in c["findings"]
-        ],
-        "computations": computations,
-        "tests": ran,
-        "cost": {key: getattr(model, key) for key in COST_KEYS},
-    }
-    if errors:
-        section["audit_errors"] = sorted(set(errors))[:20]
-    return section
 
 
-def _owner_order(
-    index: Mapping[str, int],
-) -> Callable[[AuditedComputation], tuple[int, str, str]]:
+def _owner_order(index: Mapping[str, int]) -> Callable[[Computation], tuple[int, str, str]]:
     """Computations by their owner's place in collection order, then function and id."""
 
-    def order(c: AuditedComputation) -> tuple[int, str, str]:
-        owner = c["owner"]
-        return (index.get(owner, -1) if owner else -1, c["function"], c["id"])
+    def order(c: Computation) -> tuple[int, str, str]:
+        return (index.get(c.owner, -1) if c.owner else -1, c.function, c.id)
 
     return order
 
 
-def _record(computation: Computation) -> AuditedComputation:
-    """A leg's computation as the record :func:`assemble` joins (its JSON, which has the
-    record's keys; those a report of an older version lacks stay absent), users cleared."""
-    return cast(AuditedComputation, {**computation.to_dict(), "users": []})
-
-
-def merge_audits(
-    sections: Sequence[tuple[str, AuditSection | JsonMapping]],
-    *,
-    migrate_to: Sequence[str],
-    home: str = DEFAULT_HOME,
-) -> JsonObject:
+def merge_audits(sections: Sequence[tuple[str, AuditSection]], *, pricing: Pricing) -> AuditSection:
     """One audit of several legs' ``(leg name, audit section)``: the union of their
     computations by id (one computation two legs ran counts once; the first leg's census,
     the union of its users), their tests in leg order (a test in two legs, the union of what
@@ -296,125 +291,99 @@ def merge_audits(
     with the first leg's cost model (``cost``). Events (calls, compilations outside jit
     dispatch, the audit's errors) are summed; the suite budget failures are each leg's own
     judgement, kept with the leg's name (merging does not re-read ``fail_on``). Eager ops
-    count in their owner only where one leg counted them so (``eager_users``). A section
-    given as JSON is one this package wrote (read as :func:`built_audit` reads it)."""
-    typed = [(leg, s if isinstance(s, AuditSection) else built_audit(s)) for leg, s in sections]
-    computations: dict[str, AuditedComputation] = {}
+    count in their owner only where one leg counted them so (``eager_users``)."""
+    computations: dict[str, Computation] = {}
     users: dict[str, dict[str, None]] = {}
     uses: dict[str, dict[str, None]] = {}
     platforms: dict[str, None] = {}
-    events = {"calls": 0, "compiled_outside": 0}
+    calls = compiled_outside = 0
     errors: list[str] = []
-    violations: list[JsonObject] = []
-    growth: list[JsonObject] = []
-    interceptions: list[JsonMapping] = []
+    violations: list[Violation] = []
+    growth: list[Mapping[str, Json]] = []
+    interceptions: list[Mapping[str, Json]] = []
     idle = 0  # tests that ran nothing jitted, per leg (not listed by name)
     eager_users = "all"
-    for leg, section in typed:
+    for leg, section in sections:
         if section.eager_users != "all":
             eager_users = "owner"
         interceptions.append(section.interception)
         platforms.update(dict.fromkeys(section.platforms))
         for c in section.computations:
-            record = computations.setdefault(c.id, _record(c))
-            record["outside_tests"] = bool(record["outside_tests"] or c.outside_tests)
+            had = computations.setdefault(c.id, replace(c, users=()))
+            computations[c.id] = replace(had, outside_tests=had.outside_tests or c.outside_tests)
             users.setdefault(c.id, {}).update(dict.fromkeys(c.users))
         for nodeid, test in section.tests.items():
             uses.setdefault(nodeid, {}).update(dict.fromkeys(test.uses))
         seen = section.seen
         idle = max(idle, seen.get("tests", 0) - seen.get("tests_using", 0))
-        for key in events:
-            events[key] += seen.get(key, 0)
+        calls += seen.get("calls", 0)
+        compiled_outside += seen.get("compiled_outside", 0)
         errors += section.audit_errors or ()
-        violations += [{**v.to_dict(), "leg": leg} for v in section.violations or ()]
+        violations += section.violations or ()  # each leg's judgement (its leg not kept)
         growth += [{**g, "leg": leg} for g in section.baseline_growth or ()]
     index = {nodeid: i for i, nodeid in enumerate(uses)}
-    for cid, record in computations.items():
-        record["users"] = sorted(users[cid], key=lambda n: (index.get(n, len(index)), n))
+    merged_computations = [
+        replace(c, users=tuple(sorted(users[cid], key=lambda n: (index.get(n, len(index)), n))))
+        for cid, c in computations.items()
+    ]
     interception = dict(interceptions[0]) if interceptions else {}
     versions = list(dict.fromkeys(str(i.get("jax")) for i in interceptions if i.get("jax")))
     if len(versions) > 1:
         interception["jax"] = ", ".join(versions)
-    cost = typed[0][1].cost or CostModel()
+    cost = sections[0][1].cost or CostModel()
     model = CostModel(**{k: float(getattr(cost, k)) for k in COST_KEYS})
     merged = assemble(
-        list(computations.values()),
+        merged_computations,
         {nodeid: list(used) for nodeid, used in uses.items()},
         index=index,
         tests=len(uses) + idle,
-        events=events,
-        errors=errors,
-        interception=interception,
-        platforms=list(platforms),
-        migrate_to=migrate_to,
-        model=model,
-        eager_users=eager_users,
-        home=home,
+        events=AuditEvents(calls=calls, compiled_outside=compiled_outside, errors=tuple(errors)),
+        settings=AuditSettings(
+            interception=interception,
+            platforms=tuple(platforms),
+            eager_users=eager_users,
+            pricing=replace(pricing, model=model),
+        ),
     )
-    merged["violations"] = violations
-    merged["baseline_growth"] = growth
-    merged["legs"] = [leg for leg, _ in typed]
-    fail_on = next((s.fail_on for _, s in typed if s.fail_on), None)
-    if fail_on:  # the first leg's that had one; each leg's violations stay its own judgement
-        merged["fail_on"] = dict(fail_on)
-    return merged
+    fail_on = next((s.fail_on for _, s in sections if s.fail_on), None)
+    return replace(
+        merged,
+        violations=tuple(violations),
+        baseline_growth=tuple(growth),
+        legs=tuple(leg for leg, _ in sections),
+        # the first leg's that had one; each leg's violations stay its own judgement
+        fail_on=dict(fail_on) if fail_on else None,
+    )
 
 
-def computation_label(computation: JsonMapping) -> str:
-    """``mlp [3f2a1b2c]``: the function and the start of the computation's key (one function
-    traced for two signatures is two computations)."""
-    return f"{computation.get('function', '?')} [{str(computation.get('id', ''))[:8]}]"
-
-
-def probe_of(computation: AuditedComputation) -> JsonObject:
+def probe_of(computation: Computation) -> Probe:
     """An audited computation's probe: its platforms, named by its label."""
-    return {"name": computation_label(computation), "reference": "cpu",
-            "platforms": computation["platforms"]}  # fmt: skip
+    return Probe(name=computation_label(computation.id, computation.function), reference="cpu",
+                 platforms=computation.platforms)  # fmt: skip
 
 
 def audit_summary(
-    computations: Sequence[AuditedComputation],
-    found: Iterable[Hotspot],
-    *,
-    migrate_to: Sequence[str],
-    model: CostModel,
-    price: Callable[[RewriteItem | FormatItem], float | None] | None = None,
-    home: str = DEFAULT_HOME,
-) -> JsonObject:
+    computations: Sequence[Computation], found: Iterable[Hotspot], pricing: Pricing
+) -> tuple[dict[str, PlatformTotals], Numbers]:
     """The platform totals (with the distinct sites ``found``) and the three numbers over
-    the distinct computations, each counted once, moving off ``home``."""
+    the distinct computations, each counted once."""
     probes = [probe_of(c) for c in computations]
-    platforms = {p: c.to_dict() for p, c in platform_counts(probes).items()}
-    with_sites(platforms, found)
-    return {
-        "platforms": platforms,
-        **suite_numbers(probes, migrate_to=migrate_to, model=model, price=price, home=home),
-    }
+    return platform_totals(platform_counts(probes), found), suite_numbers(probes, pricing)
 
 
-def reaches(computations: Iterable[AuditedComputation]) -> Iterator[Reach]:
+def reaches(computations: Iterable[Computation]) -> Iterator[Reach]:
     """Each computation's census per platform, once per test that ran it (``test=None``
     for one run only outside tests), with its estimated runtime share: what
     :func:`~pytest_jaxport.model.hotspots.hotspots` counts, each computation once per site."""
     for computation in computations:
-        users: list[str | None] = list(computation.get("users") or ()) or [None]
-        for platform, entry in computation["platforms"].items():
-            if entry.get("lowered") is None:
+        users: list[str | None] = list(computation.users) or [None]
+        for entry in computation.platforms.values():
+            if entry.census is None:
                 continue
-            census = census_from_dict(platform, table(entry, "lowered"))
-            share = opt_table(entry, "runtime_share")
-            shared = RuntimeShare.from_dict(share) if share else None
             findings = findings_of(entry)
             for user in users:
-                yield Reach(test=user, source=computation["id"], census=census, share=shared,
-                            findings=findings)  # fmt: skip
-
-
-def sites(found: Iterable[Hotspot]) -> list[JsonObject]:
-    """Vendor and custom dispatches by source line and platform: each distinct site once,
-    with its call-weighted count over the computations, how many computations and tests
-    reach it, and its share of the suite's estimated time on that platform."""
-    return [h.to_audit_dict() for h in sorted(found, key=site_order)]
+                yield Reach(test=user, source=computation.id, census=entry.census,
+                            share=entry.runtime_share, findings=findings)  # fmt: skip
 
 
 # -- budgets: [tool.jaxport.audit] fail_on -------------------------------------------------
@@ -460,19 +429,15 @@ def audited_suite(section: AuditSection) -> Probe:
 
 
 def fail_on_violations(
-    section: AuditSection,
-    budget_for: Callable[[str], Budget],
-    *,
-    migrate_to: Sequence[str],
-    model: CostModel,
-    home: str = DEFAULT_HOME,
+    section: AuditSection, budget_for: Callable[[str], Budget], pricing: Pricing
 ) -> list[Violation]:
     """Every limit of ``[tool.jaxport.audit] fail_on`` the suite breaks (its distinct
-    computations together, each counted once), moving off ``home``."""
+    computations together, each counted once), moving off the home platform."""
     violations = evaluate(audited_suite(section), budget_for)
     rewrite = section.numbers.rewrite if section.numbers is not None else {}
     missing = section.numbers.not_lowered if section.numbers is not None else {}
-    for target in migrate_to:
+    home = pricing.home
+    for target in pricing.migrate_to:
         estimate = rewrite.get(target)
         if target in missing:  # never counted: a limit on it cannot pass
             violations += rewrite_violations(SUITE, budget_for(target), kernels=0, days=0.0,
@@ -500,27 +465,22 @@ def _item_text(item: RewriteItem) -> str:
 
 
 def judge(
-    section: JsonObject,
+    section: AuditSection,
     *,
     budget_for: Callable[[str], Budget],
-    migrate_to: Sequence[str],
-    model: CostModel,
+    pricing: Pricing,
     baseline: AuditCounts | None = None,
-    home: str = DEFAULT_HOME,
-) -> JsonObject:
-    """``section`` with the suite's budget failures as data: ``violations`` (the limits of
+) -> AuditSection:
+    """``section`` with the suite's budget failures: ``violations`` (the limits of
     ``[tool.jaxport.audit] fail_on`` it breaks) and ``baseline_growth`` (the counts that grew
     since ``baseline``'s audit counts, when given)."""
-    audited = built_audit(section)
-    violations = fail_on_violations(
-        audited, budget_for, migrate_to=migrate_to, model=model, home=home
+    violations = fail_on_violations(section, budget_for, pricing)
+    grown = audit_changes(baseline, audit_counts(section)) if baseline is not None else []
+    return replace(
+        section,
+        violations=tuple(violations),
+        baseline_growth=tuple(_json_table(c.to_dict()) for c in grown if c.grew),
     )
-    section["violations"] = [v.to_dict() for v in violations]
-    grown = []
-    if baseline is not None:
-        grown = audit_changes(baseline, audit_counts(audited))
-    section["baseline_growth"] = [c.to_dict() for c in grown if c.grew]
-    return section
 
 
 def failures(section: AuditSection) -> int:
