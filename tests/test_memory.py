@@ -15,19 +15,26 @@ from helpers import built_report
 
 from pytest_jaxport.model.budget import Budget, Setting, Violation
 from pytest_jaxport.model.census import CompiledMemory
+from pytest_jaxport.model.devices import described_device
 from pytest_jaxport.model.evaluation import evaluate
 from pytest_jaxport.model.failure import failure_text
 from pytest_jaxport.model.memory import (
     GIB,
     DeviceMemory,
     MemoryLimit,
+    MemoryTarget,
     OutOfMemory,
     out_of_memory,
     parse_memory_limit,
+    planned,
     planned_peak,
+    refused,
 )
 from pytest_jaxport.model.probe import NotCompared, PlatformProbe, Probe, platform_from_dict
 from pytest_jaxport.report.errors import ReportError
+
+RECORDED = Path(__file__).parent.parent / "benchmarks/results/chip-memory-tpu-v5-lite.json"
+"""What the lent TPU v5e measured (issue 56), with the deviceless plans beside it."""
 
 V5E_BYTES_LIMIT = 16_909_336_064
 """The lent TPU v5e's ``memory_stats()["bytes_limit"]`` (chip-memory-tpu-v5-lite.json)."""
@@ -229,6 +236,34 @@ def test_a_fraction_of_an_unknown_capacity_allows_nothing_known() -> None:
     assert OutOfMemory(needs_bytes=5, needs="5").needs_text == "5 B"
 
 
+def test_the_fit_verdicts_equal_the_chips_on_every_recorded_program() -> None:
+    """The lent TPU v5e's corpus (chip-memory-tpu-v5-lite.json): each program's deviceless
+    plan, or libtpu's refusal, judged against v5e's capacity as a check's memory is, fits
+    where the chip ran it and does not where the chip refused it: 17 of 17. The plan (the
+    compiler's peak plus the code) is never below the chip's peak by more than 5.75 MiB."""
+    recorded = json.loads(RECORDED.read_text())
+    v5e = described_device("tpu", "v5e")
+    assert v5e is not None
+    target = MemoryTarget(platform="tpu", device="TPU v5e", generation="v5e", slice="v5e:1x1",
+                          deviceless=True, capacity=v5e.capacity)  # fmt: skip
+    agreed = 0
+    for name, deviceless in recorded["recorded"]["deviceless"]["programs"].items():
+        chip = recorded["programs"][name]
+        if "compile_error" in deviceless:
+            memory = refused(target, deviceless["compile_error"])
+        else:
+            memory = planned(target, CompiledMemory.from_stats(deviceless["memory_analysis"]))
+        assert memory is not None
+        assert memory.fits is not None
+        if not chip["chip_measured"]:
+            continue
+        assert memory.fits is chip["fits_chip"], name
+        agreed += 1
+        if memory.peak_bytes is not None and chip.get("chip_peak_bytes") is not None:
+            assert memory.peak_bytes - chip["chip_peak_bytes"] >= -6 * 2**20, name
+    assert agreed == 17
+
+
 # -- the budget and must_lower, on plain data ---------------------------------------------
 
 
@@ -309,7 +344,6 @@ def _installed(distribution: str) -> bool:
 needs_libtpu = pytest.mark.skipif(
     not _installed("libtpu"), reason='libtpu is not installed (pip install "pytest-jaxport[tpu]")'
 )
-RECORDED = Path(__file__).parent.parent / "benchmarks/results/chip-memory-tpu-v5-lite.json"
 
 
 def _peak_rss_kib(result: pytest.RunResult) -> int:
