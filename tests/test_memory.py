@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from pytest_jaxport.model.memory import (
     refused,
 )
 from pytest_jaxport.model.probe import NotCompared, PlatformProbe, Probe, platform_from_dict
+from pytest_jaxport.report.audit_ledger import audited_suite, largest_memory
+from pytest_jaxport.report.audit_section import AuditSection, Computation
 from pytest_jaxport.report.errors import ReportError
 
 RECORDED = Path(__file__).parent.parent / "benchmarks/results/chip-memory-tpu-v5-lite.json"
@@ -548,3 +551,27 @@ def test_a_production_train_step_is_planned_for_cuda_and_tpu_on_a_cpu_machine(
         "does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB (at test_production.py:"
     )
     assert "(18.75G) exceeds available HBM (15.75G)" in product["compile_error"]
+
+
+def test_the_audits_fail_on_judges_the_computation_that_needs_the_most() -> None:
+    """``[tool.jaxport.audit.fail_on] max_device_memory``: the suite's largest computation on
+    the platform (one device runs one computation at a time), not a sum."""
+    small = replace(_planned(), peak_bytes=2 * GIB)
+    computations = tuple(
+        Computation(id=f"c{i}", function="step", source="t.py:3", kind="jit",
+                    signature=("x: float32[3]",),
+                    platforms={"tpu": PlatformProbe(platform="tpu", present=False,
+                                                    memory=memory)})
+        for i, memory in enumerate((small, _planned(), None))
+    )  # fmt: skip
+    section = AuditSection(
+        interception={}, platforms=("tpu",), eager_users="owner", seen={}, totals={},
+        numbers=None, sites=(), findings=(), computations=computations, tests={},
+    )  # fmt: skip
+    assert largest_memory(section, "tpu") == _planned()
+    assert largest_memory(section, "cuda") is None
+    limit = Setting(value=parse_memory_limit("10 GiB"), origin="[tool.jaxport.audit.fail_on]")
+    (violation,) = evaluate(
+        audited_suite(section), lambda p: Budget(platform=p, max_device_memory=limit)
+    )
+    assert violation.finding().startswith("12.38 GiB planned > 10.00 GiB (10 GiB) allowed")
