@@ -62,7 +62,14 @@ def _compile_on(
             return compiled, tuple(args), dict(kwargs), inserted
         return lowered.compile(), tuple(args), dict(kwargs), None
     device = jax.devices(platform)[0]
-    placed_args, placed_kwargs = jax.device_put((tuple(args), dict(kwargs)), device)
+
+    def placed(leaf: object) -> object:
+        if isinstance(leaf, jax.ShapeDtypeStruct):  # abstract: described there, not put
+            there = jax.sharding.SingleDeviceSharding(device)
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=there)  # type: ignore[no-untyped-call]
+        return jax.device_put(leaf, device)
+
+    placed_args, placed_kwargs = jax.tree_util.tree_map(placed, (tuple(args), dict(kwargs)))
     fn = platform_function(fn, platform)
     compiled = jax.jit(fn).trace(*placed_args, **placed_kwargs).lower().compile()
     return compiled, tuple(placed_args), dict(placed_kwargs), None
