@@ -25,6 +25,7 @@ from pytest_jaxport.model.evaluation import evaluate, rewrite_violations
 from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
 from pytest_jaxport.model.jsontypes import Json, JsonObject
+from pytest_jaxport.model.memory import DeviceMemory
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.audit_section import (
     AuditFinding,
@@ -424,8 +425,26 @@ def audited_suite(section: AuditSection) -> Probe:
             error=error,
             runtime_share=shares.get(platform),
             formats=formats,
+            memory=largest_memory(section, platform),
         )
     return Probe(name=SUITE, reference="cpu", platforms=platforms)
+
+
+def largest_memory(section: AuditSection, platform: str) -> DeviceMemory | None:
+    """The memory of the suite's computation that needs the most on ``platform``'s device
+    (where a compiler planned it): what ``max_device_memory`` in ``fail_on`` judges, as one
+    device runs one computation at a time. ``None`` where none was planned."""
+    planned = [
+        memory
+        for c in section.computations
+        if (memory := _memory_of(c, platform)) is not None and memory.needed_bytes is not None
+    ]
+    return max(planned, key=lambda m: m.needed_bytes or 0, default=None)
+
+
+def _memory_of(computation: Computation, platform: str) -> DeviceMemory | None:
+    entry = computation.platforms.get(platform)
+    return entry.memory if entry is not None else None
 
 
 def fail_on_violations(
