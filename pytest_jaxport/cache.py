@@ -47,10 +47,11 @@ from pytest_jaxport.version import __version__
 CACHE_NAME = "jaxport-compiled"
 """The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""
 
-FORMAT = 4
+FORMAT = 5
 """Bumped whenever what an entry holds, or how compiled HLO is parsed, changes (3: library
 calls carry the relayouts around them; 4: TPU dispatches carry their tiled layouts, the
-program its entry layout and the compiler's memory count)."""
+program its entry layout and the compiler's memory count; 5: every platform's program its
+compiler's memory count, with the planned peak)."""
 
 LOWERED_CACHE_NAME = "jaxport-lowered"
 """The lowered level's folder under pytest's cache, next to :data:`CACHE_NAME`."""

@@ -21,8 +21,9 @@ else written to standard output, by C code or a stray print, goes to standard er
   bytes of the module (MLIR bytecode, as ``jax.stages.Lowered.compiler_ir("stablehlo")``
   serializes);
 - each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory":
-  {...}, "device_kind": ..., "seconds": ...}`` or ``{"ok": false, "error": ..., "stage":
-  "topology" | "compile"}``.
+  {...}, "device_kind": ..., "seconds": ...}`` (``memory``: ``get_compiled_memory_stats()``'s
+  sizes, ``peak_memory_in_bytes`` among them where the installed jaxlib has it) or
+  ``{"ok": false, "error": ..., "stage": "topology" | "compile"}``.
 
 The worker exits when its standard input closes (the test process ended).
 
@@ -135,6 +136,9 @@ class _Compiler:
             memory: dict[str, int] | None = {
                 name: int(getattr(stats, name)) for name in MEMORY_FIELDS
             }
+            peak = getattr(stats, "peak_memory_in_bytes", None)  # jaxlib 0.7 and later
+            if memory is not None and isinstance(peak, int):
+                memory["peak_memory_in_bytes"] = peak
         except Exception:  # an older PJRT API without the stats: the HLO still counts
             memory = None
         return {

@@ -246,24 +246,33 @@ class CompiledMemory:
     temp: int
     alias: int = 0
     generated_code: int = 0
+    peak: int | None = None
+    """The compiler's planned peak (``peak_memory_in_bytes``), where the installed jaxlib
+    gives it; ``None`` where it did not."""
 
     FIELDS = ("argument", "output", "temp", "alias", "generated_code")
 
     @classmethod
     def from_stats(cls, stats: Mapping[str, object]) -> CompiledMemory:
-        """From ``CompiledMemoryStats``' fields (``argument_size_in_bytes``, ...) or this
-        class's own (``argument``, ...); raises ``ValueError`` for anything but whole
-        numbers."""
+        """From ``CompiledMemoryStats``' fields (``argument_size_in_bytes``, ...,
+        ``peak_memory_in_bytes``) or this class's own (``argument``, ..., ``peak``); raises
+        ``ValueError`` for anything but whole numbers."""
         values: dict[str, int] = {}
         for name in cls.FIELDS:
             value = stats.get(name, stats.get(f"{name}_size_in_bytes", 0))
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"not a byte count: {name} = {value!r:.80}")
             values[name] = value
-        return cls(**values)
+        peak = stats.get("peak", stats.get("peak_memory_in_bytes"))
+        if peak is not None and (not isinstance(peak, int) or isinstance(peak, bool) or peak < 0):
+            raise ValueError(f"not a byte count: peak = {peak!r:.80}")
+        return cls(**values, peak=peak)
 
     def to_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.FIELDS}
+        data = {name: getattr(self, name) for name in self.FIELDS}
+        if self.peak is not None:
+            data["peak"] = self.peak
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

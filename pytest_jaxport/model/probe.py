@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pytest_jaxport.model.census import Census, CollectiveCount, Kernel, SourceLocation
 from pytest_jaxport.model.classification import (
@@ -33,6 +34,7 @@ from pytest_jaxport.model.jsontypes import (
     read_text,
     read_texts,
 )
+from pytest_jaxport.model.memory import DeviceMemory
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.platforms import NVIDIA_PLATFORM
 from pytest_jaxport.model.runtime_share import RuntimeShare
@@ -86,6 +88,10 @@ class PlatformProbe:
     (``DeprecationWarning: ...``): pytest-jaxport's doing, not the user's run, so kept here
     instead of in pytest's warnings summary (and never an error under ``-W error``). A
     warning of a lowering for several platforms at once is each of theirs."""
+    memory: DeviceMemory | None = None
+    """What the check needs in this platform's device memory, as its compiler planned it
+    (``compiled``), or that no compiler ran (``not compiled``); ``None`` where memory is no
+    topic (the project compiles nothing): :mod:`pytest_jaxport.model.memory`."""
 
     @property
     def lowered(self) -> bool:
@@ -126,6 +132,46 @@ class Untraced:
         )
 
 
+NotComparedReason = Literal["abstract arguments"]
+"""Why a check's numerics were not compared although it lowered: its arguments were abstract
+(``jax.ShapeDtypeStruct``), so nothing was run."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotCompared:
+    """Why a check that lowered was run nowhere and its numerics not compared, on purpose:
+    some of its arguments were abstract (``jax.ShapeDtypeStruct``: a shape and a dtype, no
+    data), so it was traced, lowered and compiled only.
+
+    >>> NotCompared(arguments=("args[0]", "args[1]")).sentence()[-56:]
+    'jax.ShapeDtypeStruct: args[0], args[1]), nothing was run'
+    """
+
+    reason: NotComparedReason = "abstract arguments"
+    arguments: tuple[str, ...] = ()
+    """The abstract leaves, by path (``args[0]``, ``kwargs['x']``; the first few)."""
+
+    ARGUMENTS_KEPT = 8
+
+    def sentence(self) -> str:
+        """What every format says of the check's numerics."""
+        shown = ", ".join(self.arguments[: self.ARGUMENTS_KEPT])
+        if len(self.arguments) > self.ARGUMENTS_KEPT:
+            shown += f", and {len(self.arguments) - self.ARGUMENTS_KEPT} more"
+        named = f"jax.ShapeDtypeStruct: {shown}" if shown else "jax.ShapeDtypeStruct"
+        return f"numerics not compared: {self.reason} ({named}), nothing was run"
+
+    def to_dict(self) -> JsonObject:
+        return {"reason": self.reason, "arguments": list(self.arguments)}
+
+    @classmethod
+    def from_dict(cls, data: JsonMapping) -> NotCompared:
+        reason = read_text(data, "reason")
+        if reason != "abstract arguments":
+            raise ValueError(f"reason: expected 'abstract arguments', found {reason!r}")
+        return cls(reason="abstract arguments", arguments=read_texts(data, "arguments", ()))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Probe:
     """Everything one ``jaxport.check`` found."""
@@ -140,6 +186,9 @@ class Probe:
     """``grad``, ``vmap`` or ``jvp`` for a transformation's check; ``None`` otherwise."""
     untraced: Untraced | None = None
     """Set when the function could not be traced here (then ``platforms`` is empty)."""
+    not_compared: NotCompared | None = None
+    """Set when the check was run nowhere on purpose (abstract arguments): why its numerics
+    were not compared."""
 
     @property
     def executed(self) -> tuple[str, ...]:
@@ -183,11 +232,13 @@ class Probe:
             "transform": self.transform,
             "platforms": {p: platform_to_dict(r) for p, r in self.platforms.items()},
             **({"untraced": self.untraced.to_dict()} if self.untraced else {}),
+            **({"not_compared": self.not_compared.to_dict()} if self.not_compared else {}),
         }
 
     @classmethod
     def from_dict(cls, data: JsonMapping) -> Probe:
         untraced = read_opt_table(data, "untraced")
+        not_compared = read_opt_table(data, "not_compared")
         return cls(
             name=read_text(data, "name"),
             reference=read_text(data, "reference"),
@@ -199,6 +250,7 @@ class Probe:
                 for p, r in read_table(data, "platforms").items()
             },
             untraced=Untraced.from_dict(untraced) if untraced else None,
+            not_compared=NotCompared.from_dict(not_compared) if not_compared else None,
         )
 
 
@@ -326,6 +378,8 @@ def platform_to_dict(result: PlatformProbe) -> JsonObject:
         data["needs_hardware"] = result.needs_hardware
     if result.lowering_warnings:
         data["lowering_warnings"] = list(result.lowering_warnings)
+    if result.memory is not None:  # optional: reports of projects compiling nothing unchanged
+        data["memory"] = result.memory.to_dict()
     if result.emulated is not None:  # optional keys: reports without emulation are unchanged
         data["emulated"] = result.emulated.to_dict()
         data["emulated_numerics"] = (
@@ -345,6 +399,7 @@ def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
     emulated = read_opt_table(data, "emulated")
     emulated_numerics = read_opt_table(data, "emulated_numerics")
     emulated_bounds = read_opt_table(data, "emulated_bounds")
+    memory = read_opt_table(data, "memory")
     return PlatformProbe(
         platform=platform,
         present=read_flag(data, "present", False),
@@ -366,6 +421,7 @@ def platform_from_dict(platform: str, data: JsonMapping) -> PlatformProbe:
         emulated_numerics=Comparison.from_dict(emulated_numerics) if emulated_numerics else None,
         emulated_bounds=Comparison.from_dict(emulated_bounds) if emulated_bounds else None,
         lowering_warnings=read_texts(data, "lowering_warnings", None),
+        memory=DeviceMemory.from_dict(platform, memory) if memory else None,
     )
 
 

@@ -16,6 +16,7 @@ from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.emulation import Emulation
 from pytest_jaxport.model.findings import Finding, FormatCensus
 from pytest_jaxport.model.jsontypes import Json, as_json, put_optional
+from pytest_jaxport.model.memory import BREAKDOWN_KEYS, DeviceMemory
 from pytest_jaxport.model.numerics import Comparison
 from pytest_jaxport.model.probe import PlatformProbe, Probe, platform_from_dict
 from pytest_jaxport.model.runtime_share import SHARE_LAYERS, RuntimeShare
@@ -144,7 +145,37 @@ def read_platform(platform: str, r: Reader) -> PlatformProbe:
         emulated.opt_text("error")
         emulated.convert(Emulation.from_dict)
     r.texts("lowering_warnings", ())
+    memory = r.opt_table("memory")
+    if memory is not None:
+        read_memory(platform, memory)
     return r.convert(lambda data: platform_from_dict(platform, data))
+
+
+def read_memory(platform: str, r: Reader) -> DeviceMemory:
+    """A check's memory on one platform (``platforms.<p>.memory``): the compiler's plan
+    against the device's capacity, or ``not compiled``."""
+    r.text("level")
+    for key in ("device", "generation", "slice", "capacity_source"):
+        r.text(key, "")
+    r.integer("devices", 1)
+    r.flag("deviceless", False)
+    for key in ("peak_bytes", "capacity_bytes"):
+        r.opt_integer(key)
+    fits = r.json("fits", None)
+    if fits is not None and not isinstance(fits, bool):
+        raise r.error(r.at("fits"), "true, false or null", fits)
+    breakdown = r.opt_table("breakdown")
+    if breakdown is not None:
+        for key in BREAKDOWN_KEYS.values():
+            breakdown.integer(key, 0)
+    refused = r.opt_table("out_of_memory")
+    if refused is not None:
+        refused.integer("needs_bytes")
+        refused.opt_integer("available_bytes")
+        for key in ("needs", "available", "memory_space", "said"):
+            refused.text(key, "")
+    r.opt_text("reason")
+    return r.convert(lambda data: DeviceMemory.from_dict(platform, data))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +226,10 @@ class Check:
         if untraced is not None:
             for key in ("platform", "needs", "error"):
                 untraced.text(key)
+        not_compared = r.opt_table("not_compared")
+        if not_compared is not None:
+            not_compared.text("reason")
+            not_compared.texts("arguments", ())
         probe = r.convert(lambda data: Probe.from_dict({**data, "platforms": {}}))
         tolerance = r.numbers("tolerance") if r.opt_table("tolerance") is not None else None
         provenance = {p: Provenance.read(e) for p, e in entries.items()}
@@ -207,6 +242,7 @@ class Check:
                 variant_of=probe.variant_of,
                 transform=probe.transform,
                 untraced=probe.untraced,
+                not_compared=probe.not_compared,
             ),
             tolerance=tolerance,
             provenance={p: v for p, v in provenance.items() if not v.empty},
