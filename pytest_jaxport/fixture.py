@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_jaxport._jax import lowering, tracing
-from pytest_jaxport._jax.arguments import ArgumentError, prepare
+from pytest_jaxport._jax.arguments import ArgumentError, abstract_leaves, prepare
 from pytest_jaxport._jax.devices import present_platforms
 from pytest_jaxport._jax.execution import Execution, execute
 from pytest_jaxport._jax.interception import paused
@@ -45,7 +45,15 @@ from pytest_jaxport.model.compare import Outputs, compare
 from pytest_jaxport.model.config import ConfigError, Resolved
 from pytest_jaxport.model.emulation import may_differ_lines, not_emulated_message, with_locations
 from pytest_jaxport.model.numerics import Comparison, Tolerance
-from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, Probe, Untraced, emulated_status
+from pytest_jaxport.model.platforms import compiler_decides
+from pytest_jaxport.model.probe import (
+    MAY_DIFFER,
+    NotCompared,
+    PlatformProbe,
+    Probe,
+    Untraced,
+    emulated_status,
+)
 from pytest_jaxport.model.validators import transforms_value
 from pytest_jaxport.warning import JaxportWarning
 
@@ -142,6 +150,13 @@ class Jaxport:
         first platform's that did; ``None`` with a warning when none ran). Budgets are
         enforced when the test finishes.
 
+        Arguments may be abstract (``jax.ShapeDtypeStruct``, pytrees of them, with shardings
+        for a sliced check), mixed with concrete ones, as ``jax.jit(fn).lower`` takes them:
+        such a check is traced, lowered and compiled for every platform (its memory planned
+        where a compiler runs) and never run, emulated or allocated anywhere; its numerics
+        are not compared (its record says why) and ``check`` returns its outputs as
+        ``jax.ShapeDtypeStruct`` leaves, as ``jax.eval_shape`` gives them.
+
         ``transforms`` (``("grad", "vmap", "jvp")``; default: the marker's or
         ``[tool.jaxport] transforms``) also checks those transformations of ``fn``, each as
         its own check ``name[grad]``. ``name`` and ``transforms`` are keywords of ``check``
@@ -178,6 +193,8 @@ class Jaxport:
         if problem is not None:  # outside the except: no chained traceback for a usage error
             pytest.fail(problem, pytrace=False)
         fn, args, kwargs = call.fn, call.args, call.kwargs
+        abstract = abstract_leaves(args, kwargs)
+        not_compared = NotCompared(arguments=abstract) if abstract else None
         wanted = self._transforms(check_name, transforms)
         described = self._compile.described_kinds()
         try:
@@ -196,18 +213,20 @@ class Jaxport:
                 usage = f"jaxport.check({check_name!r}): {e}"
             if usage is not None:  # outside the except: no chained traceback for a usage error
                 pytest.fail(usage, pytrace=False)
-        value = self._probe(check_name, fn, args, kwargs, traced)
-        unrunnable = self._unrunnable(self.probes[-1].platforms)
+        value = self._probe(check_name, fn, args, kwargs, traced, not_compared=not_compared)
+        unrunnable = None if abstract else self._unrunnable(self.probes[-1].platforms)
         for variant in variants:
             with self._examiner.stage(stages.TRACE):
                 variant_traced = trace_variant(variant, described=described)
             self._probe(
                 self._unique_name(f"{check_name}[{variant.transform}]"),
                 variant, variant.args, {}, variant_traced,
-                variant_of=check_name, transform=variant.transform,
+                variant_of=check_name, transform=variant.transform, not_compared=not_compared,
             )  # fmt: skip
         if unrunnable is not None:  # the probes are recorded: the report still has the counts
             pytest.fail(f"jaxport.check({check_name!r}): {unrunnable}")
+        if not_compared is not None:  # nothing ran: what jax.eval_shape gives
+            return tracing.output_shapes(traced)
         return value
 
     def _unrunnable(self, results: Mapping[str, PlatformProbe]) -> str | None:
@@ -281,8 +300,11 @@ class Jaxport:
         *,
         variant_of: str | None = None,
         transform: str | None = None,
+        not_compared: NotCompared | None = None,
     ) -> object:
-        """One check: lower ``traced`` per platform, run, census, compare; record the probe."""
+        """One check: lower ``traced`` per platform, run, census, compare; record the probe.
+        With ``not_compared`` (abstract arguments) nothing runs or is emulated: lowered and
+        compiled only."""
         __tracebackhide__ = True
         present = present_platforms()
         frame, _ = _user_frame()  # the line that called check()
@@ -291,6 +313,8 @@ class Jaxport:
         )
 
         def run(found: LoweredPrograms, record_partition: bool) -> Run:
+            if not_compared is not None:  # no data: nothing to run, on any platform
+                return Run()
             executions: dict[str, Execution] = {}
             errors: dict[str, str] = {}
             built: dict[str, object] = {}
@@ -315,16 +339,24 @@ class Jaxport:
             self.platforms, present=present, run=run, fn=fn, args=args, kwargs=kwargs,
             caller=caller,
         )  # fmt: skip
-        emulated = self._emulate(traced, args, kwargs, examined.results, present)
-        with self._examiner.stage(stages.COMPARE):
-            probe, value = self._compare(
-                check_name, dict(examined.results), examined.executions, transform=transform,
-                emulated=emulated,
-            )  # fmt: skip
+        if not_compared is not None:
+            emulated: dict[str, Emulated] = {}
+            probe, value = Probe(
+                name=check_name, reference=self._config.reference, platforms=examined.results,
+                note=not_compared.sentence(), not_compared=not_compared,
+            ), None  # fmt: skip
+        else:
+            emulated = self._emulate(traced, args, kwargs, examined.results, present)
+            with self._examiner.stage(stages.COMPARE):
+                probe, value = self._compare(
+                    check_name, dict(examined.results), examined.executions,
+                    transform=transform, emulated=emulated,
+                )  # fmt: skip
         if transform is not None:
             probe = replace(probe, variant_of=variant_of, transform=transform)
             self._warn_findings(probe)
         _warn_unverified(probe)
+        self._warn_unfit(probe)
         self.outputs[check_name] = {p: e.outputs for p, e in examined.executions.items()}
         self.emulated_outputs[check_name] = {
             p: e.outputs for p, e in emulated.items() if e.outputs is not None
@@ -501,6 +533,25 @@ class Jaxport:
                 quiet.append(f"{platform}: {result.error}")
         if quiet:
             warn(JaxportWarning(f"check {probe.name!r}: " + "; ".join(quiet)))
+
+    def _warn_unfit(self, probe: Probe) -> None:
+        """Warn about a plan that does not fit its device where no budget says so (neither a
+        ``must_lower`` failing the compiler's refusal nor a ``max_device_memory``): never a
+        silent green."""
+        for platform, result in probe.platforms.items():
+            memory = result.memory
+            if memory is None or memory.fits is not False:
+                continue
+            budget = self._config.budget(platform)
+            must = budget.must_lower
+            refused = memory.out_of_memory is not None and compiler_decides(platform)
+            if budget.max_device_memory is not None or (
+                refused and must is not None and platform in must.value
+            ):
+                continue
+            warn(JaxportWarning(
+                f"check {probe.name!r}: {memory.headline()}; no must_lower or "
+                f"max_device_memory covers {platform}, so its test passes"))  # fmt: skip
 
     def _unique_name(self, name: str) -> str:
         taken = {p.name for p in self.probes}

@@ -48,7 +48,7 @@ def _planned() -> DeviceMemory:
 def test_a_plan_fits_where_the_compilers_peak_is_within_the_capacity() -> None:
     plan = _planned()
     assert plan.fits is True
-    assert plan.headline() == "tpu (v5e:1x1): 12.38 of 15.75 GiB (79%)"
+    assert plan.headline() == "tpu (v5e): 12.38 of 15.75 GiB (79%)"
     over = DeviceMemory(platform="cuda", level="compiled", device="NVIDIA H100 80GB HBM3",
                         generation="sm90", peak_bytes=120_000_000_000,
                         capacity_bytes=80 * GIB)  # fmt: skip
@@ -61,6 +61,10 @@ def test_an_unknown_capacity_leaves_the_verdict_unknown_never_true() -> None:
     assert plan.fits is None
     assert plan.used is None
     assert plan.headline() == "cpu (cpu): 0.19 GiB planned, capacity unknown"
+    sliced = DeviceMemory(platform="tpu", level="compiled", device="TPU v5e", generation="v5e",
+                          slice="v5e:2x2", devices=4, per="chip", peak_bytes=3 * GIB,
+                          capacity_bytes=V5E_BYTES_LIMIT)  # fmt: skip
+    assert sliced.headline() == "tpu (v5e:2x2, per chip): 3.00 of 15.75 GiB (19%)"
 
 
 def test_not_compiled_has_no_number() -> None:

@@ -3,7 +3,9 @@
 ``check(fn, *args, **kwargs)`` filters its arguments the way ``equinox.filter_jit`` does, so
 library models are checked as their users call them:
 
-- Array leaves (JAX arrays, numpy arrays and scalars) are traced.
+- Array leaves (JAX arrays, numpy arrays and scalars) are traced, and so are abstract ones
+  (``jax.ShapeDtypeStruct``, with a sharding or not): a check with any is traced, lowered and
+  compiled for every platform, and never run (:func:`abstract_leaves`).
 - Every other leaf is held static: functions, strings, and Python numbers and bools (a
   dropout rate, a ``train`` flag, a layer count), any hashable object. Pass
   ``jnp.asarray(0.5)`` to trace a number (to differentiate with respect to it, say).
@@ -214,11 +216,25 @@ def _is_held(value: object) -> bool:
 
 
 def _traced(leaf: object) -> bool:
-    """Arrays (JAX's and numpy's, scalars included), as ``eqx.is_array`` says."""
+    """Arrays (JAX's and numpy's, scalars included), as ``eqx.is_array`` says, and abstract
+    ones (``jax.ShapeDtypeStruct``: a shape, a dtype and a sharding, no data), as
+    ``jax.jit(fn).lower`` takes them."""
     import jax
     import numpy as np
 
-    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+def abstract_leaves(args: Sequence[object], kwargs: Mapping[str, object]) -> tuple[str, ...]:
+    """The paths of the abstract leaves (``jax.ShapeDtypeStruct``) among a call's traced
+    arguments (``args[0]``, ``kwargs['x']``, ``fn.layers[0].weight``): a check with any is
+    traced, lowered and compiled, never run (there is no data to run it on)."""
+    import jax
+
+    return tuple(
+        path for path, leaf in argument_leaves(args, kwargs)
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+    )  # fmt: skip
 
 
 def _hashable(value: object) -> bool:

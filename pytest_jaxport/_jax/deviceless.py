@@ -153,9 +153,27 @@ def deviceless_compile(
     target_config: str,
     compiler_options: Mapping[str, object] | None = None,
 ) -> str:
+    """Compile ``fn(*args, **kwargs)`` for the CUDA GPU ``target_config`` describes; the
+    post-optimization HLO text (:func:`deviceless_executable` says how)."""
+    executable = deviceless_executable(
+        fn, args, kwargs, target_config=target_config, compiler_options=compiler_options
+    )
+    text: str = executable.as_text()
+    return text
+
+
+def deviceless_executable(
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+    *,
+    target_config: str,
+    compiler_options: Mapping[str, object] | None = None,
+) -> Any:
     """Compile ``fn(*args, **kwargs)`` for the CUDA GPU ``target_config`` describes.
 
-    Returns the post-optimization HLO text. Array leaves (arrays or ``ShapeDtypeStruct``)
+    Returns the compiled program (a ``jax.stages.Compiled``: its ``as_text()``, its
+    ``memory_analysis()``), never run. Array leaves (arrays or ``ShapeDtypeStruct``)
     and Python scalars are traced abstractly, placed on the described device; bind any
     static argument with ``functools.partial``. ``compiler_options`` are XLA options such
     as ``{"xla_gpu_enable_triton_gemm": False}``. Call :func:`cuda_plugin_problem` first
@@ -186,8 +204,7 @@ def deviceless_compile(
             traced = trace()
         lowered = traced.lower()
     options = dict(compiler_options) if compiler_options else None
-    text: str = lowered.compile(compiler_options=options).as_text()
-    return text
+    return lowered.compile(compiler_options=options)
 
 
 def deviceless_compile_partitioned(
@@ -198,7 +215,25 @@ def deviceless_compile_partitioned(
     compiler_options: Mapping[str, object] | None = None,
 ) -> str:
     """Compile a sharded program, lowered for cuda, for ``partitions`` GPUs of
-    ``target_config``; the post-optimization HLO text (one device's program).
+    ``target_config``; the post-optimization HLO text (one device's program:
+    :func:`deviceless_partitioned_executable` says how)."""
+    executable = deviceless_partitioned_executable(
+        lowered, partitions, target_config=target_config, compiler_options=compiler_options
+    )
+    text: str = executable.hlo_modules()[0].to_string()
+    return text
+
+
+def deviceless_partitioned_executable(
+    lowered: Any,
+    partitions: int,
+    *,
+    target_config: str,
+    compiler_options: Mapping[str, object] | None = None,
+) -> Any:
+    """Compile a sharded program, lowered for cuda, for ``partitions`` GPUs of
+    ``target_config``; the compile-only client's executable (its ``hlo_modules()``, one
+    device's program, and ``get_compiled_memory_stats()``, one device's memory).
 
     The program was traced on this machine's devices (a ``Mesh`` of host devices): its
     shardings, ``shard_map`` meshes and sharding constraints name those devices, so it
@@ -219,13 +254,11 @@ def deviceless_compile_partitioned(
         device_assignment=np.array(devices, dtype=object).reshape(1, partitions),
         env_options_overrides=overrides,
     )
-    executable = devices[0].client.compile(
+    return devices[0].client.compile(
         lowered.compiler_ir("stablehlo"),
         executable_devices=xla_client.DeviceList(devices),
         compile_options=options,
     )
-    text: str = executable.hlo_modules()[0].to_string()
-    return text
 
 
 @functools.lru_cache(maxsize=16)

@@ -52,6 +52,20 @@ def device_kind(platform: str) -> str:
     return str(jax.devices(platform)[0].device_kind)
 
 
+def memory_limit(platform: str) -> int | None:
+    """The memory this machine's first ``platform`` device holds for programs, as its runtime
+    says (``memory_stats()["bytes_limit"]``: a TPU's, a GPU's); ``None`` where it says none
+    (the CPU)."""
+    import jax
+
+    try:
+        stats = jax.devices(platform)[0].memory_stats()
+    except Exception:  # a backend without memory statistics
+        return None
+    limit = stats.get("bytes_limit") if isinstance(stats, dict) else None
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
 def versions() -> dict[str, str]:
     """jax and jaxlib versions, for reports and cache keys."""
     return dict(_versions())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_jaxport._jax.callbacks import inert
-from pytest_jaxport._jax.deviceless import deviceless_compile, deviceless_compile_partitioned
+from pytest_jaxport._jax.deviceless import deviceless_executable, deviceless_partitioned_executable
 from pytest_jaxport._jax.devices import default_platform
 from pytest_jaxport._jax.lowering import LoweringFailure, describe_error, lower
 from pytest_jaxport._jax.outputs import to_outputs
@@ -22,7 +22,7 @@ from pytest_jaxport._jax.profile import measure
 from pytest_jaxport._jax.tracing import trace
 from pytest_jaxport._jax.transforms import platform_function
 from pytest_jaxport.model import partitioner
-from pytest_jaxport.model.census import OpSite
+from pytest_jaxport.model.census import CompiledMemory, OpSite
 from pytest_jaxport.model.compare import Outputs
 
 
@@ -174,6 +174,40 @@ def instruction_times(execution: Execution, *, runs: int = 3) -> dict[str, float
     return measure(execution.rerun, runs=runs, warmup=0)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledProgram:
+    """What a compile without a run gave: the optimized HLO, and the compiler's memory
+    count where it gave one (``memory_analysis()``)."""
+
+    text: str
+    memory: CompiledMemory | None = None
+
+
+_MEMORY_STATS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+    "peak_memory_in_bytes",
+)
+
+
+def compiled_memory(compiled: Any) -> CompiledMemory | None:
+    """The compiler's memory count of an executable (a ``jax.stages.Compiled``'s
+    ``memory_analysis()``, a compile-only client's ``get_compiled_memory_stats()``);
+    ``None`` where it gives none (a backend without it, an older jaxlib's fields)."""
+    try:
+        analysis = getattr(compiled, "memory_analysis", None)
+        stats = analysis() if analysis is not None else compiled.get_compiled_memory_stats()
+        found = {name: getattr(stats, name, None) for name in _MEMORY_STATS}
+        return CompiledMemory.from_stats(
+            {name: int(value) for name, value in found.items() if isinstance(value, int)}
+        )
+    except Exception:  # no count: the HLO still counts, the memory says "no plan"
+        return None
+
+
 def compiled_text(compiled: Any) -> str:
     """The optimized HLO of an executable (``compiled.as_text()``)."""
     try:
@@ -189,13 +223,14 @@ def compile_present(
     platform: str,
     args: Sequence[object],
     kwargs: Mapping[str, object],
-) -> str:
-    """Compile (without running) for ``platform``, present here; the optimized HLO text."""
+) -> CompiledProgram:
+    """Compile (without running) for ``platform``, present here: the optimized HLO text and
+    the compiler's memory count."""
     try:
         compiled, _, _, _ = _compile_on(fn, lowered, platform, args, kwargs)
     except Exception as e:  # compile errors are findings for this platform
         raise LoweringFailure(describe_error(e), stage="compile") from e
-    return compiled_text(compiled)
+    return CompiledProgram(text=compiled_text(compiled), memory=compiled_memory(compiled))
 
 
 def compile_deviceless(
@@ -208,8 +243,9 @@ def compile_deviceless(
     lowered: Any = None,
     partitions: int = 1,
     inert_callbacks: bool = False,
-) -> str:
-    """Compile for CUDA against ``target_config`` with no GPU; the optimized HLO text.
+) -> CompiledProgram:
+    """Compile for CUDA against ``target_config`` with no GPU: the optimized HLO text (one
+    device's program) and the compiler's memory count (one device's).
 
     A program partitioned over several devices compiles from its cuda ``lowered`` module
     for as many described GPUs (``deviceless.deviceless_compile_partitioned``), lowered
@@ -222,15 +258,18 @@ def compile_deviceless(
             if inert_callbacks:
                 traced = trace(fn, args, kwargs)
                 lowered = lower(inert(traced, compilable=True), "cuda")
-            return deviceless_compile_partitioned(
+            executable = deviceless_partitioned_executable(
                 lowered, partitions, target_config=target_config, compiler_options=options
             )
-        return deviceless_compile(
+            text: str = executable.hlo_modules()[0].to_string()
+            return CompiledProgram(text=text, memory=compiled_memory(executable))
+        compiled = deviceless_executable(
             platform_function(fn, "cuda"),
             args,
             kwargs,
             target_config=target_config,
             compiler_options=options or None,
         )
+        return CompiledProgram(text=compiled.as_text(), memory=compiled_memory(compiled))
     except Exception as e:  # XLA raises many types here; each is a finding, not a crash
         raise LoweringFailure(describe_error(e), stage="compile") from e

@@ -136,3 +136,20 @@ class Trace:
             lowering_platforms=lowering_platforms, _private_parameters=_private_parameters
         )
         return lowered
+
+
+def output_shapes(traced: Trace) -> object:
+    """The outputs of a traced check as ``jax.ShapeDtypeStruct`` (a pytree of them), what
+    ``jax.eval_shape`` gives: what ``check`` returns where nothing was run (abstract
+    arguments). Read from the trace itself (``jax.stages.Traced.out_info``), nothing traced
+    again."""
+    import jax
+
+    def shaped(info: object) -> object:
+        shape, dtype = getattr(info, "shape", None), getattr(info, "dtype", None)
+        if shape is None or dtype is None:
+            return info
+        sharding = getattr(info, "sharding", None)
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)  # type: ignore[no-untyped-call]
+
+    return jax.tree_util.tree_map(shaped, traced.traced.out_info)

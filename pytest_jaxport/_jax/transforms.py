@@ -92,8 +92,14 @@ class Transformed:
 
         if self.transform != "vmap":
             return tuple(leaves)
-        stacked = []
+        import jax
+
+        stacked: list[object] = []
         for leaf in leaves:
+            if isinstance(leaf, jax.ShapeDtypeStruct):  # abstract: a batch of two, abstract
+                batch = jax.ShapeDtypeStruct((2, *leaf.shape), leaf.dtype)  # type: ignore[no-untyped-call]
+                stacked.append(batch)
+                continue
             if key_impl(leaf) is not None:
                 stacked.append(_split_keys(leaf))
                 continue

@@ -15,8 +15,13 @@ from typing import Any
 
 from pytest_jaxport._jax import callbacks, libtpu, lowering
 from pytest_jaxport._jax.callbacks import INERT_TARGET
-from pytest_jaxport._jax.devices import device_kind, versions
-from pytest_jaxport._jax.execution import compile_deviceless, compile_present, compiled_text
+from pytest_jaxport._jax.devices import device_kind, memory_limit, versions
+from pytest_jaxport._jax.execution import (
+    compile_deviceless,
+    compile_present,
+    compiled_memory,
+    compiled_text,
+)
 from pytest_jaxport.cache import CompileSettings, FailedLowering, cache_key, source_fingerprint
 from pytest_jaxport.examine.lowered import KeyParts
 from pytest_jaxport.examine.placement import Placement
@@ -33,9 +38,19 @@ from pytest_jaxport.model.census import (
     take_census,
 )
 from pytest_jaxport.model.classification import MOSAIC_TARGET
+from pytest_jaxport.model.devices import described_device, device_from_gpu_description
 from pytest_jaxport.model.findings import FormatCensus
+from pytest_jaxport.model.gpu import gpu_capacity
 from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.libtpu import Topology, compiler_said, topology_for
+from pytest_jaxport.model.memory import (
+    DeviceMemory,
+    MemoryTarget,
+    not_compiled,
+    planned,
+    refused,
+)
+from pytest_jaxport.model.platforms import Capacity
 from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.model.roofline import kernel_seconds, peak_for
 
@@ -90,6 +105,20 @@ class _Compiled:
     error: str | None = None
     deviceless: bool = False
     target: str | None = None
+    memory: CompiledMemory | None = None
+    """The compiler's memory count, where it gave one."""
+    planned_for: MemoryTarget | None = None
+    """The device the memory was planned for (its capacity)."""
+
+    def device_memory(self, platform: str, partitions: int) -> DeviceMemory:
+        """The compile's memory: its plan against the device's capacity, the compiler's
+        refusal for memory, or no plan (the compile failed otherwise)."""
+        target = self.planned_for or MemoryTarget(platform=platform, device=platform)
+        if self.error is None:
+            return planned(target, self.memory, devices=partitions)
+        return refused(target, self.error, devices=partitions) or not_compiled(
+            platform, "the compile failed (compile_error says why)"
+        )
 
 
 def _has_inert_callbacks(program: Program) -> bool:
@@ -126,6 +155,34 @@ def _library_file(path: str) -> str:
     except OSError:
         return path
     return f"{path} {found.st_size} {found.st_mtime_ns}"
+
+
+def _tpu_target(label: str, generation: str, topology: Topology) -> MemoryTarget:
+    """The TPU a libtpu compile plans for: the configured generation's slice, and its
+    capacity (libtpu's available HBM per device, measured: ``DeviceDescription.capacity``)."""
+    described = described_device("tpu", generation)
+    capacity = described.capacity if described is not None else None
+    return MemoryTarget(
+        platform="tpu", device=label, generation=generation, slice=topology.name,
+        deviceless=True, capacity=capacity,
+        unknown="" if capacity else f"capacity unknown: no measured capacity for TPU "
+        f"{generation} (libtpu has no topology for it)",
+    )  # fmt: skip
+
+
+def _present_target(platform: str, kind: str) -> MemoryTarget:
+    """A device present here: what its runtime says it holds (``bytes_limit``), where it
+    says; the CPU's is the host's memory, no device's: unknown."""
+    limit = memory_limit(platform) if platform != "cpu" else None
+    capacity = None
+    if limit is not None:
+        capacity = Capacity(bytes=limit, source=f"{kind}'s memory_stats() bytes_limit, here")
+    return MemoryTarget(
+        platform=platform, device=kind, capacity=capacity,
+        per="chip" if platform == "tpu" else "GPU" if platform != "cpu" else "device",
+        unknown="" if capacity else "capacity unknown: the CPU's memory is the host's, no "
+        "device's" if platform == "cpu" else f"capacity unknown: {kind} says no bytes_limit",
+    )  # fmt: skip
 
 
 def roofline(platform: str, settings: CompileSettings) -> Callable[[OpSite, str], float]:
@@ -199,20 +256,7 @@ class CompiledLevel:
         except Exception as e:  # no text, no key: record it like any compile failure
             return replace(result, compile_error=lowering.describe_error(e))
         if platform in present and fn is not None:
-            kind = device_kind(platform)
-
-            def compile_here() -> _Produced:
-                if isinstance(built, lowering.LoweringFailure):
-                    raise built  # numerics already failed to compile it: never try twice
-                if built is not None:
-                    return _Produced(text=compiled_text(built), reused=True)
-                text = compile_present(fn, lowered, platform, args, kwargs)
-                return _Produced(text=text)
-
-            found = self._census_of(
-                platform, module, f"device:{kind}", "", {}, compile_here, where,
-            )  # fmt: skip
-            found = replace(found, deviceless=False, target=None if platform == "cpu" else kind)
+            found = self._here(platform, module, fn, lowered, args, kwargs, built, where)
         elif platform == "cuda" and fn is not None:
             found = self._deviceless(
                 platform, module, fn, args, kwargs, {}, lowered, program, where
@@ -228,6 +272,7 @@ class CompiledLevel:
             compile_error=found.error,
             deviceless=found.deviceless,
             target=found.target,
+            memory=found.device_memory(platform, program.partitions),
         )
         if platform == "cuda" and self._compile.what_if_no_vendor and fn is not None:
             what_if = self._deviceless(
@@ -235,6 +280,34 @@ class CompiledLevel:
             )
             result = replace(result, what_if_no_vendor=what_if.census)
         return result
+
+    def _here(
+        self,
+        platform: str,
+        module: str,
+        fn: Callable[..., Any],
+        lowered: Any,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        built: Any,
+        where: _Where,
+    ) -> _Compiled:
+        """The compiled census of ``platform``, present here: the executable numerics built
+        (``built``), or a compile of its own, never run."""
+        kind = device_kind(platform)
+
+        def compile_here() -> _Produced:
+            if isinstance(built, lowering.LoweringFailure):
+                raise built  # numerics already failed to compile it: never try twice
+            if built is not None:
+                return _Produced(text=compiled_text(built), reused=True,
+                                 memory=compiled_memory(built))  # fmt: skip
+            made = compile_present(fn, lowered, platform, args, kwargs)
+            return _Produced(text=made.text, memory=made.memory)
+
+        found = self._census_of(platform, module, f"device:{kind}", "", {}, compile_here, where)
+        return replace(found, deviceless=False, target=None if platform == "cpu" else kind,
+                       planned_for=_present_target(platform, kind))  # fmt: skip
 
     def _deviceless(
         self,
@@ -253,16 +326,32 @@ class CompiledLevel:
         inert = _has_inert_callbacks(program)
 
         def compile_for_cuda() -> _Produced:
-            text = compile_deviceless(
+            made = compile_deviceless(
                 fn, args, kwargs, target_config=target_config, options=options,
                 lowered=lowered, partitions=program.partitions, inert_callbacks=inert,
             )  # fmt: skip
-            return _Produced(text=text)
+            return _Produced(text=made.text, memory=made.memory)
 
         found = self._census_of(
             platform, module, "deviceless", target_config, options, compile_for_cuda, where
         )
-        return replace(found, deviceless=True, target=self._compile.target)
+        return replace(found, deviceless=True, target=self._compile.target,
+                       planned_for=self._gpu_target())  # fmt: skip
+
+    def _gpu_target(self) -> MemoryTarget:
+        """The GPU a deviceless cuda compile plans for: the ``target`` description's."""
+        settings = self._compile
+        try:
+            generation = device_from_gpu_description(settings.target_config).generation
+        except ValueError:  # a description without a compute capability: named as it is
+            generation = ""
+        capacity = gpu_capacity(settings.target_config, settings.target)
+        return MemoryTarget(
+            platform="cuda", device=settings.gpu_kind or settings.target, generation=generation,
+            deviceless=True, capacity=capacity, per="GPU",
+            unknown="" if capacity else f"capacity unknown: the GPU description "
+            f"{settings.target} gives no device_memory_size",
+        )  # fmt: skip
 
     def _libtpu(
         self,
@@ -285,6 +374,7 @@ class CompiledLevel:
             )
         except ValueError as e:
             return _Compiled(error=str(e), deviceless=True, target=str(device))
+        planned_for = _tpu_target(device.name or device.generation, device.generation, topology)
         inert = _has_inert_callbacks(program)
 
         def compile_libtpu() -> _Produced:
@@ -301,35 +391,42 @@ class CompiledLevel:
             except libtpu.CompileFailure as failure:
                 named = re.search(r"module @([\w.$-]+)", module)
                 name = named.group(1) if named else program.entry
-                said = self._failure(failure, program, name, topology, where.caller)
+                said = self._failure(failure, program, name, planned_for, where.caller)
                 raise lowering.LoweringFailure(said, stage=failure.stage) from None
             return _Produced(text=made.hlo, memory=made.memory)
 
         target = _libtpu_target(topology, self._compile.libtpu)
         found = self._census_of(platform, module, "deviceless", target, {}, compile_libtpu, where)
-        return replace(found, deviceless=True, target=topology.name)
+        return replace(found, deviceless=True, target=topology.name, planned_for=planned_for)
 
     def _failure(
         self,
         failure: libtpu.CompileFailure,
         program: Program,
         name: str,
-        topology: Topology,
+        planned_for: MemoryTarget,
         caller: SourceLocation | None,
     ) -> str:
         """What a tpu compile that failed says: the compiler's reason without its C++ stack,
         at the line it concerns (the kernel's, for Mosaic; the frame the compiler suspects;
-        else the check's), or that it ran past the time limit, where."""
+        else the check's), or that it ran past the time limit, where. A refusal for memory
+        says so first, at the check's line: ``does not fit on tpu (v5e:1x1): needs 18.75 GiB
+        of 15.75 GiB (at test_step.py:12): <the compiler's words>``."""
+        slice_name = planned_for.slice
         if failure.stage == "timeout":
             at = f" (checking at {caller})" if caller is not None else ""
             return (
                 f"compile exceeded {self._compile.compile_time_limit:g} s on tpu "
-                f"({topology.name}) compiling {name}{at}: the run went on without "
+                f"({slice_name}) compiling {name}{at}: the run went on without "
                 "its compiled census; raise [tool.jaxport] compile_time_limit to wait longer"
             )
         if failure.stage != "compile":
-            return f"{failure} [tpu {topology.name}]"
+            return f"{failure} [tpu {slice_name}]"
         said = compiler_said(str(failure))
+        memory = refused(planned_for, said.reason, devices=program.partitions)
+        if memory is not None and memory.out_of_memory is not None:
+            at = f" (at {caller})" if caller is not None else ""
+            return f"{memory.headline()}{at}: {said.reason}"
         line = (
             self._named_line(said.locations)
             or self._suspected_line(said.frames)
@@ -439,4 +536,4 @@ class CompiledLevel:
         placed = self._placement.relative(
             census, where.caller, at_caller=where.at_caller, source=where.source
         )
-        return _Compiled(census=placed, formats=formats)
+        return _Compiled(census=placed, formats=formats, memory=program.memory)

@@ -32,6 +32,8 @@ from pytest_jaxport.model.census import (
     SourceLocation,
     take_census,
 )
+from pytest_jaxport.model.config import COMPILE_PLATFORMS
+from pytest_jaxport.model.memory import not_compiled, why_not_compiled
 from pytest_jaxport.model.partitioner import with_inserted
 from pytest_jaxport.model.probe import PlatformProbe
 
@@ -240,6 +242,14 @@ class Examiner:
                         tuple(args), kwargs or {}, ran.built.get(platform), tuple(present), keyed,
                         traced=traced, caller=caller, at_caller=at_caller, source=source,
                     )  # fmt: skip
+        if self._compile.platforms:  # memory is a topic: say where no compiler planned it
+            for platform, result in results.items():
+                if result.memory is None:
+                    reason = why_not_compiled(
+                        platform, compile=self._compile.platforms, compilable=COMPILE_PLATFORMS,
+                        lowered=result.census is not None, audited=fn is None,
+                    )  # fmt: skip
+                    results[platform] = replace(result, memory=not_compiled(platform, reason))
         for platform, result in results.items():
             with self.stage(stage.share_stage(platform)):
                 share = runtime_share(

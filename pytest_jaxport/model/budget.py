@@ -27,13 +27,14 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
 
-from pytest_jaxport.model.census import Kernel
+from pytest_jaxport.model.census import CompiledMemory, Kernel
 from pytest_jaxport.model.classification import Layer
 from pytest_jaxport.model.emulation import (
     emulated_label,
 )
 from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus
 from pytest_jaxport.model.format_rules import rule_source
+from pytest_jaxport.model.memory import MemoryLimit, gib_text
 from pytest_jaxport.model.platforms import DEFAULT_HOME, compiler_decides
 from pytest_jaxport.model.probe import (
     PlatformProbe,
@@ -96,6 +97,7 @@ class Budget:
     max_padding_waste: Setting[float] | None = None
     max_relayouts: Setting[int] | None = None
     allow_findings: Setting[tuple[str, ...]] | None = None
+    max_device_memory: Setting[MemoryLimit] | None = None
 
     def is_set(self, key: str) -> bool:
         """Whether the declared key ``key`` sets a limit here (a library limit for
@@ -150,6 +152,8 @@ class Violation:
             return f"uses {self.found}"
         if kind == "flag":  # must_trace
             return "could not be traced here"
+        if kind == "memory":  # max_device_memory: planned against allowed, said whole
+            return self.what
         if self.key in NUMERICS_KEYS:
             return f"{self.found} {self.what}, expected to {self.limit}"
         if self.key == "emulated_run":
@@ -173,6 +177,8 @@ class Violation:
     def limit_text(self) -> str:
         """The limit as a person reads it: ``2``, ``30.0%``, ``[cpu, tpu]``, ``match cpu``."""
         limit = self.limit
+        if self.kind == "memory":  # as written: 0.8 (of the capacity), "12 GiB"
+            return str(limit)
         if _fractional(self.key) and isinstance(limit, int | float):
             return f"{limit:.1%}"
         if isinstance(limit, list | tuple):
@@ -187,6 +193,9 @@ class Violation:
             return f"{self.key} = {str(self.limit).lower()}, set in {self.origin}"
         if declared is not None and declared.kind in _LISTS:
             return f"{self.key} = {self.limit_text()}, set in {self.origin}"
+        if declared is not None and declared.kind == "memory":
+            shown = f'"{self.limit}"' if isinstance(self.limit, str) else self.limit_text()
+            return f"{self.key} = {shown}, set in {self.origin}"
         if self.key in NUMERICS_KEYS:
             return f"numerics, tolerance from {self.origin}"
         if self.key == "emulated_run":
@@ -267,12 +276,14 @@ def _allowed(kernel: Kernel, patterns: tuple[str, ...]) -> bool:
 # -- the declaration's types ----------------------------------------------------------------
 
 Kind = Literal["count", "fraction", "days", "flag", "platforms", "globs", "formats", "rules",
-               "libraries"]  # fmt: skip
+               "libraries", "memory"]  # fmt: skip
 """What a budget key's value is; :mod:`pytest_jaxport.model.config` holds one validator and
 one marker annotation per kind: ``count`` a non-negative integer, ``fraction`` a number from
 0 to 1, ``days`` a non-negative number of days, ``flag`` true or false, ``platforms`` a list
 of platforms, ``globs`` a list of glob patterns, ``formats`` and ``rules`` lists of format
-and rule names (globs), ``libraries`` a table of library = count."""
+and rule names (globs), ``libraries`` a table of library = count, ``memory`` a fraction of
+the device's capacity or a size with its unit
+(:class:`~pytest_jaxport.model.memory.MemoryLimit`)."""
 
 PlatformJudge = Callable[[str, PlatformProbe, Budget], list[Violation]]
 """``(check's name, its result on one platform, that platform's budget) -> violations``."""
@@ -481,6 +492,9 @@ def _must_lower(check: str, result: PlatformProbe, budget: Budget) -> list[Viola
             else "compile or run"
         )  # fmt: skip
         level = "compiled" if failure is refused else "lowered"
+        memory = result.memory
+        if failure is refused and memory is not None and memory.out_of_memory is not None:
+            stage = f"compile: {memory.headline()}"  # the refusal's reason, first
         return [Violation(check=check, platform=budget.platform, key="must_lower",
                           limit=must.value, origin=must.origin, found=f"fails to {stage}",
                           what=stage, level=level, details=(failure,))]  # fmt: skip
@@ -591,6 +605,71 @@ def _relayouts(check: str, result: PlatformProbe, budget: Budget) -> list[Violat
                       limit=most.value, origin=most.origin, found=compiled.relayouts,
                       what=noun_for(compiled.relayouts, "relayout"), level=level,
                       findings=compiled.by_rule("inserted-relayout"))]  # fmt: skip
+
+
+def _device_memory(check: str, result: PlatformProbe, budget: Budget) -> list[Violation]:
+    """``max_device_memory``: the memory the compiler planned per device (or said the check
+    needs, where it refused it) against the limit: a size, or a fraction of the device's
+    capacity (where the capacity is unknown, a fraction cannot be judged: it fails, saying
+    so). Judged where a compiler planned the memory; a platform not compiled has no number."""
+    setting, memory = budget.max_device_memory, result.memory
+    if setting is None or memory is None or memory.level != "compiled":
+        return []
+    needed = memory.needed_bytes
+    if needed is None:  # the compiler gave no count: nothing measured to judge
+        return []
+    limit = setting.value
+    allowed = limit.allowed(memory.capacity_bytes)
+    level = f"compiled (deviceless {memory.slice or memory.device})" if memory.deviceless \
+        else "compiled"  # fmt: skip
+    base = Violation(check=check, platform=result.platform, key="max_device_memory",
+                     limit=limit.to_json(), origin=setting.origin, found=None, what="",
+                     level=level)  # fmt: skip
+    if allowed is None:
+        return [replace(base, what=(
+            f"a fraction ({limit.written}) of an unknown capacity: {memory.where}'s capacity "
+            f"is unknown ({memory.capacity_source or 'no device description gives it'}), so "
+            f"{gib_text(needed)} planned cannot be judged against it"))]  # fmt: skip
+    if needed <= allowed:
+        return []
+    refused = memory.out_of_memory
+    planned = (
+        f"needs {refused.needs_text} (the compiler's figure; it refused the program)"
+        if refused is not None and memory.peak_bytes is None
+        else f"{gib_text(needed)} planned"
+    )
+    return [replace(base, found=needed, what=(
+        f"{planned} > {limit.text(memory.capacity_bytes)} allowed on {memory.where}"),
+        details=_memory_details(memory.breakdown, needed, allowed))]  # fmt: skip
+
+
+def _memory_details(breakdown: CompiledMemory | None, needed: int, allowed: int) -> tuple[str, ...]:
+    """The bytes behind a ``max_device_memory`` violation: planned, allowed, and the
+    compiler's count."""
+    said = f"planned {needed:,} bytes per device, allowed {allowed:,}"
+    if breakdown is None:
+        return (said,)
+    return (
+        said,
+        f"arguments {gib_text(breakdown.argument)}, outputs {gib_text(breakdown.output)}, "
+        f"temporaries {gib_text(breakdown.temp)}, aliased {gib_text(breakdown.alias)}, "
+        f"code {gib_text(breakdown.generated_code)}",
+    )
+
+
+def _smaller_plan(v: Violation, violations: Sequence[Violation]) -> str:
+    """The way out of ``max_device_memory``."""
+    if v.found is None:
+        return (
+            f'to pass: set max_device_memory as a size ("12 GiB") where the capacity is '
+            f"unknown ({v.origin} sets a fraction), or in a table of a platform whose device's "
+            "capacity is known ([tool.jaxport.budget.tpu])"
+        )
+    return (
+        "to pass: plan less memory per device (shard the arguments over a slice: devices.tpu "
+        '= "v5e:2x2"; donate arguments; jax.checkpoint), or raise max_device_memory where it '
+        f"was set ({v.origin})"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -774,6 +853,14 @@ KEYS: tuple[BudgetKey, ...] = (
         kind="rules",
         judged=Elsewhere("max_format_findings leaves them out"),
         doc="Rule names (globs) left out of max_format_findings.",
+    ),
+    BudgetKey(
+        name="max_device_memory",
+        kind="memory",
+        judged=OnPlatform(_device_memory, needs_census=False),
+        doc="The device memory a check's compile plans per device (compiled platforms): a "
+        'fraction of the device\'s capacity (0.9) or a size ("12 GiB", "500 MB").',
+        way_out=_smaller_plan,
     ),
 )
 """Every budget key, once, in the order checks are judged against them (and the marker's

@@ -27,6 +27,7 @@ from pytest_jaxport.model.devices import Device
 from pytest_jaxport.model.dtypes import DTYPE_NAMES, ELEMENT_TYPES
 from pytest_jaxport.model.format_rules import FORMAT_RULES
 from pytest_jaxport.model.libtpu import DEFAULT_COMPILE_TIME_LIMIT
+from pytest_jaxport.model.memory import MemoryLimit
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance, gradient_tolerance
 from pytest_jaxport.model.platforms import (
     DEFAULT_HOME,
@@ -99,8 +100,9 @@ DTYPES: tuple[str, ...] = tuple(e.jax for e in ELEMENT_TYPES)
 """The dtypes ``[tool.jaxport.tolerance.<dtype>]`` takes, by their JAX names."""
 
 
-BudgetValue = int | float | bool | tuple[str, ...] | dict[str, int]
-"""A budget key's validated value (its kind's: a count, a fraction, a list, a table)."""
+BudgetValue = int | float | bool | tuple[str, ...] | dict[str, int] | MemoryLimit
+"""A budget key's validated value (its kind's: a count, a fraction, a list, a table, a
+memory limit)."""
 
 
 class ConfigError(ValueError):

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_jaxport.model.platforms import DESCRIPTIONS
+from pytest_jaxport.model.platforms import DESCRIPTIONS, DeviceDescription
 
 CUDA_GENERATIONS = DESCRIPTIONS["cuda"].generations
 """NVIDIA compute capabilities, oldest first (``sm90``: Hopper, H100/H200)."""
@@ -105,6 +105,19 @@ DEVICE_NAMES: Mapping[str, Device] = {
 }
 """Devices by the short names a configuration may use (``h100``, ``mi300``, ``v5e``,
 ``max1550``)."""
+
+
+def described_device(platform: str, generation: str) -> DeviceDescription | None:
+    """The description of ``platform``'s device of ``generation`` (its facts: peak rates,
+    capacity), where one generation is one device; ``None`` where it is none or several.
+
+    >>> described_device("tpu", "v5e").capacity_bytes
+    16909336064
+    """
+    found = [
+        d for d in DESCRIPTIONS[platform].devices if d.generation == generation
+    ] if platform in DESCRIPTIONS else []  # fmt: skip
+    return found[0] if len(found) == 1 else None
 
 
 def device_for(platform: str, name: str | None = None) -> Device:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
+from pytest_jaxport.model.platforms import Capacity
+
 SHIPPED_GPUS: tuple[str, ...] = ("a100", "h100", "h200")
 """The descriptions shipped in ``pytest_jaxport/gpu_targets/``."""
 
@@ -39,6 +41,23 @@ def load_gpu_description(name_or_path: str) -> str:
             "`jaxport capture-target` to write one"
         )
     return text
+
+
+def gpu_capacity(description: str, name: str) -> Capacity | None:
+    """The memory of the GPU a description describes (its ``device_memory_size``), where it
+    gives one; ``name``: the description's, as the source names it (``h100``, a path).
+
+    >>> gpu_capacity(load_gpu_description("h100"), "h100").bytes / 2**30
+    80.0
+    """
+    found = field_value(description, "device_memory_size")
+    if found is None or not found.split("#")[0].strip().isdigit():
+        return None
+    return Capacity(
+        bytes=int(found.split("#")[0].strip()),
+        source=f"device_memory_size of the GPU description {name}",
+        per="GPU",
+    )
 
 
 def described_kind(description: str) -> str:

@@ -56,6 +56,7 @@ _ANNOTATIONS: Mapping[Kind, str] = {
     "formats": "Sequence[str] | None",
     "rules": "Sequence[str] | None",
     "libraries": "Mapping[str, int] | None",
+    "memory": "float | str | None",
 }
 """A budget key's type in the marker's signature (``--markers``), per its declared kind."""
 assert set(_ANNOTATIONS) == set(get_args(Kind)), "a kind without its type in the signature"

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from pytest_jaxport.model.census import CompiledMemory
@@ -43,6 +44,7 @@ from pytest_jaxport.model.jsontypes import (
     read_opt_text,
     read_text,
 )
+from pytest_jaxport.model.platforms import Capacity
 
 MemoryLevel = Literal["compiled", "not compiled"]
 """Where a memory figure comes from: the platform's compiler planned it (``compiled``, here or
@@ -205,11 +207,11 @@ class DeviceMemory:
     of a slice) or refused it for memory (:attr:`out_of_memory`). ``not compiled``: no compiler
     ran (:attr:`reason` says why), and there is no number.
 
-    :attr:`peak_bytes` is the compiler's planned peak alone (``peak_memory_in_bytes``), as its
-    own out-of-memory check counts it, so :attr:`fits` is the compiler's verdict; the program's
-    code (:attr:`breakdown`'s ``generated_code``) sits in device memory beside it (on the lent
-    TPU v5e the chip's peak was the plan plus the code, within 5.75 MiB:
-    ``benchmarks/validation/CHIP_WAVE6.md``).
+    :attr:`peak_bytes` is the compiler's planned peak plus the program's code, as libtpu's
+    own out-of-memory check counts them, so :attr:`fits` is the compiler's verdict
+    (:func:`planned` says how that was measured); on the lent TPU v5e the chip's measured
+    peak was that to the byte for the products, and at most 5.75 MiB above it for the other
+    programs (``benchmarks/validation/CHIP_WAVE6.md``).
     """
 
     platform: str
@@ -223,12 +225,16 @@ class DeviceMemory:
     (tpu); empty elsewhere."""
     devices: int = 1
     """The devices the program is partitioned over: :attr:`peak_bytes` is each one's."""
+    per: str = "device"
+    """What one device is (:attr:`peak_bytes` and :attr:`capacity_bytes` are per one):
+    ``chip`` (TPU v5e, v5p, v6e), ``TensorCore`` (where each of a chip's cores is one: TPU v2,
+    v3, v4, 7x), ``GPU``, ``device``."""
     deviceless: bool = False
     """Whether the compiler ran without the device (cuda's and tpu's plans here)."""
     peak_bytes: int | None = None
     """The compiler's planned peak per device (``peak_memory_in_bytes``; where a compiler does
-    not give one, arguments + outputs + temporaries − aliased). ``None`` where not compiled or
-    refused."""
+    not give one, arguments + outputs + temporaries − aliased) plus the program's code
+    (``generated_code_size_in_bytes``). ``None`` where not compiled or refused."""
     capacity_bytes: int | None = None
     """The device's usable memory (:attr:`capacity_source` says where the figure comes
     from); ``None``: unknown, and :attr:`fits` is then unknown too."""
@@ -272,15 +278,20 @@ class DeviceMemory:
     @property
     def where(self) -> str:
         """The platform and its device as a memory line names them: ``tpu (v5e)``, ``tpu
-        (v5e:2x2, per chip)``, ``cuda (NVIDIA H100 80GB HBM3)``."""
-        shown = self.slice or self.generation or self.device
-        if self.devices > 1:
-            shown = f"{shown}, per chip" if shown else "per chip"
+        (v5e:2x2, per chip)`` (a program partitioned over the slice), ``cuda (NVIDIA H100 80GB
+        HBM3)``."""
+        # A TPU by its generation (its slice where the program spans several chips), any
+        # other device by what it reports (``NVIDIA H100 80GB HBM3``).
+        shown = self.generation if self.platform == "tpu" else self.device
+        if self.devices > 1 and self.slice:
+            shown = self.slice
+        if self.devices > 1 or self.per == "TensorCore":
+            shown = f"{shown}, per {self.per}" if shown else f"per {self.per}"
         return f"{self.platform} ({shown})" if shown else self.platform
 
     def headline(self) -> str:
-        """One sentence: ``does not fit on tpu (v5e:1x1): needs 18.75 GiB of 15.75 GiB``,
-        ``tpu (v5e:1x1): 13.06 of 15.75 GiB (83%)``, ``rocm: not compiled (...)``."""
+        """One sentence: ``does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB``,
+        ``tpu (v5e): 13.06 of 15.75 GiB (83%)``, ``rocm: not compiled (...)``."""
         if self.level == "not compiled":
             return f"{self.where}: not compiled" + (f" ({self.reason})" if self.reason else "")
         refused = self.out_of_memory
@@ -307,6 +318,7 @@ class DeviceMemory:
             "generation": self.generation,
             "slice": self.slice,
             "devices": self.devices,
+            "per": self.per,
             "deviceless": self.deviceless,
             "peak_bytes": self.peak_bytes,
             "capacity_bytes": self.capacity_bytes,
@@ -335,6 +347,7 @@ class DeviceMemory:
             generation=read_text(data, "generation", ""),
             slice=read_text(data, "slice", ""),
             devices=read_integer(data, "devices", 1),
+            per=read_text(data, "per", "device"),
             deviceless=bool(data.get("deviceless", False)),
             peak_bytes=_opt_bytes(data, "peak_bytes"),
             capacity_bytes=_opt_bytes(data, "capacity_bytes"),
@@ -368,6 +381,109 @@ def _breakdown_from_dict(data: JsonMapping) -> CompiledMemory:
 
 def _opt_bytes(data: JsonMapping, key: str) -> int | None:
     return None if data.get(key) is None else read_integer(data, key)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryTarget:
+    """The device one platform's memory is planned for: what reports call it, the slice it
+    was compiled for, and its capacity (``None``: unknown, said in :attr:`unknown`)."""
+
+    platform: str
+    device: str
+    generation: str = ""
+    slice: str = ""
+    deviceless: bool = False
+    capacity: Capacity | None = None
+    unknown: str = ""
+    """Why the capacity is unknown, where it is (``capacity unknown: ...``)."""
+    per: str = "device"
+
+
+def planned(
+    target: MemoryTarget, memory: CompiledMemory | None, *, devices: int = 1
+) -> DeviceMemory:
+    """The memory a compile planned, per device, against ``target``'s capacity.
+
+    The peak is the compiler's planned peak plus the program's code
+    (``generated_code_size_in_bytes``: 0 on cpu and cuda): libtpu's own check counts both
+    (its largest v5e program that compiles has plan + code 7,168 bytes under the chip's
+    ``bytes_limit``, its smallest refused one 1,024 bytes over:
+    ``benchmarks/results/tpu-capacity-libtpu-0.0.42.1.json``), so :attr:`DeviceMemory.fits`
+    is the compiler's verdict; on the lent chip plan + code was the measured peak to the
+    byte for the products, and within 5.75 MiB of it for every other program.
+    """
+    base = _base(target, devices)
+    if memory is None:
+        return replace(base, reason="the compiler gave no memory count")
+    return replace(
+        base,
+        peak_bytes=planned_peak(memory) + memory.generated_code,
+        breakdown=CompiledMemory(
+            argument=memory.argument, output=memory.output, temp=memory.temp,
+            alias=memory.alias, generated_code=memory.generated_code,
+        ),
+    )  # fmt: skip
+
+
+def refused(target: MemoryTarget, error: str, *, devices: int = 1) -> DeviceMemory | None:
+    """The memory of a compile the compiler refused for memory (its ``error`` names the
+    bytes needed and available), or ``None`` where it refused for anything else."""
+    found = out_of_memory(error)
+    if found is None:
+        return None
+    return replace(_base(target, devices), out_of_memory=found)
+
+
+def _base(target: MemoryTarget, devices: int) -> DeviceMemory:
+    """``target``'s memory with no number yet: its device, slice and capacity."""
+    capacity = target.capacity
+    return DeviceMemory(
+        platform=target.platform,
+        level="compiled",
+        device=target.device,
+        generation=target.generation,
+        slice=target.slice,
+        devices=devices,
+        per=capacity.per if capacity is not None else target.per,
+        deviceless=target.deviceless,
+        capacity_bytes=capacity.bytes if capacity is not None else None,
+        capacity_source=capacity.source if capacity is not None else target.unknown,
+    )
+
+
+def not_compiled(platform: str, reason: str) -> DeviceMemory:
+    """No compiler ran for ``platform``: no number, and why (``reason``)."""
+    return DeviceMemory(platform=platform, level="not compiled", reason=reason)
+
+
+def why_not_compiled(
+    platform: str,
+    *,
+    compile: Sequence[str],
+    compilable: Sequence[str],
+    lowered: bool,
+    audited: bool = False,
+) -> str:
+    """Why ``platform``'s memory has no number, where a project compiles (``compile``) and
+    ``platform`` was not compiled: ``compilable`` are the platforms any compiler runs for
+    here.
+
+    >>> why_not_compiled("rocm", compile=["tpu"], compilable=["cpu", "cuda", "tpu"],
+    ...                  lowered=True)
+    'no compiler runs for rocm without its device'
+    >>> why_not_compiled("cuda", compile=["tpu"], compilable=["cpu", "cuda", "tpu"],
+    ...                  lowered=True)
+    'cuda is not in [tool.jaxport] compile'
+    """
+    if not lowered:
+        return "not lowered: nothing to compile"
+    if platform not in compilable:
+        return f"no compiler runs for {platform} without its device"
+    if platform not in compile:
+        return f"{platform} is not in [tool.jaxport] compile"
+    if audited:
+        return "an audited computation compiles for tpu only (its lowered module, by libtpu)"
+    return "not compiled here"
 
 
 def planned_peak(memory: CompiledMemory) -> int:

@@ -101,14 +101,37 @@ class DeviceDescription:
     peak: PeakRates | None = None
     """Its rates for the runtime-share estimate, where they are known (the platform's default
     device's are the platform's: :attr:`Platform.peak`)."""
+    capacity: Capacity | None = None
+    """Its usable memory per device, where known: what a memory plan is judged against
+    (:mod:`pytest_jaxport.model.memory`); ``None``: unknown, and a plan's fit with it."""
 
     def label_of(self, name: str) -> str:
         """What reports call the device when a configuration names it ``name``."""
         return self.labels.get(name, self.label)
 
+    @property
+    def capacity_bytes(self) -> int | None:
+        """:attr:`capacity`'s bytes, or ``None`` where unknown."""
+        return self.capacity.bytes if self.capacity is not None else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capacity:
+    """A device's usable memory, per device as its compiler sees devices (``per``: a chip, or
+    a TensorCore where each of a chip's cores is one), and where the figure comes from."""
+
+    bytes: int
+    source: str
+    per: str = "chip"
+
 
 def device(
-    names: str | tuple[str, ...], generation: str, label: str, *, peak: PeakRates | None = None
+    names: str | tuple[str, ...],
+    generation: str,
+    label: str,
+    *,
+    peak: PeakRates | None = None,
+    capacity: Capacity | None = None,
 ) -> DeviceDescription:
     """A :class:`DeviceDescription` of one short name (or several) reporting as ``label``."""
     return DeviceDescription(
@@ -116,6 +139,23 @@ def device(
         generation=generation,
         label=label,
         peak=peak,
+        capacity=capacity,
+    )
+
+
+_LIBTPU_HBM = (
+    "libtpu 0.0.42.1's available HBM for {topology}, measured deviceless "
+    "(benchmarks/validation/tpu_capacity.py: the boundary of the plans it compiles and "
+    "refuses{checked}; benchmarks/results/tpu-capacity-libtpu-0.0.42.1.json)"
+)
+
+
+def _libtpu_capacity(
+    count: int, topology: str, *, per: str = "chip", checked: str = ""
+) -> Capacity:
+    """A TPU generation's capacity as libtpu's own out-of-memory check counts it."""
+    return Capacity(
+        bytes=count, source=_LIBTPU_HBM.format(topology=topology, checked=checked), per=per
     )
 
 
@@ -364,6 +404,13 @@ ROCM = Platform(
             ("mi300", "mi300x"),
             "gfx942",
             "AMD MI300X",
+            capacity=Capacity(
+                bytes=192 << 30,
+                source="AMD Instinct MI300X data sheet: 192 GB HBM3 (the vendor's figure, "
+                "read as GiB as the GPU descriptions read NVIDIA's; nothing measured: no "
+                "compiler runs for rocm without its device)",
+                per="GPU",
+            ),
             peak=PeakRates(
                 flops=163.4e12,
                 bandwidth=5.3e12,
@@ -453,14 +500,37 @@ TPU = Platform(
     # TPU chip versions as JAX names them (jax.experimental.pallas.tpu.ChipVersion).
     generations=("v2", "v3", "v4i", "v4", "v5e", "v5p", "v6e", "7", "7x", "8i"),
     devices=(
-        device("v2", "v2", "TPU v2"),
-        device("v3", "v3", "TPU v3"),
+        device(
+            "v2",
+            "v2",
+            "TPU v2",
+            capacity=_libtpu_capacity(8_034_187_264, "v2:1x1", per="TensorCore"),
+        ),
+        device(
+            "v3",
+            "v3",
+            "TPU v3",
+            capacity=_libtpu_capacity(16_624_121_856, "v3:1x1", per="TensorCore"),
+        ),
         device("v4i", "v4i", "TPU v4i"),
-        device("v4", "v4", "TPU v4"),
+        device(
+            "v4",
+            "v4",
+            "TPU v4",
+            capacity=_libtpu_capacity(16_372_988_928, "v4:1x1x1", per="TensorCore"),
+        ),
         device(
             "v5e",
             "v5e",
             "TPU v5e",
+            # The lent TPU v5e's memory_stats()["bytes_limit"] to the byte, and libtpu's
+            # refusals there and deviceless (chip-memory-tpu-v5-lite.json: 17 of 17 fit
+            # verdicts agree).
+            capacity=_libtpu_capacity(
+                16_909_336_064,
+                "v5e:1x1",
+                checked="; equal to the lent TPU v5e's bytes_limit, 15.75 GiB",
+            ),
             # The device's own rates (bf16 MXU, HBM), as its profiler reports them: the lent
             # TPU v5e's /device:TPU:0 (benchmarks/results/tpu-validation-v5e/, the device part;
             # Google's datasheet gives 197 TFLOP/s and 819 GB/s). One rate per platform: a
@@ -472,12 +542,13 @@ TPU = Platform(
                 source=f"TPU v5 lite's profiler on the lent chip (bf16, HBM); {GPU_LAUNCH}",
             ),
         ),
-        device("v5p", "v5p", "TPU v5p"),
+        device("v5p", "v5p", "TPU v5p", capacity=_libtpu_capacity(102_803_439_104, "v5p:1x1x1")),
         DeviceDescription(
             names=("v6e", "trillium"),
             generation="v6e",
             label="TPU v6e",
             labels={"trillium": "TPU v6e (Trillium)"},
+            capacity=_libtpu_capacity(33_550_237_184, "v6e:1x1"),
         ),
         device("7", "7", "TPU 7"),
         DeviceDescription(
@@ -485,6 +556,7 @@ TPU = Platform(
             generation="7x",
             label="TPU 7x",
             labels={"ironwood": "TPU7x (Ironwood)"},
+            capacity=_libtpu_capacity(101_732_842_496, "tpu7x:1x1x1", per="TensorCore"),
         ),
         device("8i", "8i", "TPU 8i"),
     ),

@@ -37,6 +37,7 @@ from pytest_jaxport.model.config import (
 from pytest_jaxport.model.emulation import EMULATED_PLATFORMS
 from pytest_jaxport.model.gpu import SHIPPED_GPUS, load_gpu_description
 from pytest_jaxport.model.hints import did_you_mean, platforms_meant
+from pytest_jaxport.model.memory import MemoryLimit, parse_memory_limit
 from pytest_jaxport.model.platforms import (
     DESCRIPTIONS,
     PLATFORM_VENDORS,
@@ -366,6 +367,25 @@ def _names(
     return tuple(value)
 
 
+def memory_limit_value(where: Where, key: str, value: object) -> MemoryLimit:
+    """``max_device_memory``: a fraction of the device's capacity in (0, 1] or a size with its
+    unit spelled out (``"12 GiB"``, ``"500 MB"``).
+
+    >>> memory_limit_value(Where("[tool.jaxport.budget]"), "max_device_memory", "12 GiB").size
+    12884901888
+    >>> try:
+    ...     memory_limit_value(Where("[tool.jaxport.budget]"), "max_device_memory", "12")
+    ... except ConfigError as e:
+    ...     print(str(e)[:92])
+    [tool.jaxport.budget] max_device_memory: a size needs its unit: "12" is ambiguous; write "12
+    """
+    try:
+        return parse_memory_limit(value)
+    except ValueError as e:
+        problem = str(e)
+    raise ConfigError(f"{_at(where, key)}: {problem}, found {type_name(value)}")
+
+
 def _must_be_flag(where: Where, key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise where.error(key, "true or false", value)
@@ -382,6 +402,7 @@ _VALIDATORS: Mapping[Kind, Callable[[Where, str, object], BudgetValue]] = {
     "formats": lambda where, key, value: _names(where, key, value, FORMAT_NAMES, "format"),
     "rules": lambda where, key, value: _names(where, key, value, RULE_NAMES, "rule"),
     "libraries": _library_limits,
+    "memory": memory_limit_value,
 }
 
 assert set(_VALIDATORS) == set(get_args(Kind)), "a kind without a validator"

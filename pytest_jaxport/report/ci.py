@@ -35,6 +35,7 @@ from pytest_jaxport.model.jsontypes import (
     Json,
     read_table,
 )
+from pytest_jaxport.model.memory import MemoryLimit
 from pytest_jaxport.model.platforms import PLATFORMS
 from pytest_jaxport.model.probe import Probe
 from pytest_jaxport.report.baseline import (
@@ -164,6 +165,8 @@ def _jsonable(value: object) -> Json:
         return [_jsonable(v) for v in value]
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if isinstance(value, MemoryLimit):  # as written: 0.8, "12 GiB"
+        return value.to_json()
     raise TypeError(f"not a configuration value: {value!r}")
 
 

@@ -155,7 +155,7 @@ def read_memory(platform: str, r: Reader) -> DeviceMemory:
     """A check's memory on one platform (``platforms.<p>.memory``): the compiler's plan
     against the device's capacity, or ``not compiled``."""
     r.text("level")
-    for key in ("device", "generation", "slice", "capacity_source"):
+    for key in ("device", "generation", "slice", "per", "capacity_source"):
         r.text(key, "")
     r.integer("devices", 1)
     r.flag("deviceless", False)
