@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -138,7 +139,7 @@ def memory_details(memory: DeviceMemory) -> tuple[str, ...]:
         how = "planned without the device" if memory.deviceless else "planned"
         lines.append(f"the compiler's count ({how}): {', '.join(parts)}")
     if memory.out_of_memory is not None and memory.out_of_memory.said:
-        lines.append(f"the compiler: {memory.out_of_memory.said}")
+        lines.append(f"the compiler: {compiler_words(memory.out_of_memory.said)}")
     if memory.reason:
         lines.append(f"{'not compiled' if memory.level == NOT_COMPILED else 'no plan'}: "
                      f"{memory.reason}")  # fmt: skip
@@ -146,8 +147,36 @@ def memory_details(memory: DeviceMemory) -> tuple[str, ...]:
         lines.append(f"capacity {capacity_size(memory.capacity_bytes)}: "
                      f"{memory.capacity_source}")  # fmt: skip
     elif memory.capacity_bytes is None and memory.capacity_source:
-        lines.append(f"{CAPACITY_UNKNOWN}: {memory.capacity_source}")
+        source = memory.capacity_source
+        lines.append(source if source.startswith(CAPACITY_UNKNOWN) else
+                     f"{CAPACITY_UNKNOWN}: {source}")  # fmt: skip
     return tuple(lines)
+
+
+_AT_LINE = re.compile(r"\(at (?P<where>[^()\s]+:\d+)\)")
+
+
+def compiler_words(said: str) -> str:
+    """The compiler's own words in a refusal's text: without the finding a compile error
+    leads with (``does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB (at t.py:19): ``),
+    which the memory column says already.
+
+    >>> compiler_words("does not fit on tpu (v5e): needs 18.75 GiB (at t.py:19): RESOURCE_...")
+    'RESOURCE_...'
+    """
+    if said.startswith(DOES_NOT_FIT):
+        found = _AT_LINE.search(said)
+        if found is not None and said[found.end() :].startswith(": "):
+            return said[found.end() + 2 :]
+    return said
+
+
+def check_line(memory: DeviceMemory) -> str | None:
+    """The check's line a refusal for memory names (``t.py:19``: the compile error says where
+    the check was called), or ``None``."""
+    refused = memory.out_of_memory
+    found = _AT_LINE.search(refused.said) if refused is not None else None
+    return found.group("where") if found is not None else None
 
 
 def memory_cell(memory: DeviceMemory) -> MemoryCell:
