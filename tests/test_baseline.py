@@ -4,7 +4,12 @@ memory per platform, and ``jaxport diff`` and ``--jaxport-baseline`` flag memory
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from test_viewmodel_memory import SUITE, run_suite
 
 from pytest_jaxport.model.budget import Setting
 from pytest_jaxport.model.census import Census
@@ -79,12 +84,13 @@ def test_memory_that_grew_past_the_threshold_is_growth() -> None:
     assert change.metric == DEVICE_MEMORY
     assert change.describe() == (
         "check 'step' on tpu: planned device memory grew 4.69 GiB -> 6.75 GiB (+2.06 GiB, "
-        "+44%; past 10% (memory_growth, set in the default)) (compiled)"
+        "+44%; memory_growth 10%, set in the default) (compiled)"
     )
     assert f"  {NODEID} {change.describe()}" in diff_text(found)
-    assert "| planned device memory (compiled) | 4.69 GiB | 6.75 GiB | +2.06 GiB (+44%; past " in (
-        diff_markdown(found)
-    )
+    assert (
+        "| planned device memory (compiled) | 4.69 GiB | 6.75 GiB | +2.06 GiB (+44%; "
+        "memory_growth 10%, set in the default) |"
+    ) in diff_markdown(found)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +115,8 @@ def test_memory_that_no_longer_fits_is_growth_whatever_the_threshold() -> None:
     [change] = found.growth
     assert change.capacity == V5E
     assert change.finding() == (
-        "planned device memory grew 15.65 GiB -> 15.85 GiB: no longer fits the device's 15.75 GiB"
+        "planned device memory grew 15.65 GiB -> 15.85 GiB (+1%; memory_growth 50%, set in "
+        "--memory-growth): no longer fits the device's 15.75 GiB"
     )
     assert "**no longer fits 15.75 GiB**" in diff_markdown(found)
 
@@ -130,14 +137,15 @@ def test_the_baseline_fails_a_test_whose_memory_grew_past_memory_growth() -> Non
     assert grown.fails
     assert grown.message.startswith(
         "check 'step' on tpu: planned device memory grew 4.69 GiB -> 6.10 GiB (+1.41 GiB, +30%; "
-        "past 20% (memory_growth, set in pyproject.toml [tool.jaxport])) (compiled) since the "
+        "memory_growth 20%, set in pyproject.toml [tool.jaxport]) (compiled) since the "
         "baseline"
     )
     assert grown.change is not None
     violation = growth_violation(grown.change, "baseline.json", probe(int(STEP * 1.3)))
     assert violation.headline() == (
-        "tpu: planned device memory grew 4.69 GiB -> 6.10 GiB (since the baseline "
-        "baseline.json); check 'step', compiled"
+        "tpu: planned device memory grew 4.69 GiB -> 6.10 GiB (+30%; memory_growth 20%, set in "
+        "pyproject.toml [tool.jaxport]) (since the baseline baseline.json); check 'step', "
+        "compiled"
     )
 
 
@@ -147,3 +155,42 @@ def test_a_baseline_of_older_counts_compares_as_before() -> None:
     entry = baseline["tests"][NODEID]["step"]["tpu"]
     baseline["tests"] = {NODEID: {"step": {"tpu": {k: v for k, v in entry.items() if k != MEMORY}}}}
     assert compare_to_baseline(baseline, NODEID, [probe(STEP * 3)]) == []
+
+
+# -- a real run against its baseline ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_fails_where_planned_memory_grew_past_memory_growth(tmp_path: Path) -> None:
+    """A baseline recorded at one shape; the same check at twice the side plans four times
+    the memory (cpu's compile): the run fails, saying by how much and against which
+    threshold; a project that allows it passes."""
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.jaxport]\nplatforms = ["cpu"]\ncompile = ["cpu"]\n'
+    )
+    recorded = run_suite(tmp_path, "-k", "test_fits", "--jaxport-baseline=b.json",
+                         "--jaxport-baseline-update", "--jaxport-report=base.json")  # fmt: skip
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    grown = run_suite(tmp_path, "-k", "test_fits", "--jaxport-baseline=b.json",
+                      "--jaxport-report=head.json", side=8192)  # fmt: skip
+    assert grown.returncode == 1, grown.stdout + grown.stderr
+    assert (
+        "cpu: planned device memory grew 192.0 MiB -> 768.0 MiB (+300%; memory_growth 10%, set "
+        "in the default) (since the baseline b.json); check 'product', compiled"
+    ) in grown.stdout
+    diffed = subprocess.run(
+        [sys.executable, "-m", "pytest_jaxport.cli", "diff", "base.json", "head.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert diffed.returncode == 1
+    assert (
+        "test_suite.py::test_fits check 'product' on cpu: planned device memory grew 192.0 MiB "
+        "-> 768.0 MiB (+576.0 MiB, +300%; memory_growth 10%, set in the default) "
+        "(compiled)"
+    ) in diffed.stdout
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.jaxport]\nplatforms = ["cpu"]\ncompile = ["cpu"]\nmemory_growth = 4.0\n'
+    )
+    allowed = run_suite(tmp_path, "-k", "test_fits", "--jaxport-baseline=b.json", side=8192)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr

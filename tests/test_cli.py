@@ -30,7 +30,7 @@ def test_diff_exits_1_on_memory_grown_past_the_default(
     out = capsys.readouterr().out
     assert "jaxport diff: 1 grew, 0 shrank" in out
     assert "check 'step' on tpu: planned device memory grew 4.69 GiB -> 5.63 GiB (+" in out
-    assert "+20%; past 10% (memory_growth, set in the default)) (compiled)" in out
+    assert "+20%; memory_growth 10%, set in the default) (compiled)" in out
 
 
 def test_diff_takes_the_threshold_from_the_option_then_the_head_report(
@@ -39,10 +39,10 @@ def test_diff_takes_the_threshold_from_the_option_then_the_head_report(
     base, head = reports(tmp_path, after=int(STEP * 1.2), growth=0.5)
     assert main(["diff", base, head]) == 0  # within HEAD's [tool.jaxport] memory_growth
     assert main(["diff", base, head, "--memory-growth", "0.05"]) == 1
-    assert "past 5% (memory_growth, set in --memory-growth)" in capsys.readouterr().out
+    assert "memory_growth 5%, set in --memory-growth)" in capsys.readouterr().out
     base, head = reports(tmp_path, after=int(STEP * 2), growth=0.5)
     assert main(["diff", base, head]) == 1
-    assert f"past 50% (memory_growth, set in {head}'s [tool.jaxport])" in capsys.readouterr().out
+    assert f"memory_growth 50%, set in {head}'s [tool.jaxport])" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from pytest_jaxport._jax import libtpu
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census, CompiledMemory
 from pytest_jaxport.model.memory import DeviceMemory, out_of_memory
@@ -19,7 +23,7 @@ from pytest_jaxport.model.probe import NotCompared, PlatformProbe, Probe
 from pytest_jaxport.report.build import build_report
 from pytest_jaxport.report.document import Config, Environment, Report
 from pytest_jaxport.report.entries import Check, TestEntry
-from pytest_jaxport.report.files import from_json
+from pytest_jaxport.report.files import from_json, load
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.html import render_html
 from pytest_jaxport.view.markdown import render_markdown
@@ -278,3 +282,127 @@ def test_the_audit_names_the_largest_plan_per_compiled_platform() -> None:
         "cpu: 4 GiB planned, capacity unknown, mlp [3f2a1b2c] (the largest of 2 planned)",
         "tpu (v5e): 13.1 of 15.75 GiB (83%), step [9d0e1f2a] (the largest of 2 planned)",
     ]
+
+
+# -- real runs: every format of a suite that compiles for cpu and tpu (libtpu, deviceless) ----
+
+LIBTPU = libtpu.installed("libtpu")
+needs_libtpu = pytest.mark.skipif(
+    LIBTPU is None, reason='libtpu is not installed (pip install "pytest-jaxport[tpu]")'
+)
+
+SUITE = """
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+SIDE = int(os.environ.get("SIDE", "4096"))
+
+
+def product(a, b):
+    return a @ b
+
+
+@pytest.mark.portable
+def test_fits(jaxport):
+    x = jax.ShapeDtypeStruct((SIDE, SIDE), jnp.float32)
+    jaxport.check(product, x, x)
+
+
+@pytest.mark.portable
+def test_does_not_fit(jaxport):
+    x = jax.ShapeDtypeStruct((40960, 40960), jnp.float32)
+    jaxport.check(product, x, x)
+
+
+@pytest.mark.portable(max_device_memory="100 MiB")
+def test_over_the_limit(jaxport):
+    x = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
+    jaxport.check(product, x, x)
+"""
+PROJECT = """
+[tool.jaxport]
+platforms = ["cpu", "tpu", "rocm"]
+compile = ["cpu", "tpu"]
+"""
+FORMATS = ("r.json", "r.md", "r.html", "r.sarif")
+
+
+def run_suite(folder: Path, *options: str, side: int = 4096) -> subprocess.CompletedProcess[str]:
+    """A real run of :data:`SUITE` in ``folder`` (its own process: libtpu takes a lock)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "SIDE": str(side)}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-vv",
+         "test_suite.py", *options],
+        cwd=folder, capture_output=True, text=True, timeout=900, check=False, env=env,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """:data:`SUITE` run once, compiled for cpu and tpu, its report in every format."""
+    folder = tmp_path_factory.mktemp("fit")
+    (folder / "test_suite.py").write_text(SUITE)
+    (folder / "pyproject.toml").write_text(PROJECT)
+    done = run_suite(folder, *(f"--jaxport-report={name}" for name in FORMATS))
+    out = done.stdout + done.stderr
+    assert "INTERNALERROR" not in out, out
+    assert done.returncode == 1, out  # test_over_the_limit fails its max_device_memory
+    return folder, out
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_a_real_run_shows_memory_in_every_format(fitted: tuple[Path, str]) -> None:
+    folder, out = fitted
+    assert "memory tpu (v5e): 256 MiB of 15.75 GiB (1.6%)" in out  # the -vv details
+    assert "tpu: does not fit — 1 check in 1 test" in out
+    assert "'product': does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB" in out
+    assert "tpu: max_device_memory — 1 violation in 1 test" in out
+    markdown = (folder / "r.md").read_text(encoding="utf-8")
+    assert "| test | outcome | check | cpu | tpu | rocm | memory |" in markdown
+    assert "tpu (v5e): 256 MiB of 15.75 GiB (1.6%)<br>rocm: not compiled |" in markdown
+    assert "**does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB**" in markdown
+    assert "| 1 / 0 (compiled) · not compared |" in markdown  # cpu ran nothing: abstract
+    html = (folder / "r.html").read_text(encoding="utf-8")
+    assert '<th scope="col">memory</th>' in html
+    assert "does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB</span>" in html
+    sarif = json.loads((folder / "r.sarif").read_text(encoding="utf-8"))
+    [result] = [r for r in sarif["runs"][0]["results"] if r["ruleId"] == "does-not-fit"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    line = SUITE.splitlines().index("def test_does_not_fit(jaxport):") + 3  # its check's line
+    assert region == {"startLine": line}
+    report = load(folder / "r.json")
+    [check] = next(t for t in report.tests if t.nodeid.endswith("test_fits")).checks
+    memory = check.probe.platforms["tpu"].memory
+    assert memory is not None
+    assert memory.fits is True
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_show_and_merge_carry_memory(fitted: tuple[Path, str]) -> None:
+    folder, _ = fitted
+    shown = subprocess.run(
+        [sys.executable, "-m", "pytest_jaxport.cli", "show", "r.json", "--format", "md"],
+        cwd=folder, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert shown.stdout == (folder / "r.md").read_text(encoding="utf-8") + "\n"
+    lowered = folder / "lowered"
+    lowered.mkdir()
+    (lowered / "test_suite.py").write_text(SUITE)
+    (lowered / "pyproject.toml").write_text(PROJECT.replace('"cpu", "tpu"]\n', '"cpu"]\n'))
+    run_suite(lowered, "--jaxport-report=leg.json")
+    merged = subprocess.run(
+        [sys.executable, "-m", "pytest_jaxport.cli", "merge", "lowered/leg.json", "r.json",
+         "-o", "merged.json", "--md", "merged.md"],
+        cwd=folder, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert "wrote merged.json" in merged.stdout, merged.stdout + merged.stderr
+    markdown = (folder / "merged.md").read_text(encoding="utf-8")
+    assert "tpu (v5e): 256 MiB of 15.75 GiB (1.6%)" in markdown  # the compiled leg's
+    assert "**does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB**" in markdown
