@@ -406,3 +406,39 @@ def test_show_and_merge_carry_memory(fitted: tuple[Path, str]) -> None:
     markdown = (folder / "merged.md").read_text(encoding="utf-8")
     assert "tpu (v5e): 256 MiB of 15.75 GiB (1.6%)" in markdown  # the compiled leg's
     assert "**does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB**" in markdown
+
+
+AUDITED = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(w, x):
+    return jnp.tanh(x @ w)
+
+
+def test_step():
+    step(jnp.ones((512, 512)), jnp.ones((256, 512)))
+"""
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_the_audit_names_its_largest_plan_in_every_format(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_audited=AUDITED)
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "tpu"]\n')
+    done = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "--jaxport-audit", "--jaxport-compile=tpu",
+        "--jaxport-report=r.md", "--jaxport-report=r.html", "--jaxport-report=r.json",
+    )  # fmt: skip
+    done.assert_outcomes(passed=1)
+    done.stdout.fnmatch_lines([
+        "  largest planned device memory, per compiled platform:",
+        "    tpu (v5e): * of 15.75 GiB (*), step [[]*[]] (the largest of * planned)",
+    ])  # fmt: skip
+    said = next(line for line in done.outlines if line.startswith("    tpu (v5e): "))
+    for name in ("r.md", "r.html"):
+        assert said.strip() in (pytester.path / name).read_text(encoding="utf-8").replace(
+            "&lt;", "<"
+        )

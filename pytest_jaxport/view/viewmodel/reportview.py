@@ -277,6 +277,9 @@ class ReportView:
         audit = view.audit
         if audit is not None and audit.numbers is not None:
             audit = dataclasses.replace(audit, numbers=audit.numbers.select(options))
+        if audit is not None and audit.memory:
+            memory = tuple(m for m in audit.memory if m.memory.platform == platform)
+            audit = dataclasses.replace(audit, memory=memory)
         return dataclasses.replace(
             view,
             audit=audit,
