@@ -54,6 +54,7 @@ EXAMPLES: dict[str, object] = {
     "formats": ["float8_*"],
     "rules": ["float32-*"],
     "libraries": {"cudnn": 2},
+    "memory": "12 GiB",
 }
 """A valid value of each kind."""
 WRONG: dict[str, tuple[object, str]] = {
@@ -68,6 +69,9 @@ WRONG: dict[str, tuple[object, str]] = {
     "formats": (["float99"], "unknown format 'float99'"),
     "rules": (["no-such-rule"], "unknown rule 'no-such-rule'"),
     "libraries": ({"cudnnn": 0}, "unknown library 'cudnnn' (did you mean 'cudnn'?)"),
+    "memory": ("12", 'a size needs its unit: "12" is ambiguous; write "12 GiB" (2^30 bytes '
+                     'each) or "12 GB" (10^9), or a fraction of the capacity as a number (0.9), '
+                     "found string '12'"),
 }  # fmt: skip
 """A wrong value of each kind, and what the error says after the key's name."""
 
@@ -182,6 +186,7 @@ max_format_findings = 0
 forbid_formats = ["float8_e4m3fn"]
 max_padding_waste = 0.0
 max_relayouts = 0
+max_device_memory = "1 KiB"
 """
 _CODE = """
 import jax, jax.numpy as jnp, pytest

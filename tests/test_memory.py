@@ -6,22 +6,35 @@ from __future__ import annotations
 
 import json
 import re
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import built_report
 
+from pytest_jaxport.model.budget import Budget, Setting, Violation
 from pytest_jaxport.model.census import CompiledMemory
+from pytest_jaxport.model.devices import described_device
+from pytest_jaxport.model.evaluation import evaluate
+from pytest_jaxport.model.failure import failure_text
 from pytest_jaxport.model.memory import (
     GIB,
     DeviceMemory,
     MemoryLimit,
+    MemoryTarget,
     OutOfMemory,
     out_of_memory,
     parse_memory_limit,
+    planned,
     planned_peak,
+    refused,
 )
 from pytest_jaxport.model.probe import NotCompared, PlatformProbe, Probe, platform_from_dict
 from pytest_jaxport.report.errors import ReportError
+
+RECORDED = Path(__file__).parent.parent / "benchmarks/results/chip-memory-tpu-v5-lite.json"
+"""What the lent TPU v5e measured (issue 56), with the deviceless plans beside it."""
 
 V5E_BYTES_LIMIT = 16_909_336_064
 """The lent TPU v5e's ``memory_stats()["bytes_limit"]`` (chip-memory-tpu-v5-lite.json)."""
@@ -221,3 +234,317 @@ def test_a_fraction_of_an_unknown_capacity_allows_nothing_known() -> None:
     assert limit.text(V5E_BYTES_LIMIT) == "0.9 of 15.75 GiB = 14.17 GiB"
     assert parse_memory_limit("12 GiB").text() == "12.00 GiB (12 GiB)"
     assert OutOfMemory(needs_bytes=5, needs="5").needs_text == "5 B"
+
+
+def test_the_fit_verdicts_equal_the_chips_on_every_recorded_program() -> None:
+    """The lent TPU v5e's corpus (chip-memory-tpu-v5-lite.json): each program's deviceless
+    plan, or libtpu's refusal, judged against v5e's capacity as a check's memory is, fits
+    where the chip ran it and does not where the chip refused it: 17 of 17. The plan (the
+    compiler's peak plus the code) is never below the chip's peak by more than 5.75 MiB."""
+    recorded = json.loads(RECORDED.read_text())
+    v5e = described_device("tpu", "v5e")
+    assert v5e is not None
+    target = MemoryTarget(platform="tpu", device="TPU v5e", generation="v5e", slice="v5e:1x1",
+                          deviceless=True, capacity=v5e.capacity)  # fmt: skip
+    agreed = 0
+    for name, deviceless in recorded["recorded"]["deviceless"]["programs"].items():
+        chip = recorded["programs"][name]
+        if "compile_error" in deviceless:
+            memory = refused(target, deviceless["compile_error"])
+        else:
+            memory = planned(target, CompiledMemory.from_stats(deviceless["memory_analysis"]))
+        assert memory is not None
+        assert memory.fits is not None
+        if not chip["chip_measured"]:
+            continue
+        assert memory.fits is chip["fits_chip"], name
+        agreed += 1
+        if memory.peak_bytes is not None and chip.get("chip_peak_bytes") is not None:
+            assert memory.peak_bytes - chip["chip_peak_bytes"] >= -6 * 2**20, name
+    assert agreed == 17
+
+
+# -- the budget and must_lower, on plain data ---------------------------------------------
+
+
+ORIGIN = "pyproject.toml [tool.jaxport.budget]"
+
+
+def _judged(memory: DeviceMemory, **limits: object) -> list[Violation]:
+    refused = LIBTPU_40960 if memory.out_of_memory else None
+    result = PlatformProbe(platform=memory.platform, present=False, memory=memory,
+                           compile_error=refused)  # fmt: skip
+    probe = Probe(name="step", reference="cpu", platforms={memory.platform: result})
+
+    def budget(platform: str) -> Budget:
+        settings = {k: Setting(value=v, origin=ORIGIN) for k, v in limits.items()}
+        return Budget(platform=platform, **settings)  # type: ignore[arg-type]
+
+    return evaluate(probe, budget)
+
+
+def test_a_plan_over_max_device_memory_fails_with_planned_against_allowed() -> None:
+    (violation,) = _judged(_planned(), max_device_memory=parse_memory_limit(0.7))
+    assert violation.headline() == (
+        "tpu: 12.38 GiB planned > 0.7 of 15.75 GiB = 11.02 GiB allowed on tpu (v5e) "
+        "(max_device_memory = 0.7, set in pyproject.toml [tool.jaxport.budget]); check "
+        "'step', compiled (deviceless v5e:1x1)"
+    )
+    assert violation.details[0] == "planned 13,288,710,144 bytes per device, allowed 11,836,535,244"
+    assert "to pass: plan less memory per device" in failure_text([violation], "t.py::t")
+    assert violation.found_text() == violation.finding()  # what every list of problems shows
+    assert _judged(_planned(), max_device_memory=parse_memory_limit(0.8)) == []
+    (sized,) = _judged(_planned(), max_device_memory=parse_memory_limit("12 GiB"))
+    assert sized.rule() == f'max_device_memory = "12 GiB", set in {ORIGIN}'
+
+
+def test_a_fraction_of_an_unknown_capacity_fails_saying_so() -> None:
+    unknown = "capacity unknown: the CPU's memory is the host's"
+    cpu = DeviceMemory(platform="cpu", level="compiled", device="cpu", peak_bytes=201_326_592,
+                       capacity_source=unknown)  # fmt: skip
+    (violation,) = _judged(cpu, max_device_memory=parse_memory_limit(0.9))
+    assert violation.finding().startswith(
+        "a fraction (0.9) of an unknown capacity: cpu (cpu)'s capacity is unknown"
+    )
+    assert "set max_device_memory as a size" in failure_text([violation], "t.py::t")
+    assert _judged(cpu, max_device_memory=parse_memory_limit("1 GiB")) == []
+
+
+def test_memory_not_compiled_is_not_judged() -> None:
+    rocm = DeviceMemory(platform="rocm", level="not compiled", reason="no compiler runs")
+    assert _judged(rocm, max_device_memory=parse_memory_limit("1 KiB")) == []
+
+
+def test_a_refusal_for_memory_fails_must_lower_saying_it_does_not_fit() -> None:
+    refused = DeviceMemory(platform="tpu", level="compiled", device="TPU v5e", generation="v5e",
+                           slice="v5e:1x1", deviceless=True, capacity_bytes=V5E_BYTES_LIMIT,
+                           out_of_memory=out_of_memory(LIBTPU_40960))  # fmt: skip
+    (violation,) = _judged(refused, must_lower=("tpu",))
+    assert violation.finding() == (
+        "fails to compile: does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB"
+    )
+    assert violation.details == (LIBTPU_40960,)  # the compiler's words kept
+    both = _judged(refused, must_lower=("tpu",), max_device_memory=parse_memory_limit(0.9))
+    assert [v.key for v in both] == ["must_lower", "max_device_memory"]
+    said = "needs 18.75 GiB (the compiler's figure; it refused the program) > 0.9 of 15.75"
+    assert both[1].finding().startswith(said)
+
+
+# -- real runs: abstract arguments, the compilers' plans, a slice ---------------------------
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        version(distribution)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+needs_libtpu = pytest.mark.skipif(
+    not _installed("libtpu"), reason='libtpu is not installed (pip install "pytest-jaxport[tpu]")'
+)
+
+
+def _peak_rss_kib(result: pytest.RunResult) -> int:
+    """The test process's peak resident memory, as the test printed it (``RSS KiB <n>``)."""
+    (found,) = re.findall(r"RSS KiB (\d+)", result.stdout.str())
+    return int(found)
+
+
+def _report(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
+    """Each check of the run's report, by its name."""
+    report = json.loads((pytester.path / "r.json").read_text())
+    return {c["name"]: c for t in report["tests"] for c in t["checks"]}
+
+
+ABSTRACT = """
+import resource
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.mark.portable
+def test_product(jaxport):
+    big = jax.ShapeDtypeStruct((40960, 40960), jnp.float32)
+    out = jaxport.check(lambda a, b: a @ b, big, big, name="product")
+    assert out == jax.ShapeDtypeStruct((40960, 40960), jnp.float32)
+    print("RSS KiB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+@pytest.mark.portable
+def test_mixed(jaxport):
+    out = jaxport.check(jnp.dot, jnp.ones((3, 8)), jax.ShapeDtypeStruct((8, 2), jnp.float32))
+    assert out.shape == (3, 2)
+"""
+
+
+@pytest.mark.slow
+def test_an_abstract_check_is_lowered_and_compiled_never_run(pytester: pytest.Pytester) -> None:
+    """A 40960² float32 product (two 6.25 GiB operands, a 6.25 GiB result) is traced, lowered
+    for every platform and compiled for cpu, and never run: the test process stays under
+    1 GiB of resident memory; its numerics are not compared, and the record says why."""
+    pytester.makefile(".toml", pyproject='[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", '
+                      '"tpu"]\ncompile = ["cpu"]\n')  # fmt: skip
+    pytester.makepyfile(test_abstract=ABSTRACT)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-s", "--jaxport-report=r.json")
+    result.assert_outcomes(passed=2)
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+    rss = _peak_rss_kib(result)
+    assert rss < 1 << 20, f"the test process peaked at {rss / 1024:.0f} MiB"
+    checks = _report(pytester)
+    product = checks["product"]
+    assert product["not_compared"] == {"reason": "abstract arguments",
+                                       "arguments": ["args[0]", "args[1]"]}  # fmt: skip
+    assert product["note"].startswith("numerics not compared: abstract arguments")
+    cpu = product["platforms"]["cpu"]
+    assert (cpu["executed"], cpu["compiled"]["level"]) == (False, "compiled")
+    assert cpu["memory"]["breakdown"]["argument_bytes"] == 2 * 40960**2 * 4
+    assert cpu["memory"]["capacity_bytes"] is None
+    assert cpu["memory"]["fits"] is None  # the host's memory is no device's: unknown
+    assert product["platforms"]["rocm"]["memory"] == {
+        **product["platforms"]["rocm"]["memory"], "level": "not compiled", "peak_bytes": None,
+        "reason": "no compiler runs for rocm without its device"}  # fmt: skip
+    assert product["platforms"]["tpu"]["memory"]["reason"] == (
+        "tpu is not in [tool.jaxport] compile"
+    )
+    assert checks["dot"]["not_compared"]["arguments"] == ["args[1]"]
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_sharded_abstract_check_is_planned_per_chip_as_the_sharding_divides(
+    pytester: pytest.Pytester,
+) -> None:
+    """Four host devices (tests/conftest.py); ``devices.tpu = "v5e:2x2"``: the products with
+    their left operand's rows over 4 chips plan per chip what the recorded deviceless
+    ``v5e:2x2`` compiles planned, and their arguments divide as the sharding says (a quarter
+    of one operand, the whole other). The 40960² product fits per chip, where one chip
+    refuses it."""
+    pytester.makefile(".toml", pyproject="""
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        compile = ["tpu"]
+        devices = { tpu = "v5e:2x2" }
+        """.replace("\n        ", "\n"))  # fmt: skip
+    pytester.makepyfile(test_sliced="""
+        import jax, jax.numpy as jnp, numpy as np, pytest
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        def product(a, b):
+            return a @ b
+
+        @pytest.mark.portable
+        def test_rows(jaxport):
+            mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+            over_rows, replicated = NamedSharding(mesh, P("x", None)), NamedSharding(mesh, P())
+            for n in (24576, 40960):
+                rows = jax.ShapeDtypeStruct((n, n), jnp.float32, sharding=over_rows)
+                whole = jax.ShapeDtypeStruct((n, n), jnp.float32, sharding=replicated)
+                jaxport.check(product, rows, whole, name=f"product_f32_{n} rows")
+        """.replace("\n        ", "\n"))  # fmt: skip
+    result = pytester.runpytest("-p", "no:randomly", "--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    recorded = json.loads(RECORDED.read_text())["recorded"]["sharded"]["programs"]
+    for name, check in _report(pytester).items():
+        memory = check["platforms"]["tpu"]["memory"]
+        n = int(name.split("_")[2].split()[0])
+        assert (memory["slice"], memory["devices"], memory["per"]) == ("v5e:2x2", 4, "chip")
+        plan = recorded[name]["memory_analysis"]
+        breakdown = memory["breakdown"]
+        assert breakdown["argument_bytes"] == plan["argument_size_in_bytes"] == (
+            n * n * 4 // 4 + n * n * 4)  # fmt: skip
+        assert breakdown["output_bytes"] == plan["output_size_in_bytes"] == n * n * 4 // 4
+        assert memory["peak_bytes"] - breakdown["generated_code_bytes"] == (
+            plan["peak_memory_in_bytes"])  # fmt: skip
+        assert memory["fits"] is True
+
+
+TRAIN_STEP = """
+import resource
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def train_step(params, x, y):
+    def loss(p):
+        h = x
+        for i, (w, b) in enumerate(p):
+            h = h @ w + b
+            if i < len(p) - 1:
+                h = jax.nn.relu(h)
+        return jnp.mean((h - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * g, params, grads), value
+
+
+def f32(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+@pytest.mark.portable(max_device_memory=0.8)
+def test_train_step(jaxport):
+    params = [(f32(8192, 8192), f32(8192)) for _ in range(25)]
+    jaxport.check(train_step, params, f32(6144, 8192), f32(6144, 8192))
+
+
+@pytest.mark.portable
+def test_product(jaxport):
+    jaxport.check(lambda a, b: a @ b, f32(40960, 40960), f32(40960, 40960), name="product")
+    print("RSS KiB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_production_train_step_is_planned_for_cuda_and_tpu_on_a_cpu_machine(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 56's "Done when": a 25-layer 8192² MLP train step at batch 6144, checked with
+    abstract arguments for cuda (deviceless H100) and tpu (deviceless v5e) on this CPU
+    machine, plans 13.07 of 15.75 GiB (83%) on the TPU, fails ``max_device_memory = 0.8``,
+    and the 40960² product does not fit on the TPU (18.75 GiB), with nothing allocated."""
+    pytest.importorskip("jax_cuda12_plugin")
+    pytester.makefile(".toml", pyproject="""
+        [tool.jaxport]
+        platforms = ["cpu", "cuda", "tpu"]
+        compile = ["cuda", "tpu"]
+        compile_time_limit = 1200
+
+        [tool.jaxport.budget]
+        must_lower = ["cpu", "cuda", "tpu"]
+        """.replace("\n        ", "\n"))  # fmt: skip
+    pytester.makepyfile(test_production=TRAIN_STEP)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-s", "--jaxport-report=r.json")
+    result.assert_outcomes(failed=2)
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+    result.stdout.fnmatch_lines([
+        "*tpu: 13.07 GiB planned > 0.8 of 15.75 GiB = 12.60 GiB allowed on tpu (v5e) "
+        "(max_device_memory = 0.8, set in *",
+        "*tpu: fails to compile: does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB "
+        "(must_lower = [[]cpu, cuda, tpu[]], set in pyproject.toml [[]tool.jaxport.budget[]]);*",
+    ])  # fmt: skip
+    rss = _peak_rss_kib(result)
+    assert rss < 1 << 20, f"the test process peaked at {rss / 1024:.0f} MiB"
+    checks = _report(pytester)
+    step = {p: DeviceMemory.from_dict(p, entry["memory"])
+            for p, entry in checks["train_step"]["platforms"].items()}  # fmt: skip
+    tpu = step["tpu"]
+    assert tpu.headline() == "tpu (v5e): 13.07 of 15.75 GiB (83%)"
+    assert f"{tpu.peak_bytes / GIB:.1f} of {tpu.capacity_bytes / GIB:.2f}" == "13.1 of 15.75"
+    assert (tpu.fits, tpu.deviceless, tpu.slice) == (True, True, "v5e:1x1")
+    assert step["cuda"].capacity_bytes == 80 * GIB
+    assert step["cuda"].fits is True
+    assert step["cpu"].level == "not compiled"
+    product = checks["product"]["platforms"]["tpu"]
+    assert product["memory"]["fits"] is False
+    assert product["memory"]["out_of_memory"]["needs"] == "18.75G"
+    assert product["compile_error"].startswith(
+        "does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB (at test_production.py:"
+    )
+    assert "(18.75G) exceeds available HBM (15.75G)" in product["compile_error"]

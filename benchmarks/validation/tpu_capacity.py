@@ -56,14 +56,16 @@ generation's layout (``{0:T(1024)}``), argument and output 8 KiB."""
 
 _EXCESS = re.compile(r"Exceeded hbm capacity by (?P<excess>[0-9.]+)(?P<unit>[KMG]?)")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_FIGURES = re.compile(r"\((?P<needs>[0-9.]+)G\)\s+exceeds\s+available\s+HBM\s+\((?P<avail>[0-9.]+)G\)")
+_FIGURES = re.compile(
+    r"\((?P<needs>[0-9.]+)G\)\s+exceeds\s+available\s+HBM\s+\((?P<avail>[0-9.]+)G\)"
+)
 
 
 def _topology(name: str) -> Any:
     from jax.experimental import topologies
 
     dims = name.split(":")[1].split("x")
-    bounds = tuple(min(int(d), 2) for d in (*dims, "1", "1")[:2]) + (1,)
+    bounds = (*tuple(min(int(d), 2) for d in (*dims, "1", "1")[:2]), 1)
     return topologies.get_topology_desc(
         platform="tpu", topology_name=name, chip_config_name="default",
         chips_per_host_bounds=bounds, num_slices=1, wrap=(False, False, False),

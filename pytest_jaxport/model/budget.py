@@ -32,7 +32,7 @@ from pytest_jaxport.model.classification import Layer
 from pytest_jaxport.model.emulation import (
     emulated_label,
 )
-from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus
+from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus, size_text
 from pytest_jaxport.model.format_rules import rule_source
 from pytest_jaxport.model.memory import MemoryLimit, gib_text
 from pytest_jaxport.model.platforms import DEFAULT_HOME, compiler_decides
@@ -163,8 +163,7 @@ class Violation:
         return f"{self.found_text()} > {self.limit_text()}"
 
     def found_text(self) -> str:
-        """``3 cudnn calls``; ``fails to lower`` for ``must_lower``; planned against allowed
-        for ``max_device_memory`` (its ``found``, the bytes, is said in its sentence)."""
+        """``3 cudnn calls``; ``fails to lower`` for ``must_lower``."""
         if self.kind in ("platforms", "flag", "memory") or self.key in (
             "emulated_run",
             BASELINE_KEY,
@@ -652,9 +651,9 @@ def _memory_details(breakdown: CompiledMemory | None, needed: int, allowed: int)
         return (said,)
     return (
         said,
-        f"arguments {gib_text(breakdown.argument)}, outputs {gib_text(breakdown.output)}, "
-        f"temporaries {gib_text(breakdown.temp)}, aliased {gib_text(breakdown.alias)}, "
-        f"code {gib_text(breakdown.generated_code)}",
+        f"arguments {size_text(breakdown.argument)}, outputs {size_text(breakdown.output)}, "
+        f"temporaries {size_text(breakdown.temp)}, aliased {size_text(breakdown.alias)}, "
+        f"code {size_text(breakdown.generated_code)}",
     )
 
 

@@ -426,10 +426,12 @@ def planned(
 
 
 def refused(target: MemoryTarget, error: str, *, devices: int = 1) -> DeviceMemory | None:
-    """The memory of a compile the compiler refused for memory (its ``error`` names the
-    bytes needed and available), or ``None`` where it refused for anything else."""
+    """The memory of a compile the compiler refused for device memory (its ``error`` names
+    the bytes needed and available), or ``None`` where it refused for anything else (a
+    Pallas kernel's scoped VMEM is the kernel's limit, not the device's: the kernel's
+    finding)."""
     found = out_of_memory(error)
-    if found is None:
+    if found is None or found.memory_space != "hbm":
         return None
     return replace(_base(target, devices), out_of_memory=found)
 
