@@ -119,7 +119,7 @@ BIG = TestEntry(
         (tpu_memory(14_063_000_000), "tpu (v5e): 13.1 of 15.75 GiB (83%)", "good"),
         (tpu_memory(out_of_memory=out_of_memory(REFUSED)),
          "tpu (v5e): does not fit: needs 18.75 GiB of 15.75 GiB", "bad"),
-        (tpu_memory(3 * GIB, slice="v5e:2x2", devices=4),
+        (tpu_memory(3 * GIB, slice="v5e:2x2", devices=4, per="chip"),
          "tpu (v5e:2x2, per chip): 3 of 15.75 GiB (19%)", "good"),
         (tpu_memory(805_306_368), "tpu (v5e): 768 MiB of 15.75 GiB (4.8%)", "good"),
         (tpu_memory(V5E - 1), "tpu (v5e): 15.7 of 15.75 GiB (>99%)", "good"),

@@ -83,20 +83,15 @@ class MemoryCell:
 
 
 def memory_where(memory: DeviceMemory) -> str:
-    """The platform and its device as a memory line names them: ``tpu (v5e)`` (one chip),
-    ``tpu (v5e:2x2, per chip)`` (a program partitioned over a slice: the plan is each
-    chip's), ``cuda (sm90)``; the platform alone where no device is known.
+    """:attr:`DeviceMemory.where <pytest_jaxport.model.memory.DeviceMemory.where>` (``tpu
+    (v5e)``, ``tpu (v5e:2x2, per chip)``), with a device that is its platform said once:
+    ``cpu``, not ``cpu (cpu)``.
 
-    >>> memory_where(DeviceMemory(platform="tpu", level="compiled", generation="v5e",
-    ...                           slice="v5e:2x2", devices=4))
-    'tpu (v5e:2x2, per chip)'
+    >>> memory_where(DeviceMemory(platform="cpu", level="compiled", device="cpu"))
+    'cpu'
     """
-    device = memory.generation or memory.device
-    if device == memory.platform:  # cpu: the platform is its device
-        device = ""
-    if memory.devices > 1:
-        device = f"{memory.slice or device}, per chip" if (memory.slice or device) else "per chip"
-    return f"{memory.platform} ({device})" if device else memory.platform
+    where = memory.where
+    return memory.platform if where == f"{memory.platform} ({memory.platform})" else where
 
 
 def memory_text(memory: DeviceMemory) -> tuple[str, MemoryStatus]:
