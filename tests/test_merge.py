@@ -470,7 +470,8 @@ def test_memory_carries_through_from_the_leg_whose_compiler_answered(tmp_path: P
         cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
         assert cuda["leg"] == "leg-refused.json"
         assert cuda["memory"]["fits"] is False
-        assert "does not fit on cuda (NVIDIA H100): needs 90 GiB of 80 GiB" in markdown(merged.document)
+        said = "does not fit on cuda (NVIDIA H100): needs 90 GiB of 80 GiB"
+        assert said in markdown(merged.document)
 
 
 def test_a_leg_that_traced_a_check_wins_over_one_that_could_not(tmp_path: Path) -> None:
