@@ -14,15 +14,20 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_jaxport.model.budget import Setting
+from pytest_jaxport.model.config import ConfigError
 from pytest_jaxport.model.gpu import SHIPPED_GPUS
 from pytest_jaxport.model.hints import platform_hint
+from pytest_jaxport.model.validators import growth_value
 from pytest_jaxport.report.baseline import (
+    Counts,
     baseline_json,
     baseline_of,
     counted,
     diff,
     load_compared,
 )
+from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.errors import MergeError, ReportError
 from pytest_jaxport.report.files import load, write_text
 from pytest_jaxport.version import __version__
@@ -208,7 +213,7 @@ def _diff(args: argparse.Namespace) -> int:
     try:
         base = load_compared(Path(args.base))
         head = load_compared(Path(args.head))
-        found = diff(base, head)
+        found = diff(base, head, memory_growth=_memory_growth(args.memory_growth, args.head, head))
     except MergeError as e:
         return _fail("diff", e)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -236,6 +241,31 @@ def _diff(args: argparse.Namespace) -> int:
             return EXIT_UNUSABLE
     print(diff_text(found))
     return EXIT_FAILED if found.grew else EXIT_OK
+
+
+def _memory_growth(given: float | None, path: str, head: Report | Counts) -> Setting[float] | None:
+    """What ``jaxport diff`` holds device memory to: ``--memory-growth``, else the head
+    report's ``[tool.jaxport] memory_growth`` (where its project set one), else ``None``
+    (the default)."""
+    if given is not None:
+        return Setting(value=given, origin="--memory-growth")
+    recorded = head.config.memory_growth if isinstance(head, Report) else None
+    if recorded is not None:
+        return Setting(value=recorded, origin=f"{path}'s [tool.jaxport]")
+    return None
+
+
+def _growth_option(value: str) -> float:
+    """``--memory-growth``'s value, checked where it is declared (as ``[tool.jaxport]
+    memory_growth`` is)."""
+    try:
+        number: object = float(value)
+    except ValueError:
+        number = value
+    try:
+        return growth_value("--memory-growth", number)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--memory-growth: ")) from None
 
 
 def _baseline(args: argparse.Namespace) -> int:
@@ -302,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("base", metavar="BASE.json")
     diff.add_argument("head", metavar="HEAD.json")
     diff.add_argument("--md", metavar="PATH", default=None, help="also write Markdown")
+    diff.add_argument(
+        "--memory-growth", metavar="SHARE", type=_growth_option, default=None,
+        help="flag a check's planned device memory that grew by more than SHARE of BASE's "
+        "(0.1: 10%%; default: HEAD's [tool.jaxport] memory_growth, else 0.1)",
+    )  # fmt: skip
     diff.set_defaults(run=_diff)
     baseline = commands.add_parser(
         "baseline", help="write the baseline (counts only, sorted) of a report or merged report"

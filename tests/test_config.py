@@ -371,3 +371,33 @@ def test_platform_hints_are_derived_from_the_platform_declarations() -> None:
             assert platform_hint(word, (platform,)).startswith(f" (did you mean {platform!r}, ")
     assert platforms_meant("float32") == platforms_meant("max_vendor_calls") == ()
     assert platform_hint("nvidia", ("cpu", "tpu")) == ""  # no platform it means is a choice
+
+
+# -- memory_growth: how much planned device memory may grow from the base (issue 56) ---------
+
+
+def test_memory_growth_is_a_share_with_its_origin_and_a_default() -> None:
+    set_here = parse_project({"memory_growth": 0.25}, "pyproject.toml")
+    assert set_here.memory_threshold == Setting(value=0.25, origin="pyproject.toml [tool.jaxport]")
+    assert parse_project({"memory_growth": 0}, "p").memory_threshold.value == 0.0
+    default = parse_project({}, "pyproject.toml")
+    assert default.memory_growth is None
+    assert default.memory_threshold == Setting(value=0.1, origin="the default")
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [("10%", "found string '10%' (write 0.1)"), (-0.5, "found float -0.5"),
+     (True, "found boolean true"), ([0.1], "found array [0.1]")],
+)  # fmt: skip
+def test_memory_growth_errors_name_the_file_key_and_what_was_found(
+    value: object, found: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_project({"memory_growth": value}, "pyproject.toml")
+    assert str(info.value) == (
+        "pyproject.toml: [tool.jaxport] memory_growth: expected a share of the base's planned "
+        f"memory, 0 or more (0.1: growth past 10% is flagged), {found}"
+    )
+    with pytest.raises(ConfigError, match="did you mean 'memory_growth'"):
+        parse_project({"memory_grow": 0.1}, "pyproject.toml")

@@ -20,6 +20,7 @@ from pytest_jaxport.model.compare import Leaf, Outputs
 from pytest_jaxport.model.cost import CostModel
 from pytest_jaxport.model.emulation import EmulatedKernel, Emulation
 from pytest_jaxport.model.failure import failure_text
+from pytest_jaxport.model.memory import DeviceMemory, OutOfMemory
 from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 from pytest_jaxport.model.probe import (
     PlatformProbe,
@@ -438,6 +439,39 @@ def test_compiled_census_wins_over_lowered(tmp_path: Path) -> None:
     cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
     assert cuda["leg"] == "leg-deviceless.json"
     assert cuda["compiled"]["vendor"] == 5
+
+
+def test_memory_carries_through_from_the_leg_whose_compiler_answered(tmp_path: Path) -> None:
+    """A leg that only lowered cuda says its memory was "not compiled"; the leg whose
+    compiler refused the check for memory (no census: the compile failed) answered: the
+    merged check's memory is its, and every format then says it does not fit."""
+    lowered = check("mlp", entry("cuda", present=False, vendor=3))["platforms"]["cuda"]
+    not_compiled = {
+        **lowered,
+        "memory": DeviceMemory(
+            platform="cuda", level="not compiled", reason="not in compile"
+        ).to_dict(),
+    }
+    refused = DeviceMemory(
+        platform="cuda",
+        level="compiled",
+        device="NVIDIA H100",
+        capacity_bytes=80 * 2**30,
+        out_of_memory=OutOfMemory(needs_bytes=90 * 2**30, needs="90G", said="out of memory"),
+    )
+    compiled = {**lowered, "compile_error": "RESOURCE_EXHAUSTED: out of memory",
+                "memory": refused.to_dict()}  # fmt: skip
+    for order in (
+        (("lowered", not_compiled), ("refused", compiled)),
+        (("refused", compiled), ("lowered", not_compiled)),
+    ):
+        legs = [write(tmp_path, f"leg-{name}.json", leg_with(e)) for name, e in order]
+        merged = merge(reports(legs), tolerance_for=defaults)
+        cuda = platforms_of(merged.report, NODEID, "mlp")["cuda"]
+        assert cuda["leg"] == "leg-refused.json"
+        assert cuda["memory"]["fits"] is False
+        said = "does not fit on cuda (NVIDIA H100): needs 90 GiB of 80 GiB"
+        assert said in markdown(merged.document)
 
 
 def test_a_leg_that_traced_a_check_wins_over_one_that_could_not(tmp_path: Path) -> None:

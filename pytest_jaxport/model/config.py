@@ -89,6 +89,13 @@ FORMAT_NAMES: tuple[str, ...] = tuple(sorted(set(DTYPE_NAMES.values())))
 RULE_NAMES: tuple[str, ...] = tuple(sorted({rule.name for rule in FORMAT_RULES}))
 """What ``allow_findings`` matches: the formats-and-layout rules' names."""
 
+DEFAULT_MEMORY_GROWTH = 0.1
+"""``memory_growth``: how much a check's planned device memory may grow from the base (the
+baseline, ``jaxport diff``'s BASE) before the growth is flagged: 10%. A plan is the
+compiler's and does not move run to run (the same program, compiler and device plan the
+same bytes), so anything past it is the code's doing; a layer more in a model grows it, and
+a lost donation or a materialised intermediate grows it by tens of percent."""
+
 DTYPES: tuple[str, ...] = tuple(e.jax for e in ELEMENT_TYPES)
 """The dtypes ``[tool.jaxport.tolerance.<dtype>]`` takes, by their JAX names."""
 
@@ -199,10 +206,21 @@ class ProjectConfig:
         default_factory=lambda: Setting(value=DEFAULT_MAY_DIFFER, origin="the default")
     )
     """``may_differ``: ``fail`` or ``warn`` (:data:`MAY_DIFFER`), and where that was set."""
+    memory_growth: Setting[float] | None = None
+    """``memory_growth``: the share a check's planned device memory may grow by from the
+    base before a baseline or ``jaxport diff`` flags it, and where that was set; ``None``
+    where not set (:attr:`memory_threshold`: the default)."""
     own_packages: tuple[str, ...] = ()
     """``own_packages``: installed packages (import names) whose source lines reports show
     as the user's own; frames in any other installed package are a library's internals, and
     a kernel inside one is shown at the line that called into it."""
+
+    @property
+    def memory_threshold(self) -> Setting[float]:
+        """:attr:`memory_growth`, or :data:`DEFAULT_MEMORY_GROWTH` where not set."""
+        if self.memory_growth is not None:
+            return self.memory_growth
+        return Setting(value=DEFAULT_MEMORY_GROWTH, origin="the default")
 
     def audit_budget(self, platform: str) -> Budget:
         """``[tool.jaxport.audit.fail_on]`` < ``[tool.jaxport.audit.fail_on.<platform>]`` for

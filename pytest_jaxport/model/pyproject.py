@@ -71,6 +71,7 @@ from pytest_jaxport.model.validators import (
     emulated_among,
     globs_value,
     gpu_value,
+    growth_value,
     home_platform,
     may_differ_value,
     migrate_among,
@@ -234,6 +235,11 @@ def _may_differ(file: ProjectFile, value: object, project: ProjectConfig) -> Pro
     return replace(project, may_differ=Setting(value=said, origin=file.origin))
 
 
+def _memory_growth(file: ProjectFile, value: object, project: ProjectConfig) -> ProjectConfig:
+    growth = growth_value(file.at("memory_growth"), value)
+    return replace(project, memory_growth=Setting(value=growth, origin=file.origin))
+
+
 def _budget(file: ProjectFile, value: object, project: ProjectConfig) -> ProjectConfig:
     budget, platform_budgets = _budget_section(file.source, "tool.jaxport.budget", value)
     return replace(project, budget=budget, platform_budgets=platform_budgets)
@@ -264,6 +270,7 @@ PROJECT_KEYS: tuple[ProjectKey, ...] = (
     ProjectKey(name="emulate", read=_emulate),
     ProjectKey(name="own_packages", read=_own_packages),
     ProjectKey(name="may_differ", read=_may_differ),
+    ProjectKey(name="memory_growth", read=_memory_growth),
     # read where not written too: the budget's origin names the file
     ProjectKey(name="budget", read=_budget, default={}),
     ProjectKey(name="audit", read=_audit),
@@ -290,6 +297,7 @@ TOP_KEYS: tuple[str, ...] = (
     "devices",
     "emulate",
     "may_differ",
+    "memory_growth",
     "own_packages",
 )
 """The keys of :data:`PROJECT_KEYS` as an unknown key's error lists them (the reference's

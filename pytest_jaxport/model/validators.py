@@ -213,6 +213,38 @@ def may_differ_value(where: str, value: object) -> str:
     )
 
 
+def growth_value(where: str, value: object) -> float:
+    """Validate ``memory_growth`` (and ``jaxport diff --memory-growth``): a share, 0 or more,
+    that a check's planned device memory may grow by before the growth is flagged (``0.1``:
+    past 10%; ``0``: any growth).
+
+    >>> growth_value("[tool.jaxport] memory_growth", 0.25)
+    0.25
+    >>> try:
+    ...     growth_value("memory_growth", "10%")
+    ... except ConfigError as e:
+    ...     print(str(e).partition(", found ")[2])
+    string '10%' (write 0.1)
+    """
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
+        return float(value)
+    hint = ""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:  # what was meant: the share, not the percentage
+            hint = f" (write {float(value.strip().removesuffix('%')) / 100:g})"
+        except ValueError:
+            hint = ""
+    raise ConfigError(
+        f"{where}: expected a share of the base's planned memory, 0 or more (0.1: growth past "
+        f"10% is flagged), found {type_name(value)}{hint}"
+    )
+
+
 def emulated_among(where: str, emulate: Sequence[str], platforms: Sequence[str]) -> None:
     """An emulated platform must be one the checks lower for: its lowering is what the
     emulation runs."""

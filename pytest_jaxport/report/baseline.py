@@ -13,11 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict, cast
 
-from pytest_jaxport.model.budget import BASELINE_KEY, RATCHETED, RATCHETED_SHARES, Violation
+from pytest_jaxport.model.budget import (
+    BASELINE_KEY,
+    RATCHETED,
+    RATCHETED_SHARES,
+    Setting,
+    Violation,
+)
 from pytest_jaxport.model.census import Census, Kernel
 from pytest_jaxport.model.classification import LEVELS, Layer
+from pytest_jaxport.model.config import DEFAULT_MEMORY_GROWTH
 from pytest_jaxport.model.counts import FormatCounts
-from pytest_jaxport.model.findings import Finding, FormatCensus
+from pytest_jaxport.model.findings import Finding, FormatCensus, size_text
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
@@ -27,6 +34,7 @@ from pytest_jaxport.model.jsontypes import (
     read_tables,
     read_text,
 )
+from pytest_jaxport.model.memory import GIB, DeviceMemory, gib_text
 from pytest_jaxport.model.platforms import ordered_platforms
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.report.audit_section import AuditSection
@@ -87,6 +95,27 @@ COMPILED_FORMAT_METRICS = ("relayouts", "relayout_bytes")
 lowered program's)."""
 
 
+MEMORY = "memory"
+"""A platform entry's device memory in a baseline, beside its levels' counts: what a check
+needs per device (:data:`DEVICE_MEMORY`) and the device's capacity (:data:`DEVICE_CAPACITY`),
+where its compiler planned it or refused it for memory."""
+DEVICE_MEMORY = "device_memory"
+"""The bytes a check needs per device, as its compiler planned it (or the figure it refused
+for): held to the base within ``memory_growth`` (:func:`memory_changes`), not exactly like a
+count."""
+DEVICE_CAPACITY = "device_capacity"
+"""The device's usable bytes, where known: a plan that grew past it no longer fits, whatever
+the threshold."""
+
+
+def _threshold(setting: Setting[float] | None) -> Setting[float]:
+    """``memory_growth`` as set, or the default
+    (:data:`~pytest_jaxport.model.config.DEFAULT_MEMORY_GROWTH`)."""
+    if setting is not None:
+        return setting
+    return Setting(value=DEFAULT_MEMORY_GROWTH, origin="the default")
+
+
 def ratcheted(metric: str) -> bool:
     """Whether a baseline keeps ``metric`` (:data:`METRICS`)."""
     return metric in METRICS or any(m.endswith(".") and metric.startswith(m) for m in METRICS)
@@ -137,6 +166,7 @@ _LABELS = {
     "padding_waste": "padding waste",
     "relayouts": "relayouts",
     "relayout_bytes": "relayout bytes",
+    DEVICE_MEMORY: "planned device memory",
 }
 
 
@@ -166,7 +196,22 @@ def _counts(result: PlatformProbe) -> dict[str, Counted | None]:
             levels[level] = _level_counts(census, formats)
         elif level == "lowered":
             levels[level] = None
-    return {level: levels[level] for level in LEVELS if level in levels}
+    ordered: dict[str, Counted | None] = {
+        level: levels[level] for level in LEVELS if level in levels
+    }
+    memory = _memory_counts(result.memory)
+    return {**ordered, MEMORY: memory} if memory is not None else ordered
+
+
+def _memory_counts(memory: DeviceMemory | None) -> Counted | None:
+    """What a baseline keeps of a platform entry's memory: the bytes needed per device and
+    the device's capacity (where known); ``None`` where there is no number."""
+    if memory is None or memory.needed_bytes is None:
+        return None
+    counts: dict[str, float] = {DEVICE_MEMORY: memory.needed_bytes}
+    if memory.capacity_bytes is not None:
+        counts[DEVICE_CAPACITY] = memory.capacity_bytes
+    return counts
 
 
 def _test_counts(checks: Iterable[Probe]) -> dict[str, dict[str, Levels]]:
@@ -322,6 +367,12 @@ class Change:
     before: float | None = None
     after: float | None = None
     sites: tuple[SiteCount, ...] = ()
+    threshold: Setting[float] | None = None
+    """For device memory: the share it may grow by (``memory_growth``) and where that was
+    set; ``None`` for a count (any change is one)."""
+    capacity: float | None = None
+    """For device memory that grew past the device's capacity: that capacity (it no longer
+    fits, whatever the threshold)."""
 
     @property
     def grew(self) -> bool:
@@ -334,21 +385,49 @@ class Change:
 
     def finding(self) -> str:
         """The change itself, as a failure leads with it: ``vendor calls grew 3 -> 5``,
-        ``padding waste grew 10.9% -> 55.5%``, ``stopped lowering``."""
+        ``padding waste grew 10.9% -> 55.5%``, ``stopped lowering``; device memory with the
+        share it moved and the threshold it was held to (``planned device memory grew 4.69
+        GiB -> 6.75 GiB (+44%; memory_growth 10%, set in the default)``)."""
         if self.kind == "stopped_lowering":
             return "stopped lowering"
         if self.kind == "now_lowers":
             return "lowers again"
+        share = self.share()
+        return self._moved() + (f" ({share})" if share else "") + self._no_longer_fits()
+
+    def _moved(self) -> str:
+        """``vendor calls grew 3 -> 5``."""
         assert self.metric is not None
         assert self.before is not None
         assert self.after is not None
         shown = functools.partial(value_text, self.metric)
-        grew = f"{self.kind} {shown(self.before)} -> {shown(self.after)}"
-        return f"{metric_label(self.metric)} {grew}"
+        return (
+            f"{metric_label(self.metric)} {self.kind} {shown(self.before)} -> {shown(self.after)}"
+        )
+
+    def _no_longer_fits(self) -> str:
+        """``: no longer fits the device's 15.75 GiB`` where memory grew past the capacity."""
+        if self.capacity is None:
+            return ""
+        return f": no longer fits the device's {value_text(self.metric, self.capacity)}"
+
+    def share(self) -> str:
+        """``+44%; memory_growth 10%, set in pyproject.toml [tool.jaxport]``: how much a
+        memory figure moved, of the base's, and the threshold it was held to; ``""`` for a
+        count."""
+        if self.threshold is None or not self.before or self.after is None:
+            return ""
+        moved = self.after / self.before - 1
+        return (
+            f"{moved:+.0%}; memory_growth {self.threshold.value * 100:g}%, set in "
+            f"{self.threshold.origin}"
+        )
 
     def describe(self, since: str = "") -> str:
         """``check 'mlp' on cuda: vendor calls grew 3 -> 5 (+2)`` (+ ``since``); the audited
-        suite's: ``cuda: cusolver calls grew 0 -> 1 (+1)``."""
+        suite's: ``cuda: cusolver calls grew 0 -> 1 (+1)``; device memory's with its share and
+        threshold: ``check 'step' on tpu: planned device memory grew 4.69 GiB -> 6.75 GiB
+        (+2.06 GiB, +44%; memory_growth 10%, set in the default) (compiled)``."""
         where = self.platform if self.check is None else f"check {self.check!r} on {self.platform}"
         then = "at the baseline" if since else "before"
         if self.kind == "stopped_lowering":
@@ -359,10 +438,11 @@ class Change:
         assert self.after is not None
         delta = self.after - self.before
         level = "" if self.level == "lowered" else f" ({self.level})"
-        shown = functools.partial(value_text, self.metric)
+        moved = f"{'+' if delta > 0 else '-'}{value_text(self.metric, abs(delta))}"
+        share = self.share()
         return (
-            f"{where}: {self.finding()} ({'+' if delta > 0 else '-'}{shown(abs(delta))}){level}"
-            f"{' ' + since if since else ''}"
+            f"{where}: {self._moved()} ({moved}{', ' + share if share else ''})"
+            f"{self._no_longer_fits()}{level}{' ' + since if since else ''}"
         )
 
     def to_dict(self) -> JsonObject:
@@ -408,7 +488,10 @@ def _num(value: float) -> str:
 
 
 def value_text(metric: str | None, value: float) -> str:
-    """A metric's value as a person reads it: ``3``, ``1.5``, ``10.9%`` for a share."""
+    """A metric's value as a person reads it: ``3``, ``1.5``, ``10.9%`` for a share,
+    ``4.69 GiB`` for device memory."""
+    if metric in (DEVICE_MEMORY, DEVICE_CAPACITY):
+        return gib_text(value) if value >= GIB else size_text(value)
     return f"{value:.1%}" if metric in FRACTIONS else _num(value)
 
 
@@ -418,7 +501,56 @@ def _number(value: float) -> float:
     return int(found) if found.is_integer() else found
 
 
-def _diff_test(nodeid: str, base: TestCounts, head: TestCounts) -> list[Change]:
+def memory_change(
+    before: Counted, after: Counted, threshold: Setting[float]
+) -> tuple[ChangeKind, float | None] | None:
+    """How a platform entry's device memory moved from ``before`` to ``after`` (the
+    baseline's ``memory`` entries): ``("grew", capacity)`` where it no longer fits the
+    device's capacity (whatever the threshold), ``("grew", None)`` or ``("shrank", None)``
+    where it moved by more than ``threshold`` of the base's; ``None`` where it moved less (a
+    plan does not move run to run, but a compiler's release may move it a little).
+
+    >>> threshold = Setting(value=0.1, origin="the default")
+    >>> memory_change({"device_memory": 100}, {"device_memory": 120}, threshold)
+    ('grew', None)
+    >>> memory_change({"device_memory": 100}, {"device_memory": 105}, threshold) is None
+    True
+    >>> memory_change({"device_memory": 100}, {"device_memory": 105, "device_capacity": 104},
+    ...               threshold)
+    ('grew', 104)
+    """
+    a, b = before.get(DEVICE_MEMORY), after.get(DEVICE_MEMORY)
+    if a is None or b is None:
+        return None
+    capacity = after.get(DEVICE_CAPACITY)
+    if capacity is not None and a <= capacity < b:
+        return "grew", capacity
+    if b > a * (1 + threshold.value):
+        return "grew", None
+    if a > b * (1 + threshold.value):
+        return "shrank", None
+    return None
+
+
+def _memory_changes(
+    nodeid: str, check: str, platform: str, before: Levels, after: Levels,
+    threshold: Setting[float],
+) -> list[Change]:  # fmt: skip
+    old, new = before.get(MEMORY), after.get(MEMORY)
+    moved = memory_change(old, new, threshold) if old and new else None
+    if moved is None or not old or not new:
+        return []
+    kind, capacity = moved
+    return [
+        Change(nodeid=nodeid, check=check, platform=platform, kind=kind, level="compiled",
+               metric=DEVICE_MEMORY, before=old[DEVICE_MEMORY], after=new[DEVICE_MEMORY],
+               threshold=threshold, capacity=capacity)
+    ]  # fmt: skip
+
+
+def _diff_test(
+    nodeid: str, base: TestCounts, head: TestCounts, *, memory_growth: Setting[float]
+) -> list[Change]:
     changes: list[Change] = []
     for check in sorted(base.keys() & head.keys()):
         base_platforms, head_platforms = base[check], head[check]
@@ -446,6 +578,7 @@ def _diff_test(nodeid: str, base: TestCounts, head: TestCounts) -> list[Change]:
                             Change(nodeid=nodeid, check=check, platform=platform, kind=kind,
                                    level=level, metric=metric, before=a, after=b)
                         )  # fmt: skip
+            changes += _memory_changes(nodeid, check, platform, before, after, memory_growth)
     return changes
 
 
@@ -502,13 +635,18 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def diff(base: Report | Counts, head: Report | Counts) -> ReportDiff:
+def diff(
+    base: Report | Counts, head: Report | Counts, *, memory_growth: Setting[float] | None = None
+) -> ReportDiff:
     """What grew and shrank from ``base`` to ``head`` (reports or baselines, in any mix).
 
     Counts are compared per test, check, platform and level, at each level both sides have
-    (a compiled census is never compared with a lowered one). New and removed tests and
-    checks are listed; they are not growth.
+    (a compiled census is never compared with a lowered one); device memory where both
+    sides have a plan, past ``memory_growth`` of the base's (:func:`memory_change`; the
+    default where ``None``). New and removed tests and checks are listed; they are not
+    growth.
     """
+    threshold = _threshold(memory_growth)
     base_counts, head_counts = baseline_of(base), baseline_of(head)
     old, new = base_counts["tests"], head_counts["tests"]
     base_audit, head_audit = base_counts.get("audit"), head_counts.get("audit")
@@ -525,7 +663,7 @@ def diff(base: Report | Counts, head: Report | Counts) -> ReportDiff:
     removed_checks: list[tuple[str, str]] = []
     common = sorted(old.keys() & new.keys())
     for nodeid in common:
-        changes += _diff_test(nodeid, old[nodeid], new[nodeid])
+        changes += _diff_test(nodeid, old[nodeid], new[nodeid], memory_growth=threshold)
         new_checks += [(nodeid, c) for c in sorted(new[nodeid].keys() - old[nodeid].keys())]
         removed_checks += [(nodeid, c) for c in sorted(old[nodeid].keys() - new[nodeid].keys())]
     return ReportDiff(
@@ -555,8 +693,15 @@ class Growth:
     change: Change | None = None
 
 
-def compare_to_baseline(baseline: Counts, nodeid: str, checks: Sequence[Probe]) -> list[Growth]:
-    """Compare one test's checks with the baseline's counts.
+def compare_to_baseline(
+    baseline: Counts,
+    nodeid: str,
+    checks: Sequence[Probe],
+    *,
+    memory_growth: Setting[float] | None = None,
+) -> list[Growth]:
+    """Compare one test's checks with the baseline's counts (device memory within
+    ``memory_growth``: :func:`memory_change`).
 
     ``[]`` when nothing grew and nothing is new. A test or check missing from the baseline
     gives one ``fails=False`` entry; every grown count, and every platform that no longer
@@ -586,7 +731,7 @@ def compare_to_baseline(baseline: Counts, nodeid: str, checks: Sequence[Probe]) 
     ]
     found += [
         Growth(nodeid=nodeid, message=c.describe("since the baseline"), fails=True, change=c)
-        for c in _diff_test(nodeid, base, head)
+        for c in _diff_test(nodeid, base, head, memory_growth=_threshold(memory_growth))
         if c.fails
     ]
     return found

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_jaxport.model.budget import Violation
+from pytest_jaxport.model.budget import Setting, Violation
 from pytest_jaxport.model.config import (
     BudgetTable,
     ConfigError,
@@ -302,14 +302,19 @@ def save_check_outputs(
 
 
 def baseline_findings(
-    settings: CISettings, nodeid: str, probes: Sequence[Probe]
+    settings: CISettings,
+    nodeid: str,
+    probes: Sequence[Probe],
+    *,
+    memory_growth: Setting[float] | None = None,
 ) -> tuple[list[Violation], list[str]]:
-    """One test against the baseline: each count that grew (it fails the test, said like a
+    """One test against the baseline: each count that grew, and device memory that grew past
+    ``memory_growth`` (``[tool.jaxport] memory_growth``; each fails the test, said like a
     broken budget), and the messages for what is new there."""
     if settings.baseline is None:
         return [], []
 
-    found = compare_to_baseline(settings.baseline, nodeid, probes)
+    found = compare_to_baseline(settings.baseline, nodeid, probes, memory_growth=memory_growth)
     by_name = {probe.name: probe for probe in probes}
     grown = [
         growth_violation(g.change, settings.baseline_name, by_name.get(g.change.check or ""))

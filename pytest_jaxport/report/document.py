@@ -113,12 +113,16 @@ class Config:
     home: str | None = None
     """``[tool.jaxport] home`` as the run used it; ``None`` in a report written before
     reports stated it (then moving was measured off cuda: :attr:`home_platform`)."""
+    memory_growth: float | None = None
+    """``[tool.jaxport] memory_growth`` where the project set it: the share a check's planned
+    device memory may grow by before ``jaxport diff`` flags it (its ``--memory-growth`` over
+    this; the default where neither says)."""
     written_null: frozenset[str] = frozenset()
     """The optional keys the report holds as ``null`` (``jaxport merge`` writes ``target``
     and ``devices`` so where no leg set them), kept so it reads back as written."""
 
     OPTIONAL = ("source", "compile", "target", "devices", "budget", "tolerance", "emulate",
-                "migrate_to", "home")  # fmt: skip
+                "migrate_to", "home", "memory_growth")  # fmt: skip
 
     @property
     def home_platform(self) -> str:
@@ -147,6 +151,7 @@ class Config:
             emulate=r.texts("emulate") if r.present("emulate") else None,
             migrate_to=r.texts("migrate_to") if r.present("migrate_to") else None,
             home=r.opt_text("home"),
+            memory_growth=r.opt_number("memory_growth"),
             written_null=frozenset(k for k in cls.OPTIONAL if r.has(k) and r.data[k] is None),
         )
 
@@ -173,6 +178,7 @@ class Config:
             if value is not None:
                 data[key] = list(value)
         put_optional(data, "home", self.home)
+        put_optional(data, "memory_growth", self.memory_growth)
         for key in self.OPTIONAL:
             if key in self.written_null and data.get(key) is None:
                 data[key] = None

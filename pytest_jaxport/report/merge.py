@@ -263,15 +263,19 @@ def fidelity(entry: PlatformProbe) -> tuple[int, ...]:
     """How much a leg saw of a platform; higher wins the merge.
 
     executed > present but failed to compile or run > compiled on the device > compiled
-    deviceless > lowered > failed to lower. A new level (profiled, say) is a new leading
-    element.
+    deviceless > its memory planned or refused by a compiler > lowered > failed to lower. A
+    new level (profiled, say) is a new leading element. (A compile refused for memory is
+    no census, but it is the compiler's answer: it beats a leg that only lowered, whose
+    memory is "not compiled".)
     """
     compiled = entry.compiled is not None
+    memory = entry.memory
     return (
         int(entry.executed),
         int(entry.present and bool(entry.execution_error or entry.compile_error)),
         int(compiled and not entry.deviceless),
         int(compiled),
+        int(memory is not None and memory.level == "compiled"),
         int(entry.census is not None),
     )
 

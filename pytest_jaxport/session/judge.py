@@ -341,7 +341,9 @@ class Judge:
         )  # fmt: skip
         record.outputs_errors = list(problems)
         probes = jaxport.probes if jaxport is not None else []
-        grown, news = ci.baseline_findings(self.ci, item.nodeid, probes)
+        grown, news = ci.baseline_findings(
+            self.ci, item.nodeid, probes, memory_growth=self.project.memory_threshold
+        )
         if news:
             report.sections.append(("jaxport baseline", "\n".join(news)))
             record.baseline_news = news

@@ -187,6 +187,8 @@ class ReportWriter:
             emulate=ci.emulated_platforms(project),
             migrate_to=tuple(project.migrate_to),
             home=project.home,
+            # where the project set it: jaxport diff of two reports holds memory to it
+            memory_growth=project.memory_growth.value if project.memory_growth else None,
             # the keys it writes as null (a report read back gives the same JSON)
             written_null=frozenset(key for key, value in written if value is None),
         )

@@ -71,3 +71,72 @@ def first_line(text: str, limit: int = 200) -> str:
     """The first non-empty line of ``text``, cut at ``limit`` characters."""
     line = next((x.strip() for x in str(text).splitlines() if x.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def memory_size(count: float) -> str:
+    """A planned size in the binary unit that reads best, to three significant figures:
+    ``13.1 GiB``, ``768 MiB``, ``12.5 KiB``, ``512 B``.
+
+    >>> memory_size(14_063_000_000), memory_size(805_306_368), memory_size(12_800), memory_size(512)
+    ('13.1 GiB', '768 MiB', '12.5 KiB', '512 B')
+    """
+    value, unit = float(count), _BINARY_UNITS[0]
+    for unit in _BINARY_UNITS:
+        if value < 1024 or unit == _BINARY_UNITS[-1]:
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{value:.0f} B"
+    return f"{_significant(value)} {unit}"
+
+
+def _significant(value: float) -> str:
+    """``13.1``, ``4.69``, ``0.75``, ``768``: three significant figures, never an exponent."""
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def capacity_size(count: float) -> str:
+    """A device's capacity as its description gives it: two decimals at most, in the largest
+    binary unit it fills (``15.75 GiB``, ``80 GiB``).
+
+    >>> capacity_size(16_909_336_064), capacity_size(80 * 2**30), capacity_size(2**29)
+    ('15.75 GiB', '80 GiB', '512 MiB')
+    """
+    value, unit = float(count), _BINARY_UNITS[0]
+    for unit in _BINARY_UNITS:
+        if value < 1024 or unit == _BINARY_UNITS[-1]:
+            break
+        value /= 1024
+    return f"{value:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+
+
+def memory_of(needed: float, capacity: float) -> str:
+    """``13.1 of 15.75 GiB``: a plan against its device's capacity, the unit said once where
+    both are in it (``768 MiB of 15.75 GiB`` where they are not).
+
+    >>> memory_of(14_063_000_000, 16_909_336_064), memory_of(805_306_368, 16_909_336_064)
+    ('13.1 of 15.75 GiB', '768 MiB of 15.75 GiB')
+    """
+    planned, whole = memory_size(needed), capacity_size(capacity)
+    unit, whole_unit = planned.rsplit(" ", 1)[1], whole.rsplit(" ", 1)[1]
+    if unit == whole_unit:
+        return f"{planned.rsplit(' ', 1)[0]} of {whole}"
+    return f"{planned} of {whole}"
+
+
+def used_pct(fraction: float) -> str:
+    """The share of a device's memory a plan takes, never rounded up to the capacity:
+    ``83%``, ``>99%`` (fits, but rounds to 100), ``100%``, ``119%``.
+
+    >>> used_pct(0.8316), used_pct(0.996), used_pct(1.0), used_pct(1.19)
+    ('83%', '>99%', '100%', '119%')
+    """
+    said = pct(fraction)
+    if fraction < 1 and said == "100%":
+        return ">99%"
+    return said

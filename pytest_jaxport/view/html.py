@@ -46,6 +46,7 @@ from pytest_jaxport.view.formatting import (
 from pytest_jaxport.view.viewmodel.build import build_view
 from pytest_jaxport.view.viewmodel.details import padding_line
 from pytest_jaxport.view.viewmodel.matrix import Cell, CheckRow, FormatRow, TestRow
+from pytest_jaxport.view.viewmodel.memory import MemoryCell
 from pytest_jaxport.view.viewmodel.notes import NO_AUTOTUNE_NOTE
 from pytest_jaxport.view.viewmodel.problems import Problem, ProblemGroup, setting_text
 from pytest_jaxport.view.viewmodel.reportview import ReportView
@@ -95,6 +96,13 @@ NUMERICS_CLASS: Mapping[str, str] = {
 """The class of a numerics (or emulation) state; any other is ``muted``."""
 STATUS_CLASS: Mapping[str, str] = {"rewrite": "bad", "fallback": "warn", "vendor-gap": "warn"}
 """The class of a rewrite item's status (:data:`STATUS_NOTES` says what it means)."""
+MEMORY_CLASS: Mapping[str, str] = {
+    "good": "",
+    "bad": ' class="badtext"',
+    "unknown": ' class="muted"',
+}
+"""The class attribute of a memory cell's text, by how it stands (what does not fit in the
+colour of a failure, what has no number muted)."""
 OUTCOME_CLASS: Mapping[str, str] = {"passed": "good", "failed": "bad", "error": "bad"}
 """The class of a test's outcome; any other (skipped) is ``muted``."""
 
@@ -733,6 +741,10 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
     if said is not None:
         items.append(f"<li>not audited: {_e(said)}</li>")
     items += [f"<li>note: {_e(note)}</li>" for note in audit.notes]
+    items += [
+        f"<li>largest planned device memory: {_memory_span(largest.memory, largest.line)}</li>"
+        for largest in audit.memory
+    ]
     parts = [f"<ul>{''.join(items)}</ul>"]
     numbers = audit.numbers
     if numbers is not None:
@@ -903,7 +915,26 @@ def _cell(cell: Cell) -> str:
     return f'<td class="cell c {cell.status}"{title} aria-label="{_e(label)}">{text}</td>'
 
 
-def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
+def _memory_span(cell: MemoryCell, text: str, *, titled: bool = True) -> str:
+    """``text`` (a memory cell's line) marked as the cell stands: what does not fit in the
+    colour of a failure, what has no number muted; the details as its tooltip (``titled``)."""
+    cls = MEMORY_CLASS[cell.status]
+    title = f' title="{_e(chr(10).join(cell.details))}"' if cell.details and titled else ""
+    return f"<span{cls}{title}>{_e(text)}</span>"
+
+
+def _memory_td(row: CheckRow) -> str:
+    """A check's memory column: per platform, its plan against the device's capacity."""
+    lines = [
+        f"<div>{_memory_span(c, c.headline if c.status == 'bad' else c.line)}</div>"
+        for c in row.memory
+    ]
+    return f'<td class="cell memory">{"".join(lines) or "—"}</td>'
+
+
+def _test_rows(
+    test: TestRow, platforms: Sequence[str], *, linked: bool, memory: bool = False
+) -> str:
     ocls = _outcome_class(test.outcome)
     checks: Sequence[CheckRow | None] = test.checks or [None]
     span = f' rowspan="{len(checks)}"' if len(checks) > 1 else ""
@@ -921,7 +952,7 @@ def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
             message = test.error or "no checks recorded"
             rows.append(
                 f'<tr>{lead}<td class="muted">—</td><td class="cell na" '
-                f'colspan="{max(1, len(platforms))}">{_e(message)}</td></tr>'
+                f'colspan="{max(1, len(platforms) + memory)}">{_e(message)}</td></tr>'
             )
             continue
         label = (
@@ -934,6 +965,8 @@ def _test_rows(test: TestRow, platforms: Sequence[str], *, linked: bool) -> str:
             _cell(check.cells[p]) if p in check.cells else '<td class="cell na">—</td>'
             for p in platforms
         )
+        if memory:
+            cells += _memory_td(check)
         rows.append(f"<tr>{lead}{label}<code>{_e(check.name)}</code></th>{cells}</tr>")
     return "".join(rows)
 
@@ -963,6 +996,7 @@ def _matrix(view: ReportView) -> str:
             + "</th>"
             for p in view.platforms
         )
+        + ('<th scope="col">memory</th>' if view.memory_shown else "")
         + "</tr></thead>"
     )
     problem = [t for t in view.tests if t.problem]
@@ -970,7 +1004,8 @@ def _matrix(view: ReportView) -> str:
     every = len(view.tests) <= ALL_DETAILS_UP_TO  # passing tests have details to link to
     out = []
     if problem:
-        rows = [_test_rows(t, view.platforms, linked=True) for t in problem]
+        rows = [_test_rows(t, view.platforms, linked=True, memory=view.memory_shown)
+                for t in problem]  # fmt: skip
         out.append(
             f"<h3>{plural(len(problem), 'test')} with problems</h3>"
             f'<div class="scroll"><table class="matrix">{head}<tbody>'
@@ -985,9 +1020,12 @@ def _matrix(view: ReportView) -> str:
                 + "</tbody></table></div></details>"
             )
     if passing:
+        passed = [
+            _test_rows(t, view.platforms, linked=every, memory=view.memory_shown) for t in passing
+        ]
         table = (
             f'<div class="scroll"><table class="matrix">{head}<tbody>'
-            + "".join(_test_rows(t, view.platforms, linked=every) for t in passing)
+            + "".join(passed)
             + "</tbody></table></div>"
         )
         summary = f"{plural(len(passing), 'test')} without problems"
@@ -996,21 +1034,50 @@ def _matrix(view: ReportView) -> str:
             if not problem
             else f'<details class="more"><summary>{summary}</summary>{table}</details>'
         )
-    legend = (
+    legend = _matrix_legend(view)
+    return (
+        '<section id="matrix" aria-labelledby="matrix-h"><h2 id="matrix-h">Platform × test '
+        f"matrix</h2>{legend}{''.join(out)}</section>"
+    )
+
+
+def _memory_table(cells: Sequence[MemoryCell]) -> str:
+    """A check's device memory per platform: its plan of the device's capacity, and the
+    compiler's count, or its words where it refused; ``""`` where it has none."""
+    if not cells:
+        return ""
+    rows = "".join(
+        ('<tr class="bad">' if c.status == "bad" else "<tr>") + f"<td>{_e(c.where)}</td>"
+        f"<td>{_memory_span(c, c.text, titled=False)}</td>"
+        f"<td>{'<br>'.join(_e(d) for d in c.details) or '—'}</td></tr>"
+        for c in cells
+    )
+    return (
+        '<table class="kernels"><caption>Device memory: the compiler\'s plan per device, of '
+        'the device\'s capacity</caption><thead><tr><th scope="col">platform (device)</th>'
+        '<th scope="col">planned</th><th scope="col">the compiler</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def _matrix_legend(view: ReportView) -> str:
+    """What the matrix's cells say and what their colours mean (its memory column's, where
+    it has one)."""
+    return (
         '<ul class="legend" aria-label="matrix legend">'
         "<li>cells: vendor / custom calls (call-weighted), the level they come from where "
         "compiled, numerics where the platform ran"
         + (", its emulation's where emulated on cpu" if view.emulations else "")
         + "</li>"
-        '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
+        + ("<li>memory: the check's planned device memory per platform, of the device's "
+           "capacity (per chip of a slice)</li>" if view.memory_shown else "")
+        + '<li><span class="swatch cellgood" aria-hidden="true"></span>lowers, within budget</li>'
         '<li><span class="swatch cellwarn" aria-hidden="true"></span>hand-written kernels</li>'
-        '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '
-        "budget, or numerics differ (hover for the error)</li></ul>"
-    )
-    return (
-        '<section id="matrix" aria-labelledby="matrix-h"><h2 id="matrix-h">Platform × test '
-        f"matrix</h2>{legend}{''.join(out)}</section>"
-    )
+        + '<li><span class="swatch cellbad" aria-hidden="true"></span>does not lower, over '
+        + ("budget, numerics differ, or does not fit its device" if view.memory_shown
+           else "budget, or numerics differ")
+        + " (hover for the error)</li></ul>"
+    )  # fmt: skip
 
 
 def _kernels_table(probe: Probe) -> str:
@@ -1086,6 +1153,7 @@ def _check_details(row: CheckRow, *, bars: bool) -> str:
     ]
     if emulated:
         out.append(f'<ul class="emulated">{"".join(emulated)}</ul>')
+    out.append(_memory_table(row.memory))
     out.append(_kernels_table(row.probe))
     padding = [line for r in row.probe.platforms.values() if (line := padding_line(r))]
     if padding:

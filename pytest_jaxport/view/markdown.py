@@ -27,6 +27,7 @@ from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.formatting import days_text, number, pct, plural, sentence
 from pytest_jaxport.view.viewmodel.build import build_view
 from pytest_jaxport.view.viewmodel.matrix import Cell, TestRow
+from pytest_jaxport.view.viewmodel.memory import MemoryCell
 from pytest_jaxport.view.viewmodel.notes import NO_AUTOTUNE_NOTE
 from pytest_jaxport.view.viewmodel.reportview import ReportView
 from pytest_jaxport.view.viewmodel.sites import hotspot_cells, hotspot_headers, hotspot_title
@@ -298,6 +299,9 @@ def _md_audit(view: ReportView, options: DisplayOptions) -> list[str]:
     if said is not None:
         lines.append(f"- not audited: {md_cell(said)}")
     lines += [f"- note: {md_cell(note)}" for note in audit.notes]
+    lines += [
+        f"- largest planned device memory: {md_cell(largest.line)}" for largest in audit.memory
+    ]
     owning = {t.nodeid for t in audit.tests if t.owns or t.eager_owned}
     owners = len(owning)
     users = sum(1 for t in audit.tests if (t.uses or t.eager_used) and t.nodeid not in owning)
@@ -371,19 +375,22 @@ def _md_matrix(view: ReportView, room: int) -> str:
     platforms = view.platforms
     ordered = sorted(view.tests, key=lambda t: not t.problem)
     emulated = " · emulated on cpu" if view.emulations else ""
+    memory = view.memory_shown
+    said = "; memory: planned of the device's capacity, per device" if memory else ""
+    columns = [*(md_cell(p) for p in platforms), *(["memory"] if memory else [])]
     opening = [
         f"<details><summary>All tests: platform × test matrix ({plural(len(view.tests), 'test')}"
-        f"; cells: vendor / custom calls · numerics{emulated})</summary>",
+        f"; cells: vendor / custom calls · numerics{emulated}{said})</summary>",
         "",
-        f"| test | outcome | check | {' | '.join(md_cell(p) for p in platforms)} |",
-        f"|---|---|---|{'---|' * len(platforms)}",
+        f"| test | outcome | check | {' | '.join(columns)} |",
+        f"|---|---|---|{'---|' * len(columns)}",
     ]
     closing = ["", "</details>", ""]
     out = "\n".join(opening) + "\n"
     shown = 0
     budget = room - len("\n".join(closing)) - 200
     for test in ordered:
-        rows = _md_test_rows(test, platforms)
+        rows = _md_test_rows(test, platforms, memory=memory)
         piece = "\n".join(rows) + "\n"
         if len(out) + len(piece) > budget:
             break
@@ -408,20 +415,31 @@ def _md_matrix(view: ReportView, room: int) -> str:
     return out + "\n".join(closing)
 
 
-def _md_test_rows(test: TestRow, platforms: Sequence[str]) -> list[str]:
+def _md_test_rows(test: TestRow, platforms: Sequence[str], *, memory: bool = False) -> list[str]:
+    """A test's rows of the matrix: one per check, with its memory column where ``memory``."""
     if not test.checks:
         message = md_cell(test.error or "no checks recorded")
         return [f"| {md_code(test.nodeid)} | {test.outcome} | — | {message} |" +
-                " |" * (len(platforms) - 1)]  # fmt: skip
+                " |" * (len(platforms) - 1 + memory)]  # fmt: skip
     rows = []
     for i, check in enumerate(test.checks):
         first = md_code(test.nodeid) if i == 0 else "↳"
         outcome = test.outcome if i == 0 else ""
-        cells = " | ".join(
-            md_matrix_cell(check.cells[p]) if p in check.cells else "—" for p in platforms
-        )
-        rows.append(f"| {first} | {outcome} | {md_cell(check.name)} | {cells} |")
+        cells = [md_matrix_cell(check.cells[p]) if p in check.cells else "—" for p in platforms]
+        if memory:
+            cells.append(md_memory_cell(check.memory))
+        rows.append(f"| {first} | {outcome} | {md_cell(check.name)} | {' | '.join(cells)} |")
     return rows
+
+
+def md_memory_cell(cells: Sequence[MemoryCell]) -> str:
+    """``tpu (v5e): 13.1 of 15.75 GiB (83%)<br>rocm: not compiled``: a check's memory per
+    platform, what does not fit in bold; ``—`` where it has none."""
+    lines = [
+        f"**{md_cell(cell.headline)}**" if cell.status == "bad" else md_cell(cell.line)
+        for cell in cells
+    ]
+    return "<br>".join(lines) or "—"
 
 
 # -- jaxport diff and jaxport merge -----------------------------------------------------------
@@ -477,7 +495,10 @@ def diff_markdown(found: ReportDiff) -> str:
                 f"| {mark} | {md_code(c.nodeid)} | {md_cell(c.check)} | {c.platform} | "
                 f"{metric_label(c.metric)}{level} | {value_text(c.metric, c.before)} | "
                 f"{value_text(c.metric, c.after)} | "
-                f"{'+' if delta > 0 else '-'}{value_text(c.metric, abs(delta))} |"
+                f"{'+' if delta > 0 else '-'}{value_text(c.metric, abs(delta))}"
+                f"{f' ({md_cell(c.share())})' if c.share() else ''}"
+                f"{f' **no longer fits {value_text(c.metric, c.capacity)}**' if c.capacity else ''}"
+                " |"
             )
         lines.append("")
     for title, names in (("New tests", found.new_tests), ("Removed tests", found.removed_tests)):

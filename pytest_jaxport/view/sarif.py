@@ -152,6 +152,19 @@ RULES: tuple[SarifRule, ...] = (
         level="warning",
     ),
     SarifRule(
+        id="does-not-fit",
+        name="DoesNotFit",
+        short="A check that does not fit a platform's device memory",
+        full="The platform's compiler planned this check (or refused it) for more device "
+        "memory than the device named has: arguments, outputs, temporaries and code, per "
+        "device (per chip of a slice). A platform in must_lower makes it a failure.",
+        help="Read the compiler's count in the report; shard the arguments over more devices, "
+        "donate what the step replaces, checkpoint (jax.checkpoint) what it recomputes, or "
+        "hold the plan under a limit with max_device_memory.",
+        docs="reference.md#device-memory-in-the-reports",
+        level="warning",
+    ),
+    SarifRule(
         id="budget-violation",
         name="BudgetViolation",
         short="A portability budget is exceeded",

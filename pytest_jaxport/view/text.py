@@ -36,7 +36,6 @@ from pytest_jaxport.model.probe import (
     PlatformProbe,
     Probe,
     emulated_status,
-    numerics_status,
 )
 from pytest_jaxport.model.runtime_share import SHARE_LAYERS
 from pytest_jaxport.report.baseline import ReportDiff
@@ -51,7 +50,8 @@ from pytest_jaxport.view.viewmodel.details import (
     variant_lines,
     what_if_line,
 )
-from pytest_jaxport.view.viewmodel.matrix import format_rows, level_text
+from pytest_jaxport.view.viewmodel.matrix import check_numerics, format_rows, level_text
+from pytest_jaxport.view.viewmodel.memory import memory_cells
 from pytest_jaxport.view.viewmodel.notes import NO_AUTOTUNE_NOTE, lowering_warning_lines
 from pytest_jaxport.view.viewmodel.problems import Problem, ProblemGroup
 from pytest_jaxport.view.viewmodel.reportview import ReportView
@@ -149,7 +149,7 @@ def platform_line(probe: Probe, platform: str) -> str:
     text += f"  [{level_tag(result)}]"
     if result.compile_error:
         text += f"  compile failed: {result.compile_error}"
-    status = numerics_status(probe, platform)
+    status = check_numerics(probe, platform)
     if status != "not present":  # said once for the report, not on every line
         text += f"  numerics: {status}"
     if result.execution_error:
@@ -198,6 +198,9 @@ def probe_text(
         for extra in extras:
             if extra is not None:
                 lines.append(f"{indent}    {extra}")
+    for cell in memory_cells(probe.platforms):  # the memory column: planned / capacity
+        lines.append(f"{indent}    memory {cell.line}")
+        lines += [f"{indent}      {line}" for line in cell.details]
     lines += [f"{indent}    {line}" for line in findings_lines(probe, every=every_finding)]
     lines += [f"{indent}    {line}" for line in lowering_warning_lines(probe)]
     for result in probe.platforms.values():
@@ -789,6 +792,10 @@ def audit_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         lines += wrap(f"not audited: {said}", indent="  ", hang="    ")
     for note in audit.notes:
         lines += wrap(f"note: {note}", indent="  ", hang="    ")
+    if audit.memory:
+        lines.append("  largest planned device memory, per compiled platform:")
+        for largest in audit.memory:
+            lines += wrap(largest.line, indent="    ", hang="    ")
     numbers = audit.numbers
     if numbers is not None:
         lines += wrap(

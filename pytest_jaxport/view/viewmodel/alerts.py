@@ -56,10 +56,12 @@ from typing import Literal
 from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
 from pytest_jaxport.model.hotspots import Hotspot
+from pytest_jaxport.model.memory import DeviceMemory
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.entries import Drift, TestEntry
-from pytest_jaxport.view.viewmodel.problems import emulated_sites, platform_entry
+from pytest_jaxport.view.viewmodel.memory import check_line, compiler_words, memory_cell
+from pytest_jaxport.view.viewmodel.problems import MEMORY_KEYS, emulated_sites, platform_entry
 
 AlertLevel = Literal["error", "warning", "note"]
 ALERT_LEVELS: tuple[AlertLevel, ...] = ("error", "warning", "note")
@@ -266,12 +268,17 @@ def _violation_alert(
     subject: str,
     leg: str | None,
     lines: Sequence[str] = (),
+    refused: bool = False,
 ) -> Alert:
+    """A violation at the line it comes from; ``refused``: the compile it fails to lower for
+    was refused for memory (a ``must_lower`` violation: it does not fit)."""
     title = f"{violation.where()}: {violation.key} ({violation.found_text()})"
     if violation.key in NUMERICS_KEYS:  # numerics, not a budget key: what differs, by how much
         rule, title = "numerics-difference", f"{violation.where()}: {violation.found_text()}"
     elif violation.key == MAY_DIFFER_KEY:  # numerics too: what may differ, by how much
         rule, title = "numerics-may-differ", f"{violation.where()}: {violation.found_text()}"
+    elif violation.key in _LOWER_KEYS and refused:
+        rule = "does-not-fit"
     elif violation.key in _LOWER_KEYS:
         rule = "does-not-lower"
     else:
@@ -289,6 +296,14 @@ def _violation_alert(
             (rule, violation.platform, file, violation.key, violation.check, subject)
         ),
     )
+
+
+def _check_place(memory: DeviceMemory | None) -> tuple[str, int] | None:
+    """Where the check that does not fit was called (its refusal names the line), where that
+    line is the repository's."""
+    line = check_line(memory) if memory is not None else None
+    where = split_location(line)
+    return where if where is not None and in_repository(where[0]) else None
 
 
 def _may_differ_site(entry: PlatformProbe) -> tuple[str, int] | None:
@@ -328,8 +343,14 @@ def _test_violation_alert(test: TestEntry, violation: Violation, leg: str | None
         bare = replace(violation, kernels=(), findings=())
         alert = _violation_alert(bare, fallback=file, subject=test.nodeid, leg=leg)
         return replace(alert, file=site[0], line=site[1])
+    memory = entry.memory if entry is not None else None
+    refused = memory is not None and memory.fits is False
+    lines = emulated_sites(test, violation)
+    said = check_line(memory) if memory is not None else None
+    if refused and said is not None and violation.key in (*_LOWER_KEYS, "max_device_memory"):
+        lines = (said,)  # the check's line, which its refusal names
     return _violation_alert(violation, fallback=file, subject=test.nodeid, leg=leg,
-                            lines=emulated_sites(test, violation))  # fmt: skip
+                            lines=lines, refused=refused)  # fmt: skip
 
 
 def _check_alerts(
@@ -360,6 +381,18 @@ def _check_alerts(
                     f"not a failure): {_first_line(entry.error.split(': ', 1)[-1])}",
                     title=f"{platform}: {name} does not lower",
                     identity="|".join(("does-not-lower", *identity)))  # fmt: skip
+    memory = entry.memory
+    said = any((name, platform, key) in covered for key in MEMORY_KEYS)
+    if memory is not None and memory.fits is False and not said:
+        refused = memory.out_of_memory
+        words = compiler_words(refused.said) if refused is not None else ""
+        words = f"; the compiler: {words}" if words else ""
+        at_file, at_line = _check_place(memory) or (file, 1)
+        yield Alert(rule="does-not-fit", level="warning", file=at_file, line=at_line,
+                    message=f"{of}: {memory_cell(memory).headline} (not in must_lower: a "
+                    f"finding, not a failure){words}",
+                    title=f"{platform}: {name} does not fit",
+                    identity="|".join(("does-not-fit", *identity)))  # fmt: skip
     numerics = entry.numerics
     if (
         numerics is not None

@@ -36,6 +36,7 @@ from pytest_jaxport.model.probe import (
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.entries import Check, TestEntry
 from pytest_jaxport.view.formatting import first_line, number, pct, plural
+from pytest_jaxport.view.viewmodel.memory import MemoryCell, memory_cell
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +67,9 @@ class Cell:
     emulation: tuple[str, ...] = ()
     """What the emulation did and where (``emulation_lines``), why it did not run, and each
     mismatch's message."""
+    memory: MemoryCell | None = None
+    """What the check needs in this platform's device memory against its capacity, where
+    the report has it (a project that compiles); ``None`` elsewhere."""
 
     @property
     def emulated_label(self) -> str:
@@ -80,6 +84,8 @@ class Cell:
         if self.needs_hardware and not self.violations:
             return "warn"
         if not self.lowers or self.violations or self.compile_failed:
+            return "bad"
+        if self.memory is not None and self.memory.status == "bad":  # does not fit
             return "bad"
         if self.numerics in ("mismatch", "error") or self.emulated in ("mismatch", "failed"):
             return "bad"
@@ -161,6 +167,11 @@ class CheckRow:
     def formats(self) -> tuple[FormatRow, ...]:
         """Its formats-and-layout findings, lowered then compiled per platform."""
         return format_rows(self.check.probe)
+
+    @property
+    def memory(self) -> tuple[MemoryCell, ...]:
+        """Its memory per platform (the matrix's order), where the report has it."""
+        return tuple(c.memory for c in self.cells.values() if c.memory is not None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,12 +278,29 @@ def level_text(platform: str, *, compiled: bool, deviceless: bool, target: str |
     return "compiled"
 
 
+NOT_COMPARED = "not compared"
+"""The numerics of a check given abstract arguments (``jax.ShapeDtypeStruct``) on a platform
+present here: nothing was run, on purpose (its note says why)."""
+
+
+def check_numerics(probe: Probe, platform: str) -> str:
+    """``probe``'s numerics on ``platform`` as every format says them
+    (:func:`~pytest_jaxport.model.probe.numerics_status`), ``not compared`` where the check
+    had abstract arguments and the platform is present: run nowhere on purpose, never "not
+    executed" as if something failed."""
+    status = numerics_status(probe, platform)
+    if probe.not_compared is not None and status == "not executed":
+        return NOT_COMPARED
+    return status
+
+
 def cell_of(probe: Probe, platform: str, violations: Sequence[str]) -> Cell:
-    """One matrix cell: lowers, counts and their level, numerics, violations, errors."""
+    """One matrix cell: lowers, counts and their level, numerics, violations, errors, and its
+    memory where the report has it."""
     result = probe.platforms[platform]
     census = result.budgeted
     compiled = result.compiled is not None
-    status = numerics_status(probe, platform)
+    status = check_numerics(probe, platform)
     errors = [
         f"{what}: {found}"
         for found, what in (
@@ -305,6 +333,7 @@ def cell_of(probe: Probe, platform: str, violations: Sequence[str]) -> Cell:
         not_compiling=_not_compiling(result),
         emulated=emulated,
         emulation=emulation,
+        memory=memory_cell(result.memory) if result.memory is not None else None,
     )
 
 

@@ -24,6 +24,7 @@ from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.report.entries import TestEntry
 from pytest_jaxport.view.formatting import first_line, plural
 from pytest_jaxport.view.viewmodel.matrix import Cell, CheckRow, TestRow
+from pytest_jaxport.view.viewmodel.memory import DOES_NOT_FIT
 
 MARKER_ORIGIN = "the test's own marker"
 """Where a limit was set when a test's own ``portable`` mark set it (one phrase for all)."""
@@ -59,6 +60,10 @@ MISMATCH_KEYS: Mapping[str, str] = {
 """What a numerics mismatch's group is called (its violation's key in the JSON): numerics,
 never a budget key. An emulation that may differ on the chip (``may_differ = "fail"``) is
 numerics too: grouped with them, not counted as a budget violation."""
+MEMORY_KEYS = ("must_lower", "max_device_memory")
+"""The violations that say a check does not fit a platform's device (its compile refused for
+memory fails ``must_lower``; a plan over ``max_device_memory``): where one does, the cell's
+"does not fit" is not said again as a finding."""
 DRIFT_KEY = "outputs differ across legs"
 """A merged report's drift: a check's saved outputs on one CI leg differ from the reference's
 on another (``jaxport merge``); the test fails in the merged report."""
@@ -289,6 +294,21 @@ def _cell_problems(
                 found=key,
                 message=first_line(message.split(": ", 1)[-1]),
                 details=tuple(cell.errors),
+            )
+        )
+    memory = cell.memory
+    said = any((row.name, cell.platform, key) in violated for key in MEMORY_KEYS)
+    if memory is not None and memory.status == "bad" and not said:
+        problems.append(
+            Problem(
+                kind="not-lowered",
+                test=nodeid,
+                check=row.name,
+                platform=cell.platform,
+                key=DOES_NOT_FIT,
+                found=DOES_NOT_FIT,
+                message=memory.headline,
+                details=memory.details,
             )
         )
     if cell.numerics == "mismatch" and (row.name, cell.platform, "numerics") not in violated:

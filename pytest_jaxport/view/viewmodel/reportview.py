@@ -23,6 +23,7 @@ from pytest_jaxport.view.formatting import number, plural
 from pytest_jaxport.view.viewmodel.alerts import Alerts
 from pytest_jaxport.view.viewmodel.headline import Headline
 from pytest_jaxport.view.viewmodel.matrix import EmulationRow, TestRow
+from pytest_jaxport.view.viewmodel.memory import LargestMemory
 from pytest_jaxport.view.viewmodel.notes import Note
 from pytest_jaxport.view.viewmodel.problems import ProblemGroup
 from pytest_jaxport.view.viewmodel.rewrites import TargetRow
@@ -86,6 +87,9 @@ class AuditView:
     budgeted: bool = False
     """Whether ``[tool.jaxport.audit] fail_on`` set a limit (the section's ``fail_on``) or
     the suite broke one: only then is the suite "within its audit budget"."""
+    memory: tuple[LargestMemory, ...] = ()
+    """Per compiled platform, the audited computation with the largest planned device
+    memory (``--jaxport-compile``); ``()`` where the audit compiled nothing."""
 
     def counted(self) -> str:
         """``17 distinct computations (3 jit, 14 eager op-by-op)``."""
@@ -177,6 +181,13 @@ class ReportView:
     def problem_count(self) -> int:
         return sum(g.count for g in self.problems)
 
+    @property
+    def memory_shown(self) -> bool:
+        """Whether a check of the tests shown has memory data: only then do the formats
+        show the memory column (a report of a project that compiles nothing reads as
+        before)."""
+        return any(row.memory for test in self.tests for row in test.checks)
+
     def all_clear(self) -> str:
         """What a report without problems says, claiming no budget that was never set:
         ``every audited computation lowers on every platform; no suite budget:
@@ -266,6 +277,9 @@ class ReportView:
         audit = view.audit
         if audit is not None and audit.numbers is not None:
             audit = dataclasses.replace(audit, numbers=audit.numbers.select(options))
+        if audit is not None and audit.memory:
+            memory = tuple(m for m in audit.memory if m.memory.platform == platform)
+            audit = dataclasses.replace(audit, memory=memory)
         return dataclasses.replace(
             view,
             audit=audit,
