@@ -30,7 +30,7 @@ from pytest_jaxport.view.markdown import render_markdown
 from pytest_jaxport.view.sarif import render_sarif
 from pytest_jaxport.view.text import probe_text, render_text
 from pytest_jaxport.view.viewmodel.build import build_view
-from pytest_jaxport.view.viewmodel.memory import largest_memory, memory_cell
+from pytest_jaxport.view.viewmodel.memory import largest_plans, memory_cell
 
 GIB = 1 << 30
 V5E = 16_909_336_064
@@ -271,7 +271,7 @@ def test_the_audit_names_the_largest_plan_per_compiled_platform() -> None:
                                   memory=DeviceMemory(platform="rocm", level="not compiled")),
         }  # fmt: skip
 
-    found = largest_memory(
+    found = largest_plans(
         [
             ("mlp [3f2a1b2c]", entries(tpu_memory(2 * GIB), 4 * GIB)),
             ("step [9d0e1f2a]", entries(tpu_memory(14_063_000_000), 2 * GIB)),

@@ -6,7 +6,7 @@ the device's capacity (pure).
 memory column says (``13.1 of 15.75 GiB (83%)``, ``does not fit: needs 18.75 GiB of 15.75
 GiB``, ``not compiled``, ``capacity unknown``), the device it was planned for (``tpu
 (v5e)``; ``tpu (v5e:2x2, per chip)`` for a sliced check), and what the details add (the
-compiler's breakdown, its words where it refused). :func:`largest_memory` picks, per platform,
+compiler's breakdown, its words where it refused). :func:`largest_plans` picks, per platform,
 the computation of a suite audit with the largest plan.
 
 Every format lays out these cells and says no figure of its own: the terminal's per-check
@@ -215,7 +215,7 @@ class LargestMemory:
         return f"{self.memory.line}, {self.computation} ({of})"
 
 
-def largest_memory(
+def largest_plans(
     computations: Iterable[tuple[str, Mapping[str, PlatformProbe]]],
 ) -> tuple[LargestMemory, ...]:
     """Per platform (in the order met), the computation that needs the most device memory,

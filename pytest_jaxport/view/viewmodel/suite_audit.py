@@ -22,7 +22,7 @@ from pytest_jaxport.report.totals import Numbers, PlatformTotals
 from pytest_jaxport.view.formatting import plural
 from pytest_jaxport.view.viewmodel.headline import Headline
 from pytest_jaxport.view.viewmodel.matrix import in_order
-from pytest_jaxport.view.viewmodel.memory import largest_memory
+from pytest_jaxport.view.viewmodel.memory import largest_plans
 from pytest_jaxport.view.viewmodel.notes import heard_while_lowering, lowering_warning_notes
 from pytest_jaxport.view.viewmodel.problems import AUDITED_SUITE, Problem, violation_details
 from pytest_jaxport.view.viewmodel.reportview import AuditTest, AuditView, ReportView
@@ -82,9 +82,7 @@ def audit_parts(
         failures=len(audit.violations or ()) + len(audit.baseline_growth or ()),
         eager_users=audit.eager_users or "all",
         budgeted=bool(audit.fail_on or audit.violations),
-        memory=largest_memory(
-            (_label(c), in_order(c.platforms, order)) for c in audit.computations
-        ),
+        memory=largest_plans((_label(c), in_order(c.platforms, order)) for c in audit.computations),
     )
     return AuditParts(view=view, numbers=found, totals=audit.totals, problems=audit_problems(audit))
 
