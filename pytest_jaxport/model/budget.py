@@ -32,9 +32,9 @@ from pytest_jaxport.model.classification import Layer
 from pytest_jaxport.model.emulation import (
     emulated_label,
 )
-from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus, size_text
+from pytest_jaxport.model.findings import LINES_KEPT, Finding, FormatCensus
 from pytest_jaxport.model.format_rules import rule_source
-from pytest_jaxport.model.memory import MemoryLimit, gib_text
+from pytest_jaxport.model.memory import MemoryLimit, breakdown_text, gib_text
 from pytest_jaxport.model.platforms import DEFAULT_HOME, compiler_decides
 from pytest_jaxport.model.probe import (
     PlatformProbe,
@@ -651,9 +651,7 @@ def _memory_details(breakdown: CompiledMemory | None, needed: int, allowed: int)
         return (said,)
     return (
         said,
-        f"arguments {size_text(breakdown.argument)}, outputs {size_text(breakdown.output)}, "
-        f"temporaries {size_text(breakdown.temp)}, aliased {size_text(breakdown.alias)}, "
-        f"code {size_text(breakdown.generated_code)}",
+        breakdown_text(breakdown),
     )
 
 

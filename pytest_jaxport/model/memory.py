@@ -72,6 +72,66 @@ _COMPILER_UNITS: dict[str, int] = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 
 chip's ``bytes_limit``, 16,909,336,064 bytes, 15.748 GiB)."""
 
 
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def memory_size(count: float) -> str:
+    """A planned size in the binary unit that reads best, to three significant figures:
+    ``13.1 GiB``, ``768 MiB``, ``12.5 KiB``, ``512 B``.
+
+    >>> memory_size(14_063_000_000), memory_size(805_306_368), memory_size(12_800), memory_size(512)
+    ('13.1 GiB', '768 MiB', '12.5 KiB', '512 B')
+    """
+    value, unit = float(count), _BINARY_UNITS[0]
+    for unit in _BINARY_UNITS:
+        if value < 1024 or unit == _BINARY_UNITS[-1]:
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{value:.0f} B"
+    return f"{_significant(value)} {unit}"
+
+
+def _significant(value: float) -> str:
+    """``13.1``, ``4.69``, ``0.75``, ``768``: three significant figures, never an exponent."""
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def capacity_size(count: float) -> str:
+    """A device's capacity as its description gives it: two decimals at most, in the largest
+    binary unit it fills (``15.75 GiB``, ``80 GiB``).
+
+    >>> capacity_size(16_909_336_064), capacity_size(80 * 2**30), capacity_size(2**29)
+    ('15.75 GiB', '80 GiB', '512 MiB')
+    """
+    value, unit = float(count), _BINARY_UNITS[0]
+    for unit in _BINARY_UNITS:
+        if value < 1024 or unit == _BINARY_UNITS[-1]:
+            break
+        value /= 1024
+    return f"{value:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+
+
+def breakdown_text(breakdown: CompiledMemory) -> str:
+    """The compiler's count as one line: ``arguments 6.63 GiB, outputs 6.25 GiB, temporaries
+    100 MiB, aliased 0 B, code 3.38 MiB`` (what a memory line's details and a
+    ``max_device_memory`` violation both show).
+
+    >>> breakdown_text(CompiledMemory(argument=7_118_000_000, output=512, temp=0))
+    'arguments 6.63 GiB, outputs 512 B, temporaries 0 B, aliased 0 B, code 0 B'
+    """
+    return ", ".join(
+        f"{label} {memory_size(getattr(breakdown, name))}"
+        for name, label in zip(CompiledMemory.FIELDS, _BREAKDOWN_LABELS, strict=True)
+    )
+
+
+_BREAKDOWN_LABELS = ("arguments", "outputs", "temporaries", "aliased", "code")
+"""How a line names :attr:`CompiledMemory.FIELDS`, in their order."""
+
+
 def gib_text(count: float) -> str:
     """Bytes as GiB with two decimals, as a memory line reads (``13.06 GiB``).
 

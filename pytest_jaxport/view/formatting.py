@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import re
 
+from pytest_jaxport.model.memory import capacity_size, memory_size
+
 
 def number(n: int | float) -> str:
     """``2,000``; floats as ``2.5``."""
@@ -71,48 +73,6 @@ def first_line(text: str, limit: int = 200) -> str:
     """The first non-empty line of ``text``, cut at ``limit`` characters."""
     line = next((x.strip() for x in str(text).splitlines() if x.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def memory_size(count: float) -> str:
-    """A planned size in the binary unit that reads best, to three significant figures:
-    ``13.1 GiB``, ``768 MiB``, ``12.5 KiB``, ``512 B``.
-
-    >>> memory_size(14_063_000_000), memory_size(805_306_368), memory_size(12_800), memory_size(512)
-    ('13.1 GiB', '768 MiB', '12.5 KiB', '512 B')
-    """
-    value, unit = float(count), _BINARY_UNITS[0]
-    for unit in _BINARY_UNITS:
-        if value < 1024 or unit == _BINARY_UNITS[-1]:
-            break
-        value /= 1024
-    if unit == "B":
-        return f"{value:.0f} B"
-    return f"{_significant(value)} {unit}"
-
-
-def _significant(value: float) -> str:
-    """``13.1``, ``4.69``, ``0.75``, ``768``: three significant figures, never an exponent."""
-    if value >= 100:
-        return f"{value:.0f}"
-    return f"{value:.3g}"
-
-
-def capacity_size(count: float) -> str:
-    """A device's capacity as its description gives it: two decimals at most, in the largest
-    binary unit it fills (``15.75 GiB``, ``80 GiB``).
-
-    >>> capacity_size(16_909_336_064), capacity_size(80 * 2**30), capacity_size(2**29)
-    ('15.75 GiB', '80 GiB', '512 MiB')
-    """
-    value, unit = float(count), _BINARY_UNITS[0]
-    for unit in _BINARY_UNITS:
-        if value < 1024 or unit == _BINARY_UNITS[-1]:
-            break
-        value /= 1024
-    return f"{value:.2f}".rstrip("0").rstrip(".") + f" {unit}"
 
 
 def memory_of(needed: float, capacity: float) -> str:

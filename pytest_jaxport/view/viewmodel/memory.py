@@ -34,9 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_jaxport.model.memory import DeviceMemory
+from pytest_jaxport.model.memory import DeviceMemory, breakdown_text, capacity_size, memory_size
 from pytest_jaxport.model.probe import PlatformProbe
-from pytest_jaxport.view.formatting import capacity_size, memory_of, memory_size, used_pct
+from pytest_jaxport.view.formatting import memory_of, used_pct
 
 MemoryStatus = Literal["good", "bad", "unknown"]
 """``good``: the plan fits the device; ``bad``: it does not (the compiler refused it, or its
@@ -125,14 +125,8 @@ def memory_details(memory: DeviceMemory) -> tuple[str, ...]:
     lines = []
     breakdown = memory.breakdown
     if breakdown is not None:
-        parts = [
-            f"{label} {memory_size(getattr(breakdown, name))}"
-            for name, label in (("argument", "arguments"), ("output", "outputs"),
-                                ("temp", "temporaries"), ("alias", "aliased"),
-                                ("generated_code", "code"))
-        ]  # fmt: skip
         how = "planned without the device" if memory.deviceless else "planned"
-        lines.append(f"the compiler's count ({how}): {', '.join(parts)}")
+        lines.append(f"the compiler's count ({how}): {breakdown_text(breakdown)}")
     if memory.out_of_memory is not None and memory.out_of_memory.said:
         lines.append(f"the compiler: {compiler_words(memory.out_of_memory.said)}")
     if memory.reason:
