@@ -76,7 +76,7 @@ def test_an_unknown_capacity_leaves_the_verdict_unknown_never_true() -> None:
     plan = DeviceMemory(platform="cpu", level="compiled", device="cpu", peak_bytes=201_326_592)
     assert plan.fits is None
     assert plan.used is None
-    assert plan.headline() == "cpu (cpu): 0.19 GiB planned, capacity unknown"
+    assert plan.headline() == "cpu: 0.19 GiB planned, capacity unknown"
     sliced = DeviceMemory(platform="tpu", level="compiled", device="TPU v5e", generation="v5e",
                           slice="v5e:2x2", devices=4, per="chip", peak_bytes=3 * GIB,
                           capacity_bytes=V5E_BYTES_LIMIT)  # fmt: skip
@@ -307,7 +307,7 @@ def test_a_fraction_of_an_unknown_capacity_fails_saying_so() -> None:
                        capacity_source=unknown)  # fmt: skip
     (violation,) = _judged(cpu, max_device_memory=parse_memory_limit(0.9))
     assert violation.finding().startswith(
-        "a fraction (0.9) of an unknown capacity: cpu (cpu)'s capacity is unknown"
+        "a fraction (0.9) of an unknown capacity: cpu's capacity is unknown"
     )
     assert "set max_device_memory as a size" in failure_text([violation], "t.py::t")
     assert _judged(cpu, max_device_memory=parse_memory_limit("1 GiB")) == []

@@ -347,7 +347,8 @@ class DeviceMemory:
             shown = self.slice
         if self.devices > 1 or self.per == "TensorCore":
             shown = f"{shown}, per {self.per}" if shown else f"per {self.per}"
-        return f"{self.platform} ({shown})" if shown else self.platform
+        # A device that reports only its platform's name (cpu) is said once.
+        return f"{self.platform} ({shown})" if shown and shown != self.platform else self.platform
 
     def headline(self) -> str:
         """One sentence: ``does not fit on tpu (v5e): needs 18.75 GiB of 15.75 GiB``,

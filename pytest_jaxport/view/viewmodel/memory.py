@@ -82,18 +82,6 @@ class MemoryCell:
         return self.line
 
 
-def memory_where(memory: DeviceMemory) -> str:
-    """:attr:`DeviceMemory.where <pytest_jaxport.model.memory.DeviceMemory.where>` (``tpu
-    (v5e)``, ``tpu (v5e:2x2, per chip)``), with a device that is its platform said once:
-    ``cpu``, not ``cpu (cpu)``.
-
-    >>> memory_where(DeviceMemory(platform="cpu", level="compiled", device="cpu"))
-    'cpu'
-    """
-    where = memory.where
-    return memory.platform if where == f"{memory.platform} ({memory.platform})" else where
-
-
 def memory_text(memory: DeviceMemory) -> tuple[str, MemoryStatus]:
     """What the memory column says of ``memory``, and how it stands."""
     if memory.level == NOT_COMPILED:
@@ -173,7 +161,7 @@ def memory_cell(memory: DeviceMemory) -> MemoryCell:
     text, status = memory_text(memory)
     return MemoryCell(
         platform=memory.platform,
-        where=memory_where(memory),
+        where=memory.where,
         text=text,
         status=status,
         needed=memory.needed_bytes,
