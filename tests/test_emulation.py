@@ -615,3 +615,29 @@ def test_emulated_numerics_show_a_tpu_branch_that_differs_from_the_cpus(
         ["*tpu (emulated on cpu): 1 differing leaf*", "*took the tpu branch*"]
     )
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
+NOTHING_TEST = """
+import jax.numpy as jnp, pytest
+
+@pytest.mark.portable
+def test_nothing(jaxport):
+    assert jaxport.check(lambda x: None, jnp.ones(3)) is None
+"""
+
+
+def test_a_function_returning_none_emulates_as_it_checks(pytester: pytest.Pytester) -> None:
+    """Issue 55 item 8: a check of ``lambda x: None`` under ``emulate = ["tpu"]`` failed with
+    ``TypeError: cannot create weak reference to 'Trace' object`` (then ``the first argument
+    must be callable``), where without emulation it passes."""
+    traced = tracing.trace(lambda x: None, (jnp.ones(3),), {})
+    emulated = emulate(traced, (jnp.ones(3),), platform="tpu")
+    assert emulated.emulation.ran
+    assert emulated.value is None
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "tpu"]\nemulate = ["tpu"]\n')
+    pytester.makepyfile(test_nothing=NOTHING_TEST)
+    result = pytester.runpytest("--jaxport-report=report.json")
+    result.assert_outcomes(passed=1)
+    tpu = json.loads((pytester.path / "report.json").read_text())["tests"][0]["checks"][0]
+    assert tpu["platforms"]["tpu"]["emulated"]["error"] is None
+    result.stdout.no_fnmatch_line("*TypeError*")

@@ -259,14 +259,14 @@ def _program(
     traced = getattr(fn, "traced", fn)  # a tracing.Trace wraps a jax.stages.Traced
     flat = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
     closed = getattr(traced, "jaxpr", None)
-    out_info = getattr(traced, "out_info", None)
-    if closed is not None and out_info is not None and hasattr(closed, "consts"):
+    if closed is not None and hasattr(traced, "out_info") and hasattr(closed, "consts"):
+        # out_info is None for a function returning None: a trace all the same
         if len(flat) != len(closed.in_avals):
             raise ValueError(
                 f"the trace takes {len(closed.in_avals)} arrays, the arguments hold "
                 f"{len(flat)}: pass the arguments it was traced with"
             )
-        return closed, jax.tree_util.tree_structure(out_info), flat
+        return closed, jax.tree_util.tree_structure(traced.out_info), flat
     function = cast("Callable[..., object]", fn)  # neither a Traced nor a Trace: a function
     closed, out_shape = jax.make_jaxpr(function, return_shape=True)(*args, **kwargs)
     return closed, jax.tree_util.tree_structure(out_shape), flat
