@@ -1013,6 +1013,37 @@ def conversion_detail(case: Case, args: Sequence[np.ndarray], chip: np.ndarray) 
             "examples": examples}  # fmt: skip
 
 
+SINGLE_OPS: Mapping[str, str] = {
+    "div": "div", "exp": "exp", "log": "log", "tanh": "tanh", "rsqrt": "rsqrt", "sqrt": "sqrt",
+    "sigmoid": "logistic",
+}  # fmt: skip
+"""The narrow elementwise cases of one op, by case suffix, and the op's primitive."""
+
+
+def narrow_flips(case: Case, args: Sequence[np.ndarray], chip: np.ndarray) -> dict[str, Any] | None:
+    """A one-op narrow case: the elements the chip rounds to the other neighbour of this
+    CPU's float32 result, and how far that float32 result is from the midpoint the chip's
+    must have crossed, in float32 ulps (its error before rounding was at least that:
+    ``calibration/calibrate.py chip-errors`` bounds the op in that format where the float32
+    bound does not cover it)."""
+    prefix, _, suffix = case.name.partition("_")
+    if prefix not in ("bf16", "f16") or suffix not in SINGLE_OPS:
+        return None
+    wide = on_cpu(case.fn, *[np.asarray(a).astype(np.float32) for a in args])[0].ravel()
+    stored = chip.ravel()
+    rounded = wide.astype(stored.dtype)
+    flipped = (bits(rounded) != bits(stored)) & np.isfinite(wide)
+    found: dict[str, Any] = {"op": SINGLE_OPS[suffix], "dtype": str(stored.dtype),
+                             "elements": int(stored.size), "flips": int(flipped.sum()), "needed_ulps": 0.0}  # fmt: skip
+    if flipped.any():
+        middle = (rounded[flipped].astype(np.float64) + stored[flipped].astype(np.float64)) / 2
+        ulp = np.spacing(np.abs(wide[flipped]).astype(np.float32)).astype(np.float64)
+        found["needed_ulps"] = float(
+            (np.abs(wide[flipped].astype(np.float64) - middle) / ulp).max()
+        )
+    return found
+
+
 def emulated_formats(case: Case, args: Sequence[np.ndarray], chip: Sequence[np.ndarray],
                      cpu: Sequence[np.ndarray]) -> dict[str, Any]:  # fmt: skip
     """pytest-jaxport's tpu emulation of ``case`` against this CPU's outputs at each
@@ -1075,6 +1106,9 @@ def analyse_formats(
         ]
         if case.group == "conversions":
             entry["conversion"] = conversion_detail(case, args, chip[0])
+        flips = narrow_flips(case, args, chip[0])
+        if flips is not None:
+            entry["narrow_op"] = flips
         if emulate:
             entry["emulated"] = emulated_formats(case, args, chip, cpu)
         for i, (c, p) in enumerate(zip(chip, cpu)):

@@ -250,7 +250,8 @@ def moved_outputs(
         if towards is not None:
             moved.append(y + _towards_tie(y, towards) * size)
         else:
-            moved.append(_shifted(y, size, salt + 7919 * i))
+            half = bound.scale == "largest"  # a matrix's or a transform's elements
+            moved.append(_shifted(y, size, salt + 7919 * i, quarter=not half))
     return moved
 
 
@@ -377,13 +378,15 @@ def _towards_tie(y: jax.Array, narrow: object) -> jax.Array:
     return lax.select(y >= rounded, jnp.ones_like(y), -jnp.ones_like(y))
 
 
-def _shifted(y: jax.Array, size: jax.Array, salt: int) -> jax.Array:
+def _shifted(y: jax.Array, size: jax.Array, salt: int, *, quarter: bool = True) -> jax.Array:
+    """``y`` moved by ``size``: down one element in four (``quarter``), else one in two."""
     from jax import lax
 
     if str(y.dtype) == "complex64":
         real, imag = lax.real(y), lax.imag(y)
-        return lax.complex(real + _signs(real, salt) * size, imag + _signs(imag, salt + 1) * size)
-    return y + _signs(y, salt) * size
+        return lax.complex(real + _signs(real, salt, quarter=quarter) * size,
+                           imag + _signs(imag, salt + 1, quarter=quarter) * size)  # fmt: skip
+    return y + _signs(y, salt, quarter=quarter) * size
 
 
 def _signs(y: jax.Array, salt: int, *, quarter: bool = True) -> jax.Array:

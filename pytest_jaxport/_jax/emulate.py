@@ -193,17 +193,8 @@ def emulate(
         return replay.run(closed.jaxpr, closed.consts, leaves)
 
     flat = _on_host(flat)
-    try:
-        with _cpu_default():
-            traced = jax.jit(emulated).trace(*flat)
-    except Exception as e:  # the replay met what it cannot rebuild: no outputs, say why
-        cannot = Unemulated(
-            what="the program",
-            location="",
-            reason=f"the emulation could not replay it: {describe_error(e)}",
-            blocks=True,
-        )  # the engine's limit, not the program's fault: a note, never a failure
-        replay.unemulated.append(cannot)
+    traced = _traced(emulated, flat, replay)
+    if traced is None:
         return Emulated(emulation=replay.record())
     bounds = chip_bounds(platform)
     record = replay.record(bounds=bounds)
@@ -225,6 +216,24 @@ def emulate(
             return _bounded_run(moved, bounds, closed, out_tree, flat)
 
     return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded)
+
+
+def _traced(
+    emulated: Callable[..., list[object]], flat: list[object], replay: _Replay
+) -> Traced | None:
+    """``emulated`` traced on ``flat``; ``None`` where the replay met what it cannot rebuild
+    (``replay`` then says why: the engine's limit, not the program's fault, a note)."""
+    import jax
+
+    try:
+        with _cpu_default():
+            traced: Traced = jax.jit(emulated).trace(*flat)
+    except Exception as e:  # the replay met what it cannot rebuild: no outputs, say why
+        replay.unemulated.append(Unemulated(
+            what="the program", location="", blocks=True,
+            reason=f"the emulation could not replay it: {describe_error(e)}"))  # fmt: skip
+        return None
+    return traced
 
 
 def _bounded_run(
@@ -581,7 +590,7 @@ class _Replay(Evaluator):
         if not isinstance(found, OpBound):  # none measured, or not at this size: said
             self.bounded.append((site, self.line(eqn), None, found or ""))
             return outs
-        self.bounded.append((site, self.line(eqn), found, ""))
+        self.bounded.append((site, self.line(eqn), found.shown, ""))
         self._salt += 1
         return moved_outputs(eqn, values, outs, found, salt=self._salt, towards=towards)
 
@@ -712,9 +721,10 @@ class _Replay(Evaluator):
         if source != "float32" or not self.narrow(out.aval):
             return bind(eqn, values)
         rule = self.narrow_rule
-        stored = rule is not None and target in rule.stored_sums and var in self._sums[-1]
+        of_sum = _in(var, self._sums[-1])
+        stored = rule is not None and target in rule.stored_sums and of_sum
         if stored == (self.bounds is not None):
-            of_sum = var in self._sums[-1] and self.bounds is None
+            of_sum = of_sum and self.bounds is None
             self._wide[-1][out] = _Wide(value=values[0], converted=True, of_sum=of_sum)
         return [self._stored(values[0], out.aval)]
 
@@ -723,7 +733,7 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         sums = self._sums[-1]
         summed = name == "reduce_sum" and is_float32(eqn.outvars[0].aval, complex_too=False)
-        moved = (name in PASSED_THROUGH or name == "broadcast_in_dim") and eqn.invars[0] in sums
+        moved = (name in PASSED_THROUGH or name == "broadcast_in_dim") and _in(eqn.invars[0], sums)
         if summed or moved:
             sums.add(eqn.outvars[0])
 
@@ -952,6 +962,13 @@ class _Wide:
     of_sum: bool = False
 
 
+def _in(atom: object, variables: set[object]) -> bool:
+    """Whether ``atom`` (a variable or a literal, which is unhashable) is in ``variables``."""
+    from jax._src import core as jcore
+
+    return not isinstance(atom, jcore.Literal) and atom in variables
+
+
 def _held(frame: Mapping[object, _Wide], var: object) -> _Wide | None:
     """``var``'s float32 value in ``frame`` (``None`` for a literal or a stored value)."""
     from jax._src import core as jcore  # Literal, under the same name since 0.4
@@ -969,26 +986,34 @@ def _wide_sites(
     if rule is None:
         return []
     found: list[Unemulated] = []
-    rest: list[JaxprEqn] = []
-    for eqn in equations(closed.jaxpr, into=_not_a_kernel):
-        avals = [v.aval for v in (*eqn.invars, *eqn.outvars)]
-        dtypes = {str(getattr(a, "dtype", "")) for a in avals}
-        if nested(eqn.params) or not dtypes & set(WIDE_DTYPES):
-            continue
-        name = eqn.primitive.name
-        wide = "complex128" if "complex128" in dtypes else "float64"
-        refusal = rule.refused.get(name)
-        if refusal is not None:
-            found.append(Unemulated(what=f"{wide} {name}", location=line(eqn), blocks=True,
-                                    reason=f"not emulated: the {platform} compiler refuses it "
-                                    f"({refusal})"))  # fmt: skip
-        else:
-            rest.append(eqn)
+    rest: list[tuple[JaxprEqn, str]] = []
+
+    def walk(jaxpr: Jaxpr, outer: str) -> None:
+        for eqn in jaxpr.eqns:
+            at = line(eqn) or outer  # a library's op: the user's line that called it
+            if nested(eqn.params):
+                if _not_a_kernel(eqn):
+                    for sub in nested(eqn.params):
+                        walk(sub, at)
+                continue
+            dtypes = {str(getattr(v.aval, "dtype", "")) for v in (*eqn.invars, *eqn.outvars)}
+            if not dtypes & set(WIDE_DTYPES):
+                continue
+            wide = "complex128" if "complex128" in dtypes else "float64"
+            refusal = rule.refused.get(eqn.primitive.name)
+            if refusal is None:
+                rest.append((eqn, at))
+                continue
+            found.append(Unemulated(
+                what=f"{wide} {eqn.primitive.name}", location=at, blocks=True,
+                reason=f"the {platform} compiler refuses it ({refusal})"))  # fmt: skip
+
+    walk(closed.jaxpr, "")
     if rest:
-        names = ", ".join(dict.fromkeys(e.primitive.name for e in rest))
+        names = ", ".join(dict.fromkeys(e.primitive.name for e, _ in rest))
         count = f"{len(rest)} op{'s' if len(rest) > 1 else ''}: {names}"
-        found.append(Unemulated(what=f"float64 arithmetic ({count})", location=line(rest[0]),
-                                blocks=True, reason=f"not emulated on {platform}: "
+        found.append(Unemulated(what=f"float64 arithmetic ({count})", location=rest[0][1],
+                                blocks=True, reason=f"float64 is not emulated on {platform}: "
                                 f"{rule.otherwise}"))  # fmt: skip
     return list(dict.fromkeys(found))
 

@@ -146,13 +146,22 @@ class OpBound:
     """What a bound specialized to a shape (:meth:`at`) rests on, in words."""
 
     def to_dict(self) -> dict[str, object]:
-        """The bound as a report's ``BoundedOp`` holds it (without its op, their key)."""
+        """The bound as ``chip_errors.json`` and a report's ``BoundedOp`` hold it (without its
+        op, their key)."""
         found: dict[str, object] = {"scale": self.scale, "ulps": self.ulps,
                                     "abs_eps": self.abs_eps, "worst_ulp": self.worst_ulp,
                                     "sign_flips": self.sign_flips,
                                     "range": None if self.measured_range is None
                                     else list(self.measured_range)}  # fmt: skip
-        if self.note:  # reports of bounds with no shape are unchanged
+        # the measurements by shape where it has them (a report's sites hold none:
+        # ``OpBound.shown``), so that reports of bounds with no shape are unchanged
+        if self.ranges:
+            found["ranges"] = [r.to_dict() for r in self.ranges]
+        if self.sizes:
+            found.update(sizes=[b.to_dict() for b in self.sizes], size_of=self.size_of)
+        if self.per_factor is not None:
+            found["per_factor"] = self.per_factor
+        if self.note:
             found["note"] = self.note
         return found
 
@@ -189,24 +198,40 @@ class OpBound:
         worst as :attr:`ulps`; or why there is none (a size beyond every one measured).
 
         >>> lu = OpBound(op="lu", scale="largest", ulps=6.1, size_of="n", sizes=(
-        ...     SizeBound(size=16, ulps=3.0), SizeBound(size=64, ulps=18.0)))
-        >>> lu.at(32).describe(), lu.at(100)
-        ('within 18 ulp of its largest result (measured at n = 16 to 64)', 'n = 100 is beyond the sizes measured (16 to 64)')
+        ...     SizeBound(size=16, ulps=3.0, condition=10), SizeBound(size=64, ulps=5.0,
+        ...     condition=10), SizeBound(size=64, ulps=18.0, condition=1e4)))
+        >>> print(lu.at(32).describe())
+        within 18 ulp of its largest result (measured at n = 16 to 64: 5 ulp to condition 10, 18 to 1e+04, in proportion above)
+        >>> lu.at(100)
+        'n = 100 is beyond the sizes measured (16 to 64)'
         """  # noqa: E501
         if not self.sizes:
             return self
         measured = sorted({b.size for b in self.sizes})
+        what = _SIZE_WORDS.get(self.size_of, self.size_of)
         if size > measured[-1]:
-            return (f"{self.size_of} = {size} is beyond the sizes measured "
-                    f"({measured[0]:,} to {measured[-1]:,})")  # fmt: skip
+            return f"{what} {size:,} is beyond the sizes measured ({measured[0]:,} to {measured[-1]:,})"
         bucket = min(m for m in measured if m >= size)
         kept = tuple(b for b in self.sizes if b.size <= bucket)
         spread = f"{measured[0]:,} to {bucket:,}" if bucket > measured[0] else f"{bucket:,}"
-        note = f"measured at {self.size_of} = {spread}"
-        if self.conditioned:
-            top = max(b.condition or 0.0 for b in kept)
-            note += f", conditions to {top:.3g} (above: in proportion)"
-        return replace(self, ulps=max(b.ulps for b in kept), sizes=kept, note=note)
+        found = replace(self, ulps=max(b.ulps for b in kept), sizes=kept, note="")
+        note = f"measured at {what} {spread}"
+        if found.conditioned:
+            steps: list[str] = []
+            last = -1.0
+            for condition, ulps in found.steps():
+                if ulps > last:  # each step where the bound grows
+                    first = " ulp to condition" if not steps else " to"
+                    steps.append(f"{_count(ulps)}{first} {condition:.3g}")
+                    last = ulps
+            note += ": " + ", ".join(steps) + ", in proportion above"
+        return replace(found, note=note)
+
+    @property
+    def shown(self) -> OpBound:
+        """The bound as a report's site shows it: its worst over what it was measured on, its
+        note, without the measurements by range and size the bounded run moved by."""
+        return replace(self, ranges=(), sizes=())
 
     def steps(self) -> tuple[tuple[float, float], ...]:
         """``(condition, ulps)`` from the best conditioned up: the worst error measured at
@@ -236,6 +261,9 @@ class OpBound:
         of = "of the sum of its terms" if self.scale == "terms" else "of its largest result"
         flips = ", vectors of either sign" if self.sign_flips else ""
         return f"within {_count(self.ulps)} ulp {of}{flips}{note}"
+
+
+_SIZE_WORDS: Mapping[str, str] = {"n": "n =", "length": "length", "position": "length"}
 
 
 def _count(value: float) -> str:
