@@ -73,6 +73,23 @@ TITLES = {
 }
 
 
+ISSUE_TOLERANCES = ("1e-4", "1e-3", "1e-2")
+"""The three tolerances of issue 55's 114 verdicts (38 checks each)."""
+
+
+def _issue_tolerances(found: Mapping[str, Any]) -> str:
+    """The before and after over issue 55's three tolerances, in one sentence."""
+
+    def total(side: str, kind: str) -> int:
+        return sum(found[side].get(t, {}).get(kind, 0) for t in ISSUE_TOLERANCES)
+
+    said = ", ".join(f"{kind} {total('before', kind)} → {total('after', kind)}"
+                     for kind in JUDGED)  # fmt: skip
+    return (
+        f"Over issue 55's three tolerances ({', '.join(ISSUE_TOLERANCES)}; 114 verdicts): {said}."
+    )
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     lines = ["# The tpu emulation against the chip, before and after (issue 55 items 9 and 10)", "",
              results["about"], "",
@@ -80,12 +97,15 @@ def markdown(results: Mapping[str, Any]) -> str:
              "*false alarm*: it says `may differ` or `mismatch` where the chip matches.", ""]  # fmt: skip
     for corpus, found in results["corpora"].items():
         tolerances = list(found["after"])
-        lines += [f"## {TITLES[corpus]}", "", "| | " + " | ".join(tolerances) + " |",
-                  "|---|" + "---|" * len(tolerances)]  # fmt: skip
+        lines += [f"## {TITLES[corpus]}", "", "| | " + " | ".join(tolerances) + " | all |",
+                  "|---|" + "---|" * (len(tolerances) + 1)]  # fmt: skip
         for kind in JUDGED:
-            cells = [f"{found['before'].get(t, {}).get(kind, 0)} → {found['after'][t][kind]}"
+            pairs = [(found["before"].get(t, {}).get(kind, 0), found["after"][t][kind])
                      for t in tolerances]  # fmt: skip
-            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+            pairs.append((sum(b for b, _ in pairs), sum(a for _, a in pairs)))
+            lines.append(f"| {kind} | " + " | ".join(f"{b} → {a}" for b, a in pairs) + " |")
+        if corpus == "checks":
+            lines += ["", _issue_tolerances(found)]
         lines += (
             ["", "Verdicts that changed:", ""] if found["changed"] else ["", "No verdict changed."]
         )
@@ -94,6 +114,12 @@ def markdown(results: Mapping[str, Any]) -> str:
             lines.append(f"- `{name}`: {said}")
         lines.append("")
     return "\n".join(lines)
+
+
+def render(path: Path) -> None:
+    """Write the Markdown of an earlier run's JSON (``PATH.json`` -> ``PATH.md``) again."""
+    results = json.loads(path.with_suffix(".json").read_text())
+    path.with_suffix(".md").write_text(markdown(results))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

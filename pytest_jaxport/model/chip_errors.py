@@ -210,7 +210,8 @@ class OpBound:
         measured = sorted({b.size for b in self.sizes})
         what = _SIZE_WORDS.get(self.size_of, self.size_of)
         if size > measured[-1]:
-            return f"{what} {size:,} is beyond the sizes measured ({measured[0]:,} to {measured[-1]:,})"
+            span = f"{measured[0]:,} to {measured[-1]:,}"
+            return f"{what} {size:,} is beyond the sizes measured ({span})"
         bucket = min(m for m in measured if m >= size)
         kept = tuple(b for b in self.sizes if b.size <= bucket)
         spread = f"{measured[0]:,} to {bucket:,}" if bucket > measured[0] else f"{bucket:,}"
