@@ -405,17 +405,21 @@ def test_a_bfloat16_chain_is_computed_in_float32_and_rounded_once() -> None:
 
 def test_a_value_broadcast_into_a_larger_one_is_stored_rounded_first() -> None:
     """The layer norm's per-row scale is stored in bfloat16 before it multiplies the row (its
-    own fusion), as the TPU compiler's program has it."""
-    x = np.full((2, 4), 1.0078125, ml_dtypes.bfloat16)
-    s = np.full((2, 1), 1.0078125, ml_dtypes.bfloat16)
+    own fusion), as the TPU compiler's program has it: not the chain rounded once, which
+    differs in 50 of these 128 elements."""
+    x = np.linspace(1.0, 1.9921875, 128).astype(ml_dtypes.bfloat16).reshape(2, 64)
+    s = np.full((2, 1), 1.25, ml_dtypes.bfloat16)
 
     def scaled(p: jax.Array, q: jax.Array) -> jax.Array:
         return p * jnp.exp(q - 1) * 1  # exp(q - 1): a float32 value the row would read
 
     emulated = emulate(scaled, (x, s), platform="tpu")
-    stored = np.exp(np.float32(0.0078125)).astype(ml_dtypes.bfloat16).astype(np.float64)
+    wide = np.exp(np.float32(0.25)).astype(np.float64)
+    stored = np.float64(np.float32(wide).astype(ml_dtypes.bfloat16))
     expected = (x.astype(np.float64) * stored).astype(np.float32).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(np.asarray(emulated.value), expected)
+    once = (x.astype(np.float64) * wide).astype(np.float32).astype(ml_dtypes.bfloat16)
+    assert np.sum(once != expected) == 50
 
 
 def test_float16_times_float16_into_float32_multiplies_as_bfloat16() -> None:
@@ -451,8 +455,9 @@ def test_a_float16_round_trip_is_left_out_too() -> None:
 
 
 def test_a_bfloat16_cumsum_stores_its_blocks_and_carries_rounded() -> None:
-    x = np.full((256,), 1.0, ml_dtypes.bfloat16)
-    x[::3] = 2.0**-8  # running sums that bfloat16 cannot hold
+    """Not the CPU's running sum (184 of these 256 differ) nor the float32 sum rounded once
+    (39 differ): each block of 128 summed in float32 and stored, the carry added to it."""
+    x = np.random.default_rng(0).uniform(0, 1, 256).astype(ml_dtypes.bfloat16)
 
     emulated = emulate(lambda v: jnp.cumsum(v), (x,), platform="tpu")
 
@@ -460,7 +465,10 @@ def test_a_bfloat16_cumsum_stores_its_blocks_and_carries_rounded() -> None:
     inside = np.cumsum(wide.reshape(2, 128), axis=-1).astype(ml_dtypes.bfloat16)
     carry = inside[0, -1].astype(np.float32)
     second = (inside[1].astype(np.float32) + carry).astype(ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(np.asarray(emulated.value), np.concatenate([inside[0], second]))
+    expected = np.concatenate([inside[0], second])
+    np.testing.assert_array_equal(np.asarray(emulated.value), expected)
+    assert np.sum(np.asarray(jax.jit(jnp.cumsum)(x)) != expected) == 184
+    assert np.sum(np.cumsum(wide).astype(ml_dtypes.bfloat16) != expected) == 39
 
 
 def test_a_bfloat16_division_is_bounded_apart_from_float32s() -> None:
