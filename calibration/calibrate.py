@@ -3,7 +3,8 @@ it prints, written from measurements (``benchmarks/``) and never by them.
 
     python calibration/calibrate.py fit TRAINING.json [--write]   # CALIBRATION, cpu's rates
     python calibration/calibrate.py adopt RESULTS.json            # a device run's error band
-    python calibration/calibrate.py chip-errors RESULTS.json      # a TPU's measured op errors
+    python calibration/calibrate.py chip-errors RESULTS.json \
+        [--by-range BOUNDS.json --formats FORMATS.json]             # a TPU's measured op errors
 
 ``fit`` fits cpu's bandwidth, launch and library-call costs and the solver/FFT efficiencies
 to the measured cpu shares of the fidelity corpus (``benchmarks/fidelity/run.py --training
@@ -18,7 +19,11 @@ naming the device, and a GPU's agreement in ``benchmarks/fidelity/baseline.json`
 
 ``chip-errors`` makes a chip's measured op errors (``benchmarks/validation/chip_errors.py`` on
 a TPU) the bounds the tpu emulation judges by: ``pytest_jaxport/chip_errors.json``, naming the
-device, jax and libtpu.
+device, jax and libtpu. With ``--by-range`` (``benchmarks/validation/chip_formats.py``'s
+``chip-bounds-by-range-<device>.json``) each bound gets its measurements per input range,
+matrix size and conditioning, transform and cumulative length; with ``--formats`` (its
+``chip-formats-<device>.json``) the ops a narrow format computes less accurately than float32
+get a bound of their own in that format.
 
 ``calibration/README.md`` says when to run each.
 """
@@ -35,6 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -293,12 +300,13 @@ DECOMPOSITIONS: Mapping[str, tuple[str, ...]] = {
 """Each decomposition's primitive and the measurements of its results that bound it."""
 
 
-def _up(value: float) -> float:
-    """Rounded up to two significant digits (a bound never shrinks in the rounding)."""
+def _up(value: float, significant: int = 2) -> float:
+    """Rounded up to ``significant`` digits (a bound never shrinks in the rounding; a
+    measured condition number is rounded up too, so that the matrix measured is within it)."""
     if value <= 0:
         return 0.0
-    digits = 1 - math.floor(math.log10(value))
-    return math.ceil(value * 10**digits) / 10**digits
+    digits = significant - 1 - math.floor(math.log10(value))
+    return float(f"{math.ceil(value * 10**digits) / 10**digits:.6g}")  # no float noise
 
 
 def chip_bounds(results: Mapping[str, Any], *, source: str) -> dict[str, Any]:
@@ -369,8 +377,16 @@ EXACT_PRIMITIVES = frozenset({"add", "sub", "mul", "max", "min", "integer_pow", 
 """The measured exact operations that are JAX primitives (the others are compositions)."""
 
 
-def adopt_chip_errors(results_path: Path, *, chip_errors: Path) -> int:
-    """Make a chip's measured op errors the bounds in use (``chip_errors.json``)."""
+def adopt_chip_errors(
+    results_path: Path,
+    *,
+    chip_errors: Path,
+    by_range: Path | None = None,
+    formats: Path | None = None,
+) -> int:
+    """Make a chip's measured op errors the bounds in use (``chip_errors.json``), with their
+    measurements per range, size and conditioning (``by_range``) and per narrow format
+    (``formats``) where given."""
     results = read_json(results_path)
     if not isinstance(results, Mapping) or "elementwise" not in results:
         raise Unusable(f"{results_path}: not a chip_errors.py results file (no 'elementwise')")
@@ -383,10 +399,117 @@ def adopt_chip_errors(results_path: Path, *, chip_errors: Path) -> int:
                      "calibration/calibrate.py chip-errors: what the emulation of that platform "
                      "bounds.")  # fmt: skip
     table[platform] = chip_bounds(results, source=_relative(results_path))
+    ops = table[platform]["ops"]
+    if by_range is not None:
+        shaped = read_json(by_range)
+        if not isinstance(shaped, Mapping) or "measured" not in shaped:
+            raise Unusable(f"{by_range}: not a chip-bounds-by-range file (no 'measured')")
+        shaped_bounds(ops, shaped["measured"], earlier=results.get("decompositions", {}))
+        table[platform]["shapes"] = _relative(by_range)
+    if formats is not None:
+        measured = read_json(formats)
+        if not isinstance(measured, Mapping) or "formats" not in measured:
+            raise Unusable(f"{formats}: not a chip_formats.py analysis (no 'formats')")
+        narrow_bounds(ops, measured["formats"])
+        table[platform]["formats"] = _relative(formats)
+    table[platform]["ops"] = dict(sorted(ops.items()))
     write_atomic(chip_errors, json.dumps(table, indent=1) + "\n")
     log(f"{platform} bounds from {table[platform]['device']}: {len(table[platform]['ops'])} ops, "
         f"{len(table[platform]['exact'])} exact -> {chip_errors}")  # fmt: skip
     return 0
+
+
+LU_FROM: tuple[str, ...] = ("lu",)
+"""The measurements lu's bound per size is made of: the factors' own error (the bounded run
+moves the factors, then the triangular solves by theirs, so that inv and solve, measured
+end to end, come out of the two: benchmarks/validation/bounded_matrices.py holds them to it)."""
+
+MATRIX_BOUNDS: Mapping[str, tuple[tuple[str, ...], bool]] = {
+    "lu": (LU_FROM, True),
+    "qr": (("qr_r", "qr_q"), True),
+    "svd": (("svd",), False),
+    "eigh": (("eigh",), False),
+    "cholesky": (("cholesky",), True),
+    "triangular_solve": (("triangular_solve",), False),
+}
+"""Per decomposition: the measurements of ``chip_formats.py``'s matrices its bound per size
+is the worst of, and whether it is kept per conditioning (the bounded run computes the
+input's)."""
+
+
+def shaped_bounds(
+    ops: dict[str, Any], measured: Mapping[str, Any], *, earlier: Mapping[str, Any]
+) -> None:
+    """``ops`` (``chip_errors.json``'s) given their measurements per input range
+    (``ranges``), matrix size and conditioning, transform length and cumulative position
+    (``sizes``, ``size_of``), from ``chip_formats.py run``'s ranges part (``measured``);
+    ``earlier``: ``chip_errors.py``'s decompositions, whose eigh at n = 300 is the largest
+    matrix measured."""
+    for e in measured.get("elementwise", []):
+        entry = {"range": e["range"], "ulps": _up(e["ulp_away"]), "abs_eps": _up(e["abs_eps"]),
+                 "worst_ulp": _up(e["ulp"]), "cpu_abs": _up(e["chip_vs_cpu_max_abs"])}  # fmt: skip
+        if "**" in e["what"]:  # pow: the exponent's range too
+            entry["exponent"] = json.loads(e["what"].split("** ")[1])
+        ops[e["op"]].setdefault("ranges", []).append(entry)
+    for op, (names, conditioned) in MATRIX_BOUNDS.items():
+        sizes = [size for e in measured.get("matrices", []) for size in _matrix_sizes(e, names)]
+        if not conditioned:
+            sizes = [{"size": s["size"], "ulps": s["ulps"]} for s in sizes]
+        if op == "eigh":  # chip_errors.py's symmetric normal matrices, 64 and 300
+            sizes += [{"size": int(name.split()[1]), "ulps": _up(e["eps_max"])}
+                      for name, e in earlier.items() if name.endswith(" eigenvalues")]  # fmt: skip
+        ops[op].update(sizes=sizes, size_of="n", ulps=max(s["ulps"] for s in sizes))
+    fft = measured.get("fft", [])
+    if fft:
+        sizes = [{"size": e["n"], "ulps": _up(e["rfft"])} for e in fft]
+        ops["fft"].update(sizes=sizes, size_of="length", ulps=max(s["ulps"] for s in sizes))
+    cumprod = measured.get("cumprod", [])
+    if cumprod:
+        lengths = sorted({e["n"] for e in cumprod})
+        sizes = [{"size": n, "ulps": _up(max(e["ulp"] for e in cumprod if e["n"] == n))}
+                 for n in lengths]  # fmt: skip
+        ops["cumprod"] = {"scale": "result", "ulps": max(s["ulps"] for s in sizes),
+                          "per_factor": _up(max(e["ulp_per_factor"] for e in cumprod)),
+                          "sizes": sizes, "size_of": "position"}  # fmt: skip
+
+
+def _matrix_sizes(entry: Mapping[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+    """One matrix measurement's sizes for a bound made of ``names``: the square matrix's
+    (its condition: the SPD matrix's for cholesky) and the tall one's (qr, svd)."""
+    from benchmarks.validation.chip_formats import CONDITIONS, conditioned
+
+    found = []
+    values = [v for n in names if isinstance(v := entry["eps_max"].get(n), float)]
+    spd = names == ("cholesky",)
+    if values:
+        condition = entry["measured_condition_spd" if spd else "measured_condition"]
+        found.append({"size": entry["n"], "ulps": _up(max(values)),
+                      "condition": _up(condition, 3)})  # fmt: skip
+    tall = entry.get("tall", {}).get("eps_max", {})
+    kept = [v for n in names if isinstance(v := tall.get(n), float)]
+    if kept:
+        n, k = entry["n"], CONDITIONS.index(entry["condition"])
+        matrix = conditioned(n // 2, entry["condition"], 8900 + n + k, m=n)  # as measured
+        condition = float(np.linalg.cond(matrix.astype(np.float64)))
+        found.append({"size": n, "ulps": _up(max(kept)), "condition": _up(condition, 3)})
+    return found
+
+
+def narrow_bounds(ops: dict[str, Any], formats: Mapping[str, Any]) -> None:
+    """A bound of its own (``"bfloat16 div"``) for each op a narrow format computes less
+    accurately than its float32 bound says: where the chip rounded one of the format's one-op
+    cases to the other side of a midpoint the float32 bound does not reach
+    (``chip_formats.py analyse``'s ``narrow_op``)."""
+    for entry in formats.values():
+        found = entry.get("narrow_op")
+        if not found or not found["flips"]:
+            continue
+        general = ops.get(found["op"], {})
+        if found["needed_ulps"] <= general.get("worst_ulp", general.get("ulps", 0.0)):
+            continue
+        worst = _up(found["needed_ulps"])
+        ops[f"{found['dtype']} {found['op']}"] = {"scale": "result", "ulps": worst,
+                                                  "worst_ulp": worst}  # fmt: skip
 
 
 def _relative(path: Path) -> str:
@@ -420,10 +543,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     chip = commands.add_parser("chip-errors", help="put a TPU's measured op errors in use")
     chip.add_argument("results", type=Path, help="chip_errors.py's results on a TPU")
     chip.add_argument("--chip-errors", type=Path, default=CHIP_ERRORS, help=argparse.SUPPRESS)
+    chip.add_argument("--by-range", type=Path,
+                      help="chip_formats.py's chip-bounds-by-range-<device>.json")  # fmt: skip
+    chip.add_argument("--formats", type=Path,
+                      help="chip_formats.py analyse's chip-formats-<device>.json")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if args.command == "chip-errors":
-            return adopt_chip_errors(args.results, chip_errors=args.chip_errors)
+            return adopt_chip_errors(args.results, chip_errors=args.chip_errors,
+                                     by_range=args.by_range, formats=args.formats)  # fmt: skip
         if args.command == "adopt":
             return adopt(args.results, estimate_errors=args.estimate_errors, baseline=args.baseline)
         found = fit(read_training(args.training))

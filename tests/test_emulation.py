@@ -615,3 +615,84 @@ def test_emulated_numerics_show_a_tpu_branch_that_differs_from_the_cpus(
         ["*tpu (emulated on cpu): 1 differing leaf*", "*took the tpu branch*"]
     )
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
+NOTHING_TEST = """
+import jax.numpy as jnp, pytest
+
+@pytest.mark.portable
+def test_nothing(jaxport):
+    assert jaxport.check(lambda x: None, jnp.ones(3)) is None
+"""
+
+
+def test_a_function_returning_none_emulates_as_it_checks(pytester: pytest.Pytester) -> None:
+    """Issue 55 item 8: a check of ``lambda x: None`` under ``emulate = ["tpu"]`` failed with
+    ``TypeError: cannot create weak reference to 'Trace' object`` (then ``the first argument
+    must be callable``), where without emulation it passes."""
+    traced = tracing.trace(lambda x: None, (jnp.ones(3),), {})
+    emulated = emulate(traced, (jnp.ones(3),), platform="tpu")
+    assert emulated.emulation.ran
+    assert emulated.value is None
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "tpu"]\nemulate = ["tpu"]\n')
+    pytester.makepyfile(test_nothing=NOTHING_TEST)
+    result = pytester.runpytest("--jaxport-report=report.json")
+    result.assert_outcomes(passed=1)
+    tpu = json.loads((pytester.path / "report.json").read_text())["tests"][0]["checks"][0]
+    assert tpu["platforms"]["tpu"]["emulated"]["error"] is None
+    result.stdout.no_fnmatch_line("*TypeError*")
+
+
+FLOAT64_TEST = """
+import jax, jax.numpy as jnp, numpy as np, pytest
+jax.config.update("jax_enable_x64", True)
+
+def solve(a, b):
+    return jnp.linalg.solve(a, b)
+
+@pytest.mark.portable
+def test_solve(jaxport):
+    jaxport.check(solve, np.eye(4) * 2.0 + 0.1, np.ones(4))
+"""
+
+
+def test_float64_is_never_an_emulated_match_on_tpu(pytester: pytest.Pytester) -> None:
+    """Issue 55 item 6: a float64 solve under x64 read ``tpu (emulated on cpu) numerics:
+    match``, though the TPU compiler refuses a float64 LU decomposition and computes the rest
+    of float64 in software, which was never measured. It reads "not run", saying why, in the
+    warning, the terminal's details, the JSON and the Markdown."""
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "tpu"]\nemulate = ["tpu"]\n')
+    pytester.makepyfile(test_solve=FLOAT64_TEST)
+    result = pytester.runpytest("-rA", "--jaxport-report=report.json", "--jaxport-report=report.md")
+    result.assert_outcomes(passed=1)
+    refused = (
+        "float64 lu at test_solve.py:5: the tpu compiler refuses it (UNIMPLEMENTED: Only F32 "
+        "and C64 types are implemented in LuDecomposition)"
+    )
+    result.stdout.fnmatch_lines(
+        ["*tpu (emulated on cpu)  numerics: not run*", f"*not run: {refused}; float64 arith*"]
+    )
+    result.stdout.no_fnmatch_line("*numerics: match*")
+    report = json.loads((pytester.path / "report.json").read_text())
+    tpu = report["tests"][0]["checks"][0]["platforms"]["tpu"]
+    assert tpu["emulated_numerics"] is None
+    unemulated = tpu["emulated"]["unemulated"]
+    assert unemulated[0]["what"] == "float64 lu"
+    assert unemulated[1]["reason"] == (
+        "float64 is not emulated on tpu: the TPU has no float64 unit: its compiler computes "
+        "float64 in software, never measured on the chip"
+    )
+    assert all(u["blocks"] for u in unemulated)
+    markdown = (pytester.path / "report.md").read_text()
+    assert f"tpu (emulated on cpu): not run: {refused}" in markdown
+    assert "| tpu (emulated on cpu) | 1 | 0 | 0 | 0 | 0 | 1 |" in markdown
+
+
+def test_float64_is_computed_by_the_cpu_where_a_platform_has_it() -> None:
+    with jax.enable_x64(True):
+        a = np.eye(4) * 2.0 + 0.1
+        emulated = emulate(jnp.linalg.solve, (a, np.ones(4)), platform="cuda")
+        on_tpu = emulate(jnp.linalg.solve, (a, np.ones(4)), platform="tpu")
+    assert emulated.emulation.ran
+    assert not on_tpu.emulation.ran
+    assert on_tpu.emulation.error is None  # a note, never a failure

@@ -590,9 +590,15 @@ def leaves_verdict(
             "max_rel_err": worst_rel}  # fmt: skip
 
 
-def emulated_verdicts(case: Case, args: Sequence[Any], cpu_value: Any) -> dict[str, Any]:
-    """pytest-jaxport's tpu emulation of ``case`` at each tolerance: its state as the
-    plugin's fixture decides it (``match``, ``mismatch``, ``may differ``) and worst error."""
+def emulated_verdicts(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    cpu_value: Any,
+    tolerances: Sequence[tuple[str, float | None]] = TOLERANCES,
+) -> dict[str, Any]:
+    """pytest-jaxport's tpu emulation of ``fn(*args)`` at each of ``tolerances``: its state as
+    the plugin's fixture decides it (``match``, ``mismatch``, ``may differ``) and worst error
+    (``benchmarks/validation/chip_formats.py`` asks it at its own tolerances)."""
     import dataclasses
     import functools
 
@@ -604,13 +610,13 @@ def emulated_verdicts(case: Case, args: Sequence[Any], cpu_value: Any) -> dict[s
     from pytest_jaxport.model.numerics import Tolerance, default_tolerance
 
     reference = to_outputs(cpu_value)
-    emulated = emulate(case.fn, tuple(args), platform="tpu")
+    emulated = emulate(fn, tuple(args), platform="tpu")
     if emulated.outputs is None:
         reason = emulated.emulation.error or [u.reason for u in emulated.emulation.unemulated]
-        return {name: {"state": "not run", "why": str(reason)[:300]} for name, _ in TOLERANCES}
+        return {name: {"state": "not run", "why": str(reason)[:300]} for name, _ in tolerances}
     bounded = functools.cache(emulated.bounded) if emulated.bounded is not None else None
     found: dict[str, Any] = {}
-    for name, t in TOLERANCES:
+    for name, t in tolerances:
 
         def tolerance(dtype: str, t: float | None = t) -> Any:
             bound = default_tolerance(dtype)
@@ -675,7 +681,7 @@ def step_analyse(run_path: Path, npz: Path, out: Path, *, emulate: bool) -> int:
             with jax.default_device(cpu_device):
                 cpu_value = jax.jit(case.fn)(*jax.device_put(tuple(args), cpu_device))
             try:
-                entry["emulated"] = emulated_verdicts(case, args, cpu_value)
+                entry["emulated"] = emulated_verdicts(case.fn, args, cpu_value)
             except Exception as e:  # recorded, never the end of the analysis
                 entry["emulated"] = {n: {"state": "not run", "why": f"{type(e).__name__}: {e}"[:300]}
                                      for n, _ in TOLERANCES}  # fmt: skip

@@ -1013,8 +1013,72 @@ def conversion_detail(case: Case, args: Sequence[np.ndarray], chip: np.ndarray) 
             "examples": examples}  # fmt: skip
 
 
+SINGLE_OPS: Mapping[str, str] = {
+    "div": "div", "exp": "exp", "log": "log", "tanh": "tanh", "rsqrt": "rsqrt", "sqrt": "sqrt",
+    "sigmoid": "logistic",
+}  # fmt: skip
+"""The narrow elementwise cases of one op, by case suffix, and the op's primitive."""
+
+
+def narrow_flips(case: Case, args: Sequence[np.ndarray], chip: np.ndarray) -> dict[str, Any] | None:
+    """A one-op narrow case: the elements the chip rounds to the other neighbour of this
+    CPU's float32 result, and how far that float32 result is from the midpoint the chip's
+    must have crossed, in float32 ulps (its error before rounding was at least that:
+    ``calibration/calibrate.py chip-errors`` bounds the op in that format where the float32
+    bound does not cover it)."""
+    prefix, _, suffix = case.name.partition("_")
+    if prefix not in ("bf16", "f16") or suffix not in SINGLE_OPS:
+        return None
+    wide = on_cpu(case.fn, *[np.asarray(a).astype(np.float32) for a in args])[0].ravel()
+    stored = chip.ravel()
+    rounded = wide.astype(stored.dtype)
+    flipped = (bits(rounded) != bits(stored)) & np.isfinite(wide)
+    found: dict[str, Any] = {"op": SINGLE_OPS[suffix], "dtype": str(stored.dtype),
+                             "elements": int(stored.size), "flips": int(flipped.sum()), "needed_ulps": 0.0}  # fmt: skip
+    if flipped.any():
+        middle = (rounded[flipped].astype(np.float64) + stored[flipped].astype(np.float64)) / 2
+        ulp = np.spacing(np.abs(wide[flipped]).astype(np.float32)).astype(np.float64)
+        found["needed_ulps"] = float(
+            (np.abs(wide[flipped].astype(np.float64) - middle) / ulp).max()
+        )
+    return found
+
+
+def emulated_formats(case: Case, args: Sequence[np.ndarray], chip: Sequence[np.ndarray],
+                     cpu: Sequence[np.ndarray]) -> dict[str, Any]:  # fmt: skip
+    """pytest-jaxport's tpu emulation of ``case`` against this CPU's outputs at each
+    tolerance (its state: ``match``, ``mismatch``, ``may differ``; how it stands against the
+    chip's verdict), and the share of the chip's elements its outputs equal bit for bit."""
+    import jax
+
+    from pytest_jaxport._jax.emulate import emulate
+
+    try:  # run as a module from the repository's root, or as a script beside chip_checks.py
+        from benchmarks.validation.chip_checks import emulated_verdicts, judge
+    except ModuleNotFoundError:
+        from chip_checks import emulated_verdicts, judge  # type: ignore[import-not-found,no-redef]
+
+    tolerances = [(f"{t:g}", t) for t in TOLERANCES]
+    device = jax.devices("cpu")[0]
+    with jax.default_device(device):  # this CPU's outputs in their tree (``cpu``: its leaves)
+        cpu_value = jax.jit(case.fn)(*jax.device_put(tuple(args), device))
+    found: dict[str, Any] = {"states": emulated_verdicts(case.fn, args, cpu_value, tolerances)}
+    found["judged"] = {
+        name: judge(all(np.isclose(c.astype(np.float64), p.astype(np.float64), rtol=t, atol=t,
+                                   equal_nan=True).all() for c, p in zip(chip, cpu)),
+                    found["states"][name]["state"])
+        for name, t in tolerances
+    }  # fmt: skip
+    value = emulate(case.fn, tuple(args), platform="tpu").value
+    if value is not None:
+        leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves(value)]
+        found["same_bits_as_chip"] = [float(np.mean(bits(e) == bits(c)))
+                                      for e, c in zip(leaves, chip)]  # fmt: skip
+    return found
+
+
 def analyse_formats(
-    run: Mapping[str, Any], npz: Path, saved: dict[str, np.ndarray]
+    run: Mapping[str, Any], npz: Path, saved: dict[str, np.ndarray], *, emulate: bool = False
 ) -> dict[str, Any]:
     found: dict[str, Any] = {}
     with np.load(npz) as data:
@@ -1042,14 +1106,19 @@ def analyse_formats(
         ]
         if case.group == "conversions":
             entry["conversion"] = conversion_detail(case, args, chip[0])
+        flips = narrow_flips(case, args, chip[0])
+        if flips is not None:
+            entry["narrow_op"] = flips
+        if emulate:
+            entry["emulated"] = emulated_formats(case, args, chip, cpu)
         for i, (c, p) in enumerate(zip(chip, cpu)):
             saved[f"chip/{case.name}/{i}"] = bits(c)
             saved[f"cpu_xor_chip/{case.name}/{i}"] = bits(p) ^ bits(c)
         found[case.name] = entry
         out = entry["outputs"][0]
-        log(
-            f"analyse: {case.name:24s} mismatches {out['mismatches']} same bits {out['same_bits_as_cpu']:.3f}"
-        )
+        judged = entry.get("emulated", {}).get("judged", {})
+        log(f"analyse: {case.name:24s} mismatches {out['mismatches']} same bits "
+            f"{out['same_bits_as_cpu']:.3f}" + (f" judged {list(judged.values())}" if judged else ""))  # fmt: skip
     return found
 
 
@@ -1131,7 +1200,7 @@ def load_recorded(npz: Path, results: Mapping[str, Any]) -> dict[str, dict[str, 
     return found
 
 
-def step_analyse(run_path: Path, npz: Path, out: Path) -> int:
+def step_analyse(run_path: Path, npz: Path, out: Path, *, emulate: bool = False) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     run = json.loads(run_path.read_text())
     run = run.get("run", run)  # analyse's own results hold the run they were made from
@@ -1141,7 +1210,7 @@ def step_analyse(run_path: Path, npz: Path, out: Path) -> int:
                  "benchmarks/validation/chip_formats.py",
         "device": run["device"], "host": device_facts(dry_run=True) | {"kind": "cpu"},
         "tolerances": "a mismatch: |chip - cpu| > t + t * |cpu| (numpy.isclose, nan equal to nan)",
-        "formats": analyse_formats(run, npz, saved),
+        "formats": analyse_formats(run, npz, saved, emulate=emulate),
     }  # fmt: skip
     results["summary"] = formats_summary(results["formats"])
     results["run"] = run
@@ -1184,6 +1253,12 @@ def formats_summary(formats: Mapping[str, Any]) -> dict[str, Any]:
             group["mismatches"][f"{t:g}"] += count
             group["cases_differing"][f"{t:g}"] += int(count > 0)
         group["elements"] += sum(o["elements"] for o in entry["outputs"])
+        judged = entry.get("emulated", {}).get("judged")
+        if judged:
+            emulated = group.setdefault("emulation", {f"{t:g}": {"agrees": 0, "missed": 0,
+                                        "false alarm": 0, "not emulated": 0} for t in TOLERANCES})  # fmt: skip
+            for t in TOLERANCES:
+                emulated[f"{t:g}"][judged[f"{t:g}"]] += 1
     return found
 
 
@@ -1200,6 +1275,18 @@ def markdown(results: Mapping[str, Any], bounds: Mapping[str, Any]) -> str:
         lines.append(f"| {group} | {s['cases']} | {s['elements']} | "
                      + " | ".join(f"{s['mismatches'][f'{t:g}']} ({s['cases_differing'][f'{t:g}']} cases)"
                                   for t in TOLERANCES) + " |")  # fmt: skip
+    if any("emulation" in s for s in results["summary"].values()):
+        lines += ["", "pytest-jaxport's tpu emulation against the chip, per group: cases where the chip "
+                  "differs and the emulation reads `match` (missed), where the chip matches and it "
+                  "does not (false alarm).", "",
+                  "| group | " + " | ".join(f"missed at {t:g}" for t in TOLERANCES) + " | "
+                  + " | ".join(f"false alarm at {t:g}" for t in TOLERANCES) + " |",
+                  "|---|" + "---|" * (2 * len(TOLERANCES))]  # fmt: skip
+        for group, s in results["summary"].items():
+            e = s.get("emulation", {})
+            lines.append(f"| {group} | " + " | ".join(str(e.get(f"{t:g}", {}).get("missed", "")) for t in TOLERANCES)
+                         + " | " + " | ".join(str(e.get(f"{t:g}", {}).get("false alarm", "")) for t in TOLERANCES)
+                         + " |")  # fmt: skip
     lines += ["", "Per case (first output): mismatching elements at each tolerance, the worst "
               "chip − cpu, and the share of the chip's elements equal bit for bit to the CPU's, to the "
               "expression computed in float32 and rounded once, and to the float64 result correctly "
@@ -1248,10 +1335,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=Path, help="analyse: the run's JSON")
     parser.add_argument("--outputs", type=Path, help="analyse: the run's npz")
     parser.add_argument("--out", type=Path, help="analyse: the results' stem")
+    parser.add_argument("--emulate", action="store_true",
+                        help="analyse: add pytest-jaxport's tpu emulation's verdicts")  # fmt: skip
     args = parser.parse_args(argv)
     if args.step == "run":
         return step_run(args.out_dir, dry_run=args.dry_run, parts=tuple(args.parts.split(",")))
-    return step_analyse(args.run, args.outputs, args.out)
+    return step_analyse(args.run, args.outputs, args.out, emulate=args.emulate)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ JAX is imported inside functions (importing the plugin never imports JAX).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_jaxport._jax.jaxprs import bind
 from pytest_jaxport.model.arithmetic import BFLOAT16, SCAN_BLOCK, NumberFormat, conv_unit, dot_unit
@@ -128,19 +128,42 @@ def three_passes(
     large = cast("list[jax.Array]", bind(eqn, [hi_l, hi_r, *rest], **wide))
     small = [a + b for a, b in zip(one, other, strict=True)]  # the small terms first
     outs: list[object] = [a + b for a, b in zip(small, large, strict=True)]
-    return [cast("jax.Array", out).astype(jnp.float16) for out in outs] if narrow else outs
+    return _as_results(eqn, outs) if narrow else outs
 
 
 def float16_as_bfloat16(
     eqn: JaxprEqn, lhs: jax.Array, rhs: jax.Array, rest: Sequence[object]
 ) -> list[object]:
     """A float16 product as the TPU's matrix unit computes it: operands rounded to bfloat16,
-    products accumulated in float32, the result rounded to float16."""
+    products accumulated in float32, the result in the product's own dtype (float16, or the
+    float32 its ``preferred_element_type`` asks for)."""
     import jax.numpy as jnp
 
     wide = [rounded(v.astype(jnp.float32), BFLOAT16) for v in (lhs, rhs)]
     outs = bind(eqn, [*wide, *rest], preferred_element_type=jnp.dtype("float32"))
-    return [cast("jax.Array", out).astype(jnp.float16) for out in outs]
+    return _as_results(eqn, outs)
+
+
+def _as_results(eqn: JaxprEqn, outs: Sequence[object]) -> list[object]:
+    """``outs`` (float32) in the dtypes of ``eqn``'s results."""
+    return [
+        cast("jax.Array", out).astype(getattr(var.aval, "dtype", None))
+        for out, var in zip(outs, eqn.outvars, strict=True)
+    ]
+
+
+def in_format(x: object, dtype: object, *, flush: bool = False) -> jax.Array:
+    """``x`` (float32) rounded to ``dtype`` to nearest even; ``flush``: float32 subnormals
+    become zeros of their sign first (the TPU's float32 -> bfloat16 conversion)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    array = cast("jax.Array", x)
+    if flush and str(array.dtype) == "float32":
+        tiny = jnp.float32(2.0**-126)  # float32's smallest normal number
+        array = lax.select(lax.abs(array) < tiny, array * jnp.float32(0), array)
+    narrowed: jax.Array = array.astype(cast("Any", dtype))
+    return narrowed
 
 
 def _sequential_cumsum(x: jax.Array) -> jax.Array:
@@ -156,27 +179,35 @@ def _sequential_cumsum(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(sums, 0, -1)
 
 
-def blocked_cumsum(x: object, *, axis: int = -1, reverse: bool = False) -> jax.Array:
+def blocked_cumsum(
+    x: object, *, axis: int = -1, reverse: bool = False, stored: object = None
+) -> jax.Array:
     """The cumulative sum along ``axis`` as the TPU computes it: blocks of
     :data:`~pytest_jaxport.model.emulation.SCAN_BLOCK` summed in order, the block totals'
-    running sum (blocked the same way) added to each block."""
+    running sum (blocked the same way) added to each block. ``stored``: the narrow dtype
+    of a narrow cumsum, whose blocks, carries and result are stored rounded to it (``x`` in
+    float32), as the TPU's program of reduce-windows stores them."""
     import jax.numpy as jnp
 
     array = cast("jax.Array", x)
+
+    def kept(value: jax.Array) -> jax.Array:
+        return value if stored is None else in_format(value, stored).astype(jnp.float32)
+
     if axis % array.ndim != array.ndim - 1:
-        moved = blocked_cumsum(jnp.moveaxis(array, axis, -1), reverse=reverse)
+        moved = blocked_cumsum(jnp.moveaxis(array, axis, -1), reverse=reverse, stored=stored)
         return jnp.moveaxis(moved, -1, axis)
     if reverse:
-        return jnp.flip(blocked_cumsum(jnp.flip(array, -1)), -1)
+        return jnp.flip(blocked_cumsum(jnp.flip(array, -1), stored=stored), -1)
     n = array.shape[-1]
     if n <= SCAN_BLOCK:
-        return _sequential_cumsum(array)
+        return kept(_sequential_cumsum(array))
     blocks = -(-n // SCAN_BLOCK)
     padded = jnp.pad(array, [(0, 0)] * (array.ndim - 1) + [(0, blocks * SCAN_BLOCK - n)])
-    inside = _sequential_cumsum(padded.reshape(*array.shape[:-1], blocks, SCAN_BLOCK))
-    carried = blocked_cumsum(inside[..., -1])
+    inside = kept(_sequential_cumsum(padded.reshape(*array.shape[:-1], blocks, SCAN_BLOCK)))
+    carried = blocked_cumsum(inside[..., -1], stored=stored)
     before = jnp.concatenate([jnp.zeros_like(carried[..., :1]), carried[..., :-1]], axis=-1)
-    summed = inside + before[..., None]
+    summed = kept(inside + before[..., None])
     return summed.reshape(*array.shape[:-1], blocks * SCAN_BLOCK)[..., :n]
 
 
@@ -187,12 +218,21 @@ _TERMS = ("reduce_sum", "reduce_window_sum", "cumsum", "dot_general", "conv_gene
 
 
 def moved_outputs(
-    eqn: JaxprEqn, values: Sequence[object], outs: Sequence[object], bound: OpBound, *, salt: int
+    eqn: JaxprEqn,
+    values: Sequence[object],
+    outs: Sequence[object],
+    bound: OpBound,
+    *,
+    salt: int,
+    towards: object = None,
 ) -> list[object]:
     """Each float32 (complex64) result of ``eqn`` moved by ``bound``: three in four elements
     up, one in four down (a pattern from the result's own bits and ``salt``), so that neither
     a sum, which adds errors of one sign, nor a normalization, which cancels them, hides the
-    bound; eigenvector columns flipped in sign where the chip's come either way."""
+    bound; eigenvector columns flipped in sign where the chip's come either way.
+    ``towards``: ``outs`` are the float32 values of results stored in this narrow dtype; each
+    moves towards the nearest point where its rounding to that format changes, so that every
+    element the bound lets round the other way does."""
     import jax.numpy as jnp
 
     magnitudes: Sequence[object] = ()
@@ -200,12 +240,18 @@ def moved_outputs(
         magnitudes = bind(eqn, [jnp.abs(cast("jax.Array", v)) for v in values])
     moved: list[object] = []
     for i, (out, var) in enumerate(zip(outs, eqn.outvars, strict=True)):
-        if not is_float32(var.aval):
+        if towards is None and not is_float32(var.aval):
             moved.append(out)
             continue
         y = _flipped(eqn, outs, i) if bound.sign_flips else cast("jax.Array", out)
-        size = _size(y, bound, magnitudes[i] if magnitudes else None)
-        moved.append(_shifted(y, size, salt + 7919 * i))
+        size = _size(y, bound, magnitudes[i] if magnitudes else None, eqn, values)
+        if eqn.primitive.name in _TRIANGULAR:  # its structural zeros are the chip's too
+            size = jnp.where(y == 0, jnp.zeros_like(size), size)
+        if towards is not None:
+            moved.append(y + _towards_tie(y, towards) * size)
+        else:
+            half = bound.scale == "largest"  # a matrix's or a transform's elements
+            moved.append(_shifted(y, size, salt + 7919 * i, quarter=not half))
     return moved
 
 
@@ -232,9 +278,17 @@ def _flipped(eqn: JaxprEqn, outs: Sequence[object], i: int) -> jax.Array:
     return y * jnp.expand_dims(signs, found[1][i])
 
 
-def _size(y: jax.Array, bound: OpBound, terms: object) -> jax.Array:
+_TRIANGULAR = frozenset({"qr", "cholesky"})
+"""Decompositions with triangular results: an element exactly zero is one of the triangle's
+zeros, on every chip."""
+
+
+def _size(
+    y: jax.Array, bound: OpBound, terms: object, eqn: JaxprEqn, values: Sequence[object]
+) -> jax.Array:
     """How far each element of ``y`` moves: ``bound`` in units of its scale (lax only, so
-    that the moved program stays a few fused ops an output)."""
+    that the moved program stays a few fused ops an output), by the input range of each
+    element, its position, or the input's conditioning where the bound was measured so."""
     import jax.numpy as jnp
     from jax import lax
 
@@ -245,23 +299,94 @@ def _size(y: jax.Array, bound: OpBound, terms: object) -> jax.Array:
         # ulp(y): y's exponent bits alone, times eps (0 for 0; normal numbers only)
         bits = lax.bitcast_convert_type(magnitude, jnp.uint32) & jnp.uint32(0x7F800000)
         ulp = lax.bitcast_convert_type(bits, jnp.float32) * eps
-        size = ulp * jnp.float32(bound.ulps) + jnp.float32(bound.abs_eps) * eps
+        if bound.per_factor is not None:
+            size = ulp * _per_position(y, bound, eqn)
+        else:
+            size = ulp * jnp.float32(bound.ulps) + jnp.float32(bound.abs_eps) * eps
+            size = _in_ranges(size, ulp, bound, y, values) if bound.ranges else size
     elif bound.scale == "terms" and terms is not None:
         size = lax.abs(cast("jax.Array", terms)) * (jnp.float32(bound.ulps) * eps)
     else:  # largest, or a terms bound without its terms
         axes = tuple(range(magnitude.ndim))
         largest = lax.reduce_max(magnitude, axes) if axes else magnitude
-        size = largest * (jnp.float32(bound.ulps) * eps)
+        ulps = _conditioned(bound, values[0]) if bound.conditioned else jnp.float32(bound.ulps)
+        size = largest * (ulps * eps)
     return size
 
 
-def _shifted(y: jax.Array, size: jax.Array, salt: int) -> jax.Array:
+def _in_ranges(
+    size: jax.Array, ulp: jax.Array, bound: OpBound, y: jax.Array, values: Sequence[object]
+) -> jax.Array:
+    """``size`` (the bound over its widest range) made the tightest of the bounds measured
+    over the narrower ranges each element's inputs lie in."""
+    import jax.numpy as jnp
+
+    eps = jnp.float32(EPS32)
+    first = jnp.broadcast_to(cast("jax.Array", values[0]), y.shape)
+    second = jnp.broadcast_to(cast("jax.Array", values[1]), y.shape) if len(values) > 1 else None
+    for r in bound.ranges:
+        inside = (first >= r.low) & (first <= r.high)
+        if r.second is not None and second is not None:
+            inside = inside & (second >= r.second[0]) & (second <= r.second[1])
+        there = ulp * jnp.float32(r.ulps) + jnp.float32(r.abs_eps) * eps
+        if r.cpu_abs is not None:
+            there = jnp.minimum(there, jnp.float32(r.cpu_abs))
+        size = jnp.where(inside, jnp.minimum(size, there), size)
+    return size
+
+
+def _per_position(y: jax.Array, bound: OpBound, eqn: JaxprEqn) -> jax.Array:
+    """A cumulative op's bound in ulp at each element: ``per_factor`` times its position
+    along the axis, and at most the worst measured at the first length at or past it."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    axis = int(eqn.params.get("axis", 0)) % max(y.ndim, 1)
+    n = y.shape[axis] if y.ndim else 1
+    step = lax.broadcasted_iota(jnp.float32, y.shape, axis) if y.ndim else jnp.float32(0)
+    position = (jnp.float32(n) - step) if eqn.params.get("reverse") else step + 1
+    lengths = sorted({b.size for b in bound.sizes})
+    worst = [max(b.ulps for b in bound.sizes if b.size == length) for length in lengths]
+    table = jnp.asarray(worst, jnp.float32)
+    at = jnp.searchsorted(jnp.asarray(lengths, jnp.float32), position, side="left")
+    capped = table[jnp.minimum(at, len(worst) - 1)]
+    return jnp.minimum(jnp.float32(bound.per_factor or 0.0) * position, capped)
+
+
+def _conditioned(bound: OpBound, matrix: object) -> jax.Array:
+    """A decomposition's bound in ulp for its input's 2-norm condition number (the worst in
+    a batch): the worst measured at that conditioning or better; above every one measured,
+    the worst measured times the ratio of the conditions."""
+    import jax.numpy as jnp
+
+    steps = bound.steps()
+    condition = jnp.max(jnp.linalg.cond(cast("jax.Array", matrix).astype(jnp.float32)))
+    levels = jnp.asarray([c for c, _ in steps], jnp.float32)
+    ulps = jnp.asarray([u for _, u in steps], jnp.float32)
+    at = jnp.searchsorted(levels, condition, side="left")
+    beyond = ulps[-1] * condition / levels[-1]
+    return jnp.where(at >= len(steps), beyond, ulps[jnp.minimum(at, len(steps) - 1)])
+
+
+def _towards_tie(y: jax.Array, narrow: object) -> jax.Array:
+    """+1 or -1 per element of ``y`` (float32): the side of the midpoint between the two
+    values of ``narrow`` nearest it, where its rounding to ``narrow`` changes."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    rounded = y.astype(cast("Any", narrow)).astype(jnp.float32)
+    return lax.select(y >= rounded, jnp.ones_like(y), -jnp.ones_like(y))
+
+
+def _shifted(y: jax.Array, size: jax.Array, salt: int, *, quarter: bool = True) -> jax.Array:
+    """``y`` moved by ``size``: down one element in four (``quarter``), else one in two."""
     from jax import lax
 
     if str(y.dtype) == "complex64":
         real, imag = lax.real(y), lax.imag(y)
-        return lax.complex(real + _signs(real, salt) * size, imag + _signs(imag, salt + 1) * size)
-    return y + _signs(y, salt) * size
+        return lax.complex(real + _signs(real, salt, quarter=quarter) * size,
+                           imag + _signs(imag, salt + 1, quarter=quarter) * size)  # fmt: skip
+    return y + _signs(y, salt, quarter=quarter) * size
 
 
 def _signs(y: jax.Array, salt: int, *, quarter: bool = True) -> jax.Array:

@@ -50,6 +50,7 @@ from pytest_jaxport._jax.adapters import (
 from pytest_jaxport._jax.arithmetic import (
     blocked_cumsum,
     float16_as_bfloat16,
+    in_format,
     is_float32,
     matmul_precision,
     moved_outputs,
@@ -77,23 +78,31 @@ from pytest_jaxport._jax.tracing import Trace
 from pytest_jaxport.model.arithmetic import (
     BFLOAT16,
     BLOCKED_SCANS,
+    CHAIN_OPS,
     FORMATS,
-    ROUND_TRIPS_ELIDED,
+    NARROW_IN_FLOAT32,
+    NARROW_RULES,
+    PASSED_THROUGH,
+    WIDE_DTYPES,
+    WIDE_RULES,
     DotRule,
     NumberFormat,
     default_dot_format,
     dot_arithmetic,
+    is_narrow,
 )
 from pytest_jaxport.model.chip_errors import (
     EXACT_EVERYWHERE,
     FUSED_MULTIPLY_ADD,
     ChipBounds,
+    OpBound,
     chip_bounds,
 )
 from pytest_jaxport.model.compare import Outputs
 from pytest_jaxport.model.emulation import (
     EMULATED_PLATFORMS,
     BoundedOp,
+    BoundedSite,
     ChosenBranch,
     EmulatedKernel,
     Emulation,
@@ -175,22 +184,17 @@ def emulate(
                        matmul_precision=pinned, own=own, bounds=bounds)  # fmt: skip
 
     replay = replay_for(None)
+    wide = _wide_sites(closed, platform, replay.line)
+    if wide:  # float64 is never computed as this platform does: said, never "match"
+        replay.unemulated.extend(wide)
+        return Emulated(emulation=replay.record())
 
     def emulated(*leaves: object) -> list[object]:
         return replay.run(closed.jaxpr, closed.consts, leaves)
 
     flat = _on_host(flat)
-    try:
-        with _cpu_default():
-            traced = jax.jit(emulated).trace(*flat)
-    except Exception as e:  # the replay met what it cannot rebuild: no outputs, say why
-        cannot = Unemulated(
-            what="the program",
-            location="",
-            reason=f"the emulation could not replay it: {describe_error(e)}",
-            blocks=True,
-        )  # the engine's limit, not the program's fault: a note, never a failure
-        replay.unemulated.append(cannot)
+    traced = _traced(emulated, flat, replay)
+    if traced is None:
         return Emulated(emulation=replay.record())
     bounds = chip_bounds(platform)
     record = replay.record(bounds=bounds)
@@ -214,6 +218,24 @@ def emulate(
     return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded)
 
 
+def _traced(
+    emulated: Callable[..., list[object]], flat: list[object], replay: _Replay
+) -> Traced | None:
+    """``emulated`` traced on ``flat``; ``None`` where the replay met what it cannot rebuild
+    (``replay`` then says why: the engine's limit, not the program's fault, a note)."""
+    import jax
+
+    try:
+        with _cpu_default():
+            traced: Traced = jax.jit(emulated).trace(*flat)
+    except Exception as e:  # the replay met what it cannot rebuild: no outputs, say why
+        replay.unemulated.append(Unemulated(
+            what="the program", location="", blocks=True,
+            reason=f"the emulation could not replay it: {describe_error(e)}"))  # fmt: skip
+        return None
+    return traced
+
+
 def _bounded_run(
     moved: _Replay, bounds: ChipBounds, closed: ClosedJaxpr, out_tree: PyTreeDef, flat: list[object]
 ) -> Bounded:
@@ -228,9 +250,9 @@ def _bounded_run(
         with _cpu_default():
             leaves = jax.block_until_ready(jax.jit(run)(*flat))  # type: ignore[no-untyped-call]
     except Exception as e:  # the engine's limit: said, never a failure of the program
-        return Bounded(sites=grouped_bounds(moved.bounded, bounds), error=describe_error(e))
+        return Bounded(sites=grouped_bounds(moved.bounded), error=describe_error(e))
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
-    return Bounded(sites=grouped_bounds(moved.bounded, bounds), outputs=to_outputs(value))
+    return Bounded(sites=grouped_bounds(moved.bounded), outputs=to_outputs(value))
 
 
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -259,14 +281,14 @@ def _program(
     traced = getattr(fn, "traced", fn)  # a tracing.Trace wraps a jax.stages.Traced
     flat = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
     closed = getattr(traced, "jaxpr", None)
-    out_info = getattr(traced, "out_info", None)
-    if closed is not None and out_info is not None and hasattr(closed, "consts"):
+    if closed is not None and hasattr(traced, "out_info") and hasattr(closed, "consts"):
+        # out_info is None for a function returning None: a trace all the same
         if len(flat) != len(closed.in_avals):
             raise ValueError(
                 f"the trace takes {len(closed.in_avals)} arrays, the arguments hold "
                 f"{len(flat)}: pass the arguments it was traced with"
             )
-        return closed, jax.tree_util.tree_structure(out_info), flat
+        return closed, jax.tree_util.tree_structure(traced.out_info), flat
     function = cast("Callable[..., object]", fn)  # neither a Traced nor a Trace: a function
     closed, out_shape = jax.make_jaxpr(function, return_shape=True)(*args, **kwargs)
     return closed, jax.tree_util.tree_structure(out_shape), flat
@@ -299,7 +321,7 @@ class _Replay(Evaluator):
         self.branches: list[ChosenBranch] = []
         self.kernels: list[EmulatedKernel] = []
         self.rounded: list[tuple[str, ...]] = []
-        self.bounded: list[tuple[str, str]] = []
+        self.bounded: list[BoundedSite] = []
         self.pinned = 0
         self.unemulated: list[Unemulated] = []
         self.interpreters: set[str] = set()
@@ -307,18 +329,38 @@ class _Replay(Evaluator):
         self._outer: list[str] = []  # the lines of the equations being replayed inside
         self._touches: dict[int, bool] = {}
         self._salt = 0
-        self._narrowed: dict[object, object] = {}
-        """A float32 value narrowed to bfloat16, by the narrowed variable (a round trip the
-        platform's compiler removes)."""
         self._summed: list[frozenset[object]] = []
         """Per jaxpr being run, the variables an add or a subtraction reads."""
+        self._wide: list[dict[object, _Wide]] = []
+        """Per jaxpr being run, the float32 value the platform holds for each variable of a
+        narrow format it has not stored yet (:data:`NARROW_RULES`)."""
+        self._sums: list[set[object]] = []
+        """Per jaxpr being run, the float32 variables that are a reduction's result (moved
+        and broadcast at most)."""
+        self._wide_out: list[_Wide | None] = []
+        self.narrow_rule = NARROW_RULES.get(platform)
 
-    def run(self, jaxpr: Jaxpr, consts: Iterable[object], args: Iterable[object]) -> list[object]:
+    def run(
+        self,
+        jaxpr: Jaxpr,
+        consts: Iterable[object],
+        args: Iterable[object],
+        wide: Sequence[_Wide | None] = (),
+    ) -> list[object]:
+        """The outputs of ``jaxpr``; ``wide``: the float32 values its narrow arguments hold
+        (an inlined call's, which the platform's compiler fuses across)."""
         self._summed.append(_summed_vars(jaxpr))
+        held = zip(jaxpr.invars, wide, strict=False)  # (wide is empty for most jaxprs)
+        self._wide.append({v: w for v, w in held if w is not None})
+        self._sums.append(set())
         try:
-            return super().run(jaxpr, consts, args)
+            outs = super().run(jaxpr, consts, args)
+            self._wide_out = [_held(self._wide[-1], v) for v in jaxpr.outvars]
+            return outs
         finally:
             self._summed.pop()
+            self._wide.pop()
+            self._sums.pop()
 
     def record(self, *, error: str | None = None, bounds: ChipBounds | None = None) -> Emulation:
         """What this replay did (``bounds``: the chip's, where the platform has them; the
@@ -357,10 +399,12 @@ class _Replay(Evaluator):
             return True
         if self.bounds is not None and (self._inexact(eqn) or name == "mul"):
             return True  # (a product an add reads may be moved: the CPU's fused multiply-add)
+        if self.narrow_rule is not None and any(
+            self.narrow(v.aval) for v in (*eqn.invars, *eqn.outvars)
+        ):
+            return True
         if name in _PRODUCTS:
             return self._dot_plan(eqn)[0] not in ("as on cpu", "pinned")
-        if name == "convert_element_type":
-            return _round_trip_half(eqn, self.platform) is not None
         return name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn)
 
     # -- evaluation -------------------------------------------------------------------------------
@@ -400,15 +444,11 @@ class _Replay(Evaluator):
             self.rounded.append((name, self.line(eqn), "blocked scan", "scan"))
             return [blocked_cumsum(values[0], axis=int(eqn.params["axis"]),
                                    reverse=bool(eqn.params.get("reverse")))]  # fmt: skip
-        if name == "convert_element_type":
-            half = _round_trip_half(eqn, self.platform)
-            if half == "narrow":
-                (out,) = bind(eqn, values)
-                self._narrowed[eqn.outvars[0]] = values[0]
-                return [out]
-            if half == "widen" and eqn.invars[0] in self._narrowed:
-                self.rounded.append((name, self.line(eqn), "round trip kept", "round trip"))
-                return [self._narrowed[eqn.invars[0]]]
+        if self.narrow_rule is not None:
+            self._track_sums(eqn)
+            kind = self._narrow_kind(eqn)
+            if kind is not None:
+                return self.narrow_equation(eqn, values, kind)
         if name == "cond" and (static_index or eqn.params.get("branches_platforms")):
             # platform_dependent's cond: from jax 0.7 it carries ``branches_platforms`` and
             # its lowering picks the branch by the platform it lowers for (the CPU here),
@@ -440,7 +480,14 @@ class _Replay(Evaluator):
         inner = _inlined_jaxpr(eqn, values)
         if inner is not None:
             jaxpr, consts, operands = inner
-            return self.run(jaxpr, consts, operands)
+            if len(operands) != len(eqn.invars) or not self._wide:
+                return self.run(jaxpr, consts, operands)
+            held = [_held(self._wide[-1], v) for v in eqn.invars]
+            outs = self.run(jaxpr, consts, operands, wide=held)
+            for var, found in zip(eqn.outvars, self._wide_out, strict=True):
+                if found is not None:
+                    self._wide[-1][var] = found
+            return outs
         self.not_replayed(eqn, subs)
         return bind(eqn, values)
 
@@ -478,6 +525,8 @@ class _Replay(Evaluator):
             self.pinned += 1
         elif arithmetic not in ("as on cpu", "float32") or why:
             self.rounded.append((eqn.primitive.name, self.line(eqn), arithmetic, why))
+        if arithmetic == "as on cpu" and self._narrow_result(eqn):
+            return self.narrow_product(eqn, values)
         if arithmetic in ("as on cpu", "pinned", "float32"):
             outs = bind(eqn, values)
         elif arithmetic == "bfloat16x3":
@@ -495,8 +544,9 @@ class _Replay(Evaluator):
 
     # -- bounds: what the emulation cannot compute as the chip does ------------------------------
 
-    def _inexact(self, eqn: JaxprEqn) -> bool:
-        """Whether ``eqn`` computes floats in a way the chip may not (bounded or unbounded)."""
+    def _inexact(self, eqn: JaxprEqn, *, wide: bool = False) -> bool:
+        """Whether ``eqn`` computes floats in a way the chip may not (bounded or unbounded);
+        ``wide``: its narrow results are computed in float32 (they count too)."""
         name = eqn.primitive.name
         if name in EXACT_EVERYWHERE or name in KERNEL_PRIMITIVES or nested(eqn.params):
             return False
@@ -504,30 +554,206 @@ class _Replay(Evaluator):
             return False
         if name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn):
             return False  # computed as the chip does, bit for bit
-        return any(is_float32(v.aval) for v in eqn.outvars)
+        return any(is_float32(v.aval) or (wide and self.narrow(v.aval)) for v in eqn.outvars)
 
-    def moved(self, eqn: JaxprEqn, values: list[object], outs: list[object]) -> list[object]:
+    def moved(
+        self,
+        eqn: JaxprEqn,
+        values: list[object],
+        outs: list[object],
+        *,
+        wide: bool = False,
+        exact_product: bool = False,
+    ) -> list[object]:
         """``outs`` of ``eqn``, each float32 result moved by the chip's measured bound for its
         op (in the bounded replay; as they are otherwise). The site is recorded, with no bound
         where none was measured. A product an add reads is moved by the fused multiply-add's
-        bound where one was measured (the CPU fuses the two, the chip rounds the product)."""
+        bound where one was measured (the CPU fuses the two, the chip rounds the product).
+        ``wide``: ``outs`` are the float32 values of a narrow op (:meth:`narrow_equation`);
+        ``exact_product``: a product of stored narrow values, exact in float32 (not moved)."""
         if self.bounds is None:
             return outs
         name = eqn.primitive.name
+        towards = getattr(eqn.outvars[0].aval, "dtype", None) if wide else None
         if name == "mul" and self._summed and eqn.outvars[0] in self._summed[-1]:
-            fused = self.bounds.bound(FUSED_MULTIPLY_ADD)
-            if fused is not None and is_float32(eqn.outvars[0].aval):
-                self.bounded.append((FUSED_MULTIPLY_ADD, self.line(eqn)))
+            fused = None if exact_product else self.bounds.bound(FUSED_MULTIPLY_ADD)
+            if fused is not None and (wide or is_float32(eqn.outvars[0].aval)):
+                self.bounded.append((FUSED_MULTIPLY_ADD, self.line(eqn), fused, ""))
                 self._salt += 1
-                return moved_outputs(eqn, values, outs, fused, salt=self._salt)
-        if not self._inexact(eqn):
+                return moved_outputs(eqn, values, outs, fused, salt=self._salt, towards=towards)
+        if not self._inexact(eqn, wide=wide):
             return outs
-        self.bounded.append((name, self.line(eqn)))
-        bound = self.bounds.bound(name)
-        if bound is None:
+        dtype = str(towards) if towards is not None else ""
+        bound = self.bounds.bound(name, dtype)
+        site = bound.op if bound is not None and bound.op.startswith(f"{dtype} ") else name
+        found = bound.at(_measured_size(eqn, bound.size_of)) if bound is not None else None
+        if not isinstance(found, OpBound):  # none measured, or not at this size: said
+            self.bounded.append((site, self.line(eqn), None, found or ""))
             return outs
+        self.bounded.append((site, self.line(eqn), found.shown, ""))
         self._salt += 1
-        return moved_outputs(eqn, values, outs, bound, salt=self._salt)
+        return moved_outputs(eqn, values, outs, found, salt=self._salt, towards=towards)
+
+    # -- formats narrower than float32 (NARROW_RULES) -----------------------------------------
+
+    def narrow(self, aval: object) -> bool:
+        """Whether a value of type ``aval`` is of a format this platform computes in float32."""
+        return is_narrow(str(getattr(aval, "dtype", "")), self.platform)
+
+    def _narrow_kind(self, eqn: JaxprEqn) -> str | None:
+        """What :data:`NARROW_RULES` make of ``eqn``: ``convert`` (into or out of a narrow
+        format), ``chain`` (an elementwise op of a chain), ``through`` (a move a chain
+        continues through), ``reduce`` (a reduction computed in float32), else ``None``."""
+        name = eqn.primitive.name
+        if name == "convert_element_type":
+            ends = (eqn.invars[0].aval, eqn.outvars[0].aval)
+            return "convert" if any(self.narrow(a) for a in ends) else None
+        if not any(self.narrow(v.aval) for v in eqn.outvars):
+            return None
+        if name in CHAIN_OPS:
+            return "chain"
+        if name in PASSED_THROUGH or name == "broadcast_in_dim":
+            return "through"
+        return "reduce" if name in NARROW_IN_FLOAT32 else None
+
+    def narrow_equation(self, eqn: JaxprEqn, values: list[object], kind: str) -> list[object]:
+        """``eqn`` as the platform computes a narrow format: in float32, the float32 value
+        kept (``self._wide``) until the compiler stores it."""
+        if kind == "convert":
+            return self._convert(eqn, values)
+        if kind == "through":
+            return self._through(eqn, values)
+        if kind == "reduce":
+            return self._narrow_reduction(eqn, values)
+        return self._chain(eqn, values)
+
+    def _operand(self, var: object, value: object, shape: tuple[int, ...]) -> tuple[object, bool]:
+        """``(float32 operand, whether it is a value the platform kept unrounded)`` of a chain
+        op whose result has ``shape``. A value broadcast into a larger one is stored first
+        (the compiler does not fuse it into the larger op), unless it is a conversion of a
+        reduction's float32 result (stored as float32: the conversion fuses into the op that
+        reads it); the bounded run takes the other side."""
+        import jax.numpy as jnp
+
+        aval = getattr(var, "aval", None)
+        if not self.narrow(aval):
+            return value, False
+        held = _held(self._wide[-1], var)
+        broadcast = tuple(getattr(aval, "shape", ())) != shape
+        if held is not None and (not broadcast or held.of_sum or self.bounds is not None):
+            return held.value, True
+        return jnp.asarray(value).astype(jnp.float32), False
+
+    def _stored(self, wide: object, aval: object) -> jax.Array:
+        """A float32 value stored in ``aval``'s narrow format (flushed where the rule says)."""
+        dtype = getattr(aval, "dtype", None)
+        rule = self.narrow_rule
+        return in_format(wide, dtype, flush=rule is not None and str(dtype) in rule.flushed)
+
+    def _chain(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
+        """An elementwise op on a narrow format: computed in float32 on the values the
+        platform holds, its float32 result kept for the next op of the chain."""
+        (out,) = eqn.outvars
+        shape = tuple(getattr(out.aval, "shape", ()))
+        found = [self._operand(v, x, shape) for v, x in zip(eqn.invars, values, strict=True)]
+        operands = [operand for operand, _ in found]
+        exact = not any(kept for _, kept in found)  # a product of stored values is exact
+        wide = self.moved(eqn, operands, bind(eqn, operands), wide=True, exact_product=exact)
+        self._wide[-1][out] = _Wide(value=wide[0])
+        if any(kept for _, kept in found):
+            self.rounded.append((eqn.primitive.name, self.line(eqn), "float32, rounded once",
+                                 "narrow"))  # fmt: skip
+        return [self._stored(wide[0], out.aval)]
+
+    def _through(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
+        """A move of a narrow value (reshape, transpose, broadcast): the float32 value it
+        holds moves with it, unless a broadcast makes it larger (stored: the bounded run
+        takes the other side)."""
+        import math
+
+        outs = bind(eqn, values)
+        held = _held(self._wide[-1], eqn.invars[0])
+        if held is None:
+            return outs
+        sizes = [math.prod(getattr(v.aval, "shape", ())) for v in (eqn.invars[0], eqn.outvars[0])]
+        if sizes[1] <= sizes[0] or self.bounds is not None:
+            moved = bind(eqn, [held.value, *values[1:]])[0]
+            self._wide[-1][eqn.outvars[0]] = _Wide(
+                value=moved, converted=held.converted, of_sum=held.of_sum
+            )
+        return outs
+
+    def _narrow_reduction(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
+        """A reduction or scan of a narrow format: summed in float32 from the stored values,
+        rounded once (a cumsum in the platform's blocks, each stored)."""
+        import jax.numpy as jnp
+
+        operands = [jnp.asarray(x).astype(jnp.float32) if self.narrow(v.aval) else x
+                    for v, x in zip(eqn.invars, values, strict=True)]  # fmt: skip
+        out = eqn.outvars[0]
+        self.rounded.append((eqn.primitive.name, self.line(eqn), "float32, rounded once",
+                             "narrow"))  # fmt: skip
+        if eqn.primitive.name == "cumsum":
+            params = eqn.params
+            dtype = getattr(out.aval, "dtype", None)
+            return [in_format(blocked_cumsum(operands[0], axis=int(params["axis"]),
+                                             reverse=bool(params.get("reverse")), stored=dtype),
+                              dtype)]  # fmt: skip
+        wide = self.moved(eqn, operands, bind(eqn, operands), wide=True)
+        return [self._stored(w, v.aval) for w, v in zip(wide, eqn.outvars, strict=True)]
+
+    def _convert(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
+        """A conversion into or out of a narrow format. Out of one into float32, the float32
+        value the platform holds is the result (the pair of conversions is removed). Into one
+        from float32, the value is rounded where stored, and held unrounded for the ops that
+        read it in the same fusion, except a sum the rule stores rounded
+        (``NarrowRule.stored_sums``); the bounded run takes the other side of each."""
+        (var,), (out,) = eqn.invars, eqn.outvars
+        source, target = (str(getattr(a.aval, "dtype", "")) for a in (var, out))
+        if self.narrow(var.aval) and target == "float32":
+            held = _held(self._wide[-1], var)
+            if held is None:
+                return bind(eqn, values)
+            what = "round trip kept" if held.converted else "float32, rounded once"
+            why = "round trip" if held.converted else "narrow"
+            self.rounded.append((eqn.primitive.name, self.line(eqn), what, why))
+            return [held.value]
+        if source != "float32" or not self.narrow(out.aval):
+            return bind(eqn, values)
+        rule = self.narrow_rule
+        of_sum = _in(var, self._sums[-1])
+        stored = rule is not None and target in rule.stored_sums and of_sum
+        if stored == (self.bounds is not None):
+            of_sum = of_sum and self.bounds is None
+            self._wide[-1][out] = _Wide(value=values[0], converted=True, of_sum=of_sum)
+        return [self._stored(values[0], out.aval)]
+
+    def _track_sums(self, eqn: JaxprEqn) -> None:
+        """Keep ``self._sums``: a float32 reduction's results, and their moves."""
+        name = eqn.primitive.name
+        sums = self._sums[-1]
+        summed = name == "reduce_sum" and is_float32(eqn.outvars[0].aval, complex_too=False)
+        moved = (name in PASSED_THROUGH or name == "broadcast_in_dim") and _in(eqn.invars[0], sums)
+        if summed or moved:
+            sums.add(eqn.outvars[0])
+
+    def _narrow_result(self, eqn: JaxprEqn) -> bool:
+        """A product of narrow operands with a narrow result (accumulated in float32)."""
+        return self.narrow_rule is not None and all(
+            self.narrow(v.aval) for v in (*eqn.invars[:2], *eqn.outvars)
+        )
+
+    def narrow_product(self, eqn: JaxprEqn, values: list[object]) -> list[object]:
+        """A product of narrow operands into a narrow result as the platform computes it:
+        accumulated in float32, rounded once (float8's: the CPU rounds otherwise)."""
+        import jax.numpy as jnp
+
+        wide = bind(eqn, values, preferred_element_type=jnp.dtype("float32"))
+        if str(getattr(eqn.outvars[0].aval, "dtype", "")) not in ("bfloat16", "float16"):
+            self.rounded.append((eqn.primitive.name, self.line(eqn), "float32, rounded once",
+                                 "narrow"))  # fmt: skip
+        wide = self.moved(eqn, values, wide, wide=True)
+        return [self._stored(w, v.aval) for w, v in zip(wide, eqn.outvars, strict=True)]
 
     def _blocked(self, eqn: JaxprEqn) -> bool:
         """A float32 cumulative sum (what the platform scans in blocks)."""
@@ -593,6 +819,11 @@ class _Replay(Evaluator):
                 self.unemulated.append(
                     Unemulated(what=name, location=self.line(inner), reason=reason, blocks=False)
                 )
+            elif self.narrow_rule is not None and self._narrow_kind(inner) in ("chain", "reduce"):
+                dtype = getattr(inner.outvars[0].aval, "dtype", "")
+                self.unemulated.append(Unemulated(
+                    what=f"{dtype} {name}", location=self.line(inner), reason=reason,
+                    blocks=False))  # fmt: skip
 
     # -- control flow, rebuilt with JAX's public constructors -----------------------------------
 
@@ -683,9 +914,12 @@ def _not_a_kernel(eqn: JaxprEqn) -> bool:
 
 def _operand_kind(eqn: JaxprEqn) -> str | None:
     """What a product multiplies, as :data:`~pytest_jaxport.model.arithmetic.DOT_RULES` reads
-    it: ``float32`` (float32 or complex64 operands), ``float16``, ``mixed`` (bfloat16 with
-    float32), else ``None``."""
+    it: ``float32`` (float32 or complex64 operands), ``float16`` (into float16 or float32),
+    ``mixed`` (bfloat16 with float32), else ``None``."""
     dtypes = sorted(str(getattr(v.aval, "dtype", "")) for v in eqn.invars[:2])
+    preferred = eqn.params.get("preferred_element_type")
+    if dtypes == ["float16", "float16"] and str(preferred) in ("None", "float16", "float32"):
+        return "float16"
     if _widened(eqn):
         return None
     if dtypes in (["float32", "float32"], ["complex64", "complex64"]):
@@ -717,6 +951,88 @@ def _why(rule: DotRule, unit: str, precision: str) -> str:
     return rule.operands if rule.operands in ("float16", "mixed") else ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Wide:
+    """The float32 value a platform holds for a variable of a narrow format it has not
+    stored yet (``converted``: the float32 value a conversion into the format was given;
+    ``of_sum``: that value is a reduction's float32 result)."""
+
+    value: object
+    converted: bool = False
+    of_sum: bool = False
+
+
+def _in(atom: object, variables: set[object]) -> bool:
+    """Whether ``atom`` (a variable or a literal, which is unhashable) is in ``variables``."""
+    from jax._src import core as jcore
+
+    return not isinstance(atom, jcore.Literal) and atom in variables
+
+
+def _held(frame: Mapping[object, _Wide], var: object) -> _Wide | None:
+    """``var``'s float32 value in ``frame`` (``None`` for a literal or a stored value)."""
+    from jax._src import core as jcore  # Literal, under the same name since 0.4
+
+    return None if isinstance(var, jcore.Literal) else frame.get(var)
+
+
+def _wide_sites(
+    closed: ClosedJaxpr, platform: str, line: Callable[[JaxprEqn], str]
+) -> list[Unemulated]:
+    """Why a program holding float64 (complex128) is not emulated for ``platform``
+    (:data:`WIDE_RULES`): each op the platform's compiler refuses, then the rest as one
+    entry at its first line (``[]``: none, or a platform with float64 of its own)."""
+    rule = WIDE_RULES.get(platform)
+    if rule is None:
+        return []
+    found: list[Unemulated] = []
+    rest: list[tuple[JaxprEqn, str]] = []
+
+    def walk(jaxpr: Jaxpr, outer: str) -> None:
+        for eqn in jaxpr.eqns:
+            at = line(eqn) or outer  # a library's op: the user's line that called it
+            if nested(eqn.params):
+                if _not_a_kernel(eqn):
+                    for sub in nested(eqn.params):
+                        walk(sub, at)
+                continue
+            dtypes = {str(getattr(v.aval, "dtype", "")) for v in (*eqn.invars, *eqn.outvars)}
+            if not dtypes & set(WIDE_DTYPES):
+                continue
+            wide = "complex128" if "complex128" in dtypes else "float64"
+            refusal = rule.refused.get(eqn.primitive.name)
+            if refusal is None:
+                rest.append((eqn, at))
+                continue
+            found.append(Unemulated(
+                what=f"{wide} {eqn.primitive.name}", location=at, blocks=True,
+                reason=f"the {platform} compiler refuses it ({refusal})"))  # fmt: skip
+
+    walk(closed.jaxpr, "")
+    if rest:
+        names = ", ".join(dict.fromkeys(e.primitive.name for e, _ in rest))
+        count = f"{len(rest)} op{'s' if len(rest) > 1 else ''}: {names}"
+        found.append(Unemulated(what=f"float64 arithmetic ({count})", location=rest[0][1],
+                                blocks=True, reason=f"float64 is not emulated on {platform}: "
+                                f"{rule.otherwise}"))  # fmt: skip
+    return list(dict.fromkeys(found))
+
+
+def _measured_size(eqn: JaxprEqn, size_of: str) -> int:
+    """The size an op's bound is measured by (``OpBound.size_of``): a matrix's order (the
+    larger of its last two dimensions), a transform's length, a cumulative op's axis."""
+    import math
+
+    shape = tuple(getattr(eqn.invars[0].aval, "shape", ()))
+    if size_of == "n":
+        return max(shape[-2:], default=1)
+    if size_of == "length":
+        return math.prod(eqn.params.get("fft_lengths", ())) or max(shape[-1:], default=1)
+    if size_of == "position":
+        return shape[int(eqn.params.get("axis", 0))] if shape else 1
+    return 0
+
+
 def _summed_vars(jaxpr: Jaxpr) -> frozenset[object]:
     """The variables an add or a subtraction of ``jaxpr`` reads."""
     from jax._src import core as jcore  # Literal, under the same name since 0.4
@@ -728,19 +1044,6 @@ def _summed_vars(jaxpr: Jaxpr) -> frozenset[object]:
         for v in e.invars
         if not isinstance(v, jcore.Literal)
     )
-
-
-def _round_trip_half(eqn: JaxprEqn, platform: str) -> str | None:
-    """``narrow`` for a float32 -> bfloat16 conversion, ``widen`` for the way back, where
-    ``platform``'s compiler removes the pair; else ``None``."""
-    elided = ROUND_TRIPS_ELIDED.get(platform, ())
-    source = str(getattr(eqn.invars[0].aval, "dtype", ""))
-    target = str(getattr(eqn.outvars[0].aval, "dtype", ""))
-    if source == "float32" and target in elided:
-        return "narrow"
-    if source in elided and target == "float32":
-        return "widen"
-    return None
 
 
 def _cpu_default() -> contextlib.AbstractContextManager[object]:

@@ -3,8 +3,9 @@
 The facts an emulation (``pytest_jaxport._jax.emulate``) computes by: which format a
 platform rounds float32 operands to at the default precision (:data:`PRECISION_RULES`, from
 JAX's documentation and the vendors'), what the TPU chip was measured to do otherwise
-(:data:`DOT_RULES`, :data:`BLOCKED_SCANS`, :data:`ROUND_TRIPS_ELIDED`), and where a TPU
-computes a product (:func:`dot_unit`, :func:`conv_unit`). Pure: no JAX, no pytest.
+(:data:`DOT_RULES`, :data:`BLOCKED_SCANS`, :data:`NARROW_RULES`), where a TPU computes a
+product (:func:`dot_unit`, :func:`conv_unit`), and what it does with float64
+(:data:`WIDE_RULES`). Pure: no JAX, no pytest.
 
 >>> default_dot_format("tpu")
 NumberFormat(name='bfloat16', exponent_bits=8, mantissa_bits=7)
@@ -170,6 +171,8 @@ ARITHMETIC_TEXT: Mapping[str, str] = {
     "float16 as bfloat16": "float16 operands rounded to bfloat16",
     "round trip kept": "the float32 -> bfloat16 -> float32 round trip left out (the input kept)",
     "blocked scan": "scanned in blocks of 128, each block in order, block totals carried",
+    "float32, rounded once": "computed in float32, rounded where stored (not after each op)",
+    "flushed": "float32 subnormals flushed to zero",
 }
 """What each change the emulation makes reads as (``RoundedOp.format`` names one)."""
 
@@ -351,8 +354,119 @@ the last axis and along the first, equal bit for bit to that model (the CPU's: 3
 the TPU compiler's program is reduce-windows of 128, two levels (three past 16,384)
 (benchmarks/results/chip-errors-tpu-v5-lite.json)."""
 
-ROUND_TRIPS_ELIDED: Mapping[str, tuple[str, ...]] = {"tpu": ("bfloat16",)}
-"""The narrower formats whose float32 -> format -> float32 round trip a platform's compiler
-removes (the result is the input): on TPU v5 lite ``x.astype(bfloat16).astype(float32)``
-returned ``x`` bit for bit, 65,536 of 65,536, while ``x.astype(bfloat16)`` alone rounds
-to nearest even (benchmarks/results/chip-errors-tpu-v5-lite.json)."""
+# -- formats narrower than float32, and float64 (issue 55) ---------------------------------------
+
+_FORMATS_MEASURED = (
+    "measured on TPU v5 lite (jax 0.10.2, libtpu 0.0.42.1): 64 programs in bfloat16, float16 and "
+    "float8 (benchmarks/results/chip-formats-tpu-v5-lite.json, "
+    "benchmarks/validation/chip_formats.py)"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NarrowRule:
+    """How a platform computes elementwise work in formats narrower than float32.
+
+    A TPU has no vector unit for them: its compiler computes a fused expression of them in
+    float32 and rounds where the value is stored, so each op of a chain is not rounded as the
+    CPU rounds it. Where a value is stored is the compiler's fusion: the emulation follows it
+    by rule (``_jax.emulate``: a reduction's result, a value broadcast into a larger one, a
+    conversion the program asks for where it feeds no op of a chain), and its bounded run
+    takes the other side of each such choice (what a rule cannot see)."""
+
+    platform: str
+    formats: tuple[str, ...]
+    """The dtypes computed in float32 and rounded where stored."""
+    flushed: tuple[str, ...]
+    """Targets whose conversion from float32 flushes float32 subnormals to (signed) zero."""
+    stored_sums: tuple[str, ...]
+    """Formats in which a float32 sum converted back to the format is stored rounded (the
+    compiler makes the pair a reduction in the format)."""
+    source: str
+
+
+NARROW_RULES: Mapping[str, NarrowRule] = {
+    "tpu": NarrowRule(
+        platform="tpu",
+        formats=("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                 "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3"),
+        flushed=("bfloat16",),
+        stored_sums=("bfloat16",),
+        source=f"{_FORMATS_MEASURED}: a*b+c, a five-op polynomial and sigmoid equal to the "
+        "expression in float32 rounded once in 100% of the elements, in bfloat16 and float16 "
+        "(the CPU: 50-74%); the layer norm and softmax equal to that model with the roundings "
+        "where the compiler stores (its optimized program: a reduction's result, a value "
+        "broadcast into a larger one), 100% in both formats; f32 -> bfloat16 flushes float32 "
+        "subnormals (1,107 of 65,536, every one); x.astype(bfloat16 or float16).astype(float32) "
+        "returns x (65,536 of 65,536); bfloat16 cumsum: blocks of 128 rounded, 100%",
+    ),
+}  # fmt: skip
+"""Per platform, how it computes formats narrower than float32 (absent: as the CPU)."""
+
+CHAIN_OPS: frozenset[str] = frozenset(
+    {
+        "add", "sub", "mul", "div", "neg", "abs", "sign", "max", "min", "rem", "pow",
+        "integer_pow", "square", "sqrt", "rsqrt", "cbrt", "exp", "exp2", "expm1", "log",
+        "log1p", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "atan2",
+        "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erf_inv", "lgamma",
+        "digamma", "floor", "ceil", "round", "clamp", "select_n", "reduce_precision",
+        "nextafter", "copy", "copy_p", "add_any",
+    }
+)  # fmt: skip
+"""Elementwise primitives a platform of :data:`NARROW_RULES` computes in float32 on values of
+a narrow format, the result kept in float32 for the next op of the chain."""
+
+PASSED_THROUGH: frozenset[str] = frozenset(
+    {"reshape", "squeeze", "expand_dims", "transpose", "slice", "rev", "stop_gradient"}
+)
+"""Primitives that move a chain's float32 values without ending the chain (the compiler fuses
+through them)."""
+
+NARROW_IN_FLOAT32: frozenset[str] = frozenset(
+    {"reduce_sum", "reduce_window_sum", "cumsum", "cumprod", "cumlogsumexp", "reduce_prod"}
+)
+"""Reductions a platform of :data:`NARROW_RULES` computes in float32 on a narrow format's
+values, its result rounded once (what the CPU may round at every step)."""
+
+
+def is_narrow(dtype: str, platform: str) -> bool:
+    """Whether ``platform`` computes ``dtype`` in float32 (:data:`NARROW_RULES`).
+
+    >>> is_narrow("bfloat16", "tpu"), is_narrow("float32", "tpu"), is_narrow("bfloat16", "cuda")
+    (True, False, False)
+    """
+    rule = NARROW_RULES.get(platform)
+    return rule is not None and dtype in rule.formats
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WideRule:
+    """What a platform does with float64 (and complex128): never emulated, and where its
+    compiler refuses it, why."""
+
+    platform: str
+    refused: Mapping[str, str]
+    """Per primitive, the compiler's refusal (its own words)."""
+    otherwise: str
+    """What the platform does with the rest of float64 arithmetic."""
+    source: str
+
+
+WIDE_DTYPES: tuple[str, ...] = ("float64", "complex128")
+
+WIDE_RULES: Mapping[str, WideRule] = {
+    "tpu": WideRule(
+        platform="tpu",
+        refused={
+            "lu": "UNIMPLEMENTED: Only F32 and C64 types are implemented in LuDecomposition",
+            "fft": "INVALID_ARGUMENT: Unexpected operand type for FFT",
+        },
+        otherwise="the TPU has no float64 unit: its compiler computes float64 in software, "
+        "never measured on the chip",
+        source="libtpu 0.0.42.1 compiling for v5e:1x1 without a chip (jax 0.10.2, x64): float64 "
+        "add, exp, dot, sum, cumsum, qr, cholesky, triangular_solve, svd, eigh, tanh and lgamma "
+        "compile (the compiler's 64-bit rewrite); lu and fft are refused",
+    ),
+}
+"""Per platform, float64 and complex128: the emulation never computes them as the platform
+does (a check holding them reads "not run", with why)."""

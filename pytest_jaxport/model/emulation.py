@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_jaxport.model.arithmetic import ARITHMETIC_TEXT
-from pytest_jaxport.model.chip_errors import EPS32, ChipBounds, OpBound
+from pytest_jaxport.model.chip_errors import EPS32, OpBound
 from pytest_jaxport.model.numerics import Comparison, Tolerance
 from pytest_jaxport.model.platforms import DESCRIPTIONS
 
@@ -109,6 +109,7 @@ REASON_TEXT: Mapping[str, str] = {
     "mixed": "{platform} multiplies a bfloat16 x float32 product in bfloat16",
     "scan": "{platform}'s cumulative sum",
     "round trip": "{platform}'s compiler removes the round trip",
+    "narrow": "{platform} computes formats narrower than float32 in float32",
 }
 """Why the emulation changed an op (``RoundedOp.why``), as its line says it."""
 
@@ -117,23 +118,28 @@ REASON_TEXT: Mapping[str, str] = {
 class BoundedOp:
     """Ops at one source line the emulation cannot compute as the platform's chip does (its
     transcendental functions, reduction order, decompositions), with the chip's measured
-    bound (``None``: no bound was measured for it: it may differ by any amount)."""
+    bound (``None``: no bound was measured for it, or not at its size (``note`` says which):
+    it may differ by any amount)."""
 
     op: str
     location: str
     bound: OpBound | None
     count: int = 1
+    note: str = ""
 
     def describe(self, device: str) -> str:
         """``tanh at model.py:12 is within 1,336 ulp on TPU v5 lite``."""
         if self.bound is None:
-            return f"{self.op}{_at(self.location)} has no measured bound on {device}"
+            why = f" ({self.note})" if self.note else ""
+            return f"{self.op}{_at(self.location)} has no measured bound on {device}{why}"
         return f"{self.op}{_at(self.location)} is {self.bound.describe()} on {device}"
 
     def to_dict(self) -> dict[str, Any]:
         found: dict[str, Any] = {"op": self.op, "location": self.location, "count": self.count}
         if self.bound is not None:
             found["bound"] = self.bound.to_dict()
+        if self.note:
+            found["note"] = self.note
         return found
 
     @classmethod
@@ -142,7 +148,11 @@ class BoundedOp:
         raw = data.get("bound")
         bound = None if raw is None else OpBound.from_dict(op, raw)
         return cls(op=op, location=str(data["location"]), bound=bound,
-                   count=int(data.get("count", 1)))  # fmt: skip
+                   count=int(data.get("count", 1)), note=str(data.get("note", "")))  # fmt: skip
+
+
+BoundedSite = tuple[str, str, "OpBound | None", str]
+"""``(op, location, the bound it was moved by or None, why none)``: one bounded equation."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,15 +308,15 @@ def grouped_rounding(sites: Sequence[tuple[str, ...]]) -> tuple[RoundedOp, ...]:
     )
 
 
-def grouped_bounds(sites: Sequence[tuple[str, str]], bounds: ChipBounds) -> tuple[BoundedOp, ...]:
-    """``(op, location)`` per bounded equation, grouped into counted sites, each with its
-    measured bound (``None``: none measured), the widest first."""
-    counts: dict[tuple[str, str], int] = {}
+def grouped_bounds(sites: Sequence[BoundedSite]) -> tuple[BoundedOp, ...]:
+    """One :data:`BoundedSite` per bounded equation, grouped into counted sites, the widest
+    bound first (none: widest of all)."""
+    counts: dict[BoundedSite, int] = {}
     for site in sites:
         counts[site] = counts.get(site, 0) + 1
     found = [
-        BoundedOp(op=op, location=location, bound=bounds.bound(op), count=n)
-        for (op, location), n in counts.items()
+        BoundedOp(op=op, location=location, bound=bound, count=n, note=note)
+        for (op, location, bound, note), n in counts.items()
     ]
     return tuple(sorted(found, key=lambda b: -_width(b.bound)))
 
