@@ -22,7 +22,9 @@ else written to standard output, by C code or a stray print, goes to standard er
   serializes);
 - each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory":
   {...}, "device_kind": ..., "seconds": ...}`` or ``{"ok": false, "error": ..., "stage":
-  "topology" | "compile"}``.
+  "topology" | "compile"}``; where the request's topology is made first (libtpu loads
+  then), led by ``{"phase": "topology"}`` and, once it is made, ``{"phase": "compile"}``: a
+  worker that dies between the two died making it, and would die so for every module.
 
 The worker exits when its standard input closes (the test process ended).
 
@@ -35,6 +37,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 MEMORY_FIELDS = (
@@ -89,6 +92,10 @@ class _Compiler:
         devices: list[Any] = self._made[key]
         return devices
 
+    def knows(self, request: dict[str, Any]) -> bool:
+        """Whether the request's topology is made already (libtpu loaded for it)."""
+        return (str(request["topology"]), tuple(request["host_bounds"])) in self._made
+
     def settle(self, settings: dict[str, Any]) -> None:
         """The test process's JAX settings that decide how a module compiles (the
         partitioner it was lowered for), where this JAX has them."""
@@ -98,7 +105,10 @@ class _Compiler:
             except Exception:  # a setting this JAX does not know changes nothing here
                 continue
 
-    def compile(self, request: dict[str, Any], module: bytes) -> dict[str, Any]:
+    def compile(
+        self, request: dict[str, Any], module: bytes, made: Callable[[], None]
+    ) -> dict[str, Any]:
+        """The reply to ``request``; ``made()`` once its topology is made."""
         import numpy as np
 
         partitions = int(request["partitions"])
@@ -106,6 +116,7 @@ class _Compiler:
             devices = self.devices(str(request["topology"]), tuple(request["host_bounds"]))
         except Exception as error:  # the topology is the configuration's: say it so
             return {"ok": False, "stage": "topology", "error": _error(error)}
+        made()
         if partitions > len(devices):
             return {
                 "ok": False,
@@ -167,9 +178,23 @@ def _libtpu_version() -> str:
         return ""
 
 
+def _no_core_files() -> None:
+    """A worker libtpu aborts (a check that fails in C++) leaves no core file in the user's
+    folder, nor spends seconds writing one: its last words say why it died."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to limit
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (OSError, ValueError):
+        return
+
+
 def serve() -> None:
     """Answer the test process's compile requests, one at a time, until its standard input
     closes (the protocol above)."""
+    _no_core_files()
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray output (libtpu's C code, a print) goes to standard error
     sys.stdout = sys.stderr
@@ -188,8 +213,16 @@ def serve() -> None:
             return
         request = json.loads(header)
         module = requests.read(int(request["size"]))
+        fresh = not compiler.knows(request)
+        if fresh:
+            _reply(channel, {"phase": "topology"})
+
+        def made(fresh: bool = fresh) -> None:
+            if fresh:
+                _reply(channel, {"phase": "compile"})
+
         try:
-            answer = compiler.compile(request, module)
+            answer = compiler.compile(request, module, made)
         except BaseException as error:  # never die on a request: the caller reads the reply
             answer = {"ok": False, "stage": "compile", "error": _error(error)}
         _reply(channel, answer)
