@@ -404,9 +404,7 @@ class TpuCompiler:
             if line.strip() and not _NOISE.search(line)
         ]
         fatal = [
-            _GLOG_PREFIX.sub("", line).strip()
-            for line in text.splitlines()
-            if _FATAL.match(line)
+            _GLOG_PREFIX.sub("", line).strip() for line in text.splitlines() if _FATAL.match(line)
         ]
         said = list(dict.fromkeys(fatal or lines))  # absl logs a fatal line twice
         return " / ".join(said[-3:])[:600]

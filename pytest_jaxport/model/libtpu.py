@@ -236,14 +236,11 @@ def shape_problem(platform: str, generation: str, shape: str) -> str | None:
         )
     parts = shape.split("x")
     if not all(part.isdigit() and part.isascii() for part in parts):
-        return (
-            f"a topology is {rank} whole numbers of chips joined by 'x' ({eg}), found {shape!r}"
-        )
+        return f"a topology is {rank} whole numbers of chips joined by 'x' ({eg}), found {shape!r}"
     dims = _dims(shape)
     if 0 in dims:
         return (
-            f"a topology counts chips along each dimension, 1 or more ({eg}), found 0 in "
-            f"{shape!r}"
+            f"a topology counts chips along each dimension, 1 or more ({eg}), found 0 in {shape!r}"
         )
     if len(dims) != rank:
         return f"{generation}'s topologies have {rank} dimensions ({eg}), found {shape!r}"
@@ -252,14 +249,14 @@ def shape_problem(platform: str, generation: str, shape: str) -> str | None:
 
 def _bounds_problem(target: CompileTarget, dims: tuple[int, ...], shape: str) -> str | None:
     over = [
-        (axis, dim, bound)
+        (axis, bound)
         for axis, (dim, bound) in enumerate(zip(dims, target.bounds, strict=False))
         if dim > bound
     ]
     if not over:
         return None
     largest = "x".join(map(str, target.bounds))
-    axis, dim, bound = over[0]
+    axis, bound = over[0]
     return (
         f"{target.generation}'s slices are at most {largest} chips (libtpu aborts compiling for "
         f"more than {bound} along dimension {axis + 1}), found {shape!r}; name a slice of "

@@ -98,6 +98,12 @@ class Problem:
         return max(1, len(self.computations))
 
 
+DOES_NOT_COMPILE = "does not compile"
+"""The problem of a check (or an audited computation) whose compile was asked and gave no
+program: the compiler refused it, it ran past ``compile_time_limit``, or libtpu's worker
+died. It lowers, so its lowered counts stand, but nothing is known at the compiled level."""
+DOES_NOT_COMPILE_RULE = "nothing counted at the compiled level; a failure only in a tpu must_lower"
+
 COLLECTION = "collection"
 """A failure's key where pytest could not collect a file: its tests did not run, so the
 report's counts are not the suite's."""
@@ -291,6 +297,19 @@ def _cell_problems(
                 details=tuple(cell.errors),
             )
         )
+    elif cell.compile_error and (row.name, cell.platform, "must_lower") not in violated:
+        problems.append(
+            Problem(
+                kind="not-lowered",
+                test=nodeid,
+                check=row.name,
+                platform=cell.platform,
+                key=DOES_NOT_COMPILE,
+                found=DOES_NOT_COMPILE,
+                message=first_line(cell.compile_error),
+                details=(cell.compile_error,),
+            )
+        )
     if cell.numerics == "mismatch" and (row.name, cell.platform, "numerics") not in violated:
         problems.append(
             Problem(
@@ -388,6 +407,8 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         more = f"; {plural(others, 'other setting')}" if others else ""
         return f"{setting_text(key, limit, origin)}{more}"
     if kind == "not-lowered":
+        if key == DOES_NOT_COMPILE:
+            return DOES_NOT_COMPILE_RULE
         if key.startswith("not lowerable here"):
             return "JAX needs the hardware to lower it: its budgets are unverified here"
         return "not in must_lower: a finding, not a failure"
