@@ -69,8 +69,9 @@ WORKER_DEFAULTS: Mapping[str, str] = {
 }
 
 START_LIMIT = 300.0
-"""Seconds the worker may take to start (import JAX) before it counts as hung: a loaded
-2-core machine took 14 s to import JAX."""
+"""Seconds the worker may take to start (import JAX), and again to make a topology (load
+libtpu, start its compiler), before it counts as hung: a loaded 2-core machine took 14 s to
+import JAX. Neither counts against ``compile_time_limit``, which bounds a module's compile."""
 
 SETTINGS = ("jax_use_shardy_partitioner",)
 """The test process's JAX settings the worker takes over: they decide how a lowered module
@@ -291,7 +292,11 @@ class TpuCompiler:
             reply = self._line(self.time_limit, topology=topology.name)
             while "phase" in reply:  # it makes the topology first; its reply follows
                 self._phase = str(reply["phase"])
-                reply = self._line(self.time_limit, topology=topology.name)
+                # making a topology is the worker's start (libtpu loads, its compiler warms
+                # up): under the start's limit, never counted against the module's compile
+                making = self._phase in ("topology", "warm")
+                limit = self.start_limit if making else self.time_limit
+                reply = self._line(limit, topology=topology.name, making=making)
             self._death = ""  # it answered: a death before was not for every compile
         if not reply.get("ok"):
             raise CompileFailure(str(reply.get("error", "")), stage=str(reply.get("stage")))
@@ -312,9 +317,12 @@ class TpuCompiler:
             )
         return ready
 
-    def _line(self, limit: float, *, starting: bool = False, topology: str = "") -> dict[str, Any]:
+    def _line(
+        self, limit: float, *, starting: bool = False, topology: str = "", making: bool = False
+    ) -> dict[str, Any]:
         """The worker's next reply, waiting at most ``limit`` seconds; past it the worker is
-        killed (the next compile starts another)."""
+        killed (the next compile starts another). ``starting``: its start; ``making``: it
+        makes ``topology`` (loading libtpu); else it compiles a module."""
         process = self._process
         assert process is not None
         assert process.stdout is not None
@@ -329,6 +337,12 @@ class TpuCompiler:
                     if starting:
                         raise CompileFailure(
                             f"the libtpu worker did not start within {limit:.0f} s",
+                            stage="start",
+                        )
+                    if making:  # still its start: "... timed out while making ..."
+                        raise CompileFailure(
+                            f"the libtpu worker timed out {self._doing(topology)} (after "
+                            f"{limit:.0f} s, the start's limit)",
                             stage="start",
                         )
                     raise CompileFailure(
@@ -351,6 +365,8 @@ class TpuCompiler:
         """What the worker was doing when it ended, as its failure says it."""
         if self._phase == "topology":
             return f"while making the topology {topology} (loading libtpu)"
+        if self._phase == "warm":
+            return f"while warming up libtpu's compiler for {topology}"
         return "while compiling"
 
     def _died(self, when: str) -> CompileFailure:

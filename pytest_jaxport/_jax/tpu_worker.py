@@ -23,8 +23,12 @@ else written to standard output, by C code or a stray print, goes to standard er
 - each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory":
   {...}, "device_kind": ..., "seconds": ...}`` or ``{"ok": false, "error": ..., "stage":
   "topology" | "compile"}``; where the request's topology is made first (libtpu loads
-  then), led by ``{"phase": "topology"}`` and, once it is made, ``{"phase": "compile"}``: a
-  worker that dies between the two died making it, and would die so for every module.
+  then), led by ``{"phase": "topology"}``, then, once it is made, ``{"phase": "warm"}``
+  (libtpu's compiler starts on a module of the worker's own) and ``{"phase": "compile"}``:
+  a worker that dies before ``warm`` died making the topology, and would die so for every
+  module. Only what follows ``{"phase": "compile"}`` (or the request, where its topology was
+  made before) is the module's compile, the time ``compile_time_limit`` bounds: a fresh
+  worker's start is not the program's.
 
 The worker exits when its standard input closes (the test process ended).
 
@@ -58,6 +62,16 @@ def _error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+WARM_MODULE = """module @jit_warm {
+  func.func public @main(%arg0: tensor<8x128xf32>) -> (tensor<8x128xf32>) {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<8x128xf32>
+    return %0 : tensor<8x128xf32>
+  }
+}
+"""
+"""The module a fresh topology's compiler warms up on (:meth:`_Compiler._warm`)."""
+
+
 class _Compiler:
     """Topologies by name, made once each, and the compile of one module for one."""
 
@@ -76,6 +90,7 @@ class _Compiler:
         self._ir = ir
         self._topologies = topologies
         self._made: dict[tuple[str, tuple[int, ...]], Any] = {}
+        self._warmed: set[Any] = set()
 
     def devices(self, name: str, host_bounds: tuple[int, ...]) -> list[Any]:
         key = (name, host_bounds)
@@ -92,6 +107,28 @@ class _Compiler:
         devices: list[Any] = self._made[key]
         return devices
 
+    def _warm(self, device: Any) -> None:
+        """Compile :data:`WARM_MODULE` for ``device``, once per device: libtpu's compiler
+        starts on its first module (most of a second, several under load), which is the
+        worker's start, not the time of the first program it is asked for. Its failure is
+        the program's to say."""
+        import numpy as np
+
+        if device in self._warmed:
+            return
+        self._warmed.add(device)
+        try:
+            options = self._compiler.get_compile_options(
+                num_replicas=1,
+                num_partitions=1,
+                device_assignment=np.array([device], dtype=object).reshape(1, 1),
+            )
+            with self._mlir.make_ir_context():
+                parsed = self._ir.Module.parse(WARM_MODULE)
+                self._compile_unloaded([device], parsed, WARM_MODULE.encode(), options)
+        except Exception:  # the module asked for compiles next, and says why it cannot
+            return
+
     def knows(self, request: dict[str, Any]) -> bool:
         """Whether the request's topology is made already (libtpu loaded for it)."""
         return (str(request["topology"]), tuple(request["host_bounds"])) in self._made
@@ -106,9 +143,10 @@ class _Compiler:
                 continue
 
     def compile(
-        self, request: dict[str, Any], module: bytes, made: Callable[[], None]
+        self, request: dict[str, Any], module: bytes, phase: Callable[[str], None]
     ) -> dict[str, Any]:
-        """The reply to ``request``; ``made()`` once its topology is made."""
+        """The reply to ``request``; ``phase("warm")`` once its topology is made,
+        ``phase("compile")`` once libtpu's compiler has started for it."""
         import numpy as np
 
         partitions = int(request["partitions"])
@@ -116,7 +154,9 @@ class _Compiler:
             devices = self.devices(str(request["topology"]), tuple(request["host_bounds"]))
         except Exception as error:  # the topology is the configuration's: say it so
             return {"ok": False, "stage": "topology", "error": _error(error)}
-        made()
+        phase("warm")
+        self._warm(devices[0])
+        phase("compile")
         if partitions > len(devices):
             return {
                 "ok": False,
@@ -214,15 +254,14 @@ def serve() -> None:
         request = json.loads(header)
         module = requests.read(int(request["size"]))
         fresh = not compiler.knows(request)
-        if fresh:
-            _reply(channel, {"phase": "topology"})
 
-        def made(fresh: bool = fresh) -> None:
-            if fresh:
-                _reply(channel, {"phase": "compile"})
+        def phase(name: str, fresh: bool = fresh) -> None:
+            if fresh:  # a topology made before is neither made nor warmed again
+                _reply(channel, {"phase": name})
 
+        phase("topology")
         try:
-            answer = compiler.compile(request, module, made)
+            answer = compiler.compile(request, module, phase)
         except BaseException as error:  # never die on a request: the caller reads the reply
             answer = {"ok": False, "stage": "compile", "error": _error(error)}
         _reply(channel, answer)
