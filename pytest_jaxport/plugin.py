@@ -48,6 +48,7 @@ from pytest_jaxport.model.platforms import PLATFORMS, installed_release
 from pytest_jaxport.model.pyproject import load_project, misspelt_tables
 from pytest_jaxport.model.validators import (
     compile_platforms,
+    compiled_among,
     emulate_platforms,
     emulated_among,
     platform_list,
@@ -354,11 +355,16 @@ def _apply_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> Pro
 
 
 def _apply_compile_cli(project: ProjectConfig, platforms: tuple[str, ...] | None) -> ProjectConfig:
-    """``--jaxport-compile`` (validated: :func:`compile_option`) over ``compile``."""
-    if platforms is None:
-        return project
+    """``--jaxport-compile`` (validated: :func:`compile_option`) over ``compile``; each must
+    be among the platforms checks lower for. Without it, ``[tool.jaxport] compile`` keeps
+    only the platforms this run lowers for (a leg that narrows them with
+    ``--jaxport-platforms`` compiles only those of its platforms pyproject names)."""
     from dataclasses import replace
 
+    lowered = project.lowered()
+    if platforms is None:
+        return replace(project, compile=tuple(p for p in project.compile if p in lowered))
+    compiled_among("--jaxport-compile", platforms, lowered)
     return replace(project, compile=platforms)
 
 

@@ -44,6 +44,7 @@ from pytest_jaxport.report.audit_ledger import (
     FindingRecord,
     finding_kind,
 )
+from pytest_jaxport.report.audit_section import COMPILE_FINDING
 
 
 class Recorder:
@@ -258,6 +259,9 @@ class Recorder:
         findings: list[FindingRecord] = []
         for platform, result in found.results.items():
             if result.error is None:
+                if result.compile_error and result.compiled is None:  # lowered, not compiled
+                    findings.append({"platform": platform, "kind": COMPILE_FINDING,
+                                     "reason": result.compile_error})  # fmt: skip
                 continue
             kind = finding_kind(host_callbacks, platform in present)
             reason = result.error

@@ -401,3 +401,45 @@ def test_memory_growth_errors_name_the_file_key_and_what_was_found(
     )
     with pytest.raises(ConfigError, match="did you mean 'memory_growth'"):
         parse_project({"memory_grow": 0.1}, "pyproject.toml")
+
+
+# -- the compiled level's keys (issue 55, items 5 and 7) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"platforms": ["cpu", "cuda"], "compile": ["tpu"]},
+         "pyproject.toml: [tool.jaxport] compile: expected platforms among the platforms checks "
+         "lower for (cpu, cuda), found 'tpu'; add it to platforms, or leave it out of compile"),
+        ({"platforms": ["cpu"], "compile": ["cuda", "tpu"]},
+         "found 'cuda', 'tpu'; add them to platforms, or leave them out of compile"),
+    ],
+)  # fmt: skip
+def test_compile_names_only_platforms_the_checks_lower_for(
+    table: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_project(table, "pyproject.toml")
+    assert message in str(info.value)
+    # a must_lower lowers for its platforms too: then they compile
+    lowered = {**table, "budget": {"must_lower": table["compile"]}}
+    assert parse_project(lowered, "pyproject.toml").compile == tuple(table["compile"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limit", [1e7, 1e300, float("inf"), float("nan"), 0, -1, "60", True])
+def test_compile_time_limit_is_refused_outside_its_range_naming_it(limit: object) -> None:
+    """Above a day the operating system's wait refuses it (``OverflowError: timeout is too
+    large`` from every check): refused where it is written instead."""
+    with pytest.raises(ConfigError) as raised:
+        parse_project({"compile_time_limit": limit}, "pyproject.toml")
+    assert str(raised.value).startswith(
+        "pyproject.toml: [tool.jaxport] compile_time_limit: expected a number of seconds "
+        "greater than 0 and at most 86,400 (a day; e.g. 60), found "
+    )
+    assert str(raised.value).endswith(repr(limit) if isinstance(limit, float) else "")
+
+
+def test_compile_time_limit_takes_seconds_up_to_a_day() -> None:
+    assert parse_project({"compile_time_limit": 86400}, "p").compile_time_limit == 86400.0
+    assert parse_project({"compile_time_limit": 0.5}, "p").compile_time_limit == 0.5

@@ -120,7 +120,8 @@ def test_devices_tpu_takes_a_topology_and_compile_time_limit_is_checked() -> Non
     bad = {
         "v5p:2x2": "[tool.jaxport] devices.tpu: v5p's topologies have 3 dimensions (e.g. "
         "v5p:2x2x1), found '2x2'",
-        "v5e:2xx": "[tool.jaxport] devices.tpu: v5e's topologies have 2 dimensions",
+        "v5e:2xx": "[tool.jaxport] devices.tpu: a topology is 2 whole numbers of chips joined "
+        "by 'x' (e.g. v5e:2x2), found '2xx'",
         "8i:2x2": "[tool.jaxport] devices.tpu: tpu compiles without a device for v2, v3, v4, "
         "v5e, v5p, v6e, 7x; libtpu has no topology for '8i'",
     }
@@ -129,13 +130,51 @@ def test_devices_tpu_takes_a_topology_and_compile_time_limit_is_checked() -> Non
             parse_project({"devices": {"tpu": value}}, "pyproject.toml")
     with pytest.raises(ConfigError, match=re.escape("a topology (':2x2') is for a platform")):
         parse_project({"devices": {"rocm": "mi300:2x2"}}, "pyproject.toml")
-    for limit in (0, -1, "60", True):
+    for limit in (0, -1, "60", True, 1e7, float("inf")):
         with pytest.raises(ConfigError) as raised:
             parse_project({"compile_time_limit": limit}, "pyproject.toml")
         assert str(raised.value).startswith(
             "pyproject.toml: [tool.jaxport] compile_time_limit: expected a number of seconds "
-            "greater than 0 (e.g. 60), found "
+            "greater than 0 and at most 86,400 (a day; e.g. 60), found "
         )
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("v5e:0x2", "a topology counts chips along each dimension, 1 or more (e.g. v5e:2x2), "
+         "found 0 in '0x2'"),
+        ("v5e:-2x2", "a topology is 2 whole numbers of chips joined by 'x' (e.g. v5e:2x2), "
+         "found '-2x2'"),
+        ("v5e:2x", "a topology is 2 whole numbers of chips joined by 'x' (e.g. v5e:2x2), found "
+         "'2x'"),
+        ("v5e:", "no topology after 'v5e:'; write 'v5e' alone (a program compiles for the "
+         "smallest slice with its devices) or a topology (e.g. v5e:2x2)"),
+        ("v5e:1000x1000", "v5e's slices are at most 16x16 chips (libtpu aborts compiling for "
+         "more than 16 along dimension 1), found '1000x1000'; name a slice of v5e up to "
+         "v5e:16x16"),
+        ("v5e:16x32", "v5e's slices are at most 16x16 chips (libtpu aborts compiling for more "
+         "than 16 along dimension 2), found '16x32'"),
+        ("v6e:3x4", "libtpu lays a slice out on hosts of 2x2 chips, so its first two dimensions "
+         "are each 1, 2 or a multiple of 2 (e.g. v6e:2x4), found 3 in '3x4'"),
+        ("v5p:2x2x1x1", "v5p's topologies have 3 dimensions (e.g. v5p:2x2x1), found "
+         "'2x2x1x1'"),
+    ],
+)  # fmt: skip
+def test_each_malformed_topology_gets_its_own_true_message(value: str, said: str) -> None:
+    """Issue 55 items 4 and 12: '0x2' has two dimensions, '-2x2' is no number of chips,
+    'v5e:' names none, and a v5e slice past 16 chips a side aborts libtpu's process."""
+    with pytest.raises(ConfigError) as raised:
+        parse_project({"devices": {"tpu": value}}, "pyproject.toml")
+    assert str(raised.value).startswith(f"pyproject.toml: [tool.jaxport] devices.tpu: {said}")
+
+
+def test_a_topology_is_read_in_any_case_and_up_to_the_generations_bounds() -> None:
+    for value, shape in (("V5E:2X2", "2x2"), ("v5e:16x16", "16x16"), ("v5e:2x16", "2x16"),
+                         ("v6e:1000x2", "1000x2"), ("v4:2x2x3", "2x2x3")):  # fmt: skip
+        project = parse_project({"devices": {"tpu": value}}, "pyproject.toml")
+        assert project.devices["tpu"].topology == shape
+    assert topology_for("tpu", "v5e", "16x16", partitions=1).host_bounds == (2, 2, 1)
 
 
 def test_every_compile_target_is_a_generation_of_its_platform() -> None:
@@ -456,14 +495,14 @@ def test_a_compile_past_the_time_limit_is_a_finding_and_the_run_goes_on(
 ) -> None:
     """A float64 cumsum of 4,096 values compiles for about four minutes with libtpu 0.0.42.1:
     past ``compile_time_limit`` the worker is killed, the check says so, and the next check
-    compiles in a new worker."""
+    compiles in a new worker (whose start is not counted against the limit)."""
     _project(
         pytester,
         """
         [tool.jaxport]
         platforms = ["cpu", "tpu"]
         compile = ["tpu"]
-        compile_time_limit = 2
+        compile_time_limit = 5
         """,
         """
         import jax
@@ -485,7 +524,7 @@ def test_a_compile_past_the_time_limit_is_a_finding_and_the_run_goes_on(
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "  tpu   *compile failed: compile exceeded 2 s on tpu (v5e:1x1) compiling jit_cumsum "
+            "  tpu   *compile failed: compile exceeded 5 s on tpu (v5e:1x1) compiling jit_cumsum "
             "(checking at test_tpu.py:9): the run went on without its compiled census; raise "
             "[[]tool.jaxport[]] compile_time_limit to wait longer",
         ]
@@ -493,6 +532,24 @@ def test_a_compile_past_the_time_limit_is_a_finding_and_the_run_goes_on(
     checks = _checks(pytester)
     assert checks["test_slow"]["compiled"] is None
     assert checks["test_after"]["compiled"]["libraries"] == {"libtpu": 3}
+
+
+@needs_libtpu
+def test_the_time_limit_counts_the_compile_not_the_workers_start() -> None:
+    """A fresh worker's start (JAX's import, libtpu's load, its compiler's first module: most
+    of a second on a quiet machine, seconds under load) is not the program's compile: a
+    module that compiles in a tenth of a second compiles on a fresh worker under half a
+    second's ``compile_time_limit`` (a check after a timed-out one read "exceeded 2 s" on a
+    loaded machine when the new worker's start counted)."""
+    compiler = libtpu.TpuCompiler(time_limit=0.5)
+    try:
+        topology = topology_for("tpu", "v5e", "", partitions=1)
+        compiled = compiler.compile(libtpu.PROBE_MODULE.encode(), topology, partitions=1)
+        assert compiled.device_kind == "TPU v5 lite"
+        assert compiled.seconds < 0.5
+        assert compiler.started == 1
+    finally:
+        compiler.close()
 
 
 @needs_libtpu
@@ -619,7 +676,8 @@ def test_a_worker_that_dies_is_a_finding_not_a_crash(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libtpu ends its process on a flag it does not know (``LIBTPU_INIT_ARGS``): each check
-    says so, with libtpu's own words, and the run ends normally."""
+    says so, with libtpu's own words, and the run ends normally. It died making its
+    topology, so no other worker is started: the later checks say so at once."""
     _project(
         pytester,
         """
@@ -635,17 +693,44 @@ def test_a_worker_that_dies_is_a_finding_not_a_crash(
         @pytest.mark.portable
         def test_solve(jaxport):
             jaxport.check(solve, jnp.eye(16), jnp.ones((16, 2)))
+
+        @pytest.mark.portable
+        def test_again(jaxport):
+            jaxport.check(solve, jnp.eye(8), jnp.ones((8, 2)))
+
+        @pytest.mark.portable
+        def test_third(jaxport):
+            jaxport.check(solve, jnp.eye(4), jnp.ones((4, 2)))
         """,
     )
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--jaxport_no_such_flag=1")
-    result = pytester.runpytest("-p", "no:randomly", "-rA")
-    result.assert_outcomes(passed=1)
+    result = pytester.runpytest("-p", "no:randomly", "-rA", "--jaxport-report=r.json")
+    result.assert_outcomes(passed=3)
+    died = (
+        "the libtpu worker died while making the topology v5e:1x1 (loading libtpu) (exit "
+        "status 1): ERROR: Unknown command line flag 'jaxport_no_such_flag'"
+    )
+    result.stdout.fnmatch_lines([f"  tpu   *compile failed: {esc(died)} [[]tpu v5e:1x1[]]"])
+    # issue 55 item 4: it would die so for every module; it is not started for each check
+    checks = _checks(pytester)
+    assert checks["test_solve"]["compile_error"] == f"{died} [tpu v5e:1x1]"
+    for later in ("test_again", "test_third"):
+        assert checks[later]["compile_error"] == (
+            f"{died}; not started again (it died making its topology), so this compile and "
+            "every later one were not tried [tpu v5e:1x1]"
+        )
+    # a compile that did not happen is a problem, and no level is claimed for it
     result.stdout.fnmatch_lines(
         [
-            "  tpu   *compile failed: the libtpu worker died while compiling (exit status 1): "
-            "*Unknown command line flag 'jaxport_no_such_flag'* [[]tpu v5e:1x1[]]"
+            "problems: 0 failed, 0 budget violations, 3 findings that fail no test",
+            "  tpu: does not compile — 3 checks in 3 tests (nothing counted at the compiled "
+            "level;*",
         ]
     )
+    result.stdout.fnmatch_lines(
+        ["*level: lowered (StableHLO, no hardware needed); not compiled: tpu (none of 3*"]
+    )
+    result.stdout.no_fnmatch_line("*compiled for tpu*")
 
 
 @needs_libtpu
@@ -761,3 +846,158 @@ def test_the_worker_starts_early_on_an_empty_cache_at_a_miss_otherwise_never_whe
     # workers before and after the check: the cold run's from collection on; none at all
     # warm; the third run's from its compile on
     assert (pytester.path / "workers.txt").read_text().splitlines() == ["1 1", "0 0", "0 1"]
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_libtpu_aborts_past_the_bounds_declared_for_its_generation() -> None:
+    """What holds :attr:`CompileTarget.bounds` to libtpu: it compiles for the largest slice
+    declared and aborts its process (a failed C++ check) one chip past it, which is why
+    such a slice is refused at configuration; the worker says libtpu's own words, and dies
+    once per way of dying."""
+    from pytest_jaxport.model.libtpu import COMPILE_TARGETS, Topology
+
+    v5e = COMPILE_TARGETS["tpu"]["v5e"]
+    largest = "x".join(map(str, v5e.bounds))
+    compiler = libtpu.TpuCompiler(time_limit=300)
+    try:
+        fits = Topology(name=f"v5e:{largest}", generation="v5e", devices=256, host_bounds=(2, 2, 1))
+        compiler.compile(libtpu.PROBE_MODULE.encode(), fits, partitions=1)
+        past = Topology(name="v5e:16x18", generation="v5e", devices=288, host_bounds=(2, 2, 1))
+        for _ in range(2):
+            with pytest.raises(libtpu.CompileFailure) as died:
+                compiler.compile(libtpu.PROBE_MODULE.encode(), past, partitions=1)
+            assert died.value.stage == "crash"
+            assert "Check failed: Topology()->chip_bounds().y <= 16 (18 vs. 16)" in str(died.value)
+        assert compiler.given_up is not None
+        assert "the same way twice" in compiler.given_up
+        assert compiler.started == 2  # the first worker compiled, then died; one more
+    finally:
+        compiler.close()
+
+
+@needs_libtpu
+@pytest.mark.skipif(not LU_F64_REFUSED, reason="libtpu 0.0.50 and later compile a float64 LU")
+def test_a_refused_compile_is_a_problem_in_every_format(pytester: pytest.Pytester) -> None:
+    """Issue 55 item 4: a float64 solve under x64 the compiler refuses, outside must_lower,
+    is a problem in the terminal, Markdown, HTML and SARIF, with the compiler's words at
+    its line; the level is claimed only for what compiled."""
+    _project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        compile = ["tpu"]
+        """,
+        """
+        import jax.numpy as jnp
+        import pytest
+        from kernels import solve, x64
+
+        @pytest.mark.portable
+        def test_solve(jaxport):
+            jaxport.check(solve, jnp.eye(16) * 2.0, jnp.ones((16, 2)))
+
+        @pytest.mark.portable
+        def test_solve_f64(jaxport):
+            with x64():
+                a = jnp.eye(16, dtype=jnp.float64) * 2.0
+                jaxport.check(solve, a, jnp.ones((16, 2), jnp.float64))
+        """,
+    )
+    reports = ("r.md", "r.html", "r.sarif")
+    result = pytester.runpytest(
+        "-p", "no:randomly", *(f"--jaxport-report={r}" for r in reports), "--jaxport-report"
+    )
+    result.assert_outcomes(passed=2)
+    line = f"kernels.py:{line_of('jnp.linalg.solve')}"
+    result.stdout.fnmatch_lines(
+        [
+            "problems: 0 failed, 0 budget violations, 1 finding that fails no test",
+            "  tpu: does not compile — 1 check in 1 test (nothing counted at the compiled *",
+            "    test_tpu.py::test_solve_f64  'solve': *RuntimeError: UNIMPLEMENTED: Only F32 and*",
+            f"      *(at {line})",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["*levels: compiled for tpu (1 of 2: 1 did not compile); lowered elsewhere"]
+    )
+    for name in ("r.md", "r.html"):
+        page = (pytester.path / name).read_text()
+        assert "does not compile" in page, name
+        assert "Only F32 and C64 types" in page, name
+    sarif = json.loads((pytester.path / "r.sarif").read_text())
+    [found] = [r for r in sarif["runs"][0]["results"] if r["ruleId"] == "does-not-compile"]
+    place = found["locations"][0]["physicalLocation"]
+    assert (place["artifactLocation"]["uri"], place["region"]["startLine"]) == (
+        "kernels.py",
+        int(line.rpartition(":")[2]),
+    )
+
+
+@needs_libtpu
+@pytest.mark.skipif(not LU_F64_REFUSED, reason="libtpu 0.0.50 and later compile a float64 LU")
+def test_a_refused_compile_is_an_audit_finding_and_its_row_one_level(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 55 items 13 and 16: the audit of a suite whose float64 solve libtpu refuses
+    finds it (``audit.findings``, the terminal, the HTML) with the compiler's reason at its
+    line; the tpu row counts the computations that compiled at the compiled level only, its
+    sites add up to its calls, and what did not compile is said apart."""
+    _project(
+        pytester,
+        """
+        [tool.jaxport]
+        platforms = ["cpu", "tpu"]
+        """,
+        """
+        import jax
+        import jax.numpy as jnp
+        from kernels import solve, x64
+
+        def test_f32():
+            jax.jit(solve)(jnp.eye(16) * 2.0, jnp.ones((16, 2)))
+
+        def test_f64():
+            with x64():
+                a = jnp.eye(16, dtype=jnp.float64) * 2.0
+                jax.jit(solve)(a, jnp.ones((16, 2), jnp.float64))
+        """,
+    )
+    result = pytester.runpytest(
+        "-p", "no:randomly", "--jaxport-audit", "--jaxport-compile=tpu",
+        "--jaxport-report=a.json", "--jaxport-report=a.html", "--jaxport-report",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    line = f"kernels.py:{line_of('jnp.linalg.solve')}"
+    audit = json.loads((pytester.path / "a.json").read_text())["audit"]
+    [finding] = audit["findings"]
+    assert (finding["platform"], finding["kind"]) == ("tpu", "compile")
+    assert "Only F32 and C64 types are implemented in LuDecomposition" in finding["reason"]
+    assert finding["reason"].endswith(f"(at {line})")
+    result.stdout.fnmatch_lines(
+        [
+            "problems: 1 finding that fails no test",
+            "  audit: tpu: does not compile — 1 computation in 1 test *",
+            "*Only F32 and C64 types are implemented in LuDecomposition*",
+        ]
+    )
+    page = (pytester.path / "a.html").read_text()
+    assert "does not compile" in page
+    assert "Only F32 and C64 types" in page
+    tpu = audit["summary"]["platforms"]["tpu"]
+    assert (tpu["compiled"], tpu["failed_to_compile"]) == (tpu["lowered"] - 1, 1)
+    compiled = [
+        c["platforms"]["tpu"]["compiled"]
+        for c in audit["computations"]
+        if c["platforms"]["tpu"]["compiled"] is not None
+    ]
+    assert tpu["libraries"] == {"libtpu": sum(c["vendor"] for c in compiled)}
+    sites = [s for s in audit["sites"] if s["platform"] == "tpu" and s["layer"] == "vendor"]
+    assert sum(s["count"] for s in sites) == tpu["vendor"]
+    assert tpu["vendor_sites"] == len(sites)
+    assert not {s["name"] for s in sites} & {"LuDecomposition", "stablehlo.triangular_solve"}
+    said = " ".join(result.stdout.str().split())
+    levels = f"levels: compiled for tpu ({tpu['compiled']} of {tpu['lowered']}: 1 did not compile)"
+    assert levels in said
+    assert "tpu: 1 computation did not compile: not in the calls and sites" in said

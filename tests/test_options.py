@@ -91,3 +91,25 @@ def test_what_needs_the_project_is_still_checked_with_it(pytester: pytest.Pytest
         "ERROR: jaxport: --jaxport-emulate: expected platforms among the platforms checks "
         "lower for (cpu), found 'tpu'*"
     ])  # fmt: skip
+
+
+def test_compile_names_only_platforms_the_checks_lower_for(pytester: pytest.Pytester) -> None:
+    """``--jaxport-compile=tpu`` with tpu not lowered is refused as ``--jaxport-emulate``
+    is; a leg that narrows the platforms compiles only those of ``[tool.jaxport] compile``
+    it lowers for (issue 55, item 5)."""
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest("--jaxport-platforms=cpu,cuda", "--jaxport-compile=tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: jaxport: --jaxport-compile: expected platforms among the platforms checks "
+        "lower for (cpu, cuda), found 'tpu'; add it to platforms, or leave it out of compile"
+    ])  # fmt: skip
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "cuda"]\ncompile = ["tpu"]\n')
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: jaxport: pyproject.toml: [[]tool.jaxport[]] compile: *"])
+    pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "tpu"]\ncompile = ["tpu"]\n')
+    result = pytester.runpytest("--jaxport-platforms=cpu", "--jaxport-report=r.json")
+    result.assert_outcomes(passed=1)
+    report = (pytester.path / "r.json").read_text()
+    assert '"compile": []' in report or '"compile": null' in report

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -68,8 +69,9 @@ WORKER_DEFAULTS: Mapping[str, str] = {
 }
 
 START_LIMIT = 300.0
-"""Seconds the worker may take to start (import JAX) before it counts as hung: a loaded
-2-core machine took 14 s to import JAX."""
+"""Seconds the worker may take to start (import JAX), and again to make a topology (load
+libtpu, start its compiler), before it counts as hung: a loaded 2-core machine took 14 s to
+import JAX. Neither counts against ``compile_time_limit``, which bounds a module's compile."""
 
 SETTINGS = ("jax_use_shardy_partitioner",)
 """The test process's JAX settings the worker takes over: they decide how a lowered module
@@ -176,6 +178,14 @@ class TpuCompiler:
         self._lock = threading.Lock()
         self.started = 0
         """Workers started (a compile past the limit starts another)."""
+        self._phase = ""
+        """What the worker said it was doing before its reply (``topology``: making one)."""
+        self._death = ""
+        """How the last worker died, without its numbers, until a compile succeeds."""
+        self.given_up: str | None = None
+        """Why no worker is started any more: one died making its topology, or two died
+        the same way in a row (each would again: a bad ``LIBTPU_INIT_ARGS``, a libtpu that
+        aborts); every later compile fails at once, saying so."""
 
     # -- the worker's life ----------------------------------------------------------------------
 
@@ -204,6 +214,7 @@ class TpuCompiler:
         )
         self._buffer = b""
         self._ready = None
+        self._phase = ""
         self.started += 1
 
     def _discard(self) -> None:
@@ -263,6 +274,8 @@ class TpuCompiler:
             "size": len(module),
         }
         with self._lock:
+            if self.given_up is not None:
+                raise CompileFailure(self.given_up, stage="crash")
             self._spawn()
             if self._ready is None:
                 self._ready = self._handshake()
@@ -275,7 +288,16 @@ class TpuCompiler:
                 process.stdin.flush()
             except OSError:
                 raise self._died("while reading the module") from None
+            self._phase = ""
             reply = self._line(self.time_limit, topology=topology.name)
+            while "phase" in reply:  # it makes the topology first; its reply follows
+                self._phase = str(reply["phase"])
+                # making a topology is the worker's start (libtpu loads, its compiler warms
+                # up): under the start's limit, never counted against the module's compile
+                making = self._phase in ("topology", "warm")
+                limit = self.start_limit if making else self.time_limit
+                reply = self._line(limit, topology=topology.name, making=making)
+            self._death = ""  # it answered: a death before was not for every compile
         if not reply.get("ok"):
             raise CompileFailure(str(reply.get("error", "")), stage=str(reply.get("stage")))
         memory = reply.get("memory")
@@ -295,9 +317,12 @@ class TpuCompiler:
             )
         return ready
 
-    def _line(self, limit: float, *, starting: bool = False, topology: str = "") -> dict[str, Any]:
+    def _line(
+        self, limit: float, *, starting: bool = False, topology: str = "", making: bool = False
+    ) -> dict[str, Any]:
         """The worker's next reply, waiting at most ``limit`` seconds; past it the worker is
-        killed (the next compile starts another)."""
+        killed (the next compile starts another). ``starting``: its start; ``making``: it
+        makes ``topology`` (loading libtpu); else it compiles a module."""
         process = self._process
         assert process is not None
         assert process.stdout is not None
@@ -314,12 +339,18 @@ class TpuCompiler:
                             f"the libtpu worker did not start within {limit:.0f} s",
                             stage="start",
                         )
+                    if making:  # still its start: "... timed out while making ..."
+                        raise CompileFailure(
+                            f"the libtpu worker timed out {self._doing(topology)} (after "
+                            f"{limit:.0f} s, the start's limit)",
+                            stage="start",
+                        )
                     raise CompileFailure(
                         f"compile exceeded {limit:g} s on tpu ({topology})", stage="timeout"
                     )
                 chunk = os.read(stream.fileno(), 1 << 20)
                 if not chunk:
-                    raise self._died("while starting" if starting else "while compiling")
+                    raise self._died("while starting" if starting else self._doing(topology))
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
@@ -330,8 +361,19 @@ class TpuCompiler:
             raise self._died("with a reply it could not finish")
         return found
 
+    def _doing(self, topology: str) -> str:
+        """What the worker was doing when it ended, as its failure says it."""
+        if self._phase == "topology":
+            return f"while making the topology {topology} (loading libtpu)"
+        if self._phase == "warm":
+            return f"while warming up libtpu's compiler for {topology}"
+        return "while compiling"
+
     def _died(self, when: str) -> CompileFailure:
-        """The worker ended ``when``: a failure saying how (its signal, its last words)."""
+        """The worker ended ``when``: a failure saying how (its signal, its last words).
+        Where it died making its topology, or the same way as the worker before it, no
+        other is started (:attr:`given_up`): each would die so again, taking its start and
+        its death from every check."""
         process = self._process
         code = None
         if process is not None:
@@ -348,22 +390,50 @@ class TpuCompiler:
             how = f"exit status {code}"
         stage = "start" if "start" in when else "crash"
         tail = f": {said}" if said else ""
-        return CompileFailure(f"the libtpu worker died {when} ({how}){tail}", stage=stage)
+        message = f"the libtpu worker died {when} ({how}){tail}"
+        death = re.sub(r"\d+", "#", message)
+        making = when.startswith("while making")
+        if making or death == self._death:
+            again = "making its topology" if making else "the same way twice"
+            self.given_up = (
+                f"{message}; not started again (it died {again}), so this compile and "
+                "every later one were not tried"
+            )
+        self._death = death
+        return CompileFailure(message, stage=stage)
 
     def _last_words(self) -> str:
+        """What the worker wrote last that says why it died: libtpu's fatal lines (a failed
+        check) where there are any, else its last lines, without logging's prefixes and
+        the lines every process writes (JAX's CUDA probe, the core dump's)."""
         stream = self._stderr
         if stream is None:
             return ""
         try:
             stream.seek(0)
-            lines = [
-                line.strip()
-                for line in stream.read()[-4000:].decode(errors="replace").splitlines()
-                if line.strip()
-            ]
+            text = stream.read()[-8000:].decode(errors="replace")
         except OSError:
             return ""
-        return " / ".join(lines[-3:])[:600]
+        lines = [
+            _GLOG_PREFIX.sub("", line).strip()
+            for line in text.splitlines()
+            if line.strip() and not _NOISE.search(line)
+        ]
+        fatal = [
+            _GLOG_PREFIX.sub("", line).strip() for line in text.splitlines() if _FATAL.match(line)
+        ]
+        said = list(dict.fromkeys(fatal or lines))  # absl logs a fatal line twice
+        return " / ".join(said[-3:])[:600]
+
+
+_GLOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.-]+:\d+\] (RAW: )?")
+"""How libtpu's (absl's) log lines start: ``F1207 16:00:58.544717   17129 target.cc:1737] ``."""
+_FATAL = re.compile(r"^F\d{4} ")
+"""A fatal log line: what libtpu said as it aborted (``Check failed: ...``)."""
+_NOISE = re.compile(
+    r"absl::InitializeLog|cudart_stub|Could not find cuda drivers|Dumping core|Raising signal"
+)
+"""Lines that say nothing of why the worker died."""
 
 
 # -- the test process's side of a module -------------------------------------------------------

@@ -23,7 +23,13 @@ else written to standard output, by C code or a stray print, goes to standard er
 - each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory":
   {...}, "device_kind": ..., "seconds": ...}`` (``memory``: ``get_compiled_memory_stats()``'s
   sizes, ``peak_memory_in_bytes`` among them where the installed jaxlib has it) or
-  ``{"ok": false, "error": ..., "stage": "topology" | "compile"}``.
+  ``{"ok": false, "error": ..., "stage": "topology" | "compile"}``; where the request's
+  topology is made first (libtpu loads then), led by ``{"phase": "topology"}``, then, once it is made, ``{"phase": "warm"}``
+  (libtpu's compiler starts on a module of the worker's own) and ``{"phase": "compile"}``:
+  a worker that dies before ``warm`` died making the topology, and would die so for every
+  module. Only what follows ``{"phase": "compile"}`` (or the request, where its topology was
+  made before) is the module's compile, the time ``compile_time_limit`` bounds: a fresh
+  worker's start is not the program's.
 
 The worker exits when its standard input closes (the test process ended).
 
@@ -36,6 +42,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 MEMORY_FIELDS = (
@@ -56,6 +63,16 @@ def _error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+WARM_MODULE = """module @jit_warm {
+  func.func public @main(%arg0: tensor<8x128xf32>) -> (tensor<8x128xf32>) {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<8x128xf32>
+    return %0 : tensor<8x128xf32>
+  }
+}
+"""
+"""The module a fresh topology's compiler warms up on (:meth:`_Compiler._warm`)."""
+
+
 class _Compiler:
     """Topologies by name, made once each, and the compile of one module for one."""
 
@@ -74,6 +91,7 @@ class _Compiler:
         self._ir = ir
         self._topologies = topologies
         self._made: dict[tuple[str, tuple[int, ...]], Any] = {}
+        self._warmed: set[Any] = set()
 
     def devices(self, name: str, host_bounds: tuple[int, ...]) -> list[Any]:
         key = (name, host_bounds)
@@ -90,6 +108,32 @@ class _Compiler:
         devices: list[Any] = self._made[key]
         return devices
 
+    def _warm(self, device: Any) -> None:
+        """Compile :data:`WARM_MODULE` for ``device``, once per device: libtpu's compiler
+        starts on its first module (most of a second, several under load), which is the
+        worker's start, not the time of the first program it is asked for. Its failure is
+        the program's to say."""
+        import numpy as np
+
+        if device in self._warmed:
+            return
+        self._warmed.add(device)
+        try:
+            options = self._compiler.get_compile_options(
+                num_replicas=1,
+                num_partitions=1,
+                device_assignment=np.array([device], dtype=object).reshape(1, 1),
+            )
+            with self._mlir.make_ir_context():
+                parsed = self._ir.Module.parse(WARM_MODULE)
+                self._compile_unloaded([device], parsed, WARM_MODULE.encode(), options)
+        except Exception:  # the module asked for compiles next, and says why it cannot
+            return
+
+    def knows(self, request: dict[str, Any]) -> bool:
+        """Whether the request's topology is made already (libtpu loaded for it)."""
+        return (str(request["topology"]), tuple(request["host_bounds"])) in self._made
+
     def settle(self, settings: dict[str, Any]) -> None:
         """The test process's JAX settings that decide how a module compiles (the
         partitioner it was lowered for), where this JAX has them."""
@@ -99,7 +143,11 @@ class _Compiler:
             except Exception:  # a setting this JAX does not know changes nothing here
                 continue
 
-    def compile(self, request: dict[str, Any], module: bytes) -> dict[str, Any]:
+    def compile(
+        self, request: dict[str, Any], module: bytes, phase: Callable[[str], None]
+    ) -> dict[str, Any]:
+        """The reply to ``request``; ``phase("warm")`` once its topology is made,
+        ``phase("compile")`` once libtpu's compiler has started for it."""
         import numpy as np
 
         partitions = int(request["partitions"])
@@ -107,6 +155,9 @@ class _Compiler:
             devices = self.devices(str(request["topology"]), tuple(request["host_bounds"]))
         except Exception as error:  # the topology is the configuration's: say it so
             return {"ok": False, "stage": "topology", "error": _error(error)}
+        phase("warm")
+        self._warm(devices[0])
+        phase("compile")
         if partitions > len(devices):
             return {
                 "ok": False,
@@ -171,9 +222,23 @@ def _libtpu_version() -> str:
         return ""
 
 
+def _no_core_files() -> None:
+    """A worker libtpu aborts (a check that fails in C++) leaves no core file in the user's
+    folder, nor spends seconds writing one: its last words say why it died."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to limit
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (OSError, ValueError):
+        return
+
+
 def serve() -> None:
     """Answer the test process's compile requests, one at a time, until its standard input
     closes (the protocol above)."""
+    _no_core_files()
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray output (libtpu's C code, a print) goes to standard error
     sys.stdout = sys.stderr
@@ -192,8 +257,15 @@ def serve() -> None:
             return
         request = json.loads(header)
         module = requests.read(int(request["size"]))
+        fresh = not compiler.knows(request)
+
+        def phase(name: str, fresh: bool = fresh) -> None:
+            if fresh:  # a topology made before is neither made nor warmed again
+                _reply(channel, {"phase": name})
+
+        phase("topology")
         try:
-            answer = compiler.compile(request, module)
+            answer = compiler.compile(request, module, phase)
         except BaseException as error:  # never die on a request: the caller reads the reply
             answer = {"ok": False, "stage": "compile", "error": _error(error)}
         _reply(channel, answer)

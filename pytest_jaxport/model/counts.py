@@ -117,7 +117,8 @@ class FormatCounts:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlatformCounts:
     """Probes on one platform: how many lowered, failed, compiled; their dispatches by layer,
-    library and collective kind, at the level budgets apply (compiled where compiled)."""
+    library and collective kind, at the compiled level where compiled (one that failed to
+    compile counts only as that: :attr:`PlatformProbe.counted`), else the lowered."""
 
     lowered: int = 0
     failed_to_lower: int = 0
@@ -147,10 +148,12 @@ class PlatformCounts:
             return cls(failed_to_lower=1)
         compiled = entry.compiled
         asked = compiled is not None or bool(entry.compile_error)
-        counted = compiled if compiled is not None else entry.census
+        counted = entry.counted
         formats = None
         if entry.formats is not None:
             formats = FormatCounts.of(entry.formats, entry.compiled_formats)
+        if counted is None:  # lowered, not compiled: counted as that, not at another level
+            return cls(lowered=1, compiled=0, failed_to_compile=1, formats=formats)
         return cls(
             lowered=1,
             compiled=(1 if compiled is not None else 0) if asked else None,

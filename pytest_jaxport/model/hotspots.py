@@ -284,22 +284,32 @@ def site_order(site: Hotspot) -> tuple[str, str, str, str, str]:
     return (site.platform, site.location or "", site.layer, site.name, site.library or "")
 
 
+def reach_of(test: str | None, source: Hashable, entry: PlatformProbe) -> Reach | None:
+    """What ``source`` reached on ``entry``'s platform in ``test``, at the level the suite's
+    counts read (:attr:`PlatformProbe.counted`: compiled where a compile was asked, else
+    lowered): where the compile gave no program, no kernel and no time (its lowered census
+    is another level's), only its formats-and-layout findings; ``None`` where it did not
+    lower."""
+    if entry.census is None:
+        return None
+    counted = entry.counted
+    return Reach(
+        test=test,
+        source=source,
+        census=counted if counted is not None else Census(platform=entry.platform),
+        share=entry.runtime_share if counted is not None else None,
+        findings=findings_of(entry),
+    )
+
+
 def reaches_of_checks(checks: Iterable[tuple[str, Probe]]) -> Iterator[Reach]:
-    """One :class:`Reach` per check and platform of a suite's ``(node id, check)`` pairs, at
-    the level budgets apply (compiled where compiled, else lowered); platforms that did not
-    lower reach nothing."""
+    """One :class:`Reach` per check and platform of a suite's ``(node id, check)`` pairs
+    (:func:`reach_of`); platforms that did not lower reach nothing."""
     for nodeid, check in checks:
         for entry in check.platforms.values():
-            counted = entry.budgeted
-            if counted is None:
-                continue
-            yield Reach(
-                test=nodeid,
-                source=(nodeid, check.name),
-                census=counted,
-                share=entry.runtime_share,
-                findings=findings_of(entry),
-            )
+            reach = reach_of(nodeid, (nodeid, check.name), entry)
+            if reach is not None:
+                yield reach
 
 
 def distinct_sites(found: Iterable[Hotspot]) -> dict[str, dict[str, int]]:

@@ -32,6 +32,11 @@ DEFAULT_COMPILE_TIME_LIMIT = 60.0
 """Seconds one compile for a platform without its device may take (``[tool.jaxport]
 compile_time_limit``): past it, the compile is a finding and the run goes on."""
 
+MAX_COMPILE_TIME_LIMIT = 86_400.0
+"""The largest ``compile_time_limit``: a day. The wait is a timeout of the operating
+system's (``select``), which refuses one of about 25 days or more (``OverflowError: timeout
+is too large``); no compile is worth waiting a day for."""
+
 INSTALL = f'pip install "{requirement("tpu")}"'
 """The extra that installs the libtpu the installed jax pins (``jax[tpu]``), as pip installs
 pytest-jaxport today."""
@@ -198,6 +203,12 @@ class Topology:
     device_kind: str = ""
 
 
+HOST_CHIPS = 2
+"""Chips a host of a slice holds along each of its first two dimensions (fewer where the
+slice has fewer): the host bounds a topology is made with, which libtpu requires to divide
+the slice (``v5e:3x3`` is "not divisible by ... chips_per_host_bounds 2x2x1")."""
+
+
 def _dims(shape: str) -> tuple[int, ...]:
     return tuple(int(part) for part in shape.split("x"))
 
@@ -205,20 +216,63 @@ def _dims(shape: str) -> tuple[int, ...]:
 def shape_problem(platform: str, generation: str, shape: str) -> str | None:
     """Why ``generation:shape`` is no topology the compiler takes, or ``None``: a shape of as
     many dimensions as the generation's slices (``2x2`` for v5e, ``2x2x1`` for v5p), each a
-    positive whole number.
+    whole number of chips from 1, no larger than the compiler allows
+    (:attr:`~pytest_jaxport.model.platforms.CompileTarget.bounds`), and even above
+    :data:`HOST_CHIPS` along the first two (the slice's hosts must divide it).
 
     >>> shape_problem("tpu", "v5p", "2x2")
     "v5p's topologies have 3 dimensions (e.g. v5p:2x2x1), found '2x2'"
+    >>> shape_problem("tpu", "v5e", "0x2")
+    "a topology counts chips along each dimension, 1 or more (e.g. v5e:2x2), found 0 in '0x2'"
     """
     target = compile_target(platform, generation)
     example = target.shapes[1] if len(target.shapes) > 1 else target.shapes[0]
     rank = len(_dims(example))
-    if not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", shape) or len(_dims(shape)) != rank:
+    eg = f"e.g. {generation}:{example}"
+    if not shape:
         return (
-            f"{generation}'s topologies have {rank} dimensions (e.g. {generation}:{example}), "
-            f"found {shape!r}"
+            f"no topology after '{generation}:'; write {generation!r} alone (a program "
+            f"compiles for the smallest slice with its devices) or a topology ({eg})"
         )
-    return None
+    parts = shape.split("x")
+    if not all(part.isdigit() and part.isascii() for part in parts):
+        return f"a topology is {rank} whole numbers of chips joined by 'x' ({eg}), found {shape!r}"
+    dims = _dims(shape)
+    if 0 in dims:
+        return (
+            f"a topology counts chips along each dimension, 1 or more ({eg}), found 0 in {shape!r}"
+        )
+    if len(dims) != rank:
+        return f"{generation}'s topologies have {rank} dimensions ({eg}), found {shape!r}"
+    return _bounds_problem(target, dims, shape) or _hosts_problem(target, dims, shape)
+
+
+def _bounds_problem(target: CompileTarget, dims: tuple[int, ...], shape: str) -> str | None:
+    over = [
+        (axis, bound)
+        for axis, (dim, bound) in enumerate(zip(dims, target.bounds, strict=False))
+        if dim > bound
+    ]
+    if not over:
+        return None
+    largest = "x".join(map(str, target.bounds))
+    axis, bound = over[0]
+    return (
+        f"{target.generation}'s slices are at most {largest} chips (libtpu aborts compiling for "
+        f"more than {bound} along dimension {axis + 1}), found {shape!r}; name a slice of "
+        f"{target.generation} up to {target.generation}:{largest}"
+    )
+
+
+def _hosts_problem(target: CompileTarget, dims: tuple[int, ...], shape: str) -> str | None:
+    odd = [dim for dim in dims[:2] if dim > HOST_CHIPS and dim % HOST_CHIPS]
+    if not odd:
+        return None
+    return (
+        f"libtpu lays a slice out on hosts of {HOST_CHIPS}x{HOST_CHIPS} chips, so its first two "
+        f"dimensions are each 1, {HOST_CHIPS} or a multiple of {HOST_CHIPS} (e.g. "
+        f"{target.generation}:{target.shapes[2]}), found {odd[0]} in {shape!r}"
+    )
 
 
 def compile_target(platform: str, generation: str) -> CompileTarget:
@@ -247,7 +301,7 @@ def topology_for(platform: str, generation: str, shape: str, *, partitions: int)
         devices = chips * target.devices_per_chip
         if devices >= partitions:
             padded = (*dims, 1, 1)[:3]
-            bounds = (min(padded[0], 2), min(padded[1], 2), 1)
+            bounds = (min(padded[0], HOST_CHIPS), min(padded[1], HOST_CHIPS), 1)
             return Topology(
                 name=f"{target.topology}:{candidate}",
                 generation=generation,

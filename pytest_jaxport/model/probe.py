@@ -103,6 +103,16 @@ class PlatformProbe:
         return self.compiled if self.compiled is not None else self.census
 
     @property
+    def counted(self) -> Census | None:
+        """The census a suite's counts and sites add up (:mod:`~pytest_jaxport.model.counts`,
+        :mod:`~pytest_jaxport.model.hotspots`): the compiled one where a compile was asked,
+        ``None`` where that compile gave no program (it counts as failed to compile, never
+        as its lowered census: a row does not mix levels), else the lowered one."""
+        if self.compiled is not None or self.compile_error:
+            return self.compiled
+        return self.census
+
+    @property
     def padding_formats(self) -> FormatCensus | None:
         """The findings tile padding is judged and priced from: the compiled program's where
         the compiler laid out its arrays in tiles (the layouts it chose), else the lowered

@@ -54,7 +54,7 @@ from pytest_jaxport.model.config import (
 from pytest_jaxport.model.cost import COST_KEYS
 from pytest_jaxport.model.devices import DEVICE_NAMES, GENERATIONS, Device, device_for
 from pytest_jaxport.model.hints import LIBRARY_LIMIT_KEY, did_you_mean, platforms_meant
-from pytest_jaxport.model.libtpu import COMPILE_TARGETS, shape_problem
+from pytest_jaxport.model.libtpu import COMPILE_TARGETS, MAX_COMPILE_TIME_LIMIT, shape_problem
 from pytest_jaxport.model.platforms import (
     DESCRIPTIONS,
     NVIDIA_PLATFORM,
@@ -66,6 +66,7 @@ from pytest_jaxport.model.validators import (
     Where,
     budget_value,
     compile_platforms,
+    compiled_among,
     days_value,
     emulate_platforms,
     emulated_among,
@@ -159,9 +160,18 @@ def _compile(file: ProjectFile, value: object, project: ProjectConfig) -> Projec
 
 
 def _compile_time_limit(file: ProjectFile, value: object, project: ProjectConfig) -> ProjectConfig:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+    """Seconds, above 0 and at most :data:`MAX_COMPILE_TIME_LIMIT` (``inf`` and ``nan``
+    too are refused: the wait is the operating system's)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_COMPILE_TIME_LIMIT
+    ):
         raise file.where.error(
-            "compile_time_limit", "a number of seconds greater than 0 (e.g. 60)", value
+            "compile_time_limit",
+            f"a number of seconds greater than 0 and at most {MAX_COMPILE_TIME_LIMIT:,.0f} "
+            "(a day; e.g. 60)",
+            value,
         )
     return replace(project, compile_time_limit=float(value))
 
@@ -323,6 +333,7 @@ def parse_project(
             project = key.read(file, value, project)
     budgets_lowered(source, project)
     lowered = project.lowered()
+    compiled_among(file.at("compile"), project.compile, lowered)
     if not project.migrate_to_set:
         return replace(project, migrate_to=default_migrate_to(lowered, project.home))
     migrate_among(file.at("migrate_to"), project.migrate_to, lowered)
@@ -456,7 +467,7 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
                 f"{where.prefix}{platform}: expected a device name (e.g. "
                 f"{DESCRIPTIONS[platform].device_example}), found {type_name(name)}"
             )
-        name, _, shape = name.partition(":")
+        name, colon, shape = name.partition(":")
         try:
             devices[platform] = device_for(platform, name)
         except ValueError:
@@ -469,8 +480,10 @@ def _devices_table(source: str, table: object) -> dict[str, Device]:
                 f"{did_you_mean(name.strip().lower(), known)}; expected one of: "
                 f"{', '.join(known)}"
             ) from None
-        if shape:
-            devices[platform] = _with_topology(where, platform, devices[platform], shape.strip())
+        if colon:  # "v5e:" names no topology: said, not read as "v5e"
+            # libtpu's names are lower case; the device's name is read in any case too
+            shape = shape.strip().lower()
+            devices[platform] = _with_topology(where, platform, devices[platform], shape)
     return devices
 
 

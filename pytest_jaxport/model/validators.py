@@ -258,6 +258,25 @@ def emulated_among(where: str, emulate: Sequence[str], platforms: Sequence[str])
         )
 
 
+def compiled_among(where: str, compile: Sequence[str], lowered: Sequence[str]) -> None:
+    """A compiled platform must be one the checks lower for: its lowering is what compiles.
+
+    >>> try:
+    ...     compiled_among("--jaxport-compile", ["tpu"], ["cpu", "cuda"])
+    ... except ConfigError as e:
+    ...     print(str(e).partition(" (")[0])
+    --jaxport-compile: expected platforms among the platforms checks lower for
+    """
+    outside = [p for p in compile if p not in lowered]
+    if outside:
+        them = "it" if len(outside) == 1 else "them"
+        raise ConfigError(
+            f"{where}: expected platforms among the platforms checks lower for "
+            f"({', '.join(lowered)}), found {', '.join(map(repr, outside))}; add {them} to "
+            f"platforms, or leave {them} out of compile"
+        )
+
+
 def gpu_value(where: str, value: object, base: Path | None) -> str:
     """Validate ``target``: a shipped description's name, or a description file's path.
 

@@ -23,7 +23,7 @@ from pytest_jaxport.model.cost import COST_KEYS, CostModel, RewriteItem
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.evaluation import evaluate, rewrite_violations
 from pytest_jaxport.model.findings import FormatCensus
-from pytest_jaxport.model.hotspots import Hotspot, Reach, findings_of, hotspots, site_order
+from pytest_jaxport.model.hotspots import Hotspot, Reach, hotspots, reach_of, site_order
 from pytest_jaxport.model.jsontypes import Json, JsonObject
 from pytest_jaxport.model.memory import DeviceMemory
 from pytest_jaxport.model.probe import PlatformProbe, Probe
@@ -51,11 +51,12 @@ SUITE = "the audited suite"
 
 
 class FindingRecord(TypedDict):
-    """A computation that could not be lowered for a platform, and why."""
+    """A computation that could not be lowered, or compiled, for a platform, and why."""
 
     platform: str
     kind: str
-    """``host-callback`` (a Python callback no other backend can lower) or ``lowering``."""
+    """``host-callback`` (a Python callback no other backend can lower), ``lowering``, or
+    :data:`COMPILE_FINDING` (it lowered; the compile asked of it gave no program)."""
     reason: str
 
 
@@ -379,12 +380,10 @@ def reaches(computations: Iterable[Computation]) -> Iterator[Reach]:
     for computation in computations:
         users: list[str | None] = list(computation.users) or [None]
         for entry in computation.platforms.values():
-            if entry.census is None:
-                continue
-            findings = findings_of(entry)
-            for user in users:
-                yield Reach(test=user, source=computation.id, census=entry.census,
-                            share=entry.runtime_share, findings=findings)  # fmt: skip
+            for user in users:  # at the level its counts read (compiled where compiled)
+                reach = reach_of(user, computation.id, entry)
+                if reach is not None:
+                    yield reach
 
 
 # -- budgets: [tool.jaxport.audit] fail_on -------------------------------------------------

@@ -31,9 +31,16 @@ def computation_label(cid: str, function: str = "?") -> str:
     return f"{function} [{cid[:8]}]"
 
 
+COMPILE_FINDING = "compile"
+"""The kind of an audit finding whose computation lowered but did not compile (the
+compiler's refusal, a compile past its time limit, libtpu's worker dead): its reason is the
+compiler's words, at the line they name."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditFinding:
-    """A computation that could not be lowered for a platform, and why."""
+    """A computation that could not be lowered, or compiled, for a platform, and why
+    (``kind``: ``host-callback``, ``lowering`` or :data:`COMPILE_FINDING`)."""
 
     computation: str
     function: str

@@ -804,6 +804,8 @@ def _totals(view: ReportView, anchor: str = "totals") -> str:
         for platform, cells, libraries in totals.rows
     )
     note = f'<p class="note">{_e(NO_AUTOTUNE_NOTE)}.</p>' if view.deviceless else ""
+    if totals.not_compiled:
+        note += f'<p class="note">{_e(totals.not_compiled)}.</p>'
     if view.collectives:
         items = "".join(f"<li><b>{_e(p)}</b>: {_e(what)}</li>" for p, what in view.collectives)
         note += (

@@ -222,6 +222,8 @@ def _md_totals(view: ReportView) -> list[str]:
         libs = ", ".join(f"{lib} {number(n)}" for lib, n in libraries) or "—"
         lines.append(f"| {md_cell(platform)} | {' | '.join(cells)} | {md_cell(libs)} |")
     lines += ["", f"_{totals_note(view.unit)}_"]
+    if totals.not_compiled:
+        lines += ["", md_cell(totals.not_compiled)]
     if view.collectives:
         lines += ["", f"Collectives by kind (call-weighted, summed over {view.unit}s):", ""]
         lines += [f"- **{md_cell(p)}**: {md_cell(what)}" for p, what in view.collectives]

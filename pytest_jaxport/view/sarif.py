@@ -165,6 +165,20 @@ RULES: tuple[SarifRule, ...] = (
         level="warning",
     ),
     SarifRule(
+        id="does-not-compile",
+        name="DoesNotCompile",
+        short="A check that lowers but does not compile for a platform",
+        full="The compile asked of this check (or an audited computation) for the platform "
+        "named gave no program: the compiler refused it, it ran past compile_time_limit, or "
+        "the compiler's worker died. Nothing is known of it at the compiled level. A "
+        "platform in must_lower makes it a failure where the compiler is the device's own "
+        "(tpu).",
+        help="Read the compiler's words in the report (they name the line); change the code, "
+        "the device or compile_time_limit, or leave the platform out of compile.",
+        docs="reference.md#tooljaxportbudget-and-tooljaxportbudgetplatform",
+        level="warning",
+    ),
+    SarifRule(
         id="budget-violation",
         name="BudgetViolation",
         short="A portability budget is exceeded",

@@ -841,6 +841,8 @@ def totals_lines(view: ReportView) -> list[str]:
         else:
             out += [line, "  libraries: " + listed(names, WIDTH - 13)]
     out.append("  (" + totals_note_short(view.unit) + ")")
+    if totals.not_compiled:
+        out += wrap(totals.not_compiled, indent="  ", hang="    ")
     if view.collectives:
         out.append(f"collectives by kind (call-weighted, summed over {view.unit}s):")
         for platform, what in view.collectives:

@@ -58,6 +58,7 @@ from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.memory import DeviceMemory
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
+from pytest_jaxport.report.audit_section import COMPILE_FINDING
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.entries import Drift, TestEntry
 from pytest_jaxport.view.viewmodel.memory import check_line, compiler_words, memory_cell
@@ -155,6 +156,28 @@ def split_location(location: str | None) -> tuple[str, int] | None:
     if not file or not line.isdigit():
         return None
     return file.replace("\\", "/"), max(1, int(line))
+
+
+_SAID_AT = re.compile(r"\(at ([^()\s]+:\d+)\)\s*$")
+"""A compile error's own line, as the compiled level ends it: ``... (at model.py:35)``."""
+
+
+def said_at(error: str | None) -> tuple[str, int] | None:
+    """The repository's line a compile error ends by naming, or ``None``.
+
+    >>> said_at("UNIMPLEMENTED: Only F32 and C64 types ... (at src/model.py:35)")
+    ('src/model.py', 35)
+    >>> said_at("the libtpu worker died while compiling (SIGABRT)") is None
+    True
+    """
+    found = _SAID_AT.search(error or "")
+    where = split_location(found.group(1)) if found else None
+    return where if where is not None and in_repository(where[0]) else None
+
+
+def _not_compiled(entry: PlatformProbe) -> bool:
+    """Whether a compile was asked of ``entry`` (it lowered) and gave no program."""
+    return bool(entry.compile_error) and entry.lowered and entry.compiled is None
 
 
 def in_repository(file: str) -> bool:
@@ -393,6 +416,17 @@ def _check_alerts(
                     f"finding, not a failure){words}",
                     title=f"{platform}: {name} does not fit",
                     identity="|".join(("does-not-fit", *identity)))  # fmt: skip
+    if (
+        _not_compiled(entry)
+        and (name, platform, "must_lower") not in covered
+        and not (memory is not None and memory.fits is False)  # said as does-not-fit
+    ):
+        at_file, at_line = said_at(entry.compile_error) or (file, 1)
+        yield Alert(rule="does-not-compile", level="warning", file=at_file, line=at_line,
+                    message=f"{platform}: {of} does not compile (a finding, not a failure): "
+                    f"{_first_line(entry.compile_error or '')}",
+                    title=f"{platform}: {name} does not compile",
+                    identity="|".join(("does-not-compile", *identity)))  # fmt: skip
     numerics = entry.numerics
     if (
         numerics is not None
@@ -437,17 +471,19 @@ def _audit_alerts(report: Report) -> Iterator[Alert]:
     sources = {c.id: c.source for c in audit.computations}
     for finding in audit.findings:
         where = split_location(sources.get(finding.computation)) or (config, 1)
+        rule, does = "does-not-lower", "does not lower"
+        if finding.kind == COMPILE_FINDING:  # the line the compiler's words name first
+            rule, does = "does-not-compile", "does not compile"
+            where = said_at(finding.reason) or where
         yield Alert(
-            rule="does-not-lower",
+            rule=rule,
             level="warning",
             file=where[0],
             line=where[1],
             message=f"{finding.platform}: audited computation {finding.function} "
-            f"({finding.kind}) does not lower: {_first_line(finding.reason)}",
-            title=f"{finding.platform}: {finding.function} does not lower",
-            identity="|".join(
-                ("does-not-lower", finding.platform, where[0], finding.function, "audit")
-            ),
+            f"({finding.kind}) {does}: {_first_line(finding.reason)}",
+            title=f"{finding.platform}: {finding.function} {does}",
+            identity="|".join((rule, finding.platform, where[0], finding.function, "audit")),
         )
     for violation in audit.violations or ():
         yield _violation_alert(violation, fallback=config, subject="the audited suite", leg=None)

@@ -10,6 +10,7 @@ platforms lowered beyond the configured ones and why.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -106,15 +107,50 @@ class Headline:
         )
 
 
-def _levels(config: Config) -> str:
-    if not config.compile:
-        return "level: lowered (StableHLO, no hardware needed)"
+def compile_outcomes(report: Report) -> dict[str, tuple[int, int]]:
+    """Per platform the report compiled for, ``(compiled, failed to compile)`` over its
+    checks and its audited computations."""
+    done: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    audited = report.audit.totals if report.audit is not None else {}
+    for totals in (report.summary.platforms, audited):
+        for platform, counted in totals.items():
+            done[platform] += counted.compiled or 0
+            failed[platform] += counted.failed_to_compile or 0
+    every = [*(report.config.compile or ()), *done, *failed]
+    return {platform: (done[platform], failed[platform]) for platform in every}
+
+
+def compiled_levels(config: Config, outcomes: Mapping[str, tuple[int, int]]) -> tuple[str, str]:
+    """``("cuda, tpu (101 of 104: 3 did not compile)", "tpu (none of 2: see problems)")``
+    (``outcomes``: :func:`compile_outcomes`, which has every platform of ``compile``):
+    the platforms compiled for, each with how many did not where any did not, and those for
+    which nothing compiled (every compile asked of them failed): a level is claimed only
+    where something compiled at it."""
+    compiled, none = [], []
+    for platform in config.compile or ():
+        done, failed = outcomes[platform]
+        if failed and not done:
+            none.append(f"{platform} (none of {number(failed)} compiled: see problems)")
+        elif failed:
+            did_not = f"{number(failed)} did not compile"
+            compiled.append(f"{platform} ({number(done)} of {number(done + failed)}: {did_not})")
+        else:
+            compiled.append(platform)
+    return ", ".join(compiled), ", ".join(none)
+
+
+def _levels(config: Config, outcomes: Mapping[str, tuple[int, int]]) -> str:
+    compiled, none = compiled_levels(config, outcomes)
+    failed = f"; not compiled: {none}" if none else ""
+    if not compiled:
+        return f"level: lowered (StableHLO, no hardware needed){failed}"
     gpu = (
         f" ({NVIDIA_PLATFORM} deviceless against {config.target} where no GPU)"
         if config.target
         else ""
     )
-    return f"levels: compiled for {', '.join(config.compile)}{gpu}; lowered elsewhere"
+    return f"levels: compiled for {compiled}{gpu}; lowered elsewhere{failed}"
 
 
 def _version(env: Environment, name: str) -> str | None:
@@ -132,9 +168,13 @@ def headline_of(report: Report) -> Headline:
     also = also_lowered_of(report)
     if also:
         facts.append(("also lowered", also))
-    if config.compile:
+    outcomes = compile_outcomes(report)
+    compiled, none = compiled_levels(config, outcomes)
+    if compiled:
         target = f" (target {config.target})" if config.target else ""
-        facts.append(("compiled for", ", ".join(config.compile) + target))
+        facts.append(("compiled for", compiled + target))
+    if none:
+        facts.append(("not compiled", none))
     if config.source:
         facts.append(("configuration", config.source))
     versions = " · ".join(
@@ -159,7 +199,7 @@ def headline_of(report: Report) -> Headline:
         platforms=config.platforms,
         reference=config.reference,
         present=env.present_platforms,
-        level=_levels(config),
+        level=_levels(config, outcomes),
         tool_version=report.tool_version or "",
         schema_version=str(report.schema_version),
         upgraded_from="" if report.upgraded_from is None else str(report.upgraded_from),

@@ -21,6 +21,7 @@ from pytest_jaxport.report.totals import PlatformTotals, Tooling
 from pytest_jaxport.view.formatting import number, pct, plural
 from pytest_jaxport.view.viewmodel.details import padding_text
 from pytest_jaxport.view.viewmodel.reportview import LayerRow, ReportView
+from pytest_jaxport.view.viewmodel.totals import NOT_COMPILED_LEVEL, totals_level
 
 LAYER_ROWS = (
     ("JAX Python code (jit, grad, vmap)", "in principle", "checks that lower on every target"),
@@ -55,12 +56,22 @@ def layers_of(
     def shares(layer: str) -> str:
         return ", ".join(f"{s.platform} {pct(s.layers[layer])} ({s.basis})" for s in view.shares)
 
-    xla = ", ".join(f"{p} {number(t.xla or 0)}" for p, t in platforms.items())
-    vendor = "; ".join(
-        f"{p} {number(t.vendor)} calls at {plural(t.vendor_sites or 0, 'site')}"
+    # a platform none of whose compiles gave a program has no count at either level
+    uncounted = {p for p, t in platforms.items() if totals_level(t) == NOT_COMPILED_LEVEL}
+    xla = ", ".join(
+        f"{p} {NOT_COMPILED_LEVEL if p in uncounted else number(t.xla or 0)}"
         for p, t in platforms.items()
     )
-    custom = ", ".join(f"{p} {number(t.custom)}" for p, t in platforms.items())
+    vendor = "; ".join(
+        f"{p} {NOT_COMPILED_LEVEL}"
+        if p in uncounted
+        else f"{p} {number(t.vendor)} calls at {plural(t.vendor_sites or 0, 'site')}"
+        for p, t in platforms.items()
+    )
+    custom = ", ".join(
+        f"{p} {NOT_COMPILED_LEVEL if p in uncounted else number(t.custom)}"
+        for p, t in platforms.items()
+    )
     rewrite = ", ".join(
         f"{t.target}: {number(t.kernels)} to rewrite"
         if t.kernels is not None

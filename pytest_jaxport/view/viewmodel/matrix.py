@@ -53,6 +53,9 @@ class Cell:
     errors: tuple[str, ...] = ()
     """Why it did not lower, compile or run; each mismatch's message."""
     compile_failed: bool = False
+    compile_error: str = ""
+    """Why the compile asked of it gave no program: the compiler's words (a refusal, a time
+    limit, its worker's death); ``""`` where it compiled or none was asked."""
     needs_hardware: str | None = None
     """What JAX needed to lower here and this machine lacks (``GPU``): not the code's fault,
     but nothing is known about this platform until a machine with it runs the check."""
@@ -329,6 +332,7 @@ def cell_of(probe: Probe, platform: str, violations: Sequence[str]) -> Cell:
         violations=tuple(key for key in violations if key not in NUMERICS_KEYS),
         errors=tuple(errors),
         compile_failed=bool(result.compile_error),
+        compile_error=result.compile_error or "",
         needs_hardware=result.needs_hardware or None,
         not_compiling=_not_compiling(result),
         emulated=emulated,

@@ -103,6 +103,12 @@ class Problem:
         return max(1, len(self.computations))
 
 
+DOES_NOT_COMPILE = "does not compile"
+"""The problem of a check (or an audited computation) whose compile was asked and gave no
+program: the compiler refused it, it ran past ``compile_time_limit``, or libtpu's worker
+died. It lowers, so its lowered counts stand, but nothing is known at the compiled level."""
+DOES_NOT_COMPILE_RULE = "nothing counted at the compiled level; a failure only in a tpu must_lower"
+
 COLLECTION = "collection"
 """A failure's key where pytest could not collect a file: its tests did not run, so the
 report's counts are not the suite's."""
@@ -297,8 +303,9 @@ def _cell_problems(
             )
         )
     memory = cell.memory
+    too_big = memory is not None and memory.status == "bad"
     said = any((row.name, cell.platform, key) in violated for key in MEMORY_KEYS)
-    if memory is not None and memory.status == "bad" and not said:
+    if memory is not None and too_big and not said:
         problems.append(
             Problem(
                 kind="not-lowered",
@@ -309,6 +316,22 @@ def _cell_problems(
                 found=DOES_NOT_FIT,
                 message=memory.headline,
                 details=memory.details,
+            )
+        )
+    # A compile refused for memory is said once, as what does not fit.
+    elif cell.lowers and cell.numerics != "error" and cell.compile_error and not too_big:
+        problems.append(
+            Problem(
+                kind="not-lowered",
+                test=nodeid,
+                check=row.name,
+                platform=cell.platform,
+                key=DOES_NOT_COMPILE,
+                found=DOES_NOT_COMPILE,
+                message=first_line(cell.compile_error),
+                details=(cell.compile_error,),
+            )
+        )
             )
         )
     if cell.numerics == "mismatch" and (row.name, cell.platform, "numerics") not in violated:
@@ -408,6 +431,8 @@ def _rule(kind: ProblemKind, key: str, rows: Sequence[Problem], *, audit: bool =
         more = f"; {plural(others, 'other setting')}" if others else ""
         return f"{setting_text(key, limit, origin)}{more}"
     if kind == "not-lowered":
+        if key == DOES_NOT_COMPILE:
+            return DOES_NOT_COMPILE_RULE
         if key.startswith("not lowerable here"):
             return "JAX needs the hardware to lower it: its budgets are unverified here"
         return "not in must_lower: a finding, not a failure"

@@ -217,7 +217,8 @@ class ReportView:
         """What was counted, in one line (``-q``): per platform what lowered (and how many
         failed to), the vendor and custom calls, then the kernels to rewrite per target:
         ``lowered: cpu 3, tpu 2 (1 failed); vendor calls: cpu 3, tpu 0; custom calls: cpu 0,
-        tpu 1; kernels to rewrite off cuda: tpu 0`` (off the home platform; of the checks, or
+        tpu 1; kernels to rewrite off cuda: tpu 0`` (``compiled: tpu 1 (1 failed)`` after
+        ``lowered`` where a compile gave no program; off the home platform; of the checks, or
         of a suite audit's distinct computations: :attr:`unit`); ``""`` where nothing was
         counted."""
         totals = self.totals
@@ -234,6 +235,12 @@ class ReportView:
             for platform, cells, _ in totals.rows
         ]
         parts = ["lowered: " + ", ".join(lowered)]
+        if totals.not_compiled:  # the calls below are those of the programs that compiled
+            parts.append("compiled: " + ", ".join(
+                f"{platform} {cell(cells, 'compiled')} ({cell(cells, 'failed to compile')} failed)"
+                for platform, cells, _ in totals.rows
+                if cell(cells, "failed to compile") != "0"
+            ))  # fmt: skip
         for header in ("vendor calls", "custom calls"):
             counts = [f"{platform} {cell(cells, header)}" for platform, cells, _ in totals.rows]
             parts.append(f"{header}: " + ", ".join(counts))

@@ -16,7 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_jaxport.model.platforms import DEFAULT_HOME
-from pytest_jaxport.report.audit_section import AuditSection, Computation, computation_label
+from pytest_jaxport.report.audit_section import (
+    COMPILE_FINDING,
+    AuditSection,
+    Computation,
+    computation_label,
+)
 from pytest_jaxport.report.baseline import Change
 from pytest_jaxport.report.totals import Numbers, PlatformTotals
 from pytest_jaxport.view.formatting import plural
@@ -24,7 +29,12 @@ from pytest_jaxport.view.viewmodel.headline import Headline
 from pytest_jaxport.view.viewmodel.matrix import in_order
 from pytest_jaxport.view.viewmodel.memory import largest_plans
 from pytest_jaxport.view.viewmodel.notes import heard_while_lowering, lowering_warning_notes
-from pytest_jaxport.view.viewmodel.problems import AUDITED_SUITE, Problem, violation_details
+from pytest_jaxport.view.viewmodel.problems import (
+    AUDITED_SUITE,
+    DOES_NOT_COMPILE,
+    Problem,
+    violation_details,
+)
 from pytest_jaxport.view.viewmodel.reportview import AuditTest, AuditView, ReportView
 from pytest_jaxport.view.viewmodel.rewrites import targets_of
 from pytest_jaxport.view.viewmodel.shares import shares_of
@@ -61,7 +71,7 @@ def audit_parts(
     found = ReportView(
         headline=Headline(home=home),
         hotspots=hotspots_of(audit.sites),
-        totals=totals_of(in_order(audit.totals, order)),
+        totals=totals_of(in_order(audit.totals, order), unit="computation"),
         shares=shares_of(in_order(numbers.runtime_share, order)),
         targets=targets_of(numbers),
         collectives=collectives_of(in_order(audit.totals, order)),
@@ -181,6 +191,8 @@ def audit_problems(audit: AuditSection) -> tuple[Problem, ...]:
         entry = computation.platforms.get(finding.platform)
         hardware = entry.needs_hardware if entry is not None else None
         key = f"not lowerable here: needs a {hardware}" if hardware else "does not lower"
+        if finding.kind == COMPILE_FINDING:
+            key = DOES_NOT_COMPILE
         shared.setdefault((finding.platform, key, finding.reason), []).append(computation)
     for (platform, key, reason), sharing in shared.items():
         names = tuple(_label(c) for c in sharing)

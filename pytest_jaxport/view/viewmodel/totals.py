@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pytest_jaxport.model.classification import COLLECTIVE_LIBRARIES
 from pytest_jaxport.report.totals import PlatformTotals
-from pytest_jaxport.view.formatting import number, pct
+from pytest_jaxport.view.formatting import number, pct, plural
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,10 +39,42 @@ def _count_of(key: str) -> Callable[[PlatformTotals], str]:
     return lambda totals: number(getattr(totals, key) or 0)
 
 
-def _totals_level(totals: PlatformTotals) -> str:
-    if not totals.compiled:
+def _counted_of(key: str) -> Callable[[PlatformTotals], str]:
+    """A count of dispatches or sites: ``—`` where nothing was counted (every compile asked
+    for the platform failed: its lowered census is not counted in its stead)."""
+    return lambda totals: (
+        "—" if totals_level(totals) == NOT_COMPILED_LEVEL else _count_of(key)(totals)
+    )
+
+
+NOT_COMPILED_LEVEL = "not compiled"
+"""The level of a platform's totals where every compile asked of it failed."""
+
+
+def totals_level(totals: PlatformTotals) -> str:
+    """The level a platform's totals count at: ``lowered``; ``compiled`` where every check
+    (computation) that lowered was compiled, the counts being those of the ones that compiled
+    (the others only counted as failed to compile); ``not compiled`` where none did;
+    ``mixed`` where some were not asked."""
+    failed = totals.failed_to_compile or 0
+    if not totals.compiled and not failed:
         return "lowered"
-    return "compiled" if totals.compiled == totals.lowered else "mixed"
+    if not totals.compiled:
+        return NOT_COMPILED_LEVEL
+    return "compiled" if totals.compiled + failed == totals.lowered else "mixed"
+
+
+def not_compiled_note(platforms: Mapping[str, PlatformTotals], unit: str) -> str:
+    """``tpu: 3 checks did not compile and are not in its calls and sites (the problems say
+    why)``; ``""`` where every compile asked gave a program."""
+    failed = [(p, t.failed_to_compile) for p, t in platforms.items() if t.failed_to_compile]
+    if not failed:
+        return ""
+    said = "; ".join(f"{p}: {plural(n, unit)} did not compile" for p, n in failed)
+    return (
+        f"{said}: not in the calls and sites of the compiled level, nor counted at the lowered "
+        "level in their stead (the problems say why each did not compile)"
+    )
 
 
 def _collective_calls(totals: PlatformTotals) -> str:
@@ -54,10 +86,10 @@ TOTALS_COLUMNS: tuple[Column, ...] = (
     Column(header="failed to lower", read=_count_of("failed_to_lower")),
     Column(header="compiled", read=_count_of("compiled"), key="compiled"),
     Column(header="failed to compile", read=_count_of("failed_to_compile"), key="compiled"),
-    Column(header="vendor calls", read=_count_of("vendor")),
-    Column(header="vendor sites", read=_count_of("vendor_sites")),
-    Column(header="custom calls", read=_count_of("custom")),
-    Column(header="custom sites", read=_count_of("custom_sites")),
+    Column(header="vendor calls", read=_counted_of("vendor")),
+    Column(header="vendor sites", read=_counted_of("vendor_sites")),
+    Column(header="custom calls", read=_counted_of("custom")),
+    Column(header="custom sites", read=_counted_of("custom_sites")),
     Column(header="collective calls", read=_collective_calls, key="collectives"),
     Column(
         header="format findings",
@@ -84,7 +116,7 @@ TOTALS_COLUMNS: tuple[Column, ...] = (
         terminal=False,
     ),
     Column(header="relayouts", read=_count_of("relayouts"), key="relayouts", terminal=False),
-    Column(header="level", read=_totals_level, numeric=False),
+    Column(header="level", read=totals_level, numeric=False),
 )
 """The platform totals, in every format. Add a per-platform figure here."""
 
@@ -122,6 +154,8 @@ class TotalsTable:
     """``(platform, cells, libraries)``."""
     terminal: tuple[bool, ...] = ()
     """Per column, :attr:`Column.terminal`."""
+    not_compiled: str = ""
+    """What did not compile and is counted apart (:func:`not_compiled_note`); ``""``."""
 
 
 def padding_of(platforms: Mapping[str, PlatformTotals]) -> dict[str, float]:
@@ -129,8 +163,9 @@ def padding_of(platforms: Mapping[str, PlatformTotals]) -> dict[str, float]:
     return {p: t.padding_waste for p, t in platforms.items() if t.padding_waste}
 
 
-def totals_of(platforms: Mapping[str, PlatformTotals]) -> TotalsTable:
-    """The platform totals table of ``platforms`` (the summary's, or the audit's)."""
+def totals_of(platforms: Mapping[str, PlatformTotals], unit: str = "check") -> TotalsTable:
+    """The platform totals table of ``platforms`` (the summary's, or the audit's: ``unit``
+    ``computation``)."""
     columns = [
         c
         for c in TOTALS_COLUMNS
@@ -149,6 +184,7 @@ def totals_of(platforms: Mapping[str, PlatformTotals]) -> TotalsTable:
         numeric=tuple(c.numeric for c in columns),
         rows=rows,
         terminal=tuple(c.terminal for c in columns),
+        not_compiled=not_compiled_note(platforms, unit),
     )
 
 
