@@ -20,16 +20,16 @@ else written to standard output, by C code or a stray print, goes to standard er
   "partitions": 4, "options": {...}, "settings": {...}, "size": N}`` followed by the ``N``
   bytes of the module (MLIR bytecode, as ``jax.stages.Lowered.compiler_ir("stablehlo")``
   serializes);
-- each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory":
-  {...}, "device_kind": ..., "seconds": ...}`` (``memory``: ``get_compiled_memory_stats()``'s
-  sizes, ``peak_memory_in_bytes`` among them where the installed jaxlib has it) or
-  ``{"ok": false, "error": ..., "stage": "topology" | "compile"}``; where the request's
-  topology is made first (libtpu loads then), led by ``{"phase": "topology"}``, then, once it is made, ``{"phase": "warm"}``
-  (libtpu's compiler starts on a module of the worker's own) and ``{"phase": "compile"}``:
-  a worker that dies before ``warm`` died making the topology, and would die so for every
-  module. Only what follows ``{"phase": "compile"}`` (or the request, where its topology was
-  made before) is the module's compile, the time ``compile_time_limit`` bounds: a fresh
-  worker's start is not the program's.
+- each reply is one JSON line: ``{"ok": true, "hlo": <optimized HLO text>, "memory": {...},
+  "device_kind": ..., "seconds": ...}`` (``memory``: ``get_compiled_memory_stats()``'s
+  sizes, ``peak_memory_in_bytes`` among them where the installed jaxlib has it) or ``{"ok":
+  false, "error": ..., "stage": "topology" | "compile"}``; where the request's topology is
+  made first (libtpu loads then), led by ``{"phase": "topology"}``, then, once it is made,
+  ``{"phase": "warm"}`` (libtpu's compiler starts on a module of the worker's own) and
+  ``{"phase": "compile"}``: a worker that dies before ``warm`` died making the topology, and
+  would die so for every module. Only what follows ``{"phase": "compile"}`` (or the request,
+  where its topology was made before) is the module's compile, the time
+  ``compile_time_limit`` bounds: a fresh worker's start is not the program's.
 
 The worker exits when its standard input closes (the test process ended).
 

@@ -332,8 +332,6 @@ def _cell_problems(
                 details=(cell.compile_error,),
             )
         )
-            )
-        )
     if cell.numerics == "mismatch" and (row.name, cell.platform, "numerics") not in violated:
         problems.append(
             Problem(
