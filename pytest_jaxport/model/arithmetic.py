@@ -180,7 +180,7 @@ product: multiply and reduce, in float32), or a depthwise convolution."""
 _CHIP = "benchmarks/results/chip-errors-tpu-v5-lite.json"
 _MEASURED = (
     "measured on TPU v5 lite (jax 0.10.2, libtpu 0.0.42.1) against float64 models of each "
-    f"arithmetic ({_CHIP}, benchmarks/chip_errors.py)"
+    f"arithmetic ({_CHIP}, benchmarks/validation/chip_errors.py)"
 )
 _COMPILER = (
     "the TPU compiler's optimized program (libtpu 0.0.42.1, v5e, deviceless): a product with "

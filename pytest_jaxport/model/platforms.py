@@ -426,7 +426,7 @@ TPU = Platform(
     # QrDecompositionBlock, CompactWyHelper, Cholesky; the compiled level's rows, in
     # model/classification.py): counted as libtpu's at the lowered level too, so the two levels
     # agree (70% of the fidelity corpus's small programs' dispatches, 3% as xla:
-    # benchmarks/fidelity_baseline.json, "tpu").
+    # benchmarks/fidelity/baseline.json, "tpu").
     ops={
         "stablehlo.cholesky": vendor("libtpu", "cholesky"),
         "stablehlo.triangular_solve": vendor("libtpu", "triangular-solve"),
