@@ -300,7 +300,7 @@ def dot_unit(
     operand has a free dimension (of size 1) or neither operand has any; a batched
     ``(b, k) x (b, k, n)`` product (what ``vmap`` of a vector-matrix product makes) goes to
     the matrix unit (the compiler's optimized program, held to it by
-    ``tests/test_chip_numerics.py``).
+    ``tests/test_arithmetic.py``).
 
     >>> dot_unit((1, 512), (512, 256), ((1,), (0,)), ((), ()))
     'vector'

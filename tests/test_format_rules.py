@@ -2,7 +2,7 @@
 report format, ``jaxport diff``, baselines, the suite audit, the cost model.
 
 The engine (the rule table, the layout arithmetic, the readers) is tested in
-``tests/test_formats.py``; here the same findings go through the plugin: real ``pytester``
+``tests/test_format_census.py``; here the same findings go through the plugin: real ``pytester``
 runs of real JAX programs, and the pure pieces the plugin wires together (configuration,
 budgets, counts, cost, baselines) on plain data.
 """
