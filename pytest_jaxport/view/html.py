@@ -320,7 +320,7 @@ def share_table(
     """One row per platform: label, basis badge, the bar (unless ``bars`` is false: a large
     report's per-check tables), the fractions, libraries, time (headed ``time``: one check's
     is per call, a suite total's the sum of one call of each); then each basis in full. In
-    a scrolling box, so it never widens the page (1280 to 1920 pixels: tests/test_html)."""
+    a scrolling box, so it never widens the page (1280 to 1920 pixels: tests/test_html_report)."""
     if not rows:
         return ""
     body = "".join(
