@@ -100,7 +100,7 @@ def corpus() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
     """Every case: the multi-platform equality corpus, Pallas kernels, the demo."""
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))
-    from test_multiplatform import CASES
+    from test_lowering import CASES
 
     return {**CASES, **_kernels(), **_demo()}
 

@@ -1,4 +1,6 @@
-"""GitHub Actions annotations (issue 42): under ``GITHUB_ACTIONS=true`` each budget violation
+"""Tests of pytest_jaxport.view.annotations (the alerts of view.viewmodel.alerts).
+
+GitHub Actions annotations (issue 42): under ``GITHUB_ACTIONS=true`` each budget violation
 is one ``::error file=PATH,line=N,title=...::message`` line at the user's source line, the
 findings that fail nothing are ``::warning`` lines, at most 10 of each kind per step (the
 documented limit of actions/toolkit's docs/problem-matchers.md) with the rest counted, and
@@ -50,6 +52,7 @@ def _commands(result: pytest.RunResult, kind: str) -> list[str]:
     return [line for line in result.outlines if line.startswith(f"::{kind} ")]
 
 
+@pytest.mark.slow
 def test_in_github_actions_each_violation_is_an_error_at_its_source_line(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,6 +68,7 @@ def test_in_github_actions_each_violation_is_an_error_at_its_source_line(
     assert len(errors) == len(set(errors))
 
 
+@pytest.mark.slow
 def test_outside_github_actions_nothing_is_annotated_unless_asked(
     project: pytest.Pytester,
 ) -> None:
@@ -75,6 +79,7 @@ def test_outside_github_actions_nothing_is_annotated_unless_asked(
     assert not _commands(result, "warning")
 
 
+@pytest.mark.slow
 def test_annotations_off_prints_none_in_github_actions(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

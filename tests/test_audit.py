@@ -1,4 +1,6 @@
-"""``pytest --jaxport-audit``: an unchanged suite audited, for real, through pytester.
+"""Tests of the suite audit: pytest_jaxport.recorder, session.recording, report.audit_ledger.
+
+``pytest --jaxport-audit``: an unchanged suite audited, for real, through pytester.
 
 Real JAX throughout: each inner suite jits, runs eager ``jnp`` code and host callbacks the way
 ordinary test suites do, and nothing in it knows about pytest-jaxport.
@@ -137,6 +139,7 @@ def by_function(audit: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [c for c in audit["computations"] if c["function"] == name]
 
 
+@pytest.mark.slow
 def test_an_unchanged_suite_is_audited_and_no_outcome_changes(suite: pytest.Pytester) -> None:
     plain = suite.runpytest()
     plain.assert_outcomes(**OUTCOMES)
@@ -184,6 +187,7 @@ def test_an_unchanged_suite_is_audited_and_no_outcome_changes(suite: pytest.Pyte
     )
 
 
+@pytest.mark.slow
 def test_the_audit_counts_exactly_what_jaxport_check_counts(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject=PLATFORMS)
     pytester.makepyfile(
@@ -222,6 +226,7 @@ def test_the_audit_counts_exactly_what_jaxport_check_counts(pytester: pytest.Pyt
         assert ours["error"] == theirs["error"]
 
 
+@pytest.mark.slow
 def test_host_callbacks_lower_everywhere_as_meta_at_their_line(suite: pytest.Pytester) -> None:
     """A recorded computation with ``jax.debug.print`` lowers for the platforms not present
     as well (its callback made inert, as a check's is), the callback counted in ``meta`` at
@@ -242,6 +247,7 @@ def test_host_callbacks_lower_everywhere_as_meta_at_their_line(suite: pytest.Pyt
     assert audit["summary"]["platforms"]["cuda"]["failed_to_lower"] == 0
 
 
+@pytest.mark.slow
 def test_a_callback_inside_a_librarys_primitive_is_no_failure_to_lower(
     pytester: pytest.Pytester,
 ) -> None:
@@ -274,6 +280,7 @@ def test_a_callback_inside_a_librarys_primitive_is_no_failure_to_lower(
     assert all(t["failed_to_lower"] == 0 for t in audit["summary"]["platforms"].values())
 
 
+@pytest.mark.slow
 def test_a_lowering_rule_written_in_python_is_traced_once_per_call(
     pytester: pytest.Pytester,
 ) -> None:
@@ -312,6 +319,7 @@ def test_a_lowering_rule_written_in_python_is_traced_once_per_call(
             assert lowered["libraries"].get(library_name, 0) >= 1, (platform, solve)
 
 
+@pytest.mark.slow
 def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
     pytester: pytest.Pytester,
 ) -> None:
@@ -360,6 +368,7 @@ def test_the_ini_setting_turns_it_on_and_the_terminal_shows_the_numbers(
     result.stdout.no_fnmatch_line("*Traceback*")
 
 
+@pytest.mark.slow
 def test_serial_and_xdist_give_the_same_audit(suite: pytest.Pytester) -> None:
     audits = []
     for args in ([], ["-n", "0"], ["-n", "2"]):
@@ -403,6 +412,7 @@ def test_second():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eager_users", [None, "all"])
 def test_an_eager_op_counts_in_the_first_test_that_ran_it_unless_all_are_asked_for(
     pytester: pytest.Pytester, eager_users: str | None
@@ -440,6 +450,7 @@ def test_an_eager_op_counts_in_the_first_test_that_ran_it_unless_all_are_asked_f
     assert ("cos" in shared) == (eager_users == "all")
 
 
+@pytest.mark.slow
 def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
     suite: pytest.Pytester,
 ) -> None:
@@ -457,6 +468,7 @@ def test_the_lowered_cache_makes_a_second_run_read_instead_of_lower(
     assert len(entries) == len(judged)
 
 
+@pytest.mark.slow
 def test_a_failure_to_lower_is_kept_and_not_lowered_again(pytester: pytest.Pytester) -> None:
     """A computation that does not lower for a platform (an eigendecomposition on tpu) is kept
     with its failure: a warm run reads the failure instead of lowering it again to fail the
@@ -490,6 +502,7 @@ def test_a_failure_to_lower_is_kept_and_not_lowered_again(pytester: pytest.Pytes
     assert [f["reason"] for f in warm["findings"]] == [kept["reason"]]
 
 
+@pytest.mark.slow
 def test_a_warm_run_reads_each_census_as_judged_until_what_judges_it_changes(
     suite: pytest.Pytester,
 ) -> None:
@@ -535,6 +548,7 @@ def test_a_warm_run_reads_each_census_as_judged_until_what_judges_it_changes(
     assert without_timings(hooked_again) == without_timings(hooked)
 
 
+@pytest.mark.slow
 def test_checks_inside_an_audited_suite_are_not_recorded_twice(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject=PLATFORMS)
     pytester.makepyfile(
@@ -563,6 +577,7 @@ prebound = jax.jit(lambda x: jnp.linalg.qr(x)[0])
 """A jit bound before the inner pytest run (and its plugin) started: still seen."""
 
 
+@pytest.mark.slow
 def test_a_jit_bound_before_the_plugin_loaded_is_seen(pytester: pytest.Pytester) -> None:
     module = types.ModuleType("jaxport_prebound")
     module.prebound = prebound  # type: ignore[attr-defined]
@@ -587,6 +602,7 @@ def test_a_jit_bound_before_the_plugin_loaded_is_seen(pytester: pytest.Pytester)
     assert "cusolver" in qr["platforms"]["cuda"]["lowered"]["libraries"]
 
 
+@pytest.mark.slow
 def test_fail_on_fails_the_session_once_and_no_test(pytester: pytest.Pytester) -> None:
     pytester.makefile(
         ".toml",
@@ -653,6 +669,7 @@ def test_fail_on_within_limits_passes(pytester: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*FAILED*")
 
 
+@pytest.mark.slow
 def test_the_baseline_ratchets_audit_counts(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject=PLATFORMS + "audit = true\n")
     test = "import jax, jax.numpy as jnp\n\ndef test_mm():\n"
@@ -750,6 +767,7 @@ def test_bad_audit_configuration_is_a_usage_error(
     result.stderr.fnmatch_lines([f"ERROR: jaxport: pyproject.toml: {esc(message)}*"])
 
 
+@pytest.mark.slow
 def test_show_merge_and_diff_read_audit_reports(
     suite: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -791,6 +809,7 @@ def test_eager():
 """
 
 
+@pytest.mark.slow
 def test_every_format_renders_the_audit_from_the_one_view(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -862,6 +881,7 @@ def test_every_format_renders_the_audit_from_the_one_view(
     assert main(["show", str(pytester.path / "r.json"), "--format", "md"]) == 0
 
 
+@pytest.mark.slow
 def test_a_run_with_checks_shows_the_audits_numbers_next_to_theirs(
     pytester: pytest.Pytester,
 ) -> None:
@@ -890,6 +910,7 @@ def test_checked(jaxport):
     assert md.index("### The three numbers\n") < md.index("#### The three numbers (suite audit")
 
 
+@pytest.mark.slow
 def test_merge_unions_legs_audits_and_diff_shows_audit_changes(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -972,6 +993,7 @@ def test_eig_squared():
 """Six computations that do not lower for tpu (no eig there), all for the same reason."""
 
 
+@pytest.mark.slow
 def test_one_reason_is_one_row_with_the_reason_whole(pytester: pytest.Pytester) -> None:
     """Six computations failing tpu the same way are one row saying how many and in which
     tests, the reason whole (never cut), in the terminal (``-q`` included), the Markdown and
@@ -1017,6 +1039,7 @@ def esc_html(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+@pytest.mark.slow
 def test_an_audit_only_html_report_speaks_of_the_audit(pytester: pytest.Pytester) -> None:
     """No portable test ran: the HTML says what the audit found, not what checks did."""
     pytester.makefile(".toml", pyproject=PLATFORMS)
@@ -1040,6 +1063,7 @@ def test_an_audit_only_html_report_speaks_of_the_audit(pytester: pytest.Pytester
     assert '<span class="label">findings that fail no test</span>' in found
 
 
+@pytest.mark.slow
 def test_quiet_audit_keeps_its_numbers_and_claims_no_budget_nobody_set(
     pytester: pytest.Pytester,
 ) -> None:
@@ -1094,6 +1118,7 @@ def test_quiet_audit_keeps_its_numbers_and_claims_no_budget_nobody_set(
     ) in " ".join(result.stdout.str().split())
 
 
+@pytest.mark.slow
 def test_per_test_lists_name_jitted_computations_and_count_eager_ops(
     pytester: pytest.Pytester,
 ) -> None:
@@ -1139,6 +1164,7 @@ def _installed_library(pytester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.slow
 def test_kernels_inside_an_installed_library_are_at_the_users_line(
     pytester: pytest.Pytester,
 ) -> None:
@@ -1160,6 +1186,7 @@ def test_kernels_inside_an_installed_library_are_at_the_users_line(
     assert {f["location"] for f in findings} == {"test_lib.py:5"}
 
 
+@pytest.mark.slow
 def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
     """A library's developers list it in ``own_packages``: its lines are theirs, reported as
     such even where it runs installed."""
@@ -1175,6 +1202,7 @@ def test_own_packages_keep_their_own_lines(pytester: pytest.Pytester) -> None:
     assert {f["location"].rpartition(":")[0] for f in findings} == {"hiddenlib/__init__.py"}
 
 
+@pytest.mark.slow
 def test_the_users_code_a_library_calls_keeps_its_own_line(pytester: pytest.Pytester) -> None:
     """A library's jitted function that calls the user's code (a vector field, a loss): the
     kernels of the library's own ops are at the line that called the library, those of the
@@ -1250,6 +1278,7 @@ def test_a_kernel_whose_location_holds_only_a_librarys_lines_is_at_the_users_lin
         assert lines == {expected or "deeplib/__init__.py:5"}, (own, cuda)
 
 
+@pytest.mark.slow
 def test_a_nested_jit_traced_earlier_is_at_this_calls_line(pytester: pytest.Pytester) -> None:
     """A library's inner jit traced once (in ``test_first``) and reused inside another
     computation (``test_second``'s, other types outside, the same inside): jax 0.6 keeps in
@@ -1417,6 +1446,7 @@ def test_split():
 (a frozenset of objects hashed by id) and one whose trace depends on which call came first."""
 
 
+@pytest.mark.slow
 def test_a_computations_identity_depends_on_no_address_or_order(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1447,6 +1477,7 @@ def test_a_computations_identity_depends_on_no_address_or_order(
     assert without_timings(audits[0]) == without_timings(audits[1])
 
 
+@pytest.mark.slow
 def test_an_xdist_worker_leaves_no_heap_for_its_last_collections(
     pytester: pytest.Pytester,
 ) -> None:
@@ -1497,6 +1528,7 @@ def test_shapes():
 """
 
 
+@pytest.mark.slow
 def test_the_audit_shows_the_suites_warnings_as_often_as_a_plain_run(
     pytester: pytest.Pytester,
 ) -> None:
@@ -1553,6 +1585,7 @@ def test_an_eager_op_is_placed_where_the_suite_called_it(pytester: pytest.Pytest
     assert {f["location"] for f in findings} == {"test_eager.py:17"}
 
 
+@pytest.mark.slow
 def test_a_tests_computations_are_listed_in_one_order_whatever_order_they_missed_in(
     suite: pytest.Pytester,
 ) -> None:

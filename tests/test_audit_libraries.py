@@ -1,4 +1,6 @@
-"""The audit on the ways real JAX code is jitted: flax (nnx and linen), equinox, optax, and
+"""Tests of pytest_jaxport.recorder and _jax.interception on library code.
+
+The audit on the ways real JAX code is jitted: flax (nnx and linen), equinox, optax, and
 sharded programs (``shard_map``, ``NamedSharding`` inputs, ``pmap``) on several host devices.
 
 The libraries are not pytest-jaxport's dependencies: each test skips, saying which package it
@@ -12,6 +14,8 @@ import json
 from typing import Any
 
 import pytest
+
+pytestmark = pytest.mark.slow  # each test audits a suite of library code in a subprocess
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 

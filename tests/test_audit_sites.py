@@ -1,4 +1,6 @@
-"""Every site an audit finds is placed at a line (issue 43, item 3).
+"""Tests of pytest_jaxport.recorder and examine.placement: an audit's sites at lines.
+
+Every site an audit finds is placed at a line (issue 43, item 3).
 
 TPU pads the last two dimensions of an array to its tiles: a 3-channel image warped with
 ``jax.scipy.ndimage.map_coordinates`` inside the suite's own jitted function is padded by ops
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+pytestmark = pytest.mark.slow  # an audited suite through pytester
 
 WARP = """
 import jax

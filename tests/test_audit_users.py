@@ -1,4 +1,6 @@
-"""Every test that runs a computation is its user (issue 43, item 1), serially and under
+"""Tests of pytest_jaxport._jax.interception and report.audit_ledger: a computation's users.
+
+Every test that runs a computation is its user (issue 43, item 1), serially and under
 pytest-xdist alike, whether or not JAX traced it again.
 
 Real JAX, a real suite through pytester: each test builds a new ``jax.jit`` of one function
@@ -14,6 +16,8 @@ from typing import Any
 import pytest
 
 from pytest_jaxport.report.files import without_timings
+
+pytestmark = pytest.mark.slow  # each test audits a suite serially and under pytest-xdist
 
 PLATFORMS = '[tool.jaxport]\nplatforms = ["cpu", "cuda", "rocm", "tpu"]\n'
 

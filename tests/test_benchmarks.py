@@ -1,4 +1,6 @@
-"""The benchmarks stay runnable: a quick in-process run, its tables, and both generated suites.
+"""Tests of the benchmarks package (benchmarks/overhead, benchmarks/validation) and calibration/.
+
+The benchmarks stay runnable: a quick in-process run, its tables, and both generated suites.
 
 Nothing here asserts a timing (performance is measured in benchmarks/, not in tests); these
 tests fail when the benchmark code no longer matches the plugin it measures. The benchmarks are
@@ -31,6 +33,7 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_quick_in_process_run_writes_every_stage_and_verdict(tmp_path: Path) -> None:
     out = tmp_path / "quick.json"
     done = _run(
@@ -63,6 +66,7 @@ def test_quick_in_process_run_writes_every_stage_and_verdict(tmp_path: Path) -> 
     assert "| loop | grad | 12 |" in tables.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["models", "models_second", "models_sharded"])
 def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, module: str) -> None:
     # Written by a child process, as the benchmarks write it (the models import JAX).
@@ -87,6 +91,7 @@ def test_generated_suites_pass_under_the_plugin_and_plainly(tmp_path: Path, modu
     assert f"{cases} passed" in plain.stdout
 
 
+@pytest.mark.slow
 def test_report_scale_benchmark_runs_and_records_sizes(tmp_path: Path) -> None:
     out = tmp_path / "report-scale.json"
     done = _run(
@@ -124,6 +129,7 @@ def _benchmark_module(name: str) -> Any:
         sys.path.remove(str(ROOT))
 
 
+@pytest.mark.slow
 def test_gpu_validation_dry_run_writes_every_part_with_gpu_columns_not_measured(
     tmp_path: Path,
 ) -> None:
@@ -179,6 +185,7 @@ def test_gpu_validation_dry_run_writes_every_part_with_gpu_columns_not_measured(
     assert set(gpu_parts["overhead"]["checks"]) == set(overhead["checks"])
 
 
+@pytest.mark.slow
 def test_gpu_validation_stops_a_part_at_its_limit_and_keeps_the_others(tmp_path: Path) -> None:
     done = _run("-m", "benchmarks.validation.gpu", "--dry-run", "--parts", "capture,demo",
                 "--limit", "demo=2", "--out-dir", str(tmp_path))  # fmt: skip
@@ -197,6 +204,7 @@ def test_gpu_validation_stops_a_part_at_its_limit_and_keeps_the_others(tmp_path:
     assert "--limit 'demo=soon': expected PART=SECONDS" in bad.stderr
 
 
+@pytest.mark.slow
 def test_tpu_validation_dry_run_writes_every_part_with_tpu_columns_not_measured(
     tmp_path: Path,
 ) -> None:
@@ -252,6 +260,7 @@ def _adopted(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
     return done, bands, baseline
 
 
+@pytest.mark.slow
 def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
     tmp_path: Path,
 ) -> None:
@@ -326,6 +335,7 @@ def test_gpu_numbers_become_the_cuda_error_band_and_baseline_naming_the_device(
     )
 
 
+@pytest.mark.slow
 def test_adopting_refuses_a_dry_run_and_a_band_on_too_few_programs(tmp_path: Path) -> None:
     results = tmp_path / "gpu-validation-fixture.json"
     done, _, _ = _adopted(tmp_path)
@@ -358,6 +368,7 @@ def _training_row(key: str, dot_flops: float, measured: dict[str, float]) -> dic
             "lowered": sites}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_calibration_fit_writes_the_shipped_calibration_file(tmp_path: Path) -> None:
     """``calibration/calibrate.py fit --write`` on a tiny training set (the form
     ``benchmarks/fidelity/run.py --training`` writes) writes the file the package reads at

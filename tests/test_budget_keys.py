@@ -213,6 +213,7 @@ def test_all(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_a_real_run_breaks_each_key_a_check_is_judged_against(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject=_PYPROJECT)
     pytester.makepyfile(test_all=_CODE)

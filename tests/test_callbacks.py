@@ -1,4 +1,6 @@
-"""Host callbacks are inert placeholders for platforms not present, never a lowering failure.
+"""Tests of pytest_jaxport._jax.callbacks.
+
+Host callbacks are inert placeholders for platforms not present, never a lowering failure.
 
 JAX lowers a host callback only for a backend it has a client for. ``callbacks.inert`` lowers
 a traced program with each callback a placeholder that lowers anywhere (nested jaxprs, and
@@ -318,6 +320,7 @@ def test_a_callback_a_lowering_rule_emits_itself_is_inert_too() -> None:
         "#loc", 1)[0]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_equinox_noinline_lowers_for_every_platform_in_an_audit(
     pytester: pytest.Pytester,
 ) -> None:
@@ -472,6 +475,7 @@ def test_through_the_plugin_callbacks_lower_everywhere(pytester: pytest.Pytester
         assert lines == ["test_step.py:5", "test_step.py:6", "test_step.py:7"]
 
 
+@pytest.mark.slow
 def test_a_check_lowers_callbacks_inside_a_librarys_primitive(pytester: pytest.Pytester) -> None:
     """The callback is not in the checked program's jaxpr (the library's primitive binds it
     when lowered): every platform still lowers, the LU factorisation counted as cuSOLVER's
@@ -536,6 +540,7 @@ def test_a_real_failure_to_lower_stays_a_failure(pytester: pytest.Pytester) -> N
     assert platforms["rocm"]["lowered"]["meta"] == 1
 
 
+@pytest.mark.slow
 def test_equinox_error_if_as_diffrax_uses_it(pytester: pytest.Pytester) -> None:
     """A diffrax solve (equinox's ``error_if`` checks inside, as host callbacks) lowers for
     every platform, with its callbacks in meta and its ops counted."""
@@ -576,6 +581,7 @@ def test_equinox_error_if_as_diffrax_uses_it(pytester: pytest.Pytester) -> None:
         assert lowered["xla"] >= cpu["xla"] // 2, platform  # the solver's ops are all there
 
 
+@pytest.mark.slow
 def test_transformed_checks_get_inert_callbacks_too(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_grad="""

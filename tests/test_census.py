@@ -1,4 +1,6 @@
-"""Census of real lowered programs (real JAX, real lowering) and of hand-built programs."""
+"""Tests of pytest_jaxport.model.census (with _jax.stablehlo's reader).
+
+Census of real lowered programs (real JAX, real lowering) and of hand-built programs."""
 
 from __future__ import annotations
 
@@ -421,6 +423,7 @@ def test_projection(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_a_dot_of_two_vectors_is_no_cublas_call_nor_a_tf32_finding(
     pytester: pytest.Pytester,
 ) -> None:

@@ -1,4 +1,6 @@
-"""One CI leg in pytest, the `jaxport merge/diff/baseline` commands, and the example workflow.
+"""Tests of pytest_jaxport.report.ci, report.merge, report.baseline and cli.
+
+One CI leg in pytest, the `jaxport merge/diff/baseline` commands, and the example workflow.
 
 The workflow test reads ``examples/ci/github-actions.yml``, runs the CPU-side legs' commands
 from it in a temporary project with ``sys.executable -m pytest`` (as a CI runner does), then
@@ -150,6 +152,7 @@ def _merge_commands(data: dict[Any, Any]) -> list[str]:
     return [line for line in merge.splitlines() if line.startswith("jaxport merge")]
 
 
+@pytest.mark.slow
 def test_cpu_side_legs_and_merge_run_as_the_workflow_says(tmp_path: Path) -> None:
     data = _workflow()
     (tmp_path / "pyproject.toml").write_text(PROJECT)
@@ -215,6 +218,7 @@ def test_cpu_side_legs_and_merge_run_as_the_workflow_says(tmp_path: Path) -> Non
 # -- one leg in pytest --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_saved_outputs_are_recorded_relative_to_the_report(leg_project: pytest.Pytester) -> None:
     leg_project.mkdir("reports")
     result = leg_project.runpytest(
@@ -252,6 +256,7 @@ def test_saved_outputs_are_recorded_relative_to_the_report(leg_project: pytest.P
     assert all(check["tolerance"] == {"rtol": 1e-3} for check in solve["checks"])
 
 
+@pytest.mark.slow
 def test_without_a_json_report_paths_are_relative_to_the_folder(
     leg_project: pytest.Pytester,
 ) -> None:
@@ -260,6 +265,7 @@ def test_without_a_json_report_paths_are_relative_to_the_folder(
     assert len(list((leg_project.path / "out").glob("*.npz"))) == 3
 
 
+@pytest.mark.slow
 def test_saved_outputs_are_the_same_with_and_without_xdist(leg_project: pytest.Pytester) -> None:
     reports = []
     for args in (["-n", "0"], ["-n", "2"]):
@@ -291,6 +297,7 @@ def test_save_outputs_into_a_file_is_a_usage_error(leg_project: pytest.Pytester)
     result.stderr.fnmatch_lines(["*--jaxport-save-outputs taken*is not a folder*"])
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_test_is_in_the_report(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_crash="""
@@ -348,6 +355,7 @@ def test_new(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_baseline_round_trip(leg_project: pytest.Pytester) -> None:
     # The update creates the baseline's folder, as --jaxport-report creates its own.
     update = leg_project.runpytest(
@@ -423,6 +431,7 @@ ANOTHER_PROJECT = {  # a baseline `jaxport baseline` wrote for another project
 }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_baseline_that_matches_no_test_is_said_and_strict_fails_the_run(
     leg_project: pytest.Pytester,
 ) -> None:
@@ -521,6 +530,7 @@ def _subset_run(pytester: pytest.Pytester, *, xdist: bool = False) -> dict[str, 
     return dict(json.loads((pytester.path / "r.json").read_text())["baseline"])
 
 
+@pytest.mark.slow
 def test_a_subset_run_against_a_whole_suite_baseline_says_what_matched(
     leg_project: pytest.Pytester,
 ) -> None:
@@ -580,6 +590,7 @@ def test_unusable_baseline_is_a_usage_error_naming_the_file(
     assert "Traceback" not in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_baseline_update_needs_a_file_and_accepts_a_missing_one(
     leg_project: pytest.Pytester,
 ) -> None:
@@ -723,6 +734,7 @@ def test_a_merged_report_has_the_three_numbers_of_the_union_of_legs(
     assert "merged from 2 legs (leg-1.json, leg-2.json) by jaxport merge" in shown
 
 
+@pytest.mark.slow
 def test_a_merge_without_saved_outputs_does_not_say_consistent(
     leg_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -749,6 +761,7 @@ max_vendor_calls = 0
 """
 
 
+@pytest.mark.slow
 def test_a_merge_of_legs_whose_tests_failed_is_not_green(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -774,6 +787,7 @@ def test_a_merge_of_legs_whose_tests_failed_is_not_green(
     assert "problems: 2 failed, 2 budget violations" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_merge_refuses_a_leg_twice_and_says_legs_of_mixed_versions(
     leg_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

@@ -1,4 +1,6 @@
-"""The compiled level end to end: ``compile = [...]``, budgets by level, the cache, errors.
+"""Tests of pytest_jaxport.examine.compiled, cache (the compiled cache) and _jax.deviceless.
+
+The compiled level end to end: ``compile = [...]``, budgets by level, the cache, errors.
 
 Real JAX and real compilation throughout, no mocks. The cuda tests need the jax CUDA plugin
 at the jaxlib version and ``JAX_PLATFORMS=cpu`` (no GPU needed) and are skipped, with the
@@ -78,6 +80,7 @@ def platforms_of(report: dict[str, Any], test: str) -> dict[str, Any]:
 # --- cpu: works everywhere ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cpu_compiled_census_and_budget_at_the_compiled_level(pytester: pytest.Pytester) -> None:
     make_project(
         pytester,
@@ -135,6 +138,7 @@ def test_cpu_compiled_census_and_budget_at_the_compiled_level(pytester: pytest.P
     )
 
 
+@pytest.mark.slow
 def test_compile_platforms_from_the_command_line(pytester: pytest.Pytester) -> None:
     make_project(
         pytester,
@@ -160,6 +164,7 @@ def test_compile_platforms_from_the_command_line(pytester: pytest.Pytester) -> N
     assert platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"]["vendor"] == 1
 
 
+@pytest.mark.slow
 def test_unchanged_suite_is_not_recompiled(pytester: pytest.Pytester) -> None:
     compile_for = '["cpu", "cuda"]' if PLUGIN_PROBLEM is None else '["cpu"]'
     make_project(
@@ -292,6 +297,7 @@ def test_classify_hook_sees_the_compiled_level(pytester: pytest.Pytester) -> Non
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cache_counts_travel_from_xdist_workers(pytester: pytest.Pytester) -> None:
     make_project(
         pytester,
@@ -321,6 +327,7 @@ def test_cache_counts_travel_from_xdist_workers(pytester: pytest.Pytester) -> No
         assert platforms_of(report_of(pytester), "test_eigh")["cpu"]["compiled"]["vendor"] == 1
 
 
+@pytest.mark.slow
 def test_a_changed_source_line_is_a_cache_miss(pytester: pytest.Pytester) -> None:
     make_project(
         pytester,
@@ -351,6 +358,7 @@ def test_a_changed_source_line_is_a_cache_miss(pytester: pytest.Pytester) -> Non
 # --- cuda: deviceless, with the plugin -----------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_deviceless_cuda_conv_is_one_cudnn_and_eigh_one_cusolver(
     pytester: pytest.Pytester,
@@ -416,6 +424,7 @@ def test_deviceless_cuda_conv_is_one_cudnn_and_eigh_one_cusolver(
     assert shown.count("deviceless compilation does not autotune") == 1
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_deviceless_matmuls_show_prediction_versus_compiled(pytester: pytest.Pytester) -> None:
     make_project(
@@ -450,6 +459,7 @@ def test_deviceless_matmuls_show_prediction_versus_compiled(pytester: pytest.Pyt
     assert "does not autotune" in md
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_deviceless_cuda_compiles_a_sharded_program_for_as_many_gpus(
     pytester: pytest.Pytester,
@@ -628,6 +638,7 @@ def _gpu_driver_present() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_gpu_driver_present(), reason="a CUDA driver is present: capture would work")
 def test_capture_target_without_a_gpu_exits_2_with_one_line() -> None:
     done = subprocess.run(
@@ -731,6 +742,7 @@ def test_a_compile_error_is_recorded_and_budgets_fall_back_to_lowered() -> None:
     )
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_deviceless_cuda_compiles_programs_with_host_callbacks(pytester: pytest.Pytester) -> None:
     """A compile-only GPU has no client for a callback to call back into: each callback
@@ -781,6 +793,7 @@ def test_deviceless_cuda_compiles_programs_with_host_callbacks(pytester: pytest.
     assert printed["libraries"].get("cublas", 0) + printed["xla_kinds"].get("triton-gemm", 0) == 1
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_deviceless_cuda_compiles_a_callback_inside_a_librarys_primitive(
     pytester: pytest.Pytester,
@@ -814,6 +827,7 @@ def test_deviceless_cuda_compiles_a_callback_inside_a_librarys_primitive(
     assert cuda["lowered"]["meta"] == 1
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_deviceless_cuda_compiles_a_sharded_program_with_host_callbacks(
     pytester: pytest.Pytester,

@@ -1,4 +1,6 @@
-"""Unit tests of config parsing, validation messages and precedence (no pytest plumbing)."""
+"""Tests of pytest_jaxport.model.config, model.pyproject, model.validators and model.marker.
+
+Unit tests of config parsing, validation messages and precedence (no pytest plumbing)."""
 
 from __future__ import annotations
 

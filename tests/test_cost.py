@@ -1,4 +1,6 @@
-"""Runtime share arithmetic, roofline peaks, kernels to rewrite and the days model."""
+"""Tests of pytest_jaxport.model.cost, model.runtime_share and model.roofline.
+
+Runtime share arithmetic, roofline peaks, kernels to rewrite and the days model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Deviceless CUDA compilation, for real: skipped, with the reason, where the plugin is absent.
+"""Tests of pytest_jaxport._jax.deviceless and model.gpu.
+
+Deviceless CUDA compilation, for real: skipped, with the reason, where the plugin is absent.
 
 Run with the jax CUDA plugin installed at the jaxlib version and ``JAX_PLATFORMS=cpu``;
 no GPU needed. The target-loading tests run everywhere.
@@ -191,6 +193,7 @@ def test_a_dot_xla_always_makes_elementwise_is_no_library_call_lowered_or_compil
         assert lowered.xla_kinds.get("strength-reduced-dot", 0) >= 1
 
 
+@pytest.mark.slow
 def test_fft_is_cufft_and_a_pallas_kernel_is_one_custom_kernel(h100: str) -> None:
     import jax
     import jax.numpy as jnp
@@ -290,6 +293,7 @@ def test_capture_on_a_gpu_returns_a_description_that_compiles() -> None:
     assert "ENTRY" in deviceless_compile(jnp.sin, (jnp.zeros(4),), {}, target_config=text)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_gpu_driver_present(), reason="a CUDA driver is present")
 def test_prefer_deviceless_makes_the_plugin_usable_without_jax_platforms(h100: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}

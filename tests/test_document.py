@@ -1,4 +1,6 @@
-"""The typed report (issue 40): a recorded report reads back as the JSON it is, and a wrong
+"""Tests of pytest_jaxport.report.document and report.reader.
+
+The typed report (issue 40): a recorded report reads back as the JSON it is, and a wrong
 field anywhere is refused at load, naming the file and its place."""
 
 from __future__ import annotations

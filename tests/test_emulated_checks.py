@@ -1,4 +1,6 @@
-"""Emulated platforms through pytest (issue 24): a check run on the CPU as an absent platform
+"""Tests of pytest_jaxport.fixture's emulation (_jax.emulate) through pytest.
+
+Emulated platforms through pytest (issue 24): a check run on the CPU as an absent platform
 would compute it, compared with the reference like a present platform, labelled
 ``tpu (emulated on cpu)`` in every format, saved and merged across CI legs.
 
@@ -162,6 +164,7 @@ def has_gpu_interpret_mode() -> bool:
 # -- hand-written kernels -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
     project: pytest.Pytester,
@@ -210,6 +213,7 @@ def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
     assert (violation["platform"], violation["key"]) == ("tpu", "emulated_numerics")
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_a_kernel_that_fails_in_interpret_mode_fails_the_check_with_its_error(
     project: pytest.Pytester,
@@ -285,6 +289,7 @@ def test_a_wrong_mosaic_gpu_kernel_fails_where_jax_can_interpret_it(
 DEMO_KERNEL = Path(__file__).resolve().parents[1] / "examples/demo/src/demo_models/pallas_kernel.py"
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_the_demos_kernel_matches_the_reference_emulated_for_tpu_and_cuda(
@@ -374,6 +379,7 @@ def test_default_precision_fails_on_the_tpu_emulation_and_highest_passes(
     assert highest["emulated_numerics"]["max_abs_err"] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_emulate_from_pyproject_the_command_line_and_the_marker(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(
@@ -429,6 +435,7 @@ def test_marker(jaxport):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pytester) -> None:
     """The failure, the problems line and the JSON name the table, the marker or the default
@@ -484,6 +491,7 @@ def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pyteste
 # -- every format -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_every_format_labels_the_emulation(project: pytest.Pytester, tmp_path: Path) -> None:
     project.makepyfile(test_doubled=DOUBLED_TEST)
@@ -584,6 +592,7 @@ def test_a_wrong_emulate_in_a_marker_fails_that_test(project: pytest.Pytester) -
 # -- the cost of emulation off ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_emulation_off_never_imports_the_engine(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_imports="""
@@ -620,6 +629,7 @@ def emulations(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_xdist_gives_the_same_emulations(project: pytest.Pytester) -> None:
     project.makepyfile(test_precision=PRECISION_TEST, test_doubled=DOUBLED_TEST)
@@ -631,6 +641,7 @@ def test_xdist_gives_the_same_emulations(project: pytest.Pytester) -> None:
     assert split["summary"]["violations"] == alone["summary"]["violations"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("emulates tpu, which must be absent: a present platform is executed")
 def test_emulated_outputs_are_saved_merged_and_checked_against_the_hardware(
     project: pytest.Pytester, capsys: pytest.CaptureFixture[str]

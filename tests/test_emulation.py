@@ -1,4 +1,6 @@
-"""Emulating a platform on the CPU (issue 24): its platform_dependent branch, its Pallas
+"""Tests of pytest_jaxport._jax.emulate, model.emulation and model.interpreters.
+
+Emulating a platform on the CPU (issue 24): its platform_dependent branch, its Pallas
 kernels in the matching interpret mode, its default-precision float32 dots rounded to the
 format it multiplies in.
 
@@ -205,6 +207,7 @@ def test_a_wrong_tpu_kernel_behind_a_correct_fallback_is_caught() -> None:
     assert f"Pallas kernel _double_rows at {kernel_site}: run in TPU interpret mode" in message
 
 
+@pytest.mark.slow
 def test_a_kernel_failing_in_interpret_mode_is_the_runs_error_and_the_next_emulation_runs(
     demo: ModuleType,
 ) -> None:
@@ -393,6 +396,7 @@ def rounded_everywhere(x: jax.Array, w: jax.Array, rnd: Callable[[Any], Any]) ->
     return smooth(y) + sharp(y)
 
 
+@pytest.mark.slow
 def test_dots_are_rounded_inside_every_control_flow_and_custom_rule() -> None:
     x = jax.random.normal(jax.random.key(0), (8, 8), jnp.float32)
     w = jax.random.normal(jax.random.key(1), (8, 8), jnp.float32) / 3
@@ -412,6 +416,7 @@ def test_dots_are_rounded_inside_every_control_flow_and_custom_rule() -> None:
     assert sites == {(line_of(rounded_everywhere, "return rnd(a) @ rnd(b)"), 8)}
 
 
+@pytest.mark.slow
 def test_a_convolution_is_rounded_too() -> None:
     x = jax.random.normal(jax.random.key(2), (1, 3, 9, 9), jnp.float32)
     k = jax.random.normal(jax.random.key(3), (4, 3, 3, 3), jnp.float32)
@@ -529,6 +534,7 @@ def test_a_dot_inside_shard_map_is_computed_as_on_cpu_and_the_report_says_so() -
     )
 
 
+@pytest.mark.slow
 def test_the_emulation_benchmark_runs(tmp_path: Path) -> None:
     """benchmarks/overhead/emulation.py stays runnable (it asserts no timing; this neither)."""
     import json

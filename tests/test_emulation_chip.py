@@ -1,4 +1,6 @@
-"""The tpu emulation held to what the chip computed (issue 49), on a machine without a TPU.
+"""Tests of pytest_jaxport._jax.emulate against the chip's recorded outputs.
+
+The tpu emulation held to what the chip computed (issue 49), on a machine without a TPU.
 
 TPU v5 lite's outputs for every case of ``benchmarks/corpora/chip_corpus.py`` are recorded in
 ``benchmarks/results/emulation-chip-tpu-v5-lite.npz`` (jax 0.10.2, libtpu 0.0.42.1; the
@@ -48,6 +50,7 @@ def test_the_recording_names_its_chip() -> None:
     assert (errors["kind"], errors["libtpu"]) == ("TPU v5 lite", "0.0.42.1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", [s.name for s in emulation_chip.SETTINGS])
 def test_no_emulated_match_where_the_chip_differs_and_both_errors_within_3x(
     against_chip: dict[str, Any], setting: str
@@ -64,6 +67,7 @@ def test_no_emulated_match_where_the_chip_differs_and_both_errors_within_3x(
     assert summary["cases"] == len(CASES)
 
 
+@pytest.mark.slow
 def test_what_the_emulation_computes_as_the_chip_does_matches_it(
     against_chip: dict[str, Any],
 ) -> None:
@@ -92,6 +96,7 @@ def test_the_emulated_cumsum_is_the_chips_bit_for_bit() -> None:
     assert not np.array_equal(np.asarray(jax.jit(case.fn)(*case.inputs())), chip)
 
 
+@pytest.mark.slow
 def test_the_dry_run_writes_every_file_with_the_chip_not_measured(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.validation.emulation_chip", "--out-dir",
@@ -113,6 +118,7 @@ def test_the_dry_run_writes_every_file_with_the_chip_not_measured(tmp_path: Path
 CALIBRATE = ROOT / "calibration" / "calibrate.py"
 
 
+@pytest.mark.slow
 def test_the_shipped_bounds_are_the_recorded_measurement_adopted(tmp_path: Path) -> None:
     """``pytest_jaxport/chip_errors.json`` is what ``calibrate.py chip-errors`` makes of the
     chip's recorded results: no bound is edited by hand."""
@@ -130,6 +136,7 @@ def test_the_shipped_bounds_are_the_recorded_measurement_adopted(tmp_path: Path)
     assert "TPU v5 lite: 44 ops, 9 exact" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_dry_runs_numbers_are_refused_as_bounds(tmp_path: Path) -> None:
     results = json.loads((RESULTS / "chip-errors-tpu-v5-lite.json").read_text())
     results["device"].update(kind="not measured: no TPU", platform="cpu")

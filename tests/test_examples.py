@@ -1,4 +1,6 @@
-"""examples/demo runs as its README says: 1 designed failure, the rest pass, honest counts.
+"""Tests of examples/demo, run as a user runs it (the whole plugin, end to end).
+
+examples/demo runs as its README says: 1 designed failure, the rest pass, honest counts.
 
 The demo is copied to a temporary folder and run with ``sys.executable -m pytest``, exactly
 as a user runs it: once per session, shared by pytest-xdist workers, so the file stays fast.
@@ -28,6 +30,8 @@ from helpers import exclusive
 from pytest_jaxport.report.files import load
 from pytest_jaxport.view.display import HOTSPOT_ROWS
 from pytest_jaxport.view.viewmodel.build import build_view
+
+pytestmark = pytest.mark.slow  # the demo, run as a user runs it
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")

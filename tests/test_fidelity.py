@@ -1,4 +1,6 @@
-"""The fidelity harness (benchmarks/fidelity/run.py) stays runnable, and its CI check bites.
+"""Tests of benchmarks/fidelity/run.py (the fidelity harness and its CI check).
+
+The fidelity harness (benchmarks/fidelity/run.py) stays runnable, and its CI check bites.
 
 The harness runs in subprocesses on a slice of its corpus, as CI and users run it. Nothing
 here asserts a timing or an estimate's accuracy (benchmarks/ measures those); what is
@@ -39,6 +41,7 @@ def harness(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_harness_records_counts_shares_and_numerics(
     tmp_path: Path, measured_basis: str
 ) -> None:
@@ -86,6 +89,7 @@ def test_the_harness_records_counts_shares_and_numerics(
     assert "| fft_filter small fwd | ducc 2 | ducc 2 | 100% |" in md
 
 
+@pytest.mark.slow
 def test_the_agreement_check_fails_when_agreement_drops(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline.json"
     slice_ = ("--programs", "mlp,fft_filter", "--sizes", "small")

@@ -1,4 +1,6 @@
-"""A home platform other than cuda (issue 41): ``[tool.jaxport] home`` sets the platform
+"""Tests of [tool.jaxport] home: pytest_jaxport.model.config, report.summary and the view.
+
+A home platform other than cuda (issue 41): ``[tool.jaxport] home`` sets the platform
 moving is measured from, for the kernels to rewrite, the fallbacks, the days, the budgets
 and every rendering; the report states it, and a report that does not reads as cuda."""
 
@@ -220,6 +222,7 @@ def _legs(pytester: pytest.Pytester, homes: tuple[str, str]) -> list[Path]:
     return paths
 
 
+@pytest.mark.slow
 def test_merging_legs_of_different_homes_is_an_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_scale=TPU_KERNEL_SUITE)
     tpu, gpu = _legs(pytester, ("tpu", "cuda"))

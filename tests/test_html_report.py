@@ -1,4 +1,6 @@
-"""The HTML report: built from a real pytester run, checked as text and in headless Chromium."""
+"""Tests of pytest_jaxport.view.html.
+
+The HTML report: built from a real pytester run, checked as text and in headless Chromium."""
 
 from __future__ import annotations
 
@@ -164,6 +166,7 @@ def _bars(page: str) -> int:
 # -- the page as text ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_problems_first_then_the_numbers_and_labels(report: dict[str, Any]) -> None:
     full = add_three_numbers(report)
     page = html_report.html(typed(full))
@@ -406,6 +409,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_loads_in_chromium_without_console_errors(report: dict[str, Any], tmp_path: Path) -> None:
     page = tmp_path / "report.html"
@@ -472,6 +476,7 @@ def long_basis_labels(report: dict[str, Any]) -> dict[str, Any]:
     return full
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_runtime_share_tables_fit_1280_to_1920_pixels(
     report: dict[str, Any], tmp_path: Path
@@ -488,6 +493,7 @@ def test_runtime_share_tables_fit_1280_to_1920_pixels(
             assert table["libs"] >= 150, (width, table)  # libraries readable, not one letter
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_chromium_harness_sees_console_errors(tmp_path: Path) -> None:
     """The check above would catch an error: a page that throws and fetches is reported."""
@@ -500,6 +506,7 @@ def test_chromium_harness_sees_console_errors(tmp_path: Path) -> None:
     assert any("Content Security Policy" in line for line in console), console
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_screenshot_script(report: dict[str, Any], tmp_path: Path) -> None:
     source = tmp_path / "r.json"

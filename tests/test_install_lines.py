@@ -1,4 +1,6 @@
-"""Every install line a user reads works today (issue 50): pytest-jaxport is not on PyPI yet,
+"""Tests of the install lines: pytest_jaxport.version.INSTALLED_FROM, the docs, the messages.
+
+Every install line a user reads works today (issue 50): pytest-jaxport is not on PyPI yet,
 so a line that installs it by name alone (``pip install "pytest-jaxport[cuda]"``, a CI job's
 ``pip install -e .`` that leaves the ``jaxport`` command to a dependency by name) finds
 nothing. The README, the docs, the examples and the plugin's own messages are read here,

@@ -1,4 +1,6 @@
-"""The audit's interception layer on the installed JAX: every patch point, for real.
+"""Tests of pytest_jaxport._jax.interception.
+
+The audit's interception layer on the installed JAX: every patch point, for real.
 
 This module is the compatibility test the audit needs on each JAX release CI covers (the
 newest, 0.10.2, and the floor 0.6.2): every private name of ``pytest_jaxport._jax.interception``
@@ -449,6 +451,7 @@ def test_trace_fails():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("filtering", ["auto", "off"])
 def test_a_test_that_fails_while_jax_traces_its_jit_shows_the_same_traceback_under_the_audit(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, filtering: str

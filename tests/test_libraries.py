@@ -1,4 +1,6 @@
-"""Real JAX code as its users write it, through pytester: typed PRNG keys in arguments,
+"""Tests of pytest_jaxport.fixture and _jax.arguments on library code.
+
+Real JAX code as its users write it, through pytester: typed PRNG keys in arguments,
 outputs and model state; functions already jitted with static arguments; flax (nnx and
 linen), equinox, haiku and optax models as the checked function and as its arguments.
 
@@ -56,6 +58,7 @@ def saved(project: pytest.Pytester, check: dict[str, Any], platform: str = "cpu"
 # -- typed PRNG keys --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_typed_key_outputs_are_compared_and_saved_without_pickle(
     project: pytest.Pytester,
 ) -> None:
@@ -101,6 +104,7 @@ def test_typed_key_outputs_are_compared_and_saved_without_pickle(
         assert zipfile.is_zipfile(path)
 
 
+@pytest.mark.slow
 def test_vmap_with_a_key_argument_batches_split_keys(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_vmap="""
@@ -133,6 +137,7 @@ def test_vmap_with_a_key_argument_batches_split_keys(project: pytest.Pytester) -
     assert grad.path == "['args[1]']"
 
 
+@pytest.mark.slow
 def test_flax_nnx_dropout_state_with_rngs_is_an_output(project: pytest.Pytester) -> None:
     needs("flax.nnx")
     project.makepyfile(
@@ -174,6 +179,7 @@ def test_flax_nnx_dropout_state_with_rngs_is_an_output(project: pytest.Pytester)
 # -- functions already jitted with static arguments ------------------------------------------
 
 
+@pytest.mark.slow
 def test_jitted_function_keeps_its_static_arguments(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_static="""
@@ -226,6 +232,7 @@ def test_jitted_function_keeps_its_static_arguments(project: pytest.Pytester) ->
 # -- library models ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_equinox_module_as_the_checked_function_and_as_an_argument(
     project: pytest.Pytester,
 ) -> None:
@@ -276,6 +283,7 @@ def test_equinox_module_as_the_checked_function_and_as_an_argument(
     assert len(grads) == 7  # 3 weights, 3 biases, the input
 
 
+@pytest.mark.slow
 def test_flax_nnx_module_checked_directly_and_split(project: pytest.Pytester) -> None:
     nnx = needs("flax.nnx")
     module_is_pytree = bool(jax.tree_util.tree_leaves(nnx.Linear(2, 2, rngs=nnx.Rngs(0))))
@@ -317,6 +325,7 @@ def test_flax_nnx_module_checked_directly_and_split(project: pytest.Pytester) ->
         assert module["MLP"]["platforms"]["cuda"]["lowered"]["libraries"] == {"cublas": 2}
 
 
+@pytest.mark.slow
 def test_flax_linen_apply_with_a_dropout_key(project: pytest.Pytester) -> None:
     needs("flax.linen")
     project.makepyfile(
@@ -350,6 +359,7 @@ def test_flax_linen_apply_with_a_dropout_key(project: pytest.Pytester) -> None:
     assert check["platforms"]["cuda"]["lowered"]["libraries"] == {"cublas": 2}
 
 
+@pytest.mark.slow
 def test_haiku_transform_and_apply_with_an_rng(project: pytest.Pytester) -> None:
     needs("haiku")
     project.makepyfile(
@@ -379,6 +389,7 @@ def test_haiku_transform_and_apply_with_an_rng(project: pytest.Pytester) -> None
     assert check["platforms"]["cuda"]["lowered"]["libraries"] == {"cublas": 2}
 
 
+@pytest.mark.slow
 def test_optax_training_step(project: pytest.Pytester) -> None:
     needs("optax")
     project.makepyfile(
@@ -460,6 +471,7 @@ def test_a_deep_library_stack_still_points_at_the_users_line(project: pytest.Pyt
     assert kernel["location"] == "test_deep.py:11"
 
 
+@pytest.mark.slow
 def test_library_lines_are_shown_relative_to_site_packages(project: pytest.Pytester) -> None:
     """Compiled for cpu, an nnx Linear's dot carries the line inside flax where JAX keeps no
     call stack in the compiled program (jax 0.6): shown as ``flax/nnx/nn/linear.py``, never

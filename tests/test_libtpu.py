@@ -1,4 +1,6 @@
-"""The compiled level for tpu without a TPU (issue 48): libtpu in its worker process.
+"""Tests of pytest_jaxport._jax.libtpu, _jax.tpu_worker and model.libtpu.
+
+The compiled level for tpu without a TPU (issue 48): libtpu in its worker process.
 
 The pure parts (which jax/libtpu pairs go together, the topology a program compiles for,
 the compiler's error as a finding says it, the configuration) run everywhere. The end-to-end
@@ -363,6 +365,7 @@ def test_an_uncompilable_tpu_generation_is_a_usage_error(pytester: pytest.Pytest
     )
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pytester) -> None:
     """The runtime's routines counted as libtpu's at the check's line, at both levels alike;
@@ -489,6 +492,7 @@ def test_tpu_compiles_deviceless_with_the_compilers_answers(pytester: pytest.Pyt
     assert _checks(pytester, "r2.json") == checks
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_compile_past_the_time_limit_is_a_finding_and_the_run_goes_on(
     pytester: pytest.Pytester,
@@ -596,6 +600,7 @@ def test_a_sharded_program_compiles_for_a_slice_and_counts_its_collectives(
     assert tpu["compiled"]["target"] == "v5e:2x2"
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_audit_compiles_tpu_and_counts_the_runtimes_routines(
     pytester: pytest.Pytester,
@@ -639,6 +644,7 @@ def test_the_audit_compiles_tpu_and_counts_the_runtimes_routines(
     assert kernel["location"] == ("test_tpu.py:9" if UNPLACED else lowered)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_under_xdist_each_worker_compiles_and_the_report_is_the_same(
     pytester: pytest.Pytester,
@@ -671,6 +677,7 @@ def test_under_xdist_each_worker_compiles_and_the_report_is_the_same(
     )
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_worker_that_dies_is_a_finding_not_a_crash(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
@@ -733,6 +740,7 @@ def test_a_worker_that_dies_is_a_finding_not_a_crash(
     result.stdout.no_fnmatch_line("*compiled for tpu*")
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_test_process_never_loads_libtpu_on_a_machine_without_a_tpu(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
@@ -769,6 +777,7 @@ def test_the_test_process_never_loads_libtpu_on_a_machine_without_a_tpu(
     result.stdout.fnmatch_lines(["*tpu   vendor   3  custom   0  (libtpu 3)  [[]compiled *"])
 
 
+@pytest.mark.slow
 def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -799,6 +808,7 @@ def test_without_compile_tpu_nothing_of_libtpu_is_loaded(
     result.stdout.fnmatch_lines(["*tpu   vendor   3  custom   0  (libtpu 3)  [[]lowered[]]*"])
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_worker_starts_early_on_an_empty_cache_at_a_miss_otherwise_never_when_cached(
     pytester: pytest.Pytester,

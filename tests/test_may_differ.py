@@ -1,4 +1,6 @@
-"""The third state of an emulation (issue 49): *may differ*. An emulated check whose outputs
+"""Tests of the third state: pytest_jaxport.model.probe.emulated_status, model.emulation.
+
+The third state of an emulation (issue 49): *may differ*. An emulated check whose outputs
 matched, but where an op the emulation cannot compute as the chip does (tanh here) has a
 measured error on TPU v5 lite that moves them beyond the tolerance. Said in every format,
 counted in the headline, failing its test unless ``may_differ = "warn"``.
@@ -108,6 +110,7 @@ def test_a_check_that_may_differ_on_the_chip_fails_by_default_and_says_why(
     assert '<property name="jaxport.squash.tpu.emulated" value="match"' in xml
 
 
+@pytest.mark.slow
 def test_may_differ_warn_passes_with_a_warning_never_silently(project: pytest.Pytester) -> None:
     project.makepyprojecttoml(
         """
@@ -212,6 +215,7 @@ def test_every_format_names_the_third_state_and_the_headline_counts_it(
     assert "1 check may differ on tpu (emulated)" in shown
 
 
+@pytest.mark.slow
 def test_xdist_gives_the_same_third_state(project: pytest.Pytester) -> None:
     serial, alone = run_json(project)
     parallel, split = run_json(project, "-n", "2")

@@ -1,4 +1,6 @@
-"""Merging CI legs, cross-leg numerics, report diffs and baselines (pure, no pytest runs)."""
+"""Tests of pytest_jaxport.report.merge and report.baseline.
+
+Merging CI legs, cross-leg numerics, report diffs and baselines (pure, no pytest runs)."""
 
 from __future__ import annotations
 
@@ -976,6 +978,7 @@ def strip_provenance(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     return tests
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(report=any_report(), value=st.floats(-1e6, 1e6, width=32))
 def test_merging_a_report_with_itself_is_consistent_and_idempotent(

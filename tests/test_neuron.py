@@ -1,4 +1,6 @@
-"""``neuron`` (AWS Trainium, Inferentia2) is not a described platform yet (issue 41), and
+"""Tests of pytest_jaxport.model.platforms: neuron, not a described platform.
+
+``neuron`` (AWS Trainium, Inferentia2) is not a described platform yet (issue 41), and
 these tests pin why, so that a JAX that starts lowering it differently is noticed
 (``docs/compatibility.md``, section "neuron").
 

@@ -1,4 +1,6 @@
-"""Never a number the tool did not measure (issue 50): a move to a target nobody lowered has
+"""Tests of pytest_jaxport.report.summary.not_lowered and what every format says of it.
+
+Never a number the tool did not measure (issue 50): a move to a target nobody lowered has
 no kernels to rewrite and no days (not 0), in every format, the merge and the audit, and a
 rewrite budget on it cannot pass; a budget for a platform nothing lowers is refused."""
 
@@ -75,6 +77,7 @@ def test_migrate_to_naming_a_platform_not_lowered_is_refused() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_leg_that_does_not_lower_a_target_says_so_everywhere(
     pytester: pytest.Pytester,
 ) -> None:
@@ -202,6 +205,7 @@ def test_a_leg_narrower_than_its_budgets_says_which_it_does_not_judge(
 BROKEN = "import not_a_module_anywhere\n\n\ndef test_never_runs():\n    pass\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dist", [(), ("-n", "2")], ids=["serial", "xdist"])
 def test_a_collection_error_says_tests_did_not_run(
     pytester: pytest.Pytester, dist: tuple[str, ...]
@@ -232,6 +236,7 @@ def test_a_collection_error_says_tests_did_not_run(
     assert "None: every" not in markdown
 
 
+@pytest.mark.slow
 def test_a_merge_of_a_leg_whose_tests_did_not_run_is_not_green(
     pytester: pytest.Pytester,
 ) -> None:

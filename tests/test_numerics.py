@@ -596,6 +596,7 @@ def test_property_perturbation_beyond_tolerance_fails_at_that_index(
     assert mismatch.abs_err > atol + rtol * abs(ref[index])
 
 
+@pytest.mark.slow
 @given(perturbed(), st.data())
 @settings(max_examples=200)
 def test_property_perturbation_within_half_tolerance_passes(

@@ -1,4 +1,6 @@
-"""oneapi (Intel GPUs) as a platform like the others (issue 41).
+"""Tests of pytest_jaxport.model.platforms's oneapi description, end to end.
+
+oneapi (Intel GPUs) as a platform like the others (issue 41).
 
 On a JAX that lowers for oneapi with its solver calls (0.12+), a check counts oneMKL,
 oneDNN, oneCCL and jaxlib's oneapi kernels, a Pallas kernel is a kernel to rewrite, and
@@ -109,6 +111,7 @@ print(json.dumps(found))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @needs_oneapi_jax
 def test_a_oneapi_census_counts_onemkl_onednn_oneccl_and_jaxlib(
     pytester: pytest.Pytester,
@@ -198,6 +201,7 @@ def test_a_pallas_kernel_does_not_lower_for_oneapi_and_is_a_kernel_to_rewrite(
     result.stdout.fnmatch_lines(["*oneapi: does not lower*"])
 
 
+@pytest.mark.slow
 @needs_oneapi_jax
 def test_oneapi_survives_every_format_and_a_merge(pytester: pytest.Pytester) -> None:
     """The JSON report read back, ``jaxport show`` in text, Markdown and HTML, and

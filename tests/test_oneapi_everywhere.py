@@ -1,4 +1,6 @@
-"""oneapi in every place a platform travels (issue 41): every report format, ``jaxport
+"""Tests of oneapi (pytest_jaxport.model.platforms) in every report, merge and baseline.
+
+oneapi in every place a platform travels (issue 41): every report format, ``jaxport
 merge`` of two legs, a baseline written then compared, ``jaxport diff`` and the suite audit.
 
 One small suite, a oneMKL solve and a Pallas kernel (no pallas_call rule for oneapi: a kernel
@@ -136,6 +138,7 @@ def test_every_format_carries_oneapis_counts_and_numbers(project: pytest.Pyteste
     )
 
 
+@pytest.mark.slow
 def test_a_merge_of_two_legs_keeps_oneapi(project: pytest.Pytester) -> None:
     """Two CI legs, each lowering for oneapi (one without cuda): the merged report holds
     oneapi's counts from both legs, and its Markdown names them."""
@@ -159,6 +162,7 @@ def test_a_merge_of_two_legs_keeps_oneapi(project: pytest.Pytester) -> None:
     assert "onemkl" in (project.path / "m.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_baseline_ratchets_oneapis_counts_and_diff_shows_them(
     project: pytest.Pytester,
 ) -> None:

@@ -1,4 +1,6 @@
-"""Real library code on oneapi (issue 41): flax nnx, equinox and lineax models checked with
+"""Tests of oneapi (pytest_jaxport.model.platforms) on library code.
+
+Real library code on oneapi (issue 41): flax nnx, equinox and lineax models checked with
 ``jaxport.check`` for ``platforms = ["cpu", "cuda", "oneapi"]``, and a suite of their jitted
 steps audited with oneapi among the platforms, serially and with ``-n 2``.
 
@@ -173,6 +175,7 @@ def _audit(pytester: pytest.Pytester, *args: str) -> dict[str, Any]:
     return audit
 
 
+@pytest.mark.slow
 def test_a_real_library_suite_audited_with_oneapi_is_the_same_serial_and_with_n2(
     pytester: pytest.Pytester,
 ) -> None:

@@ -1,4 +1,6 @@
-"""Saved outputs: .npz without pickle, stable file names, extended dtypes, refusals."""
+"""Tests of pytest_jaxport.report.outputs.
+
+Saved outputs: .npz without pickle, stable file names, extended dtypes, refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The package as an index takes it (issue 42): its metadata, its long description's links,
+"""Tests of the package as built (pyproject.toml, MANIFEST.in, the wheel).
+
+The package as an index takes it (issue 42): its metadata, its long description's links,
 the wheel built from the tracked files with every module and data file in it, ``twine check``;
 and, in .ci/run's wheel leg (``JAXPORT_EXPECT_INSTALLED=1``), that the tests ran against the
 installed wheel, not this checkout."""
@@ -70,6 +72,7 @@ def _tracked(prefix: str) -> set[str]:
     return {line for line in out.splitlines() if line}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("JAXPORT_EXPECT_INSTALLED") == "1",
     reason="the wheel leg builds and checks the wheel itself",

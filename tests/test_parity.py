@@ -1,4 +1,6 @@
-"""Census parity across JAX releases: this JAX's census of the corpus is the recorded one.
+"""Tests of pytest_jaxport.model.census across JAX releases (tests/parity_corpus.py).
+
+Census parity across JAX releases: this JAX's census of the corpus is the recorded one.
 
 ``tests/data/census_parity.json`` records each case's census per platform on the floor
 release and every change a later release brought, with why; ``tests/parity_corpus.py`` says
@@ -38,6 +40,7 @@ def _fresh_jax_caches() -> Iterator[None]:
     jax.clear_caches()
 
 
+@pytest.mark.slow
 def test_the_record_covers_the_corpus_and_explains_every_change() -> None:
     assert set(RECORD["cases"]) == set(corpus())
     releases = [release(r) for r in RECORD["releases"]]

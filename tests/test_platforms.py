@@ -1,4 +1,6 @@
-"""Targets as data (issue 41): each platform is described once in
+"""Tests of pytest_jaxport.model.platforms and the tables derived from it.
+
+Targets as data (issue 41): each platform is described once in
 ``pytest_jaxport/model/platforms.py``, and every table that names platforms is derived from
 those descriptions, so adding a platform is one description plus tests."""
 

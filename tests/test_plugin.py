@@ -1,4 +1,6 @@
-"""End-to-end behaviour through pytester: marker, fixture, budgets, report, errors."""
+"""Tests of pytest_jaxport.plugin and pytest_jaxport.session, end to end.
+
+End-to-end behaviour through pytester: marker, fixture, budgets, report, errors."""
 
 from __future__ import annotations
 
@@ -324,6 +326,7 @@ def test_must_lower_violation_names_platform(project: pytest.Pytester) -> None:
     assert recorded["checks"][0]["platforms"]["rocm"]["lowered"]["vendor"] >= 1
 
 
+@pytest.mark.slow
 def test_several_checks_per_test_each_budgeted(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_many="""
@@ -524,6 +527,7 @@ def test_disabled_with_p_no_jaxport(pytester: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("jaxport:*")
 
 
+@pytest.mark.slow
 def test_no_jax_import_without_portable_tests(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_plain="""
@@ -799,6 +803,7 @@ def test_a_misspelt_jaxport_table_is_warned_about_at_its_line(pytester: pytest.P
     pytester.runpytest("-W", "error").assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_failures_say_what_to_do(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_todo="""
@@ -998,6 +1003,7 @@ def test_markdown_report(project: pytest.Pytester) -> None:
     assert "| `test_md.py::test_md` | passed | eigvals | 1 / 0 · reference | 1 / 0 |" in text
 
 
+@pytest.mark.slow
 def test_two_routines_of_one_library_at_one_line_read_apart_in_every_format(
     project: pytest.Pytester,
 ) -> None:
@@ -1044,6 +1050,7 @@ def test_two_routines_of_one_library_at_one_line_read_apart_in_every_format(
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_xdist_reports_equal_serial(project: pytest.Pytester, measured_basis: str) -> None:
     project.makepyfile(
         test_par="""

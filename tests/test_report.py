@@ -1,4 +1,6 @@
-"""Report round trips, atomic writes, loading refusals, the CLI, xdist parity."""
+"""Tests of pytest_jaxport.report.files, report.build, report.upgrade and cli.
+
+Report round trips, atomic writes, loading refusals, the CLI, xdist parity."""
 
 from __future__ import annotations
 

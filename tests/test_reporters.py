@@ -1,4 +1,6 @@
-"""The report's file formats are one table (``view.reporters.REPORTERS``): the plugin writes
+"""Tests of pytest_jaxport.view.reporters.
+
+The report's file formats are one table (``view.reporters.REPORTERS``): the plugin writes
 each suffix it names with its reporter, and refuses any other suffix by that table."""
 
 from __future__ import annotations

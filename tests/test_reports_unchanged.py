@@ -1,4 +1,6 @@
-"""The package's restructuring changed no report: three real runs against recorded reports.
+"""Tests of the whole package against recorded reports (tests/data/reports/).
+
+The package's restructuring changed no report: three real runs against recorded reports.
 
 Recorded at the commit before the restructuring (issue 22), with jax 0.10.2 on Python 3.11,
 by ``python tests/test_reports_unchanged.py --record``:
@@ -121,6 +123,8 @@ from typing import Any
 
 import pytest
 from helpers import typed
+
+pytestmark = pytest.mark.slow  # three whole runs, and the reports grown to 2,000 tests
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "reports"

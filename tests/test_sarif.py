@@ -1,4 +1,6 @@
-"""Findings where reviewers look (issue 42): the SARIF 2.1.0 log of ``--jaxport-report=
+"""Tests of pytest_jaxport.view.sarif and view.codequality.
+
+Findings where reviewers look (issue 42): the SARIF 2.1.0 log of ``--jaxport-report=
 FILE.sarif``, ``jaxport show --format sarif`` and ``jaxport merge --sarif``, and the GitLab
 Code Quality report of ``--jaxport-report=FILE.codequality.json``.
 
@@ -203,6 +205,7 @@ def show_sarif(report: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, An
 # -- the demo ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_demos_sarif_validates_with_the_cudnn_site_and_the_pallas_kernel(
     demo: DemoRun, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -263,6 +266,7 @@ def demo_xdist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return _demo_under_xdist(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
 
 
+@pytest.mark.slow
 def test_the_demos_budget_violation_is_an_error_annotation_at_the_cudnn_line(
     demo_xdist: tuple[Path, str],
 ) -> None:
@@ -277,6 +281,7 @@ def test_the_demos_budget_violation_is_an_error_annotation_at_the_cudnn_line(
     )
 
 
+@pytest.mark.slow
 def test_fingerprints_are_the_same_across_runs_serial_and_under_xdist(
     demo: DemoRun, demo_xdist: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -289,6 +294,7 @@ def test_fingerprints_are_the_same_across_runs_serial_and_under_xdist(
     assert len(prints) == len(set(prints))  # each alert its own
 
 
+@pytest.mark.slow
 def test_the_demos_code_quality_report_has_the_same_findings(
     demo_xdist: tuple[Path, str],
 ) -> None:
@@ -450,6 +456,7 @@ def test_the_plugin_writes_sarif_and_code_quality_by_suffix(
     assert fingerprints(show_sarif(project.path / "out" / "r.json", capsys)) == fingerprints(log)
 
 
+@pytest.mark.slow
 def test_jaxport_merge_writes_the_legs_findings_as_sarif(
     project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,4 +1,6 @@
-"""The fifth layer's scan: NVIDIA-bound tooling and CI assumptions, found once each.
+"""Tests of pytest_jaxport.model.tooling, model.tooling_rules and model.project_files.
+
+The fifth layer's scan: NVIDIA-bound tooling and CI assumptions, found once each.
 
 A planted repository holds one assumption of each kind in the files real projects keep them
 in, next to decoys that must not be reported: the same strings in ignored, excluded,

@@ -1,4 +1,6 @@
-"""Transformations (``transforms=("grad", "vmap", "jvp")``): each its own check, through pytester.
+"""Tests of pytest_jaxport._jax.transforms through the fixture.
+
+Transformations (``transforms=("grad", "vmap", "jvp")``): each its own check, through pytester.
 
 Expected counts are derived here from JAX's own lowered text of ``jax.grad``/``jax.vmap``
 (``jax.jit(...).trace(...).lower(lowering_platforms=(p,)).as_text()``), not from the plugin.
@@ -77,6 +79,7 @@ def lowered_convolutions(fn, *args) -> dict[str, int]:  # type: ignore[no-untype
     }
 
 
+@pytest.mark.slow
 def test_conv_gradient_counts_more_cudnn_dispatches_than_forward(project: pytest.Pytester) -> None:
     x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
     forward = lowered_convolutions(conv, x, w)
@@ -197,6 +200,7 @@ def test_finding_outside_must_lower_warns_and_passes(project: pytest.Pytester) -
     )
 
 
+@pytest.mark.slow
 def test_finding_is_per_platform_for_a_platform_dependent_kernel(
     project: pytest.Pytester,
 ) -> None:
@@ -269,6 +273,7 @@ def test_vmap_of_a_custom_call_without_batching_rule_is_a_finding(
         )
 
 
+@pytest.mark.slow
 def test_variant_outputs_kwargs_and_jvp(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_values="""
@@ -452,6 +457,7 @@ def test_vmap_argument_stacking_is_deterministic() -> None:
     np.testing.assert_array_equal(b, [[True, False], [False, True]])
 
 
+@pytest.mark.slow
 def test_compiled_level_counts_transformations_too(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject=PROJECT + 'compile = ["cpu"]\n')
     pytester.makepyfile(models=MODELS)

@@ -1,4 +1,6 @@
-"""Every supported JAX release: Pallas GPU kernels lowered without a GPU (Mosaic GPU and
+"""Tests of pytest_jaxport._jax.adapters on every supported JAX release.
+
+Every supported JAX release: Pallas GPU kernels lowered without a GPU (Mosaic GPU and
 Triton), "not lowerable here: needs a GPU" kept apart from "does not lower", the install
 hint for a package JAX imports without declaring it, and runs whose warnings are errors.
 
@@ -138,6 +140,7 @@ def _unknown_gpu_target() -> str:
     return h100.replace('"NVIDIA H100 80GB HBM3"', '"NVIDIA GeForce RTX 3090"')
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings(TRITON_DEPRECATED)
 def test_a_gpu_jax_cannot_be_told_about_is_unknown_not_a_failure(
     pytester: pytest.Pytester,
@@ -186,6 +189,7 @@ def test_a_gpu_jax_cannot_be_told_about_is_unknown_not_a_failure(
     strict.stdout.fnmatch_lines(["*needs a GPU*"])
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings(TRITON_DEPRECATED)
 def test_a_gpu_this_jax_knows_is_described_and_counted(pytester: pytest.Pytester) -> None:
     pytester.makefile(
@@ -209,6 +213,7 @@ def test_a_gpu_this_jax_knows_is_described_and_counted(pytester: pytest.Pytester
     assert "JaxportWarning" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_eig_with_the_cuda_plugin_needs_a_gpu(pytester: pytest.Pytester) -> None:
     """With the CUDA plugin installed (the deviceless leg), JAX's cuda lowering of ``eig``
     asks cuSOLVER for its version: unknown here, not a failure of the code."""
@@ -258,6 +263,7 @@ except lowering.LoweringFailure as e:
 """
 
 
+@pytest.mark.slow
 def test_missing_absl_says_what_to_install() -> None:
     """Pallas on GPU defaults to Mosaic GPU on jax 0.9 and 0.10, which imports absl (a
     dependency of pytest-jaxport; missing after an install without dependencies)."""
@@ -302,6 +308,7 @@ def test_model(jaxport):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_filterwarnings_error_in_the_users_config_stays_clean(
     pytester: pytest.Pytester, workers: str

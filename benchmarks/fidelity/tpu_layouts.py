@@ -8,7 +8,7 @@ Needs ``libtpu`` (``pip install "pytest-jaxport[tpu]"``, or ``libtpu==0.0.42.1``
 against ``jax.experimental.topologies.get_topology_desc(platform="tpu", ...)``, which is the
 chip's own compile (the lent TPU v5e gave the same HLO and ``memory_analysis`` for 17 of 17
 programs). Each run is kept in the results file under its libtpu release, so one file holds
-every release measured; the tests read it (``tests/test_tpu_layout.py``), CI has no libtpu.
+every release measured; the tests read it (``tests/test_tiling.py``), CI has no libtpu.
 
 ``--part layouts`` (``tpu-layouts.json``):
 

@@ -21,7 +21,7 @@ per input range and conditioning (item 10).
   pow, erf_inv, lgamma, tanh), per conditioning and size (lu, inv, solve, slogdet, qr, svd,
   eigh, cholesky, triangular solve), of rfft and its round trip per length, of cumprod per
   length and value range, and of products of bfloat16 inputs with a float32 result per
-  contraction length, in the units ``benchmarks/chip_errors.py`` uses (ulp of the result,
+  contraction length, in the units ``benchmarks/validation/chip_errors.py`` uses (ulp of the result,
   eps times the largest result, eps times the sum of the terms); the chip host's CPU beside.
 
 ``analyse`` (here, no chip) computes each format case on this machine's CPU (JAX), its float64
@@ -494,7 +494,7 @@ def _ulp32(values: np.ndarray) -> np.ndarray:
 
 
 def error_profile(result: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-    """``benchmarks/chip_errors.py``'s measure: the worst error in ulp (``ulp``), that away from
+    """``benchmarks/validation/chip_errors.py``'s measure: the worst error in ulp (``ulp``), that away from
     the result's zeros (``ulp_away``: results of magnitude 1/16 and more) and the absolute part
     near them in eps (``abs_eps``), so ``|err| <= ulp_away * ulp(y) + abs_eps * eps``."""
     result = np.asarray(result, np.float64)

@@ -67,7 +67,7 @@ def matmul_precision() -> str | None:
 
 
 def product_unit(eqn: JaxprEqn) -> str:
-    """Where a TPU computes this product (``model.emulation.dot_unit`` / ``conv_unit``)."""
+    """Where a TPU computes this product (``model.arithmetic.dot_unit`` / ``conv_unit``)."""
     lhs, rhs = (tuple(getattr(v.aval, "shape", ())) for v in eqn.invars[:2])
     params = eqn.params
     if eqn.primitive.name == "dot_general":
@@ -183,7 +183,7 @@ def blocked_cumsum(
     x: object, *, axis: int = -1, reverse: bool = False, stored: object = None
 ) -> jax.Array:
     """The cumulative sum along ``axis`` as the TPU computes it: blocks of
-    :data:`~pytest_jaxport.model.emulation.SCAN_BLOCK` summed in order, the block totals'
+    :data:`~pytest_jaxport.model.arithmetic.SCAN_BLOCK` summed in order, the block totals'
     running sum (blocked the same way) added to each block. ``stored``: the narrow dtype
     of a narrow cumsum, whose blocks, carries and result are stored rounded to it (``x`` in
     float32), as the TPU's program of reduce-windows stores them."""

@@ -16,7 +16,7 @@ on) enters ``timer(name)`` around every stage it runs, with these names:
 - ``compare``: the outputs compared (a check only).
 
 :class:`StageTimer` is the ready-made observer: wall and CPU seconds per stage
-(``benchmarks/inprocess.py`` times a check with it).
+(``benchmarks/overhead/inprocess.py`` times a check with it).
 
 >>> timer = StageTimer()
 >>> with timer("trace"):

@@ -183,7 +183,7 @@ product: multiply and reduce, in float32), or a depthwise convolution."""
 _CHIP = "benchmarks/results/chip-errors-tpu-v5-lite.json"
 _MEASURED = (
     "measured on TPU v5 lite (jax 0.10.2, libtpu 0.0.42.1) against float64 models of each "
-    f"arithmetic ({_CHIP}, benchmarks/chip_errors.py)"
+    f"arithmetic ({_CHIP}, benchmarks/validation/chip_errors.py)"
 )
 _COMPILER = (
     "the TPU compiler's optimized program (libtpu 0.0.42.1, v5e, deviceless): a product with "
@@ -303,7 +303,7 @@ def dot_unit(
     operand has a free dimension (of size 1) or neither operand has any; a batched
     ``(b, k) x (b, k, n)`` product (what ``vmap`` of a vector-matrix product makes) goes to
     the matrix unit (the compiler's optimized program, held to it by
-    ``tests/test_chip_numerics.py``).
+    ``tests/test_arithmetic.py``).
 
     >>> dot_unit((1, 512), (512, 256), ((1,), (0,)), ((), ()))
     'vector'

@@ -1,7 +1,7 @@
 """What a platform's chip was measured to compute: each primitive's error bound (pure).
 
 The bounds are data, shipped as ``pytest_jaxport/chip_errors.json`` (written by
-``calibration/calibrate.py chip-errors`` from a chip's ``benchmarks/chip_errors.py``
+``calibration/calibrate.py chip-errors`` from a chip's ``benchmarks/validation/chip_errors.py``
 results) and read once per process (:func:`chip_bounds`). An emulation moves each op it
 cannot compute as the chip does by its bound (``PlatformProbe.emulated_bounds``).
 
@@ -306,7 +306,7 @@ each window holds, bounded against the sum of their magnitudes."""
 CHIP_ERRORS_FILE = "chip_errors.json"
 """The bounds, shipped inside the package (``pytest_jaxport/chip_errors.json``):
 ``calibration/calibrate.py chip-errors`` writes it from a chip's
-``benchmarks/chip_errors.py`` results, nothing else does."""
+``benchmarks/validation/chip_errors.py`` results, nothing else does."""
 
 EXACT_EVERYWHERE: frozenset[str] = frozenset(
     {

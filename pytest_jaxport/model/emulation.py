@@ -49,7 +49,7 @@ class EmulatedKernel:
     """A kernel the emulation ran in an interpret mode."""
 
     label: str
-    """``Pallas kernel matmul`` (``_jax.adapters.kernel_label``)."""
+    """``Pallas kernel matmul`` (``_jax.adapters.kernel_equation_name``)."""
     location: str
     """The user's ``file:line`` that called it (``""`` where JAX kept none)."""
     interpreter: str

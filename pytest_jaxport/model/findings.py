@@ -173,7 +173,7 @@ class MemoryFootprint:
     """The temporaries the compiler allocates (``None`` where it did not count)."""
     counted: bool = False
     """Whether the argument and output bytes are the compiler's count (``memory_analysis``)
-    rather than summed from the layouts (the two agree: ``tests/test_tpu_layout.py``)."""
+    rather than summed from the layouts (the two agree: ``tests/test_tiling.py``)."""
 
     @property
     def argument_padding(self) -> float:

@@ -178,7 +178,7 @@ _SRC_TPU_TILES = (
 )
 _SRC_JAX_19769 = "jax-ml/jax#19769 (https://github.com/jax-ml/jax/issues/19769)"
 _SRC_REFUSED = (
-    "measured: deviceless libtpu compiles for TPU v5e (benchmarks/tpu_layouts.py --part "
+    "measured: deviceless libtpu compiles for TPU v5e (benchmarks/fidelity/tpu_layouts.py --part "
     "refusals, benchmarks/results/tpu-refusals.json: libtpu 0.0.42.1 with jax 0.10.2, 0.0.52 "
     "with jax 0.12.1)"
 )
@@ -187,7 +187,7 @@ _SRC_REFUSED_CHIP = (
 )
 _SRC_TPU_LAYOUT = (
     "measured: the layouts of deviceless libtpu compiles (TPU v4, v5e, v5p, v6e; libtpu "
-    "0.0.42.1 and 0.0.52) and of the lent TPU v5e (benchmarks/tpu_layouts.py, "
+    "0.0.42.1 and 0.0.52) and of the lent TPU v5e (benchmarks/fidelity/tpu_layouts.py, "
     "benchmarks/results/tpu-layouts.json)"
 )
 _SRC_TPU_MXU = (

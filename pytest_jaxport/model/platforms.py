@@ -290,7 +290,7 @@ CPU = Platform(
         # handlers; jax 0.12.1 lowers lgamma and digamma to the first two, its GPU twins are
         # cu_*/hip_*). Named one by one, not as cpu_*: a project's own FFI kernel may well be
         # called cpu_<something>, and counting it as jaxlib's would hide a rewrite.
-        # tests/test_jaxlib_targets.py holds every target the installed jaxlib registers to
+        # tests/test_classification_jaxlib.py holds every target the installed jaxlib registers to
         # a row that is not a hand-written kernel's.
         "cpu_lgamma_ffi": vendor("jaxlib", "jaxlib-kernel"),
         "cpu_digamma_ffi": vendor("jaxlib", "jaxlib-kernel"),
@@ -485,7 +485,7 @@ TPU = Platform(
     # QrDecompositionBlock, CompactWyHelper, Cholesky; the compiled level's rows, in
     # model/classification.py): counted as libtpu's at the lowered level too, so the two levels
     # agree (70% of the fidelity corpus's small programs' dispatches, 3% as xla:
-    # benchmarks/fidelity_baseline.json, "tpu").
+    # benchmarks/fidelity/baseline.json, "tpu").
     ops={
         "stablehlo.cholesky": vendor("libtpu", "cholesky"),
         "stablehlo.triangular_solve": vendor("libtpu", "triangular-solve"),

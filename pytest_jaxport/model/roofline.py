@@ -163,7 +163,7 @@ class EstimateError:
 ESTIMATE_ERRORS_FILE = "estimate_error.json"
 """The band data, shipped inside the package (``pytest_jaxport/estimate_error.json``): per
 platform and census level; ``calibration/calibrate.py adopt`` writes cuda's from a run on a
-GPU (``benchmarks/gpu_validation.py``)."""
+GPU (``benchmarks/validation/gpu.py``)."""
 
 EVERY_PLATFORM = "*"
 """The key of :func:`read_estimate_errors`'s table that applies to every platform without

@@ -13,10 +13,10 @@ Two sources of a layout, one arithmetic (:attr:`TiledLayout.bytes`):
 - :func:`read_layouts`: the layouts a compiled program prints (the compiled level);
 - :func:`default_layout`: the layout the TPU compiler gives an array nothing constrains, the
   lowered level's model of it. Measured on deviceless libtpu compiles (libtpu 0.0.42.1 and
-  0.0.52; TPU v4, v5e, v5p, v6e alike; ``benchmarks/tpu_layouts.py``): the compiler orders the
-  dimensions so that the two most minor ones pad least (the big dimension minor, a small one
-  out of the tile), takes narrower tiles for few rows (``T(4,128)`` for 3 or 4, ``T(2,128)``,
-  ``T(1,128)``), and among equal layouts keeps the program's order as far as it can.
+  0.0.52; TPU v4, v5e, v5p, v6e alike; ``benchmarks/fidelity/tpu_layouts.py``): the compiler
+  orders the dimensions so that the two most minor ones pad least (the big dimension minor, a
+  small one out of the tile), takes narrower tiles for few rows (``T(4,128)`` for 3 or 4,
+  ``T(2,128)``, ``T(1,128)``), and among equal layouts keeps the program's order as far as it can.
 
 Example::
 

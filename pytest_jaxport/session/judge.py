@@ -332,7 +332,7 @@ class Judge:
     ) -> None:
         """Saved outputs and the baseline ratchet (:mod:`pytest_jaxport.report.ci`), then the
         test's failure: its budget violations and the counts that grew since the baseline,
-        said one way (:func:`~pytest_jaxport.model.budget.failure_text`), and the outputs
+        said one way (:func:`~pytest_jaxport.model.failure.failure_text`), and the outputs
         that could not be saved."""
         ci.record_tolerance(record.checks, resolved)
         problems = ci.save_check_outputs(

@@ -29,7 +29,7 @@ One module per part of the view:
 Where to add something new, once for every format:
 
 - a per-platform figure (a new field of
-  :class:`~pytest_jaxport.report.document.PlatformTotals`, e.g. collectives by kind): one
+  :class:`~pytest_jaxport.report.totals.PlatformTotals`, e.g. collectives by kind): one
   ``Column`` in ``totals.TOTALS_COLUMNS``;
 - a per-check, per-platform fact in the matrix: ``matrix.cell_of``;
 - how a runtime share's basis is labelled (an error band, what was left out):

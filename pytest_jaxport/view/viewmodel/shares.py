@@ -1,6 +1,6 @@
 """The first of the three numbers: each platform's runtime share by layer (pure).
 
-:func:`share_row` reads a :class:`~pytest_jaxport.model.cost.RuntimeShare` into a
+:func:`share_row` reads a :class:`~pytest_jaxport.model.runtime_share.RuntimeShare` into a
 :class:`ShareRow`: its layers, its libraries largest first, how its numbers were obtained
 (measured, or estimated with the estimate's error band, :func:`share_label`), and, where the
 band swallows the split, why it is a ranking and not a share (:func:`ranking_text`).
@@ -37,8 +37,8 @@ class ShareRow:
     short: str = ""
     """``label`` in a few words (``estimated ±37``), where a line has no room for it."""
     ranking: str = ""
-    """Why this estimate is :data:`~pytest_jaxport.model.cost.RANKING` (``within ±37 points,
-    xla's 26% could be 0%``), empty where its numbers read as amounts
+    """Why this estimate is :data:`~pytest_jaxport.model.runtime_share.RANKING` (``within ±37
+    points, xla's 26% could be 0%``), empty where its numbers read as amounts
     (:func:`ranking_text`)."""
     band_points: float | None = None
     """The estimate's error band, ± percentage points (``None`` for a measured share)."""
@@ -51,13 +51,13 @@ class ShareRow:
 def share_label(share: RuntimeShare) -> str:
     """How a runtime share's numbers were obtained, as every format labels them: measured
     (over how many checks, and what was left out) or estimated (from which program, with
-    the estimate's measured error band): :func:`pytest_jaxport.model.cost.share_basis`."""
+    the estimate's measured error band): :func:`pytest_jaxport.model.runtime_share.share_basis`."""
     return share_basis(share.to_dict())
 
 
 def ranking_text(share: RuntimeShare) -> str:
     """``a ranking, not a share: within ±37 points, xla's 26% could be 0%``, the words every
-    format says of an estimate :func:`pytest_jaxport.model.cost.ranking_of` finds its band
+    format says of an estimate :func:`pytest_jaxport.model.runtime_share.ranking_of` finds its band
     swallows; ``""`` where its numbers read as amounts."""
     ranking = ranking_of(share.to_dict())
     if ranking is None:
@@ -92,7 +92,7 @@ def band_spans(layers: Mapping[str, float], band: float | None) -> tuple[tuple[f
 
 
 def share_row(platform: str, share: RuntimeShare) -> ShareRow:
-    said = share.to_dict()  # the words are model.cost's, over a share's JSON form
+    said = share.to_dict()  # the words are model.runtime_share's, over a share's JSON form
     layers = {layer: max(0.0, share.layers.get(layer, 0.0)) for layer in SHARE_LAYERS}
     measured = share.basis == "measured"
     return ShareRow(

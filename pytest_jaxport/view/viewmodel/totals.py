@@ -1,7 +1,7 @@
 """The platform totals: per platform, the suite's counts and libraries (pure).
 
 :func:`totals_of` reads a report's per-platform
-:class:`~pytest_jaxport.report.document.PlatformTotals` (the summary's, or the suite
+:class:`~pytest_jaxport.report.totals.PlatformTotals` (the summary's, or the suite
 audit's) into a :class:`TotalsTable` of the columns of :data:`TOTALS_COLUMNS` that apply;
 :func:`collectives_of` says the collectives by kind and what runs them on each platform.
 
@@ -21,7 +21,7 @@ from pytest_jaxport.view.formatting import number, pct, plural
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Column:
     """One column of the platform totals: a header, how to read it from a platform's
-    :class:`~pytest_jaxport.report.document.PlatformTotals`, and whether it only shows when
+    :class:`~pytest_jaxport.report.totals.PlatformTotals`, and whether it only shows when
     some platform has the figure."""
 
     header: str
@@ -218,5 +218,5 @@ def collectives_of(platforms: Mapping[str, PlatformTotals]) -> tuple[tuple[str, 
 
 def collective_library(platform: str) -> str:
     """What runs collectives on ``platform`` (``nccl`` on cuda), ``xla`` where the model
-    names nothing (:data:`~pytest_jaxport.model.targets.COLLECTIVE_LIBRARIES`)."""
+    names nothing (:data:`~pytest_jaxport.model.classification.COLLECTIVE_LIBRARIES`)."""
     return COLLECTIVE_LIBRARIES.get(platform, "xla")

@@ -1,4 +1,6 @@
-"""What a new user reads in a report, said so it cannot mislead (issue 50): a share's largest
+"""Tests of pytest_jaxport.view (viewmodel.shares, notes, problems) and cli: the wording.
+
+What a new user reads in a report, said so it cannot mislead (issue 50): a share's largest
 library first, numerics findings named as numerics at their lines, files handled without
 surprises, and the rest a new user met."""
 

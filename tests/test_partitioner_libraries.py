@@ -1,4 +1,6 @@
-"""Sharded training steps as users write them with flax (linen and nnx), equinox and optax.
+"""Tests of pytest_jaxport.model.partitioner on library training steps.
+
+Sharded training steps as users write them with flax (linen and nnx), equinox and optax.
 
 Each runs through the plugin on a mesh of the suite's four host devices. The independent
 count for a data-parallel step: XLA's SPMD partitioner all-reduces the gradient of every
@@ -16,6 +18,8 @@ import sys
 import jax
 import pytest
 from helpers import run_json
+
+pytestmark = pytest.mark.slow  # library training steps through pytester
 
 MODELS = """
 import jax, jax.numpy as jnp, numpy as np

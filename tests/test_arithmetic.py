@@ -1,4 +1,6 @@
-"""The tpu emulation from measurements on the chip (issue 49): what TPU v5 lite was measured
+"""Tests of pytest_jaxport.model.arithmetic, model.chip_errors and _jax.arithmetic.
+
+The tpu emulation from measurements on the chip (issue 49): what TPU v5 lite was measured
 to compute, emulated on the CPU, and what it cannot be bounded by the chip's measured errors.
 
 Real JAX. Expected numbers come from float64 NumPy on operands split or rounded with
@@ -191,6 +193,7 @@ def blocked_model(x: np.ndarray[Any, Any], block: int = 128) -> np.ndarray[Any, 
     return (inside + before[..., None]).reshape(*x.shape[:-1], -1)[..., :n]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("shape", "axis"), [((4, 4096), 1), ((2, 20000), 1), ((1000, 3), 0)])
 def test_cumsum_is_scanned_in_blocks_of_128(shape: tuple[int, ...], axis: int) -> None:
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -353,6 +356,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.slow
 def test_the_rule_is_the_compilers() -> None:
     pytest.importorskip("libtpu", reason="needs the TPU compiler: pip install libtpu")
     cases = [

@@ -1,4 +1,6 @@
-"""The view reads the typed report (issue 40): a report file loaded with
+"""Tests of pytest_jaxport.view.viewmodel.build: the view of a typed report.
+
+The view reads the typed report (issue 40): a report file loaded with
 ``pytest_jaxport.report.load`` renders as the plugin's own run wrote it, every row of the view
 is the report's own value (not a copy read again from its JSON), and building and rendering a
 view never turns the report back into dicts."""
@@ -19,6 +21,8 @@ from pytest_jaxport.view.html import render_html
 from pytest_jaxport.view.markdown import render_markdown
 from pytest_jaxport.view.text import render_text
 from pytest_jaxport.view.viewmodel.build import build_view
+
+pytestmark = pytest.mark.slow  # a real run in a subprocess
 
 SUITE = """
 import jax.numpy as jnp

@@ -1,4 +1,6 @@
-"""Bad inputs, isolation, atomic files and strict runs: nothing crashes, nothing goes green."""
+"""Tests of pytest_jaxport.fixture (a check's isolation), session.writer and the parsers.
+
+Bad inputs, isolation, atomic files and strict runs: nothing crashes, nothing goes green."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ toml_values = st.recursive(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["platforms", "reference", "budget", "tolerance", "zz"]),
                        toml_values, max_size=4))  # fmt: skip
@@ -65,6 +68,7 @@ def test_config_parser_accepts_or_explains(data: dict[str, Any]) -> None:
             assert setting is None or (isinstance(setting.value, int) and setting.value >= 0)
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(st.dictionaries(st.sampled_from(["max_vendor_calls", "rtol", "platforms", "reference",
                                         "must_lower", "max_library_calls", "typo"]),
@@ -182,6 +186,7 @@ def test_after_failures_still_fine(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_check_edge_cases_are_isolated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_edges=EDGE_CASES)
     result = pytester.runpytest("--jaxport-report=r.json")
@@ -256,6 +261,7 @@ def test_fails_inside_numpy(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_a_check_that_runs_nowhere_fails_at_the_users_line_with_the_cause(
     pytester: pytest.Pytester,
 ) -> None:
@@ -385,6 +391,7 @@ def test_small(jaxport):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -479,6 +486,7 @@ def jax_warns_lowering(pytester: pytest.Pytester, name: str) -> set[str]:
     return said
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strict", [False, True], ids=["default", "W-error"])
 def test_jaxs_warnings_while_lowering_for_absent_platforms_are_recorded_not_shown(
     pytester: pytest.Pytester, strict: bool
@@ -524,6 +532,7 @@ def test_jaxs_warnings_while_lowering_for_absent_platforms_are_recorded_not_show
             result.stdout.fnmatch_lines(["jaxport: lowered cache * hits, 0 misses*"])
 
 
+@pytest.mark.slow
 def test_devmode_run_is_clean(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONDEVMODE", "1")
     pytester.makepyfile(test_small=SMALL_SUITE)
@@ -535,6 +544,7 @@ def test_devmode_run_is_clean(pytester: pytest.Pytester, monkeypatch: pytest.Mon
 # -- files -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unwritable_report_folder_fails_the_run_with_a_message(
     pytester: pytest.Pytester,
 ) -> None:
@@ -551,6 +561,7 @@ def test_unwritable_report_folder_fails_the_run_with_a_message(
     result.stdout.fnmatch_lines(["jaxport: could not write the report */out/r.json: *"])
 
 
+@pytest.mark.slow
 def test_a_bug_building_the_report_keeps_pytests_summary_and_fails_the_run(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -577,6 +588,7 @@ def test_a_bug_building_the_report_keeps_pytests_summary_and_fails_the_run(
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.slow
 def test_killed_while_writing_leaves_previous_report(pytester: pytest.Pytester) -> None:
     """A real SIGKILL between writing the temporary file and renaming it."""
     pytester.makepyfile(test_small=SMALL_SUITE)

@@ -1,4 +1,6 @@
-"""TPU layout, padding and refusals from the compiler (issue 48).
+"""Tests of pytest_jaxport.model.tiling and the compiled level's padding on tpu.
+
+TPU layout, padding and refusals from the compiler (issue 48).
 
 Three sources, each checked against the others:
 
@@ -201,6 +203,7 @@ def _lowered(name: str) -> Program:
     return stablehlo.read_program(lowering.lower(tracing.trace(fn, args, {}).traced, "tpu"))
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_compiler_counts_every_programs_arguments_as_their_layouts_take(
     compiled: dict[str, Program],
@@ -216,6 +219,7 @@ def test_the_compiler_counts_every_programs_arguments_as_their_layouts_take(
         assert footprint.argument_data == sum(a.data_bytes for a in arguments), name
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_4096_by_100_batch_takes_4_percent_more_as_the_chip_measured(
     compiled: dict[str, Program],
@@ -247,6 +251,7 @@ def test_a_4096_by_100_batch_takes_4_percent_more_as_the_chip_measured(
     assert lowered.padding_bytes == (65_536, 1_703_936 + 2_097_152)
 
 
+@pytest.mark.slow
 @needs_libtpu
 @pytest.mark.parametrize(
     "name", ["flax_linen_cnn", "flax_nnx_mlp", "equinox_mlp", "haiku_convnet", "mlp_grad"]
@@ -272,6 +277,7 @@ def test_real_models_compiled_padding_is_sane_and_placed_at_their_lines(
     assert all(isinstance(at, SourceLocation) for at in located)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_flax_cnn_on_rgb_images_is_padded_where_its_convolutions_keep_features_minor(
     compiled: dict[str, Program],
@@ -292,6 +298,7 @@ def test_a_flax_cnn_on_rgb_images_is_padded_where_its_convolutions_keep_features
     assert all(file == str(BENCHMARK) and line in lines for file, line in placed), placed
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_installed_libtpu_refuses_what_the_rules_say_it_refuses(tmp_path: Path) -> None:
     out = tmp_path / "refusals.json"

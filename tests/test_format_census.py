@@ -1,4 +1,6 @@
-"""Numeric formats and memory layout (issue 23): the rule table, the layout arithmetic and the
+"""Tests of pytest_jaxport.model.format_census, model.format_rules, model.tiling.
+
+Numeric formats and memory layout (issue 23): the rule table, the layout arithmetic and the
 findings of real lowerings, of real compiled programs and of real library code.
 
 Expected numbers are computed by hand in each test; programs are lowered by JAX (no mocks)
@@ -640,6 +642,7 @@ def test_a_flax_cnn_in_float32_and_in_bfloat16(dtype: str) -> None:
     assert "kernel relaid out" in h100.by_rule("convolution-relayout")[0].detail
 
 
+@pytest.mark.slow
 def test_an_equinox_mlp_in_float32_on_tpu() -> None:
     eqx = _library("equinox")
     mlp = eqx.nn.MLP(in_size=100, out_size=10, width_size=128, depth=2, key=jax.random.PRNGKey(0))
@@ -654,6 +657,7 @@ def test_an_equinox_mlp_in_float32_on_tpu() -> None:
     assert finding.location.line == line_of(forward)
 
 
+@pytest.mark.slow
 def test_a_diffrax_solve_under_x64_on_tpu() -> None:
     diffrax = _library("diffrax")
 

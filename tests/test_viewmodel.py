@@ -1,4 +1,6 @@
-"""The report at scale: one view model, four formats that agree, and short by default.
+"""Tests of pytest_jaxport.view.viewmodel and the formats (view.text, markdown, html).
+
+The report at scale: one view model, four formats that agree, and short by default.
 
 A real run of benchmarks/corpora/report_suite.py's generated suite (a realistic mix: passing and
 parametrized tests, about 5 % over budget, checks that do not lower, tests that raise or
@@ -339,6 +341,7 @@ def html_numbers(page: str) -> dict[str, Any]:
 # -- the tests ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_real_run_is_the_mix_it_claims(run: dict[str, Any]) -> None:
     report = run["report"]
     outcomes = Counter(t["outcome"] for t in report["tests"])
@@ -359,6 +362,7 @@ def test_the_real_run_is_the_mix_it_claims(run: dict[str, Any]) -> None:
     assert "tests/test_broken.py::test_raises[0]  ValueError: model bug in case 0" in run["output"]
 
 
+@pytest.mark.slow
 def test_four_formats_agree_on_every_number_at_2000_tests(big: dict[str, Any]) -> None:
     assert big["summary"]["tests"] == SCALE
     view = view_of(big)
@@ -385,6 +389,7 @@ def test_four_formats_agree_on_every_number_at_2000_tests(big: dict[str, Any]) -
         assert found["groups"] == expected["groups"], fmt
 
 
+@pytest.mark.slow
 def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
     big: dict[str, Any],
 ) -> None:
@@ -425,6 +430,7 @@ def test_terminal_report_at_2000_tests_is_short_and_names_the_failures(
     assert "cuda: max_library_calls.cudnn — " in quiet
 
 
+@pytest.mark.slow
 def test_markdown_at_2000_tests_fits_a_pull_request_and_names_every_violation(
     big: dict[str, Any],
 ) -> None:
@@ -441,6 +447,7 @@ def test_markdown_at_2000_tests_fits_a_pull_request_and_names_every_violation(
     assert "### Problems" in smaller
 
 
+@pytest.mark.slow
 def test_html_at_2000_tests_is_small_and_opens_on_the_problems(
     big: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -558,6 +565,7 @@ def test_hotspots_that_read_the_same_share_are_ordered_by_what_follows() -> None
     assert [pct(h.share or 0.0) for h in stored[:2]] == ["3.7%", "3.7%"]
 
 
+@pytest.mark.slow
 def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) -> None:
     tests = run["report"]["tests"]
     reaches = []
@@ -598,6 +606,7 @@ def test_hotspots_count_each_site_once_and_shares_add_up(run: dict[str, Any]) ->
     assert all(h.tests == 0 for h in outside)
 
 
+@pytest.mark.slow
 def test_step_summary_append_stays_under_githubs_limit(big: dict[str, Any], tmp_path: Path) -> None:
     view = view_of(big)
 
@@ -619,6 +628,7 @@ def test_step_summary_append_stays_under_githubs_limit(big: dict[str, Any], tmp_
     assert full.stat().st_size == STEP_SUMMARY_LIMIT - 1_000
 
 
+@pytest.mark.slow
 def test_plugin_display_options_and_step_summary(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -654,6 +664,7 @@ def _section(output: str) -> list[str]:
     return re.split(r"^=+ .* =+$", after, maxsplit=1, flags=re.MULTILINE)[0].strip().splitlines()
 
 
+@pytest.mark.slow
 def test_quiet_reports_are_short(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -695,6 +706,7 @@ def test_quiet_reports_are_short(
     assert [x for x in shown if " — " in x] == groups
 
 
+@pytest.mark.slow
 def test_a_json_report_is_data_not_sentences(run: dict[str, Any], tmp_path: Path) -> None:
     report = run["report"]
     assert report["schema_version"] == 2
@@ -889,6 +901,7 @@ def test_the_markdown_lists_each_platforms_top_sites() -> None:
     assert only.startswith("### Where the lock-in lives on tpu:")  # the one asked for, in full
 
 
+@pytest.mark.slow
 def test_platform_rows_follow_the_configured_order(run: dict[str, Any]) -> None:
     """A report's totals are written in name order; the view shows them in the order the
     project names its platforms (``oneapi`` configured last is shown last, not between cuda

@@ -1,4 +1,6 @@
-"""The lowered-level cache: platforms not present here are read from pytest's cache on a
+"""Tests of pytest_jaxport.cache (the lowered cache) and examine.lowered.
+
+The lowered-level cache: platforms not present here are read from pytest's cache on a
 second run of an unchanged suite, and lowered again when a source line moves.
 
 Real JAX throughout, no mocks: the suites run in pytester, twice.
@@ -81,6 +83,7 @@ def locations(report: dict[str, Any], test: str, platform: str) -> list[str]:
     return sorted(str(k.get("location")) for k in kernels)
 
 
+@pytest.mark.slow
 def test_second_run_reads_every_absent_platform_from_the_cache(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     n = CHECKS * absent()
@@ -106,6 +109,7 @@ def test_second_run_reads_every_absent_platform_from_the_cache(pytester: pytest.
     assert "lowered cache" not in off.stdout.str()
 
 
+@pytest.mark.slow
 def test_a_moved_source_line_is_lowered_again(pytester: pytest.Pytester) -> None:
     if "cuda" in present_platforms():
         pytest.skip("cuda is present here: it is lowered, never cached")

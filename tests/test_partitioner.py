@@ -1,4 +1,6 @@
-"""Sharded programs: the collectives XLA's SPMD partitioner inserts, counted and attributed.
+"""Tests of pytest_jaxport.model.partitioner and _jax.execution.compile_partitioned.
+
+Sharded programs: the collectives XLA's SPMD partitioner inserts, counted and attributed.
 
 The suite runs with four host devices (``conftest.py``). Independent counts: the SPMD
 semantics of data parallelism (one all-reduce per parameter gradient when parameters are
@@ -211,6 +213,7 @@ def _collectives(probe: dict, platform: str) -> dict:
     return probe["platforms"][platform]["lowered"].get("collectives", {})
 
 
+@pytest.mark.slow
 def test_the_gradient_all_reduce_is_counted_per_platform(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -287,6 +290,7 @@ def test_a_budget_fails_on_inserted_collectives(pytester: pytest.Pytester) -> No
     )
 
 
+@pytest.mark.slow
 def test_the_partition_is_keyed_by_the_input_shardings(pytester: pytest.Pytester) -> None:
     """The same jaxpr with the batch replicated instead of sharded: no all-reduce, and not
     the cached census of the sharded run."""
@@ -342,6 +346,7 @@ def test_shard_map_collectives_are_the_program_s_own(pytester: pytest.Pytester) 
     }
 
 
+@pytest.mark.slow
 def test_a_compile_served_from_jax_s_persistent_cache_still_counts(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,8 +1,10 @@
-"""The formats-and-layout layer as users see it: budgets, ``must_lower``, devices, every
+"""Tests of pytest_jaxport.model.format_rules through the plugin: budgets, formats, diffs.
+
+The formats-and-layout layer as users see it: budgets, ``must_lower``, devices, every
 report format, ``jaxport diff``, baselines, the suite audit, the cost model.
 
 The engine (the rule table, the layout arithmetic, the readers) is tested in
-``tests/test_formats.py``; here the same findings go through the plugin: real ``pytester``
+``tests/test_format_census.py``; here the same findings go through the plugin: real ``pytester``
 runs of real JAX programs, and the pure pieces the plugin wires together (configuration,
 budgets, counts, cost, baselines) on plain data.
 """
@@ -396,6 +398,7 @@ def test_fft_elsewhere(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_x64_on_tpu_is_a_finding_and_a_complex128_fft_fails_must_lower(
     pytester: pytest.Pytester,
 ) -> None:
@@ -651,6 +654,7 @@ def _relayout_rules(test: dict[str, Any]) -> dict[str, list[str]]:
     }
 
 
+@pytest.mark.slow
 def test_an_nchw_convolution_is_flagged_where_the_rules_say_at_the_lowered_level(
     pytester: pytest.Pytester,
 ) -> None:
@@ -669,6 +673,7 @@ def test_an_nchw_convolution_is_flagged_where_the_rules_say_at_the_lowered_level
     assert "convolution-relayout" in nhwc["rocm"]
 
 
+@pytest.mark.slow
 def test_the_compiled_cuda_level_counts_the_transposes_around_a_cudnn_convolution(
     pytester: pytest.Pytester,
 ) -> None:
@@ -692,6 +697,7 @@ def test_the_compiled_cuda_level_counts_the_transposes_around_a_cudnn_convolutio
     assert cuda["relayout_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_every_format_shows_the_layer_and_its_sites(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -780,6 +786,7 @@ def test_forward():
 """
 
 
+@pytest.mark.slow
 def test_the_audit_counts_the_layer_for_an_unchanged_suite_and_ratchets_it(
     pytester: pytest.Pytester,
 ) -> None:
@@ -875,6 +882,7 @@ def test_decay(jaxport):
 """
 
 
+@pytest.mark.slow
 def test_a_diffrax_solve_under_x64_is_a_finding_on_tpu_and_fails_must_lower_where_it_must(
     pytester: pytest.Pytester,
 ) -> None:

@@ -1,4 +1,6 @@
-"""Ops XLA folds into constants are not counted at the lowered level (issue 43, item 2).
+"""Tests of pytest_jaxport._jax.stablehlo: ops XLA folds are not read.
+
+Ops XLA folds into constants are not counted at the lowered level (issue 43, item 2).
 
 A rotation whose angle is bound by ``functools.partial`` computes ``matrix @ center`` on
 constants only: XLA computes it while compiling, so no cuBLAS or hipBLAS gemm ever runs it

@@ -1,4 +1,6 @@
-"""The examiner's two entry points and its instrumentation hook, on real JAX (no mocks)."""
+"""Tests of pytest_jaxport.examine.examiner and examine.stages.
+
+The examiner's two entry points and its instrumentation hook, on real JAX (no mocks)."""
 
 from __future__ import annotations
 

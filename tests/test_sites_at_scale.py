@@ -1,4 +1,6 @@
-"""The layout layer does not swamp the report (issue 43): many small 3-channel images.
+"""Tests of pytest_jaxport.view.viewmodel.sites: the layout layer's sites.
+
+The layout layer does not swamp the report (issue 43): many small 3-channel images.
 
 A real suite audited through pytester, its jitted functions working on ``(H, W, 3)`` images
 of several shapes at many source lines, gets a tile-padding finding for tpu at every line
@@ -20,6 +22,8 @@ import pytest
 from pytest_jaxport.cli import main
 from pytest_jaxport.view.formatting import number, plural
 from pytest_jaxport.view.viewmodel.sites import LAYOUT_DETAIL
+
+pytestmark = pytest.mark.slow  # an audited suite through pytester
 
 LINES = 12
 """Distinct source lines of jitted image functions, each a tile-padding site on tpu."""

@@ -1,4 +1,6 @@
-"""One multi-platform lowering read per platform equals lowering for each platform.
+"""Tests of pytest_jaxport._jax.lowering (lower_together) and _jax.stablehlo.read_programs.
+
+One multi-platform lowering read per platform equals lowering for each platform.
 
 Platforms not present here are lowered together (``traced.lower(lowering_platforms=(...))``)
 and ``stablehlo.read_programs`` projects the module onto each platform by resolving the cases
@@ -312,6 +314,7 @@ def test_callbacks_no_longer_need_the_fallback(pytester: pytest.Pytester) -> Non
         assert platforms[platform]["lowered"]["meta"] == 1
 
 
+@pytest.mark.slow
 def test_the_plugin_lowers_absent_platforms_together_once(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,6 +361,7 @@ def test_the_plugin_lowers_absent_platforms_together_once(
     assert again["tests"][0]["checks"][0]["platforms"]["cuda"] == probe["platforms"]["cuda"]
 
 
+@pytest.mark.slow
 def test_a_library_function_checked_directly_is_the_check_calls(pytester: pytest.Pytester) -> None:
     """``jaxport.check(jnp.linalg.solve, ...)``: no frame of the user's code traced it, so its
     kernels are attributed to the check call, never to the plugin's own lowering code (which
@@ -601,6 +605,7 @@ def test_a_program_with_a_platforms_own_rule_is_lowered_per_platform(case: str) 
     assert not lowering.same_on_every_platform(traced, ("cpu", *PLATFORMS))
 
 
+@pytest.mark.slow
 def test_lowerings_share_an_mlir_context_and_nested_lowerings_get_their_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,4 +1,6 @@
-"""jaxlib's own custom-call targets are jaxlib's, never hand-written kernels (issue 50, item 5).
+"""Tests of pytest_jaxport.model.classification: jaxlib's own targets.
+
+jaxlib's own custom-call targets are jaxlib's, never hand-written kernels (issue 50, item 5).
 
 jax 0.12.1 lowers ``lgamma`` and ``digamma`` on cpu to jaxlib's ``cpu_lgamma_ffi`` and
 ``cpu_digamma_ffi`` (``gammaln``, ``digamma``, and every distribution that uses them); their
@@ -94,6 +96,7 @@ def test_digamma():
 """
 
 
+@pytest.mark.slow
 def test_a_suite_of_gammaln_and_digamma_passes_an_audit_budget_of_no_custom_calls(
     pytester: pytest.Pytester,
 ) -> None:

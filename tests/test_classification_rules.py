@@ -1,4 +1,6 @@
-"""The classification table, row by row where it matters."""
+"""Tests of pytest_jaxport.model.classification: CLASSIFICATION_RULES row by row.
+
+The classification table, row by row where it matters."""
 
 from __future__ import annotations
 

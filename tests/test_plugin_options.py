@@ -1,4 +1,6 @@
-"""Command-line values are validated where the options declare them (``addoption(type=...)``):
+"""Tests of pytest_jaxport.plugin.OPTIONS.
+
+Command-line values are validated where the options declare them (``addoption(type=...)``):
 a bad value is pytest's usage error (exit code 4) naming the option, with the words that
 say how to fix it, before any test is collected."""
 

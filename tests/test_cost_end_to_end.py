@@ -1,4 +1,6 @@
-"""The three numbers and the fifth layer, end to end: runtime share, kernels to rewrite,
+"""Tests of pytest_jaxport.model.cost and report.summary through the plugin.
+
+The three numbers and the fifth layer, end to end: runtime share, kernels to rewrite,
 engineering days, their budgets, the tooling scan and the layer table in every format."""
 
 from __future__ import annotations
@@ -167,6 +169,7 @@ def test_kernel_that_does_not_lower_is_a_rewrite(pytester: pytest.Pytester) -> N
     assert report["summary"]["rewrite"]["rocm"]["breakdown"]["kernel_rewrite"] == 10.0
 
 
+@pytest.mark.slow
 def test_rewrite_and_share_budgets(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_budgets=FFI_SUITE
@@ -325,6 +328,7 @@ def test_tooling_scan_feeds_report_cost_and_budget(pytester: pytest.Pytester) ->
     assert layers[0].value == "1 of 1 check lowers on every configured platform"
 
 
+@pytest.mark.slow
 def test_tooling_rules_hook_and_scan_switch(pytester: pytest.Pytester) -> None:
     _plant(pytester)
     pytester.makeconftest(

@@ -1,4 +1,6 @@
-"""What the lent TPU v5e recorded, read where there is no TPU (issue 49).
+"""Tests of pytest_jaxport._jax.profile, model.runtime_share and model.roofline on the chip.
+
+What the lent TPU v5e recorded, read where there is no TPU (issue 49).
 
 The chip's own files are in ``benchmarks/results/``: the profiler traces and optimized HLO of
 11 programs (``tpu-v5e-traces/``, ``benchmarks/validation/tpu_traces.py record``), and the band the

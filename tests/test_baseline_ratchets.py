@@ -1,4 +1,6 @@
-"""The typed report from end to end (issue 40): the session writes the Report it built, the
+"""Tests of pytest_jaxport.report.baseline, report.files.load and session.writer.
+
+The typed report from end to end (issue 40): the session writes the Report it built, the
 commands read one with ``report.load``, a baseline keeps the numbers the budget keys declare
 as their ratchets, and a broken key is said by its declared kind."""
 
@@ -109,6 +111,7 @@ def test_a_broken_key_is_said_by_its_declared_kind() -> None:
         "platforms", "formats", "flag")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_session_writes_the_report_it_built_and_the_commands_read_it(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
