@@ -205,6 +205,15 @@ that contracts nothing into a multiply, before any gemm is chosen
 H100: benchmarks/README.md, "Dots the lowered level no longer counts")."""
 
 
+ZERO_SIZE = ":zero-size"
+"""The suffix a census gives the op of a product, convolution or FFT with a zero-element
+operand or result (``census.census_op``): XLA's algebraic simplifier makes such a dot or
+convolution a broadcast zero, and its zero-sized HLO elimination an empty result a constant,
+on every platform before any library is chosen (xla/hlo/transforms/simplifiers/
+algebraic_simplifier.cc, zero_sized_hlo_elimination.cc). blackjax's ``U @ ((s-1) * (U.T @
+y))`` with a rank of 0, ``float32[2,0] @ float32[0]``, calls no gemm."""
+
+
 def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classification]:
     table = {
         STRENGTH_REDUCED_DOT: _xla("strength-reduced-dot"),
@@ -455,6 +464,13 @@ CLASSIFICATION_RULES: tuple[ClassificationRule, ...] = tuple(
                 "xla_ffi_partitioned_python_*_callback": _CALLBACK,
                 "inert_host_callback.*": _CALLBACK,  # callbacks.make_inert's placeholders
             },
+        ),
+        # xla: a product, convolution or FFT of nothing (a broadcast zero), everywhere.
+        ClassificationRule(
+            pattern=f"*{ZERO_SIZE}",
+            result=_xla("zero-size"),
+            custom_call=False,
+            levels=frozenset({"lowered"}),
         ),
         # custom: hand-written kernels, everywhere.
         *_targets(
