@@ -464,11 +464,13 @@ def test_a_dot_of_two_vectors_is_no_cublas_call_nor_a_tf32_finding(
 ZERO_SIZE_PROGRAMS = {
     # blackjax's low-rank mass matrix with a rank of 0: float32[2,0] @ float32[0] and the like
     "blackjax's U @ ((s-1) * (U.T @ y))": (
-        lambda u, s, y: u @ ((s - 1) * (u.T @ y)), ((2, 0), (0,), (2,))
+        lambda u, s, y: u @ ((s - 1) * (u.T @ y)),
+        ((2, 0), (0,), (2,)),
     ),
     "empty product": (lambda a, b: a @ b, ((0, 8), (8, 4))),
     "empty convolution": (
-        lambda x, w: jax.lax.conv(x, w, (1, 1), "SAME"), ((1, 0, 8, 8), (4, 0, 3, 3))
+        lambda x, w: jax.lax.conv(x, w, (1, 1), "SAME"),
+        ((1, 0, 8, 8), (4, 0, 3, 3)),
     ),
     "empty fft": (lambda x: jnp.fft.fft(x), ((0, 8),)),
 }

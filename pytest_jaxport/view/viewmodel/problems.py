@@ -261,8 +261,9 @@ def platform_entry(test: TestEntry, check: str, platform: str) -> PlatformProbe 
 
 
 def _mismatch_found(test: TestEntry, violation: Violation) -> str:
-    """``1 differing leaf (worst abs err 9.8e-04, rel err 9.7e-05) at model.py:6``: a
-    numerics mismatch, its worst error and the line it comes from where the report knows."""
+    """``1 differing leaf (largest abs err 9.8e-04, largest rel err 9.7e-05) at model.py:6``:
+    a numerics mismatch, its largest errors and the line it comes from where the report
+    knows."""
     sites = emulated_sites(test, violation)
     more = f" (+{len(sites) - 1} more)" if len(sites) > 1 else ""
     return violation.found_text() + (f" at {sites[0]}{more}" if sites else "")
