@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS
+from pytest_jaxport.model.budget import numerics_tally
 from pytest_jaxport.model.platforms import DEFAULT_HOME, NVIDIA_PLATFORM
 from pytest_jaxport.report.document import TOOL_NAME, Config, Environment, Report
 from pytest_jaxport.view.formatting import number, plural
@@ -148,8 +148,7 @@ def headline_of(report: Report) -> Headline:
         budgeted = _sets_limit(config.budget)
     elif "budget" in config.written_null:
         budgeted = False
-    mismatches = sum(v.key in NUMERICS_KEYS for t in report.tests for v in t.violations)
-    differ = sum(v.key == MAY_DIFFER_KEY for t in report.tests for v in t.violations)
+    mismatches, differ = numerics_tally(v for t in report.tests for v in t.violations)
     return Headline(
         tests=summary.tests,
         checks=summary.checks,
