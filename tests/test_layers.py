@@ -25,14 +25,26 @@ def _compiled_with_relayouts() -> Probe:
     """A tpu check with 2 misaligned matrix-unit findings in its lowered program and 3
     relayouts the compiler inserted (a finding of the compiled program)."""
     device = DEFAULT_DEVICES["tpu"]
-    lowered = FormatCensus(platform="tpu", device=device,
-                           findings=(_finding("matrix-unit-misaligned", "lowered", 7, 2),))
-    compiled = FormatCensus(platform="tpu", device=device, level="compiled",
-                            findings=(_finding("inserted-relayout", "compiled", 8, 3),))
+    lowered = FormatCensus(
+        platform="tpu",
+        device=device,
+        findings=(_finding("matrix-unit-misaligned", "lowered", 7, 2),),
+    )
+    compiled = FormatCensus(
+        platform="tpu",
+        device=device,
+        level="compiled",
+        findings=(_finding("inserted-relayout", "compiled", 8, 3),),
+    )
     result = PlatformProbe(
-        platform="tpu", present=False, census=Census(platform="tpu"), formats=lowered,
-        compiled=Census(platform="tpu", level="compiled"), compiled_formats=compiled,
-        deviceless=True, target="v5e",
+        platform="tpu",
+        present=False,
+        census=Census(platform="tpu"),
+        formats=lowered,
+        compiled=Census(platform="tpu", level="compiled"),
+        compiled_formats=compiled,
+        deviceless=True,
+        target="v5e",
     )
     return Probe(name="f", reference="cpu", platforms={"tpu": result})  # fmt: skip
 
@@ -48,7 +60,8 @@ def test_the_layout_findings_line_counts_what_its_rules_and_the_sites_count() ->
     [row] = [r for r in view.layers if r.layer.startswith("numeric formats")]
     assert "5 layout findings (inserted-relayout 3, matrix-unit-misaligned 2)" in row.value
     group = view.layout_group("tpu")
-    assert group is not None and group.findings == 5
+    assert group is not None
+    assert group.findings == 5
     assert report.summary.platforms["tpu"].layout_findings == 5
     said = " ".join(text(report, DisplayOptions(verbosity=1)).split())
     assert "5 layout findings (inserted-relayout 3, matrix-unit-misaligned 2)" in said

@@ -56,8 +56,12 @@ def test_every_format_names_twin_sites_apart() -> None:
                kind="triangular-inverse", library="libtpu", location=at)
         for side in ("Lower", "Upper")
     )  # fmt: skip
-    tpu = PlatformProbe(platform="tpu", present=False, census=Census(platform="tpu"),
-                        compiled=Census(platform="tpu", level="compiled", kernels=kernels))
+    tpu = PlatformProbe(
+        platform="tpu",
+        present=False,
+        census=Census(platform="tpu"),
+        compiled=Census(platform="tpu", level="compiled", kernels=kernels),
+    )
     probe = Probe(name="solve", reference="cpu", platforms={"tpu": tpu})
     test = {"nodeid": "t.py::test_solve", "outcome": "passed", "checks": [probe.to_dict()]}
     report = built_report([test], config={"platforms": ["tpu"], "reference": "cpu",
