@@ -33,6 +33,7 @@ from pytest_jaxport.model.census import (
     take_census,
 )
 from pytest_jaxport.model.classification import MOSAIC_TARGET
+from pytest_jaxport.model.failure import failure_at
 from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.libtpu import Topology, compiler_said, topology_for
@@ -336,7 +337,7 @@ class CompiledLevel:
             or self._op_line(program, said.reason)
             or caller
         )
-        return f"{said.reason} (at {line})" if line is not None else said.reason
+        return failure_at(said.reason, line)
 
     def _named_line(self, locations: Sequence[str]) -> SourceLocation | None:
         """The first user's line among the MLIR locations a compiler's error names (Mosaic

@@ -233,21 +233,17 @@ def problems_of(
 
 def emulated_sites(test: TestEntry, violation: Violation) -> tuple[str, ...]:
     """Where an emulated mismatch's emulation computed differently from the reference: its
-    interpreted kernels, its chosen branches, its rounded dots, in that order (the lines a
-    mismatch is shown and annotated at); ``()`` for any other violation."""
+    interpreted kernels, its chosen branches, its rounded dots, in that order, those that
+    made the outputs differ where the emulation told (:attr:`Emulation.mismatch_sites
+    <pytest_jaxport.model.emulation.Emulation.mismatch_sites>`: the lines a mismatch is
+    shown and annotated at); ``()`` for any other violation."""
     if violation.key != "emulated_numerics":
         return ()
     entry = platform_entry(test, violation.check, violation.platform)
     emulated = entry.emulated if entry is not None else None
     if emulated is None:
         return ()
-    return tuple(
-        dict.fromkeys(
-            [k.location for k in emulated.kernels]
-            + [b.location for b in emulated.branches]
-            + [r.location for r in emulated.rounded]
-        )
-    )
+    return emulated.mismatch_sites
 
 
 def platform_entry(test: TestEntry, check: str, platform: str) -> PlatformProbe | None:
