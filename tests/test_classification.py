@@ -17,3 +17,17 @@ def test_every_vendor_kind_is_decided_a_counterpart_or_a_gap() -> None:
     assert not PRICED_AS_GAPS & set(COUNTERPART_KINDS)
     libtpu = {r.result.kind for r in CLASSIFICATION_RULES if r.result.library == "libtpu"}
     assert libtpu <= set(COUNTERPART_KINDS)  # the TPU runtime's routines
+
+
+def test_the_reference_lists_every_library_a_budget_can_name() -> None:
+    """Issue 55, item 12: ``max_library_calls = { libtpu = 0 }`` works, but docs/reference.md's
+    list of libraries left libtpu out (and oneapi's onemkl and oneccl)."""
+    import re
+    from pathlib import Path
+
+    from pytest_jaxport.model.classification import all_libraries
+
+    reference = (Path(__file__).parents[1] / "docs" / "reference.md").read_text()
+    [row] = [line for line in reference.splitlines() if line.startswith("| `max_library_calls`")]
+    listed = re.findall(r"`([a-z0-9]+)`", row.split("Libraries:", 1)[1])
+    assert sorted(listed) == sorted(all_libraries())

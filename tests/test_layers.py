@@ -66,3 +66,28 @@ def test_the_layout_findings_line_counts_what_its_rules_and_the_sites_count() ->
     said = " ".join(text(report, DisplayOptions(verbosity=1)).split())
     assert "5 layout findings (inserted-relayout 3, matrix-unit-misaligned 2)" in said
     assert "5 findings at 2 sites" in html(report)
+
+
+def test_the_vendor_layer_says_which_calls_have_no_counterpart() -> None:
+    """Issue 55, item 12: the Layers table said vendor calls' "counterpart usually exists"
+    above a rewrite table that listed them as "no counterpart": where a move has vendor gaps,
+    the layer says how many."""
+    from pytest_jaxport.model.census import Kernel
+    from pytest_jaxport.model.cost import CostModel
+    from pytest_jaxport.report.summary import Pricing
+
+    fmha = Kernel(layer="vendor", name="__cudnn$fmhaSoftmax", kind="attention",
+                  library="cudnn", location=SourceLocation(file="model.py", line=9))  # fmt: skip
+    probe = Probe(name="attention", reference="cpu", platforms={
+        "cuda": PlatformProbe(platform="cuda", present=False,
+                              census=Census(platform="cuda", kernels=(fmha,))),
+        "tpu": PlatformProbe(platform="tpu", present=False, census=Census(platform="tpu")),
+    })  # fmt: skip
+    test = {"nodeid": "t.py::test_attention", "outcome": "passed", "checks": [probe.to_dict()]}
+    config = {"platforms": ["cuda", "tpu"], "reference": "cpu", "migrate_to": ["tpu"]}
+    pricing = Pricing(migrate_to=("tpu",), model=CostModel())
+    view = build_view(built_report([test], config=config, pricing=pricing))
+    [row] = [r for r in view.layers if r.layer == "vendor-library calls"]
+    assert row.portable == "NVIDIA-bound, counterpart usually exists (none for 1 vendor gap)"
+    [target] = view.targets
+    assert [i.status for i in target.items] == ["vendor-gap"]

@@ -34,6 +34,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from pytest_jaxport._jax.adapters import (
@@ -211,18 +212,11 @@ def emulate(
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
     bounded = None
     if bounds is not None:
-        moved = replay_for(bounds)
-
-        def bounded() -> Bounded:
-            return _bounded_run(moved, bounds, closed, out_tree, flat)
-
+        bounded = partial(_bounded_run, replay_for(bounds), bounds, closed, out_tree, flat)
     code_only = None
-    if (record.kernels or record.branches) and record.rounded:
+    if (record.kernels or record.branches) and record.rounded:  # a mismatch's cause
         plain = _Replay(platform, None, own=own, arithmetic=False)
-
-        def code_only() -> Outputs | None:
-            return _code_only_run(plain, closed, out_tree, flat)
-
+        code_only = partial(_code_only_run, plain, closed, out_tree, flat)
     return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded,
                     code_only=code_only)  # fmt: skip
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 from pytest_jaxport.model.arithmetic import ARITHMETIC_TEXT
 from pytest_jaxport.model.chip_errors import EPS32, ChipBounds, OpBound
@@ -294,7 +294,7 @@ def _mismatch_cause(value: object) -> MismatchCause | None:
     if value not in MISMATCH_CAUSES:
         raise ValueError(f"mismatch_from: expected one of {', '.join(MISMATCH_CAUSES)}, "
                          f"found {value!r}")  # fmt: skip
-    return cast(MismatchCause, value)
+    return value  # narrowed by the membership test
 
 
 def with_locations(emulation: Emulation, shown: Callable[[str], str]) -> Emulation:

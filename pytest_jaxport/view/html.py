@@ -530,10 +530,12 @@ def _problems(view: ReportView) -> str:
         "computations that do not lower for a platform, one row per reason (findings that fail "
         "no test). Hover a row for the computations and where they are defined."
         if audited
-        else "violations by budget key and platform, outputs that drift across CI legs, then "
-        "checks that do not lower or run (findings that fail no test unless must_lower says "
-        "so), numerics mismatches, and tests that failed for another reason. Hover a row for "
-        "the kernels or the full error."
+        else "violations by budget key and platform, "
+        # drift is a merged report's (jaxport merge): a run of one leg has none to speak of
+        + ("outputs that drift across CI legs, " if view.headline.legs else "")
+        + "then checks that do not lower or run (findings that fail no test unless "
+        "must_lower says so), numerics mismatches, and tests that failed for another reason. "
+        "Hover a row for the kernels or the full error."
     )
     return (
         '<section id="problems" class="problems" aria-labelledby="problems-h">'

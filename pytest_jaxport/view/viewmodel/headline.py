@@ -102,8 +102,21 @@ class Headline:
         return (
             f"platforms: {', '.join(self.platforms) or 'none'} "
             f"(reference {self.reference or '-'}); {also}"
-            f"present here: {', '.join(self.present) or 'none'}; {self.level}{home}"
+            f"present here: {present_text(self.present)}; {self.level}{home}"
         )
+
+
+NOT_LOOKED_UP = "not looked up (no check ran: JAX was not loaded)"
+
+
+def present_text(present: tuple[str, ...]) -> str:
+    """The platforms present here, as a report says them: a run that checked nothing never
+    loaded JAX, so it does not know them (a CPU machine's run said "none", issue 55).
+
+    >>> present_text(("cpu",)), present_text(())
+    ('cpu', 'not looked up (no check ran: JAX was not loaded)')
+    """
+    return ", ".join(present) or NOT_LOOKED_UP
 
 
 def _levels(config: Config) -> str:
@@ -142,7 +155,7 @@ def headline_of(report: Report) -> Headline:
     )
     facts.append(("environment", " · ".join(x for x in (versions, env.machine) if x) or "—"))
     facts += merge_facts(report)
-    facts.append(("present here", ", ".join(env.present_platforms) or "none"))
+    facts.append(("present here", present_text(env.present_platforms)))
     budgeted = None
     if config.budget is not None:
         budgeted = _sets_limit(config.budget)
