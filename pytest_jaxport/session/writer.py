@@ -48,7 +48,7 @@ NOT_WRITTEN = "jaxport report not written"
 1 jaxport report not written``): the run fails for it (exit status 1)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)  # not slotted: read by its __dict__
 class NotWritten:
     """A report file that could not be written, as pytest's terminal statistics hold it (an
     object with a ``__dict__``, as other plugins read every entry's: Hypothesis does)."""
