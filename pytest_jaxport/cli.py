@@ -37,7 +37,7 @@ from pytest_jaxport.view.markdown import diff_markdown, markdown, merge_markdown
 from pytest_jaxport.view.reporters import sarif_text
 from pytest_jaxport.view.text import diff_text, merge_text, render_text
 from pytest_jaxport.view.viewmodel.build import build_view
-from pytest_jaxport.view.viewmodel.notes import versions_note
+from pytest_jaxport.view.viewmodel.notes import ONE_LEG, versions_note
 from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 EXIT_OK = 0
@@ -191,7 +191,10 @@ def _merge(args: argparse.Namespace) -> int:
     tests = len(result.document.tests)
     failed = result.failures()  # the drifts among them
     verdict = [f"FAILED: {', '.join(failed)}"] if failed else []
-    if not result.comparisons:
+    merged_legs = result.document.merged.legs if result.document.merged else ()
+    if not result.comparisons and len(merged_legs) < 2:
+        verdict.append(f"nothing compared ({ONE_LEG})")
+    elif not result.comparisons:
         verdict.append(
             "nothing compared (no leg saved outputs: run them with --jaxport-save-outputs)"
         )

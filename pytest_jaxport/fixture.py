@@ -500,6 +500,14 @@ class Jaxport:
         assert found.outputs is not None
         comparison = compared_with_baseline(found.outputs, platform, found.emulation.label)
         emulation, bounds = found.emulation, None
+        if not comparison.ok and found.code_only is not None:
+            # Which of the two made them differ: the platform's code, or its arithmetic.
+            with self._examiner.stage(stages.emulate_stage(platform)):
+                code = found.code_only()
+            if code is not None:
+                alone = compared_with_baseline(code, platform, emulation.label)
+                emulation = replace(emulation,
+                                    mismatch_from="arithmetic" if alone.ok else "code")  # fmt: skip
         if comparison.ok and found.bounded is not None:
             with self._examiner.stage(stages.emulate_stage(platform)):
                 bounded = found.bounded()

@@ -30,6 +30,7 @@ from pytest_jaxport.model.census import (
     placed_location,
     take_census,
 )
+from pytest_jaxport.model.hlo import parse_compiled_hlo
 from pytest_jaxport.model.hotspots import Reach, hotspots
 
 
@@ -461,3 +462,34 @@ def test_a_dot_of_two_vectors_is_no_cublas_call_nor_a_tf32_finding(
                 for p in ("cuda", "tpu")}  # fmt: skip
     assert "float32-default-precision" not in findings["cuda"]
     assert "float32-default-precision" in findings["tpu"]  # the TPU is not XLA's GPU compiler
+
+
+ZERO_SIZE_PROGRAMS = {
+    # blackjax's low-rank mass matrix with a rank of 0: float32[2,0] @ float32[0] and the like
+    "blackjax's U @ ((s-1) * (U.T @ y))": (
+        lambda u, s, y: u @ ((s - 1) * (u.T @ y)),
+        ((2, 0), (0,), (2,)),
+    ),
+    "empty product": (lambda a, b: a @ b, ((0, 8), (8, 4))),
+    "empty convolution": (
+        lambda x, w: jax.lax.conv(x, w, (1, 1), "SAME"),
+        ((1, 0, 8, 8), (4, 0, 3, 3)),
+    ),
+    "empty fft": (lambda x: jnp.fft.fft(x), ((0, 8),)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZERO_SIZE_PROGRAMS))
+def test_a_product_of_nothing_is_no_library_call_lowered_or_compiled(case: str) -> None:
+    """Issue 55, item 15: XLA replaces a dot or convolution with a zero-element operand by a
+    broadcast zero (and an empty FFT by a constant) on every platform: the lowered census
+    counts no gemm, convolution or FFT call for it, as the compiled CPU program has none."""
+    fn, shapes = ZERO_SIZE_PROGRAMS[case]
+    args = [jnp.ones(shape, jnp.complex64 if "fft" in case else jnp.float32) for shape in shapes]
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        census = census_of(fn, *args, platform=platform)
+        assert census.vendor == 0, (platform, census.kernels)
+        assert census.xla_kinds.get("zero-size", 0) >= 1, platform
+    compiled = jax.jit(fn).lower(*args).compile().as_text()
+    cpu = take_census(parse_compiled_hlo(compiled), "cpu", level="compiled")
+    assert cpu.vendor == 0, cpu.kernels

@@ -1,12 +1,14 @@
-"""The ``jaxport`` console script (``cli.py``): ``jaxport diff``'s ``--memory-growth``, checked
-where it is declared, and the threshold it falls back to (the HEAD report's ``[tool.jaxport]
-memory_growth``, else the default); ``jaxport show`` of a report with memory."""
+"""The ``jaxport`` console script (``cli.py``): what each command says; ``jaxport diff``'s
+``--memory-growth``, checked where it is declared, and the threshold it falls back to (the HEAD
+report's ``[tool.jaxport] memory_growth``, else the default); ``jaxport show`` of a report with
+memory."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from helpers import built_report
 from test_baseline import STEP, run
 from test_viewmodel_memory import BIG, report
 from test_viewmodel_memory import STEP as STEP_TEST
@@ -72,3 +74,28 @@ def test_show_renders_memory_as_the_run_did(
     shown = capsys.readouterr().out
     assert "tpu (v5e): 13.1 of 15.75 GiB (83%)<br>rocm: not compiled |" in shown
     assert "| tpu: does not fit | 1 check in 1 test" in shown
+
+
+def _leg(path: Path) -> Path:
+    test = {"nodeid": "t.py::test_f", "outcome": "passed", "checks": []}
+    report = built_report([test], config={"platforms": ["cpu"], "reference": "cpu"})
+    write_json(path, report)
+    return path
+
+
+def test_a_merge_of_one_leg_says_it_is_one_leg(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 55, item 12: ``jaxport merge`` of a single leg said "no leg saved outputs", when
+    the reason nothing was compared is that there is one leg."""
+    leg = _leg(tmp_path / "leg.json")
+    assert main(["merge", str(leg), "-o", str(tmp_path / "m.json")]) == 0
+    said = capsys.readouterr().out
+    assert "1 leg, 1 test, 0 output comparisons: nothing compared (one leg: outputs are " in said
+    assert "no leg saved outputs" not in said
+    assert main(["show", str(tmp_path / "m.json")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "numerics across legs: nothing compared (one leg: outputs are compared across " in (
+        shown
+    )
+    assert "no two legs saved outputs" not in shown

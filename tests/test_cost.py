@@ -297,6 +297,29 @@ def test_rewrite_items_per_target() -> None:
     assert rewrite_items(check="c", target="rocm", nvidia=None, on_target=rocm) == []
 
 
+def test_the_tpu_runtimes_routines_are_no_vendor_gap_moving_off_tpu() -> None:
+    """Issue 55: libtpu's LU, triangular inverses, eigh, QR and Cholesky (as the compiled
+    level names them, and the custom calls JAX lowers for tpu) have cuSOLVER's, hipSOLVER's
+    and LAPACK's routines as counterparts: a move off tpu prices none of them as a gap."""
+    routines = [
+        ("EighTpu", "eigh"), ("LuDecompositionBlock", "lu"), ("LuDecomposition", "lu"),
+        ("InvertDiagBlocksLowerTriangular", "triangular-inverse"),
+        ("InvertDiagBlocksUpperTriangular", "triangular-inverse"),
+        ("QrDecompositionBlock", "qr"), ("Cholesky", "cholesky"), ("TopK", "topk"),
+        ("stablehlo.triangular_solve", "triangular-solve"),
+    ]  # fmt: skip
+    tpu = Census(platform="tpu", kernels=tuple(
+        Kernel(layer="vendor", name=name, kind=kind, library="libtpu", location=loc(35))
+        for name, kind in routines
+    ))  # fmt: skip
+    for target in ("cuda", "rocm", "cpu"):
+        on_target = Census(platform=target, kernels=(GEMM,))
+        assert rewrite_items(check="c", target=target, nvidia=tpu, on_target=on_target) == []
+    # cuDNN's fused attention still has none on tpu.
+    [gap] = rewrite_items(check="c", target="tpu", nvidia=CUDA, on_target=tpu)[1:]
+    assert (gap.status, gap.kind) == ("vendor-gap", "attention")
+
+
 def test_estimate_prices_each_distinct_item_once() -> None:
     items = rewrite_items(check="a", target="rocm", nvidia=CUDA, on_target=Census(platform="rocm"))
     again = rewrite_items(check="b", target="rocm", nvidia=CUDA, on_target=Census(platform="rocm"))

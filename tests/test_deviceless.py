@@ -193,6 +193,18 @@ def test_a_dot_xla_always_makes_elementwise_is_no_library_call_lowered_or_compil
         assert lowered.xla_kinds.get("strength-reduced-dot", 0) >= 1
 
 
+def test_a_product_of_nothing_compiles_to_no_library_call(h100: str) -> None:
+    """Issue 55, item 15: the lowered level counts no gemm for blackjax's ``float32[2,0] @
+    float32[0]`` (tests/test_census.py); an H100's compile agrees, Triton gemms on or off."""
+    import jax.numpy as jnp
+
+    u, s, y = jnp.ones((2, 0)), jnp.ones((0,)), jnp.ones((2,))
+    for options in (None, {"xla_gpu_enable_triton_gemm": False}):
+        census = cuda_census(lambda u, s, y: u @ ((s - 1) * (u.T @ y)), u, s, y,
+                             target=h100, options=options)  # fmt: skip
+        assert census.vendor == 0, (options, census.kernels)
+
+
 @pytest.mark.slow
 def test_fft_is_cufft_and_a_pallas_kernel_is_one_custom_kernel(h100: str) -> None:
     import jax

@@ -177,10 +177,12 @@ def test_a_wrong_tpu_kernel_passes_without_emulation_and_fails_with_it(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "tpu (emulated on cpu): 1 differing leaf (worst abs err 2.0e+03, rel err 1.0e+03), "
+            "tpu (emulated on cpu): 1 differing leaf (largest abs err 2.0e+03, largest rel err "
+            "1.0e+03), "
             "expected to match cpu (numerics, tolerance from *); check 'doubled', emulated",
             # row 0 of the output doubled from row 8 (2 * 8 * 128) instead of from itself (0)
-            "*<root>: 2048 of 2048 elements differ*worst at index (0, 0): cpu=0.0 "
+            "*<root>: 2048 of 2048 elements differ*furthest beyond the tolerance at index (0, 0): "
+            "cpu=0.0 "
             "tpu (emulated on cpu)=2048.0, abs err 2.0e+03*",
             "*emulated as tpu would run it:",
             "*platform_dependent at kernels.py:*: took the tpu branch",
@@ -277,9 +279,10 @@ def test_a_wrong_mosaic_gpu_kernel_fails_where_jax_can_interpret_it(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "cuda (emulated on cpu): 1 differing leaf (worst abs err 1.0e+00, *), expected to "
+            "cuda (emulated on cpu): 1 differing leaf (largest abs err 1.0e+00, *), expected to "
             "match cpu*check 'gpu_doubled', emulated",
-            "*worst at index (0, 0): cpu=0.0 cuda (emulated on cpu)=1.0, abs err 1.0e+00*",
+            "*furthest beyond the tolerance at index (0, 0): cpu=0.0 cuda (emulated on cpu)=1.0, "
+            "abs err 1.0e+00*",
             "*Pallas kernel _off_by_one at kernels.py:*: run in Mosaic GPU interpret mode",
         ]
     )
@@ -357,9 +360,11 @@ def test_default_precision_fails_on_the_tpu_emulation_and_highest_passes(
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "tpu (emulated on cpu): 1 differing leaf (worst abs err 1.6e-02, rel err 3.9e-03), "
+            "tpu (emulated on cpu): 1 differing leaf (largest abs err 1.6e-02, largest rel err "
+            "3.9e-03), "
             "expected to match cpu*check 'project', emulated",
-            "*4 of 4 elements differ*worst at index (0, 0): cpu=4.015625 tpu (emulated on "
+            "*4 of 4 elements differ*furthest beyond the tolerance at index (0, 0): cpu=4.015625 "
+            "tpu (emulated on "
             "cpu)=4.0, abs err 1.6e-02, rel err 3.9e-03*",
             "*dot_general at kernels.py:*: float32 operands rounded to bfloat16 (tpu's default "
             "precision)",
@@ -462,12 +467,14 @@ def test_a_failure_names_the_tolerance_key_that_applied(pytester: pytest.Pyteste
         result.assert_outcomes(failed=3)
         result.stdout.fnmatch_lines(
             [
-                esc(f"tpu (emulated on cpu): 1 differing leaf (worst abs err 1.6e-02, rel err "
-                    f"3.9e-03), expected to match cpu (numerics, tolerance from {origin}); check "
+                esc(f"tpu (emulated on cpu): 1 differing leaf (largest abs err 1.6e-02, largest "
+                    f"rel err 3.9e-03), expected to match cpu (numerics, tolerance from {origin}); "
+                    "check "
                     "'project', emulated"),
                 "*<root>: 4 of 4 elements differ beyond rtol=1e-07, atol=1e-07 (float32)*",
-                esc(f"tpu (emulated on cpu): 1 differing leaf (worst abs err 1.6e-02, rel err "
-                    f"3.9e-03), expected to match cpu (numerics, tolerance from {marker}); check "
+                esc(f"tpu (emulated on cpu): 1 differing leaf (largest abs err 1.6e-02, largest "
+                    f"rel err 3.9e-03), expected to match cpu (numerics, tolerance from {marker}); "
+                    "check "
                     "'project', emulated"),
                 "*<root>: 4 of 4 elements differ beyond rtol=0.0001, atol=0.0001 (float32)*",
             ]

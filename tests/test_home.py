@@ -6,6 +6,7 @@ and every rendering; the report states it, and a report that does not reads as c
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -269,3 +270,51 @@ def test_the_suite_audit_prices_off_home(pytester: pytest.Pytester) -> None:
     assert report["audit"]["summary"]["kernels_to_rewrite"] == {"cuda": 1, "rocm": 1}
     said = " ".join(result.stdout.str().split())
     assert "kernels to rewrite moving off tpu (distinct sites; suite audit): cuda 1, rocm 1" in said
+
+
+LINEAR_ALGEBRA = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def spectrum(a):
+    return jnp.linalg.eigh(a)[0]
+
+
+def solve(a, b):
+    return jnp.linalg.solve(a, b)
+
+
+@pytest.mark.portable
+def test_linear_algebra(jaxport):
+    a = jnp.eye(16) * 3.0 + jnp.ones((16, 16)) * 0.1
+    jaxport.check(spectrum, a)
+    jaxport.check(solve, a, jnp.ones((16, 4)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None, reason="needs libtpu (the tpu compiled level)"
+)
+def test_the_tpu_runtimes_routines_cost_the_same_nothing_lowered_and_compiled(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 55: off tpu, an eigh and a solve were 2 vendor gaps lowered (Eigh,
+    LuDecomposition: 10 days) and 4 compiled (EighTpu, LuDecompositionBlock and the two
+    InvertDiagBlocks*Triangular: 20 days), though cuda and rocm run them in cuSOLVER and
+    hipSOLVER. Both levels price them as what they are: counterparts, no gap."""
+    pytester.makepyprojecttoml(TPU_HOME + 'may_differ = "warn"\n')
+    pytester.makepyfile(test_linalg=LINEAR_ALGEBRA)
+    days = {}
+    for level, args in (("lowered", ()), ("compiled", ("--jaxport-compile=tpu",))):
+        result, report = run(pytester, *args)
+        result.assert_outcomes(passed=1)
+        tpu = [c["platforms"]["tpu"] for t in report["tests"] for c in t["checks"]]
+        assert {p["compiled"] is not None for p in tpu} == {level == "compiled"}
+        rewrite = report["summary"]["rewrite"]
+        assert [i for target in rewrite.values() for i in target["items"]] == []
+        assert "vendor-gap" not in result.stdout.str()
+        days[level] = {target: estimate["days"] for target, estimate in rewrite.items()}
+    assert days["lowered"] == days["compiled"] == {"cuda": 5.0, "rocm": 5.0}  # fixed only

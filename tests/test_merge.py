@@ -385,6 +385,20 @@ def test_an_emulation_is_kept_from_its_leg_and_checked_against_the_hardware(
     assert keys == [("emulated_numerics", "leg-cpu.json")]
 
 
+def test_the_verdict_counts_numerics_apart_from_budget_violations_as_show_does(
+    tmp_path: Path,
+) -> None:
+    """Issue 55, item 2: ``jaxport merge`` ended "4 budget violations" where ``jaxport show``
+    of the merged file said "1 budget violation, 3 numerics mismatches"."""
+    merged = merge(reports(emulating_legs(tmp_path, emulated=Y)), tolerance_for=defaults,
+                   outputs_root=tmp_path)  # fmt: skip
+    head = build_view(merged.document).headline
+    assert (head.violations, head.mismatches) == (0, 1)
+    said = merged.failures()
+    assert "1 numerics mismatch" in said
+    assert not [s for s in said if "budget violation" in s], said
+
+
 def test_an_emulation_that_disagrees_with_the_hardware_is_a_drift(tmp_path: Path) -> None:
     merged = merge(reports(emulating_legs(tmp_path, emulated=Y + np.float32(1e-3))),
                    tolerance_for=defaults, outputs_root=tmp_path)  # fmt: skip

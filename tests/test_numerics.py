@@ -202,7 +202,8 @@ def test_tolerance_message_matches_the_documented_format() -> None:
     assert mismatch.rel_err == pytest.approx(1e-4, rel=1e-3)
     assert mismatch.message == (
         "['x']: 3 of 64 elements differ beyond rtol=1e-06, atol=1e-06 (float32);"
-        " worst at index (2, 5): cpu=1.0 cuda=1.0001, abs err 1.0e-04, rel err 1.0e-04"
+        " furthest beyond the tolerance at index (2, 5): cpu=1.0 cuda=1.0001, abs err 1.0e-04,"
+        " rel err 1.0e-04"
     )
     assert "\n" not in mismatch.message
     assert not result.ok
@@ -228,7 +229,7 @@ def test_zero_dimensional_arrays() -> None:
     mismatch = only(run(single(np.float32(2.0)), single(np.float32(3.0))))
     assert mismatch.index == ()
     assert "1 of 1 elements" in mismatch.message
-    assert "worst at index (): cpu=2.0 cuda=3.0" in mismatch.message
+    assert "furthest beyond the tolerance at index (): cpu=2.0 cuda=3.0" in mismatch.message
 
 
 def test_root_path_is_shown_as_root() -> None:
@@ -591,7 +592,7 @@ def test_property_perturbation_beyond_tolerance_fails_at_that_index(
     mismatch = only(result)
     assert mismatch.reason == "tolerance"
     assert mismatch.index == index
-    assert f"worst at index {index}:" in mismatch.message
+    assert f"furthest beyond the tolerance at index {index}:" in mismatch.message
     assert mismatch.abs_err is not None
     assert mismatch.abs_err > atol + rtol * abs(ref[index])
 

@@ -141,7 +141,7 @@ def test_a_numerics_failure_names_the_tolerance_that_applied(
     violation = numerics_violation(tolerance, marker, cuda)
     assert violation.origin == origin
     # the worst error where values were compared (2.1 against 2); none for a shape mismatch
-    worst = " (worst abs err 1.0e-01, rel err 5.0e-02)" if len(cuda) == 2 else ""
+    worst = " (largest abs err 1.0e-01, largest rel err 5.0e-02)" if len(cuda) == 2 else ""
     assert violation.headline() == (
         f"cuda: 1 differing leaf{worst}, expected to match cpu (numerics, tolerance from "
         f"{origin}); check 'f', executed"

@@ -92,7 +92,13 @@ points from the lowered program became ±19): runs differed from the recordings 
 ``error_points``, and so did their renderings. And again when tpu's peak rates became the
 TPU v5e's own, as the lent chip's profiler reported them, and the band with them ±18 (issue 49's
 validation run): runs differed only in tpu's runtime shares (``xla``, ``vendor``, ``custom``,
-``libraries.libtpu``) and ``error_points``, per check, computation and summary.
+``libraries.libtpu``) and ``error_points``, per check, computation and summary. The renderings (not
+the reports) were recorded again for issue 55 (read as a text diff): the audit's two libtpu qr
+sites at ``numerics_test.py:119`` name the routine that tells them apart (``libtpu qr (Qr)``,
+``libtpu qr (ProductOfElementaryHouseholderReflectors)``) in the Markdown and the HTML; the
+HTML's platform totals are set tighter (no sideways scroll at 1,280 px); and the demo's and the
+suite's HTML problems intro no longer speaks of outputs that drift across CI legs (they are one
+leg's). The terminal text did not change.
 
 Each JSON report is compared whole after :func:`normalized` (what depends on the clock or
 the machine: measured times and shares, the environment, the tool's version), and each is

@@ -135,7 +135,7 @@ def test_a_numerics_mismatch_is_named_numerics_with_its_worst_error_at_its_line(
     pytester.syspathinsert()
     result = pytester.runpytest(*(f"--jaxport-report=r.{s}" for s in ("json", "md", "html")))
     result.assert_outcomes(failed=1)
-    worst = "1 differing leaf (worst abs err 9.8e-04, rel err 9.7e-05)"
+    worst = "1 differing leaf (largest abs err 9.8e-04, largest rel err 9.7e-05)"
     result.stdout.fnmatch_lines([
         f"tpu (emulated on cpu): {worst}, expected to match cpu (numerics, tolerance from JAX's "
         "float32 default); check 'project', emulated",
@@ -147,9 +147,9 @@ def test_a_numerics_mismatch_is_named_numerics_with_its_worst_error_at_its_line(
         "problems: 1 failed, 0 budget violations, 2 numerics mismatches",
         "  cuda: numerics differ (emulated on cpu) — 1 check in 1 test (beyond the tolerance from*",
         "*the test fails)",
-        "    test_model.py::test_project  'project': 1 differing leaf (worst abs err 9.8e-04, rel"
-        " err",
-        "      9.7e-05) at model.py:6",
+        "    test_model.py::test_project  'project': 1 differing leaf (largest abs err 9.8e-04,"
+        " largest rel",
+        "      err 9.7e-05) at model.py:6",
     ])  # fmt: skip
     result.stdout.fnmatch_lines([  # the annotations, printed as the run ends
         "::error file=model.py,line=6,title=jaxport numerics-difference%3A tpu (emulated on cpu)"

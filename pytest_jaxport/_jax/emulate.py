@@ -34,6 +34,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from pytest_jaxport._jax.adapters import (
@@ -133,6 +134,11 @@ class Emulated:
     moved by the chip's measured error bound (``model.chip_errors.chip_bounds``): called only
     where the outputs matched (a mismatch needs no bound, and its compile is not paid);
     ``None`` where the platform has no measured bounds or the emulation did not run."""
+    code_only: Callable[[], Outputs | None] | None = None
+    """Runs the program again with the platform's branches and kernels but the CPU's
+    arithmetic (no dot rounded, no scan blocked): called only where the outputs differ, to
+    tell whether the code the platform runs or its arithmetic made them differ (``None``
+    from a failed run); ``None`` where the emulation changed only one of the two."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,12 +216,13 @@ def emulate(
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
     bounded = None
     if bounds is not None:
-        moved = replay_for(bounds)
-
-        def bounded() -> Bounded:
-            return _bounded_run(moved, bounds, closed, out_tree, flat)
-
-    return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded)
+        bounded = partial(_bounded_run, replay_for(bounds), bounds, closed, out_tree, flat)
+    code_only = None
+    if (record.kernels or record.branches) and record.rounded:  # a mismatch's cause
+        plain = _Replay(platform, None, own=own, arithmetic=False)
+        code_only = partial(_code_only_run, plain, closed, out_tree, flat)
+    return Emulated(emulation=record, value=value, outputs=to_outputs(value), bounded=bounded,
+                    code_only=code_only)  # fmt: skip
 
 
 def _traced(
@@ -253,6 +260,25 @@ def _bounded_run(
         return Bounded(sites=grouped_bounds(moved.bounded), error=describe_error(e))
     value = jax.tree_util.tree_unflatten(out_tree, list(leaves))
     return Bounded(sites=grouped_bounds(moved.bounded), outputs=to_outputs(value))
+
+
+def _code_only_run(
+    plain: _Replay, closed: ClosedJaxpr, out_tree: PyTreeDef, flat: list[object]
+) -> Outputs | None:
+    """The program once more with the platform's branches and kernels only (``plain``: the
+    replay without its arithmetic); ``None`` where it could not run."""
+    import jax
+
+    def run(*leaves: object) -> list[object]:
+        return plain.run(closed.jaxpr, closed.consts, leaves)
+
+    try:
+        with _cpu_default():
+            leaves = jax.block_until_ready(jax.jit(run)(*flat))  # type: ignore[no-untyped-call]
+    except Exception:  # the engine's limit: the mismatch stays unattributed, never a failure
+        reset_interpreters(plain.interpreters)
+        return None
+    return to_outputs(jax.tree_util.tree_unflatten(out_tree, list(leaves)))
 
 
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -309,8 +335,12 @@ class _Replay(Evaluator):
         matmul_precision: str | None = None,
         own: tuple[str, ...] = (),
         bounds: ChipBounds | None = None,
+        arithmetic: bool = True,
     ) -> None:
         self.platform = platform
+        self.arithmetic = arithmetic
+        """``False``: the platform's branches and kernels only, every op computed as on the
+        CPU (what tells a mismatch's cause: :attr:`Emulated.code_only`)."""
         self.own = own
         self.dot_format = dot_format
         self.cuda_capability = cuda_capability
@@ -397,6 +427,8 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         if name == "platform_index" or name in KERNEL_PRIMITIVES:
             return True
+        if not self.arithmetic:
+            return False
         if self.bounds is not None and (self._inexact(eqn) or name == "mul"):
             return True  # (a product an add reads may be moved: the CPU's fused multiply-add)
         if self.narrow_rule is not None and any(
@@ -438,6 +470,8 @@ class _Replay(Evaluator):
         name = eqn.primitive.name
         if name in KERNEL_PRIMITIVES:
             return self.kernel(eqn, values)
+        if not self.arithmetic:
+            return self._as_on_cpu(eqn, values, static_index=static_index)
         if name in _PRODUCTS:
             return self.product(eqn, values)
         if name in BLOCKED_SCANS.get(self.platform, ()) and self._blocked(eqn):
@@ -449,6 +483,14 @@ class _Replay(Evaluator):
             kind = self._narrow_kind(eqn)
             if kind is not None:
                 return self.narrow_equation(eqn, values, kind)
+        return self._as_on_cpu(eqn, values, static_index=static_index)
+
+    def _as_on_cpu(
+        self, eqn: JaxprEqn, values: list[object], *, static_index: bool
+    ) -> list[object]:
+        """``eqn`` bound as the CPU computes it, its bodies replayed where they hold what the
+        emulation changes."""
+        name = eqn.primitive.name
         if name == "cond" and (static_index or eqn.params.get("branches_platforms")):
             # platform_dependent's cond: from jax 0.7 it carries ``branches_platforms`` and
             # its lowering picks the branch by the platform it lowers for (the CPU here),

@@ -39,6 +39,7 @@ from pytest_jaxport.model.census import (
 )
 from pytest_jaxport.model.classification import MOSAIC_TARGET
 from pytest_jaxport.model.devices import described_device, device_from_gpu_description
+from pytest_jaxport.model.failure import failure_at
 from pytest_jaxport.model.findings import FormatCensus
 from pytest_jaxport.model.gpu import gpu_capacity
 from pytest_jaxport.model.hlo import parse_compiled_hlo
@@ -433,7 +434,7 @@ class CompiledLevel:
             or self._op_line(program, said.reason)
             or caller
         )
-        return f"{said.reason} (at {line})" if line is not None else said.reason
+        return failure_at(said.reason, line)
 
     def _named_line(self, locations: Sequence[str]) -> SourceLocation | None:
         """The first user's line among the MLIR locations a compiler's error names (Mosaic

@@ -22,7 +22,7 @@ A message leads with the finding, so pytest's one-line short summary shows it::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Generic, Literal, TypeVar
@@ -247,6 +247,23 @@ class Violation:
             details=tuple(str(d) for d in data.get("details") or ()),
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
         )
+
+
+def numerics_tally(violations: Iterable[Violation]) -> tuple[int, int]:
+    """``(numerics mismatches, checks that may differ)`` among ``violations``: what fails a
+    test without being a budget violation, counted once for every place that says how many
+    budget violations there are (the headline of every format, ``jaxport merge``'s verdict).
+
+    >>> found = [Violation(check="f", platform="tpu", key=k, limit=0, origin="", found=1,
+    ...                    what="") for k in ("numerics", MAY_DIFFER_KEY, "max_vendor_calls")]
+    >>> numerics_tally(found)
+    (1, 1)
+    """
+    mismatches = differ = 0
+    for violation in violations:
+        mismatches += violation.key in NUMERICS_KEYS
+        differ += violation.key == MAY_DIFFER_KEY
+    return mismatches, differ
 
 
 def _fractional(key: str) -> bool:

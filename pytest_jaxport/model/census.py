@@ -34,6 +34,7 @@ from pytest_jaxport.model.classification import (
     INSERTED_PREFIX,
     STRENGTH_REDUCED_DOT,
     STRENGTH_REDUCING,
+    ZERO_SIZE,
     Classification,
     Layer,
     Level,
@@ -179,13 +180,43 @@ def dot_dimensions(attribute: str) -> dict[str, tuple[int, ...]]:
 
 
 def census_op(site: OpSite, platform: str) -> str:
-    """The op a census classifies ``site`` as on ``platform``: its own, but a ``dot_general``
-    that XLA's GPU compiler always rewrites into elementwise ops (:func:`strength_reduced`)
-    is :data:`~pytest_jaxport.model.classification.STRENGTH_REDUCED_DOT` on a GPU platform (XLA's,
-    no library call); the formats of a matrix unit do not apply to it either."""
+    """The op a census classifies ``site`` as on ``platform``: its own, but a product,
+    convolution or FFT of nothing (:func:`zero_size`) is ``<op>:zero-size``
+    (:data:`~pytest_jaxport.model.classification.ZERO_SIZE`: XLA's broadcast zero on every
+    platform), and a ``dot_general`` that XLA's GPU compiler always rewrites into elementwise
+    ops (:func:`strength_reduced`) is
+    :data:`~pytest_jaxport.model.classification.STRENGTH_REDUCED_DOT` on a GPU platform (XLA's,
+    no library call); the formats of a matrix unit do not apply to either."""
+    if site.op in ZERO_SIZE_OPS and zero_size(site):
+        return site.op + ZERO_SIZE
     if site.op != "stablehlo.dot_general" or platform not in STRENGTH_REDUCING:
         return site.op
     return STRENGTH_REDUCED_DOT if strength_reduced(site) else site.op
+
+
+ZERO_SIZE_OPS = frozenset(
+    {"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution", "stablehlo.fft"}
+)
+"""The library ops XLA removes when they compute nothing (:func:`zero_size`)."""
+
+
+def zero_size(site: OpSite) -> bool:
+    """Whether an op has an operand or a result of zero elements (a static dimension of 0):
+    XLA replaces a dot or convolution of such with a broadcast zero, an empty result with a
+    constant, before choosing a library (:data:`ZERO_SIZE_OPS`). Lowered level only: a
+    compiled program no longer holds them.
+
+    >>> dot = OpSite(op="stablehlo.dot_general",
+    ...              operand_types=("tensor<2x0xf32>", "tensor<0xf32>"),
+    ...              result_types=("tensor<2xf32>",))
+    >>> zero_size(dot), zero_size(replace(dot, operand_types=("tensor<2x3xf32>",)))
+    (True, False)
+    """
+    for text in (*site.operand_types, *site.result_types):
+        parsed = tensor_type(text)
+        if parsed is not None and parsed[0] is not None and 0 in parsed[0]:
+            return True
+    return False
 
 
 def strength_reduced(site: OpSite) -> bool:

@@ -146,6 +146,43 @@ COUNTERPART_LIBRARIES: Mapping[str, str] = {
 collectives name (an opted-in platform's, oneapi's oneCCL, only on its own census)."""
 
 
+COUNTERPART_KINDS: Mapping[str, str] = {
+    "gemm": "every backend's BLAS (cuBLAS, hipBLAS, oneDNN, Eigen) or its compiler's own dots",
+    "convolution": "every backend's DNN library (cuDNN, MIOpen, oneDNN) or its compiler's own",
+    "fft": "every backend's FFT (cuFFT, hipFFT, oneMKL, DUCC) or the TPU compiler's own",
+    "triangular-solve": "every backend's BLAS trsm or its runtime's (libtpu)",
+    "collective": "every backend's collectives (NCCL, RCCL, oneCCL, the TPU's interconnect)",
+    "solver": "every backend's LAPACK-like solver (cuSOLVER, hipSOLVER, oneMKL, LAPACK, libtpu)",
+    "sparse": "cuSPARSE, hipSPARSE, oneMKL (JAX's sparse ops have a plain fallback elsewhere)",
+    "sort": "XLA's own sort where CUB is absent",
+    "jaxlib-kernel": "jaxlib ships each of its kernels for every backend",
+    # The TPU runtime's routines (libtpu): JAX lowers each decomposition for every platform,
+    # to cuSOLVER's getrf, syevd, geqrf and potrf on cuda, hipSOLVER's on rocm, LAPACK's on
+    # the CPU (jax/_src/lax/linalg.py); a triangular inverse is part of the LU solve there.
+    "lu": "getrf (cuSOLVER, hipSOLVER, oneMKL, LAPACK): jax.lax.linalg.lu on every platform",
+    "triangular-inverse": "the triangular solves of an LU solve (trsm) on every other platform",
+    "eigh": "syevd (cuSOLVER, hipSOLVER, oneMKL, LAPACK): jax.lax.linalg.eigh on every platform",
+    "qr": "geqrf and orgqr (cuSOLVER, hipSOLVER, oneMKL, LAPACK): jax.lax.linalg.qr everywhere",
+    "cholesky": "potrf (cuSOLVER, hipSOLVER, oneMKL, LAPACK): jax.lax.linalg.cholesky everywhere",
+    "topk": "XLA's own top-k on every other platform",
+    "approx-topk": "jax.lax.approx_max_k: an exact top-k on every other platform",
+}
+"""Vendor kinds another platform has a counterpart for, and what it is: a dispatch of one of
+these kinds is no vendor gap in a move (:func:`pytest_jaxport.model.cost.rewrite_items`).
+Every vendor kind of :data:`CLASSIFICATION_RULES` is decided here or priced as a gap
+(tests/test_classification.py holds the table to that): cuDNN's fused attention, its
+normalization and fusions, and any other DNN-library call are gaps."""
+
+
+def has_counterpart(kind: str) -> bool:
+    """Whether a vendor dispatch of ``kind`` has a counterpart on another platform.
+
+    >>> has_counterpart("eigh"), has_counterpart("gemm"), has_counterpart("attention")
+    (True, True, False)
+    """
+    return kind in COUNTERPART_KINDS
+
+
 def collective_kind(op: str) -> str | None:
     """``all-reduce`` for ``stablehlo.all_reduce``, ``spmd.all_reduce`` or
     ``hlo.all_reduce``; ``None`` for an op that is not a collective."""
@@ -166,6 +203,15 @@ every dot of two vectors into a multiply and a reduce, and its algebraic simplif
 that contracts nothing into a multiply, before any gemm is chosen
 (xla/service/gpu/transforms/dot_strength_reduction.cc; measured deviceless against an
 H100: benchmarks/README.md, "Dots the lowered level no longer counts")."""
+
+
+ZERO_SIZE = ":zero-size"
+"""The suffix a census gives the op of a product, convolution or FFT with a zero-element
+operand or result (``census.census_op``): XLA's algebraic simplifier makes such a dot or
+convolution a broadcast zero, and its zero-sized HLO elimination an empty result a constant,
+on every platform before any library is chosen (xla/hlo/transforms/simplifiers/
+algebraic_simplifier.cc, zero_sized_hlo_elimination.cc). blackjax's ``U @ ((s-1) * (U.T @
+y))`` with a rank of 0, ``float32[2,0] @ float32[0]``, calls no gemm."""
 
 
 def _gpu_ops(libraries: OpLibraries, collectives: str) -> dict[str, Classification]:
@@ -418,6 +464,13 @@ CLASSIFICATION_RULES: tuple[ClassificationRule, ...] = tuple(
                 "xla_ffi_partitioned_python_*_callback": _CALLBACK,
                 "inert_host_callback.*": _CALLBACK,  # callbacks.make_inert's placeholders
             },
+        ),
+        # xla: a product, convolution or FFT of nothing (a broadcast zero), everywhere.
+        ClassificationRule(
+            pattern=f"*{ZERO_SIZE}",
+            result=_xla("zero-size"),
+            custom_call=False,
+            levels=frozenset({"lowered"}),
         ),
         # custom: hand-written kernels, everywhere.
         *_targets(

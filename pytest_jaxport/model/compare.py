@@ -13,7 +13,7 @@ Example::
     >>> got = Outputs(structure="*", leaves=(Leaf(path="", array=np.float32([1.0, 2.5])),))
     >>> print(describe(compare(ref, got, reference_platform="cpu", platform="cuda")))
     cuda vs cpu: 1 of 1 leaves differ
-      <root>: 1 of 2 elements differ beyond rtol=1e-06, atol=1e-06 (float32); worst at index (1,): cpu=2.0 cuda=2.5, abs err 5.0e-01, rel err 2.5e-01
+      <root>: 1 of 2 elements differ beyond rtol=1e-06, atol=1e-06 (float32); furthest beyond the tolerance at index (1,): cpu=2.0 cuda=2.5, abs err 5.0e-01, rel err 2.5e-01
 
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """  # noqa: E501
@@ -268,7 +268,7 @@ class _LeafComparison:
         rel_text = f"{rel_err:.1e}" if magnitude > 0 else "inf (reference is 0)"
         text = (
             f"{self._counted(beyond, f'differ beyond {tol}')};"
-            f" worst at index {index}: {self._values_at(index)},"
+            f" furthest beyond the tolerance at index {index}: {self._values_at(index)},"
             f" abs err {abs_err:.1e}, rel err {rel_text}"
         )
         return LeafMismatch(

@@ -60,6 +60,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from pytest_jaxport.model.census import Census, Kernel
+from pytest_jaxport.model.classification import has_counterpart
 from pytest_jaxport.model.findings import Effect, FormatCensus
 
 Status = Literal["rewrite", "fallback", "vendor-gap"]
@@ -68,14 +69,6 @@ STATUS_LABELS: Mapping[str, str] = {
     "fallback": "fallback — performance not guaranteed",
     "vendor-gap": "vendor gap: no counterpart on the target",
 }
-
-# Vendor kinds that have a library counterpart on every other GPU backend and a compiler
-# counterpart on TPU and CPU: dots, convolutions, FFTs, solvers, collectives.
-_PORTABLE_VENDOR_KINDS = frozenset(
-    {"gemm", "convolution", "fft", "triangular-solve", "collective", "solver", "sparse",
-     "sort", "jaxlib-kernel"}
-)  # fmt: skip
-
 
 # -- kernels to rewrite and days ----------------------------------------------------------
 
@@ -175,7 +168,7 @@ def rewrite_items(
             else:
                 status = "fallback"
                 reason = f"{target} runs generic code here; no {target}-specific kernel"
-        elif kernel.layer == "vendor" and kernel.kind not in _PORTABLE_VENDOR_KINDS:
+        elif kernel.layer == "vendor" and not has_counterpart(kernel.kind):
             seen.add(key)
             status = "vendor-gap"
             reason = f"{kernel.library} {kernel.kind} has no counterpart on {target}"

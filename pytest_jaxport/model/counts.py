@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from pytest_jaxport.model.census import CollectiveCount
-from pytest_jaxport.model.findings import FormatCensus
+from pytest_jaxport.model.findings import FormatCensus, counted_findings
 from pytest_jaxport.model.jsontypes import (
     JsonObject,
 )
@@ -52,15 +52,19 @@ class FormatCounts:
 
     @classmethod
     def of(cls, lowered: FormatCensus | None, compiled: FormatCensus | None) -> FormatCounts:
-        """One probe's, from its lowered and compiled findings."""
+        """One probe's, from its lowered and compiled findings (those the sites count:
+        :func:`~pytest_jaxport.model.findings.counted_findings`)."""
         padding, padded = lowered.padding_bytes if lowered is not None else (0.0, 0.0)
         compiled_padding: float | None = None
         compiled_padded = 0.0
         if compiled is not None and compiled.tiled_bytes > 0:
             compiled_padding, compiled_padded = compiled.padding_bytes
+        # Counted as the sites are: the compiled program's findings too (issue 55: the
+        # layers' line said 6 layout findings where its rules and the sites summed 11).
+        findings = counted_findings(lowered, compiled)
         return cls(
-            format_findings=lowered.count("format") if lowered is not None else 0,
-            layout_findings=lowered.count("layout") if lowered is not None else 0,
+            format_findings=sum(f.count for f in findings if f.kind == "format"),
+            layout_findings=sum(f.count for f in findings if f.kind == "layout"),
             not_compiling=sum(f.count for f in lowered.not_compiling) if lowered is not None else 0,
             padding_bytes=padding,
             padded_bytes=padded,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pytest_jaxport.model.arithmetic import ARITHMETIC_TEXT
 from pytest_jaxport.model.chip_errors import EPS32, OpBound
@@ -224,6 +224,31 @@ class Emulation:
     bounds_from: str | None = None
     """The chip those bounds were measured on (``TPU v5 lite (measured: jax 0.10.2, libtpu
     0.0.42.1)``); ``None`` where the platform has none."""
+    mismatch_from: MismatchCause | None = None
+    """Where outputs that differ from the reference's come from, where the emulation both
+    ran other code (kernels, branches) and rounded: ``code`` when the platform's code alone
+    (computed as on the CPU) differs too, ``arithmetic`` when it alone matches; ``None``
+    where it was not told apart (a match, or one of the two only)."""
+
+    @property
+    def mismatch_sites(self) -> tuple[str, ...]:
+        """The lines a mismatch comes from, in order: its interpreted kernels, its chosen
+        branches and its rounded ops, those of :attr:`mismatch_from` only where it is known
+        (issue 55: a mismatch of bfloat16 dots was shown at the exact Pallas kernel's line).
+
+        >>> e = Emulation(platform="tpu", dot_format="bfloat16",
+        ...     kernels=(EmulatedKernel(label="k", location="m.py:48", interpreter="tpu"),),
+        ...     rounded=(RoundedOp(op="dot_general", location="m.py:10", format="bfloat16"),))
+        >>> e.mismatch_sites, replace(e, mismatch_from="arithmetic").mismatch_sites
+        (('m.py:48', 'm.py:10'), ('m.py:10',))
+        """
+        code = [k.location for k in self.kernels] + [b.location for b in self.branches]
+        arithmetic = [r.location for r in self.rounded]
+        if self.mismatch_from == "code":
+            arithmetic = []
+        elif self.mismatch_from == "arithmetic":
+            code = []
+        return tuple(dict.fromkeys(code + arithmetic))
 
     @property
     def label(self) -> str:
@@ -247,6 +272,7 @@ class Emulation:
             "error": self.error,
             **({"bounded": [b.to_dict() for b in self.bounded], "bounds_from": self.bounds_from}
                if self.bounds_from is not None else {}),
+            **({"mismatch_from": self.mismatch_from} if self.mismatch_from else {}),
         }  # fmt: skip
 
     @classmethod
@@ -264,7 +290,21 @@ class Emulation:
             error=None if error is None else str(error),
             bounded=tuple(BoundedOp.from_dict(b) for b in data.get("bounded", ())),
             bounds_from=None if data.get("bounds_from") is None else str(data["bounds_from"]),
+            mismatch_from=_mismatch_cause(data.get("mismatch_from")),
         )
+
+
+MismatchCause = Literal["code", "arithmetic"]
+MISMATCH_CAUSES: tuple[MismatchCause, ...] = get_args(MismatchCause)
+
+
+def _mismatch_cause(value: object) -> MismatchCause | None:
+    if value is None:
+        return None
+    if value not in MISMATCH_CAUSES:
+        raise ValueError(f"mismatch_from: expected one of {', '.join(MISMATCH_CAUSES)}, "
+                         f"found {value!r}")  # fmt: skip
+    return value  # narrowed by the membership test
 
 
 def with_locations(emulation: Emulation, shown: Callable[[str], str]) -> Emulation:
@@ -436,6 +476,13 @@ def divergence_message(emulation: Emulation, comparison_text: str) -> str:
     emulated, so the failure names the kernel or dot that may have diverged."""
     lines = [comparison_text, f"  emulated as {emulation.platform} would run it:"]
     lines += [f"    {line}" for line in emulation_lines(emulation)]
+    platform = emulation.platform
+    if emulation.mismatch_from == "arithmetic":
+        lines.append(f"  the difference is {platform}'s arithmetic: its branches and kernels "
+                     f"alone, computed as on {HOST}, match")  # fmt: skip
+    elif emulation.mismatch_from == "code":
+        lines.append(f"  the difference is the code {platform} runs: its branches and kernels "
+                     f"alone, computed as on {HOST}, differ too")  # fmt: skip
     return "\n".join(lines)
 
 

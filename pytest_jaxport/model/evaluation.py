@@ -214,12 +214,15 @@ def rewrite_violations(
 
 
 def _numerics_what(comparison: Comparison) -> str:
-    """``differing leaf (worst abs err 9.8e-04, rel err 9.7e-05)``: how many leaves differ
-    and by how much at worst (a structure or shape mismatch has no error to give)."""
+    """``differing leaf (largest abs err 9.8e-04, largest rel err 9.7e-05)``: how many
+    leaves differ and the largest errors over their elements, each its own element's (the
+    element furthest beyond the tolerance, which the leaf's message shows, may be another;
+    a structure or shape mismatch has no error to give)."""
     n = len(comparison.mismatches)
     said = noun_for(n, "differing leaf").replace("leafs", "leaves")
     if comparison.max_abs_err > 0 or comparison.max_rel_err > 0:
         said += (
-            f" (worst abs err {comparison.max_abs_err:.1e}, rel err {comparison.max_rel_err:.1e})"
+            f" (largest abs err {comparison.max_abs_err:.1e},"
+            f" largest rel err {comparison.max_rel_err:.1e})"
         )
     return said

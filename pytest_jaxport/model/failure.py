@@ -10,6 +10,7 @@ limit; numerics, the emulation and the baseline have their own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pytest_jaxport.model.budget import (
@@ -108,3 +109,29 @@ def failure_text(violations: Sequence[Violation], nodeid: str) -> str:
         said += [f"{grown} {noun_for(grown, 'count')} grown since the baseline"] if grown else []
         lines.append(f"({' and '.join(said)} in {nodeid})")
     return "\n".join(lines + ways_out(violations))
+
+
+def failure_at(reason: str, line: object | None) -> str:
+    """A failure's reason with the source line it concerns, as every report writes it (and
+    :func:`failure_line` reads it back: where an annotation of it is put).
+
+    >>> failure_at("UNIMPLEMENTED: Only F32 and C64 types are implemented", "model.py:35")
+    'UNIMPLEMENTED: Only F32 and C64 types are implemented (at model.py:35)'
+    """
+    return reason if line is None else f"{reason} (at {line})"
+
+
+_AT_LINE = re.compile(r" \(at (?P<line>[^()]+:\d+)\)$")
+
+
+def failure_line(text: str) -> str | None:
+    """The ``file:line`` a failure written by :func:`failure_at` concerns; ``None`` where it
+    names none.
+
+    >>> failure_line("JaxRuntimeError: UNIMPLEMENTED: ... f64[16,16] (at model.py:35)")
+    'model.py:35'
+    >>> failure_line("ValueError: Only interpret mode is supported on CPU backend.") is None
+    True
+    """
+    found = _AT_LINE.search(text.strip())
+    return found.group("line") if found else None

@@ -428,6 +428,21 @@ class FormatCensus:
         )
 
 
+def counted_findings(
+    lowered: FormatCensus | None, compiled: FormatCensus | None
+) -> tuple[Finding, ...]:
+    """One program's findings on one platform, as every count of them is made (the sites,
+    the totals, the layers' line): the lowered program's, then the compiled program's; where
+    the compiler laid the program out in tiles (tpu compiled), its padding stands for the
+    lowered model's (one ``tile-padding`` site per line, as budgets judge it)."""
+    padded = compiled is not None and compiled.tiled_bytes > 0
+    found = () if lowered is None else lowered.findings
+    return (
+        *(f for f in found if not (padded and f.rule == "tile-padding")),
+        *(() if compiled is None else compiled.findings),
+    )
+
+
 LINES_KEPT = 3
 """The source lines a census keeps per format (:attr:`FormatCensus.lines`): enough to find
 the code, few enough that every census can carry them."""

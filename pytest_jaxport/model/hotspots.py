@@ -35,7 +35,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from pytest_jaxport.model.census import Census, Kernel, kernel_label
-from pytest_jaxport.model.findings import FINDING_KINDS, Finding
+from pytest_jaxport.model.findings import FINDING_KINDS, Finding, counted_findings
 from pytest_jaxport.model.jsontypes import JsonObject
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.runtime_share import RuntimeShare
@@ -267,16 +267,9 @@ def _reach_sites(reach: Reach) -> Iterator[_SiteKey]:
 
 
 def findings_of(entry: PlatformProbe) -> tuple[Finding, ...]:
-    """A platform entry's formats-and-layout findings, lowered then compiled; where the
-    compiler laid out the program in tiles (tpu compiled), its padding stands for the lowered
-    model's (one ``tile-padding`` site per line, as budgets judge it)."""
-    compiled = entry.compiled_formats
-    padded = compiled is not None and compiled.tiled_bytes > 0
-    lowered = () if entry.formats is None else entry.formats.findings
-    return (
-        *(f for f in lowered if not (padded and f.rule == "tile-padding")),
-        *(() if compiled is None else compiled.findings),
-    )
+    """A platform entry's formats-and-layout findings, lowered then compiled
+    (:func:`~pytest_jaxport.model.findings.counted_findings`)."""
+    return counted_findings(entry.formats, entry.compiled_formats)
 
 
 def site_order(site: Hotspot) -> tuple[str, str, str, str, str]:

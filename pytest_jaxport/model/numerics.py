@@ -207,7 +207,8 @@ def gradient_tolerance(dtype_name: str) -> Tolerance:
 class LeafMismatch:
     """One way the candidate's outputs differ from the reference's.
 
-    ``index``, ``abs_err`` and ``rel_err`` describe the worst element (the first offending
+    ``index``, ``abs_err`` and ``rel_err`` describe the element furthest beyond the tolerance
+    (its error less what the tolerance allows is the largest; the first offending
     one for ``"nonfinite"``); ``rel_err`` is ``inf`` when the reference value is 0.
     """
 

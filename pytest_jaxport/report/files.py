@@ -118,8 +118,10 @@ def _other_format(data: object) -> str | None:
     Code Quality report; ``None`` for anything else."""
     if isinstance(data, dict) and "runs" in data and "sarif" in str(data.get("$schema", "")):
         return "a SARIF log (the report's findings for code scanning)"
-    if isinstance(data, list) and all(
-        isinstance(d, dict) and {"check_name", "fingerprint"} <= d.keys() for d in data
+    if (
+        isinstance(data, list)
+        and data  # an empty list is anyone's (issue 55: `[]` read as Code Quality's)
+        and all(isinstance(d, dict) and {"check_name", "fingerprint"} <= d.keys() for d in data)
     ):
         return "a GitLab Code Quality report (the report's findings)"
     return None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_jaxport.model.budget import EMULATED_KEYS, Violation
+from pytest_jaxport.model.budget import EMULATED_KEYS, Violation, numerics_tally
 from pytest_jaxport.model.compare import Outputs, compare
 from pytest_jaxport.model.config import DEFAULT_MIGRATE_TO, ConfigError, ProjectConfig
 from pytest_jaxport.model.cost import COST_KEYS, CostModel
@@ -171,8 +171,14 @@ class MergeResult:
                 where.append(f"{drifted} by output drift")
             shown = f" ({'; '.join(where)})" if where else ""
             said.append(counted(failed, "failed test") + shown)
-        if summary.violations:
-            said.append(counted(summary.violations, "budget violation"))
+        # Numerics apart from the budgets, as every format's headline counts them.
+        mismatches, differ = numerics_tally(v for t in self.document.tests for v in t.violations)
+        if summary.violations - mismatches - differ:
+            said.append(counted(summary.violations - mismatches - differ, "budget violation"))
+        if mismatches:
+            said.append(f"{mismatches} numerics mismatch{'' if mismatches == 1 else 'es'}")
+        if differ:
+            said.append(counted(differ, "check") + " that may differ (emulated)")
         if self.drifts:
             said.append(f"{counted(len(self.drifts), 'output drift')} across legs")
         audit = self.document.audit

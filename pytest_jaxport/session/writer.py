@@ -43,6 +43,19 @@ from pytest_jaxport.view.reporters import installed_file, reporter_for
 from pytest_jaxport.view.viewmodel.build import build_view
 from pytest_jaxport.view.viewmodel.reportview import ReportView
 
+NOT_WRITTEN = "jaxport report not written"
+"""What pytest's summary line counts a report file that could not be written as (``1 passed,
+1 jaxport report not written``): the run fails for it (exit status 1)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)  # not slotted: read by its __dict__
+class NotWritten:
+    """A report file that could not be written, as pytest's terminal statistics hold it (an
+    object with a ``__dict__``, as other plugins read every entry's: Hypothesis does)."""
+
+    path: Path
+    error: str
+
 
 class ReportWriter:
     """The controller's report: built from the ledger (with the user's cost and tooling
@@ -311,6 +324,7 @@ class ReportWriter:
         for problem in (*self.hook_problems(), *self.problems()):
             failed = True
             if terminal is not None:
+                _own_line(self.config, terminal)
                 terminal.write_line(problem, red=True)
         failed = self._write_reports() or failed
         self._annotate()
@@ -326,6 +340,7 @@ class ReportWriter:
             written = ci.write_baseline(self.ci, self.build())
         except OSError as e:
             if terminal is not None:
+                _own_line(self.config, terminal)
                 terminal.write_line(f"jaxport: could not write the baseline: {e}", red=True)
             return True
         if terminal is not None and written is not None:
@@ -346,8 +361,14 @@ class ReportWriter:
             except OSError as e:
                 terminal = self.config.pluginmanager.get_plugin("terminalreporter")
                 if terminal is not None:
+                    _own_line(self.config, terminal)
                     terminal.write_line(
                         f"jaxport: could not write the report {path}: {e}", red=True
+                    )
+                    # pytest's last line counts it ("1 passed, 1 jaxport report not written"):
+                    # the exit status is 1, and a line reading "1 passed" alone would hide why
+                    terminal.stats.setdefault(NOT_WRITTEN, []).append(
+                        NotWritten(path=path, error=str(e))
                     )
                 failed = True
                 continue
@@ -382,3 +403,12 @@ class ReportWriter:
             terminal.write_line("")
         for line in lines:
             terminal.write_line(line)
+
+
+def _own_line(config: pytest.Config, terminal: pytest.TerminalReporter) -> None:
+    """Start a line of our own: after ``-q``'s progress dots too, which pytest writes without
+    ending their line (its ``ensure_newline`` knows only a file's progress line)."""
+    terminal.ensure_newline()
+    writer = config.get_terminal_writer()
+    if writer.width_of_current_line:
+        writer.line()

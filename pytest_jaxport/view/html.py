@@ -54,9 +54,11 @@ from pytest_jaxport.view.viewmodel.rewrites import FIXED, RewriteRow, TargetRow
 from pytest_jaxport.view.viewmodel.shares import ShareRow, share_row
 from pytest_jaxport.view.viewmodel.sites import (
     LAYOUT,
+    Twins,
     hotspot_cells,
     hotspot_headers,
     hotspot_title,
+    twin_sites,
 )
 from pytest_jaxport.view.viewmodel.totals import totals_note
 
@@ -536,10 +538,12 @@ def _problems(view: ReportView) -> str:
         "computations that do not lower for a platform, one row per reason (findings that fail "
         "no test). Hover a row for the computations and where they are defined."
         if audited
-        else "violations by budget key and platform, outputs that drift across CI legs, then "
-        "checks that do not lower or run (findings that fail no test unless must_lower says "
-        "so), numerics mismatches, and tests that failed for another reason. Hover a row for "
-        "the kernels or the full error."
+        else "violations by budget key and platform, "
+        # drift is a merged report's (jaxport merge): a run of one leg has none to speak of
+        + ("outputs that drift across CI legs, " if view.headline.legs else "")
+        + "then checks that do not lower or run (findings that fail no test unless "
+        "must_lower says so), numerics mismatches, and tests that failed for another reason. "
+        "Hover a row for the kernels or the full error."
     )
     return (
         '<section id="problems" class="problems" aria-labelledby="problems-h">'
@@ -668,14 +672,16 @@ def _rewrite_items(items: Sequence[tuple[str, RewriteRow]], *, home: str) -> str
     )
 
 
-def _hotspot_table(sites: Sequence[Hotspot], unit: str = "check") -> str:
+def _hotspot_table(
+    sites: Sequence[Hotspot], unit: str = "check", twins: Twins = frozenset()
+) -> str:
     head = "".join(
         f'<th scope="col"{NUM if i >= 2 else ""}>{_e(h)}</th>'
         for i, h in enumerate(hotspot_headers(unit))
     )
     rows = []
     for site in sites:
-        cells = hotspot_cells(site)
+        cells = hotspot_cells(site, twins)
         rows.append(
             f'<tr class="{_e(site.layer)}"><td class="site"><code>{_e(cells[0])}</code></td>'
             f'<td><span class="pill {_e(site.layer)}">{_e(site.layer)}</span> {_e(cells[1])}</td>'
@@ -696,6 +702,7 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
     parts = []
     platforms = list(dict.fromkeys(h.platform for h in view.hotspots))
     first = view.hotspot_platform()  # the home platform, where the lock-in is, first
+    twins = twin_sites(view.hotspots)
     for platform in sorted(platforms, key=lambda p: p != first):
         # the layout findings in one line, their rows collapsed, as at the terminal's default
         sites = [h for h in view.hotspots if h.platform == platform and h.layer != LAYOUT]
@@ -704,18 +711,18 @@ def _hotspots(view: ReportView, options: DisplayOptions, anchor: str = "hotspots
         title = hotspot_title(view.hotspots, platform, len(shown), grouped=True)
         block = f"<h3>{_e(sentence(title))}</h3>"
         if shown:
-            block += _hotspot_table(shown, view.unit)
+            block += _hotspot_table(shown, view.unit, twins)
         if len(shown) < len(sites):
             block += (
                 f'<details class="more"><summary>{plural(len(sites) - len(shown), "more site")}'
-                f"</summary>{_hotspot_table(sites[len(shown) :], view.unit)}</details>"
+                f"</summary>{_hotspot_table(sites[len(shown) :], view.unit, twins)}</details>"
             )
         if layout is not None:
             block += (
                 f'<p class="layout-summary">{_e(layout.summary(detail=""))}</p>'
                 f'<details class="more layout"><summary>{_e(platform)} layout findings: '
                 f"{plural(len(layout.sites), 'site')}, heaviest first</summary>"
-                f"{_hotspot_table(layout.sites, view.unit)}</details>"
+                f"{_hotspot_table(layout.sites, view.unit, twins)}</details>"
             )
         parts.append(block)
     return (

@@ -30,7 +30,12 @@ from pytest_jaxport.view.viewmodel.matrix import Cell, TestRow
 from pytest_jaxport.view.viewmodel.memory import MemoryCell
 from pytest_jaxport.view.viewmodel.notes import NO_AUTOTUNE_NOTE
 from pytest_jaxport.view.viewmodel.reportview import ReportView
-from pytest_jaxport.view.viewmodel.sites import hotspot_cells, hotspot_headers, hotspot_title
+from pytest_jaxport.view.viewmodel.sites import (
+    hotspot_cells,
+    hotspot_headers,
+    hotspot_title,
+    twin_sites,
+)
 from pytest_jaxport.view.viewmodel.totals import totals_note
 
 if TYPE_CHECKING:  # report.merge imports numpy: a renderer of its result never needs it
@@ -278,8 +283,9 @@ def _md_sites(view: ReportView, options: DisplayOptions, platform: str, top: int
             f"| {' | '.join(hotspot_headers(view.unit))} |",
             "|---|---|---:|---:|---:|---:|",
         ]
+    twins = twin_sites(view.hotspots)
     for site in shown:
-        cells = hotspot_cells(site)
+        cells = hotspot_cells(site, twins)
         lines.append(f"| {md_code(cells[0])} | {md_cell(cells[1])} | {' | '.join(cells[2:])} |")
     if layout is not None:  # the layout findings in one line, the rows one option away
         lines += [*([""] if shown else []), md_cell(layout.summary())]

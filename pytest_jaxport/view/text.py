@@ -61,6 +61,7 @@ from pytest_jaxport.view.viewmodel.sites import (
     hotspot_cells,
     hotspot_headers,
     hotspot_title,
+    twin_sites,
 )
 from pytest_jaxport.view.viewmodel.totals import collective_library
 
@@ -646,7 +647,8 @@ def hotspot_lines(view: ReportView, options: DisplayOptions) -> list[str]:
     if not sites and layout is None:
         return []
     headers = hotspot_headers(view.unit)
-    cells = [(cut_left(c[0], 40), *c[1:]) for c in (hotspot_cells(h) for h in shown)]
+    twins = twin_sites(view.hotspots)
+    cells = [(cut_left(c[0], 40), *c[1:]) for c in (hotspot_cells(h, twins) for h in shown)]
     # The kernel column gets the room the others leave it: a longer row would wrap its time
     # column under the site. -v keeps the kernel whole, its rest on a line of its own under it.
     others = sum(max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)

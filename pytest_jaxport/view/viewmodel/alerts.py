@@ -55,6 +55,7 @@ from typing import Literal
 
 from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS, Violation
 from pytest_jaxport.model.emulation import emulated_label, may_differ_lines
+from pytest_jaxport.model.failure import failure_line
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.memory import DeviceMemory
 from pytest_jaxport.model.probe import MAY_DIFFER, PlatformProbe, emulated_status
@@ -281,7 +282,17 @@ def _violation_place(
             where = split_location(str(finding.location))
             if where is not None:
                 return where
-    return fallback, 1
+    return _failure_place(violation.details) or (fallback, 1)
+
+
+def _failure_place(texts: Iterable[str | None]) -> tuple[str, int] | None:
+    """The repository line a failure concerns where its text names one (a compiler's refusal
+    ``... (at model.py:35)``: :func:`~pytest_jaxport.model.failure.failure_line`)."""
+    for text in texts:
+        where = split_location(failure_line(text)) if text else None
+        if where is not None and in_repository(where[0]):
+            return where
+    return None
 
 
 def _violation_alert(
@@ -399,7 +410,8 @@ def _check_alerts(
                     title=f"{platform}: {name} may differ (emulated)",
                     identity="|".join(("numerics-may-differ", *identity)))  # fmt: skip
     if entry.error is not None and (name, platform, "must_lower") not in covered:
-        yield Alert(rule="does-not-lower", level="warning", file=file, line=1,
+        at_file, at_line = _failure_place([entry.error]) or (file, 1)
+        yield Alert(rule="does-not-lower", level="warning", file=at_file, line=at_line,
                     message=f"{platform}: {of} does not lower (not in must_lower: a finding, "
                     f"not a failure): {_first_line(entry.error.split(': ', 1)[-1])}",
                     title=f"{platform}: {name} does not lower",

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_jaxport.model.budget import MAY_DIFFER_KEY, NUMERICS_KEYS
+from pytest_jaxport.model.budget import numerics_tally
 from pytest_jaxport.model.platforms import DEFAULT_HOME, NVIDIA_PLATFORM
 from pytest_jaxport.report.document import TOOL_NAME, Config, Environment, Report
 from pytest_jaxport.view.formatting import number, plural
@@ -103,8 +103,21 @@ class Headline:
         return (
             f"platforms: {', '.join(self.platforms) or 'none'} "
             f"(reference {self.reference or '-'}); {also}"
-            f"present here: {', '.join(self.present) or 'none'}; {self.level}{home}"
+            f"present here: {present_text(self.present)}; {self.level}{home}"
         )
+
+
+NOT_LOOKED_UP = "not looked up (no check ran: JAX was not loaded)"
+
+
+def present_text(present: tuple[str, ...]) -> str:
+    """The platforms present here, as a report says them: a run that checked nothing never
+    loaded JAX, so it does not know them (a CPU machine's run said "none", issue 55).
+
+    >>> present_text(("cpu",)), present_text(())
+    ('cpu', 'not looked up (no check ran: JAX was not loaded)')
+    """
+    return ", ".join(present) or NOT_LOOKED_UP
 
 
 def compile_outcomes(report: Report) -> dict[str, tuple[int, int]]:
@@ -182,14 +195,13 @@ def headline_of(report: Report) -> Headline:
     )
     facts.append(("environment", " · ".join(x for x in (versions, env.machine) if x) or "—"))
     facts += merge_facts(report)
-    facts.append(("present here", ", ".join(env.present_platforms) or "none"))
+    facts.append(("present here", present_text(env.present_platforms)))
     budgeted = None
     if config.budget is not None:
         budgeted = _sets_limit(config.budget)
     elif "budget" in config.written_null:
         budgeted = False
-    mismatches = sum(v.key in NUMERICS_KEYS for t in report.tests for v in t.violations)
-    differ = sum(v.key == MAY_DIFFER_KEY for t in report.tests for v in t.violations)
+    mismatches, differ = numerics_tally(v for t in report.tests for v in t.violations)
     return Headline(
         tests=summary.tests,
         checks=summary.checks,

@@ -93,10 +93,25 @@ def layers_of(
         (f"{number(len(view.tooling))} found in {number(tooling.files_read)} files read"
          if tooling is not None else "not scanned"),
     ]  # fmt: skip
+    # "counterpart usually exists" says which have none where some do: the rewrite table lists
+    # them as vendor gaps, "no counterpart" (issue 55 read both side by side).
+    gaps = {(i.name, i.location) for t in view.targets for i in t.items
+            if i.status == "vendor-gap"}  # fmt: skip
     return tuple(
-        LayerRow(layer=layer, portable=portable.format(home=bound), counted=counted, value=value)
+        LayerRow(layer=layer, portable=_portable(layer, portable.format(home=bound), len(gaps)),
+                 counted=counted, value=value)
         for (layer, portable, counted), value in zip(LAYER_ROWS, values, strict=True)
-    )
+    )  # fmt: skip
+
+
+VENDOR_LAYER = LAYER_ROWS[2][0]
+
+
+def _portable(layer: str, said: str, gaps: int) -> str:
+    """A layer's portability, the vendor layer's with its vendor gaps where it has some."""
+    if layer != VENDOR_LAYER or not gaps:
+        return said
+    return f"{said} (none for {plural(gaps, 'vendor gap')})"
 
 
 def formats_value(

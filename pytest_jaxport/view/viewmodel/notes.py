@@ -215,6 +215,8 @@ def merged_notes(report: Report, merged: Merged) -> list[Note]:
                 f"compared with the reference's, {number(drifted)} drifted"
             )
         )
+    elif len(merged.legs) < 2:
+        notes.append(Note(text=f"numerics across legs: nothing compared ({ONE_LEG})"))
     else:
         notes.append(
             Note(
@@ -223,3 +225,7 @@ def merged_notes(report: Report, merged: Merged) -> list[Note]:
             )
         )
     return notes
+
+
+ONE_LEG = "one leg: outputs are compared across legs, merge two or more"
+"""Why a merge of one leg compares nothing (not that no leg saved outputs)."""

@@ -244,21 +244,17 @@ def problems_of(
 
 def emulated_sites(test: TestEntry, violation: Violation) -> tuple[str, ...]:
     """Where an emulated mismatch's emulation computed differently from the reference: its
-    interpreted kernels, its chosen branches, its rounded dots, in that order (the lines a
-    mismatch is shown and annotated at); ``()`` for any other violation."""
+    interpreted kernels, its chosen branches, its rounded dots, in that order, those that
+    made the outputs differ where the emulation told (:attr:`Emulation.mismatch_sites
+    <pytest_jaxport.model.emulation.Emulation.mismatch_sites>`: the lines a mismatch is
+    shown and annotated at); ``()`` for any other violation."""
     if violation.key != "emulated_numerics":
         return ()
     entry = platform_entry(test, violation.check, violation.platform)
     emulated = entry.emulated if entry is not None else None
     if emulated is None:
         return ()
-    return tuple(
-        dict.fromkeys(
-            [k.location for k in emulated.kernels]
-            + [b.location for b in emulated.branches]
-            + [r.location for r in emulated.rounded]
-        )
-    )
+    return emulated.mismatch_sites
 
 
 def platform_entry(test: TestEntry, check: str, platform: str) -> PlatformProbe | None:
@@ -272,8 +268,9 @@ def platform_entry(test: TestEntry, check: str, platform: str) -> PlatformProbe 
 
 
 def _mismatch_found(test: TestEntry, violation: Violation) -> str:
-    """``1 differing leaf (worst abs err 9.8e-04, rel err 9.7e-05) at model.py:6``: a
-    numerics mismatch, its worst error and the line it comes from where the report knows."""
+    """``1 differing leaf (largest abs err 9.8e-04, largest rel err 9.7e-05) at model.py:6``:
+    a numerics mismatch, its largest errors and the line it comes from where the report
+    knows."""
     sites = emulated_sites(test, violation)
     more = f" (+{len(sites) - 1} more)" if len(sites) > 1 else ""
     return violation.found_text() + (f" at {sites[0]}{more}" if sites else "")

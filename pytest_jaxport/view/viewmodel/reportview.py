@@ -223,7 +223,7 @@ class ReportView:
         counted."""
         totals = self.totals
         column = {header: i for i, header in enumerate(totals.headers)}
-        if "lowered" not in column:
+        if "lowered" not in column or not totals.rows:  # nothing counted: no empty lists
             return ""
 
         def cell(cells: Sequence[str], header: str) -> str:

@@ -116,11 +116,33 @@ def hotspot_headers(unit: str) -> tuple[str, ...]:
     return (*HOTSPOT_HEADERS[:2], f"{unit}s", *HOTSPOT_HEADERS[3:])
 
 
-def hotspot_cells(site: Hotspot) -> tuple[str, str, str, str, str, str]:
-    """A site's row, the same in every format: where, what, reach, dispatches, time share."""
+Twins = frozenset[tuple[str, str | None, str, str]]
+"""``(platform, location, layer, label)`` that more than one site reads as
+(:func:`twin_sites`)."""
+
+
+def twin_sites(sites: Iterable[Hotspot]) -> Twins:
+    """The labels two distinct sites at one line share (``libtpu triangular-inverse`` for
+    libtpu's ``InvertDiagBlocksLowerTriangular`` and ``...UpperTriangular``): their rows name
+    what tells them apart (:func:`hotspot_cells`)."""
+    names: dict[tuple[str, str | None, str, str], set[str]] = {}
+    for site in sites:
+        names.setdefault((site.platform, site.location, site.layer, site.what), set()).add(
+            site.name
+        )
+    return frozenset(key for key, found in names.items() if len(found) > 1)
+
+
+def hotspot_cells(site: Hotspot, twins: Twins = frozenset()) -> tuple[str, str, str, str, str, str]:
+    """A site's row, the same in every format: where, what, reach, dispatches, time share;
+    what with its name where another site at its line reads the same (``twins``: the view's
+    :func:`twin_sites`)."""
+    what = site.what
+    if (site.platform, site.location, site.layer, what) in twins:
+        what += f" ({site.name})"
     return (
         site.location or "(no source line)",
-        site.what,
+        what,
         number(site.checks),
         number(site.tests),
         number(site.dispatches),
