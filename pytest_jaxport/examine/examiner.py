@@ -145,9 +145,9 @@ class Examiner:
         *,
         present: Collection[str],
         run: Runner,
-        fn: Callable[..., Any],
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
+        fn: Callable[..., object],
+        args: Sequence[object] = (),
+        kwargs: Mapping[str, object] | None = None,
         caller: SourceLocation | None = None,
     ) -> Examined:
         """A checked function's census on each of ``platforms``: ``traced``
@@ -203,9 +203,9 @@ class Examiner:
         caller: SourceLocation | None,
         at_caller: bool,
         run: Runner | None,
-        fn: Callable[..., Any] | None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
+        fn: Callable[..., object] | None,
+        args: Sequence[object] = (),
+        kwargs: Mapping[str, object] | None = None,
         keep_programs: bool,
         source: SourceLocation | None = None,
     ) -> Examined:

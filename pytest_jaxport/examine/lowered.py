@@ -74,8 +74,8 @@ class KeyParts:
     def __init__(
         self,
         traced: Any,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
+        args: Sequence[object] = (),
+        kwargs: Mapping[str, object] | None = None,
         *,
         own: tuple[str, ...] = (),
     ) -> None:
