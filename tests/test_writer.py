@@ -66,7 +66,7 @@ def test_a_users_tooling_hook_runs_and_is_said_without_a_report(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-CHECKED = """
+ONE_CHECK = """
 import jax.numpy as jnp
 
 
@@ -107,7 +107,7 @@ def test_every_reader_of_the_report_still_gets_it(
 ) -> None:
     """The report is built at the session's end only where something reads it: each reader
     alone in its run still gets the whole report, built once, and says the test's check."""
-    pytester.makepyfile(test_readers=CHECKED)
+    pytester.makepyfile(test_readers=ONE_CHECK)
     result = pytester.runpytest("-p", "no:cacheprovider", *READERS[reader])
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.OK
@@ -139,7 +139,7 @@ def test_a_baseline_compared_alone_is_still_matched(
 ) -> None:
     """A run whose only reader is the baseline it compares against builds the report, and
     says how the baseline met the run; the run nothing reads builds none."""
-    pytester.makepyfile(test_readers=CHECKED)
+    pytester.makepyfile(test_readers=ONE_CHECK)
     update = ("--jaxport-baseline=b.json", "--jaxport-baseline-update")
     pytester.runpytest("-p", "no:cacheprovider", *update).assert_outcomes(passed=1)
     assert len(builds) == 1
