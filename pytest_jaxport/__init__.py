@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+# First: the package's modules load by Python's own import system, not pytest's rewriting hook.
+from pytest_jaxport import loading  # noqa: F401
 from pytest_jaxport.model.classification import Classification
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
 from pytest_jaxport.model.tooling_rules import ToolingRule

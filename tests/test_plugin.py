@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 from helpers import esc, run_json
@@ -558,6 +559,36 @@ def test_plugin_modules_skip_assertion_rewriting() -> None:
     for name in ["pytest_jaxport", *names]:
         module = importlib.import_module(name)
         assert AssertionRewriter.is_rewrite_disabled(module.__doc__ or ""), module.__name__
+
+
+def test_plugin_modules_load_without_pytests_rewriting_hook(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package found on ``sys.path``, as an installed wheel is (an editable install's
+    finder already sidesteps pytest's hook), in a session that keeps no bytecode: pytest's
+    assertion-rewriting hook loads the package itself and the module that puts Python's own
+    finder first (``pytest_jaxport.loading``), never the rest, which it would parse into an
+    AST and compile again in every session."""
+    import pytest_jaxport
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(pytest_jaxport.__file__).parent.parent))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    pytester.makepyfile(
+        """
+        import sys
+
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+
+        def test_loaded():
+            ours = {n: m for n, m in sys.modules.items() if n.startswith("pytest_jaxport")}
+            assert "pytest_jaxport.plugin" in ours and "pytest_jaxport.session.writer" in ours
+            hooked = [n for n, m in ours.items()
+                      if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)]
+            assert sorted(hooked) == ["pytest_jaxport", "pytest_jaxport.loading"]
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(

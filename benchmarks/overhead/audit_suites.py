@@ -65,6 +65,14 @@ Usage (the interpreter that has pytest-jaxport and the libraries installed)::
     python -m benchmarks.overhead.audit_suites --suites lineax,optimistix,diffrax \\
         --from lineax=/tmp/lineax-0.1.1 --from optimistix=/tmp/optimistix-0.1.0 \\
         --from diffrax=/tmp/diffrax-0.7.2 --out benchmarks/results/audit-folders-2cpu.json
+
+Before and after a change in one run, ``--checkout NAME=REV`` (twice or more): each
+repetition runs plain once (the installed plugin, audit off), then each checkout's audit cold
+and warm, the checkouts in alternating order; ``checkouts_same_audit`` says whether each found
+what the first did::
+
+    python -m benchmarks.overhead.audit_suites --suites optax,haiku --reps 3 --no-n2 \\
+        --checkout before=73b1308 --checkout after=HEAD
 """
 
 from __future__ import annotations
@@ -83,6 +91,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +296,10 @@ import gc, os, time
 _CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
 _INSIDE = [False]
 try:  # the audit's per-computation work (identify, census, judge), timed on its thread
-    from pytest_jaxport.recorder import Recorder
+    try:
+        from pytest_jaxport.recorder import Recorder
+    except ImportError:  # the plugin before issue 54 (pytest_jaxport/audit.py)
+        from pytest_jaxport.audit import Recorder
 
     _record = Recorder.record
     _CPU["recording"] = 0.0
@@ -362,15 +374,24 @@ PROBE_LOADER = f"exec(compile({PROBE_SOURCE!r}, '<jaxport-bench-probe>', 'exec')
 the user's code."""
 
 
-def run(folder: Path, select: list[str], args: list[str], label: str, out: Path) -> dict[str, Any]:
+def run(
+    folder: Path,
+    select: list[str],
+    args: list[str],
+    label: str,
+    out: Path,
+    source: Path | None = None,
+) -> dict[str, Any]:
+    """One session; ``source``: a checkout of the plugin, put first on ``PYTHONPATH``."""
     junit = out / f"{label}.xml"
     probe = out / "probe"
     probe.mkdir(exist_ok=True)
     (probe / f"{PROBE}.py").write_text(PROBE_LOADER)
     main_cpu = out / f"{label}.main-cpu"
+    path = [str(source) if source is not None else "", str(probe), os.environ.get("PYTHONPATH")]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, path)),
         "JAXPORT_BENCH_MAIN_CPU": str(main_cpu),
     }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -497,7 +518,11 @@ def measure(
     n2: bool = True,
     pairs: int = 0,
     eager_all: bool = False,
+    checkouts: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
+    """The suite ``name``'s runs (see the module's docstring). ``checkouts``: instead of the
+    installed plugin's audit, each checkout's (a folder put first on ``PYTHONPATH``), cold
+    and warm in turn, in alternating order, beside one plain run a repetition."""
     spec = SUITES[name]
     if "folder" in spec:
         if source is None:
@@ -531,7 +556,20 @@ def measure(
             runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{pair}", out))
             if eager_all:
                 runs.append(run(folder, select, every, f"{name}-audit-warmall-{pair}", out))
-    for rep in range(0 if pairs else reps):
+    reports = {c: out / f"{name}-{c}-audit.json" for c in checkouts or {}}
+    for rep in range(reps if checkouts and not pairs else 0):
+        runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
+        for checkout in list(reports) if rep % 2 == 0 else list(reversed(reports)):
+            assert checkouts is not None
+            shutil.rmtree(cache, ignore_errors=True)
+            audit = ["--jaxport-audit", f"--jaxport-report={reports[checkout]}"]
+            label = f"{name}-{checkout}-audit"
+            runs.append(run(folder, select, audit, f"{label}-cold-{rep}", out, checkouts[checkout]))
+            runs.append(run(folder, select, audit[:1], f"{label}-warm-{rep}", out,
+                            checkouts[checkout]))  # fmt: skip
+        if reports:
+            report = reports[list(reports)[-1]]
+    for rep in range(0 if pairs or checkouts else reps):
         shutil.rmtree(cache, ignore_errors=True)
         runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
         runs.append(run(folder, select, cold, f"{name}-audit-cold-{rep}", out))
@@ -572,6 +610,8 @@ def measure(
     # With --pairs the one cold run comes first, on a fresh copy of the suite: not a measure
     # of the cold audit against plain (that is --reps), so only the warm ratios are given.
     kinds: tuple[str, ...] = ("audit-warm",) if pairs else ("audit-cold", "audit-warm")
+    if checkouts and not pairs:
+        kinds = tuple(f"{c}-audit-{state}" for c in checkouts for state in ("cold", "warm"))
     if pairs and eager_all:
         kinds += ("audit-warmall",)
     ratios = {
@@ -613,7 +653,24 @@ def measure(
         "audit": audit_numbers(report),
         "audit_eager_users_all": audit_numbers(every_report) if eager_all else None,
         "serial_vs_n2": same_audit(report, n2_report) if n2 else None,
+        "checkouts": {c: str(p) for c, p in (checkouts or {}).items()},
+        "checkouts_same_audit": _same_audits(reports),
     }
+
+
+def _same_audits(reports: Mapping[str, Path]) -> dict[str, Any]:
+    """Whether each checkout's cold audit found what the first one's did (the audit's numbers
+    must not change with the plugin's inside)."""
+    first = next(iter(reports), None)
+    found: dict[str, Any] = {}
+    for checkout, path in reports.items():
+        if checkout == first or first is None:
+            continue
+        try:
+            found[checkout] = same_audit(reports[first], path)
+        except (KeyError, TypeError, ValueError) as e:  # another report shape
+            found[checkout] = {"error": f"{type(e).__name__}: {e}"}
+    return found
 
 
 def same_audit(serial: Path, n2: Path) -> dict[str, Any]:
@@ -846,6 +903,16 @@ def main() -> None:
         "--no-n2", action="store_true", help="no -n 2 runs (repetitions for the overhead only)"
     )
     parser.add_argument(
+        "--checkout",
+        dest="checkouts",
+        action="append",
+        default=[],
+        metavar="NAME=REV",
+        help="audit with this checkout of the plugin (a git revision or a folder, put first on "
+        "PYTHONPATH) instead of the installed one; several: each in turn, beside one plain run "
+        "a repetition (the before and after of a change in one run)",
+    )
+    parser.add_argument(
         "--from",
         dest="sources",
         action="append",
@@ -887,6 +954,19 @@ def main() -> None:
         "suites": [],
     }
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
+        from benchmarks.overhead.checkouts import extract
+
+        checkouts: dict[str, Path] = {}
+        for given in options.checkouts:
+            name, _, revision = given.partition("=")
+            if not name or not revision or name in checkouts or name == "plain":
+                raise SystemExit(f"--checkout {given}: expected NAME=REV with a new NAME")
+            checkouts[name] = (
+                Path(revision).resolve()
+                if Path(revision).is_dir()
+                else extract(revision, Path(tmp) / "checkouts" / name)
+            )
+        result["checkouts"] = {c: given for c, given in zip(checkouts, options.checkouts)}
         for name in options.suites.split(","):
             result["suites"].append(
                 measure(
@@ -897,6 +977,7 @@ def main() -> None:
                     n2=not options.no_n2,
                     pairs=options.pairs,
                     eager_all=options.eager_all,
+                    checkouts=checkouts,
                 )
             )
             result["load_end"] = os.getloadavg()[0]

@@ -312,8 +312,13 @@ class ReportWriter:
     def finish(self, session: pytest.Session) -> None:
         """The controller's end of the session: the audit's gate, the baseline, the problems
         and the report files; the session fails where one of them does."""
-        audit = self.build().audit
-        failed = audit is not None and failures(audit) > 0
+        failed = False
+        if self.audited or self._hooked():
+            # Built only where something reads it: the audit's gate, or a user's cost or
+            # tooling hook (run once, in the build; said below when it raises). A run with
+            # neither, no report and no baseline never builds it (nor scans the tooling).
+            audit = self.build().audit
+            failed = audit is not None and failures(audit) > 0
         failed = self._update_baseline() or failed
         if self.ci.baseline is not None:
             self.build()
@@ -330,6 +335,15 @@ class ReportWriter:
         self._annotate()
         if failed:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _hooked(self) -> bool:
+        """Whether a ``pytest_jaxport_rewrite_cost`` or ``pytest_jaxport_tooling_rules`` hook
+        of the user's runs when the report is built."""
+        hook = self.config.hook
+        return bool(
+            hook.pytest_jaxport_rewrite_cost.get_hookimpls()
+            or hook.pytest_jaxport_tooling_rules.get_hookimpls()
+        )
 
     def _update_baseline(self) -> bool:
         """``--jaxport-baseline-update``: write it; whether that failed."""
