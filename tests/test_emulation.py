@@ -669,7 +669,13 @@ def test_float64_is_never_an_emulated_match_on_tpu(pytester: pytest.Pytester) ->
     warning, the terminal's details, the JSON and the Markdown."""
     pytester.makepyprojecttoml('[tool.jaxport]\nplatforms = ["cpu", "tpu"]\nemulate = ["tpu"]\n')
     pytester.makepyfile(test_solve=FLOAT64_TEST)
-    result = pytester.runpytest("-rA", "--jaxport-report=report.json", "--jaxport-report=report.md")
+    x64 = jax.config.jax_enable_x64  # the test file turns x64 on in this process: put it back
+    try:
+        result = pytester.runpytest(
+            "-rA", "--jaxport-report=report.json", "--jaxport-report=report.md"
+        )
+    finally:
+        jax.config.update("jax_enable_x64", x64)
     result.assert_outcomes(passed=1)
     refused = (
         "float64 lu at test_solve.py:5: the tpu compiler refuses it (UNIMPLEMENTED: Only F32 "
