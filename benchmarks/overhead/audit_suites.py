@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.util
 import json
 import os
@@ -403,7 +404,7 @@ PROBE_LOADER = f"exec(compile({PROBE_SOURCE!r}, '<jaxport-bench-probe>', 'exec')
 the user's code."""
 
 
-def run(
+def _run(
     folder: Path,
     select: list[str],
     args: list[str],
@@ -593,10 +594,14 @@ def measure(
     eager_all: bool = False,
     python: str = sys.executable,
     base: Path | None = None,
+    head: Path | None = None,
 ) -> dict[str, Any]:
     """One suite's runs and what they found. ``python``: its interpreter; ``base``: the
     package folder of a checkout of the plugin from before a change, whose cold audit runs
-    in each repetition too (``audit-base-cold``), interleaved with this checkout's."""
+    in each repetition too (``audit-base-cold``), interleaved with this checkout's; ``head``:
+    the package folder of the checkout every other run uses (the interpreter's own where
+    ``None``)."""
+    run = functools.partial(_run, python=python, plugin=head)
     spec = SUITES[name]
     if "folder" in spec:
         if source is None:
@@ -642,20 +647,18 @@ def measure(
             for kind, args, plugin in sessions[rep % 3 :] + sessions[: rep % 3]:
                 shutil.rmtree(cache, ignore_errors=True)
                 runs.append(run(folder, select, args, f"{name}-{kind}-{rep}", out,
-                                python=python, plugin=plugin))  # fmt: skip
+                                plugin=plugin or head))  # fmt: skip
             continue
         shutil.rmtree(cache, ignore_errors=True)
-        runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out, python=python))
-        runs.append(run(folder, select, cold, f"{name}-audit-cold-{rep}", out, python=python))
-        runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out,
-                        python=python))  # fmt: skip
+        runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
+        runs.append(run(folder, select, cold, f"{name}-audit-cold-{rep}", out))
+        runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{rep}", out))
     if eager_all:  # what counting every test's eager ops changes in the report (untimed)
         runs.append(run(folder, select, [*every, f"--jaxport-report={every_report}"],
                         f"{name}-audit-all-report", out))  # fmt: skip
     n2_report = out / f"{name}-audit-n2.json"
     if n2:
-        runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out,
-                        python=python))  # fmt: skip
+        runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
         shutil.rmtree(cache, ignore_errors=True)
         runs.append(
             run(
@@ -664,7 +667,6 @@ def measure(
                 ["-n", "2", "--jaxport-audit", f"--jaxport-report={n2_report}"],
                 f"{name}-audit-n2",
                 out,
-                python=python,
             )
         )
 
@@ -993,6 +995,11 @@ def main() -> None:
         "audit with it too, interleaved with this checkout's (plain, cold, base cold)",
     )
     parser.add_argument(
+        "--head",
+        help="a git revision of the plugin every other run uses (extracted: this checkout can "
+        "change meanwhile); the interpreter's own plugin by default",
+    )
+    parser.add_argument(
         "--from",
         dest="sources",
         action="append",
@@ -1042,12 +1049,15 @@ def main() -> None:
         "suites": [],
     }
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
-        base = None
-        if options.base is not None:
-            from benchmarks.overhead.checkouts import extract
+        from benchmarks.overhead.checkouts import extract
 
+        base = head = None
+        if options.base is not None:
             base = extract(options.base, Path(tmp) / "base")
             result["base"] = options.base
+        if options.head is not None:
+            head = extract(options.head, Path(tmp) / "head")
+            result["head"] = options.head
         for name in options.suites.split(","):
             folder = Path(tmp) / name
             folder.mkdir()
@@ -1062,6 +1072,7 @@ def main() -> None:
                     eager_all=options.eager_all,
                     python=pythons.get(name, sys.executable),
                     base=base,
+                    head=head,
                 )
             )
             result["load_end"] = os.getloadavg()[0]
