@@ -26,15 +26,41 @@ def _census(program: Program, platform: str) -> Census:
     return take_census(program, platform, classifier=lambda p, op, t: classify(p, op, t))
 
 
+class _Lowerings:
+    """A real traced computation that keeps the module text of each lowering made of it (what
+    :func:`lowering.lower_together` lowered); everything else is the computation's own."""
+
+    def __init__(self, traced: jax.stages.Traced) -> None:
+        self.traced = traced
+        self.texts: list[str] = []
+
+    def lower(self, *, lowering_platforms: tuple[str, ...]) -> jax.stages.Lowered:
+        lowered: jax.stages.Lowered = self.traced.lower(lowering_platforms=lowering_platforms)
+        self.texts.append(lowered.as_text())
+        return lowered
+
+
+def _hash_ops(text: str) -> int:
+    """The unrolled hash's rotations in a module: 20 per threefry2x32 emitted."""
+    return text.count("stablehlo.shift_left")
+
+
 def test_a_random_draw_lowered_together_holds_the_hash_once_with_each_platforms_program() -> None:
-    traced = _draw()
-    with adapters.default_rules_shared(PLATFORMS):
-        text = traced.lower(lowering_platforms=PLATFORMS).as_text()
-    assert text.count("func.func private @threefry2x32") == 1
+    """Without the GPU rules set aside, JAX emits the hash once per rule (cuda's, rocm's and
+    the default for tpu) under a ``stablehlo.case``: three times the ops to build and read."""
+    from jax._src.interpreters import mlir
+
+    rules = {p: dict(mlir._platform_specific_lowerings[p]) for p in PLATFORMS}
+    one = _hash_ops(_draw().lower(lowering_platforms=("cuda",)).as_text())
+    assert one > 0
+    traced = _Lowerings(_draw())
     together = lowering.lower_together(traced, PLATFORMS)
     assert together is not None
+    assert {p: dict(mlir._platform_specific_lowerings[p]) for p in PLATFORMS} == rules
+    [text] = traced.texts
+    assert (_hash_ops(text), text.count("stablehlo.case")) == (one, 0)
     for platform in PLATFORMS:
-        alone = stablehlo.read_program(lowering.lower(traced, platform))
+        alone = stablehlo.read_program(lowering.lower(_draw(), platform))
         assert _census(together[platform], platform) == _census(alone, platform)
 
 
