@@ -186,7 +186,10 @@ class Recorder:
         # holds only a library's lines, it is where the suite called the function too.
         caller = _calling_line(self._examiner.own_packages)
         caller = caller if caller is None else self._examiner.shown_location(caller)
-        at_caller = facts.kind == "eager"
+        # But an eager loop, branch or custom rule (`facts.bodies`) runs functions it was
+        # given, traced for it with their own lines: each of their kernels is placed as in a
+        # jit, at the line inside them that caused it (the loop's line only for what has none).
+        at_caller = facts.kind == "eager" and not facts.bodies
         defined = _source_location(facts.source)
         judged = self._judged(
             call, keyed, facts.host_callbacks, present, caller, at_caller, defined

@@ -477,3 +477,43 @@ def test_a_test_that_fails_while_jax_traces_its_jit_shows_the_same_traceback_und
     result.stdout.fnmatch_lines(["test_trace.py:6: in step", "E * cannot reshape array*"])
     plain, audited = shown
     assert audited == plain
+
+
+def test_a_rule_the_audit_traces_for_one_platform_serves_the_others() -> None:
+    """Lowering a recorded call for several platforms together runs each platform's rule;
+    where those rules are one Python function (``mlir.lower_fun``: threefry's unrolled hash
+    for cuda, rocm and tpu), the first platform's trace serves the others (issue 55, item 18:
+    blackjax's eager random draws, a third of its audit's cold lowering)."""
+    from jax.interpreters import mlir
+
+    try:
+        from jax.extend.core import Primitive
+    except ImportError:  # jax without jax.extend.core
+        from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
+
+    traces: list[tuple[int, ...]] = []
+
+    def doubled(x: jax.Array) -> jax.Array:
+        traces.append(x.shape)
+        return x * 2
+
+    rule = mlir.lower_fun(doubled, multiple_results=False)
+    doubled_p = Primitive("jaxport_test_doubled")
+    doubled_p.def_impl(doubled)
+    doubled_p.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(doubled_p, rule)  # rocm, tpu
+    mlir.register_lowering(doubled_p, lambda ctx, x: rule(ctx, x), platform="cuda")
+    cpu_rule = mlir.lower_fun(lambda x: x + x, multiple_results=False)
+    mlir.register_lowering(doubled_p, cpu_rule, platform="cpu")
+
+    def lower_together(call: RecordedCall) -> None:
+        traces.clear()  # JAX's own cpu lowering traced nothing: cpu's rule is its own
+        stablehlo.read_programs(call.lower(lowering_platforms=("cuda", "rocm", "tpu")), 3)
+
+    hook = Interception(lower_together)
+    hook.install()
+    try:
+        jax.jit(lambda x: doubled_p.bind(x) + 1)(jnp.ones(3))
+    finally:
+        hook.uninstall()
+    assert traces == [(3,)]  # cuda's trace served the default rule's (rocm and tpu)

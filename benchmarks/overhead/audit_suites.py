@@ -65,20 +65,13 @@ Usage (the interpreter that has pytest-jaxport and the libraries installed)::
     python -m benchmarks.overhead.audit_suites --suites lineax,optimistix,diffrax \\
         --from lineax=/tmp/lineax-0.1.1 --from optimistix=/tmp/optimistix-0.1.0 \\
         --from diffrax=/tmp/diffrax-0.7.2 --out benchmarks/results/audit-folders-2cpu.json
-
-Before and after a change in one run, ``--checkout NAME=REV`` (twice or more): each
-repetition runs plain once (the installed plugin, audit off), then each checkout's audit cold
-and warm, the checkouts in alternating order; ``checkouts_same_audit`` says whether each found
-what the first did::
-
-    python -m benchmarks.overhead.audit_suites --suites optax,haiku --reps 3 --no-n2 \\
-        --checkout before=73b1308 --checkout after=HEAD
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.util
 import json
 import os
@@ -91,7 +84,6 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +227,42 @@ SUITES: dict[str, dict[str, Any]] = {
             "tests/test_vmap.py",
         ],
     },
+    # Issue 55's three suites, each run from its source as its maintainers run it: the
+    # library's own folder beside its tests (``library``, imported from there: ``-o
+    # pythonpath=.``), so its lines are the project's, not an installed package's.
+    "jaxopt": {
+        "package": "jaxopt",
+        "folder": "tests",
+        "library": "jaxopt",
+        # 0.8.5 (git tag jaxopt-v0.8.5): the linear solvers, iterative refinement (an eager
+        # lax.while_loop around gmres: issue 55, item 14), the equality-constrained QP and
+        # the backtracking line search. Needs scikit-learn (jaxopt's test_util imports it).
+        "select": [
+            "tests/iterative_refinement_test.py",
+            "tests/linear_solve_test.py",
+            "tests/eq_qp_test.py",
+            "tests/backtracking_linesearch_test.py",
+        ],
+    },
+    "blackjax": {
+        "package": "blackjax",
+        "folder": "tests",
+        "library": "blackjax",
+        "files": ["pytest.ini"],  # its testpaths and filterwarnings = error
+        # 1.7.1 (the PyPI sdist, which ships tests/): the mass matrices, 84 tests and 762
+        # computations, 740 of them eager (items 15, 17 and 18: the zero-size products, the
+        # tests' own x64 variants, the audit's cold cost). Needs chex and toolz.
+        "select": ["tests/mcmc/test_metrics.py"],
+    },
+    "evosax": {
+        "package": "evosax",
+        "folder": "tests",
+        "library": "evosax",
+        # 0.3.1: the distribution-based strategies, each run step by step, under an eager
+        # jax.lax.scan (CMA-ES's eigh inside it: item 14) and through its base API. Needs
+        # dotmap and matplotlib.
+        "select": ["tests/test_algorithms/test_distribution_based.py"],
+    },
 }
 
 AUDIT_LINES = ("suite audit (--jaxport-audit):", "not audited:", "note:")
@@ -269,8 +297,13 @@ def copy_folder(name: str, source: Path, folder: Path) -> Path:
             f"{SUITES[name]['folder']} | tar -x -C {source}), found no {tests}"
         )
     target = folder / f"{name}_suite"
-    shutil.copytree(tests, target / SUITES[name]["folder"], ignore=shutil.ignore_patterns(
-        "__pycache__", ".pytest_cache"))  # fmt: skip
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
+    shutil.copytree(tests, target / SUITES[name]["folder"], ignore=ignore)
+    library = SUITES[name].get("library")
+    if library is not None:  # the library's own lines are the project's (item 17)
+        shutil.copytree(source / library, target / library, ignore=ignore)
+    for file in SUITES[name].get("files", ()):
+        shutil.copy(source / file, target / file)
     return target
 
 
@@ -296,10 +329,7 @@ import gc, os, time
 _CPU = {"recording": None, "compile": 0.0, "compiles": 0, "gc": 0.0, "full_collections": 0}
 _INSIDE = [False]
 try:  # the audit's per-computation work (identify, census, judge), timed on its thread
-    try:
-        from pytest_jaxport.recorder import Recorder
-    except ImportError:  # the plugin before issue 54 (pytest_jaxport/audit.py)
-        from pytest_jaxport.audit import Recorder
+    from pytest_jaxport.recorder import Recorder
 
     _record = Recorder.record
     _CPU["recording"] = 0.0
@@ -374,32 +404,35 @@ PROBE_LOADER = f"exec(compile({PROBE_SOURCE!r}, '<jaxport-bench-probe>', 'exec')
 the user's code."""
 
 
-def run(
+def _run(
     folder: Path,
     select: list[str],
     args: list[str],
     label: str,
     out: Path,
-    source: Path | None = None,
+    *,
+    python: str = sys.executable,
+    plugin: Path | None = None,
 ) -> dict[str, Any]:
-    """One session; ``source``: a checkout of the plugin, put first on ``PYTHONPATH``."""
+    """One pytest session of the suite: ``python`` (the suite's interpreter), with the
+    plugin of the checkout whose package folder is ``plugin`` first on ``PYTHONPATH`` (the
+    interpreter's own where ``None``)."""
     junit = out / f"{label}.xml"
     probe = out / "probe"
     probe.mkdir(exist_ok=True)
     (probe / f"{PROBE}.py").write_text(PROBE_LOADER)
     main_cpu = out / f"{label}.main-cpu"
-    path = [str(source) if source is not None else "", str(probe), os.environ.get("PYTHONPATH")]
+    paths = [str(probe), str(plugin) if plugin else None, os.environ.get("PYTHONPATH")]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, path)),
+        "PYTHONPATH": os.pathsep.join(filter(None, paths)),
         "JAXPORT_BENCH_MAIN_CPU": str(main_cpu),
     }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *COMMON, "-p", PROBE, f"--junitxml={junit}", *args,
-         *select],
+        [python, "-m", "pytest", *COMMON, "-p", PROBE, f"--junitxml={junit}", *args, *select],
         cwd=folder,
         env=env,
         capture_output=True,
@@ -458,6 +491,17 @@ def audit_numbers(report: Path) -> dict[str, Any]:
         "solver_kinds": {p: solver_kinds(audit, p) for p in summary["platforms"]},
         "kernels_to_rewrite": summary["kernels_to_rewrite"],
         "rewrite_days": summary["rewrite_days"],
+        "rewrite_breakdown": {t: e["breakdown"] for t, e in summary["rewrite"].items()},
+        "counted": audit.get("counted"),
+        "apart": {
+            "kernels_to_rewrite": audit["apart"]["kernels_to_rewrite"],
+            "rewrite_days": audit["apart"]["rewrite_days"],
+            "rewrite_breakdown": {t: e["breakdown"] for t, e in audit["apart"]["rewrite"].items()},
+        }
+        if audit.get("apart")
+        else None,
+        "sites_by_layer": _sites_by_layer(audit["sites"]),
+        "cuda_vendor_sites": _kernel_sites(audit["sites"], "cuda"),
         "findings_by_kind": _count_by(audit["findings"], "kind"),
         "failure_reasons": _reasons(audit["findings"]),
         "sites": len(audit["sites"]),
@@ -467,6 +511,36 @@ def audit_numbers(report: Path) -> dict[str, Any]:
             if s["platform"] == "cuda"
         ][:10],
     }
+
+
+def _sites_by_layer(sites: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per platform and layer, the distinct sites in the tests' files and elsewhere (a site
+    whose file is under a ``tests``/``test`` folder, or named ``test_*.py``/``*_test.py``,
+    or ``conftest.py``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for site in sites:
+        file = (site["location"] or "").rpartition(":")[0]
+        name = file.rpartition("/")[2]
+        tests = (
+            file.startswith(("tests/", "test/"))
+            or name.startswith("test_")
+            or name.endswith("_test.py")
+            or name == "conftest.py"
+        )
+        key = f"{site['platform']} {site['layer']}"
+        found = counts.setdefault(key, {"tests": 0, "elsewhere": 0})
+        found["tests" if tests else "elsewhere"] += 1
+    return dict(sorted(counts.items()))
+
+
+def _kernel_sites(sites: list[dict[str, Any]], platform: str) -> dict[str, dict[str, int]]:
+    """Per vendor kernel on ``platform``, its call-weighted count at each line."""
+    found: dict[str, dict[str, int]] = {}
+    for site in sites:
+        if site["platform"] == platform and site["layer"] == "vendor":
+            where = found.setdefault(site["name"], {})
+            where[str(site["location"])] = where.get(str(site["location"]), 0) + site["count"]
+    return {name: dict(sorted(where.items())) for name, where in sorted(found.items())}
 
 
 SOLVER_KINDS = {
@@ -518,17 +592,22 @@ def measure(
     n2: bool = True,
     pairs: int = 0,
     eager_all: bool = False,
-    checkouts: Mapping[str, Path] | None = None,
+    python: str = sys.executable,
+    base: Path | None = None,
+    head: Path | None = None,
 ) -> dict[str, Any]:
-    """The suite ``name``'s runs (see the module's docstring). ``checkouts``: instead of the
-    installed plugin's audit, each checkout's (a folder put first on ``PYTHONPATH``), cold
-    and warm in turn, in alternating order, beside one plain run a repetition."""
+    """One suite's runs and what they found. ``python``: its interpreter; ``base``: the
+    package folder of a checkout of the plugin from before a change, whose cold audit runs
+    in each repetition too (``audit-base-cold``), interleaved with this checkout's; ``head``:
+    the package folder of the checkout every other run uses (the interpreter's own where
+    ``None``)."""
+    run = functools.partial(_run, python=python, plugin=head)
     spec = SUITES[name]
     if "folder" in spec:
         if source is None:
             raise SystemExit(f"{name} is not in its wheel: give its source, --from {name}=PATH")
         folder = copy_folder(name, source, out)
-        options: list[str] = []
+        options = ["-o", "pythonpath=."] if "library" in spec else []
     else:
         folder = copy_suite(spec["package"], out)
         options = WHEEL_OPTIONS
@@ -556,20 +635,20 @@ def measure(
             runs.append(run(folder, select, ["--jaxport-audit"], f"{name}-audit-warm-{pair}", out))
             if eager_all:
                 runs.append(run(folder, select, every, f"{name}-audit-warmall-{pair}", out))
-    reports = {c: out / f"{name}-{c}-audit.json" for c in checkouts or {}}
-    for rep in range(reps if checkouts and not pairs else 0):
-        runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
-        for checkout in list(reports) if rep % 2 == 0 else list(reversed(reports)):
-            assert checkouts is not None
-            shutil.rmtree(cache, ignore_errors=True)
-            audit = ["--jaxport-audit", f"--jaxport-report={reports[checkout]}"]
-            label = f"{name}-{checkout}-audit"
-            runs.append(run(folder, select, audit, f"{label}-cold-{rep}", out, checkouts[checkout]))
-            runs.append(run(folder, select, audit[:1], f"{label}-warm-{rep}", out,
-                            checkouts[checkout]))  # fmt: skip
-        if reports:
-            report = reports[list(reports)[-1]]
-    for rep in range(0 if pairs or checkouts else reps):
+    base_report = out / f"{name}-audit-base.json"
+    for rep in range(0 if pairs else reps):
+        if base is not None:  # before and after, cold, in an order that turns each time
+            sessions = [
+                ("plain", plain_cache, None),
+                ("audit-cold", cold, None),
+                ("audit-base-cold", ["--jaxport-audit", f"--jaxport-report={base_report}"],
+                 base),
+            ]  # fmt: skip
+            for kind, args, plugin in sessions[rep % 3 :] + sessions[: rep % 3]:
+                shutil.rmtree(cache, ignore_errors=True)
+                runs.append(run(folder, select, args, f"{name}-{kind}-{rep}", out,
+                                plugin=plugin or head))  # fmt: skip
+            continue
         shutil.rmtree(cache, ignore_errors=True)
         runs.append(run(folder, select, plain_cache, f"{name}-plain-{rep}", out))
         runs.append(run(folder, select, cold, f"{name}-audit-cold-{rep}", out))
@@ -580,6 +659,7 @@ def measure(
     n2_report = out / f"{name}-audit-n2.json"
     if n2:
         runs.append(run(folder, select, ["-n", "2", *plain_cache], f"{name}-plain-n2", out))
+        shutil.rmtree(cache, ignore_errors=True)
         runs.append(
             run(
                 folder,
@@ -610,8 +690,8 @@ def measure(
     # With --pairs the one cold run comes first, on a fresh copy of the suite: not a measure
     # of the cold audit against plain (that is --reps), so only the warm ratios are given.
     kinds: tuple[str, ...] = ("audit-warm",) if pairs else ("audit-cold", "audit-warm")
-    if checkouts and not pairs:
-        kinds = tuple(f"{c}-audit-{state}" for c in checkouts for state in ("cold", "warm"))
+    if base is not None:
+        kinds = ("audit-cold", "audit-base-cold")
     if pairs and eager_all:
         kinds += ("audit-warmall",)
     ratios = {
@@ -629,7 +709,7 @@ def measure(
             recording = median(kind, "recording_cpu_s") / median("plain", "cpu_s")
             ratios[f"{kind}_recording_cpu"] = round(1 + recording, 3)
     plain_runs = {r["label"].rpartition("-")[2]: r for r in serial if "-plain-" in r["label"]}
-    for kind in (k for k in kinds if k != "audit-cold"):
+    for kind in (k for k in kinds if k != "audit-cold" or base is not None):
         ratios[f"{kind}_cpu_pairs"] = [
             round(r["cpu_s"] / plain_runs[r["label"].rpartition("-")[2]]["cpu_s"], 3)
             for r in serial
@@ -651,26 +731,22 @@ def measure(
         "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs],
         "unraisable_warnings": sum(r["unraisable"] for r in runs),
         "audit": audit_numbers(report),
+        "audit_base": audit_numbers(base_report) if base is not None else None,
+        "head_over_base_cpu_pairs": _head_over_base(serial) if base is not None else None,
         "audit_eager_users_all": audit_numbers(every_report) if eager_all else None,
         "serial_vs_n2": same_audit(report, n2_report) if n2 else None,
-        "checkouts": {c: str(p) for c, p in (checkouts or {}).items()},
-        "checkouts_same_audit": _same_audits(reports),
     }
 
 
-def _same_audits(reports: Mapping[str, Path]) -> dict[str, Any]:
-    """Whether each checkout's cold audit found what the first one's did (the audit's numbers
-    must not change with the plugin's inside)."""
-    first = next(iter(reports), None)
-    found: dict[str, Any] = {}
-    for checkout, path in reports.items():
-        if checkout == first or first is None:
-            continue
-        try:
-            found[checkout] = same_audit(reports[first], path)
-        except (KeyError, TypeError, ValueError) as e:  # another report shape
-            found[checkout] = {"error": f"{type(e).__name__}: {e}"}
-    return found
+def _head_over_base(serial: list[dict[str, Any]]) -> list[float]:
+    """Per repetition, this checkout's cold audit CPU over the base checkout's."""
+    by_label = {r["label"]: r for r in serial}
+    return [
+        round(r["cpu_s"] / by_label[base]["cpu_s"], 3)
+        for r in serial
+        if "-audit-cold-" in r["label"]
+        and (base := r["label"].replace("-audit-cold-", "-audit-base-cold-")) in by_label
+    ]
 
 
 def same_audit(serial: Path, n2: Path) -> dict[str, Any]:
@@ -867,6 +943,9 @@ def versions() -> dict[str, str]:
         "optimistix",
         "diffrax",
         "equinox",
+        "jaxopt",
+        "blackjax",
+        "evosax",
         "absl-py",
         "pytest-jaxport",
     ):
@@ -903,14 +982,22 @@ def main() -> None:
         "--no-n2", action="store_true", help="no -n 2 runs (repetitions for the overhead only)"
     )
     parser.add_argument(
-        "--checkout",
-        dest="checkouts",
+        "--python",
+        dest="pythons",
         action="append",
         default=[],
-        metavar="NAME=REV",
-        help="audit with this checkout of the plugin (a git revision or a folder, put first on "
-        "PYTHONPATH) instead of the installed one; several: each in turn, beside one plain run "
-        "a repetition (the before and after of a change in one run)",
+        metavar="NAME=PATH",
+        help="the interpreter a suite runs with (its own virtual env; this one by default)",
+    )
+    parser.add_argument(
+        "--base",
+        help="a git revision of the plugin from before a change: each repetition runs a cold "
+        "audit with it too, interleaved with this checkout's (plain, cold, base cold)",
+    )
+    parser.add_argument(
+        "--head",
+        help="a git revision of the plugin every other run uses (extracted: this checkout can "
+        "change meanwhile); the interpreter's own plugin by default",
     )
     parser.add_argument(
         "--from",
@@ -928,6 +1015,14 @@ def main() -> None:
         if name not in SUITES or not path:
             raise SystemExit(f"--from {given}: expected NAME=PATH with NAME one of {list(SUITES)}")
         sources[name] = Path(path).resolve()
+    pythons: dict[str, str] = {}
+    for given in options.pythons:
+        name, _, path = given.partition("=")
+        if name not in SUITES or not path:
+            raise SystemExit(
+                f"--python {given}: expected NAME=PATH with NAME one of {list(SUITES)}"
+            )
+        pythons[name] = path
     if options.hot_path:
         print(json.dumps(hot_path(), indent=2))
         return
@@ -956,28 +1051,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-suites-") as tmp:
         from benchmarks.overhead.checkouts import extract
 
-        checkouts: dict[str, Path] = {}
-        for given in options.checkouts:
-            name, _, revision = given.partition("=")
-            if not name or not revision or name in checkouts or name == "plain":
-                raise SystemExit(f"--checkout {given}: expected NAME=REV with a new NAME")
-            checkouts[name] = (
-                Path(revision).resolve()
-                if Path(revision).is_dir()
-                else extract(revision, Path(tmp) / "checkouts" / name)
-            )
-        result["checkouts"] = {c: given for c, given in zip(checkouts, options.checkouts)}
+        base = head = None
+        if options.base is not None:
+            base = extract(options.base, Path(tmp) / "base")
+            result["base"] = options.base
+        if options.head is not None:
+            head = extract(options.head, Path(tmp) / "head")
+            result["head"] = options.head
         for name in options.suites.split(","):
+            folder = Path(tmp) / name
+            folder.mkdir()
             result["suites"].append(
                 measure(
                     name,
                     options.reps,
-                    Path(tmp),
+                    folder,
                     sources.get(name),
                     n2=not options.no_n2,
                     pairs=options.pairs,
                     eager_all=options.eager_all,
-                    checkouts=checkouts,
+                    python=pythons.get(name, sys.executable),
+                    base=base,
+                    head=head,
                 )
             )
             result["load_end"] = os.getloadavg()[0]

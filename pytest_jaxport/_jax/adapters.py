@@ -14,6 +14,7 @@ JAX is imported inside functions only (importing the plugin never imports JAX).
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -171,6 +172,71 @@ def missing_package(error: str) -> str | None:
             "pip install absl-py"
         )
     return None
+
+
+# -- lowering several platforms together ------------------------------------------------------
+
+FALLING_BACK_RULES = ("_threefry2x32_gpu_lowering_rule",)
+"""Platform lowering rules that run JAX's default rule of their primitive unless a JAX option
+turns their own lowering on: threefry2x32's on cuda and rocm calls the default (the unrolled
+hash) while ``jax_threefry_gpu_kernel_lowering`` is off, its default (jax 0.6 to 0.12)."""
+
+
+@contextlib.contextmanager
+def default_rules_shared(platforms: Sequence[str]) -> Iterator[None]:
+    """While ``platforms`` are lowered together: the platform rules that would run the
+    default rule anyway (:data:`FALLING_BACK_RULES`, their option off) set aside, so that
+    JAX emits the default rule once for every platform without a rule of its own, where it
+    emits each platform's rule apart (an eager ``jax.random.normal`` lowered for cuda, rocm
+    and tpu holds the unrolled hash once instead of three times: each platform's program is
+    the same). Restored after, unless something registered another rule meanwhile; nothing
+    is set aside where the option is on or a rule is not the one known."""
+    set_aside = _falling_back(tuple(platforms)) if len(platforms) > 1 else ()
+    if set_aside:
+        from jax._src.interpreters import mlir
+
+        registry = mlir._platform_specific_lowerings
+        set_aside = tuple(
+            (platform, primitive, entry)
+            for platform, primitive, entry in set_aside
+            if registry[platform].get(primitive) is entry
+        )
+        for platform, primitive, _ in set_aside:
+            del registry[platform][primitive]
+    try:
+        yield
+    finally:
+        for platform, primitive, entry in set_aside:
+            registry[platform].setdefault(primitive, entry)
+
+
+def _falling_back(platforms: tuple[str, ...]) -> tuple[tuple[str, Any, Any], ...]:
+    """``(platform, primitive, registry entry)`` of each rule of :data:`FALLING_BACK_RULES`
+    that ``platforms`` have and that now runs its primitive's default rule."""
+    try:
+        from jax._src import config
+
+        if config.threefry_gpu_kernel_lowering.value:
+            return ()
+    except (ImportError, AttributeError):  # a JAX without the option: nothing is known
+        return ()
+    return tuple(found for platform in platforms for found in _known_rules(platform))
+
+
+@functools.cache
+def _known_rules(platform: str) -> tuple[tuple[str, Any, Any], ...]:
+    """``platform``'s registry entries of :data:`FALLING_BACK_RULES` (a partial of one of
+    those functions) whose primitive has a default rule, found once."""
+    from jax._src.interpreters import mlir
+
+    found = []
+    for primitive, entry in mlir._platform_specific_lowerings.get(platform, {}).items():
+        rule = getattr(entry, "rule", None)
+        name = getattr(getattr(rule, "func", None), "__name__", None)
+        known = isinstance(rule, functools.partial) and name in FALLING_BACK_RULES
+        if known and primitive in mlir._lowerings:
+            found.append((platform, primitive, entry))
+    return tuple(found)
 
 
 # -- the profiler -----------------------------------------------------------------------------

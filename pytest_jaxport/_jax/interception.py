@@ -151,11 +151,13 @@ class _PjitFunction(Protocol):
 
 class _State(threading.local):
     """Per thread: whether the plugin itself is working (its own jits are not the suite's),
-    how deep inside hooked calls (their compilations are audited ones), and the static
-    arguments of the jit call being dispatched."""
+    whether that work is the audit's on a hooked call (``recording``), how deep inside hooked
+    calls (their compilations are audited ones), and the static arguments of the jit call
+    being dispatched."""
 
     def __init__(self) -> None:
         self.busy = False
+        self.recording = False
         self.hooked = 0
         self.static: (
             tuple[ClosedJaxpr, Callable[..., object], tuple[tuple[str, object], ...]] | None
@@ -338,14 +340,14 @@ class Interception:
                 jaxpr = cast("ClosedJaxpr", params.get("jaxpr"))  # pjit's, always there
                 fun, static = (pending[1], pending[2]) if pending and pending[0] is jaxpr else (
                     None, None)  # fmt: skip
-                state.busy = True
+                state.busy = state.recording = True
                 try:
                     with _silenced():
                         listener(RecordedCall(adapter, jaxpr, params, arg_types, fun, static))
                 except Exception as e:  # the audit must never change what the suite sees
                     compiles.errors.append(f"{type(e).__name__}: {e}"[:300])
                 finally:
-                    state.busy = False
+                    state.busy = state.recording = False
             state.rule_traces.clear()
             return out
 
@@ -507,9 +509,13 @@ class _RuleTraces:
     rule is traced once per recorded call instead of twice (the trace does not depend on the
     platform; the rule and its parameters are the same objects, its argument types equal).
 
-    Only inside a hooked call (kept) and the audit's own work on it (read); cleared when the
-    hooked call returns. Anything else passes through untouched, as does a trace whose
-    function cannot be identified (then it is traced again).
+    Only inside a hooked call (kept) and the audit's own work on it (read, and kept too: the
+    platforms it lowers together each run their rule, and where those are one function, as
+    threefry's unrolled rule for cuda, rocm and tpu, the first platform's trace serves the
+    others: an eager ``jax.random.normal`` lowers in three quarters of the time); cleared
+    when the hooked call returns. Anything else passes through untouched (a check's lowering
+    keeps nothing: nothing would clear it), as does a trace whose function cannot be
+    identified (then it is traced again).
     """
 
     __slots__ = ("_original",)
@@ -528,11 +534,12 @@ class _RuleTraces:
         key = _rule_trace_key(fun, args, kwargs)
         if key is None:
             return self._original(fun, *args, **kwargs)
-        if state.busy:
-            kept = state.rule_traces.get(key)
-            return kept[1] if kept is not None else self._original(fun, *args, **kwargs)
+        kept = state.rule_traces.get(key) if state.busy else None
+        if kept is not None:
+            return kept[1]
         traced = self._original(fun, *args, **kwargs)
-        state.rule_traces[key] = (fun, traced)  # (fun: its parts' ids stay theirs)
+        if state.recording or not state.busy:  # (not a check's: nothing clears those)
+            state.rule_traces[key] = (fun, traced)  # (fun: its parts' ids stay theirs)
         return traced
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_jaxport._jax.adapters import (
+    default_rules_shared,
     jax_release,
     missing_package,
 )
@@ -263,7 +264,7 @@ def lower_together(traced: Any, platforms: Sequence[str]) -> dict[str, Program] 
     platform's failure. Then lower for each platform: a failure is that platform's finding.
     """
     try:
-        with _locations_reach_user_code():
+        with _locations_reach_user_code(), default_rules_shared(platforms):
             lowered = traced.lower(lowering_platforms=tuple(platforms))
         programs = read_programs(lowered, len(platforms))
     except Exception:  # whatever went wrong, lowering per platform says it per platform

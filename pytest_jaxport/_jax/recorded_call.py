@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pytest_jaxport._jax.devices import default_platform
-from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations
+from pytest_jaxport._jax.jaxprs import HOST_CALLBACK_PRIMITIVES, equations, nested, opened
 from pytest_jaxport.model.identity import stable_text
 
 if TYPE_CHECKING:
@@ -51,6 +51,10 @@ class CallFacts:
     mesh: str | None = None
     host_callbacks: tuple[str, ...] = ()
     """The host-callback primitives in the program (``pure_callback``...)."""
+    bodies: bool = False
+    """Whether an op run eagerly is one primitive JAX applied with functions of its caller's
+    as parameters (a loop's body and condition, a branch, a custom derivative's function:
+    :func:`applies_bodies`), whose equations carry the lines of the code traced for them."""
 
 
 class RecordedCall:
@@ -236,6 +240,7 @@ class Adapter:
             donated=donated,
             mesh=mesh_text,
             host_callbacks=host_callbacks(jaxpr),
+            bodies=applies_bodies(jaxpr),
         )
 
 
@@ -349,6 +354,24 @@ def _debug_info(jaxpr: object) -> object:
 def _defined_at(jaxpr: object) -> str | None:
     """``file:line`` of the function a recorded program was traced from."""
     return source_of(getattr(_debug_info(jaxpr), "func_src_info", None))
+
+
+def applies_bodies(jaxpr: Jaxpr | ClosedJaxpr) -> bool:
+    """Whether ``jaxpr`` is the program of one primitive JAX applied outside jit (dispatch's
+    function for an op run eagerly, ``apply_primitive``) whose equations hold programs
+    traced from the caller's functions: an eager ``lax.scan``, ``lax.while_loop`` or
+    ``lax.cond``, a custom derivative, a ``custom_linear_solve``. Their equations carry the
+    lines of the code traced for them (that function's own frames), unlike the rest of an op
+    run eagerly, whose program JAX may have traced at another call and reused."""
+    source = _defined_at(jaxpr)
+    if source is None or _APPLIED_PRIMITIVE not in source.replace("\\", "/"):
+        return False
+    return any(nested(eqn.params) for eqn in opened(jaxpr).eqns)
+
+
+_APPLIED_PRIMITIVE = "/jax/_src/dispatch.py:"
+"""Where JAX defines the function it jits to run one primitive outside jit (every release
+the audit supports)."""
 
 
 def is_jax_own(source: str | None) -> bool:

@@ -152,6 +152,10 @@ class AuditConfig:
         default_factory=lambda: BudgetTable(origin="[tool.jaxport.audit.fail_on]")
     )
     platform_fail_on: Mapping[str, BudgetTable] = field(default_factory=dict)
+    counted_paths: tuple[str, ...] = ()
+    """Globs relative to the rootdir whose lines count in the audit's three numbers (the
+    rest reported apart); ``()``: every line but the tests' own
+    (:class:`~pytest_jaxport.model.counted_lines.CountedLines`)."""
 
     @property
     def gated(self) -> bool:

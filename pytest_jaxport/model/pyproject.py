@@ -256,7 +256,7 @@ def _budget(file: ProjectFile, value: object, project: ProjectConfig) -> Project
 
 
 def _audit(file: ProjectFile, value: object, project: ProjectConfig) -> ProjectConfig:
-    return replace(project, audit=_audit_table(file.source, value))
+    return replace(project, audit=_audit_table(file.source, value, file.base))
 
 
 def _tolerance(file: ProjectFile, value: object, project: ProjectConfig) -> ProjectConfig:
@@ -313,7 +313,7 @@ TOP_KEYS: tuple[str, ...] = (
 """The keys of :data:`PROJECT_KEYS` as an unknown key's error lists them (the reference's
 order)."""
 assert sorted(TOP_KEYS) == sorted(k.name for k in PROJECT_KEYS), "a key read but not listed"
-AUDIT_KEYS = ("enabled", "eager_users", "fail_on")
+AUDIT_KEYS = ("enabled", "eager_users", "fail_on", "counted_paths")
 SCAN_KEYS = ("enabled", "exclude")
 
 
@@ -584,9 +584,9 @@ def budgets_lowered(source: str, project: ProjectConfig) -> None:
                 )
 
 
-def _audit_table(source: str, value: object) -> AuditConfig:
+def _audit_table(source: str, value: object, base: Path | None = None) -> AuditConfig:
     """``audit = true`` or ``[tool.jaxport.audit]`` (``enabled``, ``eager_users``,
-    ``fail_on``)."""
+    ``fail_on``, ``counted_paths``: paths relative to ``base``, the file's folder)."""
     if isinstance(value, bool):
         return AuditConfig(enabled=value)
     if not isinstance(value, Mapping):
@@ -611,7 +611,45 @@ def _audit_table(source: str, value: object) -> AuditConfig:
         eager_users=eager_users,
         fail_on=fail_on,
         platform_fail_on=platform_fail_on,
+        counted_paths=counted_paths_value(where, value.get("counted_paths", []), base),
     )
+
+
+def counted_paths_value(where: Where, value: object, base: Path | None) -> tuple[str, ...]:
+    """``[tool.jaxport.audit] counted_paths``: globs relative to ``base`` (the rootdir,
+    where pyproject.toml is), none absolute or above it; a path without glob characters
+    must exist there (a misspelt folder would count nothing, silently).
+
+    >>> where = Where("pyproject.toml: [tool.jaxport.audit]")
+    >>> counted_paths_value(where, ["src/mylib", "**/ops.py"], None)
+    ('src/mylib', '**/ops.py')
+    >>> try:
+    ...     counted_paths_value(where, ["../lib"], None)
+    ... except ConfigError as e:
+    ...     print(str(e)[37:96])
+    counted_paths: '../lib' is not inside the rootdir; expected
+    """
+    key = "counted_paths"
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        expected = 'a list of paths or globs relative to the rootdir (e.g. ["src/mylib"])'
+        raise where.error(key, expected, value)
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise where.error(key, "non-empty strings only", value)
+        parts = item.replace("\\", "/").split("/")
+        if item.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", item) or ".." in parts:
+            raise ConfigError(
+                f"{where.prefix} {key}: {item!r} is not inside the rootdir; expected a path "
+                'relative to it (the folder of pyproject.toml), e.g. "src/mylib"'
+            )
+        if base is not None and not any(c in item for c in "*?[") and not (base / item).exists():
+            parent = (base / item).parent
+            names = sorted(p.name for p in parent.iterdir()) if parent.is_dir() else []
+            raise ConfigError(
+                f"{where.prefix} {key}: {item!r} is no file or folder in {base}"
+                f"{did_you_mean(Path(item).name, names)}"
+            )
+    return tuple(value)
 
 
 # -- the file ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.census import Census
 from pytest_jaxport.model.config import Budget
 from pytest_jaxport.model.cost import COST_KEYS, CostModel, RewriteItem
+from pytest_jaxport.model.counted_lines import CountedLines, collected_files
 from pytest_jaxport.model.counts import platform_counts
 from pytest_jaxport.model.evaluation import evaluate, rewrite_violations
 from pytest_jaxport.model.findings import FormatCensus
@@ -36,7 +37,12 @@ from pytest_jaxport.report.audit_section import (
 )
 from pytest_jaxport.report.baseline import AuditCounts, audit_changes, audit_counts
 from pytest_jaxport.report.reader import record_reader
-from pytest_jaxport.report.summary import Pricing, platform_totals, suite_numbers
+from pytest_jaxport.report.summary import (
+    Pricing,
+    apart_numbers,
+    platform_totals,
+    suite_numbers,
+)
 from pytest_jaxport.report.totals import Numbers, PlatformTotals
 
 
@@ -125,6 +131,9 @@ class AuditSettings:
     platforms: tuple[str, ...]
     pricing: Pricing
     eager_users: str = "owner"
+    counted: CountedLines | None = None
+    """Which lines count in the three numbers (the rest reported apart); the ledger adds the
+    files its tests were collected from. ``None``: every line (a report before it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +195,9 @@ class AuditLedger:
         events = AuditEvents(
             calls=self.calls, compiled_outside=self.compiled_outside, errors=tuple(self.errors)
         )
+        if settings.counted is not None:  # the tests' own files: those they were collected from
+            counted = settings.counted.with_tests(collected_files(self._tests))
+            settings = replace(settings, counted=counted)
         return assemble(
             computations, uses, index=index, tests=len(self._tests), events=events,
             settings=settings,
@@ -230,7 +242,11 @@ def assemble(
             ran[nodeid] = TestUse(owns=tuple(cid for cid in ordered if owner.get(cid) == nodeid),
                                   uses=ordered)  # fmt: skip
     found = hotspots(reaches(owned))
-    totals, numbers = audit_summary(owned, found, settings.pricing)
+    counted = settings.counted
+    totals, numbers = audit_summary(owned, found, settings.pricing, counted)
+    apart = None
+    if counted is not None:
+        apart = apart_numbers(map(probe_of, owned), settings.pricing, found, counted.counts)
     errors = events.errors
     return AuditSection(
         interception=_json_table(dict(settings.interception or {})),
@@ -249,6 +265,8 @@ def assemble(
         tests=ran,
         cost=settings.pricing.model,
         audit_errors=tuple(sorted(set(errors))[:20]) if errors else None,
+        counted=counted,
+        apart=apart,
     )
 
 
@@ -305,9 +323,12 @@ def merge_audits(sections: Sequence[tuple[str, AuditSection]], *, pricing: Prici
     interceptions: list[Mapping[str, Json]] = []
     idle = 0  # tests that ran nothing jitted, per leg (not listed by name)
     eager_users = "all"
+    counted: CountedLines | None = None  # the legs' tests together; the first leg's paths
     for leg, section in sections:
         if section.eager_users != "all":
             eager_users = "owner"
+        if section.counted is not None:
+            counted = section.counted if counted is None else counted + section.counted
         interceptions.append(section.interception)
         platforms.update(dict.fromkeys(section.platforms))
         for c in section.computations:
@@ -345,6 +366,7 @@ def merge_audits(sections: Sequence[tuple[str, AuditSection]], *, pricing: Prici
             platforms=tuple(platforms),
             eager_users=eager_users,
             pricing=replace(pricing, model=model),
+            counted=counted,
         ),
     )
     fail_on = next((s.fail_on for _, s in sections if s.fail_on), None)
@@ -365,12 +387,19 @@ def probe_of(computation: Computation) -> Probe:
 
 
 def audit_summary(
-    computations: Sequence[Computation], found: Iterable[Hotspot], pricing: Pricing
+    computations: Sequence[Computation],
+    found: Iterable[Hotspot],
+    pricing: Pricing,
+    counted: CountedLines | None = None,
 ) -> tuple[dict[str, PlatformTotals], Numbers]:
     """The platform totals (with the distinct sites ``found``) and the three numbers over
-    the distinct computations, each counted once."""
+    the distinct computations, each counted once: the kernels and days of the lines
+    ``counted`` counts (every line's without it)."""
     probes = [probe_of(c) for c in computations]
-    return platform_totals(platform_counts(probes), found), suite_numbers(probes, pricing)
+    lines = counted.counts if counted is not None else None
+    return platform_totals(platform_counts(probes), found), suite_numbers(
+        probes, pricing, lines=lines
+    )
 
 
 def reaches(computations: Iterable[Computation]) -> Iterator[Reach]:

@@ -13,6 +13,7 @@ from typing import cast
 
 from pytest_jaxport.model.budget import Violation
 from pytest_jaxport.model.cost import CostModel
+from pytest_jaxport.model.counted_lines import CountedLines
 from pytest_jaxport.model.hotspots import Hotspot
 from pytest_jaxport.model.jsontypes import Json, as_json
 from pytest_jaxport.model.probe import PlatformProbe, platform_to_dict
@@ -171,6 +172,13 @@ class AuditSection:
     baseline_growth: tuple[Mapping[str, Json], ...] | None = None
     fail_on: Mapping[str, Json] | None = None
     legs: tuple[str, ...] | None = None
+    counted: CountedLines | None = None
+    """Which lines :attr:`numbers` counts (``None``: every line, as before there was a
+    choice)."""
+    apart: Numbers | None = None
+    """The numbers of the lines not counted (the tests' own), reported apart: their kernels
+    and days per target, the part of the suite's estimated time spent there; ``None`` where
+    nothing was found there."""
 
     @classmethod
     def read(cls, r: Reader) -> AuditSection:
@@ -204,6 +212,8 @@ class AuditSection:
             baseline_growth=growth,
             fail_on=dict(cast("Mapping[str, Json]", fail_on.data)) if fail_on else None,
             legs=r.texts("legs") if r.has("legs") else None,
+            counted=_read_counted(r.table("counted")) if r.has("counted") else None,
+            apart=Numbers.read(r.table("apart")) if r.has("apart") else None,
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -235,4 +245,13 @@ class AuditSection:
             data["fail_on"] = dict(self.fail_on)
         if self.legs is not None:
             data["legs"] = list(self.legs)
+        if self.counted is not None:
+            data["counted"] = {k: list(v) for k, v in self.counted.to_dict().items()}
+        if self.apart is not None:
+            data["apart"] = self.apart.to_dict()
         return data
+
+
+def _read_counted(r: Reader) -> CountedLines:
+    """Which lines an audit's numbers count, as the section says it."""
+    return CountedLines(paths=r.texts("paths", ()), tests=r.texts("tests", ()))

@@ -98,16 +98,23 @@ def suite_shares(probes: Iterable[Probe]) -> dict[str, RuntimeShare]:
     return shares
 
 
+Lines = Callable[[str | None], bool]
+"""Whether an item at a location (``file:line`` as reports show it; ``None``: no line) is
+counted (:meth:`pytest_jaxport.model.counted_lines.CountedLines.counts`)."""
+
+
 def suite_rewrite(
     probes: Iterable[Probe],
     pricing: Pricing,
     *,
     migrate_to: Sequence[str],
     tooling_assumptions: int = 0,
+    lines: Lines | None = None,
 ) -> dict[str, RewriteEstimate]:
     """Per target of ``migrate_to``, the distinct kernels to rewrite moving off the home
     platform over the suite and the days to do it, with the formats-and-layout work there; a
-    target :func:`not_lowered` has no estimate."""
+    target :func:`not_lowered` has no estimate. ``lines``: only the items at the lines it
+    counts (a suite audit's library apart from its tests)."""
     checks, home = list(probes), pricing.home
     estimates = {}
     missing = not_lowered(checks, migrate_to=migrate_to, home=home)
@@ -119,6 +126,9 @@ def suite_rewrite(
             probe = dataclasses.replace(check, platforms=wanted)
             items += probe.rewrite_items(target, home=home) or ()
             formats += probe.format_items(target)
+        if lines is not None:
+            items = [item for item in items if lines(item.location)]
+            formats = [item for item in formats if lines(item.location)]
         priced: dict[RewriteItem | FormatItem, float] = {}
         if pricing.price is not None:
             every: list[RewriteItem | FormatItem] = [*items, *formats]
@@ -156,19 +166,25 @@ def not_lowered(
 
 
 def suite_numbers(
-    probes: Iterable[Probe], pricing: Pricing, *, tooling: Tooling | None = None
+    probes: Iterable[Probe],
+    pricing: Pricing,
+    *,
+    tooling: Tooling | None = None,
+    lines: Lines | None = None,
 ) -> Numbers:
     """The three numbers over ``probes`` (a run's checks, merged legs' checks, or an audit's
     computations) moving off the home platform: the runtime share, the kernels to rewrite
     and the days with the estimates behind them, and the ``tooling`` scan where there is one
-    (its assumptions are NVIDIA-bound: priced moving off cuda only)."""
+    (its assumptions are NVIDIA-bound: priced moving off cuda only). ``lines``: the kernels
+    and days of the items at the lines it counts only (:func:`apart_numbers` prices the
+    rest); the runtime share is every line's."""
     probes = list(probes)
     migrate_to = list(pricing.migrate_to) if probes else []  # nothing checked: nothing to price
     missing = not_lowered(probes, migrate_to=migrate_to, home=pricing.home)
     assumptions = len(tooling.assumptions) if tooling is not None else 0
     estimates = suite_rewrite(
         probes, pricing, migrate_to=migrate_to,
-        tooling_assumptions=assumptions if pricing.home == NVIDIA_PLATFORM else 0,
+        tooling_assumptions=assumptions if pricing.home == NVIDIA_PLATFORM else 0, lines=lines,
     )  # fmt: skip
     return Numbers(
         runtime_share=suite_shares(probes),
@@ -178,3 +194,60 @@ def suite_numbers(
         tooling=tooling,
         not_lowered=missing,
     )
+
+
+def apart_numbers(
+    probes: Iterable[Probe], pricing: Pricing, sites: Iterable[Hotspot], lines: Lines
+) -> Numbers | None:
+    """The numbers of what sits at the lines ``lines`` does not count (a suite audit's tests'
+    own lines), reported apart from the suite's: per target the kernels to rewrite and the
+    days of their items alone (no fixed part and no tooling: those are the library's), and
+    per platform the part of the suite's estimated time spent at their ``sites`` (fractions
+    of the whole suite's time, by layer and library); ``None`` where no site is there."""
+    apart = [site for site in sites if not lines(site.location)]
+    if not apart:
+        return None
+    probes = list(probes)
+    free = dataclasses.replace(pricing, model=dataclasses.replace(pricing.model, fixed=0.0))
+    migrate_to = list(pricing.migrate_to) if probes else []
+    missing = not_lowered(probes, migrate_to=migrate_to, home=pricing.home)
+    estimates = suite_rewrite(
+        probes, free, migrate_to=migrate_to, lines=lambda location: not lines(location)
+    )
+    return Numbers(
+        runtime_share=_share_at(apart),
+        kernels_to_rewrite={t: e.kernels_to_rewrite for t, e in estimates.items()},
+        rewrite_days={t: e.days for t, e in estimates.items()},
+        rewrite=estimates,
+        not_lowered=missing,
+    )
+
+
+def _share_at(sites: Iterable[Hotspot]) -> dict[str, RuntimeShare]:
+    """Per platform, the part of the suite's estimated time spent at ``sites`` (each site's
+    share, a fraction of its platform's suite time), by layer and library."""
+    layers: dict[str, dict[str, float]] = {}
+    libraries: dict[str, dict[str, float]] = {}
+    seconds: dict[str, float] = {}
+    bases: dict[str, str] = {}
+    for site in sites:
+        if site.share is None:
+            continue
+        _add(layers.setdefault(site.platform, {}), site.layer, site.share)
+        if site.library:
+            _add(libraries.setdefault(site.platform, {}), site.library, site.share)
+        _add(seconds, site.platform, site.seconds or 0.0)
+        bases.setdefault(site.platform, site.basis or "estimated")
+    return {
+        platform: RuntimeShare(
+            basis="measured" if bases[platform] == "measured" else "estimated",
+            seconds=seconds[platform],
+            layers={layer: found.get(layer, 0.0) for layer in ("xla", "vendor", "custom")},
+            libraries=dict(libraries.get(platform, {})),
+        )
+        for platform, found in sorted(layers.items())
+    }
+
+
+def _add(sums: dict[str, float], key: str, value: float) -> None:
+    sums[key] = sums.get(key, 0.0) + value

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_jaxport.model.cost import FormatItem, RewriteItem
+from pytest_jaxport.model.counted_lines import CountedLines
 from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
 from pytest_jaxport.model.tooling_rules import TOOLING_RULES
 from pytest_jaxport.report import ci
@@ -242,6 +243,10 @@ class ReportWriter:
                 platforms=tuple(self.project.platforms),
                 pricing=self.pricing(),
                 eager_users=self.project.audit.eager_users,
+                counted=CountedLines(
+                    paths=self.project.audit.counted_paths,
+                    tests=tuple(str(p) for p in self.config.getini("testpaths")),
+                ),
             )
         )
         base = self.ci.baseline.get("audit") if self.ci.baseline is not None else None

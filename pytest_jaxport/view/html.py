@@ -600,6 +600,13 @@ def _rewrite(targets: Sequence[TargetRow], *, home: str) -> str:
         f"<h3>Kernels to rewrite and engineering days moving off {_e(home)}</h3>",
         f'<div class="targets">{tiles}</div>',
     ]
+    apart = [(t.target, t.apart) for t in targets if t.apart is not None]
+    if apart:  # a suite audit's tests' own lines: not in the tiles
+        said = "; ".join(f"{target} {row.text()}" for target, row in apart)
+        out.append(
+            f'<p class="note">{_e(apart[0][1].where.capitalize())}, apart (not in the '
+            f"numbers above): {_e(said)}</p>"
+        )
     priced = [t for t in targets if t.breakdown]
     if priced:
         out.append(_cost_breakdown(priced))
@@ -752,6 +759,8 @@ def _audit(view: ReportView, options: DisplayOptions) -> str:
         f"<li>largest planned device memory: {_memory_span(largest.memory, largest.line)}</li>"
         for largest in audit.memory
     ]
+    if audit.lines is not None:
+        items.append(f"<li>counted: {_e(audit.lines.line())}</li>")
     parts = [f"<ul>{''.join(items)}</ul>"]
     numbers = audit.numbers
     if numbers is not None:

@@ -195,6 +195,11 @@ def _md_numbers(view: ReportView, heading: str = "### The three numbers") -> lis
             + f" | {days_text(t.fixed)} |"
             for t in view.targets
         ]
+        apart = [(t.target, t.apart) for t in view.targets if t.apart is not None]
+        if apart:  # a suite audit's tests' own lines: not in the table
+            said = "; ".join(f"{target} {row.text()}" for target, row in apart)
+            lines += ["", f"{md_cell(apart[0][1].where).capitalize()}, apart (not in the "
+                      f"table): {md_cell(said)}"]  # fmt: skip
         lines.append("")
     if view.shares:
         if not lines:
@@ -310,6 +315,8 @@ def _md_audit(view: ReportView, options: DisplayOptions) -> list[str]:
     lines += [
         f"- largest planned device memory: {md_cell(largest.line)}" for largest in audit.memory
     ]
+    if audit.lines is not None:
+        lines.append(f"- counted: {md_cell(audit.lines.line())}")
     owning = {t.nodeid for t in audit.tests if t.owns or t.eager_owned}
     owners = len(owning)
     users = sum(1 for t in audit.tests if (t.uses or t.eager_used) and t.nodeid not in owning)

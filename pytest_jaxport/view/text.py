@@ -778,6 +778,11 @@ def numbers_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         lines += ["", f"3. engineering days for a backend switch ([tool.jaxport.cost]{whose}):"]
         for target in view.targets:
             lines += wrap(f"{target.target}: {target.days_split()}", indent="   ")
+        apart = [(t.target, t.apart) for t in view.targets if t.apart is not None]
+        if apart:  # a suite audit's tests' own lines: not in the numbers above
+            said = "; ".join(f"{target} {row.text()}" for target, row in apart)
+            lines += wrap(f"{apart[0][1].where}, apart (not above): {said}", indent="   ",
+                          hang="     ")  # fmt: skip
     return lines
 
 
@@ -798,6 +803,8 @@ def audit_lines(view: ReportView, options: DisplayOptions) -> list[str]:
         lines.append("  largest planned device memory, per compiled platform:")
         for largest in audit.memory:
             lines += wrap(largest.line, indent="    ", hang="    ")
+    if audit.lines is not None:
+        lines += wrap(f"counted: {audit.lines.line()}", indent="  ", hang="    ")
     numbers = audit.numbers
     if numbers is not None:
         lines += wrap(

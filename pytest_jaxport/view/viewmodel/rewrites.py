@@ -11,10 +11,10 @@ project's findings cost, and each kernel or dispatch the estimate counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_jaxport.report.totals import Numbers
-from pytest_jaxport.view.formatting import days_text, number
+from pytest_jaxport.view.formatting import days_text, number, plural
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +46,25 @@ FIXED_LABEL = dict(COST_ITEMS)[FIXED]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApartRow:
+    """The part of a suite audit's estimate for one target at the lines it does not count
+    (the tests' own), reported apart from the target's numbers."""
+
+    where: str
+    """``the tests' own lines`` (or ``lines outside counted_paths``)."""
+    kernels: int | None
+    days: float | None
+    items: str = ""
+    """``format rewrites 123`` (the items that cost days)."""
+
+    def text(self) -> str:
+        """``0 kernels, 123 days (format rewrites 123)``."""
+        kernels = "-" if self.kernels is None else plural(self.kernels, "kernel")
+        days = "-" if self.days is None else f"{days_text(self.days)} days"
+        return f"{kernels}, {days}" + (f" ({self.items})" if self.items else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TargetRow:
     """Kernels to rewrite and engineering days for one ``migrate_to`` target."""
 
@@ -62,6 +81,9 @@ class TargetRow:
     not_lowered: tuple[str, ...] = ()
     """The platforms (the target, or the home platform) no check lowered: then there is no
     count and no price (:attr:`kernels` and :attr:`days` are ``None``), never 0."""
+    apart: ApartRow | None = None
+    """A suite audit's part at the lines it does not count (the tests' own), not in
+    :attr:`kernels` and :attr:`days`; ``None`` where there is none."""
 
     def uncounted(self) -> str:
         """``not lowered`` / ``cuda (home) not lowered``: why there is no count; ``""``
@@ -113,11 +135,40 @@ class TargetRow:
         )
 
 
-def targets_of(numbers: Numbers | None) -> tuple[TargetRow, ...]:
+def targets_of(
+    numbers: Numbers | None, apart: Numbers | None = None, where: str = ""
+) -> tuple[TargetRow, ...]:
     """Per ``migrate_to`` target, the kernels to rewrite and the days, with their breakdown
-    and items (:class:`~pytest_jaxport.report.document.Numbers`)."""
+    and items (:class:`~pytest_jaxport.report.document.Numbers`); a suite audit's ``apart``
+    (the numbers of the lines it does not count, ``where``) beside each."""
     if numbers is None:
         return ()
+    rows = _target_rows(numbers)
+    if apart is None:
+        return rows
+    return tuple(replace(row, apart=_apart_row(apart, row.target, where)) for row in rows)
+
+
+def _apart_row(apart: Numbers, target: str, where: str) -> ApartRow | None:
+    """``target``'s part of ``apart`` (``None`` where it has none)."""
+    estimate = apart.rewrite.get(target)
+    if estimate is None:
+        return None
+    items = ", ".join(
+        f"{label} {days_text(estimate.breakdown[key])}"
+        for key, label in COST_ITEMS
+        if estimate.breakdown.get(key)
+    )
+    return ApartRow(
+        where=where,
+        kernels=apart.kernels_to_rewrite.get(target, estimate.kernels_to_rewrite),
+        days=apart.rewrite_days.get(target, estimate.days),
+        items=items,
+    )
+
+
+def _target_rows(numbers: Numbers) -> tuple[TargetRow, ...]:
+    """Per target of ``numbers``, its row (without anything apart)."""
     rows = []
     targets = [*numbers.kernels_to_rewrite, *numbers.rewrite_days, *numbers.rewrite]
     for target in dict.fromkeys(targets):

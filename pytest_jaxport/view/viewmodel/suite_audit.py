@@ -24,7 +24,7 @@ from pytest_jaxport.report.audit_section import (
 )
 from pytest_jaxport.report.baseline import Change
 from pytest_jaxport.report.totals import Numbers, PlatformTotals
-from pytest_jaxport.view.formatting import plural
+from pytest_jaxport.view.formatting import pct, plural
 from pytest_jaxport.view.viewmodel.headline import Headline
 from pytest_jaxport.view.viewmodel.matrix import in_order
 from pytest_jaxport.view.viewmodel.memory import largest_plans
@@ -35,7 +35,12 @@ from pytest_jaxport.view.viewmodel.problems import (
     Problem,
     violation_details,
 )
-from pytest_jaxport.view.viewmodel.reportview import AuditTest, AuditView, ReportView
+from pytest_jaxport.view.viewmodel.reportview import (
+    AuditTest,
+    AuditView,
+    CountedView,
+    ReportView,
+)
 from pytest_jaxport.view.viewmodel.rewrites import targets_of
 from pytest_jaxport.view.viewmodel.shares import shares_of
 from pytest_jaxport.view.viewmodel.sites import hotspots_of
@@ -68,12 +73,13 @@ def audit_parts(
     """The audit's part of the view of a report with an ``audit`` section (moving off
     ``home``; platforms in ``order``, the configured one, first)."""
     numbers = audit.numbers or Numbers()
+    lines = counted_of(audit, order)
     found = ReportView(
         headline=Headline(home=home),
         hotspots=hotspots_of(audit.sites),
         totals=totals_of(in_order(audit.totals, order), unit="computation"),
         shares=shares_of(in_order(numbers.runtime_share, order)),
-        targets=targets_of(numbers),
+        targets=targets_of(numbers, audit.apart, lines.where if lines is not None else ""),
         collectives=collectives_of(in_order(audit.totals, order)),
         unit="computation",
         padding=padding_of(audit.totals),
@@ -93,8 +99,32 @@ def audit_parts(
         eager_users=audit.eager_users or "all",
         budgeted=bool(audit.fail_on or audit.violations),
         memory=largest_plans((_label(c), in_order(c.platforms, order)) for c in audit.computations),
+        lines=lines,
     )
     return AuditParts(view=view, numbers=found, totals=audit.totals, problems=audit_problems(audit))
+
+
+def counted_of(audit: AuditSection, order: Sequence[str] = ()) -> CountedView | None:
+    """Which lines the audit's numbers count and what is at the others, per platform in
+    ``order`` (``None`` for a report without the choice: every line counted)."""
+    counted = audit.counted
+    if counted is None:
+        return None
+    where = "lines outside counted_paths" if counted.paths else "the tests' own lines"
+    sites = Counter(s.platform for s in audit.sites if not counted.counts(s.location))
+    time = []
+    shares = audit.apart.runtime_share if audit.apart is not None else {}
+    for platform, share in in_order(shares, order).items():
+        parts = [f"{layer} {pct(share.layers.get(layer, 0.0))}" for layer in ("vendor", "custom")
+                 if share.layers.get(layer, 0.0) > 0]  # fmt: skip
+        if parts:
+            time.append((platform, " ".join(parts)))
+    return CountedView(
+        counted=counted.describe(),
+        where=where,
+        sites=tuple((p, sites[p]) for p in in_order(dict(sites), order)),
+        time=tuple(time),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
