@@ -150,20 +150,16 @@ def targets_of(
 
 
 def _apart_row(apart: Numbers, target: str, where: str) -> ApartRow | None:
-    """``target``'s part of ``apart`` (``None`` where it has none)."""
-    estimate = apart.rewrite.get(target)
-    if estimate is None:
+    """``target``'s part of ``apart`` (``None`` where it has none): its row as
+    :func:`_target_rows` reads any numbers, said in one line."""
+    if target not in apart.rewrite:
         return None
-    items = ", ".join(
-        f"{label} {days_text(estimate.breakdown[key])}"
-        for key, label in COST_ITEMS
-        if estimate.breakdown.get(key)
-    )
+    row = next(row for row in _target_rows(apart) if row.target == target)
     return ApartRow(
         where=where,
-        kernels=apart.kernels_to_rewrite.get(target, estimate.kernels_to_rewrite),
-        days=apart.rewrite_days.get(target, estimate.days),
-        items=items,
+        kernels=row.kernels,
+        days=row.days,
+        items=", ".join(f"{label} {days_text(days)}" for _, label, days in row.breakdown if days),
     )
 
 
