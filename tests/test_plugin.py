@@ -894,7 +894,7 @@ def test_failures_say_what_to_do(project: pytest.Pytester) -> None:
 
 def test_cli_platforms_override(project: pytest.Pytester) -> None:
     project.makepyfile(
-        test_cli="""
+        test_platforms_option="""
         import jax.numpy as jnp
         import pytest
         from models import three_matmuls
