@@ -9,6 +9,8 @@ lowering). Every program must be what each platform's own lowering gives.
 
 from __future__ import annotations
 
+import re
+
 import jax
 
 from pytest_jaxport._jax import adapters, lowering, stablehlo
@@ -45,6 +47,19 @@ def _hash_ops(text: str) -> int:
     return text.count("stablehlo.shift_left")
 
 
+def _cases(text: str) -> list[str]:
+    """Each ``stablehlo.case`` of a module's text with its regions (braces balanced)."""
+    cases = []
+    for start in (m.start() for m in re.finditer(r'"stablehlo\.case"', text)):
+        depth, end = 0, start
+        for end in range(text.index("({", start), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            if depth == 0 and text[end] == "}":
+                break
+        cases.append(text[start : end + 1])
+    return cases
+
+
 def test_a_random_draw_lowered_together_holds_the_hash_once_with_each_platforms_program() -> None:
     """Without the GPU rules set aside, JAX emits the hash once per rule (cuda's, rocm's and
     the default for tpu) under a ``stablehlo.case``: three times the ops to build and read."""
@@ -58,7 +73,9 @@ def test_a_random_draw_lowered_together_holds_the_hash_once_with_each_platforms_
     assert together is not None
     assert {p: dict(mlir._platform_specific_lowerings[p]) for p in PLATFORMS} == rules
     [text] = traced.texts
-    assert (_hash_ops(text), text.count("stablehlo.case")) == (one, 0)
+    assert _hash_ops(text) == one
+    # no platform switch around the hash (jax 0.12 switches its fma-or-not lowering of erf_inv)
+    assert [case for case in _cases(text) if _hash_ops(case)] == []
     for platform in PLATFORMS:
         alone = stablehlo.read_program(lowering.lower(_draw(), platform))
         assert _census(together[platform], platform) == _census(alone, platform)
