@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import jax
+import pytest
 
 from pytest_jaxport._jax import adapters, lowering, stablehlo
 from pytest_jaxport.model.census import Census, Program, take_census
@@ -96,6 +97,11 @@ def test_nothing_is_set_aside_where_the_gpu_kernel_lowering_is_on() -> None:
     assert {p: dict(mlir._platform_specific_lowerings[p]) for p in PLATFORMS} == before
 
 
+@pytest.mark.skipif(
+    jax.__version_info__ < (0, 10),
+    reason="before jax 0.10 (checked on 0.6.2) the rule registry's entries hold no rule to read: "
+    "nothing is set aside, and the hash is lowered per platform (the same census, slower)",
+)
 def test_only_rules_that_run_the_default_are_set_aside() -> None:
     set_aside = adapters._falling_back(("cpu", "cuda", "rocm", "tpu"))
     assert sorted(platform for platform, _, _ in set_aside) == ["cuda", "rocm"]  # not cpu's own

@@ -700,8 +700,18 @@ def test_float64_is_never_an_emulated_match_on_tpu(pytester: pytest.Pytester) ->
     assert "| tpu (emulated on cpu) | 1 | 0 | 0 | 0 | 0 | 1 |" in markdown
 
 
+def x64() -> Any:
+    """64-bit types on for one block (``jax.enable_x64`` from jax 0.8, the experimental one
+    before)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64
+
+    return enable_x64()
+
+
 def test_float64_is_computed_by_the_cpu_where_a_platform_has_it() -> None:
-    with jax.enable_x64(True):
+    with x64():
         a = np.eye(4) * 2.0 + 0.1
         emulated = emulate(jnp.linalg.solve, (a, np.ones(4)), platform="cuda")
         on_tpu = emulate(jnp.linalg.solve, (a, np.ones(4)), platform="tpu")

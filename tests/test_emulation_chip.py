@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,21 @@ DIFFERING_FORMATS = (
 least (the other 34 agree with the CPU at all five)."""
 
 
-@pytest.mark.parametrize("name", DIFFERING_FORMATS)
+_JAX = tuple(int(part) for part in version("jax").split(".")[:2])
+FLOAT8_ON_THE_FLOOR = (
+    "float8 is not yet emulated as the chip computes it on jax before 0.10 (found on the floor, "
+    "0.6.2: the float8 programs read an emulated match where the chip differs; "
+    "docs/compatibility.md)"
+)
+
+
+def _on_this_jax(names: tuple[str, ...]) -> list[Any]:
+    """``names`` as parameters, the float8 programs expected to fail on jax before 0.10."""
+    known = pytest.mark.xfail(_JAX < (0, 10), reason=FLOAT8_ON_THE_FLOOR, strict=True)
+    return [pytest.param(n, marks=known) if n.startswith("f8") else n for n in names]
+
+
+@pytest.mark.parametrize("name", _on_this_jax(DIFFERING_FORMATS))
 def test_no_emulated_match_where_the_chip_differs_in_a_narrow_format(
     formats: tuple[dict[str, Any], dict[str, Any]], name: str
 ) -> None:
@@ -235,7 +250,7 @@ EXACT_FORMATS = (
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("name", EXACT_FORMATS)
+@pytest.mark.parametrize("name", _on_this_jax(EXACT_FORMATS))
 def test_what_the_chip_does_in_a_narrow_format_is_emulated_bit_for_bit(
     formats: tuple[dict[str, Any], dict[str, Any]], name: str
 ) -> None:
