@@ -418,6 +418,11 @@ def test_an_abstract_check_is_lowered_and_compiled_never_run(pytester: pytest.Py
 
 @pytest.mark.slow
 @needs_libtpu
+@pytest.mark.skipif(
+    tuple(int(part) for part in version("jax").split(".")[:2]) < (0, 7),
+    reason="the recorded per-chip plans are jax 0.10.2's (Shardy); jax 0.6's partitioner leaves "
+    "the product's output whole on each chip (seen on the floor, 0.6.2 with libtpu 0.0.17)",
+)
 def test_a_sharded_abstract_check_is_planned_per_chip_as_the_sharding_divides(
     pytester: pytest.Pytester,
 ) -> None:
