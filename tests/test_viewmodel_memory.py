@@ -291,6 +291,11 @@ LIBTPU = libtpu.installed("libtpu")
 needs_libtpu = pytest.mark.skipif(
     LIBTPU is None, reason='libtpu is not installed (pip install "pytest-jaxport[tpu]")'
 )
+refusing_libtpu = pytest.mark.skipif(
+    LIBTPU is not None and LIBTPU.startswith("0.0.") and int(LIBTPU.split(".")[2]) < 40,
+    reason="these runs read libtpu's refusal of the 40960² product; the floor's libtpu 0.0.17 "
+    "plans it instead (18.8 of 15.75 GiB: does not fit), which test_memory.py holds to account",
+)
 
 SUITE = """
 import os
@@ -358,6 +363,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 @needs_libtpu
+@refusing_libtpu
 @pytest.mark.slow
 def test_a_real_run_shows_memory_in_every_format(fitted: tuple[Path, str]) -> None:
     folder, out = fitted
@@ -390,6 +396,7 @@ def test_a_real_run_shows_memory_in_every_format(fitted: tuple[Path, str]) -> No
 
 
 @needs_libtpu
+@refusing_libtpu
 @pytest.mark.slow
 def test_show_and_merge_carry_memory(fitted: tuple[Path, str]) -> None:
     folder, _ = fitted
@@ -434,6 +441,7 @@ def test_step():
 
 
 @needs_libtpu
+@refusing_libtpu
 @pytest.mark.slow
 def test_the_audit_names_its_largest_plan_in_every_format(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_audited=AUDITED)
