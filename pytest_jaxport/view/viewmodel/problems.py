@@ -282,52 +282,28 @@ def _cell_problems(
     problems = []
     if (row.name, cell.platform, "must_lower") in violated:
         return []
+
+    def not_lowered(key: str, message: str, details: tuple[str, ...]) -> Problem:
+        return Problem(kind="not-lowered", test=nodeid, check=row.name, platform=cell.platform,
+                       key=key, found=key, message=message, details=details)  # fmt: skip
+
+    memory = cell.memory
+    said = any((row.name, cell.platform, key) in violated for key in MEMORY_KEYS)
     if not cell.lowers or (cell.numerics == "error"):
         key = "does not lower" if not cell.lowers else "does not run"
         if cell.needs_hardware and not cell.lowers:
             key = f"not lowerable here: needs a {cell.needs_hardware}"
         message = cell.errors[0] if cell.errors else key
         problems.append(
-            Problem(
-                kind="not-lowered",
-                test=nodeid,
-                check=row.name,
-                platform=cell.platform,
-                key=key,
-                found=key,
-                message=first_line(message.split(": ", 1)[-1]),
-                details=tuple(cell.errors),
-            )
+            not_lowered(key, first_line(message.split(": ", 1)[-1]), tuple(cell.errors))
         )
-    memory = cell.memory
-    too_big = memory is not None and memory.status == "bad"
-    said = any((row.name, cell.platform, key) in violated for key in MEMORY_KEYS)
-    if memory is not None and too_big and not said:
+    if memory is not None and memory.status == "bad":
+        # A compile refused for memory is said once, as what does not fit.
+        if not said:
+            problems.append(not_lowered(DOES_NOT_FIT, memory.headline, memory.details))
+    elif cell.lowers and cell.numerics != "error" and cell.compile_error:
         problems.append(
-            Problem(
-                kind="not-lowered",
-                test=nodeid,
-                check=row.name,
-                platform=cell.platform,
-                key=DOES_NOT_FIT,
-                found=DOES_NOT_FIT,
-                message=memory.headline,
-                details=memory.details,
-            )
-        )
-    # A compile refused for memory is said once, as what does not fit.
-    elif cell.lowers and cell.numerics != "error" and cell.compile_error and not too_big:
-        problems.append(
-            Problem(
-                kind="not-lowered",
-                test=nodeid,
-                check=row.name,
-                platform=cell.platform,
-                key=DOES_NOT_COMPILE,
-                found=DOES_NOT_COMPILE,
-                message=first_line(cell.compile_error),
-                details=(cell.compile_error,),
-            )
+            not_lowered(DOES_NOT_COMPILE, first_line(cell.compile_error), (cell.compile_error,))
         )
     if cell.numerics == "mismatch" and (row.name, cell.platform, "numerics") not in violated:
         problems.append(
