@@ -9,14 +9,17 @@ imports JAX; the plugin loads it only when a portable test runs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # First: the package's modules load by Python's own import system, not pytest's rewriting hook.
 from pytest_jaxport import loading  # noqa: F401
 from pytest_jaxport.model.classification import Classification
 from pytest_jaxport.model.cost import CostModel, FormatItem, RewriteItem
-from pytest_jaxport.model.tooling_rules import ToolingRule
 from pytest_jaxport.version import __version__
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.tooling_rules import ToolingRule
+    from pytest_jaxport.warning import JaxportWarning
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +29,10 @@ def __getattr__(name: str) -> Any:
         from pytest_jaxport.warning import JaxportWarning
 
         return JaxportWarning
+    if name == "ToolingRule":  # the tooling scan's rules: loaded where a report scans
+        from pytest_jaxport.model.tooling_rules import ToolingRule
+
+        return ToolingRule
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

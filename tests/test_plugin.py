@@ -581,7 +581,7 @@ def test_plugin_modules_load_without_pytests_rewriting_hook(
 
         def test_loaded():
             ours = {n: m for n, m in sys.modules.items() if n.startswith("pytest_jaxport")}
-            assert "pytest_jaxport.plugin" in ours and "pytest_jaxport.session.writer" in ours
+            assert "pytest_jaxport.plugin" in ours and "pytest_jaxport.session.judge" in ours
             hooked = [n for n, m in ours.items()
                       if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)]
             assert sorted(hooked) == ["pytest_jaxport", "pytest_jaxport.loading"]
@@ -589,6 +589,53 @@ def test_plugin_modules_load_without_pytests_rewriting_hook(
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+REPORT_MACHINERY = (
+    "pytest_jaxport.report.build",
+    "pytest_jaxport.report.document",
+    "pytest_jaxport.view.html",
+    "pytest_jaxport.view.viewmodel.build",
+)
+"""Modules only a report reads: its building, its types, its view and (HTML) renderer."""
+
+
+@pytest.mark.parametrize("report", [False, True], ids=["no-report", "report"])
+def test_a_check_session_loads_the_reports_machinery_only_where_one_is_read(
+    pytester: pytest.Pytester, report: bool
+) -> None:
+    """A session of portable checks that asks for no report (nor a baseline, an audit or a
+    cost hook) never imports the report's building, views or renderers (about 40 modules, a
+    tenth of the plugin's cost in a cold session); ``--jaxport-report`` does."""
+    pytester.makeconftest(
+        """
+        import sys
+
+        def pytest_unconfigure(config):
+            with open("loaded.txt", "w") as f:
+                f.write("\\n".join(sorted(sys.modules)))
+        """
+    )
+    pytester.makepyfile(
+        """
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.portable
+        def test_check(jaxport):
+            jaxport.check(lambda x: jnp.sin(x) @ x, jnp.ones((4, 4)))
+        """
+    )
+    args = ["-p", "no:cacheprovider", "--jaxport-platforms=cpu,cuda"]
+    result = pytester.runpytest_subprocess(*args, *(["--jaxport-report=r.html"] if report else []))
+    result.assert_outcomes(passed=1)
+    loaded = set((pytester.path / "loaded.txt").read_text().split())
+    assert "pytest_jaxport.view.text" in loaded  # the test's own section: a check's text
+    assert "pytest_jaxport.report.audit_ledger" not in loaded  # no audit: not its ledger
+    if report:
+        assert set(REPORT_MACHINERY) <= loaded, sorted(set(REPORT_MACHINERY) - loaded)
+    else:
+        assert loaded.isdisjoint(REPORT_MACHINERY), sorted(loaded & set(REPORT_MACHINERY))
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from pytest_jaxport.model import tooling
 from pytest_jaxport.model.tooling import ToolingScan
+from pytest_jaxport.report import build
 from pytest_jaxport.report.document import Report
 from pytest_jaxport.report.files import load
-from pytest_jaxport.session import writer
 
 DOCKERFILE = "FROM nvidia/cuda:12.3.1-runtime-ubuntu22.04\n"
 """A line the tooling scan finds (``cuda-image``)."""
@@ -25,13 +26,13 @@ def test_a_run_nothing_reads_builds_no_report(
     report: it is not built, and the project's files are not scanned (a scan of a large tree
     costs seconds). With ``--jaxport-report`` it is built, and scanned, once."""
     scans: list[Path] = []
-    scan_tree = writer.scan_tree
+    scan_tree = tooling.scan_tree  # the writer imports it where it scans
 
     def counted(root: Path, **kwargs: object) -> ToolingScan:
         scans.append(root)
         return scan_tree(root, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "scan_tree", counted)
+    monkeypatch.setattr(tooling, "scan_tree", counted)
     pytester.makefile("", Dockerfile=DOCKERFILE)
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
@@ -90,13 +91,13 @@ READERS = {
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Each report the session's writer builds, counted (the real build, run)."""
     built: list[int] = []
-    build_report = writer.build_report
+    build_report = build.build_report  # the writer imports it where it builds
 
     def counted(*args: Any, **kwargs: Any) -> Report:
         built.append(len(built))
         return build_report(*args, **kwargs)
 
-    monkeypatch.setattr(writer, "build_report", counted)
+    monkeypatch.setattr(build, "build_report", counted)
     return built
 
 

@@ -7,8 +7,30 @@ baselines and diffs, saved outputs (docs/architecture.md).
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
-from pytest_jaxport.report.document import Report
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from pytest_jaxport.report.errors import ReportError
-from pytest_jaxport.report.files import load
+
+if TYPE_CHECKING:
+    from pytest_jaxport.report.document import Report
+    from pytest_jaxport.report.files import load
+
+
+def __getattr__(name: str) -> object:
+    # Report and load are the report's reading, loaded on first use: a check session, which
+    # reaches this package for its records and CI options, never builds or reads a report
+    # unless one is asked for, and so never loads its types (docs/architecture.md).
+    if name == "Report":
+        from pytest_jaxport.report.document import Report
+
+        return Report
+    if name == "load":
+        from pytest_jaxport.report.files import load
+
+        return load
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Report", "ReportError", "load"]

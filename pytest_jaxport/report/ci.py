@@ -4,7 +4,9 @@ The session calls into this module; it keeps ``--jaxport-save-outputs``,
 ``--jaxport-baseline``, ``--jaxport-baseline-update`` and the ``$GITHUB_STEP_SUMMARY``
 append (bounded by :func:`append_step_summary`) out of the core judging code. Nothing
 here imports JAX or NumPy at module import: :mod:`pytest_jaxport.report.merge` and
-:mod:`pytest_jaxport.report.outputs` are imported only when the options are used.
+:mod:`pytest_jaxport.report.outputs` are imported only when the options are used. Nor the
+report's types (:mod:`~pytest_jaxport.report.baseline`, :mod:`~pytest_jaxport.report.document`):
+every test of a check session reaches this module, and only a baseline or a report needs them.
 
 Where saved outputs go: every process (each pytest-xdist worker too, on the shared
 filesystem) writes its checks' ``.npz`` files straight into ``DIR``; each platform entry of a
@@ -38,21 +40,13 @@ from pytest_jaxport.model.jsontypes import (
 from pytest_jaxport.model.memory import MemoryLimit
 from pytest_jaxport.model.platforms import PLATFORMS
 from pytest_jaxport.model.probe import Probe
-from pytest_jaxport.report.baseline import (
-    Counts,
-    baseline_json,
-    baseline_of,
-    compare_to_baseline,
-    growth_violation,
-    load_counts,
-)
-from pytest_jaxport.report.document import Environment, Report
-from pytest_jaxport.report.entries import TestEntry
 from pytest_jaxport.report.errors import MergeError
-from pytest_jaxport.report.files import write_text
 
 if TYPE_CHECKING:
     from pytest_jaxport.model.compare import Outputs
+    from pytest_jaxport.report.baseline import Counts
+    from pytest_jaxport.report.document import Environment, Report
+    from pytest_jaxport.report.entries import TestEntry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +115,7 @@ def _text(value: object) -> str | None:
 
 
 def _read_baseline(name: str, path: Path) -> Counts:
+    from pytest_jaxport.report.baseline import load_counts  # the report's types: only now
 
     try:
         return load_counts(path)
@@ -313,6 +308,7 @@ def baseline_findings(
     broken budget), and the messages for what is new there."""
     if settings.baseline is None:
         return [], []
+    from pytest_jaxport.report.baseline import compare_to_baseline, growth_violation
 
     found = compare_to_baseline(settings.baseline, nodeid, probes, memory_growth=memory_growth)
     by_name = {probe.name: probe for probe in probes}
@@ -328,6 +324,8 @@ def write_baseline(settings: CISettings, report: Report) -> Path | None:
     """``--jaxport-baseline-update``: write the run's counts atomically; the path written."""
     if not settings.baseline_update or settings.baseline_path is None:
         return None
+    from pytest_jaxport.report.baseline import baseline_json, baseline_of
+    from pytest_jaxport.report.files import write_text
 
     settings.baseline_path.parent.mkdir(parents=True, exist_ok=True)
     write_text(settings.baseline_path, baseline_json(baseline_of(report)))

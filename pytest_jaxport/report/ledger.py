@@ -12,7 +12,7 @@ order, into the same report a serial run builds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from pytest_jaxport.model.jsontypes import (
     JsonMapping,
@@ -22,9 +22,11 @@ from pytest_jaxport.model.jsontypes import (
     read_tables,
     read_texts,
 )
-from pytest_jaxport.report.audit_ledger import AuditLedger, AuditRecord
 from pytest_jaxport.report.entries import ERROR_LIMIT, Check, TestEntry, TestError, read_violation
 from pytest_jaxport.report.reader import record_reader
+
+if TYPE_CHECKING:  # the audit's machinery: loaded where an audit records (Ledger.audit)
+    from pytest_jaxport.report.audit_ledger import AuditLedger, AuditRecord
 
 
 @dataclass(slots=True, kw_only=True)
@@ -86,7 +88,7 @@ class TestRecord:
             if data.get("lowered_cache") is not None
             else None,
             # the audit's record is a TypedDict of what this package wrote (report.audit_ledger)
-            audit=cast(AuditRecord, as_table(audit, "audit")) if audit is not None else None,
+            audit=cast("AuditRecord", as_table(audit, "audit")) if audit is not None else None,
         )
 
 
@@ -108,7 +110,7 @@ class Ledger:
     def __init__(self) -> None:
         self.tests: dict[str, TestEntry] = {}
         """Per node id, the report's test entry."""
-        self.audit = AuditLedger()
+        self._audit: AuditLedger | None = None
         self.compile_stats: dict[str, int] = {"hits": 0, "misses": 0, "compiled": 0, "reused": 0}
         self.lowered_stats: dict[str, int] = {"hits": 0, "misses": 0}
         self.interception: dict[str, object] | None = None
@@ -118,6 +120,16 @@ class Ledger:
         self.collection_errors: dict[str, str] = {}
         """Per collector pytest could not collect (its tests did not run), the error's last
         line."""
+
+    @property
+    def audit(self) -> AuditLedger:
+        """The audit's ledger: made (its module loaded) by the first audited record, or where
+        the report reads it; a check session never loads the audit's machinery."""
+        if self._audit is None:
+            from pytest_jaxport.report.audit_ledger import AuditLedger
+
+            self._audit = AuditLedger()
+        return self._audit
 
     def _entry(self, nodeid: str, outcome: str = "passed") -> TestEntry:
         return self.tests.setdefault(nodeid, TestEntry(nodeid=nodeid, outcome=outcome))

@@ -14,11 +14,11 @@ import pytest
 
 from pytest_jaxport.cache import judged_by
 from pytest_jaxport.model.census import Classifier
-from pytest_jaxport.report.audit_ledger import AuditRecord
 from pytest_jaxport.session.settings import SessionSettings
 
 if TYPE_CHECKING:
     from pytest_jaxport.recorder import Recorder
+    from pytest_jaxport.report.audit_ledger import AuditRecord
 
 
 class AuditRecording:
@@ -113,7 +113,7 @@ class AuditRecording:
         if self.recorder is None:
             return None
         ended = self.recorder.end_test(item.nodeid, self._index.get(item.nodeid, -1))
-        audit = cast(AuditRecord, dict(ended))
+        audit = cast("AuditRecord", dict(ended))
         if not self._sent_interception:
             audit["interception"] = self.interception
             self._sent_interception = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,10 +18,10 @@ from pytest_jaxport.report.ledger import Ledger, TestRecord, error_line
 from pytest_jaxport.session.judge import MARKER
 from pytest_jaxport.session.recording import AuditRecording
 from pytest_jaxport.session.settings import SessionSettings
-from pytest_jaxport.session.writer import ReportWriter
 from pytest_jaxport.view.formatting import plural
-from pytest_jaxport.view.text import audit_failure_lines, render_text
-from pytest_jaxport.view.viewmodel.baseline import baseline_line, baseline_verdict, stale_text
+
+if TYPE_CHECKING:
+    from pytest_jaxport.session.writer import ReportWriter
 
 BASELINE_SHOWN = 3
 """Stale baseline entries the terminal names after the run (the report files name all)."""
@@ -46,13 +47,26 @@ class Controller:
         self._deselected: set[str] = set()
         """With a baseline to compare: the tests collected but not selected (from every
         pytest-xdist worker)."""
-        self.writer = ReportWriter(
-            config, settings, ledger=self.ledger, audit=audit, outcomes=self._outcomes,
-            deselected=self._deselected,
-        )  # fmt: skip
+        self._settings = settings
+        self._audit = audit
+        self._writer: ReportWriter | None = None
         self._broken: str | None = None
         """The traceback of a failure of this plugin's own at the session's end (a bug here):
         said once in the terminal summary instead of the report, never in pytest's way."""
+
+    @property
+    def writer(self) -> ReportWriter:
+        """The session's report writer, made where the session ends: the report's building,
+        views and files load then, and only where something reads them (a check session with
+        no report, baseline or audit never builds one)."""
+        if self._writer is None:
+            from pytest_jaxport.session.writer import ReportWriter
+
+            self._writer = ReportWriter(
+                self.config, self._settings, ledger=self.ledger, audit=self._audit,
+                outcomes=self._outcomes, deselected=self._deselected,
+            )  # fmt: skip
+        return self._writer
 
     # -- joining the records ----------------------------------------------------------------
 
@@ -134,6 +148,8 @@ class Controller:
                 f"({plural(budget_failed, 'test')}; counted as failed)"
             )
         writer = self.writer
+        from pytest_jaxport.view.text import audit_failure_lines, render_text
+
         if writer.settings.report.requested:
             written = ", ".join(writer.written) or None
             terminalreporter.write_sep("=", "jaxport portability report")
@@ -170,6 +186,12 @@ class Controller:
         match = self.writer.match
         if match is None:
             return
+        from pytest_jaxport.view.viewmodel.baseline import (
+            baseline_line,
+            baseline_verdict,
+            stale_text,
+        )
+
         terminal.write_line(f"jaxport: {baseline_line(match)}")
         stale = [f"{e.nodeid}{f' check {e.check!r}' if e.check else ''} ({stale_text(e)})"
                  for e in match.stale]  # fmt: skip

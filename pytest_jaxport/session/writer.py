@@ -1,6 +1,10 @@
 """The writer: the session's report, built once from the ledger, its files, the baseline, and
 the run's exit status.
 
+The report's parts (its building, the audit's ledger, the baseline, the views and the
+renderers) are imported where each is first needed: every session ends here, and one that
+reads no report, baseline or audit loads none of them.
+
 (PYTEST_DONT_REWRITE: plugin code, not tests; its imports skip assertion rewriting.)
 """
 
@@ -12,37 +16,26 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jaxport.model.cost import FormatItem, RewriteItem
-from pytest_jaxport.model.counted_lines import CountedLines
-from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
-from pytest_jaxport.model.tooling_rules import TOOLING_RULES
 from pytest_jaxport.report import ci
-from pytest_jaxport.report.audit_ledger import AuditSettings, failures, judge
-from pytest_jaxport.report.audit_section import AuditSection
-from pytest_jaxport.report.baseline import match_baseline
-from pytest_jaxport.report.build import build_report, environment
-from pytest_jaxport.report.document import (
-    BaselineMatch,
-    CollectionError,
-    Config,
-    JudgedDevice,
-    Report,
-)
-from pytest_jaxport.report.entries import TestEntry
-from pytest_jaxport.report.ledger import Ledger
-from pytest_jaxport.report.summary import Pricing
-from pytest_jaxport.report.totals import Tooling
 from pytest_jaxport.session.recording import AuditRecording
 from pytest_jaxport.session.settings import SessionSettings
 from pytest_jaxport.view.annotations import annotation_lines, default_mode
-from pytest_jaxport.view.display import DisplayOptions
-from pytest_jaxport.view.markdown import render_markdown
 from pytest_jaxport.view.reporters import installed_file, reporter_for
-from pytest_jaxport.view.viewmodel.build import build_view
-from pytest_jaxport.view.viewmodel.reportview import ReportView
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.cost import FormatItem, RewriteItem
+    from pytest_jaxport.report.audit_section import AuditSection
+    from pytest_jaxport.report.document import BaselineMatch, Config, Report
+    from pytest_jaxport.report.entries import TestEntry
+    from pytest_jaxport.report.ledger import Ledger
+    from pytest_jaxport.report.summary import Pricing
+    from pytest_jaxport.report.totals import Tooling
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.viewmodel.reportview import ReportView
 
 NOT_WRITTEN = "jaxport report not written"
 """What pytest's summary line counts a report file that could not be written as (``1 passed,
@@ -150,6 +143,9 @@ class ReportWriter:
         return self._built[1]
 
     def _build(self) -> Report:
+        from pytest_jaxport.report.build import build_report, environment
+        from pytest_jaxport.report.document import CollectionError
+
         tests = self.ledger.tests.values()
         jax_loaded = self.audited or any(t.checks for t in tests)
         present: tuple[str, ...] = ()
@@ -182,6 +178,8 @@ class ReportWriter:
 
     def report_config(self) -> Config:
         """What the run was configured with, as the report states it."""
+        from pytest_jaxport.report.document import Config, JudgedDevice
+
         project = self.project
         target = project.gpu if "cuda" in project.compile else None
         written = (("source", project.source), ("target", target))
@@ -210,6 +208,8 @@ class ReportWriter:
     def pricing(self) -> Pricing:
         """How the run's moves are priced: the project's targets, home and cost model, and
         the user's ``pytest_jaxport_rewrite_cost`` hook."""
+        from pytest_jaxport.report.summary import Pricing
+
         return Pricing(
             migrate_to=tuple(self.project.migrate_to),
             model=self.cost_model,
@@ -221,6 +221,8 @@ class ReportWriter:
         """How the baseline's entries met this run's tests (:func:`match_baseline`): the
         files asked for in part (``t.py::test_a``) are where an entry not run is not stale."""
         assert self.ci.baseline is not None
+        from pytest_jaxport.report.baseline import match_baseline
+
         root, here = self.config.rootpath, Path(self.config.invocation_params.dir)
         partial = set()
         for arg in self.config.args:
@@ -237,6 +239,9 @@ class ReportWriter:
     def audit_section(self) -> AuditSection:
         """The report's ``audit`` section, judged against ``[tool.jaxport.audit] fail_on``
         and the baseline."""
+        from pytest_jaxport.model.counted_lines import CountedLines
+        from pytest_jaxport.report.audit_ledger import AuditSettings, judge
+
         section = self.ledger.audit.section(
             AuditSettings(
                 interception=self.audit.interception or self.ledger.interception,
@@ -263,6 +268,10 @@ class ReportWriter:
         if not self.project.scan:
             return None
         if self._tooling is None:
+            from pytest_jaxport.model.tooling import assumptions_per_rule, scan_tree
+            from pytest_jaxport.model.tooling_rules import TOOLING_RULES
+            from pytest_jaxport.report.totals import Tooling
+
             try:
                 extra = [r for rules in self.config.hook.pytest_jaxport_tooling_rules(
                     config=self.config) for r in rules]  # fmt: skip
@@ -287,6 +296,8 @@ class ReportWriter:
 
     def view(self) -> ReportView:
         """The report's view, built once for the terminal, the files and the step summary."""
+        from pytest_jaxport.view.viewmodel.build import build_view
+
         report = self.build()
         if self._view is None or self._view[0] is not report:
             self._view = (report, build_view(report))
@@ -322,6 +333,8 @@ class ReportWriter:
             # Built only where something reads it: the audit's gate, or a user's cost or
             # tooling hook (run once, in the build; said below when it raises). A run with
             # neither, no report and no baseline never builds it (nor scans the tooling).
+            from pytest_jaxport.report.audit_ledger import failures
+
             audit = self.build().audit
             failed = audit is not None and failures(audit) > 0
         failed = self._update_baseline() or failed
@@ -401,6 +414,8 @@ class ReportWriter:
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target:
             return
+        from pytest_jaxport.view.markdown import render_markdown
+
         view, options = self.view(), self.display()
         said = ci.append_step_summary(
             Path(target), lambda budget: render_markdown(view, options, budget=budget)

@@ -29,9 +29,10 @@ max_library_calls.cudnn', 'cuda: 2 cudnn calls > 1']
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pytest_jaxport.view.viewmodel.alerts import Alert
+if TYPE_CHECKING:  # the plugin reads MODES at start-up: the view's alerts load with a report
+    from pytest_jaxport.view.viewmodel.alerts import Alert
 
 AnnotationMode = Literal["off", "errors", "all"]
 MODES: tuple[AnnotationMode, ...] = ("off", "errors", "all")

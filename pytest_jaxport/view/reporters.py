@@ -15,16 +15,15 @@ import sysconfig
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.files import write_json, write_text
-from pytest_jaxport.view.codequality import code_quality
-from pytest_jaxport.view.display import DisplayOptions
-from pytest_jaxport.view.html import render_html
-from pytest_jaxport.view.markdown import render_markdown
-from pytest_jaxport.view.sarif import render_sarif
-from pytest_jaxport.view.viewmodel.reportview import ReportView
+if TYPE_CHECKING:
+    from pytest_jaxport.report.document import Report
+    from pytest_jaxport.view.display import DisplayOptions
+    from pytest_jaxport.view.viewmodel.reportview import ReportView
+
+# Each reporter loads its renderer (and the report's file writing) when it writes: the plugin
+# reads this table at start-up, and a session that writes no report never loads them.
 
 
 class ReportSource(Protocol):
@@ -49,16 +48,24 @@ Reporter = Callable[[Path, ReportSource], None]
 
 def write_json_report(path: Path, source: ReportSource) -> None:
     """The report's data itself, compact JSON (``jaxport show`` reads it)."""
+    from pytest_jaxport.report.files import write_json
+
     write_json(path, source.build())
 
 
 def write_markdown_report(path: Path, source: ReportSource) -> None:
     """The view as Markdown, for pull requests."""
+    from pytest_jaxport.report.files import write_text
+    from pytest_jaxport.view.markdown import render_markdown
+
     write_text(path, render_markdown(source.view(), source.display()))
 
 
 def write_html_report(path: Path, source: ReportSource) -> None:
     """The view as one self-contained HTML page."""
+    from pytest_jaxport.report.files import write_text
+    from pytest_jaxport.view.html import render_html
+
     write_text(path, render_html(source.view(), source.display()))
 
 
@@ -74,17 +81,24 @@ def installed_file(file: str) -> bool:
 def sarif_text(view: ReportView) -> str:
     """The view's findings as a SARIF 2.1.0 log's text (view/sarif.py), those at installed
     packages' files left out."""
+    from pytest_jaxport.view.sarif import render_sarif
+
     log = render_sarif(view, outside=installed_file)
     return json.dumps(log, indent=2) + "\n"
 
 
 def write_sarif_report(path: Path, source: ReportSource) -> None:
     """The findings as a SARIF 2.1.0 log, for code scanning."""
+    from pytest_jaxport.report.files import write_text
+
     write_text(path, sarif_text(source.view()))
 
 
 def write_code_quality_report(path: Path, source: ReportSource) -> None:
     """The findings as a GitLab Code Quality report (view/codequality.py)."""
+    from pytest_jaxport.report.files import write_text
+    from pytest_jaxport.view.codequality import code_quality
+
     found = source.view().alerts.in_repository(outside=installed_file)
     write_text(path, json.dumps(code_quality(found), indent=2) + "\n")
 

@@ -38,12 +38,8 @@ from pytest_jaxport.model.probe import (
     emulated_status,
 )
 from pytest_jaxport.model.runtime_share import SHARE_LAYERS
-from pytest_jaxport.report.baseline import ReportDiff
-from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.entries import Drift
 from pytest_jaxport.view.display import DisplayOptions
 from pytest_jaxport.view.formatting import number, pct, plural
-from pytest_jaxport.view.viewmodel.build import build_view
 from pytest_jaxport.view.viewmodel.details import (
     padding_line,
     prediction_gap,
@@ -53,9 +49,6 @@ from pytest_jaxport.view.viewmodel.details import (
 from pytest_jaxport.view.viewmodel.matrix import check_numerics, format_rows, level_text
 from pytest_jaxport.view.viewmodel.memory import memory_cells
 from pytest_jaxport.view.viewmodel.notes import NO_AUTOTUNE_NOTE, lowering_warning_lines
-from pytest_jaxport.view.viewmodel.problems import Problem, ProblemGroup
-from pytest_jaxport.view.viewmodel.reportview import ReportView
-from pytest_jaxport.view.viewmodel.shares import ShareRow
 from pytest_jaxport.view.viewmodel.sites import (
     HOTSPOT_NUMERIC,
     hotspot_cells,
@@ -65,8 +58,15 @@ from pytest_jaxport.view.viewmodel.sites import (
 )
 from pytest_jaxport.view.viewmodel.totals import collective_library
 
+# Types only: a check's section (probe_text, every portable test's) loads no report type.
 if TYPE_CHECKING:  # report.merge imports numpy: a renderer of its result never needs it
+    from pytest_jaxport.report.baseline import ReportDiff
+    from pytest_jaxport.report.document import Report
+    from pytest_jaxport.report.entries import Drift
     from pytest_jaxport.report.merge import MergeResult
+    from pytest_jaxport.view.viewmodel.problems import Problem, ProblemGroup
+    from pytest_jaxport.view.viewmodel.reportview import ReportView
+    from pytest_jaxport.view.viewmodel.shares import ShareRow
 
 WIDTH = 100
 """Terminal columns every report line fits (a test id longer than that is never cut)."""
@@ -357,6 +357,9 @@ def _halves(header: str) -> tuple[str, str]:
 
 def text(report: Report, options: DisplayOptions | None = None) -> str:
     """The terminal report of a report (see :func:`render_text`)."""
+    # the view's builder: loaded where a whole report is rendered, never for a check's section
+    from pytest_jaxport.view.viewmodel.build import build_view
+
     return render_text(build_view(report), options or DisplayOptions())
 
 

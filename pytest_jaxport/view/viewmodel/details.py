@@ -13,11 +13,14 @@ gather them over the matrix's rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from pytest_jaxport.model.census import Census
-from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.view.formatting import pct
-from pytest_jaxport.view.viewmodel.matrix import TestRow
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.census import Census
+    from pytest_jaxport.model.probe import PlatformProbe, Probe
+    from pytest_jaxport.view.viewmodel.matrix import TestRow
 
 
 def compiled_gaps_of(rows: Sequence[TestRow]) -> tuple[tuple[str, str, str], ...]:

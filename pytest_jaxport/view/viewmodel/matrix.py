@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pytest_jaxport.model.budget import NUMERICS_KEYS, Violation
 from pytest_jaxport.model.emulation import (
@@ -25,7 +25,6 @@ from pytest_jaxport.model.emulation import (
     may_differ_lines,
     not_emulated_message,
 )
-from pytest_jaxport.model.findings import Finding
 from pytest_jaxport.model.probe import (
     MAY_DIFFER,
     PlatformProbe,
@@ -33,10 +32,13 @@ from pytest_jaxport.model.probe import (
     emulated_status,
     numerics_status,
 )
-from pytest_jaxport.report.document import Report
-from pytest_jaxport.report.entries import Check, TestEntry
 from pytest_jaxport.view.formatting import first_line, number, pct, plural
 from pytest_jaxport.view.viewmodel.memory import MemoryCell, memory_cell
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.findings import Finding
+    from pytest_jaxport.report.document import Report
+    from pytest_jaxport.report.entries import Check, TestEntry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,11 +32,13 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pytest_jaxport.model.memory import DeviceMemory, breakdown_text, capacity_size, memory_size
-from pytest_jaxport.model.probe import PlatformProbe
 from pytest_jaxport.view.formatting import memory_of, used_pct
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.probe import PlatformProbe
 
 MemoryStatus = Literal["good", "bad", "unknown"]
 """``good``: the plan fits the device; ``bad``: it does not (the compiler refused it, or its

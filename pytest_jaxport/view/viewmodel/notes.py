@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_jaxport.model.probe import PlatformProbe, Probe
-from pytest_jaxport.report.document import Merged, Report
-from pytest_jaxport.report.totals import PlatformTotals
 from pytest_jaxport.view.formatting import number, plural
-from pytest_jaxport.view.viewmodel.matrix import TestRow
-from pytest_jaxport.view.viewmodel.shares import ShareRow
+
+if TYPE_CHECKING:
+    from pytest_jaxport.model.probe import PlatformProbe, Probe
+    from pytest_jaxport.report.document import Merged, Report
+    from pytest_jaxport.report.totals import PlatformTotals
+    from pytest_jaxport.view.viewmodel.matrix import TestRow
+    from pytest_jaxport.view.viewmodel.shares import ShareRow
 
 NO_AUTOTUNE_NOTE = (
     "deviceless compilation does not autotune, so Triton-vs-cuBLAS picks can differ from a real GPU"

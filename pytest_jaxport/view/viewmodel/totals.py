@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_jaxport.model.classification import COLLECTIVE_LIBRARIES
-from pytest_jaxport.report.totals import PlatformTotals
 from pytest_jaxport.view.formatting import number, pct, plural
+
+if TYPE_CHECKING:
+    from pytest_jaxport.report.totals import PlatformTotals
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
