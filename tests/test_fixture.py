@@ -21,7 +21,7 @@ from pytest_jaxport.model.config import ConfigError
 from pytest_jaxport.model.marker import parse_marker
 from pytest_jaxport.model.probe import PlatformProbe, Probe
 from pytest_jaxport.model.pyproject import parse_project
-from pytest_jaxport.session import writer as writer_module
+from pytest_jaxport.report import build as report_build
 
 # -- property tests ---------------------------------------------------------------------------
 
@@ -572,7 +572,7 @@ def test_a_bug_building_the_report_keeps_pytests_summary_and_fails_the_run(
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
 
-    monkeypatch.setattr(writer_module, "build_report", broken)
+    monkeypatch.setattr(report_build, "build_report", broken)  # the writer imports it as it builds
     pytester.makepyfile(test_small=SMALL_SUITE)
     result = pytester.runpytest("--jaxport-report=r.json")
     result.assert_outcomes(passed=1)
