@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -43,6 +44,9 @@ from pytest_jaxport.model.libtpu import (
     ModuleCompiler,
 )
 from pytest_jaxport.version import __version__
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
+"""How an entry's temporary file is opened (``O_BINARY``: Windows)."""
 
 CACHE_NAME = "jaxport-compiled"
 """The folder's name under pytest's cache (``config.cache.mkdir(CACHE_NAME)``)."""
@@ -110,12 +114,19 @@ def lowered_key(
         "pytest_jaxport": __version__,
         "platform": platform,
         "versions": dict(sorted(versions.items())),
-        "settings": hashlib.sha256(settings.encode()).hexdigest(),
-        "jaxpr": hashlib.sha256(jaxpr.encode()).hexdigest(),
-        "sources": hashlib.sha256(sources.encode()).hexdigest(),
+        "settings": _digest(settings),
+        "jaxpr": _digest(jaxpr),
+        "sources": _digest(sources),
     }
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(text: str) -> str:
+    """``text``'s SHA-256 in hex: a computation's jaxpr and source lines are keyed once per
+    platform and once more as judged (a string keeps its hash: a repeat is one lookup)."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def source_fingerprint(program: Program) -> str:
@@ -236,17 +247,28 @@ class CompiledCache:
         self._write(key, {"format": self.format, "judged": dict(judged)})
 
     def _write(self, key: str, entry: Mapping[str, object]) -> None:
-        path = self._path(key)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        # A cold audit writes one entry per computation: four system calls each (creating a
+        # file in a new folder costs up to half a millisecond of kernel time here); the folder
+        # is made only when the first write finds it missing.
+        data = json.dumps(entry).encode("utf-8")
+        path = os.path.join(self.directory, f"{key}.json")
+        tmp = f"{path}.{os.getpid()}.tmp"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(entry), encoding="utf-8")
+            try:
+                fd = os.open(tmp, _CREATE, 0o666)
+            except FileNotFoundError:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(tmp, _CREATE, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except OSError:
-            pass
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
     def empty(self) -> bool:
         """Whether no entry is kept (a first run, or one after ``--jaxport-cache-clear``)."""

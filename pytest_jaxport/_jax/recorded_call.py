@@ -65,7 +65,7 @@ class RecordedCall:
     counted exactly as a ``jaxport.check`` trace is.
     """
 
-    __slots__ = ("_adapter", "arg_types", "fun", "jaxpr", "params", "static")
+    __slots__ = ("_adapter", "_signature_text", "arg_types", "fun", "jaxpr", "params", "static")
 
     def __init__(
         self,
@@ -82,6 +82,7 @@ class RecordedCall:
         self.arg_types = arg_types
         self.fun = fun
         self.static = static
+        self._signature_text: str | None = None
 
     @property
     def name(self) -> str:
@@ -103,7 +104,10 @@ class RecordedCall:
         )
 
     def signature_text(self) -> str:
-        """The signature as stable text (no object ids), for a key shared across processes."""
+        """The signature as stable text (no object ids), for a key shared across processes
+        (made once: a new computation's content key and its judged census's both read it)."""
+        if self._signature_text is not None:
+            return self._signature_text
         p = self.params
         parts = [
             f"args={[self._adapter.type_text(t) for t in self.arg_types]}",
@@ -112,7 +116,8 @@ class RecordedCall:
         for name in ("in_shardings", "out_shardings", "donated_invars", "ctx_mesh",
                      "keep_unused", "compiler_options_kvs"):  # fmt: skip
             parts.append(f"{name}={p.get(name)!r}")
-        return stable_text("\n".join(parts))
+        self._signature_text = stable_text("\n".join(parts))
+        return self._signature_text
 
     def lower(
         self, *, lowering_platforms: Sequence[str] | None, _private_parameters: object = None
