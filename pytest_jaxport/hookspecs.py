@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jaxport import Classification, CostModel, FormatItem, RewriteItem, ToolingRule
+if TYPE_CHECKING:  # annotations only: the tooling scan's rules load where a report scans
+    from pytest_jaxport import Classification, CostModel, FormatItem, RewriteItem, ToolingRule
 
 
 @pytest.hookspec(firstresult=True)
