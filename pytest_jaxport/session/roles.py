@@ -148,6 +148,7 @@ class Controller:
                 f"({plural(budget_failed, 'test')}; counted as failed)"
             )
         writer = self.writer
+        # the report's text, as the writer's parts: loaded where the session ends
         from pytest_jaxport.view.text import audit_failure_lines, render_text
 
         if writer.settings.report.requested:
@@ -186,6 +187,7 @@ class Controller:
         match = self.writer.match
         if match is None:
             return
+        # the baseline's wording: loaded only where a baseline was compared
         from pytest_jaxport.view.viewmodel.baseline import (
             baseline_line,
             baseline_verdict,
