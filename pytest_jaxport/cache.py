@@ -251,7 +251,7 @@ class CompiledCache:
         # file in a new folder costs up to half a millisecond of kernel time here); the folder
         # is made only when the first write finds it missing.
         data = json.dumps(entry).encode("utf-8")
-        path = os.path.join(self.directory, f"{key}.json")
+        path = str(self._path(key))
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
             try:
