@@ -493,3 +493,28 @@ def test_a_product_of_nothing_is_no_library_call_lowered_or_compiled(case: str) 
     compiled = jax.jit(fn).lower(*args).compile().as_text()
     cpu = take_census(parse_compiled_hlo(compiled), "cpu", level="compiled")
     assert cpu.vendor == 0, cpu.kernels
+
+
+def test_a_suites_census_in_one_pass_is_the_sum_one_by_one() -> None:
+    """An audited suite adds up every computation's census per platform (issue 55, item 18:
+    3,048 on blackjax, each sum sorting every site again): ``plus`` in one pass gives what
+    adding them one by one gives, sites, kinds and collectives."""
+    x = jnp.ones((8, 8), jnp.float32)
+    functions = [
+        lambda a: a @ a,
+        lambda a: jnp.linalg.eigh(a)[0],
+        lambda a: jnp.linalg.solve(a, a) @ a,
+        lambda a: jnp.sin(a).sum(),
+        lambda a: jnp.linalg.eigh(a @ a)[1] @ a,
+    ]
+    censuses = [census_of(f, x, platform="cuda") for f in functions]
+    one_by_one = censuses[0]
+    for c in censuses[1:]:
+        one_by_one = one_by_one + c
+    together = censuses[0].plus(censuses[1:])
+    assert together == one_by_one
+    assert sum(k.count for k in together.kernels) == sum(
+        k.count for c in censuses for k in c.kernels
+    )
+    assert together.xla_ops == sum(c.xla_ops for c in censuses)
+    assert Census(platform="cuda").plus(censuses) == Census(platform="cuda") + one_by_one

@@ -683,3 +683,24 @@ def test_a_diffrax_solve_under_x64_on_tpu() -> None:
     # equinox's nextafter (diffrax's step-size control) is the op that does not compile
     assert bool(result.not_compiling) == nextafter
     assert take_format_census(cuda, "cuda").findings == ()
+
+
+def test_a_suites_format_census_in_one_pass_is_the_sum_one_by_one() -> None:
+    """An audited suite adds up every computation's findings per platform (issue 55, item
+    18): ``plus`` in one pass gives what adding them one by one gives, findings at each line,
+    formats, lines kept and tiled bytes."""
+    a = jnp.ones((100, 100), jnp.bfloat16)
+    b = jnp.ones((37, 5), jnp.float32)
+    functions = [
+        lambda x, y: (x @ x, y.T @ y),
+        lambda x, y: (x.astype(jnp.float32) @ x.astype(jnp.float32), y * 2),
+        lambda x, y: (jnp.dot(x, x, preferred_element_type=jnp.float32), y @ y.T),
+        lambda x, y: (x @ x, y.T @ y),
+    ]
+    found = [census(f, a, b, platform="tpu") for f in functions]
+    assert any(f.findings for f in found) and any(f.formats for f in found)
+    one_by_one = found[0]
+    for f in found[1:]:
+        one_by_one = one_by_one + f
+    assert found[0].plus(found[1:]) == one_by_one
+    assert one_by_one.tiled_bytes == sum(f.tiled_bytes for f in found)

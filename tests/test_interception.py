@@ -479,6 +479,62 @@ def test_a_test_that_fails_while_jax_traces_its_jit_shows_the_same_traceback_und
     assert audited == plain
 
 
+COMPILED_MODULES = """
+import jax._src.compiler as compiler
+
+NAME = next(n for n in ("backend_compile_and_load", "backend_compile") if hasattr(compiler, n))
+ORIGINAL = getattr(compiler, NAME)
+SEEN = []
+
+
+def compiled(backend, module, *args, **kwargs):
+    SEEN.append(module.operation.get_asm(enable_debug_info=True))
+    return ORIGINAL(backend, module, *args, **kwargs)
+
+
+setattr(compiler, NAME, compiled)
+
+
+def pytest_unconfigure(config):
+    with open("compiled.txt", "w") as out:
+        out.write("\\n=====\\n".join(SEEN))
+"""
+
+EAGER_AND_JITTED = """
+import jax
+import jax.numpy as jnp
+
+
+def test_eager_and_jitted():
+    x = jnp.arange(4.0) + 1.0
+    y = jnp.log(x) @ x
+    z = jax.jit(lambda v: jnp.sin(v) * 2)(x)
+    assert float(y) > 0 and z.shape == (4,)
+"""
+
+
+@pytest.mark.slow
+def test_the_programs_a_suite_compiles_are_the_same_under_the_audit(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 55, item 18: an eager op is traced inside the audit's hook, whose frame was the
+    innermost of every location of the programs the suite compiled (the line XLA's metadata
+    names, for profilers and dumps, and one more frame to compile). JAX leaves the hook's
+    frames out of its locations as it leaves out its own: the audited suite compiles the
+    programs the plain suite compiles, locations included."""
+    pytester.makeconftest(COMPILED_MODULES)
+    pytester.makepyfile(test_eager=EAGER_AND_JITTED)
+    compiled = []
+    for audit in ((), ("--jaxport-audit",)):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *audit)
+        result.assert_outcomes(passed=1)
+        compiled.append((pytester.path / "compiled.txt").read_text())
+    plain, audited = compiled
+    assert "test_eager.py" in audited  # the locations are there: the test's lines
+    assert "pytest_jaxport" not in audited
+    assert audited == plain
+
+
 def test_a_rule_the_audit_traces_for_one_platform_serves_the_others() -> None:
     """Lowering a recorded call for several platforms together runs each platform's rule;
     where those rules are one Python function (``mlir.lower_fun``: threefry's unrolled hash

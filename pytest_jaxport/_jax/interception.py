@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import sys
 import threading
 import weakref
@@ -82,6 +83,9 @@ PATCH_POINTS: Mapping[str, str] = {
     "jax._src.api_util.fun_sourceinfo": "whether a jit function is JAX's own (as JAX names it)",
     "jax._src.traceback_util.register_exclusion": (
         "the hook's frames left out of a suite's tracebacks, as JAX leaves out its own"
+    ),
+    "jax._src.source_info_util.register_exclusion": (
+        "the hook's frames left out of the locations of the suite's programs"
     ),
     "jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic": (
         "a lowering rule's trace, made once for a recorded call (jax < 0.12)"
@@ -376,18 +380,25 @@ class Interception:
 
 def _hidden_from_tracebacks() -> None:
     """The hook's frames (this module's) are in the suite's call path wherever JAX traces or
-    runs a jit: JAX's traceback filtering leaves them out of the suite's errors, as it leaves
-    out its own frames (and equinox's), so a test that fails while JAX traces its function
-    shows what it shows without the audit. (Each frame also sets ``__tracebackhide__``: the
-    same under ``JAX_TRACEBACK_FILTERING=off``, where pytest shows JAX's frames.) Once per
-    process: JAX keeps the exclusion, and the frames are gone with the hook."""
-    try:
-        from jax._src import traceback_util
+    runs a jit: JAX leaves them out as it leaves out its own frames (and equinox's), once per
+    process (JAX keeps the exclusions, and the frames are gone with the hook):
 
-        if __file__ not in traceback_util._exclude_paths:
-            traceback_util.register_exclusion(__file__)
-    except Exception:  # a JAX that moved it: the frames show, nothing else changes
-        return
+    - out of the suite's errors (JAX's traceback filtering), so a test that fails while JAX
+      traces its function shows what it shows without the audit (each frame also sets
+      ``__tracebackhide__``: the same under ``JAX_TRACEBACK_FILTERING=off``, where pytest
+      shows JAX's frames);
+    - out of the locations of the programs the suite compiles (JAX's user frames): an eager
+      op is traced inside the hook, whose frame would be its innermost, the line XLA's
+      metadata names (profilers, dumps) and one more frame in every location; the audit
+      leaves the suite's programs as they are.
+    """
+    for module in ("traceback_util", "source_info_util"):
+        try:
+            found: Any = importlib.import_module(f"jax._src.{module}")
+            if __file__ not in found._exclude_paths:
+                found.register_exclusion(__file__)
+        except Exception:  # a JAX that moved it: the frames show, nothing else changes
+            continue
 
 
 def _is_jax_function(fun: object) -> bool:

@@ -431,30 +431,39 @@ class Census:
     def __add__(self, other: Census) -> Census:
         """Both programs' dispatches: each distinct site once, counts summed (a suite's census
         is the sum of its distinct computations')."""
+        return self.plus((other,))
+
+    def plus(self, others: Iterable[Census]) -> Census:
+        """This census and ``others`` as one, in one pass: what adding them one by one gives
+        (an audited suite adds up thousands; one by one, each sum sorts every site again)."""
         counts: dict[tuple[Layer, str, str, str | None, SourceLocation | None], int] = {}
-        for k in (*self.kernels, *other.kernels):
-            key = (k.layer, k.name, k.kind, k.library, k.location)
-            counts[key] = counts.get(key, 0) + k.count
+        kinds: Counter[str] = Counter()
+        collectives: dict[str, CollectiveCount] = {}
+        xla_ops = 0
+        for census in (self, *others):
+            for k in census.kernels:
+                key = (k.layer, k.name, k.kind, k.library, k.location)
+                counts[key] = counts.get(key, 0) + k.count
+            kinds.update(census.xla_kinds)
+            xla_ops += census.xla_ops
+            for c in census.collectives:
+                had = collectives.get(c.kind)
+                collectives[c.kind] = (
+                    c
+                    if had is None
+                    else CollectiveCount(
+                        kind=c.kind, count=had.count + c.count, inserted=had.inserted + c.inserted
+                    )
+                )
         kernels = [
             Kernel(layer=layer, name=name, kind=kind, library=library, location=location, count=n)
             for (layer, name, kind, library, location), n in counts.items()
         ]
-        kinds = Counter(self.xla_kinds) + Counter(other.xla_kinds)
-        collectives = {c.kind: c for c in self.collectives}
-        for c in other.collectives:
-            had = collectives.get(c.kind)
-            collectives[c.kind] = (
-                c
-                if had is None
-                else CollectiveCount(
-                    kind=c.kind, count=had.count + c.count, inserted=had.inserted + c.inserted
-                )
-            )
         return replace(
             self,
             kernels=tuple(sorted(kernels, key=lambda k: (k.layer, k.name, str(k.location or "")))),
-            xla_ops=self.xla_ops + other.xla_ops,
-            xla_kinds=dict(kinds),
+            xla_ops=xla_ops,
+            xla_kinds=dict(+kinds),
             estimated_seconds=(),
             collectives=tuple(sorted(collectives.values())),
         )

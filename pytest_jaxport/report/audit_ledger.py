@@ -425,8 +425,8 @@ def audited_suite(section: AuditSection) -> Probe:
     shares = section.numbers.runtime_share if section.numbers is not None else {}
     platforms: dict[str, PlatformProbe] = {}
     for platform in section.platforms:
-        census = Census(platform=platform)
-        formats: FormatCensus | None = None
+        censuses: list[Census] = []
+        found: list[FormatCensus] = []
         failures = []
         present = False
         for c in section.computations:
@@ -435,12 +435,14 @@ def audited_suite(section: AuditSection) -> Probe:
                 continue
             present = present or entry.present
             if entry.census is not None:
-                census += entry.census
+                censuses.append(entry.census)
                 if entry.formats is not None:
-                    formats = entry.formats if formats is None else formats + entry.formats
+                    found.append(entry.formats)
             elif entry.error:
                 where = f" ({c.source})" if c.source else ""
                 failures.append(f"{c.function}{where}: {entry.error}")
+        census = Census(platform=platform).plus(censuses)
+        formats = found[0].plus(found[1:]) if found else None
         error = None
         if failures:
             error = f"{len(failures)} computation(s) failed to lower: " + "; ".join(failures[:5])
