@@ -698,7 +698,8 @@ def test_a_suites_format_census_in_one_pass_is_the_sum_one_by_one() -> None:
         lambda x, y: (x @ x, y.T @ y),
     ]
     found = [census(f, a, b, platform="tpu") for f in functions]
-    assert any(f.findings for f in found) and any(f.formats for f in found)
+    assert any(f.findings for f in found)
+    assert any(f.formats for f in found)
     one_by_one = found[0]
     for f in found[1:]:
         one_by_one = one_by_one + f

@@ -358,8 +358,8 @@ class FormatCensus:
         formats: Counter[str] = Counter()
         found: dict[str, list[SourceLocation]] = {}
         tiled = 0.0
-        memory = None
-        for census in (self, *others):
+        memory = self.memory
+        for n, census in enumerate((self, *others)):
             for f in census.findings:
                 key = (f.kind, f.rule, f.level, f.location)
                 had = merged.get(key)
@@ -379,7 +379,8 @@ class FormatCensus:
             for name, at in census.lines.items():
                 found.setdefault(name, []).extend(at)
             tiled += census.tiled_bytes
-            memory = census.memory if census is self else _added(memory, census.memory)
+            if n:
+                memory = _added(memory, census.memory)
         lines = {name: kept_lines(at) for name, at in found.items()}
         return replace(
             self,
