@@ -703,5 +703,10 @@ def test_a_suites_format_census_in_one_pass_is_the_sum_one_by_one() -> None:
     one_by_one = found[0]
     for f in found[1:]:
         one_by_one = one_by_one + f
-    assert found[0].plus(found[1:]) == one_by_one
-    assert one_by_one.tiled_bytes == sum(f.tiled_bytes for f in found)
+    together = found[0].plus(found[1:])
+    assert together == one_by_one
+    assert together.tiled_bytes == sum(f.tiled_bytes for f in found)
+    assert sum(f.count for f in together.findings) == sum(
+        f.count for c in found for f in c.findings
+    )
+    assert sum(together.formats.values()) == sum(n for c in found for n in c.formats.values())

@@ -11,6 +11,7 @@ test below fails and names it.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator
 
 import jax
@@ -525,11 +526,14 @@ def test_the_programs_a_suite_compiles_are_the_same_under_the_audit(
     pytester.makeconftest(COMPILED_MODULES)
     pytester.makepyfile(test_eager=EAGER_AND_JITTED)
     compiled = []
-    for audit in ((), ("--jaxport-audit",)):
+    for audit in ((), ("--jaxport-audit", "--jaxport-report=r.json")):
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *audit)
         result.assert_outcomes(passed=1)
         compiled.append((pytester.path / "compiled.txt").read_text())
     plain, audited = compiled
+    seen = json.loads((pytester.path / "r.json").read_text())["audit"]["seen"]
+    assert seen["eager"] >= 2  # the audit recorded the eager ops (traced inside its hook)
+    assert seen["jit"] >= 1
     assert "test_eager.py" in audited  # the locations are there: the test's lines
     assert "pytest_jaxport" not in audited
     assert audited == plain

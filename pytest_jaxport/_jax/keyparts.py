@@ -81,9 +81,7 @@ def _avals_repr(avals: object) -> str:
     """``repr(avals)`` of a list of types, each type's text made once (:data:`_AVAL_TEXTS`)."""
     if type(avals) is not list:
         return repr(avals)
-    reprs = _AVAL_REPRS
-    if len(reprs) > _AVAL_TEXTS_KEPT:
-        reprs.clear()
+    reprs = _kept(_AVAL_REPRS)
     shown = []
     for aval in avals:
         text = reprs.get(aval)
@@ -107,9 +105,7 @@ def _program_text(closed: ClosedJaxpr) -> str:
     between two equations (it caches traces) does not change the text."""
     from jax._src import core
 
-    types = _AVAL_TEXTS
-    if len(types) > _AVAL_TEXTS_KEPT:
-        types.clear()
+    types = _kept(_AVAL_TEXTS)
     texts: dict[int, str] = {}
 
     def literal(value: Any) -> str:
@@ -169,6 +165,13 @@ _AVAL_REPRS: dict[object, str] = {}
 """Each type's ``repr``, kept as :data:`_AVAL_TEXTS` is."""
 
 _AVAL_TEXTS_KEPT = 4096
+
+
+def _kept(texts: dict[object, str]) -> dict[object, str]:
+    """``texts``, emptied first where it holds more than :data:`_AVAL_TEXTS_KEPT` types."""
+    if len(texts) > _AVAL_TEXTS_KEPT:
+        texts.clear()
+    return texts
 
 
 def sharding_text(args: Sequence[object], kwargs: Mapping[str, object]) -> str:

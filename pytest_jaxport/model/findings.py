@@ -358,8 +358,8 @@ class FormatCensus:
         formats: Counter[str] = Counter()
         found: dict[str, list[SourceLocation]] = {}
         tiled = 0.0
-        memory = self.memory
-        for n, census in enumerate((self, *others)):
+        every = (self, *others)
+        for census in every:
             for f in census.findings:
                 key = (f.kind, f.rule, f.level, f.location)
                 had = merged.get(key)
@@ -379,8 +379,6 @@ class FormatCensus:
             for name, at in census.lines.items():
                 found.setdefault(name, []).extend(at)
             tiled += census.tiled_bytes
-            if n:
-                memory = _added(memory, census.memory)
         lines = {name: kept_lines(at) for name, at in found.items()}
         return replace(
             self,
@@ -388,7 +386,7 @@ class FormatCensus:
             formats=dict(sorted(formats.items())),
             tiled_bytes=tiled,
             lines=dict(sorted(lines.items())),
-            memory=memory,
+            memory=functools.reduce(_added, (census.memory for census in every)),
         )
 
     def to_dict(self) -> dict[str, Any]:
